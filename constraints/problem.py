@@ -1,0 +1,57 @@
+"""A constraint problem: knobs, hard constraints, and ordered soft preferences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import z3
+
+from constraints.knobs import Knob
+
+
+@dataclass(frozen=True)
+class Preference:
+    """A soft constraint: solutions that satisfy it are enumerated before those that do not."""
+
+    name: str
+    condition: z3.BoolRef
+
+
+@dataclass
+class Problem:
+    """Knobs with domains, the constraints that make an assignment valid, and preferences.
+
+    Preferences are listed most important first; enumeration satisfies all of them first,
+    then relaxes them from the least important one.
+    """
+
+    knobs: list[Knob] = field(default_factory=list)
+    constraints: list[z3.BoolRef] = field(default_factory=list)
+    preferences: list[Preference] = field(default_factory=list)
+    # Knobs whose combination should vary early: enumeration gives each new combination of
+    # these before it repeats one (within a preference tier).
+    diversity: tuple[str, ...] = ()
+
+    def add_knob(self, knob: Knob) -> Knob:
+        if any(k.name == knob.name for k in self.knobs):
+            raise ValueError(f"duplicate knob {knob.name!r}")
+        self.knobs.append(knob)
+        self.constraints.append(knob.domain_constraint())
+        return knob
+
+    def require(self, *conditions: z3.BoolRef) -> None:
+        self.constraints.extend(conditions)
+
+    def prefer(self, name: str, condition: z3.BoolRef) -> None:
+        self.preferences.append(Preference(name, condition))
+
+    def diversify(self, *knob_names: str) -> None:
+        for name in knob_names:
+            self.knob(name)  # raises on a typo
+        self.diversity = tuple(knob_names)
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise KeyError(name)

@@ -1,0 +1,65 @@
+"""Tiling building blocks: divisors, tiles that divide a dimension, register and memory budgets."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import z3
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of n, ascending."""
+    if n <= 0:
+        raise ValueError(f"divisors of non-positive {n}")
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def powers_of_two(lo: int, hi: int) -> list[int]:
+    """Powers of two in [lo, hi], ascending."""
+    out, v = [], 1
+    while v <= hi:
+        if v >= lo:
+            out.append(v)
+        v *= 2
+    return out
+
+
+def tile_candidates(dim: int, lo: int = 1, hi: int | None = None, multiple_of: int = 1) -> list[int]:
+    """Tile sizes worth trying for a loop of extent `dim`: its divisors in [lo, hi] that are
+    multiples of `multiple_of`, plus the powers of two in range (padded tiles) when the dimension
+    has few divisors (unaligned shapes)."""
+    hi = dim if hi is None else min(hi, dim)
+    tiles = [d for d in divisors(dim) if lo <= d <= hi and d % multiple_of == 0]
+    if len(tiles) < 3:
+        tiles += [p for p in powers_of_two(lo, hi) if p % multiple_of == 0]
+    return sorted(set(tiles)) or [dim]
+
+
+def divides(tile: z3.ArithRef, extent: z3.ArithRef | int) -> z3.BoolRef:
+    """`tile` divides `extent` (tile > 0)."""
+    return z3.And(tile > 0, extent % tile == 0)
+
+
+def multiple_of(value: z3.ArithRef, unit: int) -> z3.BoolRef:
+    return value % unit == 0
+
+
+def product(terms: Iterable[z3.ArithRef | int]) -> z3.ArithRef:
+    result: z3.ArithRef | int = 1
+    for t in terms:
+        result = result * t
+    return result  # type: ignore[return-value]
+
+
+def ceil_div(a: z3.ArithRef | int, b: z3.ArithRef | int) -> z3.ArithRef:
+    return (a + b - 1) / b  # integer division in Z3 for Int sorts
+
+
+def within(value: z3.ArithRef, budget: int) -> z3.BoolRef:
+    """A resource use stays within its budget (registers, bytes of memory, threads)."""
+    return value <= budget
+
+
+def one_of(var: z3.ArithRef, values: Sequence[int]) -> z3.BoolRef:
+    return z3.Or([var == v for v in values])

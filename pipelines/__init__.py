@@ -1,0 +1,18 @@
+"""IREE codegen pipelines: each builds a constraint problem for a dispatch and turns solutions into configs."""
+
+from pipelines.base import Config, ConfiguredDispatch, Pipeline, check_config
+from pipelines.dispatch import DefaultConfig, Dispatch, DispatchKind, TargetFacts
+from pipelines.registry import PIPELINES, pipeline_for
+
+__all__ = [
+    "Config",
+    "ConfiguredDispatch",
+    "Pipeline",
+    "check_config",
+    "DefaultConfig",
+    "Dispatch",
+    "DispatchKind",
+    "TargetFacts",
+    "PIPELINES",
+    "pipeline_for",
+]

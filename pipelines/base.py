@@ -1,0 +1,68 @@
+"""The seam every codegen pipeline implements: build a problem, turn a solution into a config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol, Sequence, Union
+
+from iree.compiler import ir
+
+from constraints import Problem
+from pipelines.dispatch import Dispatch
+
+KnobValue = Union[int, bool]
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a candidate changes: a compilation_info for the root op (or none, to keep the
+    compiler's own), and extra iree-compile flags."""
+
+    knobs: Mapping[str, KnobValue]
+    compilation_info: str | None  # the attribute's text, as printed by the bindings
+    flags: tuple[str, ...] = ()
+    # What to read back from the configured dispatch to prove the config took effect.
+    expect_root_op: str | None = None
+    expect_lowering_config: str | None = None
+    expect_translation_info: str | None = None
+
+
+@dataclass(frozen=True)
+class ConfiguredDispatch:
+    """A root op as the compiler configured it, read back from executable-configurations."""
+
+    op_name: str
+    lowering_config: str
+    translation_info: str
+
+
+class Pipeline(Protocol):
+    """One IREE codegen pipeline. Register implementations in `pipelines.registry`."""
+
+    name: str
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""
+
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        """The Z3 problem whose solutions are this pipeline's valid configs for the dispatch."""
+
+    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        """The typed attributes (and flags) a solution stands for."""
+
+
+def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
+    """Differences between what a config asked for and what the compiler did (empty: it took)."""
+    problems = []
+    if config.expect_root_op and configured.op_name != config.expect_root_op:
+        problems.append(f"root op is {configured.op_name}, expected {config.expect_root_op}")
+    if config.expect_lowering_config and configured.lowering_config != config.expect_lowering_config:
+        problems.append(
+            f"lowering_config is {configured.lowering_config}, expected {config.expect_lowering_config}"
+        )
+    if config.expect_translation_info and configured.translation_info != config.expect_translation_info:
+        problems.append(
+            f"translation_info is {configured.translation_info}, expected {config.expect_translation_info}"
+        )
+    return problems

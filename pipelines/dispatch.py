@@ -1,0 +1,87 @@
+"""What the tuner knows about one dispatch: plain data read from the compiler, shared by all layers."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+class DispatchKind(str, enum.Enum):
+    CONTRACTION = "contraction"
+    CONVOLUTION = "convolution"
+    ATTENTION = "attention"
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """The executable target the compiler chose, as read from its attribute.
+
+    `backend` is IREE's name ("llvm-cpu", "cuda", "rocm"). CPU fields are set for llvm-cpu;
+    GPU fields for GPU targets. Nothing here is hard-coded per chip: discovery reads it.
+    """
+
+    backend: str
+    arch: str
+    # llvm-cpu
+    cpu_features: tuple[str, ...] = ()
+    native_vector_bytes: int = 0
+    # GPU
+    subgroup_sizes: tuple[int, ...] = ()
+    max_threads_per_workgroup: int = 0
+    max_workgroup_sizes: tuple[int, ...] = ()
+    max_workgroup_memory_bytes: int = 0
+    mma_intrinsics: tuple[str, ...] = ()
+    attribute: str = ""  # the target attribute's text, for building configs against it
+
+    def has_cpu_feature(self, feature: str) -> bool:
+        return f"+{feature}" in self.cpu_features
+
+
+@dataclass(frozen=True)
+class DefaultConfig:
+    """The configuration the compiler picked on its own (the baseline)."""
+
+    pipeline: str  # e.g. "#iree_cpu.pipeline<DoubleTilingExpert>"
+    lowering_config: str
+    workgroup_size: tuple[int, ...] = ()
+    subgroup_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One tunable root op of one dispatch, with everything a pipeline needs to build a problem."""
+
+    name: str  # the dispatch function's symbol, e.g. "main_dispatch_0_matmul_1024x1024x1024_f32"
+    kind: DispatchKind
+    op_name: str  # e.g. "linalg.matmul"
+    loop_bounds: tuple[int, ...]
+    batch_dims: tuple[int, ...]
+    m_dims: tuple[int, ...]
+    n_dims: tuple[int, ...]
+    k_dims: tuple[int, ...]
+    lhs_type: str  # element types as MLIR spells them: "f32", "f16", "i8"
+    rhs_type: str
+    out_type: str
+    indexing_maps: tuple[str, ...]
+    target: TargetFacts
+    default: DefaultConfig
+    flags: tuple[str, ...] = field(default=())  # the flag knobs this dispatch was discovered under
+
+    def sizes(self, dims: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(self.loop_bounds[d] for d in dims)
+
+    @property
+    def flops(self) -> int:
+        n = 2
+        for b in self.loop_bounds:
+            n *= b
+        return n
+
+    @property
+    def shape_name(self) -> str:
+        def part(dims: tuple[int, ...]) -> str:
+            return "x".join(str(s) for s in self.sizes(dims)) or "1"
+
+        b = f"b{part(self.batch_dims)}_" if self.batch_dims else ""
+        return f"{b}m{part(self.m_dims)}_n{part(self.n_dims)}_k{part(self.k_dims)}_{self.lhs_type}{self.rhs_type}{self.out_type}"

@@ -1,0 +1,138 @@
+"""llvm-cpu DoubleTilingExpert for contractions: distribution, vector and reduction tiles, plus
+the data-tiling flag (which hands the op to the compiler's mmt4d path instead)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import z3
+from iree.compiler import ir
+from iree.compiler.dialects import iree_codegen
+
+from constraints import BoolKnob, IntKnob, Problem, tiling
+from pipelines.base import Config, KnobValue
+from pipelines.dispatch import Dispatch, DispatchKind
+
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
+# Workgroups the distribution tiles should at least make, so every core has work; the CPU
+# target attribute does not say how many threads the runtime will use.
+MIN_WORKGROUPS = 8
+# A workgroup's output tile should stay in a core's L2 (1 MiB and up on current x86 and Arm).
+MAX_WORKGROUP_TILE_BYTES = 1 << 20
+DATA_TILING_FLAG = "--iree-opt-data-tiling"
+
+
+def vector_registers(dispatch: Dispatch) -> int:
+    """Architectural vector registers: 32 with AVX-512 or on AArch64, 16 otherwise on x86."""
+    if dispatch.target.has_cpu_feature("avx512f") or "aarch64" in dispatch.target.arch:
+        return 32
+    return 16
+
+
+def _innermost(dims: tuple[int, ...]) -> int | None:
+    return dims[-1] if dims else None
+
+
+class LLVMCPUDoubleTiling:
+    """Tiles a contraction at three levels: workgroup distribution over M/N, the vector tile
+    (the register-resident accumulator), and the reduction step over K."""
+
+    name = "llvmcpu_double_tiling"
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return (
+            dispatch.target.backend == "llvm-cpu"
+            and dispatch.kind == DispatchKind.CONTRACTION
+            and "DoubleTilingExpert" in dispatch.default.pipeline
+            and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
+        )
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        m = dispatch.loop_bounds[dispatch.m_dims[-1]]
+        n = dispatch.loop_bounds[dispatch.n_dims[-1]]
+        k = dispatch.loop_bounds[dispatch.k_dims[-1]]
+        acc_bytes = ELEMENT_BYTES.get(dispatch.out_type, 4)
+        lanes = max(1, dispatch.target.native_vector_bytes // acc_bytes)
+        regs = vector_registers(dispatch)
+
+        p = Problem()
+        data_tiling = p.add_knob(BoolKnob("data_tiling"))
+        # 0 stands for "not tiled by us": the data-tiling candidate keeps the compiler's mmt4d config.
+        dist_m = p.add_knob(IntKnob.of("distribution_m", [0] + tiling.tile_candidates(m, 8, 512)))
+        dist_n = p.add_knob(IntKnob.of("distribution_n", [0] + tiling.tile_candidates(n, 8, 512)))
+        vec_m = p.add_knob(IntKnob.of("vector_common_parallel_m", [0] + tiling.powers_of_two(1, min(m, 32))))
+        vec_n_choices = [v for v in tiling.powers_of_two(1, min(n, 8 * lanes)) if v % lanes == 0 or v == n]
+        vec_n = p.add_knob(IntKnob.of("vector_common_parallel_n", [0] + (vec_n_choices or [n])))
+        red_k = p.add_knob(IntKnob.of("vector_reduction_k", [0] + tiling.tile_candidates(k, 1, 16)))
+        tiles = [dist_m.var, dist_n.var, vec_m.var, vec_n.var, red_k.var]
+
+        p.require(z3.If(data_tiling.var, z3.And([t == 0 for t in tiles]), z3.And([t > 0 for t in tiles])))
+        tiled = z3.Not(data_tiling.var)
+        acc_regs = vec_m.var * tiling.ceil_div(vec_n.var, lanes)
+        workgroups = tiling.ceil_div(m, dist_m.var) * tiling.ceil_div(n, dist_n.var)
+        p.require(
+            z3.Implies(
+                tiled,
+                z3.And(
+                    # The vector tile sits inside the workgroup tile.
+                    dist_m.var % vec_m.var == 0,
+                    dist_n.var % vec_n.var == 0,
+                    # Accumulators plus one row of B and a broadcast of A stay in registers.
+                    tiling.within(acc_regs + tiling.ceil_div(vec_n.var, lanes) + 1, regs),
+                    tiling.within(dist_m.var * dist_n.var * acc_bytes, MAX_WORKGROUP_TILE_BYTES),
+                ),
+            )
+        )
+        # Most important first: data tiling (a different, often much faster code path), a
+        # register tile that fills at least half the register file, enough workgroups for the
+        # cores, tiles that divide the problem (no partial tiles), then a one-step reduction.
+        p.prefer("data_tiling", data_tiling.var)
+        p.prefer("fill_registers", z3.Implies(tiled, acc_regs * 2 >= regs))
+        p.prefer("enough_workgroups", z3.Implies(tiled, workgroups >= min(MIN_WORKGROUPS, (m * n) // 64 or 1)))
+        p.prefer("whole_tiles", z3.Implies(tiled, z3.And(m % dist_m.var == 0, n % dist_n.var == 0)))
+        p.prefer("wide_vectors", z3.Implies(tiled, vec_n.var >= 2 * lanes))
+        p.prefer("single_k_step", z3.Implies(tiled, red_k.var == 1))
+        # The register tile matters most; show each shape of it before varying the rest.
+        p.diversify(vec_m.name, vec_n.name)
+        return p
+
+    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        if solution["data_tiling"]:
+            # The contraction becomes linalg.mmt4d in its own dispatch; the compiler configures it.
+            return Config(knobs=dict(solution), compilation_info=None, flags=(DATA_TILING_FLAG,),
+                          expect_root_op="linalg.mmt4d")
+        lowering = self._lowering_config(dispatch, solution, ctx)
+        with ctx:
+            translation = iree_codegen.TranslationInfoAttr.get(
+                ir.Attribute.parse("#iree_cpu.pipeline<DoubleTilingExpert>")
+            )
+            info = iree_codegen.CompilationInfoAttr.get(lowering, translation)
+        return Config(
+            knobs=dict(solution),
+            compilation_info=str(info),
+            expect_root_op=dispatch.op_name,
+            expect_lowering_config=str(lowering),
+            expect_translation_info=str(translation),
+        )
+
+    @staticmethod
+    def _lowering_config(dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> ir.Attribute:
+        m_in, n_in, k_in = _innermost(dispatch.m_dims), _innermost(dispatch.n_dims), _innermost(dispatch.k_dims)
+        reduction = set(dispatch.k_dims)
+        dist, vec, red = [], [], []
+        for d in range(len(dispatch.loop_bounds)):
+            if d in reduction:
+                dist.append(0)
+                vec.append(0)
+                red.append(int(s["vector_reduction_k"]) if d == k_in else 1)
+            else:
+                dist.append(int(s["distribution_m"]) if d == m_in else int(s["distribution_n"]) if d == n_in else 1)
+                vec.append(int(s["vector_common_parallel_m"]) if d == m_in
+                           else int(s["vector_common_parallel_n"]) if d == n_in else 1)
+                red.append(0)
+        # IREE 3.13's Python bindings have no constructor for #iree_cpu.lowering_config, so it
+        # is parsed from its canonical form; the compiler's verifier checks it on parse.
+        text = (f"#iree_cpu.lowering_config<distribution = {dist}, "
+                f"vector_common_parallel = {vec}, vector_reduction = {red}>")
+        with ctx:
+            return ir.Attribute.parse(text)

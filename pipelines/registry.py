@@ -1,0 +1,22 @@
+"""Names to codegen pipelines. Adding a pipeline: one file in pipelines/ and one line here."""
+
+from __future__ import annotations
+
+from pipelines.base import Pipeline
+from pipelines.dispatch import Dispatch
+from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+
+PIPELINES: dict[str, Pipeline] = {
+    p.name: p
+    for p in (
+        LLVMCPUDoubleTiling(),
+    )
+}
+
+
+def pipeline_for(dispatch: Dispatch) -> Pipeline | None:
+    """The registered pipeline that tunes this dispatch, or None."""
+    for pipeline in PIPELINES.values():
+        if pipeline.supports(dispatch):
+            return pipeline
+    return None

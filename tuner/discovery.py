@@ -1,0 +1,183 @@
+"""Discovery: compile the input to executable configurations and read its root ops through the bindings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from iree.compiler import ir
+from iree.compiler.dialects import iree_codegen, linalg
+
+from pipelines import ConfiguredDispatch, DefaultConfig, Dispatch, DispatchKind, TargetFacts
+from tuner.errors import InputError, ToolError
+from tuner.targets import Target
+from tuner.tools import find_tool, run_tool
+from tuner.workload import NUMPY_DTYPES, TensorSpec, Workload
+
+TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
+
+
+def parse_input(path: Path, ctx: ir.Context) -> ir.Module:
+    """The input module; one clear error when it is missing or is not MLIR."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read it as text ({e})") from None
+    try:
+        with ctx:
+            return ir.Module.parse(text)
+    except Exception as e:  # MLIRError and friends: the first diagnostic says what is wrong
+        first = str(e).strip().splitlines()
+        raise InputError(f"{path}: not valid MLIR: {first[-1].strip() if first else e}") from None
+
+
+def read_workload(module: ir.Module, path: Path) -> Workload:
+    """The public function to benchmark and its tensor inputs."""
+    entries = []
+    for op in module.body.operations:
+        if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
+            continue
+        attrs = op.attributes
+        if "sym_visibility" in attrs and ir.StringAttr(attrs["sym_visibility"]).value != "public":
+            continue
+        entries.append(op)
+    if not entries:
+        raise InputError(f"{path}: no public func.func with a body to run")
+    entry = entries[0]
+    specs = []
+    for arg in entry.regions[0].blocks[0].arguments:
+        if not isinstance(arg.type, ir.RankedTensorType):
+            raise InputError(f"{path}: entry argument of type {arg.type} is not a ranked tensor")
+        t = arg.type
+        if not t.has_static_shape:
+            raise InputError(f"{path}: entry argument {t} has a dynamic shape; give static shapes")
+        et = str(t.element_type)
+        if et not in NUMPY_DTYPES:
+            raise InputError(f"{path}: element type {et} is not supported for benchmark inputs yet")
+        specs.append(TensorSpec(tuple(t.shape), et))
+    return Workload(ir.StringAttr(entry.attributes["sym_name"]).value, tuple(specs))
+
+
+def configure(input_path: Path, target: Target, flags: Iterable[str], timeout_s: float = 300) -> str:
+    """The input compiled to executable configurations with tuner attributes, as text."""
+    cmd = [find_tool("iree-compile"), str(input_path), *target.compile_flags, *flags,
+           TUNER_ATTRIBUTES_FLAG, "--compile-to=executable-configurations"]
+    run = run_tool(cmd, timeout_s)
+    if run.timed_out:
+        raise ToolError(f"iree-compile timed out after {timeout_s:.0f}s configuring {input_path}", list(cmd), run.stderr)
+    if not run.ok:
+        raise InputError(f"{input_path}: iree-compile cannot compile it: {run.first_error()}")
+    return run.stdout
+
+
+def _enclosing(op: ir.Operation, name: str) -> ir.Operation:
+    while op.name != name:
+        op = op.parent
+    return op
+
+
+def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
+    """Static loop extents of a linalg op, from its indexing maps and operand shapes."""
+    maps = [ir.AffineMapAttr(m).value for m in op.opview.indexing_maps]
+    bounds: dict[int, int] = {}
+    for amap, operand in zip(maps, op.operands):
+        shape = operand.type.shape if isinstance(operand.type, ir.ShapedType) else []
+        for expr, size in zip(amap.results, shape):
+            if isinstance(expr, ir.AffineDimExpr):
+                bounds.setdefault(expr.position, size)
+    n = maps[0].n_dims
+    if len(bounds) != n or any(b < 0 for b in bounds.values()):
+        raise InputError(f"{op.name}: could not read static loop bounds (dynamic shapes are not supported)")
+    return tuple(bounds[d] for d in range(n))
+
+
+def _target_facts(variant: ir.Operation) -> TargetFacts:
+    attr = variant.attributes["target"]
+    text = str(attr)
+    backend = text.split('"')[1]  # #hal.executable.target<"llvm-cpu", ...>: the backend is the first string
+    # 3.13's bindings expose no accessor for #hal.executable.target's configuration, so the
+    # dictionary is handed back to MLIR's own parser and read as a typed DictAttr.
+    config = ir.DictAttr(ir.Attribute.parse(text[text.index("{"): text.rindex("}") + 1]))
+
+    def get(key: str) -> ir.Attribute | None:
+        return config[key] if key in config else None
+
+    if backend == "llvm-cpu":
+        cpu = get("cpu")
+        features = get("cpu_features")
+        vec = get("native_vector_size")
+        triple = get("target_triple")
+        return TargetFacts(
+            backend=backend,
+            arch=(ir.StringAttr(cpu).value if cpu else "") + " " + (ir.StringAttr(triple).value if triple else ""),
+            cpu_features=tuple(ir.StringAttr(features).value.split(",")) if features else (),
+            native_vector_bytes=ir.IntegerAttr(vec).value if vec else 16,
+            attribute=text,
+        )
+    return TargetFacts(backend=backend, arch="", attribute=text)
+
+
+def _element_type(value: ir.Value) -> str:
+    t = value.type
+    return str(t.element_type) if isinstance(t, ir.ShapedType) else str(t)
+
+
+def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
+    if not linalg.isa_contraction_op(op):
+        return None
+    dims = linalg.infer_contraction_dimensions(op)
+    func = _enclosing(op, "func.func")
+    variant = _enclosing(op, "hal.executable.variant")
+    info = iree_codegen.TranslationInfoAttr(func.attributes["translation_info"])
+    lowering = op.attributes["lowering_config"] if "lowering_config" in op.attributes else None
+    ins = op.opview.inputs
+    return Dispatch(
+        name=ir.StringAttr(func.attributes["sym_name"]).value,
+        kind=DispatchKind.CONTRACTION,
+        op_name=op.name,
+        loop_bounds=_loop_bounds(op),
+        batch_dims=tuple(dims.batch),
+        m_dims=tuple(dims.m),
+        n_dims=tuple(dims.n),
+        k_dims=tuple(dims.k),
+        lhs_type=_element_type(ins[0]),
+        rhs_type=_element_type(ins[1]),
+        out_type=_element_type(op.opview.outputs[0]),
+        indexing_maps=tuple(str(ir.AffineMapAttr(m).value) for m in op.opview.indexing_maps),
+        target=_target_facts(variant),
+        default=DefaultConfig(
+            pipeline=str(info.pass_pipeline),
+            lowering_config=str(lowering) if lowering is not None else "",
+            workgroup_size=tuple(info.workgroup_size),
+            subgroup_size=info.subgroup_size or None,
+        ),
+        flags=flags,
+    )
+
+
+def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> list[Dispatch]:
+    """Every tunable root op of the input under `target`, largest first."""
+    configured = configure(input_path, target, flags)
+    with ctx:
+        module = ir.Module.parse(configured)
+        found = [d for op in iree_codegen.get_tuner_root_ops(module) if (d := _dispatch(op, flags))]
+    return sorted(found, key=lambda d: d.flops, reverse=True)
+
+
+def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDispatch]:
+    """Root ops as the compiler configured them, from configured modules (dumps or
+    executable-configurations output), to check that a candidate's config took effect."""
+    out = []
+    with ctx:
+        for text in texts:
+            module = ir.Module.parse(text)
+            for op in iree_codegen.get_tuner_root_ops(module):
+                func = _enclosing(op, "func.func")
+                out.append(ConfiguredDispatch(
+                    op_name=op.name,
+                    lowering_config=str(op.attributes["lowering_config"]) if "lowering_config" in op.attributes else "",
+                    translation_info=str(func.attributes["translation_info"]) if "translation_info" in func.attributes else "",
+                ))
+    return out

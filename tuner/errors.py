@@ -1,0 +1,38 @@
+"""The few errors bad input can raise; only the CLI turns them into exit codes."""
+
+from __future__ import annotations
+
+
+class TunerError(Exception):
+    """Base class: the message says what was wrong and what to do."""
+
+    exit_code = 1
+
+
+class InputError(TunerError):
+    """The input file is missing, is not MLIR, or has nothing to tune."""
+
+    exit_code = 2
+
+
+class TargetError(TunerError):
+    """The target is unknown or its tools are missing."""
+
+    exit_code = 3
+
+
+class OutputError(TunerError):
+    """The output directory cannot be written."""
+
+    exit_code = 4
+
+
+class ToolError(TunerError):
+    """An IREE tool failed where the run cannot go on (e.g. the baseline does not build)."""
+
+    exit_code = 5
+
+    def __init__(self, message: str, command: list[str] | None = None, stderr: str = "") -> None:
+        super().__init__(message)
+        self.command = command or []
+        self.stderr = stderr
