@@ -21,6 +21,7 @@ class Config:
     knobs: Mapping[str, KnobValue]
     compilation_info: str | None  # the attribute's text, as printed by the bindings
     flags: tuple[str, ...] = ()
+    summary: str = ""  # a short human label, e.g. "wg 64x256 vec 8x32 k1"
     # What to read back from the configured dispatch to prove the config took effect.
     expect_root_op: str | None = None
     expect_lowering_config: str | None = None

@@ -166,6 +166,23 @@ def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str
     return sorted(found, key=lambda d: d.flops, reverse=True)
 
 
+def _configured_roots(module: ir.Module) -> list[ir.Operation]:
+    """Root ops of configured modules. The compiler marks the ones it configured itself; an op
+    configured from a compilation_info keeps no root_op mark, so any contraction, convolution or
+    attention op that carries a lowering_config counts too."""
+    roots = list(iree_codegen.get_tuner_root_ops(module))
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if "lowering_config" in op.attributes and op not in roots and (
+            linalg.isa_contraction_op(op) or linalg.isa_convolution_op(op) or iree_codegen.isa_attention_op(op)
+        ):
+            roots.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return roots
+
+
 def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDispatch]:
     """Root ops as the compiler configured them, from configured modules (dumps or
     executable-configurations output), to check that a candidate's config took effect."""
@@ -173,11 +190,11 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
     with ctx:
         for text in texts:
             module = ir.Module.parse(text)
-            for op in iree_codegen.get_tuner_root_ops(module):
+            for op in _configured_roots(module):
                 func = _enclosing(op, "func.func")
                 out.append(ConfiguredDispatch(
                     op_name=op.name,
-                    lowering_config=str(op.attributes["lowering_config"]) if "lowering_config" in op.attributes else "",
+                    lowering_config=str(op.attributes["lowering_config"]),
                     translation_info=str(func.attributes["translation_info"]) if "translation_info" in func.attributes else "",
                 ))
     return out

@@ -14,6 +14,11 @@ class Target:
     name: str  # as the user wrote it, e.g. "llvm-cpu"
     compile_flags: tuple[str, ...]
     device: str  # the runtime's --device
+    # How a tuning spec reaches the compiler on this target (see DESIGN.md: it differs by target).
+    spec_flag: str = "--iree-codegen-tuning-spec-path"
+
+    def spec_flags(self, spec_path: str) -> tuple[str, ...]:
+        return (f"{self.spec_flag}={spec_path}",)
 
     def __str__(self) -> str:
         return self.name

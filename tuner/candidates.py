@@ -1,0 +1,75 @@
+"""Candidates: the baseline plus each solution of a pipeline's problem, as typed configs and specs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from iree.compiler import ir
+
+from constraints import enumerate_solutions
+from pipelines import Config, Dispatch, Pipeline
+from tuner.spec import build_spec
+
+BASELINE_LABEL = "baseline"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One config to compile and time. The baseline is explicit: `is_baseline`, not index 0."""
+
+    id: int
+    dispatch: Dispatch
+    pipeline: str
+    config: Config
+    spec: str  # the tuning spec's text (an empty spec for the baseline and flag-only configs)
+    is_baseline: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.is_baseline:
+            return BASELINE_LABEL
+        return self.config.summary or " ".join(f"{k}={v}" for k, v in self.config.knobs.items())
+
+    @property
+    def key(self) -> str:
+        """Stable identity of what gets compiled, for resuming a run."""
+        payload = json.dumps(
+            [self.dispatch.name, self.dispatch.target.attribute, self.config.compilation_info,
+             list(self.config.flags), self.is_baseline],
+            sort_keys=True,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context) -> Candidate:
+    """The compiler's own config, expected to be read back unchanged."""
+    config = Config(
+        knobs={},
+        compilation_info=None,
+        expect_root_op=dispatch.op_name,
+        expect_lowering_config=dispatch.default.lowering_config or None,
+    )
+    return Candidate(0, dispatch, pipeline, config, str(build_spec([], ctx)), is_baseline=True)
+
+
+def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx: ir.Context,
+                        check_timeout_ms: int = 5000) -> list[Candidate]:
+    """The baseline, then up to `limit` distinct configs from the pipeline, most promising first."""
+    out = [baseline(dispatch, pipeline.name, ctx)]
+    seen = {dispatch.default.lowering_config}
+    for solution in enumerate_solutions(pipeline.build_problem(dispatch), limit, check_timeout_ms):
+        config = pipeline.to_config(dispatch, solution, ctx)
+        identity = config.expect_lowering_config or repr(config.flags)
+        if identity in seen:  # the compiler's default is already the baseline
+            continue
+        seen.add(identity)
+        configs = [(dispatch, config.compilation_info)] if config.compilation_info else []
+        out.append(Candidate(len(out), dispatch, pipeline.name, config, str(build_spec(configs, ctx))))
+    return out
+
+
+def knobs_of(candidate: Candidate) -> Mapping[str, object]:
+    return dict(candidate.config.knobs)

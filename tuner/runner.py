@@ -1,0 +1,93 @@
+"""The benchmark side: run compiled candidates and time them. Needs only the IREE runtime and
+numpy (no compiler, no z3), so it can run on a machine that only has iree-base-runtime."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tuner.tools import ToolRun, find_tool, run_tool
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-repetition wall times of one candidate, in milliseconds."""
+
+    times_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def spread_pct(self) -> float:
+        """(max - min) / median, in percent: how far repetitions of the same thing disagree."""
+        return 100.0 * (max(self.times_ms) - min(self.times_ms)) / self.median_ms
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    device: str
+    entry: str
+    inputs: tuple[Path, ...]
+    repetitions: int = 5
+    min_time_s: float = 0.1
+    timeout_s: float = 120.0
+
+
+def _input_flags(inputs: tuple[Path, ...]) -> list[str]:
+    return [f"--input=@{p}" for p in inputs]
+
+
+def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
+    """Run the entry once and save its (first) result as .npy, for the numerics check."""
+    cmd = [find_tool("iree-run-module"), f"--module={vmfb}", f"--device={settings.device}",
+           f"--function={settings.entry}", *_input_flags(settings.inputs), f"--output=@{output}"]
+    return run_tool(cmd, settings.timeout_s)
+
+
+def benchmark(vmfb: Path, settings: RunSettings) -> tuple[Timing | None, ToolRun]:
+    """Time the entry with iree-benchmark-module: warm-up, then `repetitions` repetitions."""
+    cmd = [find_tool("iree-benchmark-module"), f"--module={vmfb}", f"--device={settings.device}",
+           f"--function={settings.entry}", *_input_flags(settings.inputs),
+           f"--benchmark_repetitions={settings.repetitions}",
+           f"--benchmark_min_time={settings.min_time_s}s",
+           "--benchmark_min_warmup_time=0.05",
+           "--benchmark_format=json"]
+    run = run_tool(cmd, settings.timeout_s)
+    if not run.ok:
+        return None, run
+    try:
+        report = json.loads(run.stdout)
+        times = tuple(
+            _to_ms(b["real_time"], b.get("time_unit", "ns"))
+            for b in report["benchmarks"] if b.get("run_type") == "iteration"
+        )
+    except (json.JSONDecodeError, KeyError) as e:
+        return None, ToolRun(run.command, 1, run.stdout, f"unreadable benchmark report: {e}\n{run.stderr}", run.seconds)
+    return (Timing(times) if times else None), run
+
+
+def _to_ms(value: float, unit: str) -> float:
+    return value * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def relative_error(output: np.ndarray, reference: np.ndarray) -> float:
+    """||out - ref|| / ||ref||, in float64; inf when shapes differ or values are not finite."""
+    if output.shape != reference.shape:
+        return float("inf")
+    out = output.astype(np.float64)
+    ref = reference.astype(np.float64)
+    if not np.all(np.isfinite(out)):
+        return float("inf")
+    denom = np.linalg.norm(ref)
+    return float(np.linalg.norm(out - ref) / (denom if denom else 1.0))
+
+
+def tolerance(element_type: str) -> float:
+    """How far a re-tiled result may drift from the baseline's (summation order changes)."""
+    return {"f64": 1e-9, "f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}.get(element_type, 0.0)
