@@ -26,14 +26,12 @@ def powers_of_two(lo: int, hi: int) -> list[int]:
 
 
 def tile_candidates(dim: int, lo: int = 1, hi: int | None = None, multiple_of: int = 1) -> list[int]:
-    """Tile sizes worth trying for a loop of extent `dim`: its divisors in [lo, hi] that are
-    multiples of `multiple_of`, plus the powers of two in range (padded tiles) when the dimension
-    has few divisors (unaligned shapes)."""
+    """Tile sizes worth trying for a loop of extent `dim`: its divisors in [lo, hi] and the powers
+    of two in range (the latter leave a partial last tile on unaligned shapes), keeping only
+    multiples of `multiple_of`. Never empty: falls back to the whole extent."""
     hi = dim if hi is None else min(hi, dim)
-    tiles = [d for d in divisors(dim) if lo <= d <= hi and d % multiple_of == 0]
-    if len(tiles) < 3:
-        tiles += [p for p in powers_of_two(lo, hi) if p % multiple_of == 0]
-    return sorted(set(tiles)) or [dim]
+    tiles = {d for d in divisors(dim) if lo <= d <= hi} | set(powers_of_two(lo, hi))
+    return sorted(t for t in tiles if t % multiple_of == 0) or [dim]
 
 
 def divides(tile: z3.ArithRef, extent: z3.ArithRef | int) -> z3.BoolRef:

@@ -89,7 +89,9 @@ class LLVMCPUDoubleTiling:
         p.prefer("data_tiling", data_tiling.var)
         p.prefer("fill_registers", z3.Implies(tiled, acc_regs * 2 >= regs))
         p.prefer("enough_workgroups", z3.Implies(tiled, workgroups >= min(MIN_WORKGROUPS, (m * n) // 64 or 1)))
-        p.prefer("whole_tiles", z3.Implies(tiled, z3.And(m % dist_m.var == 0, n % dist_n.var == 0)))
+        # Separately for M and N: an unaligned N must not stop M from getting whole tiles.
+        p.prefer("whole_tiles_m", z3.Implies(tiled, m % dist_m.var == 0))
+        p.prefer("whole_tiles_n", z3.Implies(tiled, n % dist_n.var == 0))
         # Measured on AVX-512: 8x32 and 4x64 f32 register tiles beat 2x128 by 2x (a taller
         # tile reuses each loaded row of B across more rows of A).
         p.prefer("tall_register_tile", z3.Implies(tiled, z3.And(vec_n.var >= 2 * lanes, vec_m.var >= 4)))
@@ -102,7 +104,8 @@ class LLVMCPUDoubleTiling:
         if solution["data_tiling"]:
             # The contraction becomes linalg.mmt4d in its own dispatch; the compiler configures it.
             return Config(knobs=dict(solution), compilation_info=None, flags=(DATA_TILING_FLAG,),
-                          summary="data tiling (mmt4d)", expect_root_op="linalg.mmt4d")
+                          summary="data tiling (mmt4d)",
+                          expect_root_op="linalg.batch_mmt4d" if dispatch.batch_dims else "linalg.mmt4d")
         lowering = self._lowering_config(dispatch, solution, ctx)
         with ctx:
             translation = iree_codegen.TranslationInfoAttr.get(

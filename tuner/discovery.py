@@ -68,7 +68,7 @@ def configure(input_path: Path, target: Target, flags: Iterable[str], timeout_s:
     if run.timed_out:
         raise ToolError(f"iree-compile timed out after {timeout_s:.0f}s configuring {input_path}", list(cmd), run.stderr)
     if not run.ok:
-        raise InputError(f"{input_path}: iree-compile cannot compile it: {run.first_error()}")
+        raise InputError(f"iree-compile rejected the input: {run.first_error()}")
     return run.stdout
 
 

@@ -1,0 +1,84 @@
+"""The IREE-free constraint library: knobs, tiling helpers, ordered incremental enumeration."""
+
+import subprocess
+import sys
+
+import pytest
+import z3
+
+from constraints import BoolKnob, IntKnob, Problem, enumerate_solutions, tiling
+
+
+def test_constraints_never_import_iree():
+    # Another compiler must be able to reuse constraints/ with only z3 installed.
+    code = "import sys, constraints; print(any(m.startswith('iree') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_divisors_and_tile_candidates():
+    assert tiling.divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert tiling.powers_of_two(3, 40) == [4, 8, 16, 32]
+    # Unaligned extent: powers of two join the divisors, multiples filter.
+    assert tiling.tile_candidates(1000, 8, 64, multiple_of=8) == [8, 16, 32, 40, 64]
+    assert tiling.tile_candidates(7, 8, 64) == [7]
+
+
+def _tile_problem() -> Problem:
+    p = Problem()
+    t = p.add_knob(IntKnob.of("tile", [1, 2, 4, 8, 16, 32]))
+    v = p.add_knob(IntKnob.of("vec", [1, 2, 4, 8]))
+    p.require(tiling.divides(v.var, t.var), tiling.within(t.var * v.var, 64))
+    return p
+
+
+def test_problem_is_sat_then_unsat_after_a_violating_constraint():
+    p = _tile_problem()
+    s = z3.Solver()
+    s.add(*p.constraints)
+    assert s.check() == z3.sat
+    s.add(p.knob("tile").var * p.knob("vec").var > 64)  # violates the budget
+    assert s.check() == z3.unsat
+
+
+def test_enumeration_is_distinct_valid_and_complete():
+    p = _tile_problem()
+    sols = list(enumerate_solutions(p, limit=1000))
+    pairs = {(s["tile"], s["vec"]) for s in sols}
+    assert len(pairs) == len(sols)
+    expected = {(t, v) for t in [1, 2, 4, 8, 16, 32] for v in [1, 2, 4, 8] if t % v == 0 and t * v <= 64}
+    assert pairs == expected
+
+
+def test_limit_stops_enumeration():
+    assert len(list(enumerate_solutions(_tile_problem(), limit=3))) == 3
+    assert list(enumerate_solutions(_tile_problem(), limit=0)) == []
+
+
+def test_preferences_order_solutions_lexicographically():
+    p = _tile_problem()
+    p.prefer("big_tile", p.knob("tile").var >= 16)
+    p.prefer("vec_4", p.knob("vec").var == 4)
+    sols = list(enumerate_solutions(p, limit=1000))
+    score = [(s["tile"] >= 16, s["vec"] == 4) for s in sols]
+    # Non-increasing in lexicographic order: all (T,T) first, then (T,F), (F,T), (F,F).
+    assert score == sorted(score, reverse=True)
+    assert score[0] == (True, True)
+
+
+def test_diversity_shows_new_combinations_first():
+    p = _tile_problem()
+    p.diversify("vec")
+    first = [s["vec"] for s in enumerate_solutions(p, limit=4)]
+    assert sorted(first) == [1, 2, 4, 8]
+
+
+def test_bool_knob_and_duplicate_names():
+    p = Problem()
+    flag = p.add_knob(BoolKnob("flag"))
+    p.require(flag.var)
+    assert [s["flag"] for s in enumerate_solutions(p, 10)] == [True]
+    with pytest.raises(ValueError):
+        p.add_knob(BoolKnob("flag"))
+    with pytest.raises(ValueError):
+        IntKnob.of("empty", [])

@@ -1,0 +1,69 @@
+"""Discovery through the bindings: root ops, kinds, shapes, types, target and default config."""
+
+from pathlib import Path
+
+import pytest
+
+from tuner.api import select_dispatch
+from tuner.discovery import discover, parse_input, read_workload
+from tuner.errors import InputError
+from tests.conftest import SAMPLES
+
+
+def test_matmul_1024(ctx, cpu):
+    [d] = discover(SAMPLES / "matmul_1024x1024x1024_f32.mlir", cpu, ctx)
+    assert d.op_name == "linalg.matmul"
+    assert d.loop_bounds == (1024, 1024, 1024)
+    assert (d.batch_dims, d.m_dims, d.n_dims, d.k_dims) == ((), (0,), (1,), (2,))
+    assert (d.lhs_type, d.rhs_type, d.out_type) == ("f32", "f32", "f32")
+    assert d.target.backend == "llvm-cpu"
+    assert d.target.native_vector_bytes in (16, 32, 64)
+    assert "DoubleTilingExpert" in d.default.pipeline
+    assert d.default.lowering_config.startswith("#iree_cpu.lowering_config<distribution")
+
+
+def test_transposed_rhs_keeps_its_indexing_map(ctx, cpu):
+    [d] = discover(SAMPLES / "matmul_transpose_b_512x2048x768_f32.mlir", cpu, ctx)
+    assert d.indexing_maps[1] == "(d0, d1, d2) -> (d1, d2)"
+    assert d.sizes(d.m_dims) == (512,) and d.sizes(d.n_dims) == (2048,) and d.sizes(d.k_dims) == (768,)
+
+
+def test_batch_matmul_and_generic(ctx, cpu):
+    [b] = discover(SAMPLES / "batch_matmul_8x256x512x384_f32.mlir", cpu, ctx)
+    assert b.op_name == "linalg.batch_matmul" and b.sizes(b.batch_dims) == (8,)
+    [g] = discover(SAMPLES / "generic_contraction_bias_relu_384x1000x1200_f32.mlir", cpu, ctx)
+    assert g.op_name == "linalg.generic" and g.loop_bounds == (384, 1000, 1200)
+
+
+def test_workload_reads_the_entry_signature(ctx):
+    path = SAMPLES / "generic_contraction_bias_relu_384x1000x1200_f32.mlir"
+    w = read_workload(parse_input(path, ctx), path)
+    assert w.entry == "linear_relu"
+    assert [(s.shape, s.element_type) for s in w.inputs] == [((384, 1200), "f32"), ((1200, 1000), "f32"), ((1000,), "f32")]
+
+
+def test_not_mlir_is_one_clear_error(ctx, tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("this is not MLIR at all {")
+    with pytest.raises(InputError, match="not valid MLIR"):
+        parse_input(bad, ctx)
+    with pytest.raises(InputError, match="no such file"):
+        parse_input(tmp_path / "missing.mlir", ctx)
+
+
+def test_nothing_tunable_is_one_clear_error(ctx, cpu, tmp_path):
+    ew = tmp_path / "add.mlir"
+    ew.write_text("""
+func.func @add(%a: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<64xf32> {
+  %e = tensor.empty() : tensor<64xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                       iterator_types = ["parallel"]}
+      ins(%a, %b : tensor<64xf32>, tensor<64xf32>) outs(%e : tensor<64xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<64xf32>
+  return %r : tensor<64xf32>
+}""")
+    with pytest.raises(InputError, match="nothing this tuner can tune"):
+        select_dispatch(discover(ew, cpu, ctx), None, ew)
