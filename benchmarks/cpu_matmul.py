@@ -1,0 +1,126 @@
+"""Tune CPU matmuls and time default, tuned and numpy side by side, interleaved, in one run.
+
+    python benchmarks/cpu_matmul.py [--candidates 20] [--rounds 5] [--out bench-cpu]
+
+For each shape: tune it (iree-tuner's Python API), compile the default (target flags only) and
+the winner (best_flags.txt), then time default, tuned and numpy in interleaved rounds so that
+drift on a busy machine hits all three alike. Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tuner import api  # noqa: E402
+from tuner.evaluate import EvalSettings  # noqa: E402
+from tuner.runner import RunSettings, benchmark  # noqa: E402
+from tuner.targets import parse_target  # noqa: E402
+from tuner.tools import find_tool, run_tool  # noqa: E402
+
+# (name, batch, M, N, K, transpose_b): the first is the shape the issue names; the rest are
+# shapes from real models the tuner was not developed against.
+SHAPES = [
+    ("square 1024", 0, 1024, 1024, 1024, False),
+    ("BERT FFN 384x3072x768", 0, 384, 3072, 768, False),
+    ("linear, B^T 512x2048x768", 0, 512, 2048, 768, True),
+    ("skinny 32x4096x2048", 0, 32, 4096, 2048, False),
+    ("unaligned 1000x1000x1000", 0, 1000, 1000, 1000, False),
+    ("batch 8x256x512x384", 8, 256, 512, 384, False),
+]
+
+
+def mlir_for(batch: int, m: int, n: int, k: int, transpose_b: bool) -> str:
+    b = f"{batch}x" if batch else ""
+    lhs, rhs, out = f"{b}{m}x{k}xf32", (f"{b}{n}x{k}xf32" if transpose_b else f"{b}{k}x{n}xf32"), f"{b}{m}x{n}xf32"
+    op = "linalg.batch_matmul" if batch else "linalg.matmul"
+    maps = ("indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
+            "affine_map<(m, n, k) -> (m, n)>]") if transpose_b else ""
+    return f"""func.func @main(%a: tensor<{lhs}>, %b: tensor<{rhs}>) -> tensor<{out}> {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{out}>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{out}>) -> tensor<{out}>
+  %r = {op} {maps} ins(%a, %b : tensor<{lhs}>, tensor<{rhs}>) outs(%f : tensor<{out}>) -> tensor<{out}>
+  return %r : tensor<{out}>
+}}
+"""
+
+
+def time_numpy(a: np.ndarray, b: np.ndarray, transpose_b: bool, reps: int) -> list[float]:
+    rhs = np.swapaxes(b, -1, -2) if transpose_b else b
+    a @ rhs  # warm-up
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        a @ rhs
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("bench-cpu"))
+    parser.add_argument("--only", default=None, help="run only shapes whose name contains this")
+    args = parser.parse_args()
+    target = parse_target("llvm-cpu")
+    rows = []
+    for name, batch, m, n, k, tb in SHAPES:
+        if args.only and args.only not in name:
+            continue
+        work = args.out / name.split()[0].replace(",", "") / f"{batch}x{m}x{n}x{k}"
+        work.mkdir(parents=True, exist_ok=True)
+        src = work / "input.mlir"
+        src.write_text(mlir_for(batch, m, n, k, tb))
+        t0 = time.perf_counter()
+        tuning = api.tune(src, target, args.candidates, work / "tuning", settings=EvalSettings(repetitions=3))
+        tune_s = time.perf_counter() - t0
+        best = tuning.ranking.best
+        flags = (work / "tuning" / "best_flags.txt").read_text().split()
+        iree_compile = find_tool("iree-compile")
+        for label, fl in (("default", list(target.compile_flags)), ("tuned", flags)):
+            run = run_tool([iree_compile, str(src), *fl, "-o", str(work / f"{label}.vmfb")], 600)
+            if not run.ok:
+                raise SystemExit(f"{name}: {label} build failed: {run.first_error()}")
+        inputs = tuple(sorted((work / "tuning" / "inputs").glob("input*.npy")))
+        a, b = (np.load(p) for p in inputs)
+        settings = RunSettings(device=target.device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2)
+        samples: dict[str, list[float]] = {"default": [], "tuned": [], "numpy": []}
+        for _ in range(args.rounds):  # interleaved: default, tuned, numpy, default, ...
+            for label in ("default", "tuned"):
+                timing, run = benchmark(work / f"{label}.vmfb", settings)
+                if timing is None:
+                    raise SystemExit(f"{name}: benchmarking {label} failed: {run.first_error()}")
+                samples[label] += timing.times_ms
+            samples["numpy"] += time_numpy(a, b, tb, 10)
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        spread = {k: 100 * (statistics.quantiles(v, n=4)[2] - statistics.quantiles(v, n=4)[0]) / med[k]
+                  for k, v in samples.items()}
+        rows.append((name, med, spread, best.label if best else "-", tune_s, len(tuning.candidates)))
+        print(f"{name}: default {med['default']:.2f} ms, tuned {med['tuned']:.2f} ms "
+              f"({med['default'] / med['tuned']:.2f}x), numpy {med['numpy']:.2f} ms; winner {best.label if best else '-'}",
+              flush=True)
+    print()
+    print(f"Machine: {platform.machine()}, {os.cpu_count()} cores ({tuning.dispatch.target.arch.strip()}); "
+          f"{args.candidates} candidates per shape; {args.rounds} interleaved rounds; medians, IQR in parentheses.")
+    print()
+    print("| shape (f32) | default ms | tuned ms | numpy ms | tuned vs default | numpy vs tuned | winner | tuning time |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, med, spread, label, tune_s, count in rows:
+        print(f"| {name} | {med['default']:.2f} (±{spread['default']:.0f}%) | {med['tuned']:.2f} (±{spread['tuned']:.0f}%) "
+              f"| {med['numpy']:.2f} (±{spread['numpy']:.0f}%) | **{med['default'] / med['tuned']:.2f}x** "
+              f"| {med['tuned'] / med['numpy']:.2f}x | {label} | {tune_s:.0f} s, {count} candidates |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The CLI: bad input gets one line and a non-zero exit; a real run prints the table."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tuner.cli import main
+from tests.conftest import SAMPLES
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def _one_error_line(result, code, text):
+    assert result.exit_code == code, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert any(l.startswith("error: ") and text in l for l in lines), result.output
+    assert "Traceback" not in result.output
+
+
+def test_not_mlir(tmp_path):
+    bad = tmp_path / "x.mlir"
+    bad.write_bytes(b"\x00\x01 definitely not mlir")
+    _one_error_line(_run("tune", str(bad), "--output", str(tmp_path / "o")), 2, "not valid MLIR")
+
+
+def test_missing_file(tmp_path):
+    _one_error_line(_run("tune", str(tmp_path / "nope.mlir"), "--output", str(tmp_path / "o")), 2, "no such file")
+
+
+def test_nothing_to_tune(tmp_path):
+    f = tmp_path / "ret.mlir"
+    f.write_text("func.func @id(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }")
+    _one_error_line(_run("tune", str(f), "--output", str(tmp_path / "o")), 2, "nothing this tuner can tune")
+
+
+def test_unknown_target(tmp_path):
+    _one_error_line(_run("tune", str(SAMPLES / "matmul_1024x1024x1024_f32.mlir"), "--target", "tpu-v9",
+                         "--output", str(tmp_path / "o")), 3, "unknown target")
+
+
+def test_unwritable_output(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    _one_error_line(_run("tune", str(SAMPLES / "matmul_1024x1024x1024_f32.mlir"), "--output", str(blocker / "sub")),
+                    4, "cannot write to output directory")
+
+
+def test_bad_candidate_count(tmp_path, small_matmul):
+    _one_error_line(_run("tune", str(small_matmul), "--num-candidates", "0", "--output", str(tmp_path / "o")),
+                    2, "at least 1")
+
+
+def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
+    out = tmp_path / "o"
+    result = _run("tune", str(small_matmul), "--num-candidates", "2", "--repetitions", "2", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "Candidates, fastest first" in result.output and "baseline" in result.output
+    assert (out / "best_spec.mlir").exists() and (out / "best_flags.txt").exists()
+    assert len(json.loads((out / "results.json").read_text())["candidates"]) == 3

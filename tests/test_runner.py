@@ -1,0 +1,40 @@
+"""The benchmark side: statistics, numerics, tools with timeouts, and no compiler dependency."""
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from tuner.runner import Timing, relative_error, tolerance
+from tuner.tools import run_tool
+
+
+def test_runner_needs_neither_the_compiler_nor_z3():
+    code = ("import sys, tuner.runner, tuner.store, tuner.ranking; "
+            "print(sorted(m for m in sys.modules if m.startswith(('z3', 'iree.compiler'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_timing_statistics():
+    t = Timing((10.0, 12.0, 11.0, 30.0, 9.0))
+    assert t.median_ms == 11.0
+    assert abs(t.spread_pct - 100 * 21 / 11) < 1e-9
+
+
+def test_relative_error():
+    ref = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    assert relative_error(ref.copy(), ref) == 0.0
+    assert relative_error(ref * 1.01, ref) > tolerance("f32")
+    assert relative_error(ref.reshape(3, 2), ref) == float("inf")
+    bad = ref.copy()
+    bad[0, 0] = np.nan
+    assert relative_error(bad, ref) == float("inf")
+
+
+def test_a_hung_tool_is_killed_on_time():
+    start = time.perf_counter()
+    run = run_tool(["sleep", "30"], timeout_s=0.3)
+    assert run.timed_out and not run.ok
+    assert time.perf_counter() - start < 5
