@@ -66,7 +66,17 @@ class Dispatch:
     indexing_maps: tuple[str, ...]
     target: TargetFacts
     default: DefaultConfig
+    # For each operand (inputs, then output), the loop dim each of its tensor dims follows
+    # (-1 where the map's result is not a plain dim): the operand's layout.
+    operand_dims: tuple[tuple[int, ...], ...] = ()
     flags: tuple[str, ...] = field(default=())  # the flag knobs this dispatch was discovered under
+
+    def contiguous_dim(self, operand: int) -> int | None:
+        """The loop dim along which an operand is contiguous in memory (its innermost)."""
+        if operand >= len(self.operand_dims) or not self.operand_dims[operand]:
+            return None
+        d = self.operand_dims[operand][-1]
+        return d if d >= 0 else None
 
     def sizes(self, dims: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(self.loop_bounds[d] for d in dims)

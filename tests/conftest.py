@@ -64,6 +64,7 @@ def synthetic_cpu_dispatch(m: int = 1024, n: int = 1024, k: int = 1024, avx512: 
         rhs_type="f32",
         out_type="f32",
         indexing_maps=("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"),
+        operand_dims=((0, 2), (2, 1), (0, 1)),
         target=TargetFacts(backend="llvm-cpu", arch="synthetic x86_64", cpu_features=features,
                            native_vector_bytes=vector_bytes),
         default=DefaultConfig(

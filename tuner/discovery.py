@@ -146,6 +146,10 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
         rhs_type=_element_type(ins[1]),
         out_type=_element_type(op.opview.outputs[0]),
         indexing_maps=tuple(str(ir.AffineMapAttr(m).value) for m in op.opview.indexing_maps),
+        operand_dims=tuple(
+            tuple(e.position if isinstance(e, ir.AffineDimExpr) else -1 for e in ir.AffineMapAttr(m).value.results)
+            for m in op.opview.indexing_maps
+        ),
         target=_target_facts(variant),
         default=DefaultConfig(
             pipeline=str(info.pass_pipeline),
