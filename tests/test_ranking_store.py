@@ -21,6 +21,14 @@ def test_rank_orders_ok_results_and_computes_speedups():
     assert {r.candidate_id for r in ranking.failed} == {2, 3}
 
 
+def test_within_noise_of_best():
+    from dataclasses import replace
+
+    best = replace(_r(1, 10.0), spread_pct=5.0)
+    ranking = rank([_r(0, 20.0, baseline=True), best, _r(2, 10.4), _r(3, 11.0)])
+    assert [r.candidate_id for r in ranking.within_noise_of_best()] == [2]
+
+
 def test_rank_of_nothing():
     assert rank([]).best is None
 

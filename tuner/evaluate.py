@@ -17,7 +17,7 @@ from pipelines import check_config
 from tuner.candidates import Candidate
 from tuner.discovery import TUNER_ATTRIBUTES_FLAG, read_configured
 from tuner.results import Result, Status
-from tuner.runner import RunSettings, benchmark, relative_error, run_once, tolerance
+from tuner.runner import RunSettings, Timing, benchmark, relative_error, run_once, tolerance
 from tuner.store import ResultStore
 from tuner.errors import ToolError
 from tuner.targets import Target
@@ -34,6 +34,10 @@ class EvalSettings:
     repetitions: int = 5
     min_time_s: float = 0.1
     run_timeout_s: float = 120.0
+    # Before naming a winner, the fastest few and the baseline are timed again in interleaved
+    # rounds, so that one lucky or unlucky first measurement on a noisy machine does not decide.
+    confirm_top: int = 4
+    confirm_rounds: int = 3
 
 
 def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> list[str]:
@@ -149,4 +153,35 @@ def evaluate(candidates: list[Candidate], input_path: Path, target: Target, entr
         store.append(result)
         if progress:
             progress("benchmark", i, len(ordered))
-    return sorted(results + reused, key=lambda r: r.candidate_id)
+    results = confirm(results + reused, workdir, run_settings, settings, store, progress)
+    return sorted(results, key=lambda r: r.candidate_id)
+
+
+def confirm(results: list[Result], workdir: Path, run_settings: RunSettings, settings: EvalSettings,
+            store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
+    """Time the baseline and the `confirm_top` fastest again, round-robin, and pool the times."""
+    ok = sorted((r for r in results if r.ok and r.median_ms is not None), key=lambda r: r.median_ms)
+    chosen = [r for r in ok if r.is_baseline] + [r for r in ok if not r.is_baseline][: settings.confirm_top]
+    chosen = [r for r in chosen if (workdir / f"{r.candidate_id:04d}" / "candidate.vmfb").exists()]
+    if len(chosen) < 2 or settings.confirm_rounds < 1:
+        return results
+    pooled = {r.key: list(r.times_ms) for r in chosen}
+    total = settings.confirm_rounds * len(chosen)
+    done = 0
+    for round_ in range(settings.confirm_rounds):
+        # Rotate the order each round so that no candidate always runs first or last.
+        order = chosen[round_ % len(chosen):] + chosen[: round_ % len(chosen)]
+        for r in order:
+            timing, _ = benchmark(workdir / f"{r.candidate_id:04d}" / "candidate.vmfb", run_settings)
+            if timing is not None:
+                pooled[r.key] += timing.times_ms
+            done += 1
+            if progress:
+                progress("confirm", done, total)
+    updated = {}
+    for r in chosen:
+        timing = Timing(tuple(pooled[r.key]))
+        updated[r.key] = replace(r, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
+                                 spread_pct=timing.spread_pct)
+        store.append(updated[r.key])
+    return [updated.get(r.key, r) for r in results]

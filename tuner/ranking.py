@@ -25,6 +25,16 @@ class Ranking:
         return self.baseline.median_ms / result.median_ms  # type: ignore[operator]
 
 
+    def within_noise_of_best(self) -> tuple[Result, ...]:
+        """Other candidates whose median lies within the best's interquartile spread: the data
+        cannot tell them apart from the winner."""
+        best = self.best
+        if best is None or best.median_ms is None:
+            return ()
+        margin = best.median_ms * (best.spread_pct or 0.0) / 100.0
+        return tuple(r for r in self.ranked[1:] if r.median_ms is not None and r.median_ms - best.median_ms <= margin)
+
+
 def rank(results: Iterable[Result]) -> Ranking:
     """Order the candidates that compiled, ran and matched the baseline's numerics by median time."""
     results = list(results)

@@ -25,8 +25,12 @@ class Timing:
 
     @property
     def spread_pct(self) -> float:
-        """(max - min) / median, in percent: how far repetitions of the same thing disagree."""
-        return 100.0 * (max(self.times_ms) - min(self.times_ms)) / self.median_ms
+        """Interquartile range over the median, in percent: how much repetitions of the same
+        thing disagree, robust to a single outlier."""
+        if len(self.times_ms) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.times_ms, n=4, method="inclusive")
+        return 100.0 * (q3 - q1) / self.median_ms
 
 
 @dataclass(frozen=True)
