@@ -23,7 +23,7 @@ def test_all_candidates_compile_and_carry_their_config(sample, ctx, cpu, tmp_pat
     candidates = generate_candidates(dispatch, pipeline, PER_SAMPLE, ctx)
     assert len(candidates) == PER_SAMPLE + 1 and candidates[0].is_baseline
     built = compile_all(candidates, SAMPLES / sample, cpu, tmp_path, EvalSettings(), ctx)
-    failures = {b.candidate.label: b.result.error for b in built if not b.result.ok}
+    failures = {b.result.label: b.result.error for b in built if not b.result.ok}
     assert not failures
     for b in built:
         assert b.vmfb is not None and b.vmfb.stat().st_size > 0

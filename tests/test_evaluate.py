@@ -1,34 +1,38 @@
-"""The compile-and-benchmark loop for real on a small matmul: failures are data, numerics are
-checked, results are stored as they arrive and reused, and the best spec rebuilds the winner."""
+"""The compile and benchmark stages for real on a small matmul: failures are data, numerics are
+checked, results are stored as they arrive and reused, the manifest can be measured elsewhere,
+and the best spec rebuilds the winner."""
 
 import json
+import shutil
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import tuner.evaluate as evaluate_mod
-from pipelines import Config, pipeline_for
+import tuner.measure as measure_mod
+from pipelines import pipeline_for
 from tuner import api
+from tuner.benchmark_stage import benchmark_dir
 from tuner.candidates import Candidate, generate_candidates
 from tuner.discovery import discover, parse_input, read_configured, read_workload
 from tuner.errors import ToolError
-from tuner.evaluate import EvalSettings, candidate_flags, evaluate
+from tuner.evaluate import EvalSettings, candidate_flags, compile_to_manifest
 from tuner.results import Status
+from tuner.spec import build_spec
 from tuner.store import ResultStore
 from tuner.tools import find_tool, run_tool
 
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0)
 
 
-def _setup(path, ctx, cpu, tmp_path, n=3):
+def _setup(path, ctx, cpu, n=3):
     [dispatch] = discover(path, cpu, ctx)
     candidates = generate_candidates(dispatch, pipeline_for(dispatch), n, ctx)
     workload = read_workload(parse_input(path, ctx), path)
-    inputs = tuple(workload.write_inputs(tmp_path / "inputs"))
-    return dispatch, candidates, workload, inputs
+    return dispatch, candidates, workload
 
 
 def test_tune_writes_outputs_and_best_flags_rebuild_the_winner(small_matmul, tmp_path, ctx):
@@ -60,7 +64,7 @@ def test_tune_writes_outputs_and_best_flags_rebuild_the_winner(small_matmul, tmp
 
 
 def test_best_spec_of_a_tiled_candidate_rebuilds_it(small_matmul, tmp_path, ctx, cpu):
-    _, candidates, _, _ = _setup(small_matmul, ctx, cpu, tmp_path)
+    _, candidates, _ = _setup(small_matmul, ctx, cpu)
     tiled = next(c for c in candidates if c.config.compilation_info)
     spec = tmp_path / "best_spec.mlir"
     spec.write_text(tiled.spec)
@@ -72,16 +76,15 @@ def test_best_spec_of_a_tiled_candidate_rebuilds_it(small_matmul, tmp_path, ctx,
 
 
 def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu, monkeypatch):
-    dispatch, candidates, workload, inputs = _setup(small_matmul, ctx, cpu, tmp_path)
+    dispatch, candidates, workload = _setup(small_matmul, ctx, cpu)
     tiled = next(c for c in candidates if c.config.compilation_info)
     # A config the compiler rejects: a distribution list of the wrong length.
     broken_info = tiled.config.compilation_info.replace("distribution = [", "distribution = [7, ")
-    broken_cfg = replace(tiled.config, compilation_info=broken_info)
-    from tuner.spec import build_spec
-    broken = Candidate(90, dispatch, tiled.pipeline, broken_cfg, str(build_spec([(dispatch, broken_info)], ctx)))
+    broken = Candidate(90, dispatch, tiled.pipeline, replace(tiled.config, compilation_info=broken_info),
+                       str(build_spec([(dispatch, broken_info)], ctx)))
     # A candidate whose output is corrupted after it runs: the numerics check must catch it.
-    wrong = replace(candidates[1], id=91)
-    real_run_once = evaluate_mod.run_once
+    wrong = replace(candidates[1], id=91, config=replace(candidates[1].config, summary="corrupted"))
+    real_run_once = measure_mod.run_once
 
     def corrupting_run_once(vmfb, settings, output):
         run = real_run_once(vmfb, settings, output)
@@ -89,10 +92,9 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
             np.save(output, np.load(output) * 1.5)
         return run
 
-    monkeypatch.setattr(evaluate_mod, "run_once", corrupting_run_once)
-    results = evaluate([candidates[0], broken, wrong, tiled], small_matmul, cpu, workload.entry, inputs,
-                       tmp_path / "work", ResultStore(tmp_path / "r.jsonl"), ctx, FAST)
-    by_id = {r.candidate_id: r for r in results}
+    monkeypatch.setattr(measure_mod, "run_once", corrupting_run_once)
+    compile_to_manifest([candidates[0], broken, wrong, tiled], small_matmul, cpu, workload, tmp_path, ctx, FAST)
+    by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, None, FAST).results}
     assert by_id[0].ok and by_id[tiled.id].ok
     assert by_id[90].status == Status.COMPILE_FAILED and by_id[90].error and by_id[90].command
     assert by_id[91].status == Status.WRONG_NUMERICS and by_id[91].relative_error > 0.1
@@ -100,27 +102,52 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
 
 
 def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
-    _, candidates, workload, inputs = _setup(small_matmul, ctx, cpu, tmp_path)
-    store = ResultStore(tmp_path / "r.jsonl")
+    _, candidates, workload = _setup(small_matmul, ctx, cpu)
     compiled = []
 
     def progress(phase, done, total):
         if phase == "compile":
             compiled.append(total)
 
-    first = evaluate(candidates, small_matmul, cpu, workload.entry, inputs, tmp_path / "w", store, ctx, FAST, progress)
+    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, FAST, progress=progress)
+    first = benchmark_dir(tmp_path, None, FAST).results
     assert compiled[-1] == len(candidates)
-    assert len(store.load()) == len(candidates)
+    assert len(ResultStore(tmp_path / "results.jsonl").load()) == len(candidates)
     compiled.clear()
-    second = evaluate(candidates, small_matmul, cpu, workload.entry, inputs, tmp_path / "w", store, ctx, FAST, progress)
-    assert compiled[-1] == 1  # only the baseline is measured again
+    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, FAST, progress=progress)
+    second = benchmark_dir(tmp_path, None, FAST).results
+    assert compiled[-1] == 1  # only the baseline is built and measured again
     assert [r.key for r in first] == [r.key for r in second]
     stored_times = {r.key: r.times_ms for r in first if not r.is_baseline}
     assert all(r.times_ms == stored_times[r.key] for r in second if not r.is_baseline)
 
 
 def test_a_failing_baseline_stops_the_run(small_matmul, tmp_path, ctx, cpu):
-    _, candidates, workload, inputs = _setup(small_matmul, ctx, cpu, tmp_path, n=1)
+    _, candidates, workload = _setup(small_matmul, ctx, cpu, n=1)
+    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, replace(FAST, compile_timeout_s=0.001))
     with pytest.raises(ToolError, match="baseline"):
-        evaluate(candidates, small_matmul, cpu, workload.entry, inputs, tmp_path / "w",
-                 ResultStore(tmp_path / "r.jsonl"), ctx, replace(FAST, compile_timeout_s=0.001))
+        benchmark_dir(tmp_path, None, FAST)
+
+
+def test_compile_here_benchmark_elsewhere(small_matmul, tmp_path):
+    """The manifest directory moves to another place and is measured by a process that cannot
+    import the compiler or z3, through the CLI's benchmark command."""
+    out = tmp_path / "compiled"
+    api.tune(small_matmul, "llvm-cpu", 2, out, settings=FAST, compile_only=True)
+    assert (out / "manifest.json").exists() and not (out / "results.json").exists()
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(out), moved)
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    for name in ("z3", "iree/compiler"):  # shadow packages so that importing them fails
+        (blocker / name).mkdir(parents=True)
+        (blocker / name / "__init__.py").write_text("raise ImportError('not on the benchmark machine')")
+    (blocker / "iree" / "__init__.py").write_text("__path__ = __import__('pkgutil').extend_path(__path__, __name__)")
+    code = (f"import sys; sys.path.insert(0, {str(blocker)!r}); from tuner.cli import main; "
+            f"main(['benchmark', {str(moved)!r}, '--repetitions', '2'])")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads((moved / "results.json").read_text())
+    assert all(c["status"] == "ok" for c in data["candidates"])
+    assert (moved / "best_flags.txt").exists()

@@ -1,4 +1,5 @@
-"""The Python API: tune one dispatch of an input file, end to end."""
+"""The Python API: tune one dispatch of an input file, in one go or as two stages (compile here,
+benchmark where the device is)."""
 
 from __future__ import annotations
 
@@ -11,25 +12,27 @@ from typing import Callable, Optional
 from iree.compiler import ir
 
 from pipelines import Dispatch, pipeline_for
+from tuner.benchmark_stage import benchmark_dir
 from tuner.candidates import Candidate, generate_candidates
 from tuner.discovery import discover, parse_input, read_workload
 from tuner.errors import InputError, OutputError
-from tuner.evaluate import EvalSettings, Progress, candidate_flags, evaluate
-from tuner.ranking import Ranking, rank
-from tuner.report import write_outputs
+from tuner.evaluate import EvalSettings, Progress, compile_to_manifest
+from tuner.manifest import Manifest
+from tuner.ranking import Ranking
 from tuner.results import Result
-from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
 
 
 @dataclass(frozen=True)
 class Tuning:
-    """What `tune` found: the dispatch, every candidate and result, and their ranking."""
+    """What `tune` found: the dispatch, every candidate and result, and their ranking (results
+    and ranking are empty after a compile-only run)."""
 
     dispatch: Dispatch
     candidates: tuple[Candidate, ...]
+    manifest: Manifest
     results: tuple[Result, ...]
-    ranking: Ranking
+    ranking: Optional[Ranking]
     output_dir: Path
 
 
@@ -61,40 +64,33 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
 def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
          output_dir: Path | str = "tuning-output", dispatch_name: Optional[str] = None,
          settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
-         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None) -> Tuning:
-    """Discover the dispatch, enumerate candidates, compile and time them, write the outputs."""
+         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
+         compile_only: bool = False) -> Tuning:
+    """Discover the dispatch, enumerate candidates, compile and verify them, then (unless
+    `compile_only`) measure them and write best_spec.mlir, best_flags.txt and results.json."""
     input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
     output_dir = prepare_output(Path(output_dir))
     ctx = ir.Context()
-    module = parse_input(input_path, ctx)
-    workload = read_workload(module, input_path)
+    workload = read_workload(parse_input(input_path, ctx), input_path)
     dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path)
     pipeline = pipeline_for(dispatch)
-    assert pipeline is not None  # select_dispatch only returns tunable ones
+    assert pipeline is not None  # select_dispatch returns tunable dispatches only
     candidates = generate_candidates(dispatch, pipeline, num_candidates, ctx)
     if on_candidates:
         on_candidates(dispatch, candidates)
-    inputs = tuple(workload.write_inputs(output_dir / "inputs"))
-    results = evaluate(candidates, input_path, target, workload.entry, inputs, output_dir / "candidates",
-                       ResultStore(output_dir / "results.jsonl"), ctx, settings, progress)
-    ranking = rank(results)
-    by_id = {c.id: c for c in candidates}
-    winner = by_id[ranking.best.candidate_id] if ranking.best else None
-    best_spec_path = output_dir / "best_spec.mlir"
-    write_outputs(
-        output_dir, ranking, results,
-        best_spec=winner.spec if winner else None,
-        best_flags=candidate_flags(winner, target, best_spec_path) if winner else [],
-        meta={
-            "input": str(input_path.resolve()),
-            "target": target.name,
-            "dispatch": dispatch.name,
-            "shape": dispatch.shape_name,
-            "pipeline": pipeline.name,
-            "machine": f"{platform.machine()} {dispatch.target.arch.strip()}, {os.cpu_count()} cores",
-        },
-    )
-    return Tuning(dispatch, tuple(candidates), tuple(results), ranking, output_dir)
+    meta = {
+        "input": str(input_path.resolve()),
+        "target": target.name,
+        "dispatch": dispatch.name,
+        "shape": dispatch.shape_name,
+        "pipeline": pipeline.name,
+        "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
+    }
+    manifest = compile_to_manifest(candidates, input_path, target, workload, output_dir, ctx, settings, meta, progress)
+    if compile_only:
+        return Tuning(dispatch, tuple(candidates), manifest, (), None, output_dir)
+    measured = benchmark_dir(output_dir, None, settings, progress)
+    return Tuning(dispatch, tuple(candidates), manifest, measured.results, measured.ranking, output_dir)

@@ -1,4 +1,5 @@
-"""The command line: thin click decorators over tuner.api; the one place errors become exit codes."""
+"""The command line: thin click decorators over the Python API; the one place errors become exit
+codes. Imports nothing of the compiler at module level, so `benchmark` runs with the runtime only."""
 
 from __future__ import annotations
 
@@ -26,43 +27,62 @@ def main() -> None:
 @click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")
 @click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")
 @click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")
+@click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 def tune(input_file: Path, target: str, num_candidates: int, output_dir: Path, dispatch_name: str | None,
-         repetitions: int, compile_timeout: float) -> None:
+         repetitions: int, compile_timeout: float, compile_only: bool) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE (a .mlir with linalg ops)."""
     from tuner import api
-    from tuner.evaluate import EvalSettings
-    from tuner.report import render_table
+    from tuner.settings import EvalSettings
 
-    console = Console(stderr=False)
+    console = Console()
     settings = EvalSettings(compile_timeout_s=compile_timeout, repetitions=max(1, repetitions))
-    with _errors_to_exit(console), _progress(console) as bar:
-        tasks: dict[str, int] = {}
-
-        def on_progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
+    with _errors_to_exit(), _progress(console) as on_progress:
         def on_candidates(dispatch, candidates) -> None:
             console.print(f"[bold]{dispatch.name}[/bold]: {dispatch.op_name} {dispatch.shape_name}, "
                           f"default {dispatch.default.pipeline}; {len(candidates)} candidates (baseline included)")
 
         tuning = api.tune(input_file, target, num_candidates, output_dir, dispatch_name, settings,
-                          on_progress, on_candidates)
-    render_table(tuning.ranking, list(tuning.results), console)
-    best = tuning.ranking.best
+                          on_progress, on_candidates, compile_only)
+    if tuning.ranking is None:
+        ok = sum(b.result.ok for b in tuning.manifest.built)
+        console.print(f"compiled {ok} of {len(tuning.manifest.built)} candidates into {output_dir}; "
+                      f"measure them with: iree-tuner benchmark {output_dir}")
+        return
+    _summary(console, tuning.ranking, list(tuning.results), output_dir)
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--device", default=None, help="Runtime device (default: the manifest's, e.g. local-task or cuda).")
+@click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")
+def benchmark(directory: Path, device: str | None, repetitions: int) -> None:
+    """Measure the candidates compiled into DIRECTORY (needs only the IREE runtime and numpy)."""
+    from tuner.benchmark_stage import benchmark_dir
+    from tuner.settings import EvalSettings
+
+    console = Console()
+    with _errors_to_exit(), _progress(console) as on_progress:
+        measured = benchmark_dir(directory, device, EvalSettings(repetitions=max(1, repetitions)), on_progress)
+    _summary(console, measured.ranking, list(measured.results), directory)
+
+
+def _summary(console: Console, ranking, results, output_dir: Path) -> None:
+    from tuner.report import render_table
+
+    render_table(ranking, results, console)
+    best = ranking.best
     if best is not None:
-        speedup = tuning.ranking.speedup(best)
+        speedup = ranking.speedup(best)
         console.print(f"best: candidate {best.candidate_id} ({best.label}), {best.median_ms:.3f} ms"
                       + (f", {speedup:.2f}x the default" if speedup else ""))
+        close = ranking.within_noise_of_best()
+        if close:
+            console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
     console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json")
 
 
 class _errors_to_exit:
     """Bad input and failed tools end in one line and a non-zero exit, never a traceback."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
 
     def __enter__(self) -> None:
         return None
@@ -77,9 +97,25 @@ class _errors_to_exit:
         return False
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+class _progress:
+    """A progress bar per phase (compile, benchmark, confirm), with ETA; yields the callback."""
+
+    def __init__(self, console: Console) -> None:
+        self.bar = Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self.update
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if phase not in self.tasks:
+            self.tasks[phase] = self.bar.add_task(phase, total=total)
+        self.bar.update(self.tasks[phase], completed=done, total=total)
 
 
 if __name__ == "__main__":

@@ -1,43 +1,29 @@
-"""The compile-and-benchmark loop: compile candidates in parallel, verify each config took
-effect, then run and time them one at a time against the baseline's output."""
+"""The compile stage: compile candidates in parallel (each iree-compile its own process), verify
+that each config took effect, and write the manifest that the benchmark stage measures."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Optional
 
-import numpy as np
 from iree.compiler import ir
 
 from pipelines import check_config
 from tuner.candidates import Candidate
 from tuner.discovery import TUNER_ATTRIBUTES_FLAG, read_configured
+from tuner.measure import Built, Progress
 from tuner.results import Result, Status
-from tuner.runner import RunSettings, Timing, benchmark, relative_error, run_once, tolerance
+from tuner.benchmark_stage import STORE
+from tuner.manifest import Manifest
+from tuner.workload import Workload
+from tuner.settings import EvalSettings
 from tuner.store import ResultStore
-from tuner.errors import ToolError
 from tuner.targets import Target
 from tuner.tools import ToolRun, find_tool, run_tool
 
-# phase ("compile" or "benchmark"), done, total
-Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    compile_timeout_s: float = 300.0
-    compile_workers: int = os.cpu_count() or 1
-    repetitions: int = 5
-    min_time_s: float = 0.1
-    run_timeout_s: float = 120.0
-    # Before naming a winner, the fastest few and the baseline are timed again in interleaved
-    # rounds, so that one lucky or unlucky first measurement on a noisy machine does not decide.
-    confirm_top: int = 4
-    confirm_rounds: int = 3
+__all__ = ["EvalSettings", "Progress", "candidate_flags", "compile_all", "compile_to_manifest"]
 
 
 def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> list[str]:
@@ -48,140 +34,84 @@ def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> li
     return flags
 
 
-@dataclass(frozen=True)
-class _Built:
-    candidate: Candidate
-    vmfb: Optional[Path]
-    result: Result  # status so far (OK means: compiled, and the config was read back)
-
-
-def _base_result(c: Candidate, flags: list[str], status: Status, **kw) -> Result:
+def _result(c: Candidate, flags: list[str], status: Status, **kw) -> Result:
     return Result(candidate_id=c.id, key=c.key, label=c.label, is_baseline=c.is_baseline,
                   knobs=dict(c.config.knobs), flags=flags, status=status, **kw)
 
 
-def _compile(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float) -> tuple[Candidate, ToolRun, list[str], Path]:
+def _compile(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float
+             ) -> tuple[Candidate, ToolRun, list[str], Path]:
     cdir = workdir / f"{c.id:04d}"
     shutil.rmtree(cdir, ignore_errors=True)
     cdir.mkdir(parents=True)
     spec = cdir / "spec.mlir"
     spec.write_text(c.spec)
     flags = candidate_flags(c, target, spec)
-    dumps = cdir / "configs"
     cmd = [find_tool("iree-compile"), str(input_path), *flags, TUNER_ATTRIBUTES_FLAG,
-           f"--iree-hal-dump-executable-configurations-to={dumps}", "-o", str(cdir / "candidate.vmfb")]
+           f"--iree-hal-dump-executable-configurations-to={cdir / 'configs'}", "-o", str(cdir / "candidate.vmfb")]
     return c, run_tool(cmd, timeout_s), flags, cdir
 
 
-def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, ctx: ir.Context) -> _Built:
-    kw = dict(compile_s=run.seconds, command=list(run.command))
+def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path]) -> Built:
+    """A Built entry; the spec file is kept even when empty: it is best_spec.mlir if c wins."""
+    has_spec = bool(c.config.compilation_info)
+    base_flags = tuple(f for f in result.flags if not (has_spec and f.startswith(target.spec_flag + "=")))
+    return Built(result, vmfb, c.dispatch.out_type, cdir / "spec.mlir", target.spec_flag if has_spec else None,
+                 base_flags)
+
+
+def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, target: Target, ctx: ir.Context) -> Built:
+    def built(status: Status, vmfb: Optional[Path] = None, **kw) -> Built:
+        return _built(c, target, cdir, _result(c, flags, status, compile_s=run.seconds, command=list(run.command), **kw), vmfb)
+
     if run.timed_out:
-        return _Built(c, None, _base_result(c, flags, Status.COMPILE_TIMEOUT, error="iree-compile timed out", **kw))
+        return built(Status.COMPILE_TIMEOUT, error="iree-compile timed out")
     if not run.ok:
-        return _Built(c, None, _base_result(c, flags, Status.COMPILE_FAILED, error=run.first_error(),
-                                            stderr=run.stderr[-4000:], **kw))
+        return built(Status.COMPILE_FAILED, error=run.first_error(), stderr=run.stderr[-4000:])
     configured = read_configured((p.read_text() for p in sorted((cdir / "configs").glob("*.mlir"))), ctx)
-    # The config took effect if some root op of the expected kind carries exactly what was asked.
+    # The config took effect if some root op carries exactly what was asked.
     mismatches = [check_config(c.config, d) for d in configured]
     if not any(not m for m in mismatches):
         detail = "; ".join(m[0] for m in mismatches if m) or "no root op found in the configured dispatches"
-        return _Built(c, None, _base_result(c, flags, Status.CONFIG_NOT_APPLIED, error=detail, **kw))
-    return _Built(c, cdir / "candidate.vmfb", _base_result(c, flags, Status.OK, **kw))
+        return built(Status.CONFIG_NOT_APPLIED, error=detail)
+    return built(Status.OK, cdir / "candidate.vmfb")
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,
-                settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None) -> list[_Built]:
-    """Compile in parallel (each iree-compile its own process), verify in this thread."""
-    built: list[_Built] = []
+                settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None) -> list[Built]:
+    """Compile in parallel (each iree-compile its own process); read back and verify in this
+    thread (an MLIR context is not shared across threads)."""
+    built: list[Built] = []
     with ThreadPoolExecutor(max_workers=max(1, settings.compile_workers)) as pool:
         futures = [pool.submit(_compile, c, input_path, target, workdir, settings.compile_timeout_s) for c in candidates]
         for i, future in enumerate(as_completed(futures), 1):
-            built.append(_verify(*future.result(), ctx))
+            c, run, flags, cdir = future.result()
+            built.append(_verify(c, run, flags, cdir, target, ctx))
             if progress:
                 progress("compile", i, len(candidates))
-    return sorted(built, key=lambda b: b.candidate.id)
+    return sorted(built, key=lambda b: b.result.candidate_id)
 
 
-def _measure(b: _Built, settings: RunSettings, reference: Optional[np.ndarray], out_type: str) -> tuple[Result, Optional[np.ndarray]]:
-    """Run once for the output, check it, then time it."""
-    assert b.vmfb is not None
-    out_path = b.vmfb.parent / "output.npy"
-    run = run_once(b.vmfb, settings, out_path)
-    if not run.ok:
-        status = Status.RUN_TIMEOUT if run.timed_out else Status.RUN_FAILED
-        return replace(b.result, status=status, error=run.first_error(), stderr=run.stderr[-4000:]), None
-    output = np.load(out_path)
-    err = 0.0 if reference is None else relative_error(output, reference)
-    if err > tolerance(out_type):
-        return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err,
-                       error=f"relative error {err:.2e} against the baseline exceeds {tolerance(out_type):.0e}"), output
-    timing, brun = benchmark(b.vmfb, settings)
-    if timing is None:
-        status = Status.RUN_TIMEOUT if brun.timed_out else Status.RUN_FAILED
-        return replace(b.result, status=status, relative_error=err, error=brun.first_error(), stderr=brun.stderr[-4000:]), output
-    return replace(b.result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
-                   spread_pct=timing.spread_pct, relative_error=err), output
-
-
-def evaluate(candidates: list[Candidate], input_path: Path, target: Target, entry: str,
-             inputs: tuple[Path, ...], workdir: Path, store: ResultStore, ctx: ir.Context,
-             settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None) -> list[Result]:
-    """Score every candidate; results already in the store are reused, new ones appended as they
-    arrive. The baseline is always (re)measured: it is the numerics reference and the yardstick."""
-    stored = store.load()
+def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: Target, workload: Workload,
+                        root: Path, ctx: ir.Context, settings: EvalSettings = EvalSettings(),
+                        meta: Optional[dict] = None, progress: Optional[Progress] = None) -> Manifest:
+    """The compile stage: write inputs, compile and verify every candidate not already measured
+    in `root`'s result store, and write the manifest the benchmark stage reads."""
+    inputs = tuple(workload.write_inputs(root / "inputs"))
+    stored = ResultStore(root / STORE).load()
     todo = [c for c in candidates if c.is_baseline or c.key not in stored]
-    reused = [replace(stored[c.key], candidate_id=c.id) for c in candidates if not c.is_baseline and c.key in stored]
-    built = compile_all(todo, input_path, target, workdir, settings, ctx, progress)
-    run_settings = RunSettings(device=target.device, entry=entry, inputs=inputs,
-                               repetitions=settings.repetitions, min_time_s=settings.min_time_s,
-                               timeout_s=settings.run_timeout_s)
-    results: list[Result] = []
-    reference: Optional[np.ndarray] = None
-    # Baseline first: every other candidate's output is checked against it.
-    ordered = sorted(built, key=lambda b: (not b.candidate.is_baseline, b.candidate.id))
-    for i, b in enumerate(ordered, 1):
-        result = b.result
-        if result.ok:
-            result, output = _measure(b, run_settings, reference, b.candidate.dispatch.out_type)
-            if b.candidate.is_baseline and output is not None:
-                reference = output
-        if b.candidate.is_baseline and not result.ok:
-            store.append(result)
-            raise ToolError(f"the baseline (the compiler's default) failed: {result.error}",
-                            result.command, result.stderr)
-        results.append(result)
-        store.append(result)
-        if progress:
-            progress("benchmark", i, len(ordered))
-    results = confirm(results + reused, workdir, run_settings, settings, store, progress)
-    return sorted(results, key=lambda r: r.candidate_id)
-
-
-def confirm(results: list[Result], workdir: Path, run_settings: RunSettings, settings: EvalSettings,
-            store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
-    """Time the baseline and the `confirm_top` fastest again, round-robin, and pool the times."""
-    ok = sorted((r for r in results if r.ok and r.median_ms is not None), key=lambda r: r.median_ms)
-    chosen = [r for r in ok if r.is_baseline] + [r for r in ok if not r.is_baseline][: settings.confirm_top]
-    chosen = [r for r in chosen if (workdir / f"{r.candidate_id:04d}" / "candidate.vmfb").exists()]
-    if len(chosen) < 2 or settings.confirm_rounds < 1:
-        return results
-    pooled = {r.key: list(r.times_ms) for r in chosen}
-    total = settings.confirm_rounds * len(chosen)
-    done = 0
-    for round_ in range(settings.confirm_rounds):
-        # Rotate the order each round so that no candidate always runs first or last.
-        order = chosen[round_ % len(chosen):] + chosen[: round_ % len(chosen)]
-        for r in order:
-            timing, _ = benchmark(workdir / f"{r.candidate_id:04d}" / "candidate.vmfb", run_settings)
-            if timing is not None:
-                pooled[r.key] += timing.times_ms
-            done += 1
-            if progress:
-                progress("confirm", done, total)
-    updated = {}
-    for r in chosen:
-        timing = Timing(tuple(pooled[r.key]))
-        updated[r.key] = replace(r, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
-                                 spread_pct=timing.spread_pct)
-        store.append(updated[r.key])
-    return [updated.get(r.key, r) for r in results]
+    built = compile_all(todo, input_path, target, root / "candidates", settings, ctx, progress)
+    for c in candidates:
+        if c in todo:
+            continue
+        # Measured by an earlier run: keep its spec (it may still win), skip the compile.
+        cdir = root / "candidates" / f"{c.id:04d}"
+        cdir.mkdir(parents=True, exist_ok=True)
+        (cdir / "spec.mlir").write_text(c.spec)
+        result = Result.from_json({**stored[c.key].to_json(), "candidate_id": c.id,
+                                   "flags": candidate_flags(c, target, cdir / "spec.mlir")})
+        built.append(_built(c, target, cdir, result, None))
+    manifest = Manifest(workload, target.device, inputs, tuple(sorted(built, key=lambda b: b.result.candidate_id)),
+                        meta or {})
+    manifest.write(root)
+    return manifest

@@ -1,0 +1,58 @@
+"""The manifest: what the compile stage hands to the benchmark stage, possibly on another machine.
+A directory with manifest.json, the inputs, and each candidate's module and spec."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuner.errors import InputError
+from tuner.measure import Built
+from tuner.workload import Workload
+
+MANIFEST = "manifest.json"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Manifest:
+    workload: Workload
+    device: str  # the runtime device the target means, e.g. "local-task" or "cuda"
+    inputs: tuple[Path, ...]
+    built: tuple[Built, ...]
+    meta: dict = field(default_factory=dict)
+
+    def write(self, root: Path) -> Path:
+        data = {
+            "version": VERSION,
+            "workload": self.workload.to_json(),
+            "device": self.device,
+            "inputs": [str(p.relative_to(root)) for p in self.inputs],
+            "candidates": [b.to_json(root) for b in self.built],
+            "meta": self.meta,
+        }
+        path = root / MANIFEST
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(path)  # never leave a half-written manifest
+        return path
+
+    @classmethod
+    def read(cls, root: Path) -> "Manifest":
+        path = root / MANIFEST
+        if not path.is_file():
+            raise InputError(f"{root}: no {MANIFEST}; make one with `iree-tuner tune INPUT --compile-only --output {root}`")
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") != VERSION:
+                raise InputError(f"{path}: manifest version {data.get('version')}, this tuner reads {VERSION}")
+            return cls(
+                workload=Workload.from_json(data["workload"]),
+                device=data["device"],
+                inputs=tuple(root / p for p in data["inputs"]),
+                built=tuple(Built.from_json(b, root) for b in data["candidates"]),
+                meta=data.get("meta", {}),
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{path}: not a readable manifest ({e})") from None
