@@ -1,7 +1,7 @@
 """IREE codegen pipelines: each builds a constraint problem for a dispatch and turns solutions into configs."""
 
 from pipelines.base import Config, ConfiguredDispatch, Pipeline, check_config
-from pipelines.dispatch import DefaultConfig, Dispatch, DispatchKind, TargetFacts
+from pipelines.dispatch import DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from pipelines.registry import PIPELINES, pipeline_for
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "DefaultConfig",
     "Dispatch",
     "DispatchKind",
+    "MmaIntrinsic",
     "TargetFacts",
     "PIPELINES",
     "pipeline_for",

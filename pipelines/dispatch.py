@@ -14,6 +14,19 @@ class DispatchKind(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class MmaIntrinsic:
+    """One matrix-multiply instruction the target offers, as the compiler describes it."""
+
+    name: str  # IREE's enum name, e.g. "NV_MMA_SYNC_F32_16x8x16_F16"
+    m: int
+    n: int
+    k: int
+    a_type: str
+    b_type: str
+    c_type: str
+
+
+@dataclass(frozen=True)
 class TargetFacts:
     """The executable target the compiler chose, as read from its attribute.
 
@@ -31,7 +44,7 @@ class TargetFacts:
     max_threads_per_workgroup: int = 0
     max_workgroup_sizes: tuple[int, ...] = ()
     max_workgroup_memory_bytes: int = 0
-    mma_intrinsics: tuple[str, ...] = ()
+    mma_intrinsics: tuple[MmaIntrinsic, ...] = ()
     attribute: str = ""  # the target attribute's text, for building configs against it
 
     def has_cpu_feature(self, feature: str) -> bool:

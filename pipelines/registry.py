@@ -5,11 +5,13 @@ from __future__ import annotations
 from pipelines.base import Pipeline
 from pipelines.dispatch import Dispatch
 from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 
 PIPELINES: dict[str, Pipeline] = {
     p.name: p
     for p in (
         LLVMCPUDoubleTiling(),
+        LLVMGPUTileAndFuse(),
     )
 }
 

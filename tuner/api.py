@@ -78,7 +78,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
     dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path)
     pipeline = pipeline_for(dispatch)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
-    candidates = generate_candidates(dispatch, pipeline, num_candidates, ctx)
+    candidates = generate_candidates(dispatch, pipeline, num_candidates, ctx, target.spec_entry)
     if on_candidates:
         on_candidates(dispatch, candidates)
     meta = {

@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from iree.compiler import ir
 
 from constraints import enumerate_solutions
 from pipelines import Config, Dispatch, Pipeline
-from tuner.spec import build_spec
+from tuner.spec import KERNEL_CONFIG, build_spec
 
 BASELINE_LABEL = "baseline"
 
@@ -44,7 +43,7 @@ class Candidate:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context) -> Candidate:
+def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context, spec_entry: str = KERNEL_CONFIG) -> Candidate:
     """The compiler's own config, expected to be read back unchanged."""
     config = Config(
         knobs={},
@@ -52,13 +51,14 @@ def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context) -> Candidate:
         expect_root_op=dispatch.op_name,
         expect_lowering_config=dispatch.default.lowering_config or None,
     )
-    return Candidate(0, dispatch, pipeline, config, str(build_spec([], ctx)), is_baseline=True)
+    return Candidate(0, dispatch, pipeline, config, str(build_spec([], ctx, spec_entry)), is_baseline=True)
 
 
 def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx: ir.Context,
-                        check_timeout_ms: int = 5000) -> list[Candidate]:
-    """The baseline, then up to `limit` distinct configs from the pipeline, most promising first."""
-    out = [baseline(dispatch, pipeline.name, ctx)]
+                        spec_entry: str = KERNEL_CONFIG, check_timeout_ms: int = 5000) -> list[Candidate]:
+    """The baseline, then up to `limit` distinct configs from the pipeline, most promising first,
+    each with a spec whose entry point is `spec_entry` (the target's; see tuner.targets)."""
+    out = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
     seen = {dispatch.default.lowering_config}
     for solution in enumerate_solutions(pipeline.build_problem(dispatch), limit, check_timeout_ms):
         config = pipeline.to_config(dispatch, solution, ctx)
@@ -67,9 +67,6 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
             continue
         seen.add(identity)
         configs = [(dispatch, config.compilation_info)] if config.compilation_info else []
-        out.append(Candidate(len(out), dispatch, pipeline.name, config, str(build_spec(configs, ctx))))
+        out.append(Candidate(len(out), dispatch, pipeline.name, config, str(build_spec(configs, ctx, spec_entry))))
     return out
 
-
-def knobs_of(candidate: Candidate) -> Mapping[str, object]:
-    return dict(candidate.config.knobs)

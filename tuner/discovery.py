@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Iterable
 
 from iree.compiler import ir
-from iree.compiler.dialects import iree_codegen, linalg
+from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
-from pipelines import ConfiguredDispatch, DefaultConfig, Dispatch, DispatchKind, TargetFacts
+from pipelines import ConfiguredDispatch, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
@@ -114,6 +114,27 @@ def _target_facts(variant: ir.Operation) -> TargetFacts:
             arch=(ir.StringAttr(cpu).value if cpu else "") + " " + (ir.StringAttr(triple).value if triple else ""),
             cpu_features=tuple(ir.StringAttr(features).value.split(",")) if features else (),
             native_vector_bytes=ir.IntegerAttr(vec).value if vec else 16,
+            attribute=text,
+        )
+    if backend in ("cuda", "rocm"):
+        info = iree_gpu.TargetInfo.get_gpu_target_info(attr)
+        mmas = []
+        for intrinsic in info.mma_intrinsics:
+            # Virtual intrinsics (ROCm) come as a different enum; only real MMA ops are offered.
+            if not isinstance(intrinsic, iree_gpu.MMAIntrinsic):
+                continue
+            mma = iree_gpu.MMAAttr.get(intrinsic)
+            m, n, k = mma.mnk_shape
+            a, b, c = (str(t) for t in mma.abc_element_types)
+            mmas.append(MmaIntrinsic(intrinsic.name, m, n, k, a, b, c))
+        return TargetFacts(
+            backend=backend,
+            arch=info.arch,
+            subgroup_sizes=tuple(info.subgroup_size_choices),
+            max_threads_per_workgroup=info.max_thread_count_per_workgroup,
+            max_workgroup_sizes=tuple(info.max_workgroup_sizes),
+            max_workgroup_memory_bytes=info.max_workgroup_memory_bytes,
+            mma_intrinsics=tuple(mmas),
             attribute=text,
         )
     return TargetFacts(backend=backend, arch="", attribute=text)

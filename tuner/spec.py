@@ -8,7 +8,8 @@ from iree.compiler.dialects import transform
 
 from pipelines import Dispatch
 
-ENTRYPOINT = "__kernel_config"
+KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
+TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
 APPLY = "apply_op_config"
 
 
@@ -49,31 +50,38 @@ def _apply() -> transform.NamedSequenceOp:
     return seq
 
 
-def _entrypoint(matchers: list[str]) -> transform.NamedSequenceOp:
+def _entrypoint(matchers: list[str], entry: str) -> transform.NamedSequenceOp:
+    """The spec's entry: foreach_match from each matcher to the annotation. A codegen tuning
+    spec's entry returns the (updated) variant; a preprocessing spec's returns nothing."""
     any_op = transform.AnyOpType.get()
-    # The placeholder entry point of an empty spec only reads its argument.
+    # An empty spec's entry only reads its argument; foreach_match consumes it.
     arg_attr = "transform.consumed" if matchers else "transform.readonly"
-    seq = transform.NamedSequenceOp(ENTRYPOINT, [any_op], [any_op], arg_attrs=[{arg_attr: ir.UnitAttr.get()}])
-    seq.operation.attributes["iree_codegen.tuning_spec_entrypoint"] = ir.UnitAttr.get()
+    results = [any_op] if entry == KERNEL_CONFIG else []
+    seq = transform.NamedSequenceOp(entry, [any_op], results, arg_attrs=[{arg_attr: ir.UnitAttr.get()}])
+    if entry == KERNEL_CONFIG:
+        seq.operation.attributes["iree_codegen.tuning_spec_entrypoint"] = ir.UnitAttr.get()
     with ir.InsertionPoint(seq.body):
         result = seq.bodyTarget
         if matchers:
             result = transform.ForeachMatchOp(
                 any_op, [], seq.bodyTarget, [], matchers, [APPLY] * len(matchers)
             ).updated
-        transform.YieldOp([result])
+        transform.YieldOp([result] if results else [])
     return seq
 
 
-def build_spec(configs: list[tuple[Dispatch, str]], ctx: ir.Context) -> ir.Module:
-    """A tuning spec that gives each dispatch's root op its compilation_info (attribute text).
+def build_spec(configs: list[tuple[Dispatch, str]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
+    """A spec that gives each dispatch's root op its compilation_info (attribute text), with the
+    entry point the target loads (`KERNEL_CONFIG` or `TRANSFORM_MAIN`).
 
     With no configs it is the empty spec: it loads, matches nothing, and leaves every default.
     """
+    if entry not in (KERNEL_CONFIG, TRANSFORM_MAIN):
+        raise ValueError(f"unknown spec entry {entry!r}")
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
         module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
-        if configs:
+        if configs and entry == KERNEL_CONFIG:
             # Lets IREE link this spec with its own default specs; it requires a foreach_match.
             module.operation.attributes["iree_codegen.tuning_spec_with_default_entrypoint"] = ir.UnitAttr.get()
         names = []
@@ -82,6 +90,6 @@ def build_spec(configs: list[tuple[Dispatch, str]], ctx: ir.Context) -> ir.Modul
                 _apply()
             for dispatch, info in configs:
                 names.append(_matcher(dispatch, ir.Attribute.parse(info)).sym_name.value)
-            _entrypoint(names)
+            _entrypoint(names, entry)
         module.operation.verify()
         return module

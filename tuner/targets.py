@@ -14,8 +14,11 @@ class Target:
     name: str  # as the user wrote it, e.g. "llvm-cpu"
     compile_flags: tuple[str, ...]
     device: str  # the runtime's --device
-    # How a tuning spec reaches the compiler on this target (see DESIGN.md: it differs by target).
+    # How a tuning spec reaches the compiler on this target. IREE 3.13 loads codegen tuning
+    # specs (entry @__kernel_config) on llvm-cpu and rocm but not on cuda, where the same
+    # matcher/annotation pair works as a preprocessing transform spec (entry @__transform_main).
     spec_flag: str = "--iree-codegen-tuning-spec-path"
+    spec_entry: str = "__kernel_config"
 
     def spec_flags(self, spec_path: str) -> tuple[str, ...]:
         return (f"{self.spec_flag}={spec_path}",)
@@ -35,11 +38,31 @@ _CPU = Target(
 )
 
 KNOWN = {"llvm-cpu": _CPU, "cpu": _CPU}
+# sm_80 is the newest NVIDIA arch IREE 3.13 has a GPU target for ("sm_90" fails with "missing GPU
+# target"); its PTX also runs on Hopper.
+CUDA_ARCHS = ("sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89")
+DEFAULT_CUDA_ARCH = "sm_80"
+
+
+def cuda(arch: str = DEFAULT_CUDA_ARCH) -> Target:
+    return Target(
+        name=f"cuda:{arch}",
+        compile_flags=("--iree-hal-target-device=cuda", f"--iree-cuda-target={arch}"),
+        device="cuda",
+        spec_flag="--iree-preprocessing-transform-spec-filename",
+        spec_entry="__transform_main",
+    )
 
 
 def parse_target(text: str) -> Target:
-    """A Target from its command-line name; one clear error for anything else."""
-    target = KNOWN.get(text.strip().lower())
-    if target is None:
-        raise TargetError(f"unknown target {text!r}; known targets: {', '.join(sorted(set(KNOWN) - {'cpu'}))}")
-    return target
+    """A Target from its command-line name ("llvm-cpu", "cuda", "cuda:sm_80"); one clear error
+    for anything else."""
+    name = text.strip().lower()
+    if name in KNOWN:
+        return KNOWN[name]
+    if name == "cuda" or name.startswith("cuda:"):
+        arch = name.partition(":")[2] or DEFAULT_CUDA_ARCH
+        if arch not in CUDA_ARCHS:
+            raise TargetError(f"unknown cuda arch {arch!r}; IREE 3.13 knows {', '.join(CUDA_ARCHS)}")
+        return cuda(arch)
+    raise TargetError(f"unknown target {text!r}; known targets: llvm-cpu, cuda[:{'|'.join(CUDA_ARCHS)}]")

@@ -1,0 +1,155 @@
+"""LLVMGPU TileAndFuse for contractions: workgroup and subgroup tiles in MMA tiles, the MMA
+intrinsic, subgroup counts (hence workgroup size), the K step and prefetch stages, with limits
+read from the target attribute."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import z3
+from iree.compiler import ir
+from iree.compiler.dialects import iree_codegen, iree_gpu
+
+from constraints import IntKnob, Problem, tiling
+from pipelines.base import Config, KnobValue
+from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
+
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i8": 1}
+# 32-bit registers a thread may spend on accumulators. A thread has at most 255; the rest hold
+# operand fragments, addresses and the pipeline's copies. Measured on the H100 (issue 4): a
+# 256x128 workgroup with 8x8 MMA tiles per subgroup (256 accumulator registers) spilled and ran
+# 20.6 ms against 0.89 ms.
+MAX_ACCUMULATOR_REGISTERS = 128
+PREFETCH_STAGES = (0, 2, 3)
+PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
+
+
+def compatible_intrinsics(dispatch: Dispatch) -> list[MmaIntrinsic]:
+    """The target's MMA intrinsics whose operand and accumulator types match the contraction."""
+    return [i for i in dispatch.target.mma_intrinsics
+            if (i.a_type, i.b_type, i.c_type) == (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type)]
+
+
+def _dims(dispatch: Dispatch) -> tuple[int, int, int]:
+    return dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
+
+
+def _i64_array(values: list[int]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
+
+
+class LLVMGPUTileAndFuse:
+    """Knobs (IREE's names): `mma_kind`, `subgroup_m/n` (MMA tiles per subgroup, the lowering
+    config's `subgroup`), `subgroups_m/n` (subgroups per workgroup; with the tiles they give the
+    `workgroup` tile and the workgroup size), `reduction_k` (MMA K steps per iteration, the
+    `reduction` tile) and `prefetch_num_stages`."""
+
+    name = "llvmgpu_tile_and_fuse"
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return (
+            dispatch.target.backend in ("cuda", "rocm")
+            and dispatch.kind == DispatchKind.CONTRACTION
+            and "TileAndFuse" in dispatch.default.pipeline
+            and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
+            and bool(compatible_intrinsics(dispatch))
+        )
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        t = dispatch.target
+        md, nd, kd = _dims(dispatch)
+        m, n, k = dispatch.loop_bounds[md], dispatch.loop_bounds[nd], dispatch.loop_bounds[kd]
+        intrinsics = compatible_intrinsics(dispatch)
+        subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 32
+        in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
+
+        p = Problem()
+        mma = p.add_knob(IntKnob.of("mma_kind", range(len(intrinsics))))
+        tile_m = p.add_knob(IntKnob.of("subgroup_m", [1, 2, 4, 8]))
+        tile_n = p.add_knob(IntKnob.of("subgroup_n", [1, 2, 4, 8]))
+        sg_m = p.add_knob(IntKnob.of("subgroups_m", [1, 2, 4, 8]))
+        sg_n = p.add_knob(IntKnob.of("subgroups_n", [1, 2, 4, 8]))
+        red_k = p.add_knob(IntKnob.of("reduction_k", [1, 2, 4, 8]))
+        prefetch = p.add_knob(IntKnob.of("prefetch_num_stages", PREFETCH_STAGES))
+
+        def by_mma(field: str) -> z3.ArithRef:
+            expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], field))
+            for i, intr in reversed(list(enumerate(intrinsics[:-1]))):
+                expr = z3.If(mma.var == i, getattr(intr, field), expr)
+            return expr
+
+        mma_m, mma_n, mma_k = by_mma("m"), by_mma("n"), by_mma("k")
+        wg_m = sg_m.var * tile_m.var * mma_m
+        wg_n = sg_n.var * tile_n.var * mma_n
+        k_tile = red_k.var * mma_k
+        threads = sg_m.var * sg_n.var * subgroup
+        acc_regs = tile_m.var * tile_n.var * mma_m * mma_n / subgroup
+        stages = z3.If(prefetch.var >= 2, prefetch.var, 1)
+        shared = (wg_m + wg_n) * k_tile * in_bytes * stages
+        p.require(
+            # Whole tiles: the workgroup tile divides M and N, the K step divides K.
+            m % wg_m == 0, n % wg_n == 0, k % k_tile == 0,
+            tiling.within(threads, t.max_threads_per_workgroup or 1024),
+            tiling.within(shared, t.max_workgroup_memory_bytes or 49152),
+            tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
+        )
+        workgroups = (m / wg_m) * (n / wg_n)
+        # Preferences, most important first: enough accumulators per subgroup to hide latency,
+        # 4 to 8 subgroups per workgroup, a K step of at least 32, enough workgroups to fill
+        # the GPU, double buffering, then the intrinsic the compiler lists first.
+        p.prefer("busy_subgroups", acc_regs >= 32)
+        p.prefer("four_to_eight_subgroups", z3.And(sg_m.var * sg_n.var >= 4, sg_m.var * sg_n.var <= 8))
+        p.prefer("deep_k_step", k_tile >= 32)
+        p.prefer("enough_workgroups", workgroups >= 128)
+        p.prefer("double_buffered", prefetch.var == 2)
+        p.prefer("first_intrinsic", mma.var == 0)
+        p.diversify(mma.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name)
+        return p
+
+    def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
+        md, nd, kd = _dims(dispatch)
+        rank = len(dispatch.loop_bounds)
+        workgroup, reduction, subgroup = [0] * rank, [0] * rank, [0] * rank
+        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
+            workgroup[d] = 1
+        for d in dispatch.k_dims[:-1]:
+            reduction[d] = 1
+        workgroup[md] = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
+        workgroup[nd] = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+        reduction[kd] = int(s["reduction_k"])
+        subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
+        threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * (dispatch.target.subgroup_sizes or (32,))[0]
+        with ctx:
+            fields: dict[str, ir.Attribute] = {
+                "mma_kind": iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name)),
+                "promote_operands": _i64_array([0, 1]),
+                "reduction": _i64_array(reduction),
+                "subgroup": _i64_array(subgroup),
+                "workgroup": _i64_array(workgroup),
+            }
+            # Keep the unit flags the compiler set on its own config (e.g. convert_acc_gemm,
+            # which folds the fill into the accumulator): they describe the op, not the tiling.
+            default = ir.Attribute.parse(dispatch.default.lowering_config) if dispatch.default.lowering_config else None
+            if isinstance(default, iree_gpu.LoweringConfigAttr):
+                for named in default.attributes:
+                    if isinstance(named.attr, ir.UnitAttr):
+                        fields[named.name] = named.attr
+            lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get(fields))
+            options = iree_gpu.PipelineOptionsAttr.get(prefetch_num_stages=int(s["prefetch_num_stages"]))
+            translation = iree_codegen.TranslationInfoAttr.get(
+                ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], (dispatch.target.subgroup_sizes or (32,))[0],
+                ir.DictAttr.get({"gpu_pipeline_options": options}),
+            )
+            info = iree_codegen.CompilationInfoAttr.get(lowering, translation)
+        return Config(
+            knobs=dict(s),
+            compilation_info=str(info),
+            summary=(f"{intrinsic.name.removeprefix('NV_')} wg {workgroup[md]}x{workgroup[nd]} "
+                     f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
+                     f"k{s['reduction_k']} prefetch {s['prefetch_num_stages']}"),
+            expect_root_op=None,
+            expect_lowering_config=str(lowering),
+            expect_translation_info=str(translation),
+        )
