@@ -24,10 +24,18 @@ PREFETCH_STAGES = (0, 2, 3)
 PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 
 
+# Intrinsics the target lists but TileAndFuse cannot lower in IREE 3.13: every NV_WMMA config
+# tried on sm_80 (4096^3 and 16x4096x4096 f16, 14 tile shapes) failed with "'tensor.expand_shape'
+# op expected dimension 2 of collapsed type to be static value of <garbage>".
+UNSUPPORTED_INTRINSIC_PREFIXES = ("NV_WMMA_",)
+
+
 def compatible_intrinsics(dispatch: Dispatch) -> list[MmaIntrinsic]:
-    """The target's MMA intrinsics whose operand and accumulator types match the contraction."""
+    """The target's MMA intrinsics whose operand and accumulator types match the contraction
+    and that this pipeline can lower."""
     return [i for i in dispatch.target.mma_intrinsics
-            if (i.a_type, i.b_type, i.c_type) == (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type)]
+            if (i.a_type, i.b_type, i.c_type) == (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type)
+            and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES)]
 
 
 def _dims(dispatch: Dispatch) -> tuple[int, int, int]:
@@ -87,17 +95,23 @@ class LLVMGPUTileAndFuse:
         acc_regs = tile_m.var * tile_n.var * mma_m * mma_n / subgroup
         stages = z3.If(prefetch.var >= 2, prefetch.var, 1)
         shared = (wg_m + wg_n) * k_tile * in_bytes * stages
+        def padded(extent: int, tile: z3.ArithRef) -> z3.ArithRef:
+            return tiling.ceil_div(extent, tile) * tile
+
         p.require(
-            # Whole tiles: the workgroup tile divides M and N, the K step divides K.
-            m % wg_m == 0, n % wg_n == 0, k % k_tile == 0,
+            # Tiles that do not divide the problem are padded (the lowering config's `padding`);
+            # padding may add at most a quarter of the work.
+            padded(m, wg_m) * 4 <= m * 5, padded(n, wg_n) * 4 <= n * 5, padded(k, k_tile) * 4 <= k * 5,
             tiling.within(threads, t.max_threads_per_workgroup or 1024),
             tiling.within(shared, t.max_workgroup_memory_bytes or 49152),
             tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
         )
         workgroups = (m / wg_m) * (n / wg_n)
-        # Preferences, most important first: enough accumulators per subgroup to hide latency,
-        # 4 to 8 subgroups per workgroup, a K step of at least 32, enough workgroups to fill
-        # the GPU, double buffering, then the intrinsic the compiler lists first.
+        # Preferences, most important first: whole tiles (no padding), enough accumulators per
+        # subgroup to hide latency, 4 to 8 subgroups per workgroup, a K step of at least 32,
+        # enough workgroups to fill the GPU, double buffering, then the intrinsic the compiler
+        # lists first.
+        p.prefer("whole_tiles", z3.And(m % wg_m == 0, n % wg_n == 0, k % k_tile == 0))
         p.prefer("busy_subgroups", acc_regs >= 32)
         p.prefer("four_to_eight_subgroups", z3.And(sg_m.var * sg_n.var >= 4, sg_m.var * sg_n.var <= 8))
         p.prefer("deep_k_step", k_tile >= 32)
@@ -131,6 +145,13 @@ class LLVMGPUTileAndFuse:
             }
             # Keep the unit flags the compiler set on its own config (e.g. convert_acc_gemm,
             # which folds the fill into the accumulator): they describe the op, not the tiling.
+            m, n, k = (dispatch.loop_bounds[d] for d in (md, nd, kd))
+            k_tile = reduction[kd] * intrinsic.k
+            if m % workgroup[md] or n % workgroup[nd] or k % k_tile:
+                # As the compiler does for unaligned shapes: pad each tile to its full size.
+                padding = [0] * rank
+                padding[md], padding[nd], padding[kd] = workgroup[md], workgroup[nd], k_tile
+                fields["padding"] = _i64_array(padding)
             default = ir.Attribute.parse(dispatch.default.lowering_config) if dispatch.default.lowering_config else None
             if isinstance(default, iree_gpu.LoweringConfigAttr):
                 for named in default.attributes:

@@ -36,7 +36,7 @@ def benchmark_dir(root: Path, device: Optional[str] = None, settings: EvalSettin
              if not b.result.is_baseline and b.result.key in stored}
     todo = [b for b in manifest.built if b.result.key not in reuse]
     run_settings = RunSettings(device=device or manifest.device, entry=manifest.workload.entry,
-                               inputs=manifest.inputs, repetitions=settings.repetitions,
+                               inputs=manifest.inputs(root), repetitions=settings.repetitions,
                                min_time_s=settings.min_time_s, timeout_s=settings.run_timeout_s)
     measured = measure_all(todo, run_settings, settings, store, progress)
     ids = {b.result.key: b.result.candidate_id for b in manifest.built}

@@ -95,9 +95,8 @@ def compile_all(candidates: list[Candidate], input_path: Path, target: Target, w
 def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: Target, workload: Workload,
                         root: Path, ctx: ir.Context, settings: EvalSettings = EvalSettings(),
                         meta: Optional[dict] = None, progress: Optional[Progress] = None) -> Manifest:
-    """The compile stage: write inputs, compile and verify every candidate not already measured
-    in `root`'s result store, and write the manifest the benchmark stage reads."""
-    inputs = tuple(workload.write_inputs(root / "inputs"))
+    """The compile stage: compile and verify every candidate not already measured in `root`'s
+    result store, and write the manifest the benchmark stage reads."""
     stored = ResultStore(root / STORE).load()
     todo = [c for c in candidates if c.is_baseline or c.key not in stored]
     built = compile_all(todo, input_path, target, root / "candidates", settings, ctx, progress)
@@ -111,7 +110,7 @@ def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: T
         result = Result.from_json({**stored[c.key].to_json(), "candidate_id": c.id,
                                    "flags": candidate_flags(c, target, cdir / "spec.mlir")})
         built.append(_built(c, target, cdir, result, None))
-    manifest = Manifest(workload, target.device, inputs, tuple(sorted(built, key=lambda b: b.result.candidate_id)),
+    manifest = Manifest(workload, target.device, tuple(sorted(built, key=lambda b: b.result.candidate_id)),
                         meta or {})
     manifest.write(root)
     return manifest

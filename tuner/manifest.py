@@ -19,16 +19,22 @@ VERSION = 1
 class Manifest:
     workload: Workload
     device: str  # the runtime device the target means, e.g. "local-task" or "cuda"
-    inputs: tuple[Path, ...]
     built: tuple[Built, ...]
     meta: dict = field(default_factory=dict)
+
+    def inputs(self, root: Path) -> tuple[Path, ...]:
+        """The benchmark inputs, written where they are measured (they can be far larger than the
+        compiled candidates, so they do not travel): seeded random data from the workload."""
+        paths = tuple(root / "inputs" / f"input{i}.npy" for i in range(len(self.workload.inputs)))
+        if not all(p.exists() for p in paths):
+            paths = tuple(self.workload.write_inputs(root / "inputs"))
+        return paths
 
     def write(self, root: Path) -> Path:
         data = {
             "version": VERSION,
             "workload": self.workload.to_json(),
             "device": self.device,
-            "inputs": [str(p.relative_to(root)) for p in self.inputs],
             "candidates": [b.to_json(root) for b in self.built],
             "meta": self.meta,
         }
@@ -50,7 +56,6 @@ class Manifest:
             return cls(
                 workload=Workload.from_json(data["workload"]),
                 device=data["device"],
-                inputs=tuple(root / p for p in data["inputs"]),
                 built=tuple(Built.from_json(b, root) for b in data["candidates"]),
                 meta=data.get("meta", {}),
             )

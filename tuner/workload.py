@@ -46,7 +46,9 @@ class Workload:
         paths = []
         for i, spec in enumerate(self.inputs):
             path = directory / f"input{i}.npy"
-            np.save(path, spec.random(rng))
+            tmp = directory / f"input{i}.tmp.npy"
+            np.save(tmp, spec.random(rng))
+            tmp.replace(path)  # a killed run never leaves a truncated input behind
             paths.append(path)
         return paths
 
