@@ -122,13 +122,17 @@ def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> N
         inputs = manifest.inputs(work)
         settings = RunSettings(device="cuda", entry="main", inputs=inputs, repetitions=3, min_time_s=0.2)
         samples: dict[str, list[float]] = {"default": [], "tuned": [], "torch": []}
-        for _ in range(rounds):
-            for label in ("default", "tuned"):
+        for round_ in range(rounds):
+            # Rotate the order each round: whatever runs first after a pause can see lower clocks.
+            order = ["default", "tuned", "torch"]
+            for label in order[round_ % 3:] + order[: round_ % 3]:
+                if label == "torch":
+                    samples["torch"] += time_torch(m, n, k, inputs[0], inputs[1], 20)
+                    continue
                 timing, brun = benchmark(vmfb[label], settings)
                 if timing is None:
                     raise SystemExit(f"{name}: timing {label} failed: {brun.first_error()}")
                 samples[label] += timing.times_ms
-            samples["torch"] += time_torch(m, n, k, inputs[0], inputs[1], 20)
         med = {key: statistics.median(v) for key, v in samples.items()}
         failed = sum(c["status"] != "ok" for c in data["candidates"])
         rows.append((name, med, best["label"], len(data["candidates"]), failed, bench_s))

@@ -23,15 +23,39 @@ def preference_tiers(n: int) -> Iterator[tuple[bool, ...]]:
     return itertools.product((True, False), repeat=n)
 
 
+def _balanced(solver: z3.Solver, base: list[z3.BoolRef], problem: Problem,
+              counts: dict[str, dict]) -> list[z3.BoolRef]:
+    """Extra conditions that steer the next solution toward the least-used values of each
+    diversity knob, in the problem's order, as far as the tier allows."""
+    chosen: list[z3.BoolRef] = []
+    for name in problem.diversity:
+        knob = problem.knob(name)
+        used = counts[name]
+        values = list(getattr(knob, "domain", (True, False)))
+        for threshold in sorted({used.get(v, 0) for v in values})[:-1] or []:
+            allowed = [v for v in values if used.get(v, 0) <= threshold]
+            condition = z3.Or([knob.var == v for v in allowed])
+            solver.push()
+            solver.add(*base, *chosen, condition)
+            feasible = solver.check() == z3.sat
+            solver.pop()
+            if feasible:
+                chosen.append(condition)
+                break
+    return chosen
+
+
 def enumerate_solutions(
     problem: Problem, limit: int, check_timeout_ms: int = 5000
 ) -> Iterator[dict[str, Union[int, bool]]]:
     """Yield up to `limit` distinct valid assignments of the problem's knobs.
 
-    Solutions come tier by tier (see `preference_tiers`). Each solver call is bounded by
-    `check_timeout_ms`; a call that times out ends its tier, so the result may miss some
-    solutions but never holds an invalid one. The work is incremental: the caller's limit, or
-    stopping the iteration, stops the solver.
+    Solutions come tier by tier (see `preference_tiers`). Within a tier, each diversity knob
+    (`Problem.diversify`) cycles through its values: the next solution takes, where the tier
+    allows, a value used least so far. Each solver call is bounded by `check_timeout_ms`; a call
+    that times out ends its tier, so the result may miss some solutions but never holds an
+    invalid one. The work is incremental: the caller's limit, or stopping the iteration, stops
+    the solver.
     """
     if limit <= 0:
         return
@@ -40,28 +64,23 @@ def enumerate_solutions(
     solver.add(*problem.constraints)
     prefs = [p.condition for p in problem.preferences]
     produced = 0
-    diverse = [problem.knob(name).var for name in problem.diversity]
     for tier in preference_tiers(len(prefs)):
         tier_conditions = [c if keep else z3.Not(c) for c, keep in zip(prefs, tier)]
-        seen: list[z3.BoolRef] = []  # combinations of the diversity knobs given in this tier
+        counts: dict[str, dict] = {name: {} for name in problem.diversity}
         while True:
-            model = None
-            # First a solution with a new combination of the diversity knobs, then any.
-            for extra in ([z3.Not(z3.Or(seen))] if seen else [], []):
-                solver.push()
-                solver.add(*tier_conditions, *extra)
-                if solver.check() == z3.sat:
-                    model = solver.model()
-                solver.pop()
-                if model is not None or not seen:
-                    break
+            steer = _balanced(solver, tier_conditions, problem, counts)
+            solver.push()
+            solver.add(*tier_conditions, *steer)
+            model = solver.model() if solver.check() == z3.sat else None
+            solver.pop()
             if model is None:
                 break
-            if diverse:
-                seen.append(z3.And([v == model.eval(v, model_completion=True) for v in diverse]))
-            yield {k.name: k.value(model) for k in problem.knobs}
+            solution = {k.name: k.value(model) for k in problem.knobs}
+            yield solution
             produced += 1
             if produced >= limit:
                 return
+            for name in problem.diversity:
+                counts[name][solution[name]] = counts[name].get(solution[name], 0) + 1
             # The blocking clause lives outside the tier's scope, so no later tier repeats it.
             solver.add(_block(problem, model))

@@ -28,8 +28,8 @@ class Problem:
     knobs: list[Knob] = field(default_factory=list)
     constraints: list[z3.BoolRef] = field(default_factory=list)
     preferences: list[Preference] = field(default_factory=list)
-    # Knobs whose combination should vary early: enumeration gives each new combination of
-    # these before it repeats one (within a preference tier).
+    # Knobs whose values should vary early, most important first: within a preference tier,
+    # enumeration steers each next solution to the least-used values of these knobs.
     diversity: tuple[str, ...] = ()
 
     def add_knob(self, knob: Knob) -> Knob:

@@ -59,6 +59,7 @@ class DefaultConfig:
     lowering_config: str
     workgroup_size: tuple[int, ...] = ()
     subgroup_size: Optional[int] = None
+    translation_info: str = ""  # the whole attribute's text
 
 
 @dataclass(frozen=True)

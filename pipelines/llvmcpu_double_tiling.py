@@ -103,9 +103,8 @@ class LLVMCPUDoubleTiling:
             # Measured on AVX-512, 1024^3: vec 8x32 k1 ran 17 ms, vec 2x128 k1 50 ms.
             p.prefer("single_k_step", z3.Implies(tiled, red_k.var == 1))
             p.prefer("tall_register_tile", z3.Implies(tiled, vec_m.var >= 4))
-        # The register tile and reduction step matter most; show each combination of them
-        # before varying the workgroup tile.
-        p.diversify(vec_m.name, vec_n.name, red_k.name)
+        # Cycle through register tiles first, then reduction steps, then workgroup tiles.
+        p.diversify(vec_m.name, vec_n.name, red_k.name, dist_m.name, dist_n.name)
         return p
 
     def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:

@@ -59,11 +59,12 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
     """The baseline, then up to `limit` distinct configs from the pipeline, most promising first,
     each with a spec whose entry point is `spec_entry` (the target's; see tuner.targets)."""
     out = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
-    seen = {dispatch.default.lowering_config}
+    # What the compiler would build: a config equal to the default is the baseline again.
+    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, ())}
     for solution in enumerate_solutions(pipeline.build_problem(dispatch), limit, check_timeout_ms):
         config = pipeline.to_config(dispatch, solution, ctx)
-        identity = config.expect_lowering_config or repr(config.flags)
-        if identity in seen:  # the compiler's default is already the baseline
+        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags)
+        if identity in seen:
             continue
         seen.add(identity)
         configs = [(dispatch, config.compilation_info)] if config.compilation_info else []

@@ -177,6 +177,7 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
             lowering_config=str(lowering) if lowering is not None else "",
             workgroup_size=tuple(info.workgroup_size),
             subgroup_size=info.subgroup_size or None,
+            translation_info=str(info),
         ),
         flags=flags,
     )
