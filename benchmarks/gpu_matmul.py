@@ -8,8 +8,10 @@ Two steps, because the GPU machine has the IREE runtime but not the compiler:
     python benchmarks/gpu_matmul.py measure --out .gpu-runs [--rounds 5]
 
 `measure` runs `iree-tuner benchmark` on each shape's directory (the same code as the CLI),
-then times the baseline's and the winner's modules with iree-benchmark-module and torch.matmul
-with CUDA events, in interleaved rounds, and prints a Markdown table for BENCHMARKS.md.
+then times the baseline's and the winner's dispatch benchmark modules with iree-benchmark-module
+(as the tuner does: batches of dispatches, per-dispatch time) and torch.matmul with CUDA events,
+in rotating interleaved rounds, cross-checks all three with CUDA-profiler kernel times
+(gpu_kernel_times.py), and prints a Markdown table for BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -116,9 +118,9 @@ def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> N
         manifest = Manifest.read(work)
         by_id = {c["candidate_id"]: c for c in data["candidates"]}
         best = by_id[data["best"]]
-        base = next(c for c in data["candidates"] if c["is_baseline"])
-        vmfb = {"default": work / "candidates" / f"{base['candidate_id']:04d}" / "candidate.vmfb",
-                "tuned": work / "candidates" / f"{best['candidate_id']:04d}" / "candidate.vmfb"}
+        built = {b.result.candidate_id: b for b in manifest.built}
+        base = next(b for b in manifest.built if b.result.is_baseline)
+        chosen = {"default": base, "tuned": built[best["candidate_id"]]}
         inputs = manifest.inputs(work)
         settings = RunSettings(device="cuda", entry="main", inputs=inputs, repetitions=3, min_time_s=0.2)
         samples: dict[str, list[float]] = {"default": [], "tuned": [], "torch": []}
@@ -129,13 +131,19 @@ def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> N
                 if label == "torch":
                     samples["torch"] += time_torch(m, n, k, inputs[0], inputs[1], 20)
                     continue
-                timing, brun = benchmark(vmfb[label], settings)
+                # The dispatch alone, as the tuner timed it (device work without per-call overhead).
+                timing, brun = benchmark(chosen[label].vmfb, settings, chosen[label].dispatch_benchmark)
                 if timing is None:
                     raise SystemExit(f"{name}: timing {label} failed: {brun.first_error()}")
                 samples[label] += timing.times_ms
         med = {key: statistics.median(v) for key, v in samples.items()}
+        # Cross-check with kernel times from the CUDA profiler, all three in one process.
+        kt = subprocess.run([sys.executable, str(Path(__file__).with_name("gpu_kernel_times.py")), "--json",
+                             str(m), str(n), str(k), f"default={chosen['default'].vmfb}",
+                             f"tuned={chosen['tuned'].vmfb}"], capture_output=True, text=True)
+        kernels = json.loads(kt.stdout.strip().splitlines()[-1]) if kt.returncode == 0 else {}
         failed = sum(c["status"] != "ok" for c in data["candidates"])
-        rows.append((name, med, best["label"], len(data["candidates"]), failed, bench_s))
+        rows.append((name, med, kernels, best["label"], len(data["candidates"]), failed, bench_s))
         print(f"{name}: default {med['default']:.3f} ms, tuned {med['tuned']:.3f} ms "
               f"({med['default'] / med['tuned']:.2f}x), torch {med['torch']:.3f} ms; winner {best['label']}", flush=True)
     import torch
@@ -144,11 +152,13 @@ def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> N
     print(f"Device: {torch.cuda.get_device_name(0)}; IREE runtime 3.13.0, cuda sm_80 PTX; torch {torch.__version__}; "
           f"{rounds} interleaved rounds, medians.")
     print()
-    print("| shape (f16 x f16 -> f32) | default ms | tuned ms | torch ms | tuned vs default | torch vs tuned | winner | candidates (failed) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, med, label, count, failed, bench_s in rows:
+    print("| shape (f16 x f16 -> f32) | default ms | tuned ms | torch ms | tuned vs default | torch vs tuned "
+          "| kernel ms default / tuned / torch (CUPTI) | winner | candidates (failed) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, med, kernels, label, count, failed, bench_s in rows:
+        kcol = " / ".join(f"{kernels[x]:.3f}" for x in ("default", "tuned", "torch")) if kernels else "-"
         print(f"| {name} | {med['default']:.3f} | {med['tuned']:.3f} | {med['torch']:.3f} "
-              f"| **{med['default'] / med['tuned']:.2f}x** | {med['tuned'] / med['torch']:.2f}x | {label} "
+              f"| **{med['default'] / med['tuned']:.2f}x** | {med['tuned'] / med['torch']:.2f}x | {kcol} | {label} "
               f"| {count} ({failed}), measured in {bench_s:.0f} s |")
 
 

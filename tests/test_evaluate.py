@@ -151,3 +151,23 @@ def test_compile_here_benchmark_elsewhere(small_matmul, tmp_path):
     data = json.loads((moved / "results.json").read_text())
     assert all(c["status"] == "ok" for c in data["candidates"])
     assert (moved / "best_flags.txt").exists()
+
+
+def test_dispatch_only_timing_on_the_cpu(small_matmul, tmp_path, ctx, cpu):
+    """The dispatch benchmark path (used on GPUs) works end to end; the CPU serves as its device."""
+    dispatch_only = replace(cpu, time_dispatch_only=True)
+    _, candidates, workload = _setup(small_matmul, ctx, cpu, n=1)
+    compile_to_manifest(candidates, small_matmul, dispatch_only, workload, tmp_path, ctx, FAST)
+    results = benchmark_dir(tmp_path, None, FAST).results
+    assert all(r.ok and r.median_ms > 0 for r in results), results
+    from tuner.manifest import Manifest
+
+    built = Manifest.read(tmp_path).built
+    assert all(b.dispatch_benchmark is not None for b in built)
+    # A dispatch alone takes less than a whole call of the entry function.
+    from tuner.runner import RunSettings, benchmark
+
+    settings = RunSettings("local-task", workload.entry, Manifest.read(tmp_path).inputs(tmp_path), 3, 0.05)
+    whole, _ = benchmark(built[0].vmfb, settings)
+    alone, _ = benchmark(built[0].vmfb, settings, built[0].dispatch_benchmark)
+    assert 0 < alone.median_ms < whole.median_ms * 1.5

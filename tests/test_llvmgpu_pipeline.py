@@ -111,6 +111,10 @@ def test_candidates_compile_for_sm80_and_carry_their_config(cuda, gpu_dispatch, 
     assert len(candidates) == 9
     built = compile_all(candidates, GPU_SAMPLE, cuda, tmp_path, EvalSettings(), ctx)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    # GPU candidates are timed dispatch-only: each has its dispatch benchmark module.
+    for b in built:
+        assert b.dispatch_vmfb.stat().st_size > 0
+        assert b.dispatch_function.endswith(gpu_dispatch.name)
 
 
 def test_unaligned_candidates_compile_for_sm80(cuda, ctx, tmp_path):

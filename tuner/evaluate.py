@@ -4,6 +4,7 @@ that each config took effect, and write the manifest that the benchmark stage me
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Optional
@@ -39,25 +40,63 @@ def _result(c: Candidate, flags: list[str], status: Status, **kw) -> Result:
                   knobs=dict(c.config.knobs), flags=flags, status=status, **kw)
 
 
+DISPATCH_VMFB = "dispatch.vmfb"
+
+
 def _compile(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float
              ) -> tuple[Candidate, ToolRun, list[str], Path]:
+    """Build the candidate's module (and, where the target times dispatches alone, the dispatch
+    benchmark module IREE dumps for the tuned dispatch), in processes of their own."""
     cdir = workdir / f"{c.id:04d}"
     shutil.rmtree(cdir, ignore_errors=True)
     cdir.mkdir(parents=True)
     spec = cdir / "spec.mlir"
     spec.write_text(c.spec)
     flags = candidate_flags(c, target, spec)
-    cmd = [find_tool("iree-compile"), str(input_path), *flags, TUNER_ATTRIBUTES_FLAG,
-           f"--iree-hal-dump-executable-configurations-to={cdir / 'configs'}", "-o", str(cdir / "candidate.vmfb")]
-    return c, run_tool(cmd, timeout_s), flags, cdir
+    dumps = [f"--iree-hal-dump-executable-configurations-to={cdir / 'configs'}"]
+    if target.time_dispatch_only:
+        dumps.append(f"--iree-hal-dump-executable-benchmarks-to={cdir / 'bench'}")
+    cmd = [find_tool("iree-compile"), str(input_path), *flags, TUNER_ATTRIBUTES_FLAG, *dumps,
+           "-o", str(cdir / "candidate.vmfb")]
+    run = run_tool(cmd, timeout_s)
+    if run.ok and target.time_dispatch_only:
+        bench = _dispatch_benchmark_source(cdir / "bench", c.dispatch.name)
+        if bench is None:
+            return c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {c.dispatch.name}"), flags, cdir
+        bench_run = run_tool([find_tool("iree-compile"), str(bench), *target.compile_flags,
+                              "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
+        if not bench_run.ok:
+            return c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir
+    return c, run, flags, cdir
 
 
-def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path]) -> Built:
+def _dispatch_benchmark_source(directory: Path, dispatch_name: str) -> Optional[Path]:
+    """The dumped benchmark module that dispatches `dispatch_name` (one file per executable)."""
+    for path in sorted(directory.glob("*.mlir")):
+        if f"@{dispatch_name}" in path.read_text():
+            return path
+    return None
+
+
+def _benchmark_function(path: Path, ctx: ir.Context) -> Optional[str]:
+    """The function IREE marked as a dispatch benchmark (iree.reflection: iree.benchmark)."""
+    with ctx:
+        module = ir.Module.parse(path.read_text())
+        for op in module.body.operations:
+            attrs = op.operation.attributes
+            if "iree.reflection" in attrs and "iree.benchmark" in ir.DictAttr(attrs["iree.reflection"]):
+                return ir.StringAttr(attrs["sym_name"]).value
+    return None
+
+
+def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path],
+           dispatch_function: Optional[str] = None) -> Built:
     """A Built entry; the spec file is kept even when empty: it is best_spec.mlir if c wins."""
     has_spec = bool(c.config.compilation_info)
     base_flags = tuple(f for f in result.flags if not (has_spec and f.startswith(target.spec_flag + "=")))
+    dispatch_vmfb = cdir / DISPATCH_VMFB if dispatch_function else None
     return Built(result, vmfb, c.dispatch.out_type, cdir / "spec.mlir", target.spec_flag if has_spec else None,
-                 base_flags)
+                 base_flags, dispatch_vmfb, dispatch_function)
 
 
 def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, target: Target, ctx: ir.Context) -> Built:
@@ -74,7 +113,13 @@ def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, target: Ta
     if not any(not m for m in mismatches):
         detail = "; ".join(m[0] for m in mismatches if m) or "no root op found in the configured dispatches"
         return built(Status.CONFIG_NOT_APPLIED, error=detail)
-    return built(Status.OK, cdir / "candidate.vmfb")
+    function = None
+    if target.time_dispatch_only:
+        function = _benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name), ctx)
+        if function is None:
+            return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
+    return _built(c, target, cdir, _result(c, flags, Status.OK, compile_s=run.seconds, command=list(run.command)),
+                  cdir / "candidate.vmfb", function)
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,

@@ -13,7 +13,7 @@ import numpy as np
 
 from tuner.errors import ToolError
 from tuner.results import Result, Status
-from tuner.runner import RunSettings, Timing, benchmark, relative_error, run_once, tolerance
+from tuner.runner import DispatchBenchmark, RunSettings, Timing, benchmark, relative_error, run_once, tolerance
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 
@@ -32,6 +32,15 @@ class Built:
     spec: Optional[Path]  # the candidate's tuning spec file (an empty spec for flag-only configs)
     spec_flag: Optional[str]  # the flag that passes the spec to iree-compile, if it needs one
     base_flags: tuple[str, ...]  # every other flag that builds it
+    # Where the target times dispatches alone (GPUs): the dispatch benchmark module to time.
+    dispatch_vmfb: Optional[Path] = None
+    dispatch_function: Optional[str] = None
+
+    @property
+    def dispatch_benchmark(self) -> Optional[DispatchBenchmark]:
+        if self.dispatch_vmfb is None or self.dispatch_function is None:
+            return None
+        return DispatchBenchmark(self.dispatch_vmfb, self.dispatch_function)
 
     def rebuild_flags(self, spec_path: Path) -> list[str]:
         """iree-compile flags that rebuild this candidate with its spec at `spec_path`."""
@@ -41,13 +50,15 @@ class Built:
     def to_json(self, root: Path) -> dict:
         rel = lambda p: str(p.relative_to(root)) if p else None  # noqa: E731
         return {"result": self.result.to_json(), "vmfb": rel(self.vmfb), "out_type": self.out_type,
-                "spec": rel(self.spec), "spec_flag": self.spec_flag, "base_flags": list(self.base_flags)}
+                "spec": rel(self.spec), "spec_flag": self.spec_flag, "base_flags": list(self.base_flags),
+                "dispatch_vmfb": rel(self.dispatch_vmfb), "dispatch_function": self.dispatch_function}
 
     @classmethod
     def from_json(cls, data: dict, root: Path) -> "Built":
         path = lambda p: root / p if p else None  # noqa: E731
         return cls(Result.from_json(data["result"]), path(data["vmfb"]), data["out_type"], path(data["spec"]),
-                   data["spec_flag"], tuple(data["base_flags"]))
+                   data["spec_flag"], tuple(data["base_flags"]), path(data.get("dispatch_vmfb")),
+                   data.get("dispatch_function"))
 
 
 def _measure(b: Built, settings: RunSettings, reference: Optional[np.ndarray]) -> tuple[Result, Optional[np.ndarray]]:
@@ -63,7 +74,7 @@ def _measure(b: Built, settings: RunSettings, reference: Optional[np.ndarray]) -
     if err > tolerance(b.out_type):
         return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err,
                        error=f"relative error {err:.2e} against the baseline exceeds {tolerance(b.out_type):.0e}"), output
-    timing, brun = benchmark(b.vmfb, settings)
+    timing, brun = benchmark(b.vmfb, settings, b.dispatch_benchmark)
     if timing is None:
         status = Status.RUN_TIMEOUT if brun.timed_out else Status.RUN_FAILED
         return replace(b.result, status=status, relative_error=err, error=brun.first_error(),
@@ -91,14 +102,14 @@ def measure_all(built: list[Built], run_settings: RunSettings, settings: EvalSet
         results.append(result)
         if progress:
             progress("benchmark", i, len(ordered))
-    vmfbs = {b.result.key: b.vmfb for b in built if b.vmfb is not None}
-    return confirm(results, vmfbs, run_settings, settings, store, progress)
+    runnable = {b.result.key: b for b in built if b.vmfb is not None}
+    return confirm(results, runnable, run_settings, settings, store, progress)
 
 
-def confirm(results: list[Result], vmfbs: dict[str, Path], run_settings: RunSettings, settings: EvalSettings,
+def confirm(results: list[Result], runnable: dict[str, Built], run_settings: RunSettings, settings: EvalSettings,
             store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
     """Time the baseline and the `confirm_top` fastest again, round-robin, and pool the times."""
-    ok = sorted((r for r in results if r.ok and r.median_ms is not None and r.key in vmfbs), key=lambda r: r.median_ms)
+    ok = sorted((r for r in results if r.ok and r.median_ms is not None and r.key in runnable), key=lambda r: r.median_ms)
     chosen = [r for r in ok if r.is_baseline] + [r for r in ok if not r.is_baseline][: settings.confirm_top]
     if len(chosen) < 2 or settings.confirm_rounds < 1:
         return results
@@ -108,7 +119,8 @@ def confirm(results: list[Result], vmfbs: dict[str, Path], run_settings: RunSett
         # Rotate the order each round so that no candidate always runs first or last.
         order = chosen[round_ % len(chosen):] + chosen[: round_ % len(chosen)]
         for r in order:
-            timing, _ = benchmark(vmfbs[r.key], run_settings)
+            b = runnable[r.key]
+            timing, _ = benchmark(b.vmfb, run_settings, b.dispatch_benchmark)
             if timing is not None:
                 pooled[r.key] += timing.times_ms
             done += 1

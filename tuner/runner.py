@@ -54,10 +54,27 @@ def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
     return run_tool(cmd, settings.timeout_s)
 
 
-def benchmark(vmfb: Path, settings: RunSettings) -> tuple[Timing | None, ToolRun]:
-    """Time the entry with iree-benchmark-module: warm-up, then `repetitions` repetitions."""
-    cmd = [find_tool("iree-benchmark-module"), f"--module={vmfb}", f"--device={settings.device}",
-           f"--function={settings.entry}", *_input_flags(settings.inputs),
+@dataclass(frozen=True)
+class DispatchBenchmark:
+    """A dispatch-only benchmark module (from --iree-hal-dump-executable-benchmarks-to): its
+    function records `batch` dispatches of the kernel into one command buffer on preallocated
+    buffers, so launch, synchronization and result allocation are amortized away."""
+
+    vmfb: Path
+    function: str
+    batch: int = 50
+
+
+def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | None = None
+              ) -> tuple[Timing | None, ToolRun]:
+    """Time with iree-benchmark-module: warm-up, then `repetitions` repetitions. With `dispatch`,
+    time the dispatch benchmark module instead, and report milliseconds per dispatch."""
+    if dispatch is None:
+        target = [f"--module={vmfb}", f"--function={settings.entry}", *_input_flags(settings.inputs)]
+    else:
+        target = [f"--module={dispatch.vmfb}", f"--function={dispatch.function}",
+                  f"--batch_size={dispatch.batch}"]
+    cmd = [find_tool("iree-benchmark-module"), f"--device={settings.device}", *target,
            f"--benchmark_repetitions={settings.repetitions}",
            f"--benchmark_min_time={settings.min_time_s}s",
            "--benchmark_min_warmup_time=0.05",
@@ -67,10 +84,12 @@ def benchmark(vmfb: Path, settings: RunSettings) -> tuple[Timing | None, ToolRun
         return None, run
     try:
         report = json.loads(run.stdout)
-        times = tuple(
-            _to_ms(b["real_time"], b.get("time_unit", "ns"))
-            for b in report["benchmarks"] if b.get("run_type") == "iteration"
-        )
+        rows = [b for b in report["benchmarks"] if b.get("run_type") == "iteration"]
+        if dispatch is None:
+            times = tuple(_to_ms(b["real_time"], b.get("time_unit", "ns")) for b in rows)
+        else:
+            # The tool counts each dispatch of the batch as an item: time per dispatch.
+            times = tuple(1e3 / b["items_per_second"] for b in rows)
     except (json.JSONDecodeError, KeyError) as e:
         return None, ToolRun(run.command, 1, run.stdout, f"unreadable benchmark report: {e}\n{run.stderr}", run.seconds)
     return (Timing(times) if times else None), run
