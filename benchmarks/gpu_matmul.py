@@ -96,10 +96,8 @@ def time_torch(m: int, n: int, k: int, a_path: Path, b_path: Path, reps: int) ->
 
 
 def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> None:
-    from tuner.benchmark_stage import benchmark_dir
     from tuner.manifest import Manifest
     from tuner.runner import RunSettings, benchmark
-    from tuner.settings import EvalSettings
 
     rows = []
     for name, m, n, k in SHAPES:

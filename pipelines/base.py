@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence, Union
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Union
 
 from iree.compiler import ir
 
@@ -26,6 +26,18 @@ class Config:
     expect_root_op: str | None = None
     expect_lowering_config: str | None = None
     expect_translation_info: str | None = None
+
+
+def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, translation: ir.Attribute,
+                 summary: str, expect_root_op: str | None = None) -> Config:
+    """A Config that sets the root op's compilation_info from typed attributes, expecting both
+    halves to be read back unchanged from the compiled dispatch."""
+    from iree.compiler.dialects import iree_codegen
+
+    with lowering.context:
+        info = iree_codegen.CompilationInfoAttr.get(lowering, translation)
+    return Config(knobs=dict(knobs), compilation_info=str(info), summary=summary, expect_root_op=expect_root_op,
+                  expect_lowering_config=str(lowering), expect_translation_info=str(translation))
 
 
 @dataclass(frozen=True)

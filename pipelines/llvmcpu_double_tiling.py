@@ -10,7 +10,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen
 
 from constraints import BoolKnob, IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue
+from pipelines.base import Config, KnobValue, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
@@ -118,17 +118,10 @@ class LLVMCPUDoubleTiling:
             translation = iree_codegen.TranslationInfoAttr.get(
                 ir.Attribute.parse("#iree_cpu.pipeline<DoubleTilingExpert>")
             )
-            info = iree_codegen.CompilationInfoAttr.get(lowering, translation)
-        return Config(
-            knobs=dict(solution),
-            compilation_info=str(info),
-            summary=(f"wg {solution['distribution_m']}x{solution['distribution_n']} "
-                     f"vec {solution['vector_common_parallel_m']}x{solution['vector_common_parallel_n']} "
-                     f"k{solution['vector_reduction_k']}"),
-            expect_root_op=dispatch.op_name,
-            expect_lowering_config=str(lowering),
-            expect_translation_info=str(translation),
-        )
+        summary = (f"wg {solution['distribution_m']}x{solution['distribution_n']} "
+                   f"vec {solution['vector_common_parallel_m']}x{solution['vector_common_parallel_n']} "
+                   f"k{solution['vector_reduction_k']}")
+        return tiled_config(solution, lowering, translation, summary, expect_root_op=dispatch.op_name)
 
     @staticmethod
     def _lowering_config(dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> ir.Attribute:

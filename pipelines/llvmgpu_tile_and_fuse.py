@@ -11,7 +11,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue
+from pipelines.base import Config, KnobValue, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
 
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i8": 1}
@@ -172,15 +172,8 @@ class LLVMGPUTileAndFuse:
                 ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], (dispatch.target.subgroup_sizes or (32,))[0],
                 ir.DictAttr.get({"gpu_pipeline_options": options}),
             )
-            info = iree_codegen.CompilationInfoAttr.get(lowering, translation)
-        return Config(
-            knobs=dict(s),
-            compilation_info=str(info),
-            summary=(f"{intrinsic.name.removeprefix('NV_')} wg {workgroup[md]}x{workgroup[nd]} "
-                     f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
-                     f"k{s['reduction_k']} prefetch {s['prefetch_num_stages']}"
-                     + (" transposed" if s["reorder_workgroups"] else "")),
-            expect_root_op=None,
-            expect_lowering_config=str(lowering),
-            expect_translation_info=str(translation),
-        )
+        summary = (f"{intrinsic.name.removeprefix('NV_')} wg {workgroup[md]}x{workgroup[nd]} "
+                   f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
+                   f"k{s['reduction_k']} prefetch {s['prefetch_num_stages']}"
+                   + (" transposed" if s["reorder_workgroups"] else ""))
+        return tiled_config(s, lowering, translation, summary)

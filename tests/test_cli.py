@@ -1,9 +1,7 @@
 """The CLI: bad input gets one line and a non-zero exit; a real run prints the table."""
 
 import json
-from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from tuner.cli import main

@@ -1,6 +1,5 @@
 """Discovery through the bindings: root ops, kinds, shapes, types, target and default config."""
 
-from pathlib import Path
 
 import pytest
 

@@ -4,7 +4,6 @@ that only received the compiled candidates."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
