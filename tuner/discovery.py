@@ -96,7 +96,9 @@ def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
 def _target_facts(variant: ir.Operation) -> TargetFacts:
     attr = variant.attributes["target"]
     text = str(attr)
-    backend = text.split('"')[1]  # #hal.executable.target<"llvm-cpu", ...>: the backend is the first string
+    # 3.13's bindings have no #hal.executable.target accessor; its first parameter, a quoted
+    # string, is the backend ("llvm-cpu", "cuda", "rocm").
+    backend = text.split('"')[1]
     # 3.13's bindings expose no accessor for #hal.executable.target's configuration, so the
     # dictionary is handed back to MLIR's own parser and read as a typed DictAttr.
     config = ir.DictAttr(ir.Attribute.parse(text[text.index("{"): text.rindex("}") + 1]))
