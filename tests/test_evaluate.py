@@ -101,6 +101,18 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
     assert by_id[91].median_ms is None
 
 
+def test_a_candidate_with_the_same_executable_is_measured_once(small_matmul, tmp_path, ctx, cpu):
+    _, candidates, workload = _setup(small_matmul, ctx, cpu)
+    tiled = next(c for c in candidates if c.config.compilation_info)
+    # Same config under another summary: a different candidate, the same executable.
+    twin = replace(tiled, id=50, config=replace(tiled.config, summary="twin"))
+    compile_to_manifest([candidates[0], tiled, twin], small_matmul, cpu, workload, tmp_path, ctx, FAST)
+    by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, None, FAST).results}
+    assert by_id[tiled.id].ok
+    assert by_id[50].status == Status.DUPLICATE and f"candidate {tiled.id}" in by_id[50].error
+    assert by_id[50].binary_hash == by_id[tiled.id].binary_hash != by_id[0].binary_hash
+
+
 def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
     _, candidates, workload = _setup(small_matmul, ctx, cpu)
     compiled = []

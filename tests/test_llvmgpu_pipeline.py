@@ -80,6 +80,14 @@ def test_solutions_respect_the_target_limits(gpu_dispatch):
         assert sol["subgroup_m"] * sol["subgroup_n"] * mma.m * mma.n // 32 <= MAX_ACCUMULATOR_REGISTERS
 
 
+def test_candidates_compile_to_distinct_executables(cuda, gpu_dispatch, ctx, tmp_path):
+    """No two candidates may differ only in options the compiler ignores on this target."""
+    candidates = generate_candidates(gpu_dispatch, PIPE, 12, ctx, cuda.spec_entry)
+    built = compile_all(candidates, GPU_SAMPLE, cuda, tmp_path, EvalSettings(), ctx)
+    hashes = [b.result.binary_hash for b in built]
+    assert all(hashes) and len(set(hashes)) == len(hashes)
+
+
 def test_solution_becomes_typed_attributes(gpu_dispatch, ctx):
     sol = {"mma_kind": 0, "subgroup_m": 4, "subgroup_n": 8, "subgroups_m": 2, "subgroups_n": 2,
            "reduction_k": 4, "prefetch_num_stages": 3, "reorder_workgroups": 1}

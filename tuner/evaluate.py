@@ -3,6 +3,7 @@ that each config took effect, and write the manifest that the benchmark stage me
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -53,12 +54,14 @@ def _compile(c: Candidate, input_path: Path, target: Target, workdir: Path, time
     spec = cdir / "spec.mlir"
     spec.write_text(c.spec)
     flags = candidate_flags(c, target, spec)
-    dumps = [f"--iree-hal-dump-executable-configurations-to={cdir / 'configs'}"]
+    # Dumps go to paths relative to the candidate's directory (the compile runs there): CPU
+    # binaries embed the dumped configuration's path, and equal code must give equal binaries.
+    dumps = ["--iree-hal-dump-executable-configurations-to=configs", "--iree-hal-dump-executable-binaries-to=binaries"]
     if target.time_dispatch_only:
-        dumps.append(f"--iree-hal-dump-executable-benchmarks-to={cdir / 'bench'}")
-    cmd = [find_tool("iree-compile"), str(input_path), *flags, TUNER_ATTRIBUTES_FLAG, *dumps,
-           "-o", str(cdir / "candidate.vmfb")]
-    run = run_tool(cmd, timeout_s)
+        dumps.append("--iree-hal-dump-executable-benchmarks-to=bench")
+    cmd = [find_tool("iree-compile"), str(input_path.resolve()), *flags, TUNER_ATTRIBUTES_FLAG, *dumps,
+           "-o", "candidate.vmfb"]
+    run = run_tool(cmd, timeout_s, cwd=cdir)
     if run.ok and target.time_dispatch_only:
         bench = _dispatch_benchmark_source(cdir / "bench", c.dispatch.name)
         if bench is None:
@@ -76,6 +79,21 @@ def _dispatch_benchmark_source(directory: Path, dispatch_name: str) -> Optional[
         if f"@{dispatch_name}" in path.read_text():
             return path
     return None
+
+
+def _command(run: ToolRun, cdir: Path) -> list[str]:
+    """The compile command as a shell would replay it (it ran in the candidate's directory)."""
+    return ["cd", str(cdir), "&&", *run.command]
+
+
+def _binary_hash(cdir: Path) -> str:
+    """One hash over every compiled executable binary of the candidate, in name order: two
+    candidates that compile to the same code hash the same."""
+    digest = hashlib.sha256()
+    for path in sorted((cdir / "binaries").glob("*")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _benchmark_function(path: Path, ctx: ir.Context) -> Optional[str]:
@@ -101,7 +119,8 @@ def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optio
 
 def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, target: Target, ctx: ir.Context) -> Built:
     def built(status: Status, vmfb: Optional[Path] = None, **kw) -> Built:
-        return _built(c, target, cdir, _result(c, flags, status, compile_s=run.seconds, command=list(run.command), **kw), vmfb)
+        return _built(c, target, cdir, _result(c, flags, status, compile_s=run.seconds, command=_command(run, cdir), **kw),
+                      vmfb)
 
     if run.timed_out:
         return built(Status.COMPILE_TIMEOUT, error="iree-compile timed out")
@@ -118,8 +137,9 @@ def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, target: Ta
         function = _benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name), ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
-    return _built(c, target, cdir, _result(c, flags, Status.OK, compile_s=run.seconds, command=list(run.command)),
-                  cdir / "candidate.vmfb", function)
+    result = _result(c, flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
+                     binary_hash=_binary_hash(cdir))
+    return _built(c, target, cdir, result, cdir / "candidate.vmfb", function)
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,

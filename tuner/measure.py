@@ -88,11 +88,18 @@ def measure_all(built: list[Built], run_settings: RunSettings, settings: EvalSet
     each result as it arrives; then confirm the fastest few. A failing baseline stops the run."""
     results: list[Result] = []
     reference: Optional[np.ndarray] = None
+    measured_binaries: dict[str, int] = {}  # executable hash -> the candidate measured for it
     ordered = sorted(built, key=lambda b: (not b.result.is_baseline, b.result.candidate_id))
     for i, b in enumerate(ordered, 1):
         result = b.result
-        if result.ok:
+        twin = measured_binaries.get(result.binary_hash) if result.binary_hash else None
+        if result.ok and twin is not None:
+            # Same executable as one already measured: timing it again would only measure noise.
+            result = replace(result, status=Status.DUPLICATE, error=f"same executable as candidate {twin}")
+        elif result.ok:
             result, output = _measure(b, run_settings, reference)
+            if result.binary_hash:
+                measured_binaries[result.binary_hash] = result.candidate_id
             if b.result.is_baseline and output is not None:
                 reference = output
         store.append(result)

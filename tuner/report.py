@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tuner.ranking import Ranking
-from tuner.results import Result
+from tuner.results import Result, Status
 
 
 def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result],
@@ -42,7 +42,7 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
         table.add_row(
             str(r.candidate_id),
             r.label if len(r.label) < 90 else r.label[:87] + "...",
-            r.status.value if r.ok else f"[red]{r.status.value}[/red]",
+            r.status.value if r.ok or r.status == Status.DUPLICATE else f"[red]{r.status.value}[/red]",
             f"{r.median_ms:.3f}" if r.median_ms is not None else "-",
             f"{r.spread_pct:.1f}" if r.spread_pct is not None else "-",
             f"{speedup:.2f}x" if speedup else "-",

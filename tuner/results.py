@@ -15,6 +15,8 @@ class Status(str, enum.Enum):
     RUN_FAILED = "run_failed"
     RUN_TIMEOUT = "run_timeout"
     WRONG_NUMERICS = "wrong_numerics"
+    # Compiled to the very executable another candidate did: measured once, under that one.
+    DUPLICATE = "duplicate"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Result:
     spread_pct: Optional[float] = None
     relative_error: Optional[float] = None
     compile_s: Optional[float] = None
+    binary_hash: str = ""  # sha256 of the compiled executables, to spot configs that change nothing
     error: str = ""
     stderr: str = ""
     command: list[str] = field(default_factory=list)
