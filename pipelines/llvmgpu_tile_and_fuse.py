@@ -117,12 +117,14 @@ class LLVMGPUTileAndFuse:
         )
         workgroups = tiling.ceil_div(m, wg_m) * tiling.ceil_div(n, wg_n)
         # Preferences, most important first: whole tiles (no padding); enough workgroups to fill
-        # the GPU; at least 64 accumulator registers per thread (on the H100, 4x8 and 8x4 tiles
-        # of 16x8 MMAs ran 1.12-1.20 ms on 4096^3 where 8x1 tiles ran 3-4.7 ms); 4 to 8
-        # subgroups; a K step of at least 32; then the intrinsic the compiler lists first.
+        # the GPU; a register tile that uses most of the accumulator budget, then at least half
+        # of it (on the H100, 4096^3: 4x8 tiles of 16x8 MMAs, 128 accumulators, ran 0.63 ms of
+        # dispatch; the best 4x4 or 2x8 tiles 0.72 ms; 8x1 tiles 3-4.7 ms); 4 to 8 subgroups; a
+        # K step of at least 32; then the intrinsic the compiler lists first.
         p.prefer("whole_tiles", z3.And(m % wg_m == 0, n % wg_n == 0, k % k_tile == 0))
         p.prefer("enough_workgroups", workgroups >= 128)
-        p.prefer("busy_subgroups", acc_regs >= 64)
+        p.prefer("full_register_tile", acc_regs * 4 >= MAX_ACCUMULATOR_REGISTERS * 3)
+        p.prefer("busy_subgroups", acc_regs * 2 >= MAX_ACCUMULATOR_REGISTERS)
         p.prefer("four_to_eight_subgroups", z3.And(sg_m.var * sg_n.var >= 4, sg_m.var * sg_n.var <= 8))
         p.prefer("deep_k_step", k_tile >= 32)
         p.prefer("first_intrinsic", mma.var == 0)
