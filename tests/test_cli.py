@@ -59,3 +59,20 @@ def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
     assert "Candidates, fastest first" in result.output and "baseline" in result.output
     assert (out / "best_spec.mlir").exists() and (out / "best_flags.txt").exists()
     assert len(json.loads((out / "results.json").read_text())["candidates"]) == 3
+
+
+def test_report_redraws_table_and_plot(tmp_path):
+    from tuner.results import Result, Status
+
+    def r(i, ms, status=Status.OK, baseline=False):
+        return Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=baseline, knobs={}, flags=[],
+                      status=status, times_ms=[ms] * 3 if ms else [], median_ms=ms, spread_pct=1.0 if ms else None)
+
+    results = [r(0, 2.0, baseline=True), r(1, 1.0), r(2, 3.0), r(3, None, Status.COMPILE_FAILED)]
+    (tmp_path / "results.json").write_text(json.dumps({"dispatch": "d", "target": "llvm-cpu",
+                                                       "candidates": [x.to_json() for x in results]}))
+    result = _run("report", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "cfg 1" in result.output and "2.00x" in result.output and "compile_failed" in result.output
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _one_error_line(_run("report", str(tmp_path / "nothing")), 2, "no results.json")

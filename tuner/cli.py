@@ -66,6 +66,36 @@ def benchmark(directory: Path, device: str | None, repetitions: int) -> None:
     _summary(console, measured.ranking, list(measured.results), directory)
 
 
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--top", default=15, show_default=True, type=int, help="Rows of the table.")
+def report(directory: Path, top: int) -> None:
+    """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png."""
+    import json
+
+    from tuner.errors import InputError
+    from tuner.plot import plot_ranking
+    from tuner.ranking import rank
+    from tuner.report import render_table
+    from tuner.results import Result
+
+    console = Console()
+    with _errors_to_exit():
+        path = directory / "results.json"
+        if not path.is_file():
+            raise InputError(f"{directory}: no results.json; run `iree-tuner tune` or `iree-tuner benchmark` first")
+        try:
+            data = json.loads(path.read_text())
+            results = [Result.from_json(c) for c in data["candidates"]]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{path}: not a readable results file ({e})") from None
+        ranking = rank(results)
+        render_table(ranking, results, console, top)
+        title = f"{data.get('dispatch', '')} on {data.get('device') or data.get('target', '')}".strip()
+        png = plot_ranking(ranking, directory / "results.png", title)
+    console.print(f"wrote {png}")
+
+
 def _summary(console: Console, ranking, results, output_dir: Path) -> None:
     from tuner.report import render_table
 
