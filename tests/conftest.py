@@ -42,6 +42,22 @@ func.func @mm(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> tenso
     return path
 
 
+def rebuild_from_spec(input_path: Path, candidate, target, directory: Path, ctx):
+    """Write the candidate's spec as best_spec.mlir, configure INPUT with plain iree-compile and
+    the candidate's flags, and return the one configured root op read back."""
+    from tuner.discovery import read_configured
+    from tuner.evaluate import candidate_flags
+    from tuner.tools import find_tool, run_tool
+
+    spec = directory / "best_spec.mlir"
+    spec.write_text(candidate.spec)
+    run = run_tool([find_tool("iree-compile"), str(input_path), *candidate_flags(candidate, target, spec),
+                    "--compile-to=executable-configurations"], 300)
+    assert run.ok, run.stderr
+    [configured] = read_configured([run.stdout], ctx)
+    return configured
+
+
 @pytest.fixture
 def small_matmul(tmp_path: Path) -> Path:
     return write_matmul(tmp_path / "mm.mlir", 128, 256, 64)

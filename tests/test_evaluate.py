@@ -19,11 +19,12 @@ from tuner.benchmark_stage import benchmark_dir
 from tuner.candidates import Candidate, generate_candidates
 from tuner.discovery import discover, parse_input, read_configured, read_workload
 from tuner.errors import ToolError
-from tuner.evaluate import EvalSettings, candidate_flags, compile_to_manifest
+from tuner.evaluate import EvalSettings, compile_to_manifest
 from tuner.results import Status
 from tuner.spec import build_spec
 from tuner.store import ResultStore
 from tuner.tools import find_tool, run_tool
+from tests.conftest import rebuild_from_spec
 
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0)
 
@@ -66,12 +67,7 @@ def test_tune_writes_outputs_and_best_flags_rebuild_the_winner(small_matmul, tmp
 def test_best_spec_of_a_tiled_candidate_rebuilds_it(small_matmul, tmp_path, ctx, cpu):
     _, candidates, _ = _setup(small_matmul, ctx, cpu)
     tiled = next(c for c in candidates if c.config.compilation_info)
-    spec = tmp_path / "best_spec.mlir"
-    spec.write_text(tiled.spec)
-    run = run_tool([find_tool("iree-compile"), str(small_matmul), *candidate_flags(tiled, cpu, spec),
-                    "--compile-to=executable-configurations"], 300)
-    assert run.ok, run.stderr
-    [configured] = read_configured([run.stdout], ctx)
+    configured = rebuild_from_spec(small_matmul, tiled, cpu, tmp_path, ctx)
     assert configured.lowering_config == tiled.config.expect_lowering_config
 
 

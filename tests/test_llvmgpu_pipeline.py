@@ -14,11 +14,10 @@ from pipelines.llvmgpu_tile_and_fuse import MAX_ACCUMULATOR_REGISTERS, LLVMGPUTi
 from tuner.candidates import generate_candidates
 from tuner.discovery import discover
 from tuner.errors import TargetError
-from tuner.evaluate import EvalSettings, candidate_flags, compile_all
+from tuner.evaluate import EvalSettings, compile_all
 from tuner.spec import TRANSFORM_MAIN
 from tuner.targets import parse_target
-from tuner.tools import find_tool, run_tool
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, rebuild_from_spec
 
 GPU_SAMPLE = SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir"
 PIPE = LLVMGPUTileAndFuse()
@@ -138,15 +137,8 @@ def test_unaligned_candidates_compile_for_sm80(cuda, ctx, tmp_path):
 
 
 def test_preprocessing_spec_rebuilds_the_candidate_with_plain_iree_compile(cuda, gpu_dispatch, ctx, tmp_path):
-    from tuner.discovery import read_configured
-
     tiled = generate_candidates(gpu_dispatch, PIPE, 1, ctx, cuda.spec_entry)[1]
     assert "@__transform_main" in tiled.spec
-    spec = tmp_path / "best_spec.mlir"
-    spec.write_text(tiled.spec)
-    run = run_tool([find_tool("iree-compile"), str(GPU_SAMPLE), *candidate_flags(tiled, cuda, spec),
-                    "--compile-to=executable-configurations"], 300)
-    assert run.ok, run.stderr
-    [configured] = read_configured([run.stdout], ctx)
+    configured = rebuild_from_spec(GPU_SAMPLE, tiled, cuda, tmp_path, ctx)
     assert configured.lowering_config == tiled.config.expect_lowering_config
     assert configured.translation_info == tiled.config.expect_translation_info

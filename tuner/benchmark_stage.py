@@ -3,7 +3,7 @@ it runs where just iree-base-runtime and numpy are installed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -40,7 +40,7 @@ def benchmark_dir(root: Path, device: Optional[str] = None, settings: EvalSettin
                                min_time_s=settings.min_time_s, timeout_s=settings.run_timeout_s)
     measured = measure_all(todo, run_settings, settings, store, progress)
     ids = {b.result.key: b.result.candidate_id for b in manifest.built}
-    reused = [Result.from_json({**r.to_json(), "candidate_id": ids[r.key]}) for r in reuse.values()]
+    reused = [replace(r, candidate_id=ids[r.key]) for r in reuse.values()]
     results = sorted(measured + reused, key=lambda r: r.candidate_id)
     ranking = rank(results)
     best = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), None)

@@ -165,15 +165,15 @@ def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: T
     stored = ResultStore(root / STORE).load()
     todo = [c for c in candidates if c.is_baseline or c.key not in stored]
     built = compile_all(todo, input_path, target, root / "candidates", settings, ctx, progress)
+    compiled = {c.id for c in todo}
     for c in candidates:
-        if c in todo:
+        if c.id in compiled:
             continue
         # Measured by an earlier run: keep its spec (it may still win), skip the compile.
         cdir = root / "candidates" / f"{c.id:04d}"
         cdir.mkdir(parents=True, exist_ok=True)
         (cdir / "spec.mlir").write_text(c.spec)
-        result = Result.from_json({**stored[c.key].to_json(), "candidate_id": c.id,
-                                   "flags": candidate_flags(c, target, cdir / "spec.mlir")})
+        result = replace(stored[c.key], candidate_id=c.id, flags=candidate_flags(c, target, cdir / "spec.mlir"))
         built.append(_built(c, target, cdir, result, None))
     manifest = Manifest(workload, target.device, tuple(sorted(built, key=lambda b: b.result.candidate_id)),
                         meta or {})
