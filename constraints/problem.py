@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping, Union
 
 import z3
 
@@ -49,6 +50,13 @@ class Problem:
         for name in knob_names:
             self.knob(name)  # raises on a typo
         self.diversity = tuple(knob_names)
+
+    def admits(self, assignment: Mapping[str, Union[int, bool]], timeout_ms: int = 5000) -> bool:
+        """Whether this assignment of every knob satisfies the hard constraints."""
+        solver = z3.Solver()
+        solver.set("timeout", timeout_ms)
+        solver.add(*self.constraints, *(k.var == assignment[k.name] for k in self.knobs))
+        return solver.check() == z3.sat
 
     def knob(self, name: str) -> Knob:
         for k in self.knobs:

@@ -84,6 +84,9 @@ class Dispatch:
     # (-1 where the map's result is not a plain dim): the operand's layout.
     operand_dims: tuple[tuple[int, ...], ...] = ()
     flags: tuple[str, ...] = field(default=())  # the flag knobs this dispatch was discovered under
+    # A digest of the input it was found in: what is timed (the whole entry on CPUs) depends on
+    # everything there, so results of equal dispatches from different inputs are kept apart.
+    source_digest: str = ""
 
     def contiguous_dim(self, operand: int) -> int | None:
         """The loop dim along which an operand is contiguous in memory (its innermost)."""

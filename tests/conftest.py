@@ -46,7 +46,7 @@ def rebuild_from_spec(input_path: Path, candidate, target, directory: Path, ctx)
     """Write the candidate's spec as best_spec.mlir, configure INPUT with plain iree-compile and
     the candidate's flags, and return the one configured root op read back."""
     from tuner.discovery import read_configured
-    from tuner.evaluate import candidate_flags
+    from tuner.compile_stage import candidate_flags
     from tuner.tools import find_tool, run_tool
 
     spec = directory / "best_spec.mlir"

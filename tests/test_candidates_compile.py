@@ -8,7 +8,7 @@ import pytest
 from pipelines import pipeline_for
 from tuner.candidates import generate_candidates
 from tuner.discovery import discover
-from tuner.evaluate import EvalSettings, compile_all
+from tuner.compile_stage import EvalSettings, compile_all
 from tuner.results import Status
 from tests.conftest import SAMPLES
 

@@ -82,3 +82,14 @@ def test_bool_knob_and_duplicate_names():
         p.add_knob(BoolKnob("flag"))
     with pytest.raises(ValueError):
         IntKnob.of("empty", [])
+
+
+def test_problem_admits_only_assignments_that_meet_the_constraints():
+    p = Problem()
+    a = p.add_knob(IntKnob.of("a", [1, 2, 4, 8]))
+    flag = p.add_knob(BoolKnob("flag"))
+    p.require(z3.Implies(flag.var, a.var >= 4))
+    assert p.admits({"a": 8, "flag": True})
+    assert p.admits({"a": 2, "flag": False})
+    assert not p.admits({"a": 2, "flag": True})
+    assert not p.admits({"a": 3, "flag": False})  # outside the domain

@@ -19,14 +19,19 @@ from tuner.benchmark_stage import benchmark_dir
 from tuner.candidates import Candidate, generate_candidates
 from tuner.discovery import discover, parse_input, read_configured, read_workload
 from tuner.errors import ToolError
-from tuner.evaluate import EvalSettings, compile_to_manifest
+from tuner.compile_stage import EvalSettings, compile_to_manifest
 from tuner.results import Status
 from tuner.spec import build_spec
 from tuner.store import ResultStore
+from tuner.versions import compiler_version, runtime_version
 from tuner.tools import find_tool, run_tool
 from tests.conftest import rebuild_from_spec
 
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0)
+
+
+def _store(root):
+    return ResultStore(root / "results.sqlite", compiler_version(), runtime_version())
 
 
 def _setup(path, ctx, cpu, n=3):
@@ -89,8 +94,8 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
         return run
 
     monkeypatch.setattr(measure_mod, "run_once", corrupting_run_once)
-    compile_to_manifest([candidates[0], broken, wrong, tiled], small_matmul, cpu, workload, tmp_path, ctx, FAST)
-    by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, None, FAST).results}
+    compile_to_manifest([candidates[0], broken, wrong, tiled], small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST)
+    by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
     assert by_id[0].ok and by_id[tiled.id].ok
     assert by_id[90].status == Status.COMPILE_FAILED and by_id[90].error and by_id[90].command
     assert by_id[91].status == Status.WRONG_NUMERICS and by_id[91].relative_error > 0.1
@@ -102,8 +107,8 @@ def test_a_candidate_with_the_same_executable_is_measured_once(small_matmul, tmp
     tiled = next(c for c in candidates if c.config.compilation_info)
     # Same config under another summary: a different candidate, the same executable.
     twin = replace(tiled, id=50, config=replace(tiled.config, summary="twin"))
-    compile_to_manifest([candidates[0], tiled, twin], small_matmul, cpu, workload, tmp_path, ctx, FAST)
-    by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, None, FAST).results}
+    compile_to_manifest([candidates[0], tiled, twin], small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST)
+    by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
     assert by_id[tiled.id].ok
     assert by_id[50].status == Status.DUPLICATE and f"candidate {tiled.id}" in by_id[50].error
     assert by_id[50].binary_hash == by_id[tiled.id].binary_hash != by_id[0].binary_hash
@@ -117,13 +122,13 @@ def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
         if phase == "compile":
             compiled.append(total)
 
-    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, FAST, progress=progress)
-    first = benchmark_dir(tmp_path, None, FAST).results
+    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST, progress=progress)
+    first = benchmark_dir(tmp_path, (), FAST).results
     assert compiled[-1] == len(candidates)
-    assert len(ResultStore(tmp_path / "results.jsonl").load()) == len(candidates)
+    assert len(_store(tmp_path).rows()) == len(candidates)
     compiled.clear()
-    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, FAST, progress=progress)
-    second = benchmark_dir(tmp_path, None, FAST).results
+    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST, progress=progress)
+    second = benchmark_dir(tmp_path, (), FAST).results
     assert compiled[-1] == 1  # only the baseline is built and measured again
     assert [r.key for r in first] == [r.key for r in second]
     stored_times = {r.key: r.times_ms for r in first if not r.is_baseline}
@@ -132,9 +137,9 @@ def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
 
 def test_a_failing_baseline_stops_the_run(small_matmul, tmp_path, ctx, cpu):
     _, candidates, workload = _setup(small_matmul, ctx, cpu, n=1)
-    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, replace(FAST, compile_timeout_s=0.001))
+    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), replace(FAST, compile_timeout_s=0.001))
     with pytest.raises(ToolError, match="baseline"):
-        benchmark_dir(tmp_path, None, FAST)
+        benchmark_dir(tmp_path, (), FAST)
 
 
 def test_compile_here_benchmark_elsewhere(small_matmul, tmp_path):
@@ -165,8 +170,8 @@ def test_dispatch_only_timing_on_the_cpu(small_matmul, tmp_path, ctx, cpu):
     """The dispatch benchmark path (used on GPUs) works end to end; the CPU serves as its device."""
     dispatch_only = replace(cpu, time_dispatch_only=True)
     _, candidates, workload = _setup(small_matmul, ctx, cpu, n=1)
-    compile_to_manifest(candidates, small_matmul, dispatch_only, workload, tmp_path, ctx, FAST)
-    results = benchmark_dir(tmp_path, None, FAST).results
+    compile_to_manifest(candidates, small_matmul, dispatch_only, workload, tmp_path, ctx, _store(tmp_path), FAST)
+    results = benchmark_dir(tmp_path, (), FAST).results
     assert all(r.ok and r.median_ms > 0 for r in results), results
     from tuner.manifest import Manifest
 

@@ -14,7 +14,7 @@ from pipelines.llvmgpu_tile_and_fuse import MAX_ACCUMULATOR_REGISTERS, LLVMGPUTi
 from tuner.candidates import generate_candidates
 from tuner.discovery import discover
 from tuner.errors import TargetError
-from tuner.evaluate import EvalSettings, compile_all
+from tuner.compile_stage import EvalSettings, compile_all
 from tuner.spec import TRANSFORM_MAIN
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES, rebuild_from_spec

@@ -1,5 +1,5 @@
-"""The Python API: tune one dispatch of an input file, in one go or as two stages (compile here,
-benchmark where the device is)."""
+"""The Python API: tune one dispatch of an input file (search, then evaluate), evaluate a given
+list of configs (no search), or compile only, for `benchmark_dir` where the device is."""
 
 from __future__ import annotations
 
@@ -7,33 +7,39 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from iree.compiler import ir
 
-from pipelines import Dispatch, pipeline_for
-from tuner.benchmark_stage import benchmark_dir
-from tuner.candidates import Candidate, generate_candidates
+from pipelines import Dispatch, Pipeline, pipeline_for
+from tuner.benchmark_stage import STORE
+from tuner.candidates import Candidate, candidates_from_knobs, generate_candidates
+from tuner.compile_stage import EvalSettings, Progress, candidate_flags, compile_to_manifest
 from tuner.discovery import discover, parse_input, read_workload
 from tuner.errors import InputError, OutputError
-from tuner.evaluate import EvalSettings, Progress, compile_to_manifest
+from tuner.evaluator import make_evaluator
 from tuner.manifest import Manifest
-from tuner.ranking import Ranking
-from tuner.results import Result
+from tuner.ranking import Ranking, rank
+from tuner.report import write_outputs
+from tuner.results import EvaluationStats, Result
+from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
+from tuner.versions import compiler_version, runtime_version
+from tuner.workload import Workload
 
 
 @dataclass(frozen=True)
 class Tuning:
-    """What `tune` found: the dispatch, every candidate and result, and their ranking (results
-    and ranking are empty after a compile-only run)."""
+    """What an evaluation found: the dispatch, every candidate and result, their ranking and where
+    the time went (a compile-only run has a manifest instead of results)."""
 
     dispatch: Dispatch
     candidates: tuple[Candidate, ...]
-    manifest: Manifest
     results: tuple[Result, ...]
     ranking: Optional[Ranking]
+    stats: Optional[EvaluationStats]
     output_dir: Path
+    manifest: Optional[Manifest] = None  # written by a compile-only run
 
 
 def prepare_output(output_dir: Path) -> Path:
@@ -61,36 +67,98 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
     raise InputError(f"{input_path}: no tunable dispatch named {name!r}; tunable: {', '.join(d.name for d in tunable)}")
 
 
-def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
-         output_dir: Path | str = "tuning-output", dispatch_name: Optional[str] = None,
-         settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
-         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
-         compile_only: bool = False) -> Tuning:
-    """Discover the dispatch, enumerate candidates, compile and verify them, then (unless
-    `compile_only`) measure them and write best_spec.mlir, best_flags.txt and results.json."""
+@dataclass(frozen=True)
+class _Session:
+    """What every entry point reads first: the input, its workload and the dispatch to tune."""
+
+    input_path: Path
+    target: Target
+    output_dir: Path
+    ctx: ir.Context
+    workload: Workload
+    dispatch: Dispatch
+    pipeline: Pipeline
+
+
+def _open(input_path: Path | str, target: Target | str, output_dir: Path | str, dispatch_name: Optional[str]) -> _Session:
     input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
-    if num_candidates < 1:
-        raise InputError("--num-candidates must be at least 1")
     output_dir = prepare_output(Path(output_dir))
     ctx = ir.Context()
     workload = read_workload(parse_input(input_path, ctx), input_path)
     dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path)
     pipeline = pipeline_for(dispatch)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
-    candidates = generate_candidates(dispatch, pipeline, num_candidates, ctx, target.spec_entry)
+    return _Session(input_path, target, output_dir, ctx, workload, dispatch, pipeline)
+
+
+def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
+         output_dir: Path | str = "tuning-output", dispatch_name: Optional[str] = None,
+         settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
+         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
+         compile_only: bool = False, strategy: str = "overlapped", devices: Sequence[str] = (),
+         store_path: Optional[Path | str] = None) -> Tuning:
+    """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`)."""
+    if num_candidates < 1:
+        raise InputError("--num-candidates must be at least 1")
+    session = _open(input_path, target, output_dir, dispatch_name)
+    candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
+                                     session.target.spec_entry)
     if on_candidates:
-        on_candidates(dispatch, candidates)
+        on_candidates(session.dispatch, candidates)
+    return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path)
+
+
+def benchmark_configs(input_path: Path | str, configs: list[dict], target: Target | str = "llvm-cpu",
+                      output_dir: Path | str = "benchmark-output", dispatch_name: Optional[str] = None,
+                      settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
+                      on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
+                      strategy: str = "overlapped", devices: Sequence[str] = (),
+                      store_path: Optional[Path | str] = None,
+                      on_warning: Optional[Callable[[str], None]] = None) -> Tuning:
+    """Evaluate the given knob assignments (and the baseline) for the dispatch; no search."""
+    session = _open(input_path, target, output_dir, dispatch_name)
+    candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
+                                                 session.target.spec_entry)
+    for warning in warnings:
+        if on_warning:
+            on_warning(warning)
+    if on_candidates:
+        on_candidates(session.dispatch, candidates)
+    return evaluate(session, candidates, settings, progress, False, strategy, devices, store_path)
+
+
+def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
+             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str]) -> Tuning:
+    """Compile and measure the candidates with the chosen evaluator, reusing and filling the
+    result store, then write best_spec.mlir, best_flags.txt and results.json. With
+    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`."""
+    output_dir, target = session.output_dir, session.target
     meta = {
-        "input": str(input_path.resolve()),
+        "input": str(session.input_path.resolve()),
         "target": target.name,
-        "dispatch": dispatch.name,
-        "shape": dispatch.shape_name,
-        "pipeline": pipeline.name,
+        "dispatch": session.dispatch.name,
+        "shape": session.dispatch.shape_name,
+        "pipeline": session.pipeline.name,
         "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
     }
-    manifest = compile_to_manifest(candidates, input_path, target, workload, output_dir, ctx, settings, meta, progress)
-    if compile_only:
-        return Tuning(dispatch, tuple(candidates), manifest, (), None, output_dir)
-    measured = benchmark_dir(output_dir, None, settings, progress)
-    return Tuning(dispatch, tuple(candidates), manifest, measured.results, measured.ranking, output_dir)
+    store = ResultStore(Path(store_path) if store_path else output_dir / STORE, compiler_version(), runtime_version())
+    try:
+        if compile_only:
+            manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
+                                           session.ctx, store, settings, meta, progress)
+            return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest)
+        evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
+                                   store, settings, devices, progress, session.ctx)
+        evaluation = evaluator.evaluate(candidates)
+    finally:
+        store.close()
+    ranking = rank(evaluation.results)
+    best = next((c for c in candidates if ranking.best and c.id == ranking.best.candidate_id), None)
+    write_outputs(
+        output_dir, ranking, list(evaluation.results),
+        best_spec=best.spec if best else None,
+        best_flags=candidate_flags(best, target, output_dir / "best_spec.mlir") if best else [],
+        meta={**meta, "devices": list(evaluator.devices), "evaluation": evaluation.stats.to_json()},
+    )
+    return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir)

@@ -1,47 +1,67 @@
-"""The benchmark stage: measure a compiled manifest, rank, and write the outputs. Runtime-only:
-it runs where just iree-base-runtime and numpy are installed."""
+"""The benchmark stage of the two-machine flow: measure a compiled manifest on this machine's
+devices, rank, and write the outputs. Runtime-only: it runs where just iree-base-runtime and
+numpy are installed."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
+from tuner.devices import measure_built
 from tuner.manifest import Manifest
-from tuner.measure import Progress, measure_all
+from tuner.measure import Measurer, Progress, Recorder, confirm
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
-from tuner.results import Result
+from tuner.results import EvaluationStats, Result
 from tuner.runner import RunSettings
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
+from tuner.versions import runtime_version
 
-STORE = "results.jsonl"
+STORE = "results.sqlite"
 
 
 @dataclass(frozen=True)
 class Measured:
     results: tuple[Result, ...]
     ranking: Ranking
+    stats: EvaluationStats
 
 
-def benchmark_dir(root: Path, device: Optional[str] = None, settings: EvalSettings = EvalSettings(),
-                  progress: Optional[Progress] = None) -> Measured:
-    """Measure every candidate of the manifest in `root` (results already stored there are
-    reused, except the baseline's), then write best_spec.mlir, best_flags.txt, results.json."""
+def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
+                  progress: Optional[Progress] = None, store_path: Optional[Path] = None) -> Measured:
+    """Measure every candidate of the manifest in `root` on `devices` (default: the manifest's
+    device), reusing results stored for this runtime (never the baseline's), then write
+    best_spec.mlir, best_flags.txt and results.json."""
     manifest = Manifest.read(root)
-    store = ResultStore(root / STORE)
-    stored = store.load()
-    reuse = {b.result.key: stored[b.result.key] for b in manifest.built
-             if not b.result.is_baseline and b.result.key in stored}
-    todo = [b for b in manifest.built if b.result.key not in reuse]
-    run_settings = RunSettings(device=device or manifest.device, entry=manifest.workload.entry,
-                               inputs=manifest.inputs(root), repetitions=settings.repetitions,
-                               min_time_s=settings.min_time_s, timeout_s=settings.run_timeout_s)
-    measured = measure_all(todo, run_settings, settings, store, progress)
+    devices = tuple(devices) or (manifest.device,)
+    store = ResultStore(store_path or root / STORE, manifest.meta.get("compiler", "unknown"), runtime_version())
+    stored = store.reusable([b.result.key for b in manifest.built if not b.result.is_baseline])
+    # Measured before: in this store, or on the compile machine (the manifest carries its result).
+    done = [stored.get(b.result.key, b.result) for b in manifest.built if b.result.key in stored or b.reused]
+    done_keys = {r.key for r in done}
     ids = {b.result.key: b.result.candidate_id for b in manifest.built}
-    reused = [replace(r, candidate_id=ids[r.key]) for r in reuse.values()]
-    results = sorted(measured + reused, key=lambda r: r.candidate_id)
+    reused = [replace(r, candidate_id=ids[r.key]) for r in done]
+    todo = [b for b in manifest.built if b.result.key not in done_keys]
+    run_settings = RunSettings(device=devices[0], entry=manifest.workload.entry, inputs=manifest.inputs(root),
+                               repetitions=settings.repetitions, min_time_s=settings.min_time_s,
+                               timeout_s=settings.run_timeout_s)
+    recorder = Recorder(store, len(todo), progress)
+    start = time.perf_counter()
+    measure_built(todo, devices, Measurer(run_settings), recorder)
+    wall = time.perf_counter() - start
+    start = time.perf_counter()
+    runnable = {b.result.key: b for b in todo if b.vmfb is not None}
+    results = sorted(confirm(recorder.results + reused, runnable, run_settings, settings, store, progress),
+                     key=lambda r: r.candidate_id)
+    stats = EvaluationStats(
+        strategy="benchmark-only", candidates=len(todo), reused=len(reused), wall_s=wall,
+        confirm_s=time.perf_counter() - start, compile_s=0.0,
+        busy_s={d: sum(r.benchmark_s or 0.0 for r in recorder.results if r.device == d) for d in devices},
+    )
+    store.close()
     ranking = rank(results)
     best = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), None)
     best_spec_path = root / "best_spec.mlir"
@@ -49,7 +69,7 @@ def benchmark_dir(root: Path, device: Optional[str] = None, settings: EvalSettin
         root, ranking, results,
         best_spec=best.spec.read_text() if best and best.spec else None,
         best_flags=best.rebuild_flags(best_spec_path) if best else [],
-        meta={**manifest.meta, "device": run_settings.device},
+        meta={**manifest.meta, "devices": list(devices), "evaluation": stats.to_json()},
     )
-    return Measured(tuple(results), ranking)
+    return Measured(tuple(results), ranking, stats)
 

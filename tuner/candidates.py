@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Mapping
 
 from iree.compiler import ir
 
-from constraints import enumerate_solutions
+from constraints import BoolKnob, enumerate_solutions
 from pipelines import Config, Dispatch, Pipeline
+from pipelines.base import KnobValue
+from tuner.errors import InputError
+from tuner.results import Result, Status
 from tuner.spec import KERNEL_CONFIG, build_spec
 
 BASELINE_LABEL = "baseline"
@@ -36,11 +40,20 @@ class Candidate:
     def key(self) -> str:
         """Stable identity of what gets compiled, for resuming a run."""
         payload = json.dumps(
-            [self.dispatch.name, self.dispatch.target.attribute, self.config.compilation_info,
-             list(self.config.flags), self.is_baseline],
+            [self.dispatch.name, self.dispatch.source_digest, self.dispatch.target.attribute,
+             self.config.compilation_info, list(self.config.flags), self.is_baseline],
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def result(self, flags: list[str], status: Status, **fields) -> Result:
+        """A result for this candidate, with the identity the result store keys it by."""
+        target = self.dispatch.target
+        return Result(candidate_id=self.id, key=self.key, label=self.label, is_baseline=self.is_baseline,
+                      knobs=dict(self.config.knobs), flags=flags, status=status,
+                      dispatch=self.dispatch.name, target=f"{target.backend}:{target.arch}",
+                      compilation_info=self.config.compilation_info or "",
+                      config_flags=list(self.config.flags), **fields)
 
 
 def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context, spec_entry: str = KERNEL_CONFIG) -> Candidate:
@@ -71,3 +84,35 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
         out.append(Candidate(len(out), dispatch, pipeline.name, config, str(build_spec(configs, ctx, spec_entry))))
     return out
 
+
+
+def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: list[Mapping[str, KnobValue]],
+                          ctx: ir.Context, spec_entry: str = KERNEL_CONFIG) -> tuple[list[Candidate], list[str]]:
+    """The baseline, then one candidate per given knob assignment (no search), and warnings for
+    assignments outside the pipeline's constraints: those are still evaluated, since a failing
+    candidate is data and the constraints may be stricter than the compiler."""
+    problem = pipeline.build_problem(dispatch)
+    names = {k.name: k for k in problem.knobs}
+    out, warnings = [baseline(dispatch, pipeline.name, ctx, spec_entry)], []
+    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, ())}
+    for i, knobs in enumerate(assignments):
+        unknown = sorted(set(knobs) - set(names))
+        missing = sorted(set(names) - set(knobs))
+        if unknown or missing:
+            raise InputError(f"config {i}: {pipeline.name} knobs are {', '.join(names)}"
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+                             + (f"; missing: {', '.join(missing)}" if missing else ""))
+        for name, value in knobs.items():
+            if isinstance(names[name], BoolKnob) != isinstance(value, bool):
+                raise InputError(f"config {i}: knob {name} takes {'true/false' if isinstance(names[name], BoolKnob) else 'an integer'}")
+        if not problem.admits(knobs):
+            warnings.append(f"config {i} is outside the {pipeline.name} constraints for this dispatch; evaluating it anyway")
+        config = pipeline.to_config(dispatch, knobs, ctx)
+        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags)
+        if identity in seen:
+            warnings.append(f"config {i} repeats an earlier one (or the compiler's default); evaluated once")
+            continue
+        seen.add(identity)
+        configs = [(dispatch, config.compilation_info)] if config.compilation_info else []
+        out.append(Candidate(len(out), dispatch, pipeline.name, config, str(build_spec(configs, ctx, spec_entry))))
+    return out, warnings

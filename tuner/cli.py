@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tuner.errors import TunerError
+from tuner.errors import InputError, TunerError
 
 
 @click.group()
@@ -18,52 +18,91 @@ def main() -> None:
     """Tune IREE dispatches: enumerate lowering configs, compile and time them, keep the best."""
 
 
+def _evaluation_options(f):
+    """Options shared by the commands that compile and time candidates."""
+    f = click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
+                     help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
+    f = click.option("--device", "devices", multiple=True,
+                     help="Runtime device to benchmark on; repeat for several (e.g. cuda://0 cuda://1).")(f)
+    f = click.option("--strategy", default="overlapped", show_default=True, type=click.Choice(["overlapped", "sequential"]),
+                     help="overlapped: time while compiling; sequential: compile, then time, one at a time.")(f)
+    f = click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")(f)
+    f = click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")(f)
+    f = click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")(f)
+    f = click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")(f)
+    f = click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN].")(f)
+    return f
+
+
+def _settings(repetitions: int, compile_timeout: float, run_timeout: float):
+    from tuner.settings import EvalSettings
+
+    return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions))
+
+
 @main.command()
 @click.argument("input_file", type=click.Path(path_type=Path))
-@click.option("--target", default="llvm-cpu", show_default=True, help="Compile target (llvm-cpu).")
 @click.option("--num-candidates", default=30, show_default=True, type=int, help="Configs to try besides the baseline.")
 @click.option("--output", "output_dir", default="tuning-output", show_default=True, type=click.Path(path_type=Path),
               help="Where best_spec.mlir, best_flags.txt and results.json go.")
-@click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")
-@click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")
-@click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
-def tune(input_file: Path, target: str, num_candidates: int, output_dir: Path, dispatch_name: str | None,
-         repetitions: int, compile_timeout: float, compile_only: bool) -> None:
+@_evaluation_options
+def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: bool, target: str,
+         dispatch_name: str | None, repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
+         devices: tuple[str, ...], store_path: Path | None) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE (a .mlir with linalg ops)."""
     from tuner import api
-    from tuner.settings import EvalSettings
 
     console = Console()
-    settings = EvalSettings(compile_timeout_s=compile_timeout, repetitions=max(1, repetitions))
     with _errors_to_exit(), _progress(console) as on_progress:
-        def on_candidates(dispatch, candidates) -> None:
-            console.print(f"[bold]{dispatch.name}[/bold]: {dispatch.op_name} {dispatch.shape_name}, "
-                          f"default {dispatch.default.pipeline}; {len(candidates)} candidates (baseline included)")
-
-        tuning = api.tune(input_file, target, num_candidates, output_dir, dispatch_name, settings,
-                          on_progress, on_candidates, compile_only)
-    if tuning.ranking is None:
+        tuning = api.tune(input_file, target, num_candidates, output_dir, dispatch_name,
+                          _settings(repetitions, compile_timeout, run_timeout), on_progress,
+                          _announce(console), compile_only, strategy, devices, store_path)
+    if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
         console.print(f"compiled {ok} of {len(tuning.manifest.built)} candidates into {output_dir}; "
                       f"measure them with: iree-tuner benchmark {output_dir}")
         return
-    _summary(console, tuning.ranking, list(tuning.results), output_dir)
+    _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
 
 
 @main.command()
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--device", default=None, help="Runtime device (default: the manifest's, e.g. local-task or cuda).")
-@click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")
-def benchmark(directory: Path, device: str | None, repetitions: int) -> None:
-    """Measure the candidates compiled into DIRECTORY (needs only the IREE runtime and numpy)."""
-    from tuner.benchmark_stage import benchmark_dir
-    from tuner.settings import EvalSettings
-
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--configs", "configs_file", default=None, type=click.Path(path_type=Path),
+              help="With an input file: JSON list of knob assignments (or a results.json) to evaluate.")
+@click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
+              help="With an input file: where outputs go (default: benchmark-output).")
+@_evaluation_options
+def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, dispatch_name: str | None,
+              repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
+              devices: tuple[str, ...], store_path: Path | None) -> None:
+    """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
+    (measured here with the IREE runtime and numpy only), or an input .mlir with --configs."""
     console = Console()
-    with _errors_to_exit(), _progress(console) as on_progress:
-        measured = benchmark_dir(directory, device, EvalSettings(repetitions=max(1, repetitions)), on_progress)
-    _summary(console, measured.ranking, list(measured.results), directory)
+    settings = _settings(repetitions, compile_timeout, run_timeout)
+    with _errors_to_exit():
+        if path.is_dir():
+            if configs_file is not None:
+                raise InputError(f"{path} is a compiled directory; --configs goes with an input .mlir file")
+            from tuner.benchmark_stage import benchmark_dir
+
+            with _progress(console) as on_progress:
+                measured = benchmark_dir(path, devices, settings, on_progress, store_path)
+            _summary(console, measured.ranking, list(measured.results), measured.stats, path)
+            return
+        if configs_file is None:
+            raise InputError(f"{path}: give --configs FILE to evaluate configs for an input file "
+                               "(or a directory from `iree-tuner tune --compile-only`)")
+        from tuner import api
+        from tuner.configs_file import read_configs
+
+        configs = read_configs(configs_file)
+        output_dir = output_dir or Path("benchmark-output")
+        with _progress(console) as on_progress:
+            tuning = api.benchmark_configs(path, configs, target, output_dir, dispatch_name, settings, on_progress,
+                                           _announce(console), strategy, devices, store_path,
+                                           on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}"))
+    _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
 
 
 @main.command()
@@ -73,7 +112,6 @@ def report(directory: Path, top: int) -> None:
     """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png."""
     import json
 
-    from tuner.errors import InputError
     from tuner.plot import plot_ranking
     from tuner.ranking import rank
     from tuner.report import render_table
@@ -91,23 +129,39 @@ def report(directory: Path, top: int) -> None:
             raise InputError(f"{path}: not a readable results file ({e})") from None
         ranking = rank(results)
         render_table(ranking, results, console, top)
-        title = f"{data.get('dispatch', '')} on {data.get('device') or data.get('target', '')}".strip()
+        if data.get("evaluation"):
+            console.print(_stats_line(data["evaluation"]))
+        title = f"{data.get('dispatch', '')} on {', '.join(data.get('devices', [])) or data.get('target', '')}".strip()
         png = plot_ranking(ranking, directory / "results.png", title)
     console.print(f"wrote {png}")
 
 
-def _summary(console: Console, ranking, results, output_dir: Path) -> None:
+def _announce(console: Console):
+    def on_candidates(dispatch, candidates) -> None:
+        console.print(f"[bold]{dispatch.name}[/bold]: {dispatch.op_name} {dispatch.shape_name}, "
+                      f"default {dispatch.default.pipeline}; {len(candidates)} candidates (baseline included)")
+
+    return on_candidates
+
+
+def _stats_line(stats: dict) -> str:
+    devices = ", ".join(f"{d} idle {100 * (1 - busy / stats['wall_s']):.0f}%" if stats["wall_s"] else d
+                        for d, busy in stats["busy_s"].items())
+    return (f"{stats['strategy']}: {stats['candidates']} evaluated, {stats['reused']} reused from the store, "
+            f"{stats['wall_s']:.1f} s ({devices}); confirmation round {stats['confirm_s']:.1f} s")
+
+
+def _summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
     from tuner.report import render_table
 
     render_table(ranking, results, console)
+    if stats is not None:
+        console.print(_stats_line(stats.to_json()))
     best = ranking.best
     if best is not None:
         speedup = ranking.speedup(best)
         console.print(f"best: candidate {best.candidate_id} ({best.label}), {best.median_ms:.3f} ms"
                       + (f", {speedup:.2f}x the default" if speedup else ""))
-        close = ranking.within_noise_of_best()
-        if close:
-            console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
     console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json")
 
 
@@ -122,7 +176,7 @@ class _errors_to_exit:
             click.echo(f"error: {error}", err=True)
             sys.exit(error.exit_code)
         if isinstance(error, KeyboardInterrupt):
-            click.echo("interrupted: results so far are in results.jsonl; run again to resume", err=True)
+            click.echo("interrupted: every result so far is in the result store; run again to resume", err=True)
             sys.exit(130)
         return False
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable
 
@@ -188,9 +190,11 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
 def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> list[Dispatch]:
     """Every tunable root op of the input under `target`, largest first."""
     configured = configure(input_path, target, flags)
+    digest = hashlib.sha256(input_path.read_bytes()).hexdigest()[:16]
     with ctx:
         module = ir.Module.parse(configured)
-        found = [d for op in iree_codegen.get_tuner_root_ops(module) if (d := _dispatch(op, flags))]
+        found = [replace(d, source_digest=digest) for op in iree_codegen.get_tuner_root_ops(module)
+                 if (d := _dispatch(op, flags))]
     return sorted(found, key=lambda d: d.flops, reverse=True)
 
 

@@ -1,9 +1,11 @@
-"""Measuring built candidates: numerics against the baseline, timing, and a confirmation round.
-Runtime-only (numpy and IREE's runtime tools; no compiler, no z3), so it also runs on a machine
-that only received the compiled candidates."""
+"""Measuring built candidates: numerics against the baseline, timing, recording, and the
+confirmation round. Runtime-only (numpy and IREE's runtime tools; no compiler, no z3), so it also
+runs on a machine that only received the compiled candidates."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -13,6 +15,7 @@ import numpy as np
 from tuner.errors import ToolError
 from tuner.results import Result, Status
 from tuner.runner import DispatchBenchmark, RunSettings, Timing, benchmark, relative_error, run_once, tolerance
+from tuner.tools import ToolRun
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 
@@ -34,6 +37,7 @@ class Built:
     # Where the target times dispatches alone (GPUs): the dispatch benchmark module to time.
     dispatch_vmfb: Optional[Path] = None
     dispatch_function: Optional[str] = None
+    reused: bool = False  # `result` was measured before (in a result store): nothing to build or run
 
     @property
     def dispatch_benchmark(self) -> Optional[DispatchBenchmark]:
@@ -50,71 +54,102 @@ class Built:
         rel = lambda p: str(p.relative_to(root)) if p else None  # noqa: E731
         return {"result": self.result.to_json(), "vmfb": rel(self.vmfb), "out_type": self.out_type,
                 "spec": rel(self.spec), "spec_flag": self.spec_flag, "base_flags": list(self.base_flags),
-                "dispatch_vmfb": rel(self.dispatch_vmfb), "dispatch_function": self.dispatch_function}
+                "dispatch_vmfb": rel(self.dispatch_vmfb), "dispatch_function": self.dispatch_function,
+                "reused": self.reused}
 
     @classmethod
     def from_json(cls, data: dict, root: Path) -> "Built":
         path = lambda p: root / p if p else None  # noqa: E731
         return cls(Result.from_json(data["result"]), path(data["vmfb"]), data["out_type"], path(data["spec"]),
                    data["spec_flag"], tuple(data["base_flags"]), path(data.get("dispatch_vmfb")),
-                   data.get("dispatch_function"))
+                   data.get("dispatch_function"), data.get("reused", False))
 
 
-def _measure(b: Built, settings: RunSettings, reference: Optional[np.ndarray]) -> tuple[Result, Optional[np.ndarray]]:
-    """Run once for the output, check it against the reference, then time it."""
-    assert b.vmfb is not None
-    out_path = b.vmfb.parent / "output.npy"
-    run = run_once(b.vmfb, settings, out_path)
-    if not run.ok:
-        status = Status.RUN_TIMEOUT if run.timed_out else Status.RUN_FAILED
-        return replace(b.result, status=status, error=run.first_error(), stderr=run.stderr[-4000:]), None
-    output = np.load(out_path)
-    err = 0.0 if reference is None else relative_error(output, reference)
-    if err > tolerance(b.out_type):
-        return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err,
-                       error=f"relative error {err:.2e} against the baseline exceeds {tolerance(b.out_type):.0e}"), output
-    timing, brun = benchmark(b.vmfb, settings, b.dispatch_benchmark)
-    if timing is None:
-        status = Status.RUN_TIMEOUT if brun.timed_out else Status.RUN_FAILED
-        return replace(b.result, status=status, relative_error=err, error=brun.first_error(),
-                       stderr=brun.stderr[-4000:]), output
-    return replace(b.result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
-                   spread_pct=timing.spread_pct, relative_error=err), output
+class Measurer:
+    """Checks each built candidate's output against the baseline's, then times it. Shared by the
+    device workers (thread-safe): the first candidate measured for an executable claims it, and
+    any other that compiled to the same executable is a duplicate."""
 
+    def __init__(self, run_settings: RunSettings) -> None:
+        self.run_settings = run_settings
+        self._lock = threading.Lock()
+        self._reference: Optional[np.ndarray] = None
+        self._claimed: dict[str, int] = {}  # executable hash -> the candidate measured for it
 
-def measure_all(built: list[Built], run_settings: RunSettings, settings: EvalSettings, store: ResultStore,
-                progress: Optional[Progress] = None) -> list[Result]:
-    """Measure one at a time, baseline first (every other output is checked against its), storing
-    each result as it arrives; then confirm the fastest few. A failing baseline stops the run."""
-    results: list[Result] = []
-    reference: Optional[np.ndarray] = None
-    measured_binaries: dict[str, int] = {}  # executable hash -> the candidate measured for it
-    ordered = sorted(built, key=lambda b: (not b.result.is_baseline, b.result.candidate_id))
-    for i, b in enumerate(ordered, 1):
+    def measure(self, b: Built, device: str) -> Result:
+        """The candidate's scored result on `device`; the baseline's output becomes the reference
+        (measure it first: the others are checked against it)."""
         result = b.result
-        twin = measured_binaries.get(result.binary_hash) if result.binary_hash else None
-        if result.ok and twin is not None:
-            # Same executable as one already measured: timing it again would only measure noise.
-            result = replace(result, status=Status.DUPLICATE, error=f"same executable as candidate {twin}")
-        elif result.ok:
-            result, output = _measure(b, run_settings, reference)
-            if result.binary_hash:
-                measured_binaries[result.binary_hash] = result.candidate_id
-            if b.result.is_baseline and output is not None:
-                reference = output
-        store.append(result)
-        if b.result.is_baseline and not result.ok:
+        if not result.ok:
+            return result
+        if result.binary_hash:
+            with self._lock:
+                twin = self._claimed.setdefault(result.binary_hash, result.candidate_id)
+            if twin != result.candidate_id:
+                # Same executable as one measured already: timing it again would only measure noise.
+                return replace(result, status=Status.DUPLICATE, error=f"same executable as candidate {twin}")
+        start = time.perf_counter()
+        measured, output = self._measure(b, replace(self.run_settings, device=device))
+        if b.result.is_baseline and output is not None and measured.ok:
+            with self._lock:
+                self._reference = output
+        return replace(measured, device=device, benchmark_s=time.perf_counter() - start)
+
+    def _measure(self, b: Built, settings: RunSettings) -> tuple[Result, Optional[np.ndarray]]:
+        """Run once for the output, check it against the reference, then time it."""
+        if b.vmfb is None:
+            return replace(b.result, status=Status.RUN_FAILED, error="no compiled module to run"), None
+        out_path = b.vmfb.parent / f"output-{settings.device.replace('/', '_').replace(':', '_')}.npy"
+        run = run_once(b.vmfb, settings, out_path)
+        if not run.ok:
+            return _failed_run(b.result, run), None
+        output = np.load(out_path)
+        with self._lock:
+            reference = self._reference
+        if reference is None and not b.result.is_baseline:
+            return replace(b.result, status=Status.RUN_FAILED, error="no baseline output to check against"), output
+        err = 0.0 if reference is None else relative_error(output, reference)
+        if err > tolerance(b.out_type):
+            return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err,
+                           error=f"relative error {err:.2e} against the baseline exceeds {tolerance(b.out_type):.0e}"), output
+        timing, brun = benchmark(b.vmfb, settings, b.dispatch_benchmark)
+        if timing is None:
+            return replace(_failed_run(b.result, brun), relative_error=err), output
+        return replace(b.result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
+                       spread_pct=timing.spread_pct, relative_error=err), output
+
+
+def _failed_run(result: Result, run: ToolRun) -> Result:
+    status = Status.RUN_TIMEOUT if run.timed_out else Status.RUN_FAILED
+    error = run.first_error() if not run.timed_out else f"{Path(run.command[0]).name} timed out"
+    return replace(result, status=status, error=error, stderr=run.stderr[-4000:])
+
+
+class Recorder:
+    """Where results arrive, in the thread that owns the store: each is stored at once, counted
+    for the progress bar, and a failed baseline ends the run (nothing can be checked without it)."""
+
+    def __init__(self, store: ResultStore, total: int, progress: Optional[Progress] = None,
+                 phase: str = "benchmark") -> None:
+        self.store = store
+        self.total = total
+        self.progress = progress
+        self.phase = phase
+        self.results: list[Result] = []
+
+    def add(self, result: Result) -> None:
+        self.store.put(result)
+        self.results.append(result)
+        if self.progress:
+            self.progress(self.phase, len(self.results), self.total)
+        if result.is_baseline and not result.ok:
             raise ToolError(f"the baseline (the compiler's default) failed: {result.error}", result.command, result.stderr)
-        results.append(result)
-        if progress:
-            progress("benchmark", i, len(ordered))
-    runnable = {b.result.key: b for b in built if b.vmfb is not None}
-    return confirm(results, runnable, run_settings, settings, store, progress)
 
 
 def confirm(results: list[Result], runnable: dict[str, Built], run_settings: RunSettings, settings: EvalSettings,
             store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
-    """Time the baseline and the `confirm_top` fastest again, round-robin, and pool the times."""
+    """Time the baseline and the `confirm_top` fastest again on one device, round-robin, and pool
+    the times (done after every compile has finished, so nothing else competes for the machine)."""
     ok = sorted((r for r in results if r.ok and r.median_ms is not None and r.key in runnable), key=lambda r: r.median_ms)
     chosen = [r for r in ok if r.is_baseline] + [r for r in ok if not r.is_baseline][: settings.confirm_top]
     if len(chosen) < 2 or settings.confirm_rounds < 1:
@@ -137,5 +172,5 @@ def confirm(results: list[Result], runnable: dict[str, Built], run_settings: Run
         timing = Timing(tuple(pooled[r.key]))
         updated[r.key] = replace(r, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
                                  spread_pct=timing.spread_pct)
-        store.append(updated[r.key])
+        store.put(updated[r.key])
     return [updated.get(r.key, r) for r in results]

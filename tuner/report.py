@@ -23,6 +23,7 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result],
     payload = {
         **meta,
         "best": ranking.best.candidate_id if ranking.best else None,
+        "within_noise_of_best": [r.candidate_id for r in ranking.within_noise_of_best()],
         "candidates": [{**r.to_json(), "speedup": ranking.speedup(r)} for r in results],
     }
     (output_dir / "results.json").write_text(json.dumps(payload, indent=2))
@@ -52,3 +53,7 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     console.print(table)
     if len(ranking.ranked) > top:
         console.print(f"({len(ranking.ranked) - top} more successful candidates in results.json)")
+    close = ranking.within_noise_of_best()
+    if close:
+        console.print(f"within noise of the best (its interquartile spread): "
+                      f"{', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")

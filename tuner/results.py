@@ -24,21 +24,28 @@ class Result:
     """One candidate's outcome. A failure is data: a status and an error, no time."""
 
     candidate_id: int
-    key: str
+    key: str  # digest of what was compiled: dispatch (and its input), target, config, flags
     label: str
     is_baseline: bool
     knobs: dict[str, Any]
-    flags: list[str]
+    flags: list[str]  # every iree-compile flag that built it
     status: Status
     times_ms: list[float] = field(default_factory=list)
     median_ms: Optional[float] = None
     spread_pct: Optional[float] = None
     relative_error: Optional[float] = None
     compile_s: Optional[float] = None
+    benchmark_s: Optional[float] = None  # time the device spent on it (numerics run + timing)
+    device: str = ""  # the runtime device that measured it
     binary_hash: str = ""  # sha256 of the compiled executables, to spot configs that change nothing
     error: str = ""
     stderr: str = ""
     command: list[str] = field(default_factory=list)
+    # What the key stands for, readable: the store keeps them as columns of their own.
+    dispatch: str = ""
+    target: str = ""
+    compilation_info: str = ""
+    config_flags: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -54,3 +61,27 @@ class Result:
         data = dict(data)
         data["status"] = Status(data["status"])
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class EvaluationStats:
+    """Where an evaluation's time went: wall time of the first pass over the batch (compile and
+    benchmark) and of the confirmation round, and how long each device was busy measuring."""
+
+    strategy: str
+    candidates: int  # evaluated in this run (stored results reused are not counted)
+    reused: int
+    wall_s: float
+    confirm_s: float
+    compile_s: float  # summed over candidates (parallel compiles overlap)
+    busy_s: dict[str, float]  # per device: time spent running and timing candidates
+
+    @property
+    def idle_share(self) -> float:
+        """The share of the first pass's wall time the benchmark devices sat idle (averaged)."""
+        if not self.busy_s or self.wall_s <= 0:
+            return 1.0
+        return 1.0 - sum(self.busy_s.values()) / (len(self.busy_s) * self.wall_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "idle_share": self.idle_share}

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.errors import TargetError
+
+# A directory of IREE tools to use instead of the installed wheels' (a source build, a wrapper).
+TOOLS_ENV = "IREE_TUNER_TOOLS"
 
 
 @dataclass(frozen=True)
@@ -28,8 +34,15 @@ class ToolRun:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
+    @property
+    def crashed(self) -> bool:
+        """Killed by a signal it did not ask for (a segfault, an abort), not by our timeout."""
+        return self.returncode < 0 and not self.timed_out
+
     def first_error(self) -> str:
         """The first line of stderr that reads like an error, for one-line reports."""
+        if self.crashed:
+            return f"{Path(self.command[0]).name} crashed: {_signal_name(-self.returncode)}"
         for line in self.stderr.splitlines():
             if "error" in line.lower():
                 return line.strip()
@@ -37,16 +50,27 @@ class ToolRun:
         return lines[0].strip() if lines else f"exit code {self.returncode}"
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def find_tool(name: str) -> str:
-    """The path of an IREE tool: next to this Python first (the venv's console scripts), then
-    inside the installed wheels, then on PATH."""
+    """The path of an IREE tool: in $IREE_TUNER_TOOLS if set, next to this Python (the venv's
+    console scripts), inside the installed wheels, then on PATH."""
+    override = os.environ.get(TOOLS_ENV)
+    if override:
+        path = Path(override) / name
+        if not path.exists():
+            raise TargetError(f"{TOOLS_ENV}={override} has no {name}")
+        return str(path)
     here = Path(sys.executable).parent / name
     if here.exists():
         return str(here)
     for package in ("iree._runtime_libs", "iree.compiler._mlir_libs"):
         try:
-            import importlib.util
-
             spec = importlib.util.find_spec(package)
         except ModuleNotFoundError:
             spec = None
@@ -61,15 +85,32 @@ def find_tool(name: str) -> str:
     raise TargetError(f"cannot find the IREE tool {name!r}: install iree-base-compiler and iree-base-runtime")
 
 
-def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
-    """Run a tool in its own process group, so that a timeout kills it and its children."""
-    import time
+# Process groups of the tools running now, so that an interrupted run leaves none behind.
+_live: set[int] = set()
+_live_lock = threading.Lock()
 
+
+def kill_running_tools() -> None:
+    """Kill every tool process group this process started and that is still running."""
+    with _live_lock:
+        groups = list(_live)
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
+    """Run a tool in its own process group, so that a timeout kills it and its children.
+    Safe to call from several threads at once."""
     start = time.perf_counter()
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
         start_new_session=True,
     )
+    with _live_lock:
+        _live.add(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout_s)
         return ToolRun(tuple(command), proc.returncode, out, err, time.perf_counter() - start)
@@ -80,3 +121,12 @@ def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> T
             pass
         out, err = proc.communicate()
         return ToolRun(tuple(command), -9, out or "", err or "", time.perf_counter() - start, timed_out=True)
+    except BaseException:  # interrupted: take the tool down with us
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        raise
+    finally:
+        with _live_lock:
+            _live.discard(proc.pid)

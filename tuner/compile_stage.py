@@ -1,11 +1,12 @@
-"""The compile stage: compile candidates in parallel (each iree-compile its own process), verify
-that each config took effect, and write the manifest that the benchmark stage measures."""
+"""The compile side: build a candidate (each iree-compile a process of its own, with a timeout),
+verify that its config took effect, and, for the two-machine flow, compile a batch in parallel
+into the manifest that the benchmark stage measures elsewhere."""
 
 from __future__ import annotations
 
 import hashlib
 import shutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Optional
@@ -17,7 +18,6 @@ from tuner.candidates import Candidate
 from tuner.discovery import TUNER_ATTRIBUTES_FLAG, read_configured
 from tuner.measure import Built, Progress
 from tuner.results import Result, Status
-from tuner.benchmark_stage import STORE
 from tuner.manifest import Manifest
 from tuner.workload import Workload
 from tuner.settings import EvalSettings
@@ -25,7 +25,8 @@ from tuner.store import ResultStore
 from tuner.targets import Target
 from tuner.tools import ToolRun, find_tool, run_tool
 
-__all__ = ["EvalSettings", "Progress", "candidate_flags", "compile_all", "compile_to_manifest"]
+__all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile_all", "compile_candidate",
+           "compile_to_manifest", "reused_result", "verify_build"]
 
 
 def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> list[str]:
@@ -36,18 +37,23 @@ def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> li
     return flags
 
 
-def _result(c: Candidate, flags: list[str], status: Status, **kw) -> Result:
-    return Result(candidate_id=c.id, key=c.key, label=c.label, is_baseline=c.is_baseline,
-                  knobs=dict(c.config.knobs), flags=flags, status=status, **kw)
-
-
 DISPATCH_VMFB = "dispatch.vmfb"
 
 
-def _compile(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float
-             ) -> tuple[Candidate, ToolRun, list[str], Path]:
+@dataclass(frozen=True)
+class CompileJob:
+    """A finished compile of one candidate, not yet verified."""
+
+    candidate: Candidate
+    run: ToolRun
+    flags: list[str]
+    directory: Path
+
+
+def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float) -> CompileJob:
     """Build the candidate's module (and, where the target times dispatches alone, the dispatch
-    benchmark module IREE dumps for the tuned dispatch), in processes of their own."""
+    benchmark module IREE dumps for the tuned dispatch), in processes of their own. Touches no
+    MLIR context, so any number of threads may call it at once."""
     cdir = workdir / f"{c.id:04d}"
     shutil.rmtree(cdir, ignore_errors=True)
     cdir.mkdir(parents=True)
@@ -65,12 +71,13 @@ def _compile(c: Candidate, input_path: Path, target: Target, workdir: Path, time
     if run.ok and target.time_dispatch_only:
         bench = _dispatch_benchmark_source(cdir / "bench", c.dispatch.name)
         if bench is None:
-            return c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {c.dispatch.name}"), flags, cdir
+            return CompileJob(c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {c.dispatch.name}"),
+                              flags, cdir)
         bench_run = run_tool([find_tool("iree-compile"), str(bench), *target.compile_flags,
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
         if not bench_run.ok:
-            return c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir
-    return c, run, flags, cdir
+            return CompileJob(c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir)
+    return CompileJob(c, run, flags, cdir)
 
 
 def _dispatch_benchmark_source(directory: Path, dispatch_name: str) -> Optional[Path]:
@@ -117,15 +124,22 @@ def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optio
                  base_flags, dispatch_vmfb, dispatch_function)
 
 
-def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, target: Target, ctx: ir.Context) -> Built:
+def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
+    """The compiled candidate, or the reason it is not one: read the configured dispatches back
+    and check that some root op carries exactly the candidate's config. Uses `ctx`: call it from
+    the thread that owns the context."""
+    c, run, flags, cdir = job.candidate, job.run, job.flags, job.directory
+
     def built(status: Status, vmfb: Optional[Path] = None, **kw) -> Built:
-        return _built(c, target, cdir, _result(c, flags, status, compile_s=run.seconds, command=_command(run, cdir), **kw),
+        return _built(c, target, cdir, c.result(flags, status, compile_s=run.seconds, command=_command(run, cdir), **kw),
                       vmfb)
 
     if run.timed_out:
         return built(Status.COMPILE_TIMEOUT, error="iree-compile timed out")
     if not run.ok:
         return built(Status.COMPILE_FAILED, error=run.first_error(), stderr=run.stderr[-4000:])
+    if not (cdir / "candidate.vmfb").is_file():
+        return built(Status.COMPILE_FAILED, error="iree-compile succeeded but wrote no module")
     configured = read_configured((p.read_text() for p in sorted((cdir / "configs").glob("*.mlir"))), ctx)
     # The config took effect if some root op carries exactly what was asked.
     mismatches = [check_config(c.config, d) for d in configured]
@@ -137,45 +151,48 @@ def _verify(c: Candidate, run: ToolRun, flags: list[str], cdir: Path, target: Ta
         function = _benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name), ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
-    result = _result(c, flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
-                     binary_hash=_binary_hash(cdir))
+    result = c.result(flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
+                      binary_hash=_binary_hash(cdir))
     return _built(c, target, cdir, result, cdir / "candidate.vmfb", function)
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,
                 settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None) -> list[Built]:
-    """Compile in parallel (each iree-compile its own process); read back and verify in this
-    thread (an MLIR context is not shared across threads)."""
+    """Compile in parallel (each iree-compile its own process); verify in this thread."""
     built: list[Built] = []
     with ThreadPoolExecutor(max_workers=max(1, settings.compile_workers)) as pool:
-        futures = [pool.submit(_compile, c, input_path, target, workdir, settings.compile_timeout_s) for c in candidates]
+        futures = [pool.submit(compile_candidate, c, input_path, target, workdir, settings.compile_timeout_s)
+                   for c in candidates]
         for i, future in enumerate(as_completed(futures), 1):
-            c, run, flags, cdir = future.result()
-            built.append(_verify(c, run, flags, cdir, target, ctx))
+            built.append(verify_build(future.result(), target, ctx))
             if progress:
                 progress("compile", i, len(candidates))
     return sorted(built, key=lambda b: b.result.candidate_id)
 
 
+def reused_result(c: Candidate, stored: Result, target: Target, workdir: Path) -> Result:
+    """A stored result standing for candidate `c` of this run: its spec is written again (it may
+    still win and become best_spec.mlir), its id and flags are this run's."""
+    cdir = workdir / f"{c.id:04d}"
+    cdir.mkdir(parents=True, exist_ok=True)
+    (cdir / "spec.mlir").write_text(c.spec)
+    return replace(stored, candidate_id=c.id, label=c.label, flags=candidate_flags(c, target, cdir / "spec.mlir"))
+
+
 def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: Target, workload: Workload,
-                        root: Path, ctx: ir.Context, settings: EvalSettings = EvalSettings(),
+                        root: Path, ctx: ir.Context, store: ResultStore, settings: EvalSettings = EvalSettings(),
                         meta: Optional[dict] = None, progress: Optional[Progress] = None) -> Manifest:
-    """The compile stage: compile and verify every candidate not already measured in `root`'s
-    result store, and write the manifest the benchmark stage reads."""
-    stored = ResultStore(root / STORE).load()
-    todo = [c for c in candidates if c.is_baseline or c.key not in stored]
+    """The compile stage of the two-machine flow: compile and verify every candidate that `store`
+    holds no result for, and write the manifest the benchmark stage reads. Stored results travel
+    in the manifest in place of a module."""
+    stored = store.reusable([c.key for c in candidates if not c.is_baseline])
+    todo = [c for c in candidates if c.key not in stored]
     built = compile_all(todo, input_path, target, root / "candidates", settings, ctx, progress)
-    compiled = {c.id for c in todo}
     for c in candidates:
-        if c.id in compiled:
-            continue
-        # Measured by an earlier run: keep its spec (it may still win), skip the compile.
-        cdir = root / "candidates" / f"{c.id:04d}"
-        cdir.mkdir(parents=True, exist_ok=True)
-        (cdir / "spec.mlir").write_text(c.spec)
-        result = replace(stored[c.key], candidate_id=c.id, flags=candidate_flags(c, target, cdir / "spec.mlir"))
-        built.append(_built(c, target, cdir, result, None))
+        if c.key in stored:
+            result = reused_result(c, stored[c.key], target, root / "candidates")
+            built.append(replace(_built(c, target, root / "candidates" / f"{c.id:04d}", result, None), reused=True))
     manifest = Manifest(workload, target.device, tuple(sorted(built, key=lambda b: b.result.candidate_id)),
-                        meta or {})
+                        {**(meta or {}), "compiler": store.compiler})
     manifest.write(root)
     return manifest

@@ -1,0 +1,39 @@
+"""A user's list of configs to evaluate without search: JSON, either a list of knob assignments
+(`[{"distribution_m": 64, ...}, {"knobs": {...}}]`) or a results.json from an earlier tuning
+(every non-baseline candidate's knobs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import InputError
+
+
+def read_configs(path: Path) -> list[dict[str, Any]]:
+    """The knob assignments in `path`, in file order; one clear error line for anything else."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such configs file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not a JSON configs file ({e})") from None
+    if isinstance(data, dict) and isinstance(data.get("candidates"), list):
+        entries = [c for c in data["candidates"] if isinstance(c, dict) and not c.get("is_baseline")]
+    elif isinstance(data, list):
+        entries = data
+    else:
+        raise InputError(f"{path}: expected a list of knob assignments or a results.json")
+    configs = []
+    for i, entry in enumerate(entries):
+        knobs = entry.get("knobs", entry) if isinstance(entry, dict) else None
+        if not isinstance(knobs, dict) or not knobs:
+            raise InputError(f"{path}: entry {i} is not a knob assignment (an object of knob names to values)")
+        bad = [k for k, v in knobs.items() if not isinstance(v, (int, bool))]
+        if bad:
+            raise InputError(f"{path}: entry {i}: knob values must be integers or booleans ({', '.join(bad)})")
+        configs.append(dict(knobs))
+    if not configs:
+        raise InputError(f"{path}: no configs in it")
+    return configs

@@ -1,0 +1,96 @@
+"""Benchmark workers: one thread per device, all taking work from one queue. Every measurement
+runs in tool processes of its own (iree-run-module, iree-benchmark-module, with timeouts), so a
+crash or a hang there becomes a result, never the end of the run. Runtime-only."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import replace
+from typing import Optional, Sequence, cast
+
+from tuner.measure import Built, Measurer, Recorder
+from tuner.results import Result, Status
+
+MEASURED = "measured"
+
+
+class DevicePool:
+    """Measures submitted candidates on any free device and puts `(MEASURED, result)` on
+    `events`. The baseline is measured before anything else starts, because every other output
+    is checked against its; candidates submitted earlier wait for it."""
+
+    def __init__(self, devices: Sequence[str], measurer: Measurer, events: "queue.Queue[tuple[str, object]]") -> None:
+        if not devices:
+            raise ValueError("a device pool needs at least one device")
+        self.devices = tuple(devices)
+        self._measurer = measurer
+        self._events = events
+        self._work: "queue.Queue[Optional[Built]]" = queue.Queue()
+        self._lock = threading.Lock()
+        self._held: list[Built] = []
+        self._baseline_done = False
+        self._threads = [threading.Thread(target=self._worker, args=(d,), name=f"bench-{i}-{d}", daemon=True)
+                         for i, d in enumerate(self.devices)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, b: Built) -> None:
+        with self._lock:
+            if b.result.is_baseline or self._baseline_done:
+                self._work.put(b)
+            else:
+                self._held.append(b)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._baseline_done = True
+            held, self._held = self._held, []
+        for b in held:
+            self._work.put(b)
+
+    def _worker(self, device: str) -> None:
+        while True:
+            b = self._work.get()
+            if b is None:
+                return
+            try:
+                result = self._measurer.measure(b, device)
+            except Exception as e:  # a bug here must not hang the run waiting for this result
+                result = replace(b.result, status=Status.RUN_FAILED, device=device,
+                                 error=f"benchmark worker error: {type(e).__name__}: {e}")
+            if b.result.is_baseline:
+                self._release()
+            self._events.put((MEASURED, result))
+
+    def close(self) -> None:
+        """Stop the workers once they are idle; anything not yet measured is dropped."""
+        with self._lock:
+            self._held = []
+        while True:
+            try:
+                self._work.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._work.put(None)
+
+
+def measure_built(built: Sequence[Built], devices: Sequence[str], measurer: Measurer, recorder: Recorder) -> None:
+    """Measure every built candidate on the devices, baseline first, recording each result as it
+    arrives (in this thread); those that did not build are recorded as they are."""
+    events: "queue.Queue[tuple[str, object]]" = queue.Queue()
+    pool = DevicePool(devices, measurer, events)
+    try:
+        waiting = 0
+        for b in sorted(built, key=lambda b: (not b.result.is_baseline, b.result.candidate_id)):
+            if b.result.ok:
+                pool.submit(b)
+                waiting += 1
+            else:
+                recorder.add(b.result)
+        for _ in range(waiting):
+            _, result = events.get()
+            recorder.add(cast(Result, result))
+    finally:
+        pool.close()

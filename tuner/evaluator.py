@@ -1,0 +1,169 @@
+"""Evaluators: a batch of candidates in, one scored result per candidate out. Search decides what
+to try; an evaluator decides how it is compiled and timed, so a fixed list of configs can be
+evaluated without any search and strategies can be compared on the same batch.
+
+Both strategies here share everything but the schedule: stored results are reused, the baseline
+is measured first (the reference for every numerics check), every result is stored the moment it
+arrives, and the fastest few are timed again in interleaved rounds before anything is ranked.
+
+- `Sequential`: compile one candidate, measure it, then the next. The device idles during every
+  compile, and nothing else runs while it measures.
+- `Overlapped`: a pool of compile workers (each compile an iree-compile process of its own) feeds
+  a queue that benchmark workers, one per device, take from; timing starts as soon as the first
+  candidate is built. On a CPU target the compiles share the machine with the timing, which adds
+  noise to the first pass; the confirmation round runs after every compile has finished.
+
+A distributed evaluator would implement the same `Evaluator` protocol.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Protocol, Sequence, cast
+
+from iree.compiler import ir
+
+from tuner.candidates import Candidate
+from tuner.compile_stage import CompileJob, compile_candidate, reused_result, verify_build
+from tuner.devices import MEASURED, DevicePool
+from tuner.errors import InputError
+from tuner.measure import Built, Measurer, Progress, Recorder, confirm
+from tuner.results import EvaluationStats, Result
+from tuner.runner import RunSettings
+from tuner.settings import EvalSettings
+from tuner.store import ResultStore
+from tuner.targets import Target
+from tuner.tools import kill_running_tools
+from tuner.workload import Workload
+
+COMPILED = "compiled"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    results: tuple[Result, ...]  # one per candidate, in candidate order
+    stats: EvaluationStats
+
+
+class Evaluator(Protocol):
+    """Compiles and times a batch of candidates (the baseline among them)."""
+
+    name: str
+
+    def evaluate(self, candidates: Sequence[Candidate]) -> Evaluation: ...
+
+
+class _LocalEvaluator:
+    """Compiles on this machine and measures on its devices; subclasses choose the schedule."""
+
+    name = ""
+
+    def __init__(self, input_path: Path, target: Target, workload: Workload, workdir: Path, store: ResultStore,
+                 settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
+                 progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None) -> None:
+        self.input_path = input_path
+        self.target = target
+        self.workdir = workdir
+        self.store = store
+        self.settings = settings
+        self.devices = tuple(devices) or (target.device,)
+        if len(set(self.devices)) != len(self.devices):
+            raise InputError(f"devices must be distinct: {', '.join(self.devices)}")
+        self.progress = progress
+        self.ctx = ctx or ir.Context()
+        inputs = tuple(workload.write_inputs(workdir / "inputs"))
+        self.run_settings = RunSettings(device=self.devices[0], entry=workload.entry, inputs=inputs,
+                                        repetitions=settings.repetitions, min_time_s=settings.min_time_s,
+                                        timeout_s=settings.run_timeout_s)
+        self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
+
+    def evaluate(self, candidates: Sequence[Candidate]) -> Evaluation:
+        if sum(c.is_baseline for c in candidates) != 1:
+            raise InputError("a batch needs exactly one baseline candidate")
+        stored = self.store.reusable([c.key for c in candidates if not c.is_baseline])
+        reused = [reused_result(c, stored[c.key], self.target, self.workdir) for c in candidates if c.key in stored]
+        todo = sorted((c for c in candidates if c.key not in stored), key=lambda c: (not c.is_baseline, c.id))
+        recorder = Recorder(self.store, len(todo), self.progress)
+        start = time.perf_counter()
+        try:
+            self._run(todo, Measurer(self.run_settings), recorder)
+        except BaseException:
+            kill_running_tools()  # leave no compile or benchmark running behind an interrupted run
+            raise
+        wall = time.perf_counter() - start
+        start = time.perf_counter()
+        runnable = {k: b for k, b in self.built.items() if b.vmfb is not None}
+        results = confirm(recorder.results + reused, runnable, self.run_settings, self.settings, self.store,
+                          self.progress)
+        stats = EvaluationStats(
+            strategy=self.name, candidates=len(todo), reused=len(reused), wall_s=wall,
+            confirm_s=time.perf_counter() - start,
+            compile_s=sum(r.compile_s or 0.0 for r in recorder.results),
+            busy_s={d: sum(r.benchmark_s or 0.0 for r in recorder.results if r.device == d) for d in self.devices},
+        )
+        return Evaluation(tuple(sorted(results, key=lambda r: r.candidate_id)), stats)
+
+    def _compile(self, c: Candidate) -> CompileJob:
+        return compile_candidate(c, self.input_path, self.target, self.workdir, self.settings.compile_timeout_s)
+
+    def _verify(self, job: CompileJob) -> Built:
+        built = verify_build(job, self.target, self.ctx)
+        self.built[built.result.key] = built
+        return built
+
+    def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
+        raise NotImplementedError
+
+
+class Sequential(_LocalEvaluator):
+    """Compile, then measure, one candidate at a time, on the first device."""
+
+    name = "sequential"
+
+    def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
+        for c in todo:
+            built = self._verify(self._compile(c))
+            recorder.add(measurer.measure(built, self.devices[0]) if built.result.ok else built.result)
+
+
+class Overlapped(_LocalEvaluator):
+    """Compile workers feed benchmark workers (one per device) through a queue."""
+
+    name = "overlapped"
+
+    def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
+        events: "queue.Queue[tuple[str, object]]" = queue.Queue()
+        pool = DevicePool(self.devices, measurer, events)
+        compilers = ThreadPoolExecutor(max_workers=max(1, self.settings.compile_workers), thread_name_prefix="compile")
+        try:
+            for c in todo:  # the baseline first: it is built, and so measured, first
+                future = compilers.submit(self._compile, c)
+                future.add_done_callback(lambda f: events.put((COMPILED, f)))
+            while len(recorder.results) < len(todo):
+                kind, payload = events.get()
+                if kind == MEASURED:
+                    recorder.add(cast(Result, payload))
+                    continue
+                # Verification reads MLIR, so it happens here, in the thread that owns the context.
+                built = self._verify(cast("Future[CompileJob]", payload).result())
+                if built.result.ok:
+                    pool.submit(built)
+                else:
+                    recorder.add(built.result)
+        finally:
+            compilers.shutdown(wait=False, cancel_futures=True)
+            pool.close()
+
+
+STRATEGIES: dict[str, type[_LocalEvaluator]] = {e.name: e for e in (Sequential, Overlapped)}
+
+
+def make_evaluator(strategy: str, *args, **kwargs) -> _LocalEvaluator:
+    """The evaluator named `strategy` (see STRATEGIES), built with the given arguments."""
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown evaluation strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    return STRATEGIES[strategy](*args, **kwargs)
