@@ -89,3 +89,59 @@ def synthetic_cpu_dispatch(m: int = 1024, n: int = 1024, k: int = 1024, avx512: 
                             "vector_common_parallel = [8, 16, 0], vector_reduction = [0, 0, 16]>",
         ),
     )
+
+
+_FAULTY_TOOL = '''#!{python}
+"""An IREE tool that misbehaves on purpose where a rule says so, and is the real tool elsewhere."""
+import json, os, signal, subprocess, sys, time
+real = {real!r}[os.path.basename(sys.argv[0])]
+args = sys.argv[1:]
+where = " ".join(args) + " cwd=" + os.getcwd()
+for tool, needle, action in json.load(open({rules!r})):
+    if tool == os.path.basename(sys.argv[0]) and needle in where:
+        if action == "hang":
+            time.sleep(3600)
+        elif action == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif action == "slow":
+            time.sleep(1.0)
+        elif action == "corrupt":  # run for real, then spoil the output it wrote
+            import numpy as np
+            code = subprocess.call([real, *args])
+            out = next(a for a in args if a.startswith("--output=@"))[len("--output=@"):]
+            np.save(out, np.load(out) * 1.5)
+            sys.exit(code)
+os.execv(real, [real, *args])
+'''
+
+
+@pytest.fixture
+def faulty_tools(tmp_path, monkeypatch):
+    """IREE tools that hang, crash, run slowly or spoil their output where told to:
+    `fault("iree-benchmark-module", "/0003/", "hang")` makes every call of that tool whose
+    arguments (or working directory) contain "/0003/" hang. Set through $IREE_TUNER_TOOLS, so
+    subprocesses of the test (the CLI) see the same tools."""
+    import json
+    import sys
+
+    from tuner.tools import TOOLS_ENV, find_tool
+
+    names = ("iree-compile", "iree-run-module", "iree-benchmark-module")
+    real = {n: find_tool(n) for n in names}
+    directory = tmp_path / "faulty-tools"
+    directory.mkdir()
+    rules_path = directory / "rules.json"
+    rules: list = []
+    rules_path.write_text("[]")
+    for name in names:
+        tool = directory / name
+        tool.write_text(_FAULTY_TOOL.format(python=sys.executable, real=real, rules=str(rules_path)))
+        tool.chmod(0o755)
+    monkeypatch.setenv(TOOLS_ENV, str(directory))
+
+    def fault(tool: str, needle: str, action: str) -> None:
+        rules.append([tool, needle, action])
+        rules_path.write_text(json.dumps(rules))
+
+    fault.clear = lambda: (rules.clear(), rules_path.write_text("[]"))  # type: ignore[attr-defined]
+    return fault

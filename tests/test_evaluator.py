@@ -1,0 +1,169 @@
+"""The evaluation layer for real on small matmuls: both strategies score every candidate, devices
+share one queue, hung and crashing tools become statuses, wrong numbers are never ranked, a run
+killed with SIGKILL resumes from the store, and two runs can share one store."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipelines import pipeline_for
+from tuner.candidates import generate_candidates
+from tuner.discovery import discover, parse_input, read_workload
+from tuner.evaluator import Overlapped, Sequential, make_evaluator
+from tuner.errors import InputError
+from tuner.ranking import rank
+from tuner.results import Status
+from tuner.settings import EvalSettings
+from tuner.store import ResultStore
+from tuner.versions import compiler_version, runtime_version
+from tests.conftest import write_matmul
+
+FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, compile_workers=2)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _batch(path, ctx, cpu, n):
+    [dispatch] = discover(path, cpu, ctx)
+    candidates = generate_candidates(dispatch, pipeline_for(dispatch), n, ctx)
+    return candidates, read_workload(parse_input(path, ctx), path)
+
+
+def _evaluator(kind, path, cpu, workload, root, ctx, settings=FAST, devices=()):
+    store = ResultStore(root / "results.sqlite", compiler_version(), runtime_version())
+    return kind(path, cpu, workload, root / "candidates", store, settings, devices, ctx=ctx)
+
+
+def test_both_strategies_score_every_candidate_alike(small_matmul, tmp_path, ctx, cpu):
+    candidates, workload = _batch(small_matmul, ctx, cpu, 4)
+    runs = {kind.name: _evaluator(kind, small_matmul, cpu, workload, tmp_path / kind.name, ctx).evaluate(candidates)
+            for kind in (Sequential, Overlapped)}
+    for name, evaluation in runs.items():
+        assert [r.candidate_id for r in evaluation.results] == [c.id for c in candidates]
+        for r in evaluation.results:
+            assert r.status == Status.OK, (name, r)
+            assert r.median_ms > 0 and r.spread_pct >= 0 and r.compile_s > 0 and r.benchmark_s > 0
+            assert r.relative_error is not None and r.device == "local-task"
+        stats = evaluation.stats
+        assert stats.strategy == name and stats.candidates == len(candidates) and stats.reused == 0
+        assert 0 < stats.busy_s["local-task"] < stats.wall_s and 0 < stats.idle_share < 1
+    # The same configs build the same executables whichever way they are scheduled.
+    hashes = {name: [r.binary_hash for r in e.results] for name, e in runs.items()}
+    assert hashes["sequential"] == hashes["overlapped"]
+
+
+def test_devices_share_one_queue(small_matmul, tmp_path, ctx, cpu):
+    candidates, workload = _batch(small_matmul, ctx, cpu, 5)
+    devices = ("local-task", "local-sync")
+    evaluation = _evaluator(Overlapped, small_matmul, cpu, workload, tmp_path, ctx, devices=devices).evaluate(candidates)
+    assert all(r.ok for r in evaluation.results)
+    # Every device took work, and each result says which device measured it.
+    assert {r.device for r in evaluation.results} == set(devices)
+    assert all(evaluation.stats.busy_s[d] > 0 for d in devices)
+    with pytest.raises(InputError, match="distinct"):
+        _evaluator(Overlapped, small_matmul, cpu, workload, tmp_path, ctx, devices=("local-task", "local-task"))
+    with pytest.raises(InputError, match="unknown evaluation strategy"):
+        make_evaluator("random", small_matmul, cpu, workload, tmp_path, None)
+
+
+def test_hung_compile_and_hung_benchmark_are_killed_and_marked(small_matmul, tmp_path, ctx, cpu, faulty_tools):
+    candidates, workload = _batch(small_matmul, ctx, cpu, 4)
+    faulty_tools("iree-compile", "candidates/0002", "hang")
+    faulty_tools("iree-benchmark-module", "candidates/0003/", "hang")
+    settings = replace(FAST, compile_timeout_s=20, run_timeout_s=10)
+    evaluation = _evaluator(Overlapped, small_matmul, cpu, workload, tmp_path, ctx, settings).evaluate(candidates)
+    by_id = {r.candidate_id: r for r in evaluation.results}
+    assert by_id[2].status == Status.COMPILE_TIMEOUT and "timed out" in by_id[2].error
+    assert by_id[3].status == Status.RUN_TIMEOUT and "iree-benchmark-module timed out" in by_id[3].error
+    assert by_id[3].relative_error == 0.0  # its numbers were fine; only its timing hung
+    assert all(by_id[i].ok for i in (0, 1, 4))
+    assert {r.candidate_id for r in rank(evaluation.results).ranked} == {0, 1, 4}
+
+
+@pytest.mark.parametrize("kind", [Sequential, Overlapped], ids=lambda k: k.name)
+def test_a_crashing_benchmark_and_wrong_numbers_are_marked_and_never_ranked(kind, small_matmul, tmp_path, ctx, cpu,
+                                                                            faulty_tools):
+    candidates, workload = _batch(small_matmul, ctx, cpu, 3)
+    faulty_tools("iree-benchmark-module", "candidates/0001/", "crash")
+    faulty_tools("iree-run-module", "candidates/0002/", "corrupt")
+    evaluation = _evaluator(kind, small_matmul, cpu, workload, tmp_path, ctx).evaluate(candidates)
+    by_id = {r.candidate_id: r for r in evaluation.results}
+    assert by_id[1].status == Status.RUN_FAILED and "crashed: SIGSEGV" in by_id[1].error
+    assert by_id[2].status == Status.WRONG_NUMERICS and by_id[2].relative_error > 0.1
+    assert by_id[2].median_ms is None  # never timed, so never ranked
+    assert by_id[0].ok and by_id[3].ok
+    assert [r.candidate_id for r in rank(evaluation.results).ranked] == sorted(
+        [0, 3], key=lambda i: by_id[i].median_ms)
+
+
+def _cli(*args, env=None):
+    code = f"import sys; from tuner.cli import main; main({list(args)!r})"
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _rows(store: Path) -> list[dict]:
+    with ResultStore(store, compiler_version(), runtime_version()) as s:
+        return s.rows()
+
+
+def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_path, faulty_tools):
+    out = tmp_path / "out"
+    store = out / "results.sqlite"
+    args = ["tune", str(small_matmul), "--num-candidates", "6", "--repetitions", "2", "--output", str(out),
+            "--strategy", "sequential"]
+    faulty_tools("iree-benchmark-module", "candidates/", "slow")  # a second per timing: time to kill it
+    first = _cli(*args, env=dict(os.environ))
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and first.poll() is None:
+        if store.exists() and len(_rows(store)) >= 3:
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, first.stdout.read()
+    os.killpg(first.pid, signal.SIGKILL)  # the tuner and every tool it started, mid-run
+    first.wait()
+    before = {r["key"]: r for r in _rows(store)}
+    assert 3 <= len(before) < 7
+    with sqlite3.connect(store) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+    faulty_tools.clear()
+    second = _cli(*args, env=dict(os.environ))
+    output, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, output
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["candidates"]) == 7 and all(c["status"] == "ok" for c in data["candidates"])
+    # What the killed run measured is reused untouched; only the baseline is measured again.
+    kept = {k for k, r in before.items() if r["status"] == "ok"} - {c["key"] for c in data["candidates"] if c["is_baseline"]}
+    after = {r["key"]: r for r in _rows(store)}
+    assert all(after[k]["run"] == before[k]["run"] and after[k]["written_at"] == before[k]["written_at"] for k in kept)
+    assert data["evaluation"]["reused"] == len(kept)
+    assert data["evaluation"]["candidates"] == 7 - len(kept)
+    assert len(after) == 7
+
+
+def test_two_tunings_at_once_share_one_store(tmp_path):
+    store = tmp_path / "shared.sqlite"
+    inputs = [write_matmul(tmp_path / "a.mlir", 128, 256, 64), write_matmul(tmp_path / "b.mlir", 96, 128, 64)]
+    runs = [_cli("tune", str(path), "--num-candidates", "3", "--repetitions", "2", "--store", str(store),
+                 "--output", str(tmp_path / f"out{i}")) for i, path in enumerate(inputs)]
+    for run in runs:
+        output, _ = run.communicate(timeout=600)
+        assert run.returncode == 0, output
+    with sqlite3.connect(store) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    rows = _rows(store)
+    keys = set()
+    for i in range(2):
+        data = json.loads((tmp_path / f"out{i}" / "results.json").read_text())
+        assert all(c["status"] == "ok" for c in data["candidates"])
+        keys |= {c["key"] for c in data["candidates"]}
+    assert {r["key"] for r in rows} == keys and len(rows) == len(keys) == 8
+    assert len({r["dispatch"] for r in rows}) == 2 and len({r["run"] for r in rows}) == 2
