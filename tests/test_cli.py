@@ -76,3 +76,51 @@ def test_report_redraws_table_and_plot(tmp_path):
     assert "cfg 1" in result.output and "2.00x" in result.output and "compile_failed" in result.output
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     _one_error_line(_run("report", str(tmp_path / "nothing")), 2, "no results.json")
+
+
+def _knobs_of_two_candidates(path, ctx, cpu):
+    from pipelines import pipeline_for
+    from tuner.candidates import generate_candidates
+    from tuner.discovery import discover
+
+    [dispatch] = discover(path, cpu, ctx)
+    return [dict(c.config.knobs) for c in generate_candidates(dispatch, pipeline_for(dispatch), 2, ctx)[1:]]
+
+
+def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
+    knobs = _knobs_of_two_candidates(small_matmul, ctx, cpu)
+    configs = tmp_path / "configs.json"
+    configs.write_text(json.dumps([knobs[0], {"knobs": knobs[1]}]))
+    out = tmp_path / "o"
+    result = _run("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "2",
+                  "--strategy", "sequential", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "sequential: 3 evaluated" in result.output
+    data = json.loads((out / "results.json").read_text())
+    assert [c["knobs"] for c in data["candidates"]] == [{}, *knobs]
+    assert all(c["status"] == "ok" for c in data["candidates"])
+    # A results.json is a configs file too: the same configs again, all reused from the store.
+    again = _run("benchmark", str(small_matmul), "--configs", str(out / "results.json"), "--repetitions", "2",
+                 "--output", str(out))
+    assert again.exit_code == 0, again.output
+    assert "overlapped: 1 evaluated, 2 reused from the store" in again.output
+
+
+def test_benchmark_rejects_bad_configs(tmp_path, small_matmul, ctx, cpu):
+    knobs = _knobs_of_two_candidates(small_matmul, ctx, cpu)[0]
+    configs = tmp_path / "configs.json"
+    configs.write_text(json.dumps([{**knobs, "tile_z": 4}]))
+    _one_error_line(_run("benchmark", str(small_matmul), "--configs", str(configs), "--output", str(tmp_path / "o")),
+                    2, "unknown: tile_z")
+    configs.write_text("[{")
+    _one_error_line(_run("benchmark", str(small_matmul), "--configs", str(configs), "--output", str(tmp_path / "o")),
+                    2, "not a JSON configs file")
+    _one_error_line(_run("benchmark", str(small_matmul), "--output", str(tmp_path / "o")), 2, "give --configs")
+    _one_error_line(_run("benchmark", str(tmp_path / "nothing-here")), 2, "no such file or directory")
+    # Outside the pipeline's constraints: said so, and evaluated anyway (a failure would be data).
+    configs.write_text(json.dumps([{**knobs, "distribution_m": 3}]))
+    result = _run("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "1",
+                  "--output", str(tmp_path / "o"))
+    assert result.exit_code == 0, result.output
+    assert "config 0 is outside the" in result.output
+    assert len(json.loads((tmp_path / "o" / "results.json").read_text())["candidates"]) == 2

@@ -90,6 +90,8 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
                 measured = benchmark_dir(path, devices, settings, on_progress, store_path)
             _summary(console, measured.ranking, list(measured.results), measured.stats, path)
             return
+        if not path.exists():
+            raise InputError(f"{path}: no such file or directory")
         if configs_file is None:
             raise InputError(f"{path}: give --configs FILE to evaluate configs for an input file "
                                "(or a directory from `iree-tuner tune --compile-only`)")
