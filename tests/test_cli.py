@@ -103,7 +103,7 @@ def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
     again = _run("benchmark", str(small_matmul), "--configs", str(out / "results.json"), "--repetitions", "2",
                  "--output", str(out))
     assert again.exit_code == 0, again.output
-    assert "overlapped: 1 evaluated, 2 reused from the store" in again.output
+    assert "sequential: 1 evaluated, 2 reused from the store" in again.output
 
 
 def test_benchmark_rejects_bad_configs(tmp_path, small_matmul, ctx, cpu):

@@ -96,7 +96,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
          output_dir: Path | str = "tuning-output", dispatch_name: Optional[str] = None,
          settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
-         compile_only: bool = False, strategy: str = "overlapped", devices: Sequence[str] = (),
+         compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
          store_path: Optional[Path | str] = None) -> Tuning:
     """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`)."""
     if num_candidates < 1:
@@ -113,7 +113,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                       output_dir: Path | str = "benchmark-output", dispatch_name: Optional[str] = None,
                       settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
                       on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
-                      strategy: str = "overlapped", devices: Sequence[str] = (),
+                      strategy: str = "auto", devices: Sequence[str] = (),
                       store_path: Optional[Path | str] = None,
                       on_warning: Optional[Callable[[str], None]] = None) -> Tuning:
     """Evaluate the given knob assignments (and the baseline) for the dispatch; no search."""
@@ -132,7 +132,9 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
              compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str]) -> Tuning:
     """Compile and measure the candidates with the chosen evaluator, reusing and filling the
     result store, then write best_spec.mlir, best_flags.txt and results.json. With
-    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`."""
+    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
+    `strategy` names an evaluator (tuner.evaluator.STRATEGIES) or is "auto": the target's own
+    default."""
     output_dir, target = session.output_dir, session.target
     meta = {
         "input": str(session.input_path.resolve()),
@@ -148,6 +150,7 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
             manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
                                            session.ctx, store, settings, meta, progress)
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest)
+        strategy = target.default_strategy if strategy == "auto" else strategy
         evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
                                    store, settings, devices, progress, session.ctx)
         evaluation = evaluator.evaluate(candidates)

@@ -24,8 +24,10 @@ def _evaluation_options(f):
                      help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
     f = click.option("--device", "devices", multiple=True,
                      help="Runtime device to benchmark on; repeat for several (e.g. cuda://0 cuda://1).")(f)
-    f = click.option("--strategy", default="overlapped", show_default=True, type=click.Choice(["overlapped", "sequential"]),
-                     help="overlapped: time while compiling; sequential: compile, then time, one at a time.")(f)
+    f = click.option("--strategy", default="auto", show_default=True,
+                     type=click.Choice(["auto", "overlapped", "sequential"]),
+                     help="overlapped: time while compiling; sequential: compile, then time, one at a time; "
+                          "auto: sequential on llvm-cpu (timing shares its cores), overlapped on GPUs.")(f)
     f = click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")(f)
     f = click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")(f)
     f = click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")(f)
