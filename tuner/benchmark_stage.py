@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tuner.devices import measure_built
+from tuner.devices import distinct_devices, measure_built
 from tuner.manifest import Manifest
 from tuner.measure import Measurer, Progress, Recorder, confirm
 from tuner.ranking import Ranking, rank
@@ -18,6 +18,7 @@ from tuner.results import EvaluationStats, Result
 from tuner.runner import RunSettings
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
+from tuner.tools import kill_running_tools
 from tuner.versions import runtime_version
 
 STORE = "results.sqlite"
@@ -36,32 +37,32 @@ def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSetting
     device), reusing results stored for this runtime (never the baseline's), then write
     best_spec.mlir, best_flags.txt and results.json."""
     manifest = Manifest.read(root)
-    devices = tuple(devices) or (manifest.device,)
-    store = ResultStore(store_path or root / STORE, manifest.meta.get("compiler", "unknown"), runtime_version())
-    stored = store.reusable([b.result.key for b in manifest.built if not b.result.is_baseline])
-    # Measured before: in this store, or on the compile machine (the manifest carries its result).
-    done = [stored.get(b.result.key, b.result) for b in manifest.built if b.result.key in stored or b.reused]
-    done_keys = {r.key for r in done}
-    ids = {b.result.key: b.result.candidate_id for b in manifest.built}
-    reused = [replace(r, candidate_id=ids[r.key]) for r in done]
-    todo = [b for b in manifest.built if b.result.key not in done_keys]
-    run_settings = RunSettings(device=devices[0], entry=manifest.workload.entry, inputs=manifest.inputs(root),
-                               repetitions=settings.repetitions, min_time_s=settings.min_time_s,
-                               timeout_s=settings.run_timeout_s)
-    recorder = Recorder(store, len(todo), progress)
-    start = time.perf_counter()
-    measure_built(todo, devices, Measurer(run_settings), recorder)
-    wall = time.perf_counter() - start
-    start = time.perf_counter()
-    runnable = {b.result.key: b for b in todo if b.vmfb is not None}
-    results = sorted(confirm(recorder.results + reused, runnable, run_settings, settings, store, progress),
-                     key=lambda r: r.candidate_id)
-    stats = EvaluationStats(
-        strategy="benchmark-only", candidates=len(todo), reused=len(reused), wall_s=wall,
-        confirm_s=time.perf_counter() - start, compile_s=0.0,
-        busy_s={d: sum(r.benchmark_s or 0.0 for r in recorder.results if r.device == d) for d in devices},
-    )
-    store.close()
+    devices = distinct_devices(devices, manifest.device)
+    with ResultStore(store_path or root / STORE, manifest.meta.get("compiler", "unknown"), runtime_version()) as store:
+        stored = store.reusable([b.result.key for b in manifest.built if not b.result.is_baseline])
+        # Measured before: in this store, or on the compile machine (the manifest carries its result).
+        done = [stored.get(b.result.key, b.result) for b in manifest.built if b.result.key in stored or b.reused]
+        done_keys = {r.key for r in done}
+        ids = {b.result.key: b.result.candidate_id for b in manifest.built}
+        reused = [replace(r, candidate_id=ids[r.key]) for r in done]
+        todo = [b for b in manifest.built if b.result.key not in done_keys]
+        run_settings = RunSettings(device=devices[0], entry=manifest.workload.entry, inputs=manifest.inputs(root),
+                                   repetitions=settings.repetitions, min_time_s=settings.min_time_s,
+                                   timeout_s=settings.run_timeout_s)
+        recorder = Recorder(store, len(todo), progress)
+        start = time.perf_counter()
+        try:
+            measure_built(todo, devices, Measurer(run_settings), recorder)
+        except BaseException:
+            kill_running_tools()  # no benchmark left running behind an interrupted run
+            raise
+        wall = time.perf_counter() - start
+        start = time.perf_counter()
+        runnable = {b.result.key: b for b in todo if b.vmfb is not None}
+        results = sorted(confirm(recorder.results + reused, runnable, run_settings, settings, store, progress),
+                         key=lambda r: r.candidate_id)
+        stats = EvaluationStats.of("benchmark-only", recorder.results, len(reused), wall,
+                                   time.perf_counter() - start, devices)
     ranking = rank(results)
     best = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), None)
     best_spec_path = root / "best_spec.mlir"

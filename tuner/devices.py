@@ -9,10 +9,19 @@ import threading
 from dataclasses import replace
 from typing import Optional, Sequence, cast
 
+from tuner.errors import InputError
 from tuner.measure import Built, Measurer, Recorder
 from tuner.results import Result, Status
 
 MEASURED = "measured"
+
+
+def distinct_devices(devices: Sequence[str], default: str) -> tuple[str, ...]:
+    """The devices to time on (`default` when none are named); each may appear once."""
+    devices = tuple(devices) or (default,)
+    if len(set(devices)) != len(devices):
+        raise InputError(f"devices must be distinct: {', '.join(devices)}")
+    return devices
 
 
 class DevicePool:

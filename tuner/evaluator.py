@@ -29,7 +29,7 @@ from iree.compiler import ir
 
 from tuner.candidates import Candidate
 from tuner.compile_stage import CompileJob, compile_candidate, reused_result, verify_build
-from tuner.devices import MEASURED, DevicePool
+from tuner.devices import MEASURED, DevicePool, distinct_devices
 from tuner.errors import InputError
 from tuner.measure import Built, Measurer, Progress, Recorder, confirm
 from tuner.results import EvaluationStats, Result
@@ -70,9 +70,7 @@ class _LocalEvaluator:
         self.workdir = workdir
         self.store = store
         self.settings = settings
-        self.devices = tuple(devices) or (target.device,)
-        if len(set(self.devices)) != len(self.devices):
-            raise InputError(f"devices must be distinct: {', '.join(self.devices)}")
+        self.devices = distinct_devices(devices, target.device)
         self.progress = progress
         self.ctx = ctx or ir.Context()
         inputs = tuple(workload.write_inputs(workdir / "inputs"))
@@ -99,12 +97,8 @@ class _LocalEvaluator:
         runnable = {k: b for k, b in self.built.items() if b.vmfb is not None}
         results = confirm(recorder.results + reused, runnable, self.run_settings, self.settings, self.store,
                           self.progress)
-        stats = EvaluationStats(
-            strategy=self.name, candidates=len(todo), reused=len(reused), wall_s=wall,
-            confirm_s=time.perf_counter() - start,
-            compile_s=sum(r.compile_s or 0.0 for r in recorder.results),
-            busy_s={d: sum(r.benchmark_s or 0.0 for r in recorder.results if r.device == d) for d in self.devices},
-        )
+        stats = EvaluationStats.of(self.name, recorder.results, len(reused), wall, time.perf_counter() - start,
+                                   self.devices)
         return Evaluation(tuple(sorted(results, key=lambda r: r.candidate_id)), stats)
 
     def _compile(self, c: Candidate) -> CompileJob:

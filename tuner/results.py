@@ -83,5 +83,13 @@ class EvaluationStats:
             return 1.0
         return 1.0 - sum(self.busy_s.values()) / (len(self.busy_s) * self.wall_s)
 
+    @classmethod
+    def of(cls, strategy: str, measured: list[Result], reused: int, wall_s: float, confirm_s: float,
+           devices: tuple[str, ...]) -> "EvaluationStats":
+        """Stats of a pass that produced `measured` (results of this run) on `devices`."""
+        return cls(strategy=strategy, candidates=len(measured), reused=reused, wall_s=wall_s, confirm_s=confirm_s,
+                   compile_s=sum(r.compile_s or 0.0 for r in measured),
+                   busy_s={d: sum(r.benchmark_s or 0.0 for r in measured if r.device == d) for d in devices})
+
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "idle_share": self.idle_share}
