@@ -167,3 +167,15 @@ def test_two_tunings_at_once_share_one_store(tmp_path):
         keys |= {c["key"] for c in data["candidates"]}
     assert {r["key"] for r in rows} == keys and len(rows) == len(keys) == 8
     assert len({r["dispatch"] for r in rows}) == 2 and len({r["run"] for r in rows}) == 2
+
+
+def test_a_crashing_baseline_ends_the_run_with_its_error(small_matmul, tmp_path, ctx, cpu, faulty_tools):
+    from tuner.errors import ToolError
+
+    candidates, workload = _batch(small_matmul, ctx, cpu, 2)
+    faulty_tools("iree-run-module", "candidates/0000/", "crash")
+    evaluator = _evaluator(Overlapped, small_matmul, cpu, workload, tmp_path, ctx)
+    with pytest.raises(ToolError, match="baseline.*crashed: SIGSEGV"):
+        evaluator.evaluate(candidates)
+    # What was recorded before the run ended is in the store.
+    assert [r["status"] for r in _rows(tmp_path / "results.sqlite")][:1] == ["run_failed"]
