@@ -4,6 +4,7 @@ read from the target attribute."""
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import z3
@@ -25,7 +26,11 @@ PREFETCH_STAGES = (0, 2, 3)
 # reorder_workgroups_strategy say: of 41 sm_80 candidates for 4096^3, 9 compiled to a binary
 # identical to another candidate's, and each such pair differed only in those two options (the
 # kernels use neither cp.async nor a workgroup remap). There they stay at the compiler's default.
-FIXED_OPTIONS_BACKENDS = ("cuda",)
+FIXED_PREFETCH_BACKENDS = ("cuda",)
+# On rocm (gfx942) prefetch stages do change the executable, but the workgroup reorder does not
+# either: of 25 candidates for 4096^3, 10 pairs compiled to identical binaries and each pair
+# differed only in reorder_workgroups_strategy. So the order stays at the default everywhere.
+REORDER_TAKES_EFFECT_BACKENDS: tuple[str, ...] = ()
 PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 
 
@@ -33,6 +38,9 @@ PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 # tried on sm_80 (4096^3 and 16x4096x4096 f16, 14 tile shapes) failed with "'tensor.expand_shape'
 # op expected dimension 2 of collapsed type to be static value of <garbage>".
 UNSUPPORTED_INTRINSIC_PREFIXES = ("NV_WMMA_",)
+# AMD's multi-block MFMAs (MFMA_F32_4x4x4x16B_F16, ..._16x16x4x4B_..., ..._32x32x4x2B_...) fail
+# the same way on gfx942: "contraction like operation missing critical dimension".
+UNSUPPORTED_INTRINSIC = re.compile(r"x\d+B_")
 
 
 def compatible_intrinsics(dispatch: Dispatch) -> list[MmaIntrinsic]:
@@ -40,7 +48,7 @@ def compatible_intrinsics(dispatch: Dispatch) -> list[MmaIntrinsic]:
     and that this pipeline can lower."""
     return [i for i in dispatch.target.mma_intrinsics
             if (i.a_type, i.b_type, i.c_type) == (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type)
-            and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES)]
+            and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
 
 
 def _dims(dispatch: Dispatch) -> tuple[int, int, int]:
@@ -84,11 +92,12 @@ class LLVMGPUTileAndFuse:
         sg_m = p.add_knob(IntKnob.of("subgroups_m", [1, 2, 4, 8]))
         sg_n = p.add_knob(IntKnob.of("subgroups_n", [1, 2, 4, 8]))
         red_k = p.add_knob(IntKnob.of("reduction_k", [1, 2, 4, 8]))
-        fixed = t.backend in FIXED_OPTIONS_BACKENDS
+        fixed = t.backend in FIXED_PREFETCH_BACKENDS
         prefetch = p.add_knob(IntKnob.of("prefetch_num_stages", (2,) if fixed else PREFETCH_STAGES))
         # Workgroup order: 0 launches in the default order, 1 transposes it (better L2 reuse of
-        # B tiles when there are many workgroups along M).
-        reorder = p.add_knob(IntKnob.of("reorder_workgroups", [0] if fixed else [0, 1]))
+        # B tiles when there are many workgroups along M), where the compiler acts on it.
+        reorder = p.add_knob(IntKnob.of("reorder_workgroups",
+                                        [0, 1] if t.backend in REORDER_TAKES_EFFECT_BACKENDS else [0]))
 
         def by_mma(field: str) -> z3.ArithRef:
             expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], field))

@@ -65,9 +65,26 @@ def cuda(arch: str = DEFAULT_CUDA_ARCH) -> Target:
     )
 
 
+# The gfx archs IREE 3.13 has a GPU target for (each compiled a matmul to TileAndFuse here;
+# gfx900, gfx906, gfx940, gfx941 and gfx1030 fail with "missing GPU target").
+ROCM_ARCHS = ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1103", "gfx1150", "gfx1200", "gfx1201")
+DEFAULT_ROCM_ARCH = "gfx942"
+
+
+def rocm(arch: str = DEFAULT_ROCM_ARCH) -> Target:
+    """AMD GPUs through HIP. No AMD GPU is here: ROCm candidates are generated, compiled and
+    verified here, and measured where one is (`--compile-only`, then `benchmark DIR`)."""
+    return Target(
+        name=f"rocm:{arch}",
+        compile_flags=("--iree-hal-target-device=hip", f"--iree-rocm-target={arch}"),
+        device="hip",
+        time_dispatch_only=True,
+    )
+
+
 def parse_target(text: str) -> Target:
-    """A Target from its command-line name ("llvm-cpu", "cuda", "cuda:sm_80"); one clear error
-    for anything else."""
+    """A Target from its command-line name ("llvm-cpu", "cuda", "cuda:sm_80", "rocm:gfx942");
+    one clear error for anything else."""
     name = text.strip().lower()
     if name in KNOWN:
         return KNOWN[name]
@@ -76,4 +93,10 @@ def parse_target(text: str) -> Target:
         if arch not in CUDA_ARCHS:
             raise TargetError(f"unknown cuda arch {arch!r}; IREE 3.13 knows {', '.join(CUDA_ARCHS)}")
         return cuda(arch)
-    raise TargetError(f"unknown target {text!r}; known targets: llvm-cpu, cuda[:{'|'.join(CUDA_ARCHS)}]")
+    if name in ("rocm", "hip") or name.startswith(("rocm:", "hip:")):
+        arch = name.partition(":")[2] or DEFAULT_ROCM_ARCH
+        if arch not in ROCM_ARCHS:
+            raise TargetError(f"unknown rocm arch {arch!r}; IREE 3.13 knows {', '.join(ROCM_ARCHS)}")
+        return rocm(arch)
+    raise TargetError(f"unknown target {text!r}; known targets: llvm-cpu, cuda[:{'|'.join(CUDA_ARCHS)}], "
+                      f"rocm[:{'|'.join(ROCM_ARCHS)}]")
