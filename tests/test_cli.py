@@ -124,3 +124,22 @@ def test_benchmark_rejects_bad_configs(tmp_path, small_matmul, ctx, cpu):
     assert result.exit_code == 0, result.output
     assert "config 0 is outside the" in result.output
     assert len(json.loads((tmp_path / "o" / "results.json").read_text())["candidates"]) == 2
+
+
+def test_candidates_lists_knobs_and_specs_without_compiling_them(tmp_path, small_matmul):
+    from tuner.configs_file import read_configs
+
+    out = tmp_path / "cands"
+    result = _run("candidates", str(small_matmul), "--num-candidates", "3", "--output", str(out), "--specs")
+    assert result.exit_code == 0, result.output
+    assert "baseline" in result.output and "distribution_m=" in result.output
+    assert "transform.iree.match.contraction" in result.output  # --specs prints them
+    entries = json.loads((out / "candidates.json").read_text())
+    assert [e["id"] for e in entries] == [0, 1, 2, 3] and entries[0]["is_baseline"]
+    for e in entries[1:]:
+        spec = (out / e["spec"]).read_text()
+        assert ("transform.annotate" in spec) == (e["compilation_info"] is not None)
+    # The list is a configs file for `iree-tuner benchmark --configs` (the baseline is implied).
+    assert read_configs(out / "candidates.json") == [e["knobs"] for e in entries[1:]]
+    assert not (out / "specs" / "0001").exists()  # nothing was compiled
+    _one_error_line(_run("candidates", str(small_matmul), "--target", "rocm:gfx1"), 3, "unknown rocm arch")

@@ -2,7 +2,6 @@
 target, and every emitted TileAndFuse candidate compiled for gfx942 carrying its config."""
 
 import pytest
-from iree.compiler import ir
 
 from pipelines import pipeline_for
 from pipelines.llvmgpu_tile_and_fuse import compatible_intrinsics

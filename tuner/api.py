@@ -80,10 +80,11 @@ class _Session:
     pipeline: Pipeline
 
 
-def _open(input_path: Path | str, target: Target | str, output_dir: Path | str, dispatch_name: Optional[str]) -> _Session:
+def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
+          dispatch_name: Optional[str]) -> _Session:
     input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
-    output_dir = prepare_output(Path(output_dir))
+    output_dir = prepare_output(Path(output_dir)) if output_dir is not None else Path()
     ctx = ir.Context()
     workload = read_workload(parse_input(input_path, ctx), input_path)
     dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path)
@@ -107,6 +108,17 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
     if on_candidates:
         on_candidates(session.dispatch, candidates)
     return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path)
+
+
+def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
+                    dispatch_name: Optional[str] = None) -> tuple[Dispatch, list[Candidate]]:
+    """The dispatch and its candidates (baseline first), as `tune` would try them; nothing is
+    compiled beyond discovery, nothing is timed."""
+    if num_candidates < 1:
+        raise InputError("--num-candidates must be at least 1")
+    session = _open(input_path, target, None, dispatch_name)
+    return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
+                                                 session.target.spec_entry)
 
 
 def benchmark_configs(input_path: Path | str, configs: list[dict], target: Target | str = "llvm-cpu",

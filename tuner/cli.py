@@ -32,7 +32,7 @@ def _evaluation_options(f):
     f = click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")(f)
     f = click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")(f)
     f = click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")(f)
-    f = click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN].")(f)
+    f = click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")(f)
     return f
 
 
@@ -107,6 +107,54 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
                                            _announce(console), strategy, devices, store_path,
                                            on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}"))
     _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+
+
+@main.command()
+@click.argument("input_file", type=click.Path(path_type=Path))
+@click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
+@click.option("--num-candidates", default=30, show_default=True, type=int, help="Configs besides the baseline.")
+@click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch (default: the largest).")
+@click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
+              help="Write DIR/candidates.json (knobs, flags, compilation_info, spec) and DIR/specs/NNNN.mlir.")
+@click.option("--specs", "show_specs", is_flag=True, help="Print each candidate's tuning spec too.")
+def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name: str | None,
+               output_dir: Path | None, show_specs: bool) -> None:
+    """List the candidates `tune` would try for INPUT_FILE (knobs and specs); compile and time nothing."""
+    import json
+
+    from rich.table import Table
+
+    from tuner import api
+
+    console = Console()
+    with _errors_to_exit():
+        dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name)
+        if output_dir is not None:
+            api.prepare_output(output_dir / "specs")
+            entries = []
+            for c in found:
+                spec = output_dir / "specs" / f"{c.id:04d}.mlir"
+                spec.write_text(c.spec)
+                entries.append({"id": c.id, "is_baseline": c.is_baseline, "label": c.label, "pipeline": c.pipeline,
+                                "knobs": dict(c.config.knobs), "flags": list(c.config.flags),
+                                "compilation_info": c.config.compilation_info, "spec": str(spec.relative_to(output_dir))})
+            (output_dir / "candidates.json").write_text(json.dumps(entries, indent=2))
+    _announce(console)(dispatch, found)
+    table = Table(title=f"Candidates for {dispatch.name} ({found[0].pipeline})")
+    table.add_column("#", justify="right")
+    table.add_column("config")
+    table.add_column("knobs")
+    for c in found:
+        table.add_row(str(c.id), c.label, " ".join(f"{k}={v}" for k, v in c.config.knobs.items()) or "-")
+    console.print(table)
+    if show_specs:
+        for c in found:
+            console.rule(f"candidate {c.id}: {c.label}")
+            console.print(c.spec, markup=False, highlight=False)
+    if output_dir is not None:
+        console.print(f"wrote {output_dir}/candidates.json and {output_dir}/specs/; "
+                      f"evaluate them with: iree-tuner benchmark {input_file} --target {target} "
+                      f"--configs {output_dir}/candidates.json")
 
 
 @main.command()

@@ -1,6 +1,6 @@
 """A user's list of configs to evaluate without search: JSON, either a list of knob assignments
-(`[{"distribution_m": 64, ...}, {"knobs": {...}}]`) or a results.json from an earlier tuning
-(every non-baseline candidate's knobs)."""
+(`[{"distribution_m": 64, ...}, {"knobs": {...}}]`, as `iree-tuner candidates --output` writes
+too) or a results.json from an earlier tuning (every non-baseline candidate's knobs)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def read_configs(path: Path) -> list[dict[str, Any]]:
         raise InputError(f"{path}: not a JSON configs file ({e})") from None
     if isinstance(data, dict) and isinstance(data.get("candidates"), list):
         entries = [c for c in data["candidates"] if isinstance(c, dict) and not c.get("is_baseline")]
-    elif isinstance(data, list):
-        entries = data
+    elif isinstance(data, list):  # knob assignments, or `iree-tuner candidates --output`'s list
+        entries = [e for e in data if not (isinstance(e, dict) and e.get("is_baseline"))]
     else:
         raise InputError(f"{path}: expected a list of knob assignments or a results.json")
     configs = []
