@@ -1,7 +1,7 @@
 """IREE codegen pipelines: each builds a constraint problem for a dispatch and turns solutions into configs."""
 
 from pipelines.base import Config, ConfiguredDispatch, Pipeline, check_config
-from pipelines.dispatch import DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
+from pipelines.dispatch import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from pipelines.registry import PIPELINES, pipeline_for
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "ConfiguredDispatch",
     "Pipeline",
     "check_config",
+    "ConvDims",
     "DefaultConfig",
     "Dispatch",
     "DispatchKind",

@@ -63,6 +63,20 @@ class DefaultConfig:
 
 
 @dataclass(frozen=True)
+class ConvDims:
+    """A convolution's loop dims by role, as `linalg.infer_convolution_dimensions` gives them."""
+
+    batch: tuple[int, ...]
+    output_image: tuple[int, ...]
+    output_channel: tuple[int, ...]
+    filter: tuple[int, ...]
+    input_channel: tuple[int, ...]
+    depth: tuple[int, ...]  # depthwise convolutions' channel multiplier dims
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Dispatch:
     """One tunable root op of one dispatch, with everything a pipeline needs to build a problem."""
 
@@ -87,6 +101,10 @@ class Dispatch:
     # A digest of the input it was found in: what is timed (the whole entry on CPUs) depends on
     # everything there, so results of equal dispatches from different inputs are kept apart.
     source_digest: str = ""
+    # Convolutions: the dims by role. Their contraction view (the implicit GEMM) is also set:
+    # batch_dims = batch, m_dims = output image, n_dims = output channel, k_dims = filter and
+    # input channel.
+    conv: Optional[ConvDims] = None
 
     def contiguous_dim(self, operand: int) -> int | None:
         """The loop dim along which an operand is contiguous in memory (its innermost)."""

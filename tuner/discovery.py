@@ -10,7 +10,7 @@ from typing import Iterable
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
-from pipelines import ConfiguredDispatch, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
+from pipelines import ConfiguredDispatch, ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
@@ -149,10 +149,26 @@ def _element_type(value: ir.Value) -> str:
     return str(t.element_type) if isinstance(t, ir.ShapedType) else str(t)
 
 
+def _roles(op: ir.Operation) -> tuple[DispatchKind, tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                                        tuple[int, ...], ConvDims | None] | None:
+    """The op's kind and its batch, M, N and K dims (a convolution's implicit-GEMM view)."""
+    if linalg.isa_contraction_op(op):
+        d = linalg.infer_contraction_dimensions(op)
+        return DispatchKind.CONTRACTION, tuple(d.batch), tuple(d.m), tuple(d.n), tuple(d.k), None
+    if linalg.isa_convolution_op(op):
+        d = linalg.infer_convolution_dimensions(op)
+        conv = ConvDims(tuple(d.batch), tuple(d.output_image), tuple(d.output_channel), tuple(d.filter_loop),
+                        tuple(d.input_channel), tuple(d.depth), tuple(d.strides), tuple(d.dilations))
+        return (DispatchKind.CONVOLUTION, conv.batch, conv.output_image, conv.output_channel,
+                tuple(sorted(conv.filter + conv.input_channel)), conv)
+    return None
+
+
 def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
-    if not linalg.isa_contraction_op(op):
+    roles = _roles(op)
+    if roles is None:
         return None
-    dims = linalg.infer_contraction_dimensions(op)
+    kind, batch, m, n, k, conv = roles
     func = _enclosing(op, "func.func")
     variant = _enclosing(op, "hal.executable.variant")
     info = iree_codegen.TranslationInfoAttr(func.attributes["translation_info"])
@@ -160,13 +176,13 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     ins = op.opview.inputs
     return Dispatch(
         name=ir.StringAttr(func.attributes["sym_name"]).value,
-        kind=DispatchKind.CONTRACTION,
+        kind=kind,
         op_name=op.name,
         loop_bounds=_loop_bounds(op),
-        batch_dims=tuple(dims.batch),
-        m_dims=tuple(dims.m),
-        n_dims=tuple(dims.n),
-        k_dims=tuple(dims.k),
+        batch_dims=batch,
+        m_dims=m,
+        n_dims=n,
+        k_dims=k,
         lhs_type=_element_type(ins[0]),
         rhs_type=_element_type(ins[1]),
         out_type=_element_type(op.opview.outputs[0]),
@@ -184,6 +200,7 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
             translation_info=str(info),
         ),
         flags=flags,
+        conv=conv,
     )
 
 

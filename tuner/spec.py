@@ -6,7 +6,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import preprocessing_transform as match
 from iree.compiler.dialects import transform
 
-from pipelines import Dispatch
+from pipelines import Dispatch, DispatchKind
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
 TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
@@ -17,24 +17,42 @@ def _readonly() -> dict[str, ir.Attribute]:
     return {"transform.readonly": ir.UnitAttr.get()}
 
 
+def _maps(dispatch: Dispatch) -> list[ir.AffineMap]:
+    return [ir.AffineMapAttr(ir.Attribute.parse(f"affine_map<{text}>")).value for text in dispatch.indexing_maps]
+
+
+def _match_root(dispatch: Dispatch, op: ir.Value) -> None:
+    """Ops that succeed only on this dispatch's root op: IREE's matcher for its kind (element
+    types and indexing maps), then `dims_equal` on every group of dims it reports."""
+    types = dict(lhs_type=ir.Type.parse(dispatch.lhs_type), rhs_type=ir.Type.parse(dispatch.rhs_type),
+                 output_type=ir.Type.parse(dispatch.out_type))
+    if dispatch.kind == DispatchKind.CONTRACTION:
+        batch, m, n, k = match.MatchContractionOp(operand_handle=op, indexing_maps=_maps(dispatch), **types).results
+        groups = ((batch, dispatch.batch_dims), (m, dispatch.m_dims), (n, dispatch.n_dims), (k, dispatch.k_dims))
+        for handle, dims in groups:
+            match.MatchDimsEqualOp(handle, list(dispatch.sizes(dims)))
+    elif dispatch.kind == DispatchKind.CONVOLUTION and dispatch.conv is not None:
+        c = dispatch.conv
+        batch, image, out_ch, filt, in_ch, depth, strides, dilations = match.MatchConvolutionOp(
+            operand_handle=op, indexing_maps=_maps(dispatch), **types).results
+        for handle, dims in ((batch, c.batch), (image, c.output_image), (out_ch, c.output_channel),
+                             (filt, c.filter), (in_ch, c.input_channel), (depth, c.depth)):
+            match.MatchDimsEqualOp(handle, list(dispatch.sizes(dims)))
+        match.MatchDimsEqualOp(strides, list(c.strides))
+        match.MatchDimsEqualOp(dilations, list(c.dilations))
+    else:
+        raise ValueError(f"no tuning-spec matcher for {dispatch.kind.value} dispatches")
+
+
 def _matcher(dispatch: Dispatch, config: ir.Attribute) -> transform.NamedSequenceOp:
-    """Matches the dispatch's contraction by element types, indexing maps and every dimension."""
+    """Matches the dispatch's root op and yields it with its compilation_info."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
     seq = transform.NamedSequenceOp(
         f"match_{dispatch.name}", [any_op], [any_op, any_param], arg_attrs=[_readonly()]
     )
     with ir.InsertionPoint(seq.body):
         op = seq.bodyTarget
-        batch, m, n, k = match.MatchContractionOp(
-            operand_handle=op,
-            lhs_type=ir.Type.parse(dispatch.lhs_type),
-            rhs_type=ir.Type.parse(dispatch.rhs_type),
-            output_type=ir.Type.parse(dispatch.out_type),
-            indexing_maps=[ir.AffineMapAttr(ir.Attribute.parse(f"affine_map<{text}>")).value
-                           for text in dispatch.indexing_maps],
-        ).results
-        for handle, dims in ((batch, dispatch.batch_dims), (m, dispatch.m_dims), (n, dispatch.n_dims), (k, dispatch.k_dims)):
-            match.MatchDimsEqualOp(handle, list(dispatch.sizes(dims)))
+        _match_root(dispatch, op)
         param = transform.ParamConstantOp(any_param, config).result
         transform.YieldOp([op, param])
     return seq
