@@ -5,6 +5,7 @@ read from the target attribute."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Mapping
 
 import z3
@@ -51,8 +52,57 @@ def compatible_intrinsics(dispatch: Dispatch) -> list[MmaIntrinsic]:
             and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
 
 
-def _dims(dispatch: Dispatch) -> tuple[int, int, int]:
-    return dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
+@dataclass(frozen=True)
+class GemmView:
+    """The dispatch as the GEMM its lowering config tiles. For a contraction, the config indexes
+    its loops and M, N, K are the innermost M, N, K dims (other dims get unit tiles). For a
+    convolution on the implicit-GEMM path, the config indexes the parallel loops followed by one
+    K (filter x input channels): M is the output column, N the output channel, and an M tile
+    wider than a row of output columns spills into output rows (`rows`)."""
+
+    rank: int
+    m: int  # positions in the config
+    n: int
+    k: int
+    m_extent: int
+    n_extent: int
+    k_extent: int
+    unit_parallel: tuple[int, ...]  # other parallel positions: tile 1 per workgroup
+    unit_reduction: tuple[int, ...]  # other reduction positions: one step each
+    rows: tuple[int, int] | None = None  # convolutions: (position, extent) of the output rows
+
+    @property
+    def m_total(self) -> int:
+        return self.m_extent * (self.rows[1] if self.rows else 1)
+
+
+def gemm_view(dispatch: Dispatch) -> GemmView:
+    b = dispatch.loop_bounds
+    c = dispatch.conv
+    if c is None:
+        md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
+        return GemmView(len(b), md, nd, kd, b[md], b[nd], b[kd],
+                        (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]), dispatch.k_dims[:-1])
+    parallel = sorted((*c.batch, *c.output_image, *c.output_channel))
+    at = {d: i for i, d in enumerate(parallel)}
+    row, col = c.output_image
+    k_extent = 1
+    for d in (*c.filter, *c.input_channel):
+        k_extent *= b[d]
+    return GemmView(len(parallel) + 1, at[col], at[c.output_channel[0]], len(parallel), b[col],
+                    b[c.output_channel[0]], k_extent, tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]))
+
+
+def _igemm_convolution(dispatch: Dispatch) -> bool:
+    """A 2-D convolution the compiler lowers as an implicit GEMM, channels last (NHWC: the
+    output channel is the innermost parallel loop, every reduction loop comes after them), with
+    no depthwise multiplier."""
+    c = dispatch.conv
+    if c is None or c.depth or len(c.output_image) != 2 or len(c.output_channel) != 1:
+        return False
+    parallel = (*c.batch, *c.output_image, *c.output_channel)
+    return (c.output_channel[0] == max(parallel) and max(parallel) < min((*c.filter, *c.input_channel))
+            and "use_igemm_convolution = true" in dispatch.default.translation_info)
 
 
 def _i64_array(values: list[int]) -> ir.ArrayAttr:
@@ -71,7 +121,7 @@ class LLVMGPUTileAndFuse:
     def supports(self, dispatch: Dispatch) -> bool:
         return (
             dispatch.target.backend in ("cuda", "rocm")
-            and dispatch.kind == DispatchKind.CONTRACTION
+            and (dispatch.kind == DispatchKind.CONTRACTION or _igemm_convolution(dispatch))
             and "TileAndFuse" in dispatch.default.pipeline
             and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
             and bool(compatible_intrinsics(dispatch))
@@ -79,8 +129,8 @@ class LLVMGPUTileAndFuse:
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         t = dispatch.target
-        md, nd, kd = _dims(dispatch)
-        m, n, k = dispatch.loop_bounds[md], dispatch.loop_bounds[nd], dispatch.loop_bounds[kd]
+        view = gemm_view(dispatch)
+        m, n, k = view.m_total, view.n_extent, view.k_extent
         intrinsics = compatible_intrinsics(dispatch)
         subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 32
         in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
@@ -116,6 +166,16 @@ class LLVMGPUTileAndFuse:
         def padded(extent: int, tile: z3.ArithRef) -> z3.ArithRef:
             return tiling.ceil_div(extent, tile) * tile
 
+        if view.rows:
+            # An implicit GEMM's M tile covers part of a row of output columns, or whole rows;
+            # tiles divide the problem (no padding on this path).
+            def fits_rows(tile: z3.ArithRef) -> z3.BoolRef:
+                cols = view.m_extent
+                return z3.Or(z3.And(tile <= cols, cols % tile == 0),
+                             z3.And(tile % cols == 0, view.rows[1] % (tile / cols) == 0))
+
+            sub_m = tile_m.var * mma_m
+            p.require(fits_rows(wg_m), fits_rows(sub_m), n % wg_n == 0, k % k_tile == 0)
         p.require(
             # Tiles that do not divide the problem are padded (the lowering config's `padding`);
             # padding may add at most a quarter of the work.
@@ -124,7 +184,10 @@ class LLVMGPUTileAndFuse:
             tiling.within(shared, t.max_workgroup_memory_bytes or 49152),
             tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
         )
-        workgroups = tiling.ceil_div(m, wg_m) * tiling.ceil_div(n, wg_n)
+        batch = 1
+        for d in dispatch.batch_dims:
+            batch *= dispatch.loop_bounds[d]
+        workgroups = batch * tiling.ceil_div(m, wg_m) * tiling.ceil_div(n, wg_n)
         # Preferences, most important first: whole tiles (no padding); enough workgroups to fill
         # the GPU; a register tile that uses most of the accumulator budget, then at least half
         # of it (on the H100, 4096^3: 4x8 tiles of 16x8 MMAs, 128 accumulators, ran 0.63 ms of
@@ -145,17 +208,27 @@ class LLVMGPUTileAndFuse:
 
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
         intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
-        md, nd, kd = _dims(dispatch)
-        rank = len(dispatch.loop_bounds)
+        view = gemm_view(dispatch)
+        md, nd, kd, rank = view.m, view.n, view.k, view.rank
         workgroup, reduction, subgroup = [0] * rank, [0] * rank, [0] * rank
-        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
+        for d in view.unit_parallel:
             workgroup[d] = 1
-        for d in dispatch.k_dims[:-1]:
+        for d in view.unit_reduction:
             reduction[d] = 1
-        workgroup[md] = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
+        wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
         workgroup[nd] = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
         reduction[kd] = int(s["reduction_k"])
         subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
+        workgroup[md] = wg_m
+        if view.rows:
+            # Whole output rows beyond one: the column tile is the row, the rest goes to rows
+            # (in elements, as the compiler's own implicit-GEMM configs have it).
+            row, cols = view.rows[0], view.m_extent
+            workgroup[row] = max(1, wg_m // cols)
+            workgroup[md] = min(wg_m, cols)
+            sub_m = int(s["subgroup_m"]) * intrinsic.m
+            subgroup[row] = max(1, sub_m // cols)
+            subgroup[md] = min(sub_m, cols) // intrinsic.m
         threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * (dispatch.target.subgroup_sizes or (32,))[0]
         with ctx:
             fields: dict[str, ir.Attribute] = {
@@ -167,9 +240,9 @@ class LLVMGPUTileAndFuse:
             }
             # Keep the unit flags the compiler set on its own config (e.g. convert_acc_gemm,
             # which folds the fill into the accumulator): they describe the op, not the tiling.
-            m, n, k = (dispatch.loop_bounds[d] for d in (md, nd, kd))
+            m, n, k = view.m_total, view.n_extent, view.k_extent
             k_tile = reduction[kd] * intrinsic.k
-            if m % workgroup[md] or n % workgroup[nd] or k % k_tile:
+            if m % wg_m or n % workgroup[nd] or k % k_tile:
                 # As the compiler does for unaligned shapes: pad each tile to its full size.
                 padding = [0] * rank
                 padding[md], padding[nd], padding[kd] = workgroup[md], workgroup[nd], k_tile
@@ -184,12 +257,13 @@ class LLVMGPUTileAndFuse:
                 iree_gpu.ReorderWorkgroupsStrategy.Transpose if s["reorder_workgroups"]
                 else iree_gpu.ReorderWorkgroupsStrategy.None_)
             options = iree_gpu.PipelineOptionsAttr.get(prefetch_num_stages=int(s["prefetch_num_stages"]),
-                                                       reorder_workgroups_strategy=reorder)
+                                                       reorder_workgroups_strategy=reorder,
+                                                       use_igemm_convolution=True if view.rows else None)
             translation = iree_codegen.TranslationInfoAttr.get(
                 ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], (dispatch.target.subgroup_sizes or (32,))[0],
                 ir.DictAttr.get({"gpu_pipeline_options": options}),
             )
-        summary = (f"{intrinsic.name.removeprefix('NV_')} wg {workgroup[md]}x{workgroup[nd]} "
+        summary = (f"{intrinsic.name.removeprefix('NV_')} wg {wg_m}x{workgroup[nd]} "
                    f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
                    f"k{s['reduction_k']} prefetch {s['prefetch_num_stages']}"
                    + (" transposed" if s["reorder_workgroups"] else ""))

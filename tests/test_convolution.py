@@ -2,9 +2,12 @@
 (`transform.iree.match.convolution` + `dims_equal` on every role, strides and dilations) that
 really reaches the compiler."""
 
+import pytest
 from iree.compiler import ir
 
 from pipelines import DispatchKind, pipeline_for
+from tuner.candidates import generate_candidates
+from tuner.compile_stage import EvalSettings, compile_all
 from tuner.discovery import discover, read_configured
 from tuner.spec import TRANSFORM_MAIN, build_spec
 from tuner.targets import parse_target
@@ -56,7 +59,24 @@ def test_a_convolution_spec_reaches_the_compiler(ctx, tmp_path):
     assert configured.lowering_config == d.default.lowering_config
 
 
-def test_no_pipeline_claims_convolutions_yet(ctx):
-    for target in ("llvm-cpu", "cuda", "rocm"):
+def test_only_gpus_claim_convolutions(ctx):
+    # On llvm-cpu no config reaches a convolution in IREE 3.13 (see the README): no pipeline.
+    [d] = discover(CONV, parse_target("llvm-cpu"), ctx)
+    assert d.kind == DispatchKind.CONVOLUTION and pipeline_for(d) is None
+    for target in ("cuda", "rocm"):
         [d] = discover(CONV, parse_target(target), ctx)
-        assert d.kind == DispatchKind.CONVOLUTION and pipeline_for(d) is None
+        assert pipeline_for(d).name == "llvmgpu_tile_and_fuse"
+
+
+@pytest.mark.parametrize("target_name,count", [("cuda", 8), ("rocm:gfx942", 6)])
+def test_gpu_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path, target_name, count):
+    target = parse_target(target_name)
+    [d] = discover(CONV, target, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), count, ctx, target.spec_entry)
+    assert len(candidates) == count + 1
+    built = compile_all(candidates, CONV, target, tmp_path, EvalSettings(), ctx)
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    assert len({b.result.binary_hash for b in built}) == len(built)
+    # The implicit-GEMM config: parallel loops then one K, with the IGEMM pipeline option on.
+    tiled = candidates[1].config
+    assert tiled.expect_lowering_config.count(",") >= 4 and "use_igemm_convolution = true" in tiled.expect_translation_info
