@@ -1,0 +1,67 @@
+"""The README's support table: for each dispatch kind (a sample dispatch) and each target, which
+pipeline claims it and how many candidates it generates (up to --limit), by running discovery
+and enumeration for real. Nothing is compiled beyond discovery.
+
+    python benchmarks/support_table.py [--limit 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from iree.compiler import ir  # noqa: E402
+
+from pipelines import pipeline_for  # noqa: E402
+from tuner.candidates import generate_candidates  # noqa: E402
+from tuner.discovery import discover  # noqa: E402
+from tuner.targets import parse_target  # noqa: E402
+
+# (kind, CPU sample, GPU sample): f32 on the CPU, f16 with f32 accumulation on GPUs.
+ROWS = [
+    ("matmul", "matmul_1024x1024x1024_f32.mlir", "matmul_4096x4096x4096_f16f16f32.mlir"),
+    ("batch matmul", "batch_matmul_8x256x512x384_f32.mlir", "batch_matmul_16x1024x1024x1024_f16f16f32.mlir"),
+    ("matmul, transposed B", "matmul_transpose_b_512x2048x768_f32.mlir", "matmul_transpose_b_2048x4096x1024_f16f16f32.mlir"),
+    ("contraction + bias + ReLU (linalg.generic)", "generic_contraction_bias_relu_384x1000x1200_f32.mlir",
+     "generic_contraction_bias_relu_2048x4096x1024_f16f16f32.mlir"),
+    ("2-D convolution, NHWC", "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir",
+     "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir"),
+    ("2-D convolution, NCHW", "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir",
+     "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir"),
+    ("attention", "attention_8x1024x1024x64_f16.mlir", "attention_8x1024x1024x64_f16.mlir"),
+]
+TARGETS = ["llvm-cpu", "cuda:sm_80", "rocm:gfx942"]
+
+
+def cell(sample: str, target_name: str, limit: int, ctx: ir.Context) -> str:
+    target = parse_target(target_name)
+    dispatches = discover(ROOT / "sample_dispatches" / sample, target, ctx)
+    if not dispatches:
+        return "no (not discovered as tunable)"
+    d = dispatches[0]
+    pipeline = pipeline_for(d)
+    default = d.default.pipeline.split("<")[-1].rstrip(">")
+    if pipeline is None:
+        return f"no (default: {default})"
+    count = len(generate_candidates(d, pipeline, limit, ctx, target.spec_entry)) - 1
+    return f"{pipeline.name}: {count}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--limit", type=int, default=30)
+    args = parser.parse_args()
+    ctx = ir.Context()
+    print("| dispatch kind | " + " | ".join(f"`{t}`" for t in TARGETS) + " |")
+    print("|---" * (len(TARGETS) + 1) + "|")
+    for kind, cpu_sample, gpu_sample in ROWS:
+        cells = [cell(cpu_sample if t == "llvm-cpu" else gpu_sample, t, args.limit, ctx) for t in TARGETS]
+        print(f"| {kind} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
