@@ -15,16 +15,13 @@ i.e. cuDNN) with CUDA events, in rotating interleaved rounds, and prints a Markd
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.gpu_common import ROOT, arguments, benchmark_stage, default_tuned_torch  # noqa: E402
 
 SAMPLES = {
     "batch matmul 16x1024x1024x1024 f16": "batch_matmul_16x1024x1024x1024_f16f16f32.mlir",
@@ -65,63 +62,20 @@ def torch_op(name: str, inputs: list[Path]):
     return lambda: torch.matmul(a, b)  # f16 x f16 -> f16, f32 accumulation in cuBLAS
 
 
-def time_torch(fn, reps: int) -> list[float]:
-    import torch
-
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
-
-
 def measure_all(out: Path, rounds: int, repetitions: int) -> None:
     import torch
-
-    from tuner.manifest import Manifest
-    from tuner.runner import RunSettings, benchmark
 
     rows = []
     for name in SAMPLES:
         work = out / slug(name)
         if not (work / "manifest.json").exists():
             continue
-        t0 = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "tuner.cli", "benchmark", str(work), "--repetitions",
-                              str(repetitions)], capture_output=True, text=True, cwd=ROOT)
-        print(run.stdout[-2500:], run.stderr[-2000:], flush=True)
-        if run.returncode:
-            print(f"{name}: benchmark stage failed ({run.returncode})", flush=True)
+        stage = benchmark_stage(work, repetitions)
+        if stage is None:
             continue
-        bench_s = time.perf_counter() - t0
-        data = json.loads((work / "results.json").read_text())
-        manifest = Manifest.read(work)
+        data, manifest, bench_s = stage
+        med = default_tuned_torch(data, manifest, work, torch_op(name, list(manifest.inputs(work))), rounds)
         best = next(c for c in data["candidates"] if c["candidate_id"] == data["best"])
-        built = {b.result.candidate_id: b for b in manifest.built}
-        chosen = {"default": next(b for b in manifest.built if b.result.is_baseline),
-                  "tuned": built[best["candidate_id"]]}
-        inputs = list(manifest.inputs(work))
-        settings = RunSettings(device="cuda", entry="main", inputs=tuple(inputs), repetitions=3, min_time_s=0.2)
-        reference = torch_op(name, inputs)
-        samples: dict[str, list[float]] = {"default": [], "tuned": [], "torch": []}
-        for round_ in range(rounds):
-            order = ["default", "tuned", "torch"]
-            for label in order[round_ % 3:] + order[: round_ % 3]:
-                if label == "torch":
-                    samples["torch"] += time_torch(reference, 20)
-                    continue
-                timing, brun = benchmark(chosen[label].vmfb, settings, chosen[label].dispatch_benchmark)
-                if timing is None:
-                    raise SystemExit(f"{name}: timing {label} failed: {brun.first_error()}")
-                samples[label] += timing.times_ms
-        med = {key: statistics.median(v) for key, v in samples.items()}
         failed = sum(c["status"] != "ok" for c in data["candidates"])
         rows.append((name, med, best["label"], len(data["candidates"]), failed, bench_s))
         print(f"{name}: default {med['default']:.3f} ms, tuned {med['tuned']:.3f} ms "
@@ -139,14 +93,7 @@ def measure_all(out: Path, rounds: int, repetitions: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["compile", "measure"])
-    parser.add_argument("--out", type=Path, default=Path(".gpu-kinds"))
-    parser.add_argument("--candidates", type=int, default=30)
-    parser.add_argument("--target", default="cuda:sm_80")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--repetitions", type=int, default=3)
-    args = parser.parse_args()
+    args = arguments(__doc__, ".gpu-kinds", 30).parse_args()
     if args.step == "compile":
         compile_all(args.out, args.candidates, args.target)
     else:

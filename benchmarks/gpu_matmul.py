@@ -16,15 +16,15 @@ in rotating interleaved rounds, cross-checks all three with CUDA-profiler kernel
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.gpu_common import arguments, benchmark_stage, default_tuned_torch  # noqa: E402
 
 # (name, M, N, K): the first is the headline; the rest are shapes from real models.
 SHAPES = [
@@ -75,70 +75,32 @@ def compile_all(out: Path, candidates: int, target: str, only: str | None) -> No
               f"in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def time_torch(m: int, n: int, k: int, a_path: Path, b_path: Path, reps: int) -> list[float]:
+def torch_matmul(inputs: list[Path]):
     import numpy as np
     import torch
 
-    a = torch.from_numpy(np.load(a_path)).cuda()
-    b = torch.from_numpy(np.load(b_path)).cuda()
-    for _ in range(5):
-        torch.matmul(a, b)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.matmul(a, b)  # f16 x f16 -> f16 (cuBLAS accumulates in f32)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
+    a, b = (torch.from_numpy(np.load(p)).cuda() for p in inputs)
+    return lambda: torch.matmul(a, b)  # f16 x f16 -> f16 (cuBLAS accumulates in f32)
 
 
 def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> None:
-    from tuner.manifest import Manifest
-    from tuner.runner import RunSettings, benchmark
-
     rows = []
     for name, m, n, k in SHAPES:
         work = out / slug(name)
         if not wanted(name, only) or not (work / "manifest.json").exists():
             continue
-        t0 = time.perf_counter()
-        cmd = [sys.executable, "-m", "tuner.cli", "benchmark", str(work), "--repetitions", str(repetitions)]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        print(run.stdout[-3000:], run.stderr[-2000:], flush=True)
-        if run.returncode:
-            print(f"{name}: benchmark stage failed ({run.returncode})", flush=True)
+        stage = benchmark_stage(work, repetitions)
+        if stage is None:
             continue
-        bench_s = time.perf_counter() - t0
-        data = json.loads((work / "results.json").read_text())
-        manifest = Manifest.read(work)
-        by_id = {c["candidate_id"]: c for c in data["candidates"]}
-        best = by_id[data["best"]]
+        data, manifest, bench_s = stage
+        med = default_tuned_torch(data, manifest, work, torch_matmul(list(manifest.inputs(work))), rounds)
         built = {b.result.candidate_id: b for b in manifest.built}
-        base = next(b for b in manifest.built if b.result.is_baseline)
-        chosen = {"default": base, "tuned": built[best["candidate_id"]]}
-        inputs = manifest.inputs(work)
-        settings = RunSettings(device="cuda", entry="main", inputs=inputs, repetitions=3, min_time_s=0.2)
-        samples: dict[str, list[float]] = {"default": [], "tuned": [], "torch": []}
-        for round_ in range(rounds):
-            # Rotate the order each round: whatever runs first after a pause can see lower clocks.
-            order = ["default", "tuned", "torch"]
-            for label in order[round_ % 3:] + order[: round_ % 3]:
-                if label == "torch":
-                    samples["torch"] += time_torch(m, n, k, inputs[0], inputs[1], 20)
-                    continue
-                # The dispatch alone, as the tuner timed it (device work without per-call overhead).
-                timing, brun = benchmark(chosen[label].vmfb, settings, chosen[label].dispatch_benchmark)
-                if timing is None:
-                    raise SystemExit(f"{name}: timing {label} failed: {brun.first_error()}")
-                samples[label] += timing.times_ms
-        med = {key: statistics.median(v) for key, v in samples.items()}
+        best = next(c for c in data["candidates"] if c["candidate_id"] == data["best"])
+        default = next(b for b in manifest.built if b.result.is_baseline)
         # Cross-check with kernel times from the CUDA profiler, all three in one process.
         kt = subprocess.run([sys.executable, str(Path(__file__).with_name("gpu_kernel_times.py")), "--json",
-                             str(m), str(n), str(k), f"default={chosen['default'].vmfb}",
-                             f"tuned={chosen['tuned'].vmfb}"], capture_output=True, text=True)
+                             str(m), str(n), str(k), f"default={default.vmfb}",
+                             f"tuned={built[best['candidate_id']].vmfb}"], capture_output=True, text=True)
         kernels = json.loads(kt.stdout.strip().splitlines()[-1]) if kt.returncode == 0 else {}
         failed = sum(c["status"] != "ok" for c in data["candidates"])
         rows.append((name, med, kernels, best["label"], len(data["candidates"]), failed, bench_s))
@@ -161,13 +123,7 @@ def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["compile", "measure"])
-    parser.add_argument("--out", type=Path, default=Path(".gpu-runs"))
-    parser.add_argument("--candidates", type=int, default=40)
-    parser.add_argument("--target", default="cuda:sm_80")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser = arguments(__doc__, ".gpu-runs", 40)
     parser.add_argument("--only", default=None, help="only shapes whose name contains one of these (comma-separated)")
     args = parser.parse_args()
     if args.step == "compile":

@@ -1,0 +1,82 @@
+"""What the GPU benchmark scripts share: the benchmark stage run through the CLI, CUDA-event
+timing of torch, and rotating interleaved rounds of default, tuned and torch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def benchmark_stage(work: Path, repetitions: int):
+    """`iree-tuner benchmark WORK` (the CLI's own code); (results.json, manifest, seconds) or None."""
+    from tuner.manifest import Manifest
+
+    t0 = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "tuner.cli", "benchmark", str(work), "--repetitions", str(repetitions)],
+                         capture_output=True, text=True, cwd=ROOT)
+    print(run.stdout[-2500:], run.stderr[-2000:], flush=True)
+    if run.returncode:
+        print(f"{work}: benchmark stage failed ({run.returncode})", flush=True)
+        return None
+    return json.loads((work / "results.json").read_text()), Manifest.read(work), time.perf_counter() - t0
+
+
+def time_cuda(fn: Callable[[], object], reps: int) -> list[float]:
+    """Milliseconds per call of `fn` on the GPU, by CUDA events, after a warm-up."""
+    import torch
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def default_tuned_torch(data: dict, manifest, work: Path, torch_fn: Callable[[], object], rounds: int) -> dict[str, float]:
+    """Median ms of the baseline's and the winner's dispatch alone (as the tuner times them) and
+    of `torch_fn`, over rotating interleaved rounds: whatever runs first after a pause can see
+    lower clocks, so no one always goes first."""
+    from tuner.runner import RunSettings, benchmark
+
+    built = {b.result.candidate_id: b for b in manifest.built}
+    chosen = {"default": next(b for b in manifest.built if b.result.is_baseline), "tuned": built[data["best"]]}
+    settings = RunSettings(device="cuda", entry=manifest.workload.entry, inputs=manifest.inputs(work),
+                           repetitions=3, min_time_s=0.2)
+    samples: dict[str, list[float]] = {"default": [], "tuned": [], "torch": []}
+    order = ["default", "tuned", "torch"]
+    for round_ in range(rounds):
+        for label in order[round_ % 3:] + order[: round_ % 3]:
+            if label == "torch":
+                samples["torch"] += time_cuda(torch_fn, 20)
+                continue
+            timing, run = benchmark(chosen[label].vmfb, settings, chosen[label].dispatch_benchmark)
+            if timing is None:
+                raise SystemExit(f"{work}: timing {label} failed: {run.first_error()}")
+            samples[label] += timing.times_ms
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def arguments(doc: str, out: str, candidates: int) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=["compile", "measure"])
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--candidates", type=int, default=candidates)
+    parser.add_argument("--target", default="cuda:sm_80")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repetitions", type=int, default=3)
+    return parser
