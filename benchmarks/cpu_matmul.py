@@ -1,4 +1,4 @@
-"""Tune CPU matmuls and time default, tuned and numpy side by side, interleaved, in one run.
+"""Tune CPU matmuls and convolutions and time default, tuned and numpy side by side, interleaved, in one run.
 
     python benchmarks/cpu_matmul.py [--candidates 20] [--rounds 5] [--out bench-cpu]
 
@@ -37,6 +37,10 @@ SHAPES = [
     ("unaligned 1000x1000x1000", 0, 1000, 1000, 1000, False),
     ("batch 8x256x512x384", 8, 256, 512, 384, False),
 ]
+# (name, images, output rows, output columns, input channels, output channels): 3x3 NHWC.
+CONVS = [
+    ("conv 3x3 4x56x56x64->64", 4, 56, 56, 64, 64),
+]
 
 
 def mlir_for(batch: int, m: int, n: int, k: int, transpose_b: bool) -> str:
@@ -55,15 +59,50 @@ def mlir_for(batch: int, m: int, n: int, k: int, transpose_b: bool) -> str:
 """
 
 
-def time_numpy(a: np.ndarray, b: np.ndarray, transpose_b: bool, reps: int) -> list[float]:
-    rhs = np.swapaxes(b, -1, -2) if transpose_b else b
-    a @ rhs  # warm-up
+def conv_mlir(n: int, h: int, w: int, c: int, f: int) -> str:
+    """A 3x3 NHWC/HWCF convolution producing n x h x w x f (f32)."""
+    inp, fil, out = f"{n}x{h + 2}x{w + 2}x{c}xf32", f"3x3x{c}x{f}xf32", f"{n}x{h}x{w}x{f}xf32"
+    return f"""func.func @main(%a: tensor<{inp}>, %b: tensor<{fil}>) -> tensor<{out}> {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{out}>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{out}>) -> tensor<{out}>
+  %r = linalg.conv_2d_nhwc_hwcf {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}}
+         ins(%a, %b : tensor<{inp}>, tensor<{fil}>) outs(%f : tensor<{out}>) -> tensor<{out}>
+  return %r : tensor<{out}>
+}}
+"""
+
+
+def numpy_matmul(transpose_b: bool):
+    def make(a: np.ndarray, b: np.ndarray):
+        rhs = np.swapaxes(b, -1, -2) if transpose_b else b
+        return lambda: a @ rhs
+    return make
+
+
+def numpy_conv(a: np.ndarray, b: np.ndarray):
+    """The convolution as numpy does it best: a sliding-window view contracted with the filter
+    by tensordot (one BLAS matmul over the gathered windows)."""
+    windows = np.lib.stride_tricks.sliding_window_view(a, (3, 3), axis=(1, 2))  # n, h, w, c, 3, 3
+    return lambda: np.tensordot(windows, b, axes=([4, 5, 3], [0, 1, 2]))
+
+
+def time_numpy(fn, reps: int) -> list[float]:
+    fn()  # warm-up
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        a @ rhs
+        fn()
         times.append((time.perf_counter() - start) * 1e3)
     return times
+
+
+def cases():
+    """(name, input MLIR, numpy reference maker): the matmul shapes, then the convolutions."""
+    for name, batch, m, n, k, tb in SHAPES:
+        yield name, mlir_for(batch, m, n, k, tb), numpy_matmul(tb)
+    for name, n, h, w, c, f in CONVS:
+        yield name, conv_mlir(n, h, w, c, f), numpy_conv
 
 
 def main() -> None:
@@ -71,17 +110,17 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("bench-cpu"))
-    parser.add_argument("--only", default=None, help="run only shapes whose name contains this")
+    parser.add_argument("--only", default=None, help="only shapes whose name contains one of these (comma-separated)")
     args = parser.parse_args()
     target = parse_target("llvm-cpu")
     rows = []
-    for name, batch, m, n, k, tb in SHAPES:
-        if args.only and args.only not in name:
+    for name, text, reference in cases():
+        if args.only and not any(part and part in name for part in args.only.split(",")):
             continue
-        work = args.out / name.split()[0].replace(",", "") / f"{batch}x{m}x{n}x{k}"
+        work = args.out / name.replace(" ", "_").replace(",", "").replace("^", "").replace(">", "")
         work.mkdir(parents=True, exist_ok=True)
         src = work / "input.mlir"
-        src.write_text(mlir_for(batch, m, n, k, tb))
+        src.write_text(text)
         t0 = time.perf_counter()
         tuning = api.tune(src, target, args.candidates, work / "tuning", settings=EvalSettings(repetitions=3))
         tune_s = time.perf_counter() - t0
@@ -92,8 +131,8 @@ def main() -> None:
             run = run_tool([iree_compile, str(src), *fl, "-o", str(work / f"{label}.vmfb")], 600)
             if not run.ok:
                 raise SystemExit(f"{name}: {label} build failed: {run.first_error()}")
-        inputs = tuple(sorted((work / "tuning" / "inputs").glob("input*.npy")))
-        a, b = (np.load(p) for p in inputs)
+        inputs = tuple(sorted((work / "tuning" / "candidates" / "inputs").glob("input*.npy")))  # written by the evaluator
+        numpy_fn = reference(*(np.load(p) for p in inputs))
         settings = RunSettings(device=target.device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2)
         samples: dict[str, list[float]] = {"default": [], "tuned": [], "numpy": []}
         for _ in range(args.rounds):  # interleaved: default, tuned, numpy, default, ...
@@ -102,7 +141,7 @@ def main() -> None:
                 if timing is None:
                     raise SystemExit(f"{name}: benchmarking {label} failed: {run.first_error()}")
                 samples[label] += timing.times_ms
-            samples["numpy"] += time_numpy(a, b, tb, 10)
+            samples["numpy"] += time_numpy(numpy_fn, 10)
         med = {k: statistics.median(v) for k, v in samples.items()}
         spread = {k: 100 * (statistics.quantiles(v, n=4)[2] - statistics.quantiles(v, n=4)[0]) / med[k]
                   for k, v in samples.items()}
@@ -114,7 +153,7 @@ def main() -> None:
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores ({tuning.dispatch.target.arch.strip()}); "
           f"{args.candidates} candidates per shape; {args.rounds} interleaved rounds; medians, IQR in parentheses.")
     print()
-    print("| shape (f32) | default ms | tuned ms | numpy ms | tuned vs default | numpy vs tuned | winner | tuning time |")
+    print("| dispatch (f32) | default ms | tuned ms | numpy ms | tuned vs default | numpy vs tuned | winner | tuning time |")
     print("|---|---|---|---|---|---|---|---|")
     for name, med, spread, label, tune_s, count in rows:
         print(f"| {name} | {med['default']:.2f} (±{spread['default']:.0f}%) | {med['tuned']:.2f} (±{spread['tuned']:.0f}%) "

@@ -28,7 +28,7 @@ ROWS = [
     ("matmul, transposed B", "matmul_transpose_b_512x2048x768_f32.mlir", "matmul_transpose_b_2048x4096x1024_f16f16f32.mlir"),
     ("contraction + bias + ReLU (linalg.generic)", "generic_contraction_bias_relu_384x1000x1200_f32.mlir",
      "generic_contraction_bias_relu_2048x4096x1024_f16f16f32.mlir"),
-    ("2-D convolution, NHWC", "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir",
+    ("2-D convolution, NHWC", "conv_2d_nhwc_hwcf_4x58x58x64_3x3x64_f32.mlir",
      "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir"),
     ("2-D convolution, NCHW", "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir",
      "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipelines.base import Pipeline
 from pipelines.dispatch import Dispatch
+from pipelines.llvmcpu_conv_tile_and_decompose import LLVMCPUConvTileAndDecompose
 from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 
@@ -11,6 +12,7 @@ PIPELINES: dict[str, Pipeline] = {
     p.name: p
     for p in (
         LLVMCPUDoubleTiling(),
+        LLVMCPUConvTileAndDecompose(),
         LLVMGPUTileAndFuse(),
     )
 }

@@ -21,9 +21,9 @@ from tests.conftest import SAMPLES
 CPU_SAMPLES = sorted(p.name for p in SAMPLES.glob("*_f32.mlir"))
 GPU_SAMPLES = ["matmul_transpose_b_2048x4096x1024_f16f16f32.mlir", "generic_contraction_bias_relu_2048x4096x1024_f16f16f32.mlir"]
 SUPPORTED = ([(s, "llvm-cpu", 8) for s in CPU_SAMPLES]
+             + [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "llvm-cpu", 4)]
              + [(s, t, 4) for s in GPU_SAMPLES for t in ("cuda", "rocm:gfx942")])
-UNSUPPORTED = [("conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir", "llvm-cpu"),
-               ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "cuda"),
+UNSUPPORTED = [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "cuda"),
                ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "rocm:gfx942")]
 
 

@@ -15,6 +15,7 @@ from tuner.tools import find_tool, run_tool
 from tests.conftest import SAMPLES
 
 CONV = SAMPLES / "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir"
+CPU_CONV = SAMPLES / "conv_2d_nhwc_hwcf_4x58x58x64_3x3x64_f32.mlir"
 
 
 def test_discovery_reads_convolution_dims(ctx):
@@ -59,9 +60,13 @@ def test_a_convolution_spec_reaches_the_compiler(ctx, tmp_path):
     assert configured.lowering_config == d.default.lowering_config
 
 
-def test_only_gpus_claim_convolutions(ctx):
-    # On llvm-cpu no config reaches a convolution in IREE 3.13 (see the README): no pipeline.
-    [d] = discover(CONV, parse_target("llvm-cpu"), ctx)
+def test_who_claims_convolutions(ctx, tmp_path):
+    [d] = discover(CPU_CONV, parse_target("llvm-cpu"), ctx)
+    assert pipeline_for(d).name == "llvmcpu_conv_tile_and_decompose"
+    # A single image: IREE 3.13 loses any config given to it on llvm-cpu (see the pipeline).
+    single = tmp_path / "one.mlir"
+    single.write_text(CPU_CONV.read_text().replace("4x58x58x64", "1x58x58x64").replace("4x56x56x64", "1x56x56x64"))
+    [d] = discover(single, parse_target("llvm-cpu"), ctx)
     assert d.kind == DispatchKind.CONVOLUTION and pipeline_for(d) is None
     for target in ("cuda", "rocm"):
         [d] = discover(CONV, parse_target(target), ctx)
@@ -80,3 +85,27 @@ def test_gpu_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path
     # The implicit-GEMM config: parallel loops then one K, with the IGEMM pipeline option on.
     tiled = candidates[1].config
     assert tiled.expect_lowering_config.count(",") >= 4 and "use_igemm_convolution = true" in tiled.expect_translation_info
+
+
+def test_cpu_convolution_problem(ctx):
+    import z3
+
+    from pipelines.llvmcpu_conv_tile_and_decompose import MAX_VECTOR_BYTES
+
+    [d] = discover(CPU_CONV, parse_target("llvm-cpu"), ctx)
+    problem = pipeline_for(d).build_problem(d)
+    solver = z3.Solver()
+    solver.add(*problem.constraints)
+    assert solver.check() == z3.sat
+    ow, oc, ic = (problem.knob(n).var for n in ("vector_common_parallel_ow", "vector_common_parallel_oc",
+                                                "vector_reduction_ic"))
+    solver.add(ow * oc * ic * 4 > MAX_VECTOR_BYTES)
+    assert solver.check() == z3.unsat
+    # The vector tile that failed to compile (4x64 with 32 input channels per step) is not admitted.
+    base = {"distribution_oh": 2, "distribution_ow": 8, "distribution_oc": 64, "vector_common_parallel_ow": 4,
+            "vector_common_parallel_oc": 64, "vector_reduction_ic": 16}
+    assert problem.admits(base) and not problem.admits({**base, "vector_reduction_ic": 32})
+    config = pipeline_for(d).to_config(d, base, ctx)
+    assert "distribution = [1, 2, 8, 64, 0, 0, 0]" in config.expect_lowering_config
+    assert "vector_common_parallel = [1, 1, 4, 64, 0, 0, 0], vector_reduction = [0, 0, 0, 0, 1, 1, 16]" \
+        in config.expect_lowering_config
