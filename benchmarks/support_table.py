@@ -34,19 +34,20 @@ ROWS = [
      "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir"),
     ("attention", "attention_8x1024x1024x64_f16.mlir", "attention_8x1024x1024x64_f16.mlir"),
 ]
-TARGETS = ["llvm-cpu", "cuda:sm_80", "rocm:gfx942"]
+# (target, pipeline): None is the pipeline for the compiler's own choice.
+COLUMNS = [("llvm-cpu", None), ("cuda:sm_80", None), ("rocm:gfx942", None), ("rocm:gfx942", "llvmgpu_vector_distribute")]
 
 
-def cell(sample: str, target_name: str, limit: int, ctx: ir.Context) -> str:
+def cell(sample: str, target_name: str, pipeline_name: str | None, limit: int, ctx: ir.Context) -> str:
     target = parse_target(target_name)
     dispatches = discover(ROOT / "sample_dispatches" / sample, target, ctx)
     if not dispatches:
         return "no (not discovered as tunable)"
     d = dispatches[0]
-    pipeline = pipeline_for(d)
+    pipeline = pipeline_for(d, pipeline_name)
     default = d.default.pipeline.split("<")[-1].rstrip(">")
     if pipeline is None:
-        return f"no (default: {default})"
+        return "no" if pipeline_name else f"no (default: {default})"
     count = len(generate_candidates(d, pipeline, limit, ctx, target.spec_entry)) - 1
     return f"{pipeline.name}: {count}"
 
@@ -56,10 +57,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=30)
     args = parser.parse_args()
     ctx = ir.Context()
-    print("| dispatch kind | " + " | ".join(f"`{t}`" for t in TARGETS) + " |")
-    print("|---" * (len(TARGETS) + 1) + "|")
+    print("| dispatch kind | " + " | ".join(f"`{t}`" + (f", `--pipeline {p}`" if p else "") for t, p in COLUMNS) + " |")
+    print("|---" * (len(COLUMNS) + 1) + "|")
     for kind, cpu_sample, gpu_sample in ROWS:
-        cells = [cell(cpu_sample if t == "llvm-cpu" else gpu_sample, t, args.limit, ctx) for t in TARGETS]
+        cells = [cell(cpu_sample if t == "llvm-cpu" else gpu_sample, t, p, args.limit, ctx) for t, p in COLUMNS]
         print(f"| {kind} | " + " | ".join(cells) + " |", flush=True)
 
 

@@ -7,6 +7,7 @@ from pipelines.dispatch import Dispatch
 from pipelines.llvmcpu_conv_tile_and_decompose import LLVMCPUConvTileAndDecompose
 from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
+from pipelines.llvmgpu_vector_distribute import LLVMGPUVectorDistribute
 
 PIPELINES: dict[str, Pipeline] = {
     p.name: p
@@ -14,12 +15,19 @@ PIPELINES: dict[str, Pipeline] = {
         LLVMCPUDoubleTiling(),
         LLVMCPUConvTileAndDecompose(),
         LLVMGPUTileAndFuse(),
+        # After TileAndFuse: it claims rocm contractions only when asked for by name.
+        LLVMGPUVectorDistribute(),
     )
 }
 
 
-def pipeline_for(dispatch: Dispatch) -> Pipeline | None:
-    """The registered pipeline that tunes this dispatch, or None."""
+def pipeline_for(dispatch: Dispatch, name: str | None = None) -> Pipeline | None:
+    """The pipeline named `name` if it can tune this dispatch; without a name, the first
+    registered one that can (the one that tunes the compiler's own choice); or None."""
+    if name is not None:
+        if name not in PIPELINES:
+            raise KeyError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
+        return PIPELINES[name] if PIPELINES[name].supports(dispatch) else None
     for pipeline in PIPELINES.values():
         if pipeline.supports(dispatch):
             return pipeline

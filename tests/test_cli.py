@@ -143,3 +143,9 @@ def test_candidates_lists_knobs_and_specs_without_compiling_them(tmp_path, small
     assert read_configs(out / "candidates.json") == [e["knobs"] for e in entries[1:]]
     assert not (out / "specs" / "0001").exists()  # nothing was compiled
     _one_error_line(_run("candidates", str(small_matmul), "--target", "rocm:gfx1"), 3, "unknown rocm arch")
+
+
+def test_unknown_pipeline_is_one_error_line(tmp_path, small_matmul):
+    _one_error_line(_run("candidates", str(small_matmul), "--pipeline", "magic"), 2, "unknown pipeline 'magic'")
+    _one_error_line(_run("candidates", str(small_matmul), "--pipeline", "llvmgpu_vector_distribute"), 2,
+                    "nothing this tuner can tune on this target with llvmgpu_vector_distribute")

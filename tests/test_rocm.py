@@ -53,3 +53,27 @@ def test_candidates_compile_for_gfx942_and_carry_their_config(gfx942, ctx, tmp_p
     # On rocm the pipeline options are knobs: they must change the executable.
     hashes = [b.result.binary_hash for b in built]
     assert len(set(hashes)) == len(hashes)
+
+
+@pytest.mark.parametrize("sample,count", [(MATMUL, 8), (BATCH, 4)], ids=["matmul", "batch_matmul"])
+def test_vector_distribute_candidates_compile_for_gfx942(gfx942, ctx, tmp_path, sample, count):
+    [d] = discover(sample, gfx942, ctx)
+    pipeline = pipeline_for(d, "llvmgpu_vector_distribute")
+    candidates = generate_candidates(d, pipeline, count, ctx, gfx942.spec_entry)
+    assert len(candidates) == count + 1
+    assert all("VectorDistribute" in c.config.expect_translation_info for c in candidates[1:])
+    assert all("subgroup_basis" in c.config.expect_lowering_config for c in candidates[1:])
+    built = compile_all(candidates, sample, gfx942, tmp_path, EvalSettings(), ctx)
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    assert len({b.result.binary_hash for b in built}) == len(built)
+
+
+def test_pipelines_are_chosen_by_name(gfx942, ctx):
+    [d] = discover(MATMUL, gfx942, ctx)
+    assert pipeline_for(d).name == "llvmgpu_tile_and_fuse"  # the compiler's own choice
+    assert pipeline_for(d, "llvmgpu_vector_distribute").name == "llvmgpu_vector_distribute"
+    assert pipeline_for(d, "llvmcpu_double_tiling") is None
+    with pytest.raises(KeyError, match="unknown pipeline"):
+        pipeline_for(d, "magic")
+    [cuda_dispatch] = discover(MATMUL, parse_target("cuda"), ctx)
+    assert pipeline_for(cuda_dispatch, "llvmgpu_vector_distribute") is None  # rocm only

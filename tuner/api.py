@@ -54,11 +54,16 @@ def prepare_output(output_dir: Path) -> Path:
     return output_dir
 
 
-def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path: Path) -> Dispatch:
-    tunable = [d for d in dispatches if pipeline_for(d) is not None]
+def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path: Path,
+                    pipeline_name: Optional[str] = None) -> Dispatch:
+    try:
+        tunable = [d for d in dispatches if pipeline_for(d, pipeline_name) is not None]
+    except KeyError as e:
+        raise InputError(str(e.args[0])) from None
     if not tunable:
         found = ", ".join(f"{d.op_name} ({d.default.pipeline})" for d in dispatches) or "no root ops"
-        raise InputError(f"{input_path}: nothing this tuner can tune on this target (found: {found})")
+        through = f" with {pipeline_name}" if pipeline_name else ""
+        raise InputError(f"{input_path}: nothing this tuner can tune on this target{through} (found: {found})")
     if name is None:
         return tunable[0]  # the largest by FLOPs
     for d in tunable:
@@ -81,14 +86,14 @@ class _Session:
 
 
 def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
-          dispatch_name: Optional[str]) -> _Session:
+          dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> _Session:
     input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = prepare_output(Path(output_dir)) if output_dir is not None else Path()
     ctx = ir.Context()
     workload = read_workload(parse_input(input_path, ctx), input_path)
-    dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path)
-    pipeline = pipeline_for(dispatch)
+    dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path, pipeline_name)
+    pipeline = pipeline_for(dispatch, pipeline_name)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
     return _Session(input_path, target, output_dir, ctx, workload, dispatch, pipeline)
 
@@ -98,11 +103,12 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
          settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
          compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
-         store_path: Optional[Path | str] = None) -> Tuning:
-    """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`)."""
+         store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None) -> Tuning:
+    """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`).
+    `pipeline_name` picks a codegen pipeline other than the one for the compiler's own choice."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _open(input_path, target, output_dir, dispatch_name)
+    session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
     candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                      session.target.spec_entry)
     if on_candidates:
@@ -111,12 +117,13 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
 
 
 def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
-                    dispatch_name: Optional[str] = None) -> tuple[Dispatch, list[Candidate]]:
+                    dispatch_name: Optional[str] = None,
+                    pipeline_name: Optional[str] = None) -> tuple[Dispatch, list[Candidate]]:
     """The dispatch and its candidates (baseline first), as `tune` would try them; nothing is
     compiled beyond discovery, nothing is timed."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _open(input_path, target, None, dispatch_name)
+    session = _open(input_path, target, None, dispatch_name, pipeline_name)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                                  session.target.spec_entry)
 
@@ -127,9 +134,10 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                       on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
                       strategy: str = "auto", devices: Sequence[str] = (),
                       store_path: Optional[Path | str] = None,
-                      on_warning: Optional[Callable[[str], None]] = None) -> Tuning:
+                      on_warning: Optional[Callable[[str], None]] = None,
+                      pipeline_name: Optional[str] = None) -> Tuning:
     """Evaluate the given knob assignments (and the baseline) for the dispatch; no search."""
-    session = _open(input_path, target, output_dir, dispatch_name)
+    session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
     candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
                                                  session.target.spec_entry)
     for warning in warnings:

@@ -32,6 +32,9 @@ def _evaluation_options(f):
     f = click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")(f)
     f = click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")(f)
     f = click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")(f)
+    f = click.option("--pipeline", "pipeline_name", default=None,
+                     help="Codegen pipeline to tune with (default: the one for the compiler's choice), "
+                          "e.g. llvmgpu_vector_distribute on rocm.")(f)
     f = click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")(f)
     return f
 
@@ -50,8 +53,8 @@ def _settings(repetitions: int, compile_timeout: float, run_timeout: float):
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 @_evaluation_options
 def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: bool, target: str,
-         dispatch_name: str | None, repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
-         devices: tuple[str, ...], store_path: Path | None) -> None:
+         pipeline_name: str | None, dispatch_name: str | None, repetitions: int, run_timeout: float,
+         compile_timeout: float, strategy: str, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE (a .mlir with linalg ops)."""
     from tuner import api
 
@@ -59,7 +62,7 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = api.tune(input_file, target, num_candidates, output_dir, dispatch_name,
                           _settings(repetitions, compile_timeout, run_timeout), on_progress,
-                          _announce(console), compile_only, strategy, devices, store_path)
+                          _announce(console), compile_only, strategy, devices, store_path, pipeline_name)
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
         console.print(f"compiled {ok} of {len(tuning.manifest.built)} candidates into {output_dir}; "
@@ -75,7 +78,8 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
 @click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
               help="With an input file: where outputs go (default: benchmark-output).")
 @_evaluation_options
-def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, dispatch_name: str | None,
+def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, pipeline_name: str | None,
+              dispatch_name: str | None,
               repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
               devices: tuple[str, ...], store_path: Path | None) -> None:
     """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
@@ -105,7 +109,8 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
         with _progress(console) as on_progress:
             tuning = api.benchmark_configs(path, configs, target, output_dir, dispatch_name, settings, on_progress,
                                            _announce(console), strategy, devices, store_path,
-                                           on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}"))
+                                           on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}"),
+                                           pipeline_name=pipeline_name)
     _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
 
 
@@ -114,11 +119,12 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
 @click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
 @click.option("--num-candidates", default=30, show_default=True, type=int, help="Configs besides the baseline.")
 @click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch (default: the largest).")
+@click.option("--pipeline", "pipeline_name", default=None, help="Codegen pipeline (default: the compiler's choice's).")
 @click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
               help="Write DIR/candidates.json (knobs, flags, compilation_info, spec) and DIR/specs/NNNN.mlir.")
 @click.option("--specs", "show_specs", is_flag=True, help="Print each candidate's tuning spec too.")
 def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name: str | None,
-               output_dir: Path | None, show_specs: bool) -> None:
+               pipeline_name: str | None, output_dir: Path | None, show_specs: bool) -> None:
     """List the candidates `tune` would try for INPUT_FILE (knobs and specs); compile and time nothing."""
     import json
 
@@ -128,7 +134,7 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
 
     console = Console()
     with _errors_to_exit():
-        dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name)
+        dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name, pipeline_name)
         if output_dir is not None:
             api.prepare_output(output_dir / "specs")
             entries = []

@@ -1,0 +1,117 @@
+"""LLVMGPU VectorDistribute for contractions on rocm: the MFMA intrinsic, subgroups per workgroup
+(`subgroup_basis`), MMA tiles per subgroup (which give the `workgroup` tile) and the K step (the
+`reduction` tile, in elements). IREE 3.13 picks TileAndFuse for rocm matmuls by default;
+VectorDistribute is the other pipeline that lowers them, chosen with `--pipeline` (its
+candidates set the pipeline in their translation_info)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import z3
+from iree.compiler import ir
+from iree.compiler.dialects import iree_codegen, iree_gpu
+
+from constraints import IntKnob, Problem, tiling
+from pipelines.base import Config, KnobValue, tiled_config
+from pipelines.dispatch import Dispatch, DispatchKind
+from pipelines.llvmgpu_tile_and_fuse import ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, _i64_array, compatible_intrinsics
+
+PIPELINE = "#iree_gpu.pipeline<VectorDistribute>"
+
+
+class LLVMGPUVectorDistribute:
+    """Knobs (IREE's names where it has them): `mma_kind`, `subgroups_m/n` (the subgroup basis),
+    `subgroup_m/n` (MMA tiles per subgroup), `reduction_k` (MMA K steps per iteration)."""
+
+    name = "llvmgpu_vector_distribute"
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return (dispatch.target.backend == "rocm" and dispatch.kind == DispatchKind.CONTRACTION
+                and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
+                and bool(compatible_intrinsics(dispatch)))
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        t = dispatch.target
+        b = dispatch.loop_bounds
+        m, n, k = b[dispatch.m_dims[-1]], b[dispatch.n_dims[-1]], b[dispatch.k_dims[-1]]
+        intrinsics = compatible_intrinsics(dispatch)
+        subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 64
+        in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
+
+        p = Problem()
+        mma = p.add_knob(IntKnob.of("mma_kind", range(len(intrinsics))))
+        tile_m = p.add_knob(IntKnob.of("subgroup_m", [1, 2, 4, 8]))
+        tile_n = p.add_knob(IntKnob.of("subgroup_n", [1, 2, 4, 8]))
+        sg_m = p.add_knob(IntKnob.of("subgroups_m", [1, 2, 4]))
+        sg_n = p.add_knob(IntKnob.of("subgroups_n", [1, 2, 4]))
+        # Powers of two only: on gfx942, VectorDistribute configs with other reduction tiles
+        # failed on the shared-memory copy ("unsupported number of elements").
+        red_k = p.add_knob(IntKnob.of("reduction_k", [1, 2, 4, 8]))
+
+        def by_mma(field: str) -> z3.ArithRef:
+            expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], field))
+            for i, intr in reversed(list(enumerate(intrinsics[:-1]))):
+                expr = z3.If(mma.var == i, getattr(intr, field), expr)
+            return expr
+
+        mma_m, mma_n, mma_k = by_mma("m"), by_mma("n"), by_mma("k")
+        wg_m, wg_n = sg_m.var * tile_m.var * mma_m, sg_n.var * tile_n.var * mma_n
+        k_tile = red_k.var * mma_k
+        acc_regs = tile_m.var * tile_n.var * mma_m * mma_n / subgroup
+        p.require(
+            # No padding on this path: tiles divide the problem.
+            m % wg_m == 0, n % wg_n == 0, k % k_tile == 0,
+            tiling.within(sg_m.var * sg_n.var * subgroup, t.max_threads_per_workgroup or 1024),
+            tiling.within((wg_m + wg_n) * k_tile * in_bytes, t.max_workgroup_memory_bytes or 65536),
+            tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
+        )
+        batch = 1
+        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
+            batch *= b[d]
+        # As for TileAndFuse: enough workgroups for the GPU's compute units, a full register
+        # tile, 4 subgroups (the compiler's own choice), a K step of at least 64 elements (the
+        # compiler's own), then the first intrinsic.
+        p.prefer("enough_workgroups", batch * (m / wg_m) * (n / wg_n) >= 256)
+        p.prefer("busy_subgroups", acc_regs * 2 >= MAX_ACCUMULATOR_REGISTERS)
+        p.prefer("four_subgroups", sg_m.var * sg_n.var == 4)
+        p.prefer("deep_k_step", k_tile >= 64)
+        p.prefer("first_intrinsic", mma.var == 0)
+        p.diversify(red_k.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, mma.name)
+        return p
+
+    def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
+        md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
+        rank = len(dispatch.loop_bounds)
+        workgroup, reduction, counts = [0] * rank, [0] * rank, [1] * rank
+        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
+            workgroup[d] = 1
+        for d in dispatch.k_dims[:-1]:
+            reduction[d] = 1
+        workgroup[md] = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
+        workgroup[nd] = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+        reduction[kd] = int(s["reduction_k"]) * intrinsic.k
+        counts[md], counts[nd] = int(s["subgroups_m"]), int(s["subgroups_n"])
+        subgroup_size = (dispatch.target.subgroup_sizes or (64,))[0]
+        threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size
+        with ctx:
+            derived = ir.Attribute.parse("#iree_gpu.derived_thread_config")
+            lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
+                "mma_kind": iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name)),
+                "promote_operands": _i64_array([0, 1]),
+                "promotion_types": ir.ArrayAttr.get([derived, derived]),
+                "reduction": _i64_array(reduction),
+                "subgroup_basis": ir.ArrayAttr.get([_i64_array(counts), _i64_array(list(range(rank)))]),
+                "workgroup": _i64_array(workgroup),
+            }))
+            options = iree_gpu.PipelineOptionsAttr.get(no_reduce_shared_memory_bank_conflicts=False,
+                                                       use_igemm_convolution=False)
+            translation = iree_codegen.TranslationInfoAttr.get(
+                ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], subgroup_size,
+                ir.DictAttr.get({"gpu_pipeline_options": options}),
+            )
+        summary = (f"VD {intrinsic.name} wg {workgroup[md]}x{workgroup[nd]} "
+                   f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
+                   f"k{reduction[kd]}")
+        return tiled_config(s, lowering, translation, summary)
