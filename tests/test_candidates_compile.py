@@ -20,18 +20,19 @@ from tests.conftest import SAMPLES
 # first; on GPUs, a sample of the first candidates (their compiles take longer).
 CPU_SAMPLES = sorted(p.name for p in SAMPLES.glob("*_f32.mlir"))
 GPU_SAMPLES = ["matmul_transpose_b_2048x4096x1024_f16f16f32.mlir", "generic_contraction_bias_relu_2048x4096x1024_f16f16f32.mlir"]
-SUPPORTED = ([(s, "llvm-cpu", 8) for s in CPU_SAMPLES]
-             + [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "llvm-cpu", 4)]
-             + [(s, t, 4) for s in GPU_SAMPLES for t in ("cuda", "rocm:gfx942")])
+SUPPORTED = ([(s, "llvm-cpu", None, 8) for s in CPU_SAMPLES]
+             + [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "llvm-cpu", None, 4)]
+             + [(s, t, None, 4) for s in GPU_SAMPLES for t in ("cuda", "rocm:gfx942")]
+             + [(s, "rocm:gfx942", "llvmgpu_vector_distribute", 4) for s in GPU_SAMPLES])
 UNSUPPORTED = [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "cuda"),
                ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "rocm:gfx942")]
 
 
-@pytest.mark.parametrize("sample,target_name,count", SUPPORTED, ids=lambda v: str(v))
-def test_all_candidates_compile_and_carry_their_config(sample, target_name, count, ctx, tmp_path):
+@pytest.mark.parametrize("sample,target_name,pipeline_name,count", SUPPORTED, ids=lambda v: str(v))
+def test_all_candidates_compile_and_carry_their_config(sample, target_name, pipeline_name, count, ctx, tmp_path):
     target = parse_target(target_name)
     [dispatch] = discover(SAMPLES / sample, target, ctx)
-    pipeline = pipeline_for(dispatch)
+    pipeline = pipeline_for(dispatch, pipeline_name)
     candidates = generate_candidates(dispatch, pipeline, count, ctx, target.spec_entry)
     assert len(candidates) == count + 1 and candidates[0].is_baseline
     built = compile_all(candidates, SAMPLES / sample, target, tmp_path, EvalSettings(), ctx)
