@@ -26,6 +26,9 @@ class Config:
     expect_root_op: str | None = None
     expect_lowering_config: str | None = None
     expect_translation_info: str | None = None
+    # Attention only: the op's decomposition_config (lowering configs of its QK and PV matmuls),
+    # annotated next to the compilation_info and read back like it.
+    decomposition_config: str | None = None
 
 
 def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, translation: ir.Attribute,
@@ -47,6 +50,7 @@ class ConfiguredDispatch:
     op_name: str
     lowering_config: str
     translation_info: str
+    decomposition_config: str = ""
 
 
 class Pipeline(Protocol):
@@ -73,6 +77,10 @@ def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
     if config.expect_lowering_config and configured.lowering_config != config.expect_lowering_config:
         problems.append(
             f"lowering_config is {configured.lowering_config}, expected {config.expect_lowering_config}"
+        )
+    if config.decomposition_config and configured.decomposition_config != config.decomposition_config:
+        problems.append(
+            f"decomposition_config is {configured.decomposition_config}, expected {config.decomposition_config}"
         )
     if config.expect_translation_info and configured.translation_info != config.expect_translation_info:
         problems.append(

@@ -105,6 +105,9 @@ class Dispatch:
     # batch_dims = batch, m_dims = output image, n_dims = output channel, k_dims = filter and
     # input channel.
     conv: Optional[ConvDims] = None
+    # Attention: the compiler's own decomposition_config (its QK and PV matmuls' configs). Its
+    # contraction view: M = queries, N = value columns, K = head dim (K1) then keys (K2).
+    decomposition_config: str = ""
 
     def contiguous_dim(self, operand: int) -> int | None:
         """The loop dim along which an operand is contiguous in memory (its innermost)."""

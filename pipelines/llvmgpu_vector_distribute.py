@@ -6,6 +6,7 @@ candidates set the pipeline in their translation_info)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 import z3
@@ -15,21 +16,40 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmgpu_tile_and_fuse import ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, _i64_array, compatible_intrinsics
+from pipelines.llvmgpu_tile_and_fuse import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, UNSUPPORTED_INTRINSIC,
+                                             UNSUPPORTED_INTRINSIC_PREFIXES, _i64_array, compatible_intrinsics)
 
 PIPELINE = "#iree_gpu.pipeline<VectorDistribute>"
 
 
 class LLVMGPUVectorDistribute:
-    """Knobs (IREE's names where it has them): `mma_kind`, `subgroups_m/n` (the subgroup basis),
-    `subgroup_m/n` (MMA tiles per subgroup), `reduction_k` (MMA K steps per iteration)."""
+    """Two builders: contractions on rocm (`_ContractionBuilder`) and attention on cuda and rocm
+    (`_AttentionBuilder`), each with its own knobs."""
 
     name = "llvmgpu_vector_distribute"
 
     def supports(self, dispatch: Dispatch) -> bool:
+        if dispatch.kind == DispatchKind.ATTENTION:
+            return (dispatch.target.backend in ("cuda", "rocm") and "VectorDistribute" in dispatch.default.pipeline
+                    and len(dispatch.k_dims) == 2 and bool(attention_intrinsics(dispatch)))
         return (dispatch.target.backend == "rocm" and dispatch.kind == DispatchKind.CONTRACTION
                 and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
                 and bool(compatible_intrinsics(dispatch)))
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        return _builder(dispatch).build_problem(dispatch)
+
+    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        return _builder(dispatch).to_config(dispatch, solution, ctx)
+
+
+def _builder(dispatch: Dispatch):
+    return _AttentionBuilder() if dispatch.kind == DispatchKind.ATTENTION else _ContractionBuilder()
+
+
+class _ContractionBuilder:
+    """Knobs (IREE's names where it has them): `mma_kind`, `subgroups_m/n` (the subgroup basis),
+    `subgroup_m/n` (MMA tiles per subgroup), `reduction_k` (MMA K steps per iteration)."""
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         t = dispatch.target
@@ -115,3 +135,104 @@ class LLVMGPUVectorDistribute:
                    f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
                    f"k{reduction[kd]}")
         return tiled_config(s, lowering, translation, summary)
+
+
+def attention_intrinsics(dispatch: Dispatch) -> list:
+    """The target's MMA intrinsics for attention's two matmuls: query/key type in, f32 out."""
+    return [i for i in dispatch.target.mma_intrinsics
+            if (i.a_type, i.b_type, i.c_type) == (dispatch.lhs_type, dispatch.rhs_type, "f32")
+            and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
+
+
+class _AttentionBuilder:
+    """Attention on VectorDistribute (the compiler's own pipeline for it on cuda and rocm):
+    queries and value columns per workgroup, keys per step, subgroups along the queries, and
+    the MFMA/MMA intrinsic of its QK and PV matmuls (the decomposition_config)."""
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        t = dispatch.target
+        b = dispatch.loop_bounds
+        m, n = b[dispatch.m_dims[-1]], b[dispatch.n_dims[-1]]
+        k1, k2 = b[dispatch.k_dims[0]], b[dispatch.k_dims[-1]]
+        intrinsics = attention_intrinsics(dispatch)
+        subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 32
+        in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
+
+        p = Problem()
+        mma = p.add_knob(IntKnob.of("mma_kind", range(len(intrinsics))))
+        tile_m = p.add_knob(IntKnob.of("workgroup_m", tiling.tile_candidates(m, 16, 256, multiple_of=16)))
+        tile_n = p.add_knob(IntKnob.of("workgroup_n", tiling.tile_candidates(n, 16, 256, multiple_of=16)))
+        red = p.add_knob(IntKnob.of("reduction_k2", tiling.tile_candidates(k2, 16, 256, multiple_of=16)))
+        sg = p.add_knob(IntKnob.of("subgroups_m", [1, 2, 4, 8]))
+
+        def by_mma(field: str) -> z3.ArithRef:
+            expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], field))
+            for i, intr in reversed(list(enumerate(intrinsics[:-1]))):
+                expr = z3.If(mma.var == i, getattr(intr, field), expr)
+            return expr
+
+        mma_m, mma_n, mma_k = by_mma("m"), by_mma("n"), by_mma("k")
+        rows = tile_m.var / sg.var  # queries per subgroup
+        # Per thread: the PV accumulator (rows x value columns) and the QK scores (rows x keys).
+        regs = (rows * tile_n.var + rows * red.var) / subgroup
+        p.require(
+            tile_m.var % (sg.var * mma_m) == 0, tile_n.var % mma_n == 0, red.var % mma_k == 0,
+            red.var % mma_n == 0, k1 % mma_k == 0,
+            tiling.within(sg.var * subgroup, t.max_threads_per_workgroup or 1024),
+            # Query, key and value tiles staged in shared memory.
+            tiling.within((tile_m.var * k1 + red.var * k1 + red.var * tile_n.var) * in_bytes,
+                          t.max_workgroup_memory_bytes or 49152),
+            tiling.within(regs, MAX_ACCUMULATOR_REGISTERS),
+        )
+        batch = 1
+        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
+            batch *= b[d]
+        p.prefer("enough_workgroups", batch * (m / tile_m.var) * (n / tile_n.var) >= 128)
+        p.prefer("whole_head", tile_n.var == n)
+        p.prefer("four_subgroups", sg.var == 4)
+        p.prefer("key_step_64", red.var == 64)
+        p.prefer("first_intrinsic", mma.var == 0)
+        p.diversify(tile_m.name, red.name, sg.name, tile_n.name, mma.name)
+        return p
+
+    def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        intrinsic = attention_intrinsics(dispatch)[int(s["mma_kind"])]
+        rank = len(dispatch.loop_bounds)
+        md, nd = dispatch.m_dims[-1], dispatch.n_dims[-1]
+        k1_dims, k2_dims = dispatch.k_dims[:1], dispatch.k_dims[1:]
+        workgroup, reduction, counts = [0] * rank, [0] * rank, [1] * rank
+        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
+            workgroup[d] = 1
+        workgroup[md], workgroup[nd] = int(s["workgroup_m"]), int(s["workgroup_n"])
+        reduction[k2_dims[-1]] = int(s["reduction_k2"])
+        counts[md] = int(s["subgroups_m"])
+        subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
+        batch_m = (*dispatch.batch_dims, *dispatch.m_dims)
+        qk_dims = sorted((*batch_m, *k1_dims, *k2_dims))
+        pv_dims = sorted((*batch_m, *dispatch.n_dims, *k2_dims))
+        with ctx:
+            derived = ir.Attribute.parse("#iree_gpu.derived_thread_config")
+            mma_attr = iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name))
+
+            def matmul_config(promote: list[int], dims: list[int]) -> ir.Attribute:
+                return ir.DictAttr.get({"lowering_config": iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
+                    "mma_kind": mma_attr,
+                    "promote_operands": _i64_array(promote),
+                    "promotion_types": ir.ArrayAttr.get([derived] * len(promote)),
+                    "subgroup_basis": ir.ArrayAttr.get([_i64_array(counts), _i64_array(dims)]),
+                }))})
+
+            decomposition = ir.DictAttr.get({"qk_attrs": matmul_config([0, 1], qk_dims),
+                                             "pv_attrs": matmul_config([1], pv_dims)})
+            lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
+                "promote_operands": _i64_array([0, 1, 2]),
+                "promotion_types": ir.ArrayAttr.get([derived] * 3),
+                "reduction": _i64_array(reduction),
+                "workgroup": _i64_array(workgroup),
+            }))
+            translation = iree_codegen.TranslationInfoAttr.get(
+                ir.Attribute.parse(PIPELINE), None, [int(s["subgroups_m"]) * subgroup_size, 1, 1], subgroup_size)
+        summary = (f"VD {intrinsic.name.removeprefix('NV_')} wg {s['workgroup_m']}x{s['workgroup_n']} "
+                   f"k2 {s['reduction_k2']} subgroups {s['subgroups_m']}")
+        config = tiled_config(s, lowering, translation, summary)
+        return replace(config, decomposition_config=str(decomposition))

@@ -23,8 +23,10 @@ GPU_SAMPLES = ["matmul_transpose_b_2048x4096x1024_f16f16f32.mlir", "generic_cont
 SUPPORTED = ([(s, "llvm-cpu", None, 8) for s in CPU_SAMPLES]
              + [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "llvm-cpu", None, 4)]
              + [(s, t, None, 4) for s in GPU_SAMPLES for t in ("cuda", "rocm:gfx942")]
-             + [(s, "rocm:gfx942", "llvmgpu_vector_distribute", 4) for s in GPU_SAMPLES])
-UNSUPPORTED = [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "cuda"),
+             + [(s, "rocm:gfx942", "llvmgpu_vector_distribute", 4) for s in GPU_SAMPLES]
+             + [("attention_8x1024x1024x64_f16.mlir", t, None, 6) for t in ("cuda", "rocm:gfx942")])
+UNSUPPORTED = [("attention_8x1024x1024x64_f16.mlir", "llvm-cpu"),
+               ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "cuda"),
                ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "rocm:gfx942")]
 
 
@@ -48,14 +50,24 @@ def test_unsupported_cells_are_not_claimed(sample, target_name, ctx):
     assert pipeline_for(dispatch) is None
 
 
-@pytest.mark.parametrize("target_name", ["llvm-cpu", "cuda", "rocm:gfx942"])
-def test_attention_is_not_a_tunable_dispatch_yet(target_name, ctx, tmp_path):
-    from tuner import api
-    from tuner.errors import InputError
+def test_attention_configs_carry_their_decomposition(ctx):
+    """An attention candidate sets the op's decomposition_config (its QK and PV matmuls) next to
+    its compilation_info, and the read-back checks both."""
+    from pipelines import check_config
+    from pipelines.base import ConfiguredDispatch
 
-    assert discover(SAMPLES / "attention_8x1024x1024x64_f16.mlir", parse_target(target_name), ctx) == []
-    with pytest.raises(InputError, match="nothing this tuner can tune"):
-        api.list_candidates(SAMPLES / "attention_8x1024x1024x64_f16.mlir", target_name)
+    cuda = parse_target("cuda")
+    [d] = discover(SAMPLES / "attention_8x1024x1024x64_f16.mlir", cuda, ctx)
+    assert d.kind.value == "attention" and d.op_name == "iree_linalg_ext.online_attention"
+    assert (d.batch_dims, d.m_dims, d.n_dims, d.k_dims) == ((0,), (1,), (2,), (3, 4))
+    tiled = generate_candidates(d, pipeline_for(d), 1, ctx, cuda.spec_entry)[1]
+    assert "qk_attrs" in tiled.config.decomposition_config and "pv_attrs" in tiled.config.decomposition_config
+    assert "transform.iree.match.attention" in tiled.spec and '"decomposition_config"' in tiled.spec
+    applied = ConfiguredDispatch(d.op_name, tiled.config.expect_lowering_config, tiled.config.expect_translation_info,
+                                 tiled.config.decomposition_config)
+    assert check_config(tiled.config, applied) == []
+    lost = replace(applied, decomposition_config="")  # annotated, then dropped by the compiler
+    assert any("decomposition_config is" in p for p in check_config(tiled.config, lost))
 
 
 def test_a_config_that_did_not_take_effect_is_caught(ctx, cpu, tmp_path):

@@ -41,7 +41,8 @@ class Candidate:
         """Stable identity of what gets compiled, for resuming a run."""
         payload = json.dumps(
             [self.dispatch.name, self.dispatch.source_digest, self.dispatch.target.attribute,
-             self.config.compilation_info, list(self.config.flags), self.is_baseline],
+             self.config.compilation_info, list(self.config.flags), self.is_baseline]
+            + ([self.config.decomposition_config] if self.config.decomposition_config else []),
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -73,16 +74,25 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
     each with a spec whose entry point is `spec_entry` (the target's; see tuner.targets)."""
     out = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
     # What the compiler would build: a config equal to the default is the baseline again.
-    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, ())}
+    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, (), dispatch.decomposition_config)}
     for solution in enumerate_solutions(pipeline.build_problem(dispatch), limit, check_timeout_ms):
         config = pipeline.to_config(dispatch, solution, ctx)
-        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags)
+        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags,
+                    config.decomposition_config or "")
         if identity in seen:
             continue
         seen.add(identity)
-        configs = [(dispatch, config.compilation_info)] if config.compilation_info else []
-        out.append(Candidate(len(out), dispatch, pipeline.name, config, str(build_spec(configs, ctx, spec_entry))))
+        out.append(Candidate(len(out), dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry)))
     return out
+
+
+def _spec(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str) -> str:
+    """The tuning spec that applies `config` (an empty spec for flag-only configs)."""
+    if not config.compilation_info:
+        return str(build_spec([], ctx, spec_entry))
+    entry = (dispatch, config.compilation_info, config.decomposition_config) if config.decomposition_config \
+        else (dispatch, config.compilation_info)
+    return str(build_spec([entry], ctx, spec_entry))
 
 
 
@@ -94,7 +104,7 @@ def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: l
     problem = pipeline.build_problem(dispatch)
     names = {k.name: k for k in problem.knobs}
     out, warnings = [baseline(dispatch, pipeline.name, ctx, spec_entry)], []
-    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, ())}
+    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, (), dispatch.decomposition_config)}
     for i, knobs in enumerate(assignments):
         unknown = sorted(set(knobs) - set(names))
         missing = sorted(set(names) - set(knobs))
@@ -108,11 +118,11 @@ def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: l
         if not problem.admits(knobs):
             warnings.append(f"config {i} is outside the {pipeline.name} constraints for this dispatch; evaluating it anyway")
         config = pipeline.to_config(dispatch, knobs, ctx)
-        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags)
+        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags,
+                    config.decomposition_config or "")
         if identity in seen:
             warnings.append(f"config {i} repeats an earlier one (or the compiler's default); evaluated once")
             continue
         seen.add(identity)
-        configs = [(dispatch, config.compilation_info)] if config.compilation_info else []
-        out.append(Candidate(len(out), dispatch, pipeline.name, config, str(build_spec(configs, ctx, spec_entry))))
+        out.append(Candidate(len(out), dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry)))
     return out, warnings

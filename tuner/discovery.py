@@ -80,9 +80,32 @@ def _enclosing(op: ir.Operation, name: str) -> ir.Operation:
     return op
 
 
+def _maps(op: ir.Operation) -> list[ir.AffineMap]:
+    """The op's indexing maps, one per operand (linalg ops through their view; attention, which
+    has no Python view in 3.13, through its attribute)."""
+    source = op.attributes["indexing_maps"] if op.name in ATTENTION_OPS else op.opview.indexing_maps
+    return [ir.AffineMapAttr(m).value for m in source]
+
+
+def _typed_operands(op: ir.Operation) -> tuple[str, str, str, list[ir.AffineMap]]:
+    """LHS, RHS and result element types, and the indexing maps a spec matches the op by. For
+    attention: query and key types, the value type standing for the result (the compiler's
+    online_attention accumulates in f32 and the dispatch stores the value type), and the maps
+    of query, key, value, scale and output, as `transform.iree.match.attention` reads them."""
+    maps = _maps(op)
+    if op.name in ATTENTION_OPS:
+        outputs = 3 if op.name.endswith("online_attention") else 1
+        out_map = maps[len(maps) - outputs]
+        operands = list(op.operands)
+        return (_element_type(operands[0]), _element_type(operands[1]), _element_type(operands[2]),
+                [*maps[:4], out_map])
+    return (_element_type(op.opview.inputs[0]), _element_type(op.opview.inputs[1]),
+            _element_type(op.opview.outputs[0]), maps)
+
+
 def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
     """Static loop extents of a linalg op, from its indexing maps and operand shapes."""
-    maps = [ir.AffineMapAttr(m).value for m in op.opview.indexing_maps]
+    maps = _maps(op)
     bounds: dict[int, int] = {}
     for amap, operand in zip(maps, op.operands):
         shape = operand.type.shape if isinstance(operand.type, ir.ShapedType) else []
@@ -149,12 +172,24 @@ def _element_type(value: ir.Value) -> str:
     return str(t.element_type) if isinstance(t, ir.ShapedType) else str(t)
 
 
+# The compiler rewrites attention into online_attention when it configures it.
+ATTENTION_OPS = ("iree_linalg_ext.attention", "iree_linalg_ext.online_attention")
+
+
 def _roles(op: ir.Operation) -> tuple[DispatchKind, tuple[int, ...], tuple[int, ...], tuple[int, ...],
                                         tuple[int, ...], ConvDims | None] | None:
     """The op's kind and its batch, M, N and K dims (a convolution's implicit-GEMM view)."""
     if linalg.isa_contraction_op(op):
         d = linalg.infer_contraction_dimensions(op)
         return DispatchKind.CONTRACTION, tuple(d.batch), tuple(d.m), tuple(d.n), tuple(d.k), None
+    if op.name in ATTENTION_OPS:
+        if len(op.operands) not in (5, 7):  # q, k, v, scale and the outputs: no mask
+            return None
+        *_, maps = _typed_operands(op)
+        d = iree_codegen.get_attention_op_detail(maps[0], maps[1], maps[2], maps[4])
+        # M = queries, N = value columns, K = the two reductions (head dim K1, keys K2).
+        return (DispatchKind.ATTENTION, tuple(d.batch_dims), tuple(d.m_dims), tuple(d.n_dims),
+                tuple(d.k1_dims) + tuple(d.k2_dims), None)
     if linalg.isa_convolution_op(op):
         d = linalg.infer_convolution_dimensions(op)
         conv = ConvDims(tuple(d.batch), tuple(d.output_image), tuple(d.output_channel), tuple(d.filter_loop),
@@ -173,7 +208,7 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     variant = _enclosing(op, "hal.executable.variant")
     info = iree_codegen.TranslationInfoAttr(func.attributes["translation_info"])
     lowering = op.attributes["lowering_config"] if "lowering_config" in op.attributes else None
-    ins = op.opview.inputs
+    lhs_type, rhs_type, out_type, maps = _typed_operands(op)
     return Dispatch(
         name=ir.StringAttr(func.attributes["sym_name"]).value,
         kind=kind,
@@ -183,14 +218,12 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
         m_dims=m,
         n_dims=n,
         k_dims=k,
-        lhs_type=_element_type(ins[0]),
-        rhs_type=_element_type(ins[1]),
-        out_type=_element_type(op.opview.outputs[0]),
-        indexing_maps=tuple(str(ir.AffineMapAttr(m).value) for m in op.opview.indexing_maps),
-        operand_dims=tuple(
-            tuple(e.position if isinstance(e, ir.AffineDimExpr) else -1 for e in ir.AffineMapAttr(m).value.results)
-            for m in op.opview.indexing_maps
-        ),
+        lhs_type=lhs_type,
+        rhs_type=rhs_type,
+        out_type=out_type,
+        indexing_maps=tuple(str(m) for m in maps),
+        operand_dims=tuple(tuple(e.position if isinstance(e, ir.AffineDimExpr) else -1 for e in m.results)
+                           for m in maps),
         target=_target_facts(variant),
         default=DefaultConfig(
             pipeline=str(info.pass_pipeline),
@@ -201,6 +234,8 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
         ),
         flags=flags,
         conv=conv,
+        decomposition_config=(str(op.attributes["decomposition_config"])
+                              if "decomposition_config" in op.attributes else ""),
     )
 
 
@@ -224,6 +259,7 @@ def _configured_roots(module: ir.Module) -> list[ir.Operation]:
     def visit(op: ir.Operation) -> ir.WalkResult:
         if "lowering_config" in op.attributes and op not in roots and (
             linalg.isa_contraction_op(op) or linalg.isa_convolution_op(op) or iree_codegen.isa_attention_op(op)
+            or op.name in ATTENTION_OPS
         ):
             roots.append(op)
         return ir.WalkResult.ADVANCE
@@ -245,5 +281,7 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
                     op_name=op.name,
                     lowering_config=str(op.attributes["lowering_config"]),
                     translation_info=str(func.attributes["translation_info"]) if "translation_info" in func.attributes else "",
+                    decomposition_config=(str(op.attributes["decomposition_config"])
+                                          if "decomposition_config" in op.attributes else ""),
                 ))
     return out

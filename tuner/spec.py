@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from iree.compiler import ir
 from iree.compiler.dialects import preprocessing_transform as match
-from iree.compiler.dialects import transform
+from iree.compiler.dialects import iree_codegen, transform
 
 from pipelines import Dispatch, DispatchKind
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
 TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
 APPLY = "apply_op_config"
+APPLY_DECOMPOSED = "apply_attention_op_config"
 
 
 def _readonly() -> dict[str, ir.Attribute]:
@@ -40,35 +41,52 @@ def _match_root(dispatch: Dispatch, op: ir.Value) -> None:
             match.MatchDimsEqualOp(handle, list(dispatch.sizes(dims)))
         match.MatchDimsEqualOp(strides, list(c.strides))
         match.MatchDimsEqualOp(dilations, list(c.dilations))
+    elif dispatch.kind == DispatchKind.ATTENTION:
+        maps = _maps(dispatch)
+        detail = iree_codegen.get_attention_op_detail(maps[0], maps[1], maps[2], maps[4])
+        batch, m, n, k1, k2 = match.MatchAttentionOp(
+            operand_handle=op, query_type=types["lhs_type"], key_type=types["rhs_type"],
+            value_type=types["output_type"], output_type=types["output_type"], indexing_maps=maps).results
+        for handle, dims in ((batch, detail.batch_dims), (m, detail.m_dims), (n, detail.n_dims),
+                             (k1, detail.k1_dims), (k2, detail.k2_dims)):
+            match.MatchDimsEqualOp(handle, list(dispatch.sizes(tuple(dims))))
     else:
         raise ValueError(f"no tuning-spec matcher for {dispatch.kind.value} dispatches")
 
 
-def _matcher(dispatch: Dispatch, config: ir.Attribute) -> transform.NamedSequenceOp:
-    """Matches the dispatch's root op and yields it with its compilation_info."""
+def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribute | None) -> transform.NamedSequenceOp:
+    """Matches the dispatch's root op and yields it with its compilation_info (and, for
+    attention, its decomposition_config)."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
+    params = [any_param] * (2 if decomposition is not None else 1)
     seq = transform.NamedSequenceOp(
-        f"match_{dispatch.name}", [any_op], [any_op, any_param], arg_attrs=[_readonly()]
+        f"match_{dispatch.name}", [any_op], [any_op, *params], arg_attrs=[_readonly()]
     )
     with ir.InsertionPoint(seq.body):
         op = seq.bodyTarget
         _match_root(dispatch, op)
-        param = transform.ParamConstantOp(any_param, config).result
-        transform.YieldOp([op, param])
+        values = [transform.ParamConstantOp(any_param, config).result]
+        if decomposition is not None:
+            values.append(transform.ParamConstantOp(any_param, decomposition).result)
+        transform.YieldOp([op, *values])
     return seq
 
 
-def _apply() -> transform.NamedSequenceOp:
+def _apply(with_decomposition: bool = False) -> transform.NamedSequenceOp:
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
-    seq = transform.NamedSequenceOp(APPLY, [any_op, any_param], [], arg_attrs=[_readonly(), _readonly()])
+    params = 2 if with_decomposition else 1
+    seq = transform.NamedSequenceOp(APPLY_DECOMPOSED if with_decomposition else APPLY, [any_op] + [any_param] * params,
+                                    [], arg_attrs=[_readonly()] * (1 + params))
     with ir.InsertionPoint(seq.body):
-        op, param = seq.body.arguments
+        op, param, *rest = seq.body.arguments
         transform.AnnotateOp(op, "compilation_info", param=param)
+        if rest:
+            transform.AnnotateOp(op, "decomposition_config", param=rest[0])
         transform.YieldOp([])
     return seq
 
 
-def _entrypoint(matchers: list[str], entry: str) -> transform.NamedSequenceOp:
+def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transform.NamedSequenceOp:
     """The spec's entry: foreach_match from each matcher to the annotation. A codegen tuning
     spec's entry returns the (updated) variant; a preprocessing spec's returns nothing."""
     any_op = transform.AnyOpType.get()
@@ -82,15 +100,16 @@ def _entrypoint(matchers: list[str], entry: str) -> transform.NamedSequenceOp:
         result = seq.bodyTarget
         if matchers:
             result = transform.ForeachMatchOp(
-                any_op, [], seq.bodyTarget, [], matchers, [APPLY] * len(matchers)
+                any_op, [], seq.bodyTarget, [], matchers, actions
             ).updated
         transform.YieldOp([result] if results else [])
     return seq
 
 
-def build_spec(configs: list[tuple[Dispatch, str]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
+def build_spec(configs: list[tuple], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
     """A spec that gives each dispatch's root op its compilation_info (attribute text), with the
-    entry point the target loads (`KERNEL_CONFIG` or `TRANSFORM_MAIN`).
+    entry point the target loads (`KERNEL_CONFIG` or `TRANSFORM_MAIN`). Each entry is
+    `(dispatch, compilation_info)` or `(dispatch, compilation_info, decomposition_config)`.
 
     With no configs it is the empty spec: it loads, matches nothing, and leaves every default.
     """
@@ -102,12 +121,17 @@ def build_spec(configs: list[tuple[Dispatch, str]], ctx: ir.Context, entry: str 
         if configs and entry == KERNEL_CONFIG:
             # Lets IREE link this spec with its own default specs; it requires a foreach_match.
             module.operation.attributes["iree_codegen.tuning_spec_with_default_entrypoint"] = ir.UnitAttr.get()
-        names = []
+        names, actions = [], []
+        decomposed = [len(c) > 2 and c[2] for c in configs]
         with ir.InsertionPoint(module.body):
-            if configs:
+            if not all(decomposed) and configs:
                 _apply()
-            for dispatch, info in configs:
-                names.append(_matcher(dispatch, ir.Attribute.parse(info)).sym_name.value)
-            _entrypoint(names, entry)
+            if any(decomposed):
+                _apply(with_decomposition=True)
+            for (dispatch, info, *rest), has_decomposition in zip(configs, decomposed):
+                decomposition = ir.Attribute.parse(rest[0]) if has_decomposition else None
+                names.append(_matcher(dispatch, ir.Attribute.parse(info), decomposition).sym_name.value)
+                actions.append(APPLY_DECOMPOSED if has_decomposition else APPLY)
+            _entrypoint(names, actions, entry)
         module.operation.verify()
         return module

@@ -73,11 +73,18 @@ DEFAULT_ROCM_ARCH = "gfx942"
 
 def rocm(arch: str = DEFAULT_ROCM_ARCH) -> Target:
     """AMD GPUs through HIP. No AMD GPU is here: ROCm candidates are generated, compiled and
-    verified here, and measured where one is (`--compile-only`, then `benchmark DIR`)."""
+    verified here, and measured where one is (`--compile-only`, then `benchmark DIR`).
+
+    Specs go in as preprocessing transform specs, as on cuda: codegen tuning specs do load on
+    rocm and configure contractions and convolutions, but an attention config given that way
+    was not applied (the compiler's own config and decomposition were read back), while the
+    same matcher and annotations applied as a preprocessing spec were."""
     return Target(
         name=f"rocm:{arch}",
         compile_flags=("--iree-hal-target-device=hip", f"--iree-rocm-target={arch}"),
         device="hip",
+        spec_flag="--iree-preprocessing-transform-spec-filename",
+        spec_entry="__transform_main",
         time_dispatch_only=True,
     )
 
