@@ -1,4 +1,4 @@
-"""Tune a batch matmul and a convolution for cuda and compare default, tuned and torch on the GPU.
+"""Tune a batch matmul, convolutions and attention for cuda; compare default, tuned and torch on the GPU.
 
 Two steps, because the GPU machine has the IREE runtime but not the compiler:
 
@@ -10,7 +10,7 @@ Two steps, because the GPU machine has the IREE runtime but not the compiler:
 `measure` runs `iree-tuner benchmark` on each directory (the CLI's own code), then times the
 baseline's and the winner's dispatch benchmark modules (batches of dispatches, per-dispatch
 time, as the tuner does) and torch's equivalent op (torch.matmul; conv2d in channels-last f16,
-i.e. cuDNN) with CUDA events, in rotating interleaved rounds, and prints a Markdown table.
+i.e. cuDNN; scaled_dot_product_attention) with CUDA events, in rotating interleaved rounds, and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ SAMPLES = {
     "batch matmul 16x1024x1024x1024 f16": "batch_matmul_16x1024x1024x1024_f16f16f32.mlir",
     "conv 3x3 NHWC 2x32x32x256 f16": "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir",
     "conv-large 3x3 NHWC 8x64x64x256 f16": "conv_2d_nhwc_hwcf_8x66x66x256_3x3x256_f16f16f32.mlir",
+    "attention 32x4096x4096x64 f16": "attention_32x4096x4096x64_f16.mlir",
 }
 
 
@@ -53,6 +54,11 @@ def torch_op(name: str, inputs: list[Path]):
     import numpy as np
     import torch
 
+    if name.startswith("attention"):
+        # As (1, heads, L, E): SDPA runs its flash kernel on 4-D inputs. The sample's scale is
+        # 0.125 = 1/sqrt(64), SDPA's default.
+        q, k, v = (torch.from_numpy(np.load(p)).cuda().unsqueeze(0) for p in inputs)
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
     a, b = (torch.from_numpy(np.load(p)).cuda() for p in inputs)
     if name.startswith("conv"):
         # NHWC input, HWCF filter -> torch's NCHW / OIHW views in channels-last memory (cuDNN).
