@@ -23,6 +23,9 @@ ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i8": 1}
 # 20.6 ms against 0.89 ms.
 MAX_ACCUMULATOR_REGISTERS = 128
 PREFETCH_STAGES = (0, 2, 3)
+# Not a knob: `amdgpu-waves-per-eu` (translation_info's llvm_func_attrs) is carried into the
+# compiled dispatch, but on gfx942 values 1, 2 and 4 gave a byte-identical executable to leaving
+# it unset (4096^3 f16, wg 256x128, 2x2 subgroups of 8x4), so it would only add twins.
 # On cuda, IREE 3.13's TileAndFuse emits the same executable whatever prefetch_num_stages and
 # reorder_workgroups_strategy say: of 41 sm_80 candidates for 4096^3, 9 compiled to a binary
 # identical to another candidate's, and each such pair differed only in those two options (the
