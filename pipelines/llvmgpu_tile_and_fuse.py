@@ -108,6 +108,17 @@ def _igemm_convolution(dispatch: Dispatch) -> bool:
             and "use_igemm_convolution = true" in dispatch.default.translation_info)
 
 
+def mma_shape(choice: z3.ArithRef, intrinsics: list[MmaIntrinsic]) -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
+    """The M, N and K of the intrinsic a knob picks (by index into `intrinsics`), as Z3 terms."""
+    def field(name: str) -> z3.ArithRef:
+        expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], name))
+        for i, intrinsic in reversed(list(enumerate(intrinsics[:-1]))):
+            expr = z3.If(choice == i, getattr(intrinsic, name), expr)
+        return expr
+
+    return field("m"), field("n"), field("k")
+
+
 def _i64_array(values: list[int]) -> ir.ArrayAttr:
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
@@ -152,13 +163,7 @@ class LLVMGPUTileAndFuse:
         reorder = p.add_knob(IntKnob.of("reorder_workgroups",
                                         [0, 1] if t.backend in REORDER_TAKES_EFFECT_BACKENDS else [0]))
 
-        def by_mma(field: str) -> z3.ArithRef:
-            expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], field))
-            for i, intr in reversed(list(enumerate(intrinsics[:-1]))):
-                expr = z3.If(mma.var == i, getattr(intr, field), expr)
-            return expr
-
-        mma_m, mma_n, mma_k = by_mma("m"), by_mma("n"), by_mma("k")
+        mma_m, mma_n, mma_k = mma_shape(mma.var, intrinsics)
         wg_m = sg_m.var * tile_m.var * mma_m
         wg_n = sg_n.var * tile_n.var * mma_n
         k_tile = red_k.var * mma_k

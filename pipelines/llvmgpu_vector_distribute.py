@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping
 
-import z3
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu
 
@@ -17,7 +16,8 @@ from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_tile_and_fuse import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, UNSUPPORTED_INTRINSIC,
-                                             UNSUPPORTED_INTRINSIC_PREFIXES, _i64_array, compatible_intrinsics)
+                                             UNSUPPORTED_INTRINSIC_PREFIXES, _i64_array, compatible_intrinsics,
+                                             mma_shape)
 
 PIPELINE = "#iree_gpu.pipeline<VectorDistribute>"
 
@@ -69,13 +69,7 @@ class _ContractionBuilder:
         # failed on the shared-memory copy ("unsupported number of elements").
         red_k = p.add_knob(IntKnob.of("reduction_k", [1, 2, 4, 8]))
 
-        def by_mma(field: str) -> z3.ArithRef:
-            expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], field))
-            for i, intr in reversed(list(enumerate(intrinsics[:-1]))):
-                expr = z3.If(mma.var == i, getattr(intr, field), expr)
-            return expr
-
-        mma_m, mma_n, mma_k = by_mma("m"), by_mma("n"), by_mma("k")
+        mma_m, mma_n, mma_k = mma_shape(mma.var, intrinsics)
         wg_m, wg_n = sg_m.var * tile_m.var * mma_m, sg_n.var * tile_n.var * mma_n
         k_tile = red_k.var * mma_k
         acc_regs = tile_m.var * tile_n.var * mma_m * mma_n / subgroup
@@ -165,13 +159,7 @@ class _AttentionBuilder:
         red = p.add_knob(IntKnob.of("reduction_k2", tiling.tile_candidates(k2, 16, 256, multiple_of=16)))
         sg = p.add_knob(IntKnob.of("subgroups_m", [1, 2, 4, 8]))
 
-        def by_mma(field: str) -> z3.ArithRef:
-            expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], field))
-            for i, intr in reversed(list(enumerate(intrinsics[:-1]))):
-                expr = z3.If(mma.var == i, getattr(intr, field), expr)
-            return expr
-
-        mma_m, mma_n, mma_k = by_mma("m"), by_mma("n"), by_mma("k")
+        mma_m, mma_n, mma_k = mma_shape(mma.var, intrinsics)
         rows = tile_m.var / sg.var  # queries per subgroup
         # Per thread: the PV accumulator (rows x value columns) and the QK scores (rows x keys).
         regs = (rows * tile_n.var + rows * red.var) / subgroup
