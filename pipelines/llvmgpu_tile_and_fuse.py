@@ -47,11 +47,13 @@ UNSUPPORTED_INTRINSIC_PREFIXES = ("NV_WMMA_",)
 UNSUPPORTED_INTRINSIC = re.compile(r"x\d+B_")
 
 
-def compatible_intrinsics(dispatch: Dispatch) -> list[MmaIntrinsic]:
-    """The target's MMA intrinsics whose operand and accumulator types match the contraction
-    and that this pipeline can lower."""
+def compatible_intrinsics(dispatch: Dispatch, accumulator: str | None = None) -> list[MmaIntrinsic]:
+    """The target's MMA intrinsics whose operand types match the dispatch's and whose
+    accumulator type is `accumulator` (default: the dispatch's result type), that the GPU
+    pipelines can lower."""
+    wanted = (dispatch.lhs_type, dispatch.rhs_type, accumulator or dispatch.out_type)
     return [i for i in dispatch.target.mma_intrinsics
-            if (i.a_type, i.b_type, i.c_type) == (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type)
+            if (i.a_type, i.b_type, i.c_type) == wanted
             and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
 
 

@@ -15,8 +15,7 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmgpu_tile_and_fuse import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, UNSUPPORTED_INTRINSIC,
-                                             UNSUPPORTED_INTRINSIC_PREFIXES, _i64_array, compatible_intrinsics,
+from pipelines.llvmgpu_tile_and_fuse import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, _i64_array, compatible_intrinsics,
                                              mma_shape)
 
 PIPELINE = "#iree_gpu.pipeline<VectorDistribute>"
@@ -133,9 +132,7 @@ class _ContractionBuilder:
 
 def attention_intrinsics(dispatch: Dispatch) -> list:
     """The target's MMA intrinsics for attention's two matmuls: query/key type in, f32 out."""
-    return [i for i in dispatch.target.mma_intrinsics
-            if (i.a_type, i.b_type, i.c_type) == (dispatch.lhs_type, dispatch.rhs_type, "f32")
-            and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
+    return compatible_intrinsics(dispatch, accumulator="f32")
 
 
 class _AttentionBuilder:

@@ -4,21 +4,18 @@ numpy are installed."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
 from tuner.devices import distinct_devices, measure_built
 from tuner.manifest import Manifest
-from tuner.measure import Measurer, Progress, Recorder, confirm
+from tuner.measure import Measurer, Progress, measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
 from tuner.results import EvaluationStats, Result
-from tuner.runner import RunSettings
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
-from tuner.tools import kill_running_tools
 from tuner.versions import runtime_version
 
 STORE = "results.sqlite"
@@ -46,23 +43,12 @@ def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSetting
         ids = {b.result.key: b.result.candidate_id for b in manifest.built}
         reused = [replace(r, candidate_id=ids[r.key]) for r in done]
         todo = [b for b in manifest.built if b.result.key not in done_keys]
-        run_settings = RunSettings(device=devices[0], entry=manifest.workload.entry, inputs=manifest.inputs(root),
-                                   repetitions=settings.repetitions, min_time_s=settings.min_time_s,
-                                   timeout_s=settings.run_timeout_s)
-        recorder = Recorder(store, len(todo), progress)
-        start = time.perf_counter()
-        try:
-            measure_built(todo, devices, Measurer(run_settings), recorder)
-        except BaseException:
-            kill_running_tools()  # no benchmark left running behind an interrupted run
-            raise
-        wall = time.perf_counter() - start
-        start = time.perf_counter()
-        runnable = {b.result.key: b for b in todo if b.vmfb is not None}
-        results = sorted(confirm(recorder.results + reused, runnable, run_settings, settings, store, progress),
-                         key=lambda r: r.candidate_id)
-        stats = EvaluationStats.of("benchmark-only", recorder.results, len(reused), wall,
-                                   time.perf_counter() - start, devices)
+        run_settings = settings.run_settings(devices[0], manifest.workload.entry, manifest.inputs(root))
+        results, stats = measure_pass(
+            "benchmark-only", len(todo), reused,
+            lambda recorder: measure_built(todo, devices, Measurer(run_settings), recorder),
+            lambda: {b.result.key: b for b in todo if b.vmfb is not None},
+            run_settings, settings, store, devices, progress)
     ranking = rank(results)
     best = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), None)
     best_spec_path = root / "best_spec.mlir"

@@ -19,7 +19,6 @@ A distributed evaluator would implement the same `Evaluator` protocol.
 from __future__ import annotations
 
 import queue
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +30,11 @@ from tuner.candidates import Candidate
 from tuner.compile_stage import CompileJob, compile_candidate, reused_result, verify_build
 from tuner.devices import MEASURED, DevicePool, distinct_devices
 from tuner.errors import InputError
-from tuner.measure import Built, Measurer, Progress, Recorder, confirm
+from tuner.measure import Built, Measurer, Progress, Recorder, measure_pass
 from tuner.results import EvaluationStats, Result
-from tuner.runner import RunSettings
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
-from tuner.tools import kill_running_tools
 from tuner.workload import Workload
 
 COMPILED = "compiled"
@@ -74,9 +71,7 @@ class _LocalEvaluator:
         self.progress = progress
         self.ctx = ctx or ir.Context()
         inputs = tuple(workload.write_inputs(workdir / "inputs"))
-        self.run_settings = RunSettings(device=self.devices[0], entry=workload.entry, inputs=inputs,
-                                        repetitions=settings.repetitions, min_time_s=settings.min_time_s,
-                                        timeout_s=settings.run_timeout_s)
+        self.run_settings = settings.run_settings(self.devices[0], workload.entry, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
 
     def evaluate(self, candidates: Sequence[Candidate]) -> Evaluation:
@@ -85,21 +80,11 @@ class _LocalEvaluator:
         stored = self.store.reusable([c.key for c in candidates if not c.is_baseline])
         reused = [reused_result(c, stored[c.key], self.target, self.workdir) for c in candidates if c.key in stored]
         todo = sorted((c for c in candidates if c.key not in stored), key=lambda c: (not c.is_baseline, c.id))
-        recorder = Recorder(self.store, len(todo), self.progress)
-        start = time.perf_counter()
-        try:
-            self._run(todo, Measurer(self.run_settings), recorder)
-        except BaseException:
-            kill_running_tools()  # leave no compile or benchmark running behind an interrupted run
-            raise
-        wall = time.perf_counter() - start
-        start = time.perf_counter()
-        runnable = {k: b for k, b in self.built.items() if b.vmfb is not None}
-        results = confirm(recorder.results + reused, runnable, self.run_settings, self.settings, self.store,
-                          self.progress)
-        stats = EvaluationStats.of(self.name, recorder.results, len(reused), wall, time.perf_counter() - start,
-                                   self.devices)
-        return Evaluation(tuple(sorted(results, key=lambda r: r.candidate_id)), stats)
+        results, stats = measure_pass(
+            self.name, len(todo), reused, lambda recorder: self._run(todo, Measurer(self.run_settings), recorder),
+            lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
+            self.run_settings, self.settings, self.store, self.devices, self.progress)
+        return Evaluation(tuple(results), stats)
 
     def _compile(self, c: Candidate) -> CompileJob:
         return compile_candidate(c, self.input_path, self.target, self.workdir, self.settings.compile_timeout_s)

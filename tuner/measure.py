@@ -13,9 +13,9 @@ from typing import Callable, Optional
 import numpy as np
 
 from tuner.errors import ToolError
-from tuner.results import Result, Status
+from tuner.results import EvaluationStats, Result, Status
 from tuner.runner import DispatchBenchmark, RunSettings, Timing, benchmark, relative_error, run_once, tolerance
-from tuner.tools import ToolRun
+from tuner.tools import ToolRun, kill_running_tools
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 
@@ -144,6 +144,28 @@ class Recorder:
             self.progress(self.phase, len(self.results), self.total)
         if result.is_baseline and not result.ok:
             raise ToolError(f"the baseline (the compiler's default) failed: {result.error}", result.command, result.stderr)
+
+
+def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[Recorder], None],
+                 runnable: Callable[[], dict[str, Built]], run_settings: RunSettings, settings: EvalSettings,
+                 store: ResultStore, devices: tuple[str, ...],
+                 progress: Optional[Progress] = None) -> tuple[list[Result], EvaluationStats]:
+    """One evaluation: `run(recorder)` measures the `todo` candidates, recording each result as
+    it arrives (an interruption kills every tool still running); then the fastest few, stored
+    results in `reused` included, are confirmed. Results come back in candidate order, with
+    where the time went."""
+    recorder = Recorder(store, todo, progress)
+    start = time.perf_counter()
+    try:
+        run(recorder)
+    except BaseException:
+        kill_running_tools()  # leave no compile or benchmark running behind an interrupted run
+        raise
+    wall = time.perf_counter() - start
+    start = time.perf_counter()
+    results = confirm(recorder.results + reused, runnable(), run_settings, settings, store, progress)
+    stats = EvaluationStats.of(strategy, recorder.results, len(reused), wall, time.perf_counter() - start, devices)
+    return sorted(results, key=lambda r: r.candidate_id), stats
 
 
 def confirm(results: list[Result], runnable: dict[str, Built], run_settings: RunSettings, settings: EvalSettings,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.runner import RunSettings
 
 
 @dataclass(frozen=True)
@@ -17,3 +20,8 @@ class EvalSettings:
     # rounds, so that one lucky or unlucky first measurement on a noisy machine does not decide.
     confirm_top: int = 4
     confirm_rounds: int = 3
+
+    def run_settings(self, device: str, entry: str, inputs: tuple[Path, ...]) -> RunSettings:
+        """How each candidate is run and timed on `device` under these settings."""
+        return RunSettings(device=device, entry=entry, inputs=inputs, repetitions=self.repetitions,
+                           min_time_s=self.min_time_s, timeout_s=self.run_timeout_s)

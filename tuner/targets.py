@@ -54,15 +54,15 @@ CUDA_ARCHS = ("sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm
 DEFAULT_CUDA_ARCH = "sm_80"
 
 
+def _gpu(name: str, compile_flags: tuple[str, ...], device: str) -> Target:
+    """A GPU target: specs as preprocessing transform specs, the tuned dispatch timed alone."""
+    return Target(name=name, compile_flags=compile_flags, device=device,
+                  spec_flag="--iree-preprocessing-transform-spec-filename", spec_entry="__transform_main",
+                  time_dispatch_only=True)
+
+
 def cuda(arch: str = DEFAULT_CUDA_ARCH) -> Target:
-    return Target(
-        name=f"cuda:{arch}",
-        compile_flags=("--iree-hal-target-device=cuda", f"--iree-cuda-target={arch}"),
-        device="cuda",
-        spec_flag="--iree-preprocessing-transform-spec-filename",
-        spec_entry="__transform_main",
-        time_dispatch_only=True,
-    )
+    return _gpu(f"cuda:{arch}", ("--iree-hal-target-device=cuda", f"--iree-cuda-target={arch}"), "cuda")
 
 
 # The gfx archs IREE 3.13 has a GPU target for (each compiled a matmul to TileAndFuse here;
@@ -79,14 +79,7 @@ def rocm(arch: str = DEFAULT_ROCM_ARCH) -> Target:
     rocm and configure contractions and convolutions, but an attention config given that way
     was not applied (the compiler's own config and decomposition were read back), while the
     same matcher and annotations applied as a preprocessing spec were."""
-    return Target(
-        name=f"rocm:{arch}",
-        compile_flags=("--iree-hal-target-device=hip", f"--iree-rocm-target={arch}"),
-        device="hip",
-        spec_flag="--iree-preprocessing-transform-spec-filename",
-        spec_entry="__transform_main",
-        time_dispatch_only=True,
-    )
+    return _gpu(f"rocm:{arch}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={arch}"), "hip")
 
 
 def parse_target(text: str) -> Target:
