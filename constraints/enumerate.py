@@ -12,9 +12,14 @@ from constraints.problem import Problem
 Solution = Mapping[str, Union[int, bool]]
 
 
-def _block(problem: Problem, model: z3.ModelRef) -> z3.BoolRef:
+def _block(variables: dict[str, z3.ExprRef], model: z3.ModelRef) -> z3.BoolRef:
     """A clause that rules out exactly this assignment of the knobs."""
-    return z3.Or([k.var != model.eval(k.var, model_completion=True) for k in problem.knobs])
+    return z3.Or([v != model.eval(v, model_completion=True) for v in variables.values()])
+
+
+def _value(variable: z3.ExprRef, model: z3.ModelRef) -> Union[int, bool]:
+    value = model.eval(variable, model_completion=True)
+    return z3.is_true(value) if z3.is_bool(variable) else value.as_long()
 
 
 def preference_tiers(n: int) -> Iterator[tuple[bool, ...]]:
@@ -23,7 +28,7 @@ def preference_tiers(n: int) -> Iterator[tuple[bool, ...]]:
     return itertools.product((True, False), repeat=n)
 
 
-def _balanced(solver: z3.Solver, base: list[z3.BoolRef], problem: Problem,
+def _balanced(solver: z3.Solver, base: list[z3.BoolRef], problem: Problem, variables: dict[str, z3.ExprRef],
               counts: dict[str, dict]) -> list[z3.BoolRef]:
     """Extra conditions that steer the next solution toward the least-used values of each
     diversity knob, in the problem's order, as far as the tier allows."""
@@ -34,7 +39,7 @@ def _balanced(solver: z3.Solver, base: list[z3.BoolRef], problem: Problem,
         values = list(getattr(knob, "domain", (True, False)))
         for threshold in sorted({used.get(v, 0) for v in values})[:-1] or []:
             allowed = [v for v in values if used.get(v, 0) <= threshold]
-            condition = z3.Or([knob.var == v for v in allowed])
+            condition = z3.Or([variables[name] == v for v in allowed])
             solver.push()
             solver.add(*base, *chosen, condition)
             feasible = solver.check() == z3.sat
@@ -59,23 +64,28 @@ def enumerate_solutions(
     """
     if limit <= 0:
         return
-    solver = z3.Solver()
+    # A context of its own: Z3's search depends on the order terms were created in its context,
+    # so enumerating in the shared one gave another list of candidates each time in one process.
+    # Here, the same problem always gives the same solutions in the same order.
+    context = z3.Context()
+    solver = z3.Solver(ctx=context)
     solver.set("timeout", check_timeout_ms)
-    solver.add(*problem.constraints)
-    prefs = [p.condition for p in problem.preferences]
+    solver.add(*(c.translate(context) for c in problem.constraints))
+    prefs = [p.condition.translate(context) for p in problem.preferences]
+    variables = {k.name: k.var.translate(context) for k in problem.knobs}
     produced = 0
     for tier in preference_tiers(len(prefs)):
         tier_conditions = [c if keep else z3.Not(c) for c, keep in zip(prefs, tier)]
         counts: dict[str, dict] = {name: {} for name in problem.diversity}
         while True:
-            steer = _balanced(solver, tier_conditions, problem, counts)
+            steer = _balanced(solver, tier_conditions, problem, variables, counts)
             solver.push()
             solver.add(*tier_conditions, *steer)
             model = solver.model() if solver.check() == z3.sat else None
             solver.pop()
             if model is None:
                 break
-            solution = {k.name: k.value(model) for k in problem.knobs}
+            solution = {name: _value(v, model) for name, v in variables.items()}
             yield solution
             produced += 1
             if produced >= limit:
@@ -83,4 +93,4 @@ def enumerate_solutions(
             for name in problem.diversity:
                 counts[name][solution[name]] = counts[name].get(solution[name], 0) + 1
             # The blocking clause lives outside the tier's scope, so no later tier repeats it.
-            solver.add(_block(problem, model))
+            solver.add(_block(variables, model))

@@ -145,3 +145,56 @@ def faulty_tools(tmp_path, monkeypatch):
 
     fault.clear = lambda: (rules.clear(), rules_path.write_text("[]"))  # type: ignore[attr-defined]
     return fault
+
+
+_TIMED_BENCHMARK = '''#!{python}
+"""iree-benchmark-module that times nothing: each candidate (by its directory, candidates/NNNN/)
+takes a fixed, known time, multiplied by `factor` from call `after` + 1 on (a machine whose load
+changes mid-run). Calls are counted across processes in a file."""
+import fcntl, json, re, sys
+config = json.load(open({config!r}))
+args = sys.argv[1:]
+module = next(a for a in args if a.startswith("--module="))
+reps = int(next(a for a in args if a.startswith("--benchmark_repetitions=")).split("=", 1)[1])
+with open(config["counter"], "a+") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    calls = int(f.read() or 0) + 1
+    f.seek(0)
+    f.truncate()
+    f.write(str(calls))
+candidate = re.search(r"/(\\d{{4}})/", module).group(1)
+ms = config["times"][str(int(candidate))] * (config["factor"] if calls > config["after"] else 1.0)
+rows = [{{"run_type": "iteration", "real_time": ms * 1e6, "time_unit": "ns", "items_per_second": 1e3 / ms}}] * reps
+print(json.dumps({{"benchmarks": rows}}))
+'''
+
+
+@pytest.fixture
+def timed_tools(tmp_path, monkeypatch):
+    """The real iree-compile and iree-run-module, and an iree-benchmark-module that reports a known
+    time per candidate id: `timed_tools({0: 10.0, 1: 5.0}, after=10, factor=3.0)`. Returns a
+    function that reads how many timings were asked for."""
+    import json
+    import sys
+
+    from tuner.tools import TOOLS_ENV, find_tool
+
+    directory = tmp_path / "timed-tools"
+    directory.mkdir()
+    config = directory / "config.json"
+    counter = directory / "calls"
+    for name in ("iree-compile", "iree-run-module"):
+        (directory / name).symlink_to(find_tool(name))
+    tool = directory / "iree-benchmark-module"
+    tool.write_text(_TIMED_BENCHMARK.format(python=sys.executable, config=str(config)))
+    tool.chmod(0o755)
+    monkeypatch.setenv(TOOLS_ENV, str(directory))
+
+    def configure(times: dict, after: int = 10 ** 9, factor: float = 1.0):
+        config.write_text(json.dumps({"times": {str(k): v for k, v in times.items()}, "after": after,
+                                      "factor": factor, "counter": str(counter)}))
+        counter.write_text("0")
+        return lambda: int(counter.read_text() or 0)
+
+    return configure

@@ -93,3 +93,16 @@ def test_problem_admits_only_assignments_that_meet_the_constraints():
     assert p.admits({"a": 2, "flag": False})
     assert not p.admits({"a": 2, "flag": True})
     assert not p.admits({"a": 3, "flag": False})  # outside the domain
+
+
+def test_enumeration_gives_the_same_solutions_every_time_in_one_process():
+    # Z3's search depends on the order terms were created in its context; enumerating in a shared
+    # context once gave another list each call, so a rerun could not find its stored results.
+    from constraints import enumerate_solutions
+    from pipelines import pipeline_for
+    from tests.conftest import synthetic_cpu_dispatch
+
+    dispatch = synthetic_cpu_dispatch(128, 256, 64)
+    pipeline = pipeline_for(dispatch)
+    lists = [list(enumerate_solutions(pipeline.build_problem(dispatch), 6)) for _ in range(3)]
+    assert len(lists[0]) == 6 and lists[0] == lists[1] == lists[2]

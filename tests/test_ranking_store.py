@@ -1,36 +1,68 @@
-"""Ranking is a pure function of the results; the store survives torn writes and keeps the latest."""
+"""Ranking is a pure function of the results: a winner only among candidates confirmed side by
+side with the baseline and faster in three rounds of four; the store keeps the latest result per
+key and conditions, and refuses files that are not its own."""
 
+import sqlite3
+from dataclasses import replace
+
+import pytest
+
+from tuner.errors import StoreError
 from tuner.ranking import rank
 from tuner.results import Result, Status
 from tuner.store import ResultStore
 
 
-def _r(i, ms, status=Status.OK, baseline=False):
+def _r(i, ms, status=Status.OK, baseline=False, first=None, ratios=(), **kw):
     return Result(candidate_id=i, key=f"k{i}", label=f"c{i}", is_baseline=baseline, knobs={}, flags=[],
-                  status=status, times_ms=[ms] if ms else [], median_ms=ms)
+                  status=status, times_ms=[ms] if ms else [], median_ms=ms, first_pass_speedup=first,
+                  round_ratios=list(ratios), **kw)
 
 
-def test_rank_orders_ok_results_and_computes_speedups():
-    results = [_r(0, 10.0, baseline=True), _r(1, 5.0), _r(2, None, Status.COMPILE_FAILED),
-               _r(3, 1.0, Status.WRONG_NUMERICS), _r(4, 20.0)]
+def test_only_confirmed_candidates_can_win_and_they_rank_by_paired_speedup():
+    results = [_r(0, 10.0, baseline=True, first=1.0),
+               _r(1, 5.0, first=2.0, ratios=(1.30, 1.25, 1.35, 1.28)),   # confirmed: 1.29x
+               _r(2, None, Status.COMPILE_FAILED),
+               _r(3, 1.0, Status.WRONG_NUMERICS),
+               _r(4, 2.0, first=5.0),                                      # fastest first pass, never confirmed
+               _r(5, 6.0, first=1.8, ratios=(1.5, 1.6, 1.4, 1.55))]      # confirmed: 1.525x
     ranking = rank(results)
-    assert [r.candidate_id for r in ranking.ranked] == [1, 0, 4]
-    assert ranking.best.candidate_id == 1
-    assert ranking.speedup(ranking.best) == 2.0
-    # Wrong numerics are never ranked, however fast.
-    assert {r.candidate_id for r in ranking.failed} == {2, 3}
+    assert ranking.best.candidate_id == 5
+    assert ranking.speedup(ranking.best) == pytest.approx(1.525)
+    assert [r.candidate_id for r in ranking.ranked] == [5, 1, 0, 4]
+    assert ranking.speedup(results[4]) is None and ranking.speedup(results[0]) == 1.0
+    assert {r.candidate_id for r in ranking.failed} == {2, 3}  # wrong numerics never ranked, however fast
+    assert "1.52x the default" in ranking.verdict and "faster in 4" in ranking.verdict
+
+
+def test_a_candidate_faster_in_only_two_rounds_of_four_is_no_winner():
+    # Median ratio 1.1, but slower than the baseline in two of four rounds: within the noise.
+    ranking = rank([_r(0, 10.0, baseline=True, first=1.0), _r(1, 9.0, first=1.4, ratios=(1.4, 1.3, 0.9, 0.95))])
+    assert ranking.best is None
+    assert "no candidate beat the default beyond the noise" in ranking.verdict and "faster in 2 of 4" in ranking.verdict
+    three = rank([_r(0, 10.0, baseline=True), _r(1, 9.0, first=1.4, ratios=(1.4, 1.3, 1.02, 0.95))])
+    assert three.best.candidate_id == 1
+
+
+def test_without_confirmation_rounds_the_default_stays():
+    ranking = rank([_r(0, 10.0, baseline=True, first=1.0), _r(1, 1.0, first=10.0)])
+    assert ranking.best is None and "confirmation rounds off" in ranking.verdict
 
 
 def test_within_noise_of_best():
-    from dataclasses import replace
-
-    best = replace(_r(1, 10.0), spread_pct=5.0)
-    ranking = rank([_r(0, 20.0, baseline=True), best, _r(2, 10.4), _r(3, 11.0)])
+    ranking = rank([_r(0, 20.0, baseline=True), _r(1, 10.0, ratios=(2.0, 1.9, 2.1, 1.95)),
+                    _r(2, 10.4, ratios=(1.93, 1.9, 1.92, 1.94)), _r(3, 11.0, ratios=(1.5, 1.6, 1.5, 1.6))])
+    # The best's lower ratio (reached in 3 of 4 rounds) is 1.95: candidate 2 (1.925) is below it.
+    assert ranking.best.candidate_id == 1 and ranking.within_noise_of_best() == ()
+    # Here it is 1.8 (median 1.95): candidate 2 (1.925) cannot be told apart, candidate 3 (1.55) can.
+    ranking = rank([_r(0, 20.0, baseline=True), _r(1, 10.0, ratios=(2.2, 1.6, 2.1, 1.8)),
+                    _r(2, 10.4, ratios=(1.93, 1.9, 1.92, 1.94)), _r(3, 11.0, ratios=(1.5, 1.6, 1.5, 1.6))])
     assert [r.candidate_id for r in ranking.within_noise_of_best()] == [2]
 
 
 def test_rank_of_nothing():
-    assert rank([]).best is None
+    ranking = rank([])
+    assert ranking.best is None and ranking.verdict
 
 
 def test_store_keeps_the_latest_per_key_and_version(tmp_path):
@@ -53,25 +85,55 @@ def test_store_keeps_the_latest_per_key_and_version(tmp_path):
         assert other.get("k1") is None
 
 
-def test_store_columns_name_what_the_key_stands_for(tmp_path):
-    from dataclasses import replace
+def test_a_time_is_reused_only_on_the_same_device_and_timing_a_build_failure_everywhere(tmp_path):
+    gpu_a = dict(device_id="cuda: NVIDIA H100 80GB HBM3", timing="cuda: dispatch alone, 50 per batch")
+    with ResultStore(tmp_path / "r.sqlite", "c", "r") as store:
+        store.put(_r(1, 2.0, **gpu_a))
+        store.put(_r(2, None, Status.COMPILE_FAILED, **gpu_a))
+        assert set(store.reusable(["k1", "k2"], gpu_a["device_id"], gpu_a["timing"])) == {"k1", "k2"}
+        # Another GPU of the same target, or the same GPU timed another way: only the build failure holds.
+        assert set(store.reusable(["k1", "k2"], "cuda: NVIDIA A100-SXM4-40GB", gpu_a["timing"])) == {"k2"}
+        assert set(store.reusable(["k1", "k2"], gpu_a["device_id"], "cuda: entry function")) == {"k2"}
+        # Stored rounds belong to the run that timed them: a later run must confirm again.
+        store.put(_r(3, 2.0, ratios=(1.5, 1.5, 1.5, 1.5), **gpu_a))
+        assert not store.reusable(["k3"], gpu_a["device_id"], gpu_a["timing"])["k3"].confirmed
 
+
+def test_store_columns_name_what_the_key_stands_for(tmp_path):
     result = replace(_r(1, 2.0), dispatch="mm_dispatch_0", target="llvm-cpu:x86_64",
-                     compilation_info="#iree_codegen.compilation_info<...>", config_flags=["--iree-opt-data-tiling"])
+                     compilation_info="#iree_codegen.compilation_info<...>", config_flags=["--iree-opt-data-tiling"],
+                     device_id="cpu: Xeon avx512, 2 cores", timing="local-task: entry function")
     with ResultStore(tmp_path / "r.sqlite", "c", "r") as store:
         store.put(result)
         [row] = store.rows()
     assert row["dispatch"] == "mm_dispatch_0" and row["target"] == "llvm-cpu:x86_64"
     assert row["config"].startswith("#iree_codegen") and row["flags"] == "--iree-opt-data-tiling"
     assert (row["compiler"], row["runtime"], row["status"], row["median_ms"]) == ("c", "r", "ok", 2.0)
+    assert (row["device_id"], row["timing"]) == ("cpu: Xeon avx512, 2 cores", "local-task: entry function")
 
 
 def test_a_file_that_is_not_a_store_is_one_clear_error(tmp_path):
-    import pytest
-
-    from tuner.errors import OutputError
-
     bad = tmp_path / "r.sqlite"
     bad.write_text("not a database, just text " * 100)
-    with pytest.raises(OutputError, match="cannot open the result store"):
+    with pytest.raises(StoreError, match="not a result store"):
         ResultStore(bad, "c", "r")
+
+
+def test_another_programs_database_is_refused_untouched(tmp_path):
+    theirs = tmp_path / "theirs.sqlite"
+    with sqlite3.connect(theirs) as db:
+        db.execute("CREATE TABLE accounts (id INTEGER, balance REAL)")
+        db.execute("INSERT INTO accounts VALUES (1, 10.0)")
+    before = theirs.read_bytes()
+    with pytest.raises(StoreError, match="not a result store of this tuner"):
+        ResultStore(theirs, "c", "r")
+    assert theirs.read_bytes() == before and not (tmp_path / "theirs.sqlite-wal").exists()
+
+
+def test_a_store_from_before_device_keys_is_refused_with_how_to_start_afresh(tmp_path):
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as db:  # schema 1: keyed by (key, compiler, runtime) only
+        db.execute("CREATE TABLE results (key TEXT, compiler TEXT, runtime TEXT, result TEXT)")
+        db.execute("PRAGMA user_version=1")
+    with pytest.raises(StoreError, match="before results were keyed by device.*delete it or give --store"):
+        ResultStore(old, "c", "r")

@@ -177,11 +177,12 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
     finally:
         store.close()
     ranking = rank(evaluation.results)
-    best = next((c for c in candidates if ranking.best and c.id == ranking.best.candidate_id), None)
+    # The winner, or, when none beat the default beyond the noise, the default (its empty spec).
+    chosen = next((c for c in candidates if ranking.best and c.id == ranking.best.candidate_id), None) \
+        or next(c for c in candidates if c.is_baseline)
     write_outputs(
         output_dir, ranking, list(evaluation.results),
-        best_spec=best.spec if best else None,
-        best_flags=candidate_flags(best, target, output_dir / "best_spec.mlir") if best else [],
+        spec=chosen.spec, flags=candidate_flags(chosen, target, output_dir / "best_spec.mlir"),
         meta={**meta, "devices": list(evaluator.devices), "evaluation": evaluation.stats.to_json()},
     )
     return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir)

@@ -8,13 +8,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from tuner.device_identity import device_identity, timing_identity
 from tuner.devices import distinct_devices, measure_built
-from tuner.manifest import Manifest
+from tuner.errors import InputError
+from tuner.manifest import MANIFEST, Manifest
 from tuner.measure import Measurer, Progress, measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
 from tuner.results import EvaluationStats, Result
 from tuner.settings import EvalSettings
+from tuner.runner import DISPATCH_BATCH
 from tuner.store import ResultStore
 from tuner.versions import runtime_version
 
@@ -31,32 +34,36 @@ class Measured:
 def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
                   progress: Optional[Progress] = None, store_path: Optional[Path] = None) -> Measured:
     """Measure every candidate of the manifest in `root` on `devices` (default: the manifest's
-    device), reusing results stored for this runtime (never the baseline's), then write
-    best_spec.mlir, best_flags.txt and results.json."""
+    device), reusing results stored for this runtime, device and timing (never the baseline's),
+    then write best_spec.mlir, best_flags.txt and results.json."""
     manifest = Manifest.read(root)
     devices = distinct_devices(devices, manifest.device)
+    baseline = next((b for b in manifest.built if b.result.is_baseline), None)
+    if baseline is None:
+        raise InputError(f"{root / MANIFEST}: no baseline candidate in it")
+    conditions = (device_identity(devices[0]), timing_identity(devices[0], baseline.dispatch_benchmark is not None,
+                                                                DISPATCH_BATCH))
     with ResultStore(store_path or root / STORE, manifest.meta.get("compiler", "unknown"), runtime_version()) as store:
-        stored = store.reusable([b.result.key for b in manifest.built if not b.result.is_baseline])
-        # Measured before: in this store, or on the compile machine (the manifest carries its result).
-        done = [stored.get(b.result.key, b.result) for b in manifest.built if b.result.key in stored or b.reused]
-        done_keys = {r.key for r in done}
+        stored = store.reusable([b.result.key for b in manifest.built if not b.result.is_baseline], *conditions)
         ids = {b.result.key: b.result.candidate_id for b in manifest.built}
-        reused = [replace(r, candidate_id=ids[r.key]) for r in done]
+        # Measured before in this store, or failed to build on the compile machine: not timed again.
+        reused = [replace(stored.get(b.result.key, b.result), candidate_id=ids[b.result.key]) for b in manifest.built
+                  if b.result.key in stored or b.reused]
+        done_keys = {r.key for r in reused}
         todo = [b for b in manifest.built if b.result.key not in done_keys]
         run_settings = settings.run_settings(devices[0], manifest.workload.entry, manifest.inputs(root))
         results, stats = measure_pass(
             "benchmark-only", len(todo), reused,
-            lambda recorder: measure_built(todo, devices, Measurer(run_settings), recorder),
-            lambda: {b.result.key: b for b in todo if b.vmfb is not None},
-            run_settings, settings, store, devices, progress)
+            lambda measurer, recorder: measure_built(todo, devices, measurer, recorder),
+            lambda: {b.result.key: b for b in manifest.built if b.vmfb is not None and b.result.ok},
+            Measurer(run_settings, settings.baseline_every), settings, store, devices, progress)
     ranking = rank(results)
-    best = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), None)
+    chosen = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), baseline)
     best_spec_path = root / "best_spec.mlir"
     write_outputs(
         root, ranking, results,
-        best_spec=best.spec.read_text() if best and best.spec else None,
-        best_flags=best.rebuild_flags(best_spec_path) if best else [],
+        spec=chosen.spec.read_text() if chosen.spec else "",
+        flags=chosen.rebuild_flags(best_spec_path),
         meta={**manifest.meta, "devices": list(devices), "evaluation": stats.to_json()},
     )
     return Measured(tuple(results), ranking, stats)
-

@@ -205,8 +205,15 @@ def _announce(console: Console):
 def _stats_line(stats: dict) -> str:
     devices = ", ".join(f"{d} idle {100 * (1 - busy / stats['wall_s']):.0f}%" if stats["wall_s"] else d
                         for d, busy in stats["busy_s"].items())
-    return (f"{stats['strategy']}: {stats['candidates']} evaluated, {stats['reused']} reused from the store, "
-            f"{stats['wall_s']:.1f} s ({devices}); confirmation round {stats['confirm_s']:.1f} s")
+    line = (f"{stats['strategy']}: {stats['candidates']} evaluated, {stats['reused']} reused from the store, "
+            f"{stats['wall_s']:.1f} s ({devices}); baseline timed {stats.get('baseline_timings', 0)} times; "
+            f"confirmation rounds {stats['confirm_s']:.1f} s")
+    for drift in stats.get("drifts", []):
+        line += (f"\nthe baseline drifted {drift['change_pct']:+.0f}% on {drift['device']} "
+                 f"({drift['from_ms']:.3f} -> {drift['to_ms']:.3f} ms)")
+    if stats.get("retimed"):
+        line += f"; {stats['retimed']} candidates timed in a drifted span were timed again"
+    return line
 
 
 def _summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
@@ -215,12 +222,9 @@ def _summary(console: Console, ranking, results, stats, output_dir: Path) -> Non
     render_table(ranking, results, console)
     if stats is not None:
         console.print(_stats_line(stats.to_json()))
-    best = ranking.best
-    if best is not None:
-        speedup = ranking.speedup(best)
-        console.print(f"best: candidate {best.candidate_id} ({best.label}), {best.median_ms:.3f} ms"
-                      + (f", {speedup:.2f}x the default" if speedup else ""))
-    console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json")
+    console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
+    console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json; rebuild with: "
+                  f"iree-compile INPUT @{output_dir}/best_flags.txt -o OUT.vmfb")
 
 
 class _errors_to_exit:

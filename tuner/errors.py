@@ -36,3 +36,21 @@ class ToolError(TunerError):
         super().__init__(message)
         self.command = command or []
         self.stderr = stderr
+
+
+class LockedError(TunerError):
+    """Another run holds the output directory."""
+
+    exit_code = 6
+
+
+class OtherRunError(TunerError):
+    """The output directory holds the run of another input (or target, dispatch, pipeline)."""
+
+    exit_code = 7
+
+
+class StoreError(TunerError):
+    """The --store file is not a result store of this tuner (or one from before a schema change)."""
+
+    exit_code = 8

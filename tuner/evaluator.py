@@ -3,8 +3,10 @@ to try; an evaluator decides how it is compiled and timed, so a fixed list of co
 evaluated without any search and strategies can be compared on the same batch.
 
 Both strategies here share everything but the schedule: stored results are reused, the baseline
-is measured first (the reference for every numerics check), every result is stored the moment it
-arrives, and the fastest few are timed again in interleaved rounds before anything is ranked.
+is measured first (the reference for every numerics check) and again every few candidates,
+every result is stored the moment it arrives, and the most promising few (stored ones included,
+built again) are timed side by side with the baseline in interleaved rounds before anything is
+ranked (tuner.measure.measure_pass).
 
 - `Sequential`: compile one candidate, measure it, then the next. The device idles during every
   compile, and nothing else runs while it measures.
@@ -28,10 +30,12 @@ from iree.compiler import ir
 
 from tuner.candidates import Candidate
 from tuner.compile_stage import CompileJob, compile_candidate, reused_result, verify_build
+from tuner.device_identity import device_identity, timing_identity
 from tuner.devices import MEASURED, DevicePool, distinct_devices
 from tuner.errors import InputError
 from tuner.measure import Built, Measurer, Progress, Recorder, measure_pass
 from tuner.results import EvaluationStats, Result
+from tuner.runner import DISPATCH_BATCH
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
@@ -73,17 +77,29 @@ class _LocalEvaluator:
         inputs = tuple(workload.write_inputs(workdir / "inputs"))
         self.run_settings = settings.run_settings(self.devices[0], workload.entry, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
+        # The conditions stored results must have been timed under to be reused here.
+        self.conditions = (device_identity(self.devices[0]),
+                           timing_identity(self.devices[0], target.time_dispatch_only, DISPATCH_BATCH))
 
     def evaluate(self, candidates: Sequence[Candidate]) -> Evaluation:
         if sum(c.is_baseline for c in candidates) != 1:
             raise InputError("a batch needs exactly one baseline candidate")
-        stored = self.store.reusable([c.key for c in candidates if not c.is_baseline])
+        stored = self.store.reusable([c.key for c in candidates if not c.is_baseline], *self.conditions)
         reused = [reused_result(c, stored[c.key], self.target, self.workdir) for c in candidates if c.key in stored]
         todo = sorted((c for c in candidates if c.key not in stored), key=lambda c: (not c.is_baseline, c.id))
+        by_key = {c.key: c for c in candidates}
+
+        def prepare(chosen: list[Result]) -> dict[str, Built]:
+            """Build again the stored results chosen for confirmation: only what is timed in this
+            run's rounds can win."""
+            rebuilt = [self._verify(self._compile(by_key[r.key])) for r in chosen]
+            return {b.result.key: b for b in rebuilt if b.result.ok}
+
         results, stats = measure_pass(
-            self.name, len(todo), reused, lambda recorder: self._run(todo, Measurer(self.run_settings), recorder),
+            self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
             lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-            self.run_settings, self.settings, self.store, self.devices, self.progress)
+            Measurer(self.run_settings, self.settings.baseline_every), self.settings, self.store, self.devices,
+            self.progress, prepare)
         return Evaluation(tuple(results), stats)
 
     def _compile(self, c: Candidate) -> CompileJob:

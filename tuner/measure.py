@@ -12,9 +12,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from tuner.comparison import BaselineTiming, Drift, find_drifts, nearest_baseline, paired
+from tuner.device_identity import device_identity, timing_identity
 from tuner.errors import ToolError
 from tuner.results import EvaluationStats, Result, Status
-from tuner.runner import DispatchBenchmark, RunSettings, Timing, benchmark, relative_error, run_once, tolerance
+from tuner.runner import DispatchBenchmark, RunSettings, benchmark, relative_error, run_once, tolerance
 from tuner.tools import ToolRun, kill_running_tools
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
@@ -68,13 +70,30 @@ class Built:
 class Measurer:
     """Checks each built candidate's output against the baseline's, then times it. Shared by the
     device workers (thread-safe): the first candidate measured for an executable claims it, and
-    any other that compiled to the same executable is a duplicate."""
+    any other that compiled to the same executable is a duplicate.
 
-    def __init__(self, run_settings: RunSettings) -> None:
+    It also keeps the baseline's timeline: each device times the baseline before its first
+    candidate and again after every `baseline_every` candidates, so that every first-pass time
+    has a baseline time taken near it on the same device, and a drift shows where it happened."""
+
+    def __init__(self, run_settings: RunSettings, baseline_every: int = 5) -> None:
         self.run_settings = run_settings
+        self.baseline_every = max(1, baseline_every)
         self._lock = threading.Lock()
         self._reference: Optional[np.ndarray] = None
+        self._baseline: Optional[Built] = None
         self._claimed: dict[str, int] = {}  # executable hash -> the candidate measured for it
+        self.log: list[BaselineTiming] = []  # every timing of the baseline, on every device
+        self._since: dict[str, int] = {}  # per device: candidates timed since its last baseline timing
+
+    def settings(self, device: str) -> RunSettings:
+        return replace(self.run_settings, device=device)
+
+    def identity(self, b: Built, device: str) -> dict:
+        """The conditions a timing of `b` on `device` is taken under (see tuner.device_identity)."""
+        bench = b.dispatch_benchmark
+        return {"device": device, "device_id": device_identity(device),
+                "timing": timing_identity(device, bench is not None, bench.batch if bench else 0)}
 
     def measure(self, b: Built, device: str) -> Result:
         """The candidate's scored result on `device`; the baseline's output becomes the reference
@@ -88,12 +107,58 @@ class Measurer:
             if twin != result.candidate_id:
                 # Same executable as one measured already: timing it again would only measure noise.
                 return replace(result, status=Status.DUPLICATE, error=f"same executable as candidate {twin}")
+        if not result.is_baseline and device not in self._since:
+            self.time_baseline(device)  # this device's first reference
         start = time.perf_counter()
-        measured, output = self._measure(b, replace(self.run_settings, device=device))
-        if b.result.is_baseline and output is not None and measured.ok:
+        measured, output = self._measure(b, self.settings(device))
+        measured = replace(measured, benchmark_s=time.perf_counter() - start, timed_at=time.time(),
+                           **self.identity(b, device))
+        if result.is_baseline and output is not None and measured.ok:
             with self._lock:
-                self._reference = output
-        return replace(measured, device=device, benchmark_s=time.perf_counter() - start)
+                self._reference, self._baseline = output, b
+                self._since[device] = 0
+                self.log.append(BaselineTiming(device, measured.timed_at, measured.median_ms, measured.spread_pct))
+        elif measured.ok:
+            self._counted(device)
+        return measured
+
+    def retime(self, r: Result, b: Built) -> Result:
+        """Time a measured candidate once more on the device that measured it (its numerics were
+        checked already), as the first pass would, baseline timings included."""
+        timing, run = benchmark(b.vmfb, self.settings(r.device), b.dispatch_benchmark)
+        if timing is None:
+            return replace(_failed_run(r, run), retimed=True, timed_at=time.time())
+        self._counted(r.device)
+        return replace(r, times_ms=list(timing.times_ms), median_ms=timing.median_ms, spread_pct=timing.spread_pct,
+                       timed_at=time.time(), retimed=True)
+
+    def _counted(self, device: str) -> None:
+        with self._lock:
+            self._since[device] = self._since.get(device, 0) + 1
+            due = self._since[device] >= self.baseline_every
+        if due:
+            self.time_baseline(device)
+
+    def time_baseline(self, device: str) -> None:
+        """Time the baseline on `device` now and add it to the timeline (a failed timing adds
+        nothing: the nearest other one serves)."""
+        with self._lock:
+            baseline = self._baseline
+            self._since[device] = 0
+        if baseline is None:
+            return
+        timing, _ = benchmark(baseline.vmfb, self.settings(device), baseline.dispatch_benchmark)
+        if timing is not None:
+            with self._lock:
+                self.log.append(BaselineTiming(device, time.time(), timing.median_ms, timing.spread_pct))
+
+    def close_timeline(self) -> None:
+        """Time the baseline once more on each device that timed candidates since its last
+        baseline timing, so that the last span of the pass is bracketed too."""
+        with self._lock:
+            open_devices = [d for d, n in self._since.items() if n > 0]
+        for device in open_devices:
+            self.time_baseline(device)
 
     def _measure(self, b: Built, settings: RunSettings) -> tuple[Result, Optional[np.ndarray]]:
         """Run once for the output, check it against the reference, then time it."""
@@ -146,53 +211,122 @@ class Recorder:
             raise ToolError(f"the baseline (the compiler's default) failed: {result.error}", result.command, result.stderr)
 
 
-def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[Recorder], None],
-                 runnable: Callable[[], dict[str, Built]], run_settings: RunSettings, settings: EvalSettings,
-                 store: ResultStore, devices: tuple[str, ...],
-                 progress: Optional[Progress] = None) -> tuple[list[Result], EvaluationStats]:
-    """One evaluation: `run(recorder)` measures the `todo` candidates, recording each result as
-    it arrives (an interruption kills every tool still running); then the fastest few, stored
-    results in `reused` included, are confirmed. Results come back in candidate order, with
-    where the time went."""
+# Builds modules for stored results chosen for confirmation (they were measured in an earlier
+# run, so this run has no module for them): key -> Built, for those it could build.
+Prepare = Callable[[list[Result]], dict[str, Built]]
+
+
+def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[Measurer, Recorder], None],
+                 runnable: Callable[[], dict[str, Built]], measurer: Measurer, settings: EvalSettings,
+                 store: ResultStore, devices: tuple[str, ...], progress: Optional[Progress] = None,
+                 prepare: Optional[Prepare] = None) -> tuple[list[Result], EvaluationStats]:
+    """One evaluation, every figure in it a comparison with the baseline under the same conditions:
+
+    1. `run(measurer, recorder)` measures the `todo` candidates (the first pass), recording each
+       result as it arrives; the measurer times the baseline every few candidates per device.
+       An interruption kills every tool still running.
+    2. Where the baseline drifted beyond its noise, the candidates timed in that span are timed
+       once more (once at most).
+    3. Each first-pass time is normalised by the baseline timing nearest to it on its device.
+    4. The baseline and the most promising few (stored results in `reused` included: they are
+       built again through `prepare`) are timed in interleaved rounds; each one's speedup is the
+       median of its per-round ratios to the baseline (see tuner.comparison).
+
+    Results come back in candidate order, with where the time went and the drifts seen."""
     recorder = Recorder(store, todo, progress)
     start = time.perf_counter()
     try:
-        run(recorder)
+        run(measurer, recorder)
+        measurer.close_timeline()
+        drifts = find_drifts(measurer.log)
+        built = runnable()
+        results = retime_drifted(recorder.results, drifts, built, measurer, store, progress)
     except BaseException:
         kill_running_tools()  # leave no compile or benchmark running behind an interrupted run
         raise
     wall = time.perf_counter() - start
+    normalised = [first_pass_speedup(r, measurer.log) for r in results]
+    for r in normalised:
+        if r.first_pass_speedup is not None:
+            store.put(r)  # a later run picks what to confirm by it
+    results = normalised + reused
     start = time.perf_counter()
-    results = confirm(recorder.results + reused, runnable(), run_settings, settings, store, progress)
-    stats = EvaluationStats.of(strategy, recorder.results, len(reused), wall, time.perf_counter() - start, devices)
+    try:
+        results = confirm(results, built, measurer, settings, store, progress, prepare)
+    except BaseException:
+        kill_running_tools()
+        raise
+    stats = EvaluationStats.of(strategy, recorder.results, len(reused), wall, time.perf_counter() - start, devices,
+                               drifts=[d.to_json() for d in drifts], retimed=sum(r.retimed for r in results),
+                               baseline_timings=len(measurer.log))
     return sorted(results, key=lambda r: r.candidate_id), stats
 
 
-def confirm(results: list[Result], runnable: dict[str, Built], run_settings: RunSettings, settings: EvalSettings,
-            store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
-    """Time the baseline and the `confirm_top` fastest again on one device, round-robin, and pool
-    the times (done after every compile has finished, so nothing else competes for the machine)."""
-    ok = sorted((r for r in results if r.ok and r.median_ms is not None and r.key in runnable), key=lambda r: r.median_ms)
-    chosen = [r for r in ok if r.is_baseline] + [r for r in ok if not r.is_baseline][: settings.confirm_top]
-    if len(chosen) < 2 or settings.confirm_rounds < 1:
+def retime_drifted(results: list[Result], drifts: list[Drift], built: dict[str, Built], measurer: Measurer,
+                   store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
+    """Time once more every candidate whose first-pass time fell in a span where the baseline
+    drifted, on the device that timed it, with the baseline timed around them again."""
+    drifted_keys = [r.key for r in results if r.ok and not r.is_baseline and r.timed_at is not None
+                    and r.key in built and any(d.covers(r.device, r.timed_at) for d in drifts)]
+    if not drifted_keys:
         return results
-    pooled = {r.key: list(r.times_ms) for r in chosen}
+    by_key = {r.key: r for r in results}
+    for device in sorted({by_key[k].device for k in drifted_keys}):
+        measurer.time_baseline(device)
+    for i, key in enumerate(drifted_keys, 1):
+        by_key[key] = measurer.retime(by_key[key], built[key])
+        store.put(by_key[key])
+        if progress:
+            progress("re-time", i, len(drifted_keys))
+    measurer.close_timeline()
+    return [by_key[r.key] for r in results]
+
+
+def first_pass_speedup(r: Result, log: list[BaselineTiming]) -> Result:
+    """The result with its first-pass figure: the baseline timing nearest to it on its device,
+    over its median."""
+    if not r.ok or r.median_ms is None or r.timed_at is None:
+        return r
+    if r.is_baseline:
+        return replace(r, baseline_ms=r.median_ms, first_pass_speedup=1.0)
+    nearest = nearest_baseline(log, r.device, r.timed_at)
+    if nearest is None:
+        return r
+    return replace(r, baseline_ms=nearest.median_ms, first_pass_speedup=nearest.median_ms / r.median_ms)
+
+
+def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, settings: EvalSettings,
+            store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None) -> list[Result]:
+    """Time the baseline and the `confirm_top` candidates with the best first-pass figures in
+    `confirm_rounds` interleaved rounds on the first device, the order rotated every round.
+    Only results confirmed here can win; stored ones among the chosen are built again first."""
+    baseline = next((r for r in results if r.is_baseline and r.ok), None)
+    if baseline is None or settings.confirm_rounds < 1 or settings.confirm_top < 1:
+        return results
+    promising = sorted((r for r in results if r.ok and not r.is_baseline and r.first_pass_speedup),
+                       key=lambda r: (-(r.first_pass_speedup or 0.0), r.candidate_id))[: settings.confirm_top]
+    missing = [r for r in promising if r.key not in built]
+    if missing and prepare is not None:
+        built = {**built, **prepare(missing)}
+    chosen = [baseline] + [r for r in promising if r.key in built]
+    if len(chosen) < 2 or baseline.key not in built:
+        return results
+    device = measurer.run_settings.device
+    rounds: dict[str, list[Optional[float]]] = {r.key: [] for r in chosen}
     total, done = settings.confirm_rounds * len(chosen), 0
     for round_ in range(settings.confirm_rounds):
         # Rotate the order each round so that no candidate always runs first or last.
-        order = chosen[round_ % len(chosen):] + chosen[: round_ % len(chosen)]
-        for r in order:
-            b = runnable[r.key]
-            timing, _ = benchmark(b.vmfb, run_settings, b.dispatch_benchmark)
-            if timing is not None:
-                pooled[r.key] += timing.times_ms
+        for r in chosen[round_ % len(chosen):] + chosen[: round_ % len(chosen)]:
+            b = built[r.key]
+            timing, _ = benchmark(b.vmfb, measurer.settings(device), b.dispatch_benchmark)
+            rounds[r.key].append(timing.median_ms if timing is not None else None)
             done += 1
             if progress:
                 progress("confirm", done, total)
+    base_rounds = rounds[baseline.key]
     updated = {}
     for r in chosen:
-        timing = Timing(tuple(pooled[r.key]))
-        updated[r.key] = replace(r, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
-                                 spread_pct=timing.spread_pct)
+        ratios = paired(base_rounds, rounds[r.key]).ratios
+        updated[r.key] = replace(r, rounds_ms=[t for t in rounds[r.key] if t is not None], round_ratios=list(ratios))
         store.put(updated[r.key])
     return [updated.get(r.key, r) for r in results]

@@ -1,44 +1,77 @@
-"""Ranking: a pure function of the results."""
+"""Ranking: a pure function of the results. A winner is named only among candidates timed side
+by side with the baseline in this run's interleaved rounds, and only if it beat the baseline
+beyond the noise (tuner.comparison.Paired.beats_baseline); otherwise the default stays."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from tuner.comparison import WIN_SHARE
 from tuner.results import Result
 
 
 @dataclass(frozen=True)
 class Ranking:
     baseline: Optional[Result]
-    ranked: tuple[Result, ...]  # successful candidates, fastest first
+    # Successful candidates: those confirmed in interleaved rounds, by paired speedup, then the
+    # others by their first-pass figure (shown, never a winner).
+    ranked: tuple[Result, ...]
     failed: tuple[Result, ...]
-
-    @property
-    def best(self) -> Optional[Result]:
-        return self.ranked[0] if self.ranked else None
+    best: Optional[Result]  # None: no candidate beat the default beyond the noise
+    verdict: str  # one line: why `best` is what it is
 
     def speedup(self, result: Result) -> Optional[float]:
-        """Baseline median over this candidate's median (>1 is faster than the default)."""
-        if not (self.baseline and self.baseline.ok and result.ok and result.median_ms):
-            return None
-        return self.baseline.median_ms / result.median_ms  # type: ignore[operator]
-
+        """The paired speedup over the baseline (>1 is faster than the default), for candidates
+        confirmed in this run; 1.0 for the baseline; None for the others."""
+        if result.is_baseline and result.ok:
+            return 1.0
+        return result.speedup
 
     def within_noise_of_best(self) -> tuple[Result, ...]:
-        """Other candidates whose median lies within the best's interquartile spread: the data
-        cannot tell them apart from the winner."""
+        """Other confirmed candidates whose paired speedup reaches the winner's lower ratio (the
+        one it beat in WIN_SHARE of the rounds): the data cannot tell them apart from it."""
         best = self.best
-        if best is None or best.median_ms is None:
+        if best is None:
             return ()
-        margin = best.median_ms * (best.spread_pct or 0.0) / 100.0
-        return tuple(r for r in self.ranked[1:] if r.median_ms is not None and r.median_ms - best.median_ms <= margin)
+        floor = best.paired.lower
+        return tuple(r for r in self.ranked if r is not best and not r.is_baseline and r.confirmed
+                     and (r.speedup or 0.0) >= floor)
+
+
+def _order(r: Result) -> tuple:
+    if r.is_baseline:
+        return (0, -1.0, r.candidate_id)
+    if r.confirmed:
+        return (0, -(r.speedup or 0.0), r.candidate_id)
+    return (1, -(r.first_pass_speedup or 0.0), r.median_ms or 0.0, r.candidate_id)
 
 
 def rank(results: Iterable[Result]) -> Ranking:
-    """Order the candidates that compiled, ran and matched the baseline's numerics by median time."""
+    """Order the candidates that compiled, ran and matched the baseline's numerics, and name the
+    winner: the confirmed candidate with the highest paired speedup among those faster than the
+    baseline in at least WIN_SHARE of the rounds."""
     results = list(results)
     baseline = next((r for r in results if r.is_baseline), None)
-    ok = sorted((r for r in results if r.ok and r.median_ms is not None), key=lambda r: (r.median_ms, r.candidate_id))
+    ok = sorted((r for r in results if r.ok and r.median_ms is not None), key=_order)
     failed = tuple(r for r in results if not r.ok)
-    return Ranking(baseline, tuple(ok), failed)
+    confirmed = [r for r in ok if r.confirmed and not r.is_baseline]
+    winners = [r for r in confirmed if r.paired.beats_baseline]
+    best = winners[0] if winners else None
+    share = f"{WIN_SHARE:.0%}"
+    if best is not None:
+        rounds = len(best.round_ratios)
+        faster = sum(x > 1.0 for x in best.round_ratios)
+        verdict = (f"candidate {best.candidate_id} ({best.label}) is {best.speedup:.2f}x the default: the median of "
+                   f"{rounds} interleaved rounds, faster in {faster} of them")
+    elif not any(r.ok for r in results if not r.is_baseline):
+        verdict = "no candidate ran successfully: keeping the compiler's default"
+    elif not confirmed:
+        verdict = ("no candidate was timed side by side with the baseline (confirmation rounds off): "
+                   "keeping the compiler's default")
+    else:
+        top = confirmed[0]
+        verdict = (f"no candidate beat the default beyond the noise (faster in at least {share} of the interleaved "
+                   f"rounds); the closest, candidate {top.candidate_id}, was {top.speedup:.2f}x, faster in "
+                   f"{sum(x > 1.0 for x in top.round_ratios)} of {len(top.round_ratios)}: keeping the compiler's default")
+    return Ranking(baseline, tuple(ok), failed, best, verdict)

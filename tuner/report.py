@@ -9,51 +9,79 @@ from typing import Optional
 from rich.console import Console
 from rich.table import Table
 
+from tuner.errors import OutputError
 from tuner.ranking import Ranking
 from tuner.results import Result, Status
 
 
-def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result],
-                  best_spec: Optional[str], best_flags: list[str], meta: dict) -> None:
-    """best_spec.mlir and best_flags.txt rebuild the winner with plain iree-compile;
+def response_file(flags: list[str]) -> str:
+    """Flags as an LLVM response file (`iree-compile INPUT @FILE`), one per line, each quoted
+    where it holds a space, a quote or a backslash (GNU quoting, as LLVM reads it on Linux)."""
+    def quote(flag: str) -> str:
+        if not any(c in flag for c in " \t\"'\\"):
+            return flag
+        return '"' + flag.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return "".join(quote(f) + "\n" for f in flags)
+
+
+def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spec: str, flags: list[str],
+                  meta: dict) -> None:
+    """best_spec.mlir and best_flags.txt rebuild the winner with plain iree-compile (or, when no
+    candidate beat the default beyond the noise, the default: an empty spec saying why);
     results.json keeps every candidate."""
-    if ranking.best is not None and best_spec is not None:
-        (output_dir / "best_spec.mlir").write_text(best_spec)
-        (output_dir / "best_flags.txt").write_text("\n".join(best_flags) + "\n")
-    payload = {
-        **meta,
-        "best": ranking.best.candidate_id if ranking.best else None,
-        "within_noise_of_best": [r.candidate_id for r in ranking.within_noise_of_best()],
-        "candidates": [{**r.to_json(), "speedup": ranking.speedup(r)} for r in results],
-    }
-    (output_dir / "results.json").write_text(json.dumps(payload, indent=2))
+    header = "".join(f"// {line}\n" for line in [
+        f"iree-tuner: {ranking.verdict}",
+        f"rebuild: iree-compile INPUT @{(output_dir / 'best_flags.txt').resolve()} -o OUT.vmfb"])
+    try:
+        (output_dir / "best_spec.mlir").write_text(header + spec)
+        (output_dir / "best_flags.txt").write_text(response_file(flags))
+        payload = {
+            **meta,
+            "best": ranking.best.candidate_id if ranking.best else None,
+            "verdict": ranking.verdict,
+            "within_noise_of_best": [r.candidate_id for r in ranking.within_noise_of_best()],
+            "candidates": [r.to_json() for r in results],
+        }
+        tmp = output_dir / "results.json.tmp"
+        tmp.write_text(json.dumps(payload, indent=2))
+        tmp.replace(output_dir / "results.json")
+    except OSError as e:
+        raise OutputError(f"cannot write the outputs to {output_dir}: {e.strerror or e}") from None
 
 
 def render_table(ranking: Ranking, results: list[Result], console: Optional[Console] = None, top: int = 15) -> None:
+    """Confirmed candidates first (paired speedup, rounds faster), then the others with their
+    first-pass figure, then the failures; the verdict below."""
     console = console or Console()
-    table = Table(title="Candidates, fastest first")
+    table = Table(title="Candidates: confirmed side by side with the baseline first")
     for col, justify in (("#", "right"), ("config", "left"), ("status", "left"), ("median ms", "right"),
-                         ("spread %", "right"), ("speedup", "right"), ("rel. error", "right")):
+                         ("spread %", "right"), ("first pass", "right"), ("speedup", "right"),
+                         ("faster in", "right"), ("rel. error", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     shown = list(ranking.ranked[:top])
     if ranking.baseline and ranking.baseline not in shown:
         shown.append(ranking.baseline)
     for r in shown + list(ranking.failed):
         speedup = ranking.speedup(r)
+        first = r.first_pass_speedup
         table.add_row(
             str(r.candidate_id),
             r.label if len(r.label) < 90 else r.label[:87] + "...",
             r.status.value if r.ok or r.status == Status.DUPLICATE else f"[red]{r.status.value}[/red]",
             f"{r.median_ms:.3f}" if r.median_ms is not None else "-",
             f"{r.spread_pct:.1f}" if r.spread_pct is not None else "-",
+            (f"{first:.2f}x" + ("*" if r.retimed else "")) if first else "-",
             f"{speedup:.2f}x" if speedup else "-",
+            f"{sum(x > 1.0 for x in r.round_ratios)}/{len(r.round_ratios)}" if r.confirmed and not r.is_baseline else "-",
             f"{r.relative_error:.1e}" if r.relative_error is not None else "-",
             style="bold green" if r is ranking.best else None,
         )
     console.print(table)
     if len(ranking.ranked) > top:
         console.print(f"({len(ranking.ranked) - top} more successful candidates in results.json)")
+    console.print("first pass: against the baseline timed nearest to it (* timed again after a drift); "
+                  "speedup: median of the per-round ratios to the baseline in interleaved rounds")
     close = ranking.within_noise_of_best()
     if close:
-        console.print(f"within noise of the best (its interquartile spread): "
-                      f"{', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
+        console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")

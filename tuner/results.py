@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
+
+from tuner.comparison import Paired
 
 
 class Status(str, enum.Enum):
@@ -37,6 +39,19 @@ class Result:
     compile_s: Optional[float] = None
     benchmark_s: Optional[float] = None  # time the device spent on it (numerics run + timing)
     device: str = ""  # the runtime device that measured it
+    # Under what conditions it was timed (part of the store's key: a time taken on another
+    # device, or timed another way, is never reused): the device's identity (GPU name, CPU
+    # model and ISA level) and what was timed (the whole function or the dispatch alone).
+    device_id: str = ""
+    timing: str = ""
+    timed_at: Optional[float] = None  # wall-clock seconds when its first-pass timing ended
+    # The first pass: against the baseline timing nearest to it on the same device.
+    baseline_ms: Optional[float] = None
+    first_pass_speedup: Optional[float] = None
+    retimed: bool = False  # timed again because the baseline drifted while it was first timed
+    # The confirmation: timed in interleaved rounds with the baseline, one ratio per round.
+    rounds_ms: list[float] = field(default_factory=list)
+    round_ratios: list[float] = field(default_factory=list)  # baseline / this, per round
     binary_hash: str = ""  # sha256 of the compiled executables, to spot configs that change nothing
     error: str = ""
     stderr: str = ""
@@ -51,9 +66,31 @@ class Result:
     def ok(self) -> bool:
         return self.status == Status.OK
 
+    @property
+    def paired(self) -> Paired:
+        return Paired(tuple(self.round_ratios))
+
+    @property
+    def confirmed(self) -> bool:
+        """Timed side by side with the baseline in this run's interleaved rounds."""
+        return bool(self.round_ratios)
+
+    @property
+    def speedup(self) -> Optional[float]:
+        """The median of the paired per-round ratios to the baseline; None if never confirmed."""
+        return self.paired.speedup if self.confirmed else None
+
+    def unconfirmed(self) -> "Result":
+        """This result as a later run reuses it: its first pass, none of the old run's rounds."""
+        return replace(self, rounds_ms=[], round_ratios=[])
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        if self.confirmed:
+            data["speedup"] = self.speedup
+            data["speedup_lower"] = self.paired.lower
+            data["faster_rounds"] = sum(r > 1.0 for r in self.round_ratios)
         return data
 
     @classmethod
@@ -75,6 +112,11 @@ class EvaluationStats:
     confirm_s: float
     compile_s: float  # summed over candidates (parallel compiles overlap)
     busy_s: dict[str, float]  # per device: time spent running and timing candidates
+    # The baseline's drift during the first pass: each span where it changed beyond its noise
+    # (comparison.Drift.to_json), and how many candidates were timed again because of it.
+    drifts: list[dict] = field(default_factory=list)
+    retimed: int = 0
+    baseline_timings: int = 0  # times the baseline was timed in the first pass (every N candidates)
 
     @property
     def idle_share(self) -> float:
@@ -85,11 +127,12 @@ class EvaluationStats:
 
     @classmethod
     def of(cls, strategy: str, measured: list[Result], reused: int, wall_s: float, confirm_s: float,
-           devices: tuple[str, ...]) -> "EvaluationStats":
+           devices: tuple[str, ...], **extra: Any) -> "EvaluationStats":
         """Stats of a pass that produced `measured` (results of this run) on `devices`."""
         return cls(strategy=strategy, candidates=len(measured), reused=reused, wall_s=wall_s, confirm_s=confirm_s,
                    compile_s=sum(r.compile_s or 0.0 for r in measured),
-                   busy_s={d: sum(r.benchmark_s or 0.0 for r in measured if r.device == d) for d in devices})
+                   busy_s={d: sum(r.benchmark_s or 0.0 for r in measured if r.device == d) for d in devices},
+                   **extra)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "idle_share": self.idle_share}

@@ -54,6 +54,9 @@ def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
     return run_tool(cmd, settings.timeout_s)
 
 
+DISPATCH_BATCH = 50
+
+
 @dataclass(frozen=True)
 class DispatchBenchmark:
     """A dispatch-only benchmark module (from --iree-hal-dump-executable-benchmarks-to): its
@@ -62,7 +65,7 @@ class DispatchBenchmark:
 
     vmfb: Path
     function: str
-    batch: int = 50
+    batch: int = 50  # DISPATCH_BATCH
 
 
 def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | None = None

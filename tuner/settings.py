@@ -16,10 +16,15 @@ class EvalSettings:
     repetitions: int = 5
     min_time_s: float = 0.1
     run_timeout_s: float = 120.0
-    # Before naming a winner, the fastest few and the baseline are timed again in interleaved
-    # rounds, so that one lucky or unlucky first measurement on a noisy machine does not decide.
+    # The first pass times the baseline again after every `baseline_every` candidates on each
+    # device: each candidate is normalised by the baseline timing nearest to it, and a drift
+    # between two of them is seen (tuner.comparison).
+    baseline_every: int = 5
+    # A winner is named only among the baseline and the `confirm_top` most promising candidates
+    # timed side by side in `confirm_rounds` interleaved rounds: it must be faster than the
+    # baseline in three rounds of four (tuner.comparison.WIN_SHARE).
     confirm_top: int = 4
-    confirm_rounds: int = 3
+    confirm_rounds: int = 4
 
     def run_settings(self, device: str, entry: str, inputs: tuple[Path, ...]) -> RunSettings:
         """How each candidate is run and timed on `device` under these settings."""

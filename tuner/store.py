@@ -1,10 +1,11 @@
 """The result store: an SQLite database where every result is written the moment it arrives.
 
 A result is keyed by what it depends on: the candidate's key (a digest of the dispatch, the input
-it came from, the target, the config and its flags) and the compiler and runtime versions. Each
-write is its own committed transaction in WAL mode, so a run killed at any moment (kill -9
-included) loses nothing it had written, and several runs may share one store at once: SQLite
-serializes their writes (a writer waits up to `BUSY_TIMEOUT_S` for another's). WAL needs a local
+it came from, the target, the config and its flags), the compiler and runtime versions, the
+identity of the device that timed it and what was timed (tuner.device_identity); a build failure
+holds on every device and is stored with neither. Each write is its own committed transaction
+in WAL mode, so a run killed at any moment (kill -9 included) loses nothing it had written, and
+several runs may share one store at once: SQLite serializes their writes (a writer waits up to `BUSY_TIMEOUT_S` for another's). WAL needs a local
 file system: do not share a store over NFS.
 """
 
@@ -18,17 +19,20 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from tuner.errors import OutputError
+from tuner.errors import OutputError, StoreError
 from tuner.results import Result, Status
 
 BUSY_TIMEOUT_S = 60.0
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+TABLE = "results"
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (
+CREATE TABLE results (
     key TEXT NOT NULL,
     compiler TEXT NOT NULL,
     runtime TEXT NOT NULL,
+    device_id TEXT NOT NULL,
+    timing TEXT NOT NULL,
     dispatch TEXT NOT NULL,
     target TEXT NOT NULL,
     config TEXT NOT NULL,
@@ -38,13 +42,16 @@ CREATE TABLE IF NOT EXISTS results (
     result TEXT NOT NULL,
     run TEXT NOT NULL,
     written_at REAL NOT NULL,
-    PRIMARY KEY (key, compiler, runtime)
+    PRIMARY KEY (key, compiler, runtime, device_id, timing)
 );
-CREATE INDEX IF NOT EXISTS results_by_dispatch ON results (dispatch, target);
+CREATE INDEX results_by_dispatch ON results (dispatch, target);
 """
 
 # Worth trying again rather than reusing: a longer timeout or a calmer machine may change them.
 RETRIED = frozenset({Status.COMPILE_TIMEOUT, Status.RUN_TIMEOUT})
+# Decided by the compiler alone, whatever device would time it: stored with no device or timing,
+# so they are reused on every device (and written by a compile-only run, which has no device).
+BUILD_FAILURES = frozenset({Status.COMPILE_FAILED, Status.COMPILE_TIMEOUT, Status.CONFIG_NOT_APPLIED})
 
 
 def run_id() -> str:
@@ -52,9 +59,15 @@ def run_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{time.strftime('%Y-%m-%dT%H:%M:%S')}"
 
 
+def _conditions(result: Result) -> tuple[str, str]:
+    return ("", "") if result.status in BUILD_FAILURES else (result.device_id, result.timing)
+
+
 class ResultStore:
-    """Results of one compiler and runtime version pair in an SQLite file. One object per
-    thread (SQLite connections are not shared between threads)."""
+    """Results of one compiler and runtime version pair in an SQLite file, each under the device
+    and timing it was measured with. One object per thread (SQLite connections are not shared
+    between threads). A file that is not a store of this schema is refused before anything in it
+    is changed."""
 
     def __init__(self, path: Path, compiler: str, runtime: str, run: Optional[str] = None) -> None:
         self.path = Path(path)
@@ -63,47 +76,81 @@ class ResultStore:
         self.run = run or run_id()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"cannot create the result store's directory {self.path.parent}: {e.strerror or e}") from None
+        try:
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self._check_schema()
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise OutputError(f"{self.path}: result store schema {version}, this tuner reads {SCHEMA_VERSION}")
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.DatabaseError as e:
+        except sqlite3.OperationalError as e:
             raise OutputError(f"{self.path}: cannot open the result store ({e})") from None
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not a result store ({e}); give --store a new file") from None
+
+    def _check_schema(self) -> None:
+        """Create the schema in a new (empty) database; refuse any other database untouched."""
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if not tables and version == 0:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:  # another run may have created it meanwhile
+                if not self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+                    self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return
+        if TABLE in tables and version == 1:
+            self._db.close()
+            raise StoreError(f"{self.path}: a result store written before results were keyed by device and timing; "
+                             f"its times cannot be told apart, so start afresh: delete it or give --store a new file")
+        if TABLE not in tables or version != SCHEMA_VERSION:
+            self._db.close()
+            raise StoreError(f"{self.path}: an SQLite database that is not a result store of this tuner "
+                             f"(schema {version}, this tuner writes {SCHEMA_VERSION}); left untouched: "
+                             f"give --store a new file")
 
     def put(self, result: Result) -> None:
-        """Write (or overwrite) the result for its key, committed before this returns."""
+        """Write (or overwrite) the result for its key and conditions, committed before this returns."""
+        device_id, timing = _conditions(result)
         self._db.execute(
-            "INSERT INTO results (key, compiler, runtime, dispatch, target, config, flags, status, median_ms,"
-            " result, run, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (key, compiler, runtime) DO UPDATE SET dispatch=excluded.dispatch,"
+            "INSERT INTO results (key, compiler, runtime, device_id, timing, dispatch, target, config, flags, status,"
+            " median_ms, result, run, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (key, compiler, runtime, device_id, timing) DO UPDATE SET dispatch=excluded.dispatch,"
             " target=excluded.target, config=excluded.config, flags=excluded.flags, status=excluded.status,"
             " median_ms=excluded.median_ms, result=excluded.result, run=excluded.run, written_at=excluded.written_at",
-            (result.key, self.compiler, self.runtime, result.dispatch, result.target, result.compilation_info,
-             " ".join(result.config_flags), result.status.value, result.median_ms, json.dumps(result.to_json()),
-             self.run, time.time()),
+            (result.key, self.compiler, self.runtime, device_id, timing, result.dispatch, result.target,
+             result.compilation_info, " ".join(result.config_flags), result.status.value, result.median_ms,
+             json.dumps(result.to_json()), self.run, time.time()),
         )
 
-    def get(self, key: str) -> Optional[Result]:
-        row = self._db.execute("SELECT result FROM results WHERE key = ? AND compiler = ? AND runtime = ?",
-                               (key, self.compiler, self.runtime)).fetchone()
+    def get(self, key: str, device_id: str = "", timing: str = "") -> Optional[Result]:
+        """The result stored for `key` under these conditions, or the build failure stored for it
+        (which holds on every device)."""
+        row = self._db.execute(
+            "SELECT result FROM results WHERE key = ? AND compiler = ? AND runtime = ?"
+            " AND ((device_id = ? AND timing = ?) OR (device_id = '' AND timing = '')) ORDER BY written_at DESC",
+            (key, self.compiler, self.runtime, device_id, timing)).fetchone()
         return Result.from_json(json.loads(row[0])) if row else None
 
-    def reusable(self, keys: list[str]) -> dict[str, Result]:
-        """Stored results worth keeping for these keys (timeouts are tried again)."""
+    def reusable(self, keys: list[str], device_id: str = "", timing: str = "") -> dict[str, Result]:
+        """Stored results worth keeping for these keys under these conditions (timeouts are tried
+        again), as a later run reuses them: without the rounds of the run that confirmed them."""
         found = {}
         for key in keys:
-            result = self.get(key)
+            result = self.get(key, device_id, timing)
             if result is not None and result.status not in RETRIED:
-                found[key] = result
+                found[key] = result.unconfirmed()
         return found
 
     def rows(self) -> list[dict]:
         """Every row of this store (all versions), for reports and tests."""
-        cursor = self._db.execute("SELECT key, compiler, runtime, dispatch, target, config, flags, status,"
+        cursor = self._db.execute("SELECT key, compiler, runtime, device_id, timing, dispatch, target, config, flags, status,"
                                   " median_ms, run, written_at FROM results ORDER BY written_at")
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]

@@ -1,0 +1,48 @@
+"""Comparisons under the same conditions, on hand-computed cases: paired ratios, the three-of-four
+rule, drift beyond the baseline's own noise, and the nearest baseline timing."""
+
+import pytest
+
+from tuner.comparison import BaselineTiming, find_drifts, nearest_baseline, paired
+
+
+def test_paired_ratios_are_per_round_and_skip_failed_rounds():
+    p = paired([10.0, 30.0, 10.0, None, 20.0], [5.0, 15.0, None, 4.0, 8.0])
+    # Rounds 1, 2 and 5 have both timings: 10/5, 30/15, 20/8. The load tripled in round 2 and the
+    # ratio did not move: that is the point of pairing.
+    assert p.ratios == (2.0, 2.0, 2.5)
+    assert p.speedup == 2.0
+
+
+@pytest.mark.parametrize("ratios, wins", [
+    ((1.2, 1.1, 1.3, 0.9), True),     # faster in 3 of 4
+    ((1.2, 0.99, 1.3, 0.9), False),   # 2 of 4
+    ((1.01, 1.02, 1.03, 1.04), True),
+    ((1.5, 1.5, 1.5, 1.5, 0.5), True),    # 4 of 5 reach 75%
+    ((1.5, 1.5, 1.5, 0.5, 0.5), False),   # 3 of 5 do not
+    ((), False),
+])
+def test_a_winner_is_faster_in_three_rounds_of_four(ratios, wins):
+    from tuner.comparison import Paired
+
+    assert Paired(ratios).beats_baseline is wins
+
+
+def test_drift_is_a_change_beyond_the_baselines_own_spread():
+    t = lambda at, ms, spread=2.0, device="d": BaselineTiming(device, at, ms, spread)  # noqa: E731
+    # 10 -> 10.3 ms (3%) with 2% spreads each: within the noise (floor 5%). 10.3 -> 31 ms: drift.
+    log = [t(1, 10.0), t(2, 10.3), t(3, 31.0), t(4, 30.5), t(5, 30.0, device="other")]
+    [drift] = find_drifts(log)
+    assert (drift.before.at, drift.after.at) == (2, 3) and drift.change == pytest.approx(31.0 / 10.3 - 1)
+    assert drift.covers("d", 2.5) and not drift.covers("d", 2.0) and not drift.covers("other", 2.5)
+    # A noisy baseline (30% spreads) hides a 40% change: 0.3 + 0.3 = 60% of noise.
+    assert find_drifts([t(1, 10.0, 30.0), t(2, 14.0, 30.0)]) == []
+    assert len(find_drifts([t(1, 10.0, 1.0), t(2, 10.8, 1.0)])) == 1  # 8% > max(5%, 2%)
+
+
+def test_nearest_baseline_is_on_the_same_device():
+    log = [BaselineTiming("a", 1.0, 10.0, 0.0), BaselineTiming("a", 9.0, 30.0, 0.0), BaselineTiming("b", 5.0, 7.0, 0.0)]
+    assert nearest_baseline(log, "a", 4.0).median_ms == 10.0
+    assert nearest_baseline(log, "a", 6.0).median_ms == 30.0
+    assert nearest_baseline(log, "b", 1.0).median_ms == 7.0
+    assert nearest_baseline(log, "c", 1.0) is None

@@ -1,0 +1,83 @@
+"""Figures that hold when measured again: on tools whose speed triples in the middle of a run, the
+winner is the known fastest config and its speedup is its known ratio; with nothing faster than
+the default beyond the noise, the default stays; a resumed run confirms what it reuses."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from tuner import api
+from tuner.settings import EvalSettings
+
+TRUSTED = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=4, confirm_top=3, baseline_every=5,
+                       compile_workers=2)
+
+
+def _candidates(path, ctx, cpu, n):
+    from pipelines import pipeline_for
+    from tuner.candidates import generate_candidates
+    from tuner.discovery import discover
+
+    [dispatch] = discover(path, cpu, ctx)
+    return generate_candidates(dispatch, pipeline_for(dispatch), n, ctx)
+
+
+def test_a_load_change_mid_run_does_not_change_the_winner_or_its_speedup(small_matmul, tmp_path, timed_tools):
+    # Known times: candidate 7 is the fastest, 2.0x the default. From the 11th timing on, the
+    # machine is three times slower (as when another job starts on a shared box).
+    times = {0: 10.0, 1: 9.0, 2: 8.0, 3: 12.0, 4: 7.0, 5: 6.5, 6: 11.0, 7: 5.0, 8: 9.5}
+    calls = timed_tools(times, after=10, factor=3.0)
+    tuning = api.tune(small_matmul, "llvm-cpu", 8, tmp_path / "out", settings=TRUSTED, strategy="sequential")
+    assert calls() > 10  # the slowdown did happen mid-run
+    by_id = {r.candidate_id: r for r in tuning.results}
+    assert all(r.ok for r in tuning.results), [(r.candidate_id, r.status, r.error) for r in tuning.results]
+    best = tuning.ranking.best
+    assert best.candidate_id == 7
+    assert tuning.ranking.speedup(best) == pytest.approx(2.0, rel=0.10)
+    # Every first-pass figure is its known ratio too: each was normalised by a baseline timed near it.
+    for i, r in by_id.items():
+        assert r.first_pass_speedup == pytest.approx(times[0] / times[i], rel=0.10), (i, r)
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    [drift] = data["evaluation"]["drifts"]
+    assert drift["change_pct"] == pytest.approx(200.0, rel=0.05)
+    # The candidates timed between the last calm and the first slow baseline timing were timed again.
+    assert {i for i, r in by_id.items() if r.retimed} == {6, 7, 8}
+    assert data["best"] == 7 and "2.00x the default" in data["verdict"]
+
+
+def test_with_nothing_faster_beyond_the_noise_the_default_stays(small_matmul, tmp_path, timed_tools):
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    # Every candidate as fast as the default, one of them faster in its first pass only.
+    timed_tools({0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0})
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["tune", str(small_matmul), "--num-candidates", "3", "--repetitions", "2",
+                                       "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "no winner: no candidate beat the default beyond the noise" in " ".join(result.output.split())
+    data = json.loads((out / "results.json").read_text())
+    assert data["best"] is None and "keeping the compiler's default" in data["verdict"]
+    spec = (out / "best_spec.mlir").read_text()
+    assert "transform.annotate" not in spec and "no candidate beat the default" in spec
+    flags = (out / "best_flags.txt").read_text().split()
+    assert not any("tuning-spec" in f or "data-tiling" in f for f in flags)
+
+
+def test_a_resumed_run_confirms_the_results_it_reuses_before_they_can_win(small_matmul, tmp_path, timed_tools):
+    out = tmp_path / "out"
+    times = {0: 10.0, 1: 9.0, 2: 5.0, 3: 8.0}
+    timed_tools(times)
+    first = api.tune(small_matmul, "llvm-cpu", 3, out, settings=replace(TRUSTED, confirm_rounds=0),
+                     strategy="sequential")
+    assert first.ranking.best is None  # nothing was confirmed: no winner from a first pass alone
+    # The second run reuses candidates 1-3 from the store, and times 2 against the baseline again,
+    # now on a machine where candidate 2 is no faster than the default: it must not win.
+    timed_tools({**times, 2: 10.0})
+    second = api.tune(small_matmul, "llvm-cpu", 3, out, settings=TRUSTED, strategy="sequential")
+    assert second.stats.reused == 3, [(r.candidate_id, r.status, r.error) for r in first.results + second.results]
+    by_id = {r.candidate_id: r for r in second.results}
+    assert by_id[2].confirmed and by_id[2].speedup == pytest.approx(1.0)
+    assert second.ranking.best.candidate_id == 3 and second.ranking.speedup(second.ranking.best) == pytest.approx(10 / 8)

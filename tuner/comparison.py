@@ -1,0 +1,105 @@
+"""Comparisons made under the same conditions: paired per-round ratios to the baseline, the rule
+that names a winner, the baseline's drift over a pass, and the baseline timing nearest a
+candidate's. Pure functions of timings; nothing here runs a tool.
+
+A speedup is never a ratio of two medians taken at different times: on a shared machine the
+load changes in the middle of a run, and a figure taken before the change compared with one
+taken after it says more about the load than about the configs."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+# The share of rounds in which a winner must beat the baseline: a candidate is faster beyond the
+# noise when its paired ratio is above 1.0 in at least this share of the rounds (three of four).
+WIN_SHARE = 0.75
+# Two timings of the baseline on one device that differ by more than their own spread (the sum
+# of their interquartile spreads), and by at least this much, mean the machine changed between
+# them: candidates timed in between are timed again.
+DRIFT_FLOOR = 0.05
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A candidate against the baseline over interleaved rounds: in round i both were timed
+    within one round-robin, and `ratios[i]` is baseline / candidate (>1: the candidate is faster)."""
+
+    ratios: tuple[float, ...]
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def lower(self) -> float:
+        """The ratio that at least WIN_SHARE of the rounds reach or exceed: with four rounds the
+        second smallest, so `lower > 1` means faster in at least three rounds of four."""
+        ordered = sorted(self.ratios)
+        return ordered[len(ordered) - math.ceil(WIN_SHARE * len(ordered))]
+
+    @property
+    def beats_baseline(self) -> bool:
+        return len(self.ratios) > 0 and self.lower > 1.0
+
+
+def paired(baseline_rounds: Sequence[Optional[float]], candidate_rounds: Sequence[Optional[float]]) -> Paired:
+    """Per-round ratios baseline / candidate; a round where either timing failed is left out."""
+    return Paired(tuple(b / c for b, c in zip(baseline_rounds, candidate_rounds) if b and c))
+
+
+@dataclass(frozen=True)
+class BaselineTiming:
+    """One timing of the baseline on a device, at wall-clock time `at` (seconds since the epoch,
+    taken when the timing ended)."""
+
+    device: str
+    at: float
+    median_ms: float
+    spread_pct: float
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The baseline changed beyond its noise between two timings on one device."""
+
+    device: str
+    before: BaselineTiming
+    after: BaselineTiming
+
+    @property
+    def change(self) -> float:
+        """Relative change of the baseline's time (0.5: 50% slower)."""
+        return self.after.median_ms / self.before.median_ms - 1.0
+
+    def covers(self, device: str, at: float) -> bool:
+        """Whether a timing on `device` that ended at `at` fell inside this drifted span."""
+        return device == self.device and self.before.at < at <= self.after.at
+
+    def to_json(self) -> dict:
+        return {"device": self.device, "from_ms": self.before.median_ms, "to_ms": self.after.median_ms,
+                "change_pct": 100.0 * self.change, "from_at": self.before.at, "to_at": self.after.at}
+
+
+def drifted(a: BaselineTiming, b: BaselineTiming) -> bool:
+    """Whether two baseline timings differ beyond their measured noise."""
+    noise = max(DRIFT_FLOOR, (a.spread_pct + b.spread_pct) / 100.0)
+    return abs(math.log(b.median_ms / a.median_ms)) > math.log1p(noise)
+
+
+def find_drifts(log: Sequence[BaselineTiming]) -> list[Drift]:
+    """Every span between consecutive baseline timings on one device in which the baseline drifted."""
+    found = []
+    for device in sorted({t.device for t in log}):
+        timeline = sorted((t for t in log if t.device == device), key=lambda t: t.at)
+        found += [Drift(device, a, b) for a, b in zip(timeline, timeline[1:]) if drifted(a, b)]
+    return found
+
+
+def nearest_baseline(log: Sequence[BaselineTiming], device: str, at: float) -> Optional[BaselineTiming]:
+    """The baseline timing on `device` closest in time to `at`: the reference a first-pass time
+    is normalised by."""
+    same = [t for t in log if t.device == device]
+    return min(same, key=lambda t: abs(t.at - at)) if same else None
