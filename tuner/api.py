@@ -18,10 +18,11 @@ from tuner.compile_stage import EvalSettings, Progress, candidate_flags, compile
 from tuner.discovery import discover, parse_input, read_workload
 from tuner.errors import InputError, OutputError
 from tuner.evaluator import make_evaluator
-from tuner.manifest import Manifest
+from tuner.manifest import MANIFEST, Manifest
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
 from tuner.results import EvaluationStats, Result
+from tuner.run_dir import RunDirectory, run_identity
 from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
 from tuner.versions import compiler_version, runtime_version
@@ -89,7 +90,7 @@ def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Pat
           dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> _Session:
     input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
-    output_dir = prepare_output(Path(output_dir)) if output_dir is not None else Path()
+    output_dir = Path(output_dir) if output_dir is not None else Path()
     ctx = ir.Context()
     workload = read_workload(parse_input(input_path, ctx), input_path)
     dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path, pipeline_name)
@@ -103,17 +104,23 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
          settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
          compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
-         store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None) -> Tuning:
+         store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None,
+         force: bool = False) -> Tuning:
     """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`).
-    `pipeline_name` picks a codegen pipeline other than the one for the compiler's own choice."""
+    `pipeline_name` picks a codegen pipeline other than the one for the compiler's own choice.
+    The output directory is locked for the run; one that holds another input's run is refused
+    unless `force` (which clears it)."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
-    candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
-                                     session.target.spec_entry)
-    if on_candidates:
-        on_candidates(session.dispatch, candidates)
-    return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path)
+    target = parse_target(target) if isinstance(target, str) else target
+    with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
+                      force):
+        session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
+        candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
+                                         session.target.spec_entry, progress=progress)
+        if on_candidates:
+            on_candidates(session.dispatch, candidates)
+        return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path)
 
 
 def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
@@ -135,17 +142,20 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                       strategy: str = "auto", devices: Sequence[str] = (),
                       store_path: Optional[Path | str] = None,
                       on_warning: Optional[Callable[[str], None]] = None,
-                      pipeline_name: Optional[str] = None) -> Tuning:
+                      pipeline_name: Optional[str] = None, force: bool = False) -> Tuning:
     """Evaluate the given knob assignments (and the baseline) for the dispatch; no search."""
-    session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
-    candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
-                                                 session.target.spec_entry)
-    for warning in warnings:
-        if on_warning:
-            on_warning(warning)
-    if on_candidates:
-        on_candidates(session.dispatch, candidates)
-    return evaluate(session, candidates, settings, progress, False, strategy, devices, store_path)
+    target = parse_target(target) if isinstance(target, str) else target
+    with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
+                      force):
+        session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
+        candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
+                                                     session.target.spec_entry)
+        for warning in warnings:
+            if on_warning:
+                on_warning(warning)
+        if on_candidates:
+            on_candidates(session.dispatch, candidates)
+        return evaluate(session, candidates, settings, progress, False, strategy, devices, store_path)
 
 
 def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
@@ -162,6 +172,7 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
         "dispatch": session.dispatch.name,
         "shape": session.dispatch.shape_name,
         "pipeline": session.pipeline.name,
+        "input_digest": session.dispatch.source_digest,
         "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
     }
     store = ResultStore(Path(store_path) if store_path else output_dir / STORE, compiler_version(), runtime_version())
@@ -170,6 +181,7 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
             manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
                                            session.ctx, store, settings, meta, progress)
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest)
+        (output_dir / MANIFEST).unlink(missing_ok=True)  # its modules are about to be rebuilt
         strategy = target.default_strategy if strategy == "auto" else strategy
         evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
                                    store, settings, devices, progress, session.ctx)

@@ -16,6 +16,7 @@ from tuner.measure import Measurer, Progress, measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
 from tuner.results import EvaluationStats, Result
+from tuner.run_dir import RunDirectory
 from tuner.settings import EvalSettings
 from tuner.runner import DISPATCH_BATCH
 from tuner.store import ResultStore
@@ -36,6 +37,12 @@ def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSetting
     """Measure every candidate of the manifest in `root` on `devices` (default: the manifest's
     device), reusing results stored for this runtime, device and timing (never the baseline's),
     then write best_spec.mlir, best_flags.txt and results.json."""
+    with RunDirectory(root):  # one run at a time; a read-only DIR is one error line
+        return _benchmark_dir(root, devices, settings, progress, store_path)
+
+
+def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, progress: Optional[Progress],
+                   store_path: Optional[Path]) -> Measured:
     manifest = Manifest.read(root)
     devices = distinct_devices(devices, manifest.device)
     baseline = next((b for b in manifest.built if b.result.is_baseline), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping, Optional
 
 from iree.compiler import ir
 
@@ -69,9 +69,12 @@ def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context, spec_entry: str
 
 
 def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx: ir.Context,
-                        spec_entry: str = KERNEL_CONFIG, check_timeout_ms: int = 5000) -> list[Candidate]:
+                        spec_entry: str = KERNEL_CONFIG, check_timeout_ms: int = 5000,
+                        progress: Optional[Callable[[str, int, int], None]] = None) -> list[Candidate]:
     """The baseline, then up to `limit` distinct configs from the pipeline, most promising first,
-    each with a spec whose entry point is `spec_entry` (the target's; see tuner.targets)."""
+    each with a spec whose entry point is `spec_entry` (the target's; see tuner.targets). Fewer
+    when the space holds fewer: enumeration stops when it is exhausted. `progress("enumerate",
+    done, total)` follows it."""
     out = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
     # What the compiler would build: a config equal to the default is the baseline again.
     seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, (), dispatch.decomposition_config)}
@@ -83,6 +86,10 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
             continue
         seen.add(identity)
         out.append(Candidate(len(out), dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry)))
+        if progress:
+            progress("enumerate", len(out) - 1, limit)
+    if progress:
+        progress("enumerate", len(out) - 1, len(out) - 1)  # done: the space may hold fewer than asked
     return out
 
 

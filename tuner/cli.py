@@ -3,7 +3,9 @@ codes. Imports nothing of the compiler at module level, so `benchmark` runs with
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -13,9 +15,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tuner.errors import InputError, TunerError
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, ended like SIGINT: every tool the run started is killed and the store closed."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 @click.group()
 def main() -> None:
     """Tune IREE dispatches: enumerate lowering configs, compile and time them, keep the best."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
 
 
 def _evaluation_options(f):
@@ -31,6 +43,13 @@ def _evaluation_options(f):
     f = click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")(f)
     f = click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")(f)
     f = click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")(f)
+    f = click.option("--baseline-every", default=5, show_default=True, type=click.IntRange(min=1),
+                     help="Time the baseline again after every N candidates (per device): each candidate is "
+                          "compared with the baseline timed nearest to it, and drift is seen.")(f)
+    f = click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
+                     help="Interleaved rounds timing the baseline and the most promising candidates side by side; "
+                          "a winner must be faster in 3 of 4 (0: no winner is named).")(f)
+    f = click.option("--force", is_flag=True, help="Clear an output directory that holds another input's run.")(f)
     f = click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")(f)
     f = click.option("--pipeline", "pipeline_name", default=None,
                      help="Codegen pipeline to tune with (default: the one for the compiler's choice), "
@@ -39,10 +58,12 @@ def _evaluation_options(f):
     return f
 
 
-def _settings(repetitions: int, compile_timeout: float, run_timeout: float):
+def _settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
+              confirm_rounds: int = 4):
     from tuner.settings import EvalSettings
 
-    return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions))
+    return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
+                        baseline_every=baseline_every, confirm_rounds=confirm_rounds)
 
 
 @main.command()
@@ -53,16 +74,18 @@ def _settings(repetitions: int, compile_timeout: float, run_timeout: float):
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 @_evaluation_options
 def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: bool, target: str,
-         pipeline_name: str | None, dispatch_name: str | None, repetitions: int, run_timeout: float,
-         compile_timeout: float, strategy: str, devices: tuple[str, ...], store_path: Path | None) -> None:
+         pipeline_name: str | None, dispatch_name: str | None, force: bool, confirm_rounds: int, baseline_every: int,
+         repetitions: int, run_timeout: float, compile_timeout: float, strategy: str, devices: tuple[str, ...],
+         store_path: Path | None) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE (a .mlir with linalg ops)."""
     from tuner import api
 
     console = Console()
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = api.tune(input_file, target, num_candidates, output_dir, dispatch_name,
-                          _settings(repetitions, compile_timeout, run_timeout), on_progress,
-                          _announce(console), compile_only, strategy, devices, store_path, pipeline_name)
+                          _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds),
+                          on_progress, _announce(console, num_candidates), compile_only, strategy, devices,
+                          store_path, pipeline_name, force)
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
         console.print(f"compiled {ok} of {len(tuning.manifest.built)} candidates into {output_dir}; "
@@ -79,13 +102,13 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
               help="With an input file: where outputs go (default: benchmark-output).")
 @_evaluation_options
 def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, pipeline_name: str | None,
-              dispatch_name: str | None,
+              dispatch_name: str | None, force: bool, confirm_rounds: int, baseline_every: int,
               repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
               devices: tuple[str, ...], store_path: Path | None) -> None:
     """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
     (measured here with the IREE runtime and numpy only), or an input .mlir with --configs."""
     console = Console()
-    settings = _settings(repetitions, compile_timeout, run_timeout)
+    settings = _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds)
     with _errors_to_exit():
         if path.is_dir():
             if configs_file is not None:
@@ -110,7 +133,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             tuning = api.benchmark_configs(path, configs, target, output_dir, dispatch_name, settings, on_progress,
                                            _announce(console), strategy, devices, store_path,
                                            on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}"),
-                                           pipeline_name=pipeline_name)
+                                           pipeline_name=pipeline_name, force=force)
     _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
 
 
@@ -194,10 +217,13 @@ def report(directory: Path, top: int) -> None:
     console.print(f"wrote {png}")
 
 
-def _announce(console: Console):
+def _announce(console: Console, asked: int | None = None):
     def on_candidates(dispatch, candidates) -> None:
         console.print(f"[bold]{dispatch.name}[/bold]: {dispatch.op_name} {dispatch.shape_name}, "
                       f"default {dispatch.default.pipeline}; {len(candidates)} candidates (baseline included)")
+        if asked is not None and len(candidates) - 1 < asked:
+            console.print(f"the space holds {len(candidates) - 1} distinct configs for this dispatch, "
+                          f"fewer than the {asked} asked for: all of them are tried")
 
     return on_candidates
 
@@ -238,8 +264,13 @@ class _errors_to_exit:
             click.echo(f"error: {error}", err=True)
             sys.exit(error.exit_code)
         if isinstance(error, KeyboardInterrupt):
-            click.echo("interrupted: every result so far is in the result store; run again to resume", err=True)
-            sys.exit(130)
+            from tuner.tools import kill_running_tools
+
+            kill_running_tools()  # nothing this run started outlives it
+            how = "terminated" if isinstance(error, Terminated) else "interrupted"
+            click.echo(f"{how}: every result measured so far is kept in the result store (and every compiled "
+                       f"candidate in the manifest); run the same command again to resume", err=True)
+            sys.exit(143 if isinstance(error, Terminated) else 130)
         return False
 
 

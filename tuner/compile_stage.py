@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass, replace
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from iree.compiler import ir
 
@@ -21,9 +21,9 @@ from tuner.results import Result, Status
 from tuner.manifest import Manifest
 from tuner.workload import Workload
 from tuner.settings import EvalSettings
-from tuner.store import ResultStore
+from tuner.store import BUILD_FAILURES, ResultStore
 from tuner.targets import Target
-from tuner.tools import ToolRun, find_tool, run_tool
+from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool
 
 __all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile_all", "compile_candidate",
            "compile_to_manifest", "reused_result", "verify_build"]
@@ -38,6 +38,7 @@ def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> li
 
 
 DISPATCH_VMFB = "dispatch.vmfb"
+BENCH_CONFIGS = "bench-configs"  # the dispatch benchmark module's configured executables
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,9 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
         if bench is None:
             return CompileJob(c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {c.dispatch.name}"),
                               flags, cdir)
+        # Its configuration is dumped too: the module that is timed is checked like the full one.
         bench_run = run_tool([find_tool("iree-compile"), str(bench), *target.compile_flags,
+                              f"--iree-hal-dump-executable-configurations-to={cdir / BENCH_CONFIGS}",
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
         if not bench_run.ok:
             return CompileJob(c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir)
@@ -151,22 +154,38 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
         function = _benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name), ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
+        # The module that is timed is a second compile: it must carry the config as well.
+        timed = read_configured((p.read_text() for p in sorted((cdir / BENCH_CONFIGS).glob("*.mlir"))), ctx)
+        if not any(not check_config(c.config, d) for d in timed):
+            detail = "; ".join(m[0] for m in (check_config(c.config, d) for d in timed) if m) or "no root op in it"
+            return built(Status.CONFIG_NOT_APPLIED, error=f"the dispatch benchmark module (what is timed) does not "
+                                                          f"carry the config: {detail}")
     result = c.result(flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
                       binary_hash=_binary_hash(cdir))
     return _built(c, target, cdir, result, cdir / "candidate.vmfb", function)
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,
-                settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None) -> list[Built]:
-    """Compile in parallel (each iree-compile its own process); verify in this thread."""
+                settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None,
+                on_built: Optional[Callable[[Built], None]] = None) -> list[Built]:
+    """Compile in parallel (each iree-compile its own process); verify in this thread, handing
+    each build to `on_built` the moment it is verified."""
     built: list[Built] = []
     with ThreadPoolExecutor(max_workers=max(1, settings.compile_workers)) as pool:
         futures = [pool.submit(compile_candidate, c, input_path, target, workdir, settings.compile_timeout_s)
                    for c in candidates]
-        for i, future in enumerate(as_completed(futures), 1):
-            built.append(verify_build(future.result(), target, ctx))
-            if progress:
-                progress("compile", i, len(candidates))
+        try:
+            for i, future in enumerate(as_completed(futures), 1):
+                built.append(verify_build(future.result(), target, ctx))
+                if on_built:
+                    on_built(built[-1])
+                if progress:
+                    progress("compile", i, len(candidates))
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            kill_running_tools()  # no compile outlives an interrupted run
+            raise
     return sorted(built, key=lambda b: b.result.candidate_id)
 
 
@@ -182,17 +201,40 @@ def reused_result(c: Candidate, stored: Result, target: Target, workdir: Path) -
 def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: Target, workload: Workload,
                         root: Path, ctx: ir.Context, store: ResultStore, settings: EvalSettings = EvalSettings(),
                         meta: Optional[dict] = None, progress: Optional[Progress] = None) -> Manifest:
-    """The compile stage of the two-machine flow: compile and verify every candidate that `store`
-    holds no result for, and write the manifest the benchmark stage reads. Stored results travel
-    in the manifest in place of a module."""
-    stored = store.reusable([c.key for c in candidates if not c.is_baseline])
-    todo = [c for c in candidates if c.key not in stored]
-    built = compile_all(todo, input_path, target, root / "candidates", settings, ctx, progress)
+    """The compile stage of the two-machine flow: compile and verify every candidate, writing the
+    manifest the benchmark stage reads again after each one (atomically), and each build failure
+    to the store as it happens: a run killed at any point keeps every build it finished, and a
+    rerun compiles only what is missing (candidates the manifest holds a module for, or the store
+    a build failure). Candidates that compiled before are built again only if their module is gone:
+    the benchmark stage confirms the most promising ones, stored results included."""
+    meta = {**(meta or {}), "compiler": store.compiler}
+    previous = Manifest.read_existing(root)
+    kept: dict[str, Built] = {}
+    if previous is not None and previous.meta.get("input_digest") == meta.get("input_digest"):
+        kept = {b.result.key: b for b in previous.built
+                if not b.reused and (not b.result.ok or (b.vmfb is not None and b.vmfb.is_file()))}
+    failures = {k: r for k, r in store.reusable([c.key for c in candidates if not c.is_baseline]).items()
+                if r.status in BUILD_FAILURES}
+    entries: dict[int, Built] = {}
     for c in candidates:
-        if c.key in stored:
-            result = reused_result(c, stored[c.key], target, root / "candidates")
-            built.append(replace(_built(c, target, root / "candidates" / f"{c.id:04d}", result, None), reused=True))
-    manifest = Manifest(workload, target.device, tuple(sorted(built, key=lambda b: b.result.candidate_id)),
-                        {**(meta or {}), "compiler": store.compiler})
-    manifest.write(root)
-    return manifest
+        if c.key in kept:
+            entries[c.id] = replace(kept[c.key], result=replace(kept[c.key].result, candidate_id=c.id, label=c.label))
+        elif c.key in failures:
+            result = reused_result(c, failures[c.key], target, root / "candidates")
+            entries[c.id] = replace(_built(c, target, root / "candidates" / f"{c.id:04d}", result, None), reused=True)
+
+    def write() -> Manifest:
+        manifest = Manifest(workload, target.device, tuple(entries[i] for i in sorted(entries)), meta)
+        manifest.write(root)
+        return manifest
+
+    def on_built(b: Built) -> None:
+        entries[b.result.candidate_id] = b
+        if b.result.status in BUILD_FAILURES:
+            store.put(b.result)
+        write()
+
+    write()
+    compile_all([c for c in candidates if c.id not in entries], input_path, target, root / "candidates", settings,
+                ctx, progress, on_built)
+    return write()

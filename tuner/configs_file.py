@@ -11,6 +11,10 @@ from typing import Any
 from tuner.errors import InputError
 
 
+# Tile sizes and counts go into MLIR attributes as 64-bit integers; nothing real comes near this.
+MAX_KNOB = 2 ** 31 - 1
+
+
 def read_configs(path: Path) -> list[dict[str, Any]]:
     """The knob assignments in `path`, in file order; one clear error line for anything else."""
     try:
@@ -33,6 +37,9 @@ def read_configs(path: Path) -> list[dict[str, Any]]:
         bad = [k for k, v in knobs.items() if not isinstance(v, (int, bool))]
         if bad:
             raise InputError(f"{path}: entry {i}: knob values must be integers or booleans ({', '.join(bad)})")
+        huge = [f"{k}={v}" for k, v in knobs.items() if not isinstance(v, bool) and not -MAX_KNOB <= v <= MAX_KNOB]
+        if huge:
+            raise InputError(f"{path}: entry {i}: knob values out of range (|value| <= {MAX_KNOB}): {', '.join(huge)}")
         configs.append(dict(knobs))
     if not configs:
         raise InputError(f"{path}: no configs in it")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Optional
 from pathlib import Path
 
 from tuner.errors import InputError
@@ -45,6 +46,14 @@ class Manifest:
         return path
 
     @classmethod
+    def read_existing(cls, root: Path) -> Optional["Manifest"]:
+        """The manifest in `root` if there is a readable one (a rerun resumes from it)."""
+        try:
+            return cls.read(root)
+        except InputError:
+            return None
+
+    @classmethod
     def read(cls, root: Path) -> "Manifest":
         path = root / MANIFEST
         if not path.is_file():
@@ -53,8 +62,12 @@ class Manifest:
             data = json.loads(path.read_text())
             if data.get("version") != VERSION:
                 raise InputError(f"{path}: manifest version {data.get('version')}, this tuner reads {VERSION}")
+            try:
+                workload = Workload.from_json(data["workload"])
+            except InputError as e:
+                raise InputError(f"{path}: {e}") from None
             return cls(
-                workload=Workload.from_json(data["workload"]),
+                workload=workload,
                 device=data["device"],
                 built=tuple(Built.from_json(b, root) for b in data["candidates"]),
                 meta=data.get("meta", {}),

@@ -14,7 +14,7 @@ import numpy as np
 
 from tuner.comparison import BaselineTiming, Drift, find_drifts, nearest_baseline, paired
 from tuner.device_identity import device_identity, timing_identity
-from tuner.errors import ToolError
+from tuner.errors import InputError, ToolError
 from tuner.results import EvaluationStats, Result, Status
 from tuner.runner import DispatchBenchmark, RunSettings, benchmark, relative_error, run_once, tolerance
 from tuner.tools import ToolRun, kill_running_tools
@@ -61,10 +61,24 @@ class Built:
 
     @classmethod
     def from_json(cls, data: dict, root: Path) -> "Built":
-        path = lambda p: root / p if p else None  # noqa: E731
+        path = lambda p: inside(root, p) if p else None  # noqa: E731
         return cls(Result.from_json(data["result"]), path(data["vmfb"]), data["out_type"], path(data["spec"]),
                    data["spec_flag"], tuple(data["base_flags"]), path(data.get("dispatch_vmfb")),
                    data.get("dispatch_function"), data.get("reused", False))
+
+
+def inside(root: Path, relative: str) -> Path:
+    """`root / relative` for a path a manifest names, which must stay inside `root`: the benchmark
+    stage opens nothing outside the directory it was given."""
+    if not isinstance(relative, str):
+        raise InputError(f"{root}: a manifest path must be a string, not {relative!r}")
+    path = Path(relative)
+    if path.is_absolute() or ".." in path.parts:
+        raise InputError(f"{root}: the manifest names {relative!r}, outside the directory; refusing to open it")
+    resolved = (root / path).resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise InputError(f"{root}: the manifest's {relative!r} leads outside the directory; refusing to open it")
+    return root / path
 
 
 class Measurer:
@@ -266,20 +280,20 @@ def retime_drifted(results: list[Result], drifts: list[Drift], built: dict[str, 
                    store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
     """Time once more every candidate whose first-pass time fell in a span where the baseline
     drifted, on the device that timed it, with the baseline timed around them again."""
-    drifted_keys = [r.key for r in results if r.ok and not r.is_baseline and r.timed_at is not None
-                    and r.key in built and any(d.covers(r.device, r.timed_at) for d in drifts)]
-    if not drifted_keys:
+    drifted = [i for i, r in enumerate(results) if r.ok and not r.is_baseline and r.timed_at is not None
+               and r.key in built and any(d.covers(r.device, r.timed_at) for d in drifts)]
+    if not drifted:
         return results
-    by_key = {r.key: r for r in results}
-    for device in sorted({by_key[k].device for k in drifted_keys}):
+    results = list(results)
+    for device in sorted({results[i].device for i in drifted}):
         measurer.time_baseline(device)
-    for i, key in enumerate(drifted_keys, 1):
-        by_key[key] = measurer.retime(by_key[key], built[key])
-        store.put(by_key[key])
+    for n, i in enumerate(drifted, 1):
+        results[i] = measurer.retime(results[i], built[results[i].key])
+        store.put(results[i])
         if progress:
-            progress("re-time", i, len(drifted_keys))
+            progress("re-time", n, len(drifted))
     measurer.close_timeline()
-    return [by_key[r.key] for r in results]
+    return results
 
 
 def first_pass_speedup(r: Result, log: list[BaselineTiming]) -> Result:
@@ -327,6 +341,7 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     updated = {}
     for r in chosen:
         ratios = paired(base_rounds, rounds[r.key]).ratios
-        updated[r.key] = replace(r, rounds_ms=[t for t in rounds[r.key] if t is not None], round_ratios=list(ratios))
-        store.put(updated[r.key])
-    return [updated.get(r.key, r) for r in results]
+        updated[r.candidate_id] = replace(r, rounds_ms=[t for t in rounds[r.key] if t is not None],
+                                          round_ratios=list(ratios))
+        store.put(updated[r.candidate_id])
+    return [updated.get(r.candidate_id, r) for r in results]

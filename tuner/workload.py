@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tuner.errors import InputError
+
 # MLIR element types the runner can feed from .npy files.
 NUMPY_DTYPES = {
     "f64": np.float64,
@@ -57,4 +59,18 @@ class Workload:
 
     @classmethod
     def from_json(cls, data: dict) -> "Workload":
-        return cls(data["entry"], tuple(TensorSpec(tuple(i["shape"]), i["element_type"]) for i in data["inputs"]))
+        """The workload a manifest describes; a value the runner cannot use is an InputError."""
+        entry, inputs = data["entry"], data["inputs"]
+        if not isinstance(entry, str) or not entry or not isinstance(inputs, list):
+            raise InputError(f"workload: entry must be a function name and inputs a list (got {entry!r}, {inputs!r})")
+        specs = []
+        for i, spec in enumerate(inputs):
+            shape, element_type = spec["shape"], spec["element_type"]
+            if element_type not in NUMPY_DTYPES:
+                raise InputError(f"workload input {i}: unknown element type {element_type!r}; "
+                                 f"known: {', '.join(NUMPY_DTYPES)}")
+            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2 ** 31
+                                                      for d in shape):
+                raise InputError(f"workload input {i}: shape {shape!r} is not a list of non-negative dimensions")
+            specs.append(TensorSpec(tuple(shape), element_type))
+        return cls(entry, tuple(specs))

@@ -1,0 +1,131 @@
+"""A run's output directory: one run at a time, and one input's run in it.
+
+The lock is an `fcntl.flock` on DIR/.iree-tuner.lock, held for the whole run by `tune`,
+`benchmark INPUT --configs` and `benchmark DIR` (not by `report`, which only reads). The kernel
+drops it when its holder dies, so a run killed with -9 never blocks the next one. The lock file
+names its holder, for the error the second run gets.
+
+DIR/run.json says whose run the directory holds (the input's digest, the target, the dispatch
+and pipeline asked for). A run of anything else into it is refused, since its candidates/ and
+outputs would overwrite the other's; `--force` clears the directory's run files first (the
+result store stays: its keys carry the input's digest, so nothing in it is mistaken for another's).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from tuner.errors import InputError, LockedError, OtherRunError, OutputError
+
+LOCK = ".iree-tuner.lock"
+RUN = "run.json"
+# What a run writes into its directory, removed by --force (the result store is not among them).
+RUN_FILES = ("candidates", "inputs", "manifest.json", "results.json", "best_spec.mlir", "best_flags.txt",
+             "results.png", RUN)
+
+
+def input_digest(path: Path) -> str:
+    """The digest of the input file's bytes (the same digest the candidates' keys carry)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def run_identity(input_path: Path, target: str, dispatch: Optional[str], pipeline: Optional[str]) -> dict:
+    """What makes two runs the same run: a rerun of it resumes, anything else needs its own DIR."""
+    return {"input": str(input_path.resolve()), "input_digest": input_digest(input_path), "target": target,
+            "dispatch": dispatch, "pipeline": pipeline}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("input_digest", "target", "dispatch", "pipeline"))
+
+
+class RunDirectory:
+    """`with RunDirectory(DIR, identity, force):` creates DIR, takes its lock (or fails with one
+    line naming the holder) and checks that DIR holds no other run; the lock is released on exit."""
+
+    def __init__(self, path: Path, identity: Optional[dict] = None, force: bool = False) -> None:
+        self.path = Path(path)
+        self.identity = identity
+        self.force = force
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> "RunDirectory":
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise OutputError(f"cannot write to output directory {self.path}: {e.strerror or e}") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder()
+            os.close(self._fd)
+            self._fd = None
+            raise LockedError(f"{self.path} is in use by another run ({holder}); wait for it to end or give "
+                              f"another --output") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                        "command": " ".join(["iree-tuner", *sys.argv[1:]]),
+                                        "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
+        try:
+            if self.identity is not None:
+                self._claim()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _holder(self) -> str:
+        try:
+            info = json.loads(Path(self.path / LOCK).read_text())
+            return f"pid {info['pid']} on {info['host']} since {info['since']}: {info['command']}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "holder unknown"
+
+    def _claim(self) -> None:
+        run_file = self.path / RUN
+        if run_file.exists():
+            try:
+                previous = json.loads(run_file.read_text())
+            except (OSError, ValueError):
+                previous = {}
+            if not _same(previous, self.identity or {}):
+                if not self.force:
+                    raise OtherRunError(
+                        f"{self.path} holds the run of another input or setting ({previous.get('input', '?')}, "
+                        f"target {previous.get('target', '?')}); give another --output, or --force to clear it")
+                self.clear()
+        elif self.force:
+            self.clear()
+        tmp = run_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.identity, indent=2))
+        tmp.replace(run_file)
+
+    def clear(self) -> None:
+        """Remove the run files of whatever run the directory held (not the result store)."""
+        for name in RUN_FILES:
+            target = self.path / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
