@@ -105,6 +105,8 @@ for tool, needle, action in json.load(open({rules!r})):
             os.kill(os.getpid(), signal.SIGSEGV)
         elif action == "slow":
             time.sleep(1.0)
+        elif action.startswith("swap:"):  # run for real on other files: "swap:/0000/" puts 0000 for the needle
+            args = [a.replace(needle, action[len("swap:"):]) for a in args]
         elif action == "corrupt":  # run for real, then spoil the output it wrote
             import numpy as np
             code = subprocess.call([real, *args])

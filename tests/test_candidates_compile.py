@@ -1,8 +1,8 @@
 """The support matrix, compiled for real: for every (sample dispatch, target) a pipeline claims,
-every candidate emitted compiles and the compiled dispatch carries exactly its config (read back
-from the configured executables); the cells no pipeline claims stay unclaimed. (The 4096^3 and
-batch f16 matmuls and the NHWC convolution on GPUs are compiled in test_llvmgpu_pipeline,
-test_rocm and test_convolution.)"""
+the first candidates it emits (a sample: 3 to 8 per cell, to keep the suite short) all compile and
+each compiled dispatch carries exactly its config (read back from the configured executables);
+the cells no pipeline claims stay unclaimed. (The 4096^3 f16 matmul and the NHWC convolutions on
+GPUs are compiled in test_llvmgpu_pipeline, test_rocm and test_convolution.)"""
 
 from dataclasses import replace
 
@@ -24,14 +24,18 @@ SUPPORTED = ([(s, "llvm-cpu", None, 8) for s in CPU_SAMPLES]
              + [("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "llvm-cpu", None, 4)]
              + [(s, t, None, 4) for s in GPU_SAMPLES for t in ("cuda", "rocm:gfx942")]
              + [(s, "rocm:gfx942", "llvmgpu_vector_distribute", 4) for s in GPU_SAMPLES]
-             + [("attention_8x1024x1024x64_f16.mlir", t, None, 6) for t in ("cuda", "rocm:gfx942")])
+             + [("attention_8x1024x1024x64_f16.mlir", t, None, 6) for t in ("cuda", "rocm:gfx942")]
+             # The shapes BENCHMARKS.md reports on the H100: batch matmul and the large attention.
+             + [("batch_matmul_16x1024x1024x1024_f16f16f32.mlir", "cuda", None, 3),
+                ("attention_32x4096x4096x64_f16.mlir", "cuda", None, 3)])
 UNSUPPORTED = [("attention_8x1024x1024x64_f16.mlir", "llvm-cpu"),
                ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "cuda"),
                ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "rocm:gfx942")]
 
 
 @pytest.mark.parametrize("sample,target_name,pipeline_name,count", SUPPORTED, ids=lambda v: str(v))
-def test_all_candidates_compile_and_carry_their_config(sample, target_name, pipeline_name, count, ctx, tmp_path):
+def test_a_sample_of_candidates_compiles_and_carries_its_config(sample, target_name, pipeline_name, count, ctx,
+                                                                 tmp_path):
     target = parse_target(target_name)
     [dispatch] = discover(SAMPLES / sample, target, ctx)
     pipeline = pipeline_for(dispatch, pipeline_name)

@@ -56,7 +56,8 @@ def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
     out = tmp_path / "o"
     result = _run("tune", str(small_matmul), "--num-candidates", "2", "--repetitions", "2", "--output", str(out))
     assert result.exit_code == 0, result.output
-    assert "Candidates, fastest first" in result.output and "baseline" in result.output
+    assert "Candidates: confirmed side by side" in result.output and "baseline" in result.output
+    assert ("best: candidate" in result.output) != ("no winner:" in result.output)
     assert (out / "best_spec.mlir").exists() and (out / "best_flags.txt").exists()
     assert len(json.loads((out / "results.json").read_text())["candidates"]) == 3
 
@@ -64,16 +65,22 @@ def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
 def test_report_redraws_table_and_plot(tmp_path):
     from tuner.results import Result, Status
 
-    def r(i, ms, status=Status.OK, baseline=False):
+    def r(i, ms, status=Status.OK, baseline=False, ratios=()):
         return Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=baseline, knobs={}, flags=[],
-                      status=status, times_ms=[ms] * 3 if ms else [], median_ms=ms, spread_pct=1.0 if ms else None)
+                      status=status, times_ms=[ms] * 3 if ms else [], median_ms=ms, spread_pct=1.0 if ms else None,
+                      first_pass_speedup=2.0 / ms if ms else None, round_ratios=list(ratios))
 
-    results = [r(0, 2.0, baseline=True), r(1, 1.0), r(2, 3.0), r(3, None, Status.COMPILE_FAILED)]
+    results = [r(0, 2.0, baseline=True), r(1, 1.0, ratios=(1.9, 1.8, 1.85, 0.9)), r(2, 3.0),
+               r(3, None, Status.COMPILE_FAILED)]
     (tmp_path / "results.json").write_text(json.dumps({"dispatch": "d", "target": "llvm-cpu",
                                                        "candidates": [x.to_json() for x in results]}))
     result = _run("report", str(tmp_path))
     assert result.exit_code == 0, result.output
-    assert "cfg 1" in result.output and "2.00x" in result.output and "compile_failed" in result.output
+    # Candidate 1: 2.00x in its first pass, 1.83x paired (the median of 1.9, 1.8, 1.85, 0.9), faster
+    # in 3 rounds of 4: the winner. Candidate 2 was only in the first pass: 0.67x, no paired figure.
+    assert "cfg 1" in result.output and "2.00x" in result.output and "1.83x" in result.output
+    assert "3/4" in result.output and "compile_failed" in result.output and "0.67x" in result.output
+    assert "best: candidate 1 (cfg 1) is 1.83x the default" in " ".join(result.output.split())
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     _one_error_line(_run("report", str(tmp_path / "nothing")), 2, "no results.json")
 
@@ -141,7 +148,9 @@ def test_candidates_lists_knobs_and_specs_without_compiling_them(tmp_path, small
         assert ("transform.annotate" in spec) == (e["compilation_info"] is not None)
     # The list is a configs file for `iree-tuner benchmark --configs` (the baseline is implied).
     assert read_configs(out / "candidates.json") == [e["knobs"] for e in entries[1:]]
-    assert not (out / "specs" / "0001").exists()  # nothing was compiled
+    # Nothing was compiled: no candidate directory, no module, no configuration dump anywhere.
+    assert sorted(p.name for p in out.iterdir()) == ["candidates.json", "specs"]
+    assert sorted(p.name for p in (out / "specs").iterdir()) == [f"{i:04d}.mlir" for i in range(4)]
     _one_error_line(_run("candidates", str(small_matmul), "--target", "rocm:gfx1"), 3, "unknown rocm arch")
 
 

@@ -4,6 +4,7 @@ really reaches the compiler."""
 
 import pytest
 from iree.compiler import ir
+from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from pipelines import DispatchKind, pipeline_for
 from tuner.candidates import generate_candidates
@@ -82,9 +83,24 @@ def test_gpu_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path
     built = compile_all(candidates, CONV, target, tmp_path, EvalSettings(), ctx)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert len({b.result.binary_hash for b in built}) == len(built)
-    # The implicit-GEMM config: parallel loops then one K, with the IGEMM pipeline option on.
-    tiled = candidates[1].config
-    assert tiled.expect_lowering_config.count(",") >= 4 and "use_igemm_convolution = true" in tiled.expect_translation_info
+    # compile_all read every config back from the compiled dispatch (a mismatch is a failure above).
+    # What those configs are, read through the typed attributes: implicit GEMMs over (n, oh, ow, f, K)
+    # whose M tile (n x oh x ow pixels) and N tile (f channels) are whole MMA tiles per subgroup,
+    # one subgroup of threads per (subgroups_m x subgroups_n), and the IGEMM option on.
+    with ctx:
+        for c in candidates[1:]:
+            info = iree_codegen.CompilationInfoAttr(ir.Attribute.parse(c.config.compilation_info))
+            lowering = iree_gpu.LoweringConfigAttr(info.lowering_config)
+            translation = iree_codegen.TranslationInfoAttr(info.translation_info)
+            m, n, _ = iree_gpu.MMAAttr(lowering.mma_kind).mnk_shape
+            wg = list(lowering.workgroup_tile_sizes)
+            k = c.config.knobs
+            assert len(wg) == 5 and wg[4] == 0 and all(t <= b for t, b in zip(wg[:4], d.loop_bounds[:4]))
+            assert wg[0] * wg[1] * wg[2] == m * k["subgroup_m"] * k["subgroups_m"]
+            assert wg[3] == n * k["subgroup_n"] * k["subgroups_n"]
+            assert list(translation.workgroup_size)[0] == translation.subgroup_size * k["subgroups_m"] * k["subgroups_n"]
+            options = iree_gpu.PipelineOptionsAttr(translation.configuration["gpu_pipeline_options"])
+            assert options.use_igemm_convolution
 
 
 def test_cpu_convolution_problem(ctx):

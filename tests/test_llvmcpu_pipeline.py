@@ -13,28 +13,32 @@ from tests.conftest import synthetic_cpu_dispatch
 PIPE = LLVMCPUDoubleTiling()
 
 
-def _acc_regs(s, lanes):
-    return s["vector_common_parallel_m"] * -(-s["vector_common_parallel_n"] // lanes)
-
-
 def test_registry_picks_it_for_cpu_contractions():
     assert pipeline_for(synthetic_cpu_dispatch()).name == "llvmcpu_double_tiling"
 
 
-@pytest.mark.parametrize("avx512", [True, False])
-def test_every_solution_fits_the_register_file(avx512):
+@pytest.mark.parametrize("avx512, fits, spills", [
+    # AVX-512: 32 registers of 16 f32. An 8x32 accumulator tile is 8 rows x 2 registers = 16, plus
+    # 2 for a row of B and 1 broadcast of A: 19 fit. 16x64 is 16 x 4 = 64 accumulators: no.
+    (True, (8, 32), (16, 64)),
+    # AVX2: 16 registers of 8 f32. 4x16 is 4 x 2 = 8 (+ 2 + 1 = 11): fits. 8x32 is 8 x 4 = 32: no.
+    (False, (4, 16), (8, 32)),
+])
+def test_the_register_file_admits_and_refuses_hand_counted_tiles(avx512, fits, spills):
     d = synthetic_cpu_dispatch(avx512=avx512, vector_bytes=64 if avx512 else 32)
-    lanes = d.target.native_vector_bytes // 4
-    regs = vector_registers(d)
-    assert regs == (32 if avx512 else 16)
-    sols = list(enumerate_solutions(PIPE.build_problem(d), 200))
-    tiled = [s for s in sols if not s["data_tiling"]]
-    assert tiled, "no tiled solutions"
-    for s in tiled:
-        assert _acc_regs(s, lanes) + -(-s["vector_common_parallel_n"] // lanes) + 1 <= regs
-        assert s["distribution_m"] % s["vector_common_parallel_m"] == 0
-        assert s["distribution_n"] % s["vector_common_parallel_n"] == 0
-        assert s["vector_common_parallel_n"] % lanes == 0
+    assert vector_registers(d) == (32 if avx512 else 16)
+    p = PIPE.build_problem(d)
+    sols = list(enumerate_solutions(p, 50))
+    base = next(s for s in sols if not s["data_tiling"])
+
+    def tile(m, n):
+        return {**base, "vector_common_parallel_m": m, "vector_common_parallel_n": n, "distribution_m": 64,
+                "distribution_n": 128}
+
+    # The refused tile is refused for its registers: each of its sizes is in its knob's domain.
+    assert spills[0] in p.knob("vector_common_parallel_m").domain
+    assert spills[1] in p.knob("vector_common_parallel_n").domain
+    assert p.admits(tile(*fits)) and not p.admits(tile(*spills))
 
 
 def test_problem_sat_then_unsat_when_the_register_tile_overflows():

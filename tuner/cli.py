@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tuner.errors import InputError, TunerError
+from tuner.errors import InputError, OutputError, TunerError
 
 
 class Terminated(KeyboardInterrupt):
@@ -168,7 +168,7 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
                                 "knobs": dict(c.config.knobs), "flags": list(c.config.flags),
                                 "compilation_info": c.config.compilation_info, "spec": str(spec.relative_to(output_dir))})
             (output_dir / "candidates.json").write_text(json.dumps(entries, indent=2))
-    _announce(console)(dispatch, found)
+    _announce(console, num_candidates)(dispatch, found)
     table = Table(title=f"Candidates for {dispatch.name} ({found[0].pipeline})")
     table.add_column("#", justify="right")
     table.add_column("config")
@@ -212,8 +212,12 @@ def report(directory: Path, top: int) -> None:
         render_table(ranking, results, console, top)
         if data.get("evaluation"):
             console.print(_stats_line(data["evaluation"]))
+        console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
         title = f"{data.get('dispatch', '')} on {', '.join(data.get('devices', [])) or data.get('target', '')}".strip()
-        png = plot_ranking(ranking, directory / "results.png", title)
+        try:
+            png = plot_ranking(ranking, directory / "results.png", title)
+        except OSError as e:
+            raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
     console.print(f"wrote {png}")
 
 

@@ -1,4 +1,4 @@
-"""A picture of a tuning: every candidate's median time against the baseline's, fastest first."""
+"""A picture of a tuning: each candidate against the baseline, in the order of the ranking."""
 
 from __future__ import annotations
 
@@ -8,33 +8,36 @@ from tuner.ranking import Ranking
 
 
 def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
-    """Write a PNG: one bar per measured candidate (interquartile spread as error bars), the
-    baseline's median as a line, the winner highlighted, and a count of failed candidates."""
+    """Write a PNG: one bar per measured candidate, its speedup over the baseline (the paired
+    median for the confirmed ones, with the range of their per-round ratios; the first-pass
+    figure, paler, for the others), a line at 1.0 (the default), the winner highlighted, and a
+    count of failed candidates."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
 
-    ranked = list(ranking.ranked)
+    ranked = [r for r in ranking.ranked if not r.is_baseline and (r.speedup or r.first_pass_speedup)]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(ranked) + 2), 4.2), dpi=110)
     if ranked:
-        xs = range(len(ranked))
-        medians = [r.median_ms for r in ranked]
-        errors = [r.median_ms * (r.spread_pct or 0.0) / 200.0 for r in ranked]
-        colors = ["#2a9d8f" if r is ranking.best else "#8d99ae" if not r.is_baseline else "#e76f51" for r in ranked]
-        ax.bar(xs, medians, yerr=errors, color=colors, capsize=2)
-        ax.set_xticks(list(xs), [str(r.candidate_id) for r in ranked], fontsize=7, rotation=90)
-    if ranking.baseline is not None and ranking.baseline.median_ms:
-        ax.axhline(ranking.baseline.median_ms, color="#e76f51", linestyle="--", linewidth=1,
-                   label=f"baseline {ranking.baseline.median_ms:.3f} ms")
-    if ranking.best is not None and ranking.speedup(ranking.best):
-        ax.plot([], [], " ", label=f"best: #{ranking.best.candidate_id}, {ranking.speedup(ranking.best):.2f}x")
+        xs = list(range(len(ranked)))
+        heights = [r.speedup if r.confirmed else r.first_pass_speedup for r in ranked]
+        low = [h - min(r.round_ratios) if r.confirmed else 0.0 for h, r in zip(heights, ranked)]
+        high = [max(r.round_ratios) - h if r.confirmed else 0.0 for h, r in zip(heights, ranked)]
+        colors = ["#2a9d8f" if r is ranking.best else "#577590" if r.confirmed else "#c9d1dc" for r in ranked]
+        ax.bar(xs, heights, yerr=[low, high], color=colors, capsize=2)
+        ax.set_xticks(xs, [str(r.candidate_id) for r in ranked], fontsize=7, rotation=90)
+        ax.bar([], [], color="#577590", label="confirmed: median of paired rounds (range of rounds)")
+        ax.bar([], [], color="#c9d1dc", label="first pass only: vs the nearest baseline timing")
+    ax.axhline(1.0, color="#e76f51", linestyle="--", linewidth=1, label="the compiler's default")
+    ax.plot([], [], " ", label=("best: " if ranking.best else "no winner: ") + (
+        f"#{ranking.best.candidate_id}, {ranking.best.speedup:.2f}x" if ranking.best else "the default stays"))
     if ranking.failed:
         ax.plot([], [], " ", label=f"{len(ranking.failed)} not timed (failed or duplicate)")
-    ax.set_xlabel("candidate (fastest first)")
-    ax.set_ylabel("median time (ms)")
+    ax.set_xlabel("candidate (ranked)")
+    ax.set_ylabel("speedup over the default (x)")
     ax.set_title(title or "Candidates against the compiler's default")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -56,9 +56,9 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     console = console or Console()
     table = Table(title="Candidates: confirmed side by side with the baseline first")
     for col, justify in (("#", "right"), ("config", "left"), ("status", "left"), ("median ms", "right"),
-                         ("spread %", "right"), ("first pass", "right"), ("speedup", "right"),
-                         ("faster in", "right"), ("rel. error", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+                         ("spread %", "right"), ("1st pass", "right"), ("speedup", "right"),
+                         ("rounds won", "right"), ("rel. err", "right")):
+        table.add_column(col, justify=justify, no_wrap=col in ("status", "speedup", "1st pass"))  # type: ignore[arg-type]
     shown = list(ranking.ranked[:top])
     if ranking.baseline and ranking.baseline not in shown:
         shown.append(ranking.baseline)
@@ -80,8 +80,9 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     console.print(table)
     if len(ranking.ranked) > top:
         console.print(f"({len(ranking.ranked) - top} more successful candidates in results.json)")
-    console.print("first pass: against the baseline timed nearest to it (* timed again after a drift); "
-                  "speedup: median of the per-round ratios to the baseline in interleaved rounds")
+    console.print("1st pass: against the baseline timed nearest to it (* timed again after a drift); "
+                  "speedup: median of the per-round ratios to the baseline in interleaved rounds; "
+                  "rounds won: rounds faster than the baseline")
     close = ranking.within_noise_of_best()
     if close:
         console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")

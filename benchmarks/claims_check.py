@@ -1,0 +1,156 @@
+"""Does the tuner's claimed speedup hold when measured again, independently?
+
+    python benchmarks/claims_check.py [--candidates 30] [--rounds 10] [--load-after 40] [--out bench-claims]
+
+For each shape: `iree-tuner tune` it as a user would (a subprocess, default settings), read the
+claim it makes (results.json: the winner's paired speedup, or 1.0 when it keeps the default),
+then build the default (the target flags alone) and the choice (`iree-compile INPUT
+@DIR/best_flags.txt`) with plain iree-compile and time the two with iree-benchmark-module in
+interleaved rounds, alternating which goes first. The independent figure is the median of the
+per-round ratios. With --load-after S, a busy loop (one core) starts S seconds into each tuning
+and stops when the tuning ends: the claim is made on a machine whose load changed mid-run and
+checked on a quiet one.
+
+The shapes are from real models and were never used to fit a preference or a default:
+GPT-2 small's fused QKV projection (256 tokens), T5-small's feed-forward up-projection (512
+tokens), and ViT-B/16's patch embedding as a matmul (196 patches of 16x16x3).
+Prints a Markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tuner.device_identity import cpu_identity  # noqa: E402
+from tuner.runner import RunSettings, benchmark  # noqa: E402
+from tuner.targets import parse_target  # noqa: E402
+from tuner.tools import find_tool, run_tool  # noqa: E402
+from tuner.workload import TensorSpec, Workload  # noqa: E402
+
+# (name, M, N, K)
+SHAPES = [
+    ("GPT-2 small QKV 256x2304x768", 256, 2304, 768),
+    ("T5-small FFN up 512x2048x512", 512, 2048, 512),
+    ("ViT-B/16 patch embed 196x768x768", 196, 768, 768),
+]
+
+
+def matmul_mlir(m: int, n: int, k: int) -> str:
+    return f"""func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{m}x{n}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%f : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  return %r : tensor<{m}x{n}xf32>
+}}
+"""
+
+
+def tune(path: Path, out: Path, candidates: int, load_after: float | None) -> tuple[dict, float]:
+    """Run `iree-tuner tune` on `path`; with `load_after`, a busy loop starts that many seconds in."""
+    load: list[subprocess.Popen] = []
+    timer = None
+    if load_after is not None:
+        timer = threading.Timer(load_after, lambda: load.append(
+            subprocess.Popen([sys.executable, "-c", "while True: pass"])))
+        timer.start()
+    start = time.perf_counter()
+    try:
+        run = subprocess.run([sys.executable, "-m", "tuner.cli", "tune", str(path), "--output", str(out), "--force",
+                              "--num-candidates", str(candidates)], cwd=REPO, capture_output=True, text=True)
+    finally:
+        if timer:
+            timer.cancel()
+        for p in load:
+            p.kill()
+            p.wait()
+    if run.returncode != 0:
+        raise SystemExit(f"tuning {path} failed:\n{run.stdout}\n{run.stderr}")
+    return json.loads((out / "results.json").read_text()), time.perf_counter() - start
+
+
+def claimed(results: dict) -> float:
+    """The speedup the tuner claims for what it wrote: the winner's, or 1.0 (it kept the default)."""
+    if results["best"] is None:
+        return 1.0
+    best = next(c for c in results["candidates"] if c["candidate_id"] == results["best"])
+    return best["speedup"]
+
+
+def independent(path: Path, out: Path, rounds: int) -> tuple[float, float, float, list[float]]:
+    """Build default and choice with plain iree-compile, time them interleaved: (default ms,
+    choice ms, median of per-round ratios, the ratios)."""
+    cpu = parse_target("llvm-cpu")
+    modules = {}
+    for name, flags in (("default", list(cpu.compile_flags)), ("choice", [f"@{out / 'best_flags.txt'}"])):
+        modules[name] = out / f"independent-{name}.vmfb"
+        built = run_tool([find_tool("iree-compile"), str(path), *flags, "-o", str(modules[name])], 600)
+        if not built.ok:
+            raise SystemExit(f"plain iree-compile of the {name} failed: {built.stderr}")
+    m, n, k = (int(x) for x in path.stem.split("_")[1].split("x"))
+    workload = Workload("main", (TensorSpec((m, k), "f32"), TensorSpec((k, n), "f32")))
+    settings = RunSettings("local-task", "main", tuple(workload.write_inputs(out / "independent-inputs")),
+                           repetitions=5, min_time_s=0.1)
+    times: dict[str, list[float]] = {"default": [], "choice": []}
+    for r in range(rounds):
+        for name in (("default", "choice") if r % 2 == 0 else ("choice", "default")):
+            timing, run = benchmark(modules[name], settings)
+            if timing is None:
+                raise SystemExit(f"iree-benchmark-module failed: {run.stderr}")
+            times[name].append(timing.median_ms)
+    ratios = [d / c for d, c in zip(times["default"], times["choice"])]
+    return statistics.median(times["default"]), statistics.median(times["choice"]), statistics.median(ratios), ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--load-after", type=float, default=None,
+                        help="start a one-core busy loop this many seconds into each tuning")
+    parser.add_argument("--only", default="", help="comma-separated substrings of shape names")
+    parser.add_argument("--out", type=Path, default=Path("bench-claims"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"# {cpu_identity()}; {platform.machine()}; load: "
+          + (f"busy loop from {args.load_after:.0f} s into each tuning" if args.load_after is not None else "none"))
+    rows = []
+    for name, m, n, k in SHAPES:
+        if args.only and not any(s in name for s in args.only.split(",")):
+            continue
+        path = args.out / f"matmul_{m}x{n}x{k}_f32.mlir"
+        path.write_text(matmul_mlir(m, n, k))
+        out = args.out / f"tuning-{m}x{n}x{k}"
+        results, seconds = tune(path, out, args.candidates, args.load_after)
+        claim = claimed(results)
+        default_ms, choice_ms, measured, ratios = independent(path, out, args.rounds)
+        agree = abs(claim / measured - 1.0) <= 0.15
+        drifts = results["evaluation"].get("drifts", [])
+        rows.append((name, results["best"], claim, default_ms, choice_ms, measured, min(ratios), max(ratios), agree,
+                     len(drifts), results["evaluation"].get("retimed", 0), seconds))
+        print(f"{name}: claimed {claim:.2f}x, independent {measured:.2f}x ({'agree' if agree else 'DISAGREE'})",
+              flush=True)
+    print()
+    print("| shape | winner | claimed | default ms | choice ms | independent (min-max of rounds) | within 15% "
+          "| drifts seen | re-timed | tuning s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, best, claim, d_ms, c_ms, measured, lo, hi, agree, drifts, retimed, seconds in rows:
+        print(f"| {name} | {best if best is not None else 'none (default kept)'} | {claim:.2f}x | {d_ms:.2f} | "
+              f"{c_ms:.2f} | {measured:.2f}x ({lo:.2f}-{hi:.2f}) | {'yes' if agree else 'NO'} | {drifts} | {retimed} "
+              f"| {seconds:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

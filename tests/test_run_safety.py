@@ -1,0 +1,254 @@
+"""A run's directory and processes: one run per output directory (and kill -9 never blocks the
+next), another input's directory refused unless --force, compile-only keeps every build through
+kill -9, SIGTERM leaves no tool behind, the benchmark stage opens nothing outside its directory,
+and bad values are one error line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tests.conftest import write_matmul
+from tuner.cli import main
+from tuner.run_dir import LOCK, RunDirectory
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _one_error_line(result, code, text):
+    assert result.exit_code == code, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert any(l.startswith("error: ") and text in l for l in lines), result.output
+    assert "Traceback" not in result.output
+
+
+def _cli(*args, env=None):
+    code = f"import sys; from tuner.cli import main; main({[str(a) for a in args]!r})"
+    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env or dict(os.environ),
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention `text` (e.g. a test's temporary directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (entry / "stat").read_text().split()[2]
+            except OSError:
+                continue
+            if text in cmdline and state != "Z":
+                found.append(cmdline)
+    return found
+
+
+def test_a_second_run_on_a_locked_output_fails_naming_the_holder(tmp_path, small_matmul):
+    out = tmp_path / "out"
+    with RunDirectory(out):
+        result = _run("tune", small_matmul, "--output", out, "--num-candidates", "1")
+        _one_error_line(result, 6, f"is in use by another run (pid {os.getpid()}")
+        _one_error_line(_run("benchmark", out), 6, "is in use by another run")
+    # `report` only reads: it takes no lock (and here finds nothing to report).
+    with RunDirectory(out):
+        _one_error_line(_run("report", out), 2, "no results.json")
+
+
+def test_a_holder_killed_with_sigkill_never_blocks_the_next_run(tmp_path):
+    out = tmp_path / "out"
+    code = (f"from tuner.run_dir import RunDirectory; import time; r = RunDirectory(__import__('pathlib').Path({str(out)!r})); "
+            f"r.__enter__(); print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    try:
+        with RunDirectory(out):
+            raise AssertionError("the lock was not held")
+    except Exception as e:
+        assert "in use by another run" in str(e) and f"pid {holder.pid}" in str(e)
+    holder.kill()
+    holder.wait()
+    with RunDirectory(out):  # the kernel dropped the dead holder's lock
+        assert (out / LOCK).exists()
+
+
+def test_another_inputs_directory_is_refused_and_force_clears_it(tmp_path):
+    a = write_matmul(tmp_path / "a.mlir", 64, 64, 32)
+    b = write_matmul(tmp_path / "b.mlir", 96, 64, 32)
+    out = tmp_path / "out"
+    first = _run("tune", a, "--output", out, "--num-candidates", "1", "--compile-only")
+    assert first.exit_code == 0, first.output
+    digest_a = json.loads((out / "manifest.json").read_text())["meta"]["input_digest"]
+    _one_error_line(_run("tune", b, "--output", out, "--num-candidates", "1", "--compile-only"), 7,
+                    "holds the run of another input")
+    _one_error_line(_run("tune", a, "--target", "cuda", "--output", out, "--num-candidates", "1", "--compile-only"), 7,
+                    "holds the run of another input")
+    assert json.loads((out / "manifest.json").read_text())["meta"]["input_digest"] == digest_a  # untouched
+    forced = _run("tune", b, "--output", out, "--num-candidates", "1", "--compile-only", "--force")
+    assert forced.exit_code == 0, forced.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["meta"]["input_digest"] != digest_a and manifest["meta"]["input"].endswith("b.mlir")
+    assert len(manifest["candidates"]) == 2
+
+
+def test_compile_only_keeps_every_build_through_kill_9_and_the_rerun_builds_only_the_rest(tmp_path, faulty_tools):
+    path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
+    out = tmp_path / "out"
+    args = ["tune", path, "--num-candidates", "6", "--compile-only", "--output", out]
+    faulty_tools("iree-compile", "candidates/", "slow")  # a second per compile: time to kill it
+    first = _cli(*args)
+    deadline = time.monotonic() + 240
+    manifest = out / "manifest.json"
+    built_before = {}
+    while time.monotonic() < deadline and first.poll() is None:
+        if manifest.exists():
+            entries = json.loads(manifest.read_text())["candidates"]
+            if len(entries) >= 2:
+                built_before = {e["result"]["key"]: (out / e["vmfb"]).stat().st_mtime_ns for e in entries}
+                break
+        time.sleep(0.1)
+    assert first.poll() is None, first.stdout.read()
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert 2 <= len(built_before) < 7
+    faulty_tools.clear()
+    second = _cli(*args)
+    output, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, output
+    entries = json.loads(manifest.read_text())["candidates"]
+    assert len(entries) == 7 and all(e["result"]["status"] == "ok" for e in entries)
+    # What the killed run built is kept as it was: not compiled again.
+    mtimes = {e["result"]["key"]: (out / e["vmfb"]).stat().st_mtime_ns for e in entries}
+    assert all(mtimes[k] == t for k, t in built_before.items())
+
+
+def test_sigterm_ends_a_run_like_sigint_and_leaves_no_tool_behind(tmp_path, faulty_tools):
+    path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
+    out = tmp_path / "out"
+    faulty_tools("iree-benchmark-module", "candidates/", "hang")
+    run = _cli("tune", path, "--num-candidates", "2", "--output", out, "--repetitions", "1")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not any("iree-benchmark-module" in p for p in _processes_mentioning(str(tmp_path))):
+        assert run.poll() is None, run.stdout.read()
+        time.sleep(0.1)
+    os.kill(run.pid, signal.SIGTERM)  # the tuner alone, as a service manager or `timeout` would
+    output, _ = run.communicate(timeout=60)
+    assert run.returncode == 143, output
+    assert "terminated: every result measured so far is kept" in output and "Traceback" not in output
+    time.sleep(0.5)
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
+def _compiled_dir(tmp_path):
+    path = write_matmul(tmp_path / "mm.mlir", 64, 64, 32)
+    out = tmp_path / "compiled"
+    result = _run("tune", path, "--output", out, "--num-candidates", "1", "--compile-only")
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_benchmark_opens_nothing_outside_its_directory(tmp_path):
+    out = _compiled_dir(tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for bad in ("../elsewhere/candidate.vmfb", "/etc/passwd", "candidates/../../x.vmfb"):
+        changed = json.loads(json.dumps(manifest))
+        changed["candidates"][0]["vmfb"] = bad
+        (out / "manifest.json").write_text(json.dumps(changed))
+        _one_error_line(_run("benchmark", out), 2, "outside the directory")
+    (out / "elsewhere").mkdir()
+    (out / "candidates" / "link").symlink_to(tmp_path)  # a link that leaves the directory
+    changed = json.loads(json.dumps(manifest))
+    changed["candidates"][0]["vmfb"] = "candidates/link/mm.mlir"
+    (out / "manifest.json").write_text(json.dumps(changed))
+    _one_error_line(_run("benchmark", out), 2, "leads outside the directory")
+
+
+def test_malformed_manifest_values_are_one_error_line(tmp_path):
+    out = _compiled_dir(tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for field, value, text in (("element_type", "f128", "unknown element type 'f128'"),
+                               ("shape", [64, -1], "not a list of non-negative dimensions"),
+                               ("shape", [1e23], "not a list of non-negative dimensions")):
+        changed = json.loads(json.dumps(manifest))
+        changed["workload"]["inputs"][0][field] = value
+        (out / "manifest.json").write_text(json.dumps(changed))
+        _one_error_line(_run("benchmark", out), 2, text)
+
+
+def test_huge_knob_values_in_configs_are_one_error_line(tmp_path, small_matmul, ctx, cpu):
+    from pipelines import pipeline_for
+    from tuner.candidates import generate_candidates
+    from tuner.discovery import discover
+
+    [dispatch] = discover(small_matmul, cpu, ctx)
+    knobs = dict(generate_candidates(dispatch, pipeline_for(dispatch), 1, ctx)[1].config.knobs)
+    configs = tmp_path / "configs.json"
+    for value, text in ((10 ** 23, "out of range"), (1e23, "must be integers or booleans")):
+        configs.write_text(json.dumps([{**knobs, "distribution_m": value}]))
+        _one_error_line(_run("benchmark", small_matmul, "--configs", configs, "--output", tmp_path / "o"), 2, text)
+
+
+def test_unwritable_places_are_one_error_line(tmp_path):
+    out = _compiled_dir(tmp_path)
+    # A directory the benchmark stage cannot write its lock into (as a read-only one would be for
+    # a user without root), with the store elsewhere.
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    for name in ("manifest.json", "candidates"):
+        os.rename(out / name, blocked / name)
+    (blocked / LOCK).mkdir()
+    _one_error_line(_run("benchmark", blocked, "--store", tmp_path / "elsewhere.sqlite"), 4,
+                    "cannot write to output directory")
+    # `report` where its plot cannot be written.
+    results = tmp_path / "done"
+    results.mkdir()
+    (results / "results.json").write_text(json.dumps({"candidates": []}))
+    (results / "results.png").mkdir()
+    _one_error_line(_run("report", results), 4, "cannot write")
+
+
+def test_asking_for_more_candidates_than_the_space_holds_stops_and_says_how_many(tmp_path):
+    tiny = write_matmul(tmp_path / "tiny.mlir", 4, 4, 4)
+    result = _run("candidates", tiny, "--num-candidates", "100000")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "the space holds" in text and "fewer than the 100000 asked for" in text
+    held = int(text.split("the space holds ")[1].split()[0])
+    assert 1 <= held < 100000 and f"{held + 1} candidates (baseline included)" in text
+
+
+def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path, ctx, cpu, faulty_tools):
+    from dataclasses import replace
+
+    from pipelines import pipeline_for
+    from tuner.candidates import generate_candidates
+    from tuner.discovery import discover, parse_input, read_workload
+    from tuner.evaluator import Sequential
+    from tuner.results import Status
+    from tuner.settings import EvalSettings
+    from tuner.store import ResultStore
+    from tuner.versions import compiler_version, runtime_version
+
+    dispatch_only = replace(cpu, time_dispatch_only=True)
+    [dispatch] = discover(small_matmul, cpu, ctx)
+    candidates = generate_candidates(dispatch, pipeline_for(dispatch), 2, ctx)
+    tiled = next(c for c in candidates if c.config.compilation_info)
+    # The timed module of the tiled candidate is compiled from the baseline's dispatch benchmark:
+    # the full module carries the config, what is timed does not.
+    needle = f"/{tiled.id:04d}/bench/"
+    faulty_tools("iree-compile", needle, "swap:/0000/bench/")
+    store = ResultStore(tmp_path / "r.sqlite", compiler_version(), runtime_version())
+    evaluator = Sequential(small_matmul, dispatch_only, read_workload(parse_input(small_matmul, ctx), small_matmul),
+                           tmp_path / "candidates", store, EvalSettings(repetitions=1, min_time_s=0.01), ctx=ctx)
+    by_id = {r.candidate_id: r for r in evaluator.evaluate(candidates).results}
+    assert by_id[tiled.id].status == Status.CONFIG_NOT_APPLIED
+    assert "dispatch benchmark module (what is timed) does not carry the config" in by_id[tiled.id].error
+    assert by_id[0].ok
