@@ -252,3 +252,10 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
     assert by_id[tiled.id].status == Status.CONFIG_NOT_APPLIED
     assert "dispatch benchmark module (what is timed) does not carry the config" in by_id[tiled.id].error
     assert by_id[0].ok
+
+
+def test_a_manifest_of_another_input_than_the_directorys_run_is_refused(tmp_path):
+    out = _compiled_dir(tmp_path)
+    run = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**run, "input_digest": "0" * 16, "input": "/elsewhere/other.mlir"}))
+    _one_error_line(_run("benchmark", out), 2, "is of another input than the run this directory holds")

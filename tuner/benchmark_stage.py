@@ -44,6 +44,11 @@ def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSetting
 def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, progress: Optional[Progress],
                    store_path: Optional[Path]) -> Measured:
     manifest = Manifest.read(root)
+    owner = RunDirectory.owner(root)
+    if owner and manifest.meta.get("input_digest") and owner.get("input_digest") != manifest.meta["input_digest"]:
+        raise InputError(f"{root / MANIFEST} is of another input than the run this directory holds "
+                         f"({owner.get('input', '?')}); compile again with `iree-tuner tune INPUT --compile-only "
+                         f"--output {root}`")
     devices = distinct_devices(devices, manifest.device)
     baseline = next((b for b in manifest.built if b.result.is_baseline), None)
     if baseline is None:

@@ -16,9 +16,11 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
 
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     ranked = [r for r in ranking.ranked if not r.is_baseline and (r.speedup or r.first_pass_speedup)]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(ranked) + 2), 4.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(ranked) + 2), 5.0), dpi=110)
     if ranked:
         xs = list(range(len(ranked)))
         heights = [r.speedup if r.confirmed else r.first_pass_speedup for r in ranked]
@@ -27,17 +29,19 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
         colors = ["#2a9d8f" if r is ranking.best else "#577590" if r.confirmed else "#c9d1dc" for r in ranked]
         ax.bar(xs, heights, yerr=[low, high], color=colors, capsize=2)
         ax.set_xticks(xs, [str(r.candidate_id) for r in ranked], fontsize=7, rotation=90)
-        ax.bar([], [], color="#577590", label="confirmed: median of paired rounds (range of rounds)")
-        ax.bar([], [], color="#c9d1dc", label="first pass only: vs the nearest baseline timing")
-    ax.axhline(1.0, color="#e76f51", linestyle="--", linewidth=1, label="the compiler's default")
-    ax.plot([], [], " ", label=("best: " if ranking.best else "no winner: ") + (
-        f"#{ranking.best.candidate_id}, {ranking.best.speedup:.2f}x" if ranking.best else "the default stays"))
+    ax.axhline(1.0, color="#e76f51", linestyle="--", linewidth=1)
+    verdict = (f"best: #{ranking.best.candidate_id}, {ranking.best.speedup:.2f}x" if ranking.best
+               else "no winner: the default stays")
+    handles = [Patch(color="#2a9d8f", label=verdict),
+               Patch(color="#577590", label="confirmed: median of paired rounds (bar: their range)"),
+               Patch(color="#c9d1dc", label="first pass only: vs the nearest baseline timing"),
+               Line2D([], [], color="#e76f51", linestyle="--", label="the compiler's default (1.0x)")]
     if ranking.failed:
-        ax.plot([], [], " ", label=f"{len(ranking.failed)} not timed (failed or duplicate)")
+        handles.append(Patch(color="white", label=f"{len(ranking.failed)} not timed (failed or duplicate)"))
     ax.set_xlabel("candidate (ranked)")
     ax.set_ylabel("speedup over the default (x)")
     ax.set_title(title or "Candidates against the compiler's default")
-    ax.legend(loc="upper right", fontsize=7)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

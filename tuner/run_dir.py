@@ -89,6 +89,15 @@ class RunDirectory:
             raise
         return self
 
+    @staticmethod
+    def owner(path: Path) -> Optional[dict]:
+        """Whose run the directory holds (its run.json), if it says."""
+        try:
+            data = json.loads((Path(path) / RUN).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
     def _holder(self) -> str:
         try:
             info = json.loads(Path(self.path / LOCK).read_text())
@@ -99,10 +108,7 @@ class RunDirectory:
     def _claim(self) -> None:
         run_file = self.path / RUN
         if run_file.exists():
-            try:
-                previous = json.loads(run_file.read_text())
-            except (OSError, ValueError):
-                previous = {}
+            previous = self.owner(self.path) or {}
             if not _same(previous, self.identity or {}):
                 if not self.force:
                     raise OtherRunError(
