@@ -125,7 +125,7 @@ def main() -> None:
         tuning = api.tune(src, target, args.candidates, work / "tuning", settings=EvalSettings(repetitions=3))
         tune_s = time.perf_counter() - t0
         best = tuning.ranking.best
-        flags = (work / "tuning" / "best_flags.txt").read_text().split()
+        flags = [f"@{work / 'tuning' / 'best_flags.txt'}"]  # a response file (quoted paths)
         iree_compile = find_tool("iree-compile")
         for label, fl in (("default", list(target.compile_flags)), ("tuned", flags)):
             run = run_tool([iree_compile, str(src), *fl, "-o", str(work / f"{label}.vmfb")], 600)

@@ -47,6 +47,14 @@ def time_cuda(fn: Callable[[], object], reps: int) -> list[float]:
     return times
 
 
+def chosen_id(data: dict) -> int:
+    """The candidate the tuning chose: its winner, or the baseline when none beat the default
+    beyond the noise (then "tuned" is the default again)."""
+    if data["best"] is not None:
+        return data["best"]
+    return next(c["candidate_id"] for c in data["candidates"] if c["is_baseline"])
+
+
 def default_tuned_torch(data: dict, manifest, work: Path, torch_fn: Callable[[], object], rounds: int) -> dict[str, float]:
     """Median ms of the baseline's and the winner's dispatch alone (as the tuner times them) and
     of `torch_fn`, over rotating interleaved rounds: whatever runs first after a pause can see
@@ -54,7 +62,7 @@ def default_tuned_torch(data: dict, manifest, work: Path, torch_fn: Callable[[],
     from tuner.runner import RunSettings, benchmark
 
     built = {b.result.candidate_id: b for b in manifest.built}
-    chosen = {"default": next(b for b in manifest.built if b.result.is_baseline), "tuned": built[data["best"]]}
+    chosen = {"default": next(b for b in manifest.built if b.result.is_baseline), "tuned": built[chosen_id(data)]}
     settings = RunSettings(device="cuda", entry=manifest.workload.entry, inputs=manifest.inputs(work),
                            repetitions=3, min_time_s=0.2)
     samples: dict[str, list[float]] = {"default": [], "tuned": [], "torch": []}

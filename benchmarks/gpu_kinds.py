@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.gpu_common import ROOT, arguments, benchmark_stage, default_tuned_torch  # noqa: E402
+from benchmarks.gpu_common import ROOT, arguments, benchmark_stage, chosen_id, default_tuned_torch  # noqa: E402
 
 SAMPLES = {
     "batch matmul 16x1024x1024x1024 f16": "batch_matmul_16x1024x1024x1024_f16f16f32.mlir",
@@ -81,7 +81,7 @@ def measure_all(out: Path, rounds: int, repetitions: int) -> None:
             continue
         data, manifest, bench_s = stage
         med = default_tuned_torch(data, manifest, work, torch_op(name, list(manifest.inputs(work))), rounds)
-        best = next(c for c in data["candidates"] if c["candidate_id"] == data["best"])
+        best = next(c for c in data["candidates"] if c["candidate_id"] == chosen_id(data))
         failed = sum(c["status"] != "ok" for c in data["candidates"])
         rows.append((name, med, best["label"], len(data["candidates"]), failed, bench_s))
         print(f"{name}: default {med['default']:.3f} ms, tuned {med['tuned']:.3f} ms "

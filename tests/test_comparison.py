@@ -30,14 +30,15 @@ def test_a_winner_is_faster_in_three_rounds_of_four(ratios, wins):
 
 def test_drift_is_a_change_beyond_the_baselines_own_spread():
     t = lambda at, ms, spread=2.0, device="d": BaselineTiming(device, at, ms, spread)  # noqa: E731
-    # 10 -> 10.3 ms (3%) with 2% spreads each: within the noise (floor 5%). 10.3 -> 31 ms: drift.
+    # 10 -> 10.3 ms (3%) with 2% spreads each: within the noise (floor 10%). 10.3 -> 31 ms: drift.
     log = [t(1, 10.0), t(2, 10.3), t(3, 31.0), t(4, 30.5), t(5, 30.0, device="other")]
     [drift] = find_drifts(log)
     assert (drift.before.at, drift.after.at) == (2, 3) and drift.change == pytest.approx(31.0 / 10.3 - 1)
     assert drift.covers("d", 2.5) and not drift.covers("d", 2.0) and not drift.covers("other", 2.5)
     # A noisy baseline (30% spreads) hides a 40% change: 0.3 + 0.3 = 60% of noise.
     assert find_drifts([t(1, 10.0, 30.0), t(2, 14.0, 30.0)]) == []
-    assert len(find_drifts([t(1, 10.0, 1.0), t(2, 10.8, 1.0)])) == 1  # 8% > max(5%, 2%)
+    assert len(find_drifts([t(1, 10.0, 1.0), t(2, 11.5, 1.0)])) == 1  # 15% > max(10%, 2%)
+    assert find_drifts([t(1, 10.0, 1.0), t(2, 10.8, 1.0)]) == []  # 8%: the call-to-call noise here
 
 
 def test_nearest_baseline_is_on_the_same_device():
@@ -46,3 +47,12 @@ def test_nearest_baseline_is_on_the_same_device():
     assert nearest_baseline(log, "a", 6.0).median_ms == 30.0
     assert nearest_baseline(log, "b", 1.0).median_ms == 7.0
     assert nearest_baseline(log, "c", 1.0) is None
+
+
+def test_a_candidate_is_compared_with_the_baseline_timings_that_bracket_it():
+    from tuner.comparison import bracketing
+
+    # The load rose steadily from 10 to 40 ms of baseline while the candidate ran: the reference
+    # is their geometric mean, 20 ms, and a 10 ms candidate is 2x.
+    assert bracketing(10.0, 40.0) == pytest.approx(20.0)
+    assert bracketing(None, 12.0) == 12.0 and bracketing(12.0, None) == 12.0 and bracketing(None, None) is None

@@ -18,8 +18,9 @@ from typing import Optional, Sequence
 WIN_SHARE = 0.75
 # Two timings of the baseline on one device that differ by more than their own spread (the sum
 # of their interquartile spreads), and by at least this much, mean the machine changed between
-# them: candidates timed in between are timed again.
-DRIFT_FLOOR = 0.05
+# them: candidates timed in between are timed again. On the quiet 2-core machine here, timings
+# of the same module in consecutive calls differed by up to 8% (a call's own spread is smaller).
+DRIFT_FLOOR = 0.10
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,14 @@ class Paired:
 def paired(baseline_rounds: Sequence[Optional[float]], candidate_rounds: Sequence[Optional[float]]) -> Paired:
     """Per-round ratios baseline / candidate; a round where either timing failed is left out."""
     return Paired(tuple(b / c for b, c in zip(baseline_rounds, candidate_rounds) if b and c))
+
+
+def bracketing(before: Optional[float], after: Optional[float]) -> Optional[float]:
+    """The baseline's time at a candidate timed between two baseline timings: their geometric
+    mean (a steady change of load cancels out), or the one that exists."""
+    if before and after:
+        return math.sqrt(before * after)
+    return before or after or None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ runs on a machine that only received the compiled candidates."""
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -12,7 +13,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from tuner.comparison import BaselineTiming, Drift, find_drifts, nearest_baseline, paired
+from tuner.comparison import BaselineTiming, Drift, bracketing, find_drifts, nearest_baseline, paired
 from tuner.device_identity import device_identity, timing_identity
 from tuner.errors import InputError, ToolError
 from tuner.results import EvaluationStats, Result, Status
@@ -312,7 +313,10 @@ def first_pass_speedup(r: Result, log: list[BaselineTiming]) -> Result:
 def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, settings: EvalSettings,
             store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None) -> list[Result]:
     """Time the baseline and the `confirm_top` candidates with the best first-pass figures in
-    `confirm_rounds` interleaved rounds on the first device, the order rotated every round.
+    `confirm_rounds` interleaved rounds on the first device. A round times the baseline, then each
+    candidate followed by the baseline again (B c1 B c2 B ...; the candidates' order rotated every
+    round), so every candidate's ratio in the round is against the two baseline timings that
+    bracket it: a change of load within the round moves both sides of the ratio alike.
     Only results confirmed here can win; stored ones among the chosen are built again first."""
     baseline = next((r for r in results if r.is_baseline and r.ok), None)
     if baseline is None or settings.confirm_rounds < 1 or settings.confirm_top < 1:
@@ -322,26 +326,40 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     missing = [r for r in promising if r.key not in built]
     if missing and prepare is not None:
         built = {**built, **prepare(missing)}
-    chosen = [baseline] + [r for r in promising if r.key in built]
-    if len(chosen) < 2 or baseline.key not in built:
+    others = [r for r in promising if r.key in built]
+    if not others or baseline.key not in built:
         return results
     device = measurer.run_settings.device
-    rounds: dict[str, list[Optional[float]]] = {r.key: [] for r in chosen}
-    total, done = settings.confirm_rounds * len(chosen), 0
+    total, done = settings.confirm_rounds * (2 * len(others) + 1), 0
+
+    def time_one(r: Result) -> Optional[float]:
+        nonlocal done
+        b = built[r.key]
+        timing, _ = benchmark(b.vmfb, measurer.settings(device), b.dispatch_benchmark)
+        done += 1
+        if progress:
+            progress("confirm", done, total)
+        return timing.median_ms if timing is not None else None
+
+    times: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
+    references: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
+    baseline_rounds: list[float] = []
     for round_ in range(settings.confirm_rounds):
-        # Rotate the order each round so that no candidate always runs first or last.
-        for r in chosen[round_ % len(chosen):] + chosen[: round_ % len(chosen)]:
-            b = built[r.key]
-            timing, _ = benchmark(b.vmfb, measurer.settings(device), b.dispatch_benchmark)
-            rounds[r.key].append(timing.median_ms if timing is not None else None)
-            done += 1
-            if progress:
-                progress("confirm", done, total)
-    base_rounds = rounds[baseline.key]
-    updated = {}
-    for r in chosen:
-        ratios = paired(base_rounds, rounds[r.key]).ratios
-        updated[r.candidate_id] = replace(r, rounds_ms=[t for t in rounds[r.key] if t is not None],
+        shift = round_ % len(others)
+        base = [time_one(baseline)]
+        for r in others[shift:] + others[:shift]:
+            times[r.key].append(time_one(r))
+            base.append(time_one(baseline))
+            references[r.key].append(bracketing(base[-2], base[-1]))
+        ok = [t for t in base if t is not None]
+        if ok:
+            baseline_rounds.append(statistics.median(ok))
+    updated = {baseline.candidate_id: replace(baseline, rounds_ms=baseline_rounds,
+                                              round_ratios=[1.0] * len(baseline_rounds))}
+    for r in others:
+        ratios = paired(references[r.key], times[r.key]).ratios
+        updated[r.candidate_id] = replace(r, rounds_ms=[t for t in times[r.key] if t is not None],
                                           round_ratios=list(ratios))
-        store.put(updated[r.candidate_id])
+    for r in updated.values():
+        store.put(r)
     return [updated.get(r.candidate_id, r) for r in results]
