@@ -58,6 +58,34 @@ def rebuild_from_spec(input_path: Path, candidate, target, directory: Path, ctx)
     return configured
 
 
+def run_cli(*args):
+    """The CLI in this process (click's runner); arguments may be paths."""
+    from click.testing import CliRunner
+
+    from tuner.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def assert_one_error_line(result, code: int, text: str) -> None:
+    """Bad input ends in one `error:` line holding `text`, exit `code`, and no traceback."""
+    assert result.exit_code == code, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert any(l.startswith("error: ") and text in l for l in lines), result.output
+    assert "Traceback" not in result.output
+
+
+def cli_process(*args, env=None):
+    """The CLI as a process of its own (its own session, so a test can kill it and its tools)."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"import sys; from tuner.cli import main; main({[str(a) for a in args]!r})"
+    return subprocess.Popen([sys.executable, "-c", code], cwd=SAMPLES.parent, env=env or dict(os.environ),
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 @pytest.fixture
 def small_matmul(tmp_path: Path) -> Path:
     return write_matmul(tmp_path / "mm.mlir", 128, 256, 64)

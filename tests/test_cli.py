@@ -2,59 +2,45 @@
 
 import json
 
-from click.testing import CliRunner
-
-from tuner.cli import main
-from tests.conftest import SAMPLES
-
-
-def _run(*args):
-    return CliRunner().invoke(main, list(args))
-
-
-def _one_error_line(result, code, text):
-    assert result.exit_code == code, result.output
-    lines = [l for l in result.output.splitlines() if l.strip()]
-    assert any(l.startswith("error: ") and text in l for l in lines), result.output
-    assert "Traceback" not in result.output
+from tests.conftest import SAMPLES, assert_one_error_line, run_cli
 
 
 def test_not_mlir(tmp_path):
     bad = tmp_path / "x.mlir"
     bad.write_bytes(b"\x00\x01 definitely not mlir")
-    _one_error_line(_run("tune", str(bad), "--output", str(tmp_path / "o")), 2, "not valid MLIR")
+    assert_one_error_line(run_cli("tune", str(bad), "--output", str(tmp_path / "o")), 2, "not valid MLIR")
 
 
 def test_missing_file(tmp_path):
-    _one_error_line(_run("tune", str(tmp_path / "nope.mlir"), "--output", str(tmp_path / "o")), 2, "no such file")
+    assert_one_error_line(run_cli("tune", str(tmp_path / "nope.mlir"), "--output", str(tmp_path / "o")), 2, "no such file")
 
 
 def test_nothing_to_tune(tmp_path):
     f = tmp_path / "ret.mlir"
     f.write_text("func.func @id(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }")
-    _one_error_line(_run("tune", str(f), "--output", str(tmp_path / "o")), 2, "nothing this tuner can tune")
+    assert_one_error_line(run_cli("tune", str(f), "--output", str(tmp_path / "o")), 2, "nothing this tuner can tune")
 
 
 def test_unknown_target(tmp_path):
-    _one_error_line(_run("tune", str(SAMPLES / "matmul_1024x1024x1024_f32.mlir"), "--target", "tpu-v9",
+    assert_one_error_line(run_cli("tune", str(SAMPLES / "matmul_1024x1024x1024_f32.mlir"), "--target", "tpu-v9",
                          "--output", str(tmp_path / "o")), 3, "unknown target")
 
 
 def test_unwritable_output(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    _one_error_line(_run("tune", str(SAMPLES / "matmul_1024x1024x1024_f32.mlir"), "--output", str(blocker / "sub")),
+    assert_one_error_line(run_cli("tune", str(SAMPLES / "matmul_1024x1024x1024_f32.mlir"), "--output", str(blocker / "sub")),
                     4, "cannot write to output directory")
 
 
 def test_bad_candidate_count(tmp_path, small_matmul):
-    _one_error_line(_run("tune", str(small_matmul), "--num-candidates", "0", "--output", str(tmp_path / "o")),
+    assert_one_error_line(run_cli("tune", str(small_matmul), "--num-candidates", "0", "--output", str(tmp_path / "o")),
                     2, "at least 1")
 
 
 def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
     out = tmp_path / "o"
-    result = _run("tune", str(small_matmul), "--num-candidates", "2", "--repetitions", "2", "--output", str(out))
+    result = run_cli("tune", str(small_matmul), "--num-candidates", "2", "--repetitions", "2", "--output", str(out))
     assert result.exit_code == 0, result.output
     assert "Candidates: confirmed side by side" in result.output and "baseline" in result.output
     assert ("best: candidate" in result.output) != ("no winner:" in result.output)
@@ -74,7 +60,7 @@ def test_report_redraws_table_and_plot(tmp_path):
                r(3, None, Status.COMPILE_FAILED)]
     (tmp_path / "results.json").write_text(json.dumps({"dispatch": "d", "target": "llvm-cpu",
                                                        "candidates": [x.to_json() for x in results]}))
-    result = _run("report", str(tmp_path))
+    result = run_cli("report", str(tmp_path))
     assert result.exit_code == 0, result.output
     # Candidate 1: 2.00x in its first pass, 1.83x paired (the median of 1.9, 1.8, 1.85, 0.9), faster
     # in 3 rounds of 4: the winner. Candidate 2 was only in the first pass: 0.67x, no paired figure.
@@ -82,7 +68,7 @@ def test_report_redraws_table_and_plot(tmp_path):
     assert "3/4" in result.output and "compile_failed" in result.output and "0.67x" in result.output
     assert "best: candidate 1 (cfg 1) is 1.83x the default" in " ".join(result.output.split())
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    _one_error_line(_run("report", str(tmp_path / "nothing")), 2, "no results.json")
+    assert_one_error_line(run_cli("report", str(tmp_path / "nothing")), 2, "no results.json")
 
 
 def _knobs_of_two_candidates(path, ctx, cpu):
@@ -99,7 +85,7 @@ def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
     configs = tmp_path / "configs.json"
     configs.write_text(json.dumps([knobs[0], {"knobs": knobs[1]}]))
     out = tmp_path / "o"
-    result = _run("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "2",
+    result = run_cli("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "2",
                   "--strategy", "sequential", "--output", str(out))
     assert result.exit_code == 0, result.output
     assert "sequential: 3 evaluated" in result.output
@@ -107,7 +93,7 @@ def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
     assert [c["knobs"] for c in data["candidates"]] == [{}, *knobs]
     assert all(c["status"] == "ok" for c in data["candidates"])
     # A results.json is a configs file too: the same configs again, all reused from the store.
-    again = _run("benchmark", str(small_matmul), "--configs", str(out / "results.json"), "--repetitions", "2",
+    again = run_cli("benchmark", str(small_matmul), "--configs", str(out / "results.json"), "--repetitions", "2",
                  "--output", str(out))
     assert again.exit_code == 0, again.output
     assert "sequential: 1 evaluated, 2 reused from the store" in again.output
@@ -117,16 +103,16 @@ def test_benchmark_rejects_bad_configs(tmp_path, small_matmul, ctx, cpu):
     knobs = _knobs_of_two_candidates(small_matmul, ctx, cpu)[0]
     configs = tmp_path / "configs.json"
     configs.write_text(json.dumps([{**knobs, "tile_z": 4}]))
-    _one_error_line(_run("benchmark", str(small_matmul), "--configs", str(configs), "--output", str(tmp_path / "o")),
+    assert_one_error_line(run_cli("benchmark", str(small_matmul), "--configs", str(configs), "--output", str(tmp_path / "o")),
                     2, "unknown: tile_z")
     configs.write_text("[{")
-    _one_error_line(_run("benchmark", str(small_matmul), "--configs", str(configs), "--output", str(tmp_path / "o")),
+    assert_one_error_line(run_cli("benchmark", str(small_matmul), "--configs", str(configs), "--output", str(tmp_path / "o")),
                     2, "not a JSON configs file")
-    _one_error_line(_run("benchmark", str(small_matmul), "--output", str(tmp_path / "o")), 2, "give --configs")
-    _one_error_line(_run("benchmark", str(tmp_path / "nothing-here")), 2, "no such file or directory")
+    assert_one_error_line(run_cli("benchmark", str(small_matmul), "--output", str(tmp_path / "o")), 2, "give --configs")
+    assert_one_error_line(run_cli("benchmark", str(tmp_path / "nothing-here")), 2, "no such file or directory")
     # Outside the pipeline's constraints: said so, and evaluated anyway (a failure would be data).
     configs.write_text(json.dumps([{**knobs, "distribution_m": 3}]))
-    result = _run("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "1",
+    result = run_cli("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "1",
                   "--output", str(tmp_path / "o"))
     assert result.exit_code == 0, result.output
     assert "config 0 is outside the" in result.output
@@ -137,7 +123,7 @@ def test_candidates_lists_knobs_and_specs_without_compiling_them(tmp_path, small
     from tuner.configs_file import read_configs
 
     out = tmp_path / "cands"
-    result = _run("candidates", str(small_matmul), "--num-candidates", "3", "--output", str(out), "--specs")
+    result = run_cli("candidates", str(small_matmul), "--num-candidates", "3", "--output", str(out), "--specs")
     assert result.exit_code == 0, result.output
     assert "baseline" in result.output and "distribution_m=" in result.output
     assert "transform.iree.match.contraction" in result.output  # --specs prints them
@@ -151,10 +137,10 @@ def test_candidates_lists_knobs_and_specs_without_compiling_them(tmp_path, small
     # Nothing was compiled: no candidate directory, no module, no configuration dump anywhere.
     assert sorted(p.name for p in out.iterdir()) == ["candidates.json", "specs"]
     assert sorted(p.name for p in (out / "specs").iterdir()) == [f"{i:04d}.mlir" for i in range(4)]
-    _one_error_line(_run("candidates", str(small_matmul), "--target", "rocm:gfx1"), 3, "unknown rocm arch")
+    assert_one_error_line(run_cli("candidates", str(small_matmul), "--target", "rocm:gfx1"), 3, "unknown rocm arch")
 
 
-def test_unknown_pipeline_is_one_error_line(tmp_path, small_matmul):
-    _one_error_line(_run("candidates", str(small_matmul), "--pipeline", "magic"), 2, "unknown pipeline 'magic'")
-    _one_error_line(_run("candidates", str(small_matmul), "--pipeline", "llvmgpu_vector_distribute"), 2,
+def test_unknown_pipeline_isassert_one_error_line(tmp_path, small_matmul):
+    assert_one_error_line(run_cli("candidates", str(small_matmul), "--pipeline", "magic"), 2, "unknown pipeline 'magic'")
+    assert_one_error_line(run_cli("candidates", str(small_matmul), "--pipeline", "llvmgpu_vector_distribute"), 2,
                     "nothing this tuner can tune on this target with llvmgpu_vector_distribute")

@@ -56,3 +56,14 @@ def test_a_candidate_is_compared_with_the_baseline_timings_that_bracket_it():
     # is their geometric mean, 20 ms, and a 10 ms candidate is 2x.
     assert bracketing(10.0, 40.0) == pytest.approx(20.0)
     assert bracketing(None, 12.0) == 12.0 and bracketing(12.0, None) == 12.0 and bracketing(None, None) is None
+
+
+def test_a_load_change_between_the_first_pass_and_the_rounds_is_reported():
+    from tuner.comparison import load_change
+
+    calm = [BaselineTiming("d", i, ms, 1.0) for i, ms in enumerate([10.0, 10.4, 9.8, 10.1, 25.0, 26.0, 24.0, 25.5])]
+    # The quieter part of the first pass (lower quartile of its timings: 10.0 ms) against the
+    # rounds' median (25 ms): 150% slower.
+    assert load_change(calm, [24.0, 25.0, 26.0]) == pytest.approx(1.5)
+    assert load_change(calm, [10.5, 11.0, 10.8]) is None  # 8%: the same machine
+    assert load_change(calm, []) is None and load_change([], [10.0]) is None

@@ -6,8 +6,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,10 +22,9 @@ from tuner.results import Status
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
-from tests.conftest import write_matmul
+from tests.conftest import cli_process, write_matmul
 
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, compile_workers=2)
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _batch(path, ctx, cpu, n):
@@ -102,12 +99,6 @@ def test_a_crashing_benchmark_and_wrong_numbers_are_marked_and_never_ranked(kind
     assert {r.candidate_id for r in rank(evaluation.results).ranked} == {0, 3}
 
 
-def _cli(*args, env=None):
-    code = f"import sys; from tuner.cli import main; main({list(args)!r})"
-    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 def _rows(store: Path) -> list[dict]:
     with ResultStore(store, compiler_version(), runtime_version()) as s:
         return s.rows()
@@ -119,7 +110,7 @@ def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_p
     args = ["tune", str(small_matmul), "--num-candidates", "6", "--repetitions", "2", "--output", str(out),
             "--strategy", "sequential"]
     faulty_tools("iree-benchmark-module", "candidates/", "slow")  # a second per timing: time to kill it
-    first = _cli(*args, env=dict(os.environ))
+    first = cli_process(*args, env=dict(os.environ))
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and first.poll() is None:
         if store.exists() and len(_rows(store)) >= 3:
@@ -134,7 +125,7 @@ def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_p
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
     faulty_tools.clear()
-    second = _cli(*args, env=dict(os.environ))
+    second = cli_process(*args, env=dict(os.environ))
     output, _ = second.communicate(timeout=600)
     assert second.returncode == 0, output
     data = json.loads((out / "results.json").read_text())
@@ -151,7 +142,7 @@ def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_p
 def test_two_tunings_at_once_share_one_store(tmp_path):
     store = tmp_path / "shared.sqlite"
     inputs = [write_matmul(tmp_path / "a.mlir", 128, 256, 64), write_matmul(tmp_path / "b.mlir", 96, 128, 64)]
-    runs = [_cli("tune", str(path), "--num-candidates", "3", "--repetitions", "2", "--store", str(store),
+    runs = [cli_process("tune", str(path), "--num-candidates", "3", "--repetitions", "2", "--store", str(store),
                  "--output", str(tmp_path / f"out{i}")) for i, path in enumerate(inputs)]
     for run in runs:
         output, _ = run.communicate(timeout=600)

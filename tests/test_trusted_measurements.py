@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.conftest import run_cli
 from tuner import api
 from tuner.settings import EvalSettings
 
@@ -47,15 +48,10 @@ def test_a_load_change_mid_run_does_not_change_the_winner_or_its_speedup(small_m
 
 
 def test_with_nothing_faster_beyond_the_noise_the_default_stays(small_matmul, tmp_path, timed_tools):
-    from click.testing import CliRunner
-
-    from tuner.cli import main
-
     # Every candidate as fast as the default, one of them faster in its first pass only.
     timed_tools({0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0})
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["tune", str(small_matmul), "--num-candidates", "3", "--repetitions", "2",
-                                       "--output", str(out)])
+    result = run_cli("tune", small_matmul, "--num-candidates", "3", "--repetitions", "2", "--output", out)
     assert result.exit_code == 0, result.output
     assert "no winner: no candidate beat the default beyond the noise" in " ".join(result.output.split())
     data = json.loads((out / "results.json").read_text())

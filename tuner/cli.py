@@ -243,6 +243,8 @@ def _stats_line(stats: dict) -> str:
                  f"({drift['from_ms']:.3f} -> {drift['to_ms']:.3f} ms)")
     if stats.get("retimed"):
         line += f"; {stats['retimed']} candidates timed in a drifted span were timed again"
+    for warning in stats.get("warnings", []):
+        line += f"\n[yellow]warning:[/yellow] {warning}"
     return line
 
 

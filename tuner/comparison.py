@@ -92,6 +92,24 @@ class Drift:
                 "change_pct": 100.0 * self.change, "from_at": self.before.at, "to_at": self.after.at}
 
 
+# The baseline running this much slower in the confirmation rounds than it usually did in the first
+# pass (its lower quartile there) means the machine's load changed between the two: the paired
+# figures hold for the load of the rounds, which may not be the user's.
+LOAD_CHANGE = 0.20
+
+
+def load_change(first_pass: Sequence[BaselineTiming], rounds_ms: Sequence[float]) -> Optional[float]:
+    """How much slower the baseline ran in the confirmation rounds than in the quieter part of the
+    first pass (the lower quartile of its timings there), when that is beyond LOAD_CHANGE; None
+    when it is not, or when either side has no timing."""
+    if not first_pass or not rounds_ms:
+        return None
+    ordered = sorted(t.median_ms for t in first_pass)
+    quiet = ordered[(len(ordered) - 1) // 4]
+    change = statistics.median(rounds_ms) / quiet - 1.0
+    return change if change > LOAD_CHANGE else None
+
+
 def drifted(a: BaselineTiming, b: BaselineTiming) -> bool:
     """Whether two baseline timings differ beyond their measured noise."""
     noise = max(DRIFT_FLOOR, (a.spread_pct + b.spread_pct) / 100.0)

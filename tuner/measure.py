@@ -13,7 +13,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from tuner.comparison import BaselineTiming, Drift, bracketing, find_drifts, nearest_baseline, paired
+from tuner.comparison import (BaselineTiming, Drift, bracketing, find_drifts, load_change, nearest_baseline,
+                               paired)
 from tuner.device_identity import device_identity, timing_identity
 from tuner.errors import InputError, ToolError
 from tuner.results import EvaluationStats, Result, Status
@@ -271,9 +272,13 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     except BaseException:
         kill_running_tools()
         raise
+    rounds = next((r.rounds_ms for r in results if r.is_baseline), [])
+    first_device = [t for t in measurer.log if t.device == measurer.run_settings.device]
     stats = EvaluationStats.of(strategy, recorder.results, len(reused), wall, time.perf_counter() - start, devices,
                                drifts=[d.to_json() for d in drifts], retimed=sum(r.retimed for r in results),
-                               baseline_timings=len(measurer.log))
+                               baseline_timings=len(measurer.log),
+                               baseline_ms=[(t.device, t.at, t.median_ms) for t in measurer.log],
+                               load_change=load_change(first_device, rounds))
     return sorted(results, key=lambda r: r.candidate_id), stats
 
 

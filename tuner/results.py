@@ -117,6 +117,19 @@ class EvaluationStats:
     drifts: list[dict] = field(default_factory=list)
     retimed: int = 0
     baseline_timings: int = 0  # times the baseline was timed in the first pass (every N candidates)
+    baseline_ms: list = field(default_factory=list)  # each of them: (device, wall-clock time, median ms)
+    # How much slower the baseline ran in the confirmation rounds than in the quieter part of the
+    # first pass, when beyond comparison.LOAD_CHANGE: the figures hold for a load that changed.
+    load_change: Optional[float] = None
+
+    def warnings(self) -> list[str]:
+        """What a user must know before trusting the figures."""
+        if self.load_change is None:
+            return []
+        return [f"the baseline ran {100 * self.load_change:.0f}% slower in the confirmation rounds than in the quieter "
+                f"part of the first pass: the machine's load changed during the run, and the speedups hold for the load "
+                f"of the rounds; run the same command again when the machine is quiet (it reuses every result and "
+                f"confirms again)"]
 
     @property
     def idle_share(self) -> float:
@@ -135,4 +148,4 @@ class EvaluationStats:
                    **extra)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "idle_share": self.idle_share}
+        return {**asdict(self), "idle_share": self.idle_share, "warnings": self.warnings()}
