@@ -239,3 +239,38 @@ def test_a_manifest_of_another_input_than_the_directorys_run_is_refused(tmp_path
     run = json.loads((out / "run.json").read_text())
     (out / "run.json").write_text(json.dumps({**run, "input_digest": "0" * 16, "input": "/elsewhere/other.mlir"}))
     assert_one_error_line(runcli_process("benchmark", out), 2, "is of another input than the run this directory holds")
+
+
+def test_enumeration_reports_its_progress_and_where_it_ended(tmp_path, ctx, cpu):
+    from pipelines import pipeline_for
+    from tuner.candidates import generate_candidates
+    from tuner.discovery import discover
+
+    [dispatch] = discover(write_matmul(tmp_path / "tiny.mlir", 4, 4, 4), cpu, ctx)
+    seen = []
+    found = generate_candidates(dispatch, pipeline_for(dispatch), 100000, ctx,
+                                progress=lambda phase, done, total: seen.append((phase, done, total)))
+    assert seen and {p for p, _, _ in seen} == {"enumerate"}
+    assert [d for _, d, _ in seen[:-1]] == list(range(1, len(found)))  # one step per candidate
+    assert seen[-1] == ("enumerate", len(found) - 1, len(found) - 1)  # the bar ends where the space did
+
+
+def test_a_time_taken_on_another_device_is_not_reused(small_matmul, tmp_path, timed_tools, monkeypatch):
+    import tuner.evaluator
+    import tuner.measure
+    from tuner import api
+    from tuner.settings import EvalSettings
+
+    timed_tools({0: 10.0, 1: 9.0, 2: 8.0})
+    settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=0)
+    first = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
+    assert first.stats.reused == 0
+    again = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
+    assert again.stats.reused == 2  # same device: reused
+    # The same target on another machine's CPU: nothing timed here may stand for it.
+    other = lambda device: "cpu: Some Other CPU avx2, 64 cores"  # noqa: E731
+    monkeypatch.setattr(tuner.evaluator, "device_identity", other)
+    monkeypatch.setattr(tuner.measure, "device_identity", other)
+    third = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
+    assert third.stats.reused == 0 and third.stats.candidates == 3
+    assert {r.device_id for r in third.results} == {"cpu: Some Other CPU avx2, 64 cores"}

@@ -124,15 +124,15 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
 
 
 def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
-                    dispatch_name: Optional[str] = None,
-                    pipeline_name: Optional[str] = None) -> tuple[Dispatch, list[Candidate]]:
+                    dispatch_name: Optional[str] = None, pipeline_name: Optional[str] = None,
+                    progress: Optional[Progress] = None) -> tuple[Dispatch, list[Candidate]]:
     """The dispatch and its candidates (baseline first), as `tune` would try them; nothing is
     compiled beyond discovery, nothing is timed."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
     session = _open(input_path, target, None, dispatch_name, pipeline_name)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
-                                                 session.target.spec_entry)
+                                                 session.target.spec_entry, progress=progress)
 
 
 def benchmark_configs(input_path: Path | str, configs: list[dict], target: Target | str = "llvm-cpu",

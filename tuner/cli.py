@@ -157,7 +157,9 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
 
     console = Console()
     with _errors_to_exit():
-        dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name, pipeline_name)
+        with _progress(console) as on_progress:
+            dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name, pipeline_name,
+                                                  on_progress)
         if output_dir is not None:
             api.prepare_output(output_dir / "specs")
             entries = []
