@@ -140,7 +140,7 @@ def test_candidates_lists_knobs_and_specs_without_compiling_them(tmp_path, small
     assert_one_error_line(run_cli("candidates", str(small_matmul), "--target", "rocm:gfx1"), 3, "unknown rocm arch")
 
 
-def test_unknown_pipeline_isassert_one_error_line(tmp_path, small_matmul):
+def test_unknown_pipeline_is_one_error_line(tmp_path, small_matmul):
     assert_one_error_line(run_cli("candidates", str(small_matmul), "--pipeline", "magic"), 2, "unknown pipeline 'magic'")
     assert_one_error_line(run_cli("candidates", str(small_matmul), "--pipeline", "llvmgpu_vector_distribute"), 2,
                     "nothing this tuner can tune on this target with llvmgpu_vector_distribute")

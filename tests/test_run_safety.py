@@ -35,15 +35,15 @@ def _processes_mentioning(text: str) -> list[str]:
 def test_a_second_run_on_a_locked_output_fails_naming_the_holder(tmp_path, small_matmul):
     out = tmp_path / "out"
     with RunDirectory(out):
-        result = runcli_process("tune", small_matmul, "--output", out, "--num-candidates", "1")
+        result = run_cli("tune", small_matmul, "--output", out, "--num-candidates", "1")
         assert_one_error_line(result, 6, f"is in use by another run (pid {os.getpid()}")
-        assert_one_error_line(runcli_process("benchmark", out), 6, "is in use by another run")
+        assert_one_error_line(run_cli("benchmark", out), 6, "is in use by another run")
     # `report` only reads: it takes no lock (and here finds nothing to report).
     with RunDirectory(out):
-        assert_one_error_line(runcli_process("report", out), 2, "no results.json")
+        assert_one_error_line(run_cli("report", out), 2, "no results.json")
 
 
-def test_a_holder_killed_with_sigkill_never_blocks_the_nextruncli_process(tmp_path):
+def test_a_holder_killed_with_sigkill_never_blocks_the_next_run(tmp_path):
     out = tmp_path / "out"
     code = (f"from tuner.run_dir import RunDirectory; import time; r = RunDirectory(__import__('pathlib').Path({str(out)!r})); "
             f"r.__enter__(); print('held', flush=True); time.sleep(600)")
@@ -64,15 +64,15 @@ def test_another_inputs_directory_is_refused_and_force_clears_it(tmp_path):
     a = write_matmul(tmp_path / "a.mlir", 64, 64, 32)
     b = write_matmul(tmp_path / "b.mlir", 96, 64, 32)
     out = tmp_path / "out"
-    first = runcli_process("tune", a, "--output", out, "--num-candidates", "1", "--compile-only")
+    first = run_cli("tune", a, "--output", out, "--num-candidates", "1", "--compile-only")
     assert first.exit_code == 0, first.output
     digest_a = json.loads((out / "manifest.json").read_text())["meta"]["input_digest"]
-    assert_one_error_line(runcli_process("tune", b, "--output", out, "--num-candidates", "1", "--compile-only"), 7,
+    assert_one_error_line(run_cli("tune", b, "--output", out, "--num-candidates", "1", "--compile-only"), 7,
                     "holds the run of another input")
-    assert_one_error_line(runcli_process("tune", a, "--target", "cuda", "--output", out, "--num-candidates", "1", "--compile-only"), 7,
+    assert_one_error_line(run_cli("tune", a, "--target", "cuda", "--output", out, "--num-candidates", "1", "--compile-only"), 7,
                     "holds the run of another input")
     assert json.loads((out / "manifest.json").read_text())["meta"]["input_digest"] == digest_a  # untouched
-    forced = runcli_process("tune", b, "--output", out, "--num-candidates", "1", "--compile-only", "--force")
+    forced = run_cli("tune", b, "--output", out, "--num-candidates", "1", "--compile-only", "--force")
     assert forced.exit_code == 0, forced.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["meta"]["input_digest"] != digest_a and manifest["meta"]["input"].endswith("b.mlir")
@@ -130,7 +130,7 @@ def test_sigterm_ends_a_run_like_sigint_and_leaves_no_tool_behind(tmp_path, faul
 def _compiled_dir(tmp_path):
     path = write_matmul(tmp_path / "mm.mlir", 64, 64, 32)
     out = tmp_path / "compiled"
-    result = runcli_process("tune", path, "--output", out, "--num-candidates", "1", "--compile-only")
+    result = run_cli("tune", path, "--output", out, "--num-candidates", "1", "--compile-only")
     assert result.exit_code == 0, result.output
     return out
 
@@ -142,16 +142,16 @@ def test_benchmark_opens_nothing_outside_its_directory(tmp_path):
         changed = json.loads(json.dumps(manifest))
         changed["candidates"][0]["vmfb"] = bad
         (out / "manifest.json").write_text(json.dumps(changed))
-        assert_one_error_line(runcli_process("benchmark", out), 2, "outside the directory")
+        assert_one_error_line(run_cli("benchmark", out), 2, "outside the directory")
     (out / "elsewhere").mkdir()
     (out / "candidates" / "link").symlink_to(tmp_path)  # a link that leaves the directory
     changed = json.loads(json.dumps(manifest))
     changed["candidates"][0]["vmfb"] = "candidates/link/mm.mlir"
     (out / "manifest.json").write_text(json.dumps(changed))
-    assert_one_error_line(runcli_process("benchmark", out), 2, "leads outside the directory")
+    assert_one_error_line(run_cli("benchmark", out), 2, "leads outside the directory")
 
 
-def test_malformed_manifest_values_areassert_one_error_line(tmp_path):
+def test_malformed_manifest_values_are_one_error_line(tmp_path):
     out = _compiled_dir(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     for field, value, text in (("element_type", "f128", "unknown element type 'f128'"),
@@ -160,10 +160,10 @@ def test_malformed_manifest_values_areassert_one_error_line(tmp_path):
         changed = json.loads(json.dumps(manifest))
         changed["workload"]["inputs"][0][field] = value
         (out / "manifest.json").write_text(json.dumps(changed))
-        assert_one_error_line(runcli_process("benchmark", out), 2, text)
+        assert_one_error_line(run_cli("benchmark", out), 2, text)
 
 
-def test_huge_knob_values_in_configs_areassert_one_error_line(tmp_path, small_matmul, ctx, cpu):
+def test_huge_knob_values_in_configs_are_one_error_line(tmp_path, small_matmul, ctx, cpu):
     from pipelines import pipeline_for
     from tuner.candidates import generate_candidates
     from tuner.discovery import discover
@@ -173,10 +173,10 @@ def test_huge_knob_values_in_configs_areassert_one_error_line(tmp_path, small_ma
     configs = tmp_path / "configs.json"
     for value, text in ((10 ** 23, "out of range"), (1e23, "must be integers or booleans")):
         configs.write_text(json.dumps([{**knobs, "distribution_m": value}]))
-        assert_one_error_line(runcli_process("benchmark", small_matmul, "--configs", configs, "--output", tmp_path / "o"), 2, text)
+        assert_one_error_line(run_cli("benchmark", small_matmul, "--configs", configs, "--output", tmp_path / "o"), 2, text)
 
 
-def test_unwritable_places_areassert_one_error_line(tmp_path):
+def test_unwritable_places_are_one_error_line(tmp_path):
     out = _compiled_dir(tmp_path)
     # A directory the benchmark stage cannot write its lock into (as a read-only one would be for
     # a user without root), with the store elsewhere.
@@ -185,19 +185,19 @@ def test_unwritable_places_areassert_one_error_line(tmp_path):
     for name in ("manifest.json", "candidates"):
         os.rename(out / name, blocked / name)
     (blocked / LOCK).mkdir()
-    assert_one_error_line(runcli_process("benchmark", blocked, "--store", tmp_path / "elsewhere.sqlite"), 4,
+    assert_one_error_line(run_cli("benchmark", blocked, "--store", tmp_path / "elsewhere.sqlite"), 4,
                     "cannot write to output directory")
     # `report` where its plot cannot be written.
     results = tmp_path / "done"
     results.mkdir()
     (results / "results.json").write_text(json.dumps({"candidates": []}))
     (results / "results.png").mkdir()
-    assert_one_error_line(runcli_process("report", results), 4, "cannot write")
+    assert_one_error_line(run_cli("report", results), 4, "cannot write")
 
 
 def test_asking_for_more_candidates_than_the_space_holds_stops_and_says_how_many(tmp_path):
     tiny = write_matmul(tmp_path / "tiny.mlir", 4, 4, 4)
-    result = runcli_process("candidates", tiny, "--num-candidates", "100000")
+    result = run_cli("candidates", tiny, "--num-candidates", "100000")
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "the space holds" in text and "fewer than the 100000 asked for" in text
@@ -238,7 +238,7 @@ def test_a_manifest_of_another_input_than_the_directorys_run_is_refused(tmp_path
     out = _compiled_dir(tmp_path)
     run = json.loads((out / "run.json").read_text())
     (out / "run.json").write_text(json.dumps({**run, "input_digest": "0" * 16, "input": "/elsewhere/other.mlir"}))
-    assert_one_error_line(runcli_process("benchmark", out), 2, "is of another input than the run this directory holds")
+    assert_one_error_line(run_cli("benchmark", out), 2, "is of another input than the run this directory holds")
 
 
 def test_enumeration_reports_its_progress_and_where_it_ended(tmp_path, ctx, cpu):
