@@ -15,7 +15,7 @@ from pipelines import Dispatch, Pipeline, pipeline_for
 from tuner.benchmark_stage import STORE
 from tuner.candidates import Candidate, candidates_from_knobs, generate_candidates
 from tuner.compile_stage import EvalSettings, Progress, candidate_flags, compile_to_manifest
-from tuner.discovery import discover, parse_input, read_workload
+from tuner.discovery import Program, discover_program, parse_input
 from tuner.errors import InputError, OutputError
 from tuner.evaluator import make_evaluator
 from tuner.manifest import MANIFEST, Manifest
@@ -56,13 +56,14 @@ def prepare_output(output_dir: Path) -> Path:
 
 
 def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path: Path,
-                    pipeline_name: Optional[str] = None) -> Dispatch:
+                    pipeline_name: Optional[str] = None, skipped: Sequence[tuple[str, str]] = ()) -> Dispatch:
     try:
         tunable = [d for d in dispatches if pipeline_for(d, pipeline_name) is not None]
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     if not tunable:
-        found = ", ".join(f"{d.op_name} ({d.default.pipeline})" for d in dispatches) or "no root ops"
+        found = ", ".join([f"{d.op_name} ({d.default.pipeline})" for d in dispatches]
+                          + [f"{n} ({why})" for n, why in skipped]) or "no root ops"
         through = f" with {pipeline_name}" if pipeline_name else ""
         raise InputError(f"{input_path}: nothing this tuner can tune on this target{through} (found: {found})")
     if name is None:
@@ -84,6 +85,7 @@ class _Session:
     workload: Workload
     dispatch: Dispatch
     pipeline: Pipeline
+    program: Program
 
 
 def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
@@ -92,11 +94,13 @@ def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Pat
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir) if output_dir is not None else Path()
     ctx = ir.Context()
-    workload = read_workload(parse_input(input_path, ctx), input_path)
-    dispatch = select_dispatch(discover(input_path, target, ctx), dispatch_name, input_path, pipeline_name)
+    parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
+    program = discover_program(input_path, target, ctx)
+    dispatch = select_dispatch(list(program.dispatches), dispatch_name, input_path, pipeline_name, program.skipped)
     pipeline = pipeline_for(dispatch, pipeline_name)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
-    return _Session(input_path, target, output_dir, ctx, workload, dispatch, pipeline)
+    return _Session(input_path, target, output_dir, ctx, program.workload(dispatch, input_path), dispatch, pipeline,
+                    program)
 
 
 def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
@@ -105,7 +109,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
          compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
          store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None,
-         force: bool = False) -> Tuning:
+         force: bool = False, on_discovered: Optional[Callable[[Program, Dispatch], None]] = None) -> Tuning:
     """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`).
     `pipeline_name` picks a codegen pipeline other than the one for the compiler's own choice.
     The output directory is locked for the run; one that holds another input's run is refused
@@ -116,6 +120,8 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       force):
         session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
+        if on_discovered:
+            on_discovered(session.program, session.dispatch)
         candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                          session.target.spec_entry, progress=progress)
         if on_candidates:
@@ -173,6 +179,7 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
         "shape": session.dispatch.shape_name,
         "pipeline": session.pipeline.name,
         "input_digest": session.dispatch.source_digest,
+        "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
         "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
     }
     store = ResultStore(Path(store_path) if store_path else output_dir / STORE, compiler_version(), runtime_version())

@@ -63,7 +63,7 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
                   if b.result.key in stored or b.reused]
         done_keys = {r.key for r in reused}
         todo = [b for b in manifest.built if b.result.key not in done_keys]
-        run_settings = settings.run_settings(devices[0], manifest.workload.entry, manifest.inputs(root))
+        run_settings = settings.run_settings(devices[0], manifest.workload, manifest.inputs(root))
         results, stats = measure_pass(
             "benchmark-only", len(todo), reused,
             lambda measurer, recorder: measure_built(todo, devices, measurer, recorder),

@@ -85,7 +85,8 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
         tuning = api.tune(input_file, target, num_candidates, output_dir, dispatch_name,
                           _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds),
                           on_progress, _announce(console, num_candidates), compile_only, strategy, devices,
-                          store_path, pipeline_name, force)
+                          store_path, pipeline_name, force,
+                          on_discovered=None if dispatch_name else _picked(console))
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
         console.print(f"compiled {ok} of {len(tuning.manifest.built)} candidates into {output_dir}; "
@@ -221,6 +222,18 @@ def report(directory: Path, top: int) -> None:
         except OSError as e:
             raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
     console.print(f"wrote {png}")
+
+
+def _picked(console: Console):
+    """Say which dispatch `tune` picked by itself, and which it skipped and why."""
+    def on_discovered(program, dispatch) -> None:
+        others = [d.name for d in program.dispatches if d.name != dispatch.name]
+        console.print(f"tuning {dispatch.name}, the largest tunable dispatch by FLOPs of {len(program.dispatches)}"
+                      + (f" (others: {', '.join(others)})" if others else ""))
+        for name, why in program.skipped:
+            console.print(f"skipped {name}: {why}")
+
+    return on_discovered
 
 
 def _announce(console: Console, asked: int | None = None):

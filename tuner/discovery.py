@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -12,9 +12,10 @@ from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
 from pipelines import ConfiguredDispatch, ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError
+from tuner.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
-from tuner.workload import NUMPY_DTYPES, TensorSpec, Workload
+from tuner.workload import TensorSpec, Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
 
@@ -36,7 +37,8 @@ def parse_input(path: Path, ctx: ir.Context) -> ir.Module:
 
 
 def read_workload(module: ir.Module, path: Path) -> Workload:
-    """The public function to benchmark and its tensor inputs."""
+    """The first public func.func of a source module, as a Workload (for single-function sources;
+    `discover_program` finds the function that runs a given dispatch in any program)."""
     entries = []
     for op in module.body.operations:
         if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
@@ -47,19 +49,19 @@ def read_workload(module: ir.Module, path: Path) -> Workload:
         entries.append(op)
     if not entries:
         raise InputError(f"{path}: no public func.func with a body to run")
-    entry = entries[0]
-    specs = []
-    for arg in entry.regions[0].blocks[0].arguments:
-        if not isinstance(arg.type, ir.RankedTensorType):
-            raise InputError(f"{path}: entry argument of type {arg.type} is not a ranked tensor")
-        t = arg.type
-        if not t.has_static_shape:
-            raise InputError(f"{path}: entry argument {t} has a dynamic shape; give static shapes")
-        et = str(t.element_type)
-        if et not in NUMPY_DTYPES:
-            raise InputError(f"{path}: element type {et} is not supported for benchmark inputs yet")
-        specs.append(TensorSpec(tuple(t.shape), et))
-    return Workload(ir.StringAttr(entry.attributes["sym_name"]).value, tuple(specs))
+    ftype = ir.FunctionType(ir.TypeAttr(entries[0].attributes["function_type"]).value)
+
+    def spec(t: ir.Type) -> TensorSpec:
+        if isinstance(t, ir.RankedTensorType):
+            return TensorSpec(tuple(t.shape), str(t.element_type))
+        return TensorSpec((), str(t), scalar=True)
+
+    workload = Workload(ir.StringAttr(entries[0].attributes["sym_name"]).value,
+                        tuple(spec(t) for t in ftype.inputs), tuple(spec(t) for t in ftype.results))
+    problem = workload.unrunnable()
+    if problem:
+        raise InputError(f"{path}: @{workload.entry}: {problem}")
+    return workload
 
 
 def configure(input_path: Path, target: Target, flags: Iterable[str], timeout_s: float = 300) -> str:
@@ -114,7 +116,7 @@ def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
                 bounds.setdefault(expr.position, size)
     n = maps[0].n_dims
     if len(bounds) != n or any(b < 0 for b in bounds.values()):
-        raise InputError(f"{op.name}: could not read static loop bounds (dynamic shapes are not supported)")
+        raise InputError(f"{op.name}: dynamic shapes (its loop bounds are not all static); not tunable yet")
     return tuple(bounds[d] for d in range(n))
 
 
@@ -239,15 +241,52 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     )
 
 
-def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> list[Dispatch]:
-    """Every tunable root op of the input under `target`, largest first."""
+@dataclass(frozen=True)
+class Program:
+    """What discovery found in a program: its root ops as dispatches (largest first), the ones
+    that cannot be tuned with why, and for each dispatch the public function that runs it (a
+    Workload) or why that function cannot be run."""
+
+    dispatches: tuple[Dispatch, ...]
+    skipped: tuple[tuple[str, str], ...]  # (dispatch name, why)
+    entries: dict[str, "Workload | str"]
+
+    def workload(self, dispatch: Dispatch, input_path: Path) -> Workload:
+        """The function to run and time for `dispatch`: the one that runs it, never another."""
+        entry = self.entries.get(dispatch.name)
+        if entry is None:
+            raise InputError(f"{input_path}: no public function runs {dispatch.name}")
+        if isinstance(entry, str):
+            raise InputError(f"{input_path}: {dispatch.name} is run by {entry}")
+        return entry
+
+
+def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> Program:
+    """Every root op of the input under `target`: the tunable ones largest first, the others
+    named with why (a dynamic shape, say), and the entry function of each."""
     configured = configure(input_path, target, flags)
     digest = hashlib.sha256(input_path.read_bytes()).hexdigest()[:16]
+    found, skipped = [], []
     with ctx:
         module = ir.Module.parse(configured)
-        found = [replace(d, source_digest=digest) for op in iree_codegen.get_tuner_root_ops(module)
-                 if (d := _dispatch(op, flags))]
-    return sorted(found, key=lambda d: d.flops, reverse=True)
+        for op in iree_codegen.get_tuner_root_ops(module):
+            name = ir.StringAttr(_enclosing(op, "func.func").attributes["sym_name"]).value
+            try:
+                d = _dispatch(op, flags)
+            except InputError as e:
+                skipped.append((name, str(e)))
+                continue
+            if d is None:
+                skipped.append((name, f"{op.name}: not a contraction, convolution or attention this tuner reads"))
+                continue
+            found.append(replace(d, source_digest=digest))
+        entries = entry_points(module)
+    return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries)
+
+
+def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> list[Dispatch]:
+    """Every tunable root op of the input under `target`, largest first."""
+    return list(discover_program(input_path, target, ctx, flags).dispatches)
 
 
 def _configured_roots(module: ir.Module) -> list[ir.Operation]:

@@ -75,7 +75,7 @@ class _LocalEvaluator:
         self.progress = progress
         self.ctx = ctx or ir.Context()
         inputs = tuple(workload.write_inputs(workdir / "inputs"))
-        self.run_settings = settings.run_settings(self.devices[0], workload.entry, inputs)
+        self.run_settings = settings.run_settings(self.devices[0], workload, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
         # The conditions stored results must have been timed under to be reused here.
         self.conditions = (device_identity(self.devices[0]),

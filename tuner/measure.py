@@ -18,7 +18,7 @@ from tuner.comparison import (BaselineTiming, Drift, bracketing, find_drifts, lo
 from tuner.device_identity import device_identity, timing_identity
 from tuner.errors import InputError, ToolError
 from tuner.results import EvaluationStats, Result, Status
-from tuner.runner import DispatchBenchmark, RunSettings, benchmark, relative_error, run_once, tolerance
+from tuner.runner import DispatchBenchmark, RunSettings, benchmark, read_output, relative_error, run_once, tolerance
 from tuner.tools import ToolRun, kill_running_tools
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
@@ -129,7 +129,7 @@ class Measurer:
         measured, output = self._measure(b, self.settings(device))
         measured = replace(measured, benchmark_s=time.perf_counter() - start, timed_at=time.time(),
                            **self.identity(b, device))
-        if result.is_baseline and output is not None and measured.ok:
+        if result.is_baseline and measured.ok:
             with self._lock:
                 self._reference, self._baseline = output, b
                 self._since[device] = 0
@@ -184,7 +184,13 @@ class Measurer:
         run = run_once(b.vmfb, settings, out_path)
         if not run.ok:
             return _failed_run(b.result, run), None
-        output = np.load(out_path)
+        output = read_output(out_path, settings)
+        if output is None:  # nothing to compare (no tensor result): timed, numerics unchecked
+            timing, brun = benchmark(b.vmfb, settings, b.dispatch_benchmark)
+            if timing is None:
+                return _failed_run(b.result, brun), None
+            return replace(b.result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
+                           spread_pct=timing.spread_pct), None
         with self._lock:
             reference = self._reference
         if reference is None and not b.result.is_baseline:

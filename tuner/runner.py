@@ -7,10 +7,12 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from tuner.tools import ToolRun, find_tool, run_tool
+from tuner.workload import RAW_TYPES, bf16_to_f32, input_flag
 
 
 @dataclass(frozen=True)
@@ -37,21 +39,36 @@ class Timing:
 class RunSettings:
     device: str
     entry: str
-    inputs: tuple[Path, ...]
+    inputs: tuple[Path, ...]  # files written by Workload.write_inputs
     repetitions: int = 5
     min_time_s: float = 0.1
     timeout_s: float = 120.0
+    outputs: int = 1  # how many results the entry returns
+    checked: Optional[int] = 0  # the result the numerics check compares (None: none can be)
+    checked_type: str = "f32"  # its element type
 
 
 def _input_flags(inputs: tuple[Path, ...]) -> list[str]:
-    return [f"--input=@{p}" for p in inputs]
+    return [f"--input={input_flag(p)}" for p in inputs]
 
 
 def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
-    """Run the entry once and save its (first) result as .npy, for the numerics check."""
+    """Run the entry once, saving the checked result to `output` (.npy, or raw bits for bf16)."""
+    raw = settings.checked_type in RAW_TYPES
+    outputs = [(f"--output=+{output}" if raw else f"--output=@{output}") if i == settings.checked else "--output="
+               for i in range(settings.outputs)]
     cmd = [find_tool("iree-run-module"), f"--module={vmfb}", f"--device={settings.device}",
-           f"--function={settings.entry}", *_input_flags(settings.inputs), f"--output=@{output}"]
+           f"--function={settings.entry}", *_input_flags(settings.inputs), *outputs]
     return run_tool(cmd, settings.timeout_s)
+
+
+def read_output(path: Path, settings: RunSettings) -> Optional[np.ndarray]:
+    """The checked result run_once saved, as numbers (bf16 widened to f32); None if none is checked."""
+    if settings.checked is None:
+        return None
+    if settings.checked_type in RAW_TYPES:
+        return bf16_to_f32(np.fromfile(path, dtype=np.uint16))
+    return np.load(path)
 
 
 DISPATCH_BATCH = 50

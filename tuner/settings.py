@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.runner import RunSettings
+from tuner.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,10 @@ class EvalSettings:
     confirm_top: int = 4
     confirm_rounds: int = 4
 
-    def run_settings(self, device: str, entry: str, inputs: tuple[Path, ...]) -> RunSettings:
+    def run_settings(self, device: str, workload: Workload, inputs: tuple[Path, ...]) -> RunSettings:
         """How each candidate is run and timed on `device` under these settings."""
-        return RunSettings(device=device, entry=entry, inputs=inputs, repetitions=self.repetitions,
-                           min_time_s=self.min_time_s, timeout_s=self.run_timeout_s)
+        checked = workload.checked_output
+        return RunSettings(device=device, entry=workload.entry, inputs=inputs, repetitions=self.repetitions,
+                           min_time_s=self.min_time_s, timeout_s=self.run_timeout_s, outputs=len(workload.outputs),
+                           checked=checked,
+                           checked_type=workload.outputs[checked].element_type if checked is not None else "")

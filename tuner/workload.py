@@ -1,9 +1,13 @@
-"""How to run the compiled module: its entry function and the tensors it takes (no compiler needed)."""
+"""How to run the compiled module: its entry function, what it takes and what it returns (no
+compiler needed). Inputs are generated from the entry's signature: tensors as .npy files (bf16 as
+raw bits in a .bin file, since numpy has no bf16), scalars as literals, integers in a small range
+so that indices (token ids into a gather) stay valid."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -18,44 +22,127 @@ NUMPY_DTYPES = {
     "i32": np.int32,
     "i16": np.int16,
     "i8": np.int8,
+    "i1": np.bool_,
 }
+# Types fed as raw bits: numpy has no such dtype, iree-run-module reads `SHAPExTYPE=@file.bin`.
+RAW_TYPES = {"bf16": np.uint16}
+SCALAR_TYPES = ("f32", "f16", "f64", "i64", "i32", "i16", "i8", "i1", "index")
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bf16 values (their raw 16 bits) as f32: the high half of an f32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """f32 values as bf16 raw bits (truncated)."""
+    return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """A tensor argument or result (or, with `scalar`, a scalar of `element_type`)."""
+
     shape: tuple[int, ...]
     element_type: str  # MLIR spelling
+    scalar: bool = False
+
+    @property
+    def mlir(self) -> str:
+        dims = ["?" if d < 0 else str(d) for d in self.shape]
+        return self.element_type if self.scalar else "x".join([*dims, self.element_type])
+
+    def unrunnable(self) -> Optional[str]:
+        """Why inputs of this type cannot be generated, or None."""
+        if self.element_type == "f64":
+            return (f"{self.mlir}: f64 cannot run as given (IREE demotes f64 to f32 while the inputs stay f64); "
+                    "convert the model to f32")
+        if any(d < 0 for d in self.shape):
+            return f"{self.mlir}: a dynamic shape; inputs for it cannot be generated"
+        known = SCALAR_TYPES if self.scalar else (*NUMPY_DTYPES, *RAW_TYPES)
+        if self.element_type not in known:
+            return f"{self.mlir}: element type {self.element_type} is not supported for benchmark inputs yet"
+        return None
 
     def random(self, rng: np.random.Generator) -> np.ndarray:
-        """Random data in a range where products and sums stay well inside the type."""
+        """Random data in a range where products and sums stay well inside the type, and where
+        integers are valid indices into anything of 5 or more elements."""
+        if self.element_type in RAW_TYPES:
+            return f32_to_bf16(rng.uniform(-1.0, 1.0, size=self.shape))
         dtype = NUMPY_DTYPES[self.element_type]
+        if dtype is np.bool_:
+            return rng.integers(0, 2, size=self.shape).astype(np.bool_)
         if np.issubdtype(dtype, np.integer):
-            return rng.integers(-4, 5, size=self.shape, dtype=dtype)
+            return rng.integers(0, 5, size=self.shape, dtype=dtype)
         return rng.uniform(-1.0, 1.0, size=self.shape).astype(dtype)
+
+    def literal(self, rng: np.random.Generator) -> str:
+        """A random scalar as iree-run-module reads it."""
+        if self.element_type.startswith("f"):
+            return f"{rng.uniform(0.5, 1.0):.6f}"
+        if self.element_type == "i1":
+            return str(int(rng.integers(0, 2)))
+        return str(int(rng.integers(1, 5)))
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "element_type": self.element_type, "scalar": self.scalar}
 
 
 @dataclass(frozen=True)
 class Workload:
-    """The entry function a benchmark calls and its inputs."""
+    """The entry function a benchmark calls, its inputs and its results."""
 
     entry: str
     inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...] = field(default=(TensorSpec((), "f32"),))
+
+    def unrunnable(self) -> Optional[str]:
+        """Why this function cannot be run with generated inputs, or None."""
+        for spec in self.inputs:
+            problem = spec.unrunnable()
+            if problem:
+                return f"argument {problem}"
+        return None
+
+    @property
+    def checked_output(self) -> Optional[int]:
+        """The result whose values the numerics check compares: the first tensor result."""
+        return next((i for i, o in enumerate(self.outputs) if not o.scalar), None)
 
     def write_inputs(self, directory: Path, seed: int = 0) -> list[Path]:
-        """Write one .npy file per input (fresh random data from `seed`) and return their paths."""
+        """Write one file per input (fresh random data from `seed`) and return their paths; see
+        `input_flag` for how each is passed to the IREE tools."""
+        problem = self.unrunnable()
+        if problem:
+            raise InputError(f"@{self.entry}: {problem}")
         directory.mkdir(parents=True, exist_ok=True)
         rng = np.random.default_rng(seed)
         paths = []
         for i, spec in enumerate(self.inputs):
-            path = directory / f"input{i}.npy"
-            tmp = directory / f"input{i}.tmp.npy"
-            np.save(tmp, spec.random(rng))
+            if spec.scalar:
+                path = directory / f"input{i}.{spec.element_type}.scalar"
+                content: object = spec.literal(rng)
+            elif spec.element_type in RAW_TYPES:
+                path = directory / f"input{i}.{spec.mlir}.bin"
+                content = spec.random(rng)
+            else:
+                path = directory / f"input{i}.npy"
+                content = spec.random(rng)
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "wb") as f:
+                if isinstance(content, str):
+                    f.write(content.encode())
+                elif path.suffix == ".bin":
+                    f.write(np.ascontiguousarray(content).tobytes())
+                else:
+                    np.save(f, content)
             tmp.replace(path)  # a killed run never leaves a truncated input behind
             paths.append(path)
         return paths
 
     def to_json(self) -> dict:
-        return {"entry": self.entry, "inputs": [{"shape": list(s.shape), "element_type": s.element_type} for s in self.inputs]}
+        return {"entry": self.entry, "inputs": [s.to_json() for s in self.inputs],
+                "outputs": [s.to_json() for s in self.outputs]}
 
     @classmethod
     def from_json(cls, data: dict) -> "Workload":
@@ -63,14 +150,26 @@ class Workload:
         entry, inputs = data["entry"], data["inputs"]
         if not isinstance(entry, str) or not entry or not isinstance(inputs, list):
             raise InputError(f"workload: entry must be a function name and inputs a list (got {entry!r}, {inputs!r})")
-        specs = []
-        for i, spec in enumerate(inputs):
-            shape, element_type = spec["shape"], spec["element_type"]
-            if element_type not in NUMPY_DTYPES:
-                raise InputError(f"workload input {i}: unknown element type {element_type!r}; "
-                                 f"known: {', '.join(NUMPY_DTYPES)}")
+
+        def spec(i: int, item: dict, what: str) -> TensorSpec:
+            shape, element_type, scalar = item["shape"], item["element_type"], bool(item.get("scalar", False))
+            if element_type not in (*NUMPY_DTYPES, *RAW_TYPES, *SCALAR_TYPES):
+                raise InputError(f"workload {what} {i}: unknown element type {element_type!r}; "
+                                 f"known: {', '.join([*NUMPY_DTYPES, *RAW_TYPES])}")
             if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2 ** 31
                                                       for d in shape):
-                raise InputError(f"workload input {i}: shape {shape!r} is not a list of non-negative dimensions")
-            specs.append(TensorSpec(tuple(shape), element_type))
-        return cls(entry, tuple(specs))
+                raise InputError(f"workload {what} {i}: shape {shape!r} is not a list of non-negative dimensions")
+            return TensorSpec(tuple(shape), element_type, scalar)
+
+        outputs = data.get("outputs", [{"shape": [], "element_type": "f32"}])
+        return cls(entry, tuple(spec(i, s, "input") for i, s in enumerate(inputs)),
+                   tuple(spec(i, s, "output") for i, s in enumerate(outputs)))
+
+
+def input_flag(path: Path) -> str:
+    """The `--input=` value for an input file written by `Workload.write_inputs`."""
+    if path.suffix == ".scalar":
+        return path.read_text().strip()
+    if path.suffix == ".bin":
+        return f"{path.name.split('.', 1)[1][: -len('.bin')]}=@{path}"
+    return f"@{path}"

@@ -1,0 +1,128 @@
+"""Inputs as IREE accepts them: the function that runs the tuned dispatch is the one run and timed
+(never another function of the module), whatever the dialect (linalg or torch) or the function
+op (func.func, util.func), with bf16, scalar or no arguments; a dynamic dispatch is skipped with
+why while the others stay tunable; f64 runs as the compiler demotes it."""
+
+import json
+
+import pytest
+
+from tests.conftest import assert_one_error_line, run_cli
+from tuner import api
+from tuner.settings import EvalSettings
+
+FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+MATMUL = """
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{m}x{n}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{t}>, tensor<{k}x{n}x{t}>) outs(%f : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+"""
+
+
+def _mm(m, n, k, t="f32"):
+    return MATMUL.format(m=m, n=n, k=k, t=t)
+
+
+TWO_FUNCTIONS = f"""
+func.func @mm_a(%a: tensor<64x32xf32>, %b: tensor<32x64xf32>) -> tensor<64x64xf32> {{{_mm(64, 64, 32)}
+  return %r : tensor<64x64xf32>
+}}
+func.func @mm_b(%a: tensor<256x128xbf16>, %b: tensor<128x192xbf16>, %s: f32) -> (tensor<256x192xf32>, f32) {{{_mm(256, 192, 128, "bf16")}
+  return %r, %s : tensor<256x192xf32>, f32
+}}
+"""
+UTIL_FUNC = f"""
+util.func public @main(%a: tensor<64x32xf32>, %b: tensor<32x64xf32>) -> tensor<64x64xf32> {{{_mm(64, 64, 32)}
+  util.return %r : tensor<64x64xf32>
+}}
+"""
+NO_ARGUMENTS = f"""
+func.func @noargs() -> tensor<64x64xf32> {{
+  %a = util.unfoldable_constant dense<1.0> : tensor<64x32xf32>
+  %b = util.unfoldable_constant dense<0.5> : tensor<32x64xf32>{_mm(64, 64, 32)}
+  return %r : tensor<64x64xf32>
+}}
+"""
+TORCH = """
+func.func @main(%arg0: !torch.vtensor<[64,32],f32>, %arg1: !torch.vtensor<[32,48],f32>) -> !torch.vtensor<[64,48],f32> {
+  %0 = torch.aten.mm %arg0, %arg1 : !torch.vtensor<[64,32],f32>, !torch.vtensor<[32,48],f32> -> !torch.vtensor<[64,48],f32>
+  return %0 : !torch.vtensor<[64,48],f32>
+}
+"""
+ONE_DYNAMIC = f"""
+func.func @dyn_mm(%a: tensor<?x32xf32>, %b: tensor<32x64xf32>) -> tensor<?x64xf32> {{
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %a, %c0 : tensor<?x32xf32>
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty(%m) : tensor<?x64xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<?x64xf32>) -> tensor<?x64xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x32xf32>, tensor<32x64xf32>) outs(%f : tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %r : tensor<?x64xf32>
+}}
+func.func @static_mm(%a: tensor<128x64xf32>, %b: tensor<64x96xf32>) -> tensor<128x96xf32> {{{_mm(128, 96, 64)}
+  return %r : tensor<128x96xf32>
+}}
+"""
+
+
+def _tune(tmp_path, text, name="in.mlir", **kw):
+    path = tmp_path / name
+    path.write_text(text)
+    out = tmp_path / "out"
+    tuning = api.tune(path, "llvm-cpu", 1, out, settings=FAST, strategy="sequential", **kw)
+    return tuning, json.loads((out / "results.json").read_text())
+
+
+def test_the_function_that_runs_the_dispatch_is_the_one_timed(tmp_path):
+    # mm_b's dispatch is the larger: tuned by default. The old tuner ran @mm_a with 256x256 inputs.
+    tuning, data = _tune(tmp_path, TWO_FUNCTIONS)
+    assert tuning.dispatch.name.startswith("mm_b_dispatch") and data["entry"] == "mm_b"
+    assert all(r.ok for r in tuning.results), [(r.status, r.error) for r in tuning.results]
+    # bf16 arguments (as raw bits), a scalar argument, two results of which the tensor is checked.
+    assert tuning.results[0].relative_error == 0.0 and tuning.results[1].relative_error < 1e-4
+    # The other function's dispatch, asked for by name, runs and is timed through @mm_a.
+    a_name = "mm_a_dispatch_0_matmul_64x64x32_f32"
+    tuning_a = api.tune(tmp_path / "in.mlir", "llvm-cpu", 1, tmp_path / "out-a", dispatch_name=a_name, settings=FAST)
+    assert json.loads((tmp_path / "out-a" / "results.json").read_text())["entry"] == "mm_a"
+    assert all(r.ok for r in tuning_a.results)
+
+
+@pytest.mark.parametrize("text, entry", [(UTIL_FUNC, "main"), (NO_ARGUMENTS, "noargs"), (TORCH, "main")],
+                         ids=["util.func", "no arguments", "torch dialect"])
+def test_inputs_iree_accepts_reach_a_timed_baseline(tmp_path, text, entry):
+    tuning, data = _tune(tmp_path, text)
+    assert data["entry"] == entry
+    baseline = tuning.results[0]
+    assert baseline.is_baseline and baseline.ok and baseline.median_ms > 0, baseline.error
+    assert all(r.ok for r in tuning.results), [(r.status, r.error) for r in tuning.results]
+
+
+def test_a_dynamic_dispatch_is_skipped_with_why_and_the_others_are_tuned(tmp_path):
+    path = tmp_path / "dyn.mlir"
+    path.write_text(ONE_DYNAMIC)
+    result = run_cli("tune", path, "--num-candidates", "1", "--repetitions", "1", "--confirm-rounds", "1",
+                     "--output", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "tuning static_mm_dispatch_0_matmul_128x96x64_f32" in text
+    assert "skipped dyn_mm_dispatch_0_matmul_Dx64x32_f32: linalg.matmul: dynamic shapes" in text
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["entry"] == "static_mm"
+    assert_one_error_line(run_cli("tune", path, "--dispatch", "dyn_mm_dispatch_0_matmul_Dx64x32_f32",
+                                  "--output", tmp_path / "out2"), 2, "no tunable dispatch named")
+
+
+def test_f64_runs_as_the_compiler_demotes_it(tmp_path):
+    # IREE demotes f64 to f32 by default, the function's arguments included: the inputs are read
+    # from the program after that lowering, so they are f32 and the module runs.
+    tuning, data = _tune(tmp_path, """
+func.func @mm(%a: tensor<64x32xf64>, %b: tensor<32x64xf64>) -> tensor<64x64xf64> {
+  %z = arith.constant 0.0 : f64
+  %e = tensor.empty() : tensor<64x64xf64>
+  %f = linalg.fill ins(%z : f64) outs(%e : tensor<64x64xf64>) -> tensor<64x64xf64>
+  %r = linalg.matmul ins(%a, %b : tensor<64x32xf64>, tensor<32x64xf64>) outs(%f : tensor<64x64xf64>) -> tensor<64x64xf64>
+  return %r : tensor<64x64xf64>
+}
+""")
+    assert tuning.dispatch.lhs_type == "f32" and all(r.ok for r in tuning.results)
+    assert {i.element_type for i in api._open(tmp_path / "in.mlir", "llvm-cpu", None, None).workload.inputs} == {"f32"}

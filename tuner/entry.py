@@ -1,0 +1,153 @@
+"""Which public function of a program runs each dispatch, and what that function takes and
+returns: read through the bindings from the program as the compiler configured it (after its ABI
+lowering), so torch and linalg inputs, `func.func` and `util.func` entries all look alike.
+
+A public synchronous function's `!hal.buffer_view` arguments are imported as tensors
+(`stream.tensor.import`, whose `result_encoding` is the tensor type), maybe in a function it calls
+(torch's `main` calls `main$async`); its results are exported the same way. Scalars are plain
+arguments. The dispatches a function runs are the `stream.cmd.dispatch` ops in it and in every
+function it calls."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from iree.compiler import ir
+
+from tuner.workload import TensorSpec, Workload
+
+_DISPATCH = "stream.cmd.dispatch"
+_CALL = "util.call"
+
+
+def _name(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value
+
+
+def _functions(module: ir.Module) -> dict[str, ir.Operation]:
+    return {_name(op.operation): op.operation for op in module.body.operations
+            if op.operation.name in ("util.func", "func.func") and "sym_name" in op.operation.attributes}
+
+
+def _is_entry(op: ir.Operation) -> bool:
+    """Public, with a body, and callable without fences (not the coarse-fences async wrapper)."""
+    attrs = op.attributes
+    public = "sym_visibility" not in attrs or ir.StringAttr(attrs["sym_visibility"]).value == "public"
+    model = ir.StringAttr(attrs["iree.abi.model"]).value if "iree.abi.model" in attrs else ""
+    return public and len(op.regions) > 0 and len(op.regions[0].blocks) > 0 and model != "coarse-fences"
+
+
+def _walk(op: ir.Operation, names: tuple[str, ...]) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name in names:
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
+
+
+def _dispatched(func: ir.Operation, functions: dict[str, ir.Operation], seen: set[str]) -> set[str]:
+    """Names of the dispatches (executable exports) this function runs, itself or through calls."""
+    names: set[str] = set()
+    for op in _walk(func, (_DISPATCH, _CALL)):
+        if op.name == _DISPATCH:
+            for ref in ir.ArrayAttr(op.attributes["entry_points"]):
+                names.add(ir.SymbolRefAttr(ref).value[-1])
+        else:
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            if callee in functions and callee not in seen:
+                seen.add(callee)
+                names |= _dispatched(functions[callee], functions, seen)
+    return names
+
+
+def _tensor(t: ir.Type) -> Optional[TensorSpec]:
+    if isinstance(t, ir.RankedTensorType):
+        return TensorSpec(tuple(t.shape), str(t.element_type))
+    return None
+
+
+def _imported(func: ir.Operation, index: int, functions: dict[str, ir.Operation], depth: int = 0) -> Optional[TensorSpec]:
+    """The tensor argument `index` of `func` is imported as, following it into called functions."""
+    if depth > 8:
+        return None
+    arg = func.regions[0].blocks[0].arguments[index]
+    for op in _walk(func, ("stream.tensor.import", "hal.tensor.import", _CALL)):
+        if op.name == _CALL:
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            for j, operand in enumerate(op.operands):
+                if operand == arg and callee in functions:
+                    found = _imported(functions[callee], j, functions, depth + 1)
+                    if found:
+                        return found
+        elif len(op.operands) and op.operands[0] == arg:
+            encoding = op.attributes["result_encoding"] if "result_encoding" in op.attributes else None
+            return _tensor(ir.TypeAttr(encoding).value if encoding is not None else op.results[0].type)
+    return None
+
+
+def _exported(func: ir.Operation, index: int, functions: dict[str, ir.Operation], depth: int = 0) -> Optional[TensorSpec]:
+    """The tensor result `index` of `func` is exported from, following it into called functions."""
+    if depth > 8:
+        return None
+    for ret in _walk(func, ("util.return", "func.return")):
+        value = ret.operands[index]
+        owner = value.owner
+        if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
+            owner = owner.operation
+        if not isinstance(owner, ir.Operation):
+            continue
+        if owner.name in ("stream.tensor.export", "hal.tensor.export"):
+            encoding = owner.attributes["source_encoding"] if "source_encoding" in owner.attributes else None
+            return _tensor(ir.TypeAttr(encoding).value if encoding is not None else owner.operands[0].type)
+        if owner.name == _CALL:
+            callee = ir.FlatSymbolRefAttr(owner.attributes["callee"]).value
+            if callee in functions:
+                return _exported(functions[callee], ir.OpResult(value).result_number, functions, depth + 1)
+    return None
+
+
+def _signature(func: ir.Operation, functions: dict[str, ir.Operation]) -> tuple[list, list]:
+    """(inputs, outputs): a TensorSpec per tensor, a scalar TensorSpec per scalar, None where the
+    type could not be read."""
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    inputs, outputs = [], []
+    for i, t in enumerate(ftype.inputs):
+        inputs.append(_imported(func, i, functions) if "buffer_view" in str(t) or isinstance(t, ir.RankedTensorType)
+                      else TensorSpec((), str(t), scalar=True))
+    for i, t in enumerate(ftype.results):
+        outputs.append(_exported(func, i, functions) if "buffer_view" in str(t) or isinstance(t, ir.RankedTensorType)
+                       else TensorSpec((), str(t), scalar=True))
+    return inputs, outputs
+
+
+class EntryError(ValueError):
+    """The function that runs a dispatch cannot be run by the benchmark (says why)."""
+
+
+def entry_points(module: ir.Module) -> dict[str, Workload | str]:
+    """For every dispatch the module runs: the first public function that runs it, as a Workload
+    (its name, inputs and outputs), or a string saying why that function cannot be run."""
+    functions = _functions(module)
+    found: dict[str, Workload | str] = {}
+    for name, func in functions.items():
+        if not _is_entry(func):
+            continue
+        dispatches = _dispatched(func, functions, {name})
+        if not dispatches or all(d in found for d in dispatches):
+            continue
+        inputs, outputs = _signature(func, functions)
+        workload: Workload | str
+        if any(s is None for s in inputs + outputs):
+            workload = f"@{name}: an argument or result whose type could not be read"
+        else:
+            workload = Workload(name, tuple(inputs), tuple(outputs))
+            problem = workload.unrunnable()
+            if problem:
+                workload = f"@{name}: {problem}"
+        for d in dispatches:
+            found.setdefault(d, workload)
+    return found
