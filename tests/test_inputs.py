@@ -126,3 +126,55 @@ func.func @mm(%a: tensor<64x32xf64>, %b: tensor<32x64xf64>) -> tensor<64x64xf64>
 """)
     assert tuning.dispatch.lhs_type == "f32" and all(r.ok for r in tuning.results)
     assert {i.element_type for i in api._open(tmp_path / "in.mlir", "llvm-cpu", None, None).workload.inputs} == {"f32"}
+
+
+MODEL = """
+func.func @model(%x: tensor<128x256xf32>, %w1: tensor<256x512xf32>, %w2: tensor<512x128xf32>,
+                 %w3: tensor<512x128xf32>) -> (tensor<128x128xf32>, tensor<128x128xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<128x512xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<128x512xf32>) -> tensor<128x512xf32>
+  %h = linalg.matmul ins(%x, %w1 : tensor<128x256xf32>, tensor<256x512xf32>) outs(%f1 : tensor<128x512xf32>) -> tensor<128x512xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]} ins(%h : tensor<128x512xf32>) outs(%e1 : tensor<128x512xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = math.tanh %a : f32
+    linalg.yield %t : f32
+  } -> tensor<128x512xf32>
+  %e2 = tensor.empty() : tensor<128x128xf32>
+  %f2 = linalg.fill ins(%z : f32) outs(%e2 : tensor<128x128xf32>) -> tensor<128x128xf32>
+  %y = linalg.matmul ins(%r, %w2 : tensor<128x512xf32>, tensor<512x128xf32>) outs(%f2 : tensor<128x128xf32>) -> tensor<128x128xf32>
+  %y3 = linalg.matmul ins(%r, %w3 : tensor<128x512xf32>, tensor<512x128xf32>) outs(%f2 : tensor<128x128xf32>) -> tensor<128x128xf32>
+  return %y, %y3 : tensor<128x128xf32>, tensor<128x128xf32>
+}
+"""
+
+
+def test_dispatches_lists_every_dispatch_of_a_model(tmp_path):
+    from iree.compiler import ir
+
+    from tuner.discovery import configure
+    from tuner.targets import parse_target
+
+    path = tmp_path / "model.mlir"
+    path.write_text(MODEL + ONE_DYNAMIC)
+    result = run_cli("dispatches", path, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    # Independently: every executable export of the program as the compiler configured it.
+    with ir.Context():
+        module = ir.Module.parse(configure(path, parse_target("llvm-cpu"), ()))
+        exports = []
+        module.operation.walk(lambda op: (exports.append(ir.StringAttr(op.attributes["sym_name"]).value)
+                                          if op.name == "hal.executable.export" else None, ir.WalkResult.ADVANCE)[1])
+    assert sorted(r["name"] for r in rows) == sorted(exports) and len(rows) == 4
+    by_entry = {}
+    for r in rows:
+        by_entry.setdefault(r["entry"].split(":")[0].lstrip("@"), []).append(r)
+    # The two 128x128x512 matmuls share one executable, run twice per call of @model.
+    assert sorted(r["runs"] for r in by_entry["model"]) == [1, 2]
+    assert all(r["pipeline"] == "llvmcpu_double_tiling" for r in by_entry["model"])
+    [dynamic] = [r for r in rows if "dynamic shapes" in r["why_not"]]
+    assert dynamic["pipeline"] == "" and dynamic["entry"].startswith("@dyn_mm: argument ?x32xf32")
+    table = run_cli("dispatches", path)
+    assert table.exit_code == 0 and "4 dispatches, 3 tunable" in " ".join(table.output.split())

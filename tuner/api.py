@@ -129,6 +129,54 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
         return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path)
 
 
+@dataclass(frozen=True)
+class DispatchRow:
+    """One dispatch of a program, as `iree-tuner dispatches` lists it."""
+
+    name: str
+    kind: str  # contraction, convolution, attention, or "" for one this tuner does not read
+    op: str
+    shape: str
+    runs: int  # per call of its entry function
+    entry: str  # the function that runs it, or why that function cannot be run
+    pipeline: str  # the codegen pipeline that would tune it, or ""
+    why_not: str  # why it cannot be tuned ("" when it can)
+    flops: int = 0
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
+                    pipeline_name: Optional[str] = None) -> list[DispatchRow]:
+    """Every dispatch of the program under `target`: the tunable ones largest first (by FLOPs per
+    call of their entry), then the others with why none of this tuner's pipelines takes them."""
+    input_path = Path(input_path)
+    target = parse_target(target) if isinstance(target, str) else target
+    ctx = ir.Context()
+    parse_input(input_path, ctx)
+    program = discover_program(input_path, target, ctx)
+    rows = []
+    for d in program.dispatches:
+        try:
+            pipeline = pipeline_for(d, pipeline_name)
+        except KeyError as e:
+            raise InputError(str(e.args[0])) from None
+        entry = program.entries.get(d.name, "no public function runs it")
+        runs = program.runs.get(d.name, 0)
+        rows.append(DispatchRow(d.name, d.kind.value, d.op_name, d.shape_name, runs,
+                                entry.entry if not isinstance(entry, str) else entry,
+                                pipeline.name if pipeline else "",
+                                "" if pipeline else f"no pipeline of this tuner takes it (the compiler's: {d.default.pipeline})",
+                                d.flops * max(1, runs)))
+    rows.sort(key=lambda r: (r.why_not != "", -r.flops))
+    for name, why in program.skipped:
+        entry = program.entries.get(name, "no public function runs it")
+        rows.append(DispatchRow(name, "", why.split(":")[0], "", program.runs.get(name, 0),
+                                entry.entry if not isinstance(entry, str) else entry, "", why))
+    return rows
+
+
 def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
                     dispatch_name: Optional[str] = None, pipeline_name: Optional[str] = None,
                     progress: Optional[Progress] = None) -> tuple[Dispatch, list[Candidate]]:

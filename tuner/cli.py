@@ -190,6 +190,38 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
 
 
 @main.command()
+@click.argument("input_file", type=click.Path(path_type=Path))
+@click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
+@click.option("--pipeline", "pipeline_name", default=None, help="Codegen pipeline to ask about (default: the compiler's choice's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON, for scripts.")
+def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json: bool) -> None:
+    """List every dispatch of INPUT_FILE: kind, op, shape, runs per call, the function that runs it,
+    and the pipeline that would tune it or why none does. Nothing is timed."""
+    import json
+
+    from rich.table import Table
+
+    from tuner import api
+
+    console = Console()
+    with _errors_to_exit():
+        rows = api.list_dispatches(input_file, target, pipeline_name)
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+        return
+    table = Table(title=f"Dispatches of {input_file} on {target}")
+    for col in ("dispatch", "kind", "op", "shape", "runs", "entry", "tuned by / why not"):
+        table.add_column(col, justify="right" if col == "runs" else "left")
+    for r in rows:
+        table.add_row(r.name, r.kind or "-", r.op, r.shape or "-", str(r.runs), r.entry,
+                      r.pipeline or f"[yellow]{r.why_not}[/yellow]")
+    console.print(table)
+    tunable = sum(1 for r in rows if r.pipeline)
+    console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
+                  f"--target {target} --dispatch NAME")
+
+
+@main.command()
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--top", default=15, show_default=True, type=int, help="Rows of the table.")
 def report(directory: Path, top: int) -> None:

@@ -250,6 +250,7 @@ class Program:
     dispatches: tuple[Dispatch, ...]
     skipped: tuple[tuple[str, str], ...]  # (dispatch name, why)
     entries: dict[str, "Workload | str"]
+    runs: dict[str, int]  # dispatch name -> how many times one call of its entry function runs it
 
     def workload(self, dispatch: Dispatch, input_path: Path) -> Workload:
         """The function to run and time for `dispatch`: the one that runs it, never another."""
@@ -280,8 +281,8 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
                 skipped.append((name, f"{op.name}: not a contraction, convolution or attention this tuner reads"))
                 continue
             found.append(replace(d, source_digest=digest))
-        entries = entry_points(module)
-    return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries)
+        entries, runs = entry_points(module)
+    return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries, runs)
 
 
 def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> list[Dispatch]:

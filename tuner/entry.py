@@ -10,6 +10,7 @@ function it calls."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 from iree.compiler import ir
@@ -49,19 +50,19 @@ def _walk(op: ir.Operation, names: tuple[str, ...]) -> list[ir.Operation]:
     return found
 
 
-def _dispatched(func: ir.Operation, functions: dict[str, ir.Operation], seen: set[str]) -> set[str]:
-    """Names of the dispatches (executable exports) this function runs, itself or through calls."""
-    names: set[str] = set()
+def _dispatched(func: ir.Operation, functions: dict[str, ir.Operation], seen: set[str]) -> Counter:
+    """How many times this function runs each dispatch (executable export), itself or through
+    the functions it calls: one per dispatch op on the way (host code has no loops here)."""
+    counts: Counter = Counter()
     for op in _walk(func, (_DISPATCH, _CALL)):
         if op.name == _DISPATCH:
             for ref in ir.ArrayAttr(op.attributes["entry_points"]):
-                names.add(ir.SymbolRefAttr(ref).value[-1])
+                counts[ir.SymbolRefAttr(ref).value[-1]] += 1
         else:
             callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             if callee in functions and callee not in seen:
-                seen.add(callee)
-                names |= _dispatched(functions[callee], functions, seen)
-    return names
+                counts += _dispatched(functions[callee], functions, seen | {callee})
+    return counts
 
 
 def _tensor(t: ir.Type) -> Optional[TensorSpec]:
@@ -128,11 +129,13 @@ class EntryError(ValueError):
     """The function that runs a dispatch cannot be run by the benchmark (says why)."""
 
 
-def entry_points(module: ir.Module) -> dict[str, Workload | str]:
+def entry_points(module: ir.Module) -> tuple[dict[str, Workload | str], dict[str, int]]:
     """For every dispatch the module runs: the first public function that runs it, as a Workload
-    (its name, inputs and outputs), or a string saying why that function cannot be run."""
+    (its name, inputs and outputs), or a string saying why that function cannot be run; and how
+    many times one call of that function runs the dispatch."""
     functions = _functions(module)
     found: dict[str, Workload | str] = {}
+    runs: dict[str, int] = {}
     for name, func in functions.items():
         if not _is_entry(func):
             continue
@@ -148,6 +151,7 @@ def entry_points(module: ir.Module) -> dict[str, Workload | str]:
             problem = workload.unrunnable()
             if problem:
                 workload = f"@{name}: {problem}"
-        for d in dispatches:
-            found.setdefault(d, workload)
-    return found
+        for d, count in dispatches.items():
+            if d not in found:
+                found[d], runs[d] = workload, count
+    return found, runs
