@@ -160,7 +160,7 @@ def test_dispatches_lists_every_dispatch_of_a_model(tmp_path):
     path.write_text(MODEL + ONE_DYNAMIC)
     result = run_cli("dispatches", path, "--json")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)["dispatches"]
     # Independently: every executable export of the program as the compiler configured it.
     with ir.Context():
         module = ir.Module.parse(configure(path, parse_target("llvm-cpu"), ()))
@@ -178,3 +178,23 @@ def test_dispatches_lists_every_dispatch_of_a_model(tmp_path):
     assert dynamic["pipeline"] == "" and dynamic["entry"].startswith("@dyn_mm: argument ?x32xf32")
     table = run_cli("dispatches", path)
     assert table.exit_code == 0 and "4 dispatches, 3 tunable" in " ".join(table.output.split())
+
+
+def test_dispatches_profile_times_each_dispatch_and_the_whole_function(tmp_path):
+    path = tmp_path / "model.mlir"
+    path.write_text(MODEL)
+    out = tmp_path / "profile"
+    result = run_cli("dispatches", path, "--profile", "--json", "--output", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # the progress bar goes to stderr
+    rows = data["dispatches"]
+    assert len(rows) == 2 and all(r["ms"] > 0 and r["untimed"] == "" for r in rows)
+    assert sorted(r["runs"] for r in rows) == [1, 2]
+    # Shares are of the entry's summed dispatch time (each dispatch alone x its runs per call).
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    totals = [r["ms"] * r["runs"] for r in rows]
+    assert [r["share"] for r in rows] == pytest.approx([t / sum(totals) for t in totals])
+    assert [r["share"] for r in rows] == sorted((r["share"] for r in rows), reverse=True)
+    assert data["entry_ms"]["model"] > 0
+    # What was compiled and timed stays where it was asked to go.
+    assert (out / "program.vmfb").is_file() and list((out / "dispatch-benchmarks").glob("*.mlir"))

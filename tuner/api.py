@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -21,6 +21,7 @@ from tuner.evaluator import make_evaluator
 from tuner.manifest import MANIFEST, Manifest
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
+from tuner.profile import Profile, profile
 from tuner.results import EvaluationStats, Result
 from tuner.run_dir import RunDirectory, run_identity
 from tuner.store import ResultStore
@@ -142,20 +143,35 @@ class DispatchRow:
     pipeline: str  # the codegen pipeline that would tune it, or ""
     why_not: str  # why it cannot be tuned ("" when it can)
     flops: int = 0
+    # With a profile: one run alone, its runs' share of the entry's summed dispatch time.
+    ms: Optional[float] = None
+    share: Optional[float] = None
+    untimed: str = ""  # why a profile has no time for it
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+@dataclass(frozen=True)
+class DispatchList:
+    rows: tuple[DispatchRow, ...]
+    profile: Optional[Profile]  # with `profile_dir`: the measured times, and each entry timed whole
+
+
 def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
-                    pipeline_name: Optional[str] = None) -> list[DispatchRow]:
+                    pipeline_name: Optional[str] = None, profile_dir: Optional[Path | str] = None,
+                    progress: Optional[Progress] = None) -> DispatchList:
     """Every dispatch of the program under `target`: the tunable ones largest first (by FLOPs per
-    call of their entry), then the others with why none of this tuner's pipelines takes them."""
+    call of their entry, or by measured time with a profile), then the others with why none of
+    this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed alone and each
+    entry function whole on the target's device (see tuner.profile); the work goes there."""
     input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
     ctx = ir.Context()
     parse_input(input_path, ctx)
     program = discover_program(input_path, target, ctx)
+    measured = profile(input_path, target, program, Path(profile_dir), ctx, progress=progress) \
+        if profile_dir is not None else None
     rows = []
     for d in program.dispatches:
         try:
@@ -169,12 +185,17 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                                 pipeline.name if pipeline else "",
                                 "" if pipeline else f"no pipeline of this tuner takes it (the compiler's: {d.default.pipeline})",
                                 d.flops * max(1, runs)))
-    rows.sort(key=lambda r: (r.why_not != "", -r.flops))
     for name, why in program.skipped:
         entry = program.entries.get(name, "no public function runs it")
         rows.append(DispatchRow(name, "", why.split(":")[0], "", program.runs.get(name, 0),
                                 entry.entry if not isinstance(entry, str) else entry, "", why))
-    return rows
+    if measured is not None:
+        rows = [replace(r, ms=measured.times[r.name].ms if r.name in measured.times else None,
+                        share=measured.share(r.name), untimed=measured.untimed.get(r.name, "")) for r in rows]
+        rows.sort(key=lambda r: (r.why_not != "", -(r.share or 0.0), -r.flops))
+    else:
+        rows.sort(key=lambda r: (r.why_not != "", -r.flops))
+    return DispatchList(tuple(rows), measured)
 
 
 def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,

@@ -194,28 +194,47 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
 @click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
 @click.option("--pipeline", "pipeline_name", default=None, help="Codegen pipeline to ask about (default: the compiler's choice's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON, for scripts.")
-def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json: bool) -> None:
+@click.option("--profile", "with_profile", is_flag=True,
+              help="Time each dispatch alone and each entry function whole on the target's device: shares of the time.")
+@click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
+              help="With --profile: where the compiled program and dispatch benchmarks go (default: a temporary directory).")
+def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json: bool, with_profile: bool,
+               output_dir: Path | None) -> None:
     """List every dispatch of INPUT_FILE: kind, op, shape, runs per call, the function that runs it,
-    and the pipeline that would tune it or why none does. Nothing is timed."""
+    and the pipeline that would tune it or why none does; with --profile, its measured time and share."""
     import json
+    import tempfile
 
     from rich.table import Table
 
     from tuner import api
 
-    console = Console()
-    with _errors_to_exit():
-        rows = api.list_dispatches(input_file, target, pipeline_name)
+    console = Console(stderr=as_json)
+    with _errors_to_exit(), tempfile.TemporaryDirectory(prefix="iree-tuner-profile-") as scratch:
+        work = (output_dir or Path(scratch)) if with_profile else None
+        if work is not None and output_dir is not None:
+            api.prepare_output(output_dir)
+        with _progress(console) as on_progress:
+            listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress)
+    rows, measured = listed.rows, listed.profile
     if as_json:
-        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+        click.echo(json.dumps({"dispatches": [r.to_json() for r in rows],
+                               "entry_ms": measured.entry_ms if measured else None}, indent=2))
         return
     table = Table(title=f"Dispatches of {input_file} on {target}")
-    for col in ("dispatch", "kind", "op", "shape", "runs", "entry", "tuned by / why not"):
-        table.add_column(col, justify="right" if col == "runs" else "left")
+    columns = ["dispatch", "kind", "shape", "runs", "entry"] + (["ms", "share"] if measured else []) + ["tuned by / why not"]
+    for col in columns:
+        table.add_column(col, justify="right" if col in ("runs", "ms", "share") else "left")
     for r in rows:
-        table.add_row(r.name, r.kind or "-", r.op, r.shape or "-", str(r.runs), r.entry,
+        timed = [f"{r.ms:.3f}" if r.ms is not None else "-", f"{100 * r.share:.1f}%" if r.share is not None else "-"]
+        table.add_row(r.name, r.kind or "-", r.shape or "-", str(r.runs), r.entry, *(timed if measured else []),
                       r.pipeline or f"[yellow]{r.why_not}[/yellow]")
     console.print(table)
+    if measured:
+        for entry, ms in measured.entry_ms.items():
+            coverage = measured.coverage(entry)
+            console.print(f"@{entry}: {ms:.3f} ms per call, timed whole; its dispatches timed alone add up to "
+                          + (f"{100 * coverage:.0f}% of it" if coverage else "nothing measurable"))
     tunable = sum(1 for r in rows if r.pipeline)
     console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
                   f"--target {target} --dispatch NAME")
