@@ -18,6 +18,7 @@ from tuner.compile_stage import EvalSettings, Progress, candidate_flags, compile
 from tuner.discovery import Program, discover_program, parse_input
 from tuner.errors import InputError, OutputError
 from tuner.evaluator import make_evaluator
+from tuner.inputs import program_source
 from tuner.manifest import MANIFEST, Manifest
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
@@ -42,6 +43,18 @@ class Tuning:
     stats: Optional[EvaluationStats]
     output_dir: Path
     manifest: Optional[Manifest] = None  # written by a compile-only run
+
+
+def _scratch() -> str:
+    """A directory of this process's own for what a command with no output directory must write
+    (an imported ONNX model), removed when the process ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="iree-tuner-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def prepare_output(output_dir: Path) -> Path:
@@ -91,9 +104,9 @@ class _Session:
 
 def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
           dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> _Session:
-    input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
-    output_dir = Path(output_dir) if output_dir is not None else Path()
+    output_dir = Path(output_dir) if output_dir is not None else Path(_scratch())
+    input_path = program_source(Path(input_path), output_dir)  # an ONNX model: its import, in output_dir
     ctx = ir.Context()
     parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
     program = discover_program(input_path, target, ctx)
@@ -165,8 +178,8 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
     call of their entry, or by measured time with a profile), then the others with why none of
     this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed alone and each
     entry function whole on the target's device (see tuner.profile); the work goes there."""
-    input_path = Path(input_path)
     target = parse_target(target) if isinstance(target, str) else target
+    input_path = program_source(Path(input_path), Path(profile_dir) if profile_dir is not None else Path(_scratch()))
     ctx = ir.Context()
     parse_input(input_path, ctx)
     program = discover_program(input_path, target, ctx)

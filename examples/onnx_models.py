@@ -1,0 +1,121 @@
+"""Build small real-model-like ONNX files with the `onnx` package (no model files are committed):
+
+    python examples/onnx_models.py --out onnx-models
+    iree-tuner dispatches onnx-models/bert_layer.onnx --profile
+    iree-tuner tune onnx-models/cnn_b4.onnx --output tuning-cnn
+
+- bert_layer.onnx: one BERT-base-like encoder layer, 128 tokens, hidden 256, 4 heads, MLP 1024:
+  Q/K/V projections, scaled dot-product attention (MatMul, Softmax, MatMul), the output
+  projection, residual + LayerNorm, MLP with GELU (the erf form), residual + LayerNorm.
+- cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
+  blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
+
+Weights are seeded random initializers, so every build gives the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.05):
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 1024, seed: int = 0):
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    head = hidden // heads
+    inits = [_init(rng, n, s) for n, s in (
+        ("wq", (hidden, hidden)), ("wk", (hidden, hidden)), ("wv", (hidden, hidden)), ("wo", (hidden, hidden)),
+        ("w1", (hidden, mlp)), ("w2", (mlp, hidden)))]
+    inits += [helper.make_tensor(n, TensorProto.FLOAT, [hidden], np.ones(hidden, np.float32) if "scale" in n
+                                 else np.zeros(hidden, np.float32)) for n in ("ln1_scale", "ln1_bias", "ln2_scale", "ln2_bias")]
+    inits += [helper.make_tensor("heads_shape", TensorProto.INT64, [3], [tokens, heads, head]),
+              helper.make_tensor("merged_shape", TensorProto.INT64, [2], [tokens, hidden]),
+              helper.make_tensor("inv_sqrt_d", TensorProto.FLOAT, [], [1.0 / np.sqrt(head)]),
+              helper.make_tensor("inv_sqrt2", TensorProto.FLOAT, [], [1.0 / np.sqrt(2.0)]),
+              helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+              helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])]
+    nodes = []
+    for name in ("q", "k", "v"):
+        nodes += [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}_flat"]),
+                  helper.make_node("Reshape", [f"{name}_flat", "heads_shape"], [f"{name}_3d"]),
+                  helper.make_node("Transpose", [f"{name}_3d"], [f"{name}_h"], perm=[1, 0, 2])]
+    nodes += [helper.make_node("Transpose", ["k_h"], ["k_t"], perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["q_h", "k_t"], ["scores_raw"]),
+              helper.make_node("Mul", ["scores_raw", "inv_sqrt_d"], ["scores"]),
+              helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "v_h"], ["ctx_h"]),
+              helper.make_node("Transpose", ["ctx_h"], ["ctx_3d"], perm=[1, 0, 2]),
+              helper.make_node("Reshape", ["ctx_3d", "merged_shape"], ["ctx"]),
+              helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
+              helper.make_node("Add", ["x", "attn_out"], ["res1"]),
+              helper.make_node("LayerNormalization", ["res1", "ln1_scale", "ln1_bias"], ["h1"], axis=-1),
+              helper.make_node("MatMul", ["h1", "w1"], ["up"]),
+              # GELU, erf form: 0.5 * x * (1 + erf(x / sqrt(2)))
+              helper.make_node("Mul", ["up", "inv_sqrt2"], ["up_s"]),
+              helper.make_node("Erf", ["up_s"], ["erf"]),
+              helper.make_node("Add", ["erf", "one"], ["erf1"]),
+              helper.make_node("Mul", ["up", "erf1"], ["gelu_2"]),
+              helper.make_node("Mul", ["gelu_2", "half"], ["gelu"]),
+              helper.make_node("MatMul", ["gelu", "w2"], ["down"]),
+              helper.make_node("Add", ["h1", "down"], ["res2"]),
+              helper.make_node("LayerNormalization", ["res2", "ln2_scale", "ln2_bias"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "bert_layer",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [tokens, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [tokens, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def small_cnn(batch: int, size: int = 64, seed: int = 0):
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    channels = [3, 16, 32, 64]
+    inits, nodes, x = [], [], "image"
+    for i, (cin, cout) in enumerate(zip(channels, channels[1:])):
+        inits += [_init(rng, f"conv{i}_w", (cout, cin, 3, 3), 0.1), _init(rng, f"conv{i}_b", (cout,), 0.01)]
+        stride = 1 if i == 0 else 2
+        nodes += [helper.make_node("Conv", [x, f"conv{i}_w", f"conv{i}_b"], [f"conv{i}"], kernel_shape=[3, 3],
+                                   pads=[1, 1, 1, 1], strides=[stride, stride]),
+                  helper.make_node("Relu", [f"conv{i}"], [f"relu{i}"])]
+        x = f"relu{i}"
+    inits += [_init(rng, "fc_w", (10, channels[-1])), _init(rng, "fc_b", (10,), 0.01)]
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
+              helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
+    graph = helper.make_graph(nodes, f"cnn_b{batch}",
+                              [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 3, size, size])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def write_models(out: Path) -> list[Path]:
+    import onnx
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, model in (("bert_layer", bert_layer()), ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4))):
+        onnx.checker.check_model(model)
+        path = out / f"{name}.onnx"
+        onnx.save(model, path)
+        paths.append(path)
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("onnx-models"))
+    for path in write_models(parser.parse_args().out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""ONNX models as users bring them (built by examples/onnx_models.py with the onnx package):
+imported through iree-import-onnx into the run's own directory, every dispatch listed, and a
+tuning that reaches a timed baseline on the model's own entry function, with no flags beyond
+--target."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "onnx_models.py"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("onnx_models", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {p.stem: p for p in module.write_models(tmp_path_factory.mktemp("onnx"))}
+
+
+def test_every_dispatch_of_an_onnx_cnn_is_listed(models):
+    result = run_cli("dispatches", models["cnn_b4"], "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["dispatches"]
+    convs = [r for r in rows if r["kind"] == "convolution"]
+    # Three 3x3 convs of 4 images, each tunable on the CPU; the classifier's Gemm too.
+    assert sorted(r["shape"] for r in convs) == ["b4_m16x16_n64_k32x3x3_f32f32f32", "b4_m32x32_n32_k16x3x3_f32f32f32",
+                                                 "b4_m64x64_n16_k3x3x3_f32f32f32"]
+    assert all(r["pipeline"] == "llvmcpu_conv_tile_and_decompose" and r["entry"] == "cnn_b4" for r in convs)
+    assert any(r["kind"] == "contraction" and r["shape"] == "m4_n10_k64_f32f32f32" for r in rows)
+    assert all(r["why_not"] for r in rows if not r["pipeline"])
+
+
+def test_an_onnx_model_is_tuned_on_its_own_entry(models, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("tune", models["bert_layer"], "--num-candidates", "1", "--repetitions", "1",
+                     "--confirm-rounds", "1", "--output", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "tuning bert_layer$async_dispatch_11_matmul_128x1024x256_f32" in text  # the MLP up-projection
+    data = json.loads((out / "results.json").read_text())
+    assert data["entry"] == "bert_layer" and all(c["status"] == "ok" for c in data["candidates"])
+    # The import lives in the run's directory; the identity is the ONNX file's.
+    assert (out / "imported" / "bert_layer.mlir").is_file()
+    assert json.loads((out / "run.json").read_text())["input"].endswith("bert_layer.onnx")

@@ -1,0 +1,29 @@
+"""Model files as the user brings them, turned into the MLIR program iree-compile takes: MLIR
+(linalg or torch dialect) as it is, an ONNX model through IREE's own importer (`iree-import-onnx`,
+which needs the `onnx` package: `pip install -e '.[onnx]'`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuner.errors import InputError
+from tuner.tools import find_tool, run_tool
+
+IMPORTED = "imported"
+
+
+def program_source(path: Path, workdir: Path, timeout_s: float = 600.0) -> Path:
+    """`path` itself for MLIR; for an `.onnx` model, its import as `workdir/imported/NAME.mlir`
+    (written there, nowhere else). One clear line when the model cannot be imported."""
+    if path.suffix.lower() != ".onnx":
+        return path
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    out = workdir / IMPORTED / (path.stem + ".mlir")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run = run_tool([find_tool("iree-import-onnx"), str(path), "-o", str(out)], timeout_s)
+    if not run.ok:
+        if "No module named 'onnx'" in run.stderr:
+            raise InputError(f"{path}: importing ONNX needs the onnx package: pip install -e '.[onnx]'")
+        raise InputError(f"{path}: iree-import-onnx could not import it: {run.first_error()}")
+    return out
