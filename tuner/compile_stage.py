@@ -106,10 +106,11 @@ def _binary_hash(cdir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _benchmark_function(path: Path, ctx: ir.Context) -> Optional[str]:
-    """The function IREE marked as a dispatch benchmark (iree.reflection: iree.benchmark)."""
+def benchmark_function(text: str, ctx: ir.Context) -> Optional[str]:
+    """The function IREE marked as a dispatch benchmark (iree.reflection: iree.benchmark) in the
+    text of a dumped dispatch benchmark module."""
     with ctx:
-        module = ir.Module.parse(path.read_text())
+        module = ir.Module.parse(text)
         for op in module.body.operations:
             attrs = op.operation.attributes
             if "iree.reflection" in attrs and "iree.benchmark" in ir.DictAttr(attrs["iree.reflection"]):
@@ -151,7 +152,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
         return built(Status.CONFIG_NOT_APPLIED, error=detail)
     function = None
     if target.time_dispatch_only:
-        function = _benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name), ctx)
+        function = benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name).read_text(), ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
         # The module that is timed is a second compile: it must carry the config as well.

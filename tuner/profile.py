@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from iree.compiler import ir
 
+from tuner.compile_stage import benchmark_function
 from tuner.discovery import Program
 from tuner.errors import ToolError
 from tuner.runner import DispatchBenchmark, RunSettings, benchmark
@@ -64,16 +65,6 @@ class Profile:
         return total / self.entry_ms[entry] if self.entry_ms.get(entry) else None
 
 
-def _benchmark_function(text: str, ctx: ir.Context) -> Optional[str]:
-    with ctx:
-        module = ir.Module.parse(text)
-        for op in module.body.operations:
-            attrs = op.operation.attributes
-            if "iree.reflection" in attrs and "iree.benchmark" in ir.DictAttr(attrs["iree.reflection"]):
-                return ir.StringAttr(attrs["sym_name"]).value
-    return None
-
-
 def profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
             repetitions: int = 3, timeout_s: float = 300.0,
             progress: Optional[Callable[[str, int, int], None]] = None) -> Profile:
@@ -95,7 +86,7 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
     for i, name in enumerate(names, 1):
         entry = program.entries.get(name)
         source = next((p for p, text in sources.items() if f"@{name}" in text), None)
-        function = _benchmark_function(sources[source], ctx) if source else None
+        function = benchmark_function(sources[source], ctx) if source else None
         if isinstance(entry, str) or entry is None or source is None or function is None:
             untimed[name] = entry if isinstance(entry, str) else "no dispatch benchmark was dumped for it"
         else:
