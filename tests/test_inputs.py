@@ -199,3 +199,35 @@ def test_dispatches_profile_times_each_dispatch_and_the_whole_function(tmp_path)
     assert "dispatch benchmarks run faster" in data["caveat"]  # said on llvm-cpu (see tuner.profile)
     # What was compiled and timed stays where it was asked to go.
     assert (out / "program.vmfb").is_file() and list((out / "dispatch-benchmarks").glob("*.mlir"))
+
+
+def test_the_users_own_inputs_are_checked_and_used(tmp_path, small_matmul):
+    import numpy as np
+
+    a = np.full((128, 64), 0.5, np.float32)
+    b = np.arange(64 * 256, dtype=np.float32).reshape(64, 256) / 1000
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    out = tmp_path / "out"
+    result = run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--input", tmp_path / "b.npy",
+                     "--num-candidates", "1", "--repetitions", "1", "--confirm-rounds", "1", "--output", out)
+    assert result.exit_code == 0, result.output
+    # The baseline's output (the numerics reference) is the product of these inputs.
+    reference = np.load(out / "candidates" / "0000" / "output-local-task.npy")
+    assert np.allclose(reference, a @ b, rtol=1e-5)
+    # Compiled here, measured elsewhere: the inputs travel in the directory.
+    compiled = tmp_path / "compiled"
+    assert run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--input", tmp_path / "b.npy",
+                   "--num-candidates", "1", "--compile-only", "--output", compiled).exit_code == 0
+    measured = run_cli("benchmark", compiled, "--repetitions", "1", "--confirm-rounds", "1")
+    assert measured.exit_code == 0, measured.output
+    assert np.allclose(np.load(compiled / "candidates" / "0000" / "output-local-task.npy"), a @ b, rtol=1e-5)
+    # Wrong count, wrong shape, wrong type: one line each.
+    assert_one_error_line(run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--output", tmp_path / "o1"),
+                          2, "takes 2 arguments")
+    np.save(tmp_path / "b_t.npy", b.T.copy())
+    assert_one_error_line(run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--input", tmp_path / "b_t.npy",
+                                  "--output", tmp_path / "o2"), 2, "argument 1 of @mm is 64x256xf32")
+    np.save(tmp_path / "b64.npy", b.astype(np.float64))
+    assert_one_error_line(run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--input", tmp_path / "b64.npy",
+                                  "--output", tmp_path / "o3"), 2, "float64")

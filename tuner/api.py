@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -123,11 +124,13 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
          compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
          store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None,
-         force: bool = False, on_discovered: Optional[Callable[[Program, Dispatch], None]] = None) -> Tuning:
+         force: bool = False, on_discovered: Optional[Callable[[Program, Dispatch], None]] = None,
+         inputs: Sequence[Path | str] = ()) -> Tuning:
     """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`).
     `pipeline_name` picks a codegen pipeline other than the one for the compiler's own choice.
     The output directory is locked for the run; one that holds another input's run is refused
-    unless `force` (which clears it)."""
+    unless `force` (which clears it). `inputs`: the user's own .npy files for the entry's
+    arguments, in order (default: generated)."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
     target = parse_target(target) if isinstance(target, str) else target
@@ -136,11 +139,13 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
         session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
         if on_discovered:
             on_discovered(session.program, session.dispatch)
+        _take_inputs(session, inputs)
         candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                          session.target.spec_entry, progress=progress)
         if on_candidates:
             on_candidates(session.dispatch, candidates)
-        return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path)
+        return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path,
+                        given=bool(inputs))
 
 
 @dataclass(frozen=True)
@@ -230,12 +235,14 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                       strategy: str = "auto", devices: Sequence[str] = (),
                       store_path: Optional[Path | str] = None,
                       on_warning: Optional[Callable[[str], None]] = None,
-                      pipeline_name: Optional[str] = None, force: bool = False) -> Tuning:
+                      pipeline_name: Optional[str] = None, force: bool = False,
+                      inputs: Sequence[Path | str] = ()) -> Tuning:
     """Evaluate the given knob assignments (and the baseline) for the dispatch; no search."""
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       force):
         session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
+        _take_inputs(session, inputs)
         candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
                                                      session.target.spec_entry)
         for warning in warnings:
@@ -243,11 +250,25 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                 on_warning(warning)
         if on_candidates:
             on_candidates(session.dispatch, candidates)
-        return evaluate(session, candidates, settings, progress, False, strategy, devices, store_path)
+        return evaluate(session, candidates, settings, progress, False, strategy, devices, store_path,
+                        given=bool(inputs))
+
+
+GIVEN_INPUTS = "given-inputs"
+
+
+def _take_inputs(session: _Session, inputs: Sequence[Path | str]) -> None:
+    """Check the user's own input files against the entry and keep them in the run's directory."""
+    given = session.output_dir / GIVEN_INPUTS
+    if given.exists():
+        shutil.rmtree(given)
+    if inputs:
+        session.workload.given_inputs([Path(p) for p in inputs], given)
 
 
 def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
-             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str]) -> Tuning:
+             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str],
+             given: bool = False) -> Tuning:
     """Compile and measure the candidates with the chosen evaluator, reusing and filling the
     result store, then write best_spec.mlir, best_flags.txt and results.json. With
     `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
@@ -262,6 +283,7 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
         "pipeline": session.pipeline.name,
         "input_digest": session.dispatch.source_digest,
         "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
+        **({"given_inputs": GIVEN_INPUTS} if given else {}),
         "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
     }
     store = ResultStore(Path(store_path) if store_path else output_dir / STORE, compiler_version(), runtime_version())
@@ -273,7 +295,8 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
         (output_dir / MANIFEST).unlink(missing_ok=True)  # its modules are about to be rebuilt
         strategy = target.default_strategy if strategy == "auto" else strategy
         evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
-                                   store, settings, devices, progress, session.ctx)
+                                   store, settings, devices, progress, session.ctx,
+                                   given_inputs=output_dir / GIVEN_INPUTS if given else None)
         evaluation = evaluator.evaluate(candidates)
     finally:
         store.close()

@@ -50,6 +50,8 @@ def _evaluation_options(f):
                      help="Interleaved rounds timing the baseline and the most promising candidates side by side; "
                           "a winner must be faster in 3 of 4 (0: no winner is named).")(f)
     f = click.option("--force", is_flag=True, help="Clear an output directory that holds another input's run.")(f)
+    f = click.option("--input", "input_files", multiple=True, type=click.Path(path_type=Path),
+                     help="Your own .npy file for the entry's next argument (repeat, in order); default: generated.")(f)
     f = click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")(f)
     f = click.option("--pipeline", "pipeline_name", default=None,
                      help="Codegen pipeline to tune with (default: the one for the compiler's choice), "
@@ -74,9 +76,9 @@ def _settings(repetitions: int, compile_timeout: float, run_timeout: float, base
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 @_evaluation_options
 def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: bool, target: str,
-         pipeline_name: str | None, dispatch_name: str | None, force: bool, confirm_rounds: int, baseline_every: int,
-         repetitions: int, run_timeout: float, compile_timeout: float, strategy: str, devices: tuple[str, ...],
-         store_path: Path | None) -> None:
+         pipeline_name: str | None, dispatch_name: str | None, input_files: tuple[Path, ...], force: bool,
+         confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
+         strategy: str, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE (a .mlir with linalg ops)."""
     from tuner import api
 
@@ -86,7 +88,7 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
                           _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds),
                           on_progress, _announce(console, num_candidates), compile_only, strategy, devices,
                           store_path, pipeline_name, force,
-                          on_discovered=None if dispatch_name else _picked(console))
+                          on_discovered=None if dispatch_name else _picked(console), inputs=input_files)
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
         console.print(f"compiled {ok} of {len(tuning.manifest.built)} candidates into {output_dir}; "
@@ -103,8 +105,8 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
               help="With an input file: where outputs go (default: benchmark-output).")
 @_evaluation_options
 def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, pipeline_name: str | None,
-              dispatch_name: str | None, force: bool, confirm_rounds: int, baseline_every: int,
-              repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
+              dispatch_name: str | None, input_files: tuple[Path, ...], force: bool, confirm_rounds: int,
+              baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
               devices: tuple[str, ...], store_path: Path | None) -> None:
     """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
     (measured here with the IREE runtime and numpy only), or an input .mlir with --configs."""
@@ -114,6 +116,9 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
         if path.is_dir():
             if configs_file is not None:
                 raise InputError(f"{path} is a compiled directory; --configs goes with an input .mlir file")
+            if input_files:
+                raise InputError(f"{path} is a compiled directory: its inputs are the ones it was compiled with "
+                                 f"(give --input to `tune --compile-only`)")
             from tuner.benchmark_stage import benchmark_dir
 
             with _progress(console) as on_progress:
@@ -134,7 +139,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             tuning = api.benchmark_configs(path, configs, target, output_dir, dispatch_name, settings, on_progress,
                                            _announce(console), strategy, devices, store_path,
                                            on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}"),
-                                           pipeline_name=pipeline_name, force=force)
+                                           pipeline_name=pipeline_name, force=force, inputs=input_files)
     _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
 
 

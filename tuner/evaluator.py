@@ -65,7 +65,8 @@ class _LocalEvaluator:
 
     def __init__(self, input_path: Path, target: Target, workload: Workload, workdir: Path, store: ResultStore,
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
-                 progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None) -> None:
+                 progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
+                 given_inputs: Optional[Path] = None) -> None:
         self.input_path = input_path
         self.target = target
         self.workdir = workdir
@@ -74,7 +75,7 @@ class _LocalEvaluator:
         self.devices = distinct_devices(devices, target.device)
         self.progress = progress
         self.ctx = ctx or ir.Context()
-        inputs = tuple(workload.write_inputs(workdir / "inputs"))
+        inputs = tuple(workload.write_inputs(workdir / "inputs", given=given_inputs))
         self.run_settings = settings.run_settings(self.devices[0], workload, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
         # The conditions stored results must have been timed under to be reused here.

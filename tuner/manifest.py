@@ -9,7 +9,7 @@ from typing import Optional
 from pathlib import Path
 
 from tuner.errors import InputError
-from tuner.measure import Built
+from tuner.measure import Built, inside
 from tuner.workload import Workload
 
 MANIFEST = "manifest.json"
@@ -26,7 +26,8 @@ class Manifest:
     def inputs(self, root: Path) -> tuple[Path, ...]:
         """The benchmark inputs, written where they are measured (they can be far larger than the
         compiled candidates, so they do not travel): seeded random data from the workload."""
-        return tuple(self.workload.write_inputs(root / "inputs"))  # seeded: the same data every time
+        given = self.meta.get("given_inputs")
+        return tuple(self.workload.write_inputs(root / "inputs", given=inside(root, given) if given else None))
 
     def write(self, root: Path) -> Path:
         data = {

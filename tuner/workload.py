@@ -109,9 +109,49 @@ class Workload:
         """The result whose values the numerics check compares: the first tensor result."""
         return next((i for i, o in enumerate(self.outputs) if not o.scalar), None)
 
-    def write_inputs(self, directory: Path, seed: int = 0) -> list[Path]:
-        """Write one file per input (fresh random data from `seed`) and return their paths; see
-        `input_flag` for how each is passed to the IREE tools."""
+    def given_inputs(self, files: list[Path], directory: Path) -> list[Path]:
+        """Check the user's own input files (.npy, one per argument, in order) against this
+        function's arguments and write them into `directory` as `write_inputs` would name them.
+        One clear line for a missing file, a wrong count, shape or type."""
+        if len(files) != len(self.inputs):
+            raise InputError(f"@{self.entry} takes {len(self.inputs)} arguments "
+                             f"({', '.join(s.mlir for s in self.inputs) or 'none'}); {len(files)} --input files given")
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for i, (path, spec) in enumerate(zip(files, self.inputs)):
+            try:
+                array = np.load(path, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise InputError(f"--input {path}: not a readable .npy file ({e})") from None
+            want = (np.dtype(RAW_TYPES[spec.element_type]) if spec.element_type in RAW_TYPES
+                    else np.dtype(NUMPY_DTYPES.get(spec.element_type, np.float32)))
+            if tuple(array.shape) != spec.shape or array.dtype != want:
+                raise InputError(f"--input {path}: {array.dtype} {tuple(array.shape)}, but argument {i} of "
+                                 f"@{self.entry} is {spec.mlir} ({want}{' raw bits' if spec.element_type in RAW_TYPES else ''})")
+            if spec.scalar:
+                out = directory / f"input{i}.{spec.element_type}.scalar"
+                out.write_text(str(array.item()))
+            elif spec.element_type in RAW_TYPES:
+                out = directory / f"input{i}.{spec.mlir}.bin"
+                out.write_bytes(np.ascontiguousarray(array).tobytes())
+            else:
+                out = directory / f"input{i}.npy"
+                np.save(out, array)
+            paths.append(out)
+        return paths
+
+    def write_inputs(self, directory: Path, seed: int = 0, given: Optional[Path] = None) -> list[Path]:
+        """Write one file per input (fresh random data from `seed`, or the files in `given`, a
+        directory `given_inputs` wrote) and return their paths; see `input_flag` for how each is
+        passed to the IREE tools."""
+        if given is not None:
+            files = sorted(given.glob("input*"), key=lambda p: int(p.name[len("input"):].split(".")[0]))
+            if len(files) != len(self.inputs):
+                raise InputError(f"{given}: {len(files)} input files for the {len(self.inputs)} arguments of @{self.entry}")
+            directory.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                (directory / f.name).write_bytes(f.read_bytes())
+            return [directory / f.name for f in files]
         problem = self.unrunnable()
         if problem:
             raise InputError(f"@{self.entry}: {problem}")
