@@ -4,9 +4,10 @@
     iree-tuner dispatches onnx-models/bert_layer.onnx --profile
     iree-tuner tune onnx-models/cnn_b4.onnx --output tuning-cnn
 
-- bert_layer.onnx: one BERT-base-like encoder layer, 128 tokens, hidden 256, 4 heads, MLP 1024:
+- bert_layer.onnx: one small BERT-like encoder layer, 128 tokens, hidden 256, 4 heads, MLP 1024:
   Q/K/V projections, scaled dot-product attention (MatMul, Softmax, MatMul), the output
   projection, residual + LayerNorm, MLP with GELU (the erf form), residual + LayerNorm.
+- bert_base_layer.onnx: the same at BERT-base's size: 384 tokens, hidden 768, 12 heads, MLP 3072.
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
 
@@ -102,7 +103,8 @@ def write_models(out: Path) -> list[Path]:
 
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, model in (("bert_layer", bert_layer()), ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4))):
+    for name, model in (("bert_layer", bert_layer()), ("bert_base_layer", bert_layer(384, 768, 12, 3072)),
+                        ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4))):
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)

@@ -195,10 +195,10 @@ def test_dispatches_profile_times_each_dispatch_and_the_whole_function(tmp_path)
     totals = [r["ms"] * r["runs"] for r in rows]
     assert [r["share"] for r in rows] == pytest.approx([t / sum(totals) for t in totals])
     assert [r["share"] for r in rows] == sorted((r["share"] for r in rows), reverse=True)
-    assert data["entry_ms"]["model"] > 0 and data["coverage"]["model"] > 0
-    assert "dispatch benchmarks run faster" in data["caveat"]  # said on llvm-cpu (see tuner.profile)
-    # What was compiled and timed stays where it was asked to go.
-    assert (out / "program.vmfb").is_file() and list((out / "dispatch-benchmarks").glob("*.mlir"))
+    assert data["entry_ms"]["model"] > 0 and 0 < data["coverage"]["model"] < 1.5
+    assert data["method"] == "each dispatch inside the program, by the runtime's own profile"  # on the CPU
+    # What was compiled and profiled stays where it was asked to go.
+    assert (out / "program.vmfb").is_file() and (out / "model.ireeprof").is_file()
 
 
 def test_the_users_own_inputs_are_checked_and_used(tmp_path, small_matmul):

@@ -226,7 +226,7 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
         click.echo(json.dumps({"dispatches": [r.to_json() for r in rows],
                                "entry_ms": measured.entry_ms if measured else None,
                                "coverage": {e: measured.coverage(e) for e in measured.entry_ms} if measured else None,
-                               "caveat": measured.caveat if measured else ""}, indent=2))
+                               "method": measured.method if measured else ""}, indent=2))
         return
     table = Table(title=f"Dispatches of {input_file} on {target}")
     columns = ["dispatch", "kind", "shape", "runs", "entry"] + (["ms", "share"] if measured else []) + ["tuned by / why not"]
@@ -242,8 +242,7 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
             coverage = measured.coverage(entry)
             console.print(f"@{entry}: {ms:.3f} ms per call, timed whole; its dispatches timed alone add up to "
                           + (f"{100 * coverage:.0f}% of it" if coverage else "nothing measurable"))
-        if measured.caveat:
-            console.print(f"[yellow]note:[/yellow] {measured.caveat}")
+        console.print(f"timed: {measured.method}")
     tunable = sum(1 for r in rows if r.pipeline)
     console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
                   f"--target {target} --dispatch NAME")

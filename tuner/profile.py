@@ -1,12 +1,20 @@
-"""Where a program's time goes, dispatch by dispatch: each dispatch timed alone (IREE's dumped
-dispatch benchmark for its executable, in batches) times how often one call of its entry function
-runs it, against the whole entry function timed as the user would call it. The shares are of the
-sum of the dispatch times; the check is how close that sum comes to the function's own time (the
-rest is what dispatch benchmarks leave out: launches, copies, host work)."""
+"""Where a program's time goes, dispatch by dispatch: each dispatch's time times how often one
+call of its entry function runs it, against the whole entry function timed as the user would call
+it. The shares are of the sum of the dispatch times; the check is how close that sum comes to the
+function's own time (the rest is launches, copies, host work).
+
+How a dispatch is timed depends on the device. On the CPU (local-task, local-sync), inside the
+program, by the runtime's own HAL profiling (`--device_profiling_mode=host-execution`, read back
+with `iree-profile dispatch --format=jsonl`): IREE 3.13's dumped dispatch benchmarks run there
+much faster than the same dispatch in the program (a 256x1024x1024 f32 matmul: 2.0 ms alone, 7.1 ms
+in the program by the runtime's profile, 7.3 ms per call of the whole function). On GPUs, alone,
+from the dumped dispatch benchmark of its executable (in batches), which agreed with CUPTI kernel
+times on the H100."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import json
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -18,7 +26,7 @@ from tuner.errors import ToolError
 from tuner.runner import DispatchBenchmark, RunSettings, benchmark
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
-from tuner.workload import Workload
+from tuner.workload import Workload, input_flag
 
 BENCH = "dispatch-benchmarks"
 
@@ -35,13 +43,6 @@ class DispatchTime:
         return self.ms * self.runs
 
 
-# Seen on llvm-cpu with IREE 3.13 (2-core x86_64, AVX-512): the dumped dispatch benchmark of a
-# 256x1024x1024 f32 matmul ran in 2.0 ms while the same dispatch inside the program took 7.5-7.9 ms
-# (the program compiled with --iree-hal-benchmark-dispatch-repeat-count=10 took 71 ms more than
-# with 1). On the H100 the dispatch benchmarks agreed with CUPTI kernel times (BENCHMARKS.md).
-CPU_CAVEAT = ("on llvm-cpu, IREE 3.13's dispatch benchmarks run faster than the same dispatch inside the program "
-              "(a 256x1024x1024 f32 matmul: 2.0 ms alone, 7.5 ms in the program): the shares are of dispatch-"
-              "benchmark time, and the coverage line shows how far their sum is from the function's own time")
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Profile:
     times: dict[str, DispatchTime]  # by dispatch name; dispatches that could not be timed are absent
     entry_ms: dict[str, float]  # each entry function, timed whole
     untimed: dict[str, str]  # dispatch name -> why it has no time
-    caveat: str = ""  # what a reader must know about these times on this target
+    method: str = ""  # how the dispatches were timed
 
     def share(self, name: str) -> Optional[float]:
         """The dispatch's share of the summed dispatch time of its entry function."""
@@ -63,6 +64,29 @@ class Profile:
         """Summed dispatch times of `entry` over its whole time (1.0: the dispatches are all of it)."""
         total = sum(x.total_ms for x in self.times.values() if x.entry == entry)
         return total / self.entry_ms[entry] if self.entry_ms.get(entry) else None
+
+
+def _in_program(vmfb: Path, settings: RunSettings, workdir: Path, timeout_s: float) -> dict[str, float]:
+    """Each dispatch's mean time (ms) inside the program, from the runtime's own profile of the
+    entry function run by iree-benchmark-module (CPU devices: host-execution events)."""
+    bundle = workdir / f"{settings.entry}.ireeprof"
+    bundle.unlink(missing_ok=True)
+    run = run_tool([find_tool("iree-benchmark-module"), f"--device={settings.device}", f"--module={vmfb}",
+                    f"--function={settings.entry}", *(f"--input={input_flag(p)}" for p in settings.inputs),
+                    f"--benchmark_min_time={settings.min_time_s}s", "--device_profiling_mode=host-execution",
+                    f"--device_profiling_output={bundle}"], timeout_s)
+    if not run.ok:
+        raise ToolError(f"profiling @{settings.entry} failed: {run.first_error()}", list(run.command), run.stderr)
+    report = run_tool([find_tool("iree-profile"), "dispatch", "--format=jsonl", str(bundle)], timeout_s)
+    if not report.ok:
+        raise ToolError(f"iree-profile could not read {bundle}: {report.first_error()}", list(report.command),
+                        report.stderr)
+    times = {}
+    for line in report.stdout.splitlines():
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("type") in ("host_dispatch_group", "dispatch_group") and event.get("valid"):
+            times[event["key"]] = event["avg_ns"] / 1e6
+    return times
 
 
 def profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
@@ -80,6 +104,8 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
                         list(run.command), run.stderr)
     entries = {w.entry: w for w in program.entries.values() if isinstance(w, Workload)}
     names = sorted(program.runs)
+    if target.device.startswith("local"):
+        return _profile_in_program(vmfb, target, program, entries, workdir, repetitions, timeout_s, progress)
     times, untimed = {}, {}
     sources = {p: p.read_text() for p in sorted(bench_dir.glob("*.mlir"))}
     total = len(names) + len(entries)
@@ -108,4 +134,26 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
             entry_ms[name] = timing.median_ms
         if progress:
             progress("profile", len(names) + j, total)
-    return Profile(times, entry_ms, untimed, CPU_CAVEAT if target.device.startswith("local") else "")
+    return Profile(times, entry_ms, untimed, "each dispatch alone, from IREE's dumped dispatch benchmarks")
+
+
+def _profile_in_program(vmfb: Path, target: Target, program: Program, entries: dict[str, Workload], workdir: Path,
+                        repetitions: int, timeout_s: float,
+                        progress: Optional[Callable[[str, int, int], None]]) -> Profile:
+    times: dict[str, DispatchTime] = {}
+    entry_ms: dict[str, float] = {}
+    for i, (name, workload) in enumerate(sorted(entries.items()), 1):
+        settings = RunSettings(target.device, name, tuple(workload.write_inputs(workdir / "inputs" / name)),
+                               repetitions, 0.3, timeout_s)
+        whole, _ = benchmark(vmfb, settings)  # without profiling: what a user's call costs
+        if whole is not None:
+            entry_ms[name] = whole.median_ms
+        for dispatch, ms in _in_program(vmfb, settings, workdir, timeout_s).items():
+            if program.entries.get(dispatch) is workload or dispatch in program.runs and \
+                    getattr(program.entries.get(dispatch), "entry", None) == name:
+                times[dispatch] = DispatchTime(dispatch, ms, program.runs[dispatch], name)
+        if progress:
+            progress("profile", i, len(entries))
+    untimed = {d: (e if isinstance(e, str) else "not seen in the runtime's profile of its entry")
+               for d, e in program.entries.items() if d not in times}
+    return Profile(times, entry_ms, untimed, "each dispatch inside the program, by the runtime's own profile")
