@@ -231,3 +231,20 @@ def test_the_users_own_inputs_are_checked_and_used(tmp_path, small_matmul):
     np.save(tmp_path / "b64.npy", b.astype(np.float64))
     assert_one_error_line(run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--input", tmp_path / "b64.npy",
                                   "--output", tmp_path / "o3"), 2, "float64")
+
+
+def test_tune_picks_by_measured_share_and_says_how(tmp_path):
+    path = tmp_path / "model.mlir"
+    path.write_text(MODEL)
+    result = run_cli("tune", path, "--num-candidates", "1", "--repetitions", "1", "--confirm-rounds", "1",
+                     "--output", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "the largest measured share of 2 tunable dispatches" in text
+    assert "each dispatch inside the program, by the runtime's own profile" in text
+    assert (tmp_path / "out" / "profile" / "model.ireeprof").is_file()
+    # With no device at hand it says it went by FLOPs: the 128x512x256 matmul (33.5 MFLOP a run).
+    compiled = run_cli("tune", path, "--num-candidates", "1", "--compile-only", "--output", tmp_path / "compiled")
+    assert compiled.exit_code == 0, compiled.output
+    text = " ".join(compiled.output.split())
+    assert "tuning model_dispatch_0_matmul_128x512x256_f32: the largest of 2 tunable dispatches by FLOPs" in text

@@ -124,7 +124,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
          compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
          store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None,
-         force: bool = False, on_discovered: Optional[Callable[[Program, Dispatch], None]] = None,
+         force: bool = False, on_discovered: Optional[Callable[[Program, Dispatch, str], None]] = None,
          inputs: Sequence[Path | str] = ()) -> Tuning:
     """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`).
     `pipeline_name` picks a codegen pipeline other than the one for the compiler's own choice.
@@ -137,8 +137,11 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       force):
         session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
+        how = "named by --dispatch" if dispatch_name else "the only tunable dispatch"
+        if dispatch_name is None:
+            session, how = _pick_by_time(session, pipeline_name, compile_only, settings, progress)
         if on_discovered:
-            on_discovered(session.program, session.dispatch)
+            on_discovered(session.program, session.dispatch, how)
         _take_inputs(session, inputs)
         candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                          session.target.spec_entry, progress=progress)
@@ -252,6 +255,32 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
             on_candidates(session.dispatch, candidates)
         return evaluate(session, candidates, settings, progress, False, strategy, devices, store_path,
                         given=bool(inputs))
+
+
+PROFILE = "profile"
+
+
+def _pick_by_time(session: _Session, pipeline_name: Optional[str], compile_only: bool, settings: EvalSettings,
+                  progress: Optional[Progress]) -> tuple[_Session, str]:
+    """With several tunable dispatches, the one with the largest measured share of its entry's
+    time (tuner.profile, in DIR/profile); with no device at hand (compile-only), the largest by
+    FLOPs. Returns the session for the chosen dispatch and how it was chosen."""
+    tunable = [d for d in session.program.dispatches if pipeline_for(d, pipeline_name) is not None]
+    if len(tunable) < 2:
+        return session, "the only tunable dispatch"
+    if compile_only:
+        return session, f"the largest of {len(tunable)} tunable dispatches by FLOPs (compile-only: no device to time them)"
+    measured = profile(session.input_path, session.target, session.program, session.output_dir / PROFILE,
+                       session.ctx, timeout_s=settings.run_timeout_s, progress=progress)
+    timed = [d for d in tunable if d.name in measured.times]
+    if not timed:
+        return session, f"the largest of {len(tunable)} tunable dispatches by FLOPs (none could be timed)"
+    best = max(timed, key=lambda d: measured.times[d.name].total_ms)
+    share = measured.share(best.name) or 0.0
+    chosen = replace(session, dispatch=best, pipeline=pipeline_for(best, pipeline_name),
+                     workload=session.program.workload(best, session.input_path))
+    return chosen, (f"the largest measured share of {len(tunable)} tunable dispatches: {100 * share:.0f}% of "
+                    f"@{measured.times[best.name].entry}'s dispatch time ({measured.method})")
 
 
 GIVEN_INPUTS = "given-inputs"

@@ -285,10 +285,9 @@ def report(directory: Path, top: int) -> None:
 
 def _picked(console: Console):
     """Say which dispatch `tune` picked by itself, and which it skipped and why."""
-    def on_discovered(program, dispatch) -> None:
+    def on_discovered(program, dispatch, how: str) -> None:
         others = [d.name for d in program.dispatches if d.name != dispatch.name]
-        console.print(f"tuning {dispatch.name}, the largest tunable dispatch by FLOPs of {len(program.dispatches)}"
-                      + (f" (others: {', '.join(others)})" if others else ""))
+        console.print(f"tuning {dispatch.name}: {how}" + (f" (others: {', '.join(others)})" if others else ""))
         for name, why in program.skipped:
             console.print(f"skipped {name}: {why}")
 

@@ -29,7 +29,7 @@ from tuner.errors import InputError, LockedError, OtherRunError, OutputError
 LOCK = ".iree-tuner.lock"
 RUN = "run.json"
 # What a run writes into its directory, removed by --force (the result store is not among them).
-RUN_FILES = ("candidates", "inputs", "given-inputs", "imported", "manifest.json", "results.json", "best_spec.mlir", "best_flags.txt",
+RUN_FILES = ("candidates", "inputs", "given-inputs", "imported", "profile", "manifest.json", "results.json", "best_spec.mlir", "best_flags.txt",
              "results.png", RUN)
 
 
