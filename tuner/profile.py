@@ -149,8 +149,8 @@ def _profile_in_program(vmfb: Path, target: Target, program: Program, entries: d
         if whole is not None:
             entry_ms[name] = whole.median_ms
         for dispatch, ms in _in_program(vmfb, settings, workdir, timeout_s).items():
-            if program.entries.get(dispatch) is workload or dispatch in program.runs and \
-                    getattr(program.entries.get(dispatch), "entry", None) == name:
+            entry = program.entries.get(dispatch)
+            if isinstance(entry, Workload) and entry.entry == name:  # counted under the entry that runs it
                 times[dispatch] = DispatchTime(dispatch, ms, program.runs[dispatch], name)
         if progress:
             progress("profile", i, len(entries))
