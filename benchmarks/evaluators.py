@@ -26,7 +26,7 @@ from iree.compiler import ir  # noqa: E402
 
 from pipelines import pipeline_for  # noqa: E402
 from tuner.candidates import generate_candidates  # noqa: E402
-from tuner.discovery import discover, parse_input, read_workload  # noqa: E402
+from tuner.discovery import discover_program  # noqa: E402
 from tuner.evaluator import STRATEGIES  # noqa: E402
 from tuner.ranking import rank  # noqa: E402
 from tuner.settings import EvalSettings  # noqa: E402
@@ -47,9 +47,10 @@ def main() -> None:
 
     ctx = ir.Context()
     target = parse_target("llvm-cpu")
-    dispatch = discover(args.input, target, ctx)[0]
+    program = discover_program(args.input, target, ctx)
+    dispatch = program.dispatches[0]
     candidates = generate_candidates(dispatch, pipeline_for(dispatch), args.candidates, ctx)
-    workload = read_workload(parse_input(args.input, ctx), args.input)
+    workload = program.workload(dispatch, args.input)
     settings = EvalSettings()
     print(f"{dispatch.name}: {len(candidates)} candidates (baseline included), "
           f"{settings.compile_workers} compile workers, {settings.repetitions} repetitions", flush=True)

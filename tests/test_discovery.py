@@ -4,7 +4,7 @@
 import pytest
 
 from tuner.api import select_dispatch
-from tuner.discovery import discover, parse_input, read_workload
+from tuner.discovery import discover, discover_program, parse_input
 from tuner.errors import InputError
 from tests.conftest import SAMPLES
 
@@ -34,9 +34,10 @@ def test_batch_matmul_and_generic(ctx, cpu):
     assert g.op_name == "linalg.generic" and g.loop_bounds == (384, 1000, 1200)
 
 
-def test_workload_reads_the_entry_signature(ctx):
+def test_workload_reads_the_entry_signature(ctx, cpu):
     path = SAMPLES / "generic_contraction_bias_relu_384x1000x1200_f32.mlir"
-    w = read_workload(parse_input(path, ctx), path)
+    program = discover_program(path, cpu, ctx)
+    w = program.workload(program.dispatches[0], path)
     assert w.entry == "linear_relu"
     assert [(s.shape, s.element_type) for s in w.inputs] == [((384, 1200), "f32"), ((1200, 1000), "f32"), ((1000,), "f32")]
 

@@ -17,7 +17,7 @@ from pipelines import pipeline_for
 from tuner import api
 from tuner.benchmark_stage import benchmark_dir
 from tuner.candidates import Candidate, generate_candidates
-from tuner.discovery import discover, parse_input, read_configured, read_workload
+from tuner.discovery import discover_program, read_configured
 from tuner.errors import ToolError
 from tuner.compile_stage import EvalSettings, compile_to_manifest
 from tuner.results import Status
@@ -35,10 +35,10 @@ def _store(root):
 
 
 def _setup(path, ctx, cpu, n=3):
-    [dispatch] = discover(path, cpu, ctx)
+    program = discover_program(path, cpu, ctx)
+    [dispatch] = program.dispatches
     candidates = generate_candidates(dispatch, pipeline_for(dispatch), n, ctx)
-    workload = read_workload(parse_input(path, ctx), path)
-    return dispatch, candidates, workload
+    return dispatch, candidates, program.workload(dispatch, path)
 
 
 def test_tune_writes_outputs_and_best_flags_rebuild_the_choice_from_a_path_with_spaces(small_matmul, tmp_path, ctx):

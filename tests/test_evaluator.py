@@ -14,7 +14,7 @@ import pytest
 
 from pipelines import pipeline_for
 from tuner.candidates import generate_candidates
-from tuner.discovery import discover, parse_input, read_workload
+from tuner.discovery import discover_program
 from tuner.evaluator import Overlapped, Sequential, make_evaluator
 from tuner.errors import InputError
 from tuner.ranking import rank
@@ -28,9 +28,10 @@ FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, compile_wo
 
 
 def _batch(path, ctx, cpu, n):
-    [dispatch] = discover(path, cpu, ctx)
+    program = discover_program(path, cpu, ctx)
+    [dispatch] = program.dispatches
     candidates = generate_candidates(dispatch, pipeline_for(dispatch), n, ctx)
-    return candidates, read_workload(parse_input(path, ctx), path)
+    return candidates, program.workload(dispatch, path)
 
 
 def _evaluator(kind, path, cpu, workload, root, ctx, settings=FAST, devices=()):

@@ -66,6 +66,13 @@ func.func @static_mm(%a: tensor<128x64xf32>, %b: tensor<64x96xf32>) -> tensor<12
 """
 
 
+def _tune_cli(path, text, out, *extra):
+    """`iree-tuner tune` of `text` written to `path`, one candidate and one confirmation round."""
+    path.write_text(text)
+    return run_cli("tune", path, "--num-candidates", "1", "--repetitions", "1", "--confirm-rounds", "1",
+                   "--output", out, *extra)
+
+
 def _tune(tmp_path, text, name="in.mlir", **kw):
     path = tmp_path / name
     path.write_text(text)
@@ -100,9 +107,7 @@ def test_inputs_iree_accepts_reach_a_timed_baseline(tmp_path, text, entry):
 
 def test_a_dynamic_dispatch_is_skipped_with_why_and_the_others_are_tuned(tmp_path):
     path = tmp_path / "dyn.mlir"
-    path.write_text(ONE_DYNAMIC)
-    result = run_cli("tune", path, "--num-candidates", "1", "--repetitions", "1", "--confirm-rounds", "1",
-                     "--output", tmp_path / "out")
+    result = _tune_cli(path, ONE_DYNAMIC, tmp_path / "out")
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "tuning static_mm_dispatch_0_matmul_128x96x64_f32" in text
@@ -235,9 +240,7 @@ def test_the_users_own_inputs_are_checked_and_used(tmp_path, small_matmul):
 
 def test_tune_picks_by_measured_share_and_says_how(tmp_path):
     path = tmp_path / "model.mlir"
-    path.write_text(MODEL)
-    result = run_cli("tune", path, "--num-candidates", "1", "--repetitions", "1", "--confirm-rounds", "1",
-                     "--output", tmp_path / "out")
+    result = _tune_cli(path, MODEL, tmp_path / "out")
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "the largest measured share of 2 tunable dispatches" in text

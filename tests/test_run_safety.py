@@ -210,7 +210,7 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
 
     from pipelines import pipeline_for
     from tuner.candidates import generate_candidates
-    from tuner.discovery import discover, parse_input, read_workload
+    from tuner.discovery import discover_program
     from tuner.evaluator import Sequential
     from tuner.results import Status
     from tuner.settings import EvalSettings
@@ -218,7 +218,8 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
     from tuner.versions import compiler_version, runtime_version
 
     dispatch_only = replace(cpu, time_dispatch_only=True)
-    [dispatch] = discover(small_matmul, cpu, ctx)
+    program = discover_program(small_matmul, cpu, ctx)
+    [dispatch] = program.dispatches
     candidates = generate_candidates(dispatch, pipeline_for(dispatch), 2, ctx)
     tiled = next(c for c in candidates if c.config.compilation_info)
     # The timed module of the tiled candidate is compiled from the baseline's dispatch benchmark:
@@ -226,7 +227,7 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
     needle = f"/{tiled.id:04d}/bench/"
     faulty_tools("iree-compile", needle, "swap:/0000/bench/")
     store = ResultStore(tmp_path / "r.sqlite", compiler_version(), runtime_version())
-    evaluator = Sequential(small_matmul, dispatch_only, read_workload(parse_input(small_matmul, ctx), small_matmul),
+    evaluator = Sequential(small_matmul, dispatch_only, program.workload(dispatch, small_matmul),
                            tmp_path / "candidates", store, EvalSettings(repetitions=1, min_time_s=0.01), ctx=ctx)
     by_id = {r.candidate_id: r for r in evaluator.evaluate(candidates).results}
     assert by_id[tiled.id].status == Status.CONFIG_NOT_APPLIED

@@ -103,14 +103,21 @@ class _Session:
     program: Program
 
 
-def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
-          dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> _Session:
+def _read_program(input_path: Path | str, target: Target | str,
+                  workdir: Optional[Path | str]) -> tuple[Path, Target, Path, ir.Context, Program]:
+    """The program to compile (an ONNX model's import goes to `workdir`, or a scratch directory),
+    its target, where the run writes, and what discovery found in it."""
     target = parse_target(target) if isinstance(target, str) else target
-    output_dir = Path(output_dir) if output_dir is not None else Path(_scratch())
-    input_path = program_source(Path(input_path), output_dir)  # an ONNX model: its import, in output_dir
+    workdir = Path(workdir) if workdir is not None else Path(_scratch())
+    input_path = program_source(Path(input_path), workdir)
     ctx = ir.Context()
     parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
-    program = discover_program(input_path, target, ctx)
+    return input_path, target, workdir, ctx, discover_program(input_path, target, ctx)
+
+
+def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
+          dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> _Session:
+    input_path, target, output_dir, ctx, program = _read_program(input_path, target, output_dir)
     dispatch = select_dispatch(list(program.dispatches), dispatch_name, input_path, pipeline_name, program.skipped)
     pipeline = pipeline_for(dispatch, pipeline_name)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
@@ -186,13 +193,8 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
     call of their entry, or by measured time with a profile), then the others with why none of
     this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed alone and each
     entry function whole on the target's device (see tuner.profile); the work goes there."""
-    target = parse_target(target) if isinstance(target, str) else target
-    input_path = program_source(Path(input_path), Path(profile_dir) if profile_dir is not None else Path(_scratch()))
-    ctx = ir.Context()
-    parse_input(input_path, ctx)
-    program = discover_program(input_path, target, ctx)
-    measured = profile(input_path, target, program, Path(profile_dir), ctx, progress=progress) \
-        if profile_dir is not None else None
+    input_path, target, workdir, ctx, program = _read_program(input_path, target, profile_dir)
+    measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
     rows = []
     for d in program.dispatches:
         try:

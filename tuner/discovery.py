@@ -15,7 +15,7 @@ from tuner.errors import InputError, ToolError
 from tuner.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
-from tuner.workload import TensorSpec, Workload
+from tuner.workload import Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
 
@@ -34,34 +34,6 @@ def parse_input(path: Path, ctx: ir.Context) -> ir.Module:
     except Exception as e:  # MLIRError and friends: the first diagnostic says what is wrong
         first = str(e).strip().splitlines()
         raise InputError(f"{path}: not valid MLIR: {first[-1].strip() if first else e}") from None
-
-
-def read_workload(module: ir.Module, path: Path) -> Workload:
-    """The first public func.func of a source module, as a Workload (for single-function sources;
-    `discover_program` finds the function that runs a given dispatch in any program)."""
-    entries = []
-    for op in module.body.operations:
-        if op.operation.name != "func.func" or len(op.regions[0].blocks) == 0:
-            continue
-        attrs = op.attributes
-        if "sym_visibility" in attrs and ir.StringAttr(attrs["sym_visibility"]).value != "public":
-            continue
-        entries.append(op)
-    if not entries:
-        raise InputError(f"{path}: no public func.func with a body to run")
-    ftype = ir.FunctionType(ir.TypeAttr(entries[0].attributes["function_type"]).value)
-
-    def spec(t: ir.Type) -> TensorSpec:
-        if isinstance(t, ir.RankedTensorType):
-            return TensorSpec(tuple(t.shape), str(t.element_type))
-        return TensorSpec((), str(t), scalar=True)
-
-    workload = Workload(ir.StringAttr(entries[0].attributes["sym_name"]).value,
-                        tuple(spec(t) for t in ftype.inputs), tuple(spec(t) for t in ftype.results))
-    problem = workload.unrunnable()
-    if problem:
-        raise InputError(f"{path}: @{workload.entry}: {problem}")
-    return workload
 
 
 def configure(input_path: Path, target: Target, flags: Iterable[str], timeout_s: float = 300) -> str:

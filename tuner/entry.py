@@ -115,18 +115,12 @@ def _signature(func: ir.Operation, functions: dict[str, ir.Operation]) -> tuple[
     """(inputs, outputs): a TensorSpec per tensor, a scalar TensorSpec per scalar, None where the
     type could not be read."""
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    inputs, outputs = [], []
-    for i, t in enumerate(ftype.inputs):
-        inputs.append(_imported(func, i, functions) if "buffer_view" in str(t) or isinstance(t, ir.RankedTensorType)
-                      else TensorSpec((), str(t), scalar=True))
-    for i, t in enumerate(ftype.results):
-        outputs.append(_exported(func, i, functions) if "buffer_view" in str(t) or isinstance(t, ir.RankedTensorType)
-                       else TensorSpec((), str(t), scalar=True))
-    return inputs, outputs
 
+    def read(types, follow) -> list:
+        return [follow(func, i, functions) if str(t) == "!hal.buffer_view" or isinstance(t, ir.RankedTensorType)
+                else TensorSpec((), str(t), scalar=True) for i, t in enumerate(types)]
 
-class EntryError(ValueError):
-    """The function that runs a dispatch cannot be run by the benchmark (says why)."""
+    return read(ftype.inputs, _imported), read(ftype.results, _exported)
 
 
 def entry_points(module: ir.Module) -> tuple[dict[str, Workload | str], dict[str, int]]:

@@ -141,12 +141,10 @@ class Measurer:
     def retime(self, r: Result, b: Built) -> Result:
         """Time a measured candidate once more on the device that measured it (its numerics were
         checked already), as the first pass would, baseline timings included."""
-        timing, run = benchmark(b.vmfb, self.settings(r.device), b.dispatch_benchmark)
-        if timing is None:
-            return replace(_failed_run(r, run), retimed=True, timed_at=time.time())
-        self._counted(r.device)
-        return replace(r, times_ms=list(timing.times_ms), median_ms=timing.median_ms, spread_pct=timing.spread_pct,
-                       timed_at=time.time(), retimed=True)
+        timed = _timed(r, b, self.settings(r.device))
+        if timed.ok:
+            self._counted(r.device)
+        return replace(timed, timed_at=time.time(), retimed=True)
 
     def _counted(self, device: str) -> None:
         with self._lock:
@@ -186,11 +184,7 @@ class Measurer:
             return _failed_run(b.result, run), None
         output = read_output(out_path, settings)
         if output is None:  # nothing to compare (no tensor result): timed, numerics unchecked
-            timing, brun = benchmark(b.vmfb, settings, b.dispatch_benchmark)
-            if timing is None:
-                return _failed_run(b.result, brun), None
-            return replace(b.result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
-                           spread_pct=timing.spread_pct), None
+            return _timed(b.result, b, settings), None
         with self._lock:
             reference = self._reference
         if reference is None and not b.result.is_baseline:
@@ -199,11 +193,15 @@ class Measurer:
         if err > tolerance(b.out_type):
             return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err,
                            error=f"relative error {err:.2e} against the baseline exceeds {tolerance(b.out_type):.0e}"), output
-        timing, brun = benchmark(b.vmfb, settings, b.dispatch_benchmark)
-        if timing is None:
-            return replace(_failed_run(b.result, brun), relative_error=err), output
-        return replace(b.result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
-                       spread_pct=timing.spread_pct, relative_error=err), output
+        return _timed(replace(b.result, relative_error=err), b, settings), output
+
+
+def _timed(result: Result, b: Built, settings: RunSettings) -> Result:
+    """`result` with the times of one timing of `b` under `settings`, or the failure of it."""
+    timing, run = benchmark(b.vmfb, settings, b.dispatch_benchmark)
+    if timing is None:
+        return _failed_run(result, run)
+    return replace(result, times_ms=list(timing.times_ms), median_ms=timing.median_ms, spread_pct=timing.spread_pct)
 
 
 def _failed_run(result: Result, run: ToolRun) -> Result:

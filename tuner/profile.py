@@ -97,14 +97,16 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
     workdir.mkdir(parents=True, exist_ok=True)
     bench_dir = workdir / BENCH
     vmfb = workdir / "program.vmfb"
-    run = run_tool([find_tool("iree-compile"), str(input_path.resolve()), *target.compile_flags,
-                    f"--iree-hal-dump-executable-benchmarks-to={bench_dir}", "-o", str(vmfb)], timeout_s)
+    in_program = target.device.startswith("local")  # see the module docstring
+    dump = [] if in_program else [f"--iree-hal-dump-executable-benchmarks-to={bench_dir}"]
+    run = run_tool([find_tool("iree-compile"), str(input_path.resolve()), *target.compile_flags, *dump,
+                    "-o", str(vmfb)], timeout_s)
     if not run.ok:
         raise ToolError(f"iree-compile failed building {input_path} to profile it: {run.first_error()}",
                         list(run.command), run.stderr)
     entries = {w.entry: w for w in program.entries.values() if isinstance(w, Workload)}
     names = sorted(program.runs)
-    if target.device.startswith("local"):
+    if in_program:
         return _profile_in_program(vmfb, target, program, entries, workdir, repetitions, timeout_s, progress)
     times, untimed = {}, {}
     sources = {p: p.read_text() for p in sorted(bench_dir.glob("*.mlir"))}
