@@ -1,15 +1,21 @@
 """Inputs as IREE accepts them: the function that runs the tuned dispatch is the one run and timed
 (never another function of the module), whatever the dialect (linalg or torch) or the function
 op (func.func, util.func), with bf16, scalar or no arguments; a dynamic dispatch is skipped with
-why while the others stay tunable; f64 runs as the compiler demotes it."""
+why while the others stay tunable; f64 runs as the compiler demotes it; IREE's own dispatch
+benchmark files are tuned with their baked config overridden, on the target they were dumped for."""
 
 import json
+import subprocess
 
 import pytest
+from iree.compiler import ir
 
 from tests.conftest import assert_one_error_line, run_cli
 from tuner import api
+from tuner.discovery import read_configured
 from tuner.settings import EvalSettings
+from tuner.targets import cuda, parse_target
+from tuner.tools import find_tool
 
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
 MATMUL = """
@@ -251,3 +257,55 @@ def test_tune_picks_by_measured_share_and_says_how(tmp_path):
     assert compiled.exit_code == 0, compiled.output
     text = " ".join(compiled.output.split())
     assert "tuning model_dispatch_0_matmul_128x512x256_f32: the largest of 2 tunable dispatches by FLOPs" in text
+
+
+def _dispatch_benchmark(tmp_path, target, text=UTIL_FUNC):
+    """The dispatch benchmark file IREE 3.13 itself dumps for `text` on `target`."""
+    src = tmp_path / "model.mlir"
+    src.write_text(text)
+    dump = tmp_path / "dumped"
+    subprocess.run([find_tool("iree-compile"), str(src), *target.compile_flags,
+                    f"--iree-hal-dump-executable-benchmarks-to={dump}", "-o", str(tmp_path / "model.vmfb")], check=True)
+    [path] = dump.glob("*.mlir")
+    return path
+
+
+def test_a_dispatch_benchmark_file_is_tuned_with_its_baked_config_overridden(tmp_path):
+    path = _dispatch_benchmark(tmp_path, parse_target("llvm-cpu"))
+    tuning = api.tune(path, "llvm-cpu", 2, tmp_path / "out", settings=FAST, strategy="sequential")
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    # Its benchmark function is what runs: the dispatch alone, in batches.
+    assert data["entry"].endswith(tuning.dispatch.name) and data["input"].endswith("/imported/" + path.name)
+    assert all(r.timing.startswith("local-task: dispatch alone") for r in tuning.results if r.ok)
+    baseline, *candidates = tuning.results
+    assert baseline.ok and baseline.median_ms > 0, baseline.error
+    # The compiler configures the copy afresh: its default is the config baked into the file ...
+    with ir.Context() as ctx:
+        [baked] = [d for d in read_configured([path.read_text()], ctx) if d.op_name == "linalg.matmul"]
+    assert tuning.dispatch.default.lowering_config == baked.lowering_config
+    # ... and each candidate's own config was read back from its compile, in a binary of its own.
+    tuned = [r for r in candidates if r.ok and r.knobs]
+    assert tuned, [(r.status, r.error) for r in candidates]
+    assert all(r.binary_hash != baseline.binary_hash for r in tuned)
+
+
+def test_a_dispatch_benchmark_for_another_target_is_refused_in_one_line(tmp_path):
+    path = _dispatch_benchmark(tmp_path, cuda())
+    assert_one_error_line(run_cli("tune", path, "--target", "llvm-cpu", "--output", tmp_path / "out"), 2,
+                          "an IREE dispatch benchmark for cuda sm_80, but --target llvm-cpu compiles for llvm-cpu")
+
+
+def test_a_cuda_dispatch_benchmark_takes_a_spec(tmp_path):
+    # No GPU here: compile-only, which verifies each candidate's config in its compile.
+    f16 = f"""
+util.func public @main(%a: tensor<64x32xf16>, %b: tensor<32x64xf16>) -> tensor<64x64xf32> {{{_mm(64, 64, 32, "f16")}
+  util.return %r : tensor<64x64xf32>
+}}
+"""
+    path = _dispatch_benchmark(tmp_path, cuda(), f16)
+    tuning = api.tune(path, "cuda", 2, tmp_path / "out", compile_only=True)
+    built = tuning.manifest.built
+    assert all(b.result.ok for b in built), [(b.result.status, b.result.error) for b in built]
+    assert len({b.result.binary_hash for b in built}) == len(built)
+    # What is timed there is the candidate's own module, through the benchmark function.
+    assert all(b.dispatch_vmfb == b.vmfb and b.dispatch_function.endswith(tuning.dispatch.name) for b in built)

@@ -109,7 +109,7 @@ def _read_program(input_path: Path | str, target: Target | str,
     its target, where the run writes, and what discovery found in it."""
     target = parse_target(target) if isinstance(target, str) else target
     workdir = Path(workdir) if workdir is not None else Path(_scratch())
-    input_path = program_source(Path(input_path), workdir)
+    input_path = program_source(Path(input_path), workdir, target)
     ctx = ir.Context()
     parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
     return input_path, target, workdir, ctx, discover_program(input_path, target, ctx)
@@ -191,8 +191,8 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                     progress: Optional[Progress] = None) -> DispatchList:
     """Every dispatch of the program under `target`: the tunable ones largest first (by FLOPs per
     call of their entry, or by measured time with a profile), then the others with why none of
-    this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed alone and each
-    entry function whole on the target's device (see tuner.profile); the work goes there."""
+    this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profile
+    says how) and each entry function whole on the target's device; the work goes there."""
     input_path, target, workdir, ctx, program = _read_program(input_path, target, profile_dir)
     measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
     rows = []

@@ -16,6 +16,7 @@ from iree.compiler import ir
 from pipelines import check_config
 from tuner.candidates import Candidate
 from tuner.discovery import TUNER_ATTRIBUTES_FLAG, read_configured
+from tuner.entry import is_dispatch_benchmark_function
 from tuner.measure import Built, Progress
 from tuner.results import Result, Status
 from tuner.manifest import Manifest
@@ -49,12 +50,17 @@ class CompileJob:
     run: ToolRun
     flags: list[str]
     directory: Path
+    # The program is an IREE dispatch benchmark: the candidate's module is what is timed, by
+    # this function (nothing is dumped from it).
+    benchmark_entry: Optional[str] = None
 
 
-def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float) -> CompileJob:
+def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float,
+                      benchmark_entry: Optional[str] = None) -> CompileJob:
     """Build the candidate's module (and, where the target times dispatches alone, the dispatch
     benchmark module IREE dumps for the tuned dispatch), in processes of their own. Touches no
-    MLIR context, so any number of threads may call it at once."""
+    MLIR context, so any number of threads may call it at once. `benchmark_entry`: the program
+    is itself an IREE dispatch benchmark, whose function of that name is timed."""
     cdir = workdir / f"{c.id:04d}"
     shutil.rmtree(cdir, ignore_errors=True)
     cdir.mkdir(parents=True)
@@ -64,12 +70,13 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
     # Dumps go to paths relative to the candidate's directory (the compile runs there): CPU
     # binaries embed the dumped configuration's path, and equal code must give equal binaries.
     dumps = ["--iree-hal-dump-executable-configurations-to=configs", "--iree-hal-dump-executable-binaries-to=binaries"]
-    if target.time_dispatch_only:
+    dump_benchmark = target.time_dispatch_only and benchmark_entry is None
+    if dump_benchmark:
         dumps.append("--iree-hal-dump-executable-benchmarks-to=bench")
     cmd = [find_tool("iree-compile"), str(input_path.resolve()), *flags, TUNER_ATTRIBUTES_FLAG, *dumps,
            "-o", "candidate.vmfb"]
     run = run_tool(cmd, timeout_s, cwd=cdir)
-    if run.ok and target.time_dispatch_only:
+    if run.ok and dump_benchmark:
         bench = _dispatch_benchmark_source(cdir / "bench", c.dispatch.name)
         if bench is None:
             return CompileJob(c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {c.dispatch.name}"),
@@ -80,7 +87,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
         if not bench_run.ok:
             return CompileJob(c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir)
-    return CompileJob(c, run, flags, cdir)
+    return CompileJob(c, run, flags, cdir, benchmark_entry)
 
 
 def _dispatch_benchmark_source(directory: Path, dispatch_name: str) -> Optional[Path]:
@@ -112,18 +119,18 @@ def benchmark_function(text: str, ctx: ir.Context) -> Optional[str]:
     with ctx:
         module = ir.Module.parse(text)
         for op in module.body.operations:
-            attrs = op.operation.attributes
-            if "iree.reflection" in attrs and "iree.benchmark" in ir.DictAttr(attrs["iree.reflection"]):
-                return ir.StringAttr(attrs["sym_name"]).value
+            if is_dispatch_benchmark_function(op.operation):
+                return ir.StringAttr(op.operation.attributes["sym_name"]).value
     return None
 
 
 def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path],
-           dispatch_function: Optional[str] = None) -> Built:
+           dispatch_function: Optional[str] = None, dispatch_vmfb: Optional[Path] = None) -> Built:
     """A Built entry; the spec file is kept even when empty: it is best_spec.mlir if c wins."""
     has_spec = bool(c.config.compilation_info)
     base_flags = tuple(f for f in result.flags if not (has_spec and f.startswith(target.spec_flag + "=")))
-    dispatch_vmfb = cdir / DISPATCH_VMFB if dispatch_function else None
+    if dispatch_function and dispatch_vmfb is None:
+        dispatch_vmfb = cdir / DISPATCH_VMFB
     return Built(result, vmfb, c.dispatch.out_type, cdir / "spec.mlir", target.spec_flag if has_spec else None,
                  base_flags, dispatch_vmfb, dispatch_function)
 
@@ -150,8 +157,8 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
     if not any(not m for m in mismatches):
         detail = "; ".join(m[0] for m in mismatches if m) or "no root op found in the configured dispatches"
         return built(Status.CONFIG_NOT_APPLIED, error=detail)
-    function = None
-    if target.time_dispatch_only:
+    function = job.benchmark_entry
+    if target.time_dispatch_only and function is None:
         function = benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name).read_text(), ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
@@ -163,17 +170,20 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
                                                           f"carry the config: {detail}")
     result = c.result(flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
                       binary_hash=_binary_hash(cdir))
-    return _built(c, target, cdir, result, cdir / "candidate.vmfb", function)
+    vmfb = cdir / "candidate.vmfb"
+    return _built(c, target, cdir, result, vmfb, function, vmfb if job.benchmark_entry else None)
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,
                 settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None,
-                on_built: Optional[Callable[[Built], None]] = None) -> list[Built]:
+                on_built: Optional[Callable[[Built], None]] = None, benchmark_entry: Optional[str] = None
+                ) -> list[Built]:
     """Compile in parallel (each iree-compile its own process); verify in this thread, handing
-    each build to `on_built` the moment it is verified."""
+    each build to `on_built` the moment it is verified. `benchmark_entry`: see compile_candidate."""
     built: list[Built] = []
     with ThreadPoolExecutor(max_workers=max(1, settings.compile_workers)) as pool:
-        futures = [pool.submit(compile_candidate, c, input_path, target, workdir, settings.compile_timeout_s)
+        futures = [pool.submit(compile_candidate, c, input_path, target, workdir, settings.compile_timeout_s,
+                               benchmark_entry)
                    for c in candidates]
         try:
             for i, future in enumerate(as_completed(futures), 1):
@@ -237,5 +247,5 @@ def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: T
 
     write()
     compile_all([c for c in candidates if c.id not in entries], input_path, target, root / "candidates", settings,
-                ctx, progress, on_built)
+                ctx, progress, on_built, workload.entry if workload.dispatch_benchmark else None)
     return write()

@@ -6,7 +6,11 @@ A public synchronous function's `!hal.buffer_view` arguments are imported as ten
 (`stream.tensor.import`, whose `result_encoding` is the tensor type), maybe in a function it calls
 (torch's `main` calls `main$async`); its results are exported the same way. Scalars are plain
 arguments. The dispatches a function runs are the `stream.cmd.dispatch` ops in it and in every
-function it calls."""
+function it calls.
+
+IREE's dispatch benchmark files are already lowered to HAL: their one public function (marked
+`iree.benchmark = "dispatch"`) takes the number of dispatches to record (an i32) and looks up the
+executable export it dispatches (`hal.executable.lookup.function`). Run with 1, it runs it once."""
 
 from __future__ import annotations
 
@@ -19,6 +23,13 @@ from tuner.workload import TensorSpec, Workload
 
 _DISPATCH = "stream.cmd.dispatch"
 _CALL = "util.call"
+_LOOKUP = "hal.executable.lookup.function"  # how a dispatch benchmark names what it dispatches
+
+
+def is_dispatch_benchmark_function(op: ir.Operation) -> bool:
+    """A function IREE marked as a dispatch benchmark (iree.reflection: iree.benchmark)."""
+    attrs = op.attributes
+    return "iree.reflection" in attrs and "iree.benchmark" in ir.DictAttr(attrs["iree.reflection"])
 
 
 def _name(op: ir.Operation) -> str:
@@ -54,10 +65,12 @@ def _dispatched(func: ir.Operation, functions: dict[str, ir.Operation], seen: se
     """How many times this function runs each dispatch (executable export), itself or through
     the functions it calls: one per dispatch op on the way (host code has no loops here)."""
     counts: Counter = Counter()
-    for op in _walk(func, (_DISPATCH, _CALL)):
+    for op in _walk(func, (_DISPATCH, _CALL, _LOOKUP)):
         if op.name == _DISPATCH:
             for ref in ir.ArrayAttr(op.attributes["entry_points"]):
                 counts[ir.SymbolRefAttr(ref).value[-1]] += 1
+        elif op.name == _LOOKUP:
+            counts[ir.SymbolRefAttr(op.attributes["entry_point"]).value[-1]] += 1
         else:
             callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             if callee in functions and callee not in seen:
@@ -138,7 +151,10 @@ def entry_points(module: ir.Module) -> tuple[dict[str, Workload | str], dict[str
             continue
         inputs, outputs = _signature(func, functions)
         workload: Workload | str
-        if any(s is None for s in inputs + outputs):
+        if is_dispatch_benchmark_function(func):
+            # Its one argument is how many times to dispatch: once per call; no results.
+            workload = Workload(name, (TensorSpec((), "i32", scalar=True, value="1"),), (), dispatch_benchmark=True)
+        elif any(s is None for s in inputs + outputs):
             workload = f"@{name}: an argument or result whose type could not be read"
         else:
             workload = Workload(name, tuple(inputs), tuple(outputs))

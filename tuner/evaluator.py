@@ -69,6 +69,7 @@ class _LocalEvaluator:
                  given_inputs: Optional[Path] = None) -> None:
         self.input_path = input_path
         self.target = target
+        self.workload = workload
         self.workdir = workdir
         self.store = store
         self.settings = settings
@@ -80,7 +81,8 @@ class _LocalEvaluator:
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
         # The conditions stored results must have been timed under to be reused here.
         self.conditions = (device_identity(self.devices[0]),
-                           timing_identity(self.devices[0], target.time_dispatch_only, DISPATCH_BATCH))
+                           timing_identity(self.devices[0], target.time_dispatch_only or workload.dispatch_benchmark,
+                                           DISPATCH_BATCH))
 
     def evaluate(self, candidates: Sequence[Candidate]) -> Evaluation:
         if sum(c.is_baseline for c in candidates) != 1:
@@ -104,7 +106,8 @@ class _LocalEvaluator:
         return Evaluation(tuple(results), stats)
 
     def _compile(self, c: Candidate) -> CompileJob:
-        return compile_candidate(c, self.input_path, self.target, self.workdir, self.settings.compile_timeout_s)
+        return compile_candidate(c, self.input_path, self.target, self.workdir, self.settings.compile_timeout_s,
+                                 self.workload.entry if self.workload.dispatch_benchmark else None)
 
     def _verify(self, job: CompileJob) -> Built:
         built = verify_build(job, self.target, self.ctx)

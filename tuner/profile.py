@@ -43,8 +43,6 @@ class DispatchTime:
         return self.ms * self.runs
 
 
-
-
 @dataclass(frozen=True)
 class Profile:
     times: dict[str, DispatchTime]  # by dispatch name; dispatches that could not be timed are absent
@@ -106,6 +104,8 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
                         list(run.command), run.stderr)
     entries = {w.entry: w for w in program.entries.values() if isinstance(w, Workload)}
     names = sorted(program.runs)
+    if any(w.dispatch_benchmark for w in entries.values()):
+        return _profile_dispatch_benchmark(vmfb, target, program, entries, repetitions, timeout_s)
     if in_program:
         return _profile_in_program(vmfb, target, program, entries, workdir, repetitions, timeout_s, progress)
     times, untimed = {}, {}
@@ -137,6 +137,25 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
         if progress:
             progress("profile", len(names) + j, total)
     return Profile(times, entry_ms, untimed, "each dispatch alone, from IREE's dumped dispatch benchmarks")
+
+
+def _profile_dispatch_benchmark(vmfb: Path, target: Target, program: Program, entries: dict[str, Workload],
+                                repetitions: int, timeout_s: float) -> Profile:
+    """An IREE dispatch benchmark program: its function is the dispatch, timed alone in batches
+    (the runtime's benchmark tool takes a batch size for it, no inputs)."""
+    times, entry_ms, untimed = {}, {}, {}
+    for dispatch, entry in program.entries.items():
+        if isinstance(entry, str):
+            untimed[dispatch] = entry
+            continue
+        timing, run = benchmark(vmfb, RunSettings(target.device, entry.entry, (), repetitions, 0.1, timeout_s),
+                                DispatchBenchmark(vmfb, entry.entry))
+        if timing is None:
+            untimed[dispatch] = f"timing it failed: {run.first_error()}"
+            continue
+        times[dispatch] = DispatchTime(dispatch, timing.median_ms, program.runs[dispatch], entry.entry)
+        entry_ms[entry.entry] = timing.median_ms
+    return Profile(times, entry_ms, untimed, "the program is an IREE dispatch benchmark: its dispatch timed alone")
 
 
 def _profile_in_program(vmfb: Path, target: Target, program: Program, entries: dict[str, Workload], workdir: Path,

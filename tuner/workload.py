@@ -46,6 +46,7 @@ class TensorSpec:
     shape: tuple[int, ...]
     element_type: str  # MLIR spelling
     scalar: bool = False
+    value: Optional[str] = None  # a scalar's fixed value (a dispatch benchmark's count), else random
 
     @property
     def mlir(self) -> str:
@@ -77,7 +78,9 @@ class TensorSpec:
         return rng.uniform(-1.0, 1.0, size=self.shape).astype(dtype)
 
     def literal(self, rng: np.random.Generator) -> str:
-        """A random scalar as iree-run-module reads it."""
+        """The scalar as iree-run-module reads it: its fixed value, else a random one."""
+        if self.value is not None:
+            return self.value
         if self.element_type.startswith("f"):
             return f"{rng.uniform(0.5, 1.0):.6f}"
         if self.element_type == "i1":
@@ -85,7 +88,8 @@ class TensorSpec:
         return str(int(rng.integers(1, 5)))
 
     def to_json(self) -> dict:
-        return {"shape": list(self.shape), "element_type": self.element_type, "scalar": self.scalar}
+        return {"shape": list(self.shape), "element_type": self.element_type, "scalar": self.scalar,
+                **({"value": self.value} if self.value is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,9 @@ class Workload:
     entry: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...] = field(default=(TensorSpec((), "f32"),))
+    # An IREE dispatch benchmark function: its argument is a dispatch count, and it is timed as
+    # the dispatch alone (in batches), whatever the target.
+    dispatch_benchmark: bool = False
 
     def unrunnable(self) -> Optional[str]:
         """Why this function cannot be run with generated inputs, or None."""
@@ -182,7 +189,7 @@ class Workload:
 
     def to_json(self) -> dict:
         return {"entry": self.entry, "inputs": [s.to_json() for s in self.inputs],
-                "outputs": [s.to_json() for s in self.outputs]}
+                "outputs": [s.to_json() for s in self.outputs], "dispatch_benchmark": self.dispatch_benchmark}
 
     @classmethod
     def from_json(cls, data: dict) -> "Workload":
@@ -199,11 +206,14 @@ class Workload:
             if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2 ** 31
                                                       for d in shape):
                 raise InputError(f"workload {what} {i}: shape {shape!r} is not a list of non-negative dimensions")
-            return TensorSpec(tuple(shape), element_type, scalar)
+            value = item.get("value")
+            if value is not None and not (scalar and isinstance(value, str)):
+                raise InputError(f"workload {what} {i}: a fixed value belongs to a scalar and is a string (got {value!r})")
+            return TensorSpec(tuple(shape), element_type, scalar, value)
 
         outputs = data.get("outputs", [{"shape": [], "element_type": "f32"}])
         return cls(entry, tuple(spec(i, s, "input") for i, s in enumerate(inputs)),
-                   tuple(spec(i, s, "output") for i, s in enumerate(outputs)))
+                   tuple(spec(i, s, "output") for i, s in enumerate(outputs)), bool(data.get("dispatch_benchmark", False)))
 
 
 def input_flag(path: Path) -> str:
