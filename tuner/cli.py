@@ -3,6 +3,7 @@ codes. Imports nothing of the compiler at module level, so `benchmark` runs with
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -95,6 +96,46 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
                       f"measure them with: iree-tuner benchmark {output_dir}")
         return
     _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+
+
+@main.command("tune-model")
+@click.argument("input_file", type=click.Path(path_type=Path))
+@click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
+@click.option("--top", default=None, type=click.IntRange(min=1),
+              help="Tune the K tunable dispatches with the largest measured shares (instead of --min-share).")
+@click.option("--min-share", default=0.02, show_default=True, type=click.FloatRange(0.0, 1.0),
+              help="Tune every tunable dispatch with at least this fraction of the model's dispatch time.")
+@click.option("--num-candidates", default=30, show_default=True, type=click.IntRange(min=1),
+              help="Configs to try per dispatch besides the baseline.")
+@click.option("--model-rounds", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Interleaved rounds for each whole-model comparison (flags, each merge step, the result).")
+@click.option("--output", "output_dir", default="model-tuning", show_default=True, type=click.Path(path_type=Path),
+              help="Where model_spec.mlir, model_flags.txt and results.json go (rerun to resume).")
+@click.option("--force", is_flag=True, help="Clear an output directory that holds another input's run.")
+@click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per timing.")
+@click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
+              help="Interleaved rounds confirming each dispatch's most promising candidates.")
+@click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")
+@click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")
+@click.option("--device", "devices", multiple=True, help="Runtime device to benchmark on.")
+@click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
+              help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
+def tune_model(input_file: Path, target: str, top: int | None, min_share: float, num_candidates: int, model_rounds: int,
+               output_dir: Path, force: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
+               run_timeout: float, devices: tuple[str, ...], store_path: Path | None) -> None:
+    """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
+    is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
+    from tuner.report import render_model
+    from tuner.stages import tune_model as run
+
+    console = Console()
+    with _errors_to_exit(), _progress(console) as on_progress:
+        tuning = run(input_file, target, output_dir, num_candidates, min_share, top,
+                     _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds), devices,
+                     store_path, force, on_progress, console.print, rounds=model_rounds)
+    render_model(json.loads((output_dir / "results.json").read_text()), console)
+    console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json; rebuild with: "
+                  f"iree-compile {tuning.program_path} @{(output_dir / 'model_flags.txt').resolve()} -o OUT.vmfb")
 
 
 @main.command()
@@ -226,6 +267,9 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
         click.echo(json.dumps({"dispatches": [r.to_json() for r in rows],
                                "entry_ms": measured.entry_ms if measured else None,
                                "coverage": {e: measured.coverage(e) for e in measured.entry_ms} if measured else None,
+                               "busy_ms": measured.busy_ms if measured else None,
+                               "busy_coverage": ({e: measured.busy_coverage(e) for e in measured.busy_ms}
+                                                 if measured else None),
                                "method": measured.method if measured else ""}, indent=2))
         return
     table = Table(title=f"Dispatches of {input_file} on {target}")
@@ -240,8 +284,11 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
     if measured:
         for entry, ms in measured.entry_ms.items():
             coverage = measured.coverage(entry)
-            console.print(f"@{entry}: {ms:.3f} ms per call, timed whole; its dispatches timed alone add up to "
-                          + (f"{100 * coverage:.0f}% of it" if coverage else "nothing measurable"))
+            busy = measured.busy_coverage(entry)
+            console.print(f"@{entry}: {ms:.3f} ms per call, timed whole; its dispatch times add up to "
+                          + (f"{100 * coverage:.0f}% of it" if coverage else "nothing measurable")
+                          + (f" and to {100 * busy:.0f}% of the {measured.busy_ms[entry]:.3f} ms its command buffers "
+                             "executed (the rest of a call: allocations, submission, waits)" if busy else ""))
         console.print(f"timed: {measured.method}")
     tunable = sum(1 for r in rows if r.pipeline)
     console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
@@ -252,12 +299,11 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--top", default=15, show_default=True, type=int, help="Rows of the table.")
 def report(directory: Path, top: int) -> None:
-    """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png."""
-    import json
-
+    """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png
+    (for a tune-model directory: its per-dispatch table and the model-level figure)."""
     from tuner.plot import plot_ranking
     from tuner.ranking import rank
-    from tuner.report import render_table
+    from tuner.report import render_model, render_table, written_rebuild_command
     from tuner.results import Result
 
     console = Console()
@@ -267,6 +313,9 @@ def report(directory: Path, top: int) -> None:
             raise InputError(f"{directory}: no results.json; run `iree-tuner tune` or `iree-tuner benchmark` first")
         try:
             data = json.loads(path.read_text())
+            if data.get("kind") == "model":
+                render_model(data, console)
+                return
             results = [Result.from_json(c) for c in data["candidates"]]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise InputError(f"{path}: not a readable results file ({e})") from None
@@ -322,14 +371,14 @@ def _stats_line(stats: dict) -> str:
 
 
 def _summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
-    from tuner.report import render_table
+    from tuner.report import render_table, written_rebuild_command
 
     render_table(ranking, results, console)
     if stats is not None:
         console.print(_stats_line(stats.to_json()))
     console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
     console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json; rebuild with: "
-                  f"iree-compile INPUT @{output_dir}/best_flags.txt -o OUT.vmfb")
+                  f"{written_rebuild_command(output_dir)}")
 
 
 class _errors_to_exit:

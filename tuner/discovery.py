@@ -57,7 +57,12 @@ def _enclosing(op: ir.Operation, name: str) -> ir.Operation:
 def _maps(op: ir.Operation) -> list[ir.AffineMap]:
     """The op's indexing maps, one per operand (linalg ops through their view; attention, which
     has no Python view in 3.13, through its attribute)."""
-    source = op.attributes["indexing_maps"] if op.name in ATTENTION_OPS else op.opview.indexing_maps
+    if op.name in ATTENTION_OPS:
+        source = op.attributes["indexing_maps"]
+    elif hasattr(op.opview, "indexing_maps"):
+        source = op.opview.indexing_maps
+    else:  # named ops without maps in the 3.13 bindings (linalg.mmt4d after data tiling)
+        raise InputError(f"{op.name}: its indexing maps cannot be read through the bindings; not tunable yet")
     return [ir.AffineMapAttr(m).value for m in source]
 
 

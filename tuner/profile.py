@@ -13,8 +13,9 @@ times on the H100."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import json
+import statistics
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,6 +50,9 @@ class Profile:
     entry_ms: dict[str, float]  # each entry function, timed whole
     untimed: dict[str, str]  # dispatch name -> why it has no time
     method: str = ""  # how the dispatches were timed
+    # Each entry's command buffers executing, per call, by the runtime's own profile (CPU): the
+    # call less its allocations, submission and waits.
+    busy_ms: dict[str, float] = field(default_factory=dict)
 
     def share(self, name: str) -> Optional[float]:
         """The dispatch's share of the summed dispatch time of its entry function."""
@@ -63,10 +67,18 @@ class Profile:
         total = sum(x.total_ms for x in self.times.values() if x.entry == entry)
         return total / self.entry_ms[entry] if self.entry_ms.get(entry) else None
 
+    def busy_coverage(self, entry: str) -> Optional[float]:
+        """Summed dispatch times of `entry` over the time its command buffers executed (the rest:
+        barriers and the task system's hand-offs between dispatches)."""
+        total = sum(x.total_ms for x in self.times.values() if x.entry == entry)
+        return total / self.busy_ms[entry] if self.busy_ms.get(entry) else None
 
-def _in_program(vmfb: Path, settings: RunSettings, workdir: Path, timeout_s: float) -> dict[str, float]:
-    """Each dispatch's mean time (ms) inside the program, from the runtime's own profile of the
-    entry function run by iree-benchmark-module (CPU devices: host-execution events)."""
+
+def _in_program(vmfb: Path, settings: RunSettings, workdir: Path, timeout_s: float
+                ) -> tuple[dict[str, tuple[float, int]], float]:
+    """Each dispatch's mean time (ms) inside the program and how many times it ran, and the
+    command buffers' summed execution time (ms), from the runtime's own profile of the entry
+    function run by iree-benchmark-module (CPU devices: host-execution events)."""
     bundle = workdir / f"{settings.entry}.ireeprof"
     bundle.unlink(missing_ok=True)
     run = run_tool([find_tool("iree-benchmark-module"), f"--device={settings.device}", f"--module={vmfb}",
@@ -75,16 +87,19 @@ def _in_program(vmfb: Path, settings: RunSettings, workdir: Path, timeout_s: flo
                     f"--device_profiling_output={bundle}"], timeout_s)
     if not run.ok:
         raise ToolError(f"profiling @{settings.entry} failed: {run.first_error()}", list(run.command), run.stderr)
-    report = run_tool([find_tool("iree-profile"), "dispatch", "--format=jsonl", str(bundle)], timeout_s)
-    if not report.ok:
-        raise ToolError(f"iree-profile could not read {bundle}: {report.first_error()}", list(report.command),
-                        report.stderr)
-    times = {}
-    for line in report.stdout.splitlines():
-        event = json.loads(line) if line.startswith("{") else {}
-        if event.get("type") in ("host_dispatch_group", "dispatch_group") and event.get("valid"):
-            times[event["key"]] = event["avg_ns"] / 1e6
-    return times
+    times, busy_ns = {}, 0.0
+    for view in ("dispatch", "command"):
+        report = run_tool([find_tool("iree-profile"), view, "--format=jsonl", str(bundle)], timeout_s)
+        if not report.ok:
+            raise ToolError(f"iree-profile could not read {bundle}: {report.first_error()}", list(report.command),
+                            report.stderr)
+        for line in report.stdout.splitlines():
+            event = json.loads(line) if line.startswith("{") else {}
+            if event.get("type") in ("host_dispatch_group", "dispatch_group") and event.get("valid"):
+                times[event["key"]] = (event["avg_ns"] / 1e6, int(event["valid"]))
+            elif event.get("type") == "command_host_execution":
+                busy_ns += event.get("span_ns", 0)
+    return times, busy_ns / 1e6
 
 
 def profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
@@ -163,18 +178,25 @@ def _profile_in_program(vmfb: Path, target: Target, program: Program, entries: d
                         progress: Optional[Callable[[str, int, int], None]]) -> Profile:
     times: dict[str, DispatchTime] = {}
     entry_ms: dict[str, float] = {}
+    busy_ms: dict[str, float] = {}
     for i, (name, workload) in enumerate(sorted(entries.items()), 1):
         settings = RunSettings(target.device, name, tuple(workload.write_inputs(workdir / "inputs" / name)),
                                repetitions, 0.3, timeout_s)
         whole, _ = benchmark(vmfb, settings)  # without profiling: what a user's call costs
         if whole is not None:
             entry_ms[name] = whole.median_ms
-        for dispatch, ms in _in_program(vmfb, settings, workdir, timeout_s).items():
+        seen, busy = _in_program(vmfb, settings, workdir, timeout_s)
+        calls = []
+        for dispatch, (ms, count) in seen.items():
             entry = program.entries.get(dispatch)
             if isinstance(entry, Workload) and entry.entry == name:  # counted under the entry that runs it
                 times[dispatch] = DispatchTime(dispatch, ms, program.runs[dispatch], name)
+                calls.append(count / program.runs[dispatch])
+        if calls and busy:
+            busy_ms[name] = busy / statistics.median(calls)
         if progress:
             progress("profile", i, len(entries))
     untimed = {d: (e if isinstance(e, str) else "not seen in the runtime's profile of its entry")
                for d, e in program.entries.items() if d not in times}
-    return Profile(times, entry_ms, untimed, "each dispatch inside the program, by the runtime's own profile")
+    return Profile(times, entry_ms, untimed, "each dispatch inside the program, by the runtime's own profile",
+                   busy_ms)
