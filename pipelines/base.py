@@ -57,6 +57,9 @@ class Pipeline(Protocol):
     """One IREE codegen pipeline. Register implementations in `pipelines.registry`."""
 
     name: str
+    # Flag sets that change every dispatch of a model rather than one (e.g. data tiling): a
+    # model's tuning decides them for the whole model, with and without each.
+    model_flags: tuple[tuple[str, ...], ...]
 
     def supports(self, dispatch: Dispatch) -> bool:
         """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""

@@ -42,6 +42,7 @@ class LLVMCPUConvTileAndDecompose:
     `vector_reduction_ic`, input channels reduced per step."""
 
     name = "llvmcpu_conv_tile_and_decompose"
+    model_flags = ()
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (dispatch.target.backend == "llvm-cpu" and dispatch.kind == DispatchKind.CONVOLUTION

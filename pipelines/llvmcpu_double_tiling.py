@@ -38,6 +38,9 @@ class LLVMCPUDoubleTiling:
     (the register-resident accumulator), and the reduction step over K."""
 
     name = "llvmcpu_double_tiling"
+    # Flags that change every dispatch of a model (data tiling turns contractions into mmt4d):
+    # tried at the model level, with and without, by `tune-model`.
+    model_flags = ((DATA_TILING_FLAG,),)
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (

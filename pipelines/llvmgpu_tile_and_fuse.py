@@ -133,6 +133,7 @@ class LLVMGPUTileAndFuse:
     `reduction` tile), and the pipeline options `prefetch_num_stages` and `reorder_workgroups`."""
 
     name = "llvmgpu_tile_and_fuse"
+    model_flags = ()
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (

@@ -26,6 +26,7 @@ class LLVMGPUVectorDistribute:
     (`_AttentionBuilder`), each with its own knobs."""
 
     name = "llvmgpu_vector_distribute"
+    model_flags = ()
 
     def supports(self, dispatch: Dispatch) -> bool:
         if dispatch.kind == DispatchKind.ATTENTION:

@@ -42,7 +42,9 @@ class Candidate:
         payload = json.dumps(
             [self.dispatch.name, self.dispatch.source_digest, self.dispatch.target.attribute,
              self.config.compilation_info, list(self.config.flags), self.is_baseline]
-            + ([self.config.decomposition_config] if self.config.decomposition_config else []),
+            + ([self.config.decomposition_config] if self.config.decomposition_config else [])
+            # Model-wide flags it was discovered and is compiled under (tune-model).
+            + ([list(self.dispatch.flags)] if self.dispatch.flags else []),
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -25,6 +25,22 @@ def response_file(flags: list[str]) -> str:
     return "".join(quote(f) + "\n" for f in flags)
 
 
+def rebuild_command(output_dir: Path, program: str) -> str:
+    """How plain iree-compile rebuilds the result: the program the tuner compiled (the user's
+    MLIR, or what an ONNX model was imported to, or a dispatch benchmark without its baked
+    config, in the run's directory) with the flags in best_flags.txt."""
+    return f"iree-compile {program} @{(output_dir / 'best_flags.txt').resolve()} -o OUT.vmfb"
+
+
+def written_rebuild_command(output_dir: Path) -> str:
+    """rebuild_command for the run whose results.json is in `output_dir`."""
+    try:
+        program = json.loads((output_dir / "results.json").read_text()).get("input", "INPUT")
+    except (OSError, ValueError):
+        program = "INPUT"
+    return rebuild_command(output_dir, program)
+
+
 def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spec: str, flags: list[str],
                   meta: dict) -> None:
     """best_spec.mlir and best_flags.txt rebuild the winner with plain iree-compile (or, when no
@@ -32,7 +48,7 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
     results.json keeps every candidate."""
     header = "".join(f"// {line}\n" for line in [
         f"iree-tuner: {ranking.verdict}",
-        f"rebuild: iree-compile INPUT @{(output_dir / 'best_flags.txt').resolve()} -o OUT.vmfb"])
+        f"rebuild: {rebuild_command(output_dir, meta.get('input', 'INPUT'))}"])
     try:
         (output_dir / "best_spec.mlir").write_text(header + spec)
         (output_dir / "best_flags.txt").write_text(response_file(flags))
@@ -86,3 +102,35 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     close = ranking.within_noise_of_best()
     if close:
         console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
+
+
+def render_model(data: dict, console: Optional[Console] = None) -> None:
+    """A tune-model run's results.json as a person reads it: one row per dispatch (its share of
+    the model's time, its tuning's default and tuned times and paired speedup, what the model
+    stage did with it), the flags tried on the whole model, and the model-level figure."""
+    console = console or Console()
+    table = Table(title=f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}")
+    for col, justify in (("dispatch", "left"), ("shape", "left"), ("share", "right"), ("default ms", "right"),
+                         ("tuned ms", "right"), ("speedup", "right"), ("on the model", "right"), ("status", "left")):
+        table.add_column(col, justify=justify)
+
+    def num(v, fmt):
+        return fmt.format(v) if v is not None else "-"
+
+    for d in data.get("dispatches", []):
+        name = d["name"] + (f" (+{len(d['also_covers'])} alike)" if d.get("also_covers") else "")
+        table.add_row(name, d.get("shape", ""), num(d.get("share") and 100 * d["share"], "{:.1f}%"),
+                      num(d.get("default_ms"), "{:.3f}"), num(d.get("tuned_ms"), "{:.3f}"),
+                      num(d.get("speedup"), "{:.2f}x"), num(d.get("model_speedup"), "{:.2f}x"), d["status"])
+    console.print(table)
+    for flags, result in (data.get("flag_trials") or {}).items():
+        figure = f"{result:.2f}x the default" if isinstance(result, (int, float)) else result
+        chosen = " (chosen)" if flags == " ".join(data.get("flags", [])) and data.get("flags") else ""
+        console.print(f"model-wide flags {flags}: {figure} on the whole model{chosen}")
+    figure = data.get("figure")
+    if figure:
+        err = figure.get("relative_error")
+        console.print(f"model: default {figure['default_ms']:.3f} ms, tuned {figure['tuned_ms']:.3f} ms; "
+                      f"{figure['speedup']:.2f}x (the ratio 3 of 4 rounds reach: {figure['lower']:.2f}x, "
+                      f"{figure['rounds']} rounds)" + (f"; output relative error {err:.2g}" if err is not None else ""))
+    console.print(f"verdict: {data.get('verdict', '')}")

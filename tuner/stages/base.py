@@ -1,0 +1,132 @@
+"""The stage interface: what a stage of model tuning reads and leaves behind, and the client that
+runs a list of stages over a model.
+
+A stage is anything with a `name` and `run(state, env) -> state`. The state is plain data that
+flows from stage to stage: the flags chosen for the model, what each dispatch's tuning found, the
+dispatch configs kept in the merged spec, and the model-level figure. The environment is what
+every stage may use and none owns: the model, its target, the run's directory, the result store,
+the evaluation settings, how to time a model. A client defines its own stages (its own compile
+or benchmark commands) and mixes them with the built-in ones (tuner.stages.builtin)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional, Protocol, Sequence
+
+from iree.compiler import ir
+
+from tuner.discovery import Program
+from tuner.profile import Profile
+from tuner.settings import EvalSettings
+from tuner.stages.variants import ModelBenchmark, SpecPart, iree_benchmark
+from tuner.targets import Target
+from tuner.workload import Workload
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class DispatchOutcome:
+    """What became of one dispatch of the model."""
+
+    name: str
+    shape: str
+    share: Optional[float]  # of the model's measured dispatch time (None: not measured)
+    status: str  # "tuned", "no winner", "not tuned: WHY", then "kept" / "dropped: WHY" after the model stage
+    default_ms: Optional[float] = None  # the dispatch as its tuning timed it (its entry or alone)
+    tuned_ms: Optional[float] = None
+    speedup: Optional[float] = None  # paired, from the dispatch's tuning
+    part: Optional[SpecPart] = None  # the winning config, if any
+    also_covers: tuple[str, ...] = ()  # other dispatches of the same shape the matcher covers
+    model_speedup: Optional[float] = None  # the model with this part against without it (paired)
+
+    @property
+    def expected_gain(self) -> float:
+        """The share of the model's time this dispatch's winner should save."""
+        if not self.share or not self.speedup or self.speedup <= 1.0:
+            return 0.0
+        return self.share * (1.0 - 1.0 / self.speedup)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": self.shape, "share": self.share, "status": self.status,
+                "default_ms": self.default_ms, "tuned_ms": self.tuned_ms, "speedup": self.speedup,
+                "config": self.part.label if self.part else None, "also_covers": list(self.also_covers),
+                "model_speedup": self.model_speedup}
+
+
+@dataclass(frozen=True)
+class ModelFigure:
+    """The model with the result against the default, timed side by side."""
+
+    default_ms: float
+    tuned_ms: float
+    speedup: float  # median of per-round ratios
+    lower: float  # the ratio three rounds of four reach
+    rounds: int
+    relative_error: Optional[float]
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """What the stages have found so far; each stage returns an updated copy."""
+
+    flags: tuple[str, ...] = ()  # model-wide flags chosen
+    flag_trials: dict = field(default_factory=dict)  # flag set -> paired speedup over the default
+    dispatches: tuple[DispatchOutcome, ...] = ()
+    kept: tuple[SpecPart, ...] = ()  # what the merged spec holds
+    figure: Optional[ModelFigure] = None
+    verdict: str = ""
+    notes: tuple[str, ...] = ()
+
+    def note(self, text: str) -> "ModelState":
+        return replace(self, notes=(*self.notes, text))
+
+
+@dataclass
+class StageEnv:
+    """What every stage may use: the model and where the run writes."""
+
+    model: Path  # the program iree-compile takes (an ONNX model's import, say)
+    target: Target
+    output_dir: Path
+    ctx: ir.Context
+    program: Program  # discovery under the default flags
+    workload: Workload  # the model's entry function, what a model-level timing runs
+    settings: EvalSettings = field(default_factory=EvalSettings)
+    store_path: Optional[Path] = None
+    devices: Sequence[str] = ()
+    timer: ModelBenchmark = iree_benchmark
+    progress: Optional[Progress] = None
+    say: Callable[[str], None] = lambda text: None  # one line for the user
+    profile: Optional[Profile] = None  # the model's dispatch times under the default flags
+    rounds: int = 4  # model-level interleaved rounds
+
+    @property
+    def device(self) -> str:
+        return self.devices[0] if self.devices else self.target.device
+
+    def inputs(self) -> tuple[Path, ...]:
+        """The model's inputs, written once into the run's directory."""
+        return tuple(self.workload.write_inputs(self.output_dir / "model-inputs"))
+
+
+class Stage(Protocol):
+    """One step of model tuning: reads the state, does its work (compiles, benchmarks), and
+    returns what it keeps."""
+
+    name: str
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState: ...
+
+
+def run_stages(stages: Sequence[Stage], env: StageEnv, state: Optional[ModelState] = None) -> ModelState:
+    """The client: each stage in turn over the model, the state flowing from one to the next."""
+    state = state or ModelState()
+    for stage in stages:
+        env.say(f"stage {stage.name}")
+        state = stage.run(state, env)
+    return state

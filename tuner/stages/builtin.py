@@ -1,0 +1,259 @@
+"""The built-in stages of model tuning:
+
+- `FlagStage`: model-wide flags (data tiling on the CPU changes every contraction into mmt4d,
+  which contraction matchers no longer match) decided on the whole model, with and without.
+- `DispatchStage`: the dispatches that matter most by measured share, under the flags chosen,
+  each tuned with the dispatch-level loop and result store (`tune`'s), one tuning per distinct
+  shape (one matcher covers every occurrence), resumable from the run's directory.
+- `MergeStage`: the winners added to one spec greedily in order of expected gain, each kept only
+  if the model does not get slower beyond the noise, then the result validated against the
+  default side by side; a result that makes the model slower is never kept."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from pipelines import Dispatch, pipeline_for
+from tuner.api import _Session, evaluate
+from tuner.candidates import generate_candidates
+from tuner.comparison import WIN_SHARE, Paired
+from tuner.discovery import discover_program
+from tuner.benchmark_stage import STORE
+from tuner.profile import profile
+from tuner.ranking import rank
+from tuner.results import Result
+from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
+from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant, compare
+from tuner.targets import Target
+
+DISPATCHES = "dispatches"  # DIR/dispatches/NAME: each dispatch's own tuning
+VARIANTS = "variants"  # DIR/variants/NAME: each whole-model build
+
+
+def with_flags(target: Target, flags: tuple[str, ...]) -> Target:
+    """The target compiling with the model-wide flags too."""
+    return replace(target, compile_flags=(*target.compile_flags, *flags)) if flags else target
+
+
+def slower_beyond_noise(p: Paired) -> bool:
+    """Slower than the reference in at least WIN_SHARE of the rounds (the mirror of a win)."""
+    if not p.ratios:
+        return False
+    return sum(r < 1.0 for r in p.ratios) >= math.ceil(WIN_SHARE * len(p.ratios))
+
+
+def _build(env: StageEnv, variant: Variant) -> BuiltVariant:
+    return build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name, env.ctx,
+                         env.settings.compile_timeout_s)
+
+
+def _signature(d: Dispatch) -> tuple:
+    """What a spec's matcher sees: two dispatches alike in it are tuned once, matched by one."""
+    return (d.kind, d.op_name, d.loop_bounds, d.lhs_type, d.rhs_type, d.out_type, d.indexing_maps)
+
+
+@dataclass
+class FlagStage:
+    """Model-wide flags: every flag set the pipelines of the model's dispatches offer, each built
+    and timed on the whole model against the default; the fastest that beats it is chosen."""
+
+    name: str = "flags"
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        offered: list[tuple[str, ...]] = []
+        for d in env.program.dispatches:
+            p = pipeline_for(d)
+            for flags in getattr(p, "model_flags", ()) if p else ():
+                if flags not in offered:
+                    offered.append(tuple(flags))
+        if not offered:
+            return state.note("no model-wide flags on this target")
+        default = _build(env, Variant("default"))
+        if not default.ok:
+            raise RuntimeError(f"the model does not build with the default flags: {default.error}")
+        built = [_build(env, Variant("flags-" + "-".join(f.lstrip("-") for f in flags), flags)) for flags in offered]
+        cmp = compare(default, built, env.workload, env.inputs(), env.device, env.rounds,
+                      env.output_dir / VARIANTS / "flag-runs", env.timer, env.settings.repetitions,
+                      env.settings.min_time_s, env.settings.run_timeout_s, env.progress)
+        trials = {" ".join(b.variant.flags): (cmp.paired[b.variant.name].speedup if b.variant.name in cmp.paired
+                                              else cmp.failed.get(b.variant.name, "failed"))
+                  for b in built}
+        winners = [b for b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
+        if not winners:
+            env.say(f"model-wide flags: none beats the default ({trials})")
+            return replace(state, flag_trials=trials)
+        best = max(winners, key=lambda b: cmp.paired[b.variant.name].speedup)
+        env.say(f"model-wide flags: {' '.join(best.variant.flags)} "
+                f"({cmp.paired[best.variant.name].speedup:.2f}x the default on the whole model)")
+        return replace(state, flags=best.variant.flags, flag_trials=trials)
+
+
+@dataclass
+class DispatchStage:
+    """Tune the dispatches that matter: each tunable one with at least `min_share` of the model's
+    measured dispatch time (or the `top` largest), under the flags chosen, with `num_candidates`
+    candidates each. Config candidates only: flags are the model's (FlagStage)."""
+
+    num_candidates: int = 30
+    min_share: float = 0.02
+    top: Optional[int] = None
+    name: str = "dispatches"
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        target = with_flags(env.target, state.flags)
+        program, measured = env.program, env.profile
+        if state.flags:  # the dispatches change under model-wide flags: find and time them again
+            program = discover_program(env.model, env.target, env.ctx, state.flags)
+            measured = profile(env.model, target, program, env.output_dir / "profile-flags", env.ctx,
+                               timeout_s=env.settings.run_timeout_s, progress=env.progress)
+        share = (lambda n: measured.share(n)) if measured else (lambda n: None)
+        outcomes: list[DispatchOutcome] = []
+        todo: list[tuple[Dispatch, DispatchOutcome]] = []
+        groups: dict[tuple, list[Dispatch]] = {}
+        for d in program.dispatches:
+            if program.entries.get(d.name) == env.workload:
+                groups.setdefault(_signature(d), []).append(d)
+            else:
+                outcomes.append(DispatchOutcome(d.name, d.shape_name, None, "not tuned: run by another function "
+                                                                           f"than the model's @{env.workload.entry}"))
+        for members in groups.values():
+            total = sum(share(d.name) or 0.0 for d in members) if measured else None
+            lead = max(members, key=lambda d: share(d.name) or 0.0)
+            others = tuple(d.name for d in members if d is not lead)
+            outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others)
+            if pipeline_for(lead) is None:
+                outcomes.append(replace(outcome, status=f"not tuned: no pipeline of this tuner takes it "
+                                                        f"(the compiler's: {lead.default.pipeline})"))
+            else:
+                todo.append((lead, outcome))
+        for name, why in program.skipped:
+            outcomes.append(DispatchOutcome(name, "", share(name), f"not tuned: {why}"))
+        todo.sort(key=lambda t: t[1].share or 0.0, reverse=True)
+        chosen = todo[: self.top] if self.top is not None else [t for t in todo if (t[1].share or 0.0) >= self.min_share]
+        for lead, outcome in todo:
+            if (lead, outcome) not in chosen:
+                what = f"the top {self.top}" if self.top is not None else f"{100 * self.min_share:.0f}% of the time"
+                outcomes.append(replace(outcome, status=f"not tuned: below {what}"))
+        for i, (lead, outcome) in enumerate(chosen, 1):
+            env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
+                    + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
+            outcomes.append(self._tune(lead, outcome, program, target, env))
+        order = {o.name: i for i, o in enumerate(sorted(outcomes, key=lambda o: o.share or 0.0, reverse=True))}
+        return replace(state, dispatches=tuple(sorted(outcomes, key=lambda o: order[o.name])))
+
+    def _tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
+              env: StageEnv) -> DispatchOutcome:
+        directory = env.output_dir / DISPATCHES / dispatch.name
+        directory.mkdir(parents=True, exist_ok=True)
+        pipeline = pipeline_for(dispatch)
+        candidates = [c for c in generate_candidates(dispatch, pipeline, self.num_candidates, env.ctx,
+                                                     target.spec_entry, progress=env.progress)
+                      if c.is_baseline or not c.config.flags]
+        results = _finished(directory, dispatch, candidates)
+        if results is None:
+            session = _Session(env.model, target, directory, env.ctx, program.workload(dispatch, env.model),
+                               dispatch, pipeline, program)
+            tuning = evaluate(session, candidates, env.settings, env.progress, False, "auto", env.devices,
+                              env.store_path or env.output_dir / STORE)
+            results = list(tuning.results)
+        else:
+            env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
+        return _outcome(outcome, dispatch, candidates, results, directory)
+
+
+def _finished(directory: Path, dispatch: Dispatch, candidates) -> Optional[list[Result]]:
+    """The results of this dispatch's tuning if an earlier run finished it with these candidates
+    (a killed tune-model resumes after the dispatches it finished)."""
+    try:
+        data = json.loads((directory / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    keys = {c.key for c in candidates}
+    if data.get("input_digest") != dispatch.source_digest or \
+            {r.get("key") for r in data.get("candidates", [])} != keys:
+        return None
+    return [Result.from_json(r) for r in data["candidates"]]
+
+
+def _outcome(outcome: DispatchOutcome, dispatch: Dispatch, candidates, results: list[Result],
+             directory: Path) -> DispatchOutcome:
+    ranking = rank(results)
+    base = ranking.baseline
+    if ranking.best is None:
+        return replace(outcome, status="no winner", default_ms=base.median_ms if base else None)
+    best = ranking.best
+    candidate = next(c for c in candidates if c.key == best.key)
+    return replace(outcome, status="tuned", default_ms=base.median_ms if base else None, tuned_ms=best.median_ms,
+                   speedup=best.speedup, part=SpecPart(dispatch, candidate.config, candidate.label))
+
+
+@dataclass
+class MergeStage:
+    """Merge the dispatch winners into one spec, greedily by expected gain: each is added to what
+    is kept so far, the model built (its configs read back) and timed against the model without
+    it in interleaved rounds, numerics compared; kept unless the model gets slower beyond the
+    noise. Then the result is timed against the default side by side: if it is not faster, the
+    default is the result."""
+
+    name: str = "merge"
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        inputs = env.inputs()
+        runs = env.output_dir / VARIANTS / "runs"
+        default = _build(env, Variant("default"))
+        if not default.ok:
+            raise RuntimeError(f"the model does not build with the default flags: {default.error}")
+        current = default if not state.flags else _build(env, Variant("flags", state.flags))
+        parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain,
+                       reverse=True)
+        outcomes = {o.name: o for o in state.dispatches}
+        kept = []
+        for i, o in enumerate(parts, 1):
+            trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
+            cmp = compare(current, [trial], env.workload, inputs, env.device, env.rounds, runs, env.timer,
+                          env.settings.repetitions, env.settings.min_time_s, env.settings.run_timeout_s, env.progress)
+            p = cmp.paired.get(trial.variant.name)
+            if p is None or not p.ratios:
+                why = cmp.failed.get(trial.variant.name, "could not be timed")
+                outcomes[o.name] = replace(o, status=f"dropped: {why}")
+            elif slower_beyond_noise(p):
+                outcomes[o.name] = replace(o, status=f"dropped: the model got slower with it ({p.speedup:.2f}x)",
+                                           model_speedup=p.speedup)
+            else:
+                outcomes[o.name] = replace(o, status="kept", model_speedup=p.speedup)
+                kept.append(o.part)
+                current = trial
+            env.say(f"  {o.name}: {outcomes[o.name].status}")
+        state = replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
+        if current is default:
+            return replace(state, verdict="nothing to merge beat the default: the default is the result")
+        final = compare(default, [current], env.workload, inputs, env.device, env.rounds, runs, env.timer,
+                        env.settings.repetitions, env.settings.min_time_s, env.settings.run_timeout_s, env.progress)
+        p = final.paired.get(current.variant.name)
+        if p is None or not p.ratios:
+            why = final.failed.get(current.variant.name, "could not be timed")
+            return replace(state, flags=(), kept=(), verdict=f"the tuned model failed its check ({why}): "
+                                                             "the default is the result")
+        ms = final.variant_ms[current.variant.name]
+        figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(ms), speedup=p.speedup,
+                             lower=p.lower, rounds=len(p.ratios),
+                             relative_error=final.errors.get(current.variant.name))
+        if p.speedup <= 1.0 or slower_beyond_noise(p):
+            return replace(state, flags=(), kept=(), figure=figure,
+                           verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
+                                   f"{len(p.ratios)} rounds): the default is the result")
+        won = sum(r > 1.0 for r in p.ratios)
+        return replace(state, figure=figure,
+                       verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
+                               f"interleaved rounds, faster in {won})"
+                               + ("" if p.beats_baseline else "; within the noise"))
+
+
+def _median(values) -> float:
+    values = [v for v in values if v]
+    return statistics.median(values) if values else 0.0

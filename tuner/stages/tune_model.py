@@ -1,0 +1,123 @@
+"""`tune-model`, the built-in client for whole models: find and profile the model's dispatches
+once, then run the stages (model-wide flags, the dispatches that matter, the merge validated on
+the model) and write one spec and one flags file that plain iree-compile uses."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from tuner.api import PROFILE, _read_program
+from tuner.errors import InputError, OutputError
+from tuner.profile import profile
+from tuner.report import response_file
+from tuner.run_dir import RunDirectory, run_identity
+from tuner.settings import EvalSettings
+from tuner.spec import build_spec
+from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
+from tuner.stages.builtin import DispatchStage, FlagStage, MergeStage
+from tuner.stages.variants import ModelBenchmark, iree_benchmark, merged_spec
+from tuner.targets import Target, parse_target
+from tuner.workload import Workload
+
+MODEL_SPEC = "model_spec.mlir"
+MODEL_FLAGS = "model_flags.txt"
+MODEL_RUN = "(model)"  # the run identity's dispatch: a whole-model run
+
+
+@dataclass(frozen=True)
+class ModelTuning:
+    state: ModelState
+    output_dir: Path
+    program_path: Path  # what iree-compile takes (the user's MLIR, or an ONNX model's import)
+    entry: str
+
+
+def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None) -> list[Stage]:
+    """tune-model's stages: model-wide flags, then the dispatches that matter, then the merge."""
+    return [FlagStage(), DispatchStage(num_candidates, min_share, top), MergeStage()]
+
+
+def _model_entry(program, measured) -> Workload:
+    """The function the model is: the public one whose dispatches take the most measured time
+    (by FLOPs without a profile)."""
+    totals: dict[str, float] = {}
+    workloads: dict[str, Workload] = {}
+    for d in program.dispatches:
+        w = program.entries.get(d.name)
+        if isinstance(w, Workload):
+            workloads[w.entry] = w
+            t = measured.times.get(d.name) if measured else None
+            totals[w.entry] = totals.get(w.entry, 0.0) + (t.total_ms if t else d.flops * 1e-12)
+    if not totals:
+        raise InputError("no public function of the model runs a dispatch this tuner can read")
+    return workloads[max(totals, key=totals.get)]
+
+
+def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: Path | str = "model-tuning",
+               num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
+               settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
+               store_path: Optional[Path | str] = None, force: bool = False, progress: Optional[Progress] = None,
+               say: Callable[[str], None] = lambda text: None, stages: Optional[Sequence[Stage]] = None,
+               timer: ModelBenchmark = iree_benchmark, rounds: int = 4) -> ModelTuning:
+    """Tune a whole model with `stages` (default: `default_stages`): the run's directory is
+    locked, the model discovered and profiled once (DIR/profile), each stage run in turn, and
+    DIR/model_spec.mlir, DIR/model_flags.txt and DIR/results.json written. Rerun with the same
+    directory to resume: finished dispatch tunings and stored results are reused."""
+    if not 0.0 <= min_share <= 1.0:
+        raise InputError(f"--min-share {min_share}: a fraction between 0 and 1")
+    if top is not None and top < 1:
+        raise InputError("--top must be at least 1")
+    target = parse_target(target) if isinstance(target, str) else target
+    output_dir = Path(output_dir)
+    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, None), force):
+        model, target, _, ctx, program = _read_program(input_path, target, output_dir)
+        for name, why in program.skipped:
+            say(f"skipped {name}: {why}")
+        measured = profile(model, target, program, output_dir / PROFILE, ctx, timeout_s=settings.run_timeout_s,
+                           progress=progress)
+        workload = _model_entry(program, measured)
+        say(f"model entry @{workload.entry}: {len(program.dispatches)} dispatches read, "
+            f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
+        env = StageEnv(model, target, output_dir, ctx, program, workload, settings,
+                       Path(store_path) if store_path else None, tuple(devices), timer, progress, say, measured, rounds)
+        state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top), env)
+        write_model_outputs(env, state)
+    return ModelTuning(state, output_dir, model, workload.entry)
+
+
+def write_model_outputs(env: StageEnv, state: ModelState) -> None:
+    """model_spec.mlir (the kept configs merged, or an empty spec saying why there are none),
+    model_flags.txt (every flag that rebuilds the tuned model) and results.json."""
+    out = env.output_dir
+    spec_path = out / MODEL_SPEC
+    flags = [*env.target.compile_flags, *state.flags]
+    header = f"// iree-tuner tune-model: {state.verdict}\n// rebuild: iree-compile {env.model} @{(out / MODEL_FLAGS).resolve()} -o OUT.vmfb\n"
+    try:
+        if state.kept:
+            spec_path.write_text(header + merged_spec(state.kept, env.target, env.ctx))
+            flags += env.target.spec_flags(str(spec_path.resolve()))
+        else:
+            spec_path.write_text(header + str(build_spec([], env.ctx, env.target.spec_entry)))
+        (out / MODEL_FLAGS).write_text(response_file(flags))
+        payload = {
+            "kind": "model",
+            "input": str(env.model.resolve()),
+            "target": env.target.name,
+            "entry": env.workload.entry,
+            "flags": list(state.flags),
+            "flag_trials": state.flag_trials,
+            "dispatches": [o.to_json() for o in state.dispatches],
+            "kept": [p.dispatch.name for p in state.kept],
+            "figure": state.figure.to_json() if state.figure else None,
+            "verdict": state.verdict,
+            "notes": list(state.notes),
+            "profile_method": env.profile.method if env.profile else "",
+        }
+        tmp = out / "results.json.tmp"
+        tmp.write_text(json.dumps(payload, indent=2))
+        tmp.replace(out / "results.json")
+    except OSError as e:
+        raise OutputError(f"cannot write the outputs to {out}: {e.strerror or e}") from None
