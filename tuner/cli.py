@@ -303,7 +303,7 @@ def report(directory: Path, top: int) -> None:
     (for a tune-model directory: its per-dispatch table and the model-level figure)."""
     from tuner.plot import plot_ranking
     from tuner.ranking import rank
-    from tuner.report import render_model, render_table, written_rebuild_command
+    from tuner.report import render_model, render_table
     from tuner.results import Result
 
     console = Console()

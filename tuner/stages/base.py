@@ -104,6 +104,7 @@ class StageEnv:
     say: Callable[[str], None] = lambda text: None  # one line for the user
     profile: Optional[Profile] = None  # the model's dispatch times under the default flags
     rounds: int = 4  # model-level interleaved rounds
+    built: dict = field(default_factory=dict)  # variants built in this run, by what builds them
 
     @property
     def device(self) -> str:

@@ -23,6 +23,7 @@ from tuner.api import _Session, evaluate
 from tuner.candidates import generate_candidates
 from tuner.comparison import WIN_SHARE, Paired
 from tuner.discovery import discover_program
+from tuner.errors import ToolError
 from tuner.benchmark_stage import STORE
 from tuner.profile import profile
 from tuner.ranking import rank
@@ -48,8 +49,12 @@ def slower_beyond_noise(p: Paired) -> bool:
 
 
 def _build(env: StageEnv, variant: Variant) -> BuiltVariant:
-    return build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name, env.ctx,
-                         env.settings.compile_timeout_s)
+    """The model built as `variant`, once per run (the stages share the default's build)."""
+    key = (variant.flags, tuple((p.dispatch.name, p.config.compilation_info) for p in variant.parts))
+    if key not in env.built:
+        env.built[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
+                                       env.ctx, env.settings.compile_timeout_s)
+    return env.built[key]
 
 
 def _signature(d: Dispatch) -> tuple:
@@ -75,7 +80,7 @@ class FlagStage:
             return state.note("no model-wide flags on this target")
         default = _build(env, Variant("default"))
         if not default.ok:
-            raise RuntimeError(f"the model does not build with the default flags: {default.error}")
+            raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         built = [_build(env, Variant("flags-" + "-".join(f.lstrip("-") for f in flags), flags)) for flags in offered]
         cmp = compare(default, built, env.workload, env.inputs(), env.device, env.rounds,
                       env.output_dir / VARIANTS / "flag-runs", env.timer, env.settings.repetitions,
@@ -207,7 +212,7 @@ class MergeStage:
         runs = env.output_dir / VARIANTS / "runs"
         default = _build(env, Variant("default"))
         if not default.ok:
-            raise RuntimeError(f"the model does not build with the default flags: {default.error}")
+            raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         current = default if not state.flags else _build(env, Variant("flags", state.flags))
         parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain,
                        reverse=True)

@@ -17,6 +17,7 @@ from iree.compiler import ir
 from pipelines import Config, Dispatch, check_config
 from tuner.comparison import Paired, bracketing
 from tuner.discovery import read_configured
+from tuner.errors import ToolError
 from tuner.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
 from tuner.spec import build_spec
 from tuner.targets import Target
@@ -138,7 +139,8 @@ def compare(reference: BuiltVariant, variants: Sequence[BuiltVariant], workload:
     if checked is not None:
         run = run_once(reference.vmfb, settings, directory / f"reference{suffix}")
         if not run.ok:
-            raise RuntimeError(f"the reference model did not run: {run.first_error()}")
+            raise ToolError(f"the model ({reference.variant.name}) did not run: {run.first_error()}",
+                            list(run.command), run.stderr)
         ref_out = read_output(directory / f"reference{suffix}", settings)
     timed = []
     for v in variants:

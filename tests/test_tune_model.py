@@ -1,0 +1,182 @@
+"""Whole-model tuning: the merged spec carries each kept dispatch's config into the model's own
+compile (read back), a spec that slows the model is dropped, a killed run resumes where it
+stopped, `tune-model` runs from the command line, and the example client with stages of its own
+runs.
+
+Where a test is about what the merge does with timings (not about timing itself), the model
+benchmark is injected: a timer that reports designed times for the variants, as KernelTuner's
+strategy tests run on recorded results. Everything else (compiles, numerics, read-back) is real."""
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from iree.compiler import ir
+
+from pipelines import check_config, pipeline_for
+from tests.conftest import run_cli
+from tuner.candidates import generate_candidates
+from tuner.discovery import read_configured
+from tuner.runner import Timing
+from tuner.settings import EvalSettings
+from tuner.stages import DispatchOutcome, DispatchStage, MergeStage, ModelState, SpecPart, StageEnv, tune_model
+from tuner.tools import find_tool
+
+FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+REPO = Path(__file__).resolve().parent.parent
+
+MLP = """
+func.func @mlp(%x: tensor<128x256xf32>, %w1: tensor<256x192xf32>, %w2: tensor<192x64xf32>) -> tensor<128x64xf32> {
+  %z = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<128x192xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<128x192xf32>) -> tensor<128x192xf32>
+  %h = linalg.matmul ins(%x, %w1 : tensor<128x256xf32>, tensor<256x192xf32>) outs(%f1 : tensor<128x192xf32>) -> tensor<128x192xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]} ins(%h : tensor<128x192xf32>) outs(%e1 : tensor<128x192xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %m = arith.maximumf %a, %z : f32
+    linalg.yield %m : f32
+  } -> tensor<128x192xf32>
+  %e2 = tensor.empty() : tensor<128x64xf32>
+  %f2 = linalg.fill ins(%z : f32) outs(%e2 : tensor<128x64xf32>) -> tensor<128x64xf32>
+  %o = linalg.matmul ins(%r, %w2 : tensor<128x192xf32>, tensor<192x64xf32>) outs(%f2 : tensor<128x64xf32>) -> tensor<128x64xf32>
+  return %o : tensor<128x64xf32>
+}
+"""
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    path = tmp_path / "mlp.mlir"
+    path.write_text(MLP)
+    return path
+
+
+@dataclass
+class SecondConfig:
+    """A client's stage: every tunable dispatch gets the second config its pipeline enumerates
+    (valid, not the default), claimed to make it 1.5x faster; nothing is timed."""
+
+    name: str = "second-config"
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        outcomes = []
+        for d in env.program.dispatches:
+            pipeline = pipeline_for(d)
+            if pipeline is None:
+                continue
+            c = [c for c in generate_candidates(d, pipeline, 3, env.ctx, env.target.spec_entry)
+                 if not c.is_baseline and not c.config.flags][1]
+            outcomes.append(DispatchOutcome(d.name, d.shape_name, env.profile.share(d.name), "tuned",
+                                            speedup=1.5, part=SpecPart(d, c.config, c.label)))
+        return replace(state, dispatches=tuple(outcomes))
+
+
+def _timer(slow: str = ""):
+    """Variants of the merge (built under variants/merge-N) take 0.8 ms, the one named `slow`
+    2 ms, anything else 1 ms."""
+    def timer(vmfb: Path, settings) -> Timing:
+        name = vmfb.parent.name
+        return Timing((2.0 if name == slow else 0.8 if name.startswith("merge-") else 1.0,))
+    return timer
+
+
+def _configured(model: Path, flags_file: Path, tmp: Path, ctx: ir.Context):
+    """The model compiled as plain iree-compile with @model_flags.txt, its configs read back."""
+    dump = tmp / "readback"
+    subprocess.run([find_tool("iree-compile"), str(model), f"@{flags_file}",
+                    f"--iree-hal-dump-executable-configurations-to={dump}", "-o", str(tmp / "readback.vmfb")],
+                   check=True)
+    return read_configured([p.read_text() for p in sorted(dump.glob("*.mlir"))], ctx)
+
+
+def test_the_merged_spec_carries_each_kept_config_into_the_model_compile(mlp, tmp_path):
+    out = tmp_path / "out"
+    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
+                        timer=_timer(), rounds=2)
+    state = tuning.state
+    assert len(state.kept) == 2 and state.figure is not None and state.figure.speedup == pytest.approx(1.25)
+    assert state.figure.relative_error is not None and state.figure.relative_error < 1e-4  # real numerics
+    with ir.Context() as ctx:
+        configured = _configured(mlp, out / "model_flags.txt", tmp_path, ctx)
+    for part in state.kept:  # each kept config, read back from the model's own compile
+        assert any(not check_config(part.config, d) for d in configured), part.dispatch.name
+    data = json.loads((out / "results.json").read_text())
+    assert data["kind"] == "model" and sorted(data["kept"]) == sorted(p.dispatch.name for p in state.kept)
+    assert all(d["status"] == "kept" for d in data["dispatches"])
+
+
+def test_a_dispatch_whose_spec_slows_the_model_is_dropped(mlp, tmp_path):
+    out = tmp_path / "out"
+    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
+                        timer=_timer(slow="merge-1"), rounds=2)
+    dropped = [o for o in tuning.state.dispatches if o.status.startswith("dropped")]
+    kept = [o for o in tuning.state.dispatches if o.status == "kept"]
+    assert len(dropped) == 1 and len(kept) == 1, [o.status for o in tuning.state.dispatches]
+    assert "the model got slower with it (0.50x)" in dropped[0].status
+    assert [p.dispatch.name for p in tuning.state.kept] == [kept[0].name]
+    # The dropped dispatch keeps the compiler's default in the tuned model; the kept one its config.
+    with ir.Context() as ctx:
+        configured = _configured(mlp, out / "model_flags.txt", tmp_path, ctx)
+    assert any(not check_config(kept[0].part.config, d) for d in configured)
+    assert not any(not check_config(dropped[0].part.config, d) for d in configured)
+
+
+def test_a_tuned_model_that_is_not_faster_leaves_the_default(mlp, tmp_path):
+    out = tmp_path / "out"
+    slow_everything = lambda vmfb, settings: Timing((3.0 if vmfb.parent.name.startswith("merge-") else 1.0,))  # noqa: E731
+    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
+                        timer=slow_everything, rounds=2)
+    assert tuning.state.kept == () and "the default is the result" in tuning.state.verdict
+    flags = (out / "model_flags.txt").read_text()
+    assert "spec" not in flags  # plain target flags: the default build
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_tune_model_resumes_after_the_dispatches_it_finished(mlp, tmp_path):
+    out = tmp_path / "out"
+
+    def say(line):
+        if line.startswith("dispatch 2/2"):  # killed as the second dispatch's tuning starts
+            raise Killed()
+
+    with pytest.raises(Killed):
+        tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[DispatchStage(1, top=2)], say=say)
+    finished = [p for p in (out / "dispatches").glob("*/results.json")]
+    assert len(finished) == 1  # the first dispatch's tuning finished, the second did not
+    said = []
+    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[DispatchStage(1, top=2)], say=said.append)
+    assert sum("reusing its finished tuning" in line for line in said) == 1, said
+    assert finished[0].parent.name in " ".join(said)
+    assert all(o.status in ("tuned", "no winner") for o in tuning.state.dispatches)
+    assert len(list((out / "dispatches").glob("*/results.json"))) == 2
+
+
+def test_tune_model_from_the_command_line_writes_a_spec_plain_iree_compile_uses(mlp, tmp_path):
+    out = tmp_path / "out"
+    result = run_cli("tune-model", mlp, "--top", "1", "--num-candidates", "1", "--repetitions", "1",
+                     "--confirm-rounds", "1", "--model-rounds", "1", "--output", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "stage flags" in text and "stage dispatches" in text and "stage merge" in text
+    assert "verdict:" in text and (out / "model_spec.mlir").is_file()
+    subprocess.run([find_tool("iree-compile"), str(mlp), f"@{out / 'model_flags.txt'}", "-o", str(tmp_path / "m.vmfb")],
+                   check=True)
+    report = run_cli("report", out)
+    assert report.exit_code == 0 and "verdict:" in report.output, report.output
+
+
+def test_the_example_client_with_its_own_stages_runs(mlp, tmp_path):
+    out = tmp_path / "custom"
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "custom_stages.py"), str(mlp), "--output", str(out),
+                           "--num-candidates", "1", "--rounds", "1"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdict"] and "stage summary" in done.stdout
+    assert (out / "model_flags.txt").is_file()
