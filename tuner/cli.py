@@ -107,6 +107,8 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
               help="Tune every tunable dispatch with at least this fraction of the model's dispatch time.")
 @click.option("--num-candidates", default=30, show_default=True, type=click.IntRange(min=1),
               help="Configs to try per dispatch besides the baseline.")
+@click.option("--model-flags/--no-model-flags", default=True, show_default=True,
+              help="Try the target's model-wide flags (llvm-cpu: data tiling) on the whole model first.")
 @click.option("--model-rounds", default=4, show_default=True, type=click.IntRange(min=1),
               help="Interleaved rounds for each whole-model comparison (flags, each merge step, the result).")
 @click.option("--output", "output_dir", default="model-tuning", show_default=True, type=click.Path(path_type=Path),
@@ -120,7 +122,8 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
 @click.option("--device", "devices", multiple=True, help="Runtime device to benchmark on.")
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
-def tune_model(input_file: Path, target: str, top: int | None, min_share: float, num_candidates: int, model_rounds: int,
+def tune_model(input_file: Path, target: str, top: int | None, min_share: float, num_candidates: int, model_flags: bool,
+               model_rounds: int,
                output_dir: Path, force: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
                run_timeout: float, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
@@ -132,7 +135,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = run(input_file, target, output_dir, num_candidates, min_share, top,
                      _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds), devices,
-                     store_path, force, on_progress, console.print, rounds=model_rounds)
+                     store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags)
     render_model(json.loads((output_dir / "results.json").read_text()), console)
     console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json; rebuild with: "
                   f"iree-compile {tuning.program_path} @{(output_dir / 'model_flags.txt').resolve()} -o OUT.vmfb")

@@ -117,12 +117,20 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     def num(v, fmt):
         return fmt.format(v) if v is not None else "-"
 
+    untuned = []
     for d in data.get("dispatches", []):
         name = d["name"] + (f" (+{len(d['also_covers'])} alike)" if d.get("also_covers") else "")
-        table.add_row(name, d.get("shape", ""), num(d.get("share") and 100 * d["share"], "{:.1f}%"),
-                      num(d.get("default_ms"), "{:.3f}"), num(d.get("tuned_ms"), "{:.3f}"),
-                      num(d.get("speedup"), "{:.2f}x"), num(d.get("model_speedup"), "{:.2f}x"), d["status"])
-    console.print(table)
+        share = num(d.get("share") and 100 * d["share"], "{:.1f}%")
+        if d["status"].startswith("not tuned"):
+            untuned.append(f"{name} ({share}): {d['status']}")
+            continue
+        table.add_row(name, d.get("shape", ""), share, num(d.get("default_ms"), "{:.3f}"),
+                      num(d.get("tuned_ms"), "{:.3f}"), num(d.get("speedup"), "{:.2f}x"),
+                      num(d.get("model_speedup"), "{:.2f}x"), d["status"])
+    if table.row_count:
+        console.print(table)
+    for line in untuned:
+        console.print(line)
     for flags, result in (data.get("flag_trials") or {}).items():
         figure = f"{result:.2f}x the default" if isinstance(result, (int, float)) else result
         chosen = " (chosen)" if flags == " ".join(data.get("flags", [])) and data.get("flags") else ""

@@ -19,7 +19,8 @@ from iree.compiler import ir
 from tuner.discovery import Program
 from tuner.profile import Profile
 from tuner.settings import EvalSettings
-from tuner.stages.variants import ModelBenchmark, SpecPart, iree_benchmark
+from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
+from tuner.stages.variants import SpecPart
 from tuner.targets import Target
 from tuner.workload import Workload
 

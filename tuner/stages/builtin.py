@@ -29,7 +29,8 @@ from tuner.profile import profile
 from tuner.ranking import rank
 from tuner.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
-from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant, compare
+from tuner.stages.model_timing import Comparison, compare
+from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant
 from tuner.targets import Target
 
 DISPATCHES = "dispatches"  # DIR/dispatches/NAME: each dispatch's own tuning
@@ -57,6 +58,18 @@ def _build(env: StageEnv, variant: Variant) -> BuiltVariant:
     return env.built[key]
 
 
+def _compare(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant], directory: str) -> Comparison:
+    """The trials against the reference on the whole model, interleaved (tuner.stages.model_timing);
+    one that did not build is named in `failed`."""
+    built = [t for t in trials if t.ok]
+    cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built],
+                  env.workload, env.inputs(), env.device, env.rounds, env.output_dir / VARIANTS / directory,
+                  env.timer, env.settings.repetitions, env.settings.min_time_s, env.settings.run_timeout_s,
+                  env.progress)
+    cmp.failed.update({t.variant.name: t.error or "did not build" for t in trials if not t.ok})
+    return cmp
+
+
 def _signature(d: Dispatch) -> tuple:
     """What a spec's matcher sees: two dispatches alike in it are tuned once, matched by one."""
     return (d.kind, d.op_name, d.loop_bounds, d.lhs_type, d.rhs_type, d.out_type, d.indexing_maps)
@@ -82,9 +95,7 @@ class FlagStage:
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         built = [_build(env, Variant("flags-" + "-".join(f.lstrip("-") for f in flags), flags)) for flags in offered]
-        cmp = compare(default, built, env.workload, env.inputs(), env.device, env.rounds,
-                      env.output_dir / VARIANTS / "flag-runs", env.timer, env.settings.repetitions,
-                      env.settings.min_time_s, env.settings.run_timeout_s, env.progress)
+        cmp = _compare(env, default, built, "flag-runs")
         trials = {" ".join(b.variant.flags): (cmp.paired[b.variant.name].speedup if b.variant.name in cmp.paired
                                               else cmp.failed.get(b.variant.name, "failed"))
                   for b in built}
@@ -208,8 +219,6 @@ class MergeStage:
     name: str = "merge"
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        inputs = env.inputs()
-        runs = env.output_dir / VARIANTS / "runs"
         default = _build(env, Variant("default"))
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
@@ -220,8 +229,7 @@ class MergeStage:
         kept = []
         for i, o in enumerate(parts, 1):
             trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
-            cmp = compare(current, [trial], env.workload, inputs, env.device, env.rounds, runs, env.timer,
-                          env.settings.repetitions, env.settings.min_time_s, env.settings.run_timeout_s, env.progress)
+            cmp = _compare(env, current, [trial], "runs")
             p = cmp.paired.get(trial.variant.name)
             if p is None or not p.ratios:
                 why = cmp.failed.get(trial.variant.name, "could not be timed")
@@ -237,8 +245,7 @@ class MergeStage:
         state = replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
         if current is default:
             return replace(state, verdict="nothing to merge beat the default: the default is the result")
-        final = compare(default, [current], env.workload, inputs, env.device, env.rounds, runs, env.timer,
-                        env.settings.repetitions, env.settings.min_time_s, env.settings.run_timeout_s, env.progress)
+        final = _compare(env, default, [current], "runs")
         p = final.paired.get(current.variant.name)
         if p is None or not p.ratios:
             why = final.failed.get(current.variant.name, "could not be timed")

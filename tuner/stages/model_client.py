@@ -18,7 +18,8 @@ from tuner.settings import EvalSettings
 from tuner.spec import build_spec
 from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage, FlagStage, MergeStage
-from tuner.stages.variants import ModelBenchmark, iree_benchmark, merged_spec
+from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
+from tuner.stages.variants import merged_spec
 from tuner.targets import Target, parse_target
 from tuner.workload import Workload
 
@@ -35,9 +36,11 @@ class ModelTuning:
     entry: str
 
 
-def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None) -> list[Stage]:
-    """tune-model's stages: model-wide flags, then the dispatches that matter, then the merge."""
-    return [FlagStage(), DispatchStage(num_candidates, min_share, top), MergeStage()]
+def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
+                   model_flags: bool = True) -> list[Stage]:
+    """tune-model's stages: model-wide flags (unless `model_flags` is off), then the dispatches
+    that matter, then the merge."""
+    return [*([FlagStage()] if model_flags else []), DispatchStage(num_candidates, min_share, top), MergeStage()]
 
 
 def _model_entry(program, measured) -> Workload:
@@ -61,7 +64,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                store_path: Optional[Path | str] = None, force: bool = False, progress: Optional[Progress] = None,
                say: Callable[[str], None] = lambda text: None, stages: Optional[Sequence[Stage]] = None,
-               timer: ModelBenchmark = iree_benchmark, rounds: int = 4) -> ModelTuning:
+               timer: ModelBenchmark = iree_benchmark, rounds: int = 4, model_flags: bool = True) -> ModelTuning:
     """Tune a whole model with `stages` (default: `default_stages`): the run's directory is
     locked, the model discovered and profiled once (DIR/profile), each stage run in turn, and
     DIR/model_spec.mlir, DIR/model_flags.txt and DIR/results.json written. Rerun with the same
@@ -83,7 +86,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
         env = StageEnv(model, target, output_dir, ctx, program, workload, settings,
                        Path(store_path) if store_path else None, tuple(devices), timer, progress, say, measured, rounds)
-        state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top), env)
+        state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top, model_flags), env)
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, model, workload.entry)
 

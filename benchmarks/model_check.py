@@ -1,0 +1,70 @@
+"""Does a `tune-model` result hold when measured again, independently of the tuner?
+
+    python benchmarks/model_check.py DIR [--rounds 8] [--repetitions 5]
+
+Reads DIR/results.json (the program the tuner compiled and its entry) and DIR/model_flags.txt,
+builds the default (the target flags alone, from the first lines of model_flags.txt that are
+not the tuner's own additions) and the tuned model (`iree-compile PROGRAM @DIR/model_flags.txt`)
+with plain iree-compile, and times the two with iree-benchmark-module in interleaved rounds,
+alternating which goes first. Prints the tuner's claim next to the independent figure (the
+median of the per-round ratios default / tuned) and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tuner.device_identity import cpu_identity  # noqa: E402
+from tuner.runner import RunSettings, benchmark  # noqa: E402
+from tuner.targets import parse_target  # noqa: E402
+from tuner.tools import find_tool, run_tool  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args()
+    data = json.loads((args.dir / "results.json").read_text())
+    program, target = Path(data["input"]), parse_target(data["target"])
+    work = args.dir / "check"
+    work.mkdir(exist_ok=True)
+    builds = {"default": [*target.compile_flags], "tuned": [f"@{(args.dir / 'model_flags.txt').resolve()}"]}
+    for name, flags in builds.items():
+        run = run_tool([find_tool("iree-compile"), str(program), *flags, "-o", str(work / f"{name}.vmfb")], 1200)
+        if not run.ok:
+            sys.exit(f"{name} did not build: {run.first_error()}")
+    # The model's entry and inputs, as the tuner wrote them (DIR/model-inputs).
+    inputs = tuple(sorted((args.dir / "model-inputs").glob("input*"),
+                          key=lambda p: int(p.name[len("input"):].split(".")[0])))
+    settings = RunSettings(args.device or target.device, data["entry"], inputs, args.repetitions, 0.2, 600)
+    times: dict[str, list[float]] = {"default": [], "tuned": []}
+    for r in range(args.rounds):
+        for name in (("default", "tuned") if r % 2 == 0 else ("tuned", "default")):
+            timing, run = benchmark(work / f"{name}.vmfb", settings)
+            if timing is None:
+                sys.exit(f"{name} did not run: {run.first_error()}")
+            times[name].append(timing.median_ms)
+    ratios = [d / t for d, t in zip(times["default"], times["tuned"])]
+    figure = data.get("figure") or {}
+    print(f"machine: {cpu_identity()}; device {settings.device}")
+    print(f"| model | tuner's claim | independent: default ms | tuned ms | default / tuned (median of {args.rounds} "
+          f"interleaved rounds) | rounds faster |")
+    print("|---|---|---|---|---|---|")
+    claim = f"{figure['speedup']:.2f}x" if figure else "1.00x (default kept)"
+    print(f"| {program.stem} | {claim} | {statistics.median(times['default']):.3f} | "
+          f"{statistics.median(times['tuned']):.3f} | **{statistics.median(ratios):.2f}x** | "
+          f"{sum(r > 1 for r in ratios)}/{len(ratios)} |")
+
+
+if __name__ == "__main__":
+    main()

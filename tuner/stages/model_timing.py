@@ -1,0 +1,120 @@
+"""Timing whole-model builds against a reference in interleaved rounds, with the numerics
+compared at the model's output. Runtime-only (numpy and IREE's runtime tools), so the machine
+that has the device runs it too.
+
+How a build is timed is injected (`ModelBenchmark`): the default is IREE's
+`iree-benchmark-module` on the entry function; a client may bring its own command."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Protocol, Sequence
+
+from tuner.comparison import Paired, bracketing
+from tuner.errors import ToolError
+from tuner.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
+from tuner.workload import Workload
+
+
+class ModelBenchmark(Protocol):
+    """How a compiled model is timed: one timing (several repetitions) of one call."""
+
+    def __call__(self, vmfb: Path, settings: RunSettings) -> Optional[Timing]: ...
+
+
+def iree_benchmark(vmfb: Path, settings: RunSettings) -> Optional[Timing]:
+    """The default: iree-benchmark-module on the entry function."""
+    return benchmark(vmfb, settings)[0]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Variants against a reference, timed in interleaved rounds (R v1 R v2 R ...), each round's
+    ratio taken against the two reference timings that bracket it."""
+
+    reference_ms: tuple[float, ...]
+    paired: dict[str, Paired]  # variant name -> ratios (reference / variant; >1: faster)
+    variant_ms: dict[str, tuple[float, ...]]
+    errors: dict[str, float] = field(default_factory=dict)  # numerics: relative error at the output
+    failed: dict[str, str] = field(default_factory=dict)  # variant name -> why it could not be timed
+
+    def to_json(self) -> dict:
+        return {"reference_ms": list(self.reference_ms), "ratios": {n: list(p.ratios) for n, p in self.paired.items()},
+                "variant_ms": {n: list(t) for n, t in self.variant_ms.items()}, "errors": self.errors,
+                "failed": self.failed}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Comparison":
+        return cls(tuple(data["reference_ms"]), {n: Paired(tuple(r)) for n, r in data["ratios"].items()},
+                   {n: tuple(t) for n, t in data["variant_ms"].items()}, dict(data.get("errors", {})),
+                   dict(data.get("failed", {})))
+
+
+def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], workload: Workload,
+            inputs: tuple[Path, ...],
+            device: str, rounds: int, directory: Path, timer: ModelBenchmark = iree_benchmark,
+            repetitions: int = 3, min_time_s: float = 0.1, timeout_s: float = 300.0,
+            progress: Optional[Callable[[str, int, int], None]] = None) -> Comparison:
+    """Run each build (name, module) once to compare its output with the reference's (numerics),
+    then time them in `rounds` interleaved rounds. One that fails to run or computes a different
+    result is left out of the timing and named in `failed`."""
+    checked = workload.checked_output
+    settings = RunSettings(device, workload.entry, inputs, repetitions, min_time_s, timeout_s,
+                           outputs=len(workload.outputs), checked=checked,
+                           checked_type=workload.outputs[checked].element_type if checked is not None else "")
+    directory.mkdir(parents=True, exist_ok=True)
+    failed: dict[str, str] = {}
+    errors: dict[str, float] = {}
+    ref_out = None
+    suffix = ".bin" if settings.checked_type == "bf16" else ".npy"
+    if checked is not None:
+        run = run_once(reference[1], settings, directory / f"reference{suffix}")
+        if not run.ok:
+            raise ToolError(f"the model ({reference[0]}) did not run: {run.first_error()}",
+                            list(run.command), run.stderr)
+        ref_out = read_output(directory / f"reference{suffix}", settings)
+    timed = []
+    for name, vmfb in variants:
+        if ref_out is not None:
+            out = directory / f"{name}{suffix}"
+            run = run_once(vmfb, settings, out)
+            if not run.ok:
+                failed[name] = f"did not run: {run.first_error()}"
+                continue
+            errors[name] = relative_error(read_output(out, settings), ref_out)
+            if errors[name] > tolerance(settings.checked_type) * 10:
+                failed[name] = f"a different result (relative error {errors[name]:.2g})"
+                continue
+        timed.append((name, vmfb))
+    ref_ms: list[float] = []
+    var_ms: dict[str, list[float]] = {name: [] for name, _ in timed}
+    ratios: dict[str, list[float]] = {name: [] for name, _ in timed}
+    steps, done = rounds * (2 * len(timed) + 1), 0
+    for r in range(rounds):
+        order = timed[r % len(timed):] + timed[:r % len(timed)] if timed else []
+        before = _time(reference[1], settings, timer)
+        ref_ms.append(before or 0.0)
+        done += 1
+        for name, vmfb in order:
+            ms = _time(vmfb, settings, timer)
+            after = _time(reference[1], settings, timer)
+            ref_ms.append(after or 0.0)
+            done += 2
+            if ms:
+                var_ms[name].append(ms)
+                around = bracketing(before, after)
+                if around:
+                    ratios[name].append(around / ms)
+            before = after
+            if progress:
+                progress("model", done, steps)
+    return Comparison(tuple(ref_ms), {n: Paired(tuple(r)) for n, r in ratios.items()},
+                      {n: tuple(t) for n, t in var_ms.items()}, errors, failed)
+
+
+def _time(vmfb: Path, settings: RunSettings, timer: ModelBenchmark) -> Optional[float]:
+    timing = timer(vmfb, settings)
+    time.sleep(0)  # let a Ctrl-C between timings land
+    return timing.median_ms if timing is not None else None
