@@ -8,8 +8,10 @@
   Q/K/V projections, scaled dot-product attention (MatMul, Softmax, MatMul), the output
   projection, residual + LayerNorm, MLP with GELU (the erf form), residual + LayerNorm.
 - bert_base_layer.onnx: the same at BERT-base's size: 384 tokens, hidden 768, 12 heads, MLP 3072.
+- bert_base_layer_f16_1024.onnx: BERT-base's layer in f16 over 1024 tokens (for GPUs).
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
+- cnn_b4_224.onnx: the same CNN on 224x224 images, batch 4.
 
 Weights are seeded random initializers, so every build gives the same files.
 """
@@ -22,28 +24,28 @@ from pathlib import Path
 import numpy as np
 
 
-def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.05):
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.05, dtype=np.float32):
     from onnx import numpy_helper
 
-    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(dtype), name)
 
 
-def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 1024, seed: int = 0):
-    from onnx import TensorProto, helper
+def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 1024, seed: int = 0,
+               dtype=np.float32):
+    from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
     head = hidden // heads
-    inits = [_init(rng, n, s) for n, s in (
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [_init(rng, n, s, dtype=dtype) for n, s in (
         ("wq", (hidden, hidden)), ("wk", (hidden, hidden)), ("wv", (hidden, hidden)), ("wo", (hidden, hidden)),
         ("w1", (hidden, mlp)), ("w2", (mlp, hidden)))]
-    inits += [helper.make_tensor(n, TensorProto.FLOAT, [hidden], np.ones(hidden, np.float32) if "scale" in n
-                                 else np.zeros(hidden, np.float32)) for n in ("ln1_scale", "ln1_bias", "ln2_scale", "ln2_bias")]
+    inits += [numpy_helper.from_array((np.ones if "scale" in n else np.zeros)(hidden, dtype), n)
+              for n in ("ln1_scale", "ln1_bias", "ln2_scale", "ln2_bias")]
     inits += [helper.make_tensor("heads_shape", TensorProto.INT64, [3], [tokens, heads, head]),
-              helper.make_tensor("merged_shape", TensorProto.INT64, [2], [tokens, hidden]),
-              helper.make_tensor("inv_sqrt_d", TensorProto.FLOAT, [], [1.0 / np.sqrt(head)]),
-              helper.make_tensor("inv_sqrt2", TensorProto.FLOAT, [], [1.0 / np.sqrt(2.0)]),
-              helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
-              helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])]
+              helper.make_tensor("merged_shape", TensorProto.INT64, [2], [tokens, hidden])]
+    inits += [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (
+        ("inv_sqrt_d", 1.0 / np.sqrt(head)), ("inv_sqrt2", 1.0 / np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))]
     nodes = []
     for name in ("q", "k", "v"):
         nodes += [helper.make_node("MatMul", ["x", f"w{name}"], [f"{name}_flat"]),
@@ -70,8 +72,8 @@ def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 
               helper.make_node("Add", ["h1", "down"], ["res2"]),
               helper.make_node("LayerNormalization", ["res2", "ln2_scale", "ln2_bias"], ["y"], axis=-1)]
     graph = helper.make_graph(nodes, "bert_layer",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [tokens, hidden])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [tokens, hidden])], inits)
+                              [helper.make_tensor_value_info("x", elem, [tokens, hidden])],
+                              [helper.make_tensor_value_info("y", elem, [tokens, hidden])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -104,7 +106,8 @@ def write_models(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, model in (("bert_layer", bert_layer()), ("bert_base_layer", bert_layer(384, 768, 12, 3072)),
-                        ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4))):
+                        ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4)), ("cnn_b4_224", small_cnn(4, 224)),
+                        ("bert_base_layer_f16_1024", bert_layer(1024, 768, 12, 3072, dtype=np.float16))):
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)

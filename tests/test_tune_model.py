@@ -8,6 +8,7 @@ benchmark is injected: a timer that reports designed times for the variants, as 
 strategy tests run on recorded results. Everything else (compiles, numerics, read-back) is real."""
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -70,7 +71,8 @@ class SecondConfig:
                 continue
             c = [c for c in generate_candidates(d, pipeline, 3, env.ctx, env.target.spec_entry)
                  if not c.is_baseline and not c.config.flags][1]
-            outcomes.append(DispatchOutcome(d.name, d.shape_name, env.profile.share(d.name), "tuned",
+            share = env.profile.share(d.name) if env.profile else None
+            outcomes.append(DispatchOutcome(d.name, d.shape_name, share, "tuned",
                                             speedup=1.5, part=SpecPart(d, c.config, c.label)))
         return replace(state, dispatches=tuple(outcomes))
 
@@ -180,3 +182,64 @@ def test_the_example_client_with_its_own_stages_runs(mlp, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verdict"] and "stage summary" in done.stdout
     assert (out / "model_flags.txt").is_file()
+
+
+def test_two_machines_take_turns_until_the_model_is_done(mlp, tmp_path):
+    # The compile machine writes each step's plan; the "device" measures it from a copy holding
+    # only what `pack` copies (the plan and the files it lists), and its figures are copied back.
+    out = tmp_path / "out"
+    compile_step = ["tune-model", mlp, "--compile-only", "--top", "2", "--num-candidates", "1", "--repetitions", "1",
+                    "--confirm-rounds", "1", "--model-rounds", "1", "--output", out]
+    steps = []
+    for trip in range(8):
+        result = run_cli(*compile_step)
+        assert result.exit_code == 0, result.output
+        if not (out / "model-plan.json").exists():
+            break
+        steps.append(json.loads((out / "model-plan.json").read_text())["step"])
+        device = tmp_path / f"device-{trip}"
+        assert run_cli("pack", out, device).exit_code == 0
+        assert not (device / "variants" / "default" / "configs").exists()  # only what is timed travels
+        measured = run_cli("benchmark", device, "--repetitions", "1", "--confirm-rounds", "1")
+        assert measured.exit_code == 0, measured.output
+        shutil.copytree(device, out, dirs_exist_ok=True)
+    assert steps[:2] == ["profile", "dispatches"], steps
+    assert all(s in ("merge", "validate") for s in steps[2:]), steps
+    data = json.loads((out / "results.json").read_text())
+    assert data["kind"] == "model" and data["verdict"]
+    tuned = [d for d in data["dispatches"] if not d["status"].startswith("not tuned")]
+    assert len(tuned) == 2 and all(d["status"] in ("kept", "no winner") or d["status"].startswith("dropped")
+                                   for d in tuned), tuned
+    # Whatever was kept, plain iree-compile rebuilds it.
+    subprocess.run([find_tool("iree-compile"), str(mlp), f"@{out / 'model_flags.txt'}", "-o", str(tmp_path / "m.vmfb")],
+                   check=True)
+
+
+def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, tmp_path):
+    # Two configs to merge, compiled here, timed "there" (a copy holding what `pack` copies),
+    # one trip each, then the tuned model against the default; real compiles and timings.
+    from tuner.api import _read_program
+    from tuner.stages.model_client import _model_entry
+    from tuner.stages.plan import pack, run_plan
+    from tuner.stages.two_machine import merge_step
+
+    out = tmp_path / "out"
+    model, target, _, ctx, program = _read_program(mlp, "llvm-cpu", out)
+    env = StageEnv(model, target, out, ctx, program, _model_entry(program, None), FAST, rounds=1)
+    state = SecondConfig().run(ModelState(), env)
+    steps = []
+    for trip in range(5):
+        plan, state = merge_step(env, state)
+        if plan is None:
+            break
+        steps.append((plan.step, plan.index))
+        plan.write(out)
+        device = tmp_path / f"device-{trip}"
+        pack(out, device)
+        run_plan(device, settings=FAST)
+        shutil.copytree(device, out, dirs_exist_ok=True)
+    assert steps[:2] == [("merge", 1), ("merge", 2)], steps
+    assert steps[2:] in ([], [("validate", 0)]), steps  # validated unless both configs were dropped
+    assert state.verdict and all(o.status == "kept" or o.status.startswith("dropped") for o in state.dispatches)
+    if steps[2:]:
+        assert state.figure is not None and state.figure.rounds == 1

@@ -114,6 +114,9 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
 @click.option("--output", "output_dir", default="model-tuning", show_default=True, type=click.Path(path_type=Path),
               help="Where model_spec.mlir, model_flags.txt and results.json go (rerun to resume).")
 @click.option("--force", is_flag=True, help="Clear an output directory that holds another input's run.")
+@click.option("--compile-only", is_flag=True,
+              help="Two machines: do the next compile step and leave OUTPUT/model-plan.json for "
+                   "`iree-tuner benchmark OUTPUT` where the device is; repeat until done.")
 @click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per timing.")
 @click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
               help="Interleaved rounds confirming each dispatch's most promising candidates.")
@@ -124,7 +127,7 @@ def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: 
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, num_candidates: int, model_flags: bool,
                model_rounds: int,
-               output_dir: Path, force: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
+               output_dir: Path, force: bool, compile_only: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
                run_timeout: float, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
@@ -135,10 +138,28 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = run(input_file, target, output_dir, num_candidates, min_share, top,
                      _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds), devices,
-                     store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags)
+                     store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags,
+                     compile_only=compile_only)
+    if tuning.next_plan is not None:
+        return
     render_model(json.loads((output_dir / "results.json").read_text()), console)
     console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json; rebuild with: "
                   f"iree-compile {tuning.program_path} @{(output_dir / 'model_flags.txt').resolve()} -o OUT.vmfb")
+
+
+@main.command()
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.argument("dest", type=click.Path(path_type=Path))
+def pack(directory: Path, dest: Path) -> None:
+    """Copy what the device needs for DIRECTORY's pending tune-model step into DEST (the plan and
+    the modules it times, not every earlier build). Run `iree-tuner benchmark DEST` there, then copy
+    DEST back over DIRECTORY."""
+    from tuner.stages.plan import pack as copy_plan
+
+    with _errors_to_exit():
+        files = copy_plan(directory, dest)
+    size = sum((dest / f).stat().st_size for f in files)
+    click.echo(f"copied {len(files)} files ({size / 2**20:.1f} MiB) into {dest}")
 
 
 @main.command()
@@ -157,6 +178,14 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
     console = Console()
     settings = _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds)
     with _errors_to_exit():
+        if path.is_dir() and (path / "model-plan.json").is_file():
+            from tuner.stages.plan import run_plan
+
+            with _progress(console) as on_progress:
+                plan = run_plan(path, devices, settings, on_progress)
+            console.print(f"measured the {plan.step} step of {path}; next, where the compiler is: "
+                          f"iree-tuner tune-model MODEL --compile-only --output {path}")
+            return
         if path.is_dir():
             if configs_file is not None:
                 raise InputError(f"{path} is a compiled directory; --configs goes with an input .mlir file")

@@ -127,59 +127,74 @@ class DispatchStage:
             program = discover_program(env.model, env.target, env.ctx, state.flags)
             measured = profile(env.model, target, program, env.output_dir / "profile-flags", env.ctx,
                                timeout_s=env.settings.run_timeout_s, progress=env.progress)
-        share = (lambda n: measured.share(n)) if measured else (lambda n: None)
-        outcomes: list[DispatchOutcome] = []
-        todo: list[tuple[Dispatch, DispatchOutcome]] = []
-        groups: dict[tuple, list[Dispatch]] = {}
-        for d in program.dispatches:
-            if program.entries.get(d.name) == env.workload:
-                groups.setdefault(_signature(d), []).append(d)
-            else:
-                outcomes.append(DispatchOutcome(d.name, d.shape_name, None, "not tuned: run by another function "
-                                                                           f"than the model's @{env.workload.entry}"))
-        for members in groups.values():
-            total = sum(share(d.name) or 0.0 for d in members) if measured else None
-            lead = max(members, key=lambda d: share(d.name) or 0.0)
-            others = tuple(d.name for d in members if d is not lead)
-            outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others)
-            if pipeline_for(lead) is None:
-                outcomes.append(replace(outcome, status=f"not tuned: no pipeline of this tuner takes it "
-                                                        f"(the compiler's: {lead.default.pipeline})"))
-            else:
-                todo.append((lead, outcome))
-        for name, why in program.skipped:
-            outcomes.append(DispatchOutcome(name, "", share(name), f"not tuned: {why}"))
-        todo.sort(key=lambda t: t[1].share or 0.0, reverse=True)
-        chosen = todo[: self.top] if self.top is not None else [t for t in todo if (t[1].share or 0.0) >= self.min_share]
-        for lead, outcome in todo:
-            if (lead, outcome) not in chosen:
-                what = f"the top {self.top}" if self.top is not None else f"{100 * self.min_share:.0f}% of the time"
-                outcomes.append(replace(outcome, status=f"not tuned: below {what}"))
+        chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top)
         for i, (lead, outcome) in enumerate(chosen, 1):
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
                     + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
             outcomes.append(self._tune(lead, outcome, program, target, env))
-        order = {o.name: i for i, o in enumerate(sorted(outcomes, key=lambda o: o.share or 0.0, reverse=True))}
-        return replace(state, dispatches=tuple(sorted(outcomes, key=lambda o: order[o.name])))
+        return replace(state, dispatches=by_share(outcomes))
 
     def _tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
               env: StageEnv) -> DispatchOutcome:
         directory = env.output_dir / DISPATCHES / dispatch.name
         directory.mkdir(parents=True, exist_ok=True)
-        pipeline = pipeline_for(dispatch)
-        candidates = [c for c in generate_candidates(dispatch, pipeline, self.num_candidates, env.ctx,
-                                                     target.spec_entry, progress=env.progress)
-                      if c.is_baseline or not c.config.flags]
+        candidates = config_candidates(dispatch, self.num_candidates, target, env)
         results = _finished(directory, dispatch, candidates)
         if results is None:
             session = _Session(env.model, target, directory, env.ctx, program.workload(dispatch, env.model),
-                               dispatch, pipeline, program)
+                               dispatch, pipeline_for(dispatch), program)
             tuning = evaluate(session, candidates, env.settings, env.progress, False, "auto", env.devices,
                               env.store_path or env.output_dir / STORE)
             results = list(tuning.results)
         else:
             env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
-        return _outcome(outcome, dispatch, candidates, results, directory)
+        return _outcome(outcome, dispatch, candidates, results)
+
+
+def config_candidates(dispatch: Dispatch, num_candidates: int, target: Target, env: StageEnv) -> list:
+    """The baseline and up to `num_candidates` configs (no flag candidates: flags are the model's)."""
+    return [c for c in generate_candidates(dispatch, pipeline_for(dispatch), num_candidates, env.ctx,
+                                           target.spec_entry, progress=env.progress)
+            if c.is_baseline or not c.config.flags]
+
+
+def select_dispatches(program, measured, workload, min_share: float, top: Optional[int]
+                      ) -> tuple[list[tuple[Dispatch, DispatchOutcome]], list[DispatchOutcome]]:
+    """The dispatches to tune (one per distinct shape, the largest share first: `top` of them, or
+    those with at least `min_share`), and an outcome saying why for every other one."""
+    share = (lambda n: measured.share(n)) if measured else (lambda n: None)
+    outcomes: list[DispatchOutcome] = []
+    todo: list[tuple[Dispatch, DispatchOutcome]] = []
+    groups: dict[tuple, list[Dispatch]] = {}
+    for d in program.dispatches:
+        if program.entries.get(d.name) == workload:
+            groups.setdefault(_signature(d), []).append(d)
+        else:
+            outcomes.append(DispatchOutcome(d.name, d.shape_name, None, "not tuned: run by another function "
+                                                                       f"than the model's @{workload.entry}"))
+    for members in groups.values():
+        total = sum(share(d.name) or 0.0 for d in members) if measured else None
+        lead = max(members, key=lambda d: share(d.name) or 0.0)
+        others = tuple(d.name for d in members if d is not lead)
+        outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others)
+        if pipeline_for(lead) is None:
+            outcomes.append(replace(outcome, status=f"not tuned: no pipeline of this tuner takes it "
+                                                    f"(the compiler's: {lead.default.pipeline})"))
+        else:
+            todo.append((lead, outcome))
+    for name, why in program.skipped:
+        outcomes.append(DispatchOutcome(name, "", share(name), f"not tuned: {why}"))
+    todo.sort(key=lambda t: t[1].share or 0.0, reverse=True)
+    chosen = todo[:top] if top is not None else [t for t in todo if (t[1].share or 0.0) >= min_share]
+    for lead, outcome in todo:
+        if (lead, outcome) not in chosen:
+            what = f"the top {top}" if top is not None else f"{100 * min_share:.0f}% of the time"
+            outcomes.append(replace(outcome, status=f"not tuned: below {what}"))
+    return chosen, outcomes
+
+
+def by_share(outcomes) -> tuple[DispatchOutcome, ...]:
+    return tuple(sorted(outcomes, key=lambda o: o.share or 0.0, reverse=True))
 
 
 def _finished(directory: Path, dispatch: Dispatch, candidates) -> Optional[list[Result]]:
@@ -196,8 +211,7 @@ def _finished(directory: Path, dispatch: Dispatch, candidates) -> Optional[list[
     return [Result.from_json(r) for r in data["candidates"]]
 
 
-def _outcome(outcome: DispatchOutcome, dispatch: Dispatch, candidates, results: list[Result],
-             directory: Path) -> DispatchOutcome:
+def _outcome(outcome: DispatchOutcome, dispatch: Dispatch, candidates, results: list[Result]) -> DispatchOutcome:
     ranking = rank(results)
     base = ranking.baseline
     if ranking.best is None:
@@ -230,15 +244,8 @@ class MergeStage:
         for i, o in enumerate(parts, 1):
             trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
             cmp = _compare(env, current, [trial], "runs")
-            p = cmp.paired.get(trial.variant.name)
-            if p is None or not p.ratios:
-                why = cmp.failed.get(trial.variant.name, "could not be timed")
-                outcomes[o.name] = replace(o, status=f"dropped: {why}")
-            elif slower_beyond_noise(p):
-                outcomes[o.name] = replace(o, status=f"dropped: the model got slower with it ({p.speedup:.2f}x)",
-                                           model_speedup=p.speedup)
-            else:
-                outcomes[o.name] = replace(o, status="kept", model_speedup=p.speedup)
+            outcomes[o.name] = judge_part(o, cmp, trial.variant.name)
+            if outcomes[o.name].status == "kept":
                 kept.append(o.part)
                 current = trial
             env.say(f"  {o.name}: {outcomes[o.name].status}")
@@ -246,24 +253,39 @@ class MergeStage:
         if current is default:
             return replace(state, verdict="nothing to merge beat the default: the default is the result")
         final = _compare(env, default, [current], "runs")
-        p = final.paired.get(current.variant.name)
-        if p is None or not p.ratios:
-            why = final.failed.get(current.variant.name, "could not be timed")
-            return replace(state, flags=(), kept=(), verdict=f"the tuned model failed its check ({why}): "
-                                                             "the default is the result")
-        ms = final.variant_ms[current.variant.name]
-        figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(ms), speedup=p.speedup,
-                             lower=p.lower, rounds=len(p.ratios),
-                             relative_error=final.errors.get(current.variant.name))
-        if p.speedup <= 1.0 or slower_beyond_noise(p):
-            return replace(state, flags=(), kept=(), figure=figure,
-                           verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
-                                   f"{len(p.ratios)} rounds): the default is the result")
-        won = sum(r > 1.0 for r in p.ratios)
-        return replace(state, figure=figure,
-                       verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
-                               f"interleaved rounds, faster in {won})"
-                               + ("" if p.beats_baseline else "; within the noise"))
+        return conclude(state, final, current.variant.name)
+
+
+def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
+    """The verdict on the tuned model (`name`) timed against the default side by side: kept if it
+    is faster (median of the paired rounds above 1 and not slower in 3 of 4 rounds), else the
+    default is the result (no flags, no spec)."""
+    p = final.paired.get(name)
+    if p is None or not p.ratios:
+        why = final.failed.get(name, "could not be timed")
+        return replace(state, flags=(), kept=(), verdict=f"the tuned model failed its check ({why}): "
+                                                         "the default is the result")
+    figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
+                         speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name))
+    if p.speedup <= 1.0 or slower_beyond_noise(p):
+        return replace(state, flags=(), kept=(), figure=figure,
+                       verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
+                               f"{len(p.ratios)} rounds): the default is the result")
+    won = sum(r > 1.0 for r in p.ratios)
+    return replace(state, figure=figure,
+                   verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
+                           f"interleaved rounds, faster in {won})" + ("" if p.beats_baseline else "; within the noise"))
+
+
+def judge_part(o: DispatchOutcome, cmp: Comparison, name: str) -> DispatchOutcome:
+    """A dispatch's config on the model: dropped if the model with it failed or got slower
+    beyond the noise than without it, else kept."""
+    p = cmp.paired.get(name)
+    if p is None or not p.ratios:
+        return replace(o, status=f"dropped: {cmp.failed.get(name, 'could not be timed')}")
+    if slower_beyond_noise(p):
+        return replace(o, status=f"dropped: the model got slower with it ({p.speedup:.2f}x)", model_speedup=p.speedup)
+    return replace(o, status="kept", model_speedup=p.speedup)
 
 
 def _median(values) -> float:

@@ -5,7 +5,7 @@ the model) and write one spec and one flags file that plain iree-compile uses.""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -19,6 +19,8 @@ from tuner.spec import build_spec
 from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage, FlagStage, MergeStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
+from tuner.stages.plan import PLAN, ModelPlan
+from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile
 from tuner.stages.variants import merged_spec
 from tuner.targets import Target, parse_target
 from tuner.workload import Workload
@@ -34,6 +36,7 @@ class ModelTuning:
     output_dir: Path
     program_path: Path  # what iree-compile takes (the user's MLIR, or an ONNX model's import)
     entry: str
+    next_plan: Optional[ModelPlan] = None  # compile-only: what the device measures next (None: done)
 
 
 def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
@@ -64,11 +67,16 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                store_path: Optional[Path | str] = None, force: bool = False, progress: Optional[Progress] = None,
                say: Callable[[str], None] = lambda text: None, stages: Optional[Sequence[Stage]] = None,
-               timer: ModelBenchmark = iree_benchmark, rounds: int = 4, model_flags: bool = True) -> ModelTuning:
+               timer: ModelBenchmark = iree_benchmark, rounds: int = 4, model_flags: bool = True,
+               compile_only: bool = False) -> ModelTuning:
     """Tune a whole model with `stages` (default: `default_stages`): the run's directory is
     locked, the model discovered and profiled once (DIR/profile), each stage run in turn, and
     DIR/model_spec.mlir, DIR/model_flags.txt and DIR/results.json written. Rerun with the same
-    directory to resume: finished dispatch tunings and stored results are reused."""
+    directory to resume: finished dispatch tunings and stored results are reused.
+
+    With `compile_only`, do the next compile step of the two-machine sequence from what the
+    directory holds (tuner.stages.two_machine) and leave DIR/model-plan.json for `benchmark DIR`
+    on the device; `ModelTuning.next_plan` says what it is (None once the model is done)."""
     if not 0.0 <= min_share <= 1.0:
         raise InputError(f"--min-share {min_share}: a fraction between 0 and 1")
     if top is not None and top < 1:
@@ -79,6 +87,9 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         model, target, _, ctx, program = _read_program(input_path, target, output_dir)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")
+        if compile_only:
+            return _compile_step(model, target, output_dir, ctx, program, settings, num_candidates, min_share, top,
+                                 store_path, progress, say, rounds)
         measured = profile(model, target, program, output_dir / PROFILE, ctx, timeout_s=settings.run_timeout_s,
                            progress=progress)
         workload = _model_entry(program, measured)
@@ -89,6 +100,27 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top, model_flags), env)
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, model, workload.entry)
+
+
+def _compile_step(model: Path, target: Target, output_dir: Path, ctx, program, settings: EvalSettings,
+                  num_candidates: int, min_share: float, top: Optional[int], store_path, progress,
+                  say: Callable[[str], None], rounds: int) -> ModelTuning:
+    """One step of the two-machine sequence (tuner.stages.two_machine)."""
+    env = StageEnv(model, target, output_dir, ctx, program, _model_entry(program, None), settings,
+                   Path(store_path) if store_path else None, (), iree_benchmark, progress, say, None, rounds)
+    plan = profile_step(env)
+    state = ModelState()
+    if plan is None:
+        measured = read_profile(env)
+        env = replace(env, workload=_model_entry(program, measured), profile=measured)
+        plan, state = advance(env, num_candidates, min_share, top)
+    if plan is not None:
+        plan.write(output_dir)
+        say(next_step_message(plan, output_dir))
+        return ModelTuning(state, output_dir, model, env.workload.entry, plan)
+    (output_dir / PLAN).unlink(missing_ok=True)
+    write_model_outputs(env, state)
+    return ModelTuning(state, output_dir, model, env.workload.entry)
 
 
 def write_model_outputs(env: StageEnv, state: ModelState) -> None:

@@ -3,6 +3,9 @@ back from the compile (compiler side; tuner.stages.model_timing times them)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -70,16 +73,26 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     directory.mkdir(parents=True, exist_ok=True)
     spec = None
     flags = [*target.compile_flags, *variant.flags]
+    text = merged_spec(variant.parts, target, ctx) if variant.parts else ""
     if variant.parts:
         spec = directory / "spec.mlir"
-        spec.write_text(merged_spec(variant.parts, target, ctx))
         flags += target.spec_flags(str(spec.resolve()))
     configs = directory / "configs"
     vmfb = directory / "model.vmfb"
-    run = run_tool([find_tool("iree-compile"), str(model.resolve()), *flags,
-                    f"--iree-hal-dump-executable-configurations-to={configs}", "-o", str(vmfb)], timeout_s)
-    if not run.ok:
-        return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}")
+    # What built the module there: the same program, flags and spec are not compiled again (a
+    # two-machine run comes back here once per device trip).
+    recipe = json.dumps({"model": hashlib.sha256(model.read_bytes()).hexdigest(), "flags": flags, "spec": text})
+    stamp = directory / "built-from.json"
+    if not (vmfb.is_file() and stamp.is_file() and stamp.read_text() == recipe):
+        stamp.unlink(missing_ok=True)
+        if spec is not None:
+            spec.write_text(text)
+        shutil.rmtree(configs, ignore_errors=True)
+        run = run_tool([find_tool("iree-compile"), str(model.resolve()), *flags,
+                        f"--iree-hal-dump-executable-configurations-to={configs}", "-o", str(vmfb)], timeout_s)
+        if not run.ok:
+            return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}")
+        stamp.write_text(recipe)
     configured = read_configured((p.read_text() for p in sorted(configs.glob("*.mlir"))), ctx)
     for part in variant.parts:
         if not any(not check_config(part.config, d) for d in configured):

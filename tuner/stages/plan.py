@@ -1,0 +1,127 @@
+"""The device half of `tune-model` across two machines: `DIR/model-plan.json` says what the
+compile machine needs measured next, `run_plan` measures it where the device is and leaves the
+figures in DIR for the next `tune-model --compile-only`. Runtime-only (numpy and IREE's runtime
+tools), like `benchmark DIR` for one dispatch.
+
+Steps, in the order a model goes through them:
+- `profile`: the default program's dispatches and entry timed (tuner.profile_timing);
+- `dispatches`: each chosen dispatch's compiled candidates, one manifest per directory, measured
+  as `benchmark DIR` measures one (tuner.benchmark_stage);
+- `merge`: the model with one more dispatch config against the model without it;
+- `validate`: the tuned model against the default.
+Each whole-model step times the builds it names in interleaved rounds (tuner.stages.model_timing)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from tuner.benchmark_stage import STORE, benchmark_dir
+from tuner.errors import InputError
+from tuner.profile_timing import ProfileJob, time_profile
+from tuner.run_dir import RunDirectory
+from tuner.settings import EvalSettings
+from tuner.stages.model_timing import compare
+from tuner.workload import Workload
+
+PLAN = "model-plan.json"
+PROFILED = "profile/measured.json"
+PROFILE_DIR = "profile"
+
+
+def measured_path(step: str, index: int = 0) -> str:
+    """Where a whole-model step's figures go (relative to DIR)."""
+    return f"variants/measured-{step}{'-' + str(index) if step == 'merge' else ''}.json"
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    step: str  # "profile", "dispatches", "merge" or "validate"
+    device: str
+    workload: dict  # the model's entry (Workload.to_json)
+    inputs: list[str]  # its input files, relative to DIR
+    rounds: int = 4
+    profile: Optional[dict] = None  # step "profile": the ProfileJob (paths relative to DIR/profile)
+    dispatches: list[str] = field(default_factory=list)  # step "dispatches": directories with a manifest
+    reference: Optional[list] = None  # whole-model steps: [name, module relative to DIR]
+    variants: list[list] = field(default_factory=list)  # [[name, module], ...]
+    index: int = 0  # which merge step
+    files: list[str] = field(default_factory=list)  # every file the step reads, relative to DIR
+
+    def write(self, root: Path) -> None:
+        tmp = root / (PLAN + ".tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=2))
+        tmp.replace(root / PLAN)
+
+    @classmethod
+    def read(cls, root: Path) -> "ModelPlan":
+        try:
+            data = json.loads((root / PLAN).read_text())
+            return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+        except (OSError, ValueError, TypeError) as e:
+            raise InputError(f"{root / PLAN}: not a readable model plan ({e})") from None
+
+    @property
+    def measured(self) -> str:
+        """Where this step's figures go (relative to DIR)."""
+        return PROFILED if self.step == "profile" else measured_path(self.step, self.index)
+
+
+def run_plan(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
+             progress: Optional[Callable[[str, int, int], None]] = None) -> ModelPlan:
+    """Measure what DIR's model plan asks for, on `devices` (default: the plan's device)."""
+    with RunDirectory(root):  # one run at a time in DIR
+        return _run_plan(root, devices, settings, progress)
+
+
+def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
+              progress: Optional[Callable[[str, int, int], None]]) -> ModelPlan:
+    plan = ModelPlan.read(root)
+    missing = [f for f in plan.files if not (root / f).exists()]
+    if missing:
+        raise InputError(f"{root / PLAN}: {len(missing)} of the files it needs are not here (first: {missing[0]}); "
+                         "copy the whole directory (or `iree-tuner pack`) from the compile machine")
+    device = devices[0] if devices else plan.device
+    if plan.step == "profile":
+        job = ProfileJob.from_json({**plan.profile, "device": device})
+        measured = time_profile(job, root / PROFILE_DIR, progress)
+        _write(root / plan.measured, measured.to_json())
+    elif plan.step == "dispatches":
+        for d in plan.dispatches:
+            benchmark_dir(root / d, devices, settings, progress, root / STORE)
+    elif plan.step in ("merge", "validate"):
+        name, module = plan.reference
+        cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants],
+                      Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs), device, plan.rounds,
+                      root / "variants" / f"runs-{plan.step}", repetitions=settings.repetitions,
+                      min_time_s=settings.min_time_s, timeout_s=settings.run_timeout_s, progress=progress)
+        _write(root / plan.measured, cmp.to_json())
+    else:
+        raise InputError(f"{root / PLAN}: unknown step {plan.step!r}")
+    return plan
+
+
+def pack(root: Path, dest: Path) -> list[str]:
+    """Copy what the device needs for DIR's pending step (the plan and the files it lists, nothing
+    else: a model's earlier builds stay behind) into `dest`; returns the files copied. Measure
+    there with `benchmark DEST`, then copy DEST back over DIR."""
+    plan = ModelPlan.read(root)
+    files = [PLAN, *plan.files]
+    for f in files:
+        source = root / f
+        if not source.is_file():
+            raise InputError(f"{source}: listed in {root / PLAN} but not there; compile the step again")
+        target = dest / f
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    return files
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)

@@ -1,0 +1,151 @@
+"""The compile half of `tune-model` across two machines (`tune-model --compile-only`, then
+`benchmark DIR` where the device is, in turn, until the model is done). Each call here does the
+next compile step from what DIR holds and writes DIR/model-plan.json for the device
+(tuner.stages.plan):
+
+1. profile: the default program (with each dispatch's benchmark on GPUs) compiled;
+2. dispatches: the chosen dispatches' config candidates compiled, one manifest each;
+3. merge, once per dispatch winner in order of expected gain: the model with the configs kept so
+   far plus this one, against the model without it (greedy, as on one machine);
+4. validate: the tuned model against the default;
+then model_spec.mlir, model_flags.txt and results.json. Model-wide flags are not tried here
+(none exist on GPU targets; on the CPU the device is here, so run `tune-model` itself)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+from tuner.api import _Session, evaluate
+from tuner.errors import InputError
+from tuner.profile import prepare_profile
+from tuner.profile_timing import Profile
+from tuner.stages.base import ModelState, StageEnv
+from tuner.stages.builtin import (DISPATCHES, _build, _finished, _outcome, by_share, conclude,
+                                  config_candidates, judge_part, select_dispatches)
+from tuner.stages.model_timing import Comparison
+from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_path
+from tuner.stages.variants import BuiltVariant, Variant
+from pipelines import pipeline_for
+
+MERGE_STATE = "variants/merge-state.json"  # which configs the greedy merge kept so far
+
+
+def _rel(env: StageEnv, path: Path) -> str:
+    return str(path.resolve().relative_to(env.output_dir.resolve()))
+
+
+def _plan(env: StageEnv, step: str, **fields) -> ModelPlan:
+    inputs = [_rel(env, p) for p in env.inputs()]
+    return ModelPlan(step, env.device, env.workload.to_json(), inputs, env.rounds, **fields)
+
+
+def _whole_model_plan(env: StageEnv, step: str, reference: BuiltVariant, trials: list[BuiltVariant],
+                      index: int = 0) -> ModelPlan:
+    for b in (reference, *trials):
+        if not b.ok:
+            raise InputError(f"the model does not build as {b.variant.name}: {b.error}")
+    plan = _plan(env, step, reference=[reference.variant.name, _rel(env, reference.vmfb)],
+                 variants=[[t.variant.name, _rel(env, t.vmfb)] for t in trials], index=index)
+    return replace(plan, files=[*plan.inputs, plan.reference[1], *(m for _, m in plan.variants)])
+
+
+def profile_step(env: StageEnv) -> Optional[ModelPlan]:
+    """The plan to profile the model, or None when its figures are here."""
+    if (env.output_dir / PROFILED).is_file():
+        return None
+    job = prepare_profile(env.model, env.target, env.program, env.output_dir / PROFILE_DIR, env.ctx,
+                          timeout_s=env.settings.run_timeout_s)
+    files = [f"{PROFILE_DIR}/{job.program}", *(f"{PROFILE_DIR}/{p}" for ps in job.inputs.values() for p in ps),
+             *(f"{PROFILE_DIR}/{m}" for m, _ in job.alone.values())]
+    return ModelPlan("profile", env.device, {}, [], env.rounds, profile=job.to_json(), files=files)
+
+
+def read_profile(env: StageEnv) -> Profile:
+    return Profile.from_json(json.loads((env.output_dir / PROFILED).read_text()))
+
+
+def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[int]
+            ) -> tuple[Optional[ModelPlan], ModelState]:
+    """The next plan for the device (None when the model is done) and the state so far."""
+    state = ModelState()
+    chosen, untuned = select_dispatches(env.program, env.profile, env.workload, min_share, top)
+    outcomes, pending = list(untuned), []
+    for lead, outcome in chosen:
+        directory = env.output_dir / DISPATCHES / lead.name
+        candidates = config_candidates(lead, num_candidates, env.target, env)
+        results = _finished(directory, lead, candidates)
+        if results is None:
+            if not (directory / "manifest.json").is_file() or _stale(directory, lead):
+                env.say(f"compiling {len(candidates)} candidates of {lead.name} into {directory}")
+                directory.mkdir(parents=True, exist_ok=True)
+                session = _Session(env.model, env.target, directory, env.ctx, env.program.workload(lead, env.model),
+                                   lead, pipeline_for(lead), env.program)
+                evaluate(session, candidates, env.settings, env.progress, True, "auto", (),
+                         env.output_dir / "results.sqlite")
+            pending.append(_rel(env, directory))
+            outcomes.append(replace(outcome, status="compiled, to be measured"))
+        else:
+            outcomes.append(_outcome(outcome, lead, candidates, results))
+    state = replace(state, dispatches=by_share(outcomes))
+    if pending:
+        files = [f for d in pending for f in _manifest_files(env.output_dir / d, env)]
+        return _plan(env, "dispatches", dispatches=pending, files=files), state
+    return merge_step(env, state)
+
+
+def _stale(directory: Path, dispatch) -> bool:
+    try:
+        return json.loads((directory / "manifest.json").read_text())["meta"].get("input_digest") != dispatch.source_digest
+    except (OSError, ValueError, KeyError):
+        return True
+
+
+def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
+    """What the device needs of a dispatch's manifest: the manifest and every module it times."""
+    data = json.loads((directory / "manifest.json").read_text())
+    files = [_rel(env, directory / "manifest.json")]
+    for c in data["candidates"]:
+        if c.get("spec"):  # the winner's spec becomes the dispatch's best_spec.mlir there
+            files.append(_rel(env, directory / c["spec"]))
+        for key in ("dispatch_vmfb", "vmfb"):
+            if c.get(key):
+                files.append(_rel(env, directory / c[key]))
+                break  # a dispatch benchmark module is all a GPU times; the model module otherwise
+    return files
+
+
+def merge_step(env: StageEnv, state: ModelState) -> tuple[Optional[ModelPlan], ModelState]:
+    """The greedy merge, one device trip per dispatch winner, then the validation."""
+    parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
+    outcomes = {o.name: o for o in state.dispatches}
+    default = _build(env, Variant("default"))
+    current: BuiltVariant = default
+    kept = []
+    for i, o in enumerate(parts, 1):
+        trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
+        measured = env.output_dir / measured_path("merge", i)
+        if not measured.is_file():
+            state = replace(state, dispatches=tuple(outcomes.values()), kept=tuple(kept))
+            return _whole_model_plan(env, "merge", current, [trial], i), state
+        outcomes[o.name] = judge_part(o, Comparison.from_json(json.loads(measured.read_text())), trial.variant.name)
+        if outcomes[o.name].status == "kept":
+            kept.append(o.part)
+            current = trial
+    state = replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
+    if current is default:
+        return None, replace(state, verdict="nothing to merge beat the default: the default is the result")
+    measured = env.output_dir / measured_path("validate")
+    if not measured.is_file():
+        return _whole_model_plan(env, "validate", default, [current]), state
+    return None, conclude(state, Comparison.from_json(json.loads(measured.read_text())), current.variant.name)
+
+
+def next_step_message(plan: ModelPlan, output_dir: Path) -> str:
+    what = {"profile": "time the model's dispatches", "dispatches": f"measure {len(plan.dispatches)} dispatches' "
+            "candidates", "merge": f"time merge step {plan.index} on the model", "validate":
+            "time the tuned model against the default"}[plan.step]
+    return (f"next, where the device is: iree-tuner benchmark {output_dir} ({what}; it needs the {len(plan.files)} "
+            f"files {PLAN} lists); then run this command again")
