@@ -1,6 +1,8 @@
 """Does a `tune-model` result hold when measured again, independently of the tuner?
 
     python benchmarks/model_check.py DIR [--rounds 8] [--repetitions 5]
+    python benchmarks/model_check.py DIR --build-only        # two machines: build here,
+    python benchmarks/model_check.py DIR --time-only         # time where the device is (runtime only)
 
 Reads DIR/results.json (the program the tuner compiled and its entry) and DIR/model_flags.txt,
 builds the default (the target flags alone, from the first lines of model_flags.txt that are
@@ -21,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tuner.device_identity import cpu_identity  # noqa: E402
+from tuner.device_identity import device_identity  # noqa: E402
 from tuner.runner import RunSettings, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
@@ -33,6 +35,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--device", default=None)
+    parser.add_argument("--build-only", action="store_true", help="Build DIR/check/{default,tuned}.vmfb and stop.")
+    parser.add_argument("--time-only", action="store_true", help="Time the builds DIR/check holds.")
     args = parser.parse_args()
     data = json.loads((args.dir / "results.json").read_text())
     program, target = Path(data["input"]), parse_target(data["target"])
@@ -40,9 +44,14 @@ def main() -> None:
     work.mkdir(exist_ok=True)
     builds = {"default": [*target.compile_flags], "tuned": [f"@{(args.dir / 'model_flags.txt').resolve()}"]}
     for name, flags in builds.items():
+        if args.time_only:
+            break
         run = run_tool([find_tool("iree-compile"), str(program), *flags, "-o", str(work / f"{name}.vmfb")], 1200)
         if not run.ok:
             sys.exit(f"{name} did not build: {run.first_error()}")
+    if args.build_only:
+        print(f"built {work}/default.vmfb and tuned.vmfb; time them with --time-only where the device is")
+        return
     # The model's entry and inputs, as the tuner wrote them (DIR/model-inputs).
     inputs = tuple(sorted((args.dir / "model-inputs").glob("input*"),
                           key=lambda p: int(p.name[len("input"):].split(".")[0])))
@@ -56,7 +65,7 @@ def main() -> None:
             times[name].append(timing.median_ms)
     ratios = [d / t for d, t in zip(times["default"], times["tuned"])]
     figure = data.get("figure") or {}
-    print(f"machine: {cpu_identity()}; device {settings.device}")
+    print(f"machine: {device_identity(settings.device)}")
     print(f"| model | tuner's claim | independent: default ms | tuned ms | default / tuned (median of {args.rounds} "
           f"interleaved rounds) | rounds faster |")
     print("|---|---|---|---|---|---|")

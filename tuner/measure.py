@@ -176,6 +176,8 @@ class Measurer:
 
     def _measure(self, b: Built, settings: RunSettings) -> tuple[Result, Optional[np.ndarray]]:
         """Run once for the output, check it against the reference, then time it."""
+        if settings.checked is None and b.dispatch_benchmark is not None:
+            return _timed(b.result, b, settings), None  # nothing to compare: the dispatch alone is timed
         if b.vmfb is None:
             return replace(b.result, status=Status.RUN_FAILED, error="no compiled module to run"), None
         out_path = b.vmfb.parent / f"output-{settings.device.replace('/', '_').replace(':', '_')}.npy"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -90,8 +90,10 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
         measured = time_profile(job, root / PROFILE_DIR, progress)
         _write(root / plan.measured, measured.to_json())
     elif plan.step == "dispatches":
+        # Only each dispatch's benchmark module travels (tuner.stages.two_machine): its numerics
+        # are checked at the model's output when its config is merged.
         for d in plan.dispatches:
-            benchmark_dir(root / d, devices, settings, progress, root / STORE)
+            benchmark_dir(root / d, devices, replace(settings, check_numerics=False), progress, root / STORE)
     elif plan.step in ("merge", "validate"):
         name, module = plan.reference
         cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants],
@@ -110,6 +112,8 @@ def pack(root: Path, dest: Path) -> list[str]:
     there with `benchmark DEST`, then copy DEST back over DIR."""
     plan = ModelPlan.read(root)
     files = [PLAN, *plan.files]
+    if plan.step == "dispatches" and (root / STORE).is_file():
+        files.append(STORE)  # results measured there before are reused, not timed again
     for f in files:
         source = root / f
         if not source.is_file():

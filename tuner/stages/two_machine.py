@@ -78,7 +78,7 @@ def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[
         candidates = config_candidates(lead, num_candidates, env.target, env)
         results = _finished(directory, lead, candidates)
         if results is None:
-            if not (directory / "manifest.json").is_file() or _stale(directory, lead):
+            if _stale(directory, lead, candidates):
                 env.say(f"compiling {len(candidates)} candidates of {lead.name} into {directory}")
                 directory.mkdir(parents=True, exist_ok=True)
                 session = _Session(env.model, env.target, directory, env.ctx, env.program.workload(lead, env.model),
@@ -96,11 +96,15 @@ def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[
     return merge_step(env, state)
 
 
-def _stale(directory: Path, dispatch) -> bool:
+def _stale(directory: Path, dispatch, candidates) -> bool:
+    """Whether the dispatch's manifest is missing, of another input, or of other candidates (a
+    rerun with more --num-candidates compiles the new ones; the others keep their modules)."""
     try:
-        return json.loads((directory / "manifest.json").read_text())["meta"].get("input_digest") != dispatch.source_digest
-    except (OSError, ValueError, KeyError):
+        data = json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
         return True
+    return (data.get("meta", {}).get("input_digest") != dispatch.source_digest
+            or {c["result"]["key"] for c in data.get("candidates", [])} != {c.key for c in candidates})
 
 
 def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
@@ -110,10 +114,13 @@ def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
     for c in data["candidates"]:
         if c.get("spec"):  # the winner's spec becomes the dispatch's best_spec.mlir there
             files.append(_rel(env, directory / c["spec"]))
+        # Where dispatches are timed alone (GPUs) only their benchmark modules travel: a model
+        # module per candidate would be the model's weights each time. Numerics are then checked
+        # at the model's output when a config is merged (tuner.stages.plan).
         for key in ("dispatch_vmfb", "vmfb"):
             if c.get(key):
                 files.append(_rel(env, directory / c[key]))
-                break  # a dispatch benchmark module is all a GPU times; the model module otherwise
+                break
     return files
 
 
