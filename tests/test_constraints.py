@@ -106,3 +106,41 @@ def test_enumeration_gives_the_same_solutions_every_time_in_one_process():
     pipeline = pipeline_for(dispatch)
     lists = [list(enumerate_solutions(pipeline.build_problem(dispatch), 6)) for _ in range(3)]
     assert len(lists[0]) == 6 and lists[0] == lists[1] == lists[2]
+
+
+def _every_operator_problem() -> Problem:
+    """Knobs and constraints using every term the fast enumerator compiles: + - * / % ==, <,
+    <=, >, >=, And, Or, Not, Implies, If, Distinct, a bool knob, a negative value."""
+    p = Problem()
+    a = p.add_knob(IntKnob.of("a", [-3, 1, 2, 3, 4, 6, 8])).var
+    b = p.add_knob(IntKnob.of("b", [1, 2, 3, 4, 5])).var
+    c = p.add_knob(IntKnob.of("c", [0, 1, 2, 7])).var
+    flag = p.add_knob(BoolKnob("flag")).var
+    p.require(
+        z3.Or(a % b == 0, (a - c) / b > 1),
+        z3.Implies(flag, z3.And(a * b <= 12, z3.Not(c == 7))),
+        z3.If(c >= 2, -a < 0, a + c != 4),
+        z3.Or(z3.Distinct(a, b, c) == z3.Not(flag), b < 3),
+    )
+    return p
+
+
+def test_the_fast_space_is_exactly_the_solvers_space():
+    from constraints.fast_enumerate import enumerate_space
+
+    p = _every_operator_problem()
+    fast = [tuple(sorted(s.items())) for s in enumerate_space(p)]
+    solver = {tuple(sorted(s.items())) for s in enumerate_solutions(p, 10_000)}
+    assert len(fast) == len(set(fast)) and set(fast) == solver and solver
+    # One more constraint that rules every assignment out empties it.
+    p.require(p.knob("a").var > 100)
+    assert list(enumerate_space(p)) == []
+
+
+def test_the_fast_space_refuses_terms_it_cannot_compile():
+    from constraints.fast_enumerate import Unsupported, enumerate_space
+
+    p = _tile_problem()
+    p.require(z3.Int("not_a_knob") == 1)
+    with pytest.raises(Unsupported):
+        list(enumerate_space(p))
