@@ -58,6 +58,9 @@ class ModelPlan:
 
     @classmethod
     def read(cls, root: Path) -> "ModelPlan":
+        if not (root / PLAN).is_file():
+            raise InputError(f"{root}: no pending tune-model step (no {PLAN}); run `iree-tuner tune-model MODEL "
+                             f"--compile-only --output {root}` first")
         try:
             data = json.loads((root / PLAN).read_text())
             return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
