@@ -106,14 +106,17 @@ class StageEnv:
     profile: Optional[Profile] = None  # the model's dispatch times under the default flags
     rounds: int = 4  # model-level interleaved rounds
     built: dict = field(default_factory=dict)  # variants built in this run, by what builds them
+    _inputs: Optional[tuple[Path, ...]] = field(default=None, init=False, repr=False)
 
     @property
     def device(self) -> str:
         return self.devices[0] if self.devices else self.target.device
 
     def inputs(self) -> tuple[Path, ...]:
-        """The model's inputs, written once into the run's directory."""
-        return tuple(self.workload.write_inputs(self.output_dir / "model-inputs"))
+        """The model's inputs, written once into the run's directory (every comparison reuses them)."""
+        if self._inputs is None:
+            self._inputs = tuple(self.workload.write_inputs(self.output_dir / "model-inputs"))
+        return self._inputs
 
 
 class Stage(Protocol):

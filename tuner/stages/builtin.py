@@ -16,7 +16,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from pipelines import Dispatch, pipeline_for
 from tuner.api import _Session, evaluate
@@ -233,27 +233,53 @@ class MergeStage:
     name: str = "merge"
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        default = _build(env, Variant("default"))
-        if not default.ok:
-            raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
-        current = default if not state.flags else _build(env, Variant("flags", state.flags))
-        parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain,
-                       reverse=True)
-        outcomes = {o.name: o for o in state.dispatches}
-        kept = []
-        for i, o in enumerate(parts, 1):
-            trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
-            cmp = _compare(env, current, [trial], "runs")
+        _, state = greedy_merge(env, state, lambda step, reference, trial, index:
+                                _compare(env, reference, [trial], "runs"))
+        return state
+
+
+# How a merge step is measured: (step "merge" or "validate", reference, trial, merge index) ->
+# the comparison, or None when it is not measured yet (two machines: it becomes the device's plan).
+Measure = Callable[[str, BuiltVariant, BuiltVariant, int], Optional[Comparison]]
+Pending = tuple[str, BuiltVariant, BuiltVariant, int]
+
+
+def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Optional[Pending], ModelState]:
+    """The merge, on one machine or across two: the winners in order of expected gain, each built
+    onto what is kept so far and kept unless the model gets slower with it, then the result
+    against the default. Returns the first step `measure` has no figures for (None when done)
+    and the state so far."""
+    default = _build(env, Variant("default"))
+    if not default.ok:
+        raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
+    current = default if not state.flags else _build(env, Variant("flags", state.flags))
+    parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
+    outcomes = {o.name: o for o in state.dispatches}
+    kept = []
+
+    def so_far() -> ModelState:
+        return replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
+
+    for i, o in enumerate(parts, 1):
+        trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
+        if not trial.ok:
+            outcomes[o.name] = replace(o, status=f"dropped: {trial.error}")
+        else:
+            cmp = measure("merge", current, trial, i)
+            if cmp is None:
+                return ("merge", current, trial, i), so_far()
             outcomes[o.name] = judge_part(o, cmp, trial.variant.name)
             if outcomes[o.name].status == "kept":
                 kept.append(o.part)
                 current = trial
-            env.say(f"  {o.name}: {outcomes[o.name].status}")
-        state = replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
-        if current is default:
-            return replace(state, verdict="nothing to merge beat the default: the default is the result")
-        final = _compare(env, default, [current], "runs")
-        return conclude(state, final, current.variant.name)
+        env.say(f"  {o.name}: {outcomes[o.name].status}")
+    state = so_far()
+    if current is default:
+        return None, replace(state, verdict="nothing to merge beat the default: the default is the result")
+    final = measure("validate", default, current, 0)
+    if final is None:
+        return ("validate", default, current, 0), state
+    return None, conclude(state, final, current.variant.name)
 
 
 def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:

@@ -49,6 +49,7 @@ class ModelPlan:
     reference: Optional[list] = None  # whole-model steps: [name, module relative to DIR]
     variants: list[list] = field(default_factory=list)  # [[name, module], ...]
     index: int = 0  # which merge step
+    key: str = ""  # whole-model steps: what the two builds were built from, copied into the figures
     files: list[str] = field(default_factory=list)  # every file the step reads, relative to DIR
 
     def write(self, root: Path) -> None:
@@ -103,7 +104,7 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
                       Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs), device, plan.rounds,
                       root / "variants" / f"runs-{plan.step}", repetitions=settings.repetitions,
                       min_time_s=settings.min_time_s, timeout_s=settings.run_timeout_s, progress=progress)
-        _write(root / plan.measured, cmp.to_json())
+        _write(root / plan.measured, {**cmp.to_json(), "key": plan.key})
     else:
         raise InputError(f"{root / PLAN}: unknown step {plan.step!r}")
     return plan

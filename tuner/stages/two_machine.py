@@ -13,21 +13,21 @@ then model_spec.mlir, model_flags.txt and results.json. Model-wide flags are not
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from tuner.api import _Session, evaluate
-from tuner.errors import InputError
 from tuner.profile import prepare_profile
 from tuner.profile_timing import Profile
 from tuner.stages.base import ModelState, StageEnv
-from tuner.stages.builtin import (DISPATCHES, _build, _finished, _outcome, by_share, conclude,
-                                  config_candidates, judge_part, select_dispatches)
+from tuner.stages.builtin import (DISPATCHES, _finished, _outcome, by_share, config_candidates, greedy_merge,
+                                  select_dispatches)
 from tuner.stages.model_timing import Comparison
 from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_path
-from tuner.stages.variants import BuiltVariant, Variant
+from tuner.stages.variants import BUILT_FROM, BuiltVariant
 from pipelines import pipeline_for
 
 MERGE_STATE = "variants/merge-state.json"  # which configs the greedy merge kept so far
@@ -42,14 +42,10 @@ def _plan(env: StageEnv, step: str, **fields) -> ModelPlan:
     return ModelPlan(step, env.device, env.workload.to_json(), inputs, env.rounds, **fields)
 
 
-def _whole_model_plan(env: StageEnv, step: str, reference: BuiltVariant, trials: list[BuiltVariant],
-                      index: int = 0) -> ModelPlan:
-    for b in (reference, *trials):
-        if not b.ok:
-            raise InputError(f"the model does not build as {b.variant.name}: {b.error}")
+def _whole_model_plan(env: StageEnv, step: str, reference: BuiltVariant, trial: BuiltVariant, index: int) -> ModelPlan:
     plan = _plan(env, step, reference=[reference.variant.name, _rel(env, reference.vmfb)],
-                 variants=[[t.variant.name, _rel(env, t.vmfb)] for t in trials], index=index)
-    return replace(plan, files=[*plan.inputs, plan.reference[1], *(m for _, m in plan.variants)])
+                 variants=[[trial.variant.name, _rel(env, trial.vmfb)]], index=index, key=_pair_key(reference, trial))
+    return replace(plan, files=[*plan.inputs, plan.reference[1], plan.variants[0][1]])
 
 
 def profile_step(env: StageEnv) -> Optional[ModelPlan]:
@@ -125,29 +121,27 @@ def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
 
 
 def merge_step(env: StageEnv, state: ModelState) -> tuple[Optional[ModelPlan], ModelState]:
-    """The greedy merge, one device trip per dispatch winner, then the validation."""
-    parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
-    outcomes = {o.name: o for o in state.dispatches}
-    default = _build(env, Variant("default"))
-    current: BuiltVariant = default
-    kept = []
-    for i, o in enumerate(parts, 1):
-        trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
-        measured = env.output_dir / measured_path("merge", i)
-        if not measured.is_file():
-            state = replace(state, dispatches=tuple(outcomes.values()), kept=tuple(kept))
-            return _whole_model_plan(env, "merge", current, [trial], i), state
-        outcomes[o.name] = judge_part(o, Comparison.from_json(json.loads(measured.read_text())), trial.variant.name)
-        if outcomes[o.name].status == "kept":
-            kept.append(o.part)
-            current = trial
-    state = replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
-    if current is default:
-        return None, replace(state, verdict="nothing to merge beat the default: the default is the result")
-    measured = env.output_dir / measured_path("validate")
-    if not measured.is_file():
-        return _whole_model_plan(env, "validate", default, [current]), state
-    return None, conclude(state, Comparison.from_json(json.loads(measured.read_text())), current.variant.name)
+    """The greedy merge (tuner.stages.builtin.greedy_merge) one device trip per step: a step's
+    figures are the device's if they are of these very builds, else the step is the next plan."""
+    def measured(step: str, reference: BuiltVariant, trial: BuiltVariant, index: int) -> Optional[Comparison]:
+        path = env.output_dir / measured_path(step, index)
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        # Figures of other builds (a rerun with other winners) are measured again.
+        return Comparison.from_json(data) if data.get("key") == _pair_key(reference, trial) else None
+
+    pending, state = greedy_merge(env, state, measured)
+    if pending is None:
+        return None, state
+    step, reference, trial, index = pending
+    return _whole_model_plan(env, step, reference, trial, index), state
+
+
+def _pair_key(reference: BuiltVariant, trial: BuiltVariant) -> str:
+    """What the two modules were built from (their build stamps), as a short digest."""
+    stamps = [(b.vmfb.parent / BUILT_FROM).read_text() for b in (reference, trial)]
+    return hashlib.sha256("\n".join(stamps).encode()).hexdigest()[:16]
 
 
 def next_step_message(plan: ModelPlan, output_dir: Path) -> str:

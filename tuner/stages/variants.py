@@ -19,6 +19,9 @@ from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
 
 
+BUILT_FROM = "built-from.json"  # next to a model build: the program digest, flags and spec it came from
+
+
 @dataclass(frozen=True)
 class SpecPart:
     """One dispatch's tuned config, as it goes into a merged spec."""
@@ -82,7 +85,7 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     # What built the module there: the same program, flags and spec are not compiled again (a
     # two-machine run comes back here once per device trip).
     recipe = json.dumps({"model": hashlib.sha256(model.read_bytes()).hexdigest(), "flags": flags, "spec": text})
-    stamp = directory / "built-from.json"
+    stamp = directory / BUILT_FROM
     if not (vmfb.is_file() and stamp.is_file() and stamp.read_text() == recipe):
         stamp.unlink(missing_ok=True)
         if spec is not None:
