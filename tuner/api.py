@@ -14,11 +14,14 @@ from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline, pipeline_for
 from tuner.benchmark_stage import STORE
-from tuner.candidates import Candidate, candidates_from_knobs, generate_candidates
+from tuner.candidates import Candidate, baseline, candidates_from_knobs, generate_candidates
+from tuner.settings import SearchSettings
+from tuner.search import Budget, run_search
+from tuner.search.live import LiveBatches, SearchPlan, plan_search
 from tuner.compile_stage import EvalSettings, Progress, candidate_flags, compile_to_manifest
 from tuner.discovery import Program, discover_program, parse_input
 from tuner.errors import InputError, OutputError
-from tuner.evaluator import make_evaluator
+from tuner.evaluator import Evaluation, make_evaluator
 from tuner.inputs import program_source
 from tuner.manifest import MANIFEST, Manifest
 from tuner.ranking import Ranking, rank
@@ -125,21 +128,29 @@ def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Pat
                     program)
 
 
-def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
+def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: Optional[int] = None,
          output_dir: Path | str = "tuning-output", dispatch_name: Optional[str] = None,
          settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
          compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
          store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None,
          force: bool = False, on_discovered: Optional[Callable[[Program, Dispatch, str], None]] = None,
-         inputs: Sequence[Path | str] = ()) -> Tuning:
-    """Discover the dispatch, enumerate candidates, then evaluate them (see `evaluate`).
-    `pipeline_name` picks a codegen pipeline other than the one for the compiler's own choice.
-    The output directory is locked for the run; one that holds another input's run is refused
-    unless `force` (which clears it). `inputs`: the user's own .npy files for the entry's
-    arguments, in order (default: generated)."""
-    if num_candidates < 1:
-        raise InputError("--num-candidates must be at least 1")
+         inputs: Sequence[Path | str] = (), search: SearchSettings = SearchSettings(),
+         on_search: Optional[Callable[[dict], None]] = None) -> Tuning:
+    """Discover the dispatch, search its valid space (tuner.search: `search` says which search,
+    its budget of evaluations and seconds, its seed), evaluating each batch the search proposes,
+    then confirm the most promising against the baseline (see `evaluate`). `num_candidates` is
+    the budget's old name and wins where given. `pipeline_name` picks a codegen pipeline other
+    than the one for the compiler's own choice. The output directory is locked for the run; one
+    that holds another input's run is refused unless `force` (which clears it). `inputs`: the
+    user's own .npy files for the entry's arguments, in order (default: generated).
+    `on_search(summary)` hears what the search did (seeds, dropped seeds, space size)."""
+    if num_candidates is not None:
+        search = replace(search, budget=num_candidates)
+    if search.budget < 1:
+        raise InputError("--budget (--num-candidates) must be at least 1")
+    if search.seconds is not None and search.seconds <= 0:
+        raise InputError("--time-budget must be a positive number of seconds")
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       force):
@@ -150,12 +161,24 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
         if on_discovered:
             on_discovered(session.program, session.dispatch, how)
         _take_inputs(session, inputs)
-        candidates = generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
-                                         session.target.spec_entry, progress=progress)
-        if on_candidates:
-            on_candidates(session.dispatch, candidates)
-        return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path,
-                        given=bool(inputs))
+        plan = plan_search(session.dispatch, session.pipeline, search)
+        if on_search:
+            on_search(plan.summary())
+        if compile_only:
+            from tuner.search.rounds import next_round
+
+            store = _store(session, store_path)
+            try:
+                candidates, done = next_round(plan, session.dispatch, session.pipeline, session.ctx,
+                                              session.target.spec_entry, store)
+            finally:
+                store.close()
+            if on_candidates:
+                on_candidates(session.dispatch, candidates)
+            return evaluate(session, candidates, settings, progress, True, strategy, devices, store_path,
+                            given=bool(inputs), search_meta=plan.summary(candidates), search_done=done)
+        return _search_and_evaluate(session, plan, settings, progress, on_candidates, strategy, devices, store_path,
+                                    given=bool(inputs))
 
 
 @dataclass(frozen=True)
@@ -241,8 +264,9 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                       store_path: Optional[Path | str] = None,
                       on_warning: Optional[Callable[[str], None]] = None,
                       pipeline_name: Optional[str] = None, force: bool = False,
-                      inputs: Sequence[Path | str] = ()) -> Tuning:
-    """Evaluate the given knob assignments (and the baseline) for the dispatch; no search."""
+                      inputs: Sequence[Path | str] = (), compile_only: bool = False) -> Tuning:
+    """Evaluate the given knob assignments (and the baseline) for the dispatch; no search. With
+    `compile_only`, compile and verify them into a manifest for `benchmark_dir`."""
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       force):
@@ -255,7 +279,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                 on_warning(warning)
         if on_candidates:
             on_candidates(session.dispatch, candidates)
-        return evaluate(session, candidates, settings, progress, False, strategy, devices, store_path,
+        return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path,
                         given=bool(inputs))
 
 
@@ -297,18 +321,15 @@ def _take_inputs(session: _Session, inputs: Sequence[Path | str]) -> None:
         session.workload.given_inputs([Path(p) for p in inputs], given)
 
 
-def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
-             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str],
-             given: bool = False) -> Tuning:
-    """Compile and measure the candidates with the chosen evaluator, reusing and filling the
-    result store, then write best_spec.mlir, best_flags.txt and results.json. With
-    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
-    `strategy` names an evaluator (tuner.evaluator.STRATEGIES) or is "auto": the target's own
-    default."""
-    output_dir, target = session.output_dir, session.target
-    meta = {
+def _store(session: _Session, store_path: Optional[Path | str]) -> ResultStore:
+    return ResultStore(Path(store_path) if store_path else session.output_dir / STORE, compiler_version(),
+                       runtime_version())
+
+
+def _meta(session: _Session, given: bool) -> dict:
+    return {
         "input": str(session.input_path.resolve()),
-        "target": target.name,
+        "target": session.target.name,
         "dispatch": session.dispatch.name,
         "shape": session.dispatch.shape_name,
         "pipeline": session.pipeline.name,
@@ -317,7 +338,58 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
         **({"given_inputs": GIVEN_INPUTS} if given else {}),
         "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
     }
-    store = ResultStore(Path(store_path) if store_path else output_dir / STORE, compiler_version(), runtime_version())
+
+
+def _search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
+                         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
+                         devices: Sequence[str], store_path: Optional[Path | str], given: bool) -> Tuning:
+    """Run the plan's search with an evaluator: each batch compiled and timed (no confirmation
+    round), the search told each first-pass figure, until the budget is spent; then the same
+    evaluator confirms the most promising of all of them against the baseline in interleaved
+    rounds, reusing every first-pass result, and the outputs are written."""
+    output_dir, target = session.output_dir, session.target
+    store = _store(session, store_path)
+    total = plan.settings.budget
+    offset = [0]
+    batch_progress = (lambda phase, done, _: progress(phase, min(total, offset[0] + done), total)) if progress else None
+    try:
+        (output_dir / MANIFEST).unlink(missing_ok=True)  # its modules are about to be rebuilt
+        strategy = target.default_strategy if strategy == "auto" else strategy
+        evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
+                                   store, settings, devices, batch_progress, session.ctx,
+                                   given_inputs=output_dir / GIVEN_INPUTS if given else None)
+        batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
+                              baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry),
+                              session.ctx, target.spec_entry, evaluator.evaluate, settings)
+
+        def advance(n: int) -> None:
+            offset[0] += n
+
+        batches.on_batch = advance
+        plan.steps = run_search(plan.search, batches, Budget(plan.settings.budget, plan.settings.seconds),
+                                plan.settings.batch_size)
+        plan.proposed_by = batches.proposed_by
+        candidates = batches.candidates
+        if on_candidates:
+            on_candidates(session.dispatch, candidates)
+        evaluator.progress = progress
+        evaluation = evaluator.evaluate(candidates)
+    finally:
+        store.close()
+    return _write(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))
+
+
+def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
+             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str],
+             given: bool = False, search_meta: Optional[dict] = None, search_done: bool = False) -> Tuning:
+    """Compile and measure the candidates with the chosen evaluator, reusing and filling the
+    result store, then write best_spec.mlir, best_flags.txt and results.json. With
+    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
+    `strategy` names an evaluator (tuner.evaluator.STRATEGIES) or is "auto": the target's own
+    default."""
+    output_dir, target = session.output_dir, session.target
+    meta = {**_meta(session, given), **({"search": {**search_meta, "done": search_done}} if search_meta else {})}
+    store = _store(session, store_path)
     try:
         if compile_only:
             manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
@@ -331,13 +403,23 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
         evaluation = evaluator.evaluate(candidates)
     finally:
         store.close()
+    return _write(session, candidates, evaluation, list(evaluator.devices), given, search_meta)
+
+
+def _write(session: _Session, candidates: list[Candidate], evaluation: Evaluation, devices: list[str], given: bool,
+           search_meta: Optional[dict]) -> Tuning:
+    """Rank the evaluation and write best_spec.mlir, best_flags.txt and results.json."""
+    output_dir, target = session.output_dir, session.target
     ranking = rank(evaluation.results)
     # The winner, or, when none beat the default beyond the noise, the default (its empty spec).
     chosen = next((c for c in candidates if ranking.best and c.id == ranking.best.candidate_id), None) \
         or next(c for c in candidates if c.is_baseline)
+    proposed = (search_meta or {}).get("proposed_by", {})
     write_outputs(
         output_dir, ranking, list(evaluation.results),
         spec=chosen.spec, flags=candidate_flags(chosen, target, output_dir / "best_spec.mlir"),
-        meta={**meta, "devices": list(evaluator.devices), "evaluation": evaluation.stats.to_json()},
+        meta={**_meta(session, given), "devices": devices, "evaluation": evaluation.stats.to_json(),
+              **({"search": search_meta} if search_meta else {})},
+        annotations={int(k): {"proposed_by": v} for k, v in proposed.items()},
     )
     return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir)

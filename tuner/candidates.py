@@ -49,6 +49,12 @@ class Candidate:
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+    @property
+    def identity(self) -> tuple:
+        """What the compiler is asked to build: two candidates alike here build the same."""
+        c = self.config
+        return (c.expect_lowering_config or "", c.expect_translation_info or "", c.flags, c.decomposition_config or "")
+
     def result(self, flags: list[str], status: Status, **fields) -> Result:
         """A result for this candidate, with the identity the result store keys it by."""
         target = self.dispatch.target
@@ -79,20 +85,30 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
     done, total)` follows it."""
     out = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
     # What the compiler would build: a config equal to the default is the baseline again.
-    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, (), dispatch.decomposition_config)}
+    seen = {default_identity(dispatch)}
     for solution in enumerate_solutions(pipeline.build_problem(dispatch), limit, check_timeout_ms):
-        config = pipeline.to_config(dispatch, solution, ctx)
-        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags,
-                    config.decomposition_config or "")
-        if identity in seen:
+        candidate = candidate_for(len(out), dispatch, pipeline, solution, ctx, spec_entry)
+        if candidate.identity in seen:
             continue
-        seen.add(identity)
-        out.append(Candidate(len(out), dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry)))
+        seen.add(candidate.identity)
+        out.append(candidate)
         if progress:
             progress("enumerate", len(out) - 1, limit)
     if progress:
         progress("enumerate", len(out) - 1, len(out) - 1)  # done: the space may hold fewer than asked
     return out
+
+
+def default_identity(dispatch: Dispatch) -> tuple:
+    d = dispatch.default
+    return (d.lowering_config, d.translation_info, (), dispatch.decomposition_config)
+
+
+def candidate_for(id: int, dispatch: Dispatch, pipeline: Pipeline, knobs: Mapping[str, KnobValue], ctx: ir.Context,
+                  spec_entry: str = KERNEL_CONFIG) -> Candidate:
+    """The candidate (config and spec) a knob assignment stands for."""
+    config = pipeline.to_config(dispatch, knobs, ctx)
+    return Candidate(id, dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry))
 
 
 def _spec(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str) -> str:
@@ -113,7 +129,7 @@ def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: l
     problem = pipeline.build_problem(dispatch)
     names = {k.name: k for k in problem.knobs}
     out, warnings = [baseline(dispatch, pipeline.name, ctx, spec_entry)], []
-    seen = {(dispatch.default.lowering_config, dispatch.default.translation_info, (), dispatch.decomposition_config)}
+    seen = {default_identity(dispatch)}
     for i, knobs in enumerate(assignments):
         unknown = sorted(set(knobs) - set(names))
         missing = sorted(set(names) - set(knobs))
@@ -126,12 +142,10 @@ def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: l
                 raise InputError(f"config {i}: knob {name} takes {'true/false' if isinstance(names[name], BoolKnob) else 'an integer'}")
         if not problem.admits(knobs):
             warnings.append(f"config {i} is outside the {pipeline.name} constraints for this dispatch; evaluating it anyway")
-        config = pipeline.to_config(dispatch, knobs, ctx)
-        identity = (config.expect_lowering_config or "", config.expect_translation_info or "", config.flags,
-                    config.decomposition_config or "")
-        if identity in seen:
+        candidate = candidate_for(len(out), dispatch, pipeline, knobs, ctx, spec_entry)
+        if candidate.identity in seen:
             warnings.append(f"config {i} repeats an earlier one (or the compiler's default); evaluated once")
             continue
-        seen.add(identity)
-        out.append(Candidate(len(out), dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry)))
+        seen.add(candidate.identity)
+        out.append(candidate)
     return out, warnings

@@ -61,6 +61,30 @@ def _evaluation_options(f):
     return f
 
 
+def _search_options(f):
+    """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds."""
+    from tuner.search import DEFAULT_SEARCH, SEARCHES
+
+    f = click.option("--seeds", "seeds_file", default=None, type=click.Path(path_type=Path),
+                     help="JSON seed entries (configs found by benchmarking) tried first where they fit.")(f)
+    f = click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the search.")(f)
+    f = click.option("--time-budget", "time_budget", default=None, type=click.FloatRange(min=0, min_open=True),
+                     help="Seconds the search may run; no new batch starts after them.")(f)
+    f = click.option("--budget", "--num-candidates", "budget", default=30, show_default=True, type=click.IntRange(min=1),
+                     help="Configs to evaluate besides the baseline (failed and duplicate ones count).")(f)
+    f = click.option("--search", "search_name", default=DEFAULT_SEARCH, show_default=True,
+                     type=click.Choice(list(SEARCHES)),
+                     help="How the valid space is searched: exhaustive order, uniform random, the pipeline's "
+                          "preference tiers, or a model that learns from each batch's measurements.")(f)
+    return f
+
+
+def _search(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None):
+    from tuner.settings import SearchSettings
+
+    return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file)
+
+
 def _settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
               confirm_rounds: int = 4):
     from tuner.settings import EvalSettings
@@ -71,29 +95,36 @@ def _settings(repetitions: int, compile_timeout: float, run_timeout: float, base
 
 @main.command()
 @click.argument("input_file", type=click.Path(path_type=Path))
-@click.option("--num-candidates", default=30, show_default=True, type=int, help="Configs to try besides the baseline.")
+@_search_options
 @click.option("--output", "output_dir", default="tuning-output", show_default=True, type=click.Path(path_type=Path),
               help="Where best_spec.mlir, best_flags.txt and results.json go.")
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 @_evaluation_options
-def tune(input_file: Path, num_candidates: int, output_dir: Path, compile_only: bool, target: str,
+def tune(input_file: Path, search_name: str, budget: int, time_budget: float | None, seed: int,
+         seeds_file: Path | None, output_dir: Path, compile_only: bool, target: str,
          pipeline_name: str | None, dispatch_name: str | None, input_files: tuple[Path, ...], force: bool,
          confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
          strategy: str, devices: tuple[str, ...], store_path: Path | None) -> None:
-    """Tune the largest tunable dispatch of INPUT_FILE (a .mlir with linalg ops)."""
+    """Tune the largest tunable dispatch of INPUT_FILE: search its valid configs within the budget,
+    each batch compiled and timed against the default, the best confirmed side by side."""
     from tuner import api
 
     console = Console()
     with _errors_to_exit(), _progress(console) as on_progress:
-        tuning = api.tune(input_file, target, num_candidates, output_dir, dispatch_name,
+        tuning = api.tune(input_file, target, None, output_dir, dispatch_name,
                           _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds),
-                          on_progress, _announce(console, num_candidates), compile_only, strategy, devices,
+                          on_progress, _announce(console), compile_only, strategy, devices,
                           store_path, pipeline_name, force,
-                          on_discovered=None if dispatch_name else _picked(console), inputs=input_files)
+                          on_discovered=None if dispatch_name else _picked(console), inputs=input_files,
+                          search=_search(search_name, budget, time_budget, seed, seeds_file),
+                          on_search=_searching(console))
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
+        done = tuning.manifest.meta.get("search", {}).get("done")
         console.print(f"compiled {ok} of {len(tuning.manifest.built)} candidates into {output_dir}; "
-                      f"measure them with: iree-tuner benchmark {output_dir}")
+                      f"measure them with: iree-tuner benchmark {output_dir}"
+                      + ("; the search has spent its budget: that measurement is the last" if done else
+                         "; then run this command again for the search's next batch (it reads what was measured)"))
         return
     _summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
 
@@ -373,6 +404,22 @@ def _picked(console: Console):
             console.print(f"skipped {name}: {why}")
 
     return on_discovered
+
+
+def _searching(console: Console):
+    """Say what the search starts from: the space, the seeds and who proposed them."""
+    def on_search(summary: dict) -> None:
+        size = f"{summary['space']} valid configs" + ("" if summary["space_complete"]
+                                                       else f" (a sample of {summary['space_size']})")
+        seeds = ", ".join(f"{n} from {who}" for who, n in summary["seeds"].items()) or "none"
+        line = (f"search: {summary['search']} over {size}, budget {summary['budget']}"
+                + (f" or {summary['time_budget_s']:g} s" if summary["time_budget_s"] else "")
+                + f", seed {summary['seed']}; seeds first: {seeds}")
+        if summary["dropped_seeds"]:
+            line += f"; {len(summary['dropped_seeds'])} seeds not valid for this dispatch were dropped"
+        console.print(line)
+
+    return on_search
 
 
 def _announce(console: Console, asked: int | None = None):

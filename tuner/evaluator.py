@@ -55,7 +55,7 @@ class Evaluator(Protocol):
 
     name: str
 
-    def evaluate(self, candidates: Sequence[Candidate]) -> Evaluation: ...
+    def evaluate(self, candidates: Sequence[Candidate], settings: Optional[EvalSettings] = None) -> Evaluation: ...
 
 
 class _LocalEvaluator:
@@ -84,7 +84,10 @@ class _LocalEvaluator:
                            timing_identity(self.devices[0], target.time_dispatch_only or workload.dispatch_benchmark,
                                            DISPATCH_BATCH))
 
-    def evaluate(self, candidates: Sequence[Candidate]) -> Evaluation:
+    def evaluate(self, candidates: Sequence[Candidate], settings: Optional[EvalSettings] = None) -> Evaluation:
+        """`settings` overrides the evaluator's for this batch (a search's batches skip the
+        confirmation round; its last call confirms, reusing what this evaluator built)."""
+        settings = settings or self.settings
         if sum(c.is_baseline for c in candidates) != 1:
             raise InputError("a batch needs exactly one baseline candidate")
         stored = self.store.reusable([c.key for c in candidates if not c.is_baseline], *self.conditions)
@@ -101,7 +104,7 @@ class _LocalEvaluator:
         results, stats = measure_pass(
             self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
             lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-            Measurer(self.run_settings, self.settings.baseline_every), self.settings, self.store, self.devices,
+            Measurer(self.run_settings, settings.baseline_every), settings, self.store, self.devices,
             self.progress, prepare)
         return Evaluation(tuple(results), stats)
 

@@ -42,10 +42,11 @@ def written_rebuild_command(output_dir: Path) -> str:
 
 
 def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spec: str, flags: list[str],
-                  meta: dict) -> None:
+                  meta: dict, annotations: Optional[dict[int, dict]] = None) -> None:
     """best_spec.mlir and best_flags.txt rebuild the winner with plain iree-compile (or, when no
     candidate beat the default beyond the noise, the default: an empty spec saying why);
-    results.json keeps every candidate."""
+    results.json keeps every candidate (with `annotations`' fields by candidate id: who proposed
+    it)."""
     header = "".join(f"// {line}\n" for line in [
         f"iree-tuner: {ranking.verdict}",
         f"rebuild: {rebuild_command(output_dir, meta.get('input', 'INPUT'))}"])
@@ -57,7 +58,7 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
             "best": ranking.best.candidate_id if ranking.best else None,
             "verdict": ranking.verdict,
             "within_noise_of_best": [r.candidate_id for r in ranking.within_noise_of_best()],
-            "candidates": [r.to_json() for r in results],
+            "candidates": [{**r.to_json(), **(annotations or {}).get(r.candidate_id, {})} for r in results],
         }
         tmp = output_dir / "results.json.tmp"
         tmp.write_text(json.dumps(payload, indent=2))

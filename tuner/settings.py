@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from tuner.runner import RunSettings
 from tuner.workload import Workload
@@ -38,3 +39,17 @@ class EvalSettings:
                            min_time_s=self.min_time_s, timeout_s=self.run_timeout_s, outputs=len(workload.outputs),
                            checked=checked,
                            checked_type=workload.outputs[checked].element_type if checked is not None else "")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How candidates are chosen (tuner.search): which search, how many evaluations (failed and
+    duplicate ones count; confirmation re-timings do not), how many seconds, its random seed,
+    points per batch, and a user's JSON seed entries."""
+
+    name: str = "model"
+    budget: int = 30
+    seconds: Optional[float] = None
+    seed: int = 0
+    batch_size: int = 8
+    seeds_file: Optional[Path] = None

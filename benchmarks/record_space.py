@@ -1,0 +1,125 @@
+"""Record a dispatch's valid space once, for replaying searches against it with no compiling or
+timing (benchmarks/search_replay.py, tests/test_search.py).
+
+    # every valid config, or a uniform sample of --sample where the space holds more (seeded;
+    # never the preference order's head), each compiled, verified and timed against the
+    # baseline: a median of --repetitions, the baseline timed again every 5 candidates
+    python benchmarks/record_space.py record sample_dispatches/X.mlir --target llvm-cpu --output rec-X
+    # on a GPU box: --compile-only here, `iree-tuner benchmark rec-X --confirm-rounds 0` there
+    # then, where the compiler is, turn the run's results.json into a fixture:
+    python benchmarks/record_space.py fixture rec-X tests/fixtures/spaces/X.json
+
+A point's figure is its first-pass speedup (the baseline timing nearest to it on the same
+device over its own median): figures taken at different times are only compared through the
+baseline timed beside each. A candidate that compiled to the same executable as another
+(`duplicate`) gets that one's figure: it is the same program. A failure is a point with no
+figure (searches must count it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import random
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _space(input_path: Path, target: str, pipeline_name: str | None, dispatch_name: str | None):
+    from iree.compiler import ir
+
+    from constraints.fast_enumerate import enumerate_space
+    from tuner.api import _read_program, select_dispatch
+    from pipelines import pipeline_for
+
+    path, target_, _, ctx, program = _read_program(input_path, target, None)
+    dispatch = select_dispatch(list(program.dispatches), dispatch_name, path, pipeline_name, program.skipped)
+    pipeline = pipeline_for(dispatch, pipeline_name)
+    return dispatch, pipeline, list(enumerate_space(pipeline.build_problem(dispatch)))
+
+
+def record(args: argparse.Namespace) -> None:
+    from tuner.api import benchmark_configs
+    from tuner.settings import EvalSettings
+
+    dispatch, pipeline, space = _space(args.input, args.target, args.pipeline, args.dispatch)
+    sample = space if len(space) <= args.sample else random.Random(args.seed).sample(space, args.sample)
+    print(f"{dispatch.name}: {len(space)} valid configs, recording {len(sample)}", flush=True)
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "space.json").write_text(json.dumps({
+        "space_size": len(space), "sampled": len(sample), "seed": args.seed, "pipeline": pipeline.name,
+        "input": str(args.input), "target": args.target, "dispatch": dispatch.name, "shape": dispatch.shape_name,
+        "command": " ".join(sys.argv)}, indent=1))
+    settings = EvalSettings(repetitions=args.repetitions, confirm_rounds=0, baseline_every=5,
+                            compile_workers=args.jobs or EvalSettings().compile_workers)
+    tuning = benchmark_configs(args.input, sample, args.target, args.output, args.dispatch, settings,
+                               progress=_progress(), strategy=args.strategy, pipeline_name=args.pipeline,
+                               compile_only=args.compile_only)
+    if tuning.manifest is not None:
+        print(f"compiled into {args.output}; time it with: iree-tuner benchmark {args.output} --confirm-rounds 0")
+
+
+def _progress():
+    last = {}
+
+    def on(phase: str, done: int, total: int) -> None:
+        if done != last.get(phase) and (done % 25 == 0 or done == total):
+            print(f"  {phase}: {done}/{total}", flush=True)
+        last[phase] = done
+    return on
+
+
+def fixture(args: argparse.Namespace) -> None:
+    """results.json (+ space.json) -> a fixture: the points, their figures, how they were taken."""
+    meta = json.loads((args.run / "space.json").read_text())
+    results = json.loads((args.run / "results.json").read_text())
+    candidates = [c for c in results["candidates"] if not c["is_baseline"]]
+    by_hash = {c["binary_hash"]: c for c in candidates if c["status"] == "ok" and c["binary_hash"]}
+    points = []
+    for c in candidates:
+        same = by_hash.get(c["binary_hash"]) if c["status"] == "duplicate" else c
+        ok = same is not None and same["status"] == "ok" and same.get("first_pass_speedup")
+        points.append({"knobs": c["knobs"], "status": c["status"],
+                       "speedup": round(same["first_pass_speedup"], 4) if ok else None,
+                       "median_ms": round(same["median_ms"], 5) if ok else None})
+    baseline = next(c for c in results["candidates"] if c["is_baseline"])
+    out = {**meta, "device": results.get("devices", []), "device_id": baseline.get("device_id", ""),
+           "recorded": datetime.date.today().isoformat(), "recorded_on": platform.node() and platform.machine(),
+           "repetitions": len(baseline.get("times_ms") or []) or None, "baseline_ms": baseline.get("median_ms"),
+           "drifts": results.get("evaluation", {}).get("drifts", []), "points": points}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=None, separators=(",", ":")) + "\n")
+    ok = [p for p in points if p["speedup"]]
+    best = max(ok, key=lambda p: p["speedup"]) if ok else None
+    print(f"{args.out}: {len(points)} points, {len(ok)} timed, best {best['speedup'] if best else '-'}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("record", help="compile and time every config (or a uniform sample) of a dispatch")
+    r.add_argument("input", type=Path)
+    r.add_argument("--target", default="llvm-cpu")
+    r.add_argument("--pipeline", default=None)
+    r.add_argument("--dispatch", default=None)
+    r.add_argument("--sample", type=int, default=300, help="Configs to record where the space holds more.")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--repetitions", type=int, default=5)
+    r.add_argument("--strategy", default="auto")
+    r.add_argument("--jobs", type=int, default=0, help="Compile workers (default: one per core).")
+    r.add_argument("--compile-only", action="store_true")
+    r.add_argument("--output", type=Path, required=True)
+    f = sub.add_parser("fixture", help="turn a recorded run's results.json into a fixture")
+    f.add_argument("run", type=Path)
+    f.add_argument("out", type=Path)
+    args = parser.parse_args()
+    record(args) if args.command == "record" else fixture(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""A search over a live dispatch: its space from the pipeline's problem, and a batch of
+proposals turned into candidates, compiled and timed by an evaluator, scored by their paired
+first-pass figure against the baseline."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Optional, Sequence
+
+from iree.compiler import ir
+
+from constraints import enumerate_solutions
+from constraints.fast_enumerate import Unsupported, compile_check, enumerate_space
+from pipelines import Dispatch, Pipeline
+from tuner.candidates import Candidate, candidate_for, default_identity
+from tuner.evaluator import Evaluation
+from tuner.results import Result, Status
+from tuner.search import Outcome, Proposal, SearchSpace, knob_features
+from tuner.search.heuristics import SeedContext
+from tuner.search.space import MAX_POINTS, Value
+from tuner.settings import EvalSettings, SearchSettings
+from tuner.search.base import Search
+
+# Where a problem uses a term the fast enumeration cannot compile, this many solver solutions
+# (in preference order) stand for the space.
+SOLVER_FALLBACK = 2000
+
+
+def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0) -> SearchSpace:
+    """Every valid config of the pipeline's problem for the dispatch (a uniform seeded sample of
+    MAX_POINTS where there are more), with features: each knob's, and the pipeline's own
+    (`features(dispatch, knobs)`, where it has them)."""
+    problem = pipeline.build_problem(dispatch)
+    complete = True
+    try:
+        points = list(enumerate_space(problem))
+    except Unsupported:
+        points = list(enumerate_solutions(problem, SOLVER_FALLBACK))
+        complete = len(points) < SOLVER_FALLBACK
+    size = len(points)
+    if len(points) > MAX_POINTS:
+        points = random.Random(seed).sample(points, MAX_POINTS)
+        complete = False
+    order = [k.name for k in problem.knobs]
+    names = {n: f"v[{i}]" for i, n in enumerate(order)}
+
+    def check_of(condition) -> Callable[[Mapping[str, Value]], bool]:
+        check = compile_check(condition, names)
+        return lambda knobs: check([knobs[n] for n in order])
+
+    own = getattr(pipeline, "features", None)
+    return SearchSpace.of(points, lambda k: {**knob_features(k), **(own(dispatch, k) if own else {})},
+                          [(p.name, check_of(p.condition)) for p in problem.preferences], problem.diversity,
+                          complete, size)
+
+
+def seed_context(dispatch: Dispatch, pipeline: Pipeline, space: SearchSpace) -> SeedContext:
+    return SeedContext(pipeline.name, dispatch.target.backend, dispatch.target.arch, dispatch.kind.value,
+                       dispatch.shape_name, space)
+
+
+@dataclass
+class LiveBatches:
+    """Turns proposals into candidates, evaluates them with `evaluate(candidates, settings)` (an
+    evaluator's), and scores each by its first-pass speedup. A point whose config is the
+    compiler's own scores 1.0 without a build; a duplicate (same executable as another) scores as
+    that one. Keeps every candidate made, in order, and which heuristic proposed each."""
+
+    dispatch: Dispatch
+    pipeline: Pipeline
+    space: SearchSpace
+    baseline: Candidate
+    ctx: ir.Context
+    spec_entry: str
+    evaluate: Callable[[list[Candidate], EvalSettings], Evaluation]
+    settings: EvalSettings
+    candidates: list[Candidate] = field(default_factory=list)
+    proposed_by: dict[int, str] = field(default_factory=dict)  # candidate id -> proposer
+    results: dict[int, Result] = field(default_factory=dict)  # candidate id -> latest result
+    on_batch: Optional[Callable[[int], None]] = None
+
+    def __post_init__(self) -> None:
+        self.candidates = [self.baseline]
+        self._default = default_identity(self.dispatch)
+
+    def __call__(self, batch: Sequence[Proposal]) -> list[Outcome]:
+        made: list[tuple[Proposal, Optional[Candidate]]] = []
+        for p in batch:
+            c = candidate_for(len(self.candidates), self.dispatch, self.pipeline, self.space.points[p.index],
+                              self.ctx, self.spec_entry)
+            if c.identity == self._default:
+                made.append((p, None))
+                continue
+            self.candidates.append(c)
+            self.proposed_by[c.id] = p.source
+            made.append((p, c))
+        new = [c for _, c in made if c is not None]
+        if new:
+            evaluation = self.evaluate([self.baseline, *new], replace(self.settings, confirm_rounds=0))
+            for r in evaluation.results:
+                self.results[r.candidate_id] = r
+        if self.on_batch:
+            self.on_batch(len(batch))
+        by_hash = {r.binary_hash: r for r in self.results.values() if r.ok and r.binary_hash}
+        out = []
+        for _, c in made:
+            if c is None:
+                out.append(Outcome(1.0, "default"))
+                continue
+            r = self.results[c.id]
+            if r.status == Status.DUPLICATE and r.binary_hash in by_hash:
+                r = by_hash[r.binary_hash]
+            out.append(Outcome(r.first_pass_speedup if r.ok else None, self.results[c.id].status.value))
+        return out
+
+
+@dataclass
+class SearchPlan:
+    """A search set up for one dispatch: its space, seeds and search, under the settings."""
+
+    settings: SearchSettings
+    space: SearchSpace
+    search: Search
+    seeds: list
+    proposed_by: dict[int, str] = field(default_factory=dict)  # candidate id -> who proposed it
+    steps: list = field(default_factory=list)  # tuner.search.loop.Step, in order
+
+    def summary(self, candidates: Sequence[Candidate] = ()) -> dict:
+        """What results.json and the CLI say of the search."""
+        by: dict[str, int] = {}
+        for s in self.seeds:
+            by[s.source] = by.get(s.source, 0) + 1
+        return {
+            "search": self.settings.name, "budget": self.settings.budget, "time_budget_s": self.settings.seconds,
+            "seed": self.settings.seed, "batch_size": self.settings.batch_size,
+            "space": len(self.space), "space_complete": self.space.complete, "space_size": self.space.size,
+            "seeds": by, "dropped_seeds": [s.source for s in self.search.dropped_seeds],
+            "evaluations": len(self.steps),
+            "proposed_by": {str(c.id): self.proposed_by.get(c.id, "") for c in candidates if not c.is_baseline},
+        }
+
+
+def plan_search(dispatch: Dispatch, pipeline: Pipeline, settings: SearchSettings) -> SearchPlan:
+    """The space, the heuristics' seeds (a user's seed file first) and the search, for a dispatch."""
+    from tuner.search import make_search
+    from tuner.search.heuristics import collect_seeds, read_seed_file
+
+    space = build_space(dispatch, pipeline, settings.seed)
+    extra = [replace(e, name=f"user:{e.name}") for e in read_seed_file(settings.seeds_file)] \
+        if settings.seeds_file else []
+    seeds = collect_seeds(seed_context(dispatch, pipeline, space), extra=extra)
+    return SearchPlan(settings, space, make_search(settings.name, space, settings.seed, seeds), seeds)

@@ -1,0 +1,84 @@
+"""A search that learns from what it measures (in the spirit of Helion's LFBO pattern search):
+a random forest over the points' features is fitted to every score seen so far (failures in
+as the worst outcome), ranks the whole unvisited space, and the next batch takes the most
+promising points, spread apart, plus one drawn at random; refit, repeat.
+
+- Scores are log speedups, so a 2x and a 0.5x config weigh alike around the baseline.
+- Acquisition: the forest's mean plus its spread across trees (an upper confidence bound), so a
+  region the forest knows little about is tried before it is written off.
+- Batch diversity: each pick after the first is discounted by its closeness (in standardized
+  features) to points already picked in the batch, so a batch does not spend itself on one
+  neighbourhood.
+- Until `warmup` points have a score (seeds count), points are drawn uniformly at random."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from tuner.search.base import Search
+
+# The worst outcome a failure stands for: this far below the worst log speedup seen.
+FAILURE_PENALTY = 1.0
+
+
+class ModelSearch(Search):
+    name = "model"
+
+    def __init__(self, *args, warmup: int = 8, trees: int = 48, explore: float = 1.0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.warmup = warmup
+        self.trees = trees
+        self.explore = explore
+        x = self.space.features
+        spread = x.std(axis=0) if len(x) else np.ones(0)
+        self._x = (x - x.mean(axis=0)) / np.where(spread > 0, spread, 1.0) if len(x) else x
+        self.fits = 0
+
+    def _order(self, n: int) -> list[int]:
+        left = self.unvisited()
+        if not left:
+            return []
+        scored = [(i, s) for i, s in self.scores.items()]
+        ok = [s for _, s in scored if s is not None and s > 0]
+        if len(scored) < self.warmup or len(ok) < 2 or self._x.shape[1] == 0:
+            return self.rng.sample(left, min(n, len(left)))
+        acquisition = self._acquisition(scored, ok, left)
+        return self._pick(left, acquisition, n)
+
+    def _acquisition(self, scored: list[tuple[int, Optional[float]]], ok: list[float], left: list[int]) -> np.ndarray:
+        from sklearn.ensemble import RandomForestRegressor
+
+        worst = math.log(min(ok)) - FAILURE_PENALTY
+        y = np.array([math.log(s) if s is not None and s > 0 else worst for _, s in scored])
+        forest = RandomForestRegressor(n_estimators=self.trees, max_features=0.6, min_samples_leaf=1,
+                                       random_state=self.rng.randrange(2**31), n_jobs=1)
+        forest.fit(self._x[[i for i, _ in scored]], y)
+        self.fits += 1
+        per_tree = np.stack([t.predict(self._x[left]) for t in forest.estimators_])
+        return per_tree.mean(axis=0) + self.explore * per_tree.std(axis=0)
+
+    def _pick(self, left: list[int], acquisition: np.ndarray, n: int) -> list[int]:
+        """The best by acquisition, each next one discounted by closeness to those picked; the
+        last slot of a batch of 4 or more goes to a uniformly random point."""
+        explore_slot = n >= 4 and len(left) > n
+        greedy = n - 1 if explore_slot else n
+        scale = float(acquisition.std()) or 1.0
+        value = acquisition.copy()
+        x = self._x[left]
+        width = 0.5 * x.shape[1]  # squared distance at which closeness has fallen to 1/e
+        chosen: list[int] = []
+        for _ in range(min(greedy, len(left))):
+            j = int(np.argmax(value))
+            chosen.append(j)
+            value[j] = -np.inf
+            closeness = np.exp(-((x - x[j]) ** 2).sum(axis=1) / width)
+            value = value - 0.5 * scale * closeness
+        picks = [left[j] for j in chosen]
+        if explore_slot:
+            rest = [i for i in left if i not in set(picks)]
+            if rest:
+                picks.append(self.rng.choice(rest))
+        return picks

@@ -1,0 +1,51 @@
+"""A search across two machines, in rounds: each `tune --compile-only` replays the search against
+the results the run's store already holds (measured by `benchmark DIR` on the device machine and
+copied back) and compiles the first batch that has points with no result yet.
+
+Searches are deterministic given their seed and what they observed, so replaying the same
+observations proposes the same batches; the manifest holds every candidate proposed so far, so
+`benchmark DIR` reuses the stored figures of earlier rounds and confirms the best of all of them
+against the baseline. The time budget does not apply here (the seconds are spent on two machines)."""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from pipelines import Dispatch, Pipeline
+from tuner.candidates import Candidate, baseline, candidate_for, default_identity
+from tuner.results import Status
+from tuner.search.live import SearchPlan
+from tuner.store import ResultStore
+
+
+def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir.Context, spec_entry: str,
+               store: ResultStore) -> tuple[list[Candidate], bool]:
+    """The baseline and every candidate the search has proposed up to and including its next
+    unmeasured batch, and whether the search is done (budget or space spent, all measured)."""
+    candidates = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
+    default = default_identity(dispatch)
+    search, budget, evaluated = plan.search, plan.settings.budget, 0
+    while evaluated < budget and not search.exhausted:
+        batch = search.propose(min(plan.settings.batch_size, budget - evaluated))
+        if not batch:
+            break
+        made = []
+        for p in batch:
+            c = candidate_for(len(candidates), dispatch, pipeline, plan.space.points[p.index], ctx, spec_entry)
+            if c.identity == default:
+                made.append((p, None))
+                continue
+            candidates.append(c)
+            plan.proposed_by[c.id] = p.source
+            made.append((p, c))
+        found = {c.id: store.latest(c.key) for _, c in made if c is not None}
+        if any(r is None for r in found.values()):
+            return candidates, False
+        by_hash = {r.binary_hash: r for r in found.values() if r and r.ok and r.binary_hash}
+        for p, c in made:
+            r = found[c.id] if c is not None else None
+            if r is not None and r.status == Status.DUPLICATE and r.binary_hash in by_hash:
+                r = by_hash[r.binary_hash]
+            search.observe(p.index, 1.0 if c is None else (r.first_pass_speedup if r and r.ok else None))
+        evaluated += len(batch)
+    return candidates, True
