@@ -31,16 +31,18 @@ sys.path.insert(0, str(REPO))
 
 
 def _space(input_path: Path, target: str, pipeline_name: str | None, dispatch_name: str | None):
-    from iree.compiler import ir
-
-    from constraints.fast_enumerate import enumerate_space
+    """The dispatch, its pipeline and its whole valid space (tuner.search.live.build_space)."""
     from tuner.api import _read_program, select_dispatch
+    from tuner.search.live import build_space
     from pipelines import pipeline_for
 
     path, target_, _, ctx, program = _read_program(input_path, target, None)
     dispatch = select_dispatch(list(program.dispatches), dispatch_name, path, pipeline_name, program.skipped)
     pipeline = pipeline_for(dispatch, pipeline_name)
-    return dispatch, pipeline, list(enumerate_space(pipeline.build_problem(dispatch)))
+    space = build_space(dispatch, pipeline)
+    if not space.complete:
+        raise SystemExit(f"{dispatch.name}: the space is not enumerated whole ({space.size}); record needs it whole")
+    return dispatch, pipeline, space
 
 
 def record(args: argparse.Namespace) -> None:
@@ -48,12 +50,14 @@ def record(args: argparse.Namespace) -> None:
     from tuner.settings import EvalSettings
 
     dispatch, pipeline, space = _space(args.input, args.target, args.pipeline, args.dispatch)
-    sample = space if len(space) <= args.sample else random.Random(args.seed).sample(space, args.sample)
+    points = list(space.points)
+    sample = points if len(points) <= args.sample else random.Random(args.seed).sample(points, args.sample)
     print(f"{dispatch.name}: {len(space)} valid configs, recording {len(sample)}", flush=True)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "space.json").write_text(json.dumps({
         "space_size": len(space), "sampled": len(sample), "seed": args.seed, "pipeline": pipeline.name,
         "input": str(args.input), "target": args.target, "dispatch": dispatch.name, "shape": dispatch.shape_name,
+        "kind": dispatch.kind.value, "pipeline_name": args.pipeline, "dispatch_name": args.dispatch,
         "command": " ".join(sys.argv)}, indent=1))
     settings = EvalSettings(repetitions=args.repetitions, confirm_rounds=0, baseline_every=5,
                             compile_workers=args.jobs or EvalSettings().compile_workers)
@@ -75,8 +79,10 @@ def _progress():
 
 
 def fixture(args: argparse.Namespace) -> None:
-    """results.json (+ space.json) -> a fixture: the points, their figures, how they were taken."""
+    """results.json (+ space.json) -> a fixture: the points, their figures, how they were taken,
+    and each point's features and preference tiers (from the dispatch's space, rebuilt here)."""
     meta = json.loads((args.run / "space.json").read_text())
+    _, _, space = _space(Path(meta["input"]), meta["target"], meta.get("pipeline_name"), meta.get("dispatch_name"))
     results = json.loads((args.run / "results.json").read_text())
     candidates = [c for c in results["candidates"] if not c["is_baseline"]]
     by_hash = {c["binary_hash"]: c for c in candidates if c["status"] == "ok" and c["binary_hash"]}
@@ -84,14 +90,22 @@ def fixture(args: argparse.Namespace) -> None:
     for c in candidates:
         same = by_hash.get(c["binary_hash"]) if c["status"] == "duplicate" else c
         ok = same is not None and same["status"] == "ok" and same.get("first_pass_speedup")
+        i = space.index(c["knobs"])
+        if i is None:
+            raise SystemExit(f"{c['knobs']} is not in the space as it is built today: record again")
         points.append({"knobs": c["knobs"], "status": c["status"],
                        "speedup": round(same["first_pass_speedup"], 4) if ok else None,
-                       "median_ms": round(same["median_ms"], 5) if ok else None})
+                       "median_ms": round(same["median_ms"], 5) if ok else None,
+                       "compile_s": round(c.get("compile_s") or 0.0, 2), "benchmark_s": round(c.get("benchmark_s") or 0.0, 2),
+                       "features": [round(float(v), 4) for v in space.features[i]],
+                       "tiers": [bool(v) for v in space.tiers[i]]})
     baseline = next(c for c in results["candidates"] if c["is_baseline"])
     out = {**meta, "device": results.get("devices", []), "device_id": baseline.get("device_id", ""),
-           "recorded": datetime.date.today().isoformat(), "recorded_on": platform.node() and platform.machine(),
+           "recorded": datetime.date.today().isoformat(), "recorded_on": f"{platform.machine()}, {baseline.get('device_id', '')}",
            "repetitions": len(baseline.get("times_ms") or []) or None, "baseline_ms": baseline.get("median_ms"),
-           "drifts": results.get("evaluation", {}).get("drifts", []), "points": points}
+           "drifts": results.get("evaluation", {}).get("drifts", []),
+           "feature_names": list(space.feature_names), "preference_names": list(space.preference_names),
+           "diversity": list(space.diversity), "points": points}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=None, separators=(",", ":")) + "\n")
     ok = [p for p in points if p["speedup"]]

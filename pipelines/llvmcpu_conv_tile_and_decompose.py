@@ -15,7 +15,8 @@ from iree.compiler.dialects import iree_codegen
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, vector_registers
+from pipelines.llvmcpu_double_tiling import (ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, cpu_tile_features,
+                                             vector_registers)
 
 PIPELINE = "#iree_cpu.pipeline<ConvTileAndDecomposeExpert>"
 # The decomposed convolution's vector contraction spans output columns x output channels x input
@@ -87,6 +88,24 @@ class LLVMCPUConvTileAndDecompose:
         p.prefer("vector_ic_step", red_ic.var >= min(ic, max(1, lanes // 2)))
         p.diversify(vec_ow.name, vec_oc.name, red_ic.name, dist_oh.name, dist_ow.name, dist_oc.name)
         return p
+
+    def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
+        """As DoubleTilingExpert's: output columns as M, output channels as N, with the rows."""
+        import math
+
+        c = dispatch.conv
+        assert c is not None  # supports() holds
+        oh, ow = dispatch.sizes(c.output_image)
+        [oc], [batch] = dispatch.sizes(c.output_channel), dispatch.sizes(c.batch)
+        acc_bytes = ELEMENT_BYTES.get(dispatch.out_type, 4)
+        lanes = max(1, dispatch.target.native_vector_bytes // acc_bytes)
+        rows = int(s["distribution_oh"])
+        out = cpu_tile_features(ow, oc, int(s["distribution_ow"]), int(s["distribution_oc"]),
+                                 int(s["vector_common_parallel_ow"]), int(s["vector_common_parallel_oc"]), lanes,
+                                 acc_bytes * rows)
+        out["workgroups"] += math.log2(batch * -(-oh // rows))
+        out["partial_tiles"] += float(bool(oh % rows))
+        return out
 
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
         c = dispatch.conv

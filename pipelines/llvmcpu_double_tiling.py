@@ -29,6 +29,21 @@ def vector_registers(dispatch: Dispatch) -> int:
     return 16
 
 
+def cpu_tile_features(m: int, n: int, dm: int, dn: int, vm: int, vn: int, lanes: int,
+                       acc_bytes: int) -> dict[str, float]:
+    """Derived quantities of a CPU register-tiled config (log2 where they multiply)."""
+    import math
+
+    vectors = vm * -(-vn // lanes)
+    return {
+        "workgroups": math.log2(-(-m // dm) * -(-n // dn)),
+        "accumulators": float(vectors),
+        "register_intensity": vm * vn / (vm + vn),  # FMAs per element loaded
+        "partial_tiles": float(bool(m % dm) + bool(n % dn)),
+        "tile_bytes": math.log2(dm * dn * acc_bytes),
+    }
+
+
 def _innermost(dims: tuple[int, ...]) -> int | None:
     return dims[-1] if dims else None
 
@@ -109,6 +124,19 @@ class LLVMCPUDoubleTiling:
         # Cycle through register tiles first, then reduction steps, then workgroup tiles.
         p.diversify(vec_m.name, vec_n.name, red_k.name, dist_m.name, dist_n.name)
         return p
+
+    def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
+        """What a config means for the core, for a search's model: workgroups, accumulator
+        registers, the register tile's loads per FMA, partial tiles, the workgroup tile's bytes."""
+        if s["data_tiling"]:
+            return {"workgroups": 0.0, "accumulators": 0.0, "register_intensity": 0.0, "partial_tiles": 0.0,
+                    "tile_bytes": 0.0}
+        m = dispatch.loop_bounds[dispatch.m_dims[-1]]
+        n = dispatch.loop_bounds[dispatch.n_dims[-1]]
+        lanes = max(1, dispatch.target.native_vector_bytes // ELEMENT_BYTES.get(dispatch.out_type, 4))
+        dm, dn = int(s["distribution_m"]), int(s["distribution_n"])
+        vm, vn = int(s["vector_common_parallel_m"]), int(s["vector_common_parallel_n"])
+        return cpu_tile_features(m, n, dm, dn, vm, vn, lanes, ELEMENT_BYTES.get(dispatch.out_type, 4))
 
     def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
         if solution["data_tiling"]:

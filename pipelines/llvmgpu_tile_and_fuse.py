@@ -121,6 +121,33 @@ def mma_shape(choice: z3.ArithRef, intrinsics: list[MmaIntrinsic]) -> tuple[z3.A
     return field("m"), field("n"), field("k")
 
 
+def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
+                  s: Mapping[str, KnobValue]) -> dict[str, float]:
+    """A GPU GEMM config's derived quantities (log2 where they multiply)."""
+    import math
+
+    subgroup = (dispatch.target.subgroup_sizes or (32,))[0]
+    wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
+    wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+    k_tile = int(s["reduction_k"]) * intrinsic.k
+    m, n, k = view.m_total, view.n_extent, view.k_extent
+    batch = max(1, dispatch.flops // (2 * m * n * k))  # batch dims (and unit-tiled M, N dims)
+    tiles = -(-m // wg_m) * -(-n // wg_n)
+    padded = (-(-m // wg_m) * wg_m) * (-(-n // wg_n) * wg_n) * (-(-k // k_tile) * k_tile)
+    in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
+    stages = max(1, int(s.get("prefetch_num_stages", 1)))
+    return {
+        "wg_m": math.log2(wg_m), "wg_n": math.log2(wg_n), "k_tile": math.log2(k_tile),
+        "workgroups": math.log2(batch * tiles),
+        "padding_waste": padded / (m * n * k) - 1.0,
+        "threads": math.log2(int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup),
+        "shared_bytes": math.log2((wg_m + wg_n) * k_tile * in_bytes * stages),
+        "accumulators": int(s["subgroup_m"]) * int(s["subgroup_n"]) * intrinsic.m * intrinsic.n / subgroup,
+        "tile_intensity": wg_m * wg_n / (wg_m + wg_n),
+        "mma_m": intrinsic.m, "mma_n": intrinsic.n, "mma_k": intrinsic.k,
+    }
+
+
 def _i64_array(values: list[int]) -> ir.ArrayAttr:
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
@@ -216,6 +243,11 @@ class LLVMGPUTileAndFuse:
         # 100 configs of 4096^3 without the padding ran 1.75-3 ms, their twins with it 1.06-2 ms.)
         p.diversify(red_k.name, prefetch.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, reorder.name, mma.name)
         return p
+
+    def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
+        """What a config means for the hardware, for a search's model: tile sizes in elements,
+        workgroups launched, the work padding adds, threads, shared memory and accumulators."""
+        return gemm_features(dispatch, gemm_view(dispatch), compatible_intrinsics(dispatch)[int(s["mma_kind"])], s)
 
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
         intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]

@@ -46,8 +46,11 @@ Evaluate = Callable[[Sequence[Proposal]], Sequence[Outcome]]
 
 def run_search(search: Search, evaluate: Evaluate, budget: Budget, batch_size: int = 8,
                clock: Callable[[], float] = time.monotonic,
-               on_batch: Optional[Callable[[list[Step]], None]] = None) -> list[Step]:
-    """Run `search` against `evaluate` within `budget`; every evaluation, in order."""
+               on_batch: Optional[Callable[[list[Step]], None]] = None,
+               stop_at: Optional[float] = None) -> list[Step]:
+    """Run `search` against `evaluate` within `budget`; every evaluation, in order. `stop_at`:
+    stop after the batch in which a score reached it (a replay asking how long a search takes
+    to get somewhere need not spend the whole space)."""
     if budget.evaluations < 1:
         raise ValueError("a search budget needs at least one evaluation")
     start = clock()
@@ -70,6 +73,8 @@ def run_search(search: Search, evaluate: Evaluate, budget: Budget, batch_size: i
         batch_no += 1
         if on_batch:
             on_batch(new)
+        if stop_at is not None and any(s.score is not None and s.score >= stop_at for s in new):
+            break
     return steps
 
 

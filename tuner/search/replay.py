@@ -56,13 +56,14 @@ def load_recording(path: Path) -> Recording:
 
 
 def replay(recording: Recording, search: str, seed: int, budget: Budget, batch_size: int = 8,
-           with_seeds: bool = True) -> list[Step]:
+           with_seeds: bool = True, stop_at: Optional[float] = None) -> list[Step]:
     """Run `search` against the recording: each point's outcome is its recorded score. Seeds are
-    the heuristics' as live, less the JSON entries found on this very shape."""
+    the heuristics' as live, less the JSON entries found on this very shape. `stop_at`: stop once
+    a score reaches it."""
     seeds = collect_seeds(recording.seed_context(), exclude_found_on=recording.meta.get("shape")) if with_seeds else []
     s = make_search(search, recording.space, seed=seed, seeds=seeds)
 
     def evaluate(batch) -> list[Outcome]:
         return [Outcome(recording.scores[p.index], recording.statuses[p.index]) for p in batch]
 
-    return run_search(s, evaluate, budget, batch_size)
+    return run_search(s, evaluate, budget, batch_size, stop_at=stop_at)

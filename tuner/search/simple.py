@@ -4,7 +4,7 @@ uniform random order (`random`), and the pipeline's preference tiers (`preferenc
 
 from __future__ import annotations
 
-from collections import Counter
+import numpy as np
 
 from tuner.search.base import Search
 
@@ -40,30 +40,46 @@ class RandomSearch(Search):
 class PreferenceSearch(Search):
     """The pipeline's preference tiers: points meeting every preference first, a more important
     preference outweighing all less important ones together; within a tier, each next point takes
-    the least-used values of the diversity knobs, in their order (as the solver enumeration
-    steers). Deterministic: the seed does not change it."""
+    the least-used values of the diversity knobs, in their order, as far as the tier allows (as
+    the solver enumeration steers). Deterministic: the seed does not change it."""
 
     name = "preference"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        tiers = self.space.tiers
-        # Lexicographic: (not pref0, not pref1, ...) sorts all-met first.
-        self._rank = [tuple(not bool(x) for x in tiers[i]) for i in range(len(self.space))]
-        self._counts: dict[tuple, dict[str, Counter]] = {}
+        space = self.space
+        # Tier of each point: (not pref0, not pref1, ...) sorts all-met first.
+        keys = [tuple(not bool(x) for x in space.tiers[i]) for i in range(len(space))]
+        self._tiers = [np.array([i for i in range(len(space)) if keys[i] == key], dtype=int)
+                       for key in sorted(set(keys))]
+        # Each diversity knob's values as small codes, and how often each was taken, per tier.
+        self._codes = []
+        for name in space.diversity:
+            values = {v: c for c, v in enumerate(dict.fromkeys(p[name] for p in space.points))}
+            self._codes.append(np.array([values[p[name]] for p in space.points], dtype=int))
+        self._counts = [[np.zeros(int(c.max()) + 1 if len(c) else 1, dtype=int) for c in self._codes]
+                        for _ in self._tiers]
 
     def _order(self, n: int) -> list[int]:
+        taken = np.zeros(len(self.space), dtype=bool)
+        taken[list(self.proposed)] = True
         out: list[int] = []
-        for _ in range(n):
-            left = [i for i in self.unvisited() if i not in out]
-            if not left:
+        while len(out) < n:
+            t = None
+            for i, tier in enumerate(self._tiers):
+                self._tiers[i] = tier = tier[~taken[tier]]
+                if tier.size:
+                    t = i
+                    break
+            if t is None:
                 break
-            tier = min(self._rank[i] for i in left)
-            in_tier = [i for i in left if self._rank[i] == tier]
-            counts = self._counts.setdefault(tier, {name: Counter() for name in self.space.diversity})
-            points = self.space.points
-            best = min(in_tier, key=lambda i: (tuple(counts[k][points[i][k]] for k in self.space.diversity), i))
-            for k in self.space.diversity:
-                counts[k][points[best][k]] += 1
+            candidates = self._tiers[t]
+            for codes, counts in zip(self._codes, self._counts[t]):
+                used = counts[codes[candidates]]
+                candidates = candidates[used == used.min()]
+            best = int(candidates.min())
+            for codes, counts in zip(self._codes, self._counts[t]):
+                counts[codes[best]] += 1
+            taken[best] = True
             out.append(best)
         return out
