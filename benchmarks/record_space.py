@@ -86,6 +86,15 @@ def fixture(args: argparse.Namespace) -> None:
     results = json.loads((args.run / "results.json").read_text())
     candidates = [c for c in results["candidates"] if not c["is_baseline"]]
     by_hash = {c["binary_hash"]: c for c in candidates if c["status"] == "ok" and c["binary_hash"]}
+    baseline = next(c for c in results["candidates"] if c["is_baseline"])
+    # A point timed in a benchmark run that was cut off has a time but no first-pass figure (the
+    # figure is made when the pass ends, from the baseline timings around it, which died with
+    # the run): its figure is then against this run's baseline median, and counted.
+    late = 0
+    for c in candidates:
+        if c["status"] == "ok" and not c.get("first_pass_speedup") and c.get("median_ms"):
+            c["first_pass_speedup"] = baseline["median_ms"] / c["median_ms"]
+            late += 1
     points = []
     for c in candidates:
         same = by_hash.get(c["binary_hash"]) if c["status"] == "duplicate" else c
@@ -99,11 +108,10 @@ def fixture(args: argparse.Namespace) -> None:
                        "compile_s": round(c.get("compile_s") or 0.0, 2), "benchmark_s": round(c.get("benchmark_s") or 0.0, 2),
                        "features": [round(float(v), 4) for v in space.features[i]],
                        "tiers": [bool(v) for v in space.tiers[i]]})
-    baseline = next(c for c in results["candidates"] if c["is_baseline"])
     out = {**meta, "device": results.get("devices", []), "device_id": baseline.get("device_id", ""),
            "recorded": datetime.date.today().isoformat(), "recorded_on": f"{platform.machine()}, {baseline.get('device_id', '')}",
            "repetitions": len(baseline.get("times_ms") or []) or None, "baseline_ms": baseline.get("median_ms"),
-           "drifts": results.get("evaluation", {}).get("drifts", []),
+           "drifts": results.get("evaluation", {}).get("drifts", []), "against_run_baseline": late,
            "feature_names": list(space.feature_names), "preference_names": list(space.preference_names),
            "diversity": list(space.diversity), "points": points}
     args.out.parent.mkdir(parents=True, exist_ok=True)
