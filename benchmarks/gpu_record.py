@@ -20,7 +20,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path)
     parser.add_argument("--torch", action="store_true")
+    parser.add_argument("--torch-only", action="store_true", help="Only the torch comparison of a measured DIR.")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--confirm-top", type=int, default=4, help="Candidates confirmed in interleaved rounds.")
     args = parser.parse_args()
     from tuner.benchmark_stage import benchmark_dir
     from tuner.manifest import Manifest
@@ -33,10 +35,12 @@ def main() -> None:
             print(f"{args.dir.name} {phase}: {done}/{total}", flush=True)
         last[phase] = done
 
-    measured = benchmark_dir(args.dir, ("cuda",), EvalSettings(check_numerics=False, repetitions=5, confirm_rounds=4),
-                             progress)
-    print(measured.ranking.verdict, flush=True)
-    if args.torch:
+    if not args.torch_only:
+        measured = benchmark_dir(args.dir, ("cuda",), EvalSettings(check_numerics=False, repetitions=5, confirm_rounds=4,
+                                                                  confirm_top=args.confirm_top),
+                                 progress)
+        print(measured.ranking.verdict, flush=True)
+    if args.torch or args.torch_only:
         from benchmarks.gpu_common import default_tuned_torch
         from benchmarks.gpu_matmul import torch_matmul
 

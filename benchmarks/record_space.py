@@ -8,6 +8,11 @@ timing (benchmarks/search_replay.py, tests/test_search.py).
     # on a GPU box: --compile-only here, `iree-tuner benchmark rec-X --confirm-rounds 0` there
     # then, where the compiler is, turn the run's results.json into a fixture:
     python benchmarks/record_space.py fixture rec-X tests/fixtures/spaces/X.json
+    # the top points by first pass, timed again side by side with the baseline in interleaved
+    # rounds: their paired figure replaces the first pass's (a noisy first pass makes a false
+    # best); on a GPU, --compile-only here and `gpu_record.py DIR --confirm-top K` there, then
+    # `confirm FIXTURE --from DIR`
+    python benchmarks/record_space.py confirm tests/fixtures/spaces/X.json --top 10 --output conf-X
 
 A point's figure is its first-pass speedup (the baseline timing nearest to it on the same
 device over its own median): figures taken at different times are only compared through the
@@ -82,6 +87,8 @@ def fixture(args: argparse.Namespace) -> None:
     """results.json (+ space.json) -> a fixture: the points, their figures, how they were taken,
     and each point's features and preference tiers (from the dispatch's space, rebuilt here)."""
     meta = json.loads((args.run / "space.json").read_text())
+    if args.store is not None:  # a benchmark run cut off before it wrote results.json
+        _results_from_store(args.store, args.run / "results.json")
     _, _, space = _space(Path(meta["input"]), meta["target"], meta.get("pipeline_name"), meta.get("dispatch_name"))
     results = json.loads((args.run / "results.json").read_text())
     candidates = [c for c in results["candidates"] if not c["is_baseline"]]
@@ -121,6 +128,62 @@ def fixture(args: argparse.Namespace) -> None:
     print(f"{args.out}: {len(points)} points, {len(ok)} timed, best {best['speedup'] if best else '-'}x")
 
 
+def confirm(args: argparse.Namespace) -> None:
+    """Time the fixture's `top` points again in interleaved rounds with the baseline (or read such
+    a run from --from), and keep their paired figures in the fixture."""
+    from tuner.api import benchmark_configs
+    from tuner.settings import EvalSettings
+
+    data = json.loads(args.fixture.read_text())
+    points = data["points"]
+    top = sorted((p for p in points if p.get("speedup")), key=lambda p: -(p.get("first_pass") or p["speedup"]))[:args.top]
+    if args.source is None:
+        settings = EvalSettings(confirm_top=len(top), confirm_rounds=args.rounds, repetitions=args.repetitions)
+        tuning = benchmark_configs(Path(data["input"]), [p["knobs"] for p in top], data["target"], args.output,
+                                   data.get("dispatch_name"), settings, progress=_progress(),
+                                   pipeline_name=data.get("pipeline_name"), compile_only=args.compile_only, force=True)
+        if tuning.manifest is not None:
+            print(f"compiled into {args.output}; on the device: python3 benchmarks/gpu_record.py {args.output} "
+                  f"--confirm-top {len(top)}; then: record_space.py confirm {args.fixture} --from {args.output}")
+            return
+        source = args.output
+    else:
+        source = args.source
+    results = json.loads((source / "results.json").read_text())
+    by_knobs = {json.dumps(c["knobs"], sort_keys=True): c for c in results["candidates"] if c.get("speedup")}
+    changed = 0
+    for p in top:
+        c = by_knobs.get(json.dumps(p["knobs"], sort_keys=True))
+        if c is None:
+            continue
+        p.setdefault("first_pass", p["speedup"])
+        p["speedup"] = round(c["speedup"], 4)
+        p["confirmed_rounds"] = len(c["round_ratios"])
+        changed += 1
+    data["confirmed"] = {"top": len(top), "confirmed": changed, "rounds": args.rounds,
+                         "command": " ".join(sys.argv)}
+    args.fixture.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
+    for p in sorted(top, key=lambda p: -p["speedup"]):
+        print(f"  first pass {p.get('first_pass')}x -> paired {p['speedup']}x  {p['knobs']}")
+    print(f"{args.fixture}: {changed} of the top {len(top)} confirmed")
+
+
+def _results_from_store(store: Path, out: Path) -> None:
+    """A results.json holding every result a store has (the newest per candidate), for a run that
+    was cut off before it wrote one: its points have times but no first-pass figures."""
+    import sqlite3
+
+    db = sqlite3.connect(store)
+    latest: dict[str, dict] = {}
+    for key, blob in db.execute("SELECT key, result FROM results ORDER BY written_at"):
+        latest[key] = json.loads(blob)
+    candidates = sorted(latest.values(), key=lambda c: c["candidate_id"])
+    if not any(c["is_baseline"] for c in candidates):
+        raise SystemExit(f"{store}: no baseline timing in it")
+    out.write_text(json.dumps({"candidates": candidates, "devices": sorted({c["device"] for c in candidates}),
+                               "from_store": str(store)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,8 +202,18 @@ def main() -> None:
     f = sub.add_parser("fixture", help="turn a recorded run's results.json into a fixture")
     f.add_argument("run", type=Path)
     f.add_argument("out", type=Path)
+    f.add_argument("--store", type=Path, default=None,
+                   help="Build the run's results.json from this result store first (a run cut off before writing it).")
+    c = sub.add_parser("confirm", help="time a fixture's top points again, paired with the baseline")
+    c.add_argument("fixture", type=Path)
+    c.add_argument("--top", type=int, default=10)
+    c.add_argument("--rounds", type=int, default=4)
+    c.add_argument("--repetitions", type=int, default=5)
+    c.add_argument("--output", type=Path, default=Path("confirm-run"))
+    c.add_argument("--compile-only", action="store_true")
+    c.add_argument("--from", dest="source", type=Path, default=None, help="a run that confirmed them already")
     args = parser.parse_args()
-    record(args) if args.command == "record" else fixture(args)
+    {"record": record, "fixture": fixture, "confirm": confirm}[args.command](args)
 
 
 if __name__ == "__main__":

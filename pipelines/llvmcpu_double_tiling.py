@@ -56,6 +56,8 @@ class LLVMCPUDoubleTiling:
     # Flags that change every dispatch of a model (data tiling turns contractions into mmt4d):
     # tried at the model level, with and without, by `tune-model`.
     model_flags = ((DATA_TILING_FLAG,),)
+    # Knobs that stand for such flags: a model's tuning leaves them to the model (tune-model).
+    flag_knobs = ("data_tiling",)
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (

@@ -177,7 +177,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
                 on_candidates(session.dispatch, candidates)
             return evaluate(session, candidates, settings, progress, True, strategy, devices, store_path,
                             given=bool(inputs), search_meta=plan.summary(candidates), search_done=done)
-        return _search_and_evaluate(session, plan, settings, progress, on_candidates, strategy, devices, store_path,
+        return search_and_evaluate(session, plan, settings, progress, on_candidates, strategy, devices, store_path,
                                     given=bool(inputs))
 
 
@@ -340,7 +340,7 @@ def _meta(session: _Session, given: bool) -> dict:
     }
 
 
-def _search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
+def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
                          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
                          devices: Sequence[str], store_path: Optional[Path | str], given: bool) -> Tuning:
     """Run the plan's search with an evaluator: each batch compiled and timed (no confirmation
@@ -358,9 +358,16 @@ def _search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSett
         evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
                                    store, settings, devices, batch_progress, session.ctx,
                                    given_inputs=output_dir / GIVEN_INPUTS if given else None)
+        passes: list[EvaluationStats] = []
+
+        def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
+            evaluation = evaluator.evaluate(candidates, batch_settings)
+            passes.append(evaluation.stats)
+            return evaluation
+
         batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
                               baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry),
-                              session.ctx, target.spec_entry, evaluator.evaluate, settings)
+                              session.ctx, target.spec_entry, evaluate_batch, settings)
 
         def advance(n: int) -> None:
             offset[0] += n
@@ -374,6 +381,7 @@ def _search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSett
             on_candidates(session.dispatch, candidates)
         evaluator.progress = progress
         evaluation = evaluator.evaluate(candidates)
+        evaluation = replace(evaluation, stats=evaluation.stats.after(passes))
     finally:
         store.close()
     return _write(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))

@@ -68,9 +68,9 @@ def _search_options(f):
     f = click.option("--seeds", "seeds_file", default=None, type=click.Path(path_type=Path),
                      help="JSON seed entries (configs found by benchmarking) tried first where they fit.")(f)
     f = click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the search.")(f)
-    f = click.option("--time-budget", "time_budget", default=None, type=click.FloatRange(min=0, min_open=True),
+    f = click.option("--time-budget", "time_budget", default=None, type=float,
                      help="Seconds the search may run; no new batch starts after them.")(f)
-    f = click.option("--budget", "--num-candidates", "budget", default=30, show_default=True, type=click.IntRange(min=1),
+    f = click.option("--budget", "--num-candidates", "budget", default=30, show_default=True, type=int,
                      help="Configs to evaluate besides the baseline (failed and duplicate ones count).")(f)
     f = click.option("--search", "search_name", default=DEFAULT_SEARCH, show_default=True,
                      type=click.Choice(list(SEARCHES)),
@@ -136,8 +136,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
               help="Tune the K tunable dispatches with the largest measured shares (instead of --min-share).")
 @click.option("--min-share", default=0.02, show_default=True, type=click.FloatRange(0.0, 1.0),
               help="Tune every tunable dispatch with at least this fraction of the model's dispatch time.")
-@click.option("--num-candidates", default=30, show_default=True, type=click.IntRange(min=1),
-              help="Configs to try per dispatch besides the baseline.")
+@_search_options
 @click.option("--model-flags/--no-model-flags", default=True, show_default=True,
               help="Try the target's model-wide flags (llvm-cpu: data tiling) on the whole model first.")
 @click.option("--model-rounds", default=4, show_default=True, type=click.IntRange(min=1),
@@ -156,7 +155,8 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
 @click.option("--device", "devices", multiple=True, help="Runtime device to benchmark on.")
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
-def tune_model(input_file: Path, target: str, top: int | None, min_share: float, num_candidates: int, model_flags: bool,
+def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search_name: str, budget: int,
+               time_budget: float | None, seed: int, seeds_file: Path | None, model_flags: bool,
                model_rounds: int,
                output_dir: Path, force: bool, compile_only: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
                run_timeout: float, devices: tuple[str, ...], store_path: Path | None) -> None:
@@ -167,10 +167,10 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
 
     console = Console()
     with _errors_to_exit(), _progress(console) as on_progress:
-        tuning = run(input_file, target, output_dir, num_candidates, min_share, top,
+        tuning = run(input_file, target, output_dir, budget, min_share, top,
                      _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds), devices,
                      store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags,
-                     compile_only=compile_only)
+                     compile_only=compile_only, search=_search(search_name, budget, time_budget, seed, seeds_file))
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)

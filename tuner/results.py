@@ -149,3 +149,19 @@ class EvaluationStats:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "idle_share": self.idle_share, "warnings": self.warnings()}
+
+    def after(self, batches: list["EvaluationStats"]) -> "EvaluationStats":
+        """These stats (a search's last, confirming evaluation) with its earlier batches' first
+        passes added: what the whole search evaluated, timed and saw drift."""
+        if not batches:
+            return self
+        devices = {d for s in (*batches, self) for d in s.busy_s}
+        return replace(
+            self, candidates=sum(s.candidates for s in batches),
+            reused=sum(s.reused for s in batches),  # stored before this run (the last call reuses all)
+            wall_s=self.wall_s + sum(s.wall_s for s in batches),
+            compile_s=self.compile_s + sum(s.compile_s for s in batches),
+            busy_s={d: sum(s.busy_s.get(d, 0.0) for s in (*batches, self)) for d in devices},
+            drifts=[d for s in (*batches, self) for d in s.drifts], retimed=sum(s.retimed for s in (*batches, self)),
+            baseline_timings=sum(s.baseline_timings for s in (*batches, self)),
+            baseline_ms=[b for s in (*batches, self) for b in s.baseline_ms])

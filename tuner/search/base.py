@@ -36,6 +36,8 @@ class Search:
     (`_order`) and may learn from `scores`."""
 
     name = ""
+    takes_seeds = True  # False for the plain orders (exhaustive, random): baselines for the others
+    adaptive = False  # whether what it proposes depends on what it was told (else one batch will do)
 
     def __init__(self, space: SearchSpace, seed: int = 0, seeds: Sequence[Seed] = ()) -> None:
         self.space = space
@@ -45,7 +47,7 @@ class Search:
         self.scores: dict[int, Optional[float]] = {}
         self._seeds: list[Proposal] = []
         self.dropped_seeds: list[Seed] = []
-        for s in seeds:
+        for s in seeds if self.takes_seeds else ():
             i = space.index(s.knobs)
             if i is None:
                 self.dropped_seeds.append(s)

@@ -27,10 +27,11 @@ from tuner.search.base import Search
 SOLVER_FALLBACK = 2000
 
 
-def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0) -> SearchSpace:
+def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0, without_flags: bool = False) -> SearchSpace:
     """Every valid config of the pipeline's problem for the dispatch (a uniform seeded sample of
     MAX_POINTS where there are more), with features: each knob's, and the pipeline's own
-    (`features(dispatch, knobs)`, where it has them)."""
+    (`features(dispatch, knobs)`, where it has them). `without_flags`: leave out the configs
+    that set a model-wide flag (the pipeline's `flag_knobs`), which tune-model decides."""
     problem = pipeline.build_problem(dispatch)
     complete = True
     try:
@@ -38,6 +39,9 @@ def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0) -> Search
     except Unsupported:
         points = list(enumerate_solutions(problem, SOLVER_FALLBACK))
         complete = len(points) < SOLVER_FALLBACK
+    if without_flags:
+        flag_knobs = getattr(pipeline, "flag_knobs", ())
+        points = [p for p in points if not any(p.get(k) for k in flag_knobs)]
     size = len(points)
     if len(points) > MAX_POINTS:
         points = random.Random(seed).sample(points, MAX_POINTS)
@@ -141,12 +145,14 @@ class SearchPlan:
         }
 
 
-def plan_search(dispatch: Dispatch, pipeline: Pipeline, settings: SearchSettings) -> SearchPlan:
-    """The space, the heuristics' seeds (a user's seed file first) and the search, for a dispatch."""
+def plan_search(dispatch: Dispatch, pipeline: Pipeline, settings: SearchSettings,
+                without_flags: bool = False) -> SearchPlan:
+    """The space, the heuristics' seeds (a user's seed file first) and the search, for a dispatch
+    (`without_flags`: see build_space)."""
     from tuner.search import make_search
     from tuner.search.heuristics import collect_seeds, read_seed_file
 
-    space = build_space(dispatch, pipeline, settings.seed)
+    space = build_space(dispatch, pipeline, settings.seed, without_flags)
     extra = [replace(e, name=f"user:{e.name}") for e in read_seed_file(settings.seeds_file)] \
         if settings.seeds_file else []
     seeds = collect_seeds(seed_context(dispatch, pipeline, space), extra=extra)

@@ -26,13 +26,16 @@ FAILURE_PENALTY = 1.0
 
 class ModelSearch(Search):
     name = "model"
+    adaptive = True
 
     def __init__(self, *args, warmup: int = 8, trees: int = 48, explore: float = 1.0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.warmup = warmup
         self.trees = trees
         self.explore = explore
-        x = self.space.features
+        # The pipeline's preferences are features too: its authors' knowledge of what tends to be
+        # fast, which the forest may follow or ignore as the measurements say.
+        x = np.hstack([self.space.features, self.space.tiers.astype(float)])
         spread = x.std(axis=0) if len(x) else np.ones(0)
         self._x = (x - x.mean(axis=0)) / np.where(spread > 0, spread, 1.0) if len(x) else x
         self.fits = 0

@@ -25,8 +25,10 @@ def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir
     candidates = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
     default = default_identity(dispatch)
     search, budget, evaluated = plan.search, plan.settings.budget, 0
+    # A search that does not learn proposes the same whatever it is told: one round will do.
+    size = plan.settings.batch_size if search.adaptive else budget
     while evaluated < budget and not search.exhausted:
-        batch = search.propose(min(plan.settings.batch_size, budget - evaluated))
+        batch = search.propose(min(size, budget - evaluated))
         if not batch:
             break
         made = []

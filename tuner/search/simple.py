@@ -13,6 +13,7 @@ class Exhaustive(Search):
     """Every point, in the space's order (the knobs' domain order)."""
 
     name = "exhaustive"
+    takes_seeds = False
 
     def _order(self, n: int) -> list[int]:
         return self.unvisited()[:n]
@@ -22,6 +23,7 @@ class RandomSearch(Search):
     """Points uniformly at random without repeats, seeded."""
 
     name = "random"
+    takes_seeds = False
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

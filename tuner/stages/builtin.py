@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from pipelines import Dispatch, pipeline_for
-from tuner.api import _Session, evaluate
-from tuner.candidates import generate_candidates
+from tuner.api import _Session, search_and_evaluate
+from tuner.search.live import plan_search
+from tuner.search.rounds import next_round
+from tuner.settings import SearchSettings
+from tuner.store import ResultStore
+from tuner.versions import compiler_version, runtime_version
 from tuner.comparison import WIN_SHARE, Paired
 from tuner.discovery import discover_program
 from tuner.errors import ToolError
@@ -112,13 +116,15 @@ class FlagStage:
 @dataclass
 class DispatchStage:
     """Tune the dispatches that matter: each tunable one with at least `min_share` of the model's
-    measured dispatch time (or the `top` largest), under the flags chosen, with `num_candidates`
-    candidates each. Config candidates only: flags are the model's (FlagStage)."""
+    measured dispatch time (or the `top` largest), under the flags chosen, each by `search`
+    (tuner.search) with a budget of `num_candidates` evaluations. Config candidates only: flags
+    are the model's (FlagStage)."""
 
     num_candidates: int = 30
     min_share: float = 0.02
     top: Optional[int] = None
     name: str = "dispatches"
+    search: SearchSettings = SearchSettings()
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         target = with_flags(env.target, state.flags)
@@ -138,24 +144,30 @@ class DispatchStage:
               env: StageEnv) -> DispatchOutcome:
         directory = env.output_dir / DISPATCHES / dispatch.name
         directory.mkdir(parents=True, exist_ok=True)
-        candidates = config_candidates(dispatch, self.num_candidates, target, env)
-        results = _finished(directory, dispatch, candidates)
+        search = replace(self.search, budget=self.num_candidates)
+        store_path = env.store_path or env.output_dir / STORE
+        candidates, done = dispatch_candidates(dispatch, search, target, env, store_path)
+        results = _finished(directory, dispatch, candidates) if done else None
         if results is None:
             session = _Session(env.model, target, directory, env.ctx, program.workload(dispatch, env.model),
                                dispatch, pipeline_for(dispatch), program)
-            tuning = evaluate(session, candidates, env.settings, env.progress, False, "auto", env.devices,
-                              env.store_path or env.output_dir / STORE)
-            results = list(tuning.results)
+            plan = plan_search(dispatch, pipeline_for(dispatch), search, without_flags=True)
+            tuning = search_and_evaluate(session, plan, env.settings, env.progress, None, "auto", env.devices,
+                                         store_path, given=False)
+            candidates, results = list(tuning.candidates), list(tuning.results)
         else:
             env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
         return _outcome(outcome, dispatch, candidates, results)
 
 
-def config_candidates(dispatch: Dispatch, num_candidates: int, target: Target, env: StageEnv) -> list:
-    """The baseline and up to `num_candidates` configs (no flag candidates: flags are the model's)."""
-    return [c for c in generate_candidates(dispatch, pipeline_for(dispatch), num_candidates, env.ctx,
-                                           target.spec_entry, progress=env.progress)
-            if c.is_baseline or not c.config.flags]
+def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,
+                        store_path: Path) -> tuple[list, bool]:
+    """The baseline and the configs the search has proposed so far for the dispatch, replayed
+    against what the store holds (tuner.search.rounds), and whether the search is done. No flag
+    candidates: flags are the model's."""
+    plan = plan_search(dispatch, pipeline_for(dispatch), search, without_flags=True)
+    with ResultStore(store_path, compiler_version(), runtime_version()) as store:
+        return next_round(plan, dispatch, pipeline_for(dispatch), env.ctx, target.spec_entry, store)
 
 
 def select_dispatches(program, measured, workload, min_share: float, top: Optional[int]

@@ -14,7 +14,7 @@ from tuner.errors import InputError, OutputError
 from tuner.profile import profile
 from tuner.report import response_file
 from tuner.run_dir import RunDirectory, run_identity
-from tuner.settings import EvalSettings
+from tuner.settings import EvalSettings, SearchSettings
 from tuner.spec import build_spec
 from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage, FlagStage, MergeStage
@@ -40,10 +40,11 @@ class ModelTuning:
 
 
 def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
-                   model_flags: bool = True) -> list[Stage]:
+                   model_flags: bool = True, search: SearchSettings = SearchSettings()) -> list[Stage]:
     """tune-model's stages: model-wide flags (unless `model_flags` is off), then the dispatches
-    that matter, then the merge."""
-    return [*([FlagStage()] if model_flags else []), DispatchStage(num_candidates, min_share, top), MergeStage()]
+    that matter (each searched by `search` within `num_candidates` evaluations), then the merge."""
+    return [*([FlagStage()] if model_flags else []), DispatchStage(num_candidates, min_share, top, search=search),
+            MergeStage()]
 
 
 def _model_entry(program, measured) -> Workload:
@@ -68,7 +69,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                store_path: Optional[Path | str] = None, force: bool = False, progress: Optional[Progress] = None,
                say: Callable[[str], None] = lambda text: None, stages: Optional[Sequence[Stage]] = None,
                timer: ModelBenchmark = iree_benchmark, rounds: int = 4, model_flags: bool = True,
-               compile_only: bool = False) -> ModelTuning:
+               compile_only: bool = False, search: SearchSettings = SearchSettings()) -> ModelTuning:
     """Tune a whole model with `stages` (default: `default_stages`): the run's directory is
     locked, the model discovered and profiled once (DIR/profile), each stage run in turn, and
     DIR/model_spec.mlir, DIR/model_flags.txt and DIR/results.json written. Rerun with the same
@@ -77,6 +78,10 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     With `compile_only`, do the next compile step of the two-machine sequence from what the
     directory holds (tuner.stages.two_machine) and leave DIR/model-plan.json for `benchmark DIR`
     on the device; `ModelTuning.next_plan` says what it is (None once the model is done)."""
+    if num_candidates < 1:
+        raise InputError("--budget (--num-candidates) must be at least 1")
+    if search.seconds is not None and search.seconds <= 0:
+        raise InputError("--time-budget must be a positive number of seconds")
     if not 0.0 <= min_share <= 1.0:
         raise InputError(f"--min-share {min_share}: a fraction between 0 and 1")
     if top is not None and top < 1:
@@ -89,7 +94,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
             say(f"skipped {name}: {why}")
         if compile_only:
             return _compile_step(model, target, output_dir, ctx, program, settings, num_candidates, min_share, top,
-                                 store_path, progress, say, rounds)
+                                 store_path, progress, say, rounds, search)
         measured = profile(model, target, program, output_dir / PROFILE, ctx, timeout_s=settings.run_timeout_s,
                            progress=progress)
         workload = _model_entry(program, measured)
@@ -97,14 +102,14 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
         env = StageEnv(model, target, output_dir, ctx, program, workload, settings,
                        Path(store_path) if store_path else None, tuple(devices), timer, progress, say, measured, rounds)
-        state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top, model_flags), env)
+        state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top, model_flags, search), env)
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, model, workload.entry)
 
 
 def _compile_step(model: Path, target: Target, output_dir: Path, ctx, program, settings: EvalSettings,
                   num_candidates: int, min_share: float, top: Optional[int], store_path, progress,
-                  say: Callable[[str], None], rounds: int) -> ModelTuning:
+                  say: Callable[[str], None], rounds: int, search: SearchSettings = SearchSettings()) -> ModelTuning:
     """One step of the two-machine sequence (tuner.stages.two_machine)."""
     env = StageEnv(model, target, output_dir, ctx, program, _model_entry(program, None), settings,
                    Path(store_path) if store_path else None, (), iree_benchmark, progress, say, None, rounds)
@@ -113,7 +118,7 @@ def _compile_step(model: Path, target: Target, output_dir: Path, ctx, program, s
     if plan is None:
         measured = read_profile(env)
         env = replace(env, workload=_model_entry(program, measured), profile=measured)
-        plan, state = advance(env, num_candidates, min_share, top)
+        plan, state = advance(env, num_candidates, min_share, top, search)
     if plan is not None:
         plan.write(output_dir)
         say(next_step_message(plan, output_dir))

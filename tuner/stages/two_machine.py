@@ -23,7 +23,8 @@ from tuner.api import _Session, evaluate
 from tuner.profile import prepare_profile
 from tuner.profile_timing import Profile
 from tuner.stages.base import ModelState, StageEnv
-from tuner.stages.builtin import (DISPATCHES, _finished, _outcome, by_share, config_candidates, greedy_merge,
+from tuner.settings import SearchSettings
+from tuner.stages.builtin import (DISPATCHES, _finished, _outcome, by_share, dispatch_candidates, greedy_merge,
                                   select_dispatches)
 from tuner.stages.model_timing import Comparison
 from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_path
@@ -63,16 +64,17 @@ def read_profile(env: StageEnv) -> Profile:
     return Profile.from_json(json.loads((env.output_dir / PROFILED).read_text()))
 
 
-def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[int]
-            ) -> tuple[Optional[ModelPlan], ModelState]:
+def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[int],
+            search: SearchSettings = SearchSettings()) -> tuple[Optional[ModelPlan], ModelState]:
     """The next plan for the device (None when the model is done) and the state so far."""
     state = ModelState()
     chosen, untuned = select_dispatches(env.program, env.profile, env.workload, min_share, top)
     outcomes, pending = list(untuned), []
     for lead, outcome in chosen:
         directory = env.output_dir / DISPATCHES / lead.name
-        candidates = config_candidates(lead, num_candidates, env.target, env)
-        results = _finished(directory, lead, candidates)
+        candidates, done = dispatch_candidates(lead, replace(search, budget=num_candidates), env.target, env,
+                                               env.output_dir / "results.sqlite")
+        results = _finished(directory, lead, candidates) if done else None
         if results is None:
             if _stale(directory, lead, candidates):
                 env.say(f"compiling {len(candidates)} candidates of {lead.name} into {directory}")
