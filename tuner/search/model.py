@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.search.base import Search
+from tuner.search.simple import PreferenceSearch
 
 # The worst outcome a failure stands for: this far below the worst log speedup seen.
 FAILURE_PENALTY = 1.0
@@ -28,9 +29,13 @@ class ModelSearch(Search):
     name = "model"
     adaptive = True
 
-    def __init__(self, *args, warmup: int = 8, trees: int = 48, explore: float = 1.0, **kwargs) -> None:
+    def __init__(self, *args, warmup: int = 8, trees: int = 48, explore: float = 1.0, prior_warmup: bool = True,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.warmup = warmup
+        # Warm up along the pipeline's preference order rather than at random: what its authors
+        # knew is the best guess before anything is measured (one slot per batch stays random).
+        self._prior = PreferenceSearch(self.space) if prior_warmup else None
         self.trees = trees
         self.explore = explore
         # The pipeline's preferences are features too: its authors' knowledge of what tends to be
@@ -47,9 +52,17 @@ class ModelSearch(Search):
         scored = [(i, s) for i, s in self.scores.items()]
         ok = [s for _, s in scored if s is not None and s > 0]
         if len(scored) < self.warmup or len(ok) < 2 or self._x.shape[1] == 0:
-            return self.rng.sample(left, min(n, len(left)))
+            return self._warmup(left, n)
         acquisition = self._acquisition(scored, ok, left)
         return self._pick(left, acquisition, n)
+
+    def _warmup(self, left: list[int], n: int) -> list[int]:
+        if self._prior is None or n < 2:
+            return self.rng.sample(left, min(n, len(left)))
+        self._prior.proposed |= self.proposed
+        picks = [p.index for p in self._prior.propose(n - 1)]
+        rest = [i for i in left if i not in set(picks)]
+        return picks + ([self.rng.choice(rest)] if rest else [])
 
     def _acquisition(self, scored: list[tuple[int, Optional[float]]], ok: list[float], left: list[int]) -> np.ndarray:
         from sklearn.ensemble import RandomForestRegressor

@@ -1,0 +1,82 @@
+"""Searches driving real tunings: the budget, who proposed what, the baseline kept for the final
+head-to-head, and the rounds of an adaptive search across two machines (compile-only, then
+benchmark, then compile-only again)."""
+
+import json
+
+from conftest import run_cli
+
+
+def _results(out):
+    return json.loads((out / "results.json").read_text())
+
+
+def test_a_search_tunes_within_its_budget_and_confirms_its_best_against_the_baseline(tmp_path, small_matmul,
+                                                                                      timed_tools):
+    # Candidate 6 (whatever config the search puts there) is the fastest; the rest are slower
+    # than the default or near it.
+    times = {i: 10.0 + i for i in range(40)}
+    times.update({0: 10.0, 6: 4.0})
+    timed_tools(times)
+    out = tmp_path / "out"
+    result = run_cli("tune", small_matmul, "--search", "model", "--budget", "10", "--seed", "2", "--repetitions", "1",
+                     "--output", out)
+    assert result.exit_code == 0, result.output
+    assert "search: model over" in result.output and "seeds first: 3 from preference_head" in result.output
+    data = _results(out)
+    candidates = data["candidates"]
+    assert len(candidates) == 11 and sum(c["is_baseline"] for c in candidates) == 1
+    assert data["search"]["budget"] == 10 and data["search"]["evaluations"] == 10
+    proposed = [c.get("proposed_by") for c in sorted(candidates, key=lambda c: c["candidate_id"]) if not c["is_baseline"]]
+    assert proposed == ["preference_head"] * 3 + ["model"] * 7
+    assert data["best"] == 6
+    best = next(c for c in candidates if c["candidate_id"] == 6)
+    assert best["speedup"] == 2.5 and len(best["round_ratios"]) == 4  # confirmed, paired with the baseline
+    # Every batch timed the baseline again; the stats cover all of them.
+    assert data["evaluation"]["candidates"] >= 10 and data["evaluation"]["baseline_timings"] >= 4
+
+
+def test_a_time_budget_stops_the_search_between_batches(tmp_path, small_matmul, timed_tools):
+    timed_tools({i: 10.0 for i in range(40)})
+    out = tmp_path / "out"
+    result = run_cli("tune", small_matmul, "--search", "random", "--budget", "30", "--time-budget", "0.001",
+                     "--repetitions", "1", "--confirm-rounds", "1", "--output", out)
+    assert result.exit_code == 0, result.output
+    data = _results(out)
+    assert data["search"]["evaluations"] == 8  # the first batch starts; no second one after the time is up
+    assert all(c.get("proposed_by") == "random" for c in data["candidates"] if not c["is_baseline"])
+
+
+def test_bad_search_settings_are_one_error_line(tmp_path, small_matmul):
+    from conftest import assert_one_error_line
+
+    assert_one_error_line(run_cli("tune", small_matmul, "--time-budget", "0", "--output", tmp_path / "o"), 2,
+                          "--time-budget must be a positive number of seconds")
+    seeds = tmp_path / "seeds.json"
+    seeds.write_text("{}")
+    assert_one_error_line(run_cli("tune", small_matmul, "--seeds", seeds, "--output", tmp_path / "o"), 2,
+                          "expected a list of seed entries")
+
+
+def test_an_adaptive_search_across_two_machines_runs_in_rounds(tmp_path, small_matmul):
+    out = tmp_path / "out"
+    compile_args = ["tune", small_matmul, "--search", "model", "--budget", "10", "--compile-only", "--output", out]
+    first = run_cli(*compile_args)
+    assert first.exit_code == 0, first.output
+    assert "run this command again for the search's next batch" in first.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["candidates"]) == 9  # the baseline and the first batch of 8
+    assert run_cli("benchmark", out, "--repetitions", "1", "--confirm-rounds", "1").exit_code == 0
+
+    second = run_cli(*compile_args)  # the search reads the first batch's figures from the store
+    assert second.exit_code == 0, second.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["candidates"]) == 11 and manifest["meta"]["search"]["done"] is False
+    measured = run_cli("benchmark", out, "--repetitions", "1", "--confirm-rounds", "1")
+    assert measured.exit_code == 0, measured.output
+    data = _results(out)
+    assert data["evaluation"]["reused"] == 8  # the first round's figures, not timed again
+
+    third = run_cli(*compile_args)
+    assert third.exit_code == 0, third.output
+    assert "the search has spent its budget" in third.output
