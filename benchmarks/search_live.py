@@ -62,7 +62,7 @@ def main() -> None:
     by_knobs = {json.dumps(r.knobs, sort_keys=True): r for r in tuning.results if not r.is_baseline}
     print(f"\n{args.input.name}, {args.target}, budget {args.budget}, seed {args.seed}; "
           f"recorded space: {len(recording.space)} of {recording.space.size} configs, best recorded "
-          f"{recording.best:.2f}x (first pass)\n")
+          f"{recording.best:.2f}x (as recorded)\n")
     print("| config | paired speedup vs default (median of rounds) | rounds faster | knobs |")
     print("|---|---|---|---|")
     for label, knobs in entries.items():

@@ -351,7 +351,16 @@ def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSetti
     store = _store(session, store_path)
     total = plan.settings.budget
     offset = [0]
-    batch_progress = (lambda phase, done, _: progress(phase, min(total, offset[0] + done), total)) if progress else None
+
+    def batch_progress(phase: str, done: int, of: int) -> None:
+        """Compiles and first-pass timings count against the whole budget; the rest per call."""
+        if progress is None:
+            return
+        if phase in ("compile", "benchmark"):
+            progress(phase, min(total, offset[0] + done), total)
+        else:
+            progress(phase, done, of)
+
     try:
         (output_dir / MANIFEST).unlink(missing_ok=True)  # its modules are about to be rebuilt
         strategy = target.default_strategy if strategy == "auto" else strategy
@@ -373,15 +382,20 @@ def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSetti
             offset[0] += n
 
         batches.on_batch = advance
+        batches.budget = plan.settings.budget
         plan.steps = run_search(plan.search, batches, Budget(plan.settings.budget, plan.settings.seconds),
                                 plan.settings.batch_size)
         plan.proposed_by = batches.proposed_by
         candidates = batches.candidates
         if on_candidates:
             on_candidates(session.dispatch, candidates)
-        evaluator.progress = progress
-        evaluation = evaluator.evaluate(candidates)
-        evaluation = replace(evaluation, stats=evaluation.stats.after(passes))
+        if batches.final is not None:  # the last batch confirmed them all
+            evaluation = batches.final
+            passes.pop()
+        else:  # stopped early (time budget): confirm the best of all now
+            evaluator.progress = progress
+            evaluation = evaluator.evaluate(candidates)
+        evaluation = replace(evaluation, stats=evaluation.stats.after(passes, len(candidates)))
     finally:
         store.close()
     return _write(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))

@@ -150,15 +150,17 @@ class EvaluationStats:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "idle_share": self.idle_share, "warnings": self.warnings()}
 
-    def after(self, batches: list["EvaluationStats"]) -> "EvaluationStats":
+    def after(self, batches: list["EvaluationStats"], total: int) -> "EvaluationStats":
         """These stats (a search's last, confirming evaluation) with its earlier batches' first
-        passes added: what the whole search evaluated, timed and saw drift."""
+        passes added: what the whole search evaluated, timed and saw drift. `total`: candidates
+        in all (the baseline included); each call times the baseline once, and what no call
+        timed was reused from the store."""
         if not batches:
             return self
         devices = {d for s in (*batches, self) for d in s.busy_s}
+        timed = sum(s.candidates - 1 for s in (*batches, self))  # besides the baseline
         return replace(
-            self, candidates=sum(s.candidates for s in batches),
-            reused=sum(s.reused for s in batches),  # stored before this run (the last call reuses all)
+            self, candidates=timed + 1, reused=max(0, total - 1 - timed),
             wall_s=self.wall_s + sum(s.wall_s for s in batches),
             compile_s=self.compile_s + sum(s.compile_s for s in batches),
             busy_s={d: sum(s.busy_s.get(d, 0.0) for s in (*batches, self)) for d in devices},

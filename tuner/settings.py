@@ -41,13 +41,18 @@ class EvalSettings:
                            checked_type=workload.outputs[checked].element_type if checked is not None else "")
 
 
+# The search `tune` and `tune-model` use unless told: the one that did best in the replay of the
+# recorded spaces (BENCHMARKS.md, benchmarks/search_replay.py). tuner.search.SEARCHES names them.
+DEFAULT_SEARCH = "preference"
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     """How candidates are chosen (tuner.search): which search, how many evaluations (failed and
     duplicate ones count; confirmation re-timings do not), how many seconds, its random seed,
     points per batch, and a user's JSON seed entries."""
 
-    name: str = "model"
+    name: str = DEFAULT_SEARCH
     budget: int = 30
     seconds: Optional[float] = None
     seed: int = 0

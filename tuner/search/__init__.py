@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tuner.errors import InputError
+from tuner.settings import DEFAULT_SEARCH
 from tuner.search.base import Proposal, Search, Seed
 from tuner.search.loop import Budget, Outcome, Step, evaluations_to_reach, run_search
 from tuner.search.model import ModelSearch
@@ -14,8 +15,6 @@ from tuner.search.simple import Exhaustive, PreferenceSearch, RandomSearch
 from tuner.search.space import SearchSpace, knob_features, point_key
 
 SEARCHES: dict[str, type[Search]] = {s.name: s for s in (Exhaustive, RandomSearch, PreferenceSearch, ModelSearch)}
-# Chosen by the replay over the recorded spaces (BENCHMARKS.md, benchmarks/search_replay.py).
-DEFAULT_SEARCH = "model"
 
 
 def make_search(name: str, space: SearchSpace, seed: int = 0, seeds: Sequence[Seed] = ()) -> Search:

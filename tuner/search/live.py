@@ -83,6 +83,11 @@ class LiveBatches:
     proposed_by: dict[int, str] = field(default_factory=dict)  # candidate id -> proposer
     results: dict[int, Result] = field(default_factory=dict)  # candidate id -> latest result
     on_batch: Optional[Callable[[int], None]] = None
+    # The batch that spends the budget (or the space) is evaluated with every earlier candidate
+    # (their stored figures reused) and confirmed at once: `final` holds that evaluation.
+    budget: Optional[int] = None
+    final: Optional[Evaluation] = None
+    _proposed: int = 0
 
     def __post_init__(self) -> None:
         self.candidates = [self.baseline]
@@ -100,8 +105,13 @@ class LiveBatches:
             self.proposed_by[c.id] = p.source
             made.append((p, c))
         new = [c for _, c in made if c is not None]
-        if new:
-            evaluation = self.evaluate([self.baseline, *new], replace(self.settings, confirm_rounds=0))
+        self._proposed += len(batch)
+        last = (self.budget is not None and self._proposed >= self.budget) or self._proposed >= len(self.space)
+        if new or last:
+            if last:  # confirm now, among all of them: no separate last call re-timing the baseline
+                self.final = evaluation = self.evaluate(self.candidates, self.settings)
+            else:
+                evaluation = self.evaluate([self.baseline, *new], replace(self.settings, confirm_rounds=0))
             for r in evaluation.results:
                 self.results[r.candidate_id] = r
         if self.on_batch:
