@@ -46,7 +46,7 @@ def main() -> None:
     if args.budget:
         return within_budget(fixtures, args)
     within = (0.03, 0.01)
-    print(f"| space (target) | points | best | search | to 3%: median | worst | median share | to 1%: median | worst |")
+    print("| space (target) | points | best | search | to 3%: median | worst | median share | to 1%: median | worst |")
     print("|---|---|---|---|---|---|---|---|---|")
     for path in fixtures:
         rec = load_recording(path)

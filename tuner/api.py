@@ -340,6 +340,18 @@ def _meta(session: _Session, given: bool) -> dict:
     }
 
 
+def _evaluator(session: _Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
+               strategy: str, devices: Sequence[str], given: bool):
+    """The evaluator `strategy` names ("auto": the target's default) for the session, building
+    into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt)."""
+    output_dir, target = session.output_dir, session.target
+    (output_dir / MANIFEST).unlink(missing_ok=True)
+    strategy = target.default_strategy if strategy == "auto" else strategy
+    return make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates", store,
+                          settings, devices, progress, session.ctx,
+                          given_inputs=output_dir / GIVEN_INPUTS if given else None)
+
+
 def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
                          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
                          devices: Sequence[str], store_path: Optional[Path | str], given: bool) -> Tuning:
@@ -347,7 +359,7 @@ def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSetti
     round), the search told each first-pass figure, until the budget is spent; then the same
     evaluator confirms the most promising of all of them against the baseline in interleaved
     rounds, reusing every first-pass result, and the outputs are written."""
-    output_dir, target = session.output_dir, session.target
+    target = session.target
     store = _store(session, store_path)
     total = plan.settings.budget
     offset = [0]
@@ -362,11 +374,7 @@ def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSetti
             progress(phase, done, of)
 
     try:
-        (output_dir / MANIFEST).unlink(missing_ok=True)  # its modules are about to be rebuilt
-        strategy = target.default_strategy if strategy == "auto" else strategy
-        evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
-                                   store, settings, devices, batch_progress, session.ctx,
-                                   given_inputs=output_dir / GIVEN_INPUTS if given else None)
+        evaluator = _evaluator(session, store, settings, batch_progress, strategy, devices, given)
         passes: list[EvaluationStats] = []
 
         def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
@@ -417,11 +425,7 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
             manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
                                            session.ctx, store, settings, meta, progress)
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest)
-        (output_dir / MANIFEST).unlink(missing_ok=True)  # its modules are about to be rebuilt
-        strategy = target.default_strategy if strategy == "auto" else strategy
-        evaluator = make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates",
-                                   store, settings, devices, progress, session.ctx,
-                                   given_inputs=output_dir / GIVEN_INPUTS if given else None)
+        evaluator = _evaluator(session, store, settings, progress, strategy, devices, given)
         evaluation = evaluator.evaluate(candidates)
     finally:
         store.close()

@@ -64,6 +64,40 @@ def seed_context(dispatch: Dispatch, pipeline: Pipeline, space: SearchSpace) -> 
                        dispatch.shape_name, space)
 
 
+def add_candidates(batch: Sequence[Proposal], space: SearchSpace, dispatch: Dispatch, pipeline: Pipeline,
+                   ctx: ir.Context, spec_entry: str, candidates: list[Candidate],
+                   proposed_by: dict[int, str]) -> list[tuple[Proposal, Optional[Candidate]]]:
+    """Each proposal's candidate, appended to `candidates` (ids in order) with who proposed it;
+    None for a config that is the compiler's own (the baseline again: nothing to build)."""
+    default = default_identity(dispatch)
+    made: list[tuple[Proposal, Optional[Candidate]]] = []
+    for p in batch:
+        c = candidate_for(len(candidates), dispatch, pipeline, space.points[p.index], ctx, spec_entry)
+        if c.identity == default:
+            made.append((p, None))
+            continue
+        candidates.append(c)
+        proposed_by[c.id] = p.source
+        made.append((p, c))
+    return made
+
+
+def outcomes(made: list[tuple[Proposal, Optional[Candidate]]], results: Mapping[int, Result]) -> list[Outcome]:
+    """What the search is told of each proposal: the first-pass figure of its result (a duplicate
+    scores as the candidate that built the same executable; the compiler's own config, 1.0)."""
+    by_hash = {r.binary_hash: r for r in results.values() if r.ok and r.binary_hash}
+    out = []
+    for _, c in made:
+        if c is None:
+            out.append(Outcome(1.0, "default"))
+            continue
+        r = own = results[c.id]
+        if r.status == Status.DUPLICATE and r.binary_hash in by_hash:
+            r = by_hash[r.binary_hash]
+        out.append(Outcome(r.first_pass_speedup if r.ok else None, own.status.value))
+    return out
+
+
 @dataclass
 class LiveBatches:
     """Turns proposals into candidates, evaluates them with `evaluate(candidates, settings)` (an
@@ -91,19 +125,10 @@ class LiveBatches:
 
     def __post_init__(self) -> None:
         self.candidates = [self.baseline]
-        self._default = default_identity(self.dispatch)
 
     def __call__(self, batch: Sequence[Proposal]) -> list[Outcome]:
-        made: list[tuple[Proposal, Optional[Candidate]]] = []
-        for p in batch:
-            c = candidate_for(len(self.candidates), self.dispatch, self.pipeline, self.space.points[p.index],
-                              self.ctx, self.spec_entry)
-            if c.identity == self._default:
-                made.append((p, None))
-                continue
-            self.candidates.append(c)
-            self.proposed_by[c.id] = p.source
-            made.append((p, c))
+        made = add_candidates(batch, self.space, self.dispatch, self.pipeline, self.ctx, self.spec_entry,
+                              self.candidates, self.proposed_by)
         new = [c for _, c in made if c is not None]
         self._proposed += len(batch)
         last = (self.budget is not None and self._proposed >= self.budget) or self._proposed >= len(self.space)
@@ -116,17 +141,7 @@ class LiveBatches:
                 self.results[r.candidate_id] = r
         if self.on_batch:
             self.on_batch(len(batch))
-        by_hash = {r.binary_hash: r for r in self.results.values() if r.ok and r.binary_hash}
-        out = []
-        for _, c in made:
-            if c is None:
-                out.append(Outcome(1.0, "default"))
-                continue
-            r = self.results[c.id]
-            if r.status == Status.DUPLICATE and r.binary_hash in by_hash:
-                r = by_hash[r.binary_hash]
-            out.append(Outcome(r.first_pass_speedup if r.ok else None, self.results[c.id].status.value))
-        return out
+        return outcomes(made, self.results)
 
 
 @dataclass

@@ -12,9 +12,8 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
-from tuner.candidates import Candidate, baseline, candidate_for, default_identity
-from tuner.results import Status
-from tuner.search.live import SearchPlan
+from tuner.candidates import Candidate, baseline
+from tuner.search.live import SearchPlan, add_candidates, outcomes
 from tuner.store import ResultStore
 
 
@@ -23,7 +22,6 @@ def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir
     """The baseline and every candidate the search has proposed up to and including its next
     unmeasured batch, and whether the search is done (budget or space spent, all measured)."""
     candidates = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
-    default = default_identity(dispatch)
     search, budget, evaluated = plan.search, plan.settings.budget, 0
     # A search that does not learn proposes the same whatever it is told: one round will do.
     size = plan.settings.batch_size if search.adaptive else budget
@@ -31,23 +29,11 @@ def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir
         batch = search.propose(min(size, budget - evaluated))
         if not batch:
             break
-        made = []
-        for p in batch:
-            c = candidate_for(len(candidates), dispatch, pipeline, plan.space.points[p.index], ctx, spec_entry)
-            if c.identity == default:
-                made.append((p, None))
-                continue
-            candidates.append(c)
-            plan.proposed_by[c.id] = p.source
-            made.append((p, c))
+        made = add_candidates(batch, plan.space, dispatch, pipeline, ctx, spec_entry, candidates, plan.proposed_by)
         found = {c.id: store.latest(c.key) for _, c in made if c is not None}
         if any(r is None for r in found.values()):
             return candidates, False
-        by_hash = {r.binary_hash: r for r in found.values() if r and r.ok and r.binary_hash}
-        for p, c in made:
-            r = found[c.id] if c is not None else None
-            if r is not None and r.status == Status.DUPLICATE and r.binary_hash in by_hash:
-                r = by_hash[r.binary_hash]
-            search.observe(p.index, 1.0 if c is None else (r.first_pass_speedup if r and r.ok else None))
+        for (p, _), outcome in zip(made, outcomes(made, found)):
+            search.observe(p.index, outcome.score)
         evaluated += len(batch)
     return candidates, True
