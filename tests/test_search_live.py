@@ -77,7 +77,11 @@ def test_an_adaptive_search_across_two_machines_runs_in_rounds(tmp_path, small_m
     second = run_cli(*compile_args)  # the search reads the first batch's figures from the store
     assert second.exit_code == 0, second.output
     manifest = json.loads((out / "manifest.json").read_text())
-    assert len(manifest["candidates"]) == 11 and manifest["meta"]["search"]["done"] is False
+    # The last 2 of the budget: this round's measurement is the last, and the search was told
+    # the 8 figures of the first.
+    assert len(manifest["candidates"]) == 11 and manifest["meta"]["search"]["done"] is True
+    assert manifest["meta"]["search"]["evaluations"] == 8
+    assert "that measurement is the last" in _said(second)
     measured = run_cli("benchmark", out, "--repetitions", "1", "--confirm-rounds", "1")
     assert measured.exit_code == 0, measured.output
     data = _results(out)
@@ -86,3 +90,12 @@ def test_an_adaptive_search_across_two_machines_runs_in_rounds(tmp_path, small_m
     third = run_cli(*compile_args)
     assert third.exit_code == 0, third.output
     assert "the search has spent its budget" in _said(third)
+
+
+def test_a_search_that_does_not_learn_compiles_its_whole_budget_in_one_last_round(tmp_path, small_matmul):
+    out = tmp_path / "out"
+    first = run_cli("tune", small_matmul, "--search", "preference", "--budget", "3", "--compile-only", "--output", out)
+    assert first.exit_code == 0, first.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["candidates"]) == 4 and manifest["meta"]["search"]["done"] is True
+    assert "that measurement is the last" in _said(first)

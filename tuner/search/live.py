@@ -165,7 +165,7 @@ class SearchPlan:
             "seed": self.settings.seed, "batch_size": self.settings.batch_size,
             "space": len(self.space), "space_complete": self.space.complete, "space_size": self.space.size,
             "seeds": by, "dropped_seeds": [s.source for s in self.search.dropped_seeds],
-            "evaluations": len(self.steps),
+            "evaluations": len(self.steps),  # measured and told to the search (rounds: before this one)
             "proposed_by": {str(c.id): self.proposed_by.get(c.id, "") for c in candidates if not c.is_baseline},
         }
 

@@ -14,26 +14,30 @@ from iree.compiler import ir
 from pipelines import Dispatch, Pipeline
 from tuner.candidates import Candidate, baseline
 from tuner.search.live import SearchPlan, add_candidates, outcomes
+from tuner.search.loop import Step
 from tuner.store import ResultStore
 
 
 def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir.Context, spec_entry: str,
                store: ResultStore) -> tuple[list[Candidate], bool]:
     """The baseline and every candidate the search has proposed up to and including its next
-    unmeasured batch, and whether the search is done (budget or space spent, all measured)."""
+    unmeasured batch, and whether that batch is the search's last (budget or space spent). The
+    batches already measured are recorded in `plan.steps`."""
     candidates = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
-    search, budget, evaluated = plan.search, plan.settings.budget, 0
+    search, budget = plan.search, plan.settings.budget
     # A search that does not learn proposes the same whatever it is told: one round will do.
     size = plan.settings.batch_size if search.adaptive else budget
-    while evaluated < budget and not search.exhausted:
-        batch = search.propose(min(size, budget - evaluated))
+    batch_no = 0
+    while len(plan.steps) < budget and not search.exhausted:
+        batch = search.propose(min(size, budget - len(plan.steps)))
         if not batch:
             break
         made = add_candidates(batch, plan.space, dispatch, pipeline, ctx, spec_entry, candidates, plan.proposed_by)
         found = {c.id: store.latest(c.key) for _, c in made if c is not None}
         if any(r is None for r in found.values()):
-            return candidates, False
+            return candidates, len(plan.steps) + len(batch) >= budget or search.exhausted
         for (p, _), outcome in zip(made, outcomes(made, found)):
             search.observe(p.index, outcome.score)
-        evaluated += len(batch)
+            plan.steps.append(Step(p.index, p.source, outcome.score, outcome.status, batch_no))
+        batch_no += 1
     return candidates, True
