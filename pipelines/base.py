@@ -1,14 +1,20 @@
-"""The seam every codegen pipeline implements: build a problem, turn a solution into a config."""
+"""The seam every codegen pipeline implements: build a problem, turn a solution into a config.
+
+A pipeline's problem (`build_problem`, `features`) is IREE-free: it reads only the plain
+description in `pipelines.dispatch`, so another compiler can build and enumerate it without
+installing IREE. Only its lowering (`to_config`: typed IREE attributes) imports the compiler, and
+only when called."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Union
-
-from iree.compiler import ir
+from typing import TYPE_CHECKING, Mapping, Protocol, Union
 
 from constraints import Problem
 from pipelines.dispatch import Dispatch
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
 
 KnobValue = Union[int, bool]
 
@@ -70,6 +76,12 @@ class Pipeline(Protocol):
 
     def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
         """The typed attributes (and flags) a solution stands for."""
+
+
+def default_pipeline_is(dispatch: Dispatch, pipeline_id: str) -> bool:
+    """Whether the compiler's own config for the dispatch uses this pipeline ("iree_gpu.TileAndFuse",
+    "iree_cpu.DoubleTilingExpert"): the typed pipeline attribute as discovery read it."""
+    return dispatch.default.pipeline_id == pipeline_id
 
 
 def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:

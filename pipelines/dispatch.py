@@ -60,6 +60,9 @@ class DefaultConfig:
     workgroup_size: tuple[int, ...] = ()
     subgroup_size: Optional[int] = None
     translation_info: str = ""  # the whole attribute's text
+    # The pipeline as discovery read it from the typed attribute: "<dialect>.<pipeline>", e.g.
+    # "iree_gpu.TileAndFuse", "iree_cpu.DoubleTilingExpert" ("" where there is none).
+    pipeline_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,16 @@ configs have."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import z3
-from iree.compiler import ir
-from iree.compiler.dialects import iree_codegen
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, tiled_config
+from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
 from pipelines.llvmcpu_double_tiling import (ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, cpu_tile_features,
                                              vector_registers)
 
@@ -47,7 +48,7 @@ class LLVMCPUConvTileAndDecompose:
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (dispatch.target.backend == "llvm-cpu" and dispatch.kind == DispatchKind.CONVOLUTION
-                and "ConvTileAndDecomposeExpert" in dispatch.default.pipeline and _tunable(dispatch))
+                and default_pipeline_is(dispatch, "iree_cpu.ConvTileAndDecomposeExpert") and _tunable(dispatch))
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         c = dispatch.conv
@@ -107,7 +108,11 @@ class LLVMCPUConvTileAndDecompose:
         out["partial_tiles"] += float(bool(oh % rows))
         return out
 
+    # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        from iree.compiler import ir
+        from iree.compiler.dialects import iree_codegen
+
         c = dispatch.conv
         assert c is not None  # supports() holds
         rank = len(dispatch.loop_bounds)

@@ -3,15 +3,16 @@ the data-tiling flag (which hands the op to the compiler's mmt4d path instead)."
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import z3
-from iree.compiler import ir
-from iree.compiler.dialects import iree_codegen
 
 from constraints import BoolKnob, IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, tiled_config
+from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
 
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
 # Workgroups the distribution tiles should at least make, so every core has work; the CPU
@@ -63,7 +64,7 @@ class LLVMCPUDoubleTiling:
         return (
             dispatch.target.backend == "llvm-cpu"
             and dispatch.kind == DispatchKind.CONTRACTION
-            and "DoubleTilingExpert" in dispatch.default.pipeline
+            and default_pipeline_is(dispatch, "iree_cpu.DoubleTilingExpert")
             and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
         )
 
@@ -140,7 +141,11 @@ class LLVMCPUDoubleTiling:
         vm, vn = int(s["vector_common_parallel_m"]), int(s["vector_common_parallel_n"])
         return cpu_tile_features(m, n, dm, dn, vm, vn, lanes, ELEMENT_BYTES.get(dispatch.out_type, 4))
 
+    # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        from iree.compiler import ir
+        from iree.compiler.dialects import iree_codegen
+
         if solution["data_tiling"]:
             # The contraction becomes linalg.mmt4d in its own dispatch; the compiler configures it.
             return Config(knobs=dict(solution), compilation_info=None, flags=(DATA_TILING_FLAG,),
@@ -158,6 +163,8 @@ class LLVMCPUDoubleTiling:
 
     @staticmethod
     def _lowering_config(dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> ir.Attribute:
+        from iree.compiler import ir
+
         m_in, n_in, k_in = _innermost(dispatch.m_dims), _innermost(dispatch.n_dims), _innermost(dispatch.k_dims)
         reduction = set(dispatch.k_dims)
         dist, vec, red = [], [], []

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import z3
-from iree.compiler import ir
-from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, tiled_config
+from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
 
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i8": 1}
 # 32-bit registers a thread may spend on accumulators. A thread has at most 255; the rest hold
@@ -149,6 +150,9 @@ def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
 
 
 def _i64_array(values: list[int]) -> ir.ArrayAttr:
+    """An array of i64 attributes (in the current MLIR context). Lowering only: imports IREE."""
+    from iree.compiler import ir
+
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
 
@@ -166,7 +170,7 @@ class LLVMGPUTileAndFuse:
         return (
             dispatch.target.backend in ("cuda", "rocm")
             and (dispatch.kind == DispatchKind.CONTRACTION or _igemm_convolution(dispatch))
-            and "TileAndFuse" in dispatch.default.pipeline
+            and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse")
             and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
             and bool(compatible_intrinsics(dispatch))
         )
@@ -249,7 +253,11 @@ class LLVMGPUTileAndFuse:
         workgroups launched, the work padding adds, threads, shared memory and accumulators."""
         return gemm_features(dispatch, gemm_view(dispatch), compatible_intrinsics(dispatch)[int(s["mma_kind"])], s)
 
+    # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        from iree.compiler import ir
+        from iree.compiler.dialects import iree_codegen, iree_gpu
+
         intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
         view = gemm_view(dispatch)
         md, nd, kd, rank = view.m, view.n, view.k, view.rank

@@ -6,11 +6,7 @@ candidates set the pipeline in their translation_info)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Mapping
-
-from iree.compiler import ir
-from iree.compiler.dialects import iree_codegen, iree_gpu
+from typing import TYPE_CHECKING, Mapping
 
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, tiled_config
@@ -18,40 +14,27 @@ from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_tile_and_fuse import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, _i64_array, compatible_intrinsics,
                                              mma_shape)
 
+if TYPE_CHECKING:
+    from iree.compiler import ir
+
 PIPELINE = "#iree_gpu.pipeline<VectorDistribute>"
 
 
 class LLVMGPUVectorDistribute:
-    """Two builders: contractions on rocm and cuda (`_ContractionBuilder`) and attention on cuda and rocm
-    (`_AttentionBuilder`), each with its own knobs."""
+    """Knobs (IREE's names where it has them): `mma_kind`, `subgroups_m/n` (the subgroup basis),
+    `subgroup_m/n` (MMA tiles per subgroup), `reduction_k` (MMA K steps per iteration). Attention
+    on VectorDistribute is its own pipeline (`llvmgpu_vector_distribute_attention`); the name
+    `llvmgpu_vector_distribute` picks whichever of the two fits the dispatch."""
 
     name = "llvmgpu_vector_distribute"
     model_flags = ()
 
     def supports(self, dispatch: Dispatch) -> bool:
-        if dispatch.kind == DispatchKind.ATTENTION:
-            return (dispatch.target.backend in ("cuda", "rocm") and "VectorDistribute" in dispatch.default.pipeline
-                    and len(dispatch.k_dims) == 2 and bool(attention_intrinsics(dispatch)))
         # Contractions on cuda too (by name: TileAndFuse is the compiler's choice there): on sm_80
         # a sample of 4096^3 f16 configs (mma.sync 16x8x16) compiled and carried their config.
         return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind == DispatchKind.CONTRACTION
                 and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
                 and bool(compatible_intrinsics(dispatch)))
-
-    def build_problem(self, dispatch: Dispatch) -> Problem:
-        return _builder(dispatch).build_problem(dispatch)
-
-    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        return _builder(dispatch).to_config(dispatch, solution, ctx)
-
-
-def _builder(dispatch: Dispatch):
-    return _AttentionBuilder() if dispatch.kind == DispatchKind.ATTENTION else _ContractionBuilder()
-
-
-class _ContractionBuilder:
-    """Knobs (IREE's names where it has them): `mma_kind`, `subgroups_m/n` (the subgroup basis),
-    `subgroup_m/n` (MMA tiles per subgroup), `reduction_k` (MMA K steps per iteration)."""
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         t = dispatch.target
@@ -96,7 +79,11 @@ class _ContractionBuilder:
         p.diversify(red_k.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, mma.name)
         return p
 
+    # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        from iree.compiler import ir
+        from iree.compiler.dialects import iree_codegen, iree_gpu
+
         intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
         md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
         rank = len(dispatch.loop_bounds)
@@ -131,96 +118,3 @@ class _ContractionBuilder:
                    f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
                    f"k{reduction[kd]}")
         return tiled_config(s, lowering, translation, summary)
-
-
-def attention_intrinsics(dispatch: Dispatch) -> list:
-    """The target's MMA intrinsics for attention's two matmuls: query/key type in, f32 out."""
-    return compatible_intrinsics(dispatch, accumulator="f32")
-
-
-class _AttentionBuilder:
-    """Attention on VectorDistribute (the compiler's own pipeline for it on cuda and rocm):
-    queries and value columns per workgroup, keys per step, subgroups along the queries, and
-    the MFMA/MMA intrinsic of its QK and PV matmuls (the decomposition_config)."""
-
-    def build_problem(self, dispatch: Dispatch) -> Problem:
-        t = dispatch.target
-        b = dispatch.loop_bounds
-        m, n = b[dispatch.m_dims[-1]], b[dispatch.n_dims[-1]]
-        k1, k2 = b[dispatch.k_dims[0]], b[dispatch.k_dims[-1]]
-        intrinsics = attention_intrinsics(dispatch)
-        subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 32
-        in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
-
-        p = Problem()
-        mma = p.add_knob(IntKnob.of("mma_kind", range(len(intrinsics))))
-        tile_m = p.add_knob(IntKnob.of("workgroup_m", tiling.tile_candidates(m, 16, 256, multiple_of=16)))
-        tile_n = p.add_knob(IntKnob.of("workgroup_n", tiling.tile_candidates(n, 16, 256, multiple_of=16)))
-        red = p.add_knob(IntKnob.of("reduction_k2", tiling.tile_candidates(k2, 16, 256, multiple_of=16)))
-        sg = p.add_knob(IntKnob.of("subgroups_m", [1, 2, 4, 8]))
-
-        mma_m, mma_n, mma_k = mma_shape(mma.var, intrinsics)
-        rows = tile_m.var / sg.var  # queries per subgroup
-        # Per thread: the PV accumulator (rows x value columns) and the QK scores (rows x keys).
-        regs = (rows * tile_n.var + rows * red.var) / subgroup
-        p.require(
-            tile_m.var % (sg.var * mma_m) == 0, tile_n.var % mma_n == 0, red.var % mma_k == 0,
-            red.var % mma_n == 0, k1 % mma_k == 0,
-            tiling.within(sg.var * subgroup, t.max_threads_per_workgroup or 1024),
-            # Query, key and value tiles staged in shared memory.
-            tiling.within((tile_m.var * k1 + red.var * k1 + red.var * tile_n.var) * in_bytes,
-                          t.max_workgroup_memory_bytes or 49152),
-            tiling.within(regs, MAX_ACCUMULATOR_REGISTERS),
-        )
-        batch = 1
-        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
-            batch *= b[d]
-        p.prefer("enough_workgroups", batch * (m / tile_m.var) * (n / tile_n.var) >= 128)
-        p.prefer("whole_head", tile_n.var == n)
-        p.prefer("four_subgroups", sg.var == 4)
-        p.prefer("key_step_64", red.var == 64)
-        p.prefer("first_intrinsic", mma.var == 0)
-        p.diversify(tile_m.name, red.name, sg.name, tile_n.name, mma.name)
-        return p
-
-    def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        intrinsic = attention_intrinsics(dispatch)[int(s["mma_kind"])]
-        rank = len(dispatch.loop_bounds)
-        md, nd = dispatch.m_dims[-1], dispatch.n_dims[-1]
-        k1_dims, k2_dims = dispatch.k_dims[:1], dispatch.k_dims[1:]
-        workgroup, reduction, counts = [0] * rank, [0] * rank, [1] * rank
-        for d in (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]):
-            workgroup[d] = 1
-        workgroup[md], workgroup[nd] = int(s["workgroup_m"]), int(s["workgroup_n"])
-        reduction[k2_dims[-1]] = int(s["reduction_k2"])
-        counts[md] = int(s["subgroups_m"])
-        subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
-        batch_m = (*dispatch.batch_dims, *dispatch.m_dims)
-        qk_dims = sorted((*batch_m, *k1_dims, *k2_dims))
-        pv_dims = sorted((*batch_m, *dispatch.n_dims, *k2_dims))
-        with ctx:
-            derived = ir.Attribute.parse("#iree_gpu.derived_thread_config")
-            mma_attr = iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name))
-
-            def matmul_config(promote: list[int], dims: list[int]) -> ir.Attribute:
-                return ir.DictAttr.get({"lowering_config": iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
-                    "mma_kind": mma_attr,
-                    "promote_operands": _i64_array(promote),
-                    "promotion_types": ir.ArrayAttr.get([derived] * len(promote)),
-                    "subgroup_basis": ir.ArrayAttr.get([_i64_array(counts), _i64_array(dims)]),
-                }))})
-
-            decomposition = ir.DictAttr.get({"qk_attrs": matmul_config([0, 1], qk_dims),
-                                             "pv_attrs": matmul_config([1], pv_dims)})
-            lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
-                "promote_operands": _i64_array([0, 1, 2]),
-                "promotion_types": ir.ArrayAttr.get([derived] * 3),
-                "reduction": _i64_array(reduction),
-                "workgroup": _i64_array(workgroup),
-            }))
-            translation = iree_codegen.TranslationInfoAttr.get(
-                ir.Attribute.parse(PIPELINE), None, [int(s["subgroups_m"]) * subgroup_size, 1, 1], subgroup_size)
-        summary = (f"VD {intrinsic.name.removeprefix('NV_')} wg {s['workgroup_m']}x{s['workgroup_n']} "
-                   f"k2 {s['reduction_k2']} subgroups {s['subgroups_m']}")
-        config = tiled_config(s, lowering, translation, summary)
-        return replace(config, decomposition_config=str(decomposition))

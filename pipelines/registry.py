@@ -8,6 +8,7 @@ from pipelines.llvmcpu_conv_tile_and_decompose import LLVMCPUConvTileAndDecompos
 from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from pipelines.llvmgpu_vector_distribute import LLVMGPUVectorDistribute
+from pipelines.llvmgpu_vector_distribute_attention import LLVMGPUVectorDistributeAttention
 
 PIPELINES: dict[str, Pipeline] = {
     p.name: p
@@ -15,19 +16,27 @@ PIPELINES: dict[str, Pipeline] = {
         LLVMCPUDoubleTiling(),
         LLVMCPUConvTileAndDecompose(),
         LLVMGPUTileAndFuse(),
-        # After TileAndFuse: it claims rocm contractions only when asked for by name.
+        # After TileAndFuse: it claims contractions only when asked for by name.
         LLVMGPUVectorDistribute(),
+        LLVMGPUVectorDistributeAttention(),
     )
 }
+
+
+def _named(name: str) -> list[Pipeline]:
+    """The pipelines a name stands for: its own, or those that answer to it as an alias (e.g.
+    `llvmgpu_vector_distribute`: the contraction and the attention pipelines)."""
+    return [p for p in PIPELINES.values() if p.name == name or name in getattr(p, "aliases", ())]
 
 
 def pipeline_for(dispatch: Dispatch, name: str | None = None) -> Pipeline | None:
     """The pipeline named `name` if it can tune this dispatch; without a name, the first
     registered one that can (the one that tunes the compiler's own choice); or None."""
     if name is not None:
-        if name not in PIPELINES:
+        named = _named(name)
+        if not named:
             raise KeyError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
-        return PIPELINES[name] if PIPELINES[name].supports(dispatch) else None
+        return next((p for p in named if p.supports(dispatch)), None)
     for pipeline in PIPELINES.values():
         if pipeline.supports(dispatch):
             return pipeline

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
@@ -178,6 +179,16 @@ def _roles(op: ir.Operation) -> tuple[DispatchKind, tuple[int, ...], tuple[int, 
     return None
 
 
+def _pipeline_id(attr: ir.Attribute) -> str:
+    """"<dialect>.<pipeline>" of a translation_info's pipeline attribute: typed for GPU pipelines
+    (`iree_gpu.PipelineAttr`); IREE 3.13's bindings have no class for `#iree_cpu.pipeline<...>`,
+    so that one is read from its whole canonical form (matched whole, never by substring)."""
+    if iree_gpu.PipelineAttr.isinstance(attr):
+        return f"iree_gpu.{iree_gpu.PipelineAttr(attr).value.name}"
+    whole = re.fullmatch(r"#(\w+)\.pipeline<(\w+)>", str(attr))
+    return f"{whole[1]}.{whole[2]}" if whole else str(attr)
+
+
 def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     roles = _roles(op)
     if roles is None:
@@ -210,6 +221,7 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
             workgroup_size=tuple(info.workgroup_size),
             subgroup_size=info.subgroup_size or None,
             translation_info=str(info),
+            pipeline_id=_pipeline_id(info.pass_pipeline),
         ),
         flags=flags,
         conv=conv,
