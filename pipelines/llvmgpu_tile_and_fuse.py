@@ -157,6 +157,47 @@ def _i64_array(values: list[int]) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
 
 
+@dataclass(frozen=True)
+class TileSizes:
+    """A TileAndFuse config's lowering-config arrays (one entry per config position) and sizes."""
+
+    intrinsic: MmaIntrinsic
+    workgroup: tuple[int, ...]
+    reduction: tuple[int, ...]  # in MMA K steps
+    subgroup: tuple[int, ...]  # in MMA tiles
+    threads: int
+    subgroup_size: int
+
+
+def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
+    """The tiles a config sets, per position of the lowering config (IREE-free)."""
+    intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
+    view = gemm_view(dispatch)
+    md, nd, kd, rank = view.m, view.n, view.k, view.rank
+    workgroup, reduction, subgroup = [0] * rank, [0] * rank, [0] * rank
+    for d in view.unit_parallel:
+        workgroup[d] = 1
+    for d in view.unit_reduction:
+        reduction[d] = 1
+    wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
+    workgroup[nd] = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+    reduction[kd] = int(s["reduction_k"])
+    subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
+    workgroup[md] = wg_m
+    if view.rows:
+        # Whole output rows beyond one: the column tile is the row, the rest goes to rows
+        # (in elements, as the compiler's own implicit-GEMM configs have it).
+        row, cols = view.rows[0], view.m_extent
+        workgroup[row] = max(1, wg_m // cols)
+        workgroup[md] = min(wg_m, cols)
+        sub_m = int(s["subgroup_m"]) * intrinsic.m
+        subgroup[row] = max(1, sub_m // cols)
+        subgroup[md] = min(sub_m, cols) // intrinsic.m
+    subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
+    threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size
+    return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)
+
+
 class LLVMGPUTileAndFuse:
     """Knobs (IREE's names): `mma_kind`, `subgroup_m/n` (MMA tiles per subgroup, the lowering
     config's `subgroup`), `subgroups_m/n` (subgroups per workgroup; with the tiles they give the
@@ -253,34 +294,31 @@ class LLVMGPUTileAndFuse:
         workgroups launched, the work padding adds, threads, shared memory and accumulators."""
         return gemm_features(dispatch, gemm_view(dispatch), compatible_intrinsics(dispatch)[int(s["mma_kind"])], s)
 
+    compiler_pipeline = "iree_gpu.TileAndFuse"  # the pipeline of its emitted constraints
+
+    def compiler_knobs(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, object]:
+        """This config in the knobs of the compiler's emitted constraints: per loop dim d,
+        `wg_d` (workgroup tile), `sg_d` (MMA tiles per subgroup), `red_d` (K steps); the
+        subgroup and workgroup sizes, the prefetch stages, and under "mma" the intrinsic (the
+        caller turns it into the compiler's `mma_idx`)."""
+        t = tile_sizes(dispatch, s)
+        out: dict[str, object] = {f"wg_{d}": v for d, v in enumerate(t.workgroup) if v}
+        out.update({f"sg_{d}": v for d, v in enumerate(t.subgroup) if v})
+        out.update({f"red_{d}": v for d, v in enumerate(t.reduction) if v})
+        out.update(sg_size=t.subgroup_size, wg_size_x=t.threads, wg_size_y=1, wg_size_z=1,
+                   prefetch_num_stages=int(s["prefetch_num_stages"]), mma=t.intrinsic)
+        return out
+
     # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
         from iree.compiler import ir
         from iree.compiler.dialects import iree_codegen, iree_gpu
 
-        intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
-        view = gemm_view(dispatch)
+        t = tile_sizes(dispatch, s)
+        intrinsic, view, threads = t.intrinsic, gemm_view(dispatch), t.threads
         md, nd, kd, rank = view.m, view.n, view.k, view.rank
-        workgroup, reduction, subgroup = [0] * rank, [0] * rank, [0] * rank
-        for d in view.unit_parallel:
-            workgroup[d] = 1
-        for d in view.unit_reduction:
-            reduction[d] = 1
+        workgroup, reduction, subgroup = list(t.workgroup), list(t.reduction), list(t.subgroup)
         wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
-        workgroup[nd] = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
-        reduction[kd] = int(s["reduction_k"])
-        subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
-        workgroup[md] = wg_m
-        if view.rows:
-            # Whole output rows beyond one: the column tile is the row, the rest goes to rows
-            # (in elements, as the compiler's own implicit-GEMM configs have it).
-            row, cols = view.rows[0], view.m_extent
-            workgroup[row] = max(1, wg_m // cols)
-            workgroup[md] = min(wg_m, cols)
-            sub_m = int(s["subgroup_m"]) * intrinsic.m
-            subgroup[row] = max(1, sub_m // cols)
-            subgroup[md] = min(sub_m, cols) // intrinsic.m
-        threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * (dispatch.target.subgroup_sizes or (32,))[0]
         with ctx:
             fields: dict[str, ir.Attribute] = {
                 "mma_kind": iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name)),

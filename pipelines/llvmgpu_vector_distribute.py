@@ -79,6 +79,24 @@ class LLVMGPUVectorDistribute:
         p.diversify(red_k.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, mma.name)
         return p
 
+    compiler_pipeline = "iree_gpu.VectorDistribute"  # the pipeline of its emitted constraints
+
+    def compiler_knobs(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, object]:
+        """This config in the knobs of the compiler's emitted constraints: the workgroup tile
+        (`wg_d`) and K step in elements (`red_d`) of the innermost M, N, K dims, subgroups along
+        M and N (`sg_m_cnt`, `sg_n_cnt`), the subgroup and workgroup sizes, and under "mma" the
+        intrinsic (the caller turns it into `mma_idx`). Prefetch stages are not a knob here: the
+        compiler's is left free."""
+        intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
+        md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
+        subgroup_size = (dispatch.target.subgroup_sizes or (64,))[0]
+        return {f"wg_{md}": int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m,
+                f"wg_{nd}": int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n,
+                f"red_{kd}": int(s["reduction_k"]) * intrinsic.k,
+                "sg_m_cnt": int(s["subgroups_m"]), "sg_n_cnt": int(s["subgroups_n"]), "sg_size": subgroup_size,
+                "wg_size_x": int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size, "wg_size_y": 1,
+                "wg_size_z": 1, "mma": intrinsic}
+
     # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
         from iree.compiler import ir

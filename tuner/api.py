@@ -8,7 +8,7 @@ import platform
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from iree.compiler import ir
 
@@ -33,6 +33,9 @@ from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
 from tuner.versions import compiler_version, runtime_version
 from tuner.workload import Workload
+
+if TYPE_CHECKING:
+    from tuner.crosscheck import CrossCheck
 
 
 @dataclass(frozen=True)
@@ -449,3 +452,39 @@ def _write(session: _Session, candidates: list[Candidate], evaluation: Evaluatio
         annotations={int(k): {"proposed_by": v} for k, v in proposed.items()},
     )
     return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir)
+
+
+def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: Path | str = "crosscheck-output",
+                     dispatch_name: Optional[str] = None, pipeline_name: Optional[str] = None, limit: int = 5000,
+                     seconds: float = 120.0, compile_per_class: int = 2, force: bool = False,
+                     progress: Optional[Progress] = None) -> list[CrossCheck]:
+    """For each tunable dispatch of the input (or the one named) and each pipeline of this tuner
+    that takes it and whose constraints the compiler emits (or the one named): the native and
+    the compiler's space side by side (tuner.crosscheck). Examples of each difference are
+    compiled in `output_dir`. A pipeline the compiler emits no constraints for (llvm-cpu) is a
+    one-line error."""
+    from pipelines import PIPELINES
+    from tuner.compiler_constraints import emitted_problems, problem_for
+    from tuner.crosscheck import crosscheck
+
+    target = parse_target(target) if isinstance(target, str) else target
+    output_dir = Path(output_dir)
+    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, dispatch_name, pipeline_name), force):
+        input_path, target, _, ctx, program = _read_program(input_path, target, output_dir)
+        dispatches = [d for d in program.dispatches if dispatch_name in (None, d.name)]
+        if not dispatches:
+            raise InputError(f"{input_path}: no tunable dispatch" + (f" named {dispatch_name}" if dispatch_name else ""))
+        problems = emitted_problems(input_path, target, ctx)
+        out = []
+        for d in dispatches:
+            pipelines = [p for p in PIPELINES.values() if getattr(p, "compiler_pipeline", None) and p.supports(d)
+                         and pipeline_name in (None, p.name, *getattr(p, "aliases", ()))]
+            if not pipelines:
+                own = pipeline_for(d, pipeline_name)
+                raise InputError(f"{d.name}: IREE 3.13 emits no constraints for "
+                                 f"{own.name if own else 'any pipeline of this tuner'} on {target.name}")
+            for p in pipelines:
+                problem = problem_for(problems, d.name, p.compiler_pipeline, target)
+                out.append(crosscheck(d, p, problem, input_path, target, ctx, output_dir / d.name / p.name, limit,
+                                      seconds, compile_per_class, progress=progress))
+        return out

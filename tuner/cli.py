@@ -300,6 +300,55 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
 
 @main.command()
 @click.argument("input_file", type=click.Path(path_type=Path))
+@click.option("--target", required=True, help="A GPU target: cuda[:sm_NN], rocm[:gfxNNN] (llvm-cpu emits no constraints).")
+@click.option("--dispatch", "dispatch_name", default=None, help="Only this dispatch (default: every tunable one).")
+@click.option("--pipeline", "pipeline_name", default=None, help="Only this pipeline (default: each that takes the dispatch).")
+@click.option("--limit", default=5000, show_default=True, type=click.IntRange(min=1),
+              help="Compiler configs to enumerate at most (the space can be far larger).")
+@click.option("--seconds", default=120.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds of solving for the compiler's space at most.")
+@click.option("--compile", "compile_per_class", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Examples of each difference class compiled to settle who is right.")
+@click.option("--output", "output_dir", default="crosscheck-output", show_default=True, type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Clear a directory holding another input's run first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipeline_name: str | None, limit: int,
+               seconds: float, compile_per_class: int, output_dir: Path, force: bool, as_json: bool) -> None:
+    """Compare this tuner's constraints with the ones IREE emits for INPUT_FILE's dispatches:
+    space sizes, configs one side accepts and the other rejects (by class), and examples of each
+    class compiled to settle who is right. Writes DIR/crosscheck.json."""
+    from rich.table import Table
+
+    from tuner import api
+
+    console = Console()
+    with _errors_to_exit():
+        with _progress(console) as on_progress:
+            checks = api.crosscheck_input(input_file, target, output_dir, dispatch_name, pipeline_name, limit, seconds,
+                                          compile_per_class, force, on_progress)
+    data = [c.to_json() for c in checks]
+    (output_dir / "crosscheck.json").write_text(json.dumps(data, indent=1))
+    if as_json:
+        print(json.dumps(data, indent=1))
+        return
+    for c in checks:
+        bound = "" if c.compiler_complete else "at least "
+        speed = ", ".join(f"{n} in {s:.1f} s" for n, s in c.compiler_seconds_to.items())
+        console.print(f"{c.dispatch} on {c.target}, {c.pipeline} (compiler: {c.compiler_pipeline}): native "
+                      f"{c.native} configs ({c.native_seconds:.2f} s), compiler {bound}{c.compiler}"
+                      + (f" ({speed})" if speed else "") + f", both {c.both}")
+        table = Table()
+        for column in ("side", "class", "configs", "sampled builds", "example"):
+            table.add_column(column)
+        for cls in c.classes:
+            table.add_row(cls.side, cls.reason, str(cls.count), " ".join(cls.compiled) or "-",
+                          " ".join(f"{k}={v}" for k, v in cls.examples[0].items()) if cls.examples else "")
+        console.print(table if c.classes else "no differences")
+    console.print(f"wrote {output_dir}/crosscheck.json")
+
+
+@main.command()
+@click.argument("input_file", type=click.Path(path_type=Path))
 @click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
 @click.option("--pipeline", "pipeline_name", default=None, help="Codegen pipeline to ask about (default: the compiler's choice's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON, for scripts.")

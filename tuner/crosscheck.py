@@ -1,0 +1,157 @@
+"""Cross-check a pipeline's own constraints (native) with the ones the compiler emits for the same
+dispatch: the size of each space, the configs one side accepts and the other rejects, grouped into
+classes (by the compiler assertion a native config breaks; by the knob value or combination a
+compiler config has that the native space never does), and a few of each class compiled to settle
+who is right (a config that compiles and carries its config shows the rejecting side too strict).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+from iree.compiler import ir
+from iree.compiler.dialects import iree_codegen
+
+from constraints.fast_enumerate import enumerate_space
+from pipelines import Config, Dispatch, MmaIntrinsic, Pipeline
+from tuner.candidates import Candidate, _spec, candidate_for
+from tuner.compile_stage import compile_candidate, verify_build
+from tuner.compiler_constraints import EmittedProblem
+from tuner.targets import Target
+
+NATIVE_ONLY = "native only"  # the native constraints accept it, the compiler's reject it
+COMPILER_ONLY = "compiler only"  # the compiler's accept it, the native space does not hold it
+
+
+@dataclass
+class DifferenceClass:
+    side: str
+    reason: str
+    count: int = 0
+    examples: list[dict] = field(default_factory=list)  # knobs: native names (native only), compiler's (compiler only)
+    compiled: list[str] = field(default_factory=list)  # the sampled examples' build statuses
+
+
+@dataclass
+class CrossCheck:
+    dispatch: str
+    target: str
+    pipeline: str
+    compiler_pipeline: str
+    native: int  # the native space's size
+    compiler: int  # compiler configs enumerated
+    compiler_complete: bool  # False: `compiler` is a lower bound (the limit or the time ran out)
+    both: int  # native configs the compiler's constraints accept
+    classes: list[DifferenceClass]
+    native_seconds: float
+    compiler_seconds_to: dict[int, float]  # seconds to the first N compiler configs (100, 1000)
+
+    def to_json(self) -> dict:
+        return {**{k: v for k, v in self.__dict__.items() if k != "classes"},
+                "classes": [c.__dict__ for c in self.classes]}
+
+
+def compiler_assignment(pipeline: Pipeline, dispatch: Dispatch, knobs: Mapping, problem: EmittedProblem,
+                        indices: Mapping[tuple, int]) -> dict[str, int]:
+    """A native config in the compiler's knob names: the pipeline's mapping, its intrinsic as the
+    compiler's `mma_idx`, and only the knobs the compiler has."""
+    mapped = dict(pipeline.compiler_knobs(dispatch, knobs))
+    mma: MmaIntrinsic | None = mapped.pop("mma", None)
+    if mma is not None:
+        key = (mma.m, mma.n, mma.k, mma.a_type, mma.b_type, mma.c_type)
+        if key not in indices:
+            raise KeyError(f"{mma.name} is not among the compiler's intrinsics for this op")
+        mapped["mma_idx"] = indices[key]
+    return {k: int(v) for k, v in mapped.items() if k in problem.knobs}
+
+
+def _reason(message: str) -> str:
+    """A violation's message without its values: the class it names."""
+    return re.sub(r" \[[^\]]*\]", "", message)
+
+
+def _settle(examples: list[Candidate], input_path: Path, target: Target, workdir: Path, ctx: ir.Context) -> list[str]:
+    """Compile each example for real and read its config back: its status ("ok": it compiled
+    and carried its config)."""
+    out = []
+    for c in examples:
+        job = compile_candidate(c, input_path, target, workdir, 300)
+        out.append(verify_build(job, target, ctx).result.status.value)
+    return out
+
+
+def materialized_candidate(id: int, dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem,
+                           assignment: Mapping[str, int], ctx: ir.Context, spec_entry: str) -> Candidate:
+    """The candidate for a compiler config: the compiler's materializer builds its
+    compilation_info, and both halves are expected back from the compiled dispatch."""
+    info = problem.materialize(assignment)
+    with ctx:
+        typed = iree_codegen.CompilationInfoAttr(info)
+        lowering, translation = str(typed.lowering_config), str(typed.translation_info)
+    config = Config(knobs=dict(assignment), compilation_info=str(info), summary=f"compiler {dict(assignment)}",
+                    expect_lowering_config=lowering, expect_translation_info=translation)
+    return Candidate(id, dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry))
+
+
+def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, input_path: Path, target: Target,
+               ctx: ir.Context, workdir: Path, limit: int = 5000, seconds: float = 120.0, compile_per_class: int = 2,
+               keep: int = 3, progress: Optional[Callable[[str, int, int], None]] = None) -> CrossCheck:
+    """Both spaces, their differences by class, and `compile_per_class` examples of each class
+    compiled (0: none). The compiler's space is enumerated up to `limit` configs or `seconds`."""
+    indices = {shape: i for i, shape in enumerate(problem.intrinsics())}
+    t0 = time.perf_counter()
+    native = list(enumerate_space(pipeline.build_problem(dispatch)))
+    native_seconds = time.perf_counter() - t0
+    classes: dict[tuple[str, str], DifferenceClass] = {}
+    pending: dict[tuple[str, str], list[Candidate]] = {}
+    images, both = set(), 0
+    values: dict[str, set[int]] = {}
+
+    def note(side: str, reason: str, example: dict, candidate: Callable[[], Candidate]) -> None:
+        cls = classes.setdefault((side, reason), DifferenceClass(side, reason))
+        cls.count += 1
+        if len(cls.examples) < keep:
+            cls.examples.append(example)
+        if len(pending.setdefault((side, reason), [])) < compile_per_class:
+            pending[(side, reason)].append(candidate())
+
+    next_id = iter(range(1, 10 ** 9))
+    for i, knobs in enumerate(native):
+        mapped = compiler_assignment(pipeline, dispatch, knobs, problem, indices)
+        broken = problem.violations(mapped)
+        if broken:
+            note(NATIVE_ONLY, _reason(broken[0]), dict(knobs),
+                 lambda k=knobs: candidate_for(next(next_id), dispatch, pipeline, k, ctx, target.spec_entry))
+        else:
+            both += 1
+        images.add(tuple(sorted(mapped.items())))
+        for k, v in mapped.items():
+            values.setdefault(k, set()).add(v)
+        if progress:
+            progress("native", i + 1, len(native))
+    mapped_knobs = set(values)
+    found, to = 0, {}
+    t0 = time.perf_counter()
+    for assignment in problem.solutions(limit=limit, seconds=seconds):
+        found += 1
+        if found in (100, 1000):
+            to[found] = time.perf_counter() - t0
+        image = tuple(sorted((k, v) for k, v in assignment.items() if k in mapped_knobs))
+        if image not in images:
+            outside = sorted(k for k, v in image if v not in values[k])
+            reason = (f"{outside[0]} takes a value the native space never does" if outside
+                      else "a combination of values the native constraints reject")
+            note(COMPILER_ONLY, reason, dict(assignment),
+                 lambda a=assignment: materialized_candidate(next(next_id), dispatch, pipeline, problem, a, ctx,
+                                                             target.spec_entry))
+        if progress:
+            progress("compiler", found, limit)
+    complete = found < limit and time.perf_counter() - t0 <= seconds
+    for key, examples in pending.items():
+        classes[key].compiled = _settle(examples, input_path, target, workdir / "settle", ctx) if examples else []
+    return CrossCheck(dispatch.name, target.name, pipeline.name, problem.pipeline_id, len(native), found, complete, both,
+                      sorted(classes.values(), key=lambda c: (c.side, -c.count)), native_seconds, to)
