@@ -296,6 +296,12 @@ class LLVMGPUTileAndFuse:
 
     compiler_pipeline = "iree_gpu.TileAndFuse"  # the pipeline of its emitted constraints
 
+    def maps_to_compiler(self, dispatch: Dispatch) -> bool:
+        """Whether `compiler_knobs` can say this dispatch's configs in the compiler's knobs: not
+        for implicit-GEMM convolutions, whose emitted knobs index the convolution's own loops
+        while these configs index the GEMM's positions."""
+        return gemm_view(dispatch).rows is None
+
     def compiler_knobs(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, object]:
         """This config in the knobs of the compiler's emitted constraints: per loop dim d,
         `wg_d` (workgroup tile), `sg_d` (MMA tiles per subgroup), `red_d` (K steps); the

@@ -81,6 +81,9 @@ class LLVMGPUVectorDistribute:
 
     compiler_pipeline = "iree_gpu.VectorDistribute"  # the pipeline of its emitted constraints
 
+    def maps_to_compiler(self, dispatch: Dispatch) -> bool:
+        return True
+
     def compiler_knobs(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, object]:
         """This config in the knobs of the compiler's emitted constraints: the workgroup tile
         (`wg_d`) and K step in elements (`red_d`) of the innermost M, N, K dims, subgroups along

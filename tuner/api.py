@@ -164,6 +164,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
         if on_discovered:
             on_discovered(session.program, session.dispatch, how)
         _take_inputs(session, inputs)
+        session = _with_constraints(session, search.constraints)
         plan = plan_search(session.dispatch, session.pipeline, search)
         if on_search:
             on_search(plan.summary())
@@ -249,12 +250,12 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
 
 def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,
                     dispatch_name: Optional[str] = None, pipeline_name: Optional[str] = None,
-                    progress: Optional[Progress] = None) -> tuple[Dispatch, list[Candidate]]:
+                    progress: Optional[Progress] = None, constraints: str = "native") -> tuple[Dispatch, list[Candidate]]:
     """The dispatch and its candidates (baseline first), as `tune` would try them; nothing is
     compiled beyond discovery, nothing is timed."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _open(input_path, target, None, dispatch_name, pipeline_name)
+    session = _with_constraints(_open(input_path, target, None, dispatch_name, pipeline_name), constraints)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                                  session.target.spec_entry, progress=progress)
 
@@ -329,6 +330,14 @@ def _store(session: _Session, store_path: Optional[Path | str]) -> ResultStore:
                        runtime_version())
 
 
+def _with_constraints(session: _Session, source: str) -> _Session:
+    """The session with its pipeline reading its valid configs from `source` (--constraints)."""
+    from tuner.constraint_sources import with_constraints
+
+    return replace(session, pipeline=with_constraints(source, session.pipeline, session.dispatch, session.input_path,
+                                                      session.target, session.ctx, session.dispatch.flags))
+
+
 def _meta(session: _Session, given: bool) -> dict:
     return {
         "input": str(session.input_path.resolve()),
@@ -336,6 +345,7 @@ def _meta(session: _Session, given: bool) -> dict:
         "dispatch": session.dispatch.name,
         "shape": session.dispatch.shape_name,
         "pipeline": session.pipeline.name,
+        "constraints": getattr(session.pipeline, "constraints", "native"),
         "input_digest": session.dispatch.source_digest,
         "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
         **({"given_inputs": GIVEN_INPUTS} if given else {}),

@@ -61,10 +61,19 @@ def _evaluation_options(f):
     return f
 
 
+def _constraints_option(f):
+    return click.option("--constraints", "constraints", default="native", show_default=True,
+                        type=click.Choice(["native", "compiler", "both"]),
+                        help="Where the valid configs come from: this tuner's constraints, the ones IREE emits "
+                             "for the op (GPU TileAndFuse and VectorDistribute contractions; configs built by "
+                             "IREE's materializer), or this tuner's less those IREE's reject.")(f)
+
+
 def _search_options(f):
-    """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds."""
+    """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds, --constraints."""
     from tuner.search import DEFAULT_SEARCH, SEARCHES
 
+    f = _constraints_option(f)
     f = click.option("--seeds", "seeds_file", default=None, type=click.Path(path_type=Path),
                      help="JSON seed entries (configs found by benchmarking) tried first where they fit.")(f)
     f = click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the search.")(f)
@@ -79,10 +88,12 @@ def _search_options(f):
     return f
 
 
-def _search(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None):
+def _search(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None,
+            constraints: str = "native"):
     from tuner.settings import SearchSettings
 
-    return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file)
+    return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file,
+                          constraints=constraints)
 
 
 def _settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
@@ -101,7 +112,7 @@ def _settings(repetitions: int, compile_timeout: float, run_timeout: float, base
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 @_evaluation_options
 def tune(input_file: Path, search_name: str, budget: int, time_budget: float | None, seed: int,
-         seeds_file: Path | None, output_dir: Path, compile_only: bool, target: str,
+         seeds_file: Path | None, constraints: str, output_dir: Path, compile_only: bool, target: str,
          pipeline_name: str | None, dispatch_name: str | None, input_files: tuple[Path, ...], force: bool,
          confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
          strategy: str, devices: tuple[str, ...], store_path: Path | None) -> None:
@@ -116,7 +127,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
                           on_progress, _announce(console), compile_only, strategy, devices,
                           store_path, pipeline_name, force,
                           on_discovered=None if dispatch_name else _picked(console), inputs=input_files,
-                          search=_search(search_name, budget, time_budget, seed, seeds_file),
+                          search=_search(search_name, budget, time_budget, seed, seeds_file, constraints),
                           on_search=_searching(console))
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
@@ -156,7 +167,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search_name: str, budget: int,
-               time_budget: float | None, seed: int, seeds_file: Path | None, model_flags: bool,
+               time_budget: float | None, seed: int, seeds_file: Path | None, constraints: str, model_flags: bool,
                model_rounds: int,
                output_dir: Path, force: bool, compile_only: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
                run_timeout: float, devices: tuple[str, ...], store_path: Path | None) -> None:
@@ -170,7 +181,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
         tuning = run(input_file, target, output_dir, budget, min_share, top,
                      _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds), devices,
                      store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags,
-                     compile_only=compile_only, search=_search(search_name, budget, time_budget, seed, seeds_file))
+                     compile_only=compile_only, search=_search(search_name, budget, time_budget, seed, seeds_file, constraints))
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)
@@ -256,8 +267,9 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
 @click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
               help="Write DIR/candidates.json (knobs, flags, compilation_info, spec) and DIR/specs/NNNN.mlir.")
 @click.option("--specs", "show_specs", is_flag=True, help="Print each candidate's tuning spec too.")
+@_constraints_option
 def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name: str | None,
-               pipeline_name: str | None, output_dir: Path | None, show_specs: bool) -> None:
+               pipeline_name: str | None, output_dir: Path | None, show_specs: bool, constraints: str) -> None:
     """List the candidates `tune` would try for INPUT_FILE (knobs and specs); compile and time nothing."""
     import json
 
@@ -269,7 +281,7 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
     with _errors_to_exit():
         with _progress(console) as on_progress:
             dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name, pipeline_name,
-                                                  on_progress)
+                                                  on_progress, constraints)
         if output_dir is not None:
             api.prepare_output(output_dir / "specs")
             entries = []

@@ -20,6 +20,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from constraints.fast_enumerate import Unsupported, compile_check
+from pipelines import Config
 from tuner.discovery import configure
 from tuner.errors import InputError
 from tuner.targets import Target
@@ -43,29 +44,38 @@ class EmittedProblem:
     # Variables the assertions that read no knob pin to one value (the problem's dims).
     fixed: dict[str, int] = field(default_factory=dict)
     _checks: Optional[list] = field(default=None, repr=False)
+    _indices: Optional[dict] = field(default=None, repr=False)
+    timed_out: bool = False  # the last `solutions` stopped at its time limit
     _read: Optional[list] = field(default=None, repr=False)
 
     def violations(self, assignment: Mapping[str, int]) -> list[str]:
         """The messages of the assertions a knob assignment breaks (empty: the compiler's
         constraints admit it; a knob left out may take any value), each with the values of the
-        knobs it reads. An assertion breaks alone when, with the knobs' values put in, no value of
-        the derived variables (counts such as `sg_m_cnt`) satisfies it; where none breaks alone but all of them together do, the ones Z3 finds in
-        conflict (a minimal unsat core) are reported as one, "together: A; B"."""
+        knobs it reads. An assertion breaks alone when, with the knobs' values put in, it is false
+        (checked in Python where it reads knobs only) or no value of the derived variables (counts
+        such as `sg_m_cnt`) satisfies it; where none breaks alone but all of them together do,
+        the ones Z3 finds in conflict (a minimal unsat core) are reported as one, "together: A; B"."""
         knobs = {k: z3.IntVal(int(v)) for k, v in assignment.items() if k in self.variables}
         subst = [(self.variables[k], v) for k, v in knobs.items()]
         subst += [(self.variables[k], z3.IntVal(v)) for k, v in self.fixed.items() if k not in knobs]
         reads = self._reads()
         if self._admits(assignment, subst):
             return []
-        # What every config must meet whatever its knobs: assertions on the pinned dims alone.
-        context = [a for a in self.assertions if {str(v) for v in z3.z3util.get_vars(a)} <= self.fixed.keys()]
-        terms = [z3.simplify(z3.substitute(a, *subst)) for a in self.assertions]
+        values = [int(assignment[k]) if k in assignment else None for k in self.knobs]
+        failing = [i for i, (check, read) in enumerate(zip(self._compiled(), reads))
+                   if check is not None and all(values[self.knobs.index(k)] is not None for k in read)
+                   and not check(values)]
 
         def say(i: int) -> str:
             used = sorted(reads[i] & assignment.keys())
-            values = ", ".join(f"{k}={assignment[k]}" for k in used)
-            return (self.messages[i] or self.assertions[i].sexpr()) + (f" [{values}]" if values else "")
+            shown = ", ".join(f"{k}={assignment[k]}" for k in used)
+            return (self.messages[i] or self.assertions[i].sexpr()) + (f" [{shown}]" if shown else "")
 
+        if failing:  # found in Python: no solver needed
+            return [say(i) for i in failing]
+        # What every config must meet whatever its knobs: assertions on the pinned dims alone.
+        context = [a for a in self.assertions if {str(v) for v in z3.z3util.get_vars(a)} <= self.fixed.keys()]
+        terms = [z3.simplify(z3.substitute(a, *subst)) for a in self.assertions]
         broken = [say(i) for i, term in enumerate(terms)
                   if reads[i] & assignment.keys() and not z3.is_true(term) and (z3.is_false(term) or _unsat(*context, term))]
         if broken:
@@ -78,6 +88,25 @@ class EmittedProblem:
             return []
         core = sorted(int(str(t)[1:]) for t in solver.unsat_core())
         return ["together: " + "; ".join(say(i) for i in core)]
+
+    def admits(self, assignment: Mapping[str, int]) -> bool:
+        """Whether the compiler's constraints admit the assignment (knobs left out: any value)."""
+        subst = [(self.variables[k], z3.IntVal(int(v))) for k, v in assignment.items() if k in self.variables]
+        subst += [(self.variables[k], z3.IntVal(v)) for k, v in self.fixed.items() if k not in assignment]
+        return self._admits(assignment, subst)
+
+    def completed(self, assignment: Mapping[str, int]) -> dict[str, int]:
+        """The assignment with the knobs it leaves out given values the constraints admit (for
+        the materializer, which needs every knob)."""
+        missing = [k for k in self.knobs if k not in assignment]
+        if not missing:
+            return dict(assignment)
+        solver = z3.Solver()
+        solver.add(*self.assertions, *(self.variables[k] == int(v) for k, v in assignment.items() if k in self.variables))
+        if solver.check() != z3.sat:
+            raise ValueError(f"the compiler's constraints admit no completion of {dict(assignment)}")
+        model = solver.model()
+        return {**assignment, **{k: model.eval(self.variables[k], model_completion=True).as_long() for k in missing}}
 
     def _reads(self) -> list[set[str]]:
         """Per assertion, the knobs it reads."""
@@ -120,8 +149,10 @@ class EmittedProblem:
         solver.add(*self.assertions)
         variables = [self.variables[k] for k in self.knobs if k in self.variables]
         start, found = time.perf_counter(), 0
+        self.timed_out = False
         while limit is None or found < limit:
             if seconds is not None and time.perf_counter() - start > seconds:
+                self.timed_out = True
                 return
             if solver.check() != z3.sat:
                 return
@@ -145,6 +176,12 @@ class EmittedProblem:
                 mma = iree_gpu.MMAAttr(iree_gpu.LoweringConfigAttr(info.lowering_config).attributes["mma_kind"])
                 out.append((*mma.mnk_shape, *(str(t) for t in mma.abc_element_types)))
         return out
+
+    def intrinsic_indices(self) -> dict[tuple, int]:
+        """(M, N, K, A, B, C) of each intrinsic -> its `mma_idx`."""
+        if self._indices is None:
+            self._indices = {shape: i for i, shape in enumerate(self.intrinsics())}
+        return self._indices
 
     def materialize(self, assignment: Mapping[str, int]) -> ir.Attribute:
         """The compilation_info the compiler builds from these knob values."""
@@ -221,10 +258,26 @@ def _pinned(assertions: list[z3.BoolRef], variables: dict[str, z3.ArithRef], kno
     return pinned
 
 
+_EMITTED: dict[tuple, list[EmittedProblem]] = {}
+
+
 def emitted_problems(input_path: Path, target: Target, ctx: ir.Context,
                      flags: tuple[str, ...] = ()) -> list[EmittedProblem]:
-    """Every constraints op the compiler emits for the input under `target`."""
-    configured = configure(input_path, target, (*flags, EMIT_FLAG))
+    """Every constraints op the compiler emits for the input under `target` (compiled once per
+    input, its contents, target, flags and context)."""
+    key = (str(Path(input_path).resolve()), Path(input_path).stat().st_mtime_ns, target.name, tuple(flags), id(ctx))
+    if key not in _EMITTED:
+        _EMITTED[key] = _emit(input_path, target, ctx, flags)
+    return _EMITTED[key]
+
+
+def _emit(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...]) -> list[EmittedProblem]:
+    try:
+        configured = configure(input_path, target, (*flags, EMIT_FLAG))
+    except InputError as e:
+        # The same input configures without the flag (discovery did): the emission failed.
+        raise InputError(f"IREE failed emitting its constraints for {input_path} on {target.name} "
+                         f"(a compiler bug; README: 'The compiler's constraints'): {e}") from e
     with ctx:
         module = ir.Module.parse(configured)
     # The ops refer to the module: keep it alive as long as they are.
@@ -243,3 +296,15 @@ def problem_for(problems: list[EmittedProblem], dispatch: str, pipeline_id: str,
     emitted = sorted({p.pipeline_id for p in problems if p.dispatch == dispatch})
     raise InputError(f"{dispatch}: IREE emits no constraints for {pipeline_id} on {target.name}"
                      + (f" (it does for {', '.join(emitted)})" if emitted else ""))
+
+
+def materialized_config(problem: EmittedProblem, assignment: Mapping[str, int], ctx: ir.Context) -> Config:
+    """The config of a compiler knob assignment: the materializer's compilation_info, with both
+    of its halves expected back from the compiled dispatch."""
+    info = problem.materialize(assignment)
+    with ctx:
+        typed = iree_codegen.CompilationInfoAttr(info)
+        lowering, translation = str(typed.lowering_config), str(typed.translation_info)
+    summary = " ".join(f"{k}={v}" for k, v in assignment.items() if k not in ("sg_size", "wg_size_y", "wg_size_z"))
+    return Config(knobs=dict(assignment), compilation_info=str(info), summary=f"compiler: {summary}",
+                  expect_lowering_config=lowering, expect_translation_info=translation)

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from iree.compiler import ir
-from iree.compiler.dialects import iree_codegen
 
 from constraints.fast_enumerate import enumerate_space
-from pipelines import Config, Dispatch, MmaIntrinsic, Pipeline
+from pipelines import Dispatch, MmaIntrinsic, Pipeline
 from tuner.candidates import Candidate, _spec, candidate_for
 from tuner.compile_stage import compile_candidate, verify_build
-from tuner.compiler_constraints import EmittedProblem
+from tuner.compiler_constraints import EmittedProblem, materialized_config
 from tuner.targets import Target
 
 NATIVE_ONLY = "native only"  # the native constraints accept it, the compiler's reject it
@@ -45,7 +44,7 @@ class CrossCheck:
     native: int  # the native space's size
     compiler: int  # compiler configs enumerated
     compiler_complete: bool  # False: `compiler` is a lower bound (the limit or the time ran out)
-    both: int  # native configs the compiler's constraints accept
+    both: Optional[int]  # native configs the compiler's constraints accept (None: not mapped)
     classes: list[DifferenceClass]
     native_seconds: float
     compiler_seconds_to: dict[int, float]  # seconds to the first N compiler configs (100, 1000)
@@ -86,14 +85,8 @@ def _settle(examples: list[Candidate], input_path: Path, target: Target, workdir
 
 def materialized_candidate(id: int, dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem,
                            assignment: Mapping[str, int], ctx: ir.Context, spec_entry: str) -> Candidate:
-    """The candidate for a compiler config: the compiler's materializer builds its
-    compilation_info, and both halves are expected back from the compiled dispatch."""
-    info = problem.materialize(assignment)
-    with ctx:
-        typed = iree_codegen.CompilationInfoAttr(info)
-        lowering, translation = str(typed.lowering_config), str(typed.translation_info)
-    config = Config(knobs=dict(assignment), compilation_info=str(info), summary=f"compiler {dict(assignment)}",
-                    expect_lowering_config=lowering, expect_translation_info=translation)
+    """The candidate for a compiler config (built by the compiler's materializer)."""
+    config = materialized_config(problem, assignment, ctx)
     return Candidate(id, dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry))
 
 
@@ -102,7 +95,7 @@ def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, 
                keep: int = 3, progress: Optional[Callable[[str, int, int], None]] = None) -> CrossCheck:
     """Both spaces, their differences by class, and `compile_per_class` examples of each class
     compiled (0: none). The compiler's space is enumerated up to `limit` configs or `seconds`."""
-    indices = {shape: i for i, shape in enumerate(problem.intrinsics())}
+    indices = problem.intrinsic_indices()
     t0 = time.perf_counter()
     native = list(enumerate_space(pipeline.build_problem(dispatch)))
     native_seconds = time.perf_counter() - t0
@@ -120,7 +113,8 @@ def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, 
             pending[(side, reason)].append(candidate())
 
     next_id = iter(range(1, 10 ** 9))
-    for i, knobs in enumerate(native):
+    mapped_ok = pipeline.maps_to_compiler(dispatch)
+    for i, knobs in enumerate(native if mapped_ok else []):
         mapped = compiler_assignment(pipeline, dispatch, knobs, problem, indices)
         broken = problem.violations(mapped)
         if broken:
@@ -141,7 +135,7 @@ def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, 
         if found in (100, 1000):
             to[found] = time.perf_counter() - t0
         image = tuple(sorted((k, v) for k, v in assignment.items() if k in mapped_knobs))
-        if image not in images:
+        if mapped_ok and image not in images:
             outside = sorted(k for k, v in image if v not in values[k])
             reason = (f"{outside[0]} takes a value the native space never does" if outside
                       else "a combination of values the native constraints reject")
@@ -153,5 +147,6 @@ def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, 
     complete = found < limit and time.perf_counter() - t0 <= seconds
     for key, examples in pending.items():
         classes[key].compiled = _settle(examples, input_path, target, workdir / "settle", ctx) if examples else []
-    return CrossCheck(dispatch.name, target.name, pipeline.name, problem.pipeline_id, len(native), found, complete, both,
+    return CrossCheck(dispatch.name, target.name, pipeline.name, problem.pipeline_id, len(native), found, complete,
+                      both if mapped_ok else None,
                       sorted(classes.values(), key=lambda c: (c.side, -c.count)), native_seconds, to)

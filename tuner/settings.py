@@ -58,3 +58,5 @@ class SearchSettings:
     seed: int = 0
     batch_size: int = 8
     seeds_file: Optional[Path] = None
+    # Where the valid configs come from (tuner.constraint_sources): "native", "compiler", "both".
+    constraints: str = "native"

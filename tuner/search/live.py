@@ -32,13 +32,20 @@ def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0, without_f
     MAX_POINTS where there are more), with features: each knob's, and the pipeline's own
     (`features(dispatch, knobs)`, where it has them). `without_flags`: leave out the configs
     that set a model-wide flag (the pipeline's `flag_knobs`), which tune-model decides."""
-    problem = pipeline.build_problem(dispatch)
-    complete = True
-    try:
-        points = list(enumerate_space(problem))
-    except Unsupported:
-        points = list(enumerate_solutions(problem, SOLVER_FALLBACK))
-        complete = len(points) < SOLVER_FALLBACK
+    problem, complete = None, True
+    points_of = getattr(pipeline, "space_points", None)  # a source with a space of its own (--constraints compiler)
+    if points_of is not None:
+        points, complete = points_of(dispatch)
+    else:
+        problem = pipeline.build_problem(dispatch)
+        try:
+            points = list(enumerate_space(problem))
+        except Unsupported:
+            points = list(enumerate_solutions(problem, SOLVER_FALLBACK))
+            complete = len(points) < SOLVER_FALLBACK
+    admits = getattr(pipeline, "admits", None)  # --constraints both: the compiler's say on each
+    if admits is not None:
+        points = [p for p in points if admits(dispatch, p)]
     if without_flags:
         flag_knobs = getattr(pipeline, "flag_knobs", ())
         points = [p for p in points if not any(p.get(k) for k in flag_knobs)]
@@ -46,7 +53,7 @@ def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0, without_f
     if len(points) > MAX_POINTS:
         points = random.Random(seed).sample(points, MAX_POINTS)
         complete = False
-    order = [k.name for k in problem.knobs]
+    order = [k.name for k in problem.knobs] if problem else []
     names = {n: f"v[{i}]" for i, n in enumerate(order)}
 
     def check_of(condition) -> Callable[[Mapping[str, Value]], bool]:
@@ -55,8 +62,8 @@ def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0, without_f
 
     own = getattr(pipeline, "features", None)
     return SearchSpace.of(points, lambda k: {**knob_features(k), **(own(dispatch, k) if own else {})},
-                          [(p.name, check_of(p.condition)) for p in problem.preferences], problem.diversity,
-                          complete, size)
+                          [(p.name, check_of(p.condition)) for p in problem.preferences] if problem else [],
+                          problem.diversity if problem else (), complete, size)
 
 
 def seed_context(dispatch: Dispatch, pipeline: Pipeline, space: SearchSpace) -> SeedContext:

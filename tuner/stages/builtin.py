@@ -149,9 +149,10 @@ class DispatchStage:
         candidates, done = dispatch_candidates(dispatch, search, target, env, store_path)
         results = _finished(directory, dispatch, candidates) if done else None
         if results is None:
+            pipeline = _pipeline(dispatch, search, target, env)
             session = _Session(env.model, target, directory, env.ctx, program.workload(dispatch, env.model),
-                               dispatch, pipeline_for(dispatch), program)
-            plan = plan_search(dispatch, pipeline_for(dispatch), search, without_flags=True)
+                               dispatch, pipeline, program)
+            plan = plan_search(dispatch, pipeline, search, without_flags=True)
             tuning = search_and_evaluate(session, plan, env.settings, env.progress, None, "auto", env.devices,
                                          store_path, given=False)
             candidates, results = list(tuning.candidates), list(tuning.results)
@@ -165,9 +166,18 @@ def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Targ
     """The baseline and the configs the search has proposed so far for the dispatch, replayed
     against what the store holds (tuner.search.rounds), and whether the search is done. No flag
     candidates: flags are the model's."""
-    plan = plan_search(dispatch, pipeline_for(dispatch), search, without_flags=True)
+    pipeline = _pipeline(dispatch, search, target, env)
+    plan = plan_search(dispatch, pipeline, search, without_flags=True)
     with ResultStore(store_path, compiler_version(), runtime_version()) as store:
-        return next_round(plan, dispatch, pipeline_for(dispatch), env.ctx, target.spec_entry, store)
+        return next_round(plan, dispatch, pipeline, env.ctx, target.spec_entry, store)
+
+
+def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv):
+    """The dispatch's pipeline, reading its valid configs from the search's constraint source."""
+    from tuner.constraint_sources import with_constraints
+
+    return with_constraints(search.constraints, pipeline_for(dispatch), dispatch, env.model, target, env.ctx,
+                            dispatch.flags)
 
 
 def select_dispatches(program, measured, workload, min_share: float, top: Optional[int]

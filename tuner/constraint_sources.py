@@ -1,0 +1,104 @@
+"""Where a dispatch's valid configs come from (`--constraints`):
+
+- `native`: the pipeline's own problem (pipelines/), as before;
+- `compiler`: the problem IREE emits for the root op (tuner.compiler_constraints), solved with Z3,
+  each solution turned into a compilation_info by the compiler's materializer. Its knobs are the
+  compiler's (`wg_0`, `sg_0`, `red_2`, `mma_idx`, ...); it has no preferences, so `--search
+  preference` takes its solutions in the solver's order;
+- `both`: the native space (its knob names, preferences, features and configs) less the configs
+  the compiler's constraints reject.
+
+Each wraps the pipeline in an object with the same interface, so the search, the candidates and
+the evaluators do not know which source they read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from iree.compiler import ir
+
+from pipelines import Config, Dispatch, Pipeline
+from tuner.compiler_constraints import EmittedProblem, emitted_problems, materialized_config, problem_for
+from tuner.errors import InputError
+from tuner.targets import Target
+
+SOURCES = ("native", "compiler", "both")
+
+
+@dataclass
+class CompilerSource:
+    """A pipeline whose space is the compiler's emitted problem (up to `limit` solutions or
+    `seconds` of solving: the solver finds 70-200 configs a second, BENCHMARKS.md)."""
+
+    base: Pipeline
+    problem: EmittedProblem
+    limit: int = 1000
+    seconds: float = 30.0
+    constraints = "compiler"
+    model_flags = ()
+    flag_knobs = ()
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return self.base.supports(dispatch)
+
+    def space_points(self, dispatch: Dispatch) -> tuple[list[dict], bool]:
+        """The compiler's valid configs, and whether they are all of them."""
+        points = list(self.problem.solutions(self.limit, self.seconds))
+        return points, len(points) < self.limit and not self.problem.timed_out
+
+    def to_config(self, dispatch: Dispatch, knobs: Mapping[str, int], ctx: ir.Context) -> Config:
+        return materialized_config(self.problem, knobs, ctx)
+
+
+@dataclass
+class BothSource:
+    """The native pipeline less the configs the compiler's constraints reject."""
+
+    base: Pipeline
+    problem: EmittedProblem
+    constraints = "both"
+
+    def __getattr__(self, name: str):  # everything else is the native pipeline's
+        return getattr(self.base, name)
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    def admits(self, dispatch: Dispatch, knobs: Mapping) -> bool:
+        from tuner.crosscheck import compiler_assignment
+
+        return self.problem.admits(compiler_assignment(self.base, dispatch, knobs, self.problem,
+                                                       self.problem.intrinsic_indices()))
+
+
+def with_constraints(source: str, pipeline: Pipeline, dispatch: Dispatch, input_path: Path, target: Target,
+                     ctx: ir.Context, flags: tuple[str, ...] = ()) -> Pipeline:
+    """The pipeline reading its valid configs from `source`. Where the compiler emits no
+    constraints for it (llvm-cpu, attention): `compiler` is a one-line error, `both` is native."""
+    if source not in SOURCES:
+        raise InputError(f"--constraints must be one of {', '.join(SOURCES)}, not {source!r}")
+    if source == "native":
+        return pipeline
+    compiler_pipeline = getattr(pipeline, "compiler_pipeline", None)
+    if source == "both" and compiler_pipeline is not None and not pipeline.maps_to_compiler(dispatch):
+        compiler_pipeline = None  # its configs cannot be put in the compiler's knobs: both is native
+    if compiler_pipeline is None:
+        if source == "both":
+            return pipeline
+        raise InputError(f"--constraints compiler: IREE 3.13 emits no constraints for {pipeline.name} "
+                         f"({dispatch.kind.value} on {target.name}); use native or both")
+    try:
+        problem = problem_for(emitted_problems(input_path, target, ctx, flags), dispatch.name, compiler_pipeline,
+                              target)
+    except InputError:
+        if source == "both":
+            return pipeline
+        raise
+    return CompilerSource(pipeline, problem) if source == "compiler" else BothSource(pipeline, problem)
