@@ -116,3 +116,19 @@ def test_known_compiler_bug_batch_matmul_crashes_when_emitting_constraints():
     assert run_tool([find_tool("iree-compile"), str(path), *flags], 300).ok
     crashed = run_tool([find_tool("iree-compile"), str(path), *flags, "--iree-codegen-emit-pipeline-constraints"], 300)
     assert not crashed.ok and "emitTileAndFuseConstraints" in crashed.stderr
+
+
+def test_a_candidate_that_fails_to_build_is_reported_with_the_compiler_constraint_it_breaks(tmp_path, faulty_tools):
+    """Candidate 1 is a seed with 16 subgroups (512 threads), which IREE's TileAndFuse
+    constraints reject ("sg_num <= 10"); its compile is made to fail."""
+    seeds = tmp_path / "seeds.json"
+    seeds.write_text(json.dumps([{"name": "sixteen_subgroups", "pipeline": "llvmgpu_tile_and_fuse", "backend": "cuda",
+                                  "knobs": {
+        "mma_kind": 0, "subgroup_m": 1, "subgroup_n": 1, "subgroups_m": 4, "subgroups_n": 4, "reduction_k": 2,
+        "prefetch_num_stages": 2, "reorder_workgroups": 0}}]))
+    faulty_tools("iree-compile", "/0001/", "crash")
+    result = run_cli("tune", MATMUL_TB, "--target", "cuda:sm_80", "--seeds", seeds, "--budget", "2",
+                     "--compile-only", "--output", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "candidate 1 failed; IREE's constraints for it: " in said and "sg_num <= 10" in said

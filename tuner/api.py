@@ -50,6 +50,8 @@ class Tuning:
     stats: Optional[EvaluationStats]
     output_dir: Path
     manifest: Optional[Manifest] = None  # written by a compile-only run
+    # Candidate id -> what IREE's own constraints say of a config that failed to build or take.
+    compiler_says: Optional[dict] = None
 
 
 def _scratch() -> str:
@@ -437,7 +439,8 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
         if compile_only:
             manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
                                            session.ctx, store, settings, meta, progress)
-            return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest)
+            says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
+            return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
         evaluator = _evaluator(session, store, settings, progress, strategy, devices, given)
         evaluation = evaluator.evaluate(candidates)
     finally:
@@ -454,14 +457,51 @@ def _write(session: _Session, candidates: list[Candidate], evaluation: Evaluatio
     chosen = next((c for c in candidates if ranking.best and c.id == ranking.best.candidate_id), None) \
         or next(c for c in candidates if c.is_baseline)
     proposed = (search_meta or {}).get("proposed_by", {})
+    annotations: dict[int, dict] = {int(k): {"proposed_by": v} for k, v in proposed.items()}
+    says = compiler_says_of_failures(session, candidates, evaluation.results)
+    for cid, said in says.items():
+        annotations.setdefault(cid, {})["compiler_constraints"] = said
     write_outputs(
         output_dir, ranking, list(evaluation.results),
         spec=chosen.spec, flags=candidate_flags(chosen, target, output_dir / "best_spec.mlir"),
         meta={**_meta(session, given), "devices": devices, "evaluation": evaluation.stats.to_json(),
               **({"search": search_meta} if search_meta else {})},
-        annotations={int(k): {"proposed_by": v} for k, v in proposed.items()},
+        annotations=annotations,
     )
-    return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir)
+    return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir,
+                  compiler_says=says)
+
+
+def compiler_says_of_failures(session: _Session, candidates: Sequence[Candidate],
+                              results: Sequence[Result]) -> dict[int, list[str]]:
+    """For each candidate that failed to build or whose config did not take, what IREE's own
+    constraints for the dispatch say of its config: the messages of the assertions it breaks
+    (with their values), or that they admit it. Empty where the compiler emits no constraints
+    for the pipeline or its configs cannot be put in the compiler's knobs."""
+    from tuner.compiler_constraints import emitted_problems, problem_for
+    from tuner.crosscheck import compiler_assignment
+    from tuner.results import Status
+
+    failed = {r.candidate_id for r in results
+              if r.status in (Status.COMPILE_FAILED, Status.CONFIG_NOT_APPLIED) and not r.is_baseline}
+    pipeline = session.pipeline
+    base = getattr(pipeline, "base", pipeline)
+    if not failed or not getattr(base, "compiler_pipeline", None) or not base.maps_to_compiler(session.dispatch):
+        return {}
+    try:
+        problem = problem_for(emitted_problems(session.input_path, session.target, session.ctx, session.dispatch.flags),
+                              session.dispatch.name, base.compiler_pipeline, session.target)
+    except InputError:
+        return {}
+    out = {}
+    for c in candidates:
+        if c.id not in failed or not c.config.knobs:
+            continue
+        knobs = dict(c.config.knobs)
+        mapped = knobs if getattr(pipeline, "constraints", "") == "compiler" else \
+            compiler_assignment(base, session.dispatch, knobs, problem, problem.intrinsic_indices())
+        out[c.id] = problem.violations(mapped) or ["admitted by IREE's constraints"]
+    return out
 
 
 def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: Path | str = "crosscheck-output",

@@ -129,6 +129,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
                           on_discovered=None if dispatch_name else _picked(console), inputs=input_files,
                           search=_search(search_name, budget, time_budget, seed, seeds_file, constraints),
                           on_search=_searching(console))
+    _say_compiler_constraints(console, tuning.compiler_says or {})
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
         done = tuning.manifest.meta.get("search", {}).get("done")
@@ -510,6 +511,12 @@ def _stats_line(stats: dict) -> str:
     for warning in stats.get("warnings", []):
         line += f"\n[yellow]warning:[/yellow] {warning}"
     return line
+
+
+def _say_compiler_constraints(console: Console, says: dict) -> None:
+    """For each candidate that failed to build or take: what IREE's own constraints say of it."""
+    for cid, said in sorted(says.items()):
+        console.print(f"candidate {cid} failed; IREE's constraints for it: {'; '.join(said)}", markup=False)
 
 
 def _summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
