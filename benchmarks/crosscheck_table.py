@@ -37,14 +37,14 @@ def main() -> None:
             out = args.out / target.replace(":", "_") / sample.stem
             run = subprocess.run([sys.executable, "-m", "tuner.cli", "crosscheck", str(sample), "--target", target,
                                   "--limit", str(args.limit), "--seconds", str(args.seconds), "--compile",
-                                  str(args.compile), "--output", str(out), "--force", "--json"],
+                                  str(args.compile), "--output", str(out), "--force"],
                                  capture_output=True, text=True, cwd=REPO)
             if run.returncode != 0:
                 why = (run.stderr.strip().splitlines() or ["?"])[-1].removeprefix("error: ")
                 rows.append(f"| {sample.stem} | {target} | - | - | - | - | {why} |")
                 print(rows[-1], flush=True)
                 continue
-            for c in json.loads(run.stdout):
+            for c in json.loads((out / "crosscheck.json").read_text()):
                 bound = "" if c["compiler_complete"] else ">= "
                 classes = "; ".join(f"{k['side']}: {k['reason']} ({k['count']}; built: {' '.join(k['compiled']) or '-'})"
                                     for k in c["classes"]) or ("not mapped" if c["both"] is None else "none")
