@@ -334,7 +334,7 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
 
     from tuner import api
 
-    console = Console()
+    console = Console(stderr=as_json)  # with --json, stdout holds the JSON alone
     with _errors_to_exit():
         with _progress(console) as on_progress:
             checks = api.crosscheck_input(input_file, target, output_dir, dispatch_name, pipeline_name, limit, seconds,
