@@ -305,14 +305,17 @@ class LLVMGPUTileAndFuse:
     def compiler_knobs(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, object]:
         """This config in the knobs of the compiler's emitted constraints: per loop dim d,
         `wg_d` (workgroup tile), `sg_d` (MMA tiles per subgroup), `red_d` (K steps); the
-        subgroup and workgroup sizes, the prefetch stages, and under "mma" the intrinsic (the
-        caller turns it into the compiler's `mma_idx`)."""
+        subgroup and workgroup sizes, the prefetch stages, the subgroup counts (`sg_m_cnt`,
+        `sg_n_cnt`), and under "mma" the intrinsic (the caller turns it into the compiler's
+        `mma_idx`)."""
         t = tile_sizes(dispatch, s)
         out: dict[str, object] = {f"wg_{d}": v for d, v in enumerate(t.workgroup) if v}
         out.update({f"sg_{d}": v for d, v in enumerate(t.subgroup) if v})
         out.update({f"red_{d}": v for d, v in enumerate(t.reduction) if v})
         out.update(sg_size=t.subgroup_size, wg_size_x=t.threads, wg_size_y=1, wg_size_z=1,
-                   prefetch_num_stages=int(s["prefetch_num_stages"]), mma=t.intrinsic)
+                   prefetch_num_stages=int(s["prefetch_num_stages"]), mma=t.intrinsic,
+                   # Not knobs there but variables its assertions solve for: the subgroup counts.
+                   sg_m_cnt=int(s["subgroups_m"]), sg_n_cnt=int(s["subgroups_n"]))
         return out
 
     # The lowering: the only part that imports IREE.

@@ -166,7 +166,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
         if on_discovered:
             on_discovered(session.program, session.dispatch, how)
         _take_inputs(session, inputs)
-        session = _with_constraints(session, search.constraints)
+        session = _with_constraints(session, search.constraints, search.budget)
         plan = plan_search(session.dispatch, session.pipeline, search)
         if on_search:
             on_search(plan.summary())
@@ -257,7 +257,8 @@ def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", n
     compiled beyond discovery, nothing is timed."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _with_constraints(_open(input_path, target, None, dispatch_name, pipeline_name), constraints)
+    session = _with_constraints(_open(input_path, target, None, dispatch_name, pipeline_name), constraints,
+                                num_candidates)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                                  session.target.spec_entry, progress=progress)
 
@@ -332,12 +333,12 @@ def _store(session: _Session, store_path: Optional[Path | str]) -> ResultStore:
                        runtime_version())
 
 
-def _with_constraints(session: _Session, source: str) -> _Session:
+def _with_constraints(session: _Session, source: str, budget: int) -> _Session:
     """The session with its pipeline reading its valid configs from `source` (--constraints)."""
     from tuner.constraint_sources import with_constraints
 
     return replace(session, pipeline=with_constraints(source, session.pipeline, session.dispatch, session.input_path,
-                                                      session.target, session.ctx, session.dispatch.flags))
+                                                      session.target, session.ctx, session.dispatch.flags, budget))
 
 
 def _meta(session: _Session, given: bool) -> dict:

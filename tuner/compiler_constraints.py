@@ -61,10 +61,9 @@ class EmittedProblem:
         reads = self._reads()
         if self._admits(assignment, subst):
             return []
-        values = [int(assignment[k]) if k in assignment else None for k in self.knobs]
+        values = [int(assignment[k]) if k in assignment else None for k in self.names()]
         failing = [i for i, (check, read) in enumerate(zip(self._compiled(), reads))
-                   if check is not None and all(values[self.knobs.index(k)] is not None for k in read)
-                   and not check(values)]
+                   if check is not None and read <= assignment.keys() and not check(values)]
 
         def say(i: int) -> str:
             used = sorted(reads[i] & assignment.keys())
@@ -109,17 +108,16 @@ class EmittedProblem:
         return {**assignment, **{k: model.eval(self.variables[k], model_completion=True).as_long() for k in missing}}
 
     def _reads(self) -> list[set[str]]:
-        """Per assertion, the knobs it reads."""
+        """Per assertion, the variables it reads (knobs and derived ones; not the pinned dims)."""
         if self._read is None:
-            knobs = set(self.knobs)
-            self._read = [{str(v) for v in z3.z3util.get_vars(a)} & knobs for a in self.assertions]
+            self._read = [{str(v) for v in z3.z3util.get_vars(a)} - self.fixed.keys() for a in self.assertions]
         return self._read
 
     def _compiled(self) -> list[Optional[Callable[[list], bool]]]:
-        """Per assertion, a Python check over the knob values (the problem's dims put in), or
-        None where it reads a variable that is not a knob (a derived count): Z3 checks those."""
+        """Per assertion, a Python check over the values of the problem's variables (`names()`
+        order; the dims put in), or None where a term cannot be compiled."""
         if self._checks is None:
-            names = {k: f"v[{i}]" for i, k in enumerate(self.knobs)}
+            names = {k: f"v[{i}]" for i, k in enumerate(self.names())}
             fixed = [(self.variables[k], z3.IntVal(v)) for k, v in self.fixed.items()]
             self._checks = []
             for a in self.assertions:
@@ -129,13 +127,18 @@ class EmittedProblem:
                     self._checks.append(None)
         return self._checks
 
+    def names(self) -> list[str]:
+        """The variables an assignment may give: the knobs, then derived ones (the compiler's
+        subgroup counts `sg_m_cnt`, ...) that a mapping may know; not the pinned dims."""
+        return [*self.knobs, *sorted(k for k in self.variables if k not in self.knobs and k not in self.fixed)]
+
     def _admits(self, assignment: Mapping[str, int], subst: list) -> bool:
-        """Whether every assertion holds: those that read only knobs (all assigned) in Python,
-        the rest in one solver call."""
-        values = [int(assignment[k]) if k in assignment else None for k in self.knobs]
+        """Whether every assertion holds: in Python those whose variables are all assigned, the
+        rest in one solver call."""
+        values = [int(assignment[k]) if k in assignment else None for k in self.names()]
         rest = []
         for check, a, read in zip(self._compiled(), self.assertions, self._reads()):
-            if check is not None and all(values[self.knobs.index(k)] is not None for k in read):
+            if check is not None and read <= assignment.keys():
                 if not check(values):
                     return False
             else:
@@ -186,7 +189,8 @@ class EmittedProblem:
     def materialize(self, assignment: Mapping[str, int]) -> ir.Attribute:
         """The compilation_info the compiler builds from these knob values."""
         with self.op.context:
-            return iree_codegen.materialize_compilation_info(self.op, {k: int(v) for k, v in assignment.items()})
+            return iree_codegen.materialize_compilation_info(
+                self.op, {k: int(v) for k, v in assignment.items() if k in self.knobs})
 
 
 def _unsat(*terms: z3.BoolRef) -> bool:

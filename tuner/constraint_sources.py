@@ -79,7 +79,7 @@ class BothSource:
 
 
 def with_constraints(source: str, pipeline: Pipeline, dispatch: Dispatch, input_path: Path, target: Target,
-                     ctx: ir.Context, flags: tuple[str, ...] = ()) -> Pipeline:
+                     ctx: ir.Context, flags: tuple[str, ...] = (), budget: int = 50) -> Pipeline:
     """The pipeline reading its valid configs from `source`. Where the compiler emits no
     constraints for it (llvm-cpu, attention): `compiler` is a one-line error, `both` is native."""
     if source not in SOURCES:
@@ -101,4 +101,6 @@ def with_constraints(source: str, pipeline: Pipeline, dispatch: Dispatch, input_
         if source == "both":
             return pipeline
         raise
-    return CompilerSource(pipeline, problem) if source == "compiler" else BothSource(pipeline, problem)
+    if source == "compiler":
+        return CompilerSource(pipeline, problem, limit=min(CompilerSource.limit, max(200, 20 * budget)))
+    return BothSource(pipeline, problem)

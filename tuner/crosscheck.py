@@ -56,8 +56,8 @@ class CrossCheck:
 
 def compiler_assignment(pipeline: Pipeline, dispatch: Dispatch, knobs: Mapping, problem: EmittedProblem,
                         indices: Mapping[tuple, int]) -> dict[str, int]:
-    """A native config in the compiler's knob names: the pipeline's mapping, its intrinsic as the
-    compiler's `mma_idx`, and only the knobs the compiler has."""
+    """A native config in the compiler's variables: the pipeline's mapping, its intrinsic as the
+    compiler's `mma_idx`, and only the knobs (and derived variables) the compiler has."""
     mapped = dict(pipeline.compiler_knobs(dispatch, knobs))
     mma: MmaIntrinsic | None = mapped.pop("mma", None)
     if mma is not None:
@@ -65,7 +65,7 @@ def compiler_assignment(pipeline: Pipeline, dispatch: Dispatch, knobs: Mapping, 
         if key not in indices:
             raise KeyError(f"{mma.name} is not among the compiler's intrinsics for this op")
         mapped["mma_idx"] = indices[key]
-    return {k: int(v) for k, v in mapped.items() if k in problem.knobs}
+    return {k: int(v) for k, v in mapped.items() if k in problem.variables}
 
 
 def _reason(message: str) -> str:
@@ -122,8 +122,9 @@ def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, 
                  lambda k=knobs: candidate_for(next(next_id), dispatch, pipeline, k, ctx, target.spec_entry))
         else:
             both += 1
-        images.add(tuple(sorted(mapped.items())))
-        for k, v in mapped.items():
+        knobs_only = {k: v for k, v in mapped.items() if k in problem.knobs}  # what a compiler solution gives
+        images.add(tuple(sorted(knobs_only.items())))
+        for k, v in knobs_only.items():
             values.setdefault(k, set()).add(v)
         if progress:
             progress("native", i + 1, len(native))

@@ -177,7 +177,7 @@ def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: S
     from tuner.constraint_sources import with_constraints
 
     return with_constraints(search.constraints, pipeline_for(dispatch), dispatch, env.model, target, env.ctx,
-                            dispatch.flags)
+                            dispatch.flags, search.budget)
 
 
 def select_dispatches(program, measured, workload, min_share: float, top: Optional[int]
