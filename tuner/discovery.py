@@ -179,7 +179,7 @@ def _roles(op: ir.Operation) -> tuple[DispatchKind, tuple[int, ...], tuple[int, 
     return None
 
 
-def _pipeline_id(attr: ir.Attribute) -> str:
+def pipeline_id(attr: ir.Attribute) -> str:
     """"<dialect>.<pipeline>" of a translation_info's pipeline attribute: typed for GPU pipelines
     (`iree_gpu.PipelineAttr`); IREE 3.13's bindings have no class for `#iree_cpu.pipeline<...>`,
     so that one is read from its whole canonical form (matched whole, never by substring)."""
@@ -221,7 +221,7 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
             workgroup_size=tuple(info.workgroup_size),
             subgroup_size=info.subgroup_size or None,
             translation_info=str(info),
-            pipeline_id=_pipeline_id(info.pass_pipeline),
+            pipeline_id=pipeline_id(info.pass_pipeline),
         ),
         flags=flags,
         conv=conv,
