@@ -115,6 +115,7 @@ def synthetic_cpu_dispatch(m: int = 1024, n: int = 1024, k: int = 1024, avx512: 
             pipeline="#iree_cpu.pipeline<DoubleTilingExpert>",
             lowering_config="#iree_cpu.lowering_config<distribution = [64, 64, 0], "
                             "vector_common_parallel = [8, 16, 0], vector_reduction = [0, 0, 16]>",
+            pipeline_id="iree_cpu.DoubleTilingExpert",
         ),
     )
 
