@@ -8,11 +8,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tuner.device_identity import device_identity, timing_identity
 from tuner.devices import distinct_devices, measure_built
 from tuner.errors import InputError
 from tuner.manifest import MANIFEST, Manifest
-from tuner.measure import Measurer, Progress, measure_pass
+from tuner.measure import LOCAL, Measurer, ModuleRunner, Progress, measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report import write_outputs
 from tuner.results import EvaluationStats, Result
@@ -33,28 +32,44 @@ class Measured:
 
 
 def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
-                  progress: Optional[Progress] = None, store_path: Optional[Path] = None) -> Measured:
+                  progress: Optional[Progress] = None, store_path: Optional[Path] = None,
+                  strategy: str = "auto") -> Measured:
     """Measure every candidate of the manifest in `root` on `devices` (default: the manifest's
-    device), reusing results stored for this runtime, device and timing (never the baseline's),
-    then write best_spec.mlir, best_flags.txt and results.json."""
+    device; with `strategy` "ray", the Ray cluster's benchmark workers, the modules sent through
+    its object store), reusing results stored for this runtime, device and timing (never the
+    baseline's), then write best_spec.mlir, best_flags.txt and results.json."""
     with RunDirectory(root):  # one run at a time; a read-only DIR is one error line
-        return _benchmark_dir(root, devices, settings, progress, store_path)
+        return _benchmark_dir(root, devices, settings, progress, store_path, strategy)
+
+
+def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSettings
+            ) -> tuple[ModuleRunner, tuple[str, ...]]:
+    """Where the manifest is timed: this machine's devices, or the cluster's workers."""
+    if strategy != "ray":
+        return LOCAL, distinct_devices(devices, device)
+    if devices:
+        raise InputError("--device does not go with --strategy ray: the cluster's benchmark workers are the devices")
+    from tuner.cluster.connect import connect
+    from tuner.cluster.evaluator import cluster_runner
+
+    runner = cluster_runner(connect(settings.ray_address, settings.compile_workers), device, settings.benchmark_cores)
+    return runner, runner.devices
 
 
 def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, progress: Optional[Progress],
-                   store_path: Optional[Path]) -> Measured:
+                   store_path: Optional[Path], strategy: str) -> Measured:
     manifest = Manifest.read(root)
     owner = RunDirectory.owner(root)
     if owner and manifest.meta.get("input_digest") and owner.get("input_digest") != manifest.meta["input_digest"]:
         raise InputError(f"{root / MANIFEST} is of another input than the run this directory holds "
                          f"({owner.get('input', '?')}); compile again with `iree-tuner tune INPUT --compile-only "
                          f"--output {root}`")
-    devices = distinct_devices(devices, manifest.device)
     baseline = next((b for b in manifest.built if b.result.is_baseline), None)
     if baseline is None:
         raise InputError(f"{root / MANIFEST}: no baseline candidate in it")
-    conditions = (device_identity(devices[0]), timing_identity(devices[0], baseline.dispatch_benchmark is not None,
-                                                                DISPATCH_BATCH))
+    runner, devices = _runner(strategy, manifest.device, devices, settings)
+    conditions = (runner.identity(devices[0]),
+                  runner.timing_identity(devices[0], baseline.dispatch_benchmark is not None, DISPATCH_BATCH))
     with ResultStore(store_path or root / STORE, manifest.meta.get("compiler", "unknown"), runtime_version()) as store:
         stored = store.reusable([b.result.key for b in manifest.built if not b.result.is_baseline], *conditions)
         ids = {b.result.key: b.result.candidate_id for b in manifest.built}
@@ -68,7 +83,7 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
             "benchmark-only", len(todo), reused,
             lambda measurer, recorder: measure_built(todo, devices, measurer, recorder),
             lambda: {b.result.key: b for b in manifest.built if b.vmfb is not None and b.result.ok},
-            Measurer(run_settings, settings.baseline_every), settings, store, devices, progress)
+            Measurer(run_settings, settings.baseline_every, runner), settings, store, devices, progress)
     ranking = rank(results)
     chosen = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), baseline)
     best_spec_path = root / "best_spec.mlir"

@@ -37,9 +37,12 @@ def _evaluation_options(f):
                      help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
     f = click.option("--device", "devices", multiple=True,
                      help="Runtime device to benchmark on; repeat for several (e.g. cuda://0 cuda://1).")(f)
+    f = click.option("--ray-address", default=None,
+                     help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")(f)
     f = click.option("--strategy", default="auto", show_default=True,
-                     type=click.Choice(["auto", "overlapped", "sequential"]),
+                     type=click.Choice(["auto", "overlapped", "sequential", "ray"]),
                      help="overlapped: time while compiling; sequential: compile, then time, one at a time; "
+                          "ray: compile tasks and one benchmark worker per device on a Ray cluster (README); "
                           "auto: sequential on llvm-cpu (timing shares its cores), overlapped on GPUs.")(f)
     f = click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")(f)
     f = click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")(f)
@@ -97,11 +100,11 @@ def _search(search_name: str, budget: int, time_budget: float | None, seed: int,
 
 
 def _settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
-              confirm_rounds: int = 4):
+              confirm_rounds: int = 4, ray_address: str | None = None):
     from tuner.settings import EvalSettings
 
     return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
-                        baseline_every=baseline_every, confirm_rounds=confirm_rounds)
+                        baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address)
 
 
 @main.command()
@@ -115,7 +118,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
          seeds_file: Path | None, constraints: str, output_dir: Path, compile_only: bool, target: str,
          pipeline_name: str | None, dispatch_name: str | None, input_files: tuple[Path, ...], force: bool,
          confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
-         strategy: str, devices: tuple[str, ...], store_path: Path | None) -> None:
+         strategy: str, ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE: search its valid configs within the budget,
     each batch compiled and timed against the default, the best confirmed side by side."""
     from tuner import api
@@ -123,7 +126,8 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
     console = Console()
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = api.tune(input_file, target, None, output_dir, dispatch_name,
-                          _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds),
+                          _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
+                                    ray_address),
                           on_progress, _announce(console), compile_only, strategy, devices,
                           store_path, pipeline_name, force,
                           on_discovered=None if dispatch_name else _picked(console), inputs=input_files,
@@ -215,11 +219,11 @@ def pack(directory: Path, dest: Path) -> None:
 def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, pipeline_name: str | None,
               dispatch_name: str | None, input_files: tuple[Path, ...], force: bool, confirm_rounds: int,
               baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
-              devices: tuple[str, ...], store_path: Path | None) -> None:
+              ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
     (measured here with the IREE runtime and numpy only), or an input .mlir with --configs."""
     console = Console()
-    settings = _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds)
+    settings = _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds, ray_address)
     with _errors_to_exit():
         if path.is_dir() and (path / "model-plan.json").is_file():
             from tuner.stages.plan import run_plan
@@ -238,7 +242,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             from tuner.benchmark_stage import benchmark_dir
 
             with _progress(console) as on_progress:
-                measured = benchmark_dir(path, devices, settings, on_progress, store_path)
+                measured = benchmark_dir(path, devices, settings, on_progress, store_path, strategy)
             _summary(console, measured.ranking, list(measured.results), measured.stats, path)
             return
         if not path.exists():

@@ -51,11 +51,14 @@ def device_identity(device: str) -> str:
     return f"{driver}: {chosen.get('name', 'unknown')}"
 
 
-def timing_identity(device: str, dispatch_only: bool, batch: int) -> str:
+def timing_identity(device: str, dispatch_only: bool, batch: int, cores: tuple[int, ...] = ()) -> str:
     """What a time is a time of, as far as it changes the figure: the whole entry function or the
-    dispatch alone (how many dispatches per timed batch), and the runtime's thread count. The
-    number of repetitions is left out: it changes the noise, not what is measured."""
+    dispatch alone (how many dispatches per timed batch), and the runtime's thread count (`cores`:
+    the CPUs a cluster's benchmark worker times on, tuner.cluster). The number of repetitions is
+    left out: it changes the noise, not what is measured."""
     what = f"dispatch alone, {batch} per batch" if dispatch_only else "entry function"
     driver = device.partition("://")[0].split(":")[0]
-    threads = {"local-sync": "1 thread", "local-task": f"{os.cpu_count()} threads (runtime default)"}.get(driver, "")
+    task = (f"{len(cores)} threads pinned to cores {','.join(map(str, cores))}" if cores
+            else f"{os.cpu_count()} threads (runtime default)")
+    threads = {"local-sync": "1 thread", "local-task": task}.get(driver, "")
     return f"{driver}: {what}" + (f", {threads}" if threads else "")

@@ -9,11 +9,12 @@ import threading
 from dataclasses import replace
 from typing import Optional, Sequence, cast
 
-from tuner.errors import InputError
-from tuner.measure import Built, Measurer, Recorder
+from tuner.errors import InputError, ToolError
+from tuner.measure import Built, DeviceLost, Measurer, Recorder
 from tuner.results import Result, Status
 
 MEASURED = "measured"
+LOST = "lost"  # a device went away; what it held was queued again for the others
 
 
 def distinct_devices(devices: Sequence[str], default: str) -> tuple[str, ...]:
@@ -27,7 +28,8 @@ def distinct_devices(devices: Sequence[str], default: str) -> tuple[str, ...]:
 class DevicePool:
     """Measures submitted candidates on any free device and puts `(MEASURED, result)` on
     `events`. The baseline is measured before anything else starts, because every other output
-    is checked against its; candidates submitted earlier wait for it."""
+    is checked against its; candidates submitted earlier wait for it. A device that is lost
+    (DeviceLost) puts back what it was measuring for another and stops; `(LOST, device)` says so."""
 
     def __init__(self, devices: Sequence[str], measurer: Measurer, events: "queue.Queue[tuple[str, object]]") -> None:
         if not devices:
@@ -39,6 +41,7 @@ class DevicePool:
         self._lock = threading.Lock()
         self._held: list[Built] = []
         self._baseline_done = False
+        self.alive = set(self.devices)
         self._threads = [threading.Thread(target=self._worker, args=(d,), name=f"bench-{i}-{d}", daemon=True)
                          for i, d in enumerate(self.devices)]
         for t in self._threads:
@@ -65,12 +68,25 @@ class DevicePool:
                 return
             try:
                 result = self._measurer.measure(b, device)
+            except DeviceLost as e:
+                with self._lock:
+                    self.alive.discard(device)
+                self._work.put(b)  # another device measures it
+                self._events.put((LOST, str(e)))
+                return
             except Exception as e:  # a bug here must not hang the run waiting for this result
                 result = replace(b.result, status=Status.RUN_FAILED, device=device,
                                  error=f"benchmark worker error: {type(e).__name__}: {e}")
             if b.result.is_baseline:
                 self._release()
             self._events.put((MEASURED, result))
+
+    def lost(self, why: str) -> None:
+        """Called where a LOST event arrives: the run goes on while any device is left."""
+        with self._lock:
+            left = len(self.alive)
+        if not left:
+            raise ToolError(f"every benchmark device was lost; the last: {why}", [], "")
 
     def close(self) -> None:
         """Stop the workers once they are idle; anything not yet measured is dropped."""
@@ -98,8 +114,12 @@ def measure_built(built: Sequence[Built], devices: Sequence[str], measurer: Meas
                 waiting += 1
             else:
                 recorder.add(b.result)
-        for _ in range(waiting):
-            _, result = events.get()
-            recorder.add(cast(Result, result))
+        while waiting:
+            kind, payload = events.get()
+            if kind == LOST:
+                pool.lost(cast(str, payload))
+                continue
+            recorder.add(cast(Result, payload))
+            waiting -= 1
     finally:
         pool.close()

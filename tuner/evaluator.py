@@ -15,7 +15,7 @@ ranked (tuner.measure.measure_pass).
   candidate is built. On a CPU target the compiles share the machine with the timing, which adds
   noise to the first pass; the confirmation round runs after every compile has finished.
 
-A distributed evaluator would implement the same `Evaluator` protocol.
+- `ray` (tuner.cluster.evaluator): compile tasks and benchmark workers on a Ray cluster.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ from iree.compiler import ir
 
 from tuner.candidates import Candidate
 from tuner.compile_stage import CompileJob, compile_candidate, reused_result, verify_build
-from tuner.device_identity import device_identity, timing_identity
-from tuner.devices import MEASURED, DevicePool, distinct_devices
+from tuner.devices import LOST, MEASURED, DevicePool, distinct_devices
 from tuner.errors import InputError
-from tuner.measure import Built, Measurer, Progress, Recorder, measure_pass
+from tuner.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder, measure_pass
 from tuner.results import EvaluationStats, Result
 from tuner.runner import DISPATCH_BATCH
 from tuner.settings import EvalSettings
@@ -59,14 +58,15 @@ class Evaluator(Protocol):
 
 
 class _LocalEvaluator:
-    """Compiles on this machine and measures on its devices; subclasses choose the schedule."""
+    """Compiles on this machine and measures on its devices (or, through `runner`, on whatever
+    devices it reaches); subclasses choose the schedule."""
 
     name = ""
 
     def __init__(self, input_path: Path, target: Target, workload: Workload, workdir: Path, store: ResultStore,
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                  progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
-                 given_inputs: Optional[Path] = None) -> None:
+                 given_inputs: Optional[Path] = None, runner: ModuleRunner = LOCAL) -> None:
         self.input_path = input_path
         self.target = target
         self.workload = workload
@@ -79,10 +79,12 @@ class _LocalEvaluator:
         inputs = tuple(workload.write_inputs(workdir / "inputs", given=given_inputs))
         self.run_settings = settings.run_settings(self.devices[0], workload, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
+        self.runner = runner
         # The conditions stored results must have been timed under to be reused here.
-        self.conditions = (device_identity(self.devices[0]),
-                           timing_identity(self.devices[0], target.time_dispatch_only or workload.dispatch_benchmark,
-                                           DISPATCH_BATCH))
+        self.conditions = (runner.identity(self.devices[0]),
+                           runner.timing_identity(self.devices[0],
+                                                  target.time_dispatch_only or workload.dispatch_benchmark,
+                                                  DISPATCH_BATCH))
 
     def evaluate(self, candidates: Sequence[Candidate], settings: Optional[EvalSettings] = None) -> Evaluation:
         """`settings` overrides the evaluator's for this batch (a search's batches skip the
@@ -98,15 +100,19 @@ class _LocalEvaluator:
         def prepare(chosen: list[Result]) -> dict[str, Built]:
             """Build again the stored results chosen for confirmation: only what is timed in this
             run's rounds can win."""
-            rebuilt = [self._verify(self._compile(by_key[r.key])) for r in chosen]
+            rebuilt = [self._build(by_key[r.key]) for r in chosen]
             return {b.result.key: b for b in rebuilt if b.result.ok}
 
         results, stats = measure_pass(
             self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
             lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-            Measurer(self.run_settings, settings.baseline_every), settings, self.store, self.devices,
+            Measurer(self.run_settings, settings.baseline_every, self.runner), settings, self.store, self.devices,
             self.progress, prepare)
         return Evaluation(tuple(results), stats)
+
+    def _build(self, c: Candidate) -> Built:
+        """Compile and verify one candidate now."""
+        return self._verify(self._compile(c))
 
     def _compile(self, c: Candidate) -> CompileJob:
         return compile_candidate(c, self.input_path, self.target, self.workdir, self.settings.compile_timeout_s,
@@ -150,6 +156,9 @@ class Overlapped(_LocalEvaluator):
                 if kind == MEASURED:
                     recorder.add(cast(Result, payload))
                     continue
+                if kind == LOST:
+                    pool.lost(cast(str, payload))
+                    continue
                 # Verification reads MLIR, so it happens here, in the thread that owns the context.
                 built = self._verify(cast("Future[CompileJob]", payload).result())
                 if built.result.ok:
@@ -162,10 +171,16 @@ class Overlapped(_LocalEvaluator):
 
 
 STRATEGIES: dict[str, type[_LocalEvaluator]] = {e.name: e for e in (Sequential, Overlapped)}
+CLUSTER = "ray"  # tuner.cluster.evaluator.RayEvaluator, imported only when asked for (Ray is optional)
 
 
 def make_evaluator(strategy: str, *args, **kwargs) -> _LocalEvaluator:
-    """The evaluator named `strategy` (see STRATEGIES), built with the given arguments."""
+    """The evaluator named `strategy` (see STRATEGIES, or "ray"), built with the given arguments."""
+    if strategy == CLUSTER:
+        from tuner.cluster.evaluator import RayEvaluator
+
+        return RayEvaluator(*args, **kwargs)
     if strategy not in STRATEGIES:
-        raise InputError(f"unknown evaluation strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        raise InputError(f"unknown evaluation strategy {strategy!r}; choose one of "
+                         f"{', '.join([*STRATEGIES, CLUSTER])}")
     return STRATEGIES[strategy](*args, **kwargs)

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from tuner.comparison import (BaselineTiming, Drift, bracketing, find_drifts, lo
 from tuner.device_identity import device_identity, timing_identity
 from tuner.errors import InputError, ToolError
 from tuner.results import EvaluationStats, Result, Status
-from tuner.runner import DispatchBenchmark, RunSettings, benchmark, read_output, relative_error, run_once, tolerance
+from tuner.runner import (DispatchBenchmark, RunSettings, Timing, benchmark, read_output, relative_error, run_once,
+                          tolerance)
 from tuner.tools import ToolRun, kill_running_tools
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
@@ -83,6 +84,53 @@ def inside(root: Path, relative: str) -> Path:
     return root / path
 
 
+class DeviceLost(Exception):
+    """A device went away mid-run (a remote benchmark worker died): what it was given is measured
+    elsewhere, and it gets nothing more."""
+
+    def __init__(self, device: str, why: str) -> None:
+        super().__init__(f"{device}: {why}")
+        self.device = device
+
+
+class ModuleRunner(Protocol):
+    """How a built candidate is run and timed on a named device: on this machine's devices
+    (`LocalRunner`), or on a cluster's benchmark workers (tuner.cluster). May raise DeviceLost."""
+
+    def identity(self, device: str) -> str:
+        """The device's identity (tuner.device_identity): part of every stored timing's key."""
+
+    def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
+        """What a time taken there is a time of (tuner.device_identity.timing_identity)."""
+
+    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
+        """One timing of `b` (its dispatch benchmark where it has one) under `settings`."""
+
+    def output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
+        """Run `b`'s entry once; its checked result (None where none is checked)."""
+
+
+class LocalRunner:
+    """Runs modules where they lie, on this machine's devices, with IREE's runtime tools."""
+
+    def identity(self, device: str) -> str:
+        return device_identity(device)
+
+    def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
+        return timing_identity(device, dispatch_only, batch)
+
+    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
+        return benchmark(b.vmfb, settings, b.dispatch_benchmark)
+
+    def output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
+        out_path = b.vmfb.parent / f"output-{settings.device.replace('/', '_').replace(':', '_')}.npy"
+        run = run_once(b.vmfb, settings, out_path)
+        return run, (read_output(out_path, settings) if run.ok else None)
+
+
+LOCAL = LocalRunner()
+
+
 class Measurer:
     """Checks each built candidate's output against the baseline's, then times it. Shared by the
     device workers (thread-safe): the first candidate measured for an executable claims it, and
@@ -92,9 +140,11 @@ class Measurer:
     candidate and again after every `baseline_every` candidates, so that every first-pass time
     has a baseline time taken near it on the same device, and a drift shows where it happened."""
 
-    def __init__(self, run_settings: RunSettings, baseline_every: int = 5) -> None:
+    def __init__(self, run_settings: RunSettings, baseline_every: int = 5, runner: ModuleRunner = LOCAL) -> None:
         self.run_settings = run_settings
         self.baseline_every = max(1, baseline_every)
+        self.runner = runner
+        self.lost: set[str] = set()  # devices that went away mid-run (DeviceLost): nothing more is timed there
         self._lock = threading.Lock()
         self._reference: Optional[np.ndarray] = None
         self._baseline: Optional[Built] = None
@@ -108,8 +158,8 @@ class Measurer:
     def identity(self, b: Built, device: str) -> dict:
         """The conditions a timing of `b` on `device` is taken under (see tuner.device_identity)."""
         bench = b.dispatch_benchmark
-        return {"device": device, "device_id": device_identity(device),
-                "timing": timing_identity(device, bench is not None, bench.batch if bench else 0)}
+        return {"device": device, "device_id": self.runner.identity(device),
+                "timing": self.runner.timing_identity(device, bench is not None, bench.batch if bench else 0)}
 
     def measure(self, b: Built, device: str) -> Result:
         """The candidate's scored result on `device`; the baseline's output becomes the reference
@@ -141,7 +191,7 @@ class Measurer:
     def retime(self, r: Result, b: Built) -> Result:
         """Time a measured candidate once more on the device that measured it (its numerics were
         checked already), as the first pass would, baseline timings included."""
-        timed = _timed(r, b, self.settings(r.device))
+        timed = self._timed(r, b, self.settings(r.device))
         if timed.ok:
             self._counted(r.device)
         return replace(timed, timed_at=time.time(), retimed=True)
@@ -153,15 +203,39 @@ class Measurer:
         if due:
             self.time_baseline(device)
 
+    def timing(self, b: Built, device: str) -> tuple[Optional[Timing], ToolRun]:
+        """One timing of `b` on `device`; a device lost on the way is remembered as lost."""
+        try:
+            return self.runner.benchmark(b, self.settings(device))
+        except DeviceLost:
+            self.lose(device)
+            raise
+
+    def lose(self, device: str) -> None:
+        with self._lock:
+            self.lost.add(device)
+            self._since.pop(device, None)
+
+    def confirm_device(self) -> Optional[str]:
+        """Where the confirmation rounds run: the first device, or another if it was lost."""
+        with self._lock:
+            candidates = [self.run_settings.device, *sorted(self._since)]
+        return next((d for d in candidates if d not in self.lost), None)
+
     def time_baseline(self, device: str) -> None:
         """Time the baseline on `device` now and add it to the timeline (a failed timing adds
-        nothing: the nearest other one serves)."""
+        nothing: the nearest other one serves; nor does a lost device)."""
         with self._lock:
             baseline = self._baseline
+            if device in self.lost:
+                return
             self._since[device] = 0
         if baseline is None:
             return
-        timing, _ = benchmark(baseline.vmfb, self.settings(device), baseline.dispatch_benchmark)
+        try:
+            timing, _ = self.timing(baseline, device)
+        except DeviceLost:
+            return
         if timing is not None:
             with self._lock:
                 self.log.append(BaselineTiming(device, time.time(), timing.median_ms, timing.spread_pct))
@@ -177,16 +251,14 @@ class Measurer:
     def _measure(self, b: Built, settings: RunSettings) -> tuple[Result, Optional[np.ndarray]]:
         """Run once for the output, check it against the reference, then time it."""
         if settings.checked is None and b.dispatch_benchmark is not None:
-            return _timed(b.result, b, settings), None  # nothing to compare: the dispatch alone is timed
+            return self._timed(b.result, b, settings), None  # nothing to compare: the dispatch alone is timed
         if b.vmfb is None:
             return replace(b.result, status=Status.RUN_FAILED, error="no compiled module to run"), None
-        out_path = b.vmfb.parent / f"output-{settings.device.replace('/', '_').replace(':', '_')}.npy"
-        run = run_once(b.vmfb, settings, out_path)
+        run, output = self._output(b, settings)
         if not run.ok:
             return _failed_run(b.result, run), None
-        output = read_output(out_path, settings)
         if output is None:  # nothing to compare (no tensor result): timed, numerics unchecked
-            return _timed(b.result, b, settings), None
+            return self._timed(b.result, b, settings), None
         with self._lock:
             reference = self._reference
         if reference is None and not b.result.is_baseline:
@@ -195,15 +267,22 @@ class Measurer:
         if err > tolerance(b.out_type):
             return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err,
                            error=f"relative error {err:.2e} against the baseline exceeds {tolerance(b.out_type):.0e}"), output
-        return _timed(replace(b.result, relative_error=err), b, settings), output
+        return self._timed(replace(b.result, relative_error=err), b, settings), output
 
+    def _output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
+        try:
+            return self.runner.output(b, settings)
+        except DeviceLost:
+            self.lose(settings.device)
+            raise
 
-def _timed(result: Result, b: Built, settings: RunSettings) -> Result:
-    """`result` with the times of one timing of `b` under `settings`, or the failure of it."""
-    timing, run = benchmark(b.vmfb, settings, b.dispatch_benchmark)
-    if timing is None:
-        return _failed_run(result, run)
-    return replace(result, times_ms=list(timing.times_ms), median_ms=timing.median_ms, spread_pct=timing.spread_pct)
+    def _timed(self, result: Result, b: Built, settings: RunSettings) -> Result:
+        """`result` with the times of one timing of `b` under `settings`, or the failure of it."""
+        timing, run = self.timing(b, settings.device)
+        if timing is None:
+            return _failed_run(result, run)
+        return replace(result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
+                       spread_pct=timing.spread_pct)
 
 
 def _failed_run(result: Result, run: ToolRun) -> Result:
@@ -293,14 +372,18 @@ def retime_drifted(results: list[Result], drifts: list[Drift], built: dict[str, 
     """Time once more every candidate whose first-pass time fell in a span where the baseline
     drifted, on the device that timed it, with the baseline timed around them again."""
     drifted = [i for i, r in enumerate(results) if r.ok and not r.is_baseline and r.timed_at is not None
-               and r.key in built and any(d.covers(r.device, r.timed_at) for d in drifts)]
+               and r.key in built and r.device not in measurer.lost
+               and any(d.covers(r.device, r.timed_at) for d in drifts)]
     if not drifted:
         return results
     results = list(results)
     for device in sorted({results[i].device for i in drifted}):
         measurer.time_baseline(device)
     for n, i in enumerate(drifted, 1):
-        results[i] = measurer.retime(results[i], built[results[i].key])
+        try:
+            results[i] = measurer.retime(results[i], built[results[i].key])
+        except DeviceLost:
+            continue  # its first-pass time stands
         store.put(results[i])
         if progress:
             progress("re-time", n, len(drifted))
@@ -340,31 +423,16 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     others = [r for r in promising if r.key in built]
     if not others or baseline.key not in built:
         return results
-    device = measurer.run_settings.device
-    total, done = settings.confirm_rounds * (2 * len(others) + 1), 0
-
-    def time_one(r: Result) -> Optional[float]:
-        nonlocal done
-        b = built[r.key]
-        timing, _ = benchmark(b.vmfb, measurer.settings(device), b.dispatch_benchmark)
-        done += 1
-        if progress:
-            progress("confirm", done, total)
-        return timing.median_ms if timing is not None else None
-
-    times: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
-    references: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
-    baseline_rounds: list[float] = []
-    for round_ in range(settings.confirm_rounds):
-        shift = round_ % len(others)
-        base = [time_one(baseline)]
-        for r in others[shift:] + others[:shift]:
-            times[r.key].append(time_one(r))
-            base.append(time_one(baseline))
-            references[r.key].append(bracketing(base[-2], base[-1]))
-        ok = [t for t in base if t is not None]
-        if ok:
-            baseline_rounds.append(statistics.median(ok))
+    while True:
+        device = measurer.confirm_device()
+        if device is None:
+            return results  # every device was lost: nothing can be confirmed
+        try:
+            times, references, baseline_rounds = _rounds(baseline, others, built, measurer, device,
+                                                         settings.confirm_rounds, progress)
+            break
+        except DeviceLost:
+            continue  # lost mid-rounds: all of them again on another device, as a round is one comparison
     updated = {baseline.candidate_id: replace(baseline, rounds_ms=baseline_rounds,
                                               round_ratios=[1.0] * len(baseline_rounds))}
     for r in others:
@@ -374,3 +442,34 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     for r in updated.values():
         store.put(r)
     return [updated.get(r.candidate_id, r) for r in results]
+
+
+def _rounds(baseline: Result, others: list[Result], built: dict[str, Built], measurer: Measurer, device: str,
+            rounds: int, progress: Optional[Progress]
+            ) -> tuple[dict[str, list[Optional[float]]], dict[str, list[Optional[float]]], list[float]]:
+    """The interleaved rounds of `confirm` on one device: each candidate's times, the bracketing
+    baseline reference for each, and the baseline's median per round."""
+    total, done = rounds * (2 * len(others) + 1), 0
+
+    def time_one(r: Result) -> Optional[float]:
+        nonlocal done
+        timing, _ = measurer.timing(built[r.key], device)
+        done += 1
+        if progress:
+            progress("confirm", done, total)
+        return timing.median_ms if timing is not None else None
+
+    times: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
+    references: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
+    baseline_rounds: list[float] = []
+    for round_ in range(rounds):
+        shift = round_ % len(others)
+        base = [time_one(baseline)]
+        for r in others[shift:] + others[:shift]:
+            times[r.key].append(time_one(r))
+            base.append(time_one(baseline))
+            references[r.key].append(bracketing(base[-2], base[-1]))
+        ok = [t for t in base if t is not None]
+        if ok:
+            baseline_rounds.append(statistics.median(ok))
+    return times, references, baseline_rounds

@@ -46,6 +46,9 @@ class RunSettings:
     outputs: int = 1  # how many results the entry returns
     checked: Optional[int] = 0  # the result the numerics check compares (None: none can be)
     checked_type: str = "f32"  # its element type
+    # More runtime flags for both tools, e.g. `--task_topology_cpu_ids=` where a cluster's CPU
+    # benchmark worker times on cores that compiles do not use (tuner.cluster).
+    runtime_flags: tuple[str, ...] = ()
 
 
 def _input_flags(inputs: tuple[Path, ...]) -> list[str]:
@@ -58,7 +61,7 @@ def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
     outputs = [(f"--output=+{output}" if raw else f"--output=@{output}") if i == settings.checked else "--output="
                for i in range(settings.outputs)]
     cmd = [find_tool("iree-run-module"), f"--module={vmfb}", f"--device={settings.device}",
-           f"--function={settings.entry}", *_input_flags(settings.inputs), *outputs]
+           f"--function={settings.entry}", *_input_flags(settings.inputs), *outputs, *settings.runtime_flags]
     return run_tool(cmd, settings.timeout_s)
 
 
@@ -98,7 +101,7 @@ def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | N
            f"--benchmark_repetitions={settings.repetitions}",
            f"--benchmark_min_time={settings.min_time_s}s",
            "--benchmark_min_warmup_time=0.05",
-           "--benchmark_format=json"]
+           "--benchmark_format=json", *settings.runtime_flags]
     run = run_tool(cmd, settings.timeout_s)
     if not run.ok:
         return None, run

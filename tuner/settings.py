@@ -31,6 +31,10 @@ class EvalSettings:
     # numerics (tune-model's dispatch trips on a GPU: only each dispatch's benchmark module
     # travels, and every config kept is checked at the model's output).
     check_numerics: bool = True
+    # `--strategy ray`: the cluster to use (None: $RAY_ADDRESS, else a local cluster started for
+    # the run), and how many CPUs a CPU benchmark worker times on (0: half the node's).
+    ray_address: Optional[str] = None
+    benchmark_cores: int = 0
 
     def run_settings(self, device: str, workload: Workload, inputs: tuple[Path, ...]) -> RunSettings:
         """How each candidate is run and timed on `device` under these settings."""

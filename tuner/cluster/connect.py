@@ -1,0 +1,84 @@
+"""Which Ray cluster a run uses, and what its nodes declare.
+
+A run connects to the cluster at `--ray-address` (or $RAY_ADDRESS); with neither, it starts a
+local one for itself (this machine's CPUs, `compile_workers` compile slots) and stops it when the
+process ends. The IREE tools override ($IREE_TUNER_TOOLS) travels to every worker.
+
+A node takes compile tasks only if it declares the custom resource `iree_compile`, as many as it
+runs compiles at once (`ray start ... --resources='{"iree_compile": 8}'`); it needs
+iree-base-compiler and this package installed. Every node of a CPU-only cluster, and every GPU of
+a GPU cluster, gets one benchmark worker (needs iree-base-runtime and this package).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Optional
+
+from tuner.errors import InputError
+from tuner.tools import TOOLS_ENV
+
+COMPILE_RESOURCE = "iree_compile"
+ADDRESS_ENV = "RAY_ADDRESS"
+
+_lock = threading.Lock()
+_started_here = False
+
+
+def import_ray():
+    """The ray module, or one error line saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--strategy ray needs Ray: pip install -e '.[ray]'") from None
+    return ray
+
+
+def connect(address: Optional[str] = None, compile_workers: int = 1):
+    """Connect this process to a cluster once (later calls reuse the connection): `address`, else
+    $RAY_ADDRESS, else a local cluster started here and stopped when the process exits."""
+    global _started_here
+    ray = import_ray()
+    with _lock:
+        if ray.is_initialized():
+            return ray
+        address = address or os.environ.get(ADDRESS_ENV) or None
+        env = {k: os.environ[k] for k in (TOOLS_ENV,) if os.environ.get(k)}
+        common = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
+                      include_dashboard=False, configure_logging=False)
+        try:
+            if address:
+                ray.init(address=address, **common)
+            else:
+                ray.init(num_cpus=os.cpu_count(), num_gpus=0,
+                         resources={COMPILE_RESOURCE: max(1, compile_workers)}, **common)
+                _started_here = True
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise InputError(f"cannot connect to the Ray cluster at {address or 'a new local one'}: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        atexit.register(shutdown)
+        return ray
+
+
+def shutdown() -> None:
+    """Disconnect (and stop the local cluster if this process started it)."""
+    global _started_here
+    from tuner.cluster import evaluator
+
+    evaluator.forget_workers()
+    ray = import_ray()
+    with _lock:
+        if ray.is_initialized():
+            ray.shutdown()
+        _started_here = False
+
+
+def compile_slots(ray) -> int:
+    """How many compiles the cluster runs at once (its nodes' `iree_compile`), or an error line."""
+    slots = int(ray.cluster_resources().get(COMPILE_RESOURCE, 0))
+    if slots < 1:
+        raise InputError(f"no node of the Ray cluster can compile: start the ones with iree-base-compiler with "
+                         f"`ray start ... --resources='{{\"{COMPILE_RESOURCE}\": N}}'`")
+    return slots
