@@ -144,7 +144,7 @@ class Measurer:
         self.run_settings = run_settings
         self.baseline_every = max(1, baseline_every)
         self.runner = runner
-        self.lost: set[str] = set()  # devices that went away mid-run (DeviceLost): nothing more is timed there
+        self.lost: dict[str, str] = {}  # devices that went away mid-run (DeviceLost), with why: nothing more is timed there
         self._lock = threading.Lock()
         self._reference: Optional[np.ndarray] = None
         self._baseline: Optional[Built] = None
@@ -207,14 +207,14 @@ class Measurer:
         """One timing of `b` on `device`; a device lost on the way is remembered as lost."""
         try:
             return self.runner.benchmark(b, self.settings(device))
-        except DeviceLost:
-            self.lose(device)
+        except DeviceLost as e:
+            self.lose(e)
             raise
 
-    def lose(self, device: str) -> None:
+    def lose(self, lost: DeviceLost) -> None:
         with self._lock:
-            self.lost.add(device)
-            self._since.pop(device, None)
+            self.lost.setdefault(lost.device, str(lost))
+            self._since.pop(lost.device, None)
 
     def confirm_device(self) -> Optional[str]:
         """Where the confirmation rounds run: the first device, or another if it was lost."""
@@ -272,8 +272,8 @@ class Measurer:
     def _output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
         try:
             return self.runner.output(b, settings)
-        except DeviceLost:
-            self.lose(settings.device)
+        except DeviceLost as e:
+            self.lose(e)
             raise
 
     def _timed(self, result: Result, b: Built, settings: RunSettings) -> Result:
@@ -363,7 +363,8 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
                                drifts=[d.to_json() for d in drifts], retimed=sum(r.retimed for r in results),
                                baseline_timings=len(measurer.log),
                                baseline_ms=[(t.device, t.at, t.median_ms) for t in measurer.log],
-                               load_change=load_change(first_device, rounds))
+                               load_change=load_change(first_device, rounds),
+                               lost_devices=list(measurer.lost.values()))
     return sorted(results, key=lambda r: r.candidate_id), stats
 
 

@@ -121,12 +121,17 @@ class EvaluationStats:
     # How much slower the baseline ran in the confirmation rounds than in the quieter part of the
     # first pass, when beyond comparison.LOAD_CHANGE: the figures hold for a load that changed.
     load_change: Optional[float] = None
+    # Devices that went away mid-run (a cluster's benchmark worker died), each with why: what
+    # they held was measured on the others.
+    lost_devices: list[str] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """What a user must know before trusting the figures."""
+        lost = [f"lost a benchmark device mid-run ({why}); its work was measured on the others"
+                for why in self.lost_devices]
         if self.load_change is None:
-            return []
-        return [f"the baseline ran {100 * self.load_change:.0f}% slower in the confirmation rounds than in the quieter "
+            return lost
+        return lost + [f"the baseline ran {100 * self.load_change:.0f}% slower in the confirmation rounds than in the quieter "
                 f"part of the first pass: the machine's load changed during the run, and the speedups hold for the load "
                 f"of the rounds; run the same command again when the machine is quiet (it reuses every result and "
                 f"confirms again)"]
@@ -166,4 +171,5 @@ class EvaluationStats:
             busy_s={d: sum(s.busy_s.get(d, 0.0) for s in (*batches, self)) for d in devices},
             drifts=[d for s in (*batches, self) for d in s.drifts], retimed=sum(s.retimed for s in (*batches, self)),
             baseline_timings=sum(s.baseline_timings for s in (*batches, self)),
-            baseline_ms=[b for s in (*batches, self) for b in s.baseline_ms])
+            baseline_ms=[b for s in (*batches, self) for b in s.baseline_ms],
+            lost_devices=[d for s in (*batches, self) for d in s.lost_devices])

@@ -159,14 +159,22 @@ def _start_workers(ray, device: str, cores: int) -> RayRunner:
         for h in handles:
             ray.kill(h)
         raise InputError(f"the Ray cluster did not start its {len(handles)} benchmark workers in 300 s") from None
-    identities = sorted({d["identity"] for d in described})
-    if len(identities) > 1:
+    try:
+        _refuse_mixed(described)
+    except InputError:
         for h in handles:
             ray.kill(h)
-        raise InputError(f"the Ray cluster's benchmark workers are on different devices ({'; '.join(identities)}); "
-                         f"their timings cannot be compared: use a cluster of one kind of device")
+        raise
     labels = [f"{d['device']}@{d['host']}/{i}" for i, d in enumerate(described)]
     return RayRunner(ray, dict(zip(labels, handles)), dict(zip(labels, described)))
+
+
+def _refuse_mixed(described: list[dict]) -> None:
+    """Timings from workers on devices of different names are never compared: one error line."""
+    identities = sorted({d["identity"] for d in described})
+    if len(identities) > 1:
+        raise InputError(f"the Ray cluster's benchmark workers are on different devices ({'; '.join(identities)}); "
+                         f"their timings cannot be compared: use a cluster of one kind of device")
 
 
 class RayEvaluator(_LocalEvaluator):

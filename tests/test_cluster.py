@@ -1,0 +1,205 @@
+"""`--strategy ray` on a local Ray cluster of two nodes (started and stopped here, CPU only): the
+same candidates give the same statuses and winner as the local evaluator; a benchmark worker and
+a compile worker killed mid-run lose nothing; a driver killed with -9 is resumed from the store.
+
+Timings come from a fake iree-benchmark-module with a known time per candidate (passed to the
+cluster's workers through $IREE_TUNER_TOOLS); compiles and numerics runs are real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]'")
+
+from tests.conftest import cli_process, write_matmul  # noqa: E402
+from tuner import api  # noqa: E402
+from tuner.results import Status  # noqa: E402
+from tuner.settings import EvalSettings  # noqa: E402
+from tuner.store import ResultStore  # noqa: E402
+from tuner.versions import compiler_version, runtime_version  # noqa: E402
+
+SETTINGS = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=4, confirm_top=3, baseline_every=5,
+                        compile_workers=2)
+TIMES = {0: 10.0, 1: 9.0, 2: 8.0, 3: 12.0, 4: 5.0, 5: 6.5}  # candidate 4 is the fastest: 2.0x
+
+# The benchmark tool: a known time per candidate (by the candidates/NNNN/ of its module path);
+# at the `kill_at`-th call it kills the process that started it (the benchmark worker), once.
+_BENCHMARK = '''#!{python}
+import fcntl, json, os, re, signal, sys
+config = json.load(open({config!r}))
+args = sys.argv[1:]
+module = next(a for a in args if a.startswith("--module="))
+reps = int(next(a for a in args if a.startswith("--benchmark_repetitions=")).split("=", 1)[1])
+with open(config["counter"], "a+") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    calls = int(f.read() or 0) + 1
+    f.seek(0)
+    f.truncate()
+    f.write(str(calls))
+if calls == config.get("kill_at"):
+    os.kill(os.getppid(), signal.SIGKILL)
+    sys.exit(1)
+if config.get("sleep"):
+    import time
+    time.sleep(config["sleep"])
+ms = config["times"][str(int(re.search(r"/(\\d{{4}})/", module).group(1)))]
+rows = [{{"run_type": "iteration", "real_time": ms * 1e6, "time_unit": "ns", "items_per_second": 1e3 / ms}}] * reps
+print(json.dumps({{"benchmarks": rows}}))
+'''
+
+# The compiler: the real one, except that the first compile of a module whose path names
+# `kill_candidate` kills the process that started it (a compile worker), once.
+_COMPILE = '''#!{python}
+import json, os, signal, sys
+config = json.load(open({config!r}))
+needle = config.get("kill_candidate")
+marker = config["counter"] + ".compile-killed"
+if needle and needle in os.getcwd() and not os.path.exists(marker):
+    open(marker, "w").close()
+    os.kill(os.getppid(), signal.SIGKILL)
+    sys.exit(1)
+os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+'''
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Two Ray nodes on this machine (a head that compiles, and a second node), the fake tools
+    installed on both; yields a function that configures the tools and returns the call counter."""
+    from ray.cluster_utils import Cluster
+
+    from tuner.cluster import connect as cluster_connect
+    from tuner.tools import TOOLS_ENV, find_tool
+
+    tools = tmp_path_factory.mktemp("cluster-tools")
+    config = tools / "config.json"
+    counter = tools / "calls"
+    (tools / "iree-run-module").symlink_to(find_tool("iree-run-module"))
+    for name, text in (("iree-benchmark-module", _BENCHMARK), ("iree-compile", _COMPILE)):
+        (tools / name).write_text(text.format(python=sys.executable, config=str(config),
+                                              real=find_tool("iree-compile")))
+        (tools / name).chmod(0o755)
+    saved = os.environ.get(TOOLS_ENV)
+    os.environ[TOOLS_ENV] = str(tools)
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"iree_compile": 2}})
+    nodes.add_node(num_cpus=1)
+    cluster_connect.connect(nodes.address)
+
+    def configure(times: dict = TIMES, **rules) -> Path:
+        config.write_text(json.dumps({"times": {str(k): v for k, v in times.items()}, "counter": str(counter),
+                                      **rules}))
+        counter.write_text("0")
+        for marker in tools.glob("calls.*"):
+            marker.unlink()
+        return counter
+
+    configure.address = nodes.address  # type: ignore[attr-defined]
+    yield configure
+    cluster_connect.shutdown()
+    nodes.shutdown()
+    if saved is None:
+        os.environ.pop(TOOLS_ENV, None)
+    else:
+        os.environ[TOOLS_ENV] = saved
+
+
+@pytest.fixture
+def matmul(tmp_path) -> Path:
+    return write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
+
+
+def _statuses(tuning) -> dict[str, Status]:
+    return {r.key: r.status for r in tuning.results}
+
+
+def test_the_cluster_gives_the_local_evaluators_statuses_and_winner(cluster, matmul, tmp_path):
+    cluster()
+    local = api.tune(matmul, "llvm-cpu", 5, tmp_path / "local", settings=SETTINGS, strategy="sequential")
+    cluster()
+    remote = api.tune(matmul, "llvm-cpu", 5, tmp_path / "ray", settings=SETTINGS, strategy="ray")
+    assert _statuses(remote) == _statuses(local) and all(s == Status.OK for s in _statuses(remote).values())
+    assert remote.ranking.best.candidate_id == local.ranking.best.candidate_id == 4
+    assert remote.ranking.speedup(remote.ranking.best) == pytest.approx(2.0, rel=0.05)
+    # Timed by the cluster's workers: one per node, each on a core the compiles keep off.
+    devices = {r.device for r in remote.results}
+    assert devices <= set(remote.stats.busy_s) and all("@" in d for d in devices)
+    assert all("pinned to cores" in r.timing for r in remote.results if r.timing)
+    # What rebuilds the winner names this machine's paths, not the compile node's.
+    flags = (tmp_path / "ray" / "best_flags.txt").read_text()
+    assert str((tmp_path / "ray" / "best_spec.mlir").resolve()) in flags and "iree-tuner-compile-" not in flags
+
+
+def test_workers_killed_mid_run_lose_nothing(cluster, matmul, tmp_path):
+    # The 4th timing kills its benchmark worker; the first compile of candidate 3 kills its
+    # compile worker. Both nodes' workers time, so the lost one's work goes to the other.
+    cluster(kill_at=4, kill_candidate="/0003")
+    tuning = api.tune(matmul, "llvm-cpu", 5, tmp_path / "out", settings=SETTINGS, strategy="ray")
+    assert len(tuning.results) == 6 and all(r.ok for r in tuning.results), \
+        [(r.candidate_id, r.status, r.error) for r in tuning.results]
+    assert tuning.ranking.best.candidate_id == 4
+    [lost] = tuning.stats.lost_devices  # the killed worker, said in the stats and warnings
+    assert "benchmark worker died" in lost and any("lost a benchmark device" in w for w in tuning.stats.warnings())
+    assert len({r.device for r in tuning.results}) == 2  # both workers timed before one was lost
+    with ResultStore(tmp_path / "out" / "results.sqlite", compiler_version(), runtime_version()) as store:
+        assert {row["key"] for row in store.rows()} == {r.key for r in tuning.results}
+    assert (Path(os.environ["IREE_TUNER_TOOLS"]) / "calls.compile-killed").exists()
+
+
+def test_a_driver_killed_with_sigkill_is_resumed_from_the_store(cluster, matmul, tmp_path):
+    out = tmp_path / "out"
+    store = out / "results.sqlite"
+    args = ["tune", str(matmul), "--num-candidates", "5", "--repetitions", "2", "--output", str(out),
+            "--strategy", "ray", "--ray-address", cluster.address]
+    cluster(sleep=1.0)  # a second per timing: time to kill it
+    first = cli_process(*args)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and first.poll() is None:
+        if store.exists() and len(_rows(store)) >= 3:
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, first.stdout.read()
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    before = {r["key"]: r for r in _rows(store)}
+    assert 3 <= len(before) < 6
+
+    cluster()
+    second = cli_process(*args)
+    output, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, output
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["candidates"]) == 6 and all(c["status"] == "ok" for c in data["candidates"])
+    kept = {k for k, r in before.items() if r["status"] == "ok"} - {c["key"] for c in data["candidates"]
+                                                                    if c["is_baseline"]}
+    after = {r["key"]: r for r in _rows(store)}
+    assert all(after[k]["written_at"] == before[k]["written_at"] for k in kept if k not in _confirmed(data))
+    assert data["evaluation"]["reused"] == len(kept)
+    assert data["evaluation"]["candidates"] == 6 - len(kept)
+    assert data["best"] == 4
+
+
+def _confirmed(data: dict) -> set[str]:
+    return {c["key"] for c in data["candidates"] if c.get("rounds_ms")}
+
+
+def _rows(store: Path) -> list[dict]:
+    with ResultStore(store, compiler_version(), runtime_version()) as s:
+        return s.rows()
+
+
+def test_workers_on_different_devices_are_refused():
+    from tuner.cluster.evaluator import _refuse_mixed
+    from tuner.errors import InputError
+
+    same = [{"identity": "cuda: NVIDIA H200"}, {"identity": "cuda: NVIDIA H200"}]
+    _refuse_mixed(same)
+    with pytest.raises(InputError, match="different devices.*H100.*H200"):
+        _refuse_mixed([{"identity": "cuda: NVIDIA H200"}, {"identity": "cuda: NVIDIA H100 80GB HBM3"}])
