@@ -169,13 +169,19 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
 @click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")
 @click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")
 @click.option("--device", "devices", multiple=True, help="Runtime device to benchmark on.")
+@click.option("--strategy", default="auto", show_default=True, type=click.Choice(["auto", "ray"]),
+              help="ray: tune every dispatch at once on a Ray cluster, its candidates compiled and timed there "
+                   "(README); auto: one dispatch after another on this machine.")
+@click.option("--ray-address", default=None,
+              help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search_name: str, budget: int,
                time_budget: float | None, seed: int, seeds_file: Path | None, constraints: str, model_flags: bool,
                model_rounds: int,
                output_dir: Path, force: bool, compile_only: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
-               run_timeout: float, devices: tuple[str, ...], store_path: Path | None) -> None:
+               run_timeout: float, devices: tuple[str, ...], strategy: str, ray_address: str | None,
+               store_path: Path | None) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report import render_model
@@ -184,9 +190,11 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     console = Console()
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = run(input_file, target, output_dir, budget, min_share, top,
-                     _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds), devices,
+                     _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
+                               ray_address=ray_address), devices,
                      store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags,
-                     compile_only=compile_only, search=_search(search_name, budget, time_budget, seed, seeds_file, constraints))
+                     compile_only=compile_only, search=_search(search_name, budget, time_budget, seed, seeds_file, constraints),
+                     strategy=strategy)
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)

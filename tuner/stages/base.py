@@ -106,6 +106,9 @@ class StageEnv:
     profile: Optional[Profile] = None  # the model's dispatch times under the default flags
     rounds: int = 4  # model-level interleaved rounds
     built: dict = field(default_factory=dict)  # variants built in this run, by what builds them
+    # How dispatch candidates are evaluated (tuner.evaluator): "auto", or "ray" to compile and time
+    # them on a Ray cluster, every dispatch at once.
+    strategy: str = "auto"
     _inputs: Optional[tuple[Path, ...]] = field(default=None, init=False, repr=False)
 
     @property

@@ -14,9 +14,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
+
+from iree.compiler import ir
 
 from pipelines import Dispatch, pipeline_for
 from tuner.api import _Session, search_and_evaluate
@@ -28,6 +32,7 @@ from tuner.versions import compiler_version, runtime_version
 from tuner.comparison import WIN_SHARE, Paired
 from tuner.discovery import discover_program
 from tuner.errors import ToolError
+from tuner.evaluator import CLUSTER
 from tuner.benchmark_stage import STORE
 from tuner.profile import profile
 from tuner.ranking import rank
@@ -38,6 +43,9 @@ from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant
 from tuner.targets import Target
 
 DISPATCHES = "dispatches"  # DIR/dispatches/NAME: each dispatch's own tuning
+# Z3's default context is one per process and not thread-safe: where dispatches are tuned at once,
+# their problems and spaces are built one at a time (the searches then run on plain arrays).
+_PLANNING = threading.Lock()
 VARIANTS = "variants"  # DIR/variants/NAME: each whole-model build
 
 
@@ -134,10 +142,21 @@ class DispatchStage:
             measured = profile(env.model, target, program, env.output_dir / "profile-flags", env.ctx,
                                timeout_s=env.settings.run_timeout_s, progress=env.progress)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top)
+        at_once = env.strategy == CLUSTER and len(chosen) > 1
         for i, (lead, outcome) in enumerate(chosen, 1):
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
                     + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
-            outcomes.append(self._tune(lead, outcome, program, target, env))
+            if not at_once:
+                outcomes.append(self._tune(lead, outcome, program, target, env))
+        if at_once:
+            # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
+            # together, and the benchmark workers time one thing at a time, whichever dispatch
+            # it is of. Each tuning gets an MLIR context of its own (contexts are not shared
+            # between threads); each opens its own connection to the store.
+            env.say(f"tuning the {len(chosen)} dispatches at once on the Ray cluster")
+            with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="dispatch") as pool:
+                outcomes += list(pool.map(lambda item: self._tune(item[0], item[1], program, target,
+                                                                  replace(env, ctx=ir.Context())), chosen))
         return replace(state, dispatches=by_share(outcomes))
 
     def _tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
@@ -146,14 +165,16 @@ class DispatchStage:
         directory.mkdir(parents=True, exist_ok=True)
         search = replace(self.search, budget=self.num_candidates)
         store_path = env.store_path or env.output_dir / STORE
-        candidates, done = dispatch_candidates(dispatch, search, target, env, store_path)
-        results = _finished(directory, dispatch, candidates) if done else None
+        with _PLANNING:
+            candidates, done = dispatch_candidates(dispatch, search, target, env, store_path)
+            results = _finished(directory, dispatch, candidates) if done else None
+            if results is None:
+                pipeline = _pipeline(dispatch, search, target, env)
+                plan = plan_search(dispatch, pipeline, search, without_flags=True)
         if results is None:
-            pipeline = _pipeline(dispatch, search, target, env)
             session = _Session(env.model, target, directory, env.ctx, program.workload(dispatch, env.model),
                                dispatch, pipeline, program)
-            plan = plan_search(dispatch, pipeline, search, without_flags=True)
-            tuning = search_and_evaluate(session, plan, env.settings, env.progress, None, "auto", env.devices,
+            tuning = search_and_evaluate(session, plan, env.settings, env.progress, None, env.strategy, env.devices,
                                          store_path, given=False)
             candidates, results = list(tuning.candidates), list(tuning.results)
         else:

@@ -69,7 +69,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                store_path: Optional[Path | str] = None, force: bool = False, progress: Optional[Progress] = None,
                say: Callable[[str], None] = lambda text: None, stages: Optional[Sequence[Stage]] = None,
                timer: ModelBenchmark = iree_benchmark, rounds: int = 4, model_flags: bool = True,
-               compile_only: bool = False, search: SearchSettings = SearchSettings()) -> ModelTuning:
+               compile_only: bool = False, search: SearchSettings = SearchSettings(),
+               strategy: str = "auto") -> ModelTuning:
     """Tune a whole model with `stages` (default: `default_stages`): the run's directory is
     locked, the model discovered and profiled once (DIR/profile), each stage run in turn, and
     DIR/model_spec.mlir, DIR/model_flags.txt and DIR/results.json written. Rerun with the same
@@ -101,7 +102,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         say(f"model entry @{workload.entry}: {len(program.dispatches)} dispatches read, "
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
         env = StageEnv(model, target, output_dir, ctx, program, workload, settings,
-                       Path(store_path) if store_path else None, tuple(devices), timer, progress, say, measured, rounds)
+                       Path(store_path) if store_path else None, tuple(devices), timer, progress, say, measured, rounds,
+                       strategy=strategy)
         state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top, model_flags, search), env)
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, model, workload.entry)
