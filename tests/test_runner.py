@@ -13,7 +13,7 @@ from tuner.tools import run_tool
 def test_runner_needs_neither_the_compiler_nor_z3():
     code = ("import sys, tuner.runner, tuner.store, tuner.ranking, tuner.comparison, tuner.device_identity, "
             "tuner.run_dir, tuner.benchmark_stage, tuner.profile_timing, tuner.stages.model_timing, "
-            "tuner.stages.plan, tuner.cli; "
+            "tuner.stages.plan, tuner.cli, tuner.cluster.workers, tuner.cluster.worker, tuner.cluster.connect; "
             "print(sorted(m for m in sys.modules if m.startswith(('z3', 'iree.compiler'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

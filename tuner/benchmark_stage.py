@@ -50,7 +50,7 @@ def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSe
     if devices:
         raise InputError("--device does not go with --strategy ray: the cluster's benchmark workers are the devices")
     from tuner.cluster.connect import connect
-    from tuner.cluster.evaluator import cluster_runner
+    from tuner.cluster.workers import cluster_runner
 
     runner = cluster_runner(connect(settings.ray_address, settings.compile_workers), device, settings.benchmark_cores)
     return runner, runner.devices

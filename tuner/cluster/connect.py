@@ -65,9 +65,9 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
 def shutdown() -> None:
     """Disconnect (and stop the local cluster if this process started it)."""
     global _started_here
-    from tuner.cluster import evaluator
+    from tuner.cluster.workers import forget_workers
 
-    evaluator.forget_workers()
+    forget_workers()
     ray = import_ray()
     with _lock:
         if ray.is_initialized():

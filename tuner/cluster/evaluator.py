@@ -6,175 +6,32 @@ the baseline's timeline per device, re-timing, the confirmation rounds; the rank
 so a cluster run gives the same statuses and winner as a local one. The workers only run what
 they are sent (`RayRunner`). A worker that dies is a lost device: what it held is measured by the
 others (tuner.devices.DevicePool); a compile task whose worker dies is retried by Ray.
+The workers and RayRunner live in tuner.cluster.workers (runtime-only).
 """
 
 from __future__ import annotations
 
 import queue
-import threading
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Optional, Sequence, cast
 
-import numpy as np
 from iree.compiler import ir
 
 from tuner.candidates import Candidate
 from tuner.cluster.compile_task import RemoteBuild, compile_on_node, localize
 from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots, connect
-from tuner.cluster.worker import BenchmarkWorker, FileRef
+from tuner.cluster.workers import RayRunner, cluster_runner
 from tuner.compile_stage import _built, candidate_flags
 from tuner.devices import LOST, MEASURED, DevicePool
 from tuner.errors import InputError
 from tuner.evaluator import COMPILED, _LocalEvaluator
-from tuner.measure import Built, DeviceLost, Measurer, Progress, Recorder
+from tuner.measure import Built, Measurer, Progress, Recorder
 from tuner.results import Result, Status
-from tuner.runner import RunSettings, Timing
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
-from tuner.tools import ToolRun
 from tuner.workload import Workload
-
-# Workers started in this process, by (device, cores): every evaluator of the run shares them
-# (tune-model evaluates many dispatches), and they go when the cluster connection does.
-_workers: dict[tuple[str, int], "RayRunner"] = {}
-_workers_lock = threading.Lock()
-
-
-class RayRunner:
-    """The Measurer's way to the cluster's benchmark workers (tuner.measure.ModuleRunner). A
-    device is a worker's label; a module or input file is sent to a worker once, from the object
-    store (where a compile task left it, or where this driver put a file it holds)."""
-
-    def __init__(self, ray, workers: dict[str, object], described: dict[str, dict]) -> None:
-        self.ray = ray
-        self.workers = workers
-        self.described = described
-        self.devices = tuple(workers)
-        self._files: dict[str, FileRef] = {}
-        self._timing_ids: dict[tuple, str] = {}
-        self._lock = threading.Lock()
-
-    def register(self, path: Path, ref) -> None:
-        """`path` (where the driver would keep the file) stands for the object `ref`."""
-        with self._lock:
-            self._files[str(path)] = self._named(path, ref)
-
-    def file(self, path: Path) -> FileRef:
-        """The file at `path` as a FileRef: registered, or read and put in the object store once."""
-        with self._lock:
-            if str(path) not in self._files:
-                self._files[str(path)] = self._named(path, self.ray.put(Path(path).read_bytes()))
-            return self._files[str(path)]
-
-    @staticmethod
-    def _named(path: Path, ref) -> FileRef:
-        # Unique per object; ends like the driver's path (candidates/NNNN/candidate.vmfb), which
-        # is how a worker's tools see it.
-        return f"{ref.hex()[:16]}/{Path(path).parent.name}/{Path(path).name}", [ref]
-
-    def identity(self, device: str) -> str:
-        return self.described[device]["identity"]
-
-    def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
-        key = (device, dispatch_only, batch)
-        if key not in self._timing_ids:
-            self._timing_ids[key] = self._call(device, "timing_identity", dispatch_only, batch)
-        return self._timing_ids[key]
-
-    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
-        bench = b.dispatch_benchmark
-        dispatch = (self.file(bench.vmfb), bench.function, bench.batch) if bench else None
-        module = None if bench else self.file(b.vmfb)
-        return self._call(settings.device, "benchmark", module, dispatch, settings, self._inputs(settings),
-                          timeout=settings.timeout_s)
-
-    def output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
-        return self._call(settings.device, "output", self.file(b.vmfb), settings, self._inputs(settings),
-                          timeout=settings.timeout_s)
-
-    def _inputs(self, settings: RunSettings) -> list[FileRef]:
-        return [self.file(p) for p in settings.inputs]
-
-    def _call(self, device: str, method: str, *args, timeout: float = 60.0):
-        """Call a worker and wait; a worker that died or stopped answering is a lost device (its
-        tools time out on their own well before the wait does)."""
-        ray = self.ray
-        worker = self.workers[device]
-        try:
-            return ray.get(getattr(worker, method).remote(*args), timeout=2 * timeout + 60)
-        except ray.exceptions.GetTimeoutError:
-            ray.kill(worker)
-            raise DeviceLost(device, f"benchmark worker did not answer in {2 * timeout + 60:.0f} s") from None
-        except ray.exceptions.RayActorError as e:
-            raise DeviceLost(device, f"benchmark worker died: {str(e).splitlines()[0]}") from None
-
-    def close(self) -> None:
-        for worker in self.workers.values():
-            try:
-                self.ray.kill(worker)
-            except Exception:  # already gone
-                pass
-
-
-def cluster_runner(ray, device: str, cores: int) -> RayRunner:
-    """This process's benchmark workers for `device`, started at the first call: one per GPU of
-    the cluster, or on a CPU device one per node, pinned to `cores` CPUs (see
-    tuner.cluster.worker). Workers on devices of different names are refused."""
-    with _workers_lock:
-        runner = _workers.get((device, cores))
-        if runner is not None:
-            return runner
-        runner = _start_workers(ray, device, cores)
-        _workers[(device, cores)] = runner
-        return runner
-
-
-def forget_workers() -> None:
-    """Stop every benchmark worker this process started (the connection is about to go)."""
-    with _workers_lock:
-        for runner in _workers.values():
-            runner.close()
-        _workers.clear()
-
-
-def _start_workers(ray, device: str, cores: int) -> RayRunner:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    remote = ray.remote(BenchmarkWorker)
-    if device.startswith("local"):
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        handles = [remote.options(num_cpus=0, max_restarts=0,
-                                  scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                   .remote(device, cores) for n in nodes]
-    else:
-        gpus = int(ray.cluster_resources().get("GPU", 0))
-        if gpus < 1:
-            raise InputError(f"--strategy ray on {device}: the Ray cluster has no GPU")
-        handles = [remote.options(num_cpus=0, num_gpus=1, max_restarts=0).remote(device) for _ in range(gpus)]
-    try:
-        described = ray.get([h.describe.remote() for h in handles], timeout=300)
-    except ray.exceptions.GetTimeoutError:
-        for h in handles:
-            ray.kill(h)
-        raise InputError(f"the Ray cluster did not start its {len(handles)} benchmark workers in 300 s") from None
-    try:
-        _refuse_mixed(described)
-    except InputError:
-        for h in handles:
-            ray.kill(h)
-        raise
-    labels = [f"{d['device']}@{d['host']}/{i}" for i, d in enumerate(described)]
-    return RayRunner(ray, dict(zip(labels, handles)), dict(zip(labels, described)))
-
-
-def _refuse_mixed(described: list[dict]) -> None:
-    """Timings from workers on devices of different names are never compared: one error line."""
-    identities = sorted({d["identity"] for d in described})
-    if len(identities) > 1:
-        raise InputError(f"the Ray cluster's benchmark workers are on different devices ({'; '.join(identities)}); "
-                         f"their timings cannot be compared: use a cluster of one kind of device")
 
 
 class RayEvaluator(_LocalEvaluator):
