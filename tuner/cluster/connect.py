@@ -52,7 +52,7 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
             if address:
                 ray.init(address=address, **common)
             else:
-                ray.init(num_cpus=os.cpu_count(), num_gpus=0,
+                ray.init(num_cpus=os.cpu_count(),
                          resources={COMPILE_RESOURCE: max(1, compile_workers)}, **common)
                 _started_here = True
         except (ConnectionError, RuntimeError, ValueError) as e:
