@@ -86,6 +86,32 @@ def cli_process(*args, env=None):
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def stored_rows(store: Path) -> list[dict]:
+    """Every row of a result store, as a rerun would read them."""
+    from tuner.store import ResultStore
+    from tuner.versions import compiler_version, runtime_version
+
+    with ResultStore(store, compiler_version(), runtime_version()) as s:
+        return s.rows()
+
+
+def kill_once_stored(process, store: Path, rows: int, within_s: float = 240) -> None:
+    """Kill a CLI process (cli_process: it and every tool it started) with SIGKILL as soon as its
+    result store holds `rows` results: mid-run, as a crash or an OOM kill would."""
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and process.poll() is None:
+        if store.exists() and len(stored_rows(store)) >= rows:
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, process.stdout.read()
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
 @pytest.fixture
 def small_matmul(tmp_path: Path) -> Path:
     return write_matmul(tmp_path / "mm.mlir", 128, 256, 64)

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]'")
 
-from tests.conftest import cli_process, write_matmul  # noqa: E402
+from tests.conftest import cli_process, kill_once_stored, stored_rows, write_matmul  # noqa: E402
+from tests.test_tune_model import MLP  # noqa: E402
 from tuner import api  # noqa: E402
 from tuner.results import Status  # noqa: E402
 from tuner.settings import EvalSettings  # noqa: E402
@@ -163,16 +162,8 @@ def test_a_driver_killed_with_sigkill_is_resumed_from_the_store(cluster, matmul,
     args = ["tune", str(matmul), "--num-candidates", "5", "--repetitions", "2", "--output", str(out),
             "--strategy", "ray", "--ray-address", cluster.address]
     cluster(sleep=1.0)  # a second per timing: time to kill it
-    first = cli_process(*args)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and first.poll() is None:
-        if store.exists() and len(_rows(store)) >= 3:
-            break
-        time.sleep(0.2)
-    assert first.poll() is None, first.stdout.read()
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
-    before = {r["key"]: r for r in _rows(store)}
+    kill_once_stored(cli_process(*args), store, 3)
+    before = {r["key"]: r for r in stored_rows(store)}
     assert 3 <= len(before) < 6
 
     cluster()
@@ -183,7 +174,7 @@ def test_a_driver_killed_with_sigkill_is_resumed_from_the_store(cluster, matmul,
     assert len(data["candidates"]) == 6 and all(c["status"] == "ok" for c in data["candidates"])
     kept = {k for k, r in before.items() if r["status"] == "ok"} - {c["key"] for c in data["candidates"]
                                                                     if c["is_baseline"]}
-    after = {r["key"]: r for r in _rows(store)}
+    after = {r["key"]: r for r in stored_rows(store)}
     assert all(after[k]["written_at"] == before[k]["written_at"] for k in kept if k not in _confirmed(data))
     assert data["evaluation"]["reused"] == len(kept)
     assert data["evaluation"]["candidates"] == 6 - len(kept)
@@ -192,11 +183,6 @@ def test_a_driver_killed_with_sigkill_is_resumed_from_the_store(cluster, matmul,
 
 def _confirmed(data: dict) -> set[str]:
     return {c["key"] for c in data["candidates"] if c.get("rounds_ms")}
-
-
-def _rows(store: Path) -> list[dict]:
-    with ResultStore(store, compiler_version(), runtime_version()) as s:
-        return s.rows()
 
 
 def test_workers_on_different_devices_are_refused():
@@ -209,18 +195,6 @@ def test_workers_on_different_devices_are_refused():
         _refuse_mixed([{"identity": "cuda: NVIDIA H200"}, {"identity": "cuda: NVIDIA H100 80GB HBM3"}])
 
 
-MLP = """
-func.func @mlp(%x: tensor<128x256xf32>, %w1: tensor<256x192xf32>, %w2: tensor<192x64xf32>) -> tensor<128x64xf32> {
-  %z = arith.constant 0.0 : f32
-  %e1 = tensor.empty() : tensor<128x192xf32>
-  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<128x192xf32>) -> tensor<128x192xf32>
-  %h = linalg.matmul ins(%x, %w1 : tensor<128x256xf32>, tensor<256x192xf32>) outs(%f1 : tensor<128x192xf32>) -> tensor<128x192xf32>
-  %e2 = tensor.empty() : tensor<128x64xf32>
-  %f2 = linalg.fill ins(%z : f32) outs(%e2 : tensor<128x64xf32>) -> tensor<128x64xf32>
-  %o = linalg.matmul ins(%h, %w2 : tensor<128x192xf32>, tensor<192x64xf32>) outs(%f2 : tensor<128x64xf32>) -> tensor<128x64xf32>
-  return %o : tensor<128x64xf32>
-}
-"""
 
 
 def test_tune_model_tunes_its_dispatches_at_once_on_the_cluster(cluster, tmp_path, monkeypatch):

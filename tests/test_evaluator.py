@@ -4,11 +4,8 @@ killed with SIGKILL resumes from the store, and two runs can share one store."""
 
 import json
 import os
-import signal
 import sqlite3
-import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +19,7 @@ from tuner.results import Status
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
-from tests.conftest import cli_process, write_matmul
+from tests.conftest import cli_process, kill_once_stored, stored_rows, write_matmul
 
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, compile_workers=2)
 
@@ -100,27 +97,14 @@ def test_a_crashing_benchmark_and_wrong_numbers_are_marked_and_never_ranked(kind
     assert {r.candidate_id for r in rank(evaluation.results).ranked} == {0, 3}
 
 
-def _rows(store: Path) -> list[dict]:
-    with ResultStore(store, compiler_version(), runtime_version()) as s:
-        return s.rows()
-
-
 def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_path, faulty_tools):
     out = tmp_path / "out"
     store = out / "results.sqlite"
     args = ["tune", str(small_matmul), "--num-candidates", "6", "--repetitions", "2", "--output", str(out),
             "--strategy", "sequential"]
     faulty_tools("iree-benchmark-module", "candidates/", "slow")  # a second per timing: time to kill it
-    first = cli_process(*args, env=dict(os.environ))
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and first.poll() is None:
-        if store.exists() and len(_rows(store)) >= 3:
-            break
-        time.sleep(0.2)
-    assert first.poll() is None, first.stdout.read()
-    os.killpg(first.pid, signal.SIGKILL)  # the tuner and every tool it started, mid-run
-    first.wait()
-    before = {r["key"]: r for r in _rows(store)}
+    kill_once_stored(cli_process(*args, env=dict(os.environ)), store, 3)  # the tuner and its tools, mid-run
+    before = {r["key"]: r for r in stored_rows(store)}
     assert 3 <= len(before) < 7
     with sqlite3.connect(store) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -133,7 +117,7 @@ def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_p
     assert len(data["candidates"]) == 7 and all(c["status"] == "ok" for c in data["candidates"])
     # What the killed run measured is reused untouched; only the baseline is measured again.
     kept = {k for k, r in before.items() if r["status"] == "ok"} - {c["key"] for c in data["candidates"] if c["is_baseline"]}
-    after = {r["key"]: r for r in _rows(store)}
+    after = {r["key"]: r for r in stored_rows(store)}
     assert all(after[k]["run"] == before[k]["run"] and after[k]["written_at"] == before[k]["written_at"] for k in kept)
     assert data["evaluation"]["reused"] == len(kept)
     assert data["evaluation"]["candidates"] == 7 - len(kept)
@@ -150,7 +134,7 @@ def test_two_tunings_at_once_share_one_store(tmp_path):
         assert run.returncode == 0, output
     with sqlite3.connect(store) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    rows = _rows(store)
+    rows = stored_rows(store)
     keys = set()
     for i in range(2):
         data = json.loads((tmp_path / f"out{i}" / "results.json").read_text())
@@ -169,4 +153,4 @@ def test_a_crashing_baseline_ends_the_run_with_its_error(small_matmul, tmp_path,
     with pytest.raises(ToolError, match="baseline.*crashed: SIGSEGV"):
         evaluator.evaluate(candidates)
     # What was recorded before the run ended is in the store.
-    assert [r["status"] for r in _rows(tmp_path / "results.sqlite")][:1] == ["run_failed"]
+    assert [r["status"] for r in stored_rows(tmp_path / "results.sqlite")][:1] == ["run_failed"]
