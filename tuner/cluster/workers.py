@@ -36,6 +36,7 @@ class RayRunner:
         self._files: dict[str, FileRef] = {}
         self._timing_ids: dict[tuple, str] = {}
         self._lock = threading.Lock()
+        self.dead: set[str] = set()  # workers lost in this process: the next evaluation starts afresh
 
     def register(self, path: Path, ref) -> None:
         """`path` (where the driver would keep the file) stands for the object `ref`."""
@@ -87,8 +88,10 @@ class RayRunner:
             return ray.get(getattr(worker, method).remote(*args), timeout=2 * timeout + 60)
         except ray.exceptions.GetTimeoutError:
             ray.kill(worker)
+            self.dead.add(device)
             raise DeviceLost(device, f"benchmark worker did not answer in {2 * timeout + 60:.0f} s") from None
         except ray.exceptions.RayActorError as e:
+            self.dead.add(device)
             raise DeviceLost(device, f"benchmark worker died: {str(e).splitlines()[0]}") from None
 
     def close(self) -> None:
@@ -100,13 +103,15 @@ class RayRunner:
 
 
 def cluster_runner(ray, device: str, cores: int) -> RayRunner:
-    """This process's benchmark workers for `device`, started at the first call: one per GPU of
-    the cluster, or on a CPU device one per node, pinned to `cores` CPUs (see
-    tuner.cluster.worker). Workers on devices of different names are refused."""
+    """This process's benchmark workers for `device`, started at the first call (and again once
+    one of them was lost): one per GPU of the cluster, or on a CPU device one per node, pinned to
+    `cores` CPUs (see tuner.cluster.worker). Workers on devices of different names are refused."""
     with _workers_lock:
         runner = _workers.get((device, cores))
-        if runner is not None:
+        if runner is not None and not runner.dead:
             return runner
+        if runner is not None:
+            runner.close()
         runner = _start_workers(ray, device, cores)
         _workers[(device, cores)] = runner
         return runner
