@@ -30,7 +30,7 @@ TIMES = {0: 10.0, 1: 9.0, 2: 8.0, 3: 12.0, 4: 5.0, 5: 6.5}  # candidate 4 is the
 
 # The benchmark tool: a known time per candidate (by the candidates/NNNN/ of its module path; the
 # real tool for any other module, e.g. a model's profile); at the `kill_at`-th call it kills the
-# process that started it (the benchmark worker), once.
+# process that started it (the benchmark worker), once; for candidate `crash` it crashes.
 _BENCHMARK = '''#!{python}
 import fcntl, json, os, re, signal, sys
 config = json.load(open({config!r}))
@@ -49,6 +49,8 @@ with open(config["counter"], "a+") as f:
 if calls == config.get("kill_at"):
     os.kill(os.getppid(), signal.SIGKILL)
     sys.exit(1)
+if "/%04d/" % config.get("crash", -1) in module:
+    os.kill(os.getpid(), signal.SIGSEGV)
 if config.get("sleep"):
     import time
     time.sleep(config["sleep"])
@@ -124,11 +126,14 @@ def _statuses(tuning) -> dict[str, Status]:
 
 
 def test_the_cluster_gives_the_local_evaluators_statuses_and_winner(cluster, matmul, tmp_path):
-    cluster()
+    cluster(crash=2)  # candidate 2's timing crashes: a status on a worker as locally
     local = api.tune(matmul, "llvm-cpu", 5, tmp_path / "local", settings=SETTINGS, strategy="sequential")
-    cluster()
+    cluster(crash=2)
     remote = api.tune(matmul, "llvm-cpu", 5, tmp_path / "ray", settings=SETTINGS, strategy="ray")
-    assert _statuses(remote) == _statuses(local) and all(s == Status.OK for s in _statuses(remote).values())
+    assert _statuses(remote) == _statuses(local)
+    by_id = {r.candidate_id: r for r in remote.results}
+    assert by_id[2].status == Status.RUN_FAILED and "crashed: SIGSEGV" in by_id[2].error
+    assert all(r.ok for i, r in by_id.items() if i != 2)
     assert remote.ranking.best.candidate_id == local.ranking.best.candidate_id == 4
     assert remote.ranking.speedup(remote.ranking.best) == pytest.approx(2.0, rel=0.05)
     # Timed by the cluster's workers: one per node, each on a core the compiles keep off.
@@ -227,3 +232,24 @@ def test_tune_model_tunes_its_dispatches_at_once_on_the_cluster(cluster, tmp_pat
     # Three candidates each: the fastest is candidate 2 (8 ms against the default's 10).
     assert len(tuned) == 2 and all(d.speedup == pytest.approx(1.25, rel=0.05) for d in tuned), tuning.state.dispatches
     assert not barrier.broken
+
+
+def test_an_unreachable_cluster_or_one_that_cannot_compile_is_one_error_line(matmul, tmp_path):
+    from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots
+    from tuner.errors import InputError
+
+    run = cli_process("tune", str(matmul), "--strategy", "ray", "--ray-address", "127.0.0.1:1", "--budget", "2",
+                      "--output", str(tmp_path / "out"))
+    output, _ = run.communicate(timeout=300)
+    assert run.returncode != 0 and "Traceback" not in output
+    assert [line for line in output.splitlines() if line.startswith("error:")] == \
+        ["error: no Ray cluster answers at 127.0.0.1:1 (Connection refused): start one with "
+         f"`ray start --head --resources='{{\"{COMPILE_RESOURCE}\": N}}'` or give its address"]
+
+    class NoCompileNode:  # what ray says of a cluster started without the resource
+        @staticmethod
+        def cluster_resources():
+            return {"CPU": 8.0}
+
+    with pytest.raises(InputError, match="no node of the Ray cluster can compile"):
+        compile_slots(NoCompileNode)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import threading
 from typing import Optional
 
@@ -48,6 +49,8 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
         env = {k: os.environ[k] for k in (TOOLS_ENV,) if os.environ.get(k)}
         common = dict(runtime_env={"env_vars": env} if env else None, log_to_driver=False,
                       include_dashboard=False, configure_logging=False)
+        if address:
+            _reachable(address)
         try:
             if address:
                 ray.init(address=address, **common)
@@ -60,6 +63,19 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         atexit.register(shutdown)
         return ray
+
+
+def _reachable(address: str) -> None:
+    """A `host:port` address must answer before Ray is asked to connect (Ray retries for minutes
+    and prints warnings meanwhile); other forms ("auto", "ray://...") are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "/" in host:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise InputError(f"no Ray cluster answers at {address} ({e.strerror or type(e).__name__}): start one with "
+                         f"`ray start --head --resources='{{\"{COMPILE_RESOURCE}\": N}}'` or give its address") from None
 
 
 def shutdown() -> None:
