@@ -24,7 +24,7 @@ import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Protocol, Sequence, cast
+from typing import Callable, Optional, Protocol, Sequence, cast
 
 from iree.compiler import ir
 
@@ -57,7 +57,7 @@ class Evaluator(Protocol):
     def evaluate(self, candidates: Sequence[Candidate], settings: Optional[EvalSettings] = None) -> Evaluation: ...
 
 
-class _LocalEvaluator:
+class BaseEvaluator:
     """Compiles on this machine and measures on its devices (or, through `runner`, on whatever
     devices it reaches); subclasses choose the schedule."""
 
@@ -127,7 +127,7 @@ class _LocalEvaluator:
         raise NotImplementedError
 
 
-class Sequential(_LocalEvaluator):
+class Sequential(BaseEvaluator):
     """Compile, then measure, one candidate at a time, on the first device."""
 
     name = "sequential"
@@ -138,43 +138,51 @@ class Sequential(_LocalEvaluator):
             recorder.add(measurer.measure(built, self.devices[0]) if built.result.ok else built.result)
 
 
-class Overlapped(_LocalEvaluator):
+class Overlapped(BaseEvaluator):
     """Compile workers feed benchmark workers (one per device) through a queue."""
 
     name = "overlapped"
 
     def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
-        events: "queue.Queue[tuple[str, object]]" = queue.Queue()
-        pool = DevicePool(self.devices, measurer, events)
         compilers = ThreadPoolExecutor(max_workers=max(1, self.settings.compile_workers), thread_name_prefix="compile")
         try:
+            # Verification reads MLIR, so it happens where the build lands: in the thread that owns the context.
+            self._feed(todo, measurer, recorder, lambda c: compilers.submit(self._compile, c),
+                       lambda c, future: self._verify(future.result()))
+        finally:
+            compilers.shutdown(wait=False, cancel_futures=True)
+
+    def _feed(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder,
+              start: Callable[[Candidate], "Future"], land: Callable[[Candidate, "Future"], Built]) -> None:
+        """Builds started by `start` (futures) feed a pool of benchmark workers, one per device, as
+        they finish; `land` turns a finished one into a Built, in this thread. Every result is
+        recorded here as it arrives; a device lost mid-run leaves its work to the others."""
+        events: "queue.Queue[tuple[str, object]]" = queue.Queue()
+        pool = DevicePool(self.devices, measurer, events)
+        try:
             for c in todo:  # the baseline first: it is built, and so measured, first
-                future = compilers.submit(self._compile, c)
-                future.add_done_callback(lambda f: events.put((COMPILED, f)))
+                start(c).add_done_callback(lambda f, c=c: events.put((COMPILED, (c, f))))
             while len(recorder.results) < len(todo):
                 kind, payload = events.get()
                 if kind == MEASURED:
                     recorder.add(cast(Result, payload))
-                    continue
-                if kind == LOST:
+                elif kind == LOST:
                     pool.lost(cast(str, payload))
-                    continue
-                # Verification reads MLIR, so it happens here, in the thread that owns the context.
-                built = self._verify(cast("Future[CompileJob]", payload).result())
-                if built.result.ok:
-                    pool.submit(built)
                 else:
-                    recorder.add(built.result)
+                    built = land(*cast(tuple, payload))
+                    if built.result.ok:
+                        pool.submit(built)
+                    else:
+                        recorder.add(built.result)
         finally:
-            compilers.shutdown(wait=False, cancel_futures=True)
             pool.close()
 
 
-STRATEGIES: dict[str, type[_LocalEvaluator]] = {e.name: e for e in (Sequential, Overlapped)}
+STRATEGIES: dict[str, type[BaseEvaluator]] = {e.name: e for e in (Sequential, Overlapped)}
 CLUSTER = "ray"  # tuner.cluster.evaluator.RayEvaluator, imported only when asked for (Ray is optional)
 
 
-def make_evaluator(strategy: str, *args, **kwargs) -> _LocalEvaluator:
+def make_evaluator(strategy: str, *args, **kwargs) -> BaseEvaluator:
     """The evaluator named `strategy` (see STRATEGIES, or "ray"), built with the given arguments."""
     if strategy == CLUSTER:
         from tuner.cluster.evaluator import RayEvaluator

@@ -11,7 +11,6 @@ The workers and RayRunner live in tuner.cluster.workers (runtime-only).
 
 from __future__ import annotations
 
-import queue
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Optional, Sequence, cast
@@ -23,19 +22,19 @@ from tuner.cluster.compile_task import RemoteBuild, compile_on_node, localize
 from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots, connect
 from tuner.cluster.workers import RayRunner, cluster_runner
 from tuner.compile_stage import _built, candidate_flags
-from tuner.devices import LOST, MEASURED, DevicePool
 from tuner.errors import InputError
-from tuner.evaluator import COMPILED, _LocalEvaluator
+from tuner.evaluator import Overlapped
 from tuner.measure import Built, Measurer, Progress, Recorder
-from tuner.results import Result, Status
+from tuner.results import Status
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
 from tuner.workload import Workload
 
 
-class RayEvaluator(_LocalEvaluator):
-    """Compile tasks on the cluster feed its benchmark workers (one per device) as they land."""
+class RayEvaluator(Overlapped):
+    """Compile tasks on the cluster feed its benchmark workers (one per device) as they land:
+    Overlapped's schedule, with builds and devices on the cluster."""
 
     name = "ray"
 
@@ -90,30 +89,16 @@ class RayEvaluator(_LocalEvaluator):
         return self._landed(c, self._submit(c))
 
     def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
-        events: "queue.Queue[tuple[str, object]]" = queue.Queue()
-        pool = DevicePool(self.devices, measurer, events)
-        submitted = []
+        submitted: dict[int, tuple] = {}
+
+        def start(c: Candidate) -> Future:
+            submitted[c.id] = self._submit(c)
+            return submitted[c.id][0].future()
+
         try:
-            for c in todo:  # the baseline first: it is built, and so measured, first
-                refs = self._submit(c)
-                submitted.append(refs)
-                future: Future = refs[0].future()
-                future.add_done_callback(lambda _, c=c, refs=refs: events.put((COMPILED, (c, refs))))
-            while len(recorder.results) < len(todo):
-                kind, payload = events.get()
-                if kind == MEASURED:
-                    recorder.add(cast(Result, payload))
-                elif kind == LOST:
-                    pool.lost(cast(str, payload))
-                else:
-                    built = self._landed(*cast(tuple, payload))
-                    if built.result.ok:
-                        pool.submit(built)
-                    else:
-                        recorder.add(built.result)
+            self._feed(todo, measurer, recorder, start, lambda c, _: self._landed(c, submitted[c.id]))
         finally:
-            pool.close()
-            for refs in submitted:
+            for refs in submitted.values():
                 try:
                     self.ray.cancel(refs[0])
                 except Exception:  # finished already
