@@ -207,11 +207,17 @@ def faulty_tools(tmp_path, monkeypatch):
 _TIMED_BENCHMARK = '''#!{python}
 """iree-benchmark-module that times nothing: each candidate (by its directory, candidates/NNNN/)
 takes a fixed, known time, multiplied by `factor` from call `after` + 1 on (a machine whose load
-changes mid-run). Calls are counted across processes in a file."""
-import fcntl, json, re, sys
+changes mid-run). Calls are counted across processes in a file. Optional rules: `kill_at` (that
+call kills the process that started the tool, as a dying benchmark worker), `crash` (the id of a
+candidate whose timing crashes), `sleep` (seconds per call). Another module (a model's profile)
+is timed by the real tool."""
+import fcntl, json, os, re, signal, sys, time
 config = json.load(open({config!r}))
 args = sys.argv[1:]
 module = next(a for a in args if a.startswith("--module="))
+found = re.search(r"/(\\d{{4}})/", module)
+if not found:
+    os.execv({real!r}, [{real!r}, *args])
 reps = int(next(a for a in args if a.startswith("--benchmark_repetitions=")).split("=", 1)[1])
 with open(config["counter"], "a+") as f:
     fcntl.flock(f, fcntl.LOCK_EX)
@@ -220,8 +226,14 @@ with open(config["counter"], "a+") as f:
     f.seek(0)
     f.truncate()
     f.write(str(calls))
-candidate = re.search(r"/(\\d{{4}})/", module).group(1)
-ms = config["times"][str(int(candidate))] * (config["factor"] if calls > config["after"] else 1.0)
+if calls == config.get("kill_at"):
+    os.kill(os.getppid(), signal.SIGKILL)
+    sys.exit(1)
+candidate = int(found.group(1))
+if candidate == config.get("crash"):
+    os.kill(os.getpid(), signal.SIGSEGV)
+time.sleep(config.get("sleep", 0))
+ms = config["times"][str(candidate)] * (config.get("factor", 1.0) if calls > config.get("after", 10 ** 9) else 1.0)
 rows = [{{"run_type": "iteration", "real_time": ms * 1e6, "time_unit": "ns", "items_per_second": 1e3 / ms}}] * reps
 print(json.dumps({{"benchmarks": rows}}))
 '''
@@ -244,7 +256,8 @@ def timed_tools(tmp_path, monkeypatch):
     for name in ("iree-compile", "iree-run-module"):
         (directory / name).symlink_to(find_tool(name))
     tool = directory / "iree-benchmark-module"
-    tool.write_text(_TIMED_BENCHMARK.format(python=sys.executable, config=str(config)))
+    tool.write_text(_TIMED_BENCHMARK.format(python=sys.executable, config=str(config),
+                                            real=find_tool("iree-benchmark-module")))
     tool.chmod(0o755)
     monkeypatch.setenv(TOOLS_ENV, str(directory))
 

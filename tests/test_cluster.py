@@ -2,8 +2,9 @@
 same candidates give the same statuses and winner as the local evaluator; a benchmark worker and
 a compile worker killed mid-run lose nothing; a driver killed with -9 is resumed from the store.
 
-Timings come from a fake iree-benchmark-module with a known time per candidate (passed to the
-cluster's workers through $IREE_TUNER_TOOLS); compiles and numerics runs are real."""
+Timings come from the tests' fake iree-benchmark-module with a known time per candidate
+(conftest's _TIMED_BENCHMARK, passed to the cluster's workers through $IREE_TUNER_TOOLS);
+compiles and numerics runs are real."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]'")
 
-from tests.conftest import cli_process, kill_once_stored, stored_rows, write_matmul  # noqa: E402
+from tests.conftest import _TIMED_BENCHMARK, cli_process, kill_once_stored, stored_rows, write_matmul  # noqa: E402
 from tests.test_tune_model import MLP  # noqa: E402
 from tuner import api  # noqa: E402
 from tuner.results import Status  # noqa: E402
@@ -27,37 +28,6 @@ from tuner.versions import compiler_version, runtime_version  # noqa: E402
 SETTINGS = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=4, confirm_top=3, baseline_every=5,
                         compile_workers=2)
 TIMES = {0: 10.0, 1: 9.0, 2: 8.0, 3: 12.0, 4: 5.0, 5: 6.5}  # candidate 4 is the fastest: 2.0x
-
-# The benchmark tool: a known time per candidate (by the candidates/NNNN/ of its module path; the
-# real tool for any other module, e.g. a model's profile); at the `kill_at`-th call it kills the
-# process that started it (the benchmark worker), once; for candidate `crash` it crashes.
-_BENCHMARK = '''#!{python}
-import fcntl, json, os, re, signal, sys
-config = json.load(open({config!r}))
-args = sys.argv[1:]
-module = next(a for a in args if a.startswith("--module="))
-if not re.search(r"/(\\d{{4}})/", module):
-    os.execv({bench!r}, [{bench!r}, *args])
-reps = int(next(a for a in args if a.startswith("--benchmark_repetitions=")).split("=", 1)[1])
-with open(config["counter"], "a+") as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    f.seek(0)
-    calls = int(f.read() or 0) + 1
-    f.seek(0)
-    f.truncate()
-    f.write(str(calls))
-if calls == config.get("kill_at"):
-    os.kill(os.getppid(), signal.SIGKILL)
-    sys.exit(1)
-if "/%04d/" % config.get("crash", -1) in module:
-    os.kill(os.getpid(), signal.SIGSEGV)
-if config.get("sleep"):
-    import time
-    time.sleep(config["sleep"])
-ms = config["times"][str(int(re.search(r"/(\\d{{4}})/", module).group(1)))]
-rows = [{{"run_type": "iteration", "real_time": ms * 1e6, "time_unit": "ns", "items_per_second": 1e3 / ms}}] * reps
-print(json.dumps({{"benchmarks": rows}}))
-'''
 
 # The compiler: the real one, except that the first compile of a module whose path names
 # `kill_candidate` kills the process that started it (a compile worker), once.
@@ -88,9 +58,8 @@ def cluster(tmp_path_factory):
     counter = tools / "calls"
     for name in ("iree-run-module", "iree-profile"):
         (tools / name).symlink_to(find_tool(name))
-    for name, text in (("iree-benchmark-module", _BENCHMARK), ("iree-compile", _COMPILE)):
-        (tools / name).write_text(text.format(python=sys.executable, config=str(config),
-                                              real=find_tool("iree-compile"), bench=find_tool("iree-benchmark-module")))
+    for name, text in (("iree-benchmark-module", _TIMED_BENCHMARK), ("iree-compile", _COMPILE)):
+        (tools / name).write_text(text.format(python=sys.executable, config=str(config), real=find_tool(name)))
         (tools / name).chmod(0o755)
     saved = os.environ.get(TOOLS_ENV)
     os.environ[TOOLS_ENV] = str(tools)
