@@ -86,7 +86,7 @@ def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
     configs.write_text(json.dumps([knobs[0], {"knobs": knobs[1]}]))
     out = tmp_path / "o"
     result = run_cli("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "2",
-                  "--strategy", "sequential", "--output", str(out))
+                  "--confirm-rounds", "1", "--strategy", "sequential", "--output", str(out))
     assert result.exit_code == 0, result.output
     assert "sequential: 3 evaluated" in result.output
     data = json.loads((out / "results.json").read_text())
@@ -94,7 +94,7 @@ def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
     assert all(c["status"] == "ok" for c in data["candidates"])
     # A results.json is a configs file too: the same configs again, all reused from the store.
     again = run_cli("benchmark", str(small_matmul), "--configs", str(out / "results.json"), "--repetitions", "2",
-                 "--output", str(out))
+                 "--confirm-rounds", "1", "--output", str(out))
     assert again.exit_code == 0, again.output
     assert "sequential: 1 evaluated, 2 reused from the store" in again.output
 

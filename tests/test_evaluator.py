@@ -72,7 +72,7 @@ def test_hung_compile_and_hung_benchmark_are_killed_and_marked(small_matmul, tmp
     candidates, workload = _batch(small_matmul, ctx, cpu, 4)
     faulty_tools("iree-compile", "candidates/0002", "hang")
     faulty_tools("iree-benchmark-module", "candidates/0003/", "hang")
-    settings = replace(FAST, compile_timeout_s=20, run_timeout_s=10)
+    settings = replace(FAST, compile_timeout_s=10, run_timeout_s=5)  # a small matmul compiles in about 1 s
     evaluation = _evaluator(Overlapped, small_matmul, cpu, workload, tmp_path, ctx, settings).evaluate(candidates)
     by_id = {r.candidate_id: r for r in evaluation.results}
     assert by_id[2].status == Status.COMPILE_TIMEOUT and "timed out" in by_id[2].error
@@ -127,7 +127,8 @@ def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_p
 def test_two_tunings_at_once_share_one_store(tmp_path):
     store = tmp_path / "shared.sqlite"
     inputs = [write_matmul(tmp_path / "a.mlir", 128, 256, 64), write_matmul(tmp_path / "b.mlir", 96, 128, 64)]
-    runs = [cli_process("tune", str(path), "--num-candidates", "3", "--repetitions", "2", "--store", str(store),
+    runs = [cli_process("tune", str(path), "--num-candidates", "3", "--repetitions", "2", "--confirm-rounds", "1",
+                        "--store", str(store),
                  "--output", str(tmp_path / f"out{i}")) for i, path in enumerate(inputs)]
     for run in runs:
         output, _ = run.communicate(timeout=600)
