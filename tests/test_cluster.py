@@ -222,3 +222,27 @@ def test_an_unreachable_cluster_or_one_that_cannot_compile_is_one_error_line(mat
 
     with pytest.raises(InputError, match="no node of the Ray cluster can compile"):
         compile_slots(NoCompileNode)
+
+
+def test_a_model_plans_dispatch_step_is_timed_on_the_cluster(cluster, tmp_path):
+    # Two machines: the compile side writes the profile step, then the dispatch step; the dispatch
+    # step's manifests are timed by the cluster's workers (`benchmark DIR --strategy ray`).
+    from tuner.stages import tune_model
+    from tuner.stages.plan import run_plan
+
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    out = tmp_path / "out"
+    settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+    cluster()
+    steps = []
+    for _ in range(2):
+        tune_model(model, "llvm-cpu", out, num_candidates=2, top=2, settings=settings, compile_only=True)
+        steps.append(json.loads((out / "model-plan.json").read_text())["step"])
+        run_plan(out, settings=settings, strategy="ray")
+    assert steps == ["profile", "dispatches"]
+    timed = [json.loads(p.read_text()) for p in sorted((out / "dispatches").glob("*/results.json"))]
+    assert len(timed) == 2
+    for data in timed:
+        devices = {c["device"] for c in data["candidates"] if c.get("device")}
+        assert devices and all("@" in d for d in devices), devices  # the cluster's workers, not this machine

@@ -237,7 +237,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             from tuner.stages.plan import run_plan
 
             with _progress(console) as on_progress:
-                plan = run_plan(path, devices, settings, on_progress)
+                plan = run_plan(path, devices, settings, on_progress, strategy)
             console.print(f"measured the {plan.step} step of {path}; next, where the compiler is: "
                           f"iree-tuner tune-model MODEL --compile-only --output {path}")
             return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -75,14 +76,16 @@ class ModelPlan:
 
 
 def run_plan(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
-             progress: Optional[Callable[[str, int, int], None]] = None) -> ModelPlan:
-    """Measure what DIR's model plan asks for, on `devices` (default: the plan's device)."""
+             progress: Optional[Callable[[str, int, int], None]] = None, strategy: str = "auto") -> ModelPlan:
+    """Measure what DIR's model plan asks for, on `devices` (default: the plan's device). With
+    `strategy` "ray", a dispatch step's dispatches are timed at once on the Ray cluster's benchmark
+    workers; a profile or a whole-model comparison is one device's work and stays on this machine."""
     with RunDirectory(root):  # one run at a time in DIR
-        return _run_plan(root, devices, settings, progress)
+        return _run_plan(root, devices, settings, progress, strategy)
 
 
 def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
-              progress: Optional[Callable[[str, int, int], None]]) -> ModelPlan:
+              progress: Optional[Callable[[str, int, int], None]], strategy: str) -> ModelPlan:
     plan = ModelPlan.read(root)
     missing = [f for f in plan.files if not (root / f).exists()]
     if missing:
@@ -96,8 +99,14 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
     elif plan.step == "dispatches":
         # Only each dispatch's benchmark module travels (tuner.stages.two_machine): its numerics
         # are checked at the model's output when its config is merged.
-        for d in plan.dispatches:
-            benchmark_dir(root / d, devices, replace(settings, check_numerics=False), progress, root / STORE)
+        unchecked = replace(settings, check_numerics=False)
+        if strategy == "ray":
+            with ThreadPoolExecutor(max_workers=max(1, len(plan.dispatches))) as pool:
+                list(pool.map(lambda d: benchmark_dir(root / d, devices, unchecked, progress, root / STORE, strategy),
+                              plan.dispatches))
+        else:
+            for d in plan.dispatches:
+                benchmark_dir(root / d, devices, unchecked, progress, root / STORE)
     elif plan.step in ("merge", "validate"):
         name, module = plan.reference
         cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants],
