@@ -246,3 +246,19 @@ def test_a_model_plans_dispatch_step_is_timed_on_the_cluster(cluster, tmp_path):
     for data in timed:
         devices = {c["device"] for c in data["candidates"] if c.get("device")}
         assert devices and all("@" in d for d in devices), devices  # the cluster's workers, not this machine
+
+
+def test_files_of_the_same_name_from_different_runs_stay_apart_on_a_worker(cluster, tmp_path):
+    # Two dispatches' candidates/0001/candidate.vmfb (or two runs' inputs/input0.npy) are different
+    # files: a worker fetches each, never one for the other.
+    from tuner.cluster.workers import RayRunner
+
+    runner = RayRunner(ray, {}, {})
+    paths = [tmp_path / name / "candidates" / "0001" / "candidate.vmfb" for name in ("a", "b")]
+    for i, p in enumerate(paths):
+        p.parent.mkdir(parents=True)
+        p.write_bytes(bytes([i]) * 8)
+    (name_a, [ref_a]), (name_b, [ref_b]) = (runner.file(p) for p in paths)
+    assert name_a != name_b and name_a.endswith("/0001/candidate.vmfb")
+    assert ray.get(ref_a) == bytes([0]) * 8 and ray.get(ref_b) == bytes([1]) * 8
+    assert runner.file(paths[0])[0] == name_a  # put once, then the same

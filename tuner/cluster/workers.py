@@ -52,9 +52,9 @@ class RayRunner:
 
     @staticmethod
     def _named(path: Path, ref) -> FileRef:
-        # Unique per object; ends like the driver's path (candidates/NNNN/candidate.vmfb), which
-        # is how a worker's tools see it.
-        return f"{ref.hex()[:16]}/{Path(path).parent.name}/{Path(path).name}", [ref]
+        # Unique per object (the whole id: objects one task or driver makes share its prefix);
+        # ends like the driver's path (candidates/NNNN/candidate.vmfb), as a worker's tools see it.
+        return f"{ref.hex()}/{Path(path).parent.name}/{Path(path).name}", [ref]
 
     def identity(self, device: str) -> str:
         return self.described[device]["identity"]
