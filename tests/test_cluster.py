@@ -262,3 +262,17 @@ def test_files_of_the_same_name_from_different_runs_stay_apart_on_a_worker(clust
     assert name_a != name_b and name_a.endswith("/0001/candidate.vmfb")
     assert ray.get(ref_a) == bytes([0]) * 8 and ray.get(ref_b) == bytes([1]) * 8
     assert runner.file(paths[0])[0] == name_a  # put once, then the same
+
+
+def test_a_worker_lost_during_the_confirmation_rounds_leaves_them_to_another(cluster, matmul, tmp_path):
+    # The first pass takes about a dozen timings; the 16th falls in the confirmation rounds, which
+    # run on one worker: it dies there, and the rounds are timed again on the other.
+    counter = cluster(kill_at=16)
+    tuning = api.tune(matmul, "llvm-cpu", 5, tmp_path / "out", settings=SETTINGS, strategy="ray")
+    assert int(counter.read_text()) > 16
+    [lost] = tuning.stats.lost_devices
+    assert lost.split(":")[0].endswith("/0")  # the first worker: the one the rounds run on
+    best = tuning.ranking.best
+    assert best.candidate_id == 4 and tuning.ranking.speedup(best) == pytest.approx(2.0, rel=0.05)
+    assert len(best.round_ratios) == SETTINGS.confirm_rounds  # every round, none half-timed on the lost worker
+    assert all(r.ok for r in tuning.results)
