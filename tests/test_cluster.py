@@ -262,6 +262,9 @@ def test_files_of_the_same_name_from_different_runs_stay_apart_on_a_worker(clust
     assert name_a != name_b and name_a.endswith("/0001/candidate.vmfb")
     assert ray.get(ref_a) == bytes([0]) * 8 and ray.get(ref_b) == bytes([1]) * 8
     assert runner.file(paths[0])[0] == name_a  # put once, then the same
+    paths[0].write_bytes(bytes([2]) * 9)  # rebuilt in place (a later round): sent again
+    name_c, [ref_c] = runner.file(paths[0])
+    assert name_c != name_a and ray.get(ref_c) == bytes([2]) * 9
 
 
 def test_a_worker_lost_during_the_confirmation_rounds_leaves_them_to_another(cluster, matmul, tmp_path):

@@ -11,6 +11,7 @@ The workers and RayRunner live in tuner.cluster.workers (runtime-only).
 
 from __future__ import annotations
 
+import shutil
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Optional, Sequence, cast
@@ -60,7 +61,8 @@ class RayEvaluator(Overlapped):
     def _submit(self, c: Candidate) -> tuple:
         """Start `c`'s compile task; its spec is written here too (best_spec.mlir if it wins)."""
         cdir = self.workdir / f"{c.id:04d}"
-        cdir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(cdir, ignore_errors=True)  # an earlier local build there is not this one
+        cdir.mkdir(parents=True)
         (cdir / "spec.mlir").write_text(c.spec)
         entry = self.workload.entry if self.workload.dispatch_benchmark else None
         return tuple(self._task.remote(c, self.program, self.target, self.settings.compile_timeout_s, entry, self.pin))

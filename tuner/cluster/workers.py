@@ -33,7 +33,8 @@ class RayRunner:
         self.workers = workers
         self.described = described
         self.devices = tuple(workers)
-        self._files: dict[str, FileRef] = {}
+        self._registered: dict[str, FileRef] = {}  # by path: builds the cluster made
+        self._files: dict[tuple, FileRef] = {}  # by (path, mtime, size): files this driver put
         self._timing_ids: dict[tuple, str] = {}
         self._lock = threading.Lock()
         self.dead: set[str] = set()  # workers lost in this process: the next evaluation starts afresh
@@ -41,14 +42,20 @@ class RayRunner:
     def register(self, path: Path, ref) -> None:
         """`path` (where the driver would keep the file) stands for the object `ref`."""
         with self._lock:
-            self._files[str(path)] = self._named(path, ref)
+            self._registered[str(path)] = self._named(path, ref)
 
     def file(self, path: Path) -> FileRef:
-        """The file at `path` as a FileRef: registered, or read and put in the object store once."""
+        """The file at `path` as a FileRef: read and put in the object store once for as long as
+        the file is unchanged (a later round may rebuild candidates/NNNN/ in place); where no such
+        file is here, the build registered for it (a cluster build has no local copy)."""
         with self._lock:
-            if str(path) not in self._files:
-                self._files[str(path)] = self._named(path, self.ray.put(Path(path).read_bytes()))
-            return self._files[str(path)]
+            if not Path(path).exists() and str(path) in self._registered:
+                return self._registered[str(path)]
+            stat = Path(path).stat()
+            key = (str(path), stat.st_mtime_ns, stat.st_size)
+            if key not in self._files:
+                self._files[key] = self._named(path, self.ray.put(Path(path).read_bytes()))
+            return self._files[key]
 
     @staticmethod
     def _named(path: Path, ref) -> FileRef:
