@@ -47,12 +47,9 @@ def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSe
     """Where the manifest is timed: this machine's devices, or the cluster's workers."""
     if strategy != "ray":
         return LOCAL, distinct_devices(devices, device)
-    if devices:
-        raise InputError("--device does not go with --strategy ray: the cluster's benchmark workers are the devices")
-    from tuner.cluster.connect import connect
-    from tuner.cluster.workers import cluster_runner
+    from tuner.cluster.workers import cluster_devices
 
-    runner = cluster_runner(connect(settings.ray_address, settings.compile_workers), device, settings.benchmark_cores)
+    runner = cluster_devices(settings, device, devices)
     return runner, runner.devices
 
 

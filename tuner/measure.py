@@ -204,9 +204,13 @@ class Measurer:
             self.time_baseline(device)
 
     def timing(self, b: Built, device: str) -> tuple[Optional[Timing], ToolRun]:
-        """One timing of `b` on `device`; a device lost on the way is remembered as lost."""
+        """One timing of `b` on `device`."""
+        return self._guarded(lambda: self.runner.benchmark(b, self.settings(device)))
+
+    def _guarded(self, call):
+        """`call()` (a runner call); a device lost on the way is remembered as lost, then raised on."""
         try:
-            return self.runner.benchmark(b, self.settings(device))
+            return call()
         except DeviceLost as e:
             self.lose(e)
             raise
@@ -270,15 +274,11 @@ class Measurer:
         return self._timed(replace(b.result, relative_error=err), b, settings), output
 
     def _output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
-        try:
-            return self.runner.output(b, settings)
-        except DeviceLost as e:
-            self.lose(e)
-            raise
+        return self._guarded(lambda: self.runner.output(b, settings))
 
     def _timed(self, result: Result, b: Built, settings: RunSettings) -> Result:
         """`result` with the times of one timing of `b` under `settings`, or the failure of it."""
-        timing, run = self.timing(b, settings.device)
+        timing, run = self._guarded(lambda: self.runner.benchmark(b, settings))
         if timing is None:
             return _failed_run(result, run)
         return replace(result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,

@@ -20,10 +20,9 @@ from iree.compiler import ir
 
 from tuner.candidates import Candidate
 from tuner.cluster.compile_task import RemoteBuild, compile_on_node, localize
-from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots, connect
-from tuner.cluster.workers import RayRunner, cluster_runner
+from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots
+from tuner.cluster.workers import RayRunner, cluster_devices
 from tuner.compile_stage import _built, candidate_flags
-from tuner.errors import InputError
 from tuner.evaluator import Overlapped
 from tuner.measure import Built, Measurer, Progress, Recorder
 from tuner.results import Status
@@ -43,13 +42,10 @@ class RayEvaluator(Overlapped):
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                  progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
                  given_inputs: Optional[Path] = None) -> None:
-        if devices:
-            raise InputError("--device does not go with --strategy ray: the cluster's benchmark workers are the "
-                             "devices")
-        self.ray = connect(settings.ray_address, settings.compile_workers)
+        runner = cluster_devices(settings, target.device, devices)
+        self.ray = runner.ray
         compile_slots(self.ray)
         cpu = target.device.startswith("local")
-        runner = cluster_runner(self.ray, target.device, settings.benchmark_cores)
         super().__init__(input_path, target, workload, workdir, store, settings, runner.devices, progress, ctx,
                          given_inputs, runner)
         self.cluster: RayRunner = runner

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -122,6 +122,17 @@ def cluster_runner(ray, device: str, cores: int) -> RayRunner:
         runner = _start_workers(ray, device, cores)
         _workers[(device, cores)] = runner
         return runner
+
+
+def cluster_devices(settings, device: str, devices: Sequence[str] = ()) -> RayRunner:
+    """The cluster's benchmark workers for `device`, connected to as `settings` say
+    (`ray_address`, `compile_workers` for a local cluster, `benchmark_cores`); named devices
+    (--device) do not go with them."""
+    from tuner.cluster.connect import connect
+
+    if devices:
+        raise InputError("--device does not go with --strategy ray: the cluster's benchmark workers are the devices")
+    return cluster_runner(connect(settings.ray_address, settings.compile_workers), device, settings.benchmark_cores)
 
 
 def forget_workers() -> None:
