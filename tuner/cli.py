@@ -29,6 +29,9 @@ def main() -> None:
     """Tune IREE dispatches: enumerate lowering configs, compile and time them, keep the best."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+    from tuner.tools import allow_tools
+
+    allow_tools()  # a command run in the same process after an interrupted one starts tools again
 
 
 def _evaluation_options(f):

@@ -12,6 +12,7 @@ from typing import Optional, Sequence, cast
 from tuner.errors import InputError, ToolError
 from tuner.measure import Built, DeviceLost, Measurer, Recorder
 from tuner.results import Result, Status
+from tuner.tools import ToolsStopped
 
 MEASURED = "measured"
 LOST = "lost"  # a device went away; what it held was queued again for the others
@@ -73,6 +74,8 @@ class DevicePool:
                     self.alive.discard(device)
                 self._work.put(b)  # another device measures it
                 self._events.put((LOST, str(e)))
+                return
+            except ToolsStopped:  # the run was interrupted: nothing more is measured
                 return
             except Exception as e:  # a bug here must not hang the run waiting for this result
                 result = replace(b.result, status=Status.RUN_FAILED, device=device,

@@ -88,11 +88,20 @@ def find_tool(name: str) -> str:
 # Process groups of the tools running now, so that an interrupted run leaves none behind.
 _live: set[int] = set()
 _live_lock = threading.Lock()
+_stopped = False  # set by kill_running_tools: a thread still working starts no new tool
+
+
+class ToolsStopped(RuntimeError):
+    """A tool asked for after the run was interrupted (its tools killed): not started."""
 
 
 def kill_running_tools() -> None:
-    """Kill every tool process group this process started and that is still running."""
+    """Kill every tool process group this process started and that is still running, and
+    start no more until `allow_tools()`: threads of an interrupted run that are still working
+    would otherwise start the next tool after this one was killed."""
+    global _stopped
     with _live_lock:
+        _stopped = True
         groups = list(_live)
     for pgid in groups:
         try:
@@ -101,15 +110,25 @@ def kill_running_tools() -> None:
             pass
 
 
+def allow_tools() -> None:
+    """A new run starts tools again (after an interrupted one in the same process)."""
+    global _stopped
+    with _live_lock:
+        _stopped = False
+
+
 def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
     """Run a tool in its own process group, so that a timeout kills it and its children.
-    Safe to call from several threads at once."""
+    Safe to call from several threads at once; refused (ToolsStopped) once the run's tools
+    were killed."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-        start_new_session=True,
-    )
-    with _live_lock:
+    with _live_lock:  # started and registered at once: kill_running_tools sees it or it never starts
+        if _stopped:
+            raise ToolsStopped(f"not started after the run was interrupted: {command[0]}")
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+            start_new_session=True,
+        )
         _live.add(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout_s)
