@@ -3,7 +3,7 @@
 Two steps, because the GPU machine has the IREE runtime but not the compiler:
 
     # here (compiler): tune --compile-only for each shape into OUT
-    python benchmarks/gpu_matmul.py compile --out .gpu-runs [--candidates 40]
+    python benchmarks/gpu_matmul.py compile --out .gpu-runs [--candidates 40] [--only NAMES] [--no-split-k]
     # there (runtime + torch): the benchmark stage per shape, then default/tuned/torch side by side
     python benchmarks/gpu_matmul.py measure --out .gpu-runs [--rounds 5]
 
@@ -34,6 +34,9 @@ SHAPES = [
     ("skinny 16x4096x4096", 16, 4096, 4096),
     ("unaligned 1000x3000x2000", 1000, 3000, 2000),
     ("large K 1024x1024x16384", 1024, 1024, 16384),
+    # Held out for split-K (issue 13): real models' MLP down projections, in no other file.
+    ("Qwen2-7B MLP down 512x3584x18944", 512, 3584, 18944),
+    ("Phi-3-mini MLP down 512x3072x8192", 512, 3072, 8192),
 ]
 
 
@@ -56,14 +59,18 @@ def mlir_for(m: int, n: int, k: int) -> str:
 """
 
 
-def compile_all(out: Path, candidates: int, target: str, only: str | None) -> None:
+def compile_all(out: Path, candidates: int, target: str, only: str | None, no_split: bool = False) -> None:
     from tuner import api
     from tuner.settings import EvalSettings
 
+    if no_split:  # the same search without split-K, to see what it adds
+        import pipelines.llvmgpu_tile_and_fuse as tile_and_fuse
+
+        tile_and_fuse.SPLIT_FACTORS = ()
     for name, m, n, k in SHAPES:
         if not wanted(name, only):
             continue
-        work = out / slug(name)
+        work = out / (slug(name) + ("-nosplit" if no_split else ""))
         work.mkdir(parents=True, exist_ok=True)
         src = work / "input.mlir"
         src.write_text(mlir_for(m, n, k))
@@ -85,8 +92,9 @@ def torch_matmul(inputs: list[Path]):
 
 def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> None:
     rows = []
-    for name, m, n, k in SHAPES:
-        work = out / slug(name)
+    runs = [(f"{name}{variant}", m, n, k, out / (slug(name) + suffix)) for name, m, n, k in SHAPES
+            for variant, suffix in (("", ""), (" (no split-K)", "-nosplit"))]
+    for name, m, n, k, work in runs:
         if not wanted(name, only) or not (work / "manifest.json").exists():
             continue
         stage = benchmark_stage(work, repetitions)
@@ -129,9 +137,10 @@ def measure_all(out: Path, rounds: int, repetitions: int, only: str | None) -> N
 def main() -> None:
     parser = arguments(__doc__, ".gpu-runs", 40)
     parser.add_argument("--only", default=None, help="only shapes whose name contains one of these (comma-separated)")
+    parser.add_argument("--no-split-k", action="store_true", help="compile: offer no split-K configs (into SHAPE-nosplit)")
     args = parser.parse_args()
     if args.step == "compile":
-        compile_all(args.out, args.candidates, args.target, args.only)
+        compile_all(args.out, args.candidates, args.target, args.only, args.no_split_k)
     else:
         measure_all(args.out, args.rounds, args.repetitions, args.only)
 

@@ -35,6 +35,11 @@ class Config:
     # Attention only: the op's decomposition_config (lowering configs of its QK and PV matmuls),
     # annotated next to the compilation_info and read back like it.
     decomposition_config: str | None = None
+    # Split-K: the root op's reduction is split this many ways before the compilation_info goes
+    # on the split op (a GPU preprocessing spec does both); a second dispatch adds the parts.
+    split_reduction: int = 1
+    # The loop extents the configured root op must have (the split op's, for split-K).
+    expect_loop_bounds: tuple[int, ...] | None = None
 
 
 def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, translation: ir.Attribute,
@@ -57,6 +62,7 @@ class ConfiguredDispatch:
     lowering_config: str
     translation_info: str
     decomposition_config: str = ""
+    loop_bounds: tuple[int, ...] = ()  # static loop extents, where the reader knows them
 
 
 class Pipeline(Protocol):
@@ -93,6 +99,8 @@ def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
         problems.append(
             f"lowering_config is {configured.lowering_config}, expected {config.expect_lowering_config}"
         )
+    if config.expect_loop_bounds and configured.loop_bounds != tuple(config.expect_loop_bounds):
+        problems.append(f"loops are {list(configured.loop_bounds)}, expected {list(config.expect_loop_bounds)}")
     if config.decomposition_config and configured.decomposition_config != config.decomposition_config:
         problems.append(
             f"decomposition_config is {configured.decomposition_config}, expected {config.decomposition_config}"

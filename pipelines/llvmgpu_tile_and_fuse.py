@@ -5,7 +5,7 @@ read from the target attribute."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
 import z3
@@ -56,6 +56,46 @@ def compatible_intrinsics(dispatch: Dispatch, accumulator: str | None = None) ->
     return [i for i in dispatch.target.mma_intrinsics
             if (i.a_type, i.b_type, i.c_type) == wanted
             and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
+
+
+# Split-K: the reduction of a contraction split `split_k` ways before dispatch formation (the
+# tuning spec's `transform.structured.split_reduction`): the partial products become one more
+# parallel loop, in front of the others, and a second dispatch adds them up. Offered where K is
+# long against the output (K >= 2 max(M, N) and K >= 2048), each part at least 512 deep.
+SPLIT_FACTORS = (2, 4, 8, 16)
+MIN_SPLIT_K = 2048
+MIN_SPLIT_PART = 512
+
+
+def split_factors(dispatch: Dispatch) -> tuple[int, ...]:
+    """The split-K factors the dispatch is offered (with 1, no split; `(1,)`: no split-K knob):
+    contractions with one K dim (what split_reduction splits), K long against M and N."""
+    if dispatch.conv is not None or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.k_dims) != 1:
+        return (1,)
+    k = dispatch.loop_bounds[dispatch.k_dims[0]]
+    m = 1
+    for d in dispatch.m_dims:
+        m *= dispatch.loop_bounds[d]
+    n = 1
+    for d in dispatch.n_dims:
+        n *= dispatch.loop_bounds[d]
+    if k < MIN_SPLIT_K or k < 2 * max(m, n):
+        return (1,)
+    return (1, *(f for f in SPLIT_FACTORS if k % f == 0 and k // f >= MIN_SPLIT_PART))
+
+
+def split_view(dispatch: Dispatch, split_k: int) -> Dispatch:
+    """The op split-K leaves to tune, as the compiler configures it: the split a new outer
+    parallel loop (a batch dim), K divided by it: loops (split, *the op's), checked against the
+    compiled op's own loops when a config is read back."""
+    if split_k == 1:
+        return dispatch
+    shift = lambda dims: tuple(d + 1 for d in dims)  # noqa: E731
+    k = dispatch.k_dims[0]
+    bounds = tuple(b // split_k if d == k else b for d, b in enumerate(dispatch.loop_bounds))
+    return replace(dispatch, loop_bounds=(split_k, *bounds), batch_dims=(0, *shift(dispatch.batch_dims)),
+                   m_dims=shift(dispatch.m_dims), n_dims=shift(dispatch.n_dims), k_dims=shift(dispatch.k_dims),
+                   operand_dims=(), indexing_maps=())
 
 
 @dataclass(frozen=True)
@@ -237,6 +277,11 @@ class LLVMGPUTileAndFuse:
         # B tiles when there are many workgroups along M), where the compiler acts on it.
         reorder = p.add_knob(IntKnob.of("reorder_workgroups",
                                         [0, 1] if t.backend in REORDER_TAKES_EFFECT_BACKENDS else [0]))
+        splits = split_factors(dispatch)
+        split: z3.ArithRef | int = 1
+        if len(splits) > 1:
+            split = p.add_knob(IntKnob.of("split_k", splits)).var
+            k = k / split  # each part's K (the factors divide K)
 
         mma_m, mma_n, mma_k = mma_shape(mma.var, intrinsics)
         wg_m = sg_m.var * tile_m.var * mma_m
@@ -267,10 +312,13 @@ class LLVMGPUTileAndFuse:
             tiling.within(shared, t.max_workgroup_memory_bytes or 49152),
             tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
         )
+        if len(splits) > 1:
+            # A split reduction is not padded: each part is whole K tiles.
+            p.require(z3.Or(split == 1, k % k_tile == 0))
         batch = 1
         for d in dispatch.batch_dims:
             batch *= dispatch.loop_bounds[d]
-        workgroups = batch * tiling.ceil_div(m, wg_m) * tiling.ceil_div(n, wg_n)
+        workgroups = batch * split * tiling.ceil_div(m, wg_m) * tiling.ceil_div(n, wg_n)
         # Preferences, most important first: whole tiles (no padding); enough workgroups to fill
         # the GPU; a register tile that uses most of the accumulator budget, then at least half
         # of it (on the H100, 4096^3: 4x8 tiles of 16x8 MMAs, 128 accumulators, ran 0.63 ms of
@@ -286,13 +334,20 @@ class LLVMGPUTileAndFuse:
         # Within those, cycle through K steps, prefetch depths, workgroup orders and tile shapes.
         # (no_reduce_shared_memory_bank_conflicts stays at the compiler's default: on the H100,
         # 100 configs of 4096^3 without the padding ran 1.75-3 ms, their twins with it 1.06-2 ms.)
-        p.diversify(red_k.name, prefetch.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, reorder.name, mma.name)
+        p.diversify(red_k.name, prefetch.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, reorder.name, mma.name,
+                    *(["split_k"] if len(splits) > 1 else []))
         return p
 
     def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
         """What a config means for the hardware, for a search's model: tile sizes in elements,
-        workgroups launched, the work padding adds, threads, shared memory and accumulators."""
-        return gemm_features(dispatch, gemm_view(dispatch), compatible_intrinsics(dispatch)[int(s["mma_kind"])], s)
+        workgroups launched (split-K's parts included), the work padding adds, threads, shared
+        memory, accumulators, and the split."""
+        import math
+
+        split = int(s.get("split_k", 1))
+        view = split_view(dispatch, split)
+        return {**gemm_features(view, gemm_view(view), compatible_intrinsics(view)[int(s["mma_kind"])], s),
+                "split_k": math.log2(split)}
 
     compiler_pipeline = "iree_gpu.TileAndFuse"  # the pipeline of its emitted constraints
 
@@ -323,8 +378,10 @@ class LLVMGPUTileAndFuse:
         from iree.compiler import ir
         from iree.compiler.dialects import iree_codegen, iree_gpu
 
-        t = tile_sizes(dispatch, s)
-        intrinsic, view, threads = t.intrinsic, gemm_view(dispatch), t.threads
+        split = int(s.get("split_k", 1))
+        tuned = split_view(dispatch, split)  # the op the config goes on
+        t = tile_sizes(tuned, s)
+        intrinsic, view, threads = t.intrinsic, gemm_view(tuned), t.threads
         md, nd, kd, rank = view.m, view.n, view.k, view.rank
         workgroup, reduction, subgroup = list(t.workgroup), list(t.reduction), list(t.subgroup)
         wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
@@ -364,5 +421,9 @@ class LLVMGPUTileAndFuse:
         summary = (f"{intrinsic.name.removeprefix('NV_')} wg {wg_m}x{workgroup[nd]} "
                    f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
                    f"k{s['reduction_k']} prefetch {s['prefetch_num_stages']}"
-                   + (" transposed" if s["reorder_workgroups"] else ""))
-        return tiled_config(s, lowering, translation, summary)
+                   + (" transposed" if s["reorder_workgroups"] else "") + (f" split-K {split}" if split > 1 else ""))
+        config = tiled_config(s, lowering, translation, summary)
+        if split == 1:
+            return config
+        # Read back from the split op: its loops must be the ones the config's positions index.
+        return replace(config, split_reduction=split, expect_loop_bounds=tuned.loop_bounds)

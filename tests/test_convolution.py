@@ -6,7 +6,7 @@ import pytest
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu
 
-from pipelines import DispatchKind, pipeline_for
+from pipelines import Config, DispatchKind, pipeline_for
 from tuner.candidates import generate_candidates
 from tuner.compile_stage import EvalSettings, compile_all
 from tuner.discovery import discover, read_configured
@@ -42,7 +42,7 @@ def test_a_convolution_spec_reaches_the_compiler(ctx, tmp_path):
     assert wanted != d.default.lowering_config
     info = f"#iree_codegen.compilation_info<lowering_config = {wanted}, translation_info = {d.default.translation_info}>"
     spec = tmp_path / "spec.mlir"
-    spec.write_text(str(build_spec([(d, info)], ctx, TRANSFORM_MAIN)))
+    spec.write_text(str(build_spec([(d, Config({}, info))], ctx, TRANSFORM_MAIN)))
     assert "transform.iree.match.convolution" in spec.read_text()
     run = run_tool([find_tool("iree-compile"), str(CONV), *cuda.compile_flags, *cuda.spec_flags(str(spec)),
                     "--compile-to=executable-configurations"], 300)
@@ -54,7 +54,7 @@ def test_a_convolution_spec_reaches_the_compiler(ctx, tmp_path):
     from dataclasses import replace
 
     other = replace(d, loop_bounds=(2, 32, 32, 128, 3, 3, 256))
-    spec.write_text(str(build_spec([(other, info)], ctx, TRANSFORM_MAIN)))
+    spec.write_text(str(build_spec([(other, Config({}, info))], ctx, TRANSFORM_MAIN)))
     run = run_tool([find_tool("iree-compile"), str(CONV), *cuda.compile_flags, *cuda.spec_flags(str(spec)),
                     "--compile-to=executable-configurations"], 300)
     [configured] = read_configured([run.stdout], ctx)

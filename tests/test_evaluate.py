@@ -84,8 +84,8 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
     tiled = next(c for c in candidates if c.config.compilation_info)
     # A config the compiler rejects: a distribution list of the wrong length.
     broken_info = tiled.config.compilation_info.replace("distribution = [", "distribution = [7, ")
-    broken = Candidate(90, dispatch, tiled.pipeline, replace(tiled.config, compilation_info=broken_info),
-                       str(build_spec([(dispatch, broken_info)], ctx)))
+    broken_config = replace(tiled.config, compilation_info=broken_info)
+    broken = Candidate(90, dispatch, tiled.pipeline, broken_config, str(build_spec([(dispatch, broken_config)], ctx)))
     # A candidate whose output is corrupted after it runs: the numerics check must catch it.
     wrong = replace(candidates[1], id=91, config=replace(candidates[1].config, summary="corrupted"))
     real_run_once = measure_mod.run_once

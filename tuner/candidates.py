@@ -124,9 +124,7 @@ def _spec(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str) 
     """The tuning spec that applies `config` (an empty spec for flag-only configs)."""
     if not config.compilation_info:
         return str(build_spec([], ctx, spec_entry))
-    entry = (dispatch, config.compilation_info, config.decomposition_config) if config.decomposition_config \
-        else (dispatch, config.compilation_info)
-    return str(build_spec([entry], ctx, spec_entry))
+    return str(build_spec([(dispatch, config)], ctx, spec_entry))
 
 
 

@@ -16,7 +16,7 @@ from iree.compiler import ir
 from pipelines import check_config
 from tuner.candidates import Candidate
 from tuner.discovery import TUNER_ATTRIBUTES_FLAG, read_configured
-from tuner.entry import is_dispatch_benchmark_function
+from tuner.dispatch_benchmark import benchmark_function, benchmark_sources, check_split, combine
 from tuner.measure import Built, Progress
 from tuner.results import Result, Status
 from tuner.manifest import Manifest
@@ -39,6 +39,7 @@ def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> li
 
 
 DISPATCH_VMFB = "dispatch.vmfb"
+COMBINED_BENCHMARK = "bench-split.mlir"  # split-K: the split op's and the adding dispatch's benchmarks in one
 BENCH_CONFIGS = "bench-configs"  # the dispatch benchmark module's configured executables
 
 
@@ -77,10 +78,12 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
            "-o", "candidate.vmfb"]
     run = run_tool(cmd, timeout_s, cwd=cdir)
     if run.ok and dump_benchmark:
-        bench = _dispatch_benchmark_source(cdir / "bench", c.dispatch.name)
-        if bench is None:
-            return CompileJob(c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {c.dispatch.name}"),
+        sources = benchmark_sources(cdir / "bench", c.dispatch.name, c.config)
+        if not sources:
+            what = "the split op and the dispatch adding its parts" if c.config.split_reduction > 1 else c.dispatch.name
+            return CompileJob(c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {what}"),
                               flags, cdir)
+        bench = sources[0] if len(sources) == 1 else combine(sources, cdir / COMBINED_BENCHMARK)
         # Its configuration is dumped too: the module that is timed is checked like the full one.
         bench_run = run_tool([find_tool("iree-compile"), str(bench), *target.compile_flags,
                               f"--iree-hal-dump-executable-configurations-to={cdir / BENCH_CONFIGS}",
@@ -90,12 +93,11 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
     return CompileJob(c, run, flags, cdir, benchmark_entry)
 
 
-def _dispatch_benchmark_source(directory: Path, dispatch_name: str) -> Optional[Path]:
-    """The dumped benchmark module that dispatches `dispatch_name` (one file per executable)."""
-    for path in sorted(directory.glob("*.mlir")):
-        if f"@{dispatch_name}" in path.read_text():
-            return path
-    return None
+def _timed_source(cdir: Path, c: Candidate) -> Path:
+    """The benchmark module source compile_candidate compiled into DISPATCH_VMFB."""
+    if c.config.split_reduction > 1:
+        return cdir / COMBINED_BENCHMARK
+    return benchmark_sources(cdir / "bench", c.dispatch.name, c.config)[0]
 
 
 def _command(run: ToolRun, cdir: Path) -> list[str]:
@@ -111,17 +113,6 @@ def _binary_hash(cdir: Path) -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def benchmark_function(text: str, ctx: ir.Context) -> Optional[str]:
-    """The function IREE marked as a dispatch benchmark (iree.reflection: iree.benchmark) in the
-    text of a dumped dispatch benchmark module."""
-    with ctx:
-        module = ir.Module.parse(text)
-        for op in module.body.operations:
-            if is_dispatch_benchmark_function(op.operation):
-                return ir.StringAttr(op.operation.attributes["sym_name"]).value
-    return None
 
 
 def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path],
@@ -159,9 +150,14 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
         return built(Status.CONFIG_NOT_APPLIED, error=detail)
     function = job.benchmark_entry
     if target.time_dispatch_only and function is None:
-        function = benchmark_function(_dispatch_benchmark_source(cdir / "bench", c.dispatch.name).read_text(), ctx)
+        timed_text = _timed_source(cdir, c).read_text()
+        function = benchmark_function(timed_text, ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
+        if c.config.split_reduction > 1:
+            why = check_split(c.config, timed_text, ctx)
+            if why:
+                return built(Status.CONFIG_NOT_APPLIED, error=f"the split-K benchmark module (what is timed): {why}")
         # The module that is timed is a second compile: it must carry the config as well.
         timed = read_configured((p.read_text() for p in sorted((cdir / BENCH_CONFIGS).glob("*.mlir"))), ctx)
         if not any(not check_config(c.config, d) for d in timed):

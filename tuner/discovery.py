@@ -98,6 +98,14 @@ def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
     return tuple(bounds[d] for d in range(n))
 
 
+def _static_loop_bounds(op: ir.Operation) -> tuple[int, ...]:
+    """The op's loop extents, or () where some are dynamic or its maps cannot be read."""
+    try:
+        return _loop_bounds(op)
+    except (InputError, ValueError, IndexError):
+        return ()
+
+
 def _target_facts(variant: ir.Operation) -> TargetFacts:
     attr = variant.attributes["target"]
     text = str(attr)
@@ -312,5 +320,6 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
                     translation_info=str(func.attributes["translation_info"]) if "translation_info" in func.attributes else "",
                     decomposition_config=(str(op.attributes["decomposition_config"])
                                           if "decomposition_config" in op.attributes else ""),
+                    loop_bounds=_static_loop_bounds(op),
                 ))
     return out

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from iree.compiler import ir
 
-from tuner.compile_stage import benchmark_function
+from tuner.dispatch_benchmark import benchmark_function
 from tuner.discovery import Program
 from tuner.errors import ToolError
 from tuner.profile_timing import DispatchTime, Profile, ProfileJob, time_profile

@@ -5,13 +5,15 @@ from __future__ import annotations
 from iree.compiler import ir
 from iree.compiler.dialects import preprocessing_transform as match
 from iree.compiler.dialects import iree_codegen, transform
+from iree.compiler.dialects.transform import structured
 
-from pipelines import Dispatch, DispatchKind
+from pipelines import Config, Dispatch, DispatchKind
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
 TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
 APPLY = "apply_op_config"
 APPLY_DECOMPOSED = "apply_attention_op_config"
+APPLY_SPLIT = "apply_split_op_config"  # then _<factor>
 
 
 def _readonly() -> dict[str, ir.Attribute]:
@@ -86,6 +88,22 @@ def _apply(with_decomposition: bool = False) -> transform.NamedSequenceOp:
     return seq
 
 
+def _apply_split(factor: int) -> transform.NamedSequenceOp:
+    """Split-K: split the matched op's reduction `factor` ways (the parts a new outer parallel
+    loop, added up by a second op) and give the split op the compilation_info. Only before
+    dispatches are formed: a preprocessing spec's action."""
+    any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
+    seq = transform.NamedSequenceOp(f"{APPLY_SPLIT}_{factor}", [any_op, any_param], [],
+                                    arg_attrs=[{"transform.consumed": ir.UnitAttr.get()}, _readonly()])
+    with ir.InsertionPoint(seq.body):
+        op, param = seq.body.arguments
+        split = structured.SplitReductionOp(any_op, any_op, any_op, any_op, op, split_factor=factor,
+                                            insert_split_dimension=0)
+        transform.AnnotateOp(split.split_linalg_op, "compilation_info", param=param)
+        transform.YieldOp([])
+    return seq
+
+
 def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transform.NamedSequenceOp:
     """The spec's entry: foreach_match from each matcher to the annotation. A codegen tuning
     spec's entry returns the (updated) variant; a preprocessing spec's returns nothing."""
@@ -106,15 +124,18 @@ def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transfor
     return seq
 
 
-def build_spec(configs: list[tuple], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
-    """A spec that gives each dispatch's root op its compilation_info (attribute text), with the
-    entry point the target loads (`KERNEL_CONFIG` or `TRANSFORM_MAIN`). Each entry is
-    `(dispatch, compilation_info)` or `(dispatch, compilation_info, decomposition_config)`.
+def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
+    """A spec that gives each dispatch's root op its config's compilation_info (with attention's
+    decomposition_config; split-K configs split the op first), with the entry point the target
+    loads (`KERNEL_CONFIG` or `TRANSFORM_MAIN`).
 
     With no configs it is the empty spec: it loads, matches nothing, and leaves every default.
     """
     if entry not in (KERNEL_CONFIG, TRANSFORM_MAIN):
         raise ValueError(f"unknown spec entry {entry!r}")
+    splits = sorted({c.split_reduction for _, c in configs if c.split_reduction > 1})
+    if splits and entry != TRANSFORM_MAIN:
+        raise ValueError("split-K configs need a preprocessing spec (the op is split before dispatches are formed)")
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
         module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
@@ -122,16 +143,20 @@ def build_spec(configs: list[tuple], ctx: ir.Context, entry: str = KERNEL_CONFIG
             # Lets IREE link this spec with its own default specs; it requires a foreach_match.
             module.operation.attributes["iree_codegen.tuning_spec_with_default_entrypoint"] = ir.UnitAttr.get()
         names, actions = [], []
-        decomposed = [len(c) > 2 and c[2] for c in configs]
         with ir.InsertionPoint(module.body):
-            if not all(decomposed) and configs:
+            plain = [c for _, c in configs if c.split_reduction == 1]
+            if any(not c.decomposition_config for c in plain):
                 _apply()
-            if any(decomposed):
+            if any(c.decomposition_config for c in plain):
                 _apply(with_decomposition=True)
-            for (dispatch, info, *rest), has_decomposition in zip(configs, decomposed):
-                decomposition = ir.Attribute.parse(rest[0]) if has_decomposition else None
-                names.append(_matcher(dispatch, ir.Attribute.parse(info), decomposition).sym_name.value)
-                actions.append(APPLY_DECOMPOSED if has_decomposition else APPLY)
+            for factor in splits:
+                _apply_split(factor)
+            for dispatch, config in configs:
+                decomposition = ir.Attribute.parse(config.decomposition_config) if config.decomposition_config else None
+                names.append(_matcher(dispatch, ir.Attribute.parse(config.compilation_info), decomposition)
+                             .sym_name.value)
+                actions.append(f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
+                               else APPLY_DECOMPOSED if decomposition is not None else APPLY)
             _entrypoint(names, actions, entry)
         module.operation.verify()
         return module

@@ -31,11 +31,9 @@ class SpecPart:
     label: str = ""
 
     @property
-    def entry(self) -> tuple:
-        """The (dispatch, compilation_info[, decomposition_config]) build_spec takes."""
-        c = self.config
-        return (self.dispatch, c.compilation_info, c.decomposition_config) if c.decomposition_config \
-            else (self.dispatch, c.compilation_info)
+    def entry(self) -> tuple[Dispatch, Config]:
+        """What build_spec takes."""
+        return self.dispatch, self.config
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,112 @@
+"""Split-K on the GPU TileAndFuse pipeline: which contractions are offered it, the preprocessing
+spec that splits the op and configures the split op, and the timed module that runs both of its
+dispatches (compiled for sm_80 here; no GPU needed)."""
+
+from dataclasses import replace
+
+import pytest
+from iree.compiler import ir
+
+from constraints.fast_enumerate import enumerate_space
+from pipelines import DispatchKind
+from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse, split_factors
+from tuner.candidates import candidate_for
+from tuner.compile_stage import BENCH_CONFIGS, EvalSettings, compile_all
+from tuner.discovery import discover, read_configured
+from tuner.dispatch_benchmark import COMBINED_FUNCTION, check_split
+from tuner.results import Status
+from tuner.targets import parse_target
+from tests.conftest import SAMPLES
+
+PIPE = LLVMGPUTileAndFuse()
+
+
+def _large_k(path, m=64, n=128, k=4096):
+    path.write_text(f"""
+func.func @mm(%a: tensor<{m}x{k}xf16>, %b: tensor<{k}x{n}xf16>) -> tensor<{m}x{n}xf32> {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<{m}x{n}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf16>, tensor<{k}x{n}xf16>) outs(%f : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  return %r : tensor<{m}x{n}xf32>
+}}
+""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    return parse_target("cuda:sm_80")
+
+
+@pytest.fixture(scope="module")
+def large_k(cuda, tmp_path_factory):
+    path = _large_k(tmp_path_factory.mktemp("splitk") / "mm.mlir")
+    [d] = discover(path, cuda, ir.Context())
+    return path, d
+
+
+def test_split_k_is_offered_where_k_is_long_against_the_output(cuda, large_k):
+    _, d = large_k
+    assert split_factors(d) == (1, 2, 4, 8)  # 4096 / 16 = 256 is below the 512 a part must keep
+    assert split_factors(replace(d, loop_bounds=(1024, 1024, 16384))) == (1, 2, 4, 8, 16)
+    assert split_factors(replace(d, loop_bounds=(4096, 4096, 4096))) == (1,)  # the output fills the GPU
+    assert split_factors(replace(d, loop_bounds=(64, 4096, 4096))) == (1,)  # N as long as K
+    assert split_factors(replace(d, loop_bounds=(64, 64, 1024))) == (1,)  # K too short to split
+    assert split_factors(replace(d, kind=DispatchKind.CONVOLUTION)) == (1,)
+    assert split_factors(replace(d, loop_bounds=(2, 64, 128, 4096), batch_dims=(0,), m_dims=(1,), n_dims=(2,),
+                                 k_dims=(3,))) == (1, 2, 4, 8)  # batch matmul: its batch does not count
+    assert split_factors(replace(d, loop_bounds=(64, 128, 64, 64), k_dims=(2, 3))) == (1,)  # two K dims
+    # Without split-K the problem has no such knob (stored results of those dispatches keep their keys).
+    [square] = discover(SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir", cuda, ir.Context())
+    assert "split_k" not in {k.name for k in PIPE.build_problem(square).knobs}
+
+
+def test_each_split_part_is_whole_k_tiles(large_k):
+    _, d = large_k
+    configs = list(enumerate_space(PIPE.build_problem(d)))
+    splits = [c for c in configs if c["split_k"] > 1]
+    assert splits and any(c["split_k"] == 1 for c in configs)
+    for c in splits:  # 16 = the MMA's K
+        assert (4096 // c["split_k"]) % (c["reduction_k"] * 16) == 0, c
+    features = PIPE.features(d, splits[0])
+    whole = PIPE.features(d, {**splits[0], "split_k": 1})
+    assert features["workgroups"] == whole["workgroups"] + features["split_k"]  # log2: the parts launch too
+
+
+def test_split_candidates_compile_carry_their_config_and_time_both_dispatches(cuda, large_k, ctx, tmp_path):
+    path, d = large_k
+    configs = list(enumerate_space(PIPE.build_problem(d)))
+    chosen = [next(c for c in configs if c["split_k"] == s) for s in (2, 8)] + [next(c for c in configs if c["split_k"] == 1)]
+    candidates = [candidate_for(i + 1, d, PIPE, knobs, ctx, cuda.spec_entry) for i, knobs in enumerate(chosen)]
+    assert "transform.structured.split_reduction" in candidates[0].spec
+    assert "split_reduction" not in candidates[2].spec
+    built = compile_all(candidates, path, cuda, tmp_path, EvalSettings(), ctx)
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    for b, knobs in zip(built[:2], chosen):
+        # The split op carries the config, with the loops it was built for: (parts, M, N, K / parts).
+        configured = read_configured((p.read_text() for p in sorted((b.vmfb.parent / "configs").glob("*.mlir"))), ctx)
+        split = next(c for c in configured if c.lowering_config == b.result.compilation_info.split("lowering_config = ")[1]
+                     .split(", translation_info")[0])
+        assert split.loop_bounds == (knobs["split_k"], 64, 128, 4096 // knobs["split_k"])
+        # What is timed is one module that runs the split op's dispatch and the one adding the parts.
+        assert b.dispatch_function == COMBINED_FUNCTION
+        assert len(list((b.vmfb.parent / BENCH_CONFIGS).glob("*.mlir"))) == 2
+    assert built[2].dispatch_function.endswith(d.name)  # unsplit: the tuned dispatch alone
+
+
+def test_a_split_config_read_back_with_other_loops_is_caught(cuda, large_k, ctx, tmp_path):
+    path, d = large_k
+    knobs = next(c for c in enumerate_space(PIPE.build_problem(d)) if c["split_k"] == 4)
+    c = candidate_for(1, d, PIPE, knobs, ctx, cuda.spec_entry)
+    wrong = replace(c, config=replace(c.config, expect_loop_bounds=(64, 128, 4, 1024)))
+    [b] = compile_all([wrong], path, cuda, tmp_path, EvalSettings(), ctx)
+    assert b.result.status == Status.CONFIG_NOT_APPLIED and "loops are [4, 64, 128, 1024]" in b.result.error
+
+
+def test_a_timed_module_without_the_adding_dispatch_is_refused(large_k, ctx):
+    _, d = large_k
+    knobs = next(c for c in enumerate_space(PIPE.build_problem(d)) if c["split_k"] == 4)
+    config = PIPE.to_config(d, knobs, ctx)
+    lonely = "module {\n}\n"
+    assert "no dispatch after the split op adds up its 4 parts into 8192 elements" in check_split(config, lonely, ctx)
