@@ -110,3 +110,49 @@ def test_a_timed_module_without_the_adding_dispatch_is_refused(large_k, ctx):
     config = PIPE.to_config(d, knobs, ctx)
     lonely = "module {\n}\n"
     assert "no dispatch after the split op adds up its 4 parts into 8192 elements" in check_split(config, lonely, ctx)
+
+
+SPLIT_ONLY_SPEC = """
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @split(%op: !transform.any_op {transform.consumed}) {
+    %init, %fill, %split, %comb = transform.structured.split_reduction %op
+      <{split_factor = 4 : i64, insert_split_dimension = 0 : i64}>
+      : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+    transform.yield
+  }
+  transform.named_sequence @match(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {
+    transform.match.operation_name %op ["linalg.matmul"] : !transform.any_op
+    transform.yield %op : !transform.any_op
+  }
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.consumed}) {
+    %r = transform.foreach_match in %root @match -> @split : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}
+"""
+
+
+def test_the_combined_module_of_two_dispatches_runs_both(cpu, tmp_path):
+    """The module that times a split op is built from two dumped dispatch benchmarks; it must run
+    (each keeps its own buffer initializer) and call both. On the CPU, where this can run here."""
+    from tuner.dispatch_benchmark import combine
+    from tuner.runner import DispatchBenchmark, RunSettings, benchmark
+    from tuner.tools import find_tool, run_tool
+
+    path = _large_k(tmp_path / "mm.mlir", 16, 32, 2048)
+    (tmp_path / "split.mlir").write_text(SPLIT_ONLY_SPEC)
+    run = run_tool([find_tool("iree-compile"), str(path), *cpu.compile_flags,
+                    f"--iree-preprocessing-transform-spec-filename={tmp_path / 'split.mlir'}",
+                    f"--iree-hal-dump-executable-benchmarks-to={tmp_path / 'bench'}", "-o", str(tmp_path / "m.vmfb")], 300)
+    assert run.ok, run.stderr
+    sources = sorted((tmp_path / "bench").glob("*.mlir"))
+    assert len(sources) == 2  # the split op's dispatch and the one adding its parts
+    combined = combine(sources, tmp_path / "combined.mlir").read_text()
+    assert combined.count("util.initializer") == 2 and combined.count("util.call @") == 2
+    built = run_tool([find_tool("iree-compile"), str(tmp_path / "combined.mlir"), *cpu.compile_flags,
+                      "-o", str(tmp_path / "combined.vmfb")], 300)
+    assert built.ok, built.stderr
+    settings = RunSettings(device=cpu.device, entry="unused", inputs=(), repetitions=2, min_time_s=0.01)
+    timing, run = benchmark(tmp_path / "m.vmfb", settings, DispatchBenchmark(tmp_path / "combined.vmfb", COMBINED_FUNCTION, 2))
+    assert timing is not None, run.stderr
+    assert timing.median_ms > 0

@@ -58,7 +58,7 @@ def combine(sources: list[Path], out: Path) -> Path:
     with ir.Context():
         modules = [ir.Module.parse(p.read_text()) for p in sources]
         first, calls = modules[0], []
-        symbols = {_symbol(op.operation) for op in first.body.operations}
+        symbols = {_symbol(op.operation) for op in first.body.operations} - {None}
         for module in modules:
             for op in list(module.body.operations):
                 op = op.operation
@@ -67,7 +67,7 @@ def combine(sources: list[Path], out: Path) -> Path:
                     del op.attributes["iree.reflection"]  # only the combined function is one
                 if module is first:
                     continue
-                if _symbol(op) in symbols:
+                if _symbol(op) in symbols:  # (initializers have no name: each module's is kept)
                     continue  # the device global: equal in every dumped module of one compile
                 op.detach_from_parent()
                 first.body.append(op)
