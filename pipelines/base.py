@@ -84,6 +84,11 @@ class Pipeline(Protocol):
         """The typed attributes (and flags) a solution stands for."""
 
 
+class NotInCompilerKnobs(ValueError):
+    """Raised by a pipeline's `compiler_knobs` for a config the compiler's emitted knobs cannot
+    say (e.g. split-K: the emitted constraints describe the op unsplit)."""
+
+
 def default_pipeline_is(dispatch: Dispatch, pipeline_id: str) -> bool:
     """Whether the compiler's own config for the dispatch uses this pipeline ("iree_gpu.TileAndFuse",
     "iree_cpu.DoubleTilingExpert"): the typed pipeline attribute as discovery read it."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 import z3
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
+from pipelines.base import Config, KnobValue, NotInCompilerKnobs, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
 
 if TYPE_CHECKING:
@@ -96,6 +96,9 @@ def split_view(dispatch: Dispatch, split_k: int) -> Dispatch:
     return replace(dispatch, loop_bounds=(split_k, *bounds), batch_dims=(0, *shift(dispatch.batch_dims)),
                    m_dims=shift(dispatch.m_dims), n_dims=shift(dispatch.n_dims), k_dims=shift(dispatch.k_dims),
                    operand_dims=(), indexing_maps=())
+
+
+SPLIT_NOT_MODELLED = "split-K: a knob the compiler's constraints do not model (they describe the op unsplit)"
 
 
 @dataclass(frozen=True)
@@ -362,7 +365,10 @@ class LLVMGPUTileAndFuse:
         `wg_d` (workgroup tile), `sg_d` (MMA tiles per subgroup), `red_d` (K steps); the
         subgroup and workgroup sizes, the prefetch stages, the subgroup counts (`sg_m_cnt`,
         `sg_n_cnt`), and under "mma" the intrinsic (the caller turns it into the compiler's
-        `mma_idx`)."""
+        `mma_idx`). A split-K config has none (NotInCompilerKnobs): the compiler's constraints
+        describe the op unsplit."""
+        if int(s.get("split_k", 1)) > 1:
+            raise NotInCompilerKnobs(SPLIT_NOT_MODELLED)
         t = tile_sizes(dispatch, s)
         out: dict[str, object] = {f"wg_{d}": v for d, v in enumerate(t.workgroup) if v}
         out.update({f"sg_{d}": v for d, v in enumerate(t.subgroup) if v})

@@ -10,7 +10,7 @@ import pytest
 from constraints import IntKnob, Problem, tiling
 from constraints.fast_enumerate import compile_check, enumerate_space
 from tuner.search import SEARCHES, Budget, Outcome, SearchSpace, Seed, evaluations_to_reach, knob_features, make_search, run_search
-from tuner.search.heuristics import JsonSeed, SeedContext, collect_seeds, read_seed_file
+from tuner.search.heuristics import SeedContext, collect_seeds, read_seed_file
 from tuner.search.replay import load_recording, replay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "spaces"
@@ -23,7 +23,7 @@ def _problem() -> Problem:
     wn = p.add_knob(IntKnob.of("wg_n", tiling.powers_of_two(16, 256)))
     vm = p.add_knob(IntKnob.of("vec_m", tiling.powers_of_two(1, 16)))
     vn = p.add_knob(IntKnob.of("vec_n", tiling.powers_of_two(1, 16)))
-    k = p.add_knob(IntKnob.of("k", [1, 2, 4, 8]))
+    p.add_knob(IntKnob.of("k", [1, 2, 4, 8]))
     p.require(wm.var % vm.var == 0, wn.var % vn.var == 0, tiling.within(vm.var * vn.var, 128),
               tiling.within(wm.var * wn.var, 65536))
     p.prefer("square_register_tile", vm.var == vn.var)

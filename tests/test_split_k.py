@@ -156,3 +156,20 @@ def test_the_combined_module_of_two_dispatches_runs_both(cpu, tmp_path):
     timing, run = benchmark(tmp_path / "m.vmfb", settings, DispatchBenchmark(tmp_path / "combined.vmfb", COMBINED_FUNCTION, 2))
     assert timing is not None, run.stderr
     assert timing.median_ms > 0
+
+
+def test_split_configs_are_outside_the_compilers_space(cuda, large_k, ctx):
+    """IREE's emitted constraints describe the op unsplit: `--constraints both` keeps no split
+    config, and a failing split candidate is explained by that, not by an assertion."""
+    from pipelines.base import NotInCompilerKnobs
+    from tuner.constraint_sources import with_constraints
+
+    path, d = large_k
+    configs = list(enumerate_space(PIPE.build_problem(d)))
+    split = next(c for c in configs if c["split_k"] > 1)
+    with pytest.raises(NotInCompilerKnobs, match="split-K"):
+        PIPE.compiler_knobs(d, split)
+    both = with_constraints("both", PIPE, d, path, cuda, ctx)
+    assert both.constraints == "both"
+    admitted = [c for c in configs if both.admits(d, c)]
+    assert admitted and all(c["split_k"] == 1 for c in admitted)

@@ -480,6 +480,7 @@ def compiler_says_of_failures(session: _Session, candidates: Sequence[Candidate]
     (with their values), or that they admit it. Empty where the compiler emits no constraints
     for the pipeline or its configs cannot be put in the compiler's knobs."""
     from tuner.compiler_constraints import emitted_problems, problem_for
+    from pipelines.base import NotInCompilerKnobs
     from tuner.crosscheck import compiler_assignment
     from tuner.results import Status
 
@@ -499,8 +500,12 @@ def compiler_says_of_failures(session: _Session, candidates: Sequence[Candidate]
         if c.id not in failed or not c.config.knobs:
             continue
         knobs = dict(c.config.knobs)
-        mapped = knobs if getattr(pipeline, "constraints", "") == "compiler" else \
-            compiler_assignment(base, session.dispatch, knobs, problem, problem.intrinsic_indices())
+        try:
+            mapped = knobs if getattr(pipeline, "constraints", "") == "compiler" else \
+                compiler_assignment(base, session.dispatch, knobs, problem, problem.intrinsic_indices())
+        except NotInCompilerKnobs as e:
+            out[c.id] = [str(e)]
+            continue
         out[c.id] = problem.violations(mapped) or ["admitted by IREE's constraints"]
     return out
 

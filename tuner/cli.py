@@ -495,7 +495,7 @@ def _searching(console: Console):
         if summary["dropped_seeds"]:
             line += f"; {len(summary['dropped_seeds'])} seeds not valid for this dispatch were dropped"
         if summary["space_complete"] and summary["space"] <= summary["budget"]:
-            line += f"; the space holds no more than the budget: every config is tried"
+            line += "; the space holds no more than the budget: every config is tried"
         console.print(line)
 
     return on_search

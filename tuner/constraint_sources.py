@@ -72,10 +72,16 @@ class BothSource:
         return self.base.name
 
     def admits(self, dispatch: Dispatch, knobs: Mapping) -> bool:
+        """Whether the compiler's constraints admit the config; one they cannot say (split-K)
+        is outside the intersection."""
+        from pipelines.base import NotInCompilerKnobs
         from tuner.crosscheck import compiler_assignment
 
-        return self.problem.admits(compiler_assignment(self.base, dispatch, knobs, self.problem,
-                                                       self.problem.intrinsic_indices()))
+        try:
+            mapped = compiler_assignment(self.base, dispatch, knobs, self.problem, self.problem.intrinsic_indices())
+        except NotInCompilerKnobs:
+            return False
+        return self.problem.admits(mapped)
 
 
 def with_constraints(source: str, pipeline: Pipeline, dispatch: Dispatch, input_path: Path, target: Target,

@@ -17,6 +17,7 @@ from iree.compiler import ir
 
 from constraints.fast_enumerate import enumerate_space
 from pipelines import Dispatch, MmaIntrinsic, Pipeline
+from pipelines.base import NotInCompilerKnobs
 from tuner.candidates import Candidate, _spec, candidate_for
 from tuner.compile_stage import compile_candidate, verify_build
 from tuner.compiler_constraints import EmittedProblem, materialized_config
@@ -115,7 +116,12 @@ def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, 
     next_id = iter(range(1, 10 ** 9))
     mapped_ok = pipeline.maps_to_compiler(dispatch)
     for i, knobs in enumerate(native if mapped_ok else []):
-        mapped = compiler_assignment(pipeline, dispatch, knobs, problem, indices)
+        try:
+            mapped = compiler_assignment(pipeline, dispatch, knobs, problem, indices)
+        except NotInCompilerKnobs as e:  # split-K: not in the compiler's space at all
+            note(NATIVE_ONLY, str(e), dict(knobs),
+                 lambda k=knobs: candidate_for(next(next_id), dispatch, pipeline, k, ctx, target.spec_entry))
+            continue
         broken = problem.violations(mapped)
         if broken:
             note(NATIVE_ONLY, _reason(broken[0]), dict(knobs),
