@@ -273,3 +273,34 @@ def test_a_time_taken_on_another_device_is_not_reused(small_matmul, tmp_path, ti
     third = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
     assert third.stats.reused == 0 and third.stats.candidates == 3
     assert {r.device_id for r in third.results} == {"cpu: Some Other CPU avx2, 64 cores"}
+
+
+def test_a_thread_of_an_interrupted_run_starts_no_tool_and_a_later_run_does():
+    """After an interruption kills the run's tools, a worker thread still busy (about to time the
+    baseline again, say) must not start another one; the next run in this process may."""
+    import sys
+    import threading
+
+    from tuner.tools import ToolsStopped, kill_running_tools, run_tool
+
+    go, outcome = threading.Event(), []
+
+    def worker():
+        go.wait(30)
+        try:
+            outcome.append(run_tool([sys.executable, "-c", "pass"], 30).ok)
+        except ToolsStopped as e:
+            outcome.append(e)
+
+    busy = threading.Thread(target=worker)
+    busy.start()
+    kill_running_tools()  # as the interrupted main thread does
+    go.set()
+    busy.join(30)
+    assert len(outcome) == 1 and isinstance(outcome[0], ToolsStopped)
+    assert run_tool([sys.executable, "-c", "pass"], 30).ok  # this thread: the next run
+    later = []
+    fresh = threading.Thread(target=lambda: later.append(run_tool([sys.executable, "-c", "pass"], 30).ok))
+    fresh.start()
+    fresh.join(30)
+    assert later == [True]

@@ -168,9 +168,9 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
         _take_inputs(session, inputs)
         session = _with_constraints(session, search.constraints, search.budget)
         plan = plan_search(session.dispatch, session.pipeline, search)
-        if on_search:
-            on_search(plan.summary())
         if compile_only:
+            if on_search:
+                on_search(plan.summary())
             from tuner.search.rounds import next_round
 
             store = _store(session, store_path)
@@ -184,7 +184,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
             return evaluate(session, candidates, settings, progress, True, strategy, devices, store_path,
                             given=bool(inputs), search_meta=plan.summary(candidates), search_done=done)
         return search_and_evaluate(session, plan, settings, progress, on_candidates, strategy, devices, store_path,
-                                    given=bool(inputs))
+                                    given=bool(inputs), on_search=on_search)
 
 
 @dataclass(frozen=True)
@@ -370,11 +370,14 @@ def _evaluator(session: _Session, store: ResultStore, settings: EvalSettings, pr
 
 def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
                          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
-                         devices: Sequence[str], store_path: Optional[Path | str], given: bool) -> Tuning:
+                         devices: Sequence[str], store_path: Optional[Path | str], given: bool,
+                         on_search: Optional[Callable[[dict], None]] = None) -> Tuning:
     """Run the plan's search with an evaluator: each batch compiled and timed (no confirmation
     round), the search told each first-pass figure, until the budget is spent; then the same
     evaluator confirms the most promising of all of them against the baseline in interleaved
-    rounds, reusing every first-pass result, and the outputs are written."""
+    rounds, reusing every first-pass result, and the outputs are written. A model search first
+    warm-starts from the store's measurements of other dispatches where it holds some;
+    `on_search(summary)` hears what the search starts from."""
     target = session.target
     store = _store(session, store_path)
     total = plan.settings.budget
@@ -401,6 +404,13 @@ def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSetti
         batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
                               baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry),
                               session.ctx, target.spec_entry, evaluate_batch, settings)
+        # What a later model search of another dispatch may learn from (whatever searched here).
+        batches.on_made = lambda index, c: store.put_features(c.key, session.pipeline.name, session.dispatch.name,
+                                                              *plan.space.named(index))
+        if plan.settings.warm_start and hasattr(plan.search, "warm_start"):
+            warm_start(plan, store, session.pipeline.name, session.dispatch.name, evaluator.conditions)
+        if on_search:
+            on_search(plan.summary())
 
         def advance(n: int) -> None:
             offset[0] += n
@@ -423,6 +433,18 @@ def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSetti
     finally:
         store.close()
     return _write(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))
+
+
+def warm_start(plan: SearchPlan, store: ResultStore, pipeline: str, dispatch: str, conditions: tuple[str, str]) -> None:
+    """Start the plan's model search from the store's measurements of other dispatches of the
+    pipeline, timed on this device the same way (learning across runs); the plan's summary says
+    from how many, of which dispatches, where it did."""
+    from tuner.search.prior import Prior, PriorPoint
+
+    prior = Prior(tuple(PriorPoint(f, t, speedup, name)
+                        for f, t, speedup, name in store.measured_elsewhere(pipeline, dispatch, *conditions)))
+    if plan.search.warm_start(prior):
+        plan.warm_started = prior.summary()
 
 
 def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],

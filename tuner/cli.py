@@ -29,9 +29,6 @@ def main() -> None:
     """Tune IREE dispatches: enumerate lowering configs, compile and time them, keep the best."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    from tuner.tools import allow_tools
-
-    allow_tools()  # a command run in the same process after an interrupted one starts tools again
 
 
 def _evaluation_options(f):
@@ -76,10 +73,15 @@ def _constraints_option(f):
 
 
 def _search_options(f):
-    """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds, --constraints."""
+    """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds, --warm-start,
+    --constraints."""
     from tuner.search import DEFAULT_SEARCH, SEARCHES
 
     f = _constraints_option(f)
+    f = click.option("--warm-start", "warm_start", is_flag=True,
+                     help="--search model: learn also from the store's measurements of other dispatches of the "
+                          "same pipeline on the same device, where it holds some (said when it does; it has not "
+                          "helped in replay: BENCHMARKS.md).")(f)
     f = click.option("--seeds", "seeds_file", default=None, type=click.Path(path_type=Path),
                      help="JSON seed entries (configs found by benchmarking) tried first where they fit.")(f)
     f = click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the search.")(f)
@@ -95,11 +97,11 @@ def _search_options(f):
 
 
 def _search(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None,
-            constraints: str = "native"):
+            constraints: str = "native", warm_start: bool = True):
     from tuner.settings import SearchSettings
 
     return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file,
-                          constraints=constraints)
+                          constraints=constraints, warm_start=warm_start)
 
 
 def _settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
@@ -118,7 +120,8 @@ def _settings(repetitions: int, compile_timeout: float, run_timeout: float, base
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 @_evaluation_options
 def tune(input_file: Path, search_name: str, budget: int, time_budget: float | None, seed: int,
-         seeds_file: Path | None, constraints: str, output_dir: Path, compile_only: bool, target: str,
+         seeds_file: Path | None, warm_start: bool, constraints: str, output_dir: Path, compile_only: bool,
+         target: str,
          pipeline_name: str | None, dispatch_name: str | None, input_files: tuple[Path, ...], force: bool,
          confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
          strategy: str, ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
@@ -134,7 +137,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
                           on_progress, _announce(console), compile_only, strategy, devices,
                           store_path, pipeline_name, force,
                           on_discovered=None if dispatch_name else _picked(console), inputs=input_files,
-                          search=_search(search_name, budget, time_budget, seed, seeds_file, constraints),
+                          search=_search(search_name, budget, time_budget, seed, seeds_file, constraints, warm_start),
                           on_search=_searching(console))
     _say_compiler_constraints(console, tuning.compiler_says or {})
     if tuning.manifest is not None:
@@ -180,7 +183,8 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search_name: str, budget: int,
-               time_budget: float | None, seed: int, seeds_file: Path | None, constraints: str, model_flags: bool,
+               time_budget: float | None, seed: int, seeds_file: Path | None, warm_start: bool, constraints: str,
+               model_flags: bool,
                model_rounds: int,
                output_dir: Path, force: bool, compile_only: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
                run_timeout: float, devices: tuple[str, ...], strategy: str, ray_address: str | None,
@@ -196,7 +200,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                      _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
                                ray_address=ray_address), devices,
                      store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags,
-                     compile_only=compile_only, search=_search(search_name, budget, time_budget, seed, seeds_file, constraints),
+                     compile_only=compile_only, search=_search(search_name, budget, time_budget, seed, seeds_file, constraints, warm_start),
                      strategy=strategy)
     if tuning.next_plan is not None:
         return
@@ -496,6 +500,10 @@ def _searching(console: Console):
             line += f"; {len(summary['dropped_seeds'])} seeds not valid for this dispatch were dropped"
         if summary["space_complete"] and summary["space"] <= summary["budget"]:
             line += "; the space holds no more than the budget: every config is tried"
+        warm = summary.get("warm_started_from")
+        if warm:
+            line += (f"; warm start from {warm['points']} measurements of {len(warm['dispatches'])} other "
+                     f"dispatches in the store: {', '.join(warm['dispatches'])}")
         console.print(line)
 
     return on_search

@@ -64,3 +64,7 @@ class SearchSettings:
     seeds_file: Optional[Path] = None
     # Where the valid configs come from (tuner.constraint_sources): "native", "compiler", "both".
     constraints: str = "native"
+    # Learning across runs: a model search also learns from the store's measurements of other
+    # dispatches of the same pipeline on the same device (tuner.search.prior), where it has some.
+    # Off unless asked: replayed against the recorded spaces it did not help (BENCHMARKS.md).
+    warm_start: bool = False

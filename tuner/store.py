@@ -23,7 +23,7 @@ from tuner.errors import OutputError, StoreError
 from tuner.results import Result, Status
 
 BUSY_TIMEOUT_S = 60.0
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the features table (a store of 2 gets it when opened)
 TABLE = "results"
 
 _SCHEMA = """
@@ -45,6 +45,18 @@ CREATE TABLE results (
     PRIMARY KEY (key, compiler, runtime, device_id, timing)
 );
 CREATE INDEX results_by_dispatch ON results (dispatch, target);
+"""
+# What a search knew of each config it had measured (tuner.search.prior): its features and the
+# pipeline's preferences it meets, by name. Keyed like results (the candidate's key) but
+# device-free: features depend on the dispatch and the config only.
+_FEATURES = """
+CREATE TABLE IF NOT EXISTS features (
+    key TEXT PRIMARY KEY,
+    pipeline TEXT NOT NULL,
+    dispatch TEXT NOT NULL,
+    features TEXT NOT NULL,
+    tiers TEXT NOT NULL
+)
 """
 
 # Worth trying again rather than reusing: a longer timeout or a calmer machine may change them.
@@ -96,7 +108,7 @@ class ResultStore:
             self._db.execute("BEGIN IMMEDIATE")
             try:  # another run may have created it meanwhile
                 if not self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-                    for statement in _SCHEMA.split(";"):
+                    for statement in (*_SCHEMA.split(";"), _FEATURES):
                         if statement.strip():
                             self._db.execute(statement)
                     self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -109,6 +121,16 @@ class ResultStore:
             self._db.close()
             raise StoreError(f"{self.path}: a result store written before results were keyed by device and timing; "
                              f"its times cannot be told apart, so start afresh: delete it or give --store a new file")
+        if TABLE in tables and version == 2:  # the results are as they were: add the features table
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(_FEATURES)
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return
         if TABLE not in tables or version != SCHEMA_VERSION:
             self._db.close()
             raise StoreError(f"{self.path}: an SQLite database that is not a result store of this tuner "
@@ -158,6 +180,27 @@ class ResultStore:
             if result.status not in RETRIED and (not result.ok or result.first_pass_speedup is not None):
                 return result
         return None
+
+    def put_features(self, key: str, pipeline: str, dispatch: str, features: dict[str, float],
+                     tiers: dict[str, bool]) -> None:
+        """Record what a search knew of a config (its features and preferences, by name)."""
+        self._db.execute("INSERT OR REPLACE INTO features (key, pipeline, dispatch, features, tiers) VALUES (?, ?, ?, ?, ?)",
+                         (key, pipeline, dispatch, json.dumps(features), json.dumps(tiers)))
+
+    def measured_elsewhere(self, pipeline: str, dispatch: str, device_id: str,
+                           timing: str) -> list[tuple[dict, dict, float, str]]:
+        """Measured configs of other dispatches of `pipeline`, timed on this device the same way:
+        (features, tiers, speedup, dispatch) each, the speedup as a later run would reuse it
+        (the first pass against its nearest baseline timing). Learning across runs starts here."""
+        out = []
+        for features, tiers, blob, name in self._db.execute(
+                "SELECT f.features, f.tiers, r.result, f.dispatch FROM features f JOIN results r ON r.key = f.key"
+                " WHERE f.pipeline = ? AND f.dispatch != ? AND r.compiler = ? AND r.runtime = ? AND r.device_id = ?"
+                " AND r.timing = ? AND r.status = 'ok'", (pipeline, dispatch, self.compiler, self.runtime, device_id, timing)):
+            result = Result.from_json(json.loads(blob))
+            if result.first_pass_speedup and not result.is_baseline:
+                out.append((json.loads(features), json.loads(tiers), result.first_pass_speedup, name))
+        return out
 
     def rows(self) -> list[dict]:
         """Every row of this store (all versions), for reports and tests."""

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,20 +89,22 @@ def find_tool(name: str) -> str:
 # Process groups of the tools running now, so that an interrupted run leaves none behind.
 _live: set[int] = set()
 _live_lock = threading.Lock()
-_stopped = False  # set by kill_running_tools: a thread still working starts no new tool
+# Threads that were working when a run was interrupted: they start no new tool. (A worker still
+# busy would otherwise start the next one, say a baseline timed again, after the kill.) The
+# thread that stopped them, and any thread started later, may: a later run in the same process.
+_stopped: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 
 
 class ToolsStopped(RuntimeError):
-    """A tool asked for after the run was interrupted (its tools killed): not started."""
+    """A tool asked for by a thread of an interrupted run (its tools killed): not started."""
 
 
 def kill_running_tools() -> None:
-    """Kill every tool process group this process started and that is still running, and
-    start no more until `allow_tools()`: threads of an interrupted run that are still working
-    would otherwise start the next tool after this one was killed."""
-    global _stopped
+    """Kill every tool process group this process started and that is still running; the other
+    threads alive now start no more tools."""
     with _live_lock:
-        _stopped = True
+        me = threading.current_thread()
+        _stopped.update(t for t in threading.enumerate() if t is not me)
         groups = list(_live)
     for pgid in groups:
         try:
@@ -110,20 +113,13 @@ def kill_running_tools() -> None:
             pass
 
 
-def allow_tools() -> None:
-    """A new run starts tools again (after an interrupted one in the same process)."""
-    global _stopped
-    with _live_lock:
-        _stopped = False
-
-
 def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
     """Run a tool in its own process group, so that a timeout kills it and its children.
-    Safe to call from several threads at once; refused (ToolsStopped) once the run's tools
-    were killed."""
+    Safe to call from several threads at once; refused (ToolsStopped) in a thread of a run whose
+    tools were killed."""
     start = time.perf_counter()
     with _live_lock:  # started and registered at once: kill_running_tools sees it or it never starts
-        if _stopped:
+        if threading.current_thread() in _stopped:
             raise ToolsStopped(f"not started after the run was interrupted: {command[0]}")
         proc = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,

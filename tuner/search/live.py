@@ -124,6 +124,7 @@ class LiveBatches:
     proposed_by: dict[int, str] = field(default_factory=dict)  # candidate id -> proposer
     results: dict[int, Result] = field(default_factory=dict)  # candidate id -> latest result
     on_batch: Optional[Callable[[int], None]] = None
+    on_made: Optional[Callable[[int, Candidate], None]] = None  # (point index, its candidate), as each is made
     # The batch that spends the budget (or the space) is evaluated with every earlier candidate
     # (their stored figures reused) and confirmed at once: `final` holds that evaluation.
     budget: Optional[int] = None
@@ -137,6 +138,10 @@ class LiveBatches:
         made = add_candidates(batch, self.space, self.dispatch, self.pipeline, self.ctx, self.spec_entry,
                               self.candidates, self.proposed_by)
         new = [c for _, c in made if c is not None]
+        if self.on_made:
+            for p, c in made:
+                if c is not None:
+                    self.on_made(p.index, c)
         self._proposed += len(batch)
         last = (self.budget is not None and self._proposed >= self.budget) or self._proposed >= len(self.space)
         if new or last:
@@ -161,6 +166,7 @@ class SearchPlan:
     seeds: list
     proposed_by: dict[int, str] = field(default_factory=dict)  # candidate id -> who proposed it
     steps: list = field(default_factory=list)  # tuner.search.loop.Step, in order
+    warm_started: Optional[dict] = None  # learning across runs: the prior it started from (points, dispatches)
 
     def summary(self, candidates: Sequence[Candidate] = ()) -> dict:
         """What results.json and the CLI say of the search."""
@@ -174,6 +180,7 @@ class SearchPlan:
             "seeds": by, "dropped_seeds": [s.source for s in self.search.dropped_seeds],
             "evaluations": len(self.steps),  # measured and told to the search (rounds: before this one)
             "proposed_by": {str(c.id): self.proposed_by.get(c.id, "") for c in candidates if not c.is_baseline},
+            "warm_started_from": self.warm_started,
         }
 
 

@@ -9,7 +9,11 @@ promising points, spread apart, plus one drawn at random; refit, repeat.
 - Batch diversity: each pick after the first is discounted by its closeness (in standardized
   features) to points already picked in the batch, so a batch does not spend itself on one
   neighbourhood.
-- Until `warmup` points have a score (seeds count), points are drawn uniformly at random."""
+- Until `warmup` points have a score (seeds count), it follows the pipeline's preference order
+  (one slot per batch at random).
+- Learning across runs (`warm_start`): measurements of other dispatches of the same pipeline on
+  the same device join the forest's data after the warm-up, at a weight that falls as this
+  dispatch's own measurements come in. Opt-in: replayed, it has not helped (BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -19,10 +23,15 @@ from typing import Optional
 import numpy as np
 
 from tuner.search.base import Search
+from tuner.search.prior import MIN_PRIOR_POINTS, Prior
 from tuner.search.simple import PreferenceSearch
 
 # The worst outcome a failure stands for: this far below the worst log speedup seen.
 FAILURE_PENALTY = 1.0
+# How much a measurement of another dispatch weighs against one of this dispatch.
+# (Replayed against the recorded spaces, BENCHMARKS.md: weight 0.5 and letting the prior stand
+# for the warm-up were worse on the B^T and 4096^3 spaces than 0.2 after the usual warm-up.)
+PRIOR_WEIGHT = 0.2
 
 
 class ModelSearch(Search):
@@ -42,15 +51,29 @@ class ModelSearch(Search):
         # fast, which the forest may follow or ignore as the measurements say.
         x = np.hstack([self.space.features, self.space.tiers.astype(float)])
         spread = x.std(axis=0) if len(x) else np.ones(0)
-        self._x = (x - x.mean(axis=0)) / np.where(spread > 0, spread, 1.0) if len(x) else x
+        self._mean = x.mean(axis=0) if len(x) else np.zeros(x.shape[1])
+        self._scale = np.where(spread > 0, spread, 1.0)
+        self._x = (x - self._mean) / self._scale if len(x) else x
         self.fits = 0
+        self.prior: Optional[Prior] = None
+        self._prior_x = np.zeros((0, x.shape[1]))
+        self._prior_y = np.zeros(0)
+
+    def warm_start(self, prior: Prior) -> bool:
+        """Start from measurements of other dispatches (tuner.search.prior); False (and nothing
+        changes) where there are too few of them to say anything."""
+        if len(prior) < MIN_PRIOR_POINTS or self._x.shape[1] == 0:
+            return False
+        x, y = prior.matrix(self.space)
+        self.prior, self._prior_x, self._prior_y = prior, (x - self._mean) / self._scale, y
+        return True
 
     def _order(self, n: int) -> list[int]:
         left = self.unvisited()
         if not left:
             return []
         scored = [(i, s) for i, s in self.scores.items()]
-        ok = [s for _, s in scored if s is not None and s > 0]
+        ok = [s for _, s in scored if s is not None and s > 0] + [float(v) for v in np.exp(self._prior_y)]
         if len(scored) < self.warmup or len(ok) < 2 or self._x.shape[1] == 0:
             return self._warmup(left, n)
         acquisition = self._acquisition(scored, ok, left)
@@ -71,7 +94,11 @@ class ModelSearch(Search):
         y = np.array([math.log(s) if s is not None and s > 0 else worst for _, s in scored])
         forest = RandomForestRegressor(n_estimators=self.trees, max_features=0.6, min_samples_leaf=1,
                                        random_state=self.rng.randrange(2**31), n_jobs=1)
-        forest.fit(self._x[[i for i, _ in scored]], y)
+        x = np.vstack([self._x[[i for i, _ in scored]].reshape(len(scored), self._x.shape[1]), self._prior_x])
+        # Other dispatches' points weigh less as this one's own measurements come in.
+        prior_weight = PRIOR_WEIGHT * self.warmup / (self.warmup + len(scored))
+        weights = np.concatenate([np.ones(len(scored)), np.full(len(self._prior_y), prior_weight)])
+        forest.fit(x, np.concatenate([y, self._prior_y]), sample_weight=weights)
         self.fits += 1
         per_tree = np.stack([t.predict(self._x[left]) for t in forest.estimators_])
         return per_tree.mean(axis=0) + self.explore * per_tree.std(axis=0)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from tuner.search import Budget, Outcome, Step, make_search, run_search
 from tuner.search.heuristics import SeedContext, collect_seeds
+from tuner.search.prior import Prior, prior_of_spaces
 from tuner.search.space import SearchSpace
 
 
@@ -55,13 +56,24 @@ def load_recording(path: Path) -> Recording:
     return Recording(meta, space, tuple(p["speedup"] for p in points), tuple(p["status"] for p in points))
 
 
+def prior_for(recording: Recording, others: Sequence[Recording]) -> Prior:
+    """What a model search on `recording` may start from: the other recordings of the same
+    pipeline on the same device (as live, where the store holds other dispatches' results)."""
+    same = [r for r in others if r.meta.get("shape") != recording.meta.get("shape")
+            and r.meta.get("pipeline") == recording.meta.get("pipeline")
+            and r.meta.get("device_id") == recording.meta.get("device_id")]
+    return prior_of_spaces([(r.name, r.space, r.scores) for r in same])
+
+
 def replay(recording: Recording, search: str, seed: int, budget: Budget, batch_size: int = 8,
-           with_seeds: bool = True, stop_at: Optional[float] = None) -> list[Step]:
+           with_seeds: bool = True, stop_at: Optional[float] = None, prior: Optional[Prior] = None) -> list[Step]:
     """Run `search` against the recording: each point's outcome is its recorded score. Seeds are
     the heuristics' as live, less the JSON entries found on this very shape. `stop_at`: stop once
-    a score reaches it."""
+    a score reaches it. `prior`: other dispatches' measurements a model search starts from."""
     seeds = collect_seeds(recording.seed_context(), exclude_found_on=recording.meta.get("shape")) if with_seeds else []
     s = make_search(search, recording.space, seed=seed, seeds=seeds)
+    if prior is not None and hasattr(s, "warm_start"):
+        s.warm_start(prior)
 
     def evaluate(batch) -> list[Outcome]:
         return [Outcome(recording.scores[p.index], recording.statuses[p.index]) for p in batch]

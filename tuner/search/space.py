@@ -45,6 +45,11 @@ class SearchSpace:
     def __len__(self) -> int:
         return len(self.points)
 
+    def named(self, i: int) -> tuple[dict[str, float], dict[str, bool]]:
+        """Point i's features and preferences by name (as the store keeps them)."""
+        return (dict(zip(self.feature_names, map(float, self.features[i]))),
+                dict(zip(self.preference_names, map(bool, self.tiers[i]))))
+
     def index(self, knobs: Mapping[str, Value]) -> Optional[int]:
         """The point with these knob values, or None when it is not in the space."""
         return self._index.get(point_key(knobs))  # type: ignore[attr-defined]
