@@ -1,6 +1,6 @@
 """LLVMGPU TileAndFuse for contractions: workgroup and subgroup tiles in MMA tiles, the MMA
-intrinsic, subgroup counts (hence workgroup size), the K step and prefetch stages, with limits
-read from the target attribute."""
+intrinsic, subgroup counts (hence workgroup size), the K step, prefetch stages and split-K, with
+limits read from the target attribute."""
 
 from __future__ import annotations
 
@@ -245,7 +245,9 @@ class LLVMGPUTileAndFuse:
     """Knobs (IREE's names): `mma_kind`, `subgroup_m/n` (MMA tiles per subgroup, the lowering
     config's `subgroup`), `subgroups_m/n` (subgroups per workgroup; with the tiles they give the
     `workgroup` tile and the workgroup size), `reduction_k` (MMA K steps per iteration, the
-    `reduction` tile), and the pipeline options `prefetch_num_stages` and `reorder_workgroups`."""
+    `reduction` tile), the pipeline options `prefetch_num_stages` and `reorder_workgroups`, and
+    where K is long against the output, `split_k` (split_factors; the config then goes on the
+    split op, whose loops split_view describes)."""
 
     name = "llvmgpu_tile_and_fuse"
     model_flags = ()
