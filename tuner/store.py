@@ -105,37 +105,38 @@ class ResultStore:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if not tables and version == 0:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:  # another run may have created it meanwhile
-                if not self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
-                    for statement in (*_SCHEMA.split(";"), _FEATURES):
-                        if statement.strip():
-                            self._db.execute(statement)
-                    self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            # Another run may have created it meanwhile: the schema only where there is none.
+            self._in_transaction(lambda: None if self._db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() else self._create())
             return
         if TABLE in tables and version == 1:
             self._db.close()
             raise StoreError(f"{self.path}: a result store written before results were keyed by device and timing; "
                              f"its times cannot be told apart, so start afresh: delete it or give --store a new file")
         if TABLE in tables and version == 2:  # the results are as they were: add the features table
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute(_FEATURES)
-                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            self._in_transaction(lambda: self._create(_FEATURES))
             return
         if TABLE not in tables or version != SCHEMA_VERSION:
             self._db.close()
             raise StoreError(f"{self.path}: an SQLite database that is not a result store of this tuner "
                              f"(schema {version}, this tuner writes {SCHEMA_VERSION}); left untouched: "
                              f"give --store a new file")
+
+    def _in_transaction(self, work) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            work()
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _create(self, *statements: str) -> None:
+        """Run the schema's statements (default: all of it) and mark the database as this schema."""
+        for statement in statements or (*_SCHEMA.split(";"), _FEATURES):
+            if statement.strip():
+                self._db.execute(statement)
+        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def put(self, result: Result) -> None:
         """Write (or overwrite) the result for its key and conditions, committed before this returns."""
