@@ -173,3 +173,19 @@ def test_split_configs_are_outside_the_compilers_space(cuda, large_k, ctx):
     assert both.constraints == "both"
     admitted = [c for c in configs if both.admits(d, c)]
     assert admitted and all(c["split_k"] == 1 for c in admitted)
+
+
+def test_a_merged_spec_carries_split_and_plain_configs_and_only_as_a_preprocessing_spec(large_k, ctx):
+    """tune-model merges every dispatch's config into one spec: a split-K one beside a plain one."""
+    from tuner.spec import KERNEL_CONFIG, TRANSFORM_MAIN, build_spec
+
+    _, d = large_k
+    configs = list(enumerate_space(PIPE.build_problem(d)))
+    split = PIPE.to_config(d, next(c for c in configs if c["split_k"] == 8), ctx)
+    other = replace(d, name="other_dispatch", loop_bounds=(64, 128, 2048))
+    plain = PIPE.to_config(other, next(c for c in enumerate_space(PIPE.build_problem(other)) if c["split_k"] == 1), ctx)
+    text = str(build_spec([(d, split), (other, plain)], ctx, TRANSFORM_MAIN))
+    assert "@apply_split_op_config_8" in text and "@apply_op_config" in text
+    assert text.count("transform.structured.split_reduction") == 1
+    with pytest.raises(ValueError, match="preprocessing spec"):
+        build_spec([(d, split)], ctx, KERNEL_CONFIG)
