@@ -100,8 +100,8 @@ def test_a_crashing_benchmark_and_wrong_numbers_are_marked_and_never_ranked(kind
 def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_path, faulty_tools):
     out = tmp_path / "out"
     store = out / "results.sqlite"
-    args = ["tune", str(small_matmul), "--num-candidates", "6", "--repetitions", "2", "--output", str(out),
-            "--strategy", "sequential"]
+    args = ["tune", str(small_matmul), "--num-candidates", "6", "--repetitions", "2", "--confirm-rounds", "1",
+            "--output", str(out), "--strategy", "sequential"]
     faulty_tools("iree-benchmark-module", "candidates/", "slow")  # a second per timing: time to kill it
     kill_once_stored(cli_process(*args, env=dict(os.environ)), store, 3)  # the tuner and its tools, mid-run
     before = {r["key"]: r for r in stored_rows(store)}
