@@ -375,9 +375,9 @@ def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSetti
     """Run the plan's search with an evaluator: each batch compiled and timed (no confirmation
     round), the search told each first-pass figure, until the budget is spent; then the same
     evaluator confirms the most promising of all of them against the baseline in interleaved
-    rounds, reusing every first-pass result, and the outputs are written. A model search first
-    warm-starts from the store's measurements of other dispatches where it holds some;
-    `on_search(summary)` hears what the search starts from."""
+    rounds, reusing every first-pass result, and the outputs are written. Each measured config's
+    features go to the store; with `warm_start`, a model search also learns from the store's
+    measurements of other dispatches; `on_search(summary)` hears what the search starts from."""
     target = session.target
     store = _store(session, store_path)
     total = plan.settings.budget

@@ -54,6 +54,9 @@ class CompileJob:
     # The program is an IREE dispatch benchmark: the candidate's module is what is timed, by
     # this function (nothing is dumped from it).
     benchmark_entry: Optional[str] = None
+    # Where the target times dispatches alone: the benchmark module source compiled into
+    # DISPATCH_VMFB (a dumped one, or for split-K the two combined).
+    timed_source: Optional[Path] = None
 
 
 def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float,
@@ -90,14 +93,8 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
         if not bench_run.ok:
             return CompileJob(c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir)
+        return CompileJob(c, run, flags, cdir, benchmark_entry, bench)
     return CompileJob(c, run, flags, cdir, benchmark_entry)
-
-
-def _timed_source(cdir: Path, c: Candidate) -> Path:
-    """The benchmark module source compile_candidate compiled into DISPATCH_VMFB."""
-    if c.config.split_reduction > 1:
-        return cdir / COMBINED_BENCHMARK
-    return benchmark_sources(cdir / "bench", c.dispatch.name, c.config)[0]
 
 
 def _command(run: ToolRun, cdir: Path) -> list[str]:
@@ -150,7 +147,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
         return built(Status.CONFIG_NOT_APPLIED, error=detail)
     function = job.benchmark_entry
     if target.time_dispatch_only and function is None:
-        timed_text = _timed_source(cdir, c).read_text()
+        timed_text = job.timed_source.read_text()
         function = benchmark_function(timed_text, ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
