@@ -23,9 +23,10 @@ def benchmark_sources(directory: Path, dispatch_name: str, config: Config) -> li
     dispatches `dispatch_name`; for a split-K config, the one whose op carries the config and
     the next dispatch of the program, which adds the parts (checked by `check_split`). Empty
     where none is found. Reads file text only (no MLIR context: any thread may call it)."""
-    texts = {path: path.read_text() for path in sorted(directory.glob("*.mlir"))}
-    if config.split_reduction == 1:
-        return [p for p, text in texts.items() if f"@{dispatch_name}" in text][:1]
+    paths = sorted(directory.glob("*.mlir"))
+    if config.split_reduction == 1:  # (a model dumps one per dispatch: read up to the one)
+        return next(([p] for p in paths if f"@{dispatch_name}" in p.read_text()), [])
+    texts = {path: path.read_text() for path in paths}
     split = next((p for p, text in texts.items() if f"lowering_config = {config.expect_lowering_config}" in text), None)
     found = _EXECUTABLE.search(texts[split]) if split else None
     if found is None:

@@ -55,9 +55,9 @@ class ModelSearch(Search):
         self._scale = np.where(spread > 0, spread, 1.0)
         self._x = (x - self._mean) / self._scale if len(x) else x
         self.fits = 0
-        self.prior: Optional[Prior] = None
-        self._prior_x = np.zeros((0, x.shape[1]))
-        self._prior_y = np.zeros(0)
+        self._prior_x = np.zeros((0, x.shape[1]))  # other dispatches' points (warm_start), standardized
+        self._prior_y = np.zeros(0)  # their log speedups
+        self._prior_ok: list[float] = []  # their speedups
 
     def warm_start(self, prior: Prior) -> bool:
         """Start from measurements of other dispatches (tuner.search.prior); False (and nothing
@@ -65,7 +65,8 @@ class ModelSearch(Search):
         if len(prior) < MIN_PRIOR_POINTS or self._x.shape[1] == 0:
             return False
         x, y = prior.matrix(self.space)
-        self.prior, self._prior_x, self._prior_y = prior, (x - self._mean) / self._scale, y
+        self._prior_x, self._prior_y = (x - self._mean) / self._scale, y
+        self._prior_ok = [p.speedup for p in prior.points]
         return True
 
     def _order(self, n: int) -> list[int]:
@@ -73,7 +74,7 @@ class ModelSearch(Search):
         if not left:
             return []
         scored = [(i, s) for i, s in self.scores.items()]
-        ok = [s for _, s in scored if s is not None and s > 0] + [float(v) for v in np.exp(self._prior_y)]
+        ok = [s for _, s in scored if s is not None and s > 0] + self._prior_ok
         if len(scored) < self.warmup or len(ok) < 2 or self._x.shape[1] == 0:
             return self._warmup(left, n)
         acquisition = self._acquisition(scored, ok, left)

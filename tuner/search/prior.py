@@ -1,6 +1,7 @@
 """Learning across runs: measurements of other dispatches (of the same pipeline, on the same
-device, timed the same way) that a model search also learns from (`--warm-start`). They come from the result store (live) or from recorded spaces (replay); each point is
-its features by name, so a dispatch whose space has other features still lines up by name."""
+device, timed the same way) that a model search also learns from (`--warm-start`). They come
+from the result store (live) or from recorded spaces (replay); each point is its features by
+name, so a dispatch whose space has other features still lines up by name."""
 
 from __future__ import annotations
 
