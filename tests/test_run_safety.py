@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import assert_one_error_line, cli_process, run_cli, write_matmul
 from tuner.run_dir import LOCK, RunDirectory
 
@@ -304,3 +306,33 @@ def test_a_thread_of_an_interrupted_run_starts_no_tool_and_a_later_run_does():
     fresh.start()
     fresh.join(30)
     assert later == [True]
+
+
+def test_an_interruption_while_a_tool_starts_takes_that_tool_down(monkeypatch):
+    """SIGTERM arriving inside Popen (the tool has been exec'd, Popen has not returned yet)
+    must not leave the tool running unregistered: it is killed like one already running."""
+    from tuner import tools
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stop()
+
+    started = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler would run before Popen returns
+        return started[-1]
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    monkeypatch.setattr(tools.subprocess, "Popen", popen)
+    try:
+        with pytest.raises(Stop):
+            tools.run_tool([sys.executable, "-c", "import time; time.sleep(60)"], 60)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert started[0].wait(10) == -signal.SIGKILL
+    assert signal.getsignal(signal.SIGTERM) is previous

@@ -113,20 +113,54 @@ def kill_running_tools() -> None:
             pass
 
 
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _hold_signals() -> tuple[list, dict]:
+    """In the main thread (where Python runs signal handlers): SIGINT and SIGTERM are noted
+    rather than handled until `_release_signals`. A handler that raised while a tool was being
+    started (inside Popen, waiting for its exec) would leave that tool running, unregistered."""
+    if threading.current_thread() is not threading.main_thread():
+        return [], {}
+    caught: list = []
+    previous = {}
+    for s in _HELD_SIGNALS:
+        previous[s] = signal.signal(s, lambda signum, frame: caught.append((signum, frame)))
+    return caught, previous
+
+
+def _release_signals(caught: list, previous: dict) -> None:
+    """Handle what arrived while signals were held, as their handlers would have."""
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+    for signum, frame in caught:
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, frame)  # e.g. raises KeyboardInterrupt, or the CLI's Terminated
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), signum)
+
+
 def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
     """Run a tool in its own process group, so that a timeout kills it and its children.
     Safe to call from several threads at once; refused (ToolsStopped) in a thread of a run whose
-    tools were killed."""
+    tools were killed. An interruption while it starts takes it down too."""
     start = time.perf_counter()
-    with _live_lock:  # started and registered at once: kill_running_tools sees it or it never starts
-        if threading.current_thread() in _stopped:
-            raise ToolsStopped(f"not started after the run was interrupted: {command[0]}")
-        proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-            start_new_session=True,
-        )
-        _live.add(proc.pid)
+    caught, previous = _hold_signals()
     try:
+        with _live_lock:  # started and registered at once: kill_running_tools sees it or it never starts
+            if threading.current_thread() in _stopped:
+                raise ToolsStopped(f"not started after the run was interrupted: {command[0]}")
+            proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                start_new_session=True,
+            )
+            _live.add(proc.pid)
+    except BaseException:
+        _release_signals([], previous)
+        raise
+    try:
+        _release_signals(caught, previous)  # an interruption that came meanwhile raises here
         out, err = proc.communicate(timeout=timeout_s)
         return ToolRun(tuple(command), proc.returncode, out, err, time.perf_counter() - start)
     except subprocess.TimeoutExpired:
