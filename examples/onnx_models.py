@@ -9,6 +9,10 @@
   projection, residual + LayerNorm, MLP with GELU (the erf form), residual + LayerNorm.
 - bert_base_layer.onnx: the same at BERT-base's size: 384 tokens, hidden 768, 12 heads, MLP 3072.
 - bert_base_layer_f16_1024.onnx: BERT-base's layer in f16 over 1024 tokens (for GPUs).
+- bert_large_layer_f16_2048.onnx: a BERT-large-sized layer in f16 over 2048 tokens (hidden 1024,
+  16 heads, MLP 4096; for GPUs).
+- vit_large_layer_f16.onnx: a pre-LayerNorm vision transformer layer at ViT-L/14's size on
+  336x336 images (577 tokens, hidden 1024, 16 heads, MLP 4096 with GELU, biases), batch 4, f16.
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
 - cnn_b4_224.onnx: the same CNN on 224x224 images, batch 4.
@@ -77,6 +81,61 @@ def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def vit_layer(batch: int = 4, tokens: int = 577, hidden: int = 1024, heads: int = 16, mlp: int = 4096,
+              seed: int = 1, dtype=np.float16):
+    """A pre-LN ViT encoder layer: x + Attn(LN(x)), then h + MLP(LN(h)); linear layers with
+    biases; attention over [batch, heads, tokens, head] (rank 4)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    head = hidden // heads
+    rows = batch * tokens
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [_init(rng, n, s, dtype=dtype) for n, s in (
+        ("wqkv", (hidden, 3 * hidden)), ("wo", (hidden, hidden)), ("w1", (hidden, mlp)), ("w2", (mlp, hidden)),
+        ("bqkv", (3 * hidden,)), ("bo", (hidden,)), ("b1", (mlp,)), ("b2", (hidden,)))]
+    inits += [numpy_helper.from_array((np.ones if "scale" in n else np.zeros)(hidden, dtype), n)
+              for n in ("ln1_scale", "ln1_bias", "ln2_scale", "ln2_bias")]
+    inits += [helper.make_tensor("qkv_shape", TensorProto.INT64, [5], [batch, tokens, 3, heads, head]),
+              helper.make_tensor("merged_shape", TensorProto.INT64, [2], [rows, hidden]),
+              helper.make_tensor("split3", TensorProto.INT64, [3], [1, 1, 1]),
+              helper.make_tensor("axes2", TensorProto.INT64, [1], [2])]
+    inits += [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (
+        ("inv_sqrt_d", 1.0 / np.sqrt(head)), ("inv_sqrt2", 1.0 / np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))]
+    nodes = [helper.make_node("LayerNormalization", ["x", "ln1_scale", "ln1_bias"], ["n1"], axis=-1),
+             helper.make_node("MatMul", ["n1", "wqkv"], ["qkv_mm"]),
+             helper.make_node("Add", ["qkv_mm", "bqkv"], ["qkv_flat"]),
+             helper.make_node("Reshape", ["qkv_flat", "qkv_shape"], ["qkv5"]),
+             helper.make_node("Split", ["qkv5", "split3"], ["q5", "k5", "v5"], axis=2)]
+    for name in ("q", "k", "v"):
+        nodes += [helper.make_node("Squeeze", [f"{name}5", "axes2"], [f"{name}4"]),
+                  helper.make_node("Transpose", [f"{name}4"], [f"{name}_h"], perm=[0, 2, 1, 3])]
+    nodes += [helper.make_node("Transpose", ["k_h"], ["k_t"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["q_h", "k_t"], ["scores_raw"]),
+              helper.make_node("Mul", ["scores_raw", "inv_sqrt_d"], ["scores"]),
+              helper.make_node("Softmax", ["scores"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "v_h"], ["ctx_h"]),
+              helper.make_node("Transpose", ["ctx_h"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "merged_shape"], ["ctx"]),
+              helper.make_node("MatMul", ["ctx", "wo"], ["o_mm"]),
+              helper.make_node("Add", ["o_mm", "bo"], ["attn_out"]),
+              helper.make_node("Add", ["x", "attn_out"], ["res1"]),
+              helper.make_node("LayerNormalization", ["res1", "ln2_scale", "ln2_bias"], ["n2"], axis=-1),
+              helper.make_node("MatMul", ["n2", "w1"], ["up_mm"]),
+              helper.make_node("Add", ["up_mm", "b1"], ["up"]),
+              helper.make_node("Mul", ["up", "inv_sqrt2"], ["up_s"]),
+              helper.make_node("Erf", ["up_s"], ["erf"]),
+              helper.make_node("Add", ["erf", "one"], ["erf1"]),
+              helper.make_node("Mul", ["up", "erf1"], ["gelu_2"]),
+              helper.make_node("Mul", ["gelu_2", "half"], ["gelu"]),
+              helper.make_node("MatMul", ["gelu", "w2"], ["down_mm"]),
+              helper.make_node("Add", ["down_mm", "b2"], ["down"]),
+              helper.make_node("Add", ["res1", "down"], ["y"])]
+    graph = helper.make_graph(nodes, "vit_layer", [helper.make_tensor_value_info("x", elem, [rows, hidden])],
+                              [helper.make_tensor_value_info("y", elem, [rows, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def small_cnn(batch: int, size: int = 64, seed: int = 0):
     from onnx import TensorProto, helper
 
@@ -107,7 +166,9 @@ def write_models(out: Path) -> list[Path]:
     paths = []
     for name, model in (("bert_layer", bert_layer()), ("bert_base_layer", bert_layer(384, 768, 12, 3072)),
                         ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4)), ("cnn_b4_224", small_cnn(4, 224)),
-                        ("bert_base_layer_f16_1024", bert_layer(1024, 768, 12, 3072, dtype=np.float16))):
+                        ("bert_base_layer_f16_1024", bert_layer(1024, 768, 12, 3072, dtype=np.float16)),
+                        ("bert_large_layer_f16_2048", bert_layer(2048, 1024, 16, 4096, dtype=np.float16)),
+                        ("vit_large_layer_f16", vit_layer())):
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)

@@ -76,6 +76,10 @@ class ModelState:
     """What the stages have found so far; each stage returns an updated copy."""
 
     flags: tuple[str, ...] = ()  # model-wide flags chosen
+    # The program rewrites chosen (tuner.rewrite) and the rewritten program they wrote (None:
+    # the model as given): what later stages discover, tune and build.
+    rewrites: tuple[str, ...] = ()
+    program: Optional[Path] = None
     flag_trials: dict = field(default_factory=dict)  # flag set -> paired speedup over the default
     dispatches: tuple[DispatchOutcome, ...] = ()
     kept: tuple[SpecPart, ...] = ()  # what the merged spec holds
@@ -85,6 +89,10 @@ class ModelState:
 
     def note(self, text: str) -> "ModelState":
         return replace(self, notes=(*self.notes, text))
+
+    def program_of(self, model: Path) -> Path:
+        """The program the tuned model is built from: the rewrite chosen, else `model`."""
+        return self.program or model
 
 
 @dataclass

@@ -36,6 +36,7 @@ from tuner.evaluator import CLUSTER
 from tuner.benchmark_stage import STORE
 from tuner.profile import profile
 from tuner.ranking import rank
+from tuner.rewrite import REWRITES, Rewrite, rewrite_program
 from tuner.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.model_timing import Comparison, compare
@@ -63,7 +64,8 @@ def slower_beyond_noise(p: Paired) -> bool:
 
 def _build(env: StageEnv, variant: Variant) -> BuiltVariant:
     """The model built as `variant`, once per run (the stages share the default's build)."""
-    key = (variant.flags, tuple((p.dispatch.name, p.config.compilation_info) for p in variant.parts))
+    key = (variant.flags, variant.program,
+           tuple((p.dispatch.name, p.config.compilation_info) for p in variant.parts))
     if key not in env.built:
         env.built[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
                                        env.ctx, env.settings.compile_timeout_s)
@@ -87,38 +89,92 @@ def _signature(d: Dispatch) -> tuple:
     return (d.kind, d.op_name, d.loop_bounds, d.lhs_type, d.rhs_type, d.out_type, d.indexing_maps)
 
 
+@dataclass(frozen=True)
+class ModelOption:
+    """One model-wide choice the flag stage tries: flags for every dispatch, a rewrite of the
+    program (tuner.rewrite), or both."""
+
+    flags: tuple[str, ...] = ()
+    rewrite: Optional[Rewrite] = None
+
+    @property
+    def label(self) -> str:
+        return " ".join([*([self.rewrite.name] if self.rewrite else []), *self.flags])
+
+    @property
+    def directory(self) -> str:
+        return "flags-" + "-".join(part.lstrip("-") for part in self.label.split())
+
+
+def model_options(env: StageEnv) -> list[ModelOption]:
+    """What the flag stage tries: each flag set the pipelines of the model's dispatches offer,
+    each program rewrite of the target's kind, and each rewrite with each flag set."""
+    flag_sets: list[tuple[str, ...]] = []
+    for d in env.program.dispatches:
+        p = pipeline_for(d)
+        for flags in p.model_flags if p else ():
+            if tuple(flags) not in flag_sets:
+                flag_sets.append(tuple(flags))
+    rewrites = REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
+    return ([ModelOption(flags) for flags in flag_sets] + [ModelOption((), r) for r in rewrites]
+            + [ModelOption(flags, r) for r in rewrites for flags in flag_sets])
+
+
+def _rewritten(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
+    """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run), or
+    None when the rewrite finds nothing to change."""
+    out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
+    if rewrite.name not in env.built:
+        changed = rewrite_program(env.model, rewrite, out)
+        env.built[rewrite.name] = (out, changed) if changed else None
+        if changed:
+            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({', '.join(changed)}) into {out}")
+    found = env.built[rewrite.name]
+    return found[0] if found else None
+
+
 @dataclass
 class FlagStage:
-    """Model-wide flags: every flag set the pipelines of the model's dispatches offer, each built
-    and timed on the whole model against the default; the fastest that beats it is chosen."""
+    """Model-wide choices (tuner.stages.builtin.model_options): flags that change every dispatch
+    (data tiling on the CPU turns every contraction into mmt4d; fusion and optimization levels on
+    GPUs) and program rewrites (spelled-out attention raised into one op on GPUs), each built and
+    timed on the whole model against the default; the fastest that beats it is chosen. Decided
+    with the default configs, before the dispatches are tuned."""
 
     name: str = "flags"
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        offered: list[tuple[str, ...]] = []
-        for d in env.program.dispatches:
-            p = pipeline_for(d)
-            for flags in getattr(p, "model_flags", ()) if p else ():
-                if flags not in offered:
-                    offered.append(tuple(flags))
-        if not offered:
-            return state.note("no model-wide flags on this target")
+        options = model_options(env)
+        if not options:
+            return state.note("no model-wide flags or rewrites on this target")
         default = _build(env, Variant("default"))
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
-        built = [_build(env, Variant("flags-" + "-".join(f.lstrip("-") for f in flags), flags)) for flags in offered]
-        cmp = _compare(env, default, built, "flag-runs")
-        trials = {" ".join(b.variant.flags): (cmp.paired[b.variant.name].speedup if b.variant.name in cmp.paired
-                                              else cmp.failed.get(b.variant.name, "failed"))
-                  for b in built}
-        winners = [b for b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
+        built, trials = [], {}
+        for option in options:
+            program = _rewritten(env, option.rewrite) if option.rewrite else None
+            if option.rewrite and program is None:
+                trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
+                continue
+            built.append((option, _build(env, Variant(option.directory, option.flags, program=program))))
+        cmp = _compare(env, default, [b for _, b in built], "flag-runs")
+        for option, b in built:
+            name = b.variant.name
+            trials[option.label] = (round(cmp.paired[name].speedup, 4) if name in cmp.paired
+                                    else cmp.failed.get(name, "failed"))
+        winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
         if not winners:
-            env.say(f"model-wide flags: none beats the default ({trials})")
+            env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
             return replace(state, flag_trials=trials)
-        best = max(winners, key=lambda b: cmp.paired[b.variant.name].speedup)
-        env.say(f"model-wide flags: {' '.join(best.variant.flags)} "
-                f"({cmp.paired[best.variant.name].speedup:.2f}x the default on the whole model)")
-        return replace(state, flags=best.variant.flags, flag_trials=trials)
+        option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup)
+        env.say(f"model-wide choices: {option.label} ({cmp.paired[best.variant.name].speedup:.2f}x the default on "
+                f"the whole model; tried: {_trials_text(trials)})")
+        return replace(state, flags=option.flags, flag_trials=trials,
+                       rewrites=(option.rewrite.name,) if option.rewrite else (), program=best.variant.program)
+
+
+def _trials_text(trials: dict) -> str:
+    return "; ".join(f"{k} {v:.2f}x" if isinstance(v, float) else f"{k}: {v}" for k, v in trials.items())
 
 
 @dataclass
@@ -137,9 +193,10 @@ class DispatchStage:
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         target = with_flags(env.target, state.flags)
         program, measured = env.program, env.profile
-        if state.flags:  # the dispatches change under model-wide flags: find and time them again
-            program = discover_program(env.model, env.target, env.ctx, state.flags)
-            measured = profile(env.model, target, program, env.output_dir / "profile-flags", env.ctx,
+        source = state.program_of(env.model)
+        if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
+            program = discover_program(source, env.target, env.ctx, state.flags)
+            measured = profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
                                timeout_s=env.settings.run_timeout_s, progress=env.progress)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top)
         at_once = env.strategy == CLUSTER and len(chosen) > 1
@@ -147,7 +204,7 @@ class DispatchStage:
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
                     + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
             if not at_once:
-                outcomes.append(self._tune(lead, outcome, program, target, env))
+                outcomes.append(self._tune(lead, outcome, program, target, env, source))
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
             # together, and the benchmark workers time one thing at a time, whichever dispatch
@@ -156,23 +213,23 @@ class DispatchStage:
             env.say(f"tuning the {len(chosen)} dispatches at once on the Ray cluster")
             with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="dispatch") as pool:
                 outcomes += list(pool.map(lambda item: self._tune(item[0], item[1], program, target,
-                                                                  replace(env, ctx=ir.Context())), chosen))
+                                                                  replace(env, ctx=ir.Context()), source), chosen))
         return replace(state, dispatches=by_share(outcomes))
 
     def _tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
-              env: StageEnv) -> DispatchOutcome:
+              env: StageEnv, source: Path) -> DispatchOutcome:
         directory = env.output_dir / DISPATCHES / dispatch.name
         directory.mkdir(parents=True, exist_ok=True)
         search = replace(self.search, budget=self.num_candidates)
         store_path = env.store_path or env.output_dir / STORE
         with _PLANNING:
-            candidates, done = dispatch_candidates(dispatch, search, target, env, store_path)
+            candidates, done = dispatch_candidates(dispatch, search, target, env, store_path, source)
             results = _finished(directory, dispatch, candidates) if done else None
             if results is None:
-                pipeline = _pipeline(dispatch, search, target, env)
+                pipeline = _pipeline(dispatch, search, target, env, source)
                 plan = plan_search(dispatch, pipeline, search, without_flags=True)
         if results is None:
-            session = _Session(env.model, target, directory, env.ctx, program.workload(dispatch, env.model),
+            session = _Session(source, target, directory, env.ctx, program.workload(dispatch, source),
                                dispatch, pipeline, program)
             tuning = search_and_evaluate(session, plan, env.settings, env.progress, None, env.strategy, env.devices,
                                          store_path, given=False)
@@ -183,21 +240,22 @@ class DispatchStage:
 
 
 def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,
-                        store_path: Path) -> tuple[list, bool]:
+                        store_path: Path, source: Optional[Path] = None) -> tuple[list, bool]:
     """The baseline and the configs the search has proposed so far for the dispatch, replayed
     against what the store holds (tuner.search.rounds), and whether the search is done. No flag
-    candidates: flags are the model's."""
-    pipeline = _pipeline(dispatch, search, target, env)
+    candidates: flags are the model's. `source`: the program the dispatch is of (the model's)."""
+    pipeline = _pipeline(dispatch, search, target, env, source)
     plan = plan_search(dispatch, pipeline, search, without_flags=True)
     with ResultStore(store_path, compiler_version(), runtime_version()) as store:
         return next_round(plan, dispatch, pipeline, env.ctx, target.spec_entry, store)
 
 
-def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv):
+def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,
+              source: Optional[Path] = None):
     """The dispatch's pipeline, reading its valid configs from the search's constraint source."""
     from tuner.constraint_sources import with_constraints
 
-    return with_constraints(search.constraints, pipeline_for(dispatch), dispatch, env.model, target, env.ctx,
+    return with_constraints(search.constraints, pipeline_for(dispatch), dispatch, source or env.model, target, env.ctx,
                             dispatch.flags, search.budget)
 
 
@@ -295,7 +353,8 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
     default = _build(env, Variant("default"))
     if not default.ok:
         raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
-    current = default if not state.flags else _build(env, Variant("flags", state.flags))
+    current = (default if not (state.flags or state.program)
+               else _build(env, Variant("flags", state.flags, program=state.program)))
     parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
     outcomes = {o.name: o for o in state.dispatches}
     kept = []
@@ -332,12 +391,12 @@ def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
     p = final.paired.get(name)
     if p is None or not p.ratios:
         why = final.failed.get(name, "could not be timed")
-        return replace(state, flags=(), kept=(), verdict=f"the tuned model failed its check ({why}): "
-                                                         "the default is the result")
+        return replace(state, flags=(), kept=(), rewrites=(), program=None,
+                       verdict=f"the tuned model failed its check ({why}): the default is the result")
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
                          speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name))
     if p.speedup <= 1.0 or slower_beyond_noise(p):
-        return replace(state, flags=(), kept=(), figure=figure,
+        return replace(state, flags=(), kept=(), rewrites=(), program=None, figure=figure,
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
                                f"{len(p.ratios)} rounds): the default is the result")
     won = sum(r > 1.0 for r in p.ratios)

@@ -106,7 +106,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                        strategy=strategy)
         state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top, model_flags, search), env)
         write_model_outputs(env, state)
-    return ModelTuning(state, output_dir, model, workload.entry)
+    return ModelTuning(state, output_dir, state.program_of(model), workload.entry)
 
 
 def _compile_step(model: Path, target: Target, output_dir: Path, ctx, program, settings: EvalSettings,
@@ -136,7 +136,8 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     out = env.output_dir
     spec_path = out / MODEL_SPEC
     flags = [*env.target.compile_flags, *state.flags]
-    header = f"// iree-tuner tune-model: {state.verdict}\n// rebuild: iree-compile {env.model} @{(out / MODEL_FLAGS).resolve()} -o OUT.vmfb\n"
+    program = state.program_of(env.model)
+    header = f"// iree-tuner tune-model: {state.verdict}\n// rebuild: iree-compile {program} @{(out / MODEL_FLAGS).resolve()} -o OUT.vmfb\n"
     try:
         if state.kept:
             spec_path.write_text(header + merged_spec(state.kept, env.target, env.ctx))
@@ -146,7 +147,9 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
         (out / MODEL_FLAGS).write_text(response_file(flags))
         payload = {
             "kind": "model",
-            "input": str(env.model.resolve()),
+            "input": str(program.resolve()),
+            "model": str(env.model.resolve()),
+            "rewrites": list(state.rewrites),
             "target": env.target.name,
             "entry": env.workload.entry,
             "flags": list(state.flags),

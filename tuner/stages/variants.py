@@ -38,14 +38,16 @@ class SpecPart:
 
 @dataclass(frozen=True)
 class Variant:
-    """One way to build the model: extra flags and the dispatch configs merged into one spec."""
+    """One way to build the model: extra flags, the dispatch configs merged into one spec, and
+    the program compiled (None: the model as given; else a rewrite of it, tuner.rewrite)."""
 
     name: str
     flags: tuple[str, ...] = ()
     parts: tuple[SpecPart, ...] = ()
+    program: Optional[Path] = None
 
     def with_part(self, part: SpecPart, name: str) -> "Variant":
-        return Variant(name, self.flags, (*self.parts, part))
+        return Variant(name, self.flags, (*self.parts, part), self.program)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     and check that each part's config is carried by some root op (a spec that did not take
     effect is an error, not a silent default)."""
     directory.mkdir(parents=True, exist_ok=True)
+    model = variant.program or model
     spec = None
     flags = [*target.compile_flags, *variant.flags]
     text = merged_spec(variant.parts, target, ctx) if variant.parts else ""

@@ -1,0 +1,43 @@
+"""Rewrites of a model's program before it is compiled, decided on the whole model like the
+model-wide flags: each one takes the program's text and gives a new program, or says it has
+nothing to rewrite. The new program is written into the run's directory; plain iree-compile of it
+with the run's flags rebuilds the tuned model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from iree.compiler import ir
+
+from tuner.rewrite.attention import raise_attention
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A named program rewrite: `apply` changes the module in place and says what it changed
+    (nothing: the rewrite does not apply to this program)."""
+
+    name: str
+    apply: Callable[[ir.Module], list[str]]
+    description: str
+
+
+RAISE_ATTENTION = Rewrite("raise-attention", raise_attention,
+                          "MatMul -> Softmax -> MatMul attention raised into one attention op")
+# By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
+# only if the model gets faster with it.
+REWRITES = {"cpu": (RAISE_ATTENTION,), "gpu": (RAISE_ATTENTION,)}
+
+
+def rewrite_program(program: Path, rewrite: Rewrite, out: Path) -> list[str]:
+    """Write `program` rewritten by `rewrite` to `out` (in a context of its own) and return what
+    changed; nothing is written when nothing changed."""
+    with ir.Context():
+        module = ir.Module.parse(program.read_text())
+        changed = rewrite.apply(module)
+        if changed:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(str(module))
+    return changed

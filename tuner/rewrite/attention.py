@@ -1,0 +1,163 @@
+"""Raising spelled-out attention into one attention op, in an ONNX model's import.
+
+`iree-import-onnx` keeps a model's ops as they are written: an attention written with MatMul,
+Softmax and MatMul (BERT-style exports) reaches IREE as two batch matmuls and a softmax, three
+dispatches that write and read the whole score matrix, and no IREE 3.13 flag raises them into
+`iree_linalg_ext.attention` (measured: BENCHMARKS.md). This rewrite does, in the torch dialect:
+
+    MatMul(Q, Transpose(K, last two dims)) [-> Mul(., c) | Div(., c)] -> Softmax(axis=-1) -> MatMul(., V)
+
+becomes `torch.aten.scaled_dot_product_attention(Q', K, V, scale=1.0)` with Q' = Mul(Q, c) (or
+Div(Q, c)): (cQ)K^T = c(QK^T), so the scale constant is carried over as the model holds it and
+never read. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
+Only matches where every intermediate has no other use are rewritten."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from iree.compiler import ir
+
+ONNX_OP = "torch.operator"
+SDPA = "torch.aten.scaled_dot_product_attention"
+
+
+def _onnx(op: Optional[ir.Operation], name: str) -> bool:
+    return (op is not None and op.name == ONNX_OP
+            and ir.StringAttr(op.attributes["name"]).value == f"onnx.{name}")
+
+
+def _producer(value: ir.Value) -> Optional[ir.Operation]:
+    owner = value.owner
+    return owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None) \
+        if not isinstance(owner, ir.Block) else None
+
+
+def _single_use(value: ir.Value) -> bool:
+    return len(list(value.uses)) == 1
+
+
+def _shape(value: ir.Value) -> Optional[list[int]]:
+    """The static sizes of a `!torch.vtensor<[a,b,...],dtype>` value (None if unknown or dynamic)."""
+    text = str(value.type)
+    if not text.startswith("!torch.vtensor<[") or "?" in text.split("]")[0]:
+        return None
+    dims = text[len("!torch.vtensor<["):].split("]")[0]
+    return [int(d) for d in dims.split(",")] if dims else []
+
+
+def _int_list(attr: ir.Attribute) -> list[int]:
+    return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """One spelled-out attention: the ops that go and what replaces them."""
+
+    output: ir.Operation  # MatMul(P, V)
+    softmax: ir.Operation
+    scale: Optional[ir.Operation]  # Mul or Div by a scalar between the scores and the softmax
+    scores: ir.Operation  # MatMul(Q, K^T)
+    transpose: ir.Operation  # Transpose(K)
+    query: ir.Value
+    key: ir.Value
+    value: ir.Value
+
+    @property
+    def shape(self) -> str:
+        q, k, v = (_shape(x) for x in (self.query, self.key, self.value))
+        return f"{'x'.join(map(str, q[:-2]))}x{q[-2]}x{k[-2]}x{q[-1]}x{v[-1]}"
+
+
+def _site(op: ir.Operation) -> Optional[AttentionSite]:
+    """The attention that ends in `op` (an onnx.MatMul), or None."""
+    if not _onnx(op, "MatMul"):
+        return None
+    probs, value = op.operands[0], op.operands[1]
+    softmax = _producer(probs)
+    if not _onnx(softmax, "Softmax") or not _single_use(probs):
+        return None
+    rank = len(_shape(probs) or [])
+    axis = ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes else -1
+    if rank < 3 or axis not in (-1, rank - 1):
+        return None
+    scores = _producer(softmax.operands[0])
+    scale = None
+    if (_onnx(scores, "Mul") or _onnx(scores, "Div")) and _single_use(softmax.operands[0]):
+        scalar = [i for i, x in enumerate(scores.operands) if _shape(x) in ([], [1])]
+        if not scalar or (_onnx(scores, "Div") and scalar != [1]):
+            return None
+        scale = scores
+        scores = _producer(scores.operands[1 - scalar[0]])
+        if not _single_use(scale.operands[1 - scalar[0]]):
+            return None
+    elif not _single_use(softmax.operands[0]):
+        return None
+    if not _onnx(scores, "MatMul"):
+        return None
+    query, key_t = scores.operands[0], scores.operands[1]
+    transpose = _producer(key_t)
+    if not _onnx(transpose, "Transpose") or "torch.onnx.perm" not in transpose.attributes:
+        return None
+    perm = _int_list(transpose.attributes["torch.onnx.perm"])
+    if perm != [*range(rank - 2), rank - 1, rank - 2]:
+        return None
+    key = transpose.operands[0]
+    q, k, v = _shape(query), _shape(key), _shape(value)
+    if None in (q, k, v) or not (len(q) == len(k) == len(v) == rank) or q[:-2] != k[:-2] or k[:-2] != v[:-2] \
+            or q[-1] != k[-1] or k[-2] != v[-2]:
+        return None
+    dtypes = {str(x.type).rsplit(",", 1)[-1] for x in (query, key, value)}
+    if len(dtypes) != 1:
+        return None
+    return AttentionSite(op, softmax, scale, scores, transpose, query, key, value)
+
+
+def find_attention(module: ir.Module) -> list[AttentionSite]:
+    """Every spelled-out attention of the module's functions that the rewrite takes."""
+    sites: list[AttentionSite] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        site = _site(op)
+        if site is not None:
+            sites.append(site)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return sites
+
+
+def _constant(name: str, result: str, ip: ir.InsertionPoint, loc: ir.Location, **attrs: ir.Attribute) -> ir.Value:
+    op = ir.Operation.create(name, results=[ir.Type.parse(result)], attributes=attrs, loc=loc, ip=ip)
+    return op.result
+
+
+def raise_attention(module: ir.Module) -> list[str]:
+    """Rewrite every site of `find_attention` in place (inside the module's context); returns
+    each rewritten attention's shape (batch x M x N x K1 x K2)."""
+    done = []
+    for site in find_attention(module):
+        ip, loc = ir.InsertionPoint(site.output), site.output.location
+        query = site.query
+        if site.scale is not None:
+            scalar = next(x for x in site.scale.operands if _shape(x) in ([], [1]))
+            query = ir.Operation.create(ONNX_OP, results=[site.query.type], operands=[site.query, scalar],
+                                        attributes={"name": site.scale.attributes["name"]}, loc=loc, ip=ip).result
+        none = _constant("torch.constant.none", "!torch.none", ip, loc)
+        zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
+        one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
+        false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
+        sdpa = ir.Operation.create(SDPA, results=[site.output.results[0].type],
+                                   operands=[query, site.key, site.value, none, zero, false, one, false],
+                                   loc=loc, ip=ip)
+        site.output.results[0].replace_all_uses_with(sdpa.result)
+        done.append(site.shape)
+        for op in (site.output, site.softmax, site.scale, site.scores):
+            if op is not None:
+                op.erase()
+        if not list(site.transpose.results[0].uses):
+            site.transpose.erase()
+    if done:
+        module.operation.verify()
+    return done
