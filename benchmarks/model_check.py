@@ -4,9 +4,9 @@
     python benchmarks/model_check.py DIR --build-only        # two machines: build here,
     python benchmarks/model_check.py DIR --time-only         # time where the device is (runtime only)
 
-Reads DIR/results.json (the program the tuner compiled and its entry) and DIR/model_flags.txt,
-builds the default (the target flags alone, from the first lines of model_flags.txt that are
-not the tuner's own additions) and the tuned model (`iree-compile PROGRAM @DIR/model_flags.txt`)
+Reads DIR/results.json (the model, the program the tuned model is built from (the model, or its
+rewrite) and its entry) and DIR/model_flags.txt, builds the default (the model as given, with the
+target flags alone) and the tuned model (`iree-compile PROGRAM @DIR/model_flags.txt`)
 with plain iree-compile, and times the two with iree-benchmark-module in interleaved rounds,
 alternating which goes first. Prints the tuner's claim next to the independent figure (the
 median of the per-round ratios default / tuned) and the machine.
@@ -40,13 +40,15 @@ def main() -> None:
     args = parser.parse_args()
     data = json.loads((args.dir / "results.json").read_text())
     program, target = Path(data["input"]), parse_target(data["target"])
+    model = Path(data.get("model", data["input"]))  # before a rewrite the tuner chose
     work = args.dir / "check"
     work.mkdir(exist_ok=True)
-    builds = {"default": [*target.compile_flags], "tuned": [f"@{(args.dir / 'model_flags.txt').resolve()}"]}
-    for name, flags in builds.items():
+    builds = {"default": (model, [*target.compile_flags]),
+              "tuned": (program, [f"@{(args.dir / 'model_flags.txt').resolve()}"])}
+    for name, (source, flags) in builds.items():
         if args.time_only:
             break
-        run = run_tool([find_tool("iree-compile"), str(program), *flags, "-o", str(work / f"{name}.vmfb")], 1200)
+        run = run_tool([find_tool("iree-compile"), str(source), *flags, "-o", str(work / f"{name}.vmfb")], 1200)
         if not run.ok:
             sys.exit(f"{name} did not build: {run.first_error()}")
     if args.build_only:

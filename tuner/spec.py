@@ -24,9 +24,23 @@ def _maps(dispatch: Dispatch) -> list[ir.AffineMap]:
     return [ir.AffineMapAttr(ir.Attribute.parse(f"affine_map<{text}>")).value for text in dispatch.indexing_maps]
 
 
-def _match_root(dispatch: Dispatch, op: ir.Value) -> None:
+def _value_transposed(maps: list[ir.AffineMap]) -> list[ir.AffineMap] | None:
+    """An attention's maps with V's last two dims swapped (None where they are not plain dims).
+    A preprocessing spec sees the attention before dispatches are formed, where V may still be
+    (.., k2, n) though the dispatch, which discovery reads, holds it transposed (.., n, k2)
+    after a transpose was folded in (seen in ONNX models raised by tuner.rewrite), or the
+    reverse: the spec matches either form."""
+    value = maps[2]
+    if len(value.results) < 2 or not all(isinstance(e, ir.AffineDimExpr) for e in value.results[-2:]):
+        return None
+    results = [*value.results[:-2], value.results[-1], value.results[-2]]
+    return [*maps[:2], ir.AffineMap.get(value.n_dims, value.n_symbols, results), *maps[3:]]
+
+
+def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | None = None) -> None:
     """Ops that succeed only on this dispatch's root op: IREE's matcher for its kind (element
-    types and indexing maps), then `dims_equal` on every group of dims it reports."""
+    types and indexing maps, `maps` if given, else the dispatch's), then `dims_equal` on every
+    group of dims it reports."""
     types = dict(lhs_type=ir.Type.parse(dispatch.lhs_type), rhs_type=ir.Type.parse(dispatch.rhs_type),
                  output_type=ir.Type.parse(dispatch.out_type))
     if dispatch.kind == DispatchKind.CONTRACTION:
@@ -44,8 +58,8 @@ def _match_root(dispatch: Dispatch, op: ir.Value) -> None:
         match.MatchDimsEqualOp(strides, list(c.strides))
         match.MatchDimsEqualOp(dilations, list(c.dilations))
     elif dispatch.kind == DispatchKind.ATTENTION:
-        maps = _maps(dispatch)
-        detail = iree_codegen.get_attention_op_detail(maps[0], maps[1], maps[2], maps[4])
+        detail = iree_codegen.get_attention_op_detail(*(_maps(dispatch)[i] for i in (0, 1, 2, 4)))
+        maps = maps or _maps(dispatch)
         batch, m, n, k1, k2 = match.MatchAttentionOp(
             operand_handle=op, query_type=types["lhs_type"], key_type=types["rhs_type"],
             value_type=types["output_type"], output_type=types["output_type"], indexing_maps=maps).results
@@ -56,17 +70,18 @@ def _match_root(dispatch: Dispatch, op: ir.Value) -> None:
         raise ValueError(f"no tuning-spec matcher for {dispatch.kind.value} dispatches")
 
 
-def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribute | None) -> transform.NamedSequenceOp:
-    """Matches the dispatch's root op and yields it with its compilation_info (and, for
-    attention, its decomposition_config)."""
+def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribute | None,
+             maps: list[ir.AffineMap] | None = None, suffix: str = "") -> transform.NamedSequenceOp:
+    """Matches the dispatch's root op (with `maps` instead of its own indexing maps, if given)
+    and yields it with its compilation_info (and, for attention, its decomposition_config)."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
     params = [any_param] * (2 if decomposition is not None else 1)
     seq = transform.NamedSequenceOp(
-        f"match_{dispatch.name}", [any_op], [any_op, *params], arg_attrs=[_readonly()]
+        f"match_{dispatch.name}{suffix}", [any_op], [any_op, *params], arg_attrs=[_readonly()]
     )
     with ir.InsertionPoint(seq.body):
         op = seq.bodyTarget
-        _match_root(dispatch, op)
+        _match_root(dispatch, op, maps)
         values = [transform.ParamConstantOp(any_param, config).result]
         if decomposition is not None:
             values.append(transform.ParamConstantOp(any_param, decomposition).result)
@@ -153,10 +168,16 @@ def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: s
                 _apply_split(factor)
             for dispatch, config in configs:
                 decomposition = ir.Attribute.parse(config.decomposition_config) if config.decomposition_config else None
-                names.append(_matcher(dispatch, ir.Attribute.parse(config.compilation_info), decomposition)
-                             .sym_name.value)
-                actions.append(f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
-                               else APPLY_DECOMPOSED if decomposition is not None else APPLY)
+                info = ir.Attribute.parse(config.compilation_info)
+                action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
+                          else APPLY_DECOMPOSED if decomposition is not None else APPLY)
+                names.append(_matcher(dispatch, info, decomposition).sym_name.value)
+                actions.append(action)
+                other = (_value_transposed(_maps(dispatch))
+                         if dispatch.kind == DispatchKind.ATTENTION and entry == TRANSFORM_MAIN else None)
+                if other is not None:
+                    names.append(_matcher(dispatch, info, decomposition, other, "_value_transposed").sym_name.value)
+                    actions.append(action)
             _entrypoint(names, actions, entry)
         module.operation.verify()
         return module

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -147,6 +148,17 @@ class FlagStage:
         options = model_options(env)
         if not options:
             return state.note("no model-wide flags or rewrites on this target")
+        earlier = _earlier_decision(env, options)
+        if earlier is not None:
+            env.say(f"model-wide choices: reusing the decision of an earlier run in {env.output_dir} "
+                    f"({_decision_text(earlier)})")
+            return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
+                           program=earlier.program)
+        decided = self._decide(state, env, options)
+        _record_decision(env, options, decided)
+        return decided
+
+    def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption]) -> ModelState:
         default = _build(env, Variant("default"))
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
@@ -171,6 +183,43 @@ class FlagStage:
                 f"the whole model; tried: {_trials_text(trials)})")
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=(option.rewrite.name,) if option.rewrite else (), program=best.variant.program)
+
+
+FLAG_DECISION = "flag-decision.json"  # DIR/: the flag stage's finished decision, reused by a rerun
+
+
+def _decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
+    return {"model": hashlib.sha256(env.model.read_bytes()).hexdigest(), "target": env.target.name,
+            "options": [o.label for o in options]}
+
+
+def _record_decision(env: StageEnv, options: list[ModelOption], state: ModelState) -> None:
+    data = {**_decision_key(env, options), "flags": list(state.flags), "rewrites": list(state.rewrites),
+            "program": str(state.program) if state.program else None, "trials": state.flag_trials}
+    tmp = env.output_dir / (FLAG_DECISION + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(env.output_dir / FLAG_DECISION)
+
+
+def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[ModelState]:
+    """A finished decision of an earlier run on this model, target and options (a rerun after an
+    interruption would otherwise decide again, on other timings, and tune other dispatches)."""
+    try:
+        data = json.loads((env.output_dir / FLAG_DECISION).read_text())
+    except (OSError, ValueError):
+        return None
+    if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
+        return None
+    program = Path(data["program"]) if data.get("program") else None
+    if program is not None and not program.is_file():
+        return None
+    return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),
+                      rewrites=tuple(data.get("rewrites", ())), program=program)
+
+
+def _decision_text(state: ModelState) -> str:
+    chosen = " ".join([*state.rewrites, *state.flags])
+    return f"chose {chosen}" if chosen else "kept the default"
 
 
 def _trials_text(trials: dict) -> str:
