@@ -8,11 +8,15 @@ program, by the runtime's own HAL profiling (`--device_profiling_mode=host-execu
 with `iree-profile dispatch --format=jsonl`): IREE 3.13's dumped dispatch benchmarks run there
 much faster than the same dispatch in the program (a 256x1024x1024 f32 matmul: 2.0 ms alone, 7.1 ms
 in the program by the runtime's profile, 7.3 ms per call of the whole function). On GPUs, alone,
-from the dumped dispatch benchmark of its executable (in batches), which agreed with CUPTI kernel
-times on the H100."""
+from the dumped dispatch benchmark of its executable (in batches; IREE 3.13's CUDA HAL has no
+device profiling: "CUDA HAL-native profiling is not implemented"), less the cost of launching
+one dispatch in such a batch, timed on a one-element dispatch: on the H100 that gives every
+dispatch of a BERT-large-sized layer within 10% of its CUPTI kernel time in the model
+(BENCHMARKS.md)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -29,6 +33,37 @@ from tuner.workload import Workload
 __all__ = ["DispatchTime", "Profile", "ProfileJob", "prepare_profile", "profile", "time_profile"]
 
 BENCH = "dispatch-benchmarks"
+LAUNCH = "launch"  # the one-element dispatch whose batched time is the launch cost
+_LAUNCH_PROGRAM = """
+func.func @launch(%x: tensor<1xf32>) -> tensor<1xf32> {
+  %e = tensor.empty() : tensor<1xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]} ins(%x : tensor<1xf32>) outs(%e : tensor<1xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %s = arith.addf %a, %a : f32
+    linalg.yield %s : f32
+  } -> tensor<1xf32>
+  return %r : tensor<1xf32>
+}
+"""
+
+
+def _launch_benchmark(target: Target, workdir: Path, ctx: ir.Context, timeout_s: float) -> Optional[list[str]]:
+    """[module, function] of a batched one-element dispatch for the target (None if it does not
+    build): what a dispatch benchmark's figure holds besides the kernel itself."""
+    src, dump = workdir / f"{LAUNCH}.mlir", workdir / f"{LAUNCH}-bench"
+    src.write_text(_LAUNCH_PROGRAM)
+    shutil.rmtree(dump, ignore_errors=True)
+    run = run_tool([find_tool("iree-compile"), str(src), *target.compile_flags,
+                    f"--iree-hal-dump-executable-benchmarks-to={dump}", "-o", str(workdir / f"{LAUNCH}-program.vmfb")],
+                   timeout_s)
+    sources = sorted(dump.glob("*.mlir")) if run.ok else []
+    function = benchmark_function(sources[0].read_text(), ctx) if sources else None
+    if function is None:
+        return None
+    module = workdir / f"{LAUNCH}.vmfb"
+    built = run_tool([find_tool("iree-compile"), str(sources[0]), *target.compile_flags, "-o", str(module)], timeout_s)
+    return [str(module.relative_to(workdir)), function] if built.ok else None
 
 
 def prepare_profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
@@ -69,8 +104,9 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
                 untimed[name] = f"its dispatch benchmark did not compile: {built.first_error()}"
                 continue
             alone[name] = [str(module.relative_to(workdir)), function]
+    launch = _launch_benchmark(target, workdir, ctx, timeout_s) if alone else None
     return ProfileJob(target.device, str(vmfb.relative_to(workdir)), inputs, dict(program.runs), entry_of, untimed,
-                      mode, alone, repetitions, timeout_s)
+                      mode, alone, repetitions, timeout_s, launch)
 
 
 def profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,

@@ -17,6 +17,7 @@ from tuner.workload import input_flag
 
 IN_PROGRAM = "each dispatch inside the program, by the runtime's own profile"
 ALONE = "each dispatch alone, from IREE's dumped dispatch benchmarks"
+LESS_LAUNCH = ", less the launch cost of one batched dispatch ({:.4f} ms)"
 BENCHMARK_PROGRAM = "the program is an IREE dispatch benchmark: its dispatch timed alone"
 
 
@@ -41,6 +42,8 @@ class Profile:
     # Each entry's command buffers executing, per call, by the runtime's own profile (CPU): the
     # call less its allocations, submission and waits.
     busy_ms: dict[str, float] = field(default_factory=dict)
+    # dispatch name -> why its time cannot be trusted (it is then left out of shares and choices)
+    untrusted: dict[str, str] = field(default_factory=dict)
 
     def share(self, name: str) -> Optional[float]:
         """The dispatch's share of the summed dispatch time of its entry function."""
@@ -57,12 +60,12 @@ class Profile:
 
     def to_json(self) -> dict:
         return {"times": {n: t.__dict__ for n, t in self.times.items()}, "entry_ms": self.entry_ms,
-                "untimed": self.untimed, "method": self.method, "busy_ms": self.busy_ms}
+                "untimed": self.untimed, "method": self.method, "busy_ms": self.busy_ms, "untrusted": self.untrusted}
 
     @classmethod
     def from_json(cls, data: dict) -> "Profile":
         return cls({n: DispatchTime(**t) for n, t in data["times"].items()}, data["entry_ms"], data["untimed"],
-                   data.get("method", ""), data.get("busy_ms", {}))
+                   data.get("method", ""), data.get("busy_ms", {}), data.get("untrusted", {}))
 
     def busy_coverage(self, entry: str) -> Optional[float]:
         """Summed dispatch times of `entry` over the time its command buffers executed (the rest:
@@ -115,6 +118,7 @@ class ProfileJob:
     alone: dict[str, list[str]] = field(default_factory=dict)  # dispatch -> [benchmark module, its function]
     repetitions: int = 3
     timeout_s: float = 300.0
+    launch: Optional[list[str]] = None  # [module, function]: a one-element dispatch, batched like the others
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -161,16 +165,36 @@ def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, 
                 busy_ms[entry] = busy / statistics.median(calls)
         if progress:
             progress("profile", i, steps)
+    launch_ms = 0.0
+    if job.launch and job.alone:
+        module, function = job.launch
+        timing, _ = benchmark(root / module, settings(next(iter(job.inputs))), DispatchBenchmark(root / module, function))
+        launch_ms = timing.median_ms if timing is not None else 0.0
     for j, (dispatch, (module, function)) in enumerate(sorted(job.alone.items()), 1):
         entry = job.entry_of[dispatch]
         timing, run = benchmark(root / module, settings(entry), DispatchBenchmark(root / module, function))
         if timing is None:
             untimed[dispatch] = f"timing it alone failed: {run.first_error()}"
         else:
-            times[dispatch] = DispatchTime(dispatch, timing.median_ms, job.runs[dispatch], entry)
+            times[dispatch] = DispatchTime(dispatch, max(timing.median_ms - launch_ms, timing.median_ms / 2),
+                                           job.runs[dispatch], entry)
         if progress:
             progress("profile", len(job.inputs) + j, steps)
     for dispatch in job.entry_of:
         if dispatch not in times and dispatch not in untimed:
             untimed[dispatch] = "not seen in the runtime's profile of its entry"
-    return Profile(times, entry_ms, untimed, IN_PROGRAM if job.mode == "in_program" else ALONE, busy_ms)
+    method = IN_PROGRAM if job.mode == "in_program" else ALONE + (LESS_LAUNCH.format(launch_ms) if launch_ms else "")
+    untrusted = implausible(times, entry_ms)
+    for name in untrusted:
+        times.pop(name)
+    return Profile(times, entry_ms, {**untimed, **untrusted}, method, busy_ms, untrusted)
+
+
+def implausible(times: dict[str, DispatchTime], entry_ms: dict[str, float]) -> dict[str, str]:
+    """Dispatches whose time cannot be what they take in their entry function: one call of the
+    entry runs the dispatch `runs` times and cannot take less than that. (A timing alone that
+    went wrong, say a benchmark that did not run as the dispatch runs in the model, is said and
+    left out, never used for a share or a choice.)"""
+    return {name: (f"its time alone ({t.ms:.3f} ms x {t.runs}) exceeds the whole call of @{t.entry} "
+                   f"({entry_ms[t.entry]:.3f} ms): not trusted, left out")
+            for name, t in times.items() if entry_ms.get(t.entry) and t.total_ms > entry_ms[t.entry]}
