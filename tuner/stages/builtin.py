@@ -451,7 +451,8 @@ def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
     won = sum(r > 1.0 for r in p.ratios)
     return replace(state, figure=figure,
                    verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
-                           f"interleaved rounds, faster in {won})" + ("" if p.beats_baseline else "; within the noise"))
+                           f"interleaved rounds, faster in {won})" + ("" if p.beats_baseline else "; within the noise")
+                           + (f"; numerics {final.numerics}" if final.numerics else ""))
 
 
 def judge_part(o: DispatchOutcome, cmp: Comparison, name: str) -> DispatchOutcome:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
+import numpy as np
+
 from tuner.comparison import Paired, bracketing
 from tuner.errors import ToolError
 from tuner.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
@@ -39,17 +41,18 @@ class Comparison:
     variant_ms: dict[str, tuple[float, ...]]
     errors: dict[str, float] = field(default_factory=dict)  # numerics: relative error at the output
     failed: dict[str, str] = field(default_factory=dict)  # variant name -> why it could not be timed
+    numerics: str = ""  # why the outputs were not compared ("": they were, or none is checked)
 
     def to_json(self) -> dict:
         return {"reference_ms": list(self.reference_ms), "ratios": {n: list(p.ratios) for n, p in self.paired.items()},
                 "variant_ms": {n: list(t) for n, t in self.variant_ms.items()}, "errors": self.errors,
-                "failed": self.failed}
+                "failed": self.failed, "numerics": self.numerics}
 
     @classmethod
     def from_json(cls, data: dict) -> "Comparison":
         return cls(tuple(data["reference_ms"]), {n: Paired(tuple(r)) for n, r in data["ratios"].items()},
                    {n: tuple(t) for n, t in data["variant_ms"].items()}, dict(data.get("errors", {})),
-                   dict(data.get("failed", {})))
+                   dict(data.get("failed", {})), data.get("numerics", ""))
 
 
 def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], workload: Workload,
@@ -67,6 +70,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], w
     directory.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
     errors: dict[str, float] = {}
+    unchecked = ""
     ref_out = None
     suffix = ".bin" if settings.checked_type == "bf16" else ".npy"
     if checked is not None:
@@ -75,6 +79,11 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], w
             raise ToolError(f"the model ({reference[0]}) did not run: {run.first_error()}",
                             list(run.command), run.stderr)
         ref_out = read_output(directory / f"reference{suffix}", settings)
+        if ref_out is not None and not np.all(np.isfinite(ref_out)):
+            # Nothing can be compared with a NaN or an infinity (a NaN error would pass any
+            # tolerance): the builds are timed, their numerics said to be unchecked.
+            unchecked = f"not checked: the output of {reference[0]} is not finite for these inputs"
+            ref_out = None
     timed = []
     for name, vmfb in variants:
         if ref_out is not None:
@@ -111,7 +120,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], w
             if progress:
                 progress("model", done, steps)
     return Comparison(tuple(ref_ms), {n: Paired(tuple(r)) for n, r in ratios.items()},
-                      {n: tuple(t) for n, t in var_ms.items()}, errors, failed)
+                      {n: tuple(t) for n, t in var_ms.items()}, errors, failed, unchecked)
 
 
 def _time(vmfb: Path, settings: RunSettings, timer: ModelBenchmark) -> Optional[float]:

@@ -1,0 +1,182 @@
+"""Model-wide choices of tune-model: the attention rewrite (what it matches, what it leaves
+alone, that the rewritten model computes the same result and has one attention dispatch whose
+tuned configs take effect), and the flag stage's decision (a choice slower on the model is not
+kept, a faster one is and its program is what the result rebuilds from; a rerun reuses a
+finished decision). Timings are designed where the test is about the decision, as in
+test_tune_model; compiles and numerics are real."""
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from pipelines import DispatchKind, pipeline_for
+from tuner.candidates import generate_candidates
+from tuner.compile_stage import compile_all
+from tuner.discovery import discover_program
+from tuner.inputs import program_source
+from tuner.rewrite import RAISE_ATTENTION, rewrite_program
+from tuner.rewrite.attention import find_attention
+from tuner.runner import RunSettings, Timing, relative_error, run_once
+from tuner.settings import EvalSettings
+from tuner.stages import tune_model
+from tuner.stages.builtin import FLAG_DECISION, FlagStage
+from tuner.targets import parse_target
+from tuner.tools import find_tool
+
+REPO = Path(__file__).resolve().parent.parent
+FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+
+
+def _examples():
+    spec = importlib.util.spec_from_file_location("onnx_models", REPO / "examples" / "onnx_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def small_bert(tmp_path_factory) -> Path:
+    """A BERT-like layer (128 tokens, hidden 256, 4 heads, f32) as ONNX, written with the onnx helper."""
+    pytest.importorskip("onnx")
+    import onnx
+
+    path = tmp_path_factory.mktemp("bert") / "bert_small.onnx"
+    onnx.save(_examples().bert_layer(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def imported(small_bert, tmp_path_factory) -> Path:
+    return program_source(small_bert, tmp_path_factory.mktemp("imported"), parse_target("llvm-cpu"))
+
+
+ATTENTION = """
+func.func @f(%q: !torch.vtensor<[4,8,16],f32>, %k: !torch.vtensor<[4,8,16],f32>, %v: !torch.vtensor<[4,8,16],f32>,
+             %c: !torch.vtensor<[],f32>) -> (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,8],f32>) {
+  %kt = torch.operator "onnx.Transpose"(%k) {torch.onnx.perm = [0 : si64, 2 : si64, 1 : si64]} : (!torch.vtensor<[4,8,16],f32>) -> !torch.vtensor<[4,16,8],f32>
+  %s = torch.operator "onnx.MatMul"(%q, %kt) : (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,16,8],f32>) -> !torch.vtensor<[4,8,8],f32>
+  %t = torch.operator "onnx.Div"(%s, %c) : (!torch.vtensor<[4,8,8],f32>, !torch.vtensor<[],f32>) -> !torch.vtensor<[4,8,8],f32>
+  %p = torch.operator "onnx.Softmax"(%t) {torch.onnx.axis = AXIS : si64} : (!torch.vtensor<[4,8,8],f32>) -> !torch.vtensor<[4,8,8],f32>
+  %o = torch.operator "onnx.MatMul"(%p, %v) : (!torch.vtensor<[4,8,8],f32>, !torch.vtensor<[4,8,16],f32>) -> !torch.vtensor<[4,8,16],f32>
+  return %o, EXTRA : !torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,8],f32>
+}
+"""
+
+
+def _sites(axis: int, extra: str) -> list:
+    with ir.Context():
+        module = ir.Module.parse(ATTENTION.replace("AXIS", str(axis)).replace("EXTRA", extra))
+        return [s.shape for s in find_attention(module)]
+
+
+def test_spelled_out_attention_is_found_with_its_shape():
+    assert _sites(2, "%s") == []  # the raw scores are also a result: not rewritten
+    assert _sites(-1, "%t") == []  # the scaled scores are a result too
+    assert _sites(-1, "%p") == []  # the probabilities too
+    # A Div scale, softmax over the last axis, the scores used by nothing else: rewritten.
+    with ir.Context():
+        text = ATTENTION.replace("AXIS", "-1").replace("return %o, EXTRA", "return %o, %o").replace(
+            "-> (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,8],f32>)",
+            "-> (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,16],f32>)").replace(
+            ": !torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,8],f32>\n}", ": !torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,16],f32>\n}")
+        module = ir.Module.parse(text)  # (kept alive while its sites are read)
+        assert [s.shape for s in find_attention(module)] == ["4x8x8x16x16"]
+
+
+def test_softmax_over_another_axis_is_not_attention():
+    with ir.Context():
+        text = ATTENTION.replace("AXIS", "1").replace("return %o, EXTRA", "return %o, %o").replace(
+            "-> (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,8],f32>)",
+            "-> (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,16],f32>)").replace(
+            ": !torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,8],f32>\n}", ": !torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,8,16],f32>\n}")
+        module = ir.Module.parse(text)
+        assert find_attention(module) == []
+
+
+@pytest.mark.slow
+def test_the_raised_model_computes_the_same_result_with_one_attention_dispatch(imported, tmp_path, ctx):
+    cpu = parse_target("llvm-cpu")
+    raised = tmp_path / "raised.mlir"
+    assert rewrite_program(imported, RAISE_ATTENTION, raised) == ["4x128x128x64x64"]
+    kinds = {str(d.kind) for d in discover_program(raised, cpu, ctx).dispatches}
+    before = {str(d.kind) for d in discover_program(imported, cpu, ctx).dispatches}
+    assert str(DispatchKind.ATTENTION) in kinds and str(DispatchKind.ATTENTION) not in before
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32))
+    outputs = {}
+    for name, program in (("spelled", imported), ("raised", raised)):
+        vmfb = tmp_path / f"{name}.vmfb"
+        subprocess.run([find_tool("iree-compile"), str(program), *cpu.compile_flags, "-o", str(vmfb)], check=True)
+        run = run_once(vmfb, RunSettings("local-task", "bert_layer", (x,)), tmp_path / f"{name}.npy")
+        assert run.ok, run.stderr
+        outputs[name] = np.load(tmp_path / f"{name}.npy")
+    assert relative_error(outputs["raised"], outputs["spelled"]) < 1e-4
+
+
+@pytest.mark.slow
+def test_tuned_attention_configs_take_effect_in_the_raised_model_on_cuda(tmp_path, ctx):
+    # In a model IREE folds a transpose of V into the attention when it forms the dispatch, so
+    # the dispatch's V map differs from the op the preprocessing spec sees (compile-only).
+    pytest.importorskip("onnx")
+    import onnx
+
+    cuda = parse_target("cuda:sm_80")
+    onnx.save(_examples().bert_layer(256, 256, 4, 512, dtype=np.float16), tmp_path / "bert_f16.onnx")
+    imported = program_source(tmp_path / "bert_f16.onnx", tmp_path, cuda)
+    raised = tmp_path / "raised.mlir"
+    rewrite_program(imported, RAISE_ATTENTION, raised)
+    [attention] = [d for d in discover_program(raised, cuda, ctx).dispatches if d.kind == DispatchKind.ATTENTION]
+    candidates = generate_candidates(attention, pipeline_for(attention), 3, ctx, cuda.spec_entry)
+    built = compile_all(candidates, raised, cuda, tmp_path / "c", EvalSettings(), ctx)
+    assert len(built) == 4 and {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+
+
+def _timer(faster: str = "", slower: str = ""):
+    """The default 1 ms; a variant built in a directory named `faster` 0.5 ms, `slower` 2 ms,
+    any other 1 ms (ties never win)."""
+    calls = []
+
+    def timer(vmfb: Path, settings) -> Timing:
+        name = vmfb.parent.name
+        calls.append(name)
+        return Timing((0.5 if name == faster else 2.0 if name == slower else 1.0,))
+    timer.calls = calls
+    return timer
+
+
+@pytest.mark.slow
+def test_a_model_wide_choice_slower_on_the_model_is_not_kept(small_bert, tmp_path):
+    out = tmp_path / "out"
+    tuning = tune_model(small_bert, "llvm-cpu", out, settings=FAST, stages=[FlagStage()],
+                        timer=_timer(slower="flags-raise-attention"), rounds=2)
+    state = tuning.state
+    assert state.flags == () and state.rewrites == () and state.program is None
+    assert state.flag_trials["raise-attention"] == pytest.approx(0.5)
+    data = json.loads((out / "results.json").read_text())
+    assert data["rewrites"] == [] and data["input"] == data["model"]
+
+
+@pytest.mark.slow
+def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_rerun(small_bert, tmp_path):
+    out = tmp_path / "out"
+    tuning = tune_model(small_bert, "llvm-cpu", out, settings=FAST, stages=[FlagStage()],
+                        timer=_timer(faster="flags-raise-attention"), rounds=2)
+    state = tuning.state
+    assert state.rewrites == ("raise-attention",) and state.flags == ()
+    assert "scaled_dot_product_attention" in state.program.read_text()
+    assert state.program.resolve().is_relative_to(out.resolve())  # written inside the run's directory
+    data = json.loads((out / "results.json").read_text())
+    assert data["input"] == str(state.program.resolve()) and data["rewrites"] == ["raise-attention"]
+    subprocess.run([find_tool("iree-compile"), data["input"], f"@{out / 'model_flags.txt'}",
+                    "-o", str(tmp_path / "m.vmfb")], check=True)
+    said, timer = [], _timer()  # a rerun on other timings: the finished decision stands
+    again = tune_model(small_bert, "llvm-cpu", out, settings=FAST, stages=[FlagStage()], timer=timer, rounds=2,
+                       say=said.append)
+    assert again.state.rewrites == ("raise-attention",) and again.state.program == state.program
+    assert any("reusing the decision" in line for line in said), said
+    assert timer.calls == [] and (out / FLAG_DECISION).is_file()
