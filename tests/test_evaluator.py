@@ -155,3 +155,17 @@ def test_a_crashing_baseline_ends_the_run_with_its_error(small_matmul, tmp_path,
         evaluator.evaluate(candidates)
     # What was recorded before the run ended is in the store.
     assert [r["status"] for r in stored_rows(tmp_path / "results.sqlite")][:1] == ["run_failed"]
+
+
+def test_a_wrong_result_from_a_faulty_run_is_not_reused_by_the_next(small_matmul, tmp_path, ctx, cpu, faulty_tools):
+    # A corrupting tool (or odd inputs, or a flaky device) says nothing about the config: the
+    # store keeps the record, a later run with the real tools measures the config again.
+    candidates, workload = _batch(small_matmul, ctx, cpu, 2)
+    faulty_tools("iree-run-module", "candidates/0002/", "corrupt")
+    first = _evaluator(Sequential, small_matmul, cpu, workload, tmp_path, ctx).evaluate(candidates)
+    assert {r.candidate_id: r.status for r in first.results}[2] == Status.WRONG_NUMERICS
+    faulty_tools.clear()
+    second = _evaluator(Sequential, small_matmul, cpu, workload, tmp_path, ctx).evaluate(candidates)
+    again = {r.candidate_id: r for r in second.results}
+    assert again[2].status == Status.OK and again[2].median_ms > 0
+    assert second.stats.reused >= 1  # what was measured right (the baseline, candidate 1) is reused

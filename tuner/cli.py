@@ -205,8 +205,10 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)
+    from tuner.report import rebuild_command
+
     console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json; rebuild with: "
-                  f"iree-compile {tuning.program_path} @{(output_dir / 'model_flags.txt').resolve()} -o OUT.vmfb")
+                  f"{rebuild_command(output_dir, str(tuning.program_path), 'model_flags.txt')}")
 
 
 @main.command()

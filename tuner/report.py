@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -25,11 +26,17 @@ def response_file(flags: list[str]) -> str:
     return "".join(quote(f) + "\n" for f in flags)
 
 
-def rebuild_command(output_dir: Path, program: str) -> str:
+def rebuild_command(output_dir: Path, program: str, flags_file: str = "best_flags.txt") -> str:
     """How plain iree-compile rebuilds the result: the program the tuner compiled (the user's
     MLIR, or what an ONNX model was imported to, or a dispatch benchmark without its baked
-    config, in the run's directory) with the flags in best_flags.txt."""
-    return f"iree-compile {program} @{(output_dir / 'best_flags.txt').resolve()} -o OUT.vmfb"
+    config, in the run's directory) with the flags in best_flags.txt; paths quoted for a shell."""
+    flags = shlex.quote("@" + str((output_dir / flags_file).resolve()))
+    return f"iree-compile {shlex.quote(str(program))} {flags} -o OUT.vmfb"
+
+
+def comment(text: str) -> str:
+    """`text` as MLIR comment lines: whatever a path holds (a newline, say) stays in a comment."""
+    return "".join(f"// {line}\n" for line in text.splitlines() or [""])
 
 
 def written_rebuild_command(output_dir: Path) -> str:
@@ -47,9 +54,8 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
     candidate beat the default beyond the noise, the default: an empty spec saying why);
     results.json keeps every candidate (with `annotations`' fields by candidate id: who proposed
     it)."""
-    header = "".join(f"// {line}\n" for line in [
-        f"iree-tuner: {ranking.verdict}",
-        f"rebuild: {rebuild_command(output_dir, meta.get('input', 'INPUT'))}"])
+    header = comment(f"iree-tuner: {ranking.verdict}") + comment(
+        f"rebuild: {rebuild_command(output_dir, meta.get('input', 'INPUT'))}")
     try:
         (output_dir / "best_spec.mlir").write_text(header + spec)
         (output_dir / "best_flags.txt").write_text(response_file(flags))

@@ -12,7 +12,7 @@ from typing import Callable, Optional, Sequence
 from tuner.api import PROFILE, _read_program
 from tuner.errors import InputError, OutputError
 from tuner.profile import profile
-from tuner.report import response_file
+from tuner.report import comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity
 from tuner.settings import EvalSettings, SearchSettings
 from tuner.spec import build_spec
@@ -137,7 +137,8 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     spec_path = out / MODEL_SPEC
     flags = [*env.target.compile_flags, *state.flags]
     program = state.program_of(env.model)
-    header = f"// iree-tuner tune-model: {state.verdict}\n// rebuild: iree-compile {program} @{(out / MODEL_FLAGS).resolve()} -o OUT.vmfb\n"
+    header = comment(f"iree-tuner tune-model: {state.verdict}") + comment(
+        f"rebuild: {rebuild_command(out, str(program), MODEL_FLAGS)}")
     try:
         if state.kept:
             spec_path.write_text(header + merged_spec(state.kept, env.target, env.ctx))

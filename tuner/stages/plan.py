@@ -65,9 +65,32 @@ class ModelPlan:
                              f"--compile-only --output {root}` first")
         try:
             data = json.loads((root / PLAN).read_text())
-            return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-        except (OSError, ValueError, TypeError) as e:
+            plan = cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+            if plan.step == "profile":
+                ProfileJob.from_json(plan.profile)  # every field there
+            outside = ([p for p in plan.paths() if not _inside(root, p)]
+                       + [p for p in plan.profile_paths() if not _inside(root / PROFILE_DIR, p)])
+        except (OSError, ValueError, TypeError, AttributeError, IndexError) as e:
             raise InputError(f"{root / PLAN}: not a readable model plan ({e})") from None
+        if outside:
+            raise InputError(f"{root / PLAN}: names a path outside {root} ({outside[0]!r}); a plan only names files "
+                             "inside its directory")
+        return plan
+
+    def paths(self) -> list[str]:
+        """Every path the plan names relative to its directory (the profile job's: profile_paths)."""
+        named = [*self.files, *self.inputs, *self.dispatches]
+        if self.reference:
+            named.append(self.reference[1])
+        named += [module for _, module in self.variants]
+        return [str(p) for p in named]
+
+    def profile_paths(self) -> list[str]:
+        """Every path the profile job names, relative to DIR/PROFILE_DIR."""
+        job = self.profile or {}
+        named = (job.get("program", ""), *(p for ps in job.get("inputs", {}).values() for p in ps),
+                 *(m for m, _ in job.get("alone", {}).values()), *(job.get("launch") or [])[:1])
+        return [str(p) for p in named if p]
 
     @property
     def measured(self) -> str:
@@ -135,6 +158,15 @@ def pack(root: Path, dest: Path) -> list[str]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
     return files
+
+
+def _inside(root: Path, rel: str) -> bool:
+    """Whether `rel` names a place inside `root`: relative, and no `..` or symbolic link leads
+    out of it."""
+    if not rel or Path(rel).is_absolute():
+        return False
+    base = root.resolve()
+    return (base / rel).resolve().is_relative_to(base)
 
 
 def _write(path: Path, data: dict) -> None:
