@@ -169,3 +169,32 @@ def test_a_wrong_result_from_a_faulty_run_is_not_reused_by_the_next(small_matmul
     again = {r.candidate_id: r for r in second.results}
     assert again[2].status == Status.OK and again[2].median_ms > 0
     assert second.stats.reused >= 1  # what was measured right (the baseline, candidate 1) is reused
+
+
+def test_results_measured_before_a_kill_compete_and_the_fastest_wins_the_rerun(small_matmul, tmp_path, timed_tools):
+    # Candidate 1 is the fastest by far; the run is killed with SIGKILL once it is stored, long
+    # before the first pass ends. Every stored result must carry a first-pass figure, so that the
+    # rerun confirms it (it was reused, never timed again) and names it the winner.
+    from tuner.store import ResultStore
+
+    out = tmp_path / "out"
+    store = out / "results.sqlite"
+    timed_tools({0: 10.0, 1: 4.0, 2: 9.0, 3: 9.5, 4: 9.8, 5: 9.9, 6: 9.7})
+    config = tmp_path / "timed-tools" / "config.json"
+    slow = json.loads(config.read_text())
+    config.write_text(json.dumps({**slow, "sleep": 0.7}))  # time to kill it mid-pass
+    args = ["tune", str(small_matmul), "--budget", "6", "--search", "exhaustive", "--repetitions", "1",
+            "--confirm-rounds", "2", "--output", str(out), "--strategy", "sequential"]
+    kill_once_stored(cli_process(*args, env=dict(os.environ)), store, 3)
+    with ResultStore(store, compiler_version(), runtime_version()) as s:
+        stored = [s.get(r["key"], r["device_id"], r["timing"]) for r in s.rows()]
+    ok = [r for r in stored if r.ok]
+    assert len(ok) >= 2 and all(r.first_pass_speedup is not None for r in ok), ok
+    config.write_text(json.dumps(slow))
+    second = cli_process(*args, env=dict(os.environ))
+    output, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, output
+    data = json.loads((out / "results.json").read_text())
+    best = next(c for c in data["candidates"] if c["candidate_id"] == data["best"])
+    fastest = min((r for r in ok if not r.is_baseline), key=lambda r: r.median_ms)
+    assert best["key"] == fastest.key and best["speedup"] == pytest.approx(10.0 / fastest.median_ms, rel=0.05)

@@ -292,18 +292,24 @@ def _failed_run(result: Result, run: ToolRun) -> Result:
 
 
 class Recorder:
-    """Where results arrive, in the thread that owns the store: each is stored at once, counted
-    for the progress bar, and a failed baseline ends the run (nothing can be checked without it)."""
+    """Where results arrive, in the thread that owns the store: each is stored at once, with a
+    first-pass figure against the nearest baseline timing taken so far on its device (`log`; made
+    final at the end of the pass), so that a run killed mid-pass leaves every stored result able
+    to compete in the next run's confirmation; counted for the progress bar; a failed baseline
+    ends the run (nothing can be checked without it)."""
 
     def __init__(self, store: ResultStore, total: int, progress: Optional[Progress] = None,
-                 phase: str = "benchmark") -> None:
+                 phase: str = "benchmark", log: Optional[list[BaselineTiming]] = None) -> None:
         self.store = store
         self.total = total
         self.progress = progress
         self.phase = phase
+        self.log = log
         self.results: list[Result] = []
 
     def add(self, result: Result) -> None:
+        if self.log is not None:
+            result = first_pass_speedup(result, list(self.log))
         self.store.put(result)
         self.results.append(result)
         if self.progress:
@@ -334,7 +340,7 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
        median of its per-round ratios to the baseline (see tuner.comparison).
 
     Results come back in candidate order, with where the time went and the drifts seen."""
-    recorder = Recorder(store, todo, progress)
+    recorder = Recorder(store, todo, progress, log=measurer.log)
     start = time.perf_counter()
     try:
         run(measurer, recorder)
