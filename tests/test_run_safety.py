@@ -113,7 +113,8 @@ def test_compile_only_keeps_every_build_through_kill_9_and_the_rerun_builds_only
     assert all(mtimes[k] == t for k, t in built_before.items())
 
 
-def test_sigterm_ends_a_run_like_sigint_and_leaves_no_tool_behind(tmp_path, faulty_tools):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_end_a_run_like_sigint_and_leave_no_tool_behind(tmp_path, faulty_tools, signum):
     path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
     out = tmp_path / "out"
     faulty_tools("iree-benchmark-module", "candidates/", "hang")
@@ -122,9 +123,9 @@ def test_sigterm_ends_a_run_like_sigint_and_leaves_no_tool_behind(tmp_path, faul
     while time.monotonic() < deadline and not any("iree-benchmark-module" in p for p in _processes_mentioning(str(tmp_path))):
         assert run.poll() is None, run.stdout.read()
         time.sleep(0.1)
-    os.kill(run.pid, signal.SIGTERM)  # the tuner alone, as a service manager or `timeout` would
+    os.kill(run.pid, signum)  # the tuner alone, as a service manager, `timeout` or a closed terminal would
     output, _ = run.communicate(timeout=60)
-    assert run.returncode == 143, output
+    assert run.returncode == 128 + signum, output
     assert "terminated: every result measured so far is kept" in output and "Traceback" not in output
     time.sleep(0.5)
     assert _processes_mentioning(str(tmp_path)) == []

@@ -17,11 +17,16 @@ from tuner.errors import InputError, OutputError, TunerError
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, ended like SIGINT: every tool the run started is killed and the store closed."""
+    """SIGTERM or SIGHUP (a closed terminal), ended like SIGINT: every tool the run started is
+    killed and the store closed."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 def _terminate(signum, frame) -> None:
-    raise Terminated()
+    raise Terminated(signum)
 
 
 @click.group()
@@ -29,6 +34,7 @@ def main() -> None:
     """Tune IREE dispatches: enumerate lowering configs, compile and time them, keep the best."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGHUP, _terminate)
 
 
 def _evaluation_options(f):
@@ -572,7 +578,7 @@ class _errors_to_exit:
             how = "terminated" if isinstance(error, Terminated) else "interrupted"
             click.echo(f"{how}: every result measured so far is kept in the result store (and every compiled "
                        f"candidate in the manifest); run the same command again to resume", err=True)
-            sys.exit(143 if isinstance(error, Terminated) else 130)
+            sys.exit(128 + error.signum if isinstance(error, Terminated) else 130)
         return False
 
 

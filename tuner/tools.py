@@ -113,11 +113,11 @@ def kill_running_tools() -> None:
             pass
 
 
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _hold_signals() -> tuple[list, dict]:
-    """In the main thread (where Python runs signal handlers): SIGINT and SIGTERM are noted
+    """In the main thread (where Python runs signal handlers): SIGINT, SIGTERM and SIGHUP are noted
     rather than handled until `_release_signals`. A handler that raised while a tool was being
     started (inside Popen, waiting for its exec) would leave that tool running, unregistered."""
     if threading.current_thread() is not threading.main_thread():
