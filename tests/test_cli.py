@@ -1,4 +1,5 @@
 """The CLI: bad input gets one line and a non-zero exit; a real run prints the table."""
+import pytest
 
 import json
 
@@ -144,3 +145,11 @@ def test_unknown_pipeline_is_one_error_line(tmp_path, small_matmul):
     assert_one_error_line(run_cli("candidates", str(small_matmul), "--pipeline", "magic"), 2, "unknown pipeline 'magic'")
     assert_one_error_line(run_cli("candidates", str(small_matmul), "--pipeline", "llvmgpu_vector_distribute"), 2,
                     "nothing this tuner can tune on this target with llvmgpu_vector_distribute")
+
+
+@pytest.mark.parametrize("option,value", [("--time-budget", "nan"), ("--time-budget", "-5"), ("--compile-timeout", "0"),
+                                          ("--run-timeout", "inf"), ("--repetitions", "0")])
+def test_a_number_that_cannot_be_meant_is_refused_before_anything_runs(option, value, small_matmul, tmp_path):
+    result = run_cli("tune", str(small_matmul), option, value, "--output", str(tmp_path / "o"))
+    assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "o").exists()

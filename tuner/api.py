@@ -154,7 +154,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
         search = replace(search, budget=num_candidates)
     if search.budget < 1:
         raise InputError("--budget (--num-candidates) must be at least 1")
-    if search.seconds is not None and search.seconds <= 0:
+    if search.seconds is not None and not 0 < search.seconds < float("inf"):
         raise InputError("--time-budget must be a positive number of seconds")
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),

@@ -37,6 +37,24 @@ def main() -> None:
         signal.signal(signal.SIGHUP, _terminate)
 
 
+class _Seconds(click.ParamType):
+    """A positive, finite number of seconds (nan and inf are not)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not 0 < seconds < float("inf"):
+            self.fail(f"{value!r}: a positive, finite number of seconds", param, ctx)
+        return seconds
+
+
+_SECONDS = _Seconds()
+
+
 def _evaluation_options(f):
     """Options shared by the commands that compile and time candidates."""
     f = click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
@@ -50,9 +68,10 @@ def _evaluation_options(f):
                      help="overlapped: time while compiling; sequential: compile, then time, one at a time; "
                           "ray: compile tasks and one benchmark worker per device on a Ray cluster (README); "
                           "auto: sequential on llvm-cpu (timing shares its cores), overlapped on GPUs.")(f)
-    f = click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")(f)
-    f = click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")(f)
-    f = click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per candidate.")(f)
+    f = click.option("--compile-timeout", default=300.0, show_default=True, type=_SECONDS, help="Seconds per compile.")(f)
+    f = click.option("--run-timeout", default=120.0, show_default=True, type=_SECONDS, help="Seconds per benchmark run.")(f)
+    f = click.option("--repetitions", default=5, show_default=True, type=click.IntRange(min=1),
+                     help="Timed repetitions per candidate.")(f)
     f = click.option("--baseline-every", default=5, show_default=True, type=click.IntRange(min=1),
                      help="Time the baseline again after every N candidates (per device): each candidate is "
                           "compared with the baseline timed nearest to it, and drift is seen.")(f)
@@ -91,7 +110,7 @@ def _search_options(f):
     f = click.option("--seeds", "seeds_file", default=None, type=click.Path(path_type=Path),
                      help="JSON seed entries (configs found by benchmarking) tried first where they fit.")(f)
     f = click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the search.")(f)
-    f = click.option("--time-budget", "time_budget", default=None, type=float,
+    f = click.option("--time-budget", "time_budget", default=None, type=_SECONDS,
                      help="Seconds the search may run; no new batch starts after them.")(f)
     f = click.option("--budget", "--num-candidates", "budget", default=30, show_default=True, type=int,
                      help="Configs to evaluate besides the baseline (failed and duplicate ones count).")(f)

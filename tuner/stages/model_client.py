@@ -81,7 +81,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     on the device; `ModelTuning.next_plan` says what it is (None once the model is done)."""
     if num_candidates < 1:
         raise InputError("--budget (--num-candidates) must be at least 1")
-    if search.seconds is not None and search.seconds <= 0:
+    if search.seconds is not None and not 0 < search.seconds < float("inf"):
         raise InputError("--time-budget must be a positive number of seconds")
     if not 0.0 <= min_share <= 1.0:
         raise InputError(f"--min-share {min_share}: a fraction between 0 and 1")
