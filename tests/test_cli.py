@@ -1,7 +1,8 @@
 """The CLI: bad input gets one line and a non-zero exit; a real run prints the table."""
-import pytest
 
 import json
+
+import pytest
 
 from tests.conftest import SAMPLES, assert_one_error_line, run_cli
 
