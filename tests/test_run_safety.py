@@ -381,3 +381,26 @@ def test_model_plan_paths_outside_the_directory_are_refused_and_nothing_outside_
         assert_one_error_line(run_cli("pack", run, dest), 2, "names a path outside")
         assert not dest.exists()
     assert (victim_dir / "secret.txt").read_text() == "keep me" and secret.read_text() == "outside"
+
+
+def test_links_planted_in_the_directory_are_replaced_never_written_through(tmp_path):
+    out = _compiled_dir(tmp_path)
+    assert run_cli("benchmark", out, "--repetitions", "1", "--confirm-rounds", "1").exit_code == 0
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planted = ["best_flags.txt", "best_spec.mlir", "results.json.tmp", "results.png",
+               "candidates/0001/output-local-task.npy", "manifest.tmp"]
+    for i, name in enumerate(planted):
+        (outside / str(i)).write_text("not yours")
+        (out / name).unlink(missing_ok=True)
+        (out / name).symlink_to(outside / str(i))
+    results = (out / "results.json").read_text()
+    (out / "results.json").unlink()
+    (out / "results.json").symlink_to(outside / "results")
+    (outside / "results").write_text(results)
+    assert run_cli("benchmark", out, "--repetitions", "1", "--confirm-rounds", "1").exit_code == 0
+    assert run_cli("report", out).exit_code == 0
+    assert all((outside / str(i)).read_text() == "not yours" for i in range(len(planted)))
+    assert (outside / "results").read_text() == results
+    for name in ["best_flags.txt", "best_spec.mlir", "results.json", "results.png"]:
+        assert (out / name).is_file() and not (out / name).is_symlink(), name

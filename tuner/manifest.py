@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 from pathlib import Path
 
+from tuner.run_dir import write_file
 from tuner.errors import InputError
 from tuner.measure import Built, inside
 from tuner.workload import Workload
@@ -37,11 +38,7 @@ class Manifest:
             "candidates": [b.to_json(root) for b in self.built],
             "meta": self.meta,
         }
-        path = root / MANIFEST
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        tmp.replace(path)  # never leave a half-written manifest
-        return path
+        return write_file(root / MANIFEST, json.dumps(data, indent=2))  # never half-written, never through a link
 
     @classmethod
     def read_existing(cls, root: Path) -> Optional["Manifest"]:

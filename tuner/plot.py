@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from pathlib import Path
 
 from tuner.ranking import Ranking
@@ -43,6 +46,13 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
     ax.set_title(title or "Candidates against the compiler's default")
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7, frameon=False)
     fig.tight_layout()
-    fig.savefig(path)
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
     plt.close(fig)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:  # a new file in its place: never written through a planted link
+        f.write(buffer.getvalue())
+    os.replace(tmp, path)
     return path

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tuner.errors import OutputError
+from tuner.run_dir import write_file
 from tuner.ranking import Ranking
 from tuner.results import Result, Status
 
@@ -57,8 +58,8 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
     header = comment(f"iree-tuner: {ranking.verdict}") + comment(
         f"rebuild: {rebuild_command(output_dir, meta.get('input', 'INPUT'))}")
     try:
-        (output_dir / "best_spec.mlir").write_text(header + spec)
-        (output_dir / "best_flags.txt").write_text(response_file(flags))
+        write_file(output_dir / "best_spec.mlir", header + spec)
+        write_file(output_dir / "best_flags.txt", response_file(flags))
         payload = {
             **meta,
             "best": ranking.best.candidate_id if ranking.best else None,
@@ -66,9 +67,7 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
             "within_noise_of_best": [r.candidate_id for r in ranking.within_noise_of_best()],
             "candidates": [{**r.to_json(), **(annotations or {}).get(r.candidate_id, {})} for r in results],
         }
-        tmp = output_dir / "results.json.tmp"
-        tmp.write_text(json.dumps(payload, indent=2))
-        tmp.replace(output_dir / "results.json")
+        write_file(output_dir / "results.json", json.dumps(payload, indent=2))
     except OSError as e:
         raise OutputError(f"cannot write the outputs to {output_dir}: {e.strerror or e}") from None
 

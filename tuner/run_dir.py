@@ -20,11 +20,34 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
 from tuner.errors import InputError, LockedError, OtherRunError, OutputError
+
+def write_file(path: Path, text: str) -> Path:
+    """Write `text` to `path` atomically, never through what is there: a new file beside it
+    (created exclusively) takes its place, so a symbolic link planted at `path` (or at any
+    temporary name) is replaced, and the file it points to is left alone."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def fresh(path: Path) -> Path:
+    """`path` cleared of a symbolic link a tool would write through (its target untouched)."""
+    if path.is_symlink():
+        path.unlink()
+    return path
+
 
 LOCK = ".iree-tuner.lock"
 RUN = "run.json"

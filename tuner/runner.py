@@ -56,7 +56,10 @@ def _input_flags(inputs: tuple[Path, ...]) -> list[str]:
 
 
 def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
-    """Run the entry once, saving the checked result to `output` (.npy, or raw bits for bf16)."""
+    """Run the entry once, saving the checked result to `output` (.npy, or raw bits for bf16;
+    a symbolic link there is removed first, never written through)."""
+    if output.is_symlink():
+        output.unlink()
     raw = settings.checked_type in RAW_TYPES
     outputs = [(f"--output=+{output}" if raw else f"--output=@{output}") if i == settings.checked else "--output="
                for i in range(settings.outputs)]

@@ -38,6 +38,7 @@ from tuner.benchmark_stage import STORE
 from tuner.profile import profile
 from tuner.ranking import rank
 from tuner.rewrite import REWRITES, Rewrite, rewrite_program
+from tuner.run_dir import write_file
 from tuner.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.model_timing import Comparison, compare
@@ -196,9 +197,7 @@ def _decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
 def _record_decision(env: StageEnv, options: list[ModelOption], state: ModelState) -> None:
     data = {**_decision_key(env, options), "flags": list(state.flags), "rewrites": list(state.rewrites),
             "program": str(state.program) if state.program else None, "trials": state.flag_trials}
-    tmp = env.output_dir / (FLAG_DECISION + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(env.output_dir / FLAG_DECISION)
+    write_file(env.output_dir / FLAG_DECISION, json.dumps(data, indent=1))
 
 
 def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[ModelState]:

@@ -13,7 +13,7 @@ from tuner.api import PROFILE, _read_program
 from tuner.errors import InputError, OutputError
 from tuner.profile import profile
 from tuner.report import comment, rebuild_command, response_file
-from tuner.run_dir import RunDirectory, run_identity
+from tuner.run_dir import RunDirectory, run_identity, write_file
 from tuner.settings import EvalSettings, SearchSettings
 from tuner.spec import build_spec
 from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
@@ -141,11 +141,11 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
         f"rebuild: {rebuild_command(out, str(program), MODEL_FLAGS)}")
     try:
         if state.kept:
-            spec_path.write_text(header + merged_spec(state.kept, env.target, env.ctx))
+            write_file(spec_path, header + merged_spec(state.kept, env.target, env.ctx))
             flags += env.target.spec_flags(str(spec_path.resolve()))
         else:
-            spec_path.write_text(header + str(build_spec([], env.ctx, env.target.spec_entry)))
-        (out / MODEL_FLAGS).write_text(response_file(flags))
+            write_file(spec_path, header + str(build_spec([], env.ctx, env.target.spec_entry)))
+        write_file(out / MODEL_FLAGS, response_file(flags))
         payload = {
             "kind": "model",
             "input": str(program.resolve()),
@@ -162,8 +162,6 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
             "notes": list(state.notes),
             "profile_method": env.profile.method if env.profile else "",
         }
-        tmp = out / "results.json.tmp"
-        tmp.write_text(json.dumps(payload, indent=2))
-        tmp.replace(out / "results.json")
+        write_file(out / "results.json", json.dumps(payload, indent=2))
     except OSError as e:
         raise OutputError(f"cannot write the outputs to {out}: {e.strerror or e}") from None

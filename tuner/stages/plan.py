@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence
 from tuner.benchmark_stage import STORE, benchmark_dir
 from tuner.errors import InputError
 from tuner.profile_timing import ProfileJob, time_profile
-from tuner.run_dir import RunDirectory
+from tuner.run_dir import RunDirectory, write_file
 from tuner.settings import EvalSettings
 from tuner.stages.model_timing import compare
 from tuner.workload import Workload
@@ -54,9 +54,7 @@ class ModelPlan:
     files: list[str] = field(default_factory=list)  # every file the step reads, relative to DIR
 
     def write(self, root: Path) -> None:
-        tmp = root / (PLAN + ".tmp")
-        tmp.write_text(json.dumps(self.__dict__, indent=2))
-        tmp.replace(root / PLAN)
+        write_file(root / PLAN, json.dumps(self.__dict__, indent=2))
 
     @classmethod
     def read(cls, root: Path) -> "ModelPlan":
@@ -171,6 +169,4 @@ def _inside(root: Path, rel: str) -> bool:
 
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
+    write_file(path, json.dumps(data, indent=2))
