@@ -131,6 +131,22 @@ def test_sigterm_and_sighup_end_a_run_like_sigint_and_leave_no_tool_behind(tmp_p
     assert _processes_mentioning(str(tmp_path)) == []
 
 
+def test_a_tuner_killed_with_sigkill_leaves_no_tool_behind(tmp_path, faulty_tools):
+    path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
+    faulty_tools("iree-benchmark-module", "candidates/", "hang")
+    run = cli_process("tune", path, "--num-candidates", "2", "--output", tmp_path / "out", "--repetitions", "1")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not any("iree-benchmark-module" in p for p in _processes_mentioning(str(tmp_path))):
+        assert run.poll() is None, run.stdout.read()
+        time.sleep(0.1)
+    os.kill(run.pid, signal.SIGKILL)  # the tuner alone: no handler runs, as after an OOM kill
+    run.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _processes_mentioning(str(tmp_path)):
+        time.sleep(0.1)
+    assert _processes_mentioning(str(tmp_path)) == []
+
+
 def _compiled_dir(tmp_path):
     path = write_matmul(tmp_path / "mm.mlir", 64, 64, 32)
     out = tmp_path / "compiled"

@@ -19,6 +19,19 @@ from tuner.errors import TargetError
 # A directory of IREE tools to use instead of the installed wheels' (a source build, a wrapper).
 TOOLS_ENV = "IREE_TUNER_TOOLS"
 
+# On Linux every tool is started through this launcher: it asks the kernel to SIGKILL it when the
+# thread that started it goes away (PR_SET_PDEATHSIG, kept across exec), then becomes the tool.
+# So a tuner killed with -9, which can run no handler, leaves no tool loading the machine behind
+# it. (Not preexec_fn: that is unsafe in a process with threads.)
+_LAUNCHER = ("import ctypes, os, sys\n"
+             "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+             "if os.getppid() != int(sys.argv[1]): os._exit(137)\n"  # the tuner died before that
+             "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def _launched(command: list[str]) -> list[str]:
+    return [sys.executable, "-S", "-c", _LAUNCHER, str(os.getpid()), *command] if sys.platform == "linux" else command
+
 
 @dataclass(frozen=True)
 class ToolRun:
@@ -152,7 +165,7 @@ def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> T
             if threading.current_thread() in _stopped:
                 raise ToolsStopped(f"not started after the run was interrupted: {command[0]}")
             proc = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                _launched(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
                 start_new_session=True,
             )
             _live.add(proc.pid)
