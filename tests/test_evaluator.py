@@ -198,3 +198,23 @@ def test_results_measured_before_a_kill_compete_and_the_fastest_wins_the_rerun(s
     best = next(c for c in data["candidates"] if c["candidate_id"] == data["best"])
     fastest = min((r for r in ok if not r.is_baseline), key=lambda r: r.median_ms)
     assert best["key"] == fastest.key and best["speedup"] == pytest.approx(10.0 / fastest.median_ms, rel=0.05)
+
+
+def test_a_compile_that_hangs_using_no_cpu_is_retried_once_and_said(small_matmul, tmp_path, ctx, cpu, faulty_tools):
+    from tuner.compile_stage import compile_candidate, verify_build
+
+    candidates, _ = _batch(small_matmul, ctx, cpu, 1)
+    faulty_tools("iree-compile", "candidates/0001", "hang")  # sleeps: a deadlock uses no CPU either
+    job = compile_candidate(candidates[1], small_matmul, cpu, tmp_path / "candidates", timeout_s=2.0)
+    assert job.run.timed_out and job.run.hung and job.run.retried and job.run.seconds >= 4.0
+    result = verify_build(job, cpu, ctx).result
+    assert result.status == Status.COMPILE_TIMEOUT and "hung using no CPU, and again when retried" in result.error
+
+
+def test_a_tool_busy_until_its_timeout_is_not_called_hung():
+    import sys
+
+    from tuner.tools import run_tool_retrying_a_hang
+
+    busy = run_tool_retrying_a_hang([sys.executable, "-c", "while True: pass"], 1.5)
+    assert busy.timed_out and not busy.hung and not busy.retried

@@ -24,7 +24,7 @@ from tuner.workload import Workload
 from tuner.settings import EvalSettings
 from tuner.store import BUILD_FAILURES, ResultStore
 from tuner.targets import Target
-from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool
+from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool, run_tool_retrying_a_hang
 
 __all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile_all", "compile_candidate",
            "compile_to_manifest", "reused_result", "verify_build"]
@@ -79,7 +79,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
         dumps.append("--iree-hal-dump-executable-benchmarks-to=bench")
     cmd = [find_tool("iree-compile"), str(input_path.resolve()), *flags, TUNER_ATTRIBUTES_FLAG, *dumps,
            "-o", "candidate.vmfb"]
-    run = run_tool(cmd, timeout_s, cwd=cdir)
+    run = run_tool_retrying_a_hang(cmd, timeout_s, cwd=cdir)
     if run.ok and dump_benchmark:
         sources = benchmark_sources(cdir / "bench", c.dispatch.name, c.config)
         if not sources:
@@ -134,7 +134,9 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
                       vmfb)
 
     if run.timed_out:
-        return built(Status.COMPILE_TIMEOUT, error="iree-compile timed out")
+        return built(Status.COMPILE_TIMEOUT, error="iree-compile timed out" + (
+            " twice: it hung using no CPU, and again when retried" if run.retried else
+            " (it hung using no CPU)" if run.hung else ""))
     if not run.ok:
         return built(Status.COMPILE_FAILED, error=run.first_error(), stderr=run.stderr[-4000:])
     if not (cdir / "candidate.vmfb").is_file():

@@ -43,6 +43,10 @@ class ToolRun:
     stderr: str
     seconds: float
     timed_out: bool = False
+    # Timed out having used almost no CPU: waiting on something, not working (an intermittent
+    # deadlock inside iree-compile 3.13 while it loads a tuning spec looks like this).
+    hung: bool = False
+    retried: bool = False  # it hung once and this is its second try
 
     @property
     def ok(self) -> bool:
@@ -154,6 +158,29 @@ def _release_signals(caught: list, previous: dict) -> None:
             os.kill(os.getpid(), signum)
 
 
+HUNG_CPU_SHARE = 0.05  # a tool that used less CPU than this share of its wall time was waiting
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time a running process has used (Linux /proc; None elsewhere or if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run_tool_retrying_a_hang(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
+    """run_tool, and once more if it timed out hung (no CPU used): one hang inside IREE decides
+    nothing. The second try says it is one (`retried`)."""
+    run = run_tool(command, timeout_s, cwd)
+    if run.timed_out and run.hung:
+        second = run_tool(command, timeout_s, cwd)
+        return ToolRun(second.command, second.returncode, second.stdout, second.stderr, run.seconds + second.seconds,
+                       second.timed_out, second.hung, retried=True)
+    return run
+
+
 def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
     """Run a tool in its own process group, so that a timeout kills it and its children.
     Safe to call from several threads at once; refused (ToolsStopped) in a thread of a run whose
@@ -177,12 +204,15 @@ def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> T
         out, err = proc.communicate(timeout=timeout_s)
         return ToolRun(tuple(command), proc.returncode, out, err, time.perf_counter() - start)
     except subprocess.TimeoutExpired:
+        cpu = _cpu_seconds(proc.pid)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        return ToolRun(tuple(command), -9, out or "", err or "", time.perf_counter() - start, timed_out=True)
+        wall = time.perf_counter() - start
+        return ToolRun(tuple(command), -9, out or "", err or "", wall, timed_out=True,
+                       hung=cpu is not None and cpu < HUNG_CPU_SHARE * wall)
     except BaseException:  # interrupted: take the tool down with us
         try:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -16,7 +16,7 @@ from pipelines import Config, Dispatch, check_config
 from tuner.discovery import read_configured
 from tuner.spec import build_spec
 from tuner.targets import Target
-from tuner.tools import find_tool, run_tool
+from tuner.tools import find_tool, run_tool_retrying_a_hang
 
 
 BUILT_FROM = "built-from.json"  # next to a model build: the program digest, flags and spec it came from
@@ -92,7 +92,7 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
         if spec is not None:
             spec.write_text(text)
         shutil.rmtree(configs, ignore_errors=True)
-        run = run_tool([find_tool("iree-compile"), str(model.resolve()), *flags,
+        run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(model.resolve()), *flags,
                         f"--iree-hal-dump-executable-configurations-to={configs}", "-o", str(vmfb)], timeout_s)
         if not run.ok:
             return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}")
