@@ -218,3 +218,14 @@ def test_a_tool_busy_until_its_timeout_is_not_called_hung():
 
     busy = run_tool_retrying_a_hang([sys.executable, "-c", "while True: pass"], 1.5)
     assert busy.timed_out and not busy.hung and not busy.retried
+
+
+def test_a_tool_whose_child_is_busy_until_the_timeout_is_not_called_hung():
+    import sys
+
+    from tuner.tools import run_tool
+
+    # The parent only waits (as the wheels' iree-compile script waits on the real binary).
+    busy = run_tool([sys.executable, "-c", "import subprocess, sys; "
+                     "subprocess.run([sys.executable, '-c', 'while True: pass'])"], 1.5)
+    assert busy.timed_out and not busy.hung

@@ -161,13 +161,20 @@ def _release_signals(caught: list, previous: dict) -> None:
 HUNG_CPU_SHARE = 0.05  # a tool that used less CPU than this share of its wall time was waiting
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """CPU time a running process has used (Linux /proc; None elsewhere or if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (OSError, ValueError, IndexError):
-        return None
+def _cpu_seconds(pgid: int) -> float | None:
+    """CPU time the running processes of a process group have used: a tool and what it started
+    (the wheels' iree-compile is a Python script running the real binary). Linux /proc; None
+    elsewhere or when none is found."""
+    total, found = 0, False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:  # pgrp
+                total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+                found = True
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK") if found else None
 
 
 def run_tool_retrying_a_hang(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
