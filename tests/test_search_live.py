@@ -4,6 +4,8 @@ benchmark, then compile-only again)."""
 
 import json
 
+import pytest
+
 from conftest import run_cli
 
 
@@ -56,8 +58,14 @@ def test_a_time_budget_stops_the_search_between_batches(tmp_path, small_matmul, 
 def test_bad_search_settings_are_one_error_line(tmp_path, small_matmul):
     from conftest import assert_one_error_line
 
-    assert_one_error_line(run_cli("tune", small_matmul, "--time-budget", "0", "--output", tmp_path / "o"), 2,
-                          "--time-budget must be a positive number of seconds")
+    refused = run_cli("tune", small_matmul, "--time-budget", "0", "--output", tmp_path / "o")  # by the CLI's type
+    assert refused.exit_code == 2 and "a positive, finite number of seconds" in refused.output, refused.output
+    from tuner import api
+    from tuner.errors import InputError
+    from tuner.settings import SearchSettings
+
+    with pytest.raises(InputError, match="--time-budget must be a positive number of seconds"):  # and by the API
+        api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "o", search=SearchSettings(seconds=float("nan")))
     seeds = tmp_path / "seeds.json"
     seeds.write_text("{}")
     assert_one_error_line(run_cli("tune", small_matmul, "--seeds", seeds, "--output", tmp_path / "o"), 2,
