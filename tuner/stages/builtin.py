@@ -209,9 +209,12 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
         return None
     if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
         return None
+    offered = {(o.flags, (o.rewrite.name,) if o.rewrite else ()) for o in options} | {((), ())}
     program = Path(data["program"]) if data.get("program") else None
-    if program is not None and not program.is_file():
-        return None
+    if ((tuple(data.get("flags", ())), tuple(data.get("rewrites", ()))) not in offered
+            or (program is not None and not (program.is_file()
+                                             and program.resolve().is_relative_to(env.output_dir.resolve())))):
+        return None  # not a decision this stage could have made: decided again
     return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),
                       rewrites=tuple(data.get("rewrites", ())), program=program)
 
