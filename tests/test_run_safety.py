@@ -420,3 +420,38 @@ def test_links_planted_in_the_directory_are_replaced_never_written_through(tmp_p
     assert (outside / "results").read_text() == results
     for name in ["best_flags.txt", "best_spec.mlir", "results.json", "results.png"]:
         assert (out / name).is_file() and not (out / name).is_symlink(), name
+
+
+def test_pack_refuses_its_own_directory_a_used_destination_and_a_file(tmp_path):
+    from tuner.stages.plan import ModelPlan
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "x.vmfb").write_text("module")
+    ModelPlan("validate", "local-task", {}, [], reference=["default", "x.vmfb"], files=["x.vmfb"]).write(run)
+    assert_one_error_line(run_cli("pack", run, run), 2, "must go outside")
+    assert_one_error_line(run_cli("pack", run, run / "inner"), 2, "must go outside")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "theirs.txt").write_text("keep")
+    assert_one_error_line(run_cli("pack", run, used), 4, "not an empty directory")
+    (tmp_path / "afile").write_text("keep")
+    assert_one_error_line(run_cli("pack", run, tmp_path / "afile"), 4, "not an empty directory")
+    assert (used / "theirs.txt").read_text() == "keep" and sorted(p.name for p in used.iterdir()) == ["theirs.txt"]
+    assert run_cli("pack", run, tmp_path / "fresh").exit_code == 0 and (tmp_path / "fresh" / "x.vmfb").is_file()
+
+
+def test_more_malformed_inputs_are_one_error_line(tmp_path):
+    out = _compiled_dir(tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    huge = json.loads(json.dumps(manifest))
+    huge["workload"]["inputs"][0]["shape"] = [2 ** 30, 2 ** 30]
+    (out / "manifest.json").write_text(json.dumps(huge))
+    assert_one_error_line(run_cli("benchmark", out), 2, "more than")
+    twice = json.loads(json.dumps(manifest))
+    twice["candidates"].append(twice["candidates"][-1])
+    (out / "manifest.json").write_text(json.dumps(twice))
+    assert_one_error_line(run_cli("benchmark", out), 2, "candidate ids appear twice")
+    (out / "results.json").write_text("[]")
+    assert_one_error_line(run_cli("report", out), 2, "not a readable results file")
+    assert_one_error_line(run_cli("dispatches", tmp_path), 2, "a directory, not a model file")

@@ -484,11 +484,13 @@ def report(directory: Path, top: int) -> None:
             raise InputError(f"{directory}: no results.json; run `iree-tuner tune` or `iree-tuner benchmark` first")
         try:
             data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"a {type(data).__name__}, not the object this tuner writes")
             if data.get("kind") == "model":
                 render_model(data, console)
                 return
             results = [Result.from_json(c) for c in data["candidates"]]
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(f"{path}: not a readable results file ({e})") from None
         ranking = rank(results)
         render_table(ranking, results, console, top)

@@ -24,7 +24,7 @@ TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
 def parse_input(path: Path, ctx: ir.Context) -> ir.Module:
     """The input module; one clear error when it is missing or is not MLIR."""
     if not path.is_file():
-        raise InputError(f"{path}: no such file")
+        raise InputError(f"{path}: a directory, not a model file" if path.is_dir() else f"{path}: no such file")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

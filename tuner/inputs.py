@@ -23,7 +23,7 @@ def program_source(path: Path, workdir: Path, target: Target, timeout_s: float =
     if path.suffix.lower() != ".onnx":
         return unconfigured_copy(path, workdir / IMPORTED, target) or path
     if not path.is_file():
-        raise InputError(f"{path}: no such file")
+        raise InputError(f"{path}: a directory, not a model file" if path.is_dir() else f"{path}: no such file")
     out = workdir / IMPORTED / (path.stem + ".mlir")
     out.parent.mkdir(parents=True, exist_ok=True)
     run = run_tool([find_tool("iree-import-onnx"), str(path), "-o", str(out)], timeout_s)

@@ -61,11 +61,13 @@ class Manifest:
                 workload = Workload.from_json(data["workload"])
             except InputError as e:
                 raise InputError(f"{path}: {e}") from None
-            return cls(
-                workload=workload,
-                device=data["device"],
-                built=tuple(Built.from_json(b, root) for b in data["candidates"]),
-                meta=data.get("meta", {}),
-            )
+            built = tuple(Built.from_json(b, root) for b in data["candidates"])
+            ids = [b.result.candidate_id for b in built]
+            if len(set(ids)) != len(ids):
+                raise InputError(f"{path}: candidate ids appear twice ({sorted({i for i in ids if ids.count(i) > 1})}); "
+                                 "compile the candidates again")
+            if sum(b.result.is_baseline for b in built) > 1:
+                raise InputError(f"{path}: holds {sum(b.result.is_baseline for b in built)} baselines, not one")
+            return cls(workload=workload, device=data["device"], built=built, meta=data.get("meta", {}))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise InputError(f"{path}: not a readable manifest ({e})") from None

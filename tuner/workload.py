@@ -29,6 +29,11 @@ RAW_TYPES = {"bf16": np.uint16}
 SCALAR_TYPES = ("f32", "f16", "f64", "i64", "i32", "i16", "i8", "i1", "index")
 
 
+# The most elements one generated input may hold (16 Gi: 64 GiB of f32), so that a huge shape in a
+# manifest is one error line rather than numpy's MemoryError.
+MAX_ELEMENTS = 2 ** 34
+
+
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """bf16 values (their raw 16 bits) as f32: the high half of an f32."""
     return (bits.astype(np.uint32) << 16).view(np.float32)
@@ -206,6 +211,12 @@ class Workload:
             if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2 ** 31
                                                       for d in shape):
                 raise InputError(f"workload {what} {i}: shape {shape!r} is not a list of non-negative dimensions")
+            elements = 1
+            for d in shape:
+                elements *= d
+            if elements > MAX_ELEMENTS:
+                raise InputError(f"workload {what} {i}: shape {shape!r} holds {elements} elements, more than "
+                                 f"{MAX_ELEMENTS} an input may have here")
             value = item.get("value")
             if value is not None and not (scalar and isinstance(value, str)):
                 raise InputError(f"workload {what} {i}: a fixed value belongs to a scalar and is a string (got {value!r})")

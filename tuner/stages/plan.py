@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from tuner.benchmark_stage import STORE, benchmark_dir
-from tuner.errors import InputError
+from tuner.errors import InputError, OutputError
 from tuner.profile_timing import ProfileJob, time_profile
 from tuner.run_dir import RunDirectory, write_file
 from tuner.settings import EvalSettings
@@ -145,16 +145,24 @@ def pack(root: Path, dest: Path) -> list[str]:
     else: a model's earlier builds stay behind) into `dest`; returns the files copied. Measure
     there with `benchmark DEST`, then copy DEST back over DIR."""
     plan = ModelPlan.read(root)
+    here, there = root.resolve(), dest.resolve()
+    if there == here or there.is_relative_to(here) or here.is_relative_to(there):
+        raise InputError(f"{dest}: the copy must go outside {root} (and not hold it)")
+    if there.exists() and (not there.is_dir() or any(there.iterdir())):
+        raise OutputError(f"{dest}: not an empty directory; pack into a new one (nothing is merged into another)")
     files = [PLAN, *plan.files]
     if plan.step == "dispatches" and (root / STORE).is_file():
         files.append(STORE)  # results measured there before are reused, not timed again
-    for f in files:
-        source = root / f
-        if not source.is_file():
-            raise InputError(f"{source}: listed in {root / PLAN} but not there; compile the step again")
-        target = dest / f
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)
+    missing = [f for f in files if not (root / f).is_file()]
+    if missing:
+        raise InputError(f"{root / missing[0]}: listed in {root / PLAN} but not there; compile the step again")
+    try:
+        for f in files:
+            target = dest / f
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / f, target)
+    except OSError as e:
+        raise OutputError(f"cannot copy into {dest}: {e.strerror or e}") from None
     return files
 
 
