@@ -268,3 +268,13 @@ def timed_tools(tmp_path, monkeypatch):
         return lambda: int(counter.read_text() or 0)
 
     return configure
+
+
+def onnx_examples():
+    """examples/onnx_models.py as a module: the ONNX models the examples and tests build."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("onnx_models", SAMPLES.parent / "examples" / "onnx_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -5,7 +5,6 @@ kept, a faster one is and its program is what the result rebuilds from; a rerun 
 finished decision). Timings are designed where the test is about the decision, as in
 test_tune_model; compiles and numerics are real."""
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from iree.compiler import ir
 
 from pipelines import DispatchKind, pipeline_for
+from tests.conftest import onnx_examples
 from tuner.candidates import generate_candidates
 from tuner.compile_stage import compile_all
 from tuner.discovery import discover_program
@@ -24,19 +24,12 @@ from tuner.rewrite.attention import find_attention
 from tuner.runner import RunSettings, Timing, relative_error, run_once
 from tuner.settings import EvalSettings
 from tuner.stages import tune_model
-from tuner.stages.builtin import FLAG_DECISION, FlagStage
+from tuner.stages.flags import FLAG_DECISION, FlagStage
 from tuner.targets import parse_target
 from tuner.tools import find_tool
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
-
-
-def _examples():
-    spec = importlib.util.spec_from_file_location("onnx_models", REPO / "examples" / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +39,7 @@ def small_bert(tmp_path_factory) -> Path:
     import onnx
 
     path = tmp_path_factory.mktemp("bert") / "bert_small.onnx"
-    onnx.save(_examples().bert_layer(), path)
+    onnx.save(onnx_examples().bert_layer(), path)
     return path
 
 
@@ -126,7 +119,7 @@ def test_tuned_attention_configs_take_effect_in_the_raised_model_on_cuda(tmp_pat
     import onnx
 
     cuda = parse_target("cuda:sm_80")
-    onnx.save(_examples().bert_layer(256, 256, 4, 512, dtype=np.float16), tmp_path / "bert_f16.onnx")
+    onnx.save(onnx_examples().bert_layer(256, 256, 4, 512, dtype=np.float16), tmp_path / "bert_f16.onnx")
     imported = program_source(tmp_path / "bert_f16.onnx", tmp_path, cuda)
     raised = tmp_path / "raised.mlir"
     rewrite_program(imported, RAISE_ATTENTION, raised)
@@ -149,12 +142,15 @@ def _timer(faster: str = "", slower: str = ""):
     return timer
 
 
+def _flag_stage(model: Path, out: Path, timer, **kw):
+    """tune-model with the flag stage alone, timed by `timer`."""
+    return tune_model(model, "llvm-cpu", out, settings=FAST, stages=[FlagStage()], timer=timer, rounds=2, **kw)
+
+
 @pytest.mark.slow
 def test_a_model_wide_choice_slower_on_the_model_is_not_kept(small_bert, tmp_path):
     out = tmp_path / "out"
-    tuning = tune_model(small_bert, "llvm-cpu", out, settings=FAST, stages=[FlagStage()],
-                        timer=_timer(slower="flags-raise-attention"), rounds=2)
-    state = tuning.state
+    state = _flag_stage(small_bert, out, _timer(slower="flags-raise-attention")).state
     assert state.flags == () and state.rewrites == () and state.program is None
     assert state.flag_trials["raise-attention"] == pytest.approx(0.5)
     data = json.loads((out / "results.json").read_text())
@@ -164,9 +160,7 @@ def test_a_model_wide_choice_slower_on_the_model_is_not_kept(small_bert, tmp_pat
 @pytest.mark.slow
 def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_rerun(small_bert, tmp_path):
     out = tmp_path / "out"
-    tuning = tune_model(small_bert, "llvm-cpu", out, settings=FAST, stages=[FlagStage()],
-                        timer=_timer(faster="flags-raise-attention"), rounds=2)
-    state = tuning.state
+    state = _flag_stage(small_bert, out, _timer(faster="flags-raise-attention")).state
     assert state.rewrites == ("raise-attention",) and state.flags == ()
     assert "scaled_dot_product_attention" in state.program.read_text()
     assert state.program.resolve().is_relative_to(out.resolve())  # written inside the run's directory
@@ -175,8 +169,7 @@ def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_
     subprocess.run([find_tool("iree-compile"), data["input"], f"@{out / 'model_flags.txt'}",
                     "-o", str(tmp_path / "m.vmfb")], check=True)
     said, timer = [], _timer()  # a rerun on other timings: the finished decision stands
-    again = tune_model(small_bert, "llvm-cpu", out, settings=FAST, stages=[FlagStage()], timer=timer, rounds=2,
-                       say=said.append)
+    again = _flag_stage(small_bert, out, timer, say=said.append)
     assert again.state.rewrites == ("raise-attention",) and again.state.program == state.program
     assert any("reusing the decision" in line for line in said), said
     assert timer.calls == [] and (out / FLAG_DECISION).is_file()

@@ -2,18 +2,14 @@
 is said and left out; on the CPU, a model whose dispatches read embedded weights gets dispatch
 times that add up to the time its command buffers executed."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
+from tests.conftest import onnx_examples
 from tuner.discovery import discover_program
 from tuner.inputs import program_source
 from tuner.profile import profile
 from tuner.profile_timing import DispatchTime, implausible
 from tuner.targets import parse_target
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_a_dispatch_time_longer_than_its_whole_call_is_not_trusted():
@@ -29,10 +25,7 @@ def test_dispatches_reading_embedded_weights_add_up_to_the_model_on_the_cpu(tmp_
     pytest.importorskip("onnx")
     import onnx
 
-    spec = importlib.util.spec_from_file_location("onnx_models", REPO / "examples" / "onnx_models.py")
-    models = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(models)
-    onnx.save(models.bert_layer(), tmp_path / "bert.onnx")  # weights are initializers: embedded
+    onnx.save(onnx_examples().bert_layer(), tmp_path / "bert.onnx")  # weights are initializers: embedded
     cpu = parse_target("llvm-cpu")
     program = program_source(tmp_path / "bert.onnx", tmp_path, cpu)
     found = discover_program(program, cpu, ctx)

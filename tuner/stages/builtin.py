@@ -1,7 +1,7 @@
 """The built-in stages of model tuning:
 
-- `FlagStage`: model-wide flags (data tiling on the CPU changes every contraction into mmt4d,
-  which contraction matchers no longer match) decided on the whole model, with and without.
+- `FlagStage` (tuner.stages.flags): model-wide flags and program rewrites, decided on the
+  whole model.
 - `DispatchStage`: the dispatches that matter most by measured share, under the flags chosen,
   each tuned with the dispatch-level loop and result store (`tune`'s), one tuning per distinct
   shape (one matcher covers every occurrence), resumable from the run's directory.
@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import statistics
@@ -37,8 +36,6 @@ from tuner.evaluator import CLUSTER
 from tuner.benchmark_stage import STORE
 from tuner.profile import profile
 from tuner.ranking import rank
-from tuner.rewrite import REWRITES, Rewrite, rewrite_program
-from tuner.run_dir import write_file
 from tuner.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.model_timing import Comparison, compare
@@ -64,7 +61,7 @@ def slower_beyond_noise(p: Paired) -> bool:
     return sum(r < 1.0 for r in p.ratios) >= math.ceil(WIN_SHARE * len(p.ratios))
 
 
-def _build(env: StageEnv, variant: Variant) -> BuiltVariant:
+def build_once(env: StageEnv, variant: Variant) -> BuiltVariant:
     """The model built as `variant`, once per run (the stages share the default's build)."""
     key = (variant.flags, variant.program,
            tuple((p.dispatch.name, p.config.compilation_info) for p in variant.parts))
@@ -74,7 +71,7 @@ def _build(env: StageEnv, variant: Variant) -> BuiltVariant:
     return env.built[key]
 
 
-def _compare(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant], directory: str) -> Comparison:
+def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant], directory: str) -> Comparison:
     """The trials against the reference on the whole model, interleaved (tuner.stages.model_timing);
     one that did not build is named in `failed`."""
     built = [t for t in trials if t.ok]
@@ -89,143 +86,6 @@ def _compare(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant],
 def _signature(d: Dispatch) -> tuple:
     """What a spec's matcher sees: two dispatches alike in it are tuned once, matched by one."""
     return (d.kind, d.op_name, d.loop_bounds, d.lhs_type, d.rhs_type, d.out_type, d.indexing_maps)
-
-
-@dataclass(frozen=True)
-class ModelOption:
-    """One model-wide choice the flag stage tries: flags for every dispatch, a rewrite of the
-    program (tuner.rewrite), or both."""
-
-    flags: tuple[str, ...] = ()
-    rewrite: Optional[Rewrite] = None
-
-    @property
-    def label(self) -> str:
-        return " ".join([*([self.rewrite.name] if self.rewrite else []), *self.flags])
-
-    @property
-    def directory(self) -> str:
-        return "flags-" + "-".join(part.lstrip("-") for part in self.label.split())
-
-
-def model_options(env: StageEnv) -> list[ModelOption]:
-    """What the flag stage tries: each flag set the pipelines of the model's dispatches offer,
-    each program rewrite of the target's kind, and each rewrite with each flag set."""
-    flag_sets: list[tuple[str, ...]] = []
-    for d in env.program.dispatches:
-        p = pipeline_for(d)
-        for flags in p.model_flags if p else ():
-            if tuple(flags) not in flag_sets:
-                flag_sets.append(tuple(flags))
-    rewrites = REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
-    return ([ModelOption(flags) for flags in flag_sets] + [ModelOption((), r) for r in rewrites]
-            + [ModelOption(flags, r) for r in rewrites for flags in flag_sets])
-
-
-def _rewritten(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
-    """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run), or
-    None when the rewrite finds nothing to change."""
-    out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
-    if rewrite.name not in env.built:
-        changed = rewrite_program(env.model, rewrite, out)
-        env.built[rewrite.name] = (out, changed) if changed else None
-        if changed:
-            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({', '.join(changed)}) into {out}")
-    found = env.built[rewrite.name]
-    return found[0] if found else None
-
-
-@dataclass
-class FlagStage:
-    """Model-wide choices (tuner.stages.builtin.model_options): flags that change every dispatch
-    (data tiling on the CPU turns every contraction into mmt4d; fusion and optimization levels on
-    GPUs) and program rewrites (spelled-out attention raised into one op on GPUs), each built and
-    timed on the whole model against the default; the fastest that beats it is chosen. Decided
-    with the default configs, before the dispatches are tuned."""
-
-    name: str = "flags"
-
-    def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        options = model_options(env)
-        if not options:
-            return state.note("no model-wide flags or rewrites on this target")
-        earlier = _earlier_decision(env, options)
-        if earlier is not None:
-            env.say(f"model-wide choices: reusing the decision of an earlier run in {env.output_dir} "
-                    f"({_decision_text(earlier)})")
-            return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
-                           program=earlier.program)
-        decided = self._decide(state, env, options)
-        _record_decision(env, options, decided)
-        return decided
-
-    def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption]) -> ModelState:
-        default = _build(env, Variant("default"))
-        if not default.ok:
-            raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
-        built, trials = [], {}
-        for option in options:
-            program = _rewritten(env, option.rewrite) if option.rewrite else None
-            if option.rewrite and program is None:
-                trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
-                continue
-            built.append((option, _build(env, Variant(option.directory, option.flags, program=program))))
-        cmp = _compare(env, default, [b for _, b in built], "flag-runs")
-        for option, b in built:
-            name = b.variant.name
-            trials[option.label] = (round(cmp.paired[name].speedup, 4) if name in cmp.paired
-                                    else cmp.failed.get(name, "failed"))
-        winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
-        if not winners:
-            env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
-            return replace(state, flag_trials=trials)
-        option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup)
-        env.say(f"model-wide choices: {option.label} ({cmp.paired[best.variant.name].speedup:.2f}x the default on "
-                f"the whole model; tried: {_trials_text(trials)})")
-        return replace(state, flags=option.flags, flag_trials=trials,
-                       rewrites=(option.rewrite.name,) if option.rewrite else (), program=best.variant.program)
-
-
-FLAG_DECISION = "flag-decision.json"  # DIR/: the flag stage's finished decision, reused by a rerun
-
-
-def _decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
-    return {"model": hashlib.sha256(env.model.read_bytes()).hexdigest(), "target": env.target.name,
-            "options": [o.label for o in options]}
-
-
-def _record_decision(env: StageEnv, options: list[ModelOption], state: ModelState) -> None:
-    data = {**_decision_key(env, options), "flags": list(state.flags), "rewrites": list(state.rewrites),
-            "program": str(state.program) if state.program else None, "trials": state.flag_trials}
-    write_file(env.output_dir / FLAG_DECISION, json.dumps(data, indent=1))
-
-
-def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[ModelState]:
-    """A finished decision of an earlier run on this model, target and options (a rerun after an
-    interruption would otherwise decide again, on other timings, and tune other dispatches)."""
-    try:
-        data = json.loads((env.output_dir / FLAG_DECISION).read_text())
-    except (OSError, ValueError):
-        return None
-    if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
-        return None
-    offered = {(o.flags, (o.rewrite.name,) if o.rewrite else ()) for o in options} | {((), ())}
-    program = Path(data["program"]) if data.get("program") else None
-    if ((tuple(data.get("flags", ())), tuple(data.get("rewrites", ()))) not in offered
-            or (program is not None and not (program.is_file()
-                                             and program.resolve().is_relative_to(env.output_dir.resolve())))):
-        return None  # not a decision this stage could have made: decided again
-    return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),
-                      rewrites=tuple(data.get("rewrites", ())), program=program)
-
-
-def _decision_text(state: ModelState) -> str:
-    chosen = " ".join([*state.rewrites, *state.flags])
-    return f"chose {chosen}" if chosen else "kept the default"
-
-
-def _trials_text(trials: dict) -> str:
-    return "; ".join(f"{k} {v:.2f}x" if isinstance(v, float) else f"{k}: {v}" for k, v in trials.items())
 
 
 @dataclass
@@ -386,7 +246,7 @@ class MergeStage:
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         _, state = greedy_merge(env, state, lambda step, reference, trial, index:
-                                _compare(env, reference, [trial], "runs"))
+                                compare_on_model(env, reference, [trial], "runs"))
         return state
 
 
@@ -401,11 +261,11 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
     onto what is kept so far and kept unless the model gets slower with it, then the result
     against the default. Returns the first step `measure` has no figures for (None when done)
     and the state so far."""
-    default = _build(env, Variant("default"))
+    default = build_once(env, Variant("default"))
     if not default.ok:
         raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
     current = (default if not (state.flags or state.program)
-               else _build(env, Variant("flags", state.flags, program=state.program)))
+               else build_once(env, Variant("flags", state.flags, program=state.program)))
     parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
     outcomes = {o.name: o for o in state.dispatches}
     kept = []
@@ -414,7 +274,7 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
         return replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
 
     for i, o in enumerate(parts, 1):
-        trial = _build(env, current.variant.with_part(o.part, f"merge-{i}"))
+        trial = build_once(env, current.variant.with_part(o.part, f"merge-{i}"))
         if not trial.ok:
             outcomes[o.name] = replace(o, status=f"dropped: {trial.error}")
         else:

@@ -17,7 +17,8 @@ from tuner.run_dir import RunDirectory, run_identity, write_file
 from tuner.settings import EvalSettings, SearchSettings
 from tuner.spec import build_spec
 from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
-from tuner.stages.builtin import DispatchStage, FlagStage, MergeStage
+from tuner.stages.builtin import DispatchStage, MergeStage
+from tuner.stages.flags import FlagStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.plan import PLAN, ModelPlan
 from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile

@@ -1,0 +1,156 @@
+"""The flag stage of model tuning: model-wide choices (flags that change every dispatch, program
+rewrites of tuner.rewrite, and the two together) built and timed on the whole model against the
+default, the fastest that wins kept; a finished decision is reused by a rerun."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from pipelines import pipeline_for
+from tuner.errors import ToolError
+from tuner.rewrite import REWRITES, Rewrite, rewrite_program
+from tuner.run_dir import write_file
+from tuner.stages.base import ModelState, StageEnv
+from tuner.stages.builtin import build_once, compare_on_model
+from tuner.stages.variants import Variant
+
+
+@dataclass(frozen=True)
+class ModelOption:
+    """One model-wide choice the flag stage tries: flags for every dispatch, a rewrite of the
+    program (tuner.rewrite), or both."""
+
+    flags: tuple[str, ...] = ()
+    rewrite: Optional[Rewrite] = None
+
+    @property
+    def label(self) -> str:
+        return " ".join([*([self.rewrite.name] if self.rewrite else []), *self.flags])
+
+    @property
+    def directory(self) -> str:
+        return "flags-" + "-".join(part.lstrip("-") for part in self.label.split())
+
+
+def model_options(env: StageEnv) -> list[ModelOption]:
+    """What the flag stage tries: each flag set the pipelines of the model's dispatches offer,
+    each program rewrite of the target's kind, and each rewrite with each flag set."""
+    flag_sets: list[tuple[str, ...]] = []
+    for d in env.program.dispatches:
+        p = pipeline_for(d)
+        for flags in p.model_flags if p else ():
+            if tuple(flags) not in flag_sets:
+                flag_sets.append(tuple(flags))
+    rewrites = REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
+    return ([ModelOption(flags) for flags in flag_sets] + [ModelOption((), r) for r in rewrites]
+            + [ModelOption(flags, r) for r in rewrites for flags in flag_sets])
+
+
+def _rewritten(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
+    """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run), or
+    None when the rewrite finds nothing to change."""
+    out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
+    key = ("rewrite", rewrite.name)  # (env.built also holds the run's model builds)
+    if key not in env.built:
+        changed = rewrite_program(env.model, rewrite, out)
+        env.built[key] = out if changed else None
+        if changed:
+            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({', '.join(changed)}) into {out}")
+    return env.built[key]
+
+
+@dataclass
+class FlagStage:
+    """Model-wide choices (tuner.stages.builtin.model_options): flags that change every dispatch
+    (data tiling on the CPU turns every contraction into mmt4d; fusion and optimization levels on
+    GPUs) and program rewrites (spelled-out attention raised into one op on GPUs), each built and
+    timed on the whole model against the default; the fastest that beats it is chosen. Decided
+    with the default configs, before the dispatches are tuned."""
+
+    name: str = "flags"
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        options = model_options(env)
+        if not options:
+            return state.note("no model-wide flags or rewrites on this target")
+        earlier = _earlier_decision(env, options)
+        if earlier is not None:
+            env.say(f"model-wide choices: reusing the decision of an earlier run in {env.output_dir} "
+                    f"({_decision_text(earlier)})")
+            return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
+                           program=earlier.program)
+        decided = self._decide(state, env, options)
+        _record_decision(env, options, decided)
+        return decided
+
+    def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption]) -> ModelState:
+        default = build_once(env, Variant("default"))
+        if not default.ok:
+            raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
+        built, trials = [], {}
+        for option in options:
+            program = _rewritten(env, option.rewrite) if option.rewrite else None
+            if option.rewrite and program is None:
+                trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
+                continue
+            built.append((option, build_once(env, Variant(option.directory, option.flags, program=program))))
+        cmp = compare_on_model(env, default, [b for _, b in built], "flag-runs")
+        for option, b in built:
+            name = b.variant.name
+            trials[option.label] = (round(cmp.paired[name].speedup, 4) if name in cmp.paired
+                                    else cmp.failed.get(name, "failed"))
+        winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
+        if not winners:
+            env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
+            return replace(state, flag_trials=trials)
+        option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup)
+        env.say(f"model-wide choices: {option.label} ({cmp.paired[best.variant.name].speedup:.2f}x the default on "
+                f"the whole model; tried: {_trials_text(trials)})")
+        return replace(state, flags=option.flags, flag_trials=trials,
+                       rewrites=(option.rewrite.name,) if option.rewrite else (), program=best.variant.program)
+
+
+FLAG_DECISION = "flag-decision.json"  # DIR/: the flag stage's finished decision, reused by a rerun
+
+
+def _decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
+    return {"model": hashlib.sha256(env.model.read_bytes()).hexdigest(), "target": env.target.name,
+            "options": [o.label for o in options]}
+
+
+def _record_decision(env: StageEnv, options: list[ModelOption], state: ModelState) -> None:
+    data = {**_decision_key(env, options), "flags": list(state.flags), "rewrites": list(state.rewrites),
+            "program": str(state.program) if state.program else None, "trials": state.flag_trials}
+    write_file(env.output_dir / FLAG_DECISION, json.dumps(data, indent=1))
+
+
+def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[ModelState]:
+    """A finished decision of an earlier run on this model, target and options (a rerun after an
+    interruption would otherwise decide again, on other timings, and tune other dispatches)."""
+    try:
+        data = json.loads((env.output_dir / FLAG_DECISION).read_text())
+    except (OSError, ValueError):
+        return None
+    if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
+        return None
+    offered = {(o.flags, (o.rewrite.name,) if o.rewrite else ()) for o in options} | {((), ())}
+    program = Path(data["program"]) if data.get("program") else None
+    if ((tuple(data.get("flags", ())), tuple(data.get("rewrites", ()))) not in offered
+            or (program is not None and not (program.is_file()
+                                             and program.resolve().is_relative_to(env.output_dir.resolve())))):
+        return None  # not a decision this stage could have made: decided again
+    return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),
+                      rewrites=tuple(data.get("rewrites", ())), program=program)
+
+
+def _decision_text(state: ModelState) -> str:
+    chosen = " ".join([*state.rewrites, *state.flags])
+    return f"chose {chosen}" if chosen else "kept the default"
+
+
+def _trials_text(trials: dict) -> str:
+    return "; ".join(f"{k} {v:.2f}x" if isinstance(v, float) else f"{k}: {v}" for k, v in trials.items())
