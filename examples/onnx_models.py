@@ -13,6 +13,10 @@
   16 heads, MLP 4096; for GPUs).
 - vit_large_layer_f16.onnx: a pre-LayerNorm vision transformer layer at ViT-L/14's size on
   336x336 images (577 tokens, hidden 1024, 16 heads, MLP 4096 with GELU, biases), batch 4, f16.
+- llama_block_f16_2048.onnx: a Llama-style decoder block in f16 over 2048 tokens (hidden 2048,
+  16 heads of 128, SwiGLU MLP 5632): RMSNorm (in f32), Q/K/V projections, rotary embeddings,
+  causal attention with an additive mask (MatMul, Div, Add, Softmax, MatMul), the output
+  projection, residual, RMSNorm, gate/up/down MLP with SiLU, residual.
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
 - cnn_b4_224.onnx: the same CNN on 224x224 images, batch 4.
@@ -136,6 +140,75 @@ def vit_layer(batch: int = 4, tokens: int = 577, hidden: int = 1024, heads: int 
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def llama_block(tokens: int = 2048, hidden: int = 2048, heads: int = 16, mlp: int = 5632, seed: int = 2,
+                dtype=np.float16):
+    """A Llama-style decoder block: h = x + Attn(RMSNorm(x)) with rotary embeddings and a causal
+    mask, y = h + Down(SiLU(Gate(n)) * Up(n)) with n = RMSNorm(h); no biases; the norms in f32."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    head = hidden // heads
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [_init(rng, n, s, scale=0.02, dtype=dtype) for n, s in (
+        ("wq", (hidden, hidden)), ("wk", (hidden, hidden)), ("wv", (hidden, hidden)), ("wo", (hidden, hidden)),
+        ("wg", (hidden, mlp)), ("wu", (hidden, mlp)), ("wd", (mlp, hidden)))]
+    inits += [numpy_helper.from_array(np.ones(hidden, np.float32), n) for n in ("norm1", "norm2")]
+    angles = np.arange(tokens)[:, None] / 10000.0 ** (np.arange(0, head, 2) / head)[None, :]
+    angles = np.concatenate([angles, angles], axis=1)
+    inits += [numpy_helper.from_array(np.cos(angles).astype(dtype), "cos"),
+              numpy_helper.from_array(np.sin(angles).astype(dtype), "sin"),
+              numpy_helper.from_array(np.triu(np.full((tokens, tokens), -65504.0), 1).astype(dtype), "causal"),
+              helper.make_tensor("heads_shape", TensorProto.INT64, [3], [tokens, heads, head]),
+              helper.make_tensor("merged_shape", TensorProto.INT64, [2], [tokens, hidden]),
+              helper.make_tensor("half_split", TensorProto.INT64, [2], [head // 2, head // 2])]
+    inits += [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (("sqrt_d", np.sqrt(head)),)]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("eps", 1e-5), ("two", 2.0))]
+
+    def rms_norm(x: str, weight: str, out: str) -> list:
+        return [helper.make_node("Cast", [x], [f"{out}_x32"], to=TensorProto.FLOAT),
+                helper.make_node("Pow", [f"{out}_x32", "two"], [f"{out}_sq"]),
+                helper.make_node("ReduceMean", [f"{out}_sq"], [f"{out}_ms"], axes=[-1], keepdims=1),
+                helper.make_node("Add", [f"{out}_ms", "eps"], [f"{out}_mse"]),
+                helper.make_node("Sqrt", [f"{out}_mse"], [f"{out}_rms"]),
+                helper.make_node("Div", [f"{out}_x32", f"{out}_rms"], [f"{out}_n"]),
+                helper.make_node("Mul", [f"{out}_n", weight], [f"{out}_w"]),
+                helper.make_node("Cast", [f"{out}_w"], [out], to=elem)]
+
+    nodes = rms_norm("x", "norm1", "n1")
+    for name in ("q", "k", "v"):
+        nodes += [helper.make_node("MatMul", ["n1", f"w{name}"], [f"{name}_flat"]),
+                  helper.make_node("Reshape", [f"{name}_flat", "heads_shape"], [f"{name}_3d"]),
+                  helper.make_node("Transpose", [f"{name}_3d"], [f"{name}_h"], perm=[1, 0, 2])]
+    for name in ("q", "k"):  # rotary: x * cos + rotate_half(x) * sin
+        nodes += [helper.make_node("Split", [f"{name}_h", "half_split"], [f"{name}_a", f"{name}_b"], axis=-1),
+                  helper.make_node("Neg", [f"{name}_b"], [f"{name}_nb"]),
+                  helper.make_node("Concat", [f"{name}_nb", f"{name}_a"], [f"{name}_rot"], axis=-1),
+                  helper.make_node("Mul", [f"{name}_h", "cos"], [f"{name}_c"]),
+                  helper.make_node("Mul", [f"{name}_rot", "sin"], [f"{name}_s"]),
+                  helper.make_node("Add", [f"{name}_c", f"{name}_s"], [f"{name}_r"])]
+    nodes += [helper.make_node("Transpose", ["k_r"], ["k_t"], perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["q_r", "k_t"], ["scores_raw"]),
+              helper.make_node("Div", ["scores_raw", "sqrt_d"], ["scores"]),
+              helper.make_node("Add", ["scores", "causal"], ["masked"]),
+              helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "v_h"], ["ctx_h"]),
+              helper.make_node("Transpose", ["ctx_h"], ["ctx_3d"], perm=[1, 0, 2]),
+              helper.make_node("Reshape", ["ctx_3d", "merged_shape"], ["ctx"]),
+              helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
+              helper.make_node("Add", ["x", "attn_out"], ["res1"])]
+    nodes += rms_norm("res1", "norm2", "n2")
+    nodes += [helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
+              helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
+              helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
+              helper.make_node("MatMul", ["n2", "wu"], ["up"]),
+              helper.make_node("Mul", ["silu", "up"], ["glu"]),
+              helper.make_node("MatMul", ["glu", "wd"], ["down"]),
+              helper.make_node("Add", ["res1", "down"], ["y"])]
+    graph = helper.make_graph(nodes, "llama_block", [helper.make_tensor_value_info("x", elem, [tokens, hidden])],
+                              [helper.make_tensor_value_info("y", elem, [tokens, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def small_cnn(batch: int, size: int = 64, seed: int = 0):
     from onnx import TensorProto, helper
 
@@ -168,7 +241,7 @@ def write_models(out: Path) -> list[Path]:
                         ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4)), ("cnn_b4_224", small_cnn(4, 224)),
                         ("bert_base_layer_f16_1024", bert_layer(1024, 768, 12, 3072, dtype=np.float16)),
                         ("bert_large_layer_f16_2048", bert_layer(2048, 1024, 16, 4096, dtype=np.float16)),
-                        ("vit_large_layer_f16", vit_layer())):
+                        ("vit_large_layer_f16", vit_layer()), ("llama_block_f16_2048", llama_block())):
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)

@@ -20,7 +20,7 @@ from tuner.compile_stage import compile_all
 from tuner.discovery import discover_program
 from tuner.inputs import program_source
 from tuner.rewrite import RAISE_ATTENTION, rewrite_program
-from tuner.rewrite.attention import find_attention
+from tuner.rewrite.attention import find_attention, raise_attention
 from tuner.runner import RunSettings, Timing, relative_error, run_once
 from tuner.settings import EvalSettings
 from tuner.stages import tune_model
@@ -91,6 +91,43 @@ def test_softmax_over_another_axis_is_not_attention():
         assert find_attention(module) == []
 
 
+MASKED = """
+func.func @f(%q: !torch.vtensor<[4,8,16],f32>, %k: !torch.vtensor<[4,8,16],f32>, %v: !torch.vtensor<[4,8,16],f32>,
+             %c: !torch.vtensor<[],f32>, %mask: !torch.vtensor<[8,8],f32>) -> !torch.vtensor<[4,8,16],f32> {
+  %kt = torch.operator "onnx.Transpose"(%k) {torch.onnx.perm = [0 : si64, 2 : si64, 1 : si64]} : (!torch.vtensor<[4,8,16],f32>) -> !torch.vtensor<[4,16,8],f32>
+  %s = torch.operator "onnx.MatMul"(%q, %kt) : (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4,16,8],f32>) -> !torch.vtensor<[4,8,8],f32>
+  FIRST
+  SECOND
+  %p = torch.operator "onnx.Softmax"(%u) {torch.onnx.axis = -1 : si64} : (!torch.vtensor<[4,8,8],f32>) -> !torch.vtensor<[4,8,8],f32>
+  %o = torch.operator "onnx.MatMul"(%p, %v) : (!torch.vtensor<[4,8,8],f32>, !torch.vtensor<[4,8,16],f32>) -> !torch.vtensor<[4,8,16],f32>
+  return %o : !torch.vtensor<[4,8,16],f32>
+}
+"""
+SCALE = 'torch.operator "onnx.Div"(IN, %c) : (!torch.vtensor<[4,8,8],f32>, !torch.vtensor<[],f32>) -> !torch.vtensor<[4,8,8],f32>'
+ADD_MASK = 'torch.operator "onnx.Add"(IN, %mask) : (!torch.vtensor<[4,8,8],f32>, !torch.vtensor<[8,8],f32>) -> !torch.vtensor<[4,8,8],f32>'
+
+
+def test_an_additive_mask_after_the_scale_is_raised_expanded_to_the_scores_shape():
+    with ir.Context():
+        module = ir.Module.parse(MASKED.replace("FIRST", "%t = " + SCALE.replace("IN", "%s"))
+                                 .replace("SECOND", "%u = " + ADD_MASK.replace("IN", "%t")))
+        assert raise_attention(module) == ["4x8x8x16x16"]
+        text = str(module)
+    sdpa = next(line for line in text.splitlines() if "scaled_dot_product_attention" in line)
+    expand = next(line for line in text.splitlines() if "onnx.Expand" in line)
+    assert "%arg4" in expand and "[4,8,8]" in expand.split("->")[-1]  # the [8,8] mask, broadcast
+    assert expand.split("=")[0].strip() in sdpa  # and passed as the op's mask
+    assert "onnx.Softmax" not in text and "onnx.Add" not in text
+
+
+def test_a_mask_added_before_the_scale_is_not_raised():
+    # softmax(c * (QK^T + mask)) scales the mask too: not what the op computes with a mask.
+    with ir.Context():
+        module = ir.Module.parse(MASKED.replace("FIRST", "%t = " + ADD_MASK.replace("IN", "%s"))
+                                 .replace("SECOND", "%u = " + SCALE.replace("IN", "%t")))
+        assert find_attention(module) == []
+
+
 @pytest.mark.slow
 def test_the_raised_model_computes_the_same_result_with_one_attention_dispatch(imported, tmp_path, ctx):
     cpu = parse_target("llvm-cpu")
@@ -112,18 +149,48 @@ def test_the_raised_model_computes_the_same_result_with_one_attention_dispatch(i
 
 
 @pytest.mark.slow
-def test_tuned_attention_configs_take_effect_in_the_raised_model_on_cuda(tmp_path, ctx):
+def test_a_causal_decoder_block_raised_computes_the_same_result(tmp_path, ctx):
+    # The Llama-style block: rotary embeddings, an additive causal mask, f16.
+    pytest.importorskip("onnx")
+    import onnx
+
+    cpu = parse_target("llvm-cpu")
+    onnx.save(onnx_examples().llama_block(128, 256, 2, 512), tmp_path / "llama.onnx")
+    imported = program_source(tmp_path / "llama.onnx", tmp_path, cpu)
+    raised = tmp_path / "raised.mlir"
+    assert rewrite_program(imported, RAISE_ATTENTION, raised) == ["2x128x128x128x128"]
+    assert DispatchKind.ATTENTION in {d.kind for d in discover_program(raised, cpu, ctx).dispatches}
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((128, 256)).astype(np.float16))
+    outputs = {}
+    for name, program in (("spelled", imported), ("raised", raised)):
+        vmfb = tmp_path / f"{name}.vmfb"
+        subprocess.run([find_tool("iree-compile"), str(program), *cpu.compile_flags, "-o", str(vmfb)], check=True)
+        run = run_once(vmfb, RunSettings("local-task", "llama_block", (x,)), tmp_path / f"{name}.npy")
+        assert run.ok, run.stderr
+        outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
+    assert relative_error(outputs["raised"], outputs["spelled"]) < 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["bert_f16", "causal_llama_f16"])
+def test_tuned_attention_configs_take_effect_in_the_raised_model_on_cuda(model, tmp_path, ctx):
     # In a model IREE folds a transpose of V into the attention when it forms the dispatch, so
-    # the dispatch's V map differs from the op the preprocessing spec sees (compile-only).
+    # the dispatch's V map differs from the op the preprocessing spec sees; a causal model's
+    # attention carries its mask, whose map the matcher must hold too (compile-only).
     pytest.importorskip("onnx")
     import onnx
 
     cuda = parse_target("cuda:sm_80")
-    onnx.save(onnx_examples().bert_layer(256, 256, 4, 512, dtype=np.float16), tmp_path / "bert_f16.onnx")
-    imported = program_source(tmp_path / "bert_f16.onnx", tmp_path, cuda)
+    examples = onnx_examples()
+    built_model = (examples.bert_layer(256, 256, 4, 512, dtype=np.float16) if model == "bert_f16"
+                   else examples.llama_block(128, 256, 2, 512))
+    onnx.save(built_model, tmp_path / f"{model}.onnx")
+    imported = program_source(tmp_path / f"{model}.onnx", tmp_path, cuda)
     raised = tmp_path / "raised.mlir"
     rewrite_program(imported, RAISE_ATTENTION, raised)
     [attention] = [d for d in discover_program(raised, cuda, ctx).dispatches if d.kind == DispatchKind.ATTENTION]
+    assert len(attention.indexing_maps) == (6 if model == "causal_llama_f16" else 5)
     candidates = generate_candidates(attention, pipeline_for(attention), 3, ctx, cuda.spec_entry)
     built = compile_all(candidates, raised, cuda, tmp_path / "c", EvalSettings(), ctx)
     assert len(built) == 4 and {b.result.label: b.result.error for b in built if not b.result.ok} == {}

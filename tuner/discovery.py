@@ -71,14 +71,15 @@ def _typed_operands(op: ir.Operation) -> tuple[str, str, str, list[ir.AffineMap]
     """LHS, RHS and result element types, and the indexing maps a spec matches the op by. For
     attention: query and key types, the value type standing for the result (the compiler's
     online_attention accumulates in f32 and the dispatch stores the value type), and the maps
-    of query, key, value, scale and output, as `transform.iree.match.attention` reads them."""
+    of query, key, value, scale, the mask if it has one, and the output (last), as
+    `transform.iree.match.attention` compares them with the attention op's."""
     maps = _maps(op)
     if op.name in ATTENTION_OPS:
         outputs = 3 if op.name.endswith("online_attention") else 1
-        out_map = maps[len(maps) - outputs]
+        inputs = len(maps) - outputs
         operands = list(op.operands)
         return (_element_type(operands[0]), _element_type(operands[1]), _element_type(operands[2]),
-                [*maps[:4], out_map])
+                [*maps[:inputs], maps[inputs]])
     return (_element_type(op.opview.inputs[0]), _element_type(op.opview.inputs[1]),
             _element_type(op.opview.outputs[0]), maps)
 
@@ -171,10 +172,8 @@ def _roles(op: ir.Operation) -> tuple[DispatchKind, tuple[int, ...], tuple[int, 
         d = linalg.infer_contraction_dimensions(op)
         return DispatchKind.CONTRACTION, tuple(d.batch), tuple(d.m), tuple(d.n), tuple(d.k), None
     if op.name in ATTENTION_OPS:
-        if len(op.operands) not in (5, 7):  # q, k, v, scale and the outputs: no mask
-            return None
-        *_, maps = _typed_operands(op)
-        d = iree_codegen.get_attention_op_detail(maps[0], maps[1], maps[2], maps[4])
+        *_, maps = _typed_operands(op)  # q, k, v, scale, [mask,] output
+        d = iree_codegen.get_attention_op_detail(maps[0], maps[1], maps[2], maps[-1])
         # M = queries, N = value columns, K = the two reductions (head dim K1, keys K2).
         return (DispatchKind.ATTENTION, tuple(d.batch_dims), tuple(d.m_dims), tuple(d.n_dims),
                 tuple(d.k1_dims) + tuple(d.k2_dims), None)

@@ -58,7 +58,7 @@ def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | Non
         match.MatchDimsEqualOp(strides, list(c.strides))
         match.MatchDimsEqualOp(dilations, list(c.dilations))
     elif dispatch.kind == DispatchKind.ATTENTION:
-        detail = iree_codegen.get_attention_op_detail(*(_maps(dispatch)[i] for i in (0, 1, 2, 4)))
+        detail = iree_codegen.get_attention_op_detail(*(_maps(dispatch)[i] for i in (0, 1, 2, -1)))
         maps = maps or _maps(dispatch)
         batch, m, n, k1, k2 = match.MatchAttentionOp(
             operand_handle=op, query_type=types["lhs_type"], key_type=types["rhs_type"],

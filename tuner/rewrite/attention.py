@@ -5,11 +5,13 @@ Softmax and MatMul (BERT-style exports) reaches IREE as two batch matmuls and a 
 dispatches that write and read the whole score matrix, and no IREE 3.13 flag raises them into
 `iree_linalg_ext.attention` (measured: BENCHMARKS.md). This rewrite does, in the torch dialect:
 
-    MatMul(Q, Transpose(K, last two dims)) [-> Mul(., c) | Div(., c)] -> Softmax(axis=-1) -> MatMul(., V)
+    MatMul(Q, Transpose(K, last two dims)) [-> Mul(., c) | Div(., c)] [-> Add(., mask)]
+        -> Softmax(axis=-1) -> MatMul(., V)
 
-becomes `torch.aten.scaled_dot_product_attention(Q', K, V, scale=1.0)` with Q' = Mul(Q, c) (or
-Div(Q, c)): (cQ)K^T = c(QK^T), so the scale constant is carried over as the model holds it and
-never read. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
+becomes `torch.aten.scaled_dot_product_attention(Q', K, V, mask, scale=1.0)` with Q' = Mul(Q, c)
+(or Div(Q, c)): (cQ)K^T = c(QK^T), so the scale constant is carried over as the model holds it and
+never read. An additive mask (a causal mask, say) is passed as the op's float mask, expanded to
+the scores' shape where it broadcasts; a mask added before the scale is not taken. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
 Only matches where every intermediate has no other use are rewritten."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 from iree.compiler import ir
 
 ONNX_OP = "torch.operator"
@@ -58,6 +61,7 @@ class AttentionSite:
     output: ir.Operation  # MatMul(P, V)
     softmax: ir.Operation
     scale: Optional[ir.Operation]  # Mul or Div by a scalar between the scores and the softmax
+    mask: Optional[ir.Operation]  # Add of a mask between the (scaled) scores and the softmax
     scores: ir.Operation  # MatMul(Q, K^T)
     transpose: ir.Operation  # Transpose(K)
     query: ir.Value
@@ -82,7 +86,14 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     axis = ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes else -1
     if rank < 3 or axis not in (-1, rank - 1):
         return None
-    scores = _producer(softmax.operands[0])
+    scores, mask = _producer(softmax.operands[0]), None
+    if _onnx(scores, "Add") and _single_use(softmax.operands[0]):
+        found = _mask_side(scores, _shape(probs))
+        if found is None:
+            return None
+        mask, scores = scores, _producer(scores.operands[found])
+        if not _single_use(mask.operands[found]):
+            return None
     scale = None
     if (_onnx(scores, "Mul") or _onnx(scores, "Div")) and _single_use(softmax.operands[0]):
         scalar = [i for i, x in enumerate(scores.operands) if _shape(x) in ([], [1])]
@@ -92,7 +103,7 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
         scores = _producer(scores.operands[1 - scalar[0]])
         if not _single_use(scale.operands[1 - scalar[0]]):
             return None
-    elif not _single_use(softmax.operands[0]):
+    elif mask is None and not _single_use(softmax.operands[0]):
         return None
     if not _onnx(scores, "MatMul"):
         return None
@@ -111,7 +122,23 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     dtypes = {str(x.type).rsplit(",", 1)[-1] for x in (query, key, value)}
     if len(dtypes) != 1:
         return None
-    return AttentionSite(op, softmax, scale, scores, transpose, query, key, value)
+    if mask is not None and str(mask.operands[1 - _mask_side(mask, _shape(probs))].type).rsplit(",", 1)[-1] \
+            not in dtypes:
+        return None
+    return AttentionSite(op, softmax, scale, mask, scores, transpose, query, key, value)
+
+
+def _mask_side(add: ir.Operation, scores: Optional[list[int]]) -> Optional[int]:
+    """Which operand of an Add before the softmax is the scores (the other is the mask): the one
+    of the scores' full shape made by a MatMul, Mul or Div; the mask must broadcast to it."""
+    for side in (0, 1):
+        producer = _producer(add.operands[side])
+        mask = _shape(add.operands[1 - side])
+        if scores and _shape(add.operands[side]) == scores and mask is not None and 2 <= len(mask) <= len(scores) \
+                and mask[-2:] == scores[-2:] and all(m in (1, s) for m, s in zip(mask[::-1], scores[::-1])) \
+                and any(_onnx(producer, n) for n in ("MatMul", "Mul", "Div")):
+            return side
+    return None
 
 
 def find_attention(module: ir.Module) -> list[AttentionSite]:
@@ -133,6 +160,20 @@ def _constant(name: str, result: str, ip: ir.InsertionPoint, loc: ir.Location, *
     return op.result
 
 
+def _expanded(add: ir.Operation, scores: ir.Type, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """The mask of `add`, expanded (onnx.Expand) to the scores' shape if it is smaller."""
+    side = _mask_side(add, _shape(add.results[0]))
+    mask, full = add.operands[1 - side], _shape(add.results[0])
+    if _shape(mask) == full:
+        return mask
+    dims = ir.DenseElementsAttr.get(np.array(full, np.int64), type=ir.RankedTensorType.get(
+        [len(full)], ir.IntegerType.get_signed(64), loc=loc))
+    shape = ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(full)}],si64>")],
+                                attributes={"value": dims}, loc=loc, ip=ip).result
+    return ir.Operation.create(ONNX_OP, results=[scores], operands=[mask, shape],
+                               attributes={"name": ir.StringAttr.get("onnx.Expand")}, loc=loc, ip=ip).result
+
+
 def raise_attention(module: ir.Module) -> list[str]:
     """Rewrite every site of `find_attention` in place (inside the module's context); returns
     each rewritten attention's shape (batch x M x N x K1 x K2)."""
@@ -145,15 +186,16 @@ def raise_attention(module: ir.Module) -> list[str]:
             query = ir.Operation.create(ONNX_OP, results=[site.query.type], operands=[site.query, scalar],
                                         attributes={"name": site.scale.attributes["name"]}, loc=loc, ip=ip).result
         none = _constant("torch.constant.none", "!torch.none", ip, loc)
+        mask = none if site.mask is None else _expanded(site.mask, site.softmax.operands[0].type, ip, loc)
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
         sdpa = ir.Operation.create(SDPA, results=[site.output.results[0].type],
-                                   operands=[query, site.key, site.value, none, zero, false, one, false],
+                                   operands=[query, site.key, site.value, mask, zero, false, one, false],
                                    loc=loc, ip=ip)
         site.output.results[0].replace_all_uses_with(sdpa.result)
         done.append(site.shape)
-        for op in (site.output, site.softmax, site.scale, site.scores):
+        for op in (site.output, site.softmax, site.mask, site.scale, site.scores):
             if op is not None:
                 op.erase()
         if not list(site.transpose.results[0].uses):
