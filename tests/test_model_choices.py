@@ -107,16 +107,16 @@ SCALE = 'torch.operator "onnx.Div"(IN, %c) : (!torch.vtensor<[4,8,8],f32>, !torc
 ADD_MASK = 'torch.operator "onnx.Add"(IN, %mask) : (!torch.vtensor<[4,8,8],f32>, !torch.vtensor<[8,8],f32>) -> !torch.vtensor<[4,8,8],f32>'
 
 
-def test_an_additive_mask_after_the_scale_is_raised_expanded_to_the_scores_shape():
+def test_an_additive_mask_after_the_scale_is_raised_reshaped_to_the_scores_rank():
     with ir.Context():
         module = ir.Module.parse(MASKED.replace("FIRST", "%t = " + SCALE.replace("IN", "%s"))
                                  .replace("SECOND", "%u = " + ADD_MASK.replace("IN", "%t")))
         assert raise_attention(module) == ["4x8x8x16x16"]
         text = str(module)
     sdpa = next(line for line in text.splitlines() if "scaled_dot_product_attention" in line)
-    expand = next(line for line in text.splitlines() if "onnx.Expand" in line)
-    assert "%arg4" in expand and "[4,8,8]" in expand.split("->")[-1]  # the [8,8] mask, broadcast
-    assert expand.split("=")[0].strip() in sdpa  # and passed as the op's mask
+    reshape = next(line for line in text.splitlines() if "onnx.Reshape" in line)
+    assert "%arg4" in reshape and "[1,8,8]" in reshape.split("->")[-1]  # the [8,8] mask, made rank 3
+    assert reshape.split("=")[0].strip() in sdpa  # and passed as the op's mask
     assert "onnx.Softmax" not in text and "onnx.Add" not in text
 
 

@@ -10,8 +10,11 @@ dispatches that write and read the whole score matrix, and no IREE 3.13 flag rai
 
 becomes `torch.aten.scaled_dot_product_attention(Q', K, V, mask, scale=1.0)` with Q' = Mul(Q, c)
 (or Div(Q, c)): (cQ)K^T = c(QK^T), so the scale constant is carried over as the model holds it and
-never read. An additive mask (a causal mask, say) is passed as the op's float mask, expanded to
-the scores' shape where it broadcasts; a mask added before the scale is not taken. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
+never read. An additive mask (a causal mask, say) is passed as the op's float mask, reshaped to
+the scores' rank with leading 1s where it has fewer dims (the lowering takes a mask of the same
+rank only); a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
+dispatch of its own unless a flag fuses it into the attention (aggressive fusion, O3: measured),
+which the flag stage tries with the rewrite. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
 Only matches where every intermediate has no other use are rewritten."""
 
 from __future__ import annotations
@@ -160,18 +163,22 @@ def _constant(name: str, result: str, ip: ir.InsertionPoint, loc: ir.Location, *
     return op.result
 
 
-def _expanded(add: ir.Operation, scores: ir.Type, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
-    """The mask of `add`, expanded (onnx.Expand) to the scores' shape if it is smaller."""
+def _mask_operand(add: ir.Operation, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """The mask of `add`, reshaped (onnx.Reshape) to the scores' rank if it has fewer dims."""
     side = _mask_side(add, _shape(add.results[0]))
-    mask, full = add.operands[1 - side], _shape(add.results[0])
-    if _shape(mask) == full:
+    mask = add.operands[1 - side]
+    dims = _shape(mask)
+    if len(dims) == len(_shape(add.results[0])):
         return mask
+    full = [1] * (len(_shape(add.results[0])) - len(dims)) + dims
+    element = str(mask.type).rsplit(",", 1)[-1]  # "f16>"
+    reshaped = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, full))}],{element}")
     dims = ir.DenseElementsAttr.get(np.array(full, np.int64), type=ir.RankedTensorType.get(
         [len(full)], ir.IntegerType.get_signed(64), loc=loc))
     shape = ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(full)}],si64>")],
                                 attributes={"value": dims}, loc=loc, ip=ip).result
-    return ir.Operation.create(ONNX_OP, results=[scores], operands=[mask, shape],
-                               attributes={"name": ir.StringAttr.get("onnx.Expand")}, loc=loc, ip=ip).result
+    return ir.Operation.create(ONNX_OP, results=[reshaped], operands=[mask, shape],
+                               attributes={"name": ir.StringAttr.get("onnx.Reshape")}, loc=loc, ip=ip).result
 
 
 def raise_attention(module: ir.Module) -> list[str]:
@@ -186,7 +193,7 @@ def raise_attention(module: ir.Module) -> list[str]:
             query = ir.Operation.create(ONNX_OP, results=[site.query.type], operands=[site.query, scalar],
                                         attributes={"name": site.scale.attributes["name"]}, loc=loc, ip=ip).result
         none = _constant("torch.constant.none", "!torch.none", ip, loc)
-        mask = none if site.mask is None else _expanded(site.mask, site.softmax.operands[0].type, ip, loc)
+        mask = none if site.mask is None else _mask_operand(site.mask, ip, loc)
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
