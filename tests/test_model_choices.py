@@ -6,6 +6,7 @@ finished decision). Timings are designed where the test is about the decision, a
 test_tune_model; compiles and numerics are real."""
 
 import json
+from dataclasses import replace
 import subprocess
 from pathlib import Path
 
@@ -240,3 +241,40 @@ def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_
     assert again.state.rewrites == ("raise-attention",) and again.state.program == state.program
     assert any("reusing the decision" in line for line in said), said
     assert timer.calls == [] and (out / FLAG_DECISION).is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [2, 0])
+def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tmp_path, monkeypatch, budget):
+    # On the CPU no pipeline takes attention, so the rewrite here is said to create contractions;
+    # the tuning itself is designed (the second valid config of the dispatch, "1.5x"): what is
+    # checked is which dispatch is tuned and that the rewrite's build carries its winner.
+    from tuner.stages import flags as flag_stage
+    from tuner.stages.base import DispatchOutcome
+    from tuner.stages.builtin import DispatchStage
+    from tuner.stages.variants import SpecPart
+
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),))
+    tuned = []
+
+    def designed_tune(self, dispatch, outcome, program, target, env, source):
+        tuned.append((dispatch, source, self.num_candidates, self.directory))
+        c = [c for c in generate_candidates(dispatch, pipeline_for(dispatch), 3, env.ctx, target.spec_entry)
+             if not c.is_baseline and not c.config.flags][1]
+        return replace(outcome, status="tuned", speedup=1.5, part=SpecPart(dispatch, c.config, c.label))
+
+    monkeypatch.setattr(DispatchStage, "tune", designed_tune)
+    out = tmp_path / "out"
+    state = tune_model(small_bert, "llvm-cpu", out, settings=FAST, timer=_timer(faster="flags-raise-attention"),
+                       stages=[FlagStage(tune_budget=budget, rewrite_tunes=1)], rounds=2).state
+    assert state.rewrites == ("raise-attention",)
+    spec = out / "variants" / "flags-raise-attention" / "spec.mlir"
+    if budget == 0:
+        assert tuned == [] and not spec.exists()
+        return
+    [(dispatch, source, evaluations, directory)] = tuned
+    created = [d for d in discover_program(state.program, parse_target("llvm-cpu"), ir.Context()).dispatches
+               if d.kind == DispatchKind.CONTRACTION]
+    assert dispatch.flops == max(d.flops for d in created)  # the largest one
+    assert source == state.program and evaluations == 2 and directory == "flag-dispatches/raise-attention"
+    assert f"match_{dispatch.name}" in spec.read_text()  # built with its winner (read back by build_variant)

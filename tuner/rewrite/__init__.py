@@ -11,21 +11,26 @@ from typing import Callable
 
 from iree.compiler import ir
 
+from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
 
 
 @dataclass(frozen=True)
 class Rewrite:
     """A named program rewrite: `apply` changes the module in place and says what it changed
-    (nothing: the rewrite does not apply to this program)."""
+    (nothing: the rewrite does not apply to this program). `tunes`: the kinds of dispatch the
+    rewrite creates, which the flag stage tunes before it judges the rewrite on the model (the
+    compiler's default config for a new dispatch can be far from its best)."""
 
     name: str
     apply: Callable[[ir.Module], list[str]]
     description: str
+    tunes: tuple[DispatchKind, ...] = ()
 
 
 RAISE_ATTENTION = Rewrite("raise-attention", raise_attention,
-                          "MatMul -> Softmax -> MatMul attention raised into one attention op")
+                          "MatMul -> Softmax -> MatMul attention raised into one attention op",
+                          tunes=(DispatchKind.ATTENTION,))
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it.
 REWRITES = {"cpu": (RAISE_ATTENTION,), "gpu": (RAISE_ATTENTION,)}

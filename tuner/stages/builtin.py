@@ -100,6 +100,7 @@ class DispatchStage:
     top: Optional[int] = None
     name: str = "dispatches"
     search: SearchSettings = SearchSettings()
+    directory: str = DISPATCHES  # DIR/directory/NAME: each dispatch's tuning
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         target = with_flags(env.target, state.flags)
@@ -115,7 +116,7 @@ class DispatchStage:
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
                     + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
             if not at_once:
-                outcomes.append(self._tune(lead, outcome, program, target, env, source))
+                outcomes.append(self.tune(lead, outcome, program, target, env, source))
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
             # together, and the benchmark workers time one thing at a time, whichever dispatch
@@ -123,13 +124,15 @@ class DispatchStage:
             # between threads); each opens its own connection to the store.
             env.say(f"tuning the {len(chosen)} dispatches at once on the Ray cluster")
             with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="dispatch") as pool:
-                outcomes += list(pool.map(lambda item: self._tune(item[0], item[1], program, target,
-                                                                  replace(env, ctx=ir.Context()), source), chosen))
+                outcomes += list(pool.map(lambda item: self.tune(item[0], item[1], program, target,
+                                                                 replace(env, ctx=ir.Context()), source), chosen))
         return replace(state, dispatches=by_share(outcomes))
 
-    def _tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
-              env: StageEnv, source: Path) -> DispatchOutcome:
-        directory = env.output_dir / DISPATCHES / dispatch.name
+    def tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
+             env: StageEnv, source: Path) -> DispatchOutcome:
+        """Tune one dispatch of `program` (discovered in `source`) under `target`'s flags, or reuse
+        the finished tuning of an earlier run; `outcome` says what the tuning found."""
+        directory = env.output_dir / self.directory / dispatch.name
         directory.mkdir(parents=True, exist_ok=True)
         search = replace(self.search, budget=self.num_candidates)
         store_path = env.store_path or env.output_dir / STORE

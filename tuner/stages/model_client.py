@@ -44,7 +44,8 @@ def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optio
                    model_flags: bool = True, search: SearchSettings = SearchSettings()) -> list[Stage]:
     """tune-model's stages: model-wide flags (unless `model_flags` is off), then the dispatches
     that matter (each searched by `search` within `num_candidates` evaluations), then the merge."""
-    return [*([FlagStage()] if model_flags else []), DispatchStage(num_candidates, min_share, top, search=search),
+    return [*([FlagStage(tune_budget=min(FlagStage.tune_budget, num_candidates), search=search)] if model_flags else []),
+            DispatchStage(num_candidates, min_share, top, search=search),
             MergeStage()]
 
 
