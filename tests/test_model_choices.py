@@ -278,3 +278,19 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
     assert dispatch.flops == max(d.flops for d in created)  # the largest one
     assert source == state.program and evaluations == 2 and directory == "flag-dispatches/raise-attention"
     assert f"match_{dispatch.name}" in spec.read_text()  # built with its winner (read back by build_variant)
+
+
+def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
+    import io
+
+    from rich.console import Console
+
+    from tuner.report import render_model
+
+    fusion = "--iree-dispatch-creation-enable-aggressive-fusion"
+    data = {"flags": [fusion], "rewrites": ["raise-attention"], "dispatches": [], "verdict": "v",
+            "flag_trials": {fusion: 0.99, "raise-attention": 1.11, f"raise-attention {fusion}": 1.19}}
+    out = io.StringIO()
+    render_model(data, Console(file=out, width=200))
+    chosen = [line for line in out.getvalue().splitlines() if "(chosen)" in line]
+    assert chosen == [f"model-wide choice raise-attention {fusion}: 1.19x the default on the whole model (chosen)"]

@@ -137,10 +137,11 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
         console.print(table)
     for line in untuned:
         console.print(line)
-    for flags, result in (data.get("flag_trials") or {}).items():
+    kept = " ".join([*data.get("rewrites", []), *data.get("flags", [])])  # as tuner.stages.flags labels a choice
+    for choice, result in (data.get("flag_trials") or {}).items():
         figure = f"{result:.2f}x the default" if isinstance(result, (int, float)) else result
-        chosen = " (chosen)" if flags == " ".join(data.get("flags", [])) and data.get("flags") else ""
-        console.print(f"model-wide flags {flags}: {figure} on the whole model{chosen}")
+        chosen = " (chosen)" if kept and choice == kept else ""
+        console.print(f"model-wide choice {choice}: {figure} on the whole model{chosen}")
     figure = data.get("figure")
     if figure:
         err = figure.get("relative_error")
