@@ -1,4 +1,4 @@
-"""The README's table of this tuner's constraints vs the ones IREE emits: `iree-tuner crosscheck`
+"""The table in docs/pipelines.md of this tuner's constraints vs the ones IREE emits: `iree-tuner crosscheck`
 over every GPU sample dispatch on cuda:sm_80 and rocm:gfx942, each (kind, target, pipeline) cell
 with its space sizes and difference classes, and a few of each class compiled.
 

@@ -1,4 +1,4 @@
-"""The README's support table: for each dispatch kind (a sample dispatch) and each target, which
+"""The support table of docs/support.md: for each dispatch kind (a sample dispatch) and each target, which
 pipeline claims it and how many candidates it generates (up to --limit), by running discovery
 and enumeration for real. Nothing is compiled beyond discovery.
 

@@ -109,8 +109,8 @@ def test_candidates_from_the_compiler_constraints_compile_and_carry_their_config
 
 
 def test_known_compiler_bug_batch_matmul_crashes_when_emitting_constraints():
-    """README names this IREE 3.13 bug with this reproducer; when a new IREE fixes it, this fails
-    and the README's table should be measured again."""
+    """docs/pipelines.md names this IREE 3.13 bug with this reproducer; when a new IREE fixes it, this fails
+    and its table should be measured again."""
     path = BUGS / "batch_matmul_emit_constraints_crash.mlir"
     flags = list(parse_target("cuda:sm_80").compile_flags) + ["--compile-to=executable-configurations", "-o", "-"]
     assert run_tool([find_tool("iree-compile"), str(path), *flags], 300).ok
@@ -135,7 +135,7 @@ def test_a_candidate_that_fails_to_build_is_reported_with_the_compiler_constrain
 
 
 GPU_SAMPLES = sorted(p.name for p in SAMPLES.glob("*.mlir") if not p.stem.endswith("_f32"))
-# What IREE 3.13 does not emit, and why (README, "The compiler's constraints").
+# What IREE 3.13 does not emit, and why (docs/pipelines.md, "The compiler's constraints").
 NO_CONSTRAINTS = {"attention": "emits no constraints for llvmgpu_vector_distribute_attention",
                   "batch_matmul": "IREE failed emitting its constraints",  # the crash kept in fixtures/compiler_bugs
                   "conv_2d_nchw": "emits no constraints for any pipeline of this tuner"}

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tuner.errors import InputError, OutputError, TunerError
+from tuner.report import make_console
 
 
 class Terminated(KeyboardInterrupt):
@@ -66,7 +67,7 @@ def _evaluation_options(f):
     f = click.option("--strategy", default="auto", show_default=True,
                      type=click.Choice(["auto", "overlapped", "sequential", "ray"]),
                      help="overlapped: time while compiling; sequential: compile, then time, one at a time; "
-                          "ray: compile tasks and one benchmark worker per device on a Ray cluster (README); "
+                          "ray: compile tasks and one benchmark worker per device on a Ray cluster (docs/reference.md); "
                           "auto: sequential on llvm-cpu (timing shares its cores), overlapped on GPUs.")(f)
     f = click.option("--compile-timeout", default=300.0, show_default=True, type=_SECONDS, help="Seconds per compile.")(f)
     f = click.option("--run-timeout", default=120.0, show_default=True, type=_SECONDS, help="Seconds per benchmark run.")(f)
@@ -154,7 +155,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
     each batch compiled and timed against the default, the best confirmed side by side."""
     from tuner import api
 
-    console = Console()
+    console = make_console()
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = api.tune(input_file, target, None, output_dir, dispatch_name,
                           _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
@@ -202,7 +203,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
 @click.option("--device", "devices", multiple=True, help="Runtime device to benchmark on.")
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(["auto", "ray"]),
               help="ray: tune every dispatch at once on a Ray cluster, its candidates compiled and timed there "
-                   "(README); auto: one dispatch after another on this machine.")
+                   "(docs/reference.md); auto: one dispatch after another on this machine.")
 @click.option("--ray-address", default=None,
               help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
@@ -219,7 +220,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     from tuner.report import render_model
     from tuner.stages import tune_model as run
 
-    console = Console()
+    console = make_console()
     with _errors_to_exit(), _progress(console) as on_progress:
         tuning = run(input_file, target, output_dir, budget, min_share, top,
                      _settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
@@ -264,7 +265,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
               ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
     (measured here with the IREE runtime and numpy only), or an input .mlir with --configs."""
-    console = Console()
+    console = make_console()
     settings = _settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds, ray_address)
     with _errors_to_exit():
         if path.is_dir() and (path / "model-plan.json").is_file():
@@ -324,7 +325,7 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
 
     from tuner import api
 
-    console = Console()
+    console = make_console()
     with _errors_to_exit():
         with _progress(console) as on_progress:
             dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name, pipeline_name,
@@ -380,7 +381,7 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
 
     from tuner import api
 
-    console = Console(stderr=as_json)  # with --json, stdout holds the JSON alone
+    console = make_console(stderr=as_json)  # with --json, stdout holds the JSON alone
     with _errors_to_exit():
         with _progress(console) as on_progress:
             checks = api.crosscheck_input(input_file, target, output_dir, dispatch_name, pipeline_name, limit, seconds,
@@ -426,7 +427,7 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
 
     from tuner import api
 
-    console = Console(stderr=as_json)
+    console = make_console(stderr=as_json)
     with _errors_to_exit(), tempfile.TemporaryDirectory(prefix="iree-tuner-profile-") as scratch:
         work = (output_dir or Path(scratch)) if with_profile else None
         if work is not None and output_dir is not None:
@@ -477,7 +478,7 @@ def report(directory: Path, top: int) -> None:
     from tuner.report import render_model, render_table
     from tuner.results import Result
 
-    console = Console()
+    console = make_console()
     with _errors_to_exit():
         path = directory / "results.json"
         if not path.is_file():

@@ -258,7 +258,7 @@ def _emit(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, .
     except InputError as e:
         # The same input configures without the flag (discovery did): the emission failed.
         raise InputError(f"IREE failed emitting its constraints for {input_path} on {target.name} "
-                         f"(a compiler bug; README: 'The compiler's constraints'): {e}") from e
+                         f"(a compiler bug; docs/pipelines.md: 'The compiler's constraints'): {e}") from e
     with ctx:
         module = ir.Module.parse(configured)
     # The ops refer to the module: keep it alive as long as they are.
