@@ -161,7 +161,8 @@ func.func @model(%x: tensor<128x256xf32>, %w1: tensor<256x512xf32>, %w2: tensor<
 """
 
 
-def test_dispatches_lists_every_dispatch_of_a_model(tmp_path):
+def test_dispatches_lists_every_dispatch_of_a_model(tmp_path, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
     from iree.compiler import ir
 
     from tuner.discovery import configure
@@ -187,8 +188,9 @@ def test_dispatches_lists_every_dispatch_of_a_model(tmp_path):
     assert all(r["pipeline"] == "llvmcpu_double_tiling" for r in by_entry["model"])
     [dynamic] = [r for r in rows if "dynamic shapes" in r["why_not"]]
     assert dynamic["pipeline"] == "" and dynamic["entry"].startswith("@dyn_mm: argument ?x32xf32")
-    table = run_cli("dispatches", path)
+    table = run_cli("dispatches", path)  # piped (not a terminal): every name whole, usable as --dispatch
     assert table.exit_code == 0 and "4 dispatches, 3 tunable" in " ".join(table.output.split())
+    assert all(any(name in line.split() for line in table.output.replace("│", " ").splitlines()) for name in exports)
 
 
 def test_dispatches_profile_times_each_dispatch_and_the_whole_function(tmp_path):

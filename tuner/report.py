@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +16,16 @@ from tuner.errors import OutputError
 from tuner.run_dir import write_file
 from tuner.ranking import Ranking
 from tuner.results import Result, Status
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The console tables and messages go to. On a terminal, rich's (as wide as the terminal);
+    piped or redirected, nothing is cut or wrapped (full dispatch names and config labels, one
+    line each), unless COLUMNS says how wide to be."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=10_000, soft_wrap=True)
 
 
 def response_file(flags: list[str]) -> str:
@@ -75,7 +87,7 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
 def render_table(ranking: Ranking, results: list[Result], console: Optional[Console] = None, top: int = 15) -> None:
     """Confirmed candidates first (paired speedup, rounds faster), then the others with their
     first-pass figure, then the failures; the verdict below."""
-    console = console or Console()
+    console = console or make_console()
     table = Table(title="Candidates: confirmed side by side with the baseline first")
     for col, justify in (("#", "right"), ("config", "left"), ("status", "left"), ("median ms", "right"),
                          ("spread %", "right"), ("1st pass", "right"), ("speedup", "right"),
@@ -114,7 +126,7 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     """A tune-model run's results.json as a person reads it: one row per dispatch (its share of
     the model's time, its tuning's default and tuned times and paired speedup, what the model
     stage did with it), the flags tried on the whole model, and the model-level figure."""
-    console = console or Console()
+    console = console or make_console()
     table = Table(title=f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}")
     for col, justify in (("dispatch", "left"), ("shape", "left"), ("share", "right"), ("default ms", "right"),
                          ("tuned ms", "right"), ("speedup", "right"), ("on the model", "right"), ("status", "left")):
