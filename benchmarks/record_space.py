@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 
 def _space(input_path: Path, target: str, pipeline_name: str | None, dispatch_name: str | None):
     """The dispatch, its pipeline and its whole valid space (tuner.search.live.build_space)."""
-    from tuner.api import _read_program, select_dispatch
+    from tuner.api import read_program, select_dispatch
     from tuner.search.live import build_space
     from pipelines import pipeline_for
 
-    path, target_, _, ctx, program = _read_program(input_path, target, None)
+    path, target_, _, ctx, program = read_program(input_path, target, None)
     dispatch = select_dispatch(list(program.dispatches), dispatch_name, path, pipeline_name, program.skipped)
     pipeline = pipeline_for(dispatch, pipeline_name)
     space = build_space(dispatch, pipeline)

@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from constraints.fast_enumerate import enumerate_space  # noqa: E402
 from pipelines.describe import attention, contraction, gpu_target, mma  # noqa: E402
 from pipelines.dispatch import TargetFacts  # noqa: E402
-from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse, compatible_intrinsics  # noqa: E402
+from pipelines.llvmgpu_common import compatible_intrinsics  # noqa: E402
+from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse  # noqa: E402
 from pipelines.llvmgpu_vector_distribute_attention import LLVMGPUVectorDistributeAttention  # noqa: E402
 
 # A GPU that does not exist: 32-wide subgroups, 512 threads and 64 KiB of shared memory per

@@ -4,7 +4,6 @@ limits read from the target attribute."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
@@ -13,16 +12,12 @@ import z3
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, NotInCompilerKnobs, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
+from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
+                                      mma_shape)
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i8": 1}
-# 32-bit registers a thread may spend on accumulators. A thread has at most 255; the rest hold
-# operand fragments, addresses and the pipeline's copies. Measured on the H100 (issue 4): a
-# 256x128 workgroup with 8x8 MMA tiles per subgroup (256 accumulator registers) spilled and ran
-# 20.6 ms against 0.89 ms.
-MAX_ACCUMULATOR_REGISTERS = 128
 PREFETCH_STAGES = (0, 2, 3)
 # Not a knob: `amdgpu-waves-per-eu` (translation_info's llvm_func_attrs) is carried into the
 # compiled dispatch, but on gfx942 values 1, 2 and 4 gave a byte-identical executable to leaving
@@ -37,25 +32,6 @@ FIXED_PREFETCH_BACKENDS = ("cuda",)
 # differed only in reorder_workgroups_strategy. So the order stays at the default everywhere.
 REORDER_TAKES_EFFECT_BACKENDS: tuple[str, ...] = ()
 PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
-
-
-# Intrinsics the target lists but TileAndFuse cannot lower in IREE 3.13: every NV_WMMA config
-# tried on sm_80 (4096^3 and 16x4096x4096 f16, 14 tile shapes) failed with "'tensor.expand_shape'
-# op expected dimension 2 of collapsed type to be static value of <garbage>".
-UNSUPPORTED_INTRINSIC_PREFIXES = ("NV_WMMA_",)
-# AMD's multi-block MFMAs (MFMA_F32_4x4x4x16B_F16, ..._16x16x4x4B_..., ..._32x32x4x2B_...) fail
-# the same way on gfx942: "contraction like operation missing critical dimension".
-UNSUPPORTED_INTRINSIC = re.compile(r"x\d+B_")
-
-
-def compatible_intrinsics(dispatch: Dispatch, accumulator: str | None = None) -> list[MmaIntrinsic]:
-    """The target's MMA intrinsics whose operand types match the dispatch's and whose
-    accumulator type is `accumulator` (default: the dispatch's result type), that the GPU
-    pipelines can lower."""
-    wanted = (dispatch.lhs_type, dispatch.rhs_type, accumulator or dispatch.out_type)
-    return [i for i in dispatch.target.mma_intrinsics
-            if (i.a_type, i.b_type, i.c_type) == wanted
-            and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
 
 
 # Split-K: the reduction of a contraction split `split_k` ways before dispatch formation (the
@@ -154,17 +130,6 @@ def _igemm_convolution(dispatch: Dispatch) -> bool:
             and "use_igemm_convolution = true" in dispatch.default.translation_info)
 
 
-def mma_shape(choice: z3.ArithRef, intrinsics: list[MmaIntrinsic]) -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
-    """The M, N and K of the intrinsic a knob picks (by index into `intrinsics`), as Z3 terms."""
-    def field(name: str) -> z3.ArithRef:
-        expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], name))
-        for i, intrinsic in reversed(list(enumerate(intrinsics[:-1]))):
-            expr = z3.If(choice == i, getattr(intrinsic, name), expr)
-        return expr
-
-    return field("m"), field("n"), field("k")
-
-
 def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
                   s: Mapping[str, KnobValue]) -> dict[str, float]:
     """A GPU GEMM config's derived quantities (log2 where they multiply)."""
@@ -190,14 +155,6 @@ def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
         "tile_intensity": wg_m * wg_n / (wg_m + wg_n),
         "mma_m": intrinsic.m, "mma_n": intrinsic.n, "mma_k": intrinsic.k,
     }
-
-
-def _i64_array(values: list[int]) -> ir.ArrayAttr:
-    """An array of i64 attributes (in the current MLIR context). Lowering only: imports IREE."""
-    from iree.compiler import ir
-
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
 
 
 @dataclass(frozen=True)
@@ -399,10 +356,10 @@ class LLVMGPUTileAndFuse:
         with ctx:
             fields: dict[str, ir.Attribute] = {
                 "mma_kind": iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name)),
-                "promote_operands": _i64_array([0, 1]),
-                "reduction": _i64_array(reduction),
-                "subgroup": _i64_array(subgroup),
-                "workgroup": _i64_array(workgroup),
+                "promote_operands": i64_array([0, 1]),
+                "reduction": i64_array(reduction),
+                "subgroup": i64_array(subgroup),
+                "workgroup": i64_array(workgroup),
             }
             # Keep the unit flags the compiler set on its own config (e.g. convert_acc_gemm,
             # which folds the fill into the accumulator): they describe the op, not the tiling.
@@ -412,7 +369,7 @@ class LLVMGPUTileAndFuse:
                 # As the compiler does for unaligned shapes: pad each tile to its full size.
                 padding = [0] * rank
                 padding[md], padding[nd], padding[kd] = workgroup[md], workgroup[nd], k_tile
-                fields["padding"] = _i64_array(padding)
+                fields["padding"] = i64_array(padding)
             default = ir.Attribute.parse(dispatch.default.lowering_config) if dispatch.default.lowering_config else None
             if isinstance(default, iree_gpu.LoweringConfigAttr):
                 for named in default.attributes:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Mapping
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmgpu_tile_and_fuse import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, _i64_array, compatible_intrinsics,
-                                             mma_shape)
+from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
+                                      mma_shape)
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -123,11 +123,11 @@ class LLVMGPUVectorDistribute:
             derived = ir.Attribute.parse("#iree_gpu.derived_thread_config")
             lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
                 "mma_kind": iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name)),
-                "promote_operands": _i64_array([0, 1]),
+                "promote_operands": i64_array([0, 1]),
                 "promotion_types": ir.ArrayAttr.get([derived, derived]),
-                "reduction": _i64_array(reduction),
-                "subgroup_basis": ir.ArrayAttr.get([_i64_array(counts), _i64_array(list(range(rank)))]),
-                "workgroup": _i64_array(workgroup),
+                "reduction": i64_array(reduction),
+                "subgroup_basis": ir.ArrayAttr.get([i64_array(counts), i64_array(list(range(rank)))]),
+                "workgroup": i64_array(workgroup),
             }))
             options = iree_gpu.PipelineOptionsAttr.get(no_reduce_shared_memory_bank_conflicts=False,
                                                        use_igemm_convolution=False)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Mapping
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmgpu_tile_and_fuse import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, _i64_array, compatible_intrinsics,
-                                             mma_shape)
+from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
+                                      mma_shape)
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -104,18 +104,18 @@ class LLVMGPUVectorDistributeAttention:
             def matmul_config(promote: list[int], dims: list[int]) -> ir.Attribute:
                 return ir.DictAttr.get({"lowering_config": iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
                     "mma_kind": mma_attr,
-                    "promote_operands": _i64_array(promote),
+                    "promote_operands": i64_array(promote),
                     "promotion_types": ir.ArrayAttr.get([derived] * len(promote)),
-                    "subgroup_basis": ir.ArrayAttr.get([_i64_array(counts), _i64_array(dims)]),
+                    "subgroup_basis": ir.ArrayAttr.get([i64_array(counts), i64_array(dims)]),
                 }))})
 
             decomposition = ir.DictAttr.get({"qk_attrs": matmul_config([0, 1], qk_dims),
                                              "pv_attrs": matmul_config([1], pv_dims)})
             lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
-                "promote_operands": _i64_array([0, 1, 2]),
+                "promote_operands": i64_array([0, 1, 2]),
                 "promotion_types": ir.ArrayAttr.get([derived] * 3),
-                "reduction": _i64_array(reduction),
-                "workgroup": _i64_array(workgroup),
+                "reduction": i64_array(reduction),
+                "workgroup": i64_array(workgroup),
             }))
             translation = iree_codegen.TranslationInfoAttr.get(
                 ir.Attribute.parse(PIPELINE), None, [int(s["subgroups_m"]) * subgroup_size, 1, 1], subgroup_size)

@@ -165,13 +165,13 @@ def _confirmed(data: dict) -> set[str]:
 
 
 def test_workers_on_different_devices_are_refused():
-    from tuner.cluster.workers import _refuse_mixed
+    from tuner.cluster.workers import refuse_mixed
     from tuner.errors import InputError
 
     same = [{"identity": "cuda: NVIDIA H200"}, {"identity": "cuda: NVIDIA H200"}]
-    _refuse_mixed(same)
+    refuse_mixed(same)
     with pytest.raises(InputError, match="different devices.*H100.*H200"):
-        _refuse_mixed([{"identity": "cuda: NVIDIA H200"}, {"identity": "cuda: NVIDIA H100 80GB HBM3"}])
+        refuse_mixed([{"identity": "cuda: NVIDIA H200"}, {"identity": "cuda: NVIDIA H100 80GB HBM3"}])
 
 
 

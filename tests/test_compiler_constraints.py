@@ -13,7 +13,7 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 from conftest import assert_one_error_line, run_cli
 from constraints.fast_enumerate import enumerate_space
 from pipelines import pipeline_for
-from tuner.api import _read_program
+from tuner.api import read_program
 from tuner.compiler_constraints import emitted_problems, problem_for
 from tuner.crosscheck import NATIVE_ONLY, compiler_assignment
 from tuner.targets import parse_target
@@ -26,7 +26,7 @@ BUGS = Path(__file__).resolve().parent / "fixtures" / "compiler_bugs"
 
 def _emitted(sample: Path, target: str, pipeline_name: str):
     target_ = parse_target(target)
-    _, _, _, ctx, program = _read_program(sample, target_, None)
+    _, _, _, ctx, program = read_program(sample, target_, None)
     dispatch = program.dispatches[0]
     pipeline = pipeline_for(dispatch, pipeline_name)
     problem = problem_for(emitted_problems(sample, target_, ctx), dispatch.name, pipeline.compiler_pipeline, target_)

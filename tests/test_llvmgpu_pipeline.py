@@ -10,7 +10,8 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from constraints import enumerate_solutions
 from pipelines import pipeline_for
-from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse, compatible_intrinsics
+from pipelines.llvmgpu_common import compatible_intrinsics
+from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from tuner.candidates import generate_candidates
 from tuner.discovery import discover
 from tuner.errors import TargetError

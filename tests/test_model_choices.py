@@ -250,7 +250,6 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
     # the tuning itself is designed (the second valid config of the dispatch, "1.5x"): what is
     # checked is which dispatch is tuned and that the rewrite's build carries its winner.
     from tuner.stages import flags as flag_stage
-    from tuner.stages.base import DispatchOutcome
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.variants import SpecPart
 

@@ -64,9 +64,9 @@ SM80 = gpu_target("sm_80", subgroup_size=32, max_threads=1024, shared_memory_byt
 
 def _iree_space(sample: str, pipeline_name: str):
     from pipelines import pipeline_for
-    from tuner.api import _read_program
+    from tuner.api import read_program
 
-    *_, program = _read_program(REPO / "sample_dispatches" / sample, "cuda:sm_80", None)
+    *_, program = read_program(REPO / "sample_dispatches" / sample, "cuda:sm_80", None)
     dispatch = program.dispatches[0]
     pipeline = pipeline_for(dispatch, pipeline_name)
     return {tuple(sorted(c.items())) for c in enumerate_space(pipeline.build_problem(dispatch))}

@@ -4,7 +4,7 @@ target, and every emitted TileAndFuse candidate compiled for gfx942 carrying its
 import pytest
 
 from pipelines import pipeline_for
-from pipelines.llvmgpu_tile_and_fuse import compatible_intrinsics
+from pipelines.llvmgpu_common import compatible_intrinsics
 from tuner.candidates import generate_candidates
 from tuner.compile_stage import EvalSettings, compile_all
 from tuner.discovery import discover

@@ -218,14 +218,14 @@ def test_two_machines_take_turns_until_the_model_is_done(mlp, tmp_path):
 def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, tmp_path):
     # Two configs to merge, compiled here, timed "there" (a copy holding what `pack` copies),
     # one trip each, then the tuned model against the default; real compiles and timings.
-    from tuner.api import _read_program
-    from tuner.stages.model_client import _model_entry
+    from tuner.api import read_program
+    from tuner.stages.model_client import model_entry
     from tuner.stages.plan import pack, run_plan
     from tuner.stages.two_machine import merge_step
 
     out = tmp_path / "out"
-    model, target, _, ctx, program = _read_program(mlp, "llvm-cpu", out)
-    env = StageEnv(model, target, out, ctx, program, _model_entry(program, None), FAST, rounds=1)
+    model, target, _, ctx, program = read_program(mlp, "llvm-cpu", out)
+    env = StageEnv(model, target, out, ctx, program, model_entry(program, None), FAST, rounds=1)
     state = SecondConfig().run(ModelState(), env)
     steps = []
     for trip in range(5):

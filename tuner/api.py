@@ -98,7 +98,7 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
 
 
 @dataclass(frozen=True)
-class _Session:
+class Session:
     """What every entry point reads first: the input, its workload and the dispatch to tune."""
 
     input_path: Path
@@ -111,7 +111,7 @@ class _Session:
     program: Program
 
 
-def _read_program(input_path: Path | str, target: Target | str,
+def read_program(input_path: Path | str, target: Target | str,
                   workdir: Optional[Path | str]) -> tuple[Path, Target, Path, ir.Context, Program]:
     """The program to compile (an ONNX model's import goes to `workdir`, or a scratch directory),
     its target, where the run writes, and what discovery found in it."""
@@ -124,12 +124,12 @@ def _read_program(input_path: Path | str, target: Target | str,
 
 
 def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
-          dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> _Session:
-    input_path, target, output_dir, ctx, program = _read_program(input_path, target, output_dir)
+          dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> Session:
+    input_path, target, output_dir, ctx, program = read_program(input_path, target, output_dir)
     dispatch = select_dispatch(list(program.dispatches), dispatch_name, input_path, pipeline_name, program.skipped)
     pipeline = pipeline_for(dispatch, pipeline_name)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
-    return _Session(input_path, target, output_dir, ctx, program.workload(dispatch, input_path), dispatch, pipeline,
+    return Session(input_path, target, output_dir, ctx, program.workload(dispatch, input_path), dispatch, pipeline,
                     program)
 
 
@@ -222,7 +222,7 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
     call of their entry, or by measured time with a profile), then the others with why none of
     this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profile
     says how) and each entry function whole on the target's device; the work goes there."""
-    input_path, target, workdir, ctx, program = _read_program(input_path, target, profile_dir)
+    input_path, target, workdir, ctx, program = read_program(input_path, target, profile_dir)
     measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
     rows = []
     for d in program.dispatches:
@@ -293,8 +293,8 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
 PROFILE = "profile"
 
 
-def _pick_by_time(session: _Session, pipeline_name: Optional[str], compile_only: bool, settings: EvalSettings,
-                  progress: Optional[Progress]) -> tuple[_Session, str]:
+def _pick_by_time(session: Session, pipeline_name: Optional[str], compile_only: bool, settings: EvalSettings,
+                  progress: Optional[Progress]) -> tuple[Session, str]:
     """With several tunable dispatches, the one with the largest measured share of its entry's
     time (tuner.profile, in DIR/profile); with no device at hand (compile-only), the largest by
     FLOPs. Returns the session for the chosen dispatch and how it was chosen."""
@@ -319,7 +319,7 @@ def _pick_by_time(session: _Session, pipeline_name: Optional[str], compile_only:
 GIVEN_INPUTS = "given-inputs"
 
 
-def _take_inputs(session: _Session, inputs: Sequence[Path | str]) -> None:
+def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> None:
     """Check the user's own input files against the entry and keep them in the run's directory."""
     given = session.output_dir / GIVEN_INPUTS
     if given.exists():
@@ -328,12 +328,12 @@ def _take_inputs(session: _Session, inputs: Sequence[Path | str]) -> None:
         session.workload.given_inputs([Path(p) for p in inputs], given)
 
 
-def _store(session: _Session, store_path: Optional[Path | str]) -> ResultStore:
+def _store(session: Session, store_path: Optional[Path | str]) -> ResultStore:
     return ResultStore(Path(store_path) if store_path else session.output_dir / STORE, compiler_version(),
                        runtime_version())
 
 
-def _with_constraints(session: _Session, source: str, budget: int) -> _Session:
+def _with_constraints(session: Session, source: str, budget: int) -> Session:
     """The session with its pipeline reading its valid configs from `source` (--constraints)."""
     from tuner.constraint_sources import with_constraints
 
@@ -341,7 +341,7 @@ def _with_constraints(session: _Session, source: str, budget: int) -> _Session:
                                                       session.target, session.ctx, session.dispatch.flags, budget))
 
 
-def _meta(session: _Session, given: bool) -> dict:
+def _meta(session: Session, given: bool) -> dict:
     return {
         "input": str(session.input_path.resolve()),
         "target": session.target.name,
@@ -356,7 +356,7 @@ def _meta(session: _Session, given: bool) -> dict:
     }
 
 
-def _evaluator(session: _Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
+def _evaluator(session: Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
                strategy: str, devices: Sequence[str], given: bool):
     """The evaluator `strategy` names ("auto": the target's default) for the session, building
     into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt)."""
@@ -368,7 +368,7 @@ def _evaluator(session: _Session, store: ResultStore, settings: EvalSettings, pr
                           given_inputs=output_dir / GIVEN_INPUTS if given else None)
 
 
-def search_and_evaluate(session: _Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
+def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
                          on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
                          devices: Sequence[str], store_path: Optional[Path | str], given: bool,
                          on_search: Optional[Callable[[dict], None]] = None) -> Tuning:
@@ -447,7 +447,7 @@ def warm_start(plan: SearchPlan, store: ResultStore, pipeline: str, dispatch: st
         plan.warm_started = prior.summary()
 
 
-def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
+def evaluate(session: Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
              compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str],
              given: bool = False, search_meta: Optional[dict] = None, search_done: bool = False) -> Tuning:
     """Compile and measure the candidates with the chosen evaluator, reusing and filling the
@@ -471,7 +471,7 @@ def evaluate(session: _Session, candidates: list[Candidate], settings: EvalSetti
     return _write(session, candidates, evaluation, list(evaluator.devices), given, search_meta)
 
 
-def _write(session: _Session, candidates: list[Candidate], evaluation: Evaluation, devices: list[str], given: bool,
+def _write(session: Session, candidates: list[Candidate], evaluation: Evaluation, devices: list[str], given: bool,
            search_meta: Optional[dict]) -> Tuning:
     """Rank the evaluation and write best_spec.mlir, best_flags.txt and results.json."""
     output_dir, target = session.output_dir, session.target
@@ -495,7 +495,7 @@ def _write(session: _Session, candidates: list[Candidate], evaluation: Evaluatio
                   compiler_says=says)
 
 
-def compiler_says_of_failures(session: _Session, candidates: Sequence[Candidate],
+def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
                               results: Sequence[Result]) -> dict[int, list[str]]:
     """For each candidate that failed to build or whose config did not take, what IREE's own
     constraints for the dispatch say of its config: the messages of the assertions it breaks
@@ -548,7 +548,7 @@ def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: P
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, dispatch_name, pipeline_name), force):
-        input_path, target, _, ctx, program = _read_program(input_path, target, output_dir)
+        input_path, target, _, ctx, program = read_program(input_path, target, output_dir)
         dispatches = [d for d in program.dispatches if dispatch_name in (None, d.name)]
         if not dispatches:
             raise InputError(f"{input_path}: no tunable dispatch" + (f" named {dispatch_name}" if dispatch_name else ""))

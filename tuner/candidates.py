@@ -117,10 +117,10 @@ def candidate_for(id: int, dispatch: Dispatch, pipeline: Pipeline, knobs: Mappin
                   spec_entry: str = KERNEL_CONFIG) -> Candidate:
     """The candidate (config and spec) a knob assignment stands for."""
     config = pipeline.to_config(dispatch, knobs, ctx)
-    return Candidate(id, dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry))
+    return Candidate(id, dispatch, pipeline.name, config, spec_text(dispatch, config, ctx, spec_entry))
 
 
-def _spec(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str) -> str:
+def spec_text(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str) -> str:
     """The tuning spec that applies `config` (an empty spec for flag-only configs)."""
     if not config.compilation_info:
         return str(build_spec([], ctx, spec_entry))

@@ -112,7 +112,7 @@ def _binary_hash(cdir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def _built(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path],
+def built_candidate(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path],
            dispatch_function: Optional[str] = None, dispatch_vmfb: Optional[Path] = None) -> Built:
     """A Built entry; the spec file is kept even when empty: it is best_spec.mlir if c wins."""
     has_spec = bool(c.config.compilation_info)
@@ -130,7 +130,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
     c, run, flags, cdir = job.candidate, job.run, job.flags, job.directory
 
     def built(status: Status, vmfb: Optional[Path] = None, **kw) -> Built:
-        return _built(c, target, cdir, c.result(flags, status, compile_s=run.seconds, command=_command(run, cdir), **kw),
+        return built_candidate(c, target, cdir, c.result(flags, status, compile_s=run.seconds, command=_command(run, cdir), **kw),
                       vmfb)
 
     if run.timed_out:
@@ -166,7 +166,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
     result = c.result(flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
                       binary_hash=_binary_hash(cdir))
     vmfb = cdir / "candidate.vmfb"
-    return _built(c, target, cdir, result, vmfb, function, vmfb if job.benchmark_entry else None)
+    return built_candidate(c, target, cdir, result, vmfb, function, vmfb if job.benchmark_entry else None)
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,
@@ -227,7 +227,7 @@ def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: T
             entries[c.id] = replace(kept[c.key], result=replace(kept[c.key].result, candidate_id=c.id, label=c.label))
         elif c.key in failures:
             result = reused_result(c, failures[c.key], target, root / "candidates")
-            entries[c.id] = replace(_built(c, target, root / "candidates" / f"{c.id:04d}", result, None), reused=True)
+            entries[c.id] = replace(built_candidate(c, target, root / "candidates" / f"{c.id:04d}", result, None), reused=True)
 
     def write() -> Manifest:
         manifest = Manifest(workload, target.device, tuple(entries[i] for i in sorted(entries)), meta)

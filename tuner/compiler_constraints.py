@@ -21,8 +21,8 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from constraints.fast_enumerate import Unsupported, compile_check
 from pipelines import Config
-from tuner.discovery import _enclosing, configure, pipeline_id
-from tuner.entry import _walk
+from tuner.discovery import enclosing_op, configure, pipeline_id
+from tuner.entry import walk_ops
 from tuner.errors import InputError
 from tuner.targets import Target
 
@@ -169,7 +169,7 @@ class EmittedProblem:
     def intrinsics(self) -> list[tuple[int, int, int, str, str, str]]:
         """Per value of the `mma_idx` knob, the intrinsic's M, N, K and A, B, C element types,
         read typed from what the materializer builds with that index."""
-        lookups = _walk(self.op, ("iree_codegen.smt.lookup",))
+        lookups = walk_ops(self.op, ("iree_codegen.smt.lookup",))
         if "mma_idx" not in self.knobs or not lookups:
             return []
         with self.op.context:
@@ -205,18 +205,18 @@ def read_problem(op: ir.Operation) -> EmittedProblem:
     its knobs (the `iree_codegen.smt.knob` ops, in order) and each assertion's message."""
     smtlib = iree_codegen.convert_constraints_op_to_smtlib(op)
     assertions = list(z3.parse_smt2_string(smtlib))
-    asserts = _walk(op, ("iree_codegen.smt.assert",))
+    asserts = walk_ops(op, ("iree_codegen.smt.assert",))
     messages = [ir.StringAttr(a.attributes["msg"]).value for a in asserts]
     if len(messages) != len(assertions):  # not paired one to one: keep the terms, lose the words
         messages = [""] * len(assertions)
-    knobs = tuple(ir.StringAttr(k.attributes["name"]).value for k in _walk(op, ("iree_codegen.smt.knob",)))
+    knobs = tuple(ir.StringAttr(k.attributes["name"]).value for k in walk_ops(op, ("iree_codegen.smt.knob",)))
     variables: dict[str, z3.ArithRef] = {}
     for a in assertions:
         for v in z3.z3util.get_vars(a):
             variables[str(v)] = v
     for k in knobs:  # a knob no assertion reads still has a value to give the materializer
         variables.setdefault(k, z3.Int(k))
-    function = ir.StringAttr(_enclosing(op, "func.func").attributes["sym_name"]).value
+    function = ir.StringAttr(enclosing_op(op, "func.func").attributes["sym_name"]).value
     return EmittedProblem(function, pipeline_id(op.attributes["pipeline"]), op, knobs, assertions,
                           messages, variables, _pinned(assertions, variables, set(knobs)))
 
@@ -262,7 +262,7 @@ def _emit(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, .
     with ctx:
         module = ir.Module.parse(configured)
     # The ops refer to the module: keep it alive as long as they are.
-    problems = [read_problem(op) for op in _walk(module.operation, (CONSTRAINTS_OP,))]
+    problems = [read_problem(op) for op in walk_ops(module.operation, (CONSTRAINTS_OP,))]
     for p in problems:
         p.module = module  # type: ignore[attr-defined]
     return problems

@@ -18,7 +18,7 @@ from iree.compiler import ir
 from constraints.fast_enumerate import enumerate_space
 from pipelines import Dispatch, MmaIntrinsic, Pipeline
 from pipelines.base import NotInCompilerKnobs
-from tuner.candidates import Candidate, _spec, candidate_for
+from tuner.candidates import Candidate, spec_text, candidate_for
 from tuner.compile_stage import compile_candidate, verify_build
 from tuner.compiler_constraints import EmittedProblem, materialized_config
 from tuner.targets import Target
@@ -88,7 +88,7 @@ def materialized_candidate(id: int, dispatch: Dispatch, pipeline: Pipeline, prob
                            assignment: Mapping[str, int], ctx: ir.Context, spec_entry: str) -> Candidate:
     """The candidate for a compiler config (built by the compiler's materializer)."""
     config = materialized_config(problem, assignment, ctx)
-    return Candidate(id, dispatch, pipeline.name, config, _spec(dispatch, config, ctx, spec_entry))
+    return Candidate(id, dispatch, pipeline.name, config, spec_text(dispatch, config, ctx, spec_entry))
 
 
 def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, input_path: Path, target: Target,

@@ -49,7 +49,7 @@ def configure(input_path: Path, target: Target, flags: Iterable[str], timeout_s:
     return run.stdout
 
 
-def _enclosing(op: ir.Operation, name: str) -> ir.Operation:
+def enclosing_op(op: ir.Operation, name: str) -> ir.Operation:
     while op.name != name:
         op = op.parent
     return op
@@ -201,8 +201,8 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     if roles is None:
         return None
     kind, batch, m, n, k, conv = roles
-    func = _enclosing(op, "func.func")
-    variant = _enclosing(op, "hal.executable.variant")
+    func = enclosing_op(op, "func.func")
+    variant = enclosing_op(op, "hal.executable.variant")
     info = iree_codegen.TranslationInfoAttr(func.attributes["translation_info"])
     lowering = op.attributes["lowering_config"] if "lowering_config" in op.attributes else None
     lhs_type, rhs_type, out_type, maps = _typed_operands(op)
@@ -267,7 +267,7 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
     with ctx:
         module = ir.Module.parse(configured)
         for op in iree_codegen.get_tuner_root_ops(module):
-            name = ir.StringAttr(_enclosing(op, "func.func").attributes["sym_name"]).value
+            name = ir.StringAttr(enclosing_op(op, "func.func").attributes["sym_name"]).value
             try:
                 d = _dispatch(op, flags)
             except InputError as e:
@@ -312,7 +312,7 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
         for text in texts:
             module = ir.Module.parse(text)
             for op in _configured_roots(module):
-                func = _enclosing(op, "func.func")
+                func = enclosing_op(op, "func.func")
                 out.append(ConfiguredDispatch(
                     op_name=op.name,
                     lowering_config=str(op.attributes["lowering_config"]),

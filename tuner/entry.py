@@ -49,7 +49,7 @@ def _is_entry(op: ir.Operation) -> bool:
     return public and len(op.regions) > 0 and len(op.regions[0].blocks) > 0 and model != "coarse-fences"
 
 
-def _walk(op: ir.Operation, names: tuple[str, ...]) -> list[ir.Operation]:
+def walk_ops(op: ir.Operation, names: tuple[str, ...]) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
     def visit(o: ir.Operation) -> ir.WalkResult:
@@ -65,7 +65,7 @@ def _dispatched(func: ir.Operation, functions: dict[str, ir.Operation], seen: se
     """How many times this function runs each dispatch (executable export), itself or through
     the functions it calls: one per dispatch op on the way (host code has no loops here)."""
     counts: Counter = Counter()
-    for op in _walk(func, (_DISPATCH, _CALL, _LOOKUP)):
+    for op in walk_ops(func, (_DISPATCH, _CALL, _LOOKUP)):
         if op.name == _DISPATCH:
             for ref in ir.ArrayAttr(op.attributes["entry_points"]):
                 counts[ir.SymbolRefAttr(ref).value[-1]] += 1
@@ -89,7 +89,7 @@ def _imported(func: ir.Operation, index: int, functions: dict[str, ir.Operation]
     if depth > 8:
         return None
     arg = func.regions[0].blocks[0].arguments[index]
-    for op in _walk(func, ("stream.tensor.import", "hal.tensor.import", _CALL)):
+    for op in walk_ops(func, ("stream.tensor.import", "hal.tensor.import", _CALL)):
         if op.name == _CALL:
             callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             for j, operand in enumerate(op.operands):
@@ -107,7 +107,7 @@ def _exported(func: ir.Operation, index: int, functions: dict[str, ir.Operation]
     """The tensor result `index` of `func` is exported from, following it into called functions."""
     if depth > 8:
         return None
-    for ret in _walk(func, ("util.return", "func.return")):
+    for ret in walk_ops(func, ("util.return", "func.return")):
         value = ret.operands[index]
         owner = value.owner
         if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):

@@ -22,7 +22,7 @@ from tuner.candidates import Candidate
 from tuner.cluster.compile_task import RemoteBuild, compile_on_node, localize
 from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots
 from tuner.cluster.workers import RayRunner, cluster_devices
-from tuner.compile_stage import _built, candidate_flags
+from tuner.compile_stage import built_candidate, candidate_flags
 from tuner.evaluator import Overlapped
 from tuner.measure import Built, Measurer, Progress, Recorder
 from tuner.results import Status
@@ -73,7 +73,7 @@ class RayEvaluator(Overlapped):
         except self.ray.exceptions.RayError as e:
             failed = c.result(candidate_flags(c, self.target, cdir / "spec.mlir"), Status.COMPILE_FAILED,
                               error=f"compile task failed on the cluster: {str(e).splitlines()[0]}")
-            built = _built(c, self.target, cdir, failed, None)
+            built = built_candidate(c, self.target, cdir, failed, None)
         else:
             built = localize(remote, cdir, self.input_path)
             if built.vmfb is not None and built.result.ok:

@@ -164,7 +164,7 @@ def _start_workers(ray, device: str, cores: int) -> RayRunner:
             ray.kill(h)
         raise InputError(f"the Ray cluster did not start its {len(handles)} benchmark workers in 300 s") from None
     try:
-        _refuse_mixed(described)
+        refuse_mixed(described)
     except InputError:
         for h in handles:
             ray.kill(h)
@@ -173,7 +173,7 @@ def _start_workers(ray, device: str, cores: int) -> RayRunner:
     return RayRunner(ray, dict(zip(labels, handles)), dict(zip(labels, described)))
 
 
-def _refuse_mixed(described: list[dict]) -> None:
+def refuse_mixed(described: list[dict]) -> None:
     """Timings from workers on devices of different names are never compared: one error line."""
     identities = sorted({d["identity"] for d in described})
     if len(identities) > 1:

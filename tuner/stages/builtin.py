@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from iree.compiler import ir
 
 from pipelines import Dispatch, pipeline_for
-from tuner.api import _Session, search_and_evaluate
+from tuner.api import Session, search_and_evaluate
 from tuner.search.live import plan_search
 from tuner.search.rounds import next_round
 from tuner.settings import SearchSettings
@@ -138,19 +138,19 @@ class DispatchStage:
         store_path = env.store_path or env.output_dir / STORE
         with _PLANNING:
             candidates, done = dispatch_candidates(dispatch, search, target, env, store_path, source)
-            results = _finished(directory, dispatch, candidates) if done else None
+            results = finished_tuning(directory, dispatch, candidates) if done else None
             if results is None:
                 pipeline = _pipeline(dispatch, search, target, env, source)
                 plan = plan_search(dispatch, pipeline, search, without_flags=True)
         if results is None:
-            session = _Session(source, target, directory, env.ctx, program.workload(dispatch, source),
+            session = Session(source, target, directory, env.ctx, program.workload(dispatch, source),
                                dispatch, pipeline, program)
             tuning = search_and_evaluate(session, plan, env.settings, env.progress, None, env.strategy, env.devices,
                                          store_path, given=False)
             candidates, results = list(tuning.candidates), list(tuning.results)
         else:
             env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
-        return _outcome(outcome, dispatch, candidates, results)
+        return tuning_outcome(outcome, dispatch, candidates, results)
 
 
 def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,
@@ -212,7 +212,7 @@ def by_share(outcomes) -> tuple[DispatchOutcome, ...]:
     return tuple(sorted(outcomes, key=lambda o: o.share or 0.0, reverse=True))
 
 
-def _finished(directory: Path, dispatch: Dispatch, candidates) -> Optional[list[Result]]:
+def finished_tuning(directory: Path, dispatch: Dispatch, candidates) -> Optional[list[Result]]:
     """The results of this dispatch's tuning if an earlier run finished it with these candidates
     (a killed tune-model resumes after the dispatches it finished)."""
     try:
@@ -226,7 +226,7 @@ def _finished(directory: Path, dispatch: Dispatch, candidates) -> Optional[list[
     return [Result.from_json(r) for r in data["candidates"]]
 
 
-def _outcome(outcome: DispatchOutcome, dispatch: Dispatch, candidates, results: list[Result]) -> DispatchOutcome:
+def tuning_outcome(outcome: DispatchOutcome, dispatch: Dispatch, candidates, results: list[Result]) -> DispatchOutcome:
     ranking = rank(results)
     base = ranking.baseline
     if ranking.best is None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from tuner.api import PROFILE, _read_program
+from tuner.api import PROFILE, read_program
 from tuner.errors import InputError, OutputError
 from tuner.profile import profile
 from tuner.report import comment, rebuild_command, response_file
@@ -49,7 +49,7 @@ def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optio
             MergeStage()]
 
 
-def _model_entry(program, measured) -> Workload:
+def model_entry(program, measured) -> Workload:
     """The function the model is: the public one whose dispatches take the most measured time
     (by FLOPs without a profile)."""
     totals: dict[str, float] = {}
@@ -92,7 +92,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, None), force):
-        model, target, _, ctx, program = _read_program(input_path, target, output_dir)
+        model, target, _, ctx, program = read_program(input_path, target, output_dir)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")
         if compile_only:
@@ -100,7 +100,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                                  store_path, progress, say, rounds, search)
         measured = profile(model, target, program, output_dir / PROFILE, ctx, timeout_s=settings.run_timeout_s,
                            progress=progress)
-        workload = _model_entry(program, measured)
+        workload = model_entry(program, measured)
         say(f"model entry @{workload.entry}: {len(program.dispatches)} dispatches read, "
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
         env = StageEnv(model, target, output_dir, ctx, program, workload, settings,
@@ -115,13 +115,13 @@ def _compile_step(model: Path, target: Target, output_dir: Path, ctx, program, s
                   num_candidates: int, min_share: float, top: Optional[int], store_path, progress,
                   say: Callable[[str], None], rounds: int, search: SearchSettings = SearchSettings()) -> ModelTuning:
     """One step of the two-machine sequence (tuner.stages.two_machine)."""
-    env = StageEnv(model, target, output_dir, ctx, program, _model_entry(program, None), settings,
+    env = StageEnv(model, target, output_dir, ctx, program, model_entry(program, None), settings,
                    Path(store_path) if store_path else None, (), iree_benchmark, progress, say, None, rounds)
     plan = profile_step(env)
     state = ModelState()
     if plan is None:
         measured = read_profile(env)
-        env = replace(env, workload=_model_entry(program, measured), profile=measured)
+        env = replace(env, workload=model_entry(program, measured), profile=measured)
         plan, state = advance(env, num_candidates, min_share, top, search)
     if plan is not None:
         plan.write(output_dir)

@@ -19,12 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from tuner.api import _Session, evaluate
+from tuner.api import Session, evaluate
 from tuner.profile import prepare_profile
 from tuner.profile_timing import Profile
 from tuner.stages.base import ModelState, StageEnv
 from tuner.settings import SearchSettings
-from tuner.stages.builtin import (DISPATCHES, _finished, _outcome, by_share, dispatch_candidates, greedy_merge,
+from tuner.stages.builtin import (DISPATCHES, finished_tuning, tuning_outcome, by_share, dispatch_candidates, greedy_merge,
                                   select_dispatches)
 from tuner.stages.model_timing import Comparison
 from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_path
@@ -75,19 +75,19 @@ def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[
         directory = env.output_dir / DISPATCHES / lead.name
         candidates, done = dispatch_candidates(lead, replace(search, budget=num_candidates), env.target, env,
                                                env.output_dir / "results.sqlite")
-        results = _finished(directory, lead, candidates) if done else None
+        results = finished_tuning(directory, lead, candidates) if done else None
         if results is None:
             if _stale(directory, lead, candidates):
                 env.say(f"compiling {len(candidates)} candidates of {lead.name} into {directory}")
                 directory.mkdir(parents=True, exist_ok=True)
-                session = _Session(env.model, env.target, directory, env.ctx, env.program.workload(lead, env.model),
+                session = Session(env.model, env.target, directory, env.ctx, env.program.workload(lead, env.model),
                                    lead, pipeline_for(lead), env.program)
                 evaluate(session, candidates, env.settings, env.progress, True, "auto", (),
                          env.output_dir / "results.sqlite")
             pending.append(_rel(env, directory))
             outcomes.append(replace(outcome, status="compiled, to be measured"))
         else:
-            outcomes.append(_outcome(outcome, lead, candidates, results))
+            outcomes.append(tuning_outcome(outcome, lead, candidates, results))
     state = replace(state, dispatches=by_share(outcomes))
     if pending:
         files = [f for d in pending for f in _manifest_files(env.output_dir / d, env)]

@@ -1,0 +1,59 @@
+"""What the LLVMGPU pipelines (TileAndFuse, VectorDistribute, VectorDistribute for attention)
+share: element sizes, the accumulator budget, which MMA intrinsics they can lower, an
+intrinsic's shape as Z3 terms, and i64 array attributes for the configs they build."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import z3
+
+from pipelines.dispatch import Dispatch, MmaIntrinsic
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
+
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i8": 1}
+# 32-bit registers a thread may spend on accumulators. A thread has at most 255; the rest hold
+# operand fragments, addresses and the pipeline's copies. Measured on the H100 (issue 4): a
+# 256x128 workgroup with 8x8 MMA tiles per subgroup (256 accumulator registers) spilled and ran
+# 20.6 ms against 0.89 ms.
+MAX_ACCUMULATOR_REGISTERS = 128
+
+# Intrinsics the target lists but TileAndFuse cannot lower in IREE 3.13: every NV_WMMA config
+# tried on sm_80 (4096^3 and 16x4096x4096 f16, 14 tile shapes) failed with "'tensor.expand_shape'
+# op expected dimension 2 of collapsed type to be static value of <garbage>".
+UNSUPPORTED_INTRINSIC_PREFIXES = ("NV_WMMA_",)
+# AMD's multi-block MFMAs (MFMA_F32_4x4x4x16B_F16, ..._16x16x4x4B_..., ..._32x32x4x2B_...) fail
+# the same way on gfx942: "contraction like operation missing critical dimension".
+UNSUPPORTED_INTRINSIC = re.compile(r"x\d+B_")
+
+
+def compatible_intrinsics(dispatch: Dispatch, accumulator: str | None = None) -> list[MmaIntrinsic]:
+    """The target's MMA intrinsics whose operand types match the dispatch's and whose
+    accumulator type is `accumulator` (default: the dispatch's result type), that the GPU
+    pipelines can lower."""
+    wanted = (dispatch.lhs_type, dispatch.rhs_type, accumulator or dispatch.out_type)
+    return [i for i in dispatch.target.mma_intrinsics
+            if (i.a_type, i.b_type, i.c_type) == wanted
+            and not i.name.startswith(UNSUPPORTED_INTRINSIC_PREFIXES) and not UNSUPPORTED_INTRINSIC.search(i.name)]
+
+
+def mma_shape(choice: z3.ArithRef, intrinsics: list[MmaIntrinsic]) -> tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]:
+    """The M, N and K of the intrinsic a knob picks (by index into `intrinsics`), as Z3 terms."""
+    def field(name: str) -> z3.ArithRef:
+        expr: z3.ArithRef = z3.IntVal(getattr(intrinsics[-1], name))
+        for i, intrinsic in reversed(list(enumerate(intrinsics[:-1]))):
+            expr = z3.If(choice == i, getattr(intrinsic, name), expr)
+        return expr
+
+    return field("m"), field("n"), field("k")
+
+
+def i64_array(values: list[int]) -> ir.ArrayAttr:
+    """An array of i64 attributes (in the current MLIR context). Lowering only: imports IREE."""
+    from iree.compiler import ir
+
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
