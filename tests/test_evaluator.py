@@ -12,7 +12,8 @@ import pytest
 from pipelines import pipeline_for
 from tuner.candidates import generate_candidates
 from tuner.discovery import discover_program
-from tuner.evaluator import Overlapped, Sequential, make_evaluator
+from tuner.evaluator import Overlapped, Sequential
+from tuner.strategies import make_evaluator
 from tuner.errors import InputError
 from tuner.ranking import rank
 from tuner.results import Status

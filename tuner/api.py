@@ -21,7 +21,8 @@ from tuner.search.live import LiveBatches, SearchPlan, plan_search
 from tuner.compile_stage import EvalSettings, Progress, candidate_flags, compile_to_manifest
 from tuner.discovery import Program, discover_program, parse_input
 from tuner.errors import InputError, OutputError
-from tuner.evaluator import Evaluation, make_evaluator
+from tuner.evaluator import Evaluation
+from tuner.strategies import make_evaluator
 from tuner.inputs import program_source
 from tuner.manifest import MANIFEST, Manifest
 from tuner.ranking import Ranking, rank
@@ -453,7 +454,7 @@ def evaluate(session: Session, candidates: list[Candidate], settings: EvalSettin
     """Compile and measure the candidates with the chosen evaluator, reusing and filling the
     result store, then write best_spec.mlir, best_flags.txt and results.json. With
     `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
-    `strategy` names an evaluator (tuner.evaluator.STRATEGIES) or is "auto": the target's own
+    `strategy` names an evaluator (tuner.strategies.STRATEGIES) or is "auto": the target's own
     default."""
     output_dir, target = session.output_dir, session.target
     meta = {**_meta(session, given), **({"search": {**search_meta, "done": search_done}} if search_meta else {})}

@@ -176,19 +176,3 @@ class Overlapped(BaseEvaluator):
                         recorder.add(built.result)
         finally:
             pool.close()
-
-
-STRATEGIES: dict[str, type[BaseEvaluator]] = {e.name: e for e in (Sequential, Overlapped)}
-CLUSTER = "ray"  # tuner.cluster.evaluator.RayEvaluator, imported only when asked for (Ray is optional)
-
-
-def make_evaluator(strategy: str, *args, **kwargs) -> BaseEvaluator:
-    """The evaluator named `strategy` (see STRATEGIES, or "ray"), built with the given arguments."""
-    if strategy == CLUSTER:
-        from tuner.cluster.evaluator import RayEvaluator
-
-        return RayEvaluator(*args, **kwargs)
-    if strategy not in STRATEGIES:
-        raise InputError(f"unknown evaluation strategy {strategy!r}; choose one of "
-                         f"{', '.join([*STRATEGIES, CLUSTER])}")
-    return STRATEGIES[strategy](*args, **kwargs)

@@ -16,7 +16,7 @@ import atexit
 import os
 import socket
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 from tuner.errors import InputError
 from tuner.tools import TOOLS_ENV
@@ -78,12 +78,21 @@ def _reachable(address: str) -> None:
                          f"`ray start --head --resources='{{\"{COMPILE_RESOURCE}\": N}}'` or give its address") from None
 
 
-def shutdown() -> None:
-    """Disconnect (and stop the local cluster if this process started it)."""
-    global _started_here
-    from tuner.cluster.workers import forget_workers
+_before_shutdown: list[Callable[[], None]] = []  # what must stop before the connection goes
 
-    forget_workers()
+
+def before_shutdown(stop: Callable[[], None]) -> None:
+    """Have `shutdown` call `stop` first (the benchmark workers register their own stop)."""
+    if stop not in _before_shutdown:
+        _before_shutdown.append(stop)
+
+
+def shutdown() -> None:
+    """Disconnect (and stop the local cluster if this process started it), after stopping what
+    registered with `before_shutdown`."""
+    global _started_here
+    for stop in _before_shutdown:
+        stop()
     ray = import_ray()
     with _lock:
         if ray.is_initialized():

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tuner.cluster.connect import before_shutdown, connect
 from tuner.cluster.worker import BenchmarkWorker, FileRef
 from tuner.errors import InputError
 from tuner.measure import Built, DeviceLost
@@ -128,8 +129,6 @@ def cluster_devices(settings, device: str, devices: Sequence[str] = ()) -> RayRu
     """The cluster's benchmark workers for `device`, connected to as `settings` say
     (`ray_address`, `compile_workers` for a local cluster, `benchmark_cores`); named devices
     (--device) do not go with them."""
-    from tuner.cluster.connect import connect
-
     if devices:
         raise InputError("--device does not go with --strategy ray: the cluster's benchmark workers are the devices")
     return cluster_runner(connect(settings.ray_address, settings.compile_workers), device, settings.benchmark_cores)
@@ -141,6 +140,9 @@ def forget_workers() -> None:
         for runner in _workers.values():
             runner.close()
         _workers.clear()
+
+
+before_shutdown(forget_workers)
 
 
 def _start_workers(ray, device: str, cores: int) -> RayRunner:

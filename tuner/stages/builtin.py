@@ -32,7 +32,7 @@ from tuner.versions import compiler_version, runtime_version
 from tuner.comparison import WIN_SHARE, Paired
 from tuner.discovery import discover_program
 from tuner.errors import ToolError
-from tuner.evaluator import CLUSTER
+from tuner.strategies import CLUSTER
 from tuner.benchmark_stage import STORE
 from tuner.profile import profile
 from tuner.ranking import rank

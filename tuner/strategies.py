@@ -1,0 +1,22 @@
+"""The evaluation strategies by name (`--strategy`): tuner.evaluator's one-machine evaluators,
+and "ray", tuner.cluster.evaluator's, imported only when asked for (Ray is optional)."""
+
+from __future__ import annotations
+
+from tuner.errors import InputError
+from tuner.evaluator import BaseEvaluator, Overlapped, Sequential
+
+STRATEGIES: dict[str, type[BaseEvaluator]] = {e.name: e for e in (Sequential, Overlapped)}
+CLUSTER = "ray"  # tuner.cluster.evaluator.RayEvaluator
+
+
+def make_evaluator(strategy: str, *args, **kwargs) -> BaseEvaluator:
+    """The evaluator named `strategy` (see STRATEGIES, or "ray"), built with the given arguments."""
+    if strategy == CLUSTER:
+        from tuner.cluster.evaluator import RayEvaluator
+
+        return RayEvaluator(*args, **kwargs)
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown evaluation strategy {strategy!r}; choose one of "
+                         f"{', '.join([*STRATEGIES, CLUSTER])}")
+    return STRATEGIES[strategy](*args, **kwargs)
