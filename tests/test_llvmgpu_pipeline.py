@@ -114,11 +114,24 @@ def test_solution_becomes_typed_attributes(gpu_dispatch, ctx):
     assert "convert_acc_gemm" in config.expect_lowering_config
 
 
-def test_unaligned_tiles_get_padding(gpu_dispatch, ctx):
-    d = replace(gpu_dispatch, loop_bounds=(1000, 3000, 2000))
-    sol = next(iter(enumerate_solutions(PIPE.build_problem(d), 1)))
-    config = PIPE.to_config(d, sol, ctx)
-    assert "padding = [" in config.expect_lowering_config  # 1000 has no multiple-of-16 divisor
+def _padding(dispatch, ctx) -> tuple[list, list]:
+    """The first valid config's padding, and the full tiles read from its lowering config (M and
+    N workgroup tiles, K tile = reduction steps x the intrinsic's K)."""
+    sol = next(iter(enumerate_solutions(PIPE.build_problem(dispatch), 1)))
+    config = PIPE.to_config(dispatch, sol, ctx)
+    with ctx:
+        lowering = iree_gpu.LoweringConfigAttr(ir.Attribute.parse(config.compilation_info).lowering_config)
+        fields = {n.name: n.attr for n in lowering.attributes}
+        padding = [ir.IntegerAttr(v).value for v in ir.ArrayAttr(fields["padding"])] if "padding" in fields else []
+        mma_k = int(str(lowering.mma_kind).split("x")[-1].split("_")[0])  # ..._16x8x16_F16 -> 16
+        workgroup, reduction = list(lowering.workgroup_tile_sizes), list(lowering.reduction_tile_sizes)
+    return padding, [workgroup[0], workgroup[1], reduction[2] * mma_k]
+
+
+def test_unaligned_tiles_are_padded_to_whole_tiles_and_aligned_ones_are_not(gpu_dispatch, ctx):
+    padding, tiles = _padding(replace(gpu_dispatch, loop_bounds=(1000, 3000, 2000)), ctx)  # 1000: no multiple of 16
+    assert padding == tiles and all(t > 0 for t in tiles)
+    assert _padding(gpu_dispatch, ctx)[0] == []  # the aligned sample: no padding
 
 
 def test_candidates_compile_for_sm80_and_carry_their_config(cuda, gpu_dispatch, ctx, tmp_path):

@@ -60,9 +60,10 @@ def test_within_noise_of_best():
     assert [r.candidate_id for r in ranking.within_noise_of_best()] == [2]
 
 
-def test_rank_of_nothing():
+def test_nothing_ranked_keeps_the_default_and_says_so():
     ranking = rank([])
-    assert ranking.best is None and ranking.verdict
+    assert ranking.best is None and ranking.baseline is None and ranking.ranked == () and ranking.failed == ()
+    assert ranking.verdict == "no candidate ran successfully: keeping the compiler's default"
 
 
 def test_store_keeps_the_latest_per_key_and_version(tmp_path):
