@@ -34,11 +34,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tuner.device_identity import cpu_identity  # noqa: E402
-from tuner.runner import RunSettings, benchmark  # noqa: E402
+from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
+from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
-from tuner.workload import TensorSpec, Workload  # noqa: E402
+from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
 
 # (name, M, N, K)
 SHAPES = [

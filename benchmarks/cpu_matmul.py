@@ -22,8 +22,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner import api  # noqa: E402
-from tuner.compile_stage import EvalSettings  # noqa: E402
-from tuner.runner import RunSettings, benchmark  # noqa: E402
+from tuner.build.compile import EvalSettings  # noqa: E402
+from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 

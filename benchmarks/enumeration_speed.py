@@ -22,7 +22,7 @@ from iree.compiler import ir  # noqa: E402
 from constraints import enumerate_solutions  # noqa: E402
 from constraints.fast_enumerate import enumerate_space  # noqa: E402
 from pipelines import pipeline_for  # noqa: E402
-from tuner.discovery import discover  # noqa: E402
+from tuner.discovery.program import discover  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 
 CASES = [("matmul_4096x4096x4096_f16f16f32.mlir", "cuda:sm_80", None),

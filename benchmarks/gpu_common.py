@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def benchmark_stage(work: Path, repetitions: int):
     """`iree-tuner benchmark WORK` (the CLI's own code); (results.json, manifest, seconds) or None."""
-    from tuner.manifest import Manifest
+    from tuner.build.manifest import Manifest
 
     t0 = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "tuner.cli", "benchmark", str(work), "--repetitions", str(repetitions)],
@@ -59,7 +59,7 @@ def default_tuned_torch(data: dict, manifest, work: Path, torch_fn: Callable[[],
     """Median ms of the baseline's and the winner's dispatch alone (as the tuner times them) and
     of `torch_fn`, over rotating interleaved rounds: whatever runs first after a pause can see
     lower clocks, so no one always goes first."""
-    from tuner.runner import RunSettings, benchmark
+    from tuner.evaluation.runner import RunSettings, benchmark
 
     built = {b.result.candidate_id: b for b in manifest.built}
     chosen = {"default": next(b for b in manifest.built if b.result.is_baseline), "tuned": built[chosen_id(data)]}

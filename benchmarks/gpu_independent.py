@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def compile_step(args: argparse.Namespace) -> None:
-    from tuner.manifest import Manifest
+    from tuner.build.manifest import Manifest
     from tuner.targets import parse_target
     from tuner.tools import find_tool, run_tool
 
@@ -66,8 +66,8 @@ def torch_matmul(inputs: tuple[Path, ...]):
 
 def measure_step(args: argparse.Namespace) -> None:
     from benchmarks.gpu_common import time_cuda
-    from tuner.runner import RunSettings, benchmark
-    from tuner.workload import Workload
+    from tuner.evaluation.runner import RunSettings, benchmark
+    from tuner.discovery.workload import Workload
 
     plan = json.loads((args.dir / "plan.json").read_text())
     workload = Workload.from_json(plan["workload"])

@@ -17,8 +17,8 @@ sys.path.insert(0, str(ROOT))
 from iree.compiler import ir  # noqa: E402
 
 from pipelines import pipeline_for  # noqa: E402
-from tuner.candidates import generate_candidates  # noqa: E402
-from tuner.discovery import discover  # noqa: E402
+from tuner.specs.candidates import generate_candidates  # noqa: E402
+from tuner.discovery.program import discover  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 
 # (kind, CPU sample, GPU sample): f32 on the CPU, f16 with f32 accumulation on GPUs.

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from tuner.runner import RunSettings, Timing
+from tuner.evaluation.runner import RunSettings, Timing
 from tuner.settings import EvalSettings
 from tuner.stages import DispatchStage, MergeStage, ModelState, StageEnv, tune_model
 from tuner.tools import find_tool
-from tuner.workload import input_flag
+from tuner.discovery.workload import input_flag
 
 
 @dataclass

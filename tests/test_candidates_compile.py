@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from pipelines import pipeline_for
-from tuner.candidates import generate_candidates
-from tuner.discovery import discover
-from tuner.compile_stage import EvalSettings, compile_all
+from tuner.specs.candidates import generate_candidates
+from tuner.discovery.program import discover
+from tuner.build.compile import EvalSettings, compile_all
 from tuner.results import Status
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES

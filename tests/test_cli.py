@@ -75,8 +75,8 @@ def test_report_redraws_table_and_plot(tmp_path):
 
 def _knobs_of_two_candidates(path, ctx, cpu):
     from pipelines import pipeline_for
-    from tuner.candidates import generate_candidates
-    from tuner.discovery import discover
+    from tuner.specs.candidates import generate_candidates
+    from tuner.discovery.program import discover
 
     [dispatch] = discover(path, cpu, ctx)
     return [dict(c.config.knobs) for c in generate_candidates(dispatch, pipeline_for(dispatch), 2, ctx)[1:]]
@@ -122,7 +122,7 @@ def test_benchmark_rejects_bad_configs(tmp_path, small_matmul, ctx, cpu):
 
 
 def test_candidates_lists_knobs_and_specs_without_compiling_them(tmp_path, small_matmul):
-    from tuner.configs_file import read_configs
+    from tuner.input.configs_file import read_configs
 
     out = tmp_path / "cands"
     result = run_cli("candidates", str(small_matmul), "--num-candidates", "3", "--output", str(out), "--specs")

@@ -3,7 +3,7 @@ rule, drift beyond the baseline's own noise, and the nearest baseline timing."""
 
 import pytest
 
-from tuner.comparison import BaselineTiming, find_drifts, nearest_baseline, paired
+from tuner.evaluation.comparison import BaselineTiming, find_drifts, nearest_baseline, paired
 
 
 def test_paired_ratios_are_per_round_and_skip_failed_rounds():
@@ -23,7 +23,7 @@ def test_paired_ratios_are_per_round_and_skip_failed_rounds():
     ((), False),
 ])
 def test_a_winner_is_faster_in_three_rounds_of_four(ratios, wins):
-    from tuner.comparison import Paired
+    from tuner.evaluation.comparison import Paired
 
     assert Paired(ratios).beats_baseline is wins
 
@@ -50,7 +50,7 @@ def test_nearest_baseline_is_on_the_same_device():
 
 
 def test_a_candidate_is_compared_with_the_baseline_timings_that_bracket_it():
-    from tuner.comparison import bracketing
+    from tuner.evaluation.comparison import bracketing
 
     # The load rose steadily from 10 to 40 ms of baseline while the candidate ran: the reference
     # is their geometric mean, 20 ms, and a 10 ms candidate is 2x.
@@ -59,7 +59,7 @@ def test_a_candidate_is_compared_with_the_baseline_timings_that_bracket_it():
 
 
 def test_a_load_change_between_the_first_pass_and_the_rounds_is_reported():
-    from tuner.comparison import load_change
+    from tuner.evaluation.comparison import load_change
 
     calm = [BaselineTiming("d", i, ms, 1.0) for i, ms in enumerate([10.0, 10.4, 9.8, 10.1, 25.0, 26.0, 24.0, 25.5])]
     # The quieter part of the first pass (lower quartile of its timings: 10.0 ms) against the

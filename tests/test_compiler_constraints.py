@@ -14,8 +14,8 @@ from conftest import assert_one_error_line, run_cli
 from constraints.fast_enumerate import enumerate_space
 from pipelines import pipeline_for
 from tuner.api import read_program
-from tuner.compiler_constraints import emitted_problems, problem_for
-from tuner.crosscheck import NATIVE_ONLY, compiler_assignment
+from tuner.problem.compiler import emitted_problems, problem_for
+from tuner.problem.crosscheck import NATIVE_ONLY, compiler_assignment
 from tuner.targets import parse_target
 from tuner.tools import find_tool, run_tool
 

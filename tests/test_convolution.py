@@ -7,10 +7,10 @@ from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from pipelines import Config, DispatchKind, pipeline_for
-from tuner.candidates import generate_candidates
-from tuner.compile_stage import EvalSettings, compile_all
-from tuner.discovery import discover, read_configured
-from tuner.spec import TRANSFORM_MAIN, build_spec
+from tuner.specs.candidates import generate_candidates
+from tuner.build.compile import EvalSettings, compile_all
+from tuner.discovery.program import discover, read_configured
+from tuner.specs.transform import TRANSFORM_MAIN, build_spec
 from tuner.targets import parse_target
 from tuner.tools import find_tool, run_tool
 from tests.conftest import SAMPLES

@@ -4,7 +4,7 @@
 import pytest
 
 from tuner.api import select_dispatch
-from tuner.discovery import discover, discover_program, parse_input
+from tuner.discovery.program import discover, discover_program, parse_input
 from tuner.errors import InputError
 from tests.conftest import SAMPLES
 

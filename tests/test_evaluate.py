@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tuner.measure as measure_mod
+import tuner.evaluation.measure as measure_mod
 from pipelines import pipeline_for
 from tuner import api
-from tuner.benchmark_stage import benchmark_dir
-from tuner.candidates import Candidate, generate_candidates
-from tuner.discovery import discover_program, read_configured
+from tuner.evaluation.benchmark_stage import benchmark_dir
+from tuner.specs.candidates import Candidate, generate_candidates
+from tuner.discovery.program import discover_program, read_configured
 from tuner.errors import ToolError
-from tuner.compile_stage import EvalSettings, compile_to_manifest
+from tuner.build.compile import EvalSettings, compile_to_manifest
 from tuner.results import Status
-from tuner.spec import build_spec
+from tuner.specs.transform import build_spec
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tuner.tools import find_tool, run_tool
@@ -178,12 +178,12 @@ def test_dispatch_only_timing_on_the_cpu(small_matmul, tmp_path, ctx, cpu):
     compile_to_manifest(candidates, small_matmul, dispatch_only, workload, tmp_path, ctx, _store(tmp_path), FAST)
     results = benchmark_dir(tmp_path, (), FAST).results
     assert all(r.ok and r.median_ms > 0 for r in results), results
-    from tuner.manifest import Manifest
+    from tuner.build.manifest import Manifest
 
     built = Manifest.read(tmp_path).built
     assert all(b.dispatch_benchmark is not None for b in built)
     # A dispatch alone takes less than a whole call of the entry function.
-    from tuner.runner import RunSettings, benchmark
+    from tuner.evaluation.runner import RunSettings, benchmark
 
     settings = RunSettings("local-task", workload.entry, Manifest.read(tmp_path).inputs(tmp_path), 3, 0.05)
     whole, _ = benchmark(built[0].vmfb, settings)

@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from pipelines import pipeline_for
-from tuner.candidates import generate_candidates
-from tuner.discovery import discover_program
-from tuner.evaluator import Overlapped, Sequential
-from tuner.strategies import make_evaluator
+from tuner.specs.candidates import generate_candidates
+from tuner.discovery.program import discover_program
+from tuner.evaluation.evaluator import Overlapped, Sequential
+from tuner.evaluation.strategies import make_evaluator
 from tuner.errors import InputError
 from tuner.ranking import rank
 from tuner.results import Status
@@ -206,7 +206,7 @@ def test_results_measured_before_a_kill_compete_and_the_fastest_wins_the_rerun(s
 
 
 def test_a_compile_that_hangs_using_no_cpu_is_retried_once_and_said(small_matmul, tmp_path, ctx, cpu, faulty_tools):
-    from tuner.compile_stage import compile_candidate, verify_build
+    from tuner.build.compile import compile_candidate, verify_build
 
     candidates, _ = _batch(small_matmul, ctx, cpu, 1)
     faulty_tools("iree-compile", "candidates/0001", "hang")  # sleeps: a deadlock uses no CPU either

@@ -9,7 +9,7 @@ from iree.compiler import ir
 from constraints import enumerate_solutions
 from constraints.fast_enumerate import enumerate_space
 from pipelines import pipeline_for
-from tuner.discovery import discover
+from tuner.discovery.program import discover
 from tuner.targets import parse_target
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dispatches"

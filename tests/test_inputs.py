@@ -12,7 +12,7 @@ from iree.compiler import ir
 
 from tests.conftest import assert_one_error_line, run_cli
 from tuner import api
-from tuner.discovery import read_configured
+from tuner.discovery.program import read_configured
 from tuner.settings import EvalSettings
 from tuner.targets import cuda, parse_target
 from tuner.tools import find_tool
@@ -165,7 +165,7 @@ def test_dispatches_lists_every_dispatch_of_a_model(tmp_path, monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
     from iree.compiler import ir
 
-    from tuner.discovery import configure
+    from tuner.discovery.program import configure
     from tuner.targets import parse_target
 
     path = tmp_path / "model.mlir"

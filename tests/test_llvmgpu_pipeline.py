@@ -12,11 +12,11 @@ from constraints import enumerate_solutions
 from pipelines import pipeline_for
 from pipelines.llvmgpu_common import compatible_intrinsics
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
-from tuner.candidates import generate_candidates
-from tuner.discovery import discover
+from tuner.specs.candidates import generate_candidates
+from tuner.discovery.program import discover
 from tuner.errors import TargetError
-from tuner.compile_stage import EvalSettings, compile_all
-from tuner.spec import TRANSFORM_MAIN
+from tuner.build.compile import EvalSettings, compile_all
+from tuner.specs.transform import TRANSFORM_MAIN
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES, rebuild_from_spec
 

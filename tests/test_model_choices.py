@@ -16,13 +16,13 @@ from iree.compiler import ir
 
 from pipelines import DispatchKind, pipeline_for
 from tests.conftest import onnx_examples
-from tuner.candidates import generate_candidates
-from tuner.compile_stage import compile_all
-from tuner.discovery import discover_program
-from tuner.inputs import program_source
+from tuner.specs.candidates import generate_candidates
+from tuner.build.compile import compile_all
+from tuner.discovery.program import discover_program
+from tuner.input.models import program_source
 from tuner.rewrite import RAISE_ATTENTION, rewrite_program
 from tuner.rewrite.attention import find_attention, raise_attention
-from tuner.runner import RunSettings, Timing, relative_error, run_once
+from tuner.evaluation.runner import RunSettings, Timing, relative_error, run_once
 from tuner.settings import EvalSettings
 from tuner.stages import tune_model
 from tuner.stages.flags import FLAG_DECISION, FlagStage
@@ -284,7 +284,7 @@ def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
 
     from rich.console import Console
 
-    from tuner.report import render_model
+    from tuner.report.outputs import render_model
 
     fusion = "--iree-dispatch-creation-enable-aggressive-fusion"
     data = {"flags": [fusion], "rewrites": ["raise-attention"], "dispatches": [], "verdict": "v",

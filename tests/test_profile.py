@@ -5,10 +5,10 @@ times that add up to the time its command buffers executed."""
 import pytest
 
 from tests.conftest import onnx_examples
-from tuner.discovery import discover_program
-from tuner.inputs import program_source
-from tuner.profile import profile
-from tuner.profile_timing import DispatchTime, implausible
+from tuner.discovery.program import discover_program
+from tuner.input.models import program_source
+from tuner.profiling.profile import profile
+from tuner.profiling.timing import DispatchTime, implausible
 from tuner.targets import parse_target
 
 

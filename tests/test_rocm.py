@@ -5,9 +5,9 @@ import pytest
 
 from pipelines import pipeline_for
 from pipelines.llvmgpu_common import compatible_intrinsics
-from tuner.candidates import generate_candidates
-from tuner.compile_stage import EvalSettings, compile_all
-from tuner.discovery import discover
+from tuner.specs.candidates import generate_candidates
+from tuner.build.compile import EvalSettings, compile_all
+from tuner.discovery.program import discover
 from tuner.errors import TargetError
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES

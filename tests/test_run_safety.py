@@ -185,8 +185,8 @@ def test_malformed_manifest_values_are_one_error_line(tmp_path):
 
 def test_huge_knob_values_in_configs_are_one_error_line(tmp_path, small_matmul, ctx, cpu):
     from pipelines import pipeline_for
-    from tuner.candidates import generate_candidates
-    from tuner.discovery import discover
+    from tuner.specs.candidates import generate_candidates
+    from tuner.discovery.program import discover
 
     [dispatch] = discover(small_matmul, cpu, ctx)
     knobs = dict(generate_candidates(dispatch, pipeline_for(dispatch), 1, ctx)[1].config.knobs)
@@ -229,9 +229,9 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
     from dataclasses import replace
 
     from pipelines import pipeline_for
-    from tuner.candidates import generate_candidates
-    from tuner.discovery import discover_program
-    from tuner.evaluator import Sequential
+    from tuner.specs.candidates import generate_candidates
+    from tuner.discovery.program import discover_program
+    from tuner.evaluation.evaluator import Sequential
     from tuner.results import Status
     from tuner.settings import EvalSettings
     from tuner.store import ResultStore
@@ -264,8 +264,8 @@ def test_a_manifest_of_another_input_than_the_directorys_run_is_refused(tmp_path
 
 def test_enumeration_reports_its_progress_and_where_it_ended(tmp_path, ctx, cpu):
     from pipelines import pipeline_for
-    from tuner.candidates import generate_candidates
-    from tuner.discovery import discover
+    from tuner.specs.candidates import generate_candidates
+    from tuner.discovery.program import discover
 
     [dispatch] = discover(write_matmul(tmp_path / "tiny.mlir", 4, 4, 4), cpu, ctx)
     seen = []
@@ -277,7 +277,7 @@ def test_enumeration_reports_its_progress_and_where_it_ended(tmp_path, ctx, cpu)
 
 
 def test_a_time_taken_on_another_device_is_not_reused(small_matmul, tmp_path, timed_tools, monkeypatch):
-    import tuner.measure
+    import tuner.evaluation.measure
     from tuner import api
     from tuner.settings import EvalSettings
 
@@ -289,7 +289,7 @@ def test_a_time_taken_on_another_device_is_not_reused(small_matmul, tmp_path, ti
     assert again.stats.reused == 2  # same device: reused
     # The same target on another machine's CPU: nothing timed here may stand for it.
     other = lambda device: "cpu: Some Other CPU avx2, 64 cores"  # noqa: E731
-    monkeypatch.setattr(tuner.measure, "device_identity", other)  # what LocalRunner asks
+    monkeypatch.setattr(tuner.evaluation.measure, "device_identity", other)  # what LocalRunner asks
     third = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
     assert third.stats.reused == 0 and third.stats.candidates == 3
     assert {r.device_id for r in third.results} == {"cpu: Some Other CPU avx2, 64 cores"}

@@ -10,10 +10,10 @@ from iree.compiler import ir
 from constraints.fast_enumerate import enumerate_space
 from pipelines import DispatchKind
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse, split_factors
-from tuner.candidates import candidate_for
-from tuner.compile_stage import BENCH_CONFIGS, EvalSettings, compile_all
-from tuner.discovery import discover, read_configured
-from tuner.dispatch_benchmark import COMBINED_FUNCTION, check_split
+from tuner.specs.candidates import candidate_for
+from tuner.build.compile import BENCH_CONFIGS, EvalSettings, compile_all
+from tuner.discovery.program import discover, read_configured
+from tuner.build.dispatch_benchmark import COMBINED_FUNCTION, check_split
 from tuner.results import Status
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES
@@ -135,8 +135,8 @@ module attributes {transform.with_named_sequence} {
 def test_the_combined_module_of_two_dispatches_runs_both(cpu, tmp_path):
     """The module that times a split op is built from two dumped dispatch benchmarks; it must run
     (each keeps its own buffer initializer) and call both. On the CPU, where this can run here."""
-    from tuner.dispatch_benchmark import combine
-    from tuner.runner import DispatchBenchmark, RunSettings, benchmark
+    from tuner.build.dispatch_benchmark import combine
+    from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark
     from tuner.tools import find_tool, run_tool
 
     path = _large_k(tmp_path / "mm.mlir", 16, 32, 2048)
@@ -162,7 +162,7 @@ def test_split_configs_are_outside_the_compilers_space(cuda, large_k, ctx):
     """IREE's emitted constraints describe the op unsplit: `--constraints both` keeps no split
     config, and a failing split candidate is explained by that, not by an assertion."""
     from pipelines.base import NotInCompilerKnobs
-    from tuner.constraint_sources import with_constraints
+    from tuner.problem.sources import with_constraints
 
     path, d = large_k
     configs = list(enumerate_space(PIPE.build_problem(d)))
@@ -177,7 +177,7 @@ def test_split_configs_are_outside_the_compilers_space(cuda, large_k, ctx):
 
 def test_a_merged_spec_carries_split_and_plain_configs_and_only_as_a_preprocessing_spec(large_k, ctx):
     """tune-model merges every dispatch's config into one spec: a split-K one beside a plain one."""
-    from tuner.spec import KERNEL_CONFIG, TRANSFORM_MAIN, build_spec
+    from tuner.specs.transform import KERNEL_CONFIG, TRANSFORM_MAIN, build_spec
 
     _, d = large_k
     configs = list(enumerate_space(PIPE.build_problem(d)))

@@ -17,8 +17,8 @@ TRUSTED = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=4, confirm
 
 def _candidates(path, ctx, cpu, n):
     from pipelines import pipeline_for
-    from tuner.candidates import generate_candidates
-    from tuner.discovery import discover
+    from tuner.specs.candidates import generate_candidates
+    from tuner.discovery.program import discover
 
     [dispatch] = discover(path, cpu, ctx)
     return generate_candidates(dispatch, pipeline_for(dispatch), n, ctx)

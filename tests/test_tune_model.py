@@ -19,9 +19,9 @@ from iree.compiler import ir
 
 from pipelines import check_config, pipeline_for
 from tests.conftest import run_cli
-from tuner.candidates import generate_candidates
-from tuner.discovery import read_configured
-from tuner.runner import Timing
+from tuner.specs.candidates import generate_candidates
+from tuner.discovery.program import read_configured
+from tuner.evaluation.runner import Timing
 from tuner.settings import EvalSettings
 from tuner.stages import DispatchOutcome, DispatchStage, MergeStage, ModelState, SpecPart, StageEnv, tune_model
 from tuner.tools import find_tool

@@ -13,30 +13,30 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline, pipeline_for
-from tuner.benchmark_stage import STORE
-from tuner.candidates import Candidate, baseline, candidates_from_knobs, generate_candidates
+from tuner.evaluation.benchmark_stage import STORE
+from tuner.specs.candidates import Candidate, baseline, candidates_from_knobs, generate_candidates
 from tuner.settings import SearchSettings
 from tuner.search import Budget, run_search
 from tuner.search.live import LiveBatches, SearchPlan, plan_search
-from tuner.compile_stage import EvalSettings, Progress, candidate_flags, compile_to_manifest
-from tuner.discovery import Program, discover_program, parse_input
+from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
+from tuner.discovery.program import Program, discover_program, parse_input
 from tuner.errors import InputError, OutputError
-from tuner.evaluator import Evaluation
-from tuner.strategies import make_evaluator
-from tuner.inputs import program_source
-from tuner.manifest import MANIFEST, Manifest
+from tuner.evaluation.evaluator import Evaluation
+from tuner.evaluation.strategies import make_evaluator
+from tuner.input.models import program_source
+from tuner.build.manifest import MANIFEST, Manifest
 from tuner.ranking import Ranking, rank
-from tuner.report import write_outputs
-from tuner.profile import Profile, profile
+from tuner.report.outputs import write_outputs
+from tuner.profiling.profile import Profile, profile
 from tuner.results import EvaluationStats, Result
 from tuner.run_dir import RunDirectory, run_identity
 from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
 from tuner.versions import compiler_version, runtime_version
-from tuner.workload import Workload
+from tuner.discovery.workload import Workload
 
 if TYPE_CHECKING:
-    from tuner.crosscheck import CrossCheck
+    from tuner.problem.crosscheck import CrossCheck
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                     progress: Optional[Progress] = None) -> DispatchList:
     """Every dispatch of the program under `target`: the tunable ones largest first (by FLOPs per
     call of their entry, or by measured time with a profile), then the others with why none of
-    this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profile
+    this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profiling.profile
     says how) and each entry function whole on the target's device; the work goes there."""
     input_path, target, workdir, ctx, program = read_program(input_path, target, profile_dir)
     measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
@@ -297,7 +297,7 @@ PROFILE = "profile"
 def _pick_by_time(session: Session, pipeline_name: Optional[str], compile_only: bool, settings: EvalSettings,
                   progress: Optional[Progress]) -> tuple[Session, str]:
     """With several tunable dispatches, the one with the largest measured share of its entry's
-    time (tuner.profile, in DIR/profile); with no device at hand (compile-only), the largest by
+    time (tuner.profiling.profile, in DIR/profile); with no device at hand (compile-only), the largest by
     FLOPs. Returns the session for the chosen dispatch and how it was chosen."""
     tunable = [d for d in session.program.dispatches if pipeline_for(d, pipeline_name) is not None]
     if len(tunable) < 2:
@@ -336,7 +336,7 @@ def _store(session: Session, store_path: Optional[Path | str]) -> ResultStore:
 
 def _with_constraints(session: Session, source: str, budget: int) -> Session:
     """The session with its pipeline reading its valid configs from `source` (--constraints)."""
-    from tuner.constraint_sources import with_constraints
+    from tuner.problem.sources import with_constraints
 
     return replace(session, pipeline=with_constraints(source, session.pipeline, session.dispatch, session.input_path,
                                                       session.target, session.ctx, session.dispatch.flags, budget))
@@ -454,7 +454,7 @@ def evaluate(session: Session, candidates: list[Candidate], settings: EvalSettin
     """Compile and measure the candidates with the chosen evaluator, reusing and filling the
     result store, then write best_spec.mlir, best_flags.txt and results.json. With
     `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
-    `strategy` names an evaluator (tuner.strategies.STRATEGIES) or is "auto": the target's own
+    `strategy` names an evaluator (tuner.evaluation.strategies.STRATEGIES) or is "auto": the target's own
     default."""
     output_dir, target = session.output_dir, session.target
     meta = {**_meta(session, given), **({"search": {**search_meta, "done": search_done}} if search_meta else {})}
@@ -502,9 +502,9 @@ def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
     constraints for the dispatch say of its config: the messages of the assertions it breaks
     (with their values), or that they admit it. Empty where the compiler emits no constraints
     for the pipeline or its configs cannot be put in the compiler's knobs."""
-    from tuner.compiler_constraints import emitted_problems, problem_for
+    from tuner.problem.compiler import emitted_problems, problem_for
     from pipelines.base import NotInCompilerKnobs
-    from tuner.crosscheck import compiler_assignment
+    from tuner.problem.crosscheck import compiler_assignment
     from tuner.results import Status
 
     failed = {r.candidate_id for r in results
@@ -539,12 +539,12 @@ def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: P
                      progress: Optional[Progress] = None) -> list[CrossCheck]:
     """For each tunable dispatch of the input (or the one named) and each pipeline of this tuner
     that takes it and whose constraints the compiler emits (or the one named): the native and
-    the compiler's space side by side (tuner.crosscheck). Examples of each difference are
+    the compiler's space side by side (tuner.problem.crosscheck). Examples of each difference are
     compiled in `output_dir`. A pipeline the compiler emits no constraints for (llvm-cpu) is a
     one-line error."""
     from pipelines import PIPELINES
-    from tuner.compiler_constraints import emitted_problems, problem_for
-    from tuner.crosscheck import crosscheck
+    from tuner.problem.compiler import emitted_problems, problem_for
+    from tuner.problem.crosscheck import crosscheck
 
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tuner.errors import InputError, OutputError, TunerError
-from tuner.report import make_console
+from tuner.report.outputs import make_console
 
 
 class Terminated(KeyboardInterrupt):
@@ -217,7 +217,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                store_path: Path | None) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
-    from tuner.report import render_model
+    from tuner.report.outputs import render_model
     from tuner.stages import tune_model as run
 
     console = make_console()
@@ -231,7 +231,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)
-    from tuner.report import rebuild_command
+    from tuner.report.outputs import rebuild_command
 
     console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json; rebuild with: "
                   f"{rebuild_command(output_dir, str(tuning.program_path), 'model_flags.txt')}")
@@ -282,7 +282,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             if input_files:
                 raise InputError(f"{path} is a compiled directory: its inputs are the ones it was compiled with "
                                  f"(give --input to `tune --compile-only`)")
-            from tuner.benchmark_stage import benchmark_dir
+            from tuner.evaluation.benchmark_stage import benchmark_dir
 
             with _progress(console) as on_progress:
                 measured = benchmark_dir(path, devices, settings, on_progress, store_path, strategy)
@@ -294,7 +294,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             raise InputError(f"{path}: give --configs FILE to evaluate configs for an input file "
                                "(or a directory from `iree-tuner tune --compile-only`)")
         from tuner import api
-        from tuner.configs_file import read_configs
+        from tuner.input.configs_file import read_configs
 
         configs = read_configs(configs_file)
         output_dir = output_dir or Path("benchmark-output")
@@ -473,9 +473,9 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
 def report(directory: Path, top: int) -> None:
     """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png
     (for a tune-model directory: its per-dispatch table and the model-level figure)."""
-    from tuner.plot import plot_ranking
+    from tuner.report.plot import plot_ranking
     from tuner.ranking import rank
-    from tuner.report import render_model, render_table
+    from tuner.report.outputs import render_model, render_table
     from tuner.results import Result
 
     console = make_console()
@@ -573,7 +573,7 @@ def _say_compiler_constraints(console: Console, says: dict) -> None:
 
 
 def _summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
-    from tuner.report import render_table, written_rebuild_command
+    from tuner.report.outputs import render_table, written_rebuild_command
 
     render_table(ranking, results, console)
     if stats is not None:

@@ -1,13 +1,13 @@
 """Ranking: a pure function of the results. A winner is named only among candidates timed side
 by side with the baseline in this run's interleaved rounds, and only if it beat the baseline
-beyond the noise (tuner.comparison.Paired.beats_baseline); otherwise the default stays."""
+beyond the noise (tuner.evaluation.comparison.Paired.beats_baseline); otherwise the default stays."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from tuner.comparison import WIN_SHARE
+from tuner.evaluation.comparison import WIN_SHARE
 from tuner.results import Result
 
 

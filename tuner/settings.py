@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from tuner.runner import RunSettings
-from tuner.workload import Workload
+from tuner.evaluation.runner import RunSettings
+from tuner.discovery.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -20,11 +20,11 @@ class EvalSettings:
     run_timeout_s: float = 120.0
     # The first pass times the baseline again after every `baseline_every` candidates on each
     # device: each candidate is normalised by the baseline timing nearest to it, and a drift
-    # between two of them is seen (tuner.comparison).
+    # between two of them is seen (tuner.evaluation.comparison).
     baseline_every: int = 5
     # A winner is named only among the baseline and the `confirm_top` most promising candidates
     # timed side by side in `confirm_rounds` interleaved rounds: it must be faster than the
-    # baseline in three rounds of four (tuner.comparison.WIN_SHARE).
+    # baseline in three rounds of four (tuner.evaluation.comparison.WIN_SHARE).
     confirm_top: int = 4
     confirm_rounds: int = 4
     # Compare each candidate's output with the baseline's. Off where another stage checks the
@@ -62,7 +62,7 @@ class SearchSettings:
     seed: int = 0
     batch_size: int = 8
     seeds_file: Optional[Path] = None
-    # Where the valid configs come from (tuner.constraint_sources): "native", "compiler", "both".
+    # Where the valid configs come from (tuner.problem.sources): "native", "compiler", "both".
     constraints: str = "native"
     # Learning across runs: a model search also learns from the store's measurements of other
     # dispatches of the same pipeline on the same device (tuner.search.prior), where it has some.

@@ -2,7 +2,7 @@
 
 A result is keyed by what it depends on: the candidate's key (a digest of the dispatch, the input
 it came from, the target, the config and its flags), the compiler and runtime versions, the
-identity of the device that timed it and what was timed (tuner.device_identity); a build failure
+identity of the device that timed it and what was timed (tuner.evaluation.device_identity); a build failure
 holds on every device and is stored with neither. Each write is its own committed transaction
 in WAL mode, so a run killed at any moment (kill -9 included) loses nothing it had written, and
 several runs may share one store at once: SQLite serializes their writes (a writer waits up to `BUSY_TIMEOUT_S` for another's). WAL needs a local

@@ -24,7 +24,7 @@ class Target:
     # allocation (4096^3 f16 on the H100: 1.24 ms per call, 0.95 ms of kernel). Not on the
     # CPU, where data tiling adds dispatches that a dispatch-only time would leave out.
     time_dispatch_only: bool = False
-    # How to schedule compiles against timing when the user does not say (see tuner.evaluator).
+    # How to schedule compiles against timing when the user does not say (see tuner.evaluation.evaluator).
     # The CPU times on the cores the compiles run on: overlapping them cost the 2-core machine
     # its right winner (BENCHMARKS.md), so the CPU evaluates one candidate at a time.
     default_strategy: str = "overlapped"

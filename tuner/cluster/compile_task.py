@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from tuner.candidates import Candidate
+from tuner.specs.candidates import Candidate
 from tuner.cluster.worker import FileRef, compile_cores
-from tuner.measure import Built
+from tuner.evaluation.measure import Built
 from tuner.targets import Target
 
 _root: Optional[Path] = None
@@ -61,7 +61,7 @@ def compile_on_node(c: Candidate, program: FileRef, target: Target, timeout_s: f
     global _ctx
     from iree.compiler import ir
 
-    from tuner.compile_stage import compile_candidate, verify_build
+    from tuner.build.compile import compile_candidate, verify_build
 
     if pin_cores is not None:
         os.sched_setaffinity(0, compile_cores(pin_cores))

@@ -5,7 +5,7 @@ The driver keeps everything that decides a figure (the Measurer: numerics agains
 the baseline's timeline per device, re-timing, the confirmation rounds; the ranking; the store),
 so a cluster run gives the same statuses and winner as a local one. The workers only run what
 they are sent (`RayRunner`). A worker that dies is a lost device: what it held is measured by the
-others (tuner.devices.DevicePool); a compile task whose worker dies is retried by Ray.
+others (tuner.evaluation.devices.DevicePool); a compile task whose worker dies is retried by Ray.
 The workers and RayRunner live in tuner.cluster.workers (runtime-only).
 """
 
@@ -18,18 +18,18 @@ from typing import Optional, Sequence, cast
 
 from iree.compiler import ir
 
-from tuner.candidates import Candidate
+from tuner.specs.candidates import Candidate
 from tuner.cluster.compile_task import RemoteBuild, compile_on_node, localize
 from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots
 from tuner.cluster.workers import RayRunner, cluster_devices
-from tuner.compile_stage import built_candidate, candidate_flags
-from tuner.evaluator import Overlapped
-from tuner.measure import Built, Measurer, Progress, Recorder
+from tuner.build.compile import built_candidate, candidate_flags
+from tuner.evaluation.evaluator import Overlapped
+from tuner.evaluation.measure import Built, Measurer, Progress, Recorder
 from tuner.results import Status
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
-from tuner.workload import Workload
+from tuner.discovery.workload import Workload
 
 
 class RayEvaluator(Overlapped):

@@ -14,8 +14,8 @@ import numpy as np
 from tuner.cluster.connect import before_shutdown, connect
 from tuner.cluster.worker import BenchmarkWorker, FileRef
 from tuner.errors import InputError
-from tuner.measure import Built, DeviceLost
-from tuner.runner import RunSettings, Timing
+from tuner.evaluation.measure import Built, DeviceLost
+from tuner.evaluation.runner import RunSettings, Timing
 from tuner.tools import ToolRun
 
 # Workers started in this process, by (device, cores): every evaluator of the run shares them
@@ -25,7 +25,7 @@ _workers_lock = threading.Lock()
 
 
 class RayRunner:
-    """The Measurer's way to the cluster's benchmark workers (tuner.measure.ModuleRunner). A
+    """The Measurer's way to the cluster's benchmark workers (tuner.evaluation.measure.ModuleRunner). A
     device is a worker's label; a module or input file is sent to a worker once, from the object
     store (where a compile task left it, or where this driver put a file it holds)."""
 

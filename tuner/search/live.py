@@ -13,8 +13,8 @@ from iree.compiler import ir
 from constraints import enumerate_solutions
 from constraints.fast_enumerate import Unsupported, compile_check, enumerate_space
 from pipelines import Dispatch, Pipeline
-from tuner.candidates import Candidate, candidate_for, default_identity
-from tuner.evaluator import Evaluation
+from tuner.specs.candidates import Candidate, candidate_for, default_identity
+from tuner.evaluation.evaluator import Evaluation
 from tuner.results import Result, Status
 from tuner.search import Outcome, Proposal, SearchSpace, knob_features
 from tuner.search.heuristics import SeedContext

@@ -12,7 +12,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
-from tuner.candidates import Candidate, baseline
+from tuner.specs.candidates import Candidate, baseline
 from tuner.search.live import SearchPlan, add_candidates, outcomes
 from tuner.search.loop import Step
 from tuner.store import ResultStore

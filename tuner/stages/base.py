@@ -16,13 +16,13 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from iree.compiler import ir
 
-from tuner.discovery import Program
-from tuner.profile import Profile
+from tuner.discovery.program import Program
+from tuner.profiling.profile import Profile
 from tuner.settings import EvalSettings
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.variants import SpecPart
 from tuner.targets import Target
-from tuner.workload import Workload
+from tuner.discovery.workload import Workload
 
 Progress = Callable[[str, int, int], None]
 
@@ -114,7 +114,7 @@ class StageEnv:
     profile: Optional[Profile] = None  # the model's dispatch times under the default flags
     rounds: int = 4  # model-level interleaved rounds
     built: dict = field(default_factory=dict)  # variants built in this run, by what builds them
-    # How dispatch candidates are evaluated (tuner.evaluator): "auto", or "ray" to compile and time
+    # How dispatch candidates are evaluated (tuner.evaluation.evaluator): "auto", or "ray" to compile and time
     # them on a Ray cluster, every dispatch at once.
     strategy: str = "auto"
     _inputs: Optional[tuple[Path, ...]] = field(default=None, init=False, repr=False)

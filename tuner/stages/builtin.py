@@ -29,12 +29,12 @@ from tuner.search.rounds import next_round
 from tuner.settings import SearchSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
-from tuner.comparison import WIN_SHARE, Paired
-from tuner.discovery import discover_program
+from tuner.evaluation.comparison import WIN_SHARE, Paired
+from tuner.discovery.program import discover_program
 from tuner.errors import ToolError
-from tuner.strategies import CLUSTER
-from tuner.benchmark_stage import STORE
-from tuner.profile import profile
+from tuner.evaluation.strategies import CLUSTER
+from tuner.evaluation.benchmark_stage import STORE
+from tuner.profiling.profile import profile
 from tuner.ranking import rank
 from tuner.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
@@ -167,7 +167,7 @@ def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Targ
 def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,
               source: Optional[Path] = None):
     """The dispatch's pipeline, reading its valid configs from the search's constraint source."""
-    from tuner.constraint_sources import with_constraints
+    from tuner.problem.sources import with_constraints
 
     return with_constraints(search.constraints, pipeline_for(dispatch), dispatch, source or env.model, target, env.ctx,
                             dispatch.flags, search.budget)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from pipelines import pipeline_for
-from tuner.discovery import discover_program
+from tuner.discovery.program import discover_program
 from tuner.errors import ToolError
 from tuner.rewrite import REWRITES, Rewrite, rewrite_program
 from tuner.run_dir import write_file

@@ -11,11 +11,11 @@ from typing import Callable, Optional, Sequence
 
 from tuner.api import PROFILE, read_program
 from tuner.errors import InputError, OutputError
-from tuner.profile import profile
-from tuner.report import comment, rebuild_command, response_file
+from tuner.profiling.profile import profile
+from tuner.report.outputs import comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
 from tuner.settings import EvalSettings, SearchSettings
-from tuner.spec import build_spec
+from tuner.specs.transform import build_spec
 from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage, MergeStage
 from tuner.stages.flags import FlagStage
@@ -24,7 +24,7 @@ from tuner.stages.plan import PLAN, ModelPlan
 from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile
 from tuner.stages.variants import merged_spec
 from tuner.targets import Target, parse_target
-from tuner.workload import Workload
+from tuner.discovery.workload import Workload
 
 MODEL_SPEC = "model_spec.mlir"
 MODEL_FLAGS = "model_flags.txt"

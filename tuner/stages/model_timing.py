@@ -14,10 +14,10 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from tuner.comparison import Paired, bracketing
+from tuner.evaluation.comparison import Paired, bracketing
 from tuner.errors import ToolError
-from tuner.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
-from tuner.workload import Workload
+from tuner.evaluation.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
+from tuner.discovery.workload import Workload
 
 
 class ModelBenchmark(Protocol):

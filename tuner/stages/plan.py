@@ -4,9 +4,9 @@ figures in DIR for the next `tune-model --compile-only`. Runtime-only (numpy and
 tools), like `benchmark DIR` for one dispatch.
 
 Steps, in the order a model goes through them:
-- `profile`: the default program's dispatches and entry timed (tuner.profile_timing);
+- `profile`: the default program's dispatches and entry timed (tuner.profiling.timing);
 - `dispatches`: each chosen dispatch's compiled candidates, one manifest per directory, measured
-  as `benchmark DIR` measures one (tuner.benchmark_stage);
+  as `benchmark DIR` measures one (tuner.evaluation.benchmark_stage);
 - `merge`: the model with one more dispatch config against the model without it;
 - `validate`: the tuned model against the default.
 Each whole-model step times the builds it names in interleaved rounds (tuner.stages.model_timing)."""
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from tuner.benchmark_stage import STORE, benchmark_dir
+from tuner.evaluation.benchmark_stage import STORE, benchmark_dir
 from tuner.errors import InputError, OutputError
-from tuner.profile_timing import ProfileJob, time_profile
+from tuner.profiling.timing import ProfileJob, time_profile
 from tuner.run_dir import RunDirectory, write_file
 from tuner.settings import EvalSettings
 from tuner.stages.model_timing import compare
-from tuner.workload import Workload
+from tuner.discovery.workload import Workload
 
 PLAN = "model-plan.json"
 PROFILED = "profile/measured.json"

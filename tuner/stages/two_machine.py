@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 from tuner.api import Session, evaluate
-from tuner.profile import prepare_profile
-from tuner.profile_timing import Profile
+from tuner.profiling.profile import prepare_profile
+from tuner.profiling.timing import Profile
 from tuner.stages.base import ModelState, StageEnv
 from tuner.settings import SearchSettings
 from tuner.stages.builtin import (DISPATCHES, finished_tuning, tuning_outcome, by_share, dispatch_candidates, greedy_merge,

@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 from iree.compiler import ir
 
 from pipelines import Config, Dispatch, check_config
-from tuner.discovery import read_configured
-from tuner.spec import build_spec
+from tuner.discovery.program import read_configured
+from tuner.specs.transform import build_spec
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 

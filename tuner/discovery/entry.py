@@ -19,7 +19,7 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from tuner.workload import TensorSpec, Workload
+from tuner.discovery.workload import TensorSpec, Workload
 
 _DISPATCH = "stream.cmd.dispatch"
 _CALL = "util.call"

@@ -1,10 +1,10 @@
-"""The evaluation strategies by name (`--strategy`): tuner.evaluator's one-machine evaluators,
+"""The evaluation strategies by name (`--strategy`): tuner.evaluation.evaluator's one-machine evaluators,
 and "ray", tuner.cluster.evaluator's, imported only when asked for (Ray is optional)."""
 
 from __future__ import annotations
 
 from tuner.errors import InputError
-from tuner.evaluator import BaseEvaluator, Overlapped, Sequential
+from tuner.evaluation.evaluator import BaseEvaluator, Overlapped, Sequential
 
 STRATEGIES: dict[str, type[BaseEvaluator]] = {e.name: e for e in (Sequential, Overlapped)}
 CLUSTER = "ray"  # tuner.cluster.evaluator.RayEvaluator

@@ -21,8 +21,8 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from constraints.fast_enumerate import Unsupported, compile_check
 from pipelines import Config
-from tuner.discovery import enclosing_op, configure, pipeline_id
-from tuner.entry import walk_ops
+from tuner.discovery.program import enclosing_op, configure, pipeline_id
+from tuner.discovery.entry import walk_ops
 from tuner.errors import InputError
 from tuner.targets import Target
 

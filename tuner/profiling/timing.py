@@ -1,4 +1,4 @@
-"""Timing a program's dispatches and entry functions (the runtime half of tuner.profile): what
+"""Timing a program's dispatches and entry functions (the runtime half of tuner.profiling.profile): what
 to time is a `ProfileJob` (plain data, paths relative to a directory, so it can be written on the
 compile machine and timed where the device is), what comes back a `Profile`. Runtime-only."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from tuner.errors import ToolError
-from tuner.runner import DispatchBenchmark, RunSettings, benchmark
+from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark
 from tuner.tools import find_tool, run_tool
-from tuner.workload import input_flag
+from tuner.discovery.workload import input_flag
 
 IN_PROGRAM = "each dispatch inside the program, by the runtime's own profile"
 ALONE = "each dispatch alone, from IREE's dumped dispatch benchmarks"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tuner.run_dir import write_file
 from tuner.errors import InputError
-from tuner.measure import Built, inside
-from tuner.workload import Workload
+from tuner.evaluation.measure import Built, inside
+from tuner.discovery.workload import Workload
 
 MANIFEST = "manifest.json"
 VERSION = 1

@@ -22,13 +22,13 @@ from typing import Callable, Optional
 
 from iree.compiler import ir
 
-from tuner.dispatch_benchmark import benchmark_function
-from tuner.discovery import Program
+from tuner.build.dispatch_benchmark import benchmark_function
+from tuner.discovery.program import Program
 from tuner.errors import ToolError
-from tuner.profile_timing import DispatchTime, Profile, ProfileJob, time_profile
+from tuner.profiling.timing import DispatchTime, Profile, ProfileJob, time_profile
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
-from tuner.workload import Workload
+from tuner.discovery.workload import Workload
 
 __all__ = ["DispatchTime", "Profile", "ProfileJob", "prepare_profile", "profile", "time_profile"]
 

@@ -12,7 +12,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from pipelines import Config
-from tuner.entry import is_dispatch_benchmark_function
+from tuner.discovery.entry import is_dispatch_benchmark_function
 
 COMBINED_FUNCTION = "tuned_op_dispatches"
 _EXECUTABLE = re.compile(r"hal\.executable private @(\S+)_dispatch_(\d+) ")

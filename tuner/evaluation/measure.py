@@ -13,12 +13,12 @@ from typing import Callable, Optional, Protocol
 
 import numpy as np
 
-from tuner.comparison import (BaselineTiming, Drift, bracketing, find_drifts, load_change, nearest_baseline,
+from tuner.evaluation.comparison import (BaselineTiming, Drift, bracketing, find_drifts, load_change, nearest_baseline,
                                paired)
-from tuner.device_identity import device_identity, timing_identity
+from tuner.evaluation.device_identity import device_identity, timing_identity
 from tuner.errors import InputError, ToolError
 from tuner.results import EvaluationStats, Result, Status
-from tuner.runner import (DispatchBenchmark, RunSettings, Timing, benchmark, read_output, relative_error, run_once,
+from tuner.evaluation.runner import (DispatchBenchmark, RunSettings, Timing, benchmark, read_output, relative_error, run_once,
                           tolerance)
 from tuner.tools import ToolRun, kill_running_tools
 from tuner.settings import EvalSettings
@@ -98,10 +98,10 @@ class ModuleRunner(Protocol):
     (`LocalRunner`), or on a cluster's benchmark workers (tuner.cluster). May raise DeviceLost."""
 
     def identity(self, device: str) -> str:
-        """The device's identity (tuner.device_identity): part of every stored timing's key."""
+        """The device's identity (tuner.evaluation.device_identity): part of every stored timing's key."""
 
     def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
-        """What a time taken there is a time of (tuner.device_identity.timing_identity)."""
+        """What a time taken there is a time of (tuner.evaluation.device_identity.timing_identity)."""
 
     def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
         """One timing of `b` (its dispatch benchmark where it has one) under `settings`."""
@@ -156,7 +156,7 @@ class Measurer:
         return replace(self.run_settings, device=device)
 
     def identity(self, b: Built, device: str) -> dict:
-        """The conditions a timing of `b` on `device` is taken under (see tuner.device_identity)."""
+        """The conditions a timing of `b` on `device` is taken under (see tuner.evaluation.device_identity)."""
         bench = b.dispatch_benchmark
         return {"device": device, "device_id": self.runner.identity(device),
                 "timing": self.runner.timing_identity(device, bench is not None, bench.batch if bench else 0)}
@@ -337,7 +337,7 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     3. Each first-pass time is normalised by the baseline timing nearest to it on its device.
     4. The baseline and the most promising few (stored results in `reused` included: they are
        built again through `prepare`) are timed in interleaved rounds; each one's speedup is the
-       median of its per-round ratios to the baseline (see tuner.comparison).
+       median of its per-round ratios to the baseline (see tuner.evaluation.comparison).
 
     Results come back in candidate order, with where the time went and the drifts seen."""
     recorder = Recorder(store, todo, progress, log=measurer.log)

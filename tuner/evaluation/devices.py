@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Optional, Sequence, cast
 
 from tuner.errors import InputError, ToolError
-from tuner.measure import Built, DeviceLost, Measurer, Recorder
+from tuner.evaluation.measure import Built, DeviceLost, Measurer, Recorder
 from tuner.results import Result, Status
 from tuner.tools import ToolsStopped
 

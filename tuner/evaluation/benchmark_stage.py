@@ -8,16 +8,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-from tuner.devices import distinct_devices, measure_built
+from tuner.evaluation.devices import distinct_devices, measure_built
 from tuner.errors import InputError
-from tuner.manifest import MANIFEST, Manifest
-from tuner.measure import LOCAL, Measurer, ModuleRunner, Progress, measure_pass
+from tuner.build.manifest import MANIFEST, Manifest
+from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress, measure_pass
 from tuner.ranking import Ranking, rank
-from tuner.report import write_outputs
+from tuner.report.outputs import write_outputs
 from tuner.results import EvaluationStats, Result
 from tuner.run_dir import RunDirectory
 from tuner.settings import EvalSettings
-from tuner.runner import DISPATCH_BATCH
+from tuner.evaluation.runner import DISPATCH_BATCH
 from tuner.store import ResultStore
 from tuner.versions import runtime_version
 

@@ -14,7 +14,7 @@ from pipelines import Config, Dispatch, Pipeline
 from pipelines.base import KnobValue
 from tuner.errors import InputError
 from tuner.results import Result, Status
-from tuner.spec import KERNEL_CONFIG, build_spec
+from tuner.specs.transform import KERNEL_CONFIG, build_spec
 
 BASELINE_LABEL = "baseline"
 

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.tools import ToolRun, find_tool, run_tool
-from tuner.workload import RAW_TYPES, bf16_to_f32, input_flag
+from tuner.discovery.workload import RAW_TYPES, bf16_to_f32, input_flag
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from typing import Callable, Optional
 from iree.compiler import ir
 
 from pipelines import check_config
-from tuner.candidates import Candidate
-from tuner.discovery import TUNER_ATTRIBUTES_FLAG, read_configured
-from tuner.dispatch_benchmark import benchmark_function, benchmark_sources, check_split, combine
-from tuner.measure import Built, Progress
+from tuner.specs.candidates import Candidate
+from tuner.discovery.program import TUNER_ATTRIBUTES_FLAG, read_configured
+from tuner.build.dispatch_benchmark import benchmark_function, benchmark_sources, check_split, combine
+from tuner.evaluation.measure import Built, Progress
 from tuner.results import Result, Status
-from tuner.manifest import Manifest
-from tuner.workload import Workload
+from tuner.build.manifest import Manifest
+from tuner.discovery.workload import Workload
 from tuner.settings import EvalSettings
 from tuner.store import BUILD_FAILURES, ResultStore
 from tuner.targets import Target

@@ -13,10 +13,10 @@ from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
 from pipelines import ConfiguredDispatch, ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError
-from tuner.entry import entry_points
+from tuner.discovery.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
-from tuner.workload import Workload
+from tuner.discovery.workload import Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
 

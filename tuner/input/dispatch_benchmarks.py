@@ -17,8 +17,8 @@ from pathlib import Path
 from iree.compiler import ir
 from iree.compiler.dialects import iree_gpu
 
-from tuner.discovery import configure
-from tuner.entry import is_dispatch_benchmark_function
+from tuner.discovery.program import configure
+from tuner.discovery.entry import is_dispatch_benchmark_function
 from tuner.errors import InputError
 from tuner.targets import Target
 

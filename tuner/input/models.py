@@ -1,13 +1,13 @@
 """Model files as the user brings them, turned into the MLIR program iree-compile takes: MLIR
 (linalg or torch dialect) as it is, an ONNX model through IREE's own importer (`iree-import-onnx`,
 which needs the `onnx` package: `pip install -e '.[onnx]'`), an IREE dispatch benchmark file
-without the configs baked into it (tuner.benchmark_input)."""
+without the configs baked into it (tuner.input.dispatch_benchmarks)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.benchmark_input import unconfigured_copy
+from tuner.input.dispatch_benchmarks import unconfigured_copy
 from tuner.errors import InputError
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool

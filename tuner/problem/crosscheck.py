@@ -18,9 +18,9 @@ from iree.compiler import ir
 from constraints.fast_enumerate import enumerate_space
 from pipelines import Dispatch, MmaIntrinsic, Pipeline
 from pipelines.base import NotInCompilerKnobs
-from tuner.candidates import Candidate, spec_text, candidate_for
-from tuner.compile_stage import compile_candidate, verify_build
-from tuner.compiler_constraints import EmittedProblem, materialized_config
+from tuner.specs.candidates import Candidate, spec_text, candidate_for
+from tuner.build.compile import compile_candidate, verify_build
+from tuner.problem.compiler import EmittedProblem, materialized_config
 from tuner.targets import Target
 
 NATIVE_ONLY = "native only"  # the native constraints accept it, the compiler's reject it

@@ -1,7 +1,7 @@
 """Where a dispatch's valid configs come from (`--constraints`):
 
 - `native`: the pipeline's own problem (pipelines/), as before;
-- `compiler`: the problem IREE emits for the root op (tuner.compiler_constraints), solved with Z3,
+- `compiler`: the problem IREE emits for the root op (tuner.problem.compiler), solved with Z3,
   each solution turned into a compilation_info by the compiler's materializer. Its knobs are the
   compiler's (`wg_0`, `sg_0`, `red_2`, `mma_idx`, ...); it has no preferences, so `--search
   preference` takes its solutions in the solver's order;
@@ -20,7 +20,7 @@ from typing import Mapping
 from iree.compiler import ir
 
 from pipelines import Config, Dispatch, Pipeline
-from tuner.compiler_constraints import EmittedProblem, emitted_problems, materialized_config, problem_for
+from tuner.problem.compiler import EmittedProblem, emitted_problems, materialized_config, problem_for
 from tuner.errors import InputError
 from tuner.targets import Target
 
@@ -75,7 +75,7 @@ class BothSource:
         """Whether the compiler's constraints admit the config; one they cannot say (split-K)
         is outside the intersection."""
         from pipelines.base import NotInCompilerKnobs
-        from tuner.crosscheck import compiler_assignment
+        from tuner.problem.crosscheck import compiler_assignment
 
         try:
             mapped = compiler_assignment(self.base, dispatch, knobs, self.problem, self.problem.intrinsic_indices())

@@ -1,0 +1,1 @@
+"""Building candidates: compiling them, the dispatch benchmark modules GPUs time, and the manifest handed to the benchmark side."""

@@ -1,0 +1,1 @@
+"""Candidates and the transform-dialect tuning specs that apply them."""
