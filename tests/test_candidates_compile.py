@@ -34,6 +34,7 @@ UNSUPPORTED = [("attention_8x1024x1024x64_f16.mlir", "llvm-cpu"),
                ("conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir", "rocm:gfx942")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample,target_name,pipeline_name,count", SUPPORTED, ids=lambda v: str(v))
 def test_a_sample_of_candidates_compiles_and_carries_its_config(sample, target_name, pipeline_name, count, ctx,
                                                                  tmp_path):

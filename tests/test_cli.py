@@ -40,6 +40,7 @@ def test_bad_candidate_count(tmp_path, small_matmul):
                     2, "at least 1")
 
 
+@pytest.mark.slow
 def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
     out = tmp_path / "o"
     result = run_cli("tune", str(small_matmul), "--num-candidates", "2", "--repetitions", "2", "--output", str(out))
@@ -82,6 +83,7 @@ def _knobs_of_two_candidates(path, ctx, cpu):
     return [dict(c.config.knobs) for c in generate_candidates(dispatch, pipeline_for(dispatch), 2, ctx)[1:]]
 
 
+@pytest.mark.slow
 def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
     knobs = _knobs_of_two_candidates(small_matmul, ctx, cpu)
     configs = tmp_path / "configs.json"
@@ -101,6 +103,7 @@ def test_benchmark_a_given_list_of_configs(tmp_path, small_matmul, ctx, cpu):
     assert "sequential: 1 evaluated, 2 reused from the store" in again.output
 
 
+@pytest.mark.slow
 def test_benchmark_rejects_bad_configs(tmp_path, small_matmul, ctx, cpu):
     knobs = _knobs_of_two_candidates(small_matmul, ctx, cpu)[0]
     configs = tmp_path / "configs.json"

@@ -47,6 +47,7 @@ def test_a_broken_compiler_assertion_is_reported_with_its_message_and_values():
     ("cuda:sm_80", "llvmgpu_tile_and_fuse"), ("rocm:gfx942", "llvmgpu_tile_and_fuse"),
     ("cuda:sm_80", "llvmgpu_vector_distribute"), ("rocm:gfx942", "llvmgpu_vector_distribute"),
 ])
+@pytest.mark.slow
 def test_a_native_config_the_compiler_accepts_materializes_to_the_same_tiles(target, pipeline_name):
     """The mapping of native knobs to the compiler's is checked against the compiler itself: its
     materializer, given the mapped values, builds the tiles, intrinsic and workgroup size that
@@ -72,6 +73,7 @@ def test_a_native_config_the_compiler_accepts_materializes_to_the_same_tiles(tar
                 assert str(a.attributes["subgroup"]) == str(b.attributes["subgroup"])
 
 
+@pytest.mark.slow
 def test_crosscheck_names_each_difference_and_settles_it_by_compiling(tmp_path):
     out = tmp_path / "xc"
     result = run_cli("crosscheck", MATMUL_TB, "--target", "cuda:sm_80", "--pipeline", "llvmgpu_tile_and_fuse",
@@ -95,6 +97,7 @@ def test_llvm_cpu_has_no_compiler_constraints(tmp_path, small_matmul):
     assert native.exit_code == both.exit_code == 0 and native.output == both.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cuda:sm_80", "rocm:gfx942"])
 @pytest.mark.parametrize("source", ["compiler", "both"])
 def test_candidates_from_the_compiler_constraints_compile_and_carry_their_config(tmp_path, target, source):
@@ -118,6 +121,7 @@ def test_known_compiler_bug_batch_matmul_crashes_when_emitting_constraints():
     assert not crashed.ok and "emitTileAndFuseConstraints" in crashed.stderr
 
 
+@pytest.mark.slow
 def test_a_candidate_that_fails_to_build_is_reported_with_the_compiler_constraint_it_breaks(tmp_path, faulty_tools):
     """Candidate 1 is a seed with 16 subgroups (512 threads), which IREE's TileAndFuse
     constraints reject ("sg_num <= 10"); its compile is made to fail."""
@@ -141,6 +145,7 @@ NO_CONSTRAINTS = {"attention": "emits no constraints for llvmgpu_vector_distribu
                   "conv_2d_nchw": "emits no constraints for any pipeline of this tuner"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cuda:sm_80", "rocm:gfx942"])
 @pytest.mark.parametrize("sample", GPU_SAMPLES)
 def test_crosscheck_over_every_gpu_sample(tmp_path, sample, target):

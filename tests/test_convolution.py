@@ -74,6 +74,7 @@ def test_who_claims_convolutions(ctx, tmp_path):
         assert pipeline_for(d).name == "llvmgpu_tile_and_fuse"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target_name,count", [("cuda", 8), ("rocm:gfx942", 6)])
 def test_gpu_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path, target_name, count):
     target = parse_target(target_name)

@@ -41,6 +41,7 @@ def _setup(path, ctx, cpu, n=3):
     return dispatch, candidates, program.workload(dispatch, path)
 
 
+@pytest.mark.slow
 def test_tune_writes_outputs_and_best_flags_rebuild_the_choice_from_a_path_with_spaces(small_matmul, tmp_path, ctx):
     out = tmp_path / "tuning output with spaces"
     tuning = api.tune(small_matmul, "llvm-cpu", 4, out, settings=replace(FAST, confirm_top=2, confirm_rounds=4))
@@ -79,6 +80,7 @@ def test_best_spec_of_a_tiled_candidate_rebuilds_it(small_matmul, tmp_path, ctx,
     assert configured.lowering_config == tiled.config.expect_lowering_config
 
 
+@pytest.mark.slow
 def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu, monkeypatch):
     dispatch, candidates, workload = _setup(small_matmul, ctx, cpu)
     tiled = next(c for c in candidates if c.config.compilation_info)
@@ -105,6 +107,7 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
     assert by_id[91].median_ms is None
 
 
+@pytest.mark.slow
 def test_a_candidate_with_the_same_executable_is_measured_once(small_matmul, tmp_path, ctx, cpu):
     _, candidates, workload = _setup(small_matmul, ctx, cpu)
     tiled = next(c for c in candidates if c.config.compilation_info)
@@ -117,6 +120,7 @@ def test_a_candidate_with_the_same_executable_is_measured_once(small_matmul, tmp
     assert by_id[50].binary_hash == by_id[tiled.id].binary_hash != by_id[0].binary_hash
 
 
+@pytest.mark.slow
 def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
     _, candidates, workload = _setup(small_matmul, ctx, cpu)
     compiled = []
@@ -147,6 +151,7 @@ def test_a_failing_baseline_stops_the_run(small_matmul, tmp_path, ctx, cpu):
         benchmark_dir(tmp_path, (), FAST)
 
 
+@pytest.mark.slow
 def test_compile_here_benchmark_elsewhere(small_matmul, tmp_path):
     """The manifest directory moves to another place and is measured by a process that cannot
     import the compiler or z3, through the CLI's benchmark command."""
@@ -171,6 +176,7 @@ def test_compile_here_benchmark_elsewhere(small_matmul, tmp_path):
     assert (moved / "best_flags.txt").exists()
 
 
+@pytest.mark.slow
 def test_dispatch_only_timing_on_the_cpu(small_matmul, tmp_path, ctx, cpu):
     """The dispatch benchmark path (used on GPUs) works end to end; the CPU serves as its device."""
     dispatch_only = replace(cpu, time_dispatch_only=True)

@@ -37,6 +37,7 @@ def _evaluator(kind, path, cpu, workload, root, ctx, settings=FAST, devices=()):
     return kind(path, cpu, workload, root / "candidates", store, settings, devices, ctx=ctx)
 
 
+@pytest.mark.slow
 def test_both_strategies_score_every_candidate_alike(small_matmul, tmp_path, ctx, cpu):
     candidates, workload = _batch(small_matmul, ctx, cpu, 4)
     runs = {kind.name: _evaluator(kind, small_matmul, cpu, workload, tmp_path / kind.name, ctx).evaluate(candidates)
@@ -55,6 +56,7 @@ def test_both_strategies_score_every_candidate_alike(small_matmul, tmp_path, ctx
     assert hashes["sequential"] == hashes["overlapped"]
 
 
+@pytest.mark.slow
 def test_devices_share_one_queue(small_matmul, tmp_path, ctx, cpu):
     candidates, workload = _batch(small_matmul, ctx, cpu, 5)
     devices = ("local-task", "local-sync")
@@ -69,6 +71,7 @@ def test_devices_share_one_queue(small_matmul, tmp_path, ctx, cpu):
         make_evaluator("random", small_matmul, cpu, workload, tmp_path, None)
 
 
+@pytest.mark.slow
 def test_hung_compile_and_hung_benchmark_are_killed_and_marked(small_matmul, tmp_path, ctx, cpu, faulty_tools):
     candidates, workload = _batch(small_matmul, ctx, cpu, 4)
     faulty_tools("iree-compile", "candidates/0002", "hang")
@@ -83,6 +86,7 @@ def test_hung_compile_and_hung_benchmark_are_killed_and_marked(small_matmul, tmp
     assert {r.candidate_id for r in rank(evaluation.results).ranked} == {0, 1, 4}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [Sequential, Overlapped], ids=lambda k: k.name)
 def test_a_crashing_benchmark_and_wrong_numbers_are_marked_and_never_ranked(kind, small_matmul, tmp_path, ctx, cpu,
                                                                             faulty_tools):
@@ -98,6 +102,7 @@ def test_a_crashing_benchmark_and_wrong_numbers_are_marked_and_never_ranked(kind
     assert {r.candidate_id for r in rank(evaluation.results).ranked} == {0, 3}
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_path, faulty_tools):
     out = tmp_path / "out"
     store = out / "results.sqlite"
@@ -129,6 +134,7 @@ def test_a_run_killed_with_sigkill_resumes_and_loses_nothing(small_matmul, tmp_p
     assert len(after) == 7
 
 
+@pytest.mark.slow
 def test_two_tunings_at_once_share_one_store(tmp_path):
     store = tmp_path / "shared.sqlite"
     inputs = [write_matmul(tmp_path / "a.mlir", 128, 256, 64), write_matmul(tmp_path / "b.mlir", 96, 128, 64)]
@@ -162,6 +168,7 @@ def test_a_crashing_baseline_ends_the_run_with_its_error(small_matmul, tmp_path,
     assert [r["status"] for r in stored_rows(tmp_path / "results.sqlite")][:1] == ["run_failed"]
 
 
+@pytest.mark.slow
 def test_a_wrong_result_from_a_faulty_run_is_not_reused_by_the_next(small_matmul, tmp_path, ctx, cpu, faulty_tools):
     # A corrupting tool (or odd inputs, or a flaky device) says nothing about the config: the
     # store keeps the record, a later run with the real tools measures the config again.
@@ -176,6 +183,7 @@ def test_a_wrong_result_from_a_faulty_run_is_not_reused_by_the_next(small_matmul
     assert second.stats.reused >= 1  # what was measured right (the baseline, candidate 1) is reused
 
 
+@pytest.mark.slow
 def test_results_measured_before_a_kill_compete_and_the_fastest_wins_the_rerun(small_matmul, tmp_path, timed_tools):
     # Candidate 1 is the fastest by far; the run is killed with SIGKILL once it is stored, long
     # before the first pass ends. Every stored result must carry a first-pass figure, so that the
@@ -205,6 +213,7 @@ def test_results_measured_before_a_kill_compete_and_the_fastest_wins_the_rerun(s
     assert best["key"] == fastest.key and best["speedup"] == pytest.approx(10.0 / fastest.median_ms, rel=0.05)
 
 
+@pytest.mark.slow
 def test_a_compile_that_hangs_using_no_cpu_is_retried_once_and_said(small_matmul, tmp_path, ctx, cpu, faulty_tools):
     from tuner.build.compile import compile_candidate, verify_build
 
@@ -216,6 +225,7 @@ def test_a_compile_that_hangs_using_no_cpu_is_retried_once_and_said(small_matmul
     assert result.status == Status.COMPILE_TIMEOUT and "hung using no CPU, and again when retried" in result.error
 
 
+@pytest.mark.slow
 def test_a_tool_busy_until_its_timeout_is_not_called_hung():
     import sys
 
@@ -225,6 +235,7 @@ def test_a_tool_busy_until_its_timeout_is_not_called_hung():
     assert busy.timed_out and not busy.hung and not busy.retried
 
 
+@pytest.mark.slow
 def test_a_tool_whose_child_is_busy_until_the_timeout_is_not_called_hung():
     import sys
 

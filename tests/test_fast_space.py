@@ -19,6 +19,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_dispatches"
     ("attention_8x1024x1024x64_f16.mlir", "cuda", None),
     ("matmul_skinny_32x4096x2048_f32.mlir", "rocm", "llvmgpu_vector_distribute"),
 ], ids=["attention-cuda-vector-distribute", "skinny-matmul-rocm-vector-distribute"])
+@pytest.mark.slow
 def test_the_fast_space_of_a_pipeline_is_the_solvers_whole_space(sample, target, pipeline):
     dispatch = discover(SAMPLES / sample, parse_target(target), ir.Context())[0]
     problem = pipeline_for(dispatch, pipeline).build_problem(dispatch)

@@ -87,6 +87,7 @@ def _tune(tmp_path, text, name="in.mlir", **kw):
     return tuning, json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_function_that_runs_the_dispatch_is_the_one_timed(tmp_path):
     # mm_b's dispatch is the larger: tuned by default. The old tuner ran @mm_a with 256x256 inputs.
     tuning, data = _tune(tmp_path, TWO_FUNCTIONS)
@@ -103,6 +104,7 @@ def test_the_function_that_runs_the_dispatch_is_the_one_timed(tmp_path):
 
 @pytest.mark.parametrize("text, entry", [(UTIL_FUNC, "main"), (NO_ARGUMENTS, "noargs"), (TORCH, "main")],
                          ids=["util.func", "no arguments", "torch dialect"])
+@pytest.mark.slow
 def test_inputs_iree_accepts_reach_a_timed_baseline(tmp_path, text, entry):
     tuning, data = _tune(tmp_path, text)
     assert data["entry"] == entry
@@ -111,6 +113,7 @@ def test_inputs_iree_accepts_reach_a_timed_baseline(tmp_path, text, entry):
     assert all(r.ok for r in tuning.results), [(r.status, r.error) for r in tuning.results]
 
 
+@pytest.mark.slow
 def test_a_dynamic_dispatch_is_skipped_with_why_and_the_others_are_tuned(tmp_path):
     path = tmp_path / "dyn.mlir"
     result = _tune_cli(path, ONE_DYNAMIC, tmp_path / "out")
@@ -123,6 +126,7 @@ def test_a_dynamic_dispatch_is_skipped_with_why_and_the_others_are_tuned(tmp_pat
                                   "--output", tmp_path / "out2"), 2, "no tunable dispatch named")
 
 
+@pytest.mark.slow
 def test_f64_runs_as_the_compiler_demotes_it(tmp_path):
     # IREE demotes f64 to f32 by default, the function's arguments included: the inputs are read
     # from the program after that lowering, so they are f32 and the module runs.
@@ -193,6 +197,7 @@ def test_dispatches_lists_every_dispatch_of_a_model(tmp_path, monkeypatch):
     assert all(any(name in line.split() for line in table.output.replace("│", " ").splitlines()) for name in exports)
 
 
+@pytest.mark.slow
 def test_dispatches_profile_times_each_dispatch_and_the_whole_function(tmp_path):
     path = tmp_path / "model.mlir"
     path.write_text(MODEL)
@@ -218,6 +223,7 @@ def test_dispatches_profile_times_each_dispatch_and_the_whole_function(tmp_path)
     assert (out / "program.vmfb").is_file() and (out / "model.ireeprof").is_file()
 
 
+@pytest.mark.slow
 def test_the_users_own_inputs_are_checked_and_used(tmp_path, small_matmul):
     import numpy as np
 
@@ -250,6 +256,7 @@ def test_the_users_own_inputs_are_checked_and_used(tmp_path, small_matmul):
                                   "--output", tmp_path / "o3"), 2, "float64")
 
 
+@pytest.mark.slow
 def test_tune_picks_by_measured_share_and_says_how(tmp_path):
     path = tmp_path / "model.mlir"
     result = _tune_cli(path, MODEL, tmp_path / "out")
@@ -276,6 +283,7 @@ def _dispatch_benchmark(tmp_path, target, text=UTIL_FUNC):
     return path
 
 
+@pytest.mark.slow
 def test_a_dispatch_benchmark_file_is_tuned_with_its_baked_config_overridden(tmp_path):
     path = _dispatch_benchmark(tmp_path, parse_target("llvm-cpu"))
     tuning = api.tune(path, "llvm-cpu", 2, tmp_path / "out", settings=FAST, strategy="sequential")
@@ -301,6 +309,7 @@ def test_a_dispatch_benchmark_for_another_target_is_refused_in_one_line(tmp_path
                           "an IREE dispatch benchmark for cuda sm_80, but --target llvm-cpu compiles for llvm-cpu")
 
 
+@pytest.mark.slow
 def test_a_cuda_dispatch_benchmark_takes_a_spec(tmp_path):
     # No GPU here: compile-only, which verifies each candidate's config in its compile.
     f16 = f"""

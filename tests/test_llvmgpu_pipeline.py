@@ -85,6 +85,7 @@ def test_the_target_limits_admit_and_refuse_hand_counted_configs(gpu_dispatch):
     assert not p.admits(config(8, 8, 1, 1, 1)) and p.admits(config(8, 4, 1, 1, 1))
 
 
+@pytest.mark.slow
 def test_candidates_compile_to_distinct_executables(cuda, gpu_dispatch, ctx, tmp_path):
     """No two candidates may differ only in options the compiler ignores on this target."""
     candidates = generate_candidates(gpu_dispatch, PIPE, 12, ctx, cuda.spec_entry)
@@ -134,6 +135,7 @@ def test_unaligned_tiles_are_padded_to_whole_tiles_and_aligned_ones_are_not(gpu_
     assert _padding(gpu_dispatch, ctx)[0] == []  # the aligned sample: no padding
 
 
+@pytest.mark.slow
 def test_candidates_compile_for_sm80_and_carry_their_config(cuda, gpu_dispatch, ctx, tmp_path):
     candidates = generate_candidates(gpu_dispatch, PIPE, 8, ctx, cuda.spec_entry)
     assert len(candidates) == 9
@@ -145,6 +147,7 @@ def test_candidates_compile_for_sm80_and_carry_their_config(cuda, gpu_dispatch, 
         assert b.dispatch_function.endswith(gpu_dispatch.name)
 
 
+@pytest.mark.slow
 def test_unaligned_candidates_compile_for_sm80(cuda, ctx, tmp_path):
     src = tmp_path / "un.mlir"
     src.write_text(GPU_SAMPLE.read_text().replace("4096x4096xf16>, %rhs", "1000x2000xf16>, %rhs")

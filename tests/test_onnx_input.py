@@ -22,6 +22,7 @@ def models(tmp_path_factory):
     return {p.stem: p for p in module.write_models(tmp_path_factory.mktemp("onnx"))}
 
 
+@pytest.mark.slow
 def test_every_dispatch_of_an_onnx_cnn_is_listed(models):
     result = run_cli("dispatches", models["cnn_b4"], "--json")
     assert result.exit_code == 0, result.output
@@ -35,6 +36,7 @@ def test_every_dispatch_of_an_onnx_cnn_is_listed(models):
     assert all(r["why_not"] for r in rows if not r["pipeline"])
 
 
+@pytest.mark.slow
 def test_an_onnx_model_is_tuned_on_its_own_entry(models, tmp_path):
     out = tmp_path / "out"
     result = run_cli("tune", models["bert_layer"], "--num-candidates", "1", "--repetitions", "1",

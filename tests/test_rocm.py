@@ -40,6 +40,7 @@ def test_discovery_reads_mfma_intrinsics(gfx942, ctx):
     assert pipeline_for(d).name == "llvmgpu_tile_and_fuse"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample,count", [(MATMUL, 10), (BATCH, 6)], ids=["matmul", "batch_matmul"])
 def test_candidates_compile_for_gfx942_and_carry_their_config(gfx942, ctx, tmp_path, sample, count):
     [d] = discover(sample, gfx942, ctx)
@@ -55,6 +56,7 @@ def test_candidates_compile_for_gfx942_and_carry_their_config(gfx942, ctx, tmp_p
     assert len(set(hashes)) == len(hashes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sample,count", [(MATMUL, 8), (BATCH, 4)], ids=["matmul", "batch_matmul"])
 def test_vector_distribute_candidates_compile_for_gfx942(gfx942, ctx, tmp_path, sample, count):
     [d] = discover(sample, gfx942, ctx)

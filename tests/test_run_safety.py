@@ -63,6 +63,7 @@ def test_a_holder_killed_with_sigkill_never_blocks_the_next_run(tmp_path):
         assert (out / LOCK).exists()
 
 
+@pytest.mark.slow
 def test_another_inputs_directory_is_refused_and_force_clears_it(tmp_path):
     a = write_matmul(tmp_path / "a.mlir", 64, 64, 32)
     b = write_matmul(tmp_path / "b.mlir", 96, 64, 32)
@@ -82,6 +83,7 @@ def test_another_inputs_directory_is_refused_and_force_clears_it(tmp_path):
     assert len(manifest["candidates"]) == 2
 
 
+@pytest.mark.slow
 def test_compile_only_keeps_every_build_through_kill_9_and_the_rerun_builds_only_the_rest(tmp_path, faulty_tools):
     path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
     out = tmp_path / "out"
@@ -113,6 +115,7 @@ def test_compile_only_keeps_every_build_through_kill_9_and_the_rerun_builds_only
     assert all(mtimes[k] == t for k, t in built_before.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_end_a_run_like_sigint_and_leave_no_tool_behind(tmp_path, faulty_tools, signum):
     path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
@@ -225,6 +228,7 @@ def test_asking_for_more_candidates_than_the_space_holds_stops_and_says_how_many
     assert 1 <= held < 100000 and f"{held + 1} candidates (baseline included)" in text
 
 
+@pytest.mark.slow
 def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path, ctx, cpu, faulty_tools):
     from dataclasses import replace
 
@@ -276,6 +280,7 @@ def test_enumeration_reports_its_progress_and_where_it_ended(tmp_path, ctx, cpu)
     assert seen[-1] == ("enumerate", len(found) - 1, len(found) - 1)  # the bar ends where the space did
 
 
+@pytest.mark.slow
 def test_a_time_taken_on_another_device_is_not_reused(small_matmul, tmp_path, timed_tools, monkeypatch):
     import tuner.evaluation.measure
     from tuner import api
@@ -399,6 +404,7 @@ def test_model_plan_paths_outside_the_directory_are_refused_and_nothing_outside_
     assert (victim_dir / "secret.txt").read_text() == "keep me" and secret.read_text() == "outside"
 
 
+@pytest.mark.slow
 def test_links_planted_in_the_directory_are_replaced_never_written_through(tmp_path):
     out = _compiled_dir(tmp_path)
     assert run_cli("benchmark", out, "--repetitions", "1", "--confirm-rounds", "1").exit_code == 0

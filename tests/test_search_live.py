@@ -18,6 +18,7 @@ def _results(out):
     return json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_search_tunes_within_its_budget_and_confirms_its_best_against_the_baseline(tmp_path, small_matmul,
                                                                                       timed_tools):
     # Candidate 6 (whatever config the search puts there) is the fastest; the rest are slower
@@ -44,6 +45,7 @@ def test_a_search_tunes_within_its_budget_and_confirms_its_best_against_the_base
     assert data["evaluation"]["candidates"] >= 10 and data["evaluation"]["baseline_timings"] >= 4
 
 
+@pytest.mark.slow
 def test_a_time_budget_stops_the_search_between_batches(tmp_path, small_matmul, timed_tools):
     timed_tools({i: 10.0 for i in range(40)})
     out = tmp_path / "out"
@@ -72,6 +74,7 @@ def test_bad_search_settings_are_one_error_line(tmp_path, small_matmul):
                           "expected a list of seed entries")
 
 
+@pytest.mark.slow
 def test_an_adaptive_search_across_two_machines_runs_in_rounds(tmp_path, small_matmul):
     out = tmp_path / "out"
     compile_args = ["tune", small_matmul, "--search", "model", "--budget", "10", "--compile-only", "--output", out]

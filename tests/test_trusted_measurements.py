@@ -24,6 +24,7 @@ def _candidates(path, ctx, cpu, n):
     return generate_candidates(dispatch, pipeline_for(dispatch), n, ctx)
 
 
+@pytest.mark.slow
 def test_a_load_change_mid_run_does_not_change_the_winner_or_its_speedup(small_matmul, tmp_path, timed_tools):
     # Known times: candidate 7 is the fastest, 2.0x the default. From the 11th timing on, the
     # machine is three times slower (as when another job starts on a shared box).
@@ -47,6 +48,7 @@ def test_a_load_change_mid_run_does_not_change_the_winner_or_its_speedup(small_m
     assert data["best"] == 7 and "2.00x the default" in data["verdict"]
 
 
+@pytest.mark.slow
 def test_with_nothing_faster_beyond_the_noise_the_default_stays(small_matmul, tmp_path, timed_tools):
     # Every candidate as fast as the default, one of them faster in its first pass only.
     timed_tools({0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0})
@@ -62,6 +64,7 @@ def test_with_nothing_faster_beyond_the_noise_the_default_stays(small_matmul, tm
     assert not any("tuning-spec" in f or "data-tiling" in f for f in flags)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_confirms_the_results_it_reuses_before_they_can_win(small_matmul, tmp_path, timed_tools):
     out = tmp_path / "out"
     times = {0: 10.0, 1: 9.0, 2: 5.0, 3: 8.0}

@@ -95,6 +95,7 @@ def _configured(model: Path, flags_file: Path, tmp: Path, ctx: ir.Context):
     return read_configured([p.read_text() for p in sorted(dump.glob("*.mlir"))], ctx)
 
 
+@pytest.mark.slow
 def test_the_merged_spec_carries_each_kept_config_into_the_model_compile(mlp, tmp_path):
     out = tmp_path / "out"
     tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
@@ -111,6 +112,7 @@ def test_the_merged_spec_carries_each_kept_config_into_the_model_compile(mlp, tm
     assert all(d["status"] == "kept" for d in data["dispatches"])
 
 
+@pytest.mark.slow
 def test_a_dispatch_whose_spec_slows_the_model_is_dropped(mlp, tmp_path):
     out = tmp_path / "out"
     tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
@@ -127,6 +129,7 @@ def test_a_dispatch_whose_spec_slows_the_model_is_dropped(mlp, tmp_path):
     assert not any(not check_config(dropped[0].part.config, d) for d in configured)
 
 
+@pytest.mark.slow
 def test_a_tuned_model_that_is_not_faster_leaves_the_default(mlp, tmp_path):
     out = tmp_path / "out"
     slow_everything = lambda vmfb, settings: Timing((3.0 if vmfb.parent.name.startswith("merge-") else 1.0,))  # noqa: E731
@@ -141,6 +144,7 @@ class Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_a_killed_tune_model_resumes_after_the_dispatches_it_finished(mlp, tmp_path):
     out = tmp_path / "out"
 
@@ -160,6 +164,7 @@ def test_a_killed_tune_model_resumes_after_the_dispatches_it_finished(mlp, tmp_p
     assert len(list((out / "dispatches").glob("*/results.json"))) == 2
 
 
+@pytest.mark.slow
 def test_tune_model_from_the_command_line_writes_a_spec_plain_iree_compile_uses(mlp, tmp_path):
     out = tmp_path / "out"
     result = run_cli("tune-model", mlp, "--top", "1", "--num-candidates", "1", "--repetitions", "1",
@@ -174,6 +179,7 @@ def test_tune_model_from_the_command_line_writes_a_spec_plain_iree_compile_uses(
     assert report.exit_code == 0 and "verdict:" in report.output, report.output
 
 
+@pytest.mark.slow
 def test_the_example_client_with_its_own_stages_runs(mlp, tmp_path):
     out = tmp_path / "custom"
     done = subprocess.run([sys.executable, str(REPO / "examples" / "custom_stages.py"), str(mlp), "--output", str(out),
@@ -184,6 +190,7 @@ def test_the_example_client_with_its_own_stages_runs(mlp, tmp_path):
     assert (out / "model_flags.txt").is_file()
 
 
+@pytest.mark.slow
 def test_two_machines_take_turns_until_the_model_is_done(mlp, tmp_path):
     # The compile machine writes each step's plan; the "device" measures it from a copy holding
     # only what `pack` copies (the plan and the files it lists), and its figures are copied back.
@@ -215,6 +222,7 @@ def test_two_machines_take_turns_until_the_model_is_done(mlp, tmp_path):
                    check=True)
 
 
+@pytest.mark.slow
 def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, tmp_path):
     # Two configs to merge, compiled here, timed "there" (a copy holding what `pack` copies),
     # one trip each, then the tuned model against the default; real compiles and timings.

@@ -7,6 +7,8 @@ import math
 import sqlite3
 import statistics
 
+import pytest
+
 from conftest import run_cli, write_matmul
 from test_search import _problem, _score, _scores, _space
 
@@ -54,6 +56,7 @@ def test_a_search_learns_only_from_other_dispatches_of_its_pipeline_timed_the_sa
     assert found == [({"wg": 2.0}, {"whole": True}, 1.5, "other")]
 
 
+@pytest.mark.slow
 def test_a_model_search_learns_from_a_dispatch_like_its_own():
     """Another dispatch measured over the same landscape (every point but the best two) brings
     the model search to within 3% of the best in fewer evaluations, median over seeds; a prior
@@ -87,6 +90,7 @@ def test_a_prior_lines_up_with_a_space_by_feature_name():
     assert math.isclose(y[0], math.log(2.0))
 
 
+@pytest.mark.slow
 def test_tune_with_warm_start_says_what_it_learned_from(tmp_path, timed_tools):
     """A first tuning fills the store (features of every config it measured, whatever its
     search); a model search of another dispatch with --warm-start says it learned from it."""
