@@ -8,7 +8,7 @@ only when called."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Mapping, Union
 
 from constraints import Problem
 from pipelines.dispatch import Dispatch
@@ -65,28 +65,69 @@ class ConfiguredDispatch:
     loop_bounds: tuple[int, ...] = ()  # static loop extents, where the reader knows them
 
 
-class Pipeline(Protocol):
-    """One IREE codegen pipeline. Register implementations in `pipelines.registry`."""
-
-    name: str
-    # Flag sets that change every dispatch of a model rather than one (e.g. data tiling): a
-    # model's tuning decides them for the whole model, with and without each.
-    model_flags: tuple[tuple[str, ...], ...]
-
-    def supports(self, dispatch: Dispatch) -> bool:
-        """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""
-
-
-    def build_problem(self, dispatch: Dispatch) -> Problem:
-        """The Z3 problem whose solutions are this pipeline's valid configs for the dispatch."""
-
-    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        """The typed attributes (and flags) a solution stands for."""
-
-
 class NotInCompilerKnobs(ValueError):
     """Raised by a pipeline's `compiler_knobs` for a config the compiler's emitted knobs cannot
     say (e.g. split-K: the emitted constraints describe the op unsplit)."""
+
+
+class Pipeline:
+    """One IREE codegen pipeline: every hook the tuner calls, each with its default. A pipeline
+    subclasses this and defines at least `name`, `supports`, `build_problem` and `to_config`;
+    register it in `pipelines.registry`. The constraint sources of tuner.problem.sources
+    subclass it too, wrapping a pipeline (`native` is then the one they wrap)."""
+
+    name: str = ""
+    # Flag sets that change every dispatch of a model rather than one (e.g. data tiling): a
+    # model's tuning decides them for the whole model, with and without each.
+    model_flags: tuple[tuple[str, ...], ...] = ()
+    # Knobs whose value sets such a flag: tune-model leaves those configs out (it decides the flag).
+    flag_knobs: tuple[str, ...] = ()
+    # Other names `--pipeline` picks it by.
+    aliases: tuple[str, ...] = ()
+    # The pipeline IREE 3.13 emits constraints under ("iree_gpu.TileAndFuse"); None: it emits none.
+    compiler_pipeline: str | None = None
+    # Where its valid configs come from: "native" (build_problem), "compiler" or "both".
+    constraints: str = "native"
+    # Whether `admits` rejects some of the configs its space holds (--constraints both).
+    filters_configs: bool = False
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""
+        raise NotImplementedError
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        """The Z3 problem whose solutions are this pipeline's valid configs for the dispatch."""
+        raise NotImplementedError
+
+    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        """The typed attributes (and flags) a solution stands for."""
+        raise NotImplementedError
+
+    def features(self, dispatch: Dispatch, solution: Mapping[str, KnobValue]) -> dict[str, float]:
+        """A config's derived quantities the learned search models, beyond its knobs (none)."""
+        return {}
+
+    def space_points(self, dispatch: Dispatch) -> tuple[list[dict], bool] | None:
+        """A space of its own (the configs and whether they are all of them) instead of
+        `build_problem`'s; None: it has none (the compiler's constraints have one)."""
+        return None
+
+    def admits(self, dispatch: Dispatch, solution: Mapping[str, KnobValue]) -> bool:
+        """Whether a config of its space is taken (see `filters_configs`)."""
+        return True
+
+    def maps_to_compiler(self, dispatch: Dispatch) -> bool:
+        """Whether `compiler_knobs` can say this dispatch's configs in the compiler's knobs."""
+        return False
+
+    def compiler_knobs(self, dispatch: Dispatch, solution: Mapping[str, KnobValue]) -> dict[str, object]:
+        """A config in the knobs of the compiler's emitted constraints."""
+        raise NotInCompilerKnobs(f"{self.name}: the compiler emits no constraints for it")
+
+    @property
+    def native(self) -> "Pipeline":
+        """The pipeline itself (a constraint source: the one it wraps)."""
+        return self
 
 
 def default_pipeline_is(dispatch: Dispatch, pipeline_id: str) -> bool:

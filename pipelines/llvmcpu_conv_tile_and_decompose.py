@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 import z3
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
+from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def _tunable(dispatch: Dispatch) -> bool:
             and dispatch.loop_bounds[c.batch[0]] > 1)
 
 
-class LLVMCPUConvTileAndDecompose:
+class LLVMCPUConvTileAndDecompose(Pipeline):
     """Knobs (IREE's field names, per dim role): `distribution_oh/ow/oc`, the workgroup tile;
     `vector_common_parallel_ow/oc`, the register tile of output columns by output channels;
     `vector_reduction_ic`, input channels reduced per step."""

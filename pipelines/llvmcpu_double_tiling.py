@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Mapping
 import z3
 
 from constraints import BoolKnob, IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
+from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def _innermost(dims: tuple[int, ...]) -> int | None:
     return dims[-1] if dims else None
 
 
-class LLVMCPUDoubleTiling:
+class LLVMCPUDoubleTiling(Pipeline):
     """Tiles a contraction at three levels: workgroup distribution over M/N, the vector tile
     (the register-resident accumulator), and the reduction step over K."""
 

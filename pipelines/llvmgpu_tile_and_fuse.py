@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Mapping
 import z3
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, NotInCompilerKnobs, default_pipeline_is, tiled_config
+from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
@@ -198,7 +198,7 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
     return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)
 
 
-class LLVMGPUTileAndFuse:
+class LLVMGPUTileAndFuse(Pipeline):
     """Knobs (IREE's names): `mma_kind`, `subgroup_m/n` (MMA tiles per subgroup, the lowering
     config's `subgroup`), `subgroups_m/n` (subgroups per workgroup; with the tiles they give the
     `workgroup` tile and the workgroup size), `reduction_k` (MMA K steps per iteration, the

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, tiled_config
+from pipelines.base import Config, KnobValue, Pipeline, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 PIPELINE = "#iree_gpu.pipeline<VectorDistribute>"
 
 
-class LLVMGPUVectorDistribute:
+class LLVMGPUVectorDistribute(Pipeline):
     """Knobs (IREE's names where it has them): `mma_kind`, `subgroups_m/n` (the subgroup basis),
     `subgroup_m/n` (MMA tiles per subgroup), `reduction_k` (MMA K steps per iteration). Attention
     on VectorDistribute is its own pipeline (`llvmgpu_vector_distribute_attention`); the name

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, default_pipeline_is, tiled_config
+from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
@@ -24,7 +24,7 @@ def attention_intrinsics(dispatch: Dispatch) -> list:
     return compatible_intrinsics(dispatch, accumulator="f32")
 
 
-class LLVMGPUVectorDistributeAttention:
+class LLVMGPUVectorDistributeAttention(Pipeline):
     """Knobs: `workgroup_m` (queries per workgroup), `workgroup_n` (value columns),
     `reduction_k2` (keys per step), `subgroups_m` (subgroups along the queries) and `mma_kind`
     (the intrinsic of its QK and PV matmuls, set in the op's decomposition_config)."""

@@ -26,7 +26,7 @@ PIPELINES: dict[str, Pipeline] = {
 def _named(name: str) -> list[Pipeline]:
     """The pipelines a name stands for: its own, or those that answer to it as an alias (e.g.
     `llvmgpu_vector_distribute`: the contraction and the attention pipelines)."""
-    return [p for p in PIPELINES.values() if p.name == name or name in getattr(p, "aliases", ())]
+    return [p for p in PIPELINES.values() if p.name == name or name in p.aliases]
 
 
 def pipeline_for(dispatch: Dispatch, name: str | None = None) -> Pipeline | None:

@@ -349,7 +349,7 @@ def _meta(session: Session, given: bool) -> dict:
         "dispatch": session.dispatch.name,
         "shape": session.dispatch.shape_name,
         "pipeline": session.pipeline.name,
-        "constraints": getattr(session.pipeline, "constraints", "native"),
+        "constraints": session.pipeline.constraints,
         "input_digest": session.dispatch.source_digest,
         "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
         **({"given_inputs": GIVEN_INPUTS} if given else {}),
@@ -510,8 +510,8 @@ def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
     failed = {r.candidate_id for r in results
               if r.status in (Status.COMPILE_FAILED, Status.CONFIG_NOT_APPLIED) and not r.is_baseline}
     pipeline = session.pipeline
-    base = getattr(pipeline, "base", pipeline)
-    if not failed or not getattr(base, "compiler_pipeline", None) or not base.maps_to_compiler(session.dispatch):
+    base = pipeline.native
+    if not failed or base.compiler_pipeline is None or not base.maps_to_compiler(session.dispatch):
         return {}
     try:
         problem = problem_for(emitted_problems(session.input_path, session.target, session.ctx, session.dispatch.flags),
@@ -524,7 +524,7 @@ def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
             continue
         knobs = dict(c.config.knobs)
         try:
-            mapped = knobs if getattr(pipeline, "constraints", "") == "compiler" else \
+            mapped = knobs if pipeline.constraints == "compiler" else \
                 compiler_assignment(base, session.dispatch, knobs, problem, problem.intrinsic_indices())
         except NotInCompilerKnobs as e:
             out[c.id] = [str(e)]
@@ -556,8 +556,8 @@ def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: P
         problems = emitted_problems(input_path, target, ctx)
         out = []
         for d in dispatches:
-            pipelines = [p for p in PIPELINES.values() if getattr(p, "compiler_pipeline", None) and p.supports(d)
-                         and pipeline_name in (None, p.name, *getattr(p, "aliases", ()))]
+            pipelines = [p for p in PIPELINES.values() if p.compiler_pipeline is not None and p.supports(d)
+                         and pipeline_name in (None, p.name, *p.aliases)]
             if not pipelines:
                 own = pipeline_for(d, pipeline_name)
                 raise InputError(f"{d.name}: IREE 3.13 emits no constraints for "

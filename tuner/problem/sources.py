@@ -8,8 +8,8 @@
 - `both`: the native space (its knob names, preferences, features and configs) less the configs
   the compiler's constraints reject.
 
-Each wraps the pipeline in an object with the same interface, so the search, the candidates and
-the evaluators do not know which source they read."""
+Each wraps the pipeline in a `Pipeline` of its own (`native` is the one it wraps), so the search,
+the candidates and the evaluators do not know which source they read."""
 
 from __future__ import annotations
 
@@ -28,21 +28,24 @@ SOURCES = ("native", "compiler", "both")
 
 
 @dataclass
-class CompilerSource:
+class CompilerSource(Pipeline):
     """A pipeline whose space is the compiler's emitted problem (up to `limit` solutions or
-    `seconds` of solving: the solver finds 70-200 configs a second, BENCHMARKS.md)."""
+    `seconds` of solving: the solver finds 70-200 configs a second, BENCHMARKS.md). Its knobs
+    are the compiler's: no features, no flag knobs, no model-wide flags."""
 
     base: Pipeline
     problem: EmittedProblem
     limit: int = 1000
     seconds: float = 30.0
     constraints = "compiler"
-    model_flags = ()
-    flag_knobs = ()
 
     @property
     def name(self) -> str:
         return self.base.name
+
+    @property
+    def native(self) -> Pipeline:
+        return self.base
 
     def supports(self, dispatch: Dispatch) -> bool:
         return self.base.supports(dispatch)
@@ -57,19 +60,52 @@ class CompilerSource:
 
 
 @dataclass
-class BothSource:
-    """The native pipeline less the configs the compiler's constraints reject."""
+class BothSource(Pipeline):
+    """The native pipeline less the configs the compiler's constraints reject: its problem,
+    knobs, features and configs, with `admits` saying which of them the compiler takes."""
 
     base: Pipeline
     problem: EmittedProblem
     constraints = "both"
-
-    def __getattr__(self, name: str):  # everything else is the native pipeline's
-        return getattr(self.base, name)
+    filters_configs = True
 
     @property
     def name(self) -> str:
         return self.base.name
+
+    @property
+    def native(self) -> Pipeline:
+        return self.base
+
+    @property
+    def model_flags(self) -> tuple[tuple[str, ...], ...]:  # type: ignore[override]
+        return self.base.model_flags
+
+    @property
+    def flag_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self.base.flag_knobs
+
+    @property
+    def compiler_pipeline(self) -> str | None:  # type: ignore[override]
+        return self.base.compiler_pipeline
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return self.base.supports(dispatch)
+
+    def build_problem(self, dispatch: Dispatch):
+        return self.base.build_problem(dispatch)
+
+    def to_config(self, dispatch: Dispatch, solution: Mapping, ctx: ir.Context) -> Config:
+        return self.base.to_config(dispatch, solution, ctx)
+
+    def features(self, dispatch: Dispatch, solution: Mapping) -> dict[str, float]:
+        return self.base.features(dispatch, solution)
+
+    def maps_to_compiler(self, dispatch: Dispatch) -> bool:
+        return self.base.maps_to_compiler(dispatch)
+
+    def compiler_knobs(self, dispatch: Dispatch, solution: Mapping) -> dict[str, object]:
+        return self.base.compiler_knobs(dispatch, solution)
 
     def admits(self, dispatch: Dispatch, knobs: Mapping) -> bool:
         """Whether the compiler's constraints admit the config; one they cannot say (split-K)
@@ -92,7 +128,7 @@ def with_constraints(source: str, pipeline: Pipeline, dispatch: Dispatch, input_
         raise InputError(f"--constraints must be one of {', '.join(SOURCES)}, not {source!r}")
     if source == "native":
         return pipeline
-    compiler_pipeline = getattr(pipeline, "compiler_pipeline", None)
+    compiler_pipeline = pipeline.compiler_pipeline
     if source == "both" and compiler_pipeline is not None and not pipeline.maps_to_compiler(dispatch):
         compiler_pipeline = None  # its configs cannot be put in the compiler's knobs: both is native
     if compiler_pipeline is None:

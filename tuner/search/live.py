@@ -33,9 +33,9 @@ def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0, without_f
     (`features(dispatch, knobs)`, where it has them). `without_flags`: leave out the configs
     that set a model-wide flag (the pipeline's `flag_knobs`), which tune-model decides."""
     problem, complete = None, True
-    points_of = getattr(pipeline, "space_points", None)  # a source with a space of its own (--constraints compiler)
-    if points_of is not None:
-        points, complete = points_of(dispatch)
+    own = pipeline.space_points(dispatch)  # a source with a space of its own (--constraints compiler)
+    if own is not None:
+        points, complete = own
     else:
         problem = pipeline.build_problem(dispatch)
         try:
@@ -43,12 +43,10 @@ def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0, without_f
         except Unsupported:
             points = list(enumerate_solutions(problem, SOLVER_FALLBACK))
             complete = len(points) < SOLVER_FALLBACK
-    admits = getattr(pipeline, "admits", None)  # --constraints both: the compiler's say on each
-    if admits is not None:
-        points = [p for p in points if admits(dispatch, p)]
+    if pipeline.filters_configs:  # --constraints both: the compiler's say on each
+        points = [p for p in points if pipeline.admits(dispatch, p)]
     if without_flags:
-        flag_knobs = getattr(pipeline, "flag_knobs", ())
-        points = [p for p in points if not any(p.get(k) for k in flag_knobs)]
+        points = [p for p in points if not any(p.get(k) for k in pipeline.flag_knobs)]
     size = len(points)
     if len(points) > MAX_POINTS:
         points = random.Random(seed).sample(points, MAX_POINTS)
@@ -60,8 +58,7 @@ def build_space(dispatch: Dispatch, pipeline: Pipeline, seed: int = 0, without_f
         check = compile_check(condition, names)
         return lambda knobs: check([knobs[n] for n in order])
 
-    own = getattr(pipeline, "features", None)
-    return SearchSpace.of(points, lambda k: {**knob_features(k), **(own(dispatch, k) if own else {})},
+    return SearchSpace.of(points, lambda k: {**knob_features(k), **pipeline.features(dispatch, k)},
                           [(p.name, check_of(p.condition)) for p in problem.preferences] if problem else [],
                           problem.diversity if problem else (), complete, size)
 

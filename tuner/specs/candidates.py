@@ -86,15 +86,15 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
     out = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
     # What the compiler would build: a config equal to the default is the baseline again.
     seen = {default_identity(dispatch)}
-    points_of = getattr(pipeline, "space_points", None)  # --constraints compiler: the solver's order
-    admits = getattr(pipeline, "admits", None)  # --constraints both: the compiler's say on each
-    solutions = (iter(points_of(dispatch)[0]) if points_of is not None
-                 else enumerate_solutions(pipeline.build_problem(dispatch), 10 ** 9 if admits else limit,
+    own = pipeline.space_points(dispatch)  # --constraints compiler: the solver's order
+    filtered = pipeline.filters_configs  # --constraints both: the compiler's say on each
+    solutions = (iter(own[0]) if own is not None
+                 else enumerate_solutions(pipeline.build_problem(dispatch), 10 ** 9 if filtered else limit,
                                          check_timeout_ms))
     for solution in solutions:
         if len(out) > limit:
             break
-        if admits is not None and not admits(dispatch, solution):
+        if filtered and not pipeline.admits(dispatch, solution):
             continue
         candidate = candidate_for(len(out), dispatch, pipeline, solution, ctx, spec_entry)
         if candidate.identity in seen:

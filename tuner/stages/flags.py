@@ -16,6 +16,7 @@ from typing import Optional
 
 from pipelines import pipeline_for
 from tuner.discovery.program import discover_program
+from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
 from tuner.rewrite import REWRITES, Rewrite, rewrite_program
 from tuner.run_dir import write_file
@@ -144,8 +145,8 @@ class FlagStage:
         parts: list[SpecPart] = []
         if self.tune_budget > 0 and rewrite.tunes:
             found = discover_program(program, env.target, env.ctx)
-            workload = next((found.entries[d.name] for d in found.dispatches
-                             if getattr(found.entries.get(d.name), "entry", None) == env.workload.entry), None)
+            workload = next((w for w in (found.entries.get(d.name) for d in found.dispatches)
+                             if isinstance(w, Workload) and w.entry == env.workload.entry), None)
             chosen, _ = select_dispatches(found, None, workload, 0.0, None) if workload else ([], [])
             created = sorted((c for c in chosen if c[0].kind in rewrite.tunes), key=lambda c: c[0].flops,
                              reverse=True)[:self.rewrite_tunes]
