@@ -11,7 +11,8 @@ from typing import Optional, Sequence
 from tuner.evaluation.devices import distinct_devices, measure_built
 from tuner.errors import InputError
 from tuner.build.manifest import MANIFEST, Manifest
-from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress, measure_pass
+from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress
+from tuner.evaluation.passes import measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
 from tuner.results import EvaluationStats, Result

@@ -6,7 +6,7 @@ Both strategies here share everything but the schedule: stored results are reuse
 is measured first (the reference for every numerics check) and again every few candidates,
 every result is stored the moment it arrives, and the most promising few (stored ones included,
 built again) are timed side by side with the baseline in interleaved rounds before anything is
-ranked (tuner.evaluation.measure.measure_pass).
+ranked (tuner.evaluation.passes.measure_pass).
 
 - `Sequential`: compile one candidate, measure it, then the next. The device idles during every
   compile, and nothing else runs while it measures.
@@ -32,7 +32,8 @@ from tuner.specs.candidates import Candidate
 from tuner.build.compile import CompileJob, compile_candidate, reused_result, verify_build
 from tuner.evaluation.devices import LOST, MEASURED, DevicePool, distinct_devices
 from tuner.errors import InputError
-from tuner.evaluation.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder, measure_pass
+from tuner.evaluation.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder
+from tuner.evaluation.passes import measure_pass
 from tuner.results import EvaluationStats, Result
 from tuner.evaluation.runner import DISPATCH_BATCH
 from tuner.settings import EvalSettings

@@ -1,10 +1,9 @@
-"""Measuring built candidates: numerics against the baseline, timing, recording, and the
-confirmation round. Runtime-only (numpy and IREE's runtime tools; no compiler, no z3), so it also
+"""Measuring built candidates: numerics against the baseline, timing, recording (the passes that
+use these, first pass to confirmation: tuner.evaluation.passes). Runtime-only (numpy and IREE's runtime tools; no compiler, no z3), so it also
 runs on a machine that only received the compiled candidates."""
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -13,15 +12,13 @@ from typing import Callable, Optional, Protocol
 
 import numpy as np
 
-from tuner.evaluation.comparison import (BaselineTiming, Drift, bracketing, find_drifts, load_change, nearest_baseline,
-                               paired)
+from tuner.evaluation.comparison import BaselineTiming, nearest_baseline
 from tuner.evaluation.device_identity import device_identity, timing_identity
 from tuner.errors import InputError, ToolError
-from tuner.results import EvaluationStats, Result, Status
+from tuner.results import Result, Status
 from tuner.evaluation.runner import (DispatchBenchmark, RunSettings, Timing, benchmark, read_output, relative_error, run_once,
                           tolerance)
-from tuner.tools import ToolRun, kill_running_tools
-from tuner.settings import EvalSettings
+from tuner.tools import ToolRun
 from tuner.store import ResultStore
 
 # phase ("compile", "benchmark", "confirm"), done, total
@@ -318,86 +315,6 @@ class Recorder:
             raise ToolError(f"the baseline (the compiler's default) failed: {result.error}", result.command, result.stderr)
 
 
-# Builds modules for stored results chosen for confirmation (they were measured in an earlier
-# run, so this run has no module for them): key -> Built, for those it could build.
-Prepare = Callable[[list[Result]], dict[str, Built]]
-
-
-def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[Measurer, Recorder], None],
-                 runnable: Callable[[], dict[str, Built]], measurer: Measurer, settings: EvalSettings,
-                 store: ResultStore, devices: tuple[str, ...], progress: Optional[Progress] = None,
-                 prepare: Optional[Prepare] = None) -> tuple[list[Result], EvaluationStats]:
-    """One evaluation, every figure in it a comparison with the baseline under the same conditions:
-
-    1. `run(measurer, recorder)` measures the `todo` candidates (the first pass), recording each
-       result as it arrives; the measurer times the baseline every few candidates per device.
-       An interruption kills every tool still running.
-    2. Where the baseline drifted beyond its noise, the candidates timed in that span are timed
-       once more (once at most).
-    3. Each first-pass time is normalised by the baseline timing nearest to it on its device.
-    4. The baseline and the most promising few (stored results in `reused` included: they are
-       built again through `prepare`) are timed in interleaved rounds; each one's speedup is the
-       median of its per-round ratios to the baseline (see tuner.evaluation.comparison).
-
-    Results come back in candidate order, with where the time went and the drifts seen."""
-    recorder = Recorder(store, todo, progress, log=measurer.log)
-    start = time.perf_counter()
-    try:
-        run(measurer, recorder)
-        measurer.close_timeline()
-        drifts = find_drifts(measurer.log)
-        built = runnable()
-        results = retime_drifted(recorder.results, drifts, built, measurer, store, progress)
-    except BaseException:
-        kill_running_tools()  # leave no compile or benchmark running behind an interrupted run
-        raise
-    wall = time.perf_counter() - start
-    normalised = [first_pass_speedup(r, measurer.log) for r in results]
-    for r in normalised:
-        if r.first_pass_speedup is not None:
-            store.put(r)  # a later run picks what to confirm by it
-    results = normalised + reused
-    start = time.perf_counter()
-    try:
-        results = confirm(results, built, measurer, settings, store, progress, prepare)
-    except BaseException:
-        kill_running_tools()
-        raise
-    rounds = next((r.rounds_ms for r in results if r.is_baseline), [])
-    first_device = [t for t in measurer.log if t.device == measurer.run_settings.device]
-    stats = EvaluationStats.of(strategy, recorder.results, len(reused), wall, time.perf_counter() - start, devices,
-                               drifts=[d.to_json() for d in drifts], retimed=sum(r.retimed for r in results),
-                               baseline_timings=len(measurer.log),
-                               baseline_ms=[(t.device, t.at, t.median_ms) for t in measurer.log],
-                               load_change=load_change(first_device, rounds),
-                               lost_devices=list(measurer.lost.values()))
-    return sorted(results, key=lambda r: r.candidate_id), stats
-
-
-def retime_drifted(results: list[Result], drifts: list[Drift], built: dict[str, Built], measurer: Measurer,
-                   store: ResultStore, progress: Optional[Progress] = None) -> list[Result]:
-    """Time once more every candidate whose first-pass time fell in a span where the baseline
-    drifted, on the device that timed it, with the baseline timed around them again."""
-    drifted = [i for i, r in enumerate(results) if r.ok and not r.is_baseline and r.timed_at is not None
-               and r.key in built and r.device not in measurer.lost
-               and any(d.covers(r.device, r.timed_at) for d in drifts)]
-    if not drifted:
-        return results
-    results = list(results)
-    for device in sorted({results[i].device for i in drifted}):
-        measurer.time_baseline(device)
-    for n, i in enumerate(drifted, 1):
-        try:
-            results[i] = measurer.retime(results[i], built[results[i].key])
-        except DeviceLost:
-            continue  # its first-pass time stands
-        store.put(results[i])
-        if progress:
-            progress("re-time", n, len(drifted))
-    measurer.close_timeline()
-    return results
-
-
 def first_pass_speedup(r: Result, log: list[BaselineTiming]) -> Result:
     """The result with its first-pass figure: the baseline timing nearest to it on its device,
     over its median."""
@@ -409,74 +326,3 @@ def first_pass_speedup(r: Result, log: list[BaselineTiming]) -> Result:
     if nearest is None:
         return r
     return replace(r, baseline_ms=nearest.median_ms, first_pass_speedup=nearest.median_ms / r.median_ms)
-
-
-def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, settings: EvalSettings,
-            store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None) -> list[Result]:
-    """Time the baseline and the `confirm_top` candidates with the best first-pass figures in
-    `confirm_rounds` interleaved rounds on the first device. A round times the baseline, then each
-    candidate followed by the baseline again (B c1 B c2 B ...; the candidates' order rotated every
-    round), so every candidate's ratio in the round is against the two baseline timings that
-    bracket it: a change of load within the round moves both sides of the ratio alike.
-    Only results confirmed here can win; stored ones among the chosen are built again first."""
-    baseline = next((r for r in results if r.is_baseline and r.ok), None)
-    if baseline is None or settings.confirm_rounds < 1 or settings.confirm_top < 1:
-        return results
-    promising = sorted((r for r in results if r.ok and not r.is_baseline and r.first_pass_speedup),
-                       key=lambda r: (-(r.first_pass_speedup or 0.0), r.candidate_id))[: settings.confirm_top]
-    missing = [r for r in promising if r.key not in built]
-    if missing and prepare is not None:
-        built = {**built, **prepare(missing)}
-    others = [r for r in promising if r.key in built]
-    if not others or baseline.key not in built:
-        return results
-    while True:
-        device = measurer.confirm_device()
-        if device is None:
-            return results  # every device was lost: nothing can be confirmed
-        try:
-            times, references, baseline_rounds = _rounds(baseline, others, built, measurer, device,
-                                                         settings.confirm_rounds, progress)
-            break
-        except DeviceLost:
-            continue  # lost mid-rounds: all of them again on another device, as a round is one comparison
-    updated = {baseline.candidate_id: replace(baseline, rounds_ms=baseline_rounds,
-                                              round_ratios=[1.0] * len(baseline_rounds))}
-    for r in others:
-        ratios = paired(references[r.key], times[r.key]).ratios
-        updated[r.candidate_id] = replace(r, rounds_ms=[t for t in times[r.key] if t is not None],
-                                          round_ratios=list(ratios))
-    for r in updated.values():
-        store.put(r)
-    return [updated.get(r.candidate_id, r) for r in results]
-
-
-def _rounds(baseline: Result, others: list[Result], built: dict[str, Built], measurer: Measurer, device: str,
-            rounds: int, progress: Optional[Progress]
-            ) -> tuple[dict[str, list[Optional[float]]], dict[str, list[Optional[float]]], list[float]]:
-    """The interleaved rounds of `confirm` on one device: each candidate's times, the bracketing
-    baseline reference for each, and the baseline's median per round."""
-    total, done = rounds * (2 * len(others) + 1), 0
-
-    def time_one(r: Result) -> Optional[float]:
-        nonlocal done
-        timing, _ = measurer.timing(built[r.key], device)
-        done += 1
-        if progress:
-            progress("confirm", done, total)
-        return timing.median_ms if timing is not None else None
-
-    times: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
-    references: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
-    baseline_rounds: list[float] = []
-    for round_ in range(rounds):
-        shift = round_ % len(others)
-        base = [time_one(baseline)]
-        for r in others[shift:] + others[:shift]:
-            times[r.key].append(time_one(r))
-            base.append(time_one(baseline))
-            references[r.key].append(bracketing(base[-2], base[-1]))
-        ok = [t for t in base if t is not None]
-        if ok:
-            baseline_rounds.append(statistics.median(ok))
-    return times, references, baseline_rounds
