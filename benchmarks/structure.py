@@ -6,7 +6,7 @@
 - private names (a leading underscore) imported from another module, lazily or not;
 - import cycles between modules, lazy (function-level) imports included;
 - public functions with more than 8 parameters (self and *args/**kwargs not counted; the click
-  commands of tuner/cli.py may stay wide).
+  commands of tuner/cli/ may stay wide).
 
 The limits are the redesign's goals; where the code does not meet one yet, this says by how much."""
 
@@ -103,7 +103,7 @@ def main() -> int:
             if target != name:
                 graph.setdefault(name, set()).add(target)
             private += [f"{name} imports {target}.{t}" for t in taken if t.startswith("_") and not t.startswith("__")]
-        if name != "tuner.cli":
+        if not name.startswith("tuner.cli"):
             wide += wide_functions(path, name)
     # A package's __init__ importing its own submodules is not a cycle of the design.
     graph = {k: {v for v in vs if not v.startswith(k + ".") and not k.startswith(v + ".")} for k, vs in graph.items()}

@@ -1,0 +1,5 @@
+"""`python -m tuner.cli`."""
+
+from tuner.cli.commands import main
+
+main()

@@ -1,0 +1,123 @@
+"""The options several commands share (search, evaluation, constraints), the settings they make,
+and the signals a run ends on like SIGINT."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import click
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a closed terminal), ended like SIGINT: every tool the run started is
+    killed and the store closed."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+def terminate(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+class Seconds(click.ParamType):
+    """A positive, finite number of seconds (nan and inf are not)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not 0 < seconds < float("inf"):
+            self.fail(f"{value!r}: a positive, finite number of seconds", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
+
+
+def evaluation_options(f):
+    """Options shared by the commands that compile and time candidates."""
+    f = click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
+                     help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
+    f = click.option("--device", "devices", multiple=True,
+                     help="Runtime device to benchmark on; repeat for several (e.g. cuda://0 cuda://1).")(f)
+    f = click.option("--ray-address", default=None,
+                     help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")(f)
+    f = click.option("--strategy", default="auto", show_default=True,
+                     type=click.Choice(["auto", "overlapped", "sequential", "ray"]),
+                     help="overlapped: time while compiling; sequential: compile, then time, one at a time; "
+                          "ray: compile tasks and one benchmark worker per device on a Ray cluster (docs/reference.md); "
+                          "auto: sequential on llvm-cpu (timing shares its cores), overlapped on GPUs.")(f)
+    f = click.option("--compile-timeout", default=300.0, show_default=True, type=SECONDS, help="Seconds per compile.")(f)
+    f = click.option("--run-timeout", default=120.0, show_default=True, type=SECONDS, help="Seconds per benchmark run.")(f)
+    f = click.option("--repetitions", default=5, show_default=True, type=click.IntRange(min=1),
+                     help="Timed repetitions per candidate.")(f)
+    f = click.option("--baseline-every", default=5, show_default=True, type=click.IntRange(min=1),
+                     help="Time the baseline again after every N candidates (per device): each candidate is "
+                          "compared with the baseline timed nearest to it, and drift is seen.")(f)
+    f = click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
+                     help="Interleaved rounds timing the baseline and the most promising candidates side by side; "
+                          "a winner must be faster in 3 of 4 (0: no winner is named).")(f)
+    f = click.option("--force", is_flag=True, help="Clear an output directory that holds another input's run.")(f)
+    f = click.option("--input", "input_files", multiple=True, type=click.Path(path_type=Path),
+                     help="Your own .npy file for the entry's next argument (repeat, in order); default: generated.")(f)
+    f = click.option("--dispatch", "dispatch_name", default=None, help="Which dispatch to tune (default: the largest).")(f)
+    f = click.option("--pipeline", "pipeline_name", default=None,
+                     help="Codegen pipeline to tune with (default: the one for the compiler's choice), "
+                          "e.g. llvmgpu_vector_distribute on rocm.")(f)
+    f = click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")(f)
+    return f
+
+
+def constraints_option(f):
+    return click.option("--constraints", "constraints", default="native", show_default=True,
+                        type=click.Choice(["native", "compiler", "both"]),
+                        help="Where the valid configs come from: this tuner's constraints, the ones IREE emits "
+                             "for the op (GPU TileAndFuse and VectorDistribute contractions; configs built by "
+                             "IREE's materializer), or this tuner's less those IREE's reject.")(f)
+
+
+def search_options(f):
+    """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds, --warm-start,
+    --constraints."""
+    from tuner.search import DEFAULT_SEARCH, SEARCHES
+
+    f = constraints_option(f)
+    f = click.option("--warm-start", "warm_start", is_flag=True,
+                     help="--search model: learn also from the store's measurements of other dispatches of the "
+                          "same pipeline on the same device, where it holds some (said when it does; it has not "
+                          "helped in replay: BENCHMARKS.md).")(f)
+    f = click.option("--seeds", "seeds_file", default=None, type=click.Path(path_type=Path),
+                     help="JSON seed entries (configs found by benchmarking) tried first where they fit.")(f)
+    f = click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the search.")(f)
+    f = click.option("--time-budget", "time_budget", default=None, type=SECONDS,
+                     help="Seconds the search may run; no new batch starts after them.")(f)
+    f = click.option("--budget", "--num-candidates", "budget", default=30, show_default=True, type=int,
+                     help="Configs to evaluate besides the baseline (failed and duplicate ones count).")(f)
+    f = click.option("--search", "search_name", default=DEFAULT_SEARCH, show_default=True,
+                     type=click.Choice(list(SEARCHES)),
+                     help="How the valid space is searched: exhaustive order, uniform random, the pipeline's "
+                          "preference tiers, or a model that learns from each batch's measurements.")(f)
+    return f
+
+
+def search_settings(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None,
+            constraints: str = "native", warm_start: bool = True):
+    from tuner.settings import SearchSettings
+
+    return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file,
+                          constraints=constraints, warm_start=warm_start)
+
+
+def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
+              confirm_rounds: int = 4, ray_address: str | None = None):
+    from tuner.settings import EvalSettings
+
+    return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
+                        baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address)
+
+

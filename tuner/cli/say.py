@@ -1,0 +1,135 @@
+"""What the commands print: which dispatch was picked, what the search starts from, the
+candidates, the evaluation's line, the table and verdict, the progress bars; and bad input or a
+failed tool as one line and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from tuner.cli.options import Terminated
+from tuner.errors import TunerError
+
+def say_picked(console: Console):
+    """Say which dispatch `tune` picked by itself, and which it skipped and why."""
+    def on_discovered(program, dispatch, how: str) -> None:
+        others = [d.name for d in program.dispatches if d.name != dispatch.name]
+        console.print(f"tuning {dispatch.name}: {how}" + (f" (others: {', '.join(others)})" if others else ""))
+        for name, why in program.skipped:
+            console.print(f"skipped {name}: {why}")
+
+    return on_discovered
+
+
+def say_search(console: Console):
+    """Say what the search starts from: the space, the seeds and who proposed them."""
+    def on_search(summary: dict) -> None:
+        size = f"{summary['space']} valid configs" + ("" if summary["space_complete"]
+                                                       else f" (a sample of {summary['space_size']})")
+        seeds = ", ".join(f"{n} from {who}" for who, n in summary["seeds"].items()) or "none"
+        line = (f"search: {summary['search']} over {size}, budget {summary['budget']}"
+                + (f" or {summary['time_budget_s']:g} s" if summary["time_budget_s"] else "")
+                + f", seed {summary['seed']}; seeds first: {seeds}")
+        if summary["dropped_seeds"]:
+            line += f"; {len(summary['dropped_seeds'])} seeds not valid for this dispatch were dropped"
+        if summary["space_complete"] and summary["space"] <= summary["budget"]:
+            line += "; the space holds no more than the budget: every config is tried"
+        warm = summary.get("warm_started_from")
+        if warm:
+            line += (f"; warm start from {warm['points']} measurements of {len(warm['dispatches'])} other "
+                     f"dispatches in the store: {', '.join(warm['dispatches'])}")
+        console.print(line)
+
+    return on_search
+
+
+def say_candidates(console: Console, asked: int | None = None):
+    def on_candidates(dispatch, candidates) -> None:
+        console.print(f"[bold]{dispatch.name}[/bold]: {dispatch.op_name} {dispatch.shape_name}, "
+                      f"default {dispatch.default.pipeline}; {len(candidates)} candidates (baseline included)")
+        if asked is not None and len(candidates) - 1 < asked:
+            console.print(f"the space holds {len(candidates) - 1} distinct configs for this dispatch, "
+                          f"fewer than the {asked} asked for: all of them are tried")
+
+    return on_candidates
+
+
+def stats_line(stats: dict) -> str:
+    devices = ", ".join(f"{d} idle {100 * (1 - busy / stats['wall_s']):.0f}%" if stats["wall_s"] else d
+                        for d, busy in stats["busy_s"].items())
+    line = (f"{stats['strategy']}: {stats['candidates']} evaluated, {stats['reused']} reused from the store, "
+            f"{stats['wall_s']:.1f} s ({devices}); baseline timed {stats.get('baseline_timings', 0)} times; "
+            f"confirmation rounds {stats['confirm_s']:.1f} s")
+    for drift in stats.get("drifts", []):
+        line += (f"\nthe baseline drifted {drift['change_pct']:+.0f}% on {drift['device']} "
+                 f"({drift['from_ms']:.3f} -> {drift['to_ms']:.3f} ms)")
+    if stats.get("retimed"):
+        line += f"; {stats['retimed']} candidates timed in a drifted span were timed again"
+    for warning in stats.get("warnings", []):
+        line += f"\n[yellow]warning:[/yellow] {warning}"
+    return line
+
+
+def say_compiler_constraints(console: Console, says: dict) -> None:
+    """For each candidate that failed to build or take: what IREE's own constraints say of it."""
+    for cid, said in sorted(says.items()):
+        console.print(f"candidate {cid} failed; IREE's constraints for it: {'; '.join(said)}", markup=False)
+
+
+def say_summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
+    from tuner.report.outputs import render_table, written_rebuild_command
+
+    render_table(ranking, results, console)
+    if stats is not None:
+        console.print(stats_line(stats.to_json()))
+    console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
+    console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json; rebuild with: "
+                  f"{written_rebuild_command(output_dir)}")
+
+
+class errors_to_exit:
+    """Bad input and failed tools end in one line and a non-zero exit, never a traceback."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if isinstance(error, TunerError):
+            click.echo(f"error: {error}", err=True)
+            sys.exit(error.exit_code)
+        if isinstance(error, KeyboardInterrupt):
+            from tuner.tools import kill_running_tools
+
+            kill_running_tools()  # nothing this run started outlives it
+            how = "terminated" if isinstance(error, Terminated) else "interrupted"
+            click.echo(f"{how}: every result measured so far is kept in the result store (and every compiled "
+                       f"candidate in the manifest); run the same command again to resume", err=True)
+            sys.exit(128 + error.signum if isinstance(error, Terminated) else 130)
+        return False
+
+
+class progress_bars:
+    """A progress bar per phase (compile, benchmark, confirm), with ETA; yields the callback."""
+
+    def __init__(self, console: Console) -> None:
+        self.bar = Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self.update
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if phase not in self.tasks:
+            self.tasks[phase] = self.bar.add_task(phase, total=total)
+        self.bar.update(self.tasks[phase], completed=done, total=total)
+
+
