@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 
 def _space(input_path: Path, target: str, pipeline_name: str | None, dispatch_name: str | None):
     """The dispatch, its pipeline and its whole valid space (tuner.search.live.build_space)."""
-    from tuner.api import read_program, select_dispatch
+    from tuner.api import select_dispatch
+    from tuner.driver import read_program
     from tuner.search.live import build_space
     from pipelines import pipeline_for
 

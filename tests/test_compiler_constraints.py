@@ -13,7 +13,7 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 from conftest import assert_one_error_line, run_cli
 from constraints.fast_enumerate import enumerate_space
 from pipelines import pipeline_for
-from tuner.api import read_program
+from tuner.driver import read_program
 from tuner.problem.compiler import emitted_problems, problem_for
 from tuner.problem.crosscheck import NATIVE_ONLY, compiler_assignment
 from tuner.targets import parse_target

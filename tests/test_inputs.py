@@ -140,7 +140,7 @@ func.func @mm(%a: tensor<64x32xf64>, %b: tensor<32x64xf64>) -> tensor<64x64xf64>
 }
 """)
     assert tuning.dispatch.lhs_type == "f32" and all(r.ok for r in tuning.results)
-    assert {i.element_type for i in api._open(tmp_path / "in.mlir", "llvm-cpu", None, None).workload.inputs} == {"f32"}
+    assert {i.element_type for i in api.open_session(tmp_path / "in.mlir", "llvm-cpu", None, None).workload.inputs} == {"f32"}
 
 
 MODEL = """

@@ -64,7 +64,7 @@ SM80 = gpu_target("sm_80", subgroup_size=32, max_threads=1024, shared_memory_byt
 
 def _iree_space(sample: str, pipeline_name: str):
     from pipelines import pipeline_for
-    from tuner.api import read_program
+    from tuner.driver import read_program
 
     *_, program = read_program(REPO / "sample_dispatches" / sample, "cuda:sm_80", None)
     dispatch = program.dispatches[0]

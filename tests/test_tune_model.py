@@ -226,7 +226,7 @@ def test_two_machines_take_turns_until_the_model_is_done(mlp, tmp_path):
 def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, tmp_path):
     # Two configs to merge, compiled here, timed "there" (a copy holding what `pack` copies),
     # one trip each, then the tuned model against the default; real compiles and timings.
-    from tuner.api import read_program
+    from tuner.driver import read_program
     from tuner.stages.model_client import model_entry
     from tuner.stages.plan import pack, run_plan
     from tuner.stages.two_machine import merge_step

@@ -3,68 +3,26 @@ list of configs (no search), or compile only, for `benchmark_dir` where the devi
 
 from __future__ import annotations
 
-import os
-import platform
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from iree.compiler import ir
-
-from pipelines import Dispatch, Pipeline, pipeline_for
-from tuner.evaluation.benchmark_stage import STORE
-from tuner.specs.candidates import Candidate, baseline, candidates_from_knobs, generate_candidates
+from pipelines import Dispatch, pipeline_for
+from tuner.specs.candidates import Candidate, candidates_from_knobs, generate_candidates
 from tuner.settings import SearchSettings
-from tuner.search import Budget, run_search
-from tuner.search.live import LiveBatches, SearchPlan, plan_search
-from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
-from tuner.discovery.program import Program, discover_program, parse_input
+from tuner.search.live import plan_search
+from tuner.build.compile import EvalSettings, Progress
+from tuner.discovery.program import Program
+from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, read_program,
+                          search_and_evaluate)
 from tuner.errors import InputError, OutputError
-from tuner.evaluation.evaluator import Evaluation
-from tuner.evaluation.strategies import make_evaluator
-from tuner.input.models import program_source
-from tuner.build.manifest import MANIFEST, Manifest
-from tuner.ranking import Ranking, rank
-from tuner.report.outputs import write_outputs
 from tuner.profiling.profile import Profile, profile
-from tuner.results import EvaluationStats, Result
 from tuner.run_dir import RunDirectory, run_identity
-from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
-from tuner.versions import compiler_version, runtime_version
-from tuner.discovery.workload import Workload
 
 if TYPE_CHECKING:
     from tuner.problem.crosscheck import CrossCheck
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """What an evaluation found: the dispatch, every candidate and result, their ranking and where
-    the time went (a compile-only run has a manifest instead of results)."""
-
-    dispatch: Dispatch
-    candidates: tuple[Candidate, ...]
-    results: tuple[Result, ...]
-    ranking: Optional[Ranking]
-    stats: Optional[EvaluationStats]
-    output_dir: Path
-    manifest: Optional[Manifest] = None  # written by a compile-only run
-    # Candidate id -> what IREE's own constraints say of a config that failed to build or take.
-    compiler_says: Optional[dict] = None
-
-
-def _scratch() -> str:
-    """A directory of this process's own for what a command with no output directory must write
-    (an imported ONNX model), removed when the process ends."""
-    import atexit
-    import shutil
-    import tempfile
-
-    path = tempfile.mkdtemp(prefix="iree-tuner-")
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    return path
 
 
 def prepare_output(output_dir: Path) -> Path:
@@ -98,33 +56,7 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
     raise InputError(f"{input_path}: no tunable dispatch named {name!r}; tunable: {', '.join(d.name for d in tunable)}")
 
 
-@dataclass(frozen=True)
-class Session:
-    """What every entry point reads first: the input, its workload and the dispatch to tune."""
-
-    input_path: Path
-    target: Target
-    output_dir: Path
-    ctx: ir.Context
-    workload: Workload
-    dispatch: Dispatch
-    pipeline: Pipeline
-    program: Program
-
-
-def read_program(input_path: Path | str, target: Target | str,
-                  workdir: Optional[Path | str]) -> tuple[Path, Target, Path, ir.Context, Program]:
-    """The program to compile (an ONNX model's import goes to `workdir`, or a scratch directory),
-    its target, where the run writes, and what discovery found in it."""
-    target = parse_target(target) if isinstance(target, str) else target
-    workdir = Path(workdir) if workdir is not None else Path(_scratch())
-    input_path = program_source(Path(input_path), workdir, target)
-    ctx = ir.Context()
-    parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
-    return input_path, target, workdir, ctx, discover_program(input_path, target, ctx)
-
-
-def _open(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
+def open_session(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
           dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> Session:
     input_path, target, output_dir, ctx, program = read_program(input_path, target, output_dir)
     dispatch = select_dispatch(list(program.dispatches), dispatch_name, input_path, pipeline_name, program.skipped)
@@ -160,7 +92,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       force):
-        session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
+        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name)
         how = "named by --dispatch" if dispatch_name else "the only tunable dispatch"
         if dispatch_name is None:
             session, how = _pick_by_time(session, pipeline_name, compile_only, settings, progress)
@@ -174,7 +106,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidat
                 on_search(plan.summary())
             from tuner.search.rounds import next_round
 
-            store = _store(session, store_path)
+            store = open_store(session, store_path)
             try:
                 candidates, done = next_round(plan, session.dispatch, session.pipeline, session.ctx,
                                               session.target.spec_entry, store)
@@ -258,7 +190,7 @@ def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", n
     compiled beyond discovery, nothing is timed."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _with_constraints(_open(input_path, target, None, dispatch_name, pipeline_name), constraints,
+    session = _with_constraints(open_session(input_path, target, None, dispatch_name, pipeline_name), constraints,
                                 num_candidates)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                                  session.target.spec_entry, progress=progress)
@@ -278,7 +210,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       force):
-        session = _open(input_path, target, output_dir, dispatch_name, pipeline_name)
+        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name)
         _take_inputs(session, inputs)
         candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
                                                      session.target.spec_entry)
@@ -317,9 +249,6 @@ def _pick_by_time(session: Session, pipeline_name: Optional[str], compile_only: 
                     f"@{measured.times[best.name].entry}'s dispatch time ({measured.method})")
 
 
-GIVEN_INPUTS = "given-inputs"
-
-
 def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> None:
     """Check the user's own input files against the entry and keep them in the run's directory."""
     given = session.output_dir / GIVEN_INPUTS
@@ -329,208 +258,12 @@ def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> None:
         session.workload.given_inputs([Path(p) for p in inputs], given)
 
 
-def _store(session: Session, store_path: Optional[Path | str]) -> ResultStore:
-    return ResultStore(Path(store_path) if store_path else session.output_dir / STORE, compiler_version(),
-                       runtime_version())
-
-
 def _with_constraints(session: Session, source: str, budget: int) -> Session:
     """The session with its pipeline reading its valid configs from `source` (--constraints)."""
     from tuner.problem.sources import with_constraints
 
     return replace(session, pipeline=with_constraints(source, session.pipeline, session.dispatch, session.input_path,
                                                       session.target, session.ctx, session.dispatch.flags, budget))
-
-
-def _meta(session: Session, given: bool) -> dict:
-    return {
-        "input": str(session.input_path.resolve()),
-        "target": session.target.name,
-        "dispatch": session.dispatch.name,
-        "shape": session.dispatch.shape_name,
-        "pipeline": session.pipeline.name,
-        "constraints": session.pipeline.constraints,
-        "input_digest": session.dispatch.source_digest,
-        "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
-        **({"given_inputs": GIVEN_INPUTS} if given else {}),
-        "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
-    }
-
-
-def _evaluator(session: Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
-               strategy: str, devices: Sequence[str], given: bool):
-    """The evaluator `strategy` names ("auto": the target's default) for the session, building
-    into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt)."""
-    output_dir, target = session.output_dir, session.target
-    (output_dir / MANIFEST).unlink(missing_ok=True)
-    strategy = target.default_strategy if strategy == "auto" else strategy
-    return make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates", store,
-                          settings, devices, progress, session.ctx,
-                          given_inputs=output_dir / GIVEN_INPUTS if given else None)
-
-
-def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
-                         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
-                         devices: Sequence[str], store_path: Optional[Path | str], given: bool,
-                         on_search: Optional[Callable[[dict], None]] = None) -> Tuning:
-    """Run the plan's search with an evaluator: each batch compiled and timed (no confirmation
-    round), the search told each first-pass figure, until the budget is spent; then the same
-    evaluator confirms the most promising of all of them against the baseline in interleaved
-    rounds, reusing every first-pass result, and the outputs are written. Each measured config's
-    features go to the store; with `warm_start`, a model search also learns from the store's
-    measurements of other dispatches; `on_search(summary)` hears what the search starts from."""
-    target = session.target
-    store = _store(session, store_path)
-    total = plan.settings.budget
-    offset = [0]
-
-    def batch_progress(phase: str, done: int, of: int) -> None:
-        """Compiles and first-pass timings count against the whole budget; the rest per call."""
-        if progress is None:
-            return
-        if phase in ("compile", "benchmark"):
-            progress(phase, min(total, offset[0] + done), total)
-        else:
-            progress(phase, done, of)
-
-    try:
-        evaluator = _evaluator(session, store, settings, batch_progress, strategy, devices, given)
-        passes: list[EvaluationStats] = []
-
-        def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
-            evaluation = evaluator.evaluate(candidates, batch_settings)
-            passes.append(evaluation.stats)
-            return evaluation
-
-        batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
-                              baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry),
-                              session.ctx, target.spec_entry, evaluate_batch, settings)
-        # What a later model search of another dispatch may learn from (whatever searched here).
-        batches.on_made = lambda index, c: store.put_features(c.key, session.pipeline.name, session.dispatch.name,
-                                                              *plan.space.named(index))
-        if plan.settings.warm_start and hasattr(plan.search, "warm_start"):
-            warm_start(plan, store, session.pipeline.name, session.dispatch.name, evaluator.conditions)
-        if on_search:
-            on_search(plan.summary())
-
-        def advance(n: int) -> None:
-            offset[0] += n
-
-        batches.on_batch = advance
-        batches.budget = plan.settings.budget
-        plan.steps = run_search(plan.search, batches, Budget(plan.settings.budget, plan.settings.seconds),
-                                plan.settings.batch_size)
-        plan.proposed_by = batches.proposed_by
-        candidates = batches.candidates
-        if on_candidates:
-            on_candidates(session.dispatch, candidates)
-        if batches.final is not None:  # the last batch confirmed them all
-            evaluation = batches.final
-            passes.pop()
-        else:  # stopped early (time budget): confirm the best of all now
-            evaluator.progress = progress
-            evaluation = evaluator.evaluate(candidates)
-        evaluation = replace(evaluation, stats=evaluation.stats.after(passes, len(candidates)))
-    finally:
-        store.close()
-    return _write(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))
-
-
-def warm_start(plan: SearchPlan, store: ResultStore, pipeline: str, dispatch: str, conditions: tuple[str, str]) -> None:
-    """Start the plan's model search from the store's measurements of other dispatches of the
-    pipeline, timed on this device the same way (learning across runs); the plan's summary says
-    from how many, of which dispatches, where it did."""
-    from tuner.search.prior import Prior, PriorPoint
-
-    prior = Prior(tuple(PriorPoint(f, t, speedup, name)
-                        for f, t, speedup, name in store.measured_elsewhere(pipeline, dispatch, *conditions)))
-    if plan.search.warm_start(prior):
-        plan.warm_started = prior.summary()
-
-
-def evaluate(session: Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
-             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str],
-             given: bool = False, search_meta: Optional[dict] = None, search_done: bool = False) -> Tuning:
-    """Compile and measure the candidates with the chosen evaluator, reusing and filling the
-    result store, then write best_spec.mlir, best_flags.txt and results.json. With
-    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
-    `strategy` names an evaluator (tuner.evaluation.strategies.STRATEGIES) or is "auto": the target's own
-    default."""
-    output_dir, target = session.output_dir, session.target
-    meta = {**_meta(session, given), **({"search": {**search_meta, "done": search_done}} if search_meta else {})}
-    store = _store(session, store_path)
-    try:
-        if compile_only:
-            manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
-                                           session.ctx, store, settings, meta, progress)
-            says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
-            return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
-        evaluator = _evaluator(session, store, settings, progress, strategy, devices, given)
-        evaluation = evaluator.evaluate(candidates)
-    finally:
-        store.close()
-    return _write(session, candidates, evaluation, list(evaluator.devices), given, search_meta)
-
-
-def _write(session: Session, candidates: list[Candidate], evaluation: Evaluation, devices: list[str], given: bool,
-           search_meta: Optional[dict]) -> Tuning:
-    """Rank the evaluation and write best_spec.mlir, best_flags.txt and results.json."""
-    output_dir, target = session.output_dir, session.target
-    ranking = rank(evaluation.results)
-    # The winner, or, when none beat the default beyond the noise, the default (its empty spec).
-    chosen = next((c for c in candidates if ranking.best and c.id == ranking.best.candidate_id), None) \
-        or next(c for c in candidates if c.is_baseline)
-    proposed = (search_meta or {}).get("proposed_by", {})
-    annotations: dict[int, dict] = {int(k): {"proposed_by": v} for k, v in proposed.items()}
-    says = compiler_says_of_failures(session, candidates, evaluation.results)
-    for cid, said in says.items():
-        annotations.setdefault(cid, {})["compiler_constraints"] = said
-    write_outputs(
-        output_dir, ranking, list(evaluation.results),
-        spec=chosen.spec, flags=candidate_flags(chosen, target, output_dir / "best_spec.mlir"),
-        meta={**_meta(session, given), "devices": devices, "evaluation": evaluation.stats.to_json(),
-              **({"search": search_meta} if search_meta else {})},
-        annotations=annotations,
-    )
-    return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir,
-                  compiler_says=says)
-
-
-def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
-                              results: Sequence[Result]) -> dict[int, list[str]]:
-    """For each candidate that failed to build or whose config did not take, what IREE's own
-    constraints for the dispatch say of its config: the messages of the assertions it breaks
-    (with their values), or that they admit it. Empty where the compiler emits no constraints
-    for the pipeline or its configs cannot be put in the compiler's knobs."""
-    from tuner.problem.compiler import emitted_problems, problem_for
-    from pipelines.base import NotInCompilerKnobs
-    from tuner.problem.crosscheck import compiler_assignment
-    from tuner.results import Status
-
-    failed = {r.candidate_id for r in results
-              if r.status in (Status.COMPILE_FAILED, Status.CONFIG_NOT_APPLIED) and not r.is_baseline}
-    pipeline = session.pipeline
-    base = pipeline.native
-    if not failed or base.compiler_pipeline is None or not base.maps_to_compiler(session.dispatch):
-        return {}
-    try:
-        problem = problem_for(emitted_problems(session.input_path, session.target, session.ctx, session.dispatch.flags),
-                              session.dispatch.name, base.compiler_pipeline, session.target)
-    except InputError:
-        return {}
-    out = {}
-    for c in candidates:
-        if c.id not in failed or not c.config.knobs:
-            continue
-        knobs = dict(c.config.knobs)
-        try:
-            mapped = knobs if pipeline.constraints == "compiler" else \
-                compiler_assignment(base, session.dispatch, knobs, problem, problem.intrinsic_indices())
-        except NotInCompilerKnobs as e:
-            out[c.id] = [str(e)]
-            continue
-        out[c.id] = problem.violations(mapped) or ["admitted by IREE's constraints"]
-    return out
 
 
 def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: Path | str = "crosscheck-output",

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from iree.compiler import ir
 
 from pipelines import Dispatch, pipeline_for
-from tuner.api import Session, search_and_evaluate
+from tuner.driver import Session, search_and_evaluate
 from tuner.search.live import plan_search
 from tuner.search.rounds import next_round
 from tuner.settings import SearchSettings

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from tuner.api import PROFILE, read_program
+from tuner.api import PROFILE
+from tuner.driver import read_program
 from tuner.errors import InputError, OutputError
 from tuner.profiling.profile import profile
 from tuner.report.outputs import comment, rebuild_command, response_file

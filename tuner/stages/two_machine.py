@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from tuner.api import Session, evaluate
+from tuner.driver import Session, evaluate
 from tuner.profiling.profile import prepare_profile
 from tuner.profiling.timing import Profile
 from tuner.stages.base import ModelState, StageEnv

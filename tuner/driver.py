@@ -1,0 +1,289 @@
+"""The driver of one tuning: the `Session` it runs in (the input, its target, the dispatch and
+its pipeline, where it writes), and the loop between a search and an evaluator, on one machine
+or two (compile-only): each batch the search proposes is compiled and timed, the search hears
+the figures, the best of all are confirmed side by side with the baseline, and the results are
+ranked and written. `tune`, tune-model's dispatch stage and the two-machine steps run through it."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from iree.compiler import ir
+
+from pipelines import Dispatch, Pipeline
+from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
+from tuner.build.manifest import MANIFEST, Manifest
+from tuner.discovery.program import Program, discover_program, parse_input
+from tuner.discovery.workload import Workload
+from tuner.errors import InputError
+from tuner.evaluation.benchmark_stage import STORE
+from tuner.evaluation.evaluator import Evaluation
+from tuner.evaluation.strategies import make_evaluator
+from tuner.input.models import program_source
+from tuner.ranking import Ranking, rank
+from tuner.report.outputs import write_outputs
+from tuner.results import EvaluationStats, Result
+from tuner.search import Budget, run_search
+from tuner.search.live import LiveBatches, SearchPlan
+from tuner.specs.candidates import Candidate, baseline
+from tuner.store import ResultStore
+from tuner.targets import Target, parse_target
+from tuner.versions import compiler_version, runtime_version
+
+@dataclass(frozen=True)
+class Tuning:
+    """What an evaluation found: the dispatch, every candidate and result, their ranking and where
+    the time went (a compile-only run has a manifest instead of results)."""
+
+    dispatch: Dispatch
+    candidates: tuple[Candidate, ...]
+    results: tuple[Result, ...]
+    ranking: Optional[Ranking]
+    stats: Optional[EvaluationStats]
+    output_dir: Path
+    manifest: Optional[Manifest] = None  # written by a compile-only run
+    # Candidate id -> what IREE's own constraints say of a config that failed to build or take.
+    compiler_says: Optional[dict] = None
+
+
+
+def scratch_dir() -> str:
+    """A directory of this process's own for what a command with no output directory must write
+    (an imported ONNX model), removed when the process ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="iree-tuner-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+@dataclass(frozen=True)
+class Session:
+    """What every entry point reads first: the input, its workload and the dispatch to tune."""
+
+    input_path: Path
+    target: Target
+    output_dir: Path
+    ctx: ir.Context
+    workload: Workload
+    dispatch: Dispatch
+    pipeline: Pipeline
+    program: Program
+
+
+def read_program(input_path: Path | str, target: Target | str,
+                  workdir: Optional[Path | str]) -> tuple[Path, Target, Path, ir.Context, Program]:
+    """The program to compile (an ONNX model's import goes to `workdir`, or a scratch directory),
+    its target, where the run writes, and what discovery found in it."""
+    target = parse_target(target) if isinstance(target, str) else target
+    workdir = Path(workdir) if workdir is not None else Path(scratch_dir())
+    input_path = program_source(Path(input_path), workdir, target)
+    ctx = ir.Context()
+    parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
+    return input_path, target, workdir, ctx, discover_program(input_path, target, ctx)
+
+
+GIVEN_INPUTS = "given-inputs"
+
+
+
+def open_store(session: Session, store_path: Optional[Path | str]) -> ResultStore:
+    return ResultStore(Path(store_path) if store_path else session.output_dir / STORE, compiler_version(),
+                       runtime_version())
+
+
+def run_meta(session: Session, given: bool) -> dict:
+    return {
+        "input": str(session.input_path.resolve()),
+        "target": session.target.name,
+        "dispatch": session.dispatch.name,
+        "shape": session.dispatch.shape_name,
+        "pipeline": session.pipeline.name,
+        "constraints": session.pipeline.constraints,
+        "input_digest": session.dispatch.source_digest,
+        "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
+        **({"given_inputs": GIVEN_INPUTS} if given else {}),
+        "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
+    }
+
+
+def session_evaluator(session: Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
+               strategy: str, devices: Sequence[str], given: bool):
+    """The evaluator `strategy` names ("auto": the target's default) for the session, building
+    into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt)."""
+    output_dir, target = session.output_dir, session.target
+    (output_dir / MANIFEST).unlink(missing_ok=True)
+    strategy = target.default_strategy if strategy == "auto" else strategy
+    return make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates", store,
+                          settings, devices, progress, session.ctx,
+                          given_inputs=output_dir / GIVEN_INPUTS if given else None)
+
+
+def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
+                         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
+                         devices: Sequence[str], store_path: Optional[Path | str], given: bool,
+                         on_search: Optional[Callable[[dict], None]] = None) -> Tuning:
+    """Run the plan's search with an evaluator: each batch compiled and timed (no confirmation
+    round), the search told each first-pass figure, until the budget is spent; then the same
+    evaluator confirms the most promising of all of them against the baseline in interleaved
+    rounds, reusing every first-pass result, and the outputs are written. Each measured config's
+    features go to the store; with `warm_start`, a model search also learns from the store's
+    measurements of other dispatches; `on_search(summary)` hears what the search starts from."""
+    target = session.target
+    store = open_store(session, store_path)
+    total = plan.settings.budget
+    offset = [0]
+
+    def batch_progress(phase: str, done: int, of: int) -> None:
+        """Compiles and first-pass timings count against the whole budget; the rest per call."""
+        if progress is None:
+            return
+        if phase in ("compile", "benchmark"):
+            progress(phase, min(total, offset[0] + done), total)
+        else:
+            progress(phase, done, of)
+
+    try:
+        evaluator = session_evaluator(session, store, settings, batch_progress, strategy, devices, given)
+        passes: list[EvaluationStats] = []
+
+        def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
+            evaluation = evaluator.evaluate(candidates, batch_settings)
+            passes.append(evaluation.stats)
+            return evaluation
+
+        batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
+                              baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry),
+                              session.ctx, target.spec_entry, evaluate_batch, settings)
+        # What a later model search of another dispatch may learn from (whatever searched here).
+        batches.on_made = lambda index, c: store.put_features(c.key, session.pipeline.name, session.dispatch.name,
+                                                              *plan.space.named(index))
+        if plan.settings.warm_start and hasattr(plan.search, "warm_start"):
+            warm_start(plan, store, session.pipeline.name, session.dispatch.name, evaluator.conditions)
+        if on_search:
+            on_search(plan.summary())
+
+        def advance(n: int) -> None:
+            offset[0] += n
+
+        batches.on_batch = advance
+        batches.budget = plan.settings.budget
+        plan.steps = run_search(plan.search, batches, Budget(plan.settings.budget, plan.settings.seconds),
+                                plan.settings.batch_size)
+        plan.proposed_by = batches.proposed_by
+        candidates = batches.candidates
+        if on_candidates:
+            on_candidates(session.dispatch, candidates)
+        if batches.final is not None:  # the last batch confirmed them all
+            evaluation = batches.final
+            passes.pop()
+        else:  # stopped early (time budget): confirm the best of all now
+            evaluator.progress = progress
+            evaluation = evaluator.evaluate(candidates)
+        evaluation = replace(evaluation, stats=evaluation.stats.after(passes, len(candidates)))
+    finally:
+        store.close()
+    return write_tuning(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))
+
+
+def warm_start(plan: SearchPlan, store: ResultStore, pipeline: str, dispatch: str, conditions: tuple[str, str]) -> None:
+    """Start the plan's model search from the store's measurements of other dispatches of the
+    pipeline, timed on this device the same way (learning across runs); the plan's summary says
+    from how many, of which dispatches, where it did."""
+    from tuner.search.prior import Prior, PriorPoint
+
+    prior = Prior(tuple(PriorPoint(f, t, speedup, name)
+                        for f, t, speedup, name in store.measured_elsewhere(pipeline, dispatch, *conditions)))
+    if plan.search.warm_start(prior):
+        plan.warm_started = prior.summary()
+
+
+def evaluate(session: Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
+             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str],
+             given: bool = False, search_meta: Optional[dict] = None, search_done: bool = False) -> Tuning:
+    """Compile and measure the candidates with the chosen evaluator, reusing and filling the
+    result store, then write best_spec.mlir, best_flags.txt and results.json. With
+    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
+    `strategy` names an evaluator (tuner.evaluation.strategies.STRATEGIES) or is "auto": the target's own
+    default."""
+    output_dir, target = session.output_dir, session.target
+    meta = {**run_meta(session, given), **({"search": {**search_meta, "done": search_done}} if search_meta else {})}
+    store = open_store(session, store_path)
+    try:
+        if compile_only:
+            manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
+                                           session.ctx, store, settings, meta, progress)
+            says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
+            return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
+        evaluator = session_evaluator(session, store, settings, progress, strategy, devices, given)
+        evaluation = evaluator.evaluate(candidates)
+    finally:
+        store.close()
+    return write_tuning(session, candidates, evaluation, list(evaluator.devices), given, search_meta)
+
+
+def write_tuning(session: Session, candidates: list[Candidate], evaluation: Evaluation, devices: list[str], given: bool,
+           search_meta: Optional[dict]) -> Tuning:
+    """Rank the evaluation and write best_spec.mlir, best_flags.txt and results.json."""
+    output_dir, target = session.output_dir, session.target
+    ranking = rank(evaluation.results)
+    # The winner, or, when none beat the default beyond the noise, the default (its empty spec).
+    chosen = next((c for c in candidates if ranking.best and c.id == ranking.best.candidate_id), None) \
+        or next(c for c in candidates if c.is_baseline)
+    proposed = (search_meta or {}).get("proposed_by", {})
+    annotations: dict[int, dict] = {int(k): {"proposed_by": v} for k, v in proposed.items()}
+    says = compiler_says_of_failures(session, candidates, evaluation.results)
+    for cid, said in says.items():
+        annotations.setdefault(cid, {})["compiler_constraints"] = said
+    write_outputs(
+        output_dir, ranking, list(evaluation.results),
+        spec=chosen.spec, flags=candidate_flags(chosen, target, output_dir / "best_spec.mlir"),
+        meta={**run_meta(session, given), "devices": devices, "evaluation": evaluation.stats.to_json(),
+              **({"search": search_meta} if search_meta else {})},
+        annotations=annotations,
+    )
+    return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir,
+                  compiler_says=says)
+
+
+def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
+                              results: Sequence[Result]) -> dict[int, list[str]]:
+    """For each candidate that failed to build or whose config did not take, what IREE's own
+    constraints for the dispatch say of its config: the messages of the assertions it breaks
+    (with their values), or that they admit it. Empty where the compiler emits no constraints
+    for the pipeline or its configs cannot be put in the compiler's knobs."""
+    from tuner.problem.compiler import emitted_problems, problem_for
+    from pipelines.base import NotInCompilerKnobs
+    from tuner.problem.crosscheck import compiler_assignment
+    from tuner.results import Status
+
+    failed = {r.candidate_id for r in results
+              if r.status in (Status.COMPILE_FAILED, Status.CONFIG_NOT_APPLIED) and not r.is_baseline}
+    pipeline = session.pipeline
+    base = pipeline.native
+    if not failed or base.compiler_pipeline is None or not base.maps_to_compiler(session.dispatch):
+        return {}
+    try:
+        problem = problem_for(emitted_problems(session.input_path, session.target, session.ctx, session.dispatch.flags),
+                              session.dispatch.name, base.compiler_pipeline, session.target)
+    except InputError:
+        return {}
+    out = {}
+    for c in candidates:
+        if c.id not in failed or not c.config.knobs:
+            continue
+        knobs = dict(c.config.knobs)
+        try:
+            mapped = knobs if pipeline.constraints == "compiler" else \
+                compiler_assignment(base, session.dispatch, knobs, problem, problem.intrinsic_indices())
+        except NotInCompilerKnobs as e:
+            out[c.id] = [str(e)]
+            continue
+        out[c.id] = problem.violations(mapped) or ["admitted by IREE's constraints"]
+    return out
