@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+from tuner.build.manifest import MANIFEST, Manifest
 from tuner.driver import Session, evaluate
 from tuner.profiling.profile import prepare_profile
 from tuner.profiling.timing import Profile
@@ -98,28 +99,23 @@ def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[
 def _stale(directory: Path, dispatch, candidates) -> bool:
     """Whether the dispatch's manifest is missing, of another input, or of other candidates (a
     rerun with more --num-candidates compiles the new ones; the others keep their modules)."""
-    try:
-        data = json.loads((directory / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return True
-    return (data.get("meta", {}).get("input_digest") != dispatch.source_digest
-            or {c["result"]["key"] for c in data.get("candidates", [])} != {c.key for c in candidates})
+    manifest = Manifest.read_existing(directory)
+    return (manifest is None or manifest.meta.get("input_digest") != dispatch.source_digest
+            or {b.result.key for b in manifest.built} != {c.key for c in candidates})
 
 
 def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
     """What the device needs of a dispatch's manifest: the manifest and every module it times."""
-    data = json.loads((directory / "manifest.json").read_text())
-    files = [_rel(env, directory / "manifest.json")]
-    for c in data["candidates"]:
-        if c.get("spec"):  # the winner's spec becomes the dispatch's best_spec.mlir there
-            files.append(_rel(env, directory / c["spec"]))
+    files = [_rel(env, directory / MANIFEST)]
+    for b in Manifest.read(directory).built:
+        if b.spec is not None:  # the winner's spec becomes the dispatch's best_spec.mlir there
+            files.append(_rel(env, b.spec))
         # Where dispatches are timed alone (GPUs) only their benchmark modules travel: a model
         # module per candidate would be the model's weights each time. Numerics are then checked
         # at the model's output when a config is merged (tuner.stages.plan).
-        for key in ("dispatch_vmfb", "vmfb"):
-            if c.get(key):
-                files.append(_rel(env, directory / c[key]))
-                break
+        module = b.dispatch_vmfb or b.vmfb
+        if module is not None:
+            files.append(_rel(env, module))
     return files
 
 
