@@ -278,3 +278,14 @@ def onnx_examples():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def iree_compile(*args) -> None:
+    """Plain iree-compile, as a test runs it to check that a result rebuilds: bounded in time, and
+    run once more if it hung using no CPU (IREE 3.13's iree-compile deadlocks now and then: one
+    such hang stalled this suite in a bare subprocess.run), so a hang decides the test instead
+    of stalling the run. Fails the test with the compiler's first error."""
+    from tuner.tools import find_tool, run_tool_retrying_a_hang
+
+    run = run_tool_retrying_a_hang([find_tool("iree-compile"), *map(str, args)], 300.0)
+    assert run.ok, run.first_error() or f"iree-compile timed out ({'hung' if run.hung else 'busy'})"

@@ -5,17 +5,15 @@ why while the others stay tunable; f64 runs as the compiler demotes it; IREE's o
 benchmark files are tuned with their baked config overridden, on the target they were dumped for."""
 
 import json
-import subprocess
 
 import pytest
 from iree.compiler import ir
 
-from tests.conftest import assert_one_error_line, run_cli
+from tests.conftest import assert_one_error_line, run_cli, iree_compile
 from tuner import api
 from tuner.discovery.program import read_configured
 from tuner.settings import EvalSettings
 from tuner.targets import cuda, parse_target
-from tuner.tools import find_tool
 
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
 MATMUL = """
@@ -277,8 +275,8 @@ def _dispatch_benchmark(tmp_path, target, text=UTIL_FUNC):
     src = tmp_path / "model.mlir"
     src.write_text(text)
     dump = tmp_path / "dumped"
-    subprocess.run([find_tool("iree-compile"), str(src), *target.compile_flags,
-                    f"--iree-hal-dump-executable-benchmarks-to={dump}", "-o", str(tmp_path / "model.vmfb")], check=True)
+    iree_compile(str(src), *target.compile_flags,
+                    f"--iree-hal-dump-executable-benchmarks-to={dump}", "-o", str(tmp_path / "model.vmfb"))
     [path] = dump.glob("*.mlir")
     return path
 

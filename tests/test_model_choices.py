@@ -7,7 +7,6 @@ test_tune_model; compiles and numerics are real."""
 
 import json
 from dataclasses import replace
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 from iree.compiler import ir
 
 from pipelines import DispatchKind, pipeline_for
-from tests.conftest import onnx_examples
+from tests.conftest import onnx_examples, iree_compile
 from tuner.specs.candidates import generate_candidates
 from tuner.build.compile import compile_all
 from tuner.discovery.program import discover_program
@@ -27,7 +26,6 @@ from tuner.settings import EvalSettings
 from tuner.stages import tune_model
 from tuner.stages.flags import FLAG_DECISION, FlagStage
 from tuner.targets import parse_target
-from tuner.tools import find_tool
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
@@ -142,7 +140,7 @@ def test_the_raised_model_computes_the_same_result_with_one_attention_dispatch(i
     outputs = {}
     for name, program in (("spelled", imported), ("raised", raised)):
         vmfb = tmp_path / f"{name}.vmfb"
-        subprocess.run([find_tool("iree-compile"), str(program), *cpu.compile_flags, "-o", str(vmfb)], check=True)
+        iree_compile(str(program), *cpu.compile_flags, "-o", str(vmfb))
         run = run_once(vmfb, RunSettings("local-task", "bert_layer", (x,)), tmp_path / f"{name}.npy")
         assert run.ok, run.stderr
         outputs[name] = np.load(tmp_path / f"{name}.npy")
@@ -166,7 +164,7 @@ def test_a_causal_decoder_block_raised_computes_the_same_result(tmp_path, ctx):
     outputs = {}
     for name, program in (("spelled", imported), ("raised", raised)):
         vmfb = tmp_path / f"{name}.vmfb"
-        subprocess.run([find_tool("iree-compile"), str(program), *cpu.compile_flags, "-o", str(vmfb)], check=True)
+        iree_compile(str(program), *cpu.compile_flags, "-o", str(vmfb))
         run = run_once(vmfb, RunSettings("local-task", "llama_block", (x,)), tmp_path / f"{name}.npy")
         assert run.ok, run.stderr
         outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
@@ -234,8 +232,8 @@ def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_
     assert state.program.resolve().is_relative_to(out.resolve())  # written inside the run's directory
     data = json.loads((out / "results.json").read_text())
     assert data["input"] == str(state.program.resolve()) and data["rewrites"] == ["raise-attention"]
-    subprocess.run([find_tool("iree-compile"), data["input"], f"@{out / 'model_flags.txt'}",
-                    "-o", str(tmp_path / "m.vmfb")], check=True)
+    iree_compile(data["input"], f"@{out / 'model_flags.txt'}",
+                    "-o", str(tmp_path / "m.vmfb"))
     said, timer = [], _timer()  # a rerun on other timings: the finished decision stands
     again = _flag_stage(small_bert, out, timer, say=said.append)
     assert again.state.rewrites == ("raise-attention",) and again.state.program == state.program

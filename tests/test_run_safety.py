@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_error_line, cli_process, run_cli, write_matmul
+from tests.conftest import assert_one_error_line, cli_process, run_cli, write_matmul, iree_compile
 from tuner.run_dir import LOCK, RunDirectory
 from tuner.tools import find_tool
 
@@ -370,9 +370,7 @@ def test_an_output_path_with_a_newline_and_quotes_rebuilds_with_plain_iree_compi
     assert result.exit_code == 0, result.output
     spec = (out / "best_spec.mlir").read_text()
     assert all(line.startswith("//") for line in spec.splitlines()[:3])  # the path stays in a comment
-    rebuilt = subprocess.run([find_tool("iree-compile"), str(small_matmul), f"@{out / 'best_flags.txt'}",
-                              "-o", str(tmp_path / "rebuilt.vmfb")], capture_output=True, text=True)
-    assert rebuilt.returncode == 0, rebuilt.stderr
+    iree_compile(small_matmul, f"@{out / 'best_flags.txt'}", "-o", tmp_path / "rebuilt.vmfb")
     assert subprocess.run([find_tool("iree-opt"), str(out / "best_spec.mlir")], capture_output=True).returncode == 0
 
 

@@ -18,13 +18,12 @@ import pytest
 from iree.compiler import ir
 
 from pipelines import check_config, pipeline_for
-from tests.conftest import run_cli
+from tests.conftest import run_cli, iree_compile
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.program import read_configured
 from tuner.evaluation.runner import Timing
 from tuner.settings import EvalSettings
 from tuner.stages import DispatchOutcome, DispatchStage, MergeStage, ModelState, SpecPart, StageEnv, tune_model
-from tuner.tools import find_tool
 
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
 REPO = Path(__file__).resolve().parent.parent
@@ -89,9 +88,8 @@ def _timer(slow: str = ""):
 def _configured(model: Path, flags_file: Path, tmp: Path, ctx: ir.Context):
     """The model compiled as plain iree-compile with @model_flags.txt, its configs read back."""
     dump = tmp / "readback"
-    subprocess.run([find_tool("iree-compile"), str(model), f"@{flags_file}",
-                    f"--iree-hal-dump-executable-configurations-to={dump}", "-o", str(tmp / "readback.vmfb")],
-                   check=True)
+    iree_compile(str(model), f"@{flags_file}",
+                    f"--iree-hal-dump-executable-configurations-to={dump}", "-o", str(tmp / "readback.vmfb"))
     return read_configured([p.read_text() for p in sorted(dump.glob("*.mlir"))], ctx)
 
 
@@ -173,8 +171,7 @@ def test_tune_model_from_the_command_line_writes_a_spec_plain_iree_compile_uses(
     text = " ".join(result.output.split())
     assert "stage flags" in text and "stage dispatches" in text and "stage merge" in text
     assert "verdict:" in text and (out / "model_spec.mlir").is_file()
-    subprocess.run([find_tool("iree-compile"), str(mlp), f"@{out / 'model_flags.txt'}", "-o", str(tmp_path / "m.vmfb")],
-                   check=True)
+    iree_compile(str(mlp), f"@{out / 'model_flags.txt'}", "-o", str(tmp_path / "m.vmfb"))
     report = run_cli("report", out)
     assert report.exit_code == 0 and "verdict:" in report.output, report.output
 
@@ -218,8 +215,7 @@ def test_two_machines_take_turns_until_the_model_is_done(mlp, tmp_path):
     assert len(tuned) == 2 and all(d["status"] in ("kept", "no winner") or d["status"].startswith("dropped")
                                    for d in tuned), tuned
     # Whatever was kept, plain iree-compile rebuilds it.
-    subprocess.run([find_tool("iree-compile"), str(mlp), f"@{out / 'model_flags.txt'}", "-o", str(tmp_path / "m.vmfb")],
-                   check=True)
+    iree_compile(str(mlp), f"@{out / 'model_flags.txt'}", "-o", str(tmp_path / "m.vmfb"))
 
 
 @pytest.mark.slow
