@@ -5,6 +5,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from tuner.evaluation.runner import Timing, relative_error, tolerance
 from tuner.tools import run_tool
@@ -43,3 +44,18 @@ def test_a_hung_tool_is_killed_on_time():
     run = run_tool(["sleep", "30"], timeout_s=0.3)
     assert run.timed_out and not run.ok
     assert time.perf_counter() - start < 5
+
+
+@pytest.mark.slow
+def test_a_compile_that_stops_using_cpu_is_hung_before_its_timeout_and_retried_once(monkeypatch):
+    # As iree-compile deadlocks at its exit: work first, then no CPU at all.
+    import tuner.tools as tools
+
+    monkeypatch.setattr(tools, "COMPILE_IDLE_S", 1.0)
+    monkeypatch.setattr(tools, "IDLE_POLL_S", 0.5)
+    start = time.perf_counter()
+    run = tools.run_tool_retrying_a_hang([sys.executable, "-c", "import time; sum(range(10**6)); time.sleep(60)"], 50)
+    assert run.timed_out and run.hung and run.retried and time.perf_counter() - start < 20
+    busy = tools.run_tool_retrying_a_hang(
+        [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass\nprint('done')"], 50)
+    assert busy.ok and busy.stdout.strip() == "done" and not busy.retried  # busier than the idle limit: left alone

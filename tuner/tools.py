@@ -177,21 +177,56 @@ def _cpu_seconds(pgid: int) -> float | None:
     return total / os.sysconf("SC_CLK_TCK") if found else None
 
 
+def _communicate(proc: subprocess.Popen, start: float, timeout_s: float, idle_s: float | None) -> tuple[str, str]:
+    """proc.communicate within `timeout_s` of `start`; with `idle_s`, TimeoutExpired as soon as its
+    process group has gained no CPU time for `idle_s` (checked every few seconds)."""
+    if idle_s is None:
+        return proc.communicate(timeout=timeout_s)
+    deadline = start + timeout_s
+    last_cpu, last_gain = _cpu_seconds(proc.pid) or 0.0, time.perf_counter()
+    while True:
+        now = time.perf_counter()
+        try:
+            return proc.communicate(timeout=max(0.01, min(IDLE_POLL_S, deadline - now)))
+        except subprocess.TimeoutExpired:
+            now = time.perf_counter()
+            cpu = _cpu_seconds(proc.pid)
+            if cpu is not None and cpu > last_cpu:
+                last_cpu, last_gain = cpu, now
+            if cpu is not None and now - last_gain >= idle_s:
+                raise _Idle(proc.args, idle_s) from None
+            if now >= deadline:
+                raise
+
+
+class _Idle(subprocess.TimeoutExpired):
+    """The tool's process group gained no CPU time for `idle_s`: hung, whatever it used before."""
+
+
+IDLE_POLL_S = 2.0
+# A compile that gains no CPU time for this long is hung (IREE 3.13's iree-compile deadlocks now
+# and then, seen at its exit with the module written: three threads in futex waits, no CPU).
+COMPILE_IDLE_S = 60.0
+
+
 def run_tool_retrying_a_hang(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
-    """run_tool, and once more if it timed out hung (no CPU used): one hang inside IREE decides
-    nothing. The second try says it is one (`retried`)."""
-    run = run_tool(command, timeout_s, cwd)
+    """run_tool for a compile, and once more if it hung (no CPU gained for COMPILE_IDLE_S, or no
+    CPU to speak of until its timeout): one hang inside IREE decides nothing. The second try
+    says it is one (`retried`)."""
+    run = run_tool(command, timeout_s, cwd, idle_s=COMPILE_IDLE_S)
     if run.timed_out and run.hung:
-        second = run_tool(command, timeout_s, cwd)
+        second = run_tool(command, timeout_s, cwd, idle_s=COMPILE_IDLE_S)
         return ToolRun(second.command, second.returncode, second.stdout, second.stderr, run.seconds + second.seconds,
                        second.timed_out, second.hung, retried=True)
     return run
 
 
-def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
+def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None, idle_s: float | None = None) -> ToolRun:
     """Run a tool in its own process group, so that a timeout kills it and its children.
     Safe to call from several threads at once; refused (ToolsStopped) in a thread of a run whose
-    tools were killed. An interruption while it starts takes it down too."""
+    tools were killed. An interruption while it starts takes it down too. `idle_s`: a tool whose
+    process group gains no CPU time for that long is hung (killed, `timed_out` and `hung`)
+    before its timeout; only for tools that never wait on anything but the CPU (compiles)."""
     start = time.perf_counter()
     caught, previous = _hold_signals()
     try:
@@ -208,9 +243,10 @@ def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> T
         raise
     try:
         _release_signals(caught, previous)  # an interruption that came meanwhile raises here
-        out, err = proc.communicate(timeout=timeout_s)
+        out, err = _communicate(proc, start, timeout_s, idle_s)
         return ToolRun(tuple(command), proc.returncode, out, err, time.perf_counter() - start)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as expired:
+        idle = isinstance(expired, _Idle)
         cpu = _cpu_seconds(proc.pid)
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -219,7 +255,7 @@ def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None) -> T
         out, err = proc.communicate()
         wall = time.perf_counter() - start
         return ToolRun(tuple(command), -9, out or "", err or "", wall, timed_out=True,
-                       hung=cpu is not None and cpu < HUNG_CPU_SHARE * wall)
+                       hung=idle or (cpu is not None and cpu < HUNG_CPU_SHARE * wall))
     except BaseException:  # interrupted: take the tool down with us
         try:
             os.killpg(proc.pid, signal.SIGKILL)
