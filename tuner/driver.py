@@ -164,7 +164,7 @@ def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettin
         # What a later model search of another dispatch may learn from (whatever searched here).
         batches.on_made = lambda index, c: store.put_features(c.key, session.pipeline.name, session.dispatch.name,
                                                               *plan.space.named(index))
-        if plan.settings.warm_start and hasattr(plan.search, "warm_start"):
+        if plan.settings.warm_start:
             warm_start(plan, store, session.pipeline.name, session.dispatch.name, evaluator.conditions)
         if on_search:
             on_search(plan.summary())

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from tuner.search.space import SearchSpace, Value
+
+if TYPE_CHECKING:
+    from tuner.search.prior import Prior
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,11 @@ class Search:
 
     def unvisited(self) -> list[int]:
         return [i for i in range(len(self.space)) if i not in self.proposed]
+
+    def warm_start(self, prior: "Prior") -> bool:
+        """Start from measurements of other dispatches (tuner.search.prior), where the search
+        learns; True if it did. A search that does not learn ignores them."""
+        return False
 
     def _order(self, n: int) -> list[int]:
         """The search's next `n` (or fewer, when the space runs out) unproposed points."""

@@ -72,7 +72,7 @@ def replay(recording: Recording, search: str, seed: int, budget: Budget, batch_s
     a score reaches it. `prior`: other dispatches' measurements a model search starts from."""
     seeds = collect_seeds(recording.seed_context(), exclude_found_on=recording.meta.get("shape")) if with_seeds else []
     s = make_search(search, recording.space, seed=seed, seeds=seeds)
-    if prior is not None and hasattr(s, "warm_start"):
+    if prior is not None:
         s.warm_start(prior)
 
     def evaluate(batch) -> list[Outcome]:
