@@ -4,11 +4,11 @@ too) or a results.json from an earlier tuning (every non-baseline candidate's kn
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import InputError
+from tuner.input.json_file import read_json
 
 
 # Tile sizes and counts go into MLIR attributes as 64-bit integers; nothing real comes near this.
@@ -17,12 +17,7 @@ MAX_KNOB = 2 ** 31 - 1
 
 def read_configs(path: Path) -> list[dict[str, Any]]:
     """The knob assignments in `path`, in file order; one clear error line for anything else."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such configs file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: not a JSON configs file ({e})") from None
+    data = read_json(path, "configs")
     if isinstance(data, dict) and isinstance(data.get("candidates"), list):
         entries = [c for c in data["candidates"] if isinstance(c, dict) and not c.get("is_baseline")]
     elif isinstance(data, list):  # knob assignments, or `iree-tuner candidates --output`'s list

@@ -28,16 +28,12 @@ SOURCES = ("native", "compiler", "both")
 
 
 @dataclass
-class CompilerSource(Pipeline):
-    """A pipeline whose space is the compiler's emitted problem (up to `limit` solutions or
-    `seconds` of solving: the solver finds 70-200 configs a second, BENCHMARKS.md). Its knobs
-    are the compiler's: no features, no flag knobs, no model-wide flags."""
+class _Wrapping(Pipeline):
+    """A constraint source: the pipeline it wraps (`base`, its `native`) and the compiler's
+    emitted problem for the dispatch."""
 
     base: Pipeline
     problem: EmittedProblem
-    limit: int = 1000
-    seconds: float = 30.0
-    constraints = "compiler"
 
     @property
     def name(self) -> str:
@@ -50,6 +46,17 @@ class CompilerSource(Pipeline):
     def supports(self, dispatch: Dispatch) -> bool:
         return self.base.supports(dispatch)
 
+
+@dataclass
+class CompilerSource(_Wrapping):
+    """A pipeline whose space is the compiler's emitted problem (up to `limit` solutions or
+    `seconds` of solving: the solver finds 70-200 configs a second, BENCHMARKS.md). Its knobs
+    are the compiler's: no features, no flag knobs, no model-wide flags."""
+
+    limit: int = 1000
+    seconds: float = 30.0
+    constraints = "compiler"
+
     def space_points(self, dispatch: Dispatch) -> tuple[list[dict], bool]:
         """The compiler's valid configs, and whether they are all of them."""
         points = list(self.problem.solutions(self.limit, self.seconds))
@@ -60,22 +67,12 @@ class CompilerSource(Pipeline):
 
 
 @dataclass
-class BothSource(Pipeline):
+class BothSource(_Wrapping):
     """The native pipeline less the configs the compiler's constraints reject: its problem,
     knobs, features and configs, with `admits` saying which of them the compiler takes."""
 
-    base: Pipeline
-    problem: EmittedProblem
     constraints = "both"
     filters_configs = True
-
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def native(self) -> Pipeline:
-        return self.base
 
     @property
     def model_flags(self) -> tuple[tuple[str, ...], ...]:  # type: ignore[override]
@@ -88,9 +85,6 @@ class BothSource(Pipeline):
     @property
     def compiler_pipeline(self) -> str | None:  # type: ignore[override]
         return self.base.compiler_pipeline
-
-    def supports(self, dispatch: Dispatch) -> bool:
-        return self.base.supports(dispatch)
 
     def build_problem(self, dispatch: Dispatch):
         return self.base.build_problem(dispatch)

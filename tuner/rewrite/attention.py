@@ -65,6 +65,7 @@ class AttentionSite:
     softmax: ir.Operation
     scale: Optional[ir.Operation]  # Mul or Div by a scalar between the scores and the softmax
     mask: Optional[ir.Operation]  # Add of a mask between the (scaled) scores and the softmax
+    mask_value: Optional[ir.Value]  # the operand of `mask` that is the mask
     scores: ir.Operation  # MatMul(Q, K^T)
     transpose: ir.Operation  # Transpose(K)
     query: ir.Value
@@ -89,12 +90,12 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     axis = ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes else -1
     if rank < 3 or axis not in (-1, rank - 1):
         return None
-    scores, mask = _producer(softmax.operands[0]), None
+    scores, mask, mask_value = _producer(softmax.operands[0]), None, None
     if _onnx(scores, "Add") and _single_use(softmax.operands[0]):
         found = _mask_side(scores, _shape(probs))
         if found is None:
             return None
-        mask, scores = scores, _producer(scores.operands[found])
+        mask, mask_value, scores = scores, scores.operands[1 - found], _producer(scores.operands[found])
         if not _single_use(mask.operands[found]):
             return None
     scale = None
@@ -125,10 +126,9 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     dtypes = {str(x.type).rsplit(",", 1)[-1] for x in (query, key, value)}
     if len(dtypes) != 1:
         return None
-    if mask is not None and str(mask.operands[1 - _mask_side(mask, _shape(probs))].type).rsplit(",", 1)[-1] \
-            not in dtypes:
+    if mask_value is not None and str(mask_value.type).rsplit(",", 1)[-1] not in dtypes:
         return None
-    return AttentionSite(op, softmax, scale, mask, scores, transpose, query, key, value)
+    return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value)
 
 
 def _mask_side(add: ir.Operation, scores: Optional[list[int]]) -> Optional[int]:
@@ -163,14 +163,12 @@ def _constant(name: str, result: str, ip: ir.InsertionPoint, loc: ir.Location, *
     return op.result
 
 
-def _mask_operand(add: ir.Operation, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
-    """The mask of `add`, reshaped (onnx.Reshape) to the scores' rank if it has fewer dims."""
-    side = _mask_side(add, _shape(add.results[0]))
-    mask = add.operands[1 - side]
+def _mask_operand(mask: ir.Value, rank: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """`mask`, reshaped (onnx.Reshape) to the scores' `rank` if it has fewer dims."""
     dims = _shape(mask)
-    if len(dims) == len(_shape(add.results[0])):
+    if len(dims) == rank:
         return mask
-    full = [1] * (len(_shape(add.results[0])) - len(dims)) + dims
+    full = [1] * (rank - len(dims)) + dims
     element = str(mask.type).rsplit(",", 1)[-1]  # "f16>"
     reshaped = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, full))}],{element}")
     dims = ir.DenseElementsAttr.get(np.array(full, np.int64), type=ir.RankedTensorType.get(
@@ -193,7 +191,8 @@ def raise_attention(module: ir.Module) -> list[str]:
             query = ir.Operation.create(ONNX_OP, results=[site.query.type], operands=[site.query, scalar],
                                         attributes={"name": site.scale.attributes["name"]}, loc=loc, ip=ip).result
         none = _constant("torch.constant.none", "!torch.none", ip, loc)
-        mask = none if site.mask is None else _mask_operand(site.mask, ip, loc)
+        rank = len(_shape(site.output.results[0]))
+        mask = none if site.mask_value is None else _mask_operand(site.mask_value, rank, ip, loc)
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))

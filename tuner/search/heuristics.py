@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Protocol, Sequence
 
 from tuner.errors import InputError
+from tuner.input.json_file import read_json
 from tuner.search.base import Seed
 from tuner.search.simple import PreferenceSearch
 from tuner.search.space import SearchSpace, Value
@@ -89,12 +90,7 @@ HEURISTICS: list[Heuristic] = [PreferenceHead()]
 def read_seed_file(path: Path) -> list[JsonSeed]:
     """JSON seed entries: a list of objects with name, pipeline, backend, knobs (and optionally
     arch, kind, shape, found_on)."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such seeds file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: not a JSON seeds file ({e})") from None
+    data = read_json(path, "seeds")
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a list of seed entries")
     out = []

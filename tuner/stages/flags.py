@@ -134,7 +134,6 @@ class FlagStage:
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=(option.rewrite.name,) if option.rewrite else (), program=best.variant.program)
 
-
     def _tuned_parts(self, env: StageEnv, rewrite: Rewrite, program: Path) -> tuple[SpecPart, ...]:
         """The winning configs of the dispatches `rewrite` creates in `program` (the largest
         `rewrite_tunes` of its `tunes` kinds, one per shape), each tuned under the default flags
@@ -157,7 +156,9 @@ class FlagStage:
                 tuned = stage.tune(dispatch, outcome, found, env.target, env, program)
                 if tuned.part is not None:
                     parts.append(tuned.part)
-                env.say(f"    {f'{tuned.speedup:.2f}x its default config ({tuned.part.label})' if tuned.part else tuned.status}")
+                    env.say(f"    {tuned.speedup:.2f}x its default config ({tuned.part.label})")
+                else:
+                    env.say(f"    {tuned.status}")
         env.built[key] = tuple(parts)
         return env.built[key]
 
