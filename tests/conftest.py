@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from iree.compiler import ir
@@ -206,8 +207,10 @@ def faulty_tools(tmp_path, monkeypatch):
 
 _TIMED_BENCHMARK = '''#!{python}
 """iree-benchmark-module that times nothing: each candidate (by its directory, candidates/NNNN/)
-takes a fixed, known time, multiplied by `factor` from call `after` + 1 on (a machine whose load
-changes mid-run). Calls are counted across processes in a file. Optional rules: `kill_at` (that
+takes a fixed, known time, multiplied by `factor` from call `after` + 1 on up to call `until` (a
+machine whose load changes mid-run), or taking its time in `loaded` there (a load that slows
+configs unevenly); `script` gives a candidate's times timing by timing (the last one repeats).
+Calls are counted across processes in a file. Optional rules: `kill_at` (that
 call kills the process that started the tool, as a dying benchmark worker), `crash` (the id of a
 candidate whose timing crashes), `sleep` (seconds per call). Another module (a model's profile)
 is timed by the real tool."""
@@ -233,7 +236,19 @@ candidate = int(found.group(1))
 if candidate == config.get("crash"):
     os.kill(os.getpid(), signal.SIGSEGV)
 time.sleep(config.get("sleep", 0))
-ms = config["times"][str(candidate)] * (config.get("factor", 1.0) if calls > config.get("after", 10 ** 9) else 1.0)
+ms = config["times"][str(candidate)]
+script = config.get("script", {{}}).get(str(candidate))
+if script:
+    with open(config["counter"] + "." + str(candidate), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        nth = int(f.read() or 0)
+        f.seek(0)
+        f.truncate()
+        f.write(str(nth + 1))
+    ms = script[min(nth, len(script) - 1)]
+if config.get("after", 10 ** 9) < calls <= config.get("until", 10 ** 9):
+    ms = config.get("loaded", {{}}).get(str(candidate), ms * config.get("factor", 1.0))
 rows = [{{"run_type": "iteration", "real_time": ms * 1e6, "time_unit": "ns", "items_per_second": 1e3 / ms}}] * reps
 print(json.dumps({{"benchmarks": rows}}))
 '''
@@ -242,7 +257,8 @@ print(json.dumps({{"benchmarks": rows}}))
 @pytest.fixture
 def timed_tools(tmp_path, monkeypatch):
     """The real iree-compile and iree-run-module, and an iree-benchmark-module that reports a known
-    time per candidate id: `timed_tools({0: 10.0, 1: 5.0}, after=10, factor=3.0)`. Returns a
+    time per candidate id: `timed_tools({0: 10.0, 1: 5.0}, after=10, factor=3.0)` (see
+    _TIMED_BENCHMARK for `until`, `loaded` and `script`). Returns a
     function that reads how many timings were asked for."""
     import json
     import sys
@@ -261,10 +277,15 @@ def timed_tools(tmp_path, monkeypatch):
     tool.chmod(0o755)
     monkeypatch.setenv(TOOLS_ENV, str(directory))
 
-    def configure(times: dict, after: int = 10 ** 9, factor: float = 1.0):
-        config.write_text(json.dumps({"times": {str(k): v for k, v in times.items()}, "after": after,
-                                      "factor": factor, "counter": str(counter)}))
+    def configure(times: dict, after: int = 10 ** 9, factor: float = 1.0, until: int = 10 ** 9,
+                  loaded: Optional[dict] = None, script: Optional[dict] = None):
+        as_keys = lambda d: {str(k): v for k, v in (d or {}).items()}  # noqa: E731
+        config.write_text(json.dumps({"times": as_keys(times), "after": after, "until": until, "factor": factor,
+                                      "loaded": as_keys(loaded), "script": as_keys(script),
+                                      "counter": str(counter)}))
         counter.write_text("0")
+        for old in directory.glob("calls.*"):
+            old.unlink()
         return lambda: int(counter.read_text() or 0)
 
     return configure

@@ -50,13 +50,13 @@ def _order(r: Result) -> tuple:
 def rank(results: Iterable[Result]) -> Ranking:
     """Order the candidates that compiled, ran and matched the baseline's numerics, and name the
     winner: the confirmed candidate with the highest paired speedup among those faster than the
-    baseline in at least WIN_SHARE of the rounds."""
+    baseline in at least WIN_SHARE of the rounds whose rounds settled (Result.unsettled)."""
     results = list(results)
     baseline = next((r for r in results if r.is_baseline), None)
     ok = sorted((r for r in results if r.ok and r.median_ms is not None), key=_order)
     failed = tuple(r for r in results if not r.ok)
     confirmed = [r for r in ok if r.confirmed and not r.is_baseline]
-    winners = [r for r in confirmed if r.paired.beats_baseline]
+    winners = [r for r in confirmed if r.paired.beats_baseline and not r.unsettled]
     best = winners[0] if winners else None
     share = f"{WIN_SHARE:.0%}"
     if best is not None:
@@ -69,9 +69,18 @@ def rank(results: Iterable[Result]) -> Ranking:
     elif not confirmed:
         verdict = ("no candidate was timed side by side with the baseline (confirmation rounds off): "
                    "keeping the compiler's default")
+    elif any(r.unsettled for r in confirmed):
+        top = next(r for r in confirmed if r.unsettled)
+        verdict = (f"no candidate beat the default beyond the noise: candidate {top.candidate_id} was faster in "
+                   f"{sum(x > 1.0 for x in top.round_ratios)} of {len(top.round_ratios)} interleaved rounds "
+                   f"({top.speedup:.2f}x), but its first rounds and the ones timed after them disagreed, so the "
+                   f"difference is within the noise: keeping the compiler's default")
     else:
         top = confirmed[0]
         verdict = (f"no candidate beat the default beyond the noise (faster in at least {share} of the interleaved "
                    f"rounds); the closest, candidate {top.candidate_id}, was {top.speedup:.2f}x, faster in "
                    f"{sum(x > 1.0 for x in top.round_ratios)} of {len(top.round_ratios)}: keeping the compiler's default")
+    if baseline is not None and baseline.load_change is not None and confirmed:
+        verdict += (f"; measured under a load that did not pass (the baseline {100 * baseline.load_change:.0f}% slower "
+                    f"in the rounds than in the quieter part of the first pass): the figures hold only for that load")
     return Ranking(baseline, tuple(ok), failed, best, verdict)

@@ -52,6 +52,12 @@ class Result:
     # The confirmation: timed in interleaved rounds with the baseline, one ratio per round.
     rounds_ms: list[float] = field(default_factory=list)
     round_ratios: list[float] = field(default_factory=list)  # baseline / this, per round
+    # Its rounds did not agree even after more of them (tuner.evaluation.passes.more_rounds): its
+    # difference from the default is within the noise, so it cannot win.
+    unsettled: bool = False
+    # The baseline only: how much slower it ran in the rounds than in the quieter part of the first
+    # pass, when beyond comparison.LOAD_CHANGE (the figures hold for the load of the rounds).
+    load_change: Optional[float] = None
     binary_hash: str = ""  # sha256 of the compiled executables, to spot configs that change nothing
     error: str = ""
     stderr: str = ""
@@ -82,7 +88,7 @@ class Result:
 
     def unconfirmed(self) -> "Result":
         """This result as a later run reuses it: its first pass, none of the old run's rounds."""
-        return replace(self, rounds_ms=[], round_ratios=[])
+        return replace(self, rounds_ms=[], round_ratios=[], unsettled=False, load_change=None)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -132,9 +138,9 @@ class EvaluationStats:
         if self.load_change is None:
             return lost
         return lost + [f"the baseline ran {100 * self.load_change:.0f}% slower in the confirmation rounds than in the quieter "
-                f"part of the first pass: the machine's load changed during the run, and the speedups hold for the load "
-                f"of the rounds; run the same command again when the machine is quiet (it reuses every result and "
-                f"confirms again)"]
+                f"part of the first pass, after waiting for the load to pass: the machine's load changed during the "
+                f"run, and the speedups hold for the load of the rounds; run the same command again when the machine "
+                f"is quiet (it reuses every result and confirms again)"]
 
     @property
     def idle_share(self) -> float:

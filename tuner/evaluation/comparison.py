@@ -45,6 +45,37 @@ class Paired:
     def beats_baseline(self) -> bool:
         return len(self.ratios) > 0 and self.lower > 1.0
 
+    @property
+    def straddles(self) -> bool:
+        """Faster than the baseline in some rounds and slower in others."""
+        return bool(self.ratios) and min(self.ratios) < 1.0 < max(self.ratios)
+
+    def then(self, later: "Paired") -> "Paired":
+        """These rounds followed by `later`'s."""
+        return Paired(self.ratios + later.ratios)
+
+
+# More rounds for a contested winner: at most this many batches of rounds in all (the first
+# included), each as long as the first.
+MAX_ROUND_BATCHES = 3
+
+
+def contested(rounds: Paired, first_pass: Optional[float]) -> bool:
+    """Whether a candidate the rounds call faster needs more of them: its first pass said it was
+    slower beyond the noise (by more than DRIFT_FLOOR), or its rounds straddle 1.0. Either way
+    the few rounds may have been lucky (on a quiet machine, a skinny matmul 0.73x in its first
+    pass was 1.37x in four rounds and 0.78-0.86x side by side with plain iree-compile)."""
+    if not rounds.beats_baseline:
+        return False
+    slower_first = first_pass is not None and first_pass < 1.0 / (1.0 + DRIFT_FLOOR)
+    return slower_first or rounds.straddles
+
+
+def settled(earlier: Paired, later: Paired) -> bool:
+    """Whether more rounds left the verdict where it was: the earlier rounds and all of them
+    together agree (faster beyond the noise, or not)."""
+    return earlier.beats_baseline == earlier.then(later).beats_baseline
+
 
 def paired(baseline_rounds: Sequence[Optional[float]], candidate_rounds: Sequence[Optional[float]]) -> Paired:
     """Per-round ratios baseline / candidate; a round where either timing failed is left out."""
@@ -98,14 +129,22 @@ class Drift:
 LOAD_CHANGE = 0.20
 
 
-def load_change(first_pass: Sequence[BaselineTiming], rounds_ms: Sequence[float]) -> Optional[float]:
-    """How much slower the baseline ran in the confirmation rounds than in the quieter part of the
-    first pass (the lower quartile of its timings there), when that is beyond LOAD_CHANGE; None
-    when it is not, or when either side has no timing."""
-    if not first_pass or not rounds_ms:
+def quiet_level(first_pass: Sequence[BaselineTiming]) -> Optional[float]:
+    """The baseline's time in the quieter part of the first pass: the lower quartile of its
+    timings there (None with none)."""
+    if not first_pass:
         return None
     ordered = sorted(t.median_ms for t in first_pass)
-    quiet = ordered[(len(ordered) - 1) // 4]
+    return ordered[(len(ordered) - 1) // 4]
+
+
+def load_change(first_pass: Sequence[BaselineTiming], rounds_ms: Sequence[float]) -> Optional[float]:
+    """How much slower the baseline ran in the confirmation rounds than in the quieter part of the
+    first pass (quiet_level), when that is beyond LOAD_CHANGE; None when it is not, or when either
+    side has no timing."""
+    quiet = quiet_level(first_pass)
+    if quiet is None or not rounds_ms:
+        return None
     change = statistics.median(rounds_ms) / quiet - 1.0
     return change if change > LOAD_CHANGE else None
 

@@ -10,12 +10,16 @@ import time
 from dataclasses import replace
 from typing import Callable, Optional
 
-from tuner.evaluation.comparison import Drift, bracketing, find_drifts, load_change, paired
+from tuner.evaluation.comparison import (LOAD_CHANGE, MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
+                                         contested, find_drifts, load_change, paired, quiet_level, settled)
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Progress, Recorder, first_pass_speedup
 from tuner.results import EvaluationStats, Result
 from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.tools import kill_running_tools
+
+# While waiting for a load to pass before the confirmation rounds, the baseline is timed this often.
+QUIET_POLL_S = 5.0
 
 # Builds modules for stored results chosen for confirmation (they were measured in an earlier
 # run, so this run has no module for them): key -> Built, for those it could build.
@@ -62,13 +66,12 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     except BaseException:
         kill_running_tools()
         raise
-    rounds = next((r.rounds_ms for r in results if r.is_baseline), [])
-    first_device = [t for t in measurer.log if t.device == measurer.run_settings.device]
+    baseline = next((r for r in results if r.is_baseline), None)
     stats = EvaluationStats.of(strategy, recorder.results, len(reused), wall, time.perf_counter() - start, devices,
                                drifts=[d.to_json() for d in drifts], retimed=sum(r.retimed for r in results),
                                baseline_timings=len(measurer.log),
                                baseline_ms=[(t.device, t.at, t.median_ms) for t in measurer.log],
-                               load_change=load_change(first_device, rounds),
+                               load_change=baseline.load_change if baseline else None,
                                lost_devices=list(measurer.lost.values()))
     return sorted(results, key=lambda r: r.candidate_id), stats
 
@@ -104,7 +107,8 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     candidate followed by the baseline again (B c1 B c2 B ...; the candidates' order rotated every
     round), so every candidate's ratio in the round is against the two baseline timings that
     bracket it: a change of load within the round moves both sides of the ratio alike.
-    Only results confirmed here can win; stored ones among the chosen are built again first."""
+    Only results confirmed here can win; stored ones among the chosen are built again first. A
+    winner whose figures disagree is timed in more rounds (`more_rounds`)."""
     baseline = next((r for r in results if r.is_baseline and r.ok), None)
     if baseline is None or settings.confirm_rounds < 1 or settings.confirm_top < 1:
         return results
@@ -116,29 +120,86 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     others = [r for r in promising if r.key in built]
     if not others or baseline.key not in built:
         return results
+    first_pass = list(measurer.log)
     while True:
         device = measurer.confirm_device()
         if device is None:
             return results  # every device was lost: nothing can be confirmed
         try:
+            await_quiet(built[baseline.key], [t for t in first_pass if t.device == device], measurer, device,
+                        settings.quiet_wait_s, progress)
             times, references, baseline_rounds = _rounds(baseline, others, built, measurer, device,
                                                          settings.confirm_rounds, progress)
             break
         except DeviceLost:
             continue  # lost mid-rounds: all of them again on another device, as a round is one comparison
-    updated = {baseline.candidate_id: replace(baseline, rounds_ms=baseline_rounds,
+    rounds = {r.key: paired(references[r.key], times[r.key]) for r in others}
+    unsettled = more_rounds(baseline, others, rounds, times, baseline_rounds, built, measurer, device, settings,
+                            progress)
+    change = load_change([t for t in first_pass if t.device == device], baseline_rounds)
+    updated = {baseline.candidate_id: replace(baseline, rounds_ms=baseline_rounds, load_change=change,
                                               round_ratios=[1.0] * len(baseline_rounds))}
     for r in others:
-        ratios = paired(references[r.key], times[r.key]).ratios
         updated[r.candidate_id] = replace(r, rounds_ms=[t for t in times[r.key] if t is not None],
-                                          round_ratios=list(ratios))
+                                          round_ratios=list(rounds[r.key].ratios), unsettled=r.key in unsettled)
     for r in updated.values():
         store.put(r)
     return [updated.get(r.candidate_id, r) for r in results]
 
 
+def await_quiet(baseline: Built, first_pass: list[BaselineTiming], measurer: Measurer, device: str, wait_s: float,
+                progress: Optional[Progress] = None) -> bool:
+    """Whether the machine is as quiet as in the quieter part of the first pass (comparison.quiet_level):
+    the baseline is timed on `device`, and while it runs slower beyond LOAD_CHANGE (and its own
+    spread) it is timed
+    again every QUIET_POLL_S, for up to `wait_s` seconds. False when the load never passed."""
+    level = quiet_level(first_pass)
+    if level is None:
+        return True
+    start = time.monotonic()
+    while True:
+        timing, _ = measurer.timing(baseline, device)
+        if timing is None or timing.median_ms <= level * (1.0 + max(LOAD_CHANGE, timing.spread_pct / 100.0)):
+            return True
+        waited = time.monotonic() - start
+        if waited >= wait_s:
+            return False
+        if progress:
+            progress("waiting for the load to pass", min(int(waited), int(wait_s)), int(wait_s))
+        time.sleep(min(QUIET_POLL_S, wait_s - waited))
+
+
+def more_rounds(baseline: Result, others: list[Result], rounds: dict[str, Paired], times: dict[str, list],
+                baseline_rounds: list[float], built: dict[str, Built], measurer: Measurer, device: str,
+                settings: EvalSettings, progress: Optional[Progress] = None) -> set[str]:
+    """Time the contested winners (tuner.evaluation.comparison.contested) in more interleaved
+    rounds, a batch as long as the first at a time, up to MAX_ROUND_BATCHES in all, until a batch
+    leaves the verdict where the rounds before it put it. `rounds`, `times` and `baseline_rounds` grow
+    in place; returns the keys of those still unsettled after the last batch (they cannot win:
+    their difference from the default is within the noise)."""
+    todo = [r for r in others if contested(rounds[r.key], r.first_pass_speedup)]
+    for _ in range(MAX_ROUND_BATCHES - 1):
+        if not todo:
+            return set()
+        try:
+            more, references, more_baseline = _rounds(baseline, todo, built, measurer, device, settings.confirm_rounds,
+                                                      progress, phase="more rounds")
+        except DeviceLost:
+            break  # the device went away: what is still contested stays so
+        baseline_rounds += more_baseline
+        still = []
+        for r in todo:
+            later = paired(references[r.key], more[r.key])
+            if not settled(rounds[r.key], later):
+                still.append(r)
+            rounds[r.key] = rounds[r.key].then(later)
+            times[r.key] += more[r.key]
+        todo = still
+    return {r.key for r in todo}
+
+
 def _rounds(baseline: Result, others: list[Result], built: dict[str, Built], measurer: Measurer, device: str,
-            rounds: int, progress: Optional[Progress]
+            rounds: int, progress: Optional[Progress], phase: str = "confirm"
             ) -> tuple[dict[str, list[Optional[float]]], dict[str, list[Optional[float]]], list[float]]:
     """The interleaved rounds of `confirm` on one device: each candidate's times, the bracketing
     baseline reference for each, and the baseline's median per round."""
@@ -149,7 +210,7 @@ def _rounds(baseline: Result, others: list[Result], built: dict[str, Built], mea
         timing, _ = measurer.timing(built[r.key], device)
         done += 1
         if progress:
-            progress("confirm", done, total)
+            progress(phase, done, total)
         return timing.median_ms if timing is not None else None
 
     times: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
