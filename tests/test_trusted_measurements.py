@@ -156,3 +156,29 @@ def test_a_load_that_never_passes_is_named_in_the_verdict_and_results(small_matm
     data = json.loads((out / "results.json").read_text())
     assert "hold only for that load" in data["verdict"]
     assert any("slower in the confirmation rounds" in w for w in data["evaluation"]["warnings"])
+
+
+@pytest.mark.slow
+def test_a_rerun_of_a_finished_tuning_reuses_its_confirmation_unless_asked_to_confirm_again(small_matmul, tmp_path,
+                                                                                             timed_tools):
+    out = tmp_path / "out"
+    calls = timed_tools({0: 10.0, 1: 9.0, 2: 5.0, 3: 8.0})
+    args = ("tune", small_matmul, "--num-candidates", "3", "--repetitions", "2", "--strategy", "sequential",
+            "--output", out)
+    first = run_cli(*args)
+    assert first.exit_code == 0, first.output
+    first_calls = calls()
+    # The rerun: the machine now says candidate 2 is no faster; a reused confirmation keeps the
+    # finished run's figure, and says so; with --reconfirm the rounds are timed again.
+    calls = timed_tools({0: 10.0, 1: 9.0, 2: 10.0, 3: 8.0})
+    again = run_cli(*args)
+    assert again.exit_code == 0, again.output
+    text = " ".join(again.output.split())
+    assert "confirmation rounds reused from the run of" in text and "--reconfirm" in text
+    data = json.loads((out / "results.json").read_text())
+    assert data["best"] == 2 and data["evaluation"]["reused_confirmation"] is not None
+    assert calls() < first_calls / 2  # only the baseline's first-pass timing
+    confirmed = run_cli(*args, "--reconfirm")
+    assert confirmed.exit_code == 0, confirmed.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["best"] == 3 and data["evaluation"]["reused_confirmation"] is None

@@ -26,18 +26,21 @@ def _ok(key: str, dispatch: str, speedup: float, device=H100) -> Result:
                   device_id=device[0], timing=device[1])
 
 
-def test_a_store_of_the_previous_schema_gains_the_features_table_and_keeps_its_results(tmp_path):
+@pytest.mark.parametrize("version,dropped", [(2, ("features", "confirmations")), (3, ("confirmations",))])
+def test_a_store_of_a_previous_schema_gains_the_newer_tables_and_keeps_its_results(tmp_path, version, dropped):
     path = tmp_path / "r.sqlite"
     with ResultStore(path, "c", "r") as store:
         store.put(_ok("k1", "a", 1.5))
-    with sqlite3.connect(path) as db:  # as the previous version left it
-        db.execute("DROP TABLE features")
-        db.execute("PRAGMA user_version=2")
+    with sqlite3.connect(path) as db:  # as that version left it
+        for table in dropped:
+            db.execute(f"DROP TABLE {table}")
+        db.execute(f"PRAGMA user_version={version}")
     with ResultStore(path, "c", "r") as store:
         assert store.get("k1", *H100).first_pass_speedup == 1.5
         store.put_features("k1", "p", "a", {"x": 1.0}, {"pref": True})
+        assert store.confirmation("b", ["k1"], 4, *H100) is None
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
 
 
 def test_a_search_learns_only_from_other_dispatches_of_its_pipeline_timed_the_same_way(tmp_path):

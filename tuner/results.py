@@ -130,6 +130,9 @@ class EvaluationStats:
     # Devices that went away mid-run (a cluster's benchmark worker died), each with why: what
     # they held was measured on the others.
     lost_devices: list[str] = field(default_factory=list)
+    # When the confirmation rounds were taken, where they are an earlier run's, reused (seconds
+    # since the epoch); None where this run timed them.
+    reused_confirmation: Optional[float] = None
 
     def warnings(self) -> list[str]:
         """What a user must know before trusting the figures."""

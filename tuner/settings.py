@@ -32,6 +32,9 @@ class EvalSettings:
     # taken under another job's load is not the quiet one (configs lose different shares of their
     # speed). If it never passes, the verdict says the figures hold for that load.
     quiet_wait_s: float = 120.0
+    # Time the confirmation rounds again even where an earlier run confirmed the same candidates
+    # the same way on a device like this one (a rerun of a finished tuning reuses its rounds).
+    reconfirm: bool = False
     # Compare each candidate's output with the baseline's. Off where another stage checks the
     # numerics (tune-model's dispatch trips on a GPU: only each dispatch's benchmark module
     # travels, and every config kept is checked at the model's output).

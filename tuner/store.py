@@ -23,7 +23,7 @@ from tuner.errors import OutputError, StoreError
 from tuner.results import Result, Status
 
 BUSY_TIMEOUT_S = 60.0
-SCHEMA_VERSION = 3  # 3: the features table (a store of 2 gets it when opened)
+SCHEMA_VERSION = 4  # 3: the features table; 4: the confirmations table (older stores get them when opened)
 TABLE = "results"
 
 _SCHEMA = """
@@ -58,6 +58,26 @@ CREATE TABLE IF NOT EXISTS features (
     tiers TEXT NOT NULL
 )
 """
+# A finished confirmation (tuner.evaluation.passes.confirm): the baseline and the candidates timed
+# side by side in interleaved rounds, keyed by which they were (their keys, sorted, the baseline's
+# first), how many rounds and the conditions they were timed under. A rerun that would confirm the
+# same candidates the same way reuses it (unless told to confirm again); one taken under a load that
+# did not pass is stored for the record and never reused.
+_CONFIRMATIONS = """
+CREATE TABLE IF NOT EXISTS confirmations (
+    keys TEXT NOT NULL,
+    rounds INTEGER NOT NULL,
+    compiler TEXT NOT NULL,
+    runtime TEXT NOT NULL,
+    device_id TEXT NOT NULL,
+    timing TEXT NOT NULL,
+    results TEXT NOT NULL,
+    loaded INTEGER NOT NULL,
+    run TEXT NOT NULL,
+    written_at REAL NOT NULL,
+    PRIMARY KEY (keys, rounds, compiler, runtime, device_id, timing)
+)
+"""
 
 # Worth trying again rather than reusing: a longer timeout or a calmer machine may change them,
 # and a wrong result or a failed run may be the inputs', a flaky device's or a faulty tool's doing
@@ -75,6 +95,10 @@ def run_id() -> str:
 
 def _conditions(result: Result) -> tuple[str, str]:
     return ("", "") if result.status in BUILD_FAILURES else (result.device_id, result.timing)
+
+
+def _confirmed_keys(baseline: str, keys: list[str]) -> str:
+    return json.dumps([baseline, *sorted(keys)])
 
 
 class ResultStore:
@@ -115,8 +139,8 @@ class ResultStore:
             self._db.close()
             raise StoreError(f"{self.path}: a result store written before results were keyed by device and timing; "
                              f"its times cannot be told apart, so start afresh: delete it or give --store a new file")
-        if TABLE in tables and version == 2:  # the results are as they were: add the features table
-            self._in_transaction(lambda: self._create(_FEATURES))
+        if TABLE in tables and version in (2, 3):  # the results are as they were: add the newer tables
+            self._in_transaction(lambda: self._create(_FEATURES, _CONFIRMATIONS))
             return
         if TABLE not in tables or version != SCHEMA_VERSION:
             self._db.close()
@@ -135,7 +159,7 @@ class ResultStore:
 
     def _create(self, *statements: str) -> None:
         """Run the schema's statements (default: all of it) and mark the database as this schema."""
-        for statement in statements or (*_SCHEMA.split(";"), _FEATURES):
+        for statement in statements or (*_SCHEMA.split(";"), _FEATURES, _CONFIRMATIONS):
             if statement.strip():
                 self._db.execute(statement)
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -183,6 +207,31 @@ class ResultStore:
             if result.status not in RETRIED and (not result.ok or result.first_pass_speedup is not None):
                 return result
         return None
+
+    def put_confirmation(self, results: list[Result], rounds: int, device_id: str, timing: str, loaded: bool) -> None:
+        """Record a finished confirmation asked for in `rounds` rounds (contested candidates may
+        have been timed in more) on a device of this identity, timed this way: the baseline
+        first, then the candidates, with their rounds."""
+        baseline = results[0]
+        self._db.execute(
+            "INSERT OR REPLACE INTO confirmations (keys, rounds, compiler, runtime, device_id, timing, results, loaded,"
+            " run, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (_confirmed_keys(baseline.key, [r.key for r in results[1:]]), rounds, self.compiler,
+             self.runtime, device_id, timing, json.dumps([r.to_json() for r in results]),
+             int(loaded), self.run, time.time()))
+
+    def confirmation(self, baseline: str, keys: list[str], rounds: int, device_id: str,
+                     timing: str) -> Optional[tuple[list[Result], float]]:
+        """A finished confirmation of exactly these candidates in `rounds` rounds under these
+        conditions, taken on a machine whose load did not change (the baseline first), and when
+        it was written; None where there is none."""
+        row = self._db.execute(
+            "SELECT results, written_at FROM confirmations WHERE keys = ? AND rounds = ? AND compiler = ? AND"
+            " runtime = ? AND device_id = ? AND timing = ? AND loaded = 0",
+            (_confirmed_keys(baseline, keys), rounds, self.compiler, self.runtime, device_id, timing)).fetchone()
+        if row is None:
+            return None
+        return [Result.from_json(r) for r in json.loads(row[0])], row[1]
 
     def put_features(self, key: str, pipeline: str, dispatch: str, features: dict[str, float],
                      tiers: dict[str, bool]) -> None:

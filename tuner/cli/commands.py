@@ -37,7 +37,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
          seeds_file: Path | None, warm_start: bool, constraints: str, output_dir: Path, compile_only: bool,
          target: str,
          pipeline_name: str | None, dispatch_name: str | None, input_files: tuple[Path, ...], force: bool,
-         confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
+         reconfirm: bool, confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
          strategy: str, ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE: search its valid configs within the budget,
     each batch compiled and timed against the default, the best confirmed side by side."""
@@ -47,7 +47,7 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = api.tune(input_file, target, None, output_dir, dispatch_name,
                           eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
-                                    ray_address),
+                                        ray_address, reconfirm),
                           on_progress, say_candidates(console), compile_only, strategy, devices,
                           store_path, pipeline_name, force,
                           on_discovered=None if dispatch_name else say_picked(console), inputs=input_files,
@@ -148,13 +148,14 @@ def pack(directory: Path, dest: Path) -> None:
               help="With an input file: where outputs go (default: benchmark-output).")
 @evaluation_options
 def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, pipeline_name: str | None,
-              dispatch_name: str | None, input_files: tuple[Path, ...], force: bool, confirm_rounds: int,
+              dispatch_name: str | None, input_files: tuple[Path, ...], force: bool, reconfirm: bool, confirm_rounds: int,
               baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
               ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
     """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
     (measured here with the IREE runtime and numpy only), or an input .mlir with --configs."""
     console = make_console()
-    settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds, ray_address)
+    settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds, ray_address,
+                             reconfirm)
     with errors_to_exit():
         if path.is_dir() and (path / "model-plan.json").is_file():
             from tuner.stages.plan import run_plan

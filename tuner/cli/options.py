@@ -62,6 +62,9 @@ def evaluation_options(f):
     f = click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
                      help="Interleaved rounds timing the baseline and the most promising candidates side by side; "
                           "a winner must be faster in 3 of 4 (0: no winner is named).")(f)
+    f = click.option("--reconfirm", is_flag=True,
+                     help="Time the confirmation rounds again where an earlier run confirmed the same candidates "
+                          "the same way on this device (a rerun of a finished tuning reuses them).")(f)
     f = click.option("--force", is_flag=True, help="Clear an output directory that holds another input's run.")(f)
     f = click.option("--input", "input_files", multiple=True, type=click.Path(path_type=Path),
                      help="Your own .npy file for the entry's next argument (repeat, in order); default: generated.")(f)
@@ -114,10 +117,11 @@ def search_settings(search_name: str, budget: int, time_budget: float | None, se
 
 
 def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
-              confirm_rounds: int = 4, ray_address: str | None = None):
+              confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False):
     from tuner.settings import EvalSettings
 
     return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
-                        baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address)
+                        baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address,
+                        reconfirm=reconfirm)
 
 

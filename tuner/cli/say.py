@@ -5,6 +5,7 @@ failed tool as one line and an exit code, never a traceback."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -61,9 +62,12 @@ def say_candidates(console: Console, asked: int | None = None):
 def stats_line(stats: dict) -> str:
     devices = ", ".join(f"{d} idle {100 * (1 - busy / stats['wall_s']):.0f}%" if stats["wall_s"] else d
                         for d, busy in stats["busy_s"].items())
+    rounds = f"confirmation rounds {stats['confirm_s']:.1f} s"
+    if stats.get("reused_confirmation"):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stats["reused_confirmation"]))
+        rounds = f"confirmation rounds reused from the run of {when} that confirmed the same (--reconfirm: time them again)"
     line = (f"{stats['strategy']}: {stats['candidates']} evaluated, {stats['reused']} reused from the store, "
-            f"{stats['wall_s']:.1f} s ({devices}); baseline timed {stats.get('baseline_timings', 0)} times; "
-            f"confirmation rounds {stats['confirm_s']:.1f} s")
+            f"{stats['wall_s']:.1f} s ({devices}); baseline timed {stats.get('baseline_timings', 0)} times; {rounds}")
     for drift in stats.get("drifts", []):
         line += (f"\nthe baseline drifted {drift['change_pct']:+.0f}% on {drift['device']} "
                  f"({drift['from_ms']:.3f} -> {drift['to_ms']:.3f} ms)")

@@ -62,7 +62,7 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     results = normalised + reused
     start = time.perf_counter()
     try:
-        results = confirm(results, built, measurer, settings, store, progress, prepare)
+        results, reused_confirmation = confirm(results, built, measurer, settings, store, progress, prepare)
     except BaseException:
         kill_running_tools()
         raise
@@ -72,7 +72,7 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
                                baseline_timings=len(measurer.log),
                                baseline_ms=[(t.device, t.at, t.median_ms) for t in measurer.log],
                                load_change=baseline.load_change if baseline else None,
-                               lost_devices=list(measurer.lost.values()))
+                               lost_devices=list(measurer.lost.values()), reused_confirmation=reused_confirmation)
     return sorted(results, key=lambda r: r.candidate_id), stats
 
 
@@ -101,30 +101,41 @@ def retime_drifted(results: list[Result], drifts: list[Drift], built: dict[str, 
 
 
 def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, settings: EvalSettings,
-            store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None) -> list[Result]:
+            store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None
+            ) -> tuple[list[Result], Optional[float]]:
     """Time the baseline and the `confirm_top` candidates with the best first-pass figures in
     `confirm_rounds` interleaved rounds on the first device. A round times the baseline, then each
     candidate followed by the baseline again (B c1 B c2 B ...; the candidates' order rotated every
     round), so every candidate's ratio in the round is against the two baseline timings that
     bracket it: a change of load within the round moves both sides of the ratio alike.
     Only results confirmed here can win; stored ones among the chosen are built again first. A
-    winner whose figures disagree is timed in more rounds (`more_rounds`)."""
+    winner whose figures disagree is timed in more rounds (`more_rounds`). The rounds of an
+    earlier run that confirmed the same candidates the same way are reused instead, unless
+    `settings.reconfirm` (`finished_confirmation`). Returns the results and, where rounds were
+    reused, when they were taken."""
     baseline = next((r for r in results if r.is_baseline and r.ok), None)
     if baseline is None or settings.confirm_rounds < 1 or settings.confirm_top < 1:
-        return results
+        return results, None
     promising = sorted((r for r in results if r.ok and not r.is_baseline and r.first_pass_speedup),
                        key=lambda r: (-(r.first_pass_speedup or 0.0), r.candidate_id))[: settings.confirm_top]
+    if not promising or baseline.key not in built:
+        return results, None
+    finished = None if settings.reconfirm else finished_confirmation(baseline, promising, built, measurer, store,
+                                                                     settings.confirm_rounds)
+    if finished is not None:
+        updated, written_at = finished
+        return [updated.get(r.key, r) for r in results], written_at
     missing = [r for r in promising if r.key not in built]
     if missing and prepare is not None:
         built = {**built, **prepare(missing)}
     others = [r for r in promising if r.key in built]
-    if not others or baseline.key not in built:
-        return results
+    if not others:
+        return results, None
     first_pass = list(measurer.log)
     while True:
         device = measurer.confirm_device()
         if device is None:
-            return results  # every device was lost: nothing can be confirmed
+            return results, None  # every device was lost: nothing can be confirmed
         try:
             await_quiet(built[baseline.key], [t for t in first_pass if t.device == device], measurer, device,
                         settings.quiet_wait_s, progress)
@@ -144,7 +155,33 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
                                           round_ratios=list(rounds[r.key].ratios), unsettled=r.key in unsettled)
     for r in updated.values():
         store.put(r)
-    return [updated.get(r.candidate_id, r) for r in results]
+    store.put_confirmation([updated[baseline.candidate_id], *(updated[r.candidate_id] for r in others)],
+                           settings.confirm_rounds, **_conditions(measurer, built[baseline.key], device), loaded=change is not None)
+    return [updated.get(r.candidate_id, r) for r in results], None
+
+
+def _conditions(measurer: Measurer, b: Built, device: str) -> dict:
+    identity = measurer.identity(b, device)
+    return {"device_id": identity["device_id"], "timing": identity["timing"]}
+
+
+def finished_confirmation(baseline: Result, promising: list[Result], built: dict[str, Built], measurer: Measurer,
+                          store: ResultStore, rounds: int) -> Optional[tuple[dict[str, Result], float]]:
+    """The rounds of an earlier run that confirmed exactly these candidates in as many rounds on a
+    device like the one these would run on, timed the same way, on a machine whose load did not
+    change (a rerun of a finished tuning): each result with those rounds, by key, and when they
+    were written; None where the store holds none."""
+    device = measurer.confirm_device()
+    if device is None:
+        return None
+    found = store.confirmation(baseline.key, [r.key for r in promising], rounds,
+                               **_conditions(measurer, built[baseline.key], device))
+    if found is None:
+        return None
+    stored, written_at = found
+    by_key = {r.key: r for r in [baseline, *promising]}
+    return {s.key: replace(by_key[s.key], rounds_ms=s.rounds_ms, round_ratios=s.round_ratios, unsettled=s.unsettled,
+                           load_change=s.load_change) for s in stored if s.key in by_key}, written_at
 
 
 def await_quiet(baseline: Built, first_pass: list[BaselineTiming], measurer: Measurer, device: str, wait_s: float,
