@@ -362,15 +362,20 @@ def test_an_interruption_while_a_tool_starts_takes_that_tool_down(monkeypatch):
 
 
 @pytest.mark.slow
-def test_an_output_path_with_a_newline_and_quotes_rebuilds_with_plain_iree_compile(tmp_path, small_matmul):
-    # (An '@' in the path is not handled yet: IREE's runtime tools cut a --module= path there.)
-    out = tmp_path / 'odd "dir" it\'s\nsecond line'
+def test_an_output_path_with_a_newline_quotes_and_at_signs_rebuilds_with_plain_iree_compile(tmp_path, small_matmul,
+                                                                                           monkeypatch):
+    # Relative, starting with '@' (the runtime tools read `--module=LIBRARY@SYMBOL`: such a path
+    # once opened ''), with quotes and a newline (once injected into the spec's rebuild comment).
+    monkeypatch.chdir(tmp_path)
+    out = Path("@runs") / 'odd "dir" it\'s\nsecond @line'
     result = run_cli("tune", small_matmul, "--budget", "1", "--repetitions", "1", "--confirm-rounds", "1",
                      "--output", out)
     assert result.exit_code == 0, result.output
     spec = (out / "best_spec.mlir").read_text()
     assert all(line.startswith("//") for line in spec.splitlines()[:3])  # the path stays in a comment
-    iree_compile(small_matmul, f"@{out / 'best_flags.txt'}", "-o", tmp_path / "rebuilt.vmfb")
+    data = json.loads((out / "results.json").read_text())
+    assert all(r["status"] == "ok" for r in data["candidates"]), data["candidates"]
+    iree_compile(small_matmul, f"@{(out / 'best_flags.txt').resolve()}", "-o", tmp_path / "rebuilt.vmfb")
     assert subprocess.run([find_tool("iree-opt"), str(out / "best_spec.mlir")], capture_output=True).returncode == 0
 
 

@@ -232,5 +232,5 @@ def input_flag(path: Path) -> str:
     if path.suffix == ".scalar":
         return path.read_text().strip()
     if path.suffix == ".bin":
-        return f"{path.name.split('.', 1)[1][: -len('.bin')]}=@{path}"
-    return f"@{path}"
+        return f"{path.name.split('.', 1)[1][: -len('.bin')]}=@{path.resolve()}"
+    return f"@{path.resolve()}"

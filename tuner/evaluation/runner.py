@@ -11,6 +11,7 @@ from typing import Optional
 
 import numpy as np
 
+from tuner.errors import InputError
 from tuner.tools import ToolRun, find_tool, run_tool
 from tuner.discovery.workload import RAW_TYPES, bf16_to_f32, input_flag
 
@@ -51,6 +52,18 @@ class RunSettings:
     runtime_flags: tuple[str, ...] = ()
 
 
+def module_flag(vmfb: Path) -> tuple[str, Optional[Path]]:
+    """`--module=` for a module file, and the directory to run the tool in: the runtime tools
+    read `--module=LIBRARY@SYMBOL`, so a path with an `@` in it (an output directory named
+    `@out`) opened ''; such a module is named from its own directory."""
+    path = Path(vmfb).resolve()
+    if "@" not in str(path):
+        return f"--module={path}", None
+    if "@" in path.name:
+        raise InputError(f"{path}: the IREE runtime tools cannot open a module whose file name holds '@'")
+    return f"--module={path.name}", path.parent
+
+
 def _input_flags(inputs: tuple[Path, ...]) -> list[str]:
     return [f"--input={input_flag(p)}" for p in inputs]
 
@@ -61,11 +74,13 @@ def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
     if output.is_symlink():
         output.unlink()
     raw = settings.checked_type in RAW_TYPES
+    output = output.resolve()
     outputs = [(f"--output=+{output}" if raw else f"--output=@{output}") if i == settings.checked else "--output="
                for i in range(settings.outputs)]
-    cmd = [find_tool("iree-run-module"), f"--module={vmfb}", f"--device={settings.device}",
+    module, cwd = module_flag(vmfb)
+    cmd = [find_tool("iree-run-module"), module, f"--device={settings.device}",
            f"--function={settings.entry}", *_input_flags(settings.inputs), *outputs, *settings.runtime_flags]
-    return run_tool(cmd, settings.timeout_s)
+    return run_tool(cmd, settings.timeout_s, cwd)
 
 
 def read_output(path: Path, settings: RunSettings) -> Optional[np.ndarray]:
@@ -96,16 +111,18 @@ def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | N
     """Time with iree-benchmark-module: warm-up, then `repetitions` repetitions. With `dispatch`,
     time the dispatch benchmark module instead, and report milliseconds per dispatch."""
     if dispatch is None:
-        target = [f"--module={vmfb}", f"--function={settings.entry}", *_input_flags(settings.inputs)]
+        module, cwd = module_flag(vmfb)
+        target = [module, f"--function={settings.entry}", *_input_flags(settings.inputs)]
     else:
-        target = [f"--module={dispatch.vmfb}", f"--function={dispatch.function}",
+        module, cwd = module_flag(dispatch.vmfb)
+        target = [module, f"--function={dispatch.function}",
                   f"--batch_size={dispatch.batch}"]
     cmd = [find_tool("iree-benchmark-module"), f"--device={settings.device}", *target,
            f"--benchmark_repetitions={settings.repetitions}",
            f"--benchmark_min_time={settings.min_time_s}s",
            "--benchmark_min_warmup_time=0.05",
            "--benchmark_format=json", *settings.runtime_flags]
-    run = run_tool(cmd, settings.timeout_s)
+    run = run_tool(cmd, settings.timeout_s, cwd)
     if not run.ok:
         return None, run
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from tuner.errors import ToolError
-from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark
+from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark, module_flag
 from tuner.tools import find_tool, run_tool
 from tuner.discovery.workload import input_flag
 
@@ -81,10 +81,11 @@ def _in_program(vmfb: Path, settings: RunSettings, workdir: Path, timeout_s: flo
     function run by iree-benchmark-module (CPU devices: host-execution events)."""
     bundle = workdir / f"{settings.entry}.ireeprof"
     bundle.unlink(missing_ok=True)
-    run = run_tool([find_tool("iree-benchmark-module"), f"--device={settings.device}", f"--module={vmfb}",
+    module, cwd = module_flag(vmfb)
+    run = run_tool([find_tool("iree-benchmark-module"), f"--device={settings.device}", module,
                     f"--function={settings.entry}", *(f"--input={input_flag(p)}" for p in settings.inputs),
                     f"--benchmark_min_time={settings.min_time_s}s", "--device_profiling_mode=host-execution",
-                    f"--device_profiling_output={bundle}"], timeout_s)
+                    f"--device_profiling_output={bundle.resolve()}"], timeout_s, cwd)
     if not run.ok:
         raise ToolError(f"profiling @{settings.entry} failed: {run.first_error()}", list(run.command), run.stderr)
     times, busy_ns = {}, 0.0
