@@ -464,3 +464,82 @@ def test_more_malformed_inputs_are_one_error_line(tmp_path):
     (out / "results.json").write_text("[]")
     assert_one_error_line(run_cli("report", out), 2, "not a readable results file")
     assert_one_error_line(run_cli("dispatches", tmp_path), 2, "a directory, not a model file")
+
+
+def test_still_more_bad_inputs_are_one_error_line_with_the_right_exit(tmp_path, small_matmul):
+    assert_one_error_line(run_cli("tune", "-"), 2, "not from standard input")
+    assert_one_error_line(run_cli("dispatches", "-"), 2, "not from standard input")
+    empty = tmp_path / "empty.mlir"
+    empty.write_text("module {}\n")
+    # Profiling an empty module is bad input (exit 2, as `tune` says of it), not a failed tool.
+    assert_one_error_line(run_cli("dispatches", empty, "--profile"), 2, "no dispatches to profile")
+    assert_one_error_line(run_cli("tune", empty), 2, "nothing this tuner can tune")
+    dynamic = tmp_path / "dynamic.mlir"
+    dynamic.write_text(small_matmul.read_text().replace("128x64xf32", "?x64xf32").replace("128x256xf32", "?x256xf32")
+                       .replace("tensor.empty()", "tensor.empty(%m)")
+                       .replace("  %z = ", "  %c0 = arith.constant 0 : index\n  %m = tensor.dim %a, %c0 : tensor<?x64xf32>\n  %z = ", 1))
+    assert_one_error_line(run_cli("tune-model", dynamic, "--output", tmp_path / "dyn"), 2,
+                          "every dispatch of the model has dynamic shapes")
+
+
+def test_a_run_refused_for_bad_input_leaves_a_fresh_directory_unclaimed(tmp_path, small_matmul):
+    # crosscheck has no constraints from IREE for llvm-cpu: refused, the directory must not stay
+    # claimed by that input (a later crosscheck of another input there once failed with exit 7).
+    out = tmp_path / "cc"
+    assert_one_error_line(run_cli("crosscheck", small_matmul, "--target", "llvm-cpu", "--output", out), 2,
+                          "emits no constraints")
+    assert not (out / "run.json").exists()
+    other = write_matmul(tmp_path / "other.mlir", 64, 64, 64)
+    assert_one_error_line(run_cli("crosscheck", other, "--target", "llvm-cpu", "--output", out), 2,
+                          "emits no constraints")
+
+
+def test_dispatches_profile_into_a_directory_a_run_holds_waits_its_turn(tmp_path, small_matmul):
+    out = tmp_path / "held"
+    with RunDirectory(out):
+        assert_one_error_line(run_cli("dispatches", small_matmul, "--profile", "--output", out), 6, "in use by another run")
+
+
+@pytest.mark.slow
+def test_inputs_whose_default_result_is_not_finite_are_named_as_such(tmp_path, small_matmul):
+    import numpy as np
+
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(a, np.full((128, 64), np.nan, np.float32))
+    np.save(b, np.ones((64, 256), np.float32))
+    result = run_cli("tune", small_matmul, "--budget", "1", "--repetitions", "1", "--input", a, "--input", b,
+                     "--output", tmp_path / "out")
+    assert_one_error_line(result, 2, "not finite")
+
+
+def test_a_store_deleted_during_the_run_is_noticed_at_the_next_write(tmp_path):
+    from tuner.errors import StoreError
+    from tuner.results import Result, Status
+    from tuner.store import ResultStore
+
+    path = tmp_path / "r.sqlite"
+    result = Result(1, "k", "c", False, {}, [], Status.OK, times_ms=[1.0], median_ms=1.0)
+    with ResultStore(path, "c", "r") as store:
+        store.put(result)
+        path.unlink()
+        with pytest.raises(StoreError, match="deleted or replaced during the run"):
+            store.put(result)
+
+
+def test_a_store_damaged_inside_a_page_is_one_error_line(tmp_path, small_matmul):
+    from tuner.results import Result, Status
+    from tuner.store import ResultStore
+
+    out = tmp_path / "out"
+    path = out / "results.sqlite"
+    out.mkdir()
+    with ResultStore(path, "c", "r") as store:  # enough rows for several pages
+        for i in range(400):
+            store.put(Result(i, f"k{i}", "c" * 200, False, {}, [], Status.OK, times_ms=[1.0], median_ms=1.0))
+            store.put_features(f"k{i}", "p", "other", {"x": 1.0}, {"pref": True})
+    data = bytearray(path.read_bytes())
+    for page in range(2, len(data) // 4096):  # every page but the schema's: its header scrambled
+        data[page * 4096: page * 4096 + 16] = b"\xff" * 16
+    path.write_bytes(bytes(data))
+    result = run_cli("tune", small_matmul, "--budget", "1", "--search", "model", "--warm-start", "--output", out)
+    assert_one_error_line(result, 8, "store")

@@ -156,6 +156,8 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
     this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profiling.profile
     says how) and each entry function whole on the target's device; the work goes there."""
     input_path, target, workdir, ctx, program = read_program(input_path, target, profile_dir)
+    if profile_dir is not None and not program.dispatches and not program.skipped:
+        raise InputError(f"{input_path}: no dispatches to profile (found: no root ops)")
     measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
     rows = []
     for d in program.dispatches:

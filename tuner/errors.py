@@ -54,3 +54,15 @@ class StoreError(TunerError):
     """The --store file is not a result store of this tuner (or one from before a schema change)."""
 
     exit_code = 8
+
+
+def unreadable_input(path) -> InputError:
+    """The one line for an input path that is not a file to read."""
+    from pathlib import Path
+
+    path = Path(path)
+    if str(path) == "-":
+        return InputError("-: models are read from files, not from standard input; give the model's file")
+    if path.is_dir():
+        return InputError(f"{path}: a directory, not a model file")
+    return InputError(f"{path}: no such file")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from tuner.errors import InputError, LockedError, OtherRunError, OutputError
+from tuner.errors import InputError, LockedError, OtherRunError, OutputError, TunerError, unreadable_input
 
 def write_file(path: Path, text: str) -> Path:
     """Write `text` to `path` atomically, never through what is there: a new file beside it
@@ -60,8 +60,8 @@ def input_digest(path: Path) -> str:
     """The digest of the input file's bytes (the same digest the candidates' keys carry)."""
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
+    except (FileNotFoundError, IsADirectoryError):
+        raise unreadable_input(path) from None
     except OSError as e:
         raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
 
@@ -85,6 +85,7 @@ class RunDirectory:
         self.identity = identity
         self.force = force
         self._fd: Optional[int] = None
+        self._fresh = False  # this run wrote the directory's first run.json
 
     def __enter__(self) -> "RunDirectory":
         try:
@@ -138,8 +139,10 @@ class RunDirectory:
                         f"{self.path} holds the run of another input or setting ({previous.get('input', '?')}, "
                         f"target {previous.get('target', '?')}); give another --output, or --force to clear it")
                 self.clear()
-        elif self.force:
-            self.clear()
+        else:
+            self._fresh = True
+            if self.force:
+                self.clear()
         tmp = run_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.identity, indent=2))
         tmp.replace(run_file)
@@ -153,7 +156,11 @@ class RunDirectory:
             elif target.exists() or target.is_symlink():
                 target.unlink()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type=None, *exc) -> None:
+        if self._fresh and exc_type is not None and issubclass(exc_type, TunerError):
+            # Refused before it measured anything (bad input, a tool that cannot run): a directory
+            # this run claimed first is left unclaimed, for a run of another input.
+            (self.path / RUN).unlink(missing_ok=True)
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)

@@ -125,6 +125,18 @@ class ResultStore:
             raise OutputError(f"{self.path}: cannot open the result store ({e})") from None
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: not a result store ({e}); give --store a new file") from None
+        self._inode = self.path.stat().st_ino
+
+    def _still_there(self) -> None:
+        """Refuse to write into a store whose file was deleted or replaced while the run had it
+        open: what SQLite wrote would vanish with the deleted file, unnoticed."""
+        try:
+            same = self.path.stat().st_ino == self._inode
+        except OSError:
+            same = False
+        if not same:
+            raise StoreError(f"{self.path}: the result store was deleted or replaced during the run; what this run "
+                             f"measured since is lost with it; run the command again (it starts a new store)")
 
     def _check_schema(self) -> None:
         """Create the schema in a new (empty) database; refuse any other database untouched."""
@@ -166,6 +178,7 @@ class ResultStore:
 
     def put(self, result: Result) -> None:
         """Write (or overwrite) the result for its key and conditions, committed before this returns."""
+        self._still_there()
         device_id, timing = _conditions(result)
         self._db.execute(
             "INSERT INTO results (key, compiler, runtime, device_id, timing, dispatch, target, config, flags, status,"

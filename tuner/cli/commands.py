@@ -311,18 +311,19 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
     and the pipeline that would tune it or why none does; with --profile, its measured time and share."""
     import json
     import tempfile
+    from contextlib import nullcontext
 
     from rich.table import Table
 
     from tuner import api
+    from tuner.run_dir import RunDirectory
 
     console = make_console(stderr=as_json)
     with errors_to_exit(), tempfile.TemporaryDirectory(prefix="iree-tuner-profile-") as scratch:
         work = (output_dir or Path(scratch)) if with_profile else None
-        if work is not None and output_dir is not None:
-            api.prepare_output(output_dir)
-        with progress_bars(console) as on_progress:
-            listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress)
+        with RunDirectory(output_dir) if work is not None and output_dir is not None else nullcontext():
+            with progress_bars(console) as on_progress:
+                listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress)
     rows, measured = listed.rows, listed.profile
     if as_json:
         click.echo(json.dumps({"dispatches": [r.to_json() for r in rows],

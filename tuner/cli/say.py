@@ -4,6 +4,7 @@ failed tool as one line and an exit code, never a traceback."""
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tuner.cli.options import Terminated
-from tuner.errors import TunerError
+from tuner.errors import StoreError, TunerError
+from tuner.tools import kill_running_tools
 
 def say_picked(console: Console):
     """Say which dispatch `tune` picked by itself, and which it skipped and why."""
@@ -105,9 +107,12 @@ class errors_to_exit:
         if isinstance(error, TunerError):
             click.echo(f"error: {error}", err=True)
             sys.exit(error.exit_code)
+        if isinstance(error, sqlite3.DatabaseError):
+            # Opened fine, damaged inside a page that a later query reached.
+            kill_running_tools()
+            click.echo(f"error: the result store is damaged ({error}); delete it or give --store a new file", err=True)
+            sys.exit(StoreError.exit_code)
         if isinstance(error, KeyboardInterrupt):
-            from tuner.tools import kill_running_tools
-
             kill_running_tools()  # nothing this run started outlives it
             how = "terminated" if isinstance(error, Terminated) else "interrupted"
             click.echo(f"{how}: every result measured so far is kept in the result store (and every compiled "

@@ -12,7 +12,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
 from pipelines import ConfiguredDispatch, ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
-from tuner.errors import InputError, ToolError
+from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
@@ -24,7 +24,7 @@ TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
 def parse_input(path: Path, ctx: ir.Context) -> ir.Module:
     """The input module; one clear error when it is missing or is not MLIR."""
     if not path.is_file():
-        raise InputError(f"{path}: a directory, not a model file" if path.is_dir() else f"{path}: no such file")
+        raise unreadable_input(path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

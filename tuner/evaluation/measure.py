@@ -260,6 +260,11 @@ class Measurer:
             return _failed_run(b.result, run), None
         if output is None:  # nothing to compare (no tensor result): timed, numerics unchecked
             return self._timed(b.result, b, settings), None
+        if b.result.is_baseline and not np.all(np.isfinite(output)):
+            return replace(b.result, status=Status.WRONG_NUMERICS, error=(
+                f"its result holds {np.count_nonzero(~np.isfinite(output))} values that are not finite (NaN or "
+                f"inf) of {output.size}: no candidate's numerics can be checked against it; give inputs whose "
+                f"result is finite")), output
         with self._lock:
             reference = self._reference
         if reference is None and not b.result.is_baseline:
@@ -311,6 +316,8 @@ class Recorder:
         self.results.append(result)
         if self.progress:
             self.progress(self.phase, len(self.results), self.total)
+        if result.is_baseline and result.status == Status.WRONG_NUMERICS:
+            raise InputError(f"the baseline (the compiler's default) cannot serve as the reference: {result.error}")
         if result.is_baseline and not result.ok:
             raise ToolError(f"the baseline (the compiler's default) failed: {result.error}", result.command, result.stderr)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.input.dispatch_benchmarks import unconfigured_copy
-from tuner.errors import InputError
+from tuner.errors import InputError, unreadable_input
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
 
@@ -23,7 +23,7 @@ def program_source(path: Path, workdir: Path, target: Target, timeout_s: float =
     if path.suffix.lower() != ".onnx":
         return unconfigured_copy(path, workdir / IMPORTED, target) or path
     if not path.is_file():
-        raise InputError(f"{path}: a directory, not a model file" if path.is_dir() else f"{path}: no such file")
+        raise unreadable_input(path)
     out = workdir / IMPORTED / (path.stem + ".mlir")
     out.parent.mkdir(parents=True, exist_ok=True)
     run = run_tool([find_tool("iree-import-onnx"), str(path), "-o", str(out)], timeout_s)

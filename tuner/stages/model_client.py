@@ -62,6 +62,10 @@ def model_entry(program, measured) -> Workload:
             t = measured.times.get(d.name) if measured else None
             totals[w.entry] = totals.get(w.entry, 0.0) + (t.total_ms if t else d.flops * 1e-12)
     if not totals:
+        dynamic = [name for name, why in program.skipped if "dynamic shapes" in why]
+        if dynamic and len(dynamic) == len(program.skipped) and not program.dispatches:
+            raise InputError(f"every dispatch of the model has dynamic shapes ({len(dynamic)}: {', '.join(dynamic)}), "
+                             f"which this tuner cannot tune yet: nothing to tune")
         raise InputError("no public function of the model runs a dispatch this tuner can read")
     return workloads[max(totals, key=totals.get)]
 
