@@ -133,6 +133,7 @@ class EvaluationStats:
     # When the confirmation rounds were taken, where they are an earlier run's, reused (seconds
     # since the epoch); None where this run timed them.
     reused_confirmation: Optional[float] = None
+    waited_for_quiet_s: float = 0.0  # the confirmation rounds waited this long for a load to pass
 
     def warnings(self) -> list[str]:
         """What a user must know before trusting the figures."""

@@ -68,6 +68,8 @@ def stats_line(stats: dict) -> str:
     if stats.get("reused_confirmation"):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stats["reused_confirmation"]))
         rounds = f"confirmation rounds reused from the run of {when} that confirmed the same (--reconfirm: time them again)"
+    if stats.get("waited_for_quiet_s", 0.0) >= 1.0:
+        rounds += f" (after waiting {stats['waited_for_quiet_s']:.0f} s for a load to pass)"
     line = (f"{stats['strategy']}: {stats['candidates']} evaluated, {stats['reused']} reused from the store, "
             f"{stats['wall_s']:.1f} s ({devices}); baseline timed {stats.get('baseline_timings', 0)} times; {rounds}")
     for drift in stats.get("drifts", []):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from tuner.evaluation.comparison import (LOAD_CHANGE, MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
@@ -62,7 +62,8 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     results = normalised + reused
     start = time.perf_counter()
     try:
-        results, reused_confirmation = confirm(results, built, measurer, settings, store, progress, prepare)
+        confirmed = confirm(results, built, measurer, settings, store, progress, prepare)
+        results = confirmed.results
     except BaseException:
         kill_running_tools()
         raise
@@ -72,7 +73,8 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
                                baseline_timings=len(measurer.log),
                                baseline_ms=[(t.device, t.at, t.median_ms) for t in measurer.log],
                                load_change=baseline.load_change if baseline else None,
-                               lost_devices=list(measurer.lost.values()), reused_confirmation=reused_confirmation)
+                               lost_devices=list(measurer.lost.values()),
+                               reused_confirmation=confirmed.reused_at, waited_for_quiet_s=confirmed.waited_s)
     return sorted(results, key=lambda r: r.candidate_id), stats
 
 
@@ -100,9 +102,19 @@ def retime_drifted(results: list[Result], drifts: list[Drift], built: dict[str, 
     return results
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """The results after the confirmation rounds, when reused rounds were taken (seconds since
+    the epoch; None where this run timed them) and how long the rounds waited for a load to pass."""
+
+    results: list[Result]
+    reused_at: Optional[float] = None
+    waited_s: float = 0.0
+
+
 def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, settings: EvalSettings,
             store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None
-            ) -> tuple[list[Result], Optional[float]]:
+            ) -> "Confirmation":
     """Time the baseline and the `confirm_top` candidates with the best first-pass figures in
     `confirm_rounds` interleaved rounds on the first device. A round times the baseline, then each
     candidate followed by the baseline again (B c1 B c2 B ...; the candidates' order rotated every
@@ -111,33 +123,33 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     Only results confirmed here can win; stored ones among the chosen are built again first. A
     winner whose figures disagree is timed in more rounds (`more_rounds`). The rounds of an
     earlier run that confirmed the same candidates the same way are reused instead, unless
-    `settings.reconfirm` (`finished_confirmation`). Returns the results and, where rounds were
-    reused, when they were taken."""
+    `settings.reconfirm` (`finished_confirmation`)."""
     baseline = next((r for r in results if r.is_baseline and r.ok), None)
     if baseline is None or settings.confirm_rounds < 1 or settings.confirm_top < 1:
-        return results, None
+        return Confirmation(results)
     promising = sorted((r for r in results if r.ok and not r.is_baseline and r.first_pass_speedup),
                        key=lambda r: (-(r.first_pass_speedup or 0.0), r.candidate_id))[: settings.confirm_top]
     if not promising or baseline.key not in built:
-        return results, None
+        return Confirmation(results)
     finished = None if settings.reconfirm else finished_confirmation(baseline, promising, built, measurer, store,
                                                                      settings.confirm_rounds)
     if finished is not None:
         updated, written_at = finished
-        return [updated.get(r.key, r) for r in results], written_at
+        return Confirmation([updated.get(r.key, r) for r in results], reused_at=written_at)
     missing = [r for r in promising if r.key not in built]
     if missing and prepare is not None:
         built = {**built, **prepare(missing)}
     others = [r for r in promising if r.key in built]
     if not others:
-        return results, None
+        return Confirmation(results)
     first_pass = list(measurer.log)
+    waited = 0.0
     while True:
         device = measurer.confirm_device()
         if device is None:
-            return results, None  # every device was lost: nothing can be confirmed
+            return Confirmation(results)  # every device was lost: nothing can be confirmed
         try:
-            await_quiet(built[baseline.key], [t for t in first_pass if t.device == device], measurer, device,
+            waited += await_quiet(built[baseline.key], [t for t in first_pass if t.device == device], measurer, device,
                         settings.quiet_wait_s, progress)
             times, references, baseline_rounds = _rounds(baseline, others, built, measurer, device,
                                                          settings.confirm_rounds, progress)
@@ -157,7 +169,7 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
         store.put(r)
     store.put_confirmation([updated[baseline.candidate_id], *(updated[r.candidate_id] for r in others)],
                            settings.confirm_rounds, **_conditions(measurer, built[baseline.key], device), loaded=change is not None)
-    return [updated.get(r.candidate_id, r) for r in results], None
+    return Confirmation([updated.get(r.candidate_id, r) for r in results], waited_s=waited)
 
 
 def _conditions(measurer: Measurer, b: Built, device: str) -> dict:
@@ -185,22 +197,22 @@ def finished_confirmation(baseline: Result, promising: list[Result], built: dict
 
 
 def await_quiet(baseline: Built, first_pass: list[BaselineTiming], measurer: Measurer, device: str, wait_s: float,
-                progress: Optional[Progress] = None) -> bool:
-    """Whether the machine is as quiet as in the quieter part of the first pass (comparison.quiet_level):
-    the baseline is timed on `device`, and while it runs slower beyond LOAD_CHANGE (and its own
-    spread) it is timed
-    again every QUIET_POLL_S, for up to `wait_s` seconds. False when the load never passed."""
+                progress: Optional[Progress] = None) -> float:
+    """Wait until the machine is as quiet as in the quieter part of the first pass
+    (comparison.quiet_level): the baseline is timed on `device`, and while it runs slower beyond
+    LOAD_CHANGE (and its own spread) it is timed again every QUIET_POLL_S, for up to `wait_s`
+    seconds. Returns the seconds waited (the load may not have passed: the rounds then see it)."""
     level = quiet_level(first_pass)
     if level is None:
-        return True
+        return 0.0
     start = time.monotonic()
     while True:
         timing, _ = measurer.timing(baseline, device)
-        if timing is None or timing.median_ms <= level * (1.0 + max(LOAD_CHANGE, timing.spread_pct / 100.0)):
-            return True
         waited = time.monotonic() - start
+        if timing is None or timing.median_ms <= level * (1.0 + max(LOAD_CHANGE, timing.spread_pct / 100.0)):
+            return waited
         if waited >= wait_s:
-            return False
+            return waited
         if progress:
             progress("waiting for the load to pass", min(int(waited), int(wait_s)), int(wait_s))
         time.sleep(min(QUIET_POLL_S, wait_s - waited))
