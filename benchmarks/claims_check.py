@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,8 @@ def tune(path: Path, out: Path, candidates: int, load_after: float | None, fresh
     """Run `iree-tuner tune` on `path` (`fresh`: clearing what an earlier run left in `out`);
     with `load_after`, a busy loop starts that many seconds in (and ends `load_for` seconds later,
     or with the tuning)."""
+    if fresh and out.exists():
+        shutil.rmtree(out)  # its result store too: a figure of an earlier invocation is not this one's
     load: list[subprocess.Popen] = []
     timer = None
     if load_after is not None:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner import api  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.settings import EvalSettings, SearchSettings  # noqa: E402
+from tuner.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_dispatches" / "matmul_1024x1024x1024_f32.mlir"
 
@@ -32,8 +32,7 @@ def run(input_path: Path, out: Path, strategy: str, workers: int, budget: int) -
     shutil.rmtree(out, ignore_errors=True)
     settings = EvalSettings(repetitions=3, confirm_rounds=0, compile_workers=workers)
     start = time.perf_counter()
-    tuning = api.tune(input_path, "llvm-cpu", None, out, settings=settings, strategy=strategy,
-                      search=replace(SearchSettings(), budget=budget, name="random"))
+    tuning = api.tune(input_path, "llvm-cpu", out, search=replace(SearchSettings(), budget=budget, name="random"), run=RunOptions(settings, strategy=strategy))
     wall = time.perf_counter() - start
     if strategy == "ray":
         from tuner.cluster.connect import shutdown

@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner import api  # noqa: E402
-from tuner.build.compile import EvalSettings  # noqa: E402
+from tuner.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
 from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
@@ -122,7 +122,7 @@ def main() -> None:
         src = work / "input.mlir"
         src.write_text(text)
         t0 = time.perf_counter()
-        tuning = api.tune(src, target, args.candidates, work / "tuning", settings=EvalSettings(repetitions=3))
+        tuning = api.tune(src, target, work / "tuning", search=SearchSettings(budget=args.candidates), run=RunOptions(EvalSettings(repetitions=3)))
         tune_s = time.perf_counter() - t0
         best = tuning.ranking.best
         flags = [f"@{work / 'tuning' / 'best_flags.txt'}"]  # a response file (quoted paths)

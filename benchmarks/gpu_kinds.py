@@ -37,13 +37,14 @@ def slug(name: str) -> str:
 
 def compile_all(out: Path, candidates: int, target: str) -> None:
     from tuner import api
+    from tuner.settings import RunOptions, SearchSettings
 
     for name, sample in SAMPLES.items():
         work = out / slug(name)
         if (work / "manifest.json").exists():
             continue  # compiled by an earlier call
         t0 = time.perf_counter()
-        tuning = api.tune(ROOT / "sample_dispatches" / sample, target, candidates, work, compile_only=True)
+        tuning = api.tune(ROOT / "sample_dispatches" / sample, target, work, search=SearchSettings(budget=candidates), run=RunOptions(compile_only=True))
         ok = sum(b.result.ok for b in tuning.manifest.built)
         print(f"{name}: {ok}/{len(tuning.manifest.built)} candidates compiled and verified "
               f"in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -61,7 +61,7 @@ def mlir_for(m: int, n: int, k: int) -> str:
 
 def compile_all(out: Path, candidates: int, target: str, only: str | None, no_split: bool = False) -> None:
     from tuner import api
-    from tuner.settings import EvalSettings
+    from tuner.settings import EvalSettings, RunOptions, SearchSettings
 
     if no_split:  # the same search without split-K, to see what it adds
         import pipelines.llvmgpu_tile_and_fuse as tile_and_fuse
@@ -76,7 +76,7 @@ def compile_all(out: Path, candidates: int, target: str, only: str | None, no_sp
         src.write_text(mlir_for(m, n, k))
         t0 = time.perf_counter()
         count = candidates if name == SHAPES[0][0] else max(1, candidates * 3 // 4)
-        tuning = api.tune(src, target, count, work, settings=EvalSettings(), compile_only=True)
+        tuning = api.tune(src, target, work, search=SearchSettings(budget=count), run=RunOptions(EvalSettings(), compile_only=True))
         ok = sum(b.result.ok for b in tuning.manifest.built)
         print(f"{name}: {ok}/{len(tuning.manifest.built)} candidates compiled and verified "
               f"in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -53,7 +53,7 @@ def _space(input_path: Path, target: str, pipeline_name: str | None, dispatch_na
 
 def record(args: argparse.Namespace) -> None:
     from tuner.api import benchmark_configs
-    from tuner.settings import EvalSettings
+    from tuner.settings import EvalSettings, Listeners, RunOptions
 
     dispatch, pipeline, space = _space(args.input, args.target, args.pipeline, args.dispatch)
     points = list(space.points)
@@ -67,9 +67,9 @@ def record(args: argparse.Namespace) -> None:
         "command": " ".join(sys.argv)}, indent=1))
     settings = EvalSettings(repetitions=args.repetitions, confirm_rounds=0, baseline_every=5,
                             compile_workers=args.jobs or EvalSettings().compile_workers)
-    tuning = benchmark_configs(args.input, sample, args.target, args.output, args.dispatch, settings,
-                               progress=_progress(), strategy=args.strategy, pipeline_name=args.pipeline,
-                               compile_only=args.compile_only)
+    tuning = benchmark_configs(args.input, sample, args.target, args.output, args.dispatch, args.pipeline,
+                               RunOptions(settings, args.strategy, compile_only=args.compile_only),
+                               Listeners(_progress()))
     if tuning.manifest is not None:
         print(f"compiled into {args.output}; time it with: iree-tuner benchmark {args.output} --confirm-rounds 0")
 
@@ -133,7 +133,7 @@ def confirm(args: argparse.Namespace) -> None:
     """Time the fixture's `top` points again in interleaved rounds with the baseline (or read such
     a run from --from), and keep their paired figures in the fixture."""
     from tuner.api import benchmark_configs
-    from tuner.settings import EvalSettings
+    from tuner.settings import EvalSettings, Listeners, RunOptions
 
     data = json.loads(args.fixture.read_text())
     points = data["points"]
@@ -141,8 +141,9 @@ def confirm(args: argparse.Namespace) -> None:
     if args.source is None:
         settings = EvalSettings(confirm_top=len(top), confirm_rounds=args.rounds, repetitions=args.repetitions)
         tuning = benchmark_configs(Path(data["input"]), [p["knobs"] for p in top], data["target"], args.output,
-                                   data.get("dispatch_name"), settings, progress=_progress(),
-                                   pipeline_name=data.get("pipeline_name"), compile_only=args.compile_only, force=True)
+                                   data.get("dispatch_name"), data.get("pipeline_name"),
+                                   RunOptions(settings, force=True, compile_only=args.compile_only),
+                                   Listeners(_progress()))
         if tuning.manifest is not None:
             print(f"compiled into {args.output}; on the device: python3 benchmarks/gpu_record.py {args.output} "
                   f"--confirm-top {len(top)}; then: record_space.py confirm {args.fixture} --from {args.output}")

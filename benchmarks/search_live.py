@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     from tuner import api
     from tuner.search.replay import load_recording
-    from tuner.settings import EvalSettings, SearchSettings
+    from tuner.settings import EvalSettings, RunOptions, SearchSettings
 
     recording = load_recording(args.fixture)
     best_i = max(range(len(recording.space)), key=lambda i: recording.scores[i] or 0.0)
@@ -46,8 +46,7 @@ def main() -> None:
     spent = {}
     for name in ("model", "preference"):
         t0 = time.perf_counter()
-        api.tune(args.input, args.target, None, args.out / name, settings=EvalSettings(),
-                 search=SearchSettings(name=name, budget=args.budget, seed=args.seed), force=True)
+        api.tune(args.input, args.target, args.out / name, search=SearchSettings(name=name, budget=args.budget, seed=args.seed), run=RunOptions(EvalSettings(), force=True))
         spent[name] = time.perf_counter() - t0
         knobs, _ = winner(args.out / name)
         entries[f"{name} winner"] = knobs
@@ -57,8 +56,8 @@ def main() -> None:
         if knobs is not None and knobs not in distinct:
             distinct.append(knobs)
     tuning = api.benchmark_configs(args.input, distinct, args.target, args.out / "side-by-side",
-                                   settings=EvalSettings(confirm_top=len(distinct), confirm_rounds=args.rounds),
-                                   force=True)
+                                   run=RunOptions(EvalSettings(confirm_top=len(distinct), confirm_rounds=args.rounds),
+                                                  force=True))
     by_knobs = {json.dumps(r.knobs, sort_keys=True): r for r in tuning.results if not r.is_baseline}
     print(f"\n{args.input.name}, {args.target}, budget {args.budget}, seed {args.seed}; "
           f"recorded space: {len(recording.space)} of {recording.space.size} configs, best recorded "

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Optional
 
 from tuner.evaluation.runner import RunSettings, Timing
-from tuner.settings import EvalSettings
-from tuner.stages import DispatchStage, MergeStage, ModelState, StageEnv, tune_model
+from tuner.settings import EvalSettings, Listeners, RunOptions
+from tuner.stages import DispatchStage, MergeStage, ModelOptions, ModelState, StageEnv, tune_model
 from tuner.tools import find_tool
 from tuner.discovery.workload import input_flag
 
@@ -73,9 +73,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     tuning = tune_model(args.model, "llvm-cpu", args.output,
-                        settings=EvalSettings(repetitions=2, min_time_s=0.05, confirm_rounds=2, confirm_top=2),
-                        stages=[DispatchStage(args.num_candidates, top=1), MergeStage(), SummaryStage()],
-                        timer=WallClockBenchmark(), rounds=args.rounds, say=print)
+                        run=RunOptions(EvalSettings(repetitions=2, min_time_s=0.05, confirm_rounds=2, confirm_top=2)),
+                        model=ModelOptions(rounds=args.rounds, timer=WallClockBenchmark()), listen=Listeners(say=print),
+                        stages=[DispatchStage(args.num_candidates, top=1), MergeStage(), SummaryStage()])
     for o in tuning.state.dispatches:
         print(f"{o.name}: {o.status}")
     print(tuning.state.verdict)

@@ -21,7 +21,7 @@ from tests.conftest import _TIMED_BENCHMARK, cli_process, kill_once_stored, stor
 from tests.test_tune_model import MLP  # noqa: E402
 from tuner import api  # noqa: E402
 from tuner.results import Status  # noqa: E402
-from tuner.settings import EvalSettings  # noqa: E402
+from tuner.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
 from tuner.store import ResultStore  # noqa: E402
 from tuner.versions import compiler_version, runtime_version  # noqa: E402
 
@@ -96,9 +96,9 @@ def _statuses(tuning) -> dict[str, Status]:
 
 def test_the_cluster_gives_the_local_evaluators_statuses_and_winner(cluster, matmul, tmp_path):
     cluster(crash=2)  # candidate 2's timing crashes: a status on a worker as locally
-    local = api.tune(matmul, "llvm-cpu", 5, tmp_path / "local", settings=SETTINGS, strategy="sequential")
+    local = api.tune(matmul, "llvm-cpu", tmp_path / "local", search=SearchSettings(budget=5), run=RunOptions(SETTINGS, strategy="sequential"))
     cluster(crash=2)
-    remote = api.tune(matmul, "llvm-cpu", 5, tmp_path / "ray", settings=SETTINGS, strategy="ray")
+    remote = api.tune(matmul, "llvm-cpu", tmp_path / "ray", search=SearchSettings(budget=5), run=RunOptions(SETTINGS, strategy="ray"))
     assert _statuses(remote) == _statuses(local)
     by_id = {r.candidate_id: r for r in remote.results}
     assert by_id[2].status == Status.RUN_FAILED and "crashed: SIGSEGV" in by_id[2].error
@@ -118,7 +118,7 @@ def test_workers_killed_mid_run_lose_nothing(cluster, matmul, tmp_path):
     # The 4th timing kills its benchmark worker; the first compile of candidate 3 kills its
     # compile worker. Both nodes' workers time, so the lost one's work goes to the other.
     cluster(kill_at=4, kill_candidate="/0003")
-    tuning = api.tune(matmul, "llvm-cpu", 5, tmp_path / "out", settings=SETTINGS, strategy="ray")
+    tuning = api.tune(matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=5), run=RunOptions(SETTINGS, strategy="ray"))
     assert len(tuning.results) == 6 and all(r.ok for r in tuning.results), \
         [(r.candidate_id, r.status, r.error) for r in tuning.results]
     assert tuning.ranking.best.candidate_id == 4
@@ -129,7 +129,7 @@ def test_workers_killed_mid_run_lose_nothing(cluster, matmul, tmp_path):
     assert (Path(os.environ["IREE_TUNER_TOOLS"]) / "calls.compile-killed").exists()
     # The next evaluation starts with a full set of workers again.
     cluster()
-    again = api.tune(matmul, "llvm-cpu", 5, tmp_path / "again", settings=SETTINGS, strategy="ray")
+    again = api.tune(matmul, "llvm-cpu", tmp_path / "again", search=SearchSettings(budget=5), run=RunOptions(SETTINGS, strategy="ray"))
     assert not again.stats.lost_devices and len({r.device for r in again.results if r.device}) == 2
     with ResultStore(tmp_path / "out" / "results.sqlite", compiler_version(), runtime_version()) as store:
         assert {row["key"] for row in store.rows()} == {r.key for r in tuning.results}
@@ -195,8 +195,7 @@ def test_tune_model_tunes_its_dispatches_at_once_on_the_cluster(cluster, tmp_pat
     model.write_text(MLP)
     cluster()
     out = tmp_path / "out"
-    tuning = tune_model(model, "llvm-cpu", out, settings=SETTINGS, strategy="ray",
-                        stages=[DispatchStage(num_candidates=3, min_share=0.0)])
+    tuning = tune_model(model, "llvm-cpu", out, run=RunOptions(SETTINGS, strategy="ray"), stages=[DispatchStage(num_candidates=3, min_share=0.0)])
     tuned = [d for d in tuning.state.dispatches if d.status == "tuned"]
     # Three candidates each: the fastest is candidate 2 (8 ms against the default's 10).
     assert len(tuned) == 2 and all(d.speedup == pytest.approx(1.25, rel=0.05) for d in tuned), tuning.state.dispatches
@@ -227,7 +226,7 @@ def test_an_unreachable_cluster_or_one_that_cannot_compile_is_one_error_line(mat
 def test_a_model_plans_dispatch_step_is_timed_on_the_cluster(cluster, tmp_path):
     # Two machines: the compile side writes the profile step, then the dispatch step; the dispatch
     # step's manifests are timed by the cluster's workers (`benchmark DIR --strategy ray`).
-    from tuner.stages import tune_model
+    from tuner.stages import ModelOptions, tune_model
     from tuner.stages.plan import run_plan
 
     model = tmp_path / "mlp.mlir"
@@ -237,7 +236,7 @@ def test_a_model_plans_dispatch_step_is_timed_on_the_cluster(cluster, tmp_path):
     cluster()
     steps = []
     for _ in range(2):
-        tune_model(model, "llvm-cpu", out, num_candidates=2, top=2, settings=settings, compile_only=True)
+        tune_model(model, "llvm-cpu", out, search=SearchSettings(budget=2), run=RunOptions(settings, compile_only=True), model=ModelOptions(top=2))
         steps.append(json.loads((out / "model-plan.json").read_text())["step"])
         run_plan(out, settings=settings, strategy="ray")
     assert steps == ["profile", "dispatches"]
@@ -271,7 +270,7 @@ def test_a_worker_lost_during_the_confirmation_rounds_leaves_them_to_another(clu
     # The first pass takes about a dozen timings; the 16th falls in the confirmation rounds, which
     # run on one worker: it dies there, and the rounds are timed again on the other.
     counter = cluster(kill_at=16)
-    tuning = api.tune(matmul, "llvm-cpu", 5, tmp_path / "out", settings=SETTINGS, strategy="ray")
+    tuning = api.tune(matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=5), run=RunOptions(SETTINGS, strategy="ray"))
     assert int(counter.read_text()) > 16
     [lost] = tuning.stats.lost_devices
     assert lost.split(":")[0].endswith("/0")  # the first worker: the one the rounds run on

@@ -15,6 +15,7 @@ import pytest
 import tuner.evaluation.measure as measure_mod
 from pipelines import pipeline_for
 from tuner import api
+from tuner.settings import RunOptions, SearchSettings
 from tuner.evaluation.benchmark_stage import benchmark_dir
 from tuner.specs.candidates import Candidate, generate_candidates
 from tuner.discovery.program import discover_program, read_configured
@@ -44,7 +45,7 @@ def _setup(path, ctx, cpu, n=3):
 @pytest.mark.slow
 def test_tune_writes_outputs_and_best_flags_rebuild_the_choice_from_a_path_with_spaces(small_matmul, tmp_path, ctx):
     out = tmp_path / "tuning output with spaces"
-    tuning = api.tune(small_matmul, "llvm-cpu", 4, out, settings=replace(FAST, confirm_top=2, confirm_rounds=4))
+    tuning = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=4), run=RunOptions(replace(FAST, confirm_top=2, confirm_rounds=4)))
     data = json.loads((out / "results.json").read_text())
     assert len(data["candidates"]) == 5
     assert sum(c["is_baseline"] for c in data["candidates"]) == 1
@@ -156,7 +157,7 @@ def test_compile_here_benchmark_elsewhere(small_matmul, tmp_path):
     """The manifest directory moves to another place and is measured by a process that cannot
     import the compiler or z3, through the CLI's benchmark command."""
     out = tmp_path / "compiled"
-    api.tune(small_matmul, "llvm-cpu", 2, out, settings=FAST, compile_only=True)
+    api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=2), run=RunOptions(FAST, compile_only=True))
     assert (out / "manifest.json").exists() and not (out / "results.json").exists()
     moved = tmp_path / "elsewhere"
     shutil.move(str(out), moved)

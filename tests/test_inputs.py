@@ -12,7 +12,7 @@ from iree.compiler import ir
 from tests.conftest import assert_one_error_line, run_cli, iree_compile
 from tuner import api
 from tuner.discovery.program import read_configured
-from tuner.settings import EvalSettings
+from tuner.settings import EvalSettings, RunOptions, SearchSettings
 from tuner.targets import cuda, parse_target
 
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
@@ -77,11 +77,11 @@ def _tune_cli(path, text, out, *extra):
                    "--output", out, *extra)
 
 
-def _tune(tmp_path, text, name="in.mlir", **kw):
+def _tune(tmp_path, text, name="in.mlir"):
     path = tmp_path / name
     path.write_text(text)
     out = tmp_path / "out"
-    tuning = api.tune(path, "llvm-cpu", 1, out, settings=FAST, strategy="sequential", **kw)
+    tuning = api.tune(path, "llvm-cpu", out, search=SearchSettings(budget=1), run=RunOptions(FAST, strategy="sequential"))
     return tuning, json.loads((out / "results.json").read_text())
 
 
@@ -95,7 +95,7 @@ def test_the_function_that_runs_the_dispatch_is_the_one_timed(tmp_path):
     assert tuning.results[0].relative_error == 0.0 and tuning.results[1].relative_error < 1e-4
     # The other function's dispatch, asked for by name, runs and is timed through @mm_a.
     a_name = "mm_a_dispatch_0_matmul_64x64x32_f32"
-    tuning_a = api.tune(tmp_path / "in.mlir", "llvm-cpu", 1, tmp_path / "out-a", dispatch_name=a_name, settings=FAST)
+    tuning_a = api.tune(tmp_path / "in.mlir", "llvm-cpu", tmp_path / "out-a", dispatch_name=a_name, search=SearchSettings(budget=1), run=RunOptions(FAST))
     assert json.loads((tmp_path / "out-a" / "results.json").read_text())["entry"] == "mm_a"
     assert all(r.ok for r in tuning_a.results)
 
@@ -284,7 +284,7 @@ def _dispatch_benchmark(tmp_path, target, text=UTIL_FUNC):
 @pytest.mark.slow
 def test_a_dispatch_benchmark_file_is_tuned_with_its_baked_config_overridden(tmp_path):
     path = _dispatch_benchmark(tmp_path, parse_target("llvm-cpu"))
-    tuning = api.tune(path, "llvm-cpu", 2, tmp_path / "out", settings=FAST, strategy="sequential")
+    tuning = api.tune(path, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=2), run=RunOptions(FAST, strategy="sequential"))
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     # Its benchmark function is what runs: the dispatch alone, in batches.
     assert data["entry"].endswith(tuning.dispatch.name) and data["input"].endswith("/imported/" + path.name)
@@ -316,7 +316,7 @@ util.func public @main(%a: tensor<64x32xf16>, %b: tensor<32x64xf16>) -> tensor<6
 }}
 """
     path = _dispatch_benchmark(tmp_path, cuda(), f16)
-    tuning = api.tune(path, "cuda", 2, tmp_path / "out", compile_only=True)
+    tuning = api.tune(path, "cuda", tmp_path / "out", search=SearchSettings(budget=2), run=RunOptions(compile_only=True))
     built = tuning.manifest.built
     assert all(b.result.ok for b in built), [(b.result.status, b.result.error) for b in built]
     assert len({b.result.binary_hash for b in built}) == len(built)

@@ -22,8 +22,8 @@ from tuner.input.models import program_source
 from tuner.rewrite import RAISE_ATTENTION, rewrite_program
 from tuner.rewrite.attention import find_attention, raise_attention
 from tuner.evaluation.runner import RunSettings, Timing, relative_error, run_once
-from tuner.settings import EvalSettings
-from tuner.stages import tune_model
+from tuner.settings import EvalSettings, Listeners, RunOptions
+from tuner.stages import ModelOptions, tune_model
 from tuner.stages.flags import FLAG_DECISION, FlagStage
 from tuner.targets import parse_target
 
@@ -206,9 +206,10 @@ def _timer(faster: str = "", slower: str = ""):
     return timer
 
 
-def _flag_stage(model: Path, out: Path, timer, **kw):
+def _flag_stage(model: Path, out: Path, timer, say=lambda text: None):
     """tune-model with the flag stage alone, timed by `timer`."""
-    return tune_model(model, "llvm-cpu", out, settings=FAST, stages=[FlagStage()], timer=timer, rounds=2, **kw)
+    return tune_model(model, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(rounds=2, timer=timer),
+                      listen=Listeners(say=say), stages=[FlagStage()])
 
 
 @pytest.mark.slow
@@ -260,8 +261,7 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
 
     monkeypatch.setattr(DispatchStage, "tune", designed_tune)
     out = tmp_path / "out"
-    state = tune_model(small_bert, "llvm-cpu", out, settings=FAST, timer=_timer(faster="flags-raise-attention"),
-                       stages=[FlagStage(tune_budget=budget, rewrite_tunes=1)], rounds=2).state
+    state = tune_model(small_bert, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(timer=_timer(faster="flags-raise-attention"), rounds=2), stages=[FlagStage(tune_budget=budget, rewrite_tunes=1)]).state
     assert state.rewrites == ("raise-attention",)
     spec = out / "variants" / "flags-raise-attention" / "spec.mlir"
     if budget == 0:

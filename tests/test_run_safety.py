@@ -284,18 +284,18 @@ def test_enumeration_reports_its_progress_and_where_it_ended(tmp_path, ctx, cpu)
 def test_a_time_taken_on_another_device_is_not_reused(small_matmul, tmp_path, timed_tools, monkeypatch):
     import tuner.evaluation.measure
     from tuner import api
-    from tuner.settings import EvalSettings
+    from tuner.settings import EvalSettings, RunOptions, SearchSettings
 
     timed_tools({0: 10.0, 1: 9.0, 2: 8.0})
     settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=0)
-    first = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
+    first = api.tune(small_matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=2), run=RunOptions(settings, strategy="sequential"))
     assert first.stats.reused == 0
-    again = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
+    again = api.tune(small_matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=2), run=RunOptions(settings, strategy="sequential"))
     assert again.stats.reused == 2  # same device: reused
     # The same target on another machine's CPU: nothing timed here may stand for it.
     other = lambda device: "cpu: Some Other CPU avx2, 64 cores"  # noqa: E731
     monkeypatch.setattr(tuner.evaluation.measure, "device_identity", other)  # what LocalRunner asks
-    third = api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "out", settings=settings, strategy="sequential")
+    third = api.tune(small_matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=2), run=RunOptions(settings, strategy="sequential"))
     assert third.stats.reused == 0 and third.stats.candidates == 3
     assert {r.device_id for r in third.results} == {"cpu: Some Other CPU avx2, 64 cores"}
 

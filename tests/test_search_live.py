@@ -67,7 +67,7 @@ def test_bad_search_settings_are_one_error_line(tmp_path, small_matmul):
     from tuner.settings import SearchSettings
 
     with pytest.raises(InputError, match="--time-budget must be a positive number of seconds"):  # and by the API
-        api.tune(small_matmul, "llvm-cpu", 2, tmp_path / "o", search=SearchSettings(seconds=float("nan")))
+        api.tune(small_matmul, "llvm-cpu", tmp_path / "o", search=SearchSettings(budget=2, seconds=float("nan")))
     seeds = tmp_path / "seeds.json"
     seeds.write_text("{}")
     assert_one_error_line(run_cli("tune", small_matmul, "--seeds", seeds, "--output", tmp_path / "o"), 2,

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tuner import api
-from tuner.settings import EvalSettings
+from tuner.settings import EvalSettings, RunOptions, SearchSettings
 
 TRUSTED = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=4, confirm_top=3, baseline_every=5,
                        compile_workers=2)
@@ -31,8 +31,7 @@ def test_a_load_change_mid_run_does_not_change_the_winner_or_its_speedup(small_m
     # rounds cannot wait for it to pass.
     times = {0: 10.0, 1: 9.0, 2: 8.0, 3: 12.0, 4: 7.0, 5: 6.5, 6: 11.0, 7: 5.0, 8: 9.5}
     calls = timed_tools(times, after=10, factor=3.0)
-    tuning = api.tune(small_matmul, "llvm-cpu", 8, tmp_path / "out", settings=replace(TRUSTED, quiet_wait_s=0.0),
-                      strategy="sequential")
+    tuning = api.tune(small_matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=8), run=RunOptions(replace(TRUSTED, quiet_wait_s=0.0), strategy="sequential"))
     assert calls() > 10  # the slowdown did happen mid-run
     by_id = {r.candidate_id: r for r in tuning.results}
     assert all(r.ok for r in tuning.results), [(r.candidate_id, r.status, r.error) for r in tuning.results]
@@ -72,13 +71,12 @@ def test_a_resumed_run_confirms_the_results_it_reuses_before_they_can_win(small_
     out = tmp_path / "out"
     times = {0: 10.0, 1: 9.0, 2: 5.0, 3: 8.0}
     timed_tools(times)
-    first = api.tune(small_matmul, "llvm-cpu", 3, out, settings=replace(TRUSTED, confirm_rounds=0),
-                     strategy="sequential")
+    first = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=3), run=RunOptions(replace(TRUSTED, confirm_rounds=0), strategy="sequential"))
     assert first.ranking.best is None  # nothing was confirmed: no winner from a first pass alone
     # The second run reuses candidates 1-3 from the store, and times 2 against the baseline again,
     # now on a machine where candidate 2 is no faster than the default: it must not win.
     timed_tools({**times, 2: 10.0})
-    second = api.tune(small_matmul, "llvm-cpu", 3, out, settings=TRUSTED, strategy="sequential")
+    second = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=3), run=RunOptions(TRUSTED, strategy="sequential"))
     assert second.stats.reused == 3, [(r.candidate_id, r.status, r.error) for r in first.results + second.results]
     by_id = {r.candidate_id: r for r in second.results}
     assert by_id[2].confirmed and by_id[2].speedup == pytest.approx(1.0)
@@ -92,7 +90,7 @@ def test_a_candidate_slower_in_its_first_pass_is_not_named_on_a_few_lucky_rounds
     # On four rounds alone candidate 1 would be named, at 2.5x; the first pass disagrees, so it is
     # timed in more rounds, which show it slower: candidate 2 wins at its true 2x.
     timed_tools({0: 10.0, 1: 12.0, 2: 5.0, 3: 11.0}, script={1: [13.0, 4.0, 4.0, 12.0, 4.0, 12.0]})
-    tuning = api.tune(small_matmul, "llvm-cpu", 3, tmp_path / "out", settings=TRUSTED, strategy="sequential")
+    tuning = api.tune(small_matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=3), run=RunOptions(TRUSTED, strategy="sequential"))
     by_id = {r.candidate_id: r for r in tuning.results}
     assert by_id[1].first_pass_speedup == pytest.approx(10 / 13)
     assert len(by_id[1].round_ratios) > TRUSTED.confirm_rounds  # timed again after its first four rounds
@@ -110,8 +108,7 @@ def test_a_winner_whose_rounds_keep_changing_their_verdict_is_within_the_noise(s
     script = [13.0, 5.0, 5.0, 5.0, 5.0, 12.0, 12.0, 12.0, 5.0, 5.0, 5.0, 5.0, 5.0]
     timed_tools({0: 10.0, 1: 12.0}, script={1: script})
     out = tmp_path / "out"
-    tuning = api.tune(small_matmul, "llvm-cpu", 1, out, settings=replace(TRUSTED, confirm_top=1),
-                      strategy="sequential")
+    tuning = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=1), run=RunOptions(replace(TRUSTED, confirm_top=1), strategy="sequential"))
     [candidate] = [r for r in tuning.results if not r.is_baseline]
     assert len(candidate.round_ratios) == 3 * TRUSTED.confirm_rounds and candidate.unsettled
     assert candidate.paired.beats_baseline  # all twelve rounds together would have named it
@@ -136,7 +133,7 @@ def test_the_rounds_wait_for_a_passing_load_and_claim_the_quiet_figure(small_mat
     # most of the confirmation rounds would run under it and name candidate 2 at 2.0x.
     calls = timed_tools(QUIET, after=4, until=25, loaded=LOADED)
     out = tmp_path / "out"
-    tuning = api.tune(small_matmul, "llvm-cpu", 3, out, settings=TRUSTED, strategy="sequential")
+    tuning = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=3), run=RunOptions(TRUSTED, strategy="sequential"))
     assert calls() > 25
     assert tuning.ranking.best.candidate_id == 1
     assert tuning.ranking.speedup(tuning.ranking.best) == pytest.approx(10 / 6)
@@ -149,8 +146,7 @@ def test_the_rounds_wait_for_a_passing_load_and_claim_the_quiet_figure(small_mat
 def test_a_load_that_never_passes_is_named_in_the_verdict_and_results(small_matmul, tmp_path, timed_tools):
     timed_tools(QUIET, after=4, loaded=LOADED)  # loaded to the end of the run
     out = tmp_path / "out"
-    tuning = api.tune(small_matmul, "llvm-cpu", 3, out, settings=replace(TRUSTED, quiet_wait_s=0.0),
-                      strategy="sequential")
+    tuning = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=3), run=RunOptions(replace(TRUSTED, quiet_wait_s=0.0), strategy="sequential"))
     assert tuning.ranking.best.candidate_id == 2  # the loaded figure, and said to be one
     assert tuning.stats.load_change == pytest.approx(1.0)
     data = json.loads((out / "results.json").read_text())

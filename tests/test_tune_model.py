@@ -22,8 +22,9 @@ from tests.conftest import run_cli, iree_compile
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.program import read_configured
 from tuner.evaluation.runner import Timing
-from tuner.settings import EvalSettings
-from tuner.stages import DispatchOutcome, DispatchStage, MergeStage, ModelState, SpecPart, StageEnv, tune_model
+from tuner.settings import EvalSettings, Listeners, RunOptions
+from tuner.stages import (DispatchOutcome, DispatchStage, MergeStage, ModelOptions, ModelState, SpecPart,
+                          StageEnv, tune_model)
 
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
 REPO = Path(__file__).resolve().parent.parent
@@ -96,8 +97,7 @@ def _configured(model: Path, flags_file: Path, tmp: Path, ctx: ir.Context):
 @pytest.mark.slow
 def test_the_merged_spec_carries_each_kept_config_into_the_model_compile(mlp, tmp_path):
     out = tmp_path / "out"
-    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
-                        timer=_timer(), rounds=2)
+    tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(timer=_timer(), rounds=2), stages=[SecondConfig(), MergeStage()])
     state = tuning.state
     assert len(state.kept) == 2 and state.figure is not None and state.figure.speedup == pytest.approx(1.25)
     assert state.figure.relative_error is not None and state.figure.relative_error < 1e-4  # real numerics
@@ -113,8 +113,7 @@ def test_the_merged_spec_carries_each_kept_config_into_the_model_compile(mlp, tm
 @pytest.mark.slow
 def test_a_dispatch_whose_spec_slows_the_model_is_dropped(mlp, tmp_path):
     out = tmp_path / "out"
-    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
-                        timer=_timer(slow="merge-1"), rounds=2)
+    tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(timer=_timer(slow="merge-1"), rounds=2), stages=[SecondConfig(), MergeStage()])
     dropped = [o for o in tuning.state.dispatches if o.status.startswith("dropped")]
     kept = [o for o in tuning.state.dispatches if o.status == "kept"]
     assert len(dropped) == 1 and len(kept) == 1, [o.status for o in tuning.state.dispatches]
@@ -131,8 +130,7 @@ def test_a_dispatch_whose_spec_slows_the_model_is_dropped(mlp, tmp_path):
 def test_a_tuned_model_that_is_not_faster_leaves_the_default(mlp, tmp_path):
     out = tmp_path / "out"
     slow_everything = lambda vmfb, settings: Timing((3.0 if vmfb.parent.name.startswith("merge-") else 1.0,))  # noqa: E731
-    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[SecondConfig(), MergeStage()],
-                        timer=slow_everything, rounds=2)
+    tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(timer=slow_everything, rounds=2), stages=[SecondConfig(), MergeStage()])
     assert tuning.state.kept == () and "the default is the result" in tuning.state.verdict
     flags = (out / "model_flags.txt").read_text()
     assert "spec" not in flags  # plain target flags: the default build
@@ -151,11 +149,11 @@ def test_a_killed_tune_model_resumes_after_the_dispatches_it_finished(mlp, tmp_p
             raise Killed()
 
     with pytest.raises(Killed):
-        tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[DispatchStage(1, top=2)], say=say)
+        tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), listen=Listeners(say=say), stages=[DispatchStage(1, top=2)])
     finished = [p for p in (out / "dispatches").glob("*/results.json")]
     assert len(finished) == 1  # the first dispatch's tuning finished, the second did not
     said = []
-    tuning = tune_model(mlp, "llvm-cpu", out, settings=FAST, stages=[DispatchStage(1, top=2)], say=said.append)
+    tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), listen=Listeners(say=said.append), stages=[DispatchStage(1, top=2)])
     assert sum("reusing its finished tuning" in line for line in said) == 1, said
     assert finished[0].parent.name in " ".join(said)
     assert all(o.status in ("tuned", "no winner") for o in tuning.state.dispatches)

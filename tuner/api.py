@@ -6,14 +6,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from pipelines import Dispatch, pipeline_for
 from tuner.specs.candidates import Candidate, candidates_from_knobs, generate_candidates
-from tuner.settings import SearchSettings
+from tuner.settings import Listeners, RunOptions, SearchSettings
 from tuner.search.live import plan_search
-from tuner.build.compile import EvalSettings, Progress
-from tuner.discovery.program import Program
+from tuner.build.compile import Progress
 from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, read_program,
                           search_and_evaluate)
 from tuner.errors import InputError, OutputError
@@ -66,58 +65,47 @@ def open_session(input_path: Path | str, target: Target | str, output_dir: Optio
                     program)
 
 
-def tune(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: Optional[int] = None,
-         output_dir: Path | str = "tuning-output", dispatch_name: Optional[str] = None,
-         settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
-         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
-         compile_only: bool = False, strategy: str = "auto", devices: Sequence[str] = (),
-         store_path: Optional[Path | str] = None, pipeline_name: Optional[str] = None,
-         force: bool = False, on_discovered: Optional[Callable[[Program, Dispatch, str], None]] = None,
-         inputs: Sequence[Path | str] = (), search: SearchSettings = SearchSettings(),
-         on_search: Optional[Callable[[dict], None]] = None) -> Tuning:
-    """Discover the dispatch, search its valid space (tuner.search: `search` says which search,
-    its budget of evaluations and seconds, its seed), evaluating each batch the search proposes,
-    then confirm the most promising against the baseline (see `evaluate`). `num_candidates` is
-    the budget's old name and wins where given. `pipeline_name` picks a codegen pipeline other
-    than the one for the compiler's own choice. The output directory is locked for the run; one
-    that holds another input's run is refused unless `force` (which clears it). `inputs`: the
-    user's own .npy files for the entry's arguments, in order (default: generated).
-    `on_search(summary)` hears what the search did (seeds, dropped seeds, space size)."""
-    if num_candidates is not None:
-        search = replace(search, budget=num_candidates)
-    if search.budget < 1:
-        raise InputError("--budget (--num-candidates) must be at least 1")
-    if search.seconds is not None and not 0 < search.seconds < float("inf"):
-        raise InputError("--time-budget must be a positive number of seconds")
+def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: Path | str = "tuning-output",
+         dispatch_name: Optional[str] = None, pipeline_name: Optional[str] = None,
+         search: SearchSettings = SearchSettings(), run: RunOptions = RunOptions(),
+         listen: Listeners = Listeners()) -> Tuning:
+    """Discover the dispatch (`dispatch_name`, else the one with the largest measured share of its
+    function's time), search its valid space (tuner.search: `search` says which search, its
+    budget of evaluations and seconds, its seed), evaluating each batch the search proposes, then
+    confirm the most promising against the baseline (driver.evaluate). `pipeline_name` picks a
+    codegen pipeline other than the one for the compiler's own choice. The output directory is
+    locked for the run; one that holds another input's run is refused unless `run.force` (which
+    clears it). `run.inputs`: the user's own .npy files for the entry's arguments (default:
+    generated). `listen` hears the dispatch picked, the search's start and the candidates."""
+    search = search.checked()
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
-                      force):
+                      run.force):
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name)
         how = "named by --dispatch" if dispatch_name else "the only tunable dispatch"
         if dispatch_name is None:
-            session, how = _pick_by_time(session, pipeline_name, compile_only, settings, progress)
-        if on_discovered:
-            on_discovered(session.program, session.dispatch, how)
-        _take_inputs(session, inputs)
+            session, how = _pick_by_time(session, pipeline_name, run, listen.progress)
+        if listen.on_discovered:
+            listen.on_discovered(session.program, session.dispatch, how)
+        _take_inputs(session, run.inputs)
         session = _with_constraints(session, search.constraints, search.budget)
         plan = plan_search(session.dispatch, session.pipeline, search)
-        if compile_only:
-            if on_search:
-                on_search(plan.summary())
+        if run.compile_only:
+            if listen.on_search:
+                listen.on_search(plan.summary())
             from tuner.search.rounds import next_round
 
-            store = open_store(session, store_path)
+            store = open_store(session, run.store_path)
             try:
                 candidates, done = next_round(plan, session.dispatch, session.pipeline, session.ctx,
                                               session.target.spec_entry, store)
             finally:
                 store.close()
-            if on_candidates:
-                on_candidates(session.dispatch, candidates)
-            return evaluate(session, candidates, settings, progress, True, strategy, devices, store_path,
-                            given=bool(inputs), search_meta=plan.summary(candidates), search_done=done)
-        return search_and_evaluate(session, plan, settings, progress, on_candidates, strategy, devices, store_path,
-                                    given=bool(inputs), on_search=on_search)
+            if listen.on_candidates:
+                listen.on_candidates(session.dispatch, candidates)
+            return evaluate(session, candidates, run, listen.progress, search_meta=plan.summary(candidates),
+                            search_done=done)
+        return search_and_evaluate(session, plan, run, listen)
 
 
 @dataclass(frozen=True)
@@ -200,35 +188,30 @@ def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", n
 
 def benchmark_configs(input_path: Path | str, configs: list[dict], target: Target | str = "llvm-cpu",
                       output_dir: Path | str = "benchmark-output", dispatch_name: Optional[str] = None,
-                      settings: EvalSettings = EvalSettings(), progress: Optional[Progress] = None,
-                      on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]] = None,
-                      strategy: str = "auto", devices: Sequence[str] = (),
-                      store_path: Optional[Path | str] = None,
-                      on_warning: Optional[Callable[[str], None]] = None,
-                      pipeline_name: Optional[str] = None, force: bool = False,
-                      inputs: Sequence[Path | str] = (), compile_only: bool = False) -> Tuning:
+                      pipeline_name: Optional[str] = None, run: RunOptions = RunOptions(),
+                      listen: Listeners = Listeners()) -> Tuning:
     """Evaluate the given knob assignments (and the baseline) for the dispatch; no search. With
-    `compile_only`, compile and verify them into a manifest for `benchmark_dir`."""
+    `run.compile_only`, compile and verify them into a manifest for `benchmark_dir`.
+    `listen.on_warning` hears of a config outside the constraints or repeated."""
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
-                      force):
+                      run.force):
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name)
-        _take_inputs(session, inputs)
+        _take_inputs(session, run.inputs)
         candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
                                                      session.target.spec_entry)
         for warning in warnings:
-            if on_warning:
-                on_warning(warning)
-        if on_candidates:
-            on_candidates(session.dispatch, candidates)
-        return evaluate(session, candidates, settings, progress, compile_only, strategy, devices, store_path,
-                        given=bool(inputs))
+            if listen.on_warning:
+                listen.on_warning(warning)
+        if listen.on_candidates:
+            listen.on_candidates(session.dispatch, candidates)
+        return evaluate(session, candidates, run, listen.progress)
 
 
 PROFILE = "profile"
 
 
-def _pick_by_time(session: Session, pipeline_name: Optional[str], compile_only: bool, settings: EvalSettings,
+def _pick_by_time(session: Session, pipeline_name: Optional[str], run: RunOptions,
                   progress: Optional[Progress]) -> tuple[Session, str]:
     """With several tunable dispatches, the one with the largest measured share of its entry's
     time (tuner.profiling.profile, in DIR/profile); with no device at hand (compile-only), the largest by
@@ -236,10 +219,10 @@ def _pick_by_time(session: Session, pipeline_name: Optional[str], compile_only: 
     tunable = [d for d in session.program.dispatches if pipeline_for(d, pipeline_name) is not None]
     if len(tunable) < 2:
         return session, "the only tunable dispatch"
-    if compile_only:
+    if run.compile_only:
         return session, f"the largest of {len(tunable)} tunable dispatches by FLOPs (compile-only: no device to time them)"
     measured = profile(session.input_path, session.target, session.program, session.output_dir / PROFILE,
-                       session.ctx, timeout_s=settings.run_timeout_s, progress=progress)
+                       session.ctx, timeout_s=run.settings.run_timeout_s, progress=progress)
     timed = [d for d in tunable if d.name in measured.times]
     if not timed:
         return session, f"the largest of {len(tunable)} tunable dispatches by FLOPs (none could be timed)"

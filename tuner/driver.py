@@ -10,12 +10,13 @@ import os
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
 from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
+from tuner.settings import Listeners, RunOptions
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.discovery.program import Program, discover_program, parse_input
 from tuner.discovery.workload import Workload
@@ -125,18 +126,17 @@ def session_evaluator(session: Session, store: ResultStore, settings: EvalSettin
                           given_inputs=output_dir / GIVEN_INPUTS if given else None)
 
 
-def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettings, progress: Optional[Progress],
-                         on_candidates: Optional[Callable[[Dispatch, list[Candidate]], None]], strategy: str,
-                         devices: Sequence[str], store_path: Optional[Path | str], given: bool,
-                         on_search: Optional[Callable[[dict], None]] = None) -> Tuning:
+def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, listen: Listeners = Listeners()) -> Tuning:
     """Run the plan's search with an evaluator: each batch compiled and timed (no confirmation
     round), the search told each first-pass figure, until the budget is spent; then the same
     evaluator confirms the most promising of all of them against the baseline in interleaved
     rounds, reusing every first-pass result, and the outputs are written. Each measured config's
     features go to the store; with `warm_start`, a model search also learns from the store's
-    measurements of other dispatches; `on_search(summary)` hears what the search starts from."""
+    measurements of other dispatches; `listen.on_search(summary)` hears what the search starts
+    from, `listen.on_candidates` the candidates it made."""
+    settings, progress, given = run.settings, listen.progress, bool(run.inputs)
     target = session.target
-    store = open_store(session, store_path)
+    store = open_store(session, run.store_path)
     total = plan.settings.budget
     offset = [0]
 
@@ -150,7 +150,7 @@ def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettin
             progress(phase, done, of)
 
     try:
-        evaluator = session_evaluator(session, store, settings, batch_progress, strategy, devices, given)
+        evaluator = session_evaluator(session, store, settings, batch_progress, run.strategy, run.devices, given)
         passes: list[EvaluationStats] = []
 
         def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
@@ -166,8 +166,8 @@ def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettin
                                                               *plan.space.named(index))
         if plan.settings.warm_start:
             warm_start(plan, store, session.pipeline.name, session.dispatch.name, evaluator.conditions)
-        if on_search:
-            on_search(plan.summary())
+        if listen.on_search:
+            listen.on_search(plan.summary())
 
         def advance(n: int) -> None:
             offset[0] += n
@@ -178,8 +178,8 @@ def search_and_evaluate(session: Session, plan: SearchPlan, settings: EvalSettin
                                 plan.settings.batch_size)
         plan.proposed_by = batches.proposed_by
         candidates = batches.candidates
-        if on_candidates:
-            on_candidates(session.dispatch, candidates)
+        if listen.on_candidates:
+            listen.on_candidates(session.dispatch, candidates)
         if batches.final is not None:  # the last batch confirmed them all
             evaluation = batches.final
             passes.pop()
@@ -204,24 +204,23 @@ def warm_start(plan: SearchPlan, store: ResultStore, pipeline: str, dispatch: st
         plan.warm_started = prior.summary()
 
 
-def evaluate(session: Session, candidates: list[Candidate], settings: EvalSettings, progress: Optional[Progress],
-             compile_only: bool, strategy: str, devices: Sequence[str], store_path: Optional[Path | str],
-             given: bool = False, search_meta: Optional[dict] = None, search_done: bool = False) -> Tuning:
-    """Compile and measure the candidates with the chosen evaluator, reusing and filling the
-    result store, then write best_spec.mlir, best_flags.txt and results.json. With
-    `compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`.
-    `strategy` names an evaluator (tuner.evaluation.strategies.STRATEGIES) or is "auto": the target's own
-    default."""
+def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, progress: Optional[Progress] = None,
+             search_meta: Optional[dict] = None, search_done: bool = False) -> Tuning:
+    """Compile and measure the candidates with the evaluator `run.strategy` names
+    (tuner.evaluation.strategies.STRATEGIES, or "auto": the target's own default), reusing and
+    filling the result store, then write best_spec.mlir, best_flags.txt and results.json. With
+    `run.compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`."""
+    settings, given = run.settings, bool(run.inputs)
     output_dir, target = session.output_dir, session.target
     meta = {**run_meta(session, given), **({"search": {**search_meta, "done": search_done}} if search_meta else {})}
-    store = open_store(session, store_path)
+    store = open_store(session, run.store_path)
     try:
-        if compile_only:
+        if run.compile_only:
             manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
                                            session.ctx, store, settings, meta, progress)
             says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
-        evaluator = session_evaluator(session, store, settings, progress, strategy, devices, given)
+        evaluator = session_evaluator(session, store, settings, progress, run.strategy, run.devices, given)
         evaluation = evaluator.evaluate(candidates)
     finally:
         store.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from tuner.evaluation.runner import RunSettings
 from tuner.discovery.workload import Workload
@@ -76,3 +76,45 @@ class SearchSettings:
     # dispatches of the same pipeline on the same device (tuner.search.prior), where it has some.
     # Off unless asked: replayed against the recorded spaces it did not help (BENCHMARKS.md).
     warm_start: bool = False
+
+    def checked(self) -> "SearchSettings":
+        """These settings, or one clear error for a budget no run can mean."""
+        from tuner.errors import InputError
+
+        if self.budget < 1:
+            raise InputError("--budget (--num-candidates) must be at least 1")
+        if self.seconds is not None and not 0 < self.seconds < float("inf"):
+            raise InputError("--time-budget must be a positive number of seconds")
+        return self
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run measures, where, and what it starts from, besides what it tunes: shared by
+    `tune`, `benchmark --configs` and `tune-model` (api.tune, api.benchmark_configs,
+    stages.tune_model)."""
+
+    settings: EvalSettings = EvalSettings()
+    # An evaluator of tuner.evaluation.strategies, or "auto": the target's own default.
+    strategy: str = "auto"
+    devices: tuple[str, ...] = ()  # runtime devices to time on (default: the target's)
+    store_path: Optional[Path] = None  # the result store (default: DIR/results.sqlite)
+    force: bool = False  # clear an output directory that holds another input's run
+    inputs: tuple[Path, ...] = ()  # the user's own .npy files for the entry's arguments, in order
+    compile_only: bool = False  # compile and verify; `iree-tuner benchmark DIR` measures where the device is
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """Who hears what a run does (each optional): `progress(phase, done, total)`; `say(line)`, a
+    line for the user; `on_discovered(program, dispatch, how)`, the dispatch picked and why;
+    `on_search(summary)`, what the search starts from; `on_candidates(dispatch, candidates)`, the
+    candidates made; `on_warning(text)`, a warning about the input (a given config outside the
+    constraints, say)."""
+
+    progress: Optional[Callable[[str, int, int], None]] = None
+    say: Callable[[str], None] = lambda text: None
+    on_discovered: Optional[Callable] = None
+    on_search: Optional[Callable[[dict], None]] = None
+    on_candidates: Optional[Callable] = None
+    on_warning: Optional[Callable[[str], None]] = None

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import click
 
-from tuner.cli.options import (constraints_option, eval_settings, evaluation_options, search_options,
-                               search_settings, terminate)
+from tuner.cli.options import SECONDS, constraints_option, eval_settings, evaluation_options, search_options, terminate
 from tuner.cli.say import (errors_to_exit, progress_bars, say_candidates, say_compiler_constraints, say_picked,
                            say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
@@ -33,26 +32,21 @@ def main() -> None:
               help="Where best_spec.mlir, best_flags.txt and results.json go.")
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
 @evaluation_options
-def tune(input_file: Path, search_name: str, budget: int, time_budget: float | None, seed: int,
-         seeds_file: Path | None, warm_start: bool, constraints: str, output_dir: Path, compile_only: bool,
-         target: str,
-         pipeline_name: str | None, dispatch_name: str | None, input_files: tuple[Path, ...], force: bool,
-         reconfirm: bool, confirm_rounds: int, baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float,
-         strategy: str, ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
+def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pipeline_name: str | None,
+         dispatch_name: str | None, search, run) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE: search its valid configs within the budget,
     each batch compiled and timed against the default, the best confirmed side by side."""
+    from dataclasses import replace
+
     from tuner import api
+    from tuner.settings import Listeners
 
     console = make_console()
     with errors_to_exit(), progress_bars(console) as on_progress:
-        tuning = api.tune(input_file, target, None, output_dir, dispatch_name,
-                          eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
-                                        ray_address, reconfirm),
-                          on_progress, say_candidates(console), compile_only, strategy, devices,
-                          store_path, pipeline_name, force,
-                          on_discovered=None if dispatch_name else say_picked(console), inputs=input_files,
-                          search=search_settings(search_name, budget, time_budget, seed, seeds_file, constraints, warm_start),
-                          on_search=say_search(console))
+        tuning = api.tune(input_file, target, output_dir, dispatch_name, pipeline_name, search,
+                          replace(run, compile_only=compile_only),
+                          Listeners(on_progress, on_discovered=None if dispatch_name else say_picked(console),
+                                    on_search=say_search(console), on_candidates=say_candidates(console)))
     say_compiler_constraints(console, tuning.compiler_says or {})
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
@@ -83,11 +77,14 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
 @click.option("--compile-only", is_flag=True,
               help="Two machines: do the next compile step and leave OUTPUT/model-plan.json for "
                    "`iree-tuner benchmark OUTPUT` where the device is; repeat until done.")
-@click.option("--repetitions", default=5, show_default=True, type=int, help="Timed repetitions per timing.")
+@click.option("--repetitions", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Timed repetitions per timing.")
 @click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
               help="Interleaved rounds confirming each dispatch's most promising candidates.")
-@click.option("--compile-timeout", default=300.0, show_default=True, type=float, help="Seconds per compile.")
-@click.option("--run-timeout", default=120.0, show_default=True, type=float, help="Seconds per benchmark run.")
+@click.option("--reconfirm", is_flag=True,
+              help="Time a dispatch's confirmation rounds again where an earlier run confirmed the same candidates.")
+@click.option("--compile-timeout", default=300.0, show_default=True, type=SECONDS, help="Seconds per compile.")
+@click.option("--run-timeout", default=120.0, show_default=True, type=SECONDS, help="Seconds per benchmark run.")
 @click.option("--device", "devices", multiple=True, help="Runtime device to benchmark on.")
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(["auto", "ray"]),
               help="ray: tune every dispatch at once on a Ray cluster, its candidates compiled and timed there "
@@ -96,26 +93,23 @@ def tune(input_file: Path, search_name: str, budget: int, time_budget: float | N
               help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
-def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search_name: str, budget: int,
-               time_budget: float | None, seed: int, seeds_file: Path | None, warm_start: bool, constraints: str,
-               model_flags: bool,
-               model_rounds: int,
-               output_dir: Path, force: bool, compile_only: bool, repetitions: int, confirm_rounds: int, compile_timeout: float,
-               run_timeout: float, devices: tuple[str, ...], strategy: str, ray_address: str | None,
-               store_path: Path | None) -> None:
+def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search, model_flags: bool,
+               model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
+               confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
+               devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
-    from tuner.stages import tune_model as run
+    from tuner.settings import Listeners, RunOptions
+    from tuner.stages import ModelOptions, tune_model as run
 
     console = make_console()
+    settings = eval_settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
+                             ray_address=ray_address, reconfirm=reconfirm)
     with errors_to_exit(), progress_bars(console) as on_progress:
-        tuning = run(input_file, target, output_dir, budget, min_share, top,
-                     eval_settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
-                               ray_address=ray_address), devices,
-                     store_path, force, on_progress, console.print, rounds=model_rounds, model_flags=model_flags,
-                     compile_only=compile_only, search=search_settings(search_name, budget, time_budget, seed, seeds_file, constraints, warm_start),
-                     strategy=strategy)
+        tuning = run(input_file, target, output_dir, search,
+                     RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only),
+                     ModelOptions(min_share, top, model_rounds, model_flags), Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)
@@ -148,33 +142,29 @@ def pack(directory: Path, dest: Path) -> None:
               help="With an input file: where outputs go (default: benchmark-output).")
 @evaluation_options
 def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, target: str, pipeline_name: str | None,
-              dispatch_name: str | None, input_files: tuple[Path, ...], force: bool, reconfirm: bool, confirm_rounds: int,
-              baseline_every: int, repetitions: int, run_timeout: float, compile_timeout: float, strategy: str,
-              ray_address: str | None, devices: tuple[str, ...], store_path: Path | None) -> None:
+              dispatch_name: str | None, run) -> None:
     """Evaluate given configs, no search. PATH is either a directory from `tune --compile-only`
     (measured here with the IREE runtime and numpy only), or an input .mlir with --configs."""
     console = make_console()
-    settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds, ray_address,
-                             reconfirm)
     with errors_to_exit():
         if path.is_dir() and (path / "model-plan.json").is_file():
             from tuner.stages.plan import run_plan
 
             with progress_bars(console) as on_progress:
-                plan = run_plan(path, devices, settings, on_progress, strategy)
+                plan = run_plan(path, run.devices, run.settings, on_progress, run.strategy)
             console.print(f"measured the {plan.step} step of {path}; next, where the compiler is: "
                           f"iree-tuner tune-model MODEL --compile-only --output {path}")
             return
         if path.is_dir():
             if configs_file is not None:
                 raise InputError(f"{path} is a compiled directory; --configs goes with an input .mlir file")
-            if input_files:
+            if run.inputs:
                 raise InputError(f"{path} is a compiled directory: its inputs are the ones it was compiled with "
                                  f"(give --input to `tune --compile-only`)")
             from tuner.evaluation.benchmark_stage import benchmark_dir
 
             with progress_bars(console) as on_progress:
-                measured = benchmark_dir(path, devices, settings, on_progress, store_path, strategy)
+                measured = benchmark_dir(path, run.devices, run.settings, on_progress, run.store_path, run.strategy)
             say_summary(console, measured.ranking, list(measured.results), measured.stats, path)
             return
         if not path.exists():
@@ -184,14 +174,14 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
                                "(or a directory from `iree-tuner tune --compile-only`)")
         from tuner import api
         from tuner.input.configs_file import read_configs
+        from tuner.settings import Listeners
 
         configs = read_configs(configs_file)
         output_dir = output_dir or Path("benchmark-output")
         with progress_bars(console) as on_progress:
-            tuning = api.benchmark_configs(path, configs, target, output_dir, dispatch_name, settings, on_progress,
-                                           say_candidates(console), strategy, devices, store_path,
-                                           on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}"),
-                                           pipeline_name=pipeline_name, force=force, inputs=input_files)
+            tuning = api.benchmark_configs(path, configs, target, output_dir, dispatch_name, pipeline_name, run,
+                                           Listeners(on_progress, on_candidates=say_candidates(console),
+                                                     on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}")))
     say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
 
 

@@ -3,6 +3,7 @@ and the signals a run ends on like SIGINT."""
 
 from __future__ import annotations
 
+import functools
 import signal
 from pathlib import Path
 
@@ -40,7 +41,9 @@ SECONDS = Seconds()
 
 
 def evaluation_options(f):
-    """Options shared by the commands that compile and time candidates."""
+    """Options shared by the commands that compile and time candidates: the command gets them as
+    one `run: RunOptions` (see `as_run`), with `target`, `pipeline_name` and `dispatch_name`."""
+    f = as_run(f)
     f = click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
                      help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
     f = click.option("--device", "devices", multiple=True,
@@ -86,9 +89,10 @@ def constraints_option(f):
 
 def search_options(f):
     """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds, --warm-start,
-    --constraints."""
+    --constraints: the command gets them as one `search: SearchSettings`."""
     from tuner.search import DEFAULT_SEARCH, SEARCHES
 
+    f = as_search(f)
     f = constraints_option(f)
     f = click.option("--warm-start", "warm_start", is_flag=True,
                      help="--search model: learn also from the store's measurements of other dispatches of the "
@@ -109,7 +113,7 @@ def search_options(f):
 
 
 def search_settings(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None,
-            constraints: str = "native", warm_start: bool = True):
+                    constraints: str = "native", warm_start: bool = True):
     from tuner.settings import SearchSettings
 
     return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file,
@@ -117,7 +121,7 @@ def search_settings(search_name: str, budget: int, time_budget: float | None, se
 
 
 def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
-              confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False):
+                  confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False):
     from tuner.settings import EvalSettings
 
     return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
@@ -125,3 +129,25 @@ def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, 
                         reconfirm=reconfirm)
 
 
+def as_search(f):
+    """`f` called with the search options as one `search: SearchSettings`."""
+    @functools.wraps(f)
+    def command(*args, search_name, budget, time_budget, seed, seeds_file, warm_start, constraints, **kwargs):
+        return f(*args, search=search_settings(search_name, budget, time_budget, seed, seeds_file, constraints,
+                                               warm_start), **kwargs)
+    return command
+
+
+def as_run(f):
+    """`f` called with the evaluation options as one `run: RunOptions`; `--target`, `--pipeline`
+    and `--dispatch` stay its own."""
+    @functools.wraps(f)
+    def command(*args, store_path, devices, ray_address, strategy, compile_timeout, run_timeout, repetitions,
+                baseline_every, confirm_rounds, reconfirm, force, input_files, **kwargs):
+        from tuner.settings import RunOptions
+
+        settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
+                                 ray_address, reconfirm)
+        return f(*args, run=RunOptions(settings, strategy, tuple(devices), store_path, force, tuple(input_files)),
+                 **kwargs)
+    return command

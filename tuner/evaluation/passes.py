@@ -103,6 +103,17 @@ def retime_drifted(results: list[Result], drifts: list[Drift], built: dict[str, 
 
 
 @dataclass(frozen=True)
+class Bench:
+    """Where confirmation rounds are timed: the built modules, the measurer, its device, and who
+    hears the progress."""
+
+    built: dict[str, Built]
+    measurer: Measurer
+    device: str
+    progress: Optional[Progress] = None
+
+
+@dataclass(frozen=True)
 class Confirmation:
     """The results after the confirmation rounds, when reused rounds were taken (seconds since
     the epoch; None where this run timed them) and how long the rounds waited for a load to pass."""
@@ -151,14 +162,13 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
         try:
             waited += await_quiet(built[baseline.key], [t for t in first_pass if t.device == device], measurer, device,
                         settings.quiet_wait_s, progress)
-            times, references, baseline_rounds = _rounds(baseline, others, built, measurer, device,
-                                                         settings.confirm_rounds, progress)
+            bench = Bench(built, measurer, device, progress)
+            times, references, baseline_rounds = _rounds(baseline, others, bench, settings.confirm_rounds)
             break
         except DeviceLost:
             continue  # lost mid-rounds: all of them again on another device, as a round is one comparison
     rounds = {r.key: paired(references[r.key], times[r.key]) for r in others}
-    unsettled = more_rounds(baseline, others, rounds, times, baseline_rounds, built, measurer, device, settings,
-                            progress)
+    unsettled = more_rounds(baseline, others, rounds, times, baseline_rounds, bench, settings.confirm_rounds)
     change = load_change([t for t in first_pass if t.device == device], baseline_rounds)
     updated = {baseline.candidate_id: replace(baseline, rounds_ms=baseline_rounds, load_change=change,
                                               round_ratios=[1.0] * len(baseline_rounds))}
@@ -219,10 +229,9 @@ def await_quiet(baseline: Built, first_pass: list[BaselineTiming], measurer: Mea
 
 
 def more_rounds(baseline: Result, others: list[Result], rounds: dict[str, Paired], times: dict[str, list],
-                baseline_rounds: list[float], built: dict[str, Built], measurer: Measurer, device: str,
-                settings: EvalSettings, progress: Optional[Progress] = None) -> set[str]:
+                baseline_rounds: list[float], bench: Bench, batch: int) -> set[str]:
     """Time the contested winners (tuner.evaluation.comparison.contested) in more interleaved
-    rounds, a batch as long as the first at a time, up to MAX_ROUND_BATCHES in all, until a batch
+    rounds, `batch` rounds at a time (as many as the first), up to MAX_ROUND_BATCHES in all, until a batch
     leaves the verdict where the rounds before it put it. `rounds`, `times` and `baseline_rounds` grow
     in place; returns the keys of those still unsettled after the last batch (they cannot win:
     their difference from the default is within the noise)."""
@@ -231,8 +240,7 @@ def more_rounds(baseline: Result, others: list[Result], rounds: dict[str, Paired
         if not todo:
             return set()
         try:
-            more, references, more_baseline = _rounds(baseline, todo, built, measurer, device, settings.confirm_rounds,
-                                                      progress, phase="more rounds")
+            more, references, more_baseline = _rounds(baseline, todo, bench, batch, phase="more rounds")
         except DeviceLost:
             break  # the device went away: what is still contested stays so
         baseline_rounds += more_baseline
@@ -247,8 +255,7 @@ def more_rounds(baseline: Result, others: list[Result], rounds: dict[str, Paired
     return {r.key for r in todo}
 
 
-def _rounds(baseline: Result, others: list[Result], built: dict[str, Built], measurer: Measurer, device: str,
-            rounds: int, progress: Optional[Progress], phase: str = "confirm"
+def _rounds(baseline: Result, others: list[Result], bench: Bench, rounds: int, phase: str = "confirm"
             ) -> tuple[dict[str, list[Optional[float]]], dict[str, list[Optional[float]]], list[float]]:
     """The interleaved rounds of `confirm` on one device: each candidate's times, the bracketing
     baseline reference for each, and the baseline's median per round."""
@@ -256,10 +263,10 @@ def _rounds(baseline: Result, others: list[Result], built: dict[str, Built], mea
 
     def time_one(r: Result) -> Optional[float]:
         nonlocal done
-        timing, _ = measurer.timing(built[r.key], device)
+        timing, _ = bench.measurer.timing(bench.built[r.key], bench.device)
         done += 1
-        if progress:
-            progress(phase, done, total)
+        if bench.progress:
+            bench.progress(phase, done, total)
         return timing.median_ms if timing is not None else None
 
     times: dict[str, list[Optional[float]]] = {r.key: [] for r in others}

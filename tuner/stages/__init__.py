@@ -10,6 +10,7 @@ _WHERE = {
     "run_stages": "base",
     "DispatchStage": "builtin", "FlagStage": "flags", "MergeStage": "builtin",
     "ModelTuning": "model_client", "default_stages": "model_client", "tune_model": "model_client",
+    "ModelOptions": "model_client",
     "BuiltVariant": "variants", "SpecPart": "variants", "Variant": "variants", "build_variant": "variants",
     "Comparison": "model_timing", "ModelBenchmark": "model_timing", "compare": "model_timing",
     "iree_benchmark": "model_timing",

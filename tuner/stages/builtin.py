@@ -24,6 +24,7 @@ from iree.compiler import ir
 
 from pipelines import Dispatch, pipeline_for
 from tuner.driver import Session, search_and_evaluate
+from tuner.settings import Listeners, RunOptions
 from tuner.search.live import plan_search
 from tuner.search.rounds import next_round
 from tuner.settings import SearchSettings
@@ -145,8 +146,8 @@ class DispatchStage:
         if results is None:
             session = Session(source, target, directory, env.ctx, program.workload(dispatch, source),
                                dispatch, pipeline, program)
-            tuning = search_and_evaluate(session, plan, env.settings, env.progress, None, env.strategy, env.devices,
-                                         store_path, given=False)
+            tuning = search_and_evaluate(session, plan, RunOptions(env.settings, env.strategy, tuple(env.devices),
+                                                                   store_path), Listeners(env.progress))
             candidates, results = list(tuning.candidates), list(tuning.results)
         else:
             env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from tuner.api import PROFILE
 from tuner.driver import read_program
@@ -15,9 +15,9 @@ from tuner.errors import InputError, OutputError
 from tuner.profiling.profile import profile
 from tuner.report.outputs import comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
-from tuner.settings import EvalSettings, SearchSettings
+from tuner.settings import Listeners, RunOptions, SearchSettings
 from tuner.specs.transform import build_spec
-from tuner.stages.base import ModelState, Progress, Stage, StageEnv, run_stages
+from tuner.stages.base import ModelState, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage, MergeStage
 from tuner.stages.flags import FlagStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
@@ -70,71 +70,82 @@ def model_entry(program, measured) -> Workload:
     return workloads[max(totals, key=totals.get)]
 
 
-def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: Path | str = "model-tuning",
-               num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
-               settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
-               store_path: Optional[Path | str] = None, force: bool = False, progress: Optional[Progress] = None,
-               say: Callable[[str], None] = lambda text: None, stages: Optional[Sequence[Stage]] = None,
-               timer: ModelBenchmark = iree_benchmark, rounds: int = 4, model_flags: bool = True,
-               compile_only: bool = False, search: SearchSettings = SearchSettings(),
-               strategy: str = "auto") -> ModelTuning:
-    """Tune a whole model with `stages` (default: `default_stages`): the run's directory is
-    locked, the model discovered and profiled once (DIR/profile), each stage run in turn, and
-    DIR/model_spec.mlir, DIR/model_flags.txt and DIR/results.json written. Rerun with the same
-    directory to resume: finished dispatch tunings and stored results are reused.
+@dataclass(frozen=True)
+class ModelOptions:
+    """What tune-model decides beyond each dispatch's tuning: the dispatches it tunes (those with
+    at least `min_share` of the model's dispatch time, or the `top` largest), the interleaved
+    rounds of each whole-model comparison, whether the target's model-wide flags are tried first,
+    and how the whole model is timed (a client may bring its own `timer`)."""
 
-    With `compile_only`, do the next compile step of the two-machine sequence from what the
+    min_share: float = 0.02
+    top: Optional[int] = None
+    rounds: int = 4
+    model_flags: bool = True
+    timer: ModelBenchmark = iree_benchmark
+
+    def checked(self) -> "ModelOptions":
+        if not 0.0 <= self.min_share <= 1.0:
+            raise InputError(f"--min-share {self.min_share}: a fraction between 0 and 1")
+        if self.top is not None and self.top < 1:
+            raise InputError("--top must be at least 1")
+        return self
+
+
+def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: Path | str = "model-tuning",
+               search: SearchSettings = SearchSettings(), run: RunOptions = RunOptions(),
+               model: ModelOptions = ModelOptions(), listen: Listeners = Listeners(),
+               stages: Optional[Sequence[Stage]] = None) -> ModelTuning:
+    """Tune a whole model with `stages` (default: `default_stages`, each dispatch searched by
+    `search`): the run's directory is locked, the model discovered and profiled once
+    (DIR/profile), each stage run in turn, and DIR/model_spec.mlir, DIR/model_flags.txt and
+    DIR/results.json written. Rerun with the same directory to resume: finished dispatch
+    tunings and stored results are reused.
+
+    With `run.compile_only`, do the next compile step of the two-machine sequence from what the
     directory holds (tuner.stages.two_machine) and leave DIR/model-plan.json for `benchmark DIR`
     on the device; `ModelTuning.next_plan` says what it is (None once the model is done)."""
-    if num_candidates < 1:
-        raise InputError("--budget (--num-candidates) must be at least 1")
-    if search.seconds is not None and not 0 < search.seconds < float("inf"):
-        raise InputError("--time-budget must be a positive number of seconds")
-    if not 0.0 <= min_share <= 1.0:
-        raise InputError(f"--min-share {min_share}: a fraction between 0 and 1")
-    if top is not None and top < 1:
-        raise InputError("--top must be at least 1")
+    search, model = search.checked(), model.checked()
+    if run.inputs:
+        raise InputError("tune-model generates the model's inputs; --input is for `tune`")
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
-    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, None), force):
-        model, target, _, ctx, program = read_program(input_path, target, output_dir)
+    say = listen.say
+    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, None), run.force):
+        source, target, _, ctx, program = read_program(input_path, target, output_dir)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")
-        if compile_only:
-            return _compile_step(model, target, output_dir, ctx, program, settings, num_candidates, min_share, top,
-                                 store_path, progress, say, rounds, search)
-        measured = profile(model, target, program, output_dir / PROFILE, ctx, timeout_s=settings.run_timeout_s,
-                           progress=progress)
+        env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
+                       Path(run.store_path) if run.store_path else None, tuple(run.devices), model.timer,
+                       listen.progress, say, None, model.rounds, strategy=run.strategy)
+        if run.compile_only:
+            return _compile_step(replace(env, devices=(), timer=iree_benchmark, strategy="auto"), model, search)
+        measured = profile(source, target, program, output_dir / PROFILE, ctx, timeout_s=run.settings.run_timeout_s,
+                           progress=listen.progress)
         workload = model_entry(program, measured)
         say(f"model entry @{workload.entry}: {len(program.dispatches)} dispatches read, "
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
-        env = StageEnv(model, target, output_dir, ctx, program, workload, settings,
-                       Path(store_path) if store_path else None, tuple(devices), timer, progress, say, measured, rounds,
-                       strategy=strategy)
-        state = run_stages(stages if stages is not None else default_stages(num_candidates, min_share, top, model_flags, search), env)
+        env = replace(env, workload=workload, profile=measured)
+        state = run_stages(stages if stages is not None else
+                           default_stages(search.budget, model.min_share, model.top, model.model_flags, search), env)
         write_model_outputs(env, state)
-    return ModelTuning(state, output_dir, state.program_of(model), workload.entry)
+    return ModelTuning(state, output_dir, state.program_of(source), workload.entry)
 
 
-def _compile_step(model: Path, target: Target, output_dir: Path, ctx, program, settings: EvalSettings,
-                  num_candidates: int, min_share: float, top: Optional[int], store_path, progress,
-                  say: Callable[[str], None], rounds: int, search: SearchSettings = SearchSettings()) -> ModelTuning:
+def _compile_step(env: StageEnv, model: ModelOptions, search: SearchSettings) -> ModelTuning:
     """One step of the two-machine sequence (tuner.stages.two_machine)."""
-    env = StageEnv(model, target, output_dir, ctx, program, model_entry(program, None), settings,
-                   Path(store_path) if store_path else None, (), iree_benchmark, progress, say, None, rounds)
     plan = profile_step(env)
     state = ModelState()
     if plan is None:
         measured = read_profile(env)
-        env = replace(env, workload=model_entry(program, measured), profile=measured)
-        plan, state = advance(env, num_candidates, min_share, top, search)
+        env = replace(env, workload=model_entry(env.program, measured), profile=measured)
+        plan, state = advance(env, search.budget, model.min_share, model.top, search)
     if plan is not None:
-        plan.write(output_dir)
-        say(next_step_message(plan, output_dir))
-        return ModelTuning(state, output_dir, model, env.workload.entry, plan)
-    (output_dir / PLAN).unlink(missing_ok=True)
+        plan.write(env.output_dir)
+        env.say(next_step_message(plan, env.output_dir))
+        return ModelTuning(state, env.output_dir, env.model, env.workload.entry, plan)
+    (env.output_dir / PLAN).unlink(missing_ok=True)
     write_model_outputs(env, state)
-    return ModelTuning(state, output_dir, model, env.workload.entry)
+    return ModelTuning(state, env.output_dir, env.model, env.workload.entry)
 
 
 def write_model_outputs(env: StageEnv, state: ModelState) -> None:

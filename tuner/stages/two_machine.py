@@ -24,7 +24,7 @@ from tuner.driver import Session, evaluate
 from tuner.profiling.profile import prepare_profile
 from tuner.profiling.timing import Profile
 from tuner.stages.base import ModelState, StageEnv
-from tuner.settings import SearchSettings
+from tuner.settings import RunOptions, SearchSettings
 from tuner.stages.builtin import (DISPATCHES, finished_tuning, tuning_outcome, by_share, dispatch_candidates, greedy_merge,
                                   select_dispatches)
 from tuner.stages.model_timing import Comparison
@@ -83,8 +83,8 @@ def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[
                 directory.mkdir(parents=True, exist_ok=True)
                 session = Session(env.model, env.target, directory, env.ctx, env.program.workload(lead, env.model),
                                    lead, pipeline_for(lead), env.program)
-                evaluate(session, candidates, env.settings, env.progress, True, "auto", (),
-                         env.output_dir / "results.sqlite")
+                evaluate(session, candidates, RunOptions(env.settings, store_path=env.output_dir / "results.sqlite",
+                                                         compile_only=True), env.progress)
             pending.append(_rel(env, directory))
             outcomes.append(replace(outcome, status="compiled, to be measured"))
         else:
