@@ -178,3 +178,32 @@ def test_a_rerun_of_a_finished_tuning_reuses_its_confirmation_unless_asked_to_co
     assert confirmed.exit_code == 0, confirmed.output
     data = json.loads((out / "results.json").read_text())
     assert data["best"] == 3 and data["evaluation"]["reused_confirmation"] is None
+
+
+@pytest.mark.slow
+def test_the_winners_speedup_is_told_from_fresh_rounds_timed_after_it_was_chosen(small_matmul, tmp_path, timed_tools):
+    # Candidate 1 is lucky in the rounds that choose it (2.5x; the best of several noisy figures
+    # is the luckiest), then 1.25x in the fresh rounds after: its claim is the fresh figure.
+    timed_tools({0: 10.0, 1: 8.0, 2: 6.0}, script={1: [5.0, 4.0, 4.0, 4.0, 4.0, 8.0]})
+    out = tmp_path / "out"
+    tuning = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=2),
+                      run=RunOptions(TRUSTED, strategy="sequential"))
+    best = tuning.ranking.best
+    assert best.candidate_id == 1 and best.paired.speedup == pytest.approx(2.5)
+    assert best.holdout_ratios == pytest.approx([1.25] * TRUSTED.confirm_rounds)
+    assert tuning.ranking.speedup(best) == pytest.approx(1.25)
+    data = json.loads((out / "results.json").read_text())
+    assert "1.25x the default" in data["verdict"] and "2.50x in the 4 rounds that chose it" in data["verdict"]
+    assert next(c for c in data["candidates"] if c["candidate_id"] == 1)["speedup"] == pytest.approx(1.25)
+
+
+@pytest.mark.slow
+def test_a_winner_that_is_not_faster_in_its_fresh_rounds_keeps_the_default(small_matmul, tmp_path, timed_tools):
+    timed_tools({0: 10.0, 1: 12.0}, script={1: [5.0, 4.0, 4.0, 4.0, 4.0, 12.0]})
+    out = tmp_path / "out"
+    tuning = api.tune(small_matmul, "llvm-cpu", out, search=SearchSettings(budget=1),
+                      run=RunOptions(TRUSTED, strategy="sequential"))
+    assert tuning.ranking.best is None
+    data = json.loads((out / "results.json").read_text())
+    assert data["best"] is None and "fresh rounds after" in data["verdict"]
+    assert "keeping the compiler's default" in data["verdict"]

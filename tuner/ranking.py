@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from tuner.evaluation.comparison import WIN_SHARE
+from tuner.evaluation.comparison import WIN_SHARE, Paired
 from tuner.results import Result
 
 
@@ -39,6 +39,10 @@ class Ranking:
                      and (r.speedup or 0.0) >= floor)
 
 
+def _faster(ratios) -> int:
+    return sum(x > 1.0 for x in ratios)
+
+
 def _order(r: Result) -> tuple:
     if r.is_baseline:
         return (0, -1.0, r.candidate_id)
@@ -50,20 +54,32 @@ def _order(r: Result) -> tuple:
 def rank(results: Iterable[Result]) -> Ranking:
     """Order the candidates that compiled, ran and matched the baseline's numerics, and name the
     winner: the confirmed candidate with the highest paired speedup among those faster than the
-    baseline in at least WIN_SHARE of the rounds whose rounds settled (Result.unsettled)."""
+    baseline in at least WIN_SHARE of the rounds whose rounds settled (Result.unsettled), if it
+    is faster beyond the noise in the fresh rounds timed after it was chosen too (its speedup is
+    theirs: Result.holdout_ratios)."""
     results = list(results)
     baseline = next((r for r in results if r.is_baseline), None)
     ok = sorted((r for r in results if r.ok and r.median_ms is not None), key=_order)
     failed = tuple(r for r in results if not r.ok)
     confirmed = [r for r in ok if r.confirmed and not r.is_baseline]
     winners = [r for r in confirmed if r.paired.beats_baseline and not r.unsettled]
-    best = winners[0] if winners else None
+    lead = max(winners, key=lambda r: (r.paired.speedup, -r.candidate_id)) if winners else None
+    held = lead is not None and (not lead.holdout_ratios or Paired(tuple(lead.holdout_ratios)).beats_baseline)
+    best = lead if held else None
     share = f"{WIN_SHARE:.0%}"
     if best is not None:
-        rounds = len(best.round_ratios)
-        faster = sum(x > 1.0 for x in best.round_ratios)
-        verdict = (f"candidate {best.candidate_id} ({best.label}) is {best.speedup:.2f}x the default: the median of "
-                   f"{rounds} interleaved rounds, faster in {faster} of them")
+        ok = [r for r in ok if r is not best]
+        ok.insert(1 if ok and ok[0].is_baseline else 0, best)
+        verdict = f"candidate {best.candidate_id} ({best.label}) is {best.speedup:.2f}x the default: " + (
+            f"the median of {len(best.holdout_ratios)} fresh interleaved rounds timed after it was chosen, faster in "
+            f"{_faster(best.holdout_ratios)} of them ({best.paired.speedup:.2f}x in the {len(best.round_ratios)} "
+            f"rounds that chose it)" if best.holdout_ratios else
+            f"the median of {len(best.round_ratios)} interleaved rounds, faster in {_faster(best.round_ratios)} of them")
+    elif lead is not None:
+        verdict = (f"no candidate beat the default beyond the noise: candidate {lead.candidate_id} was "
+                   f"{lead.paired.speedup:.2f}x in the rounds that chose it, but {lead.speedup:.2f}x in "
+                   f"{len(lead.holdout_ratios)} fresh rounds after, faster in {_faster(lead.holdout_ratios)} of them: "
+                   f"keeping the compiler's default")
     elif not any(r.ok for r in results if not r.is_baseline):
         verdict = "no candidate ran successfully: keeping the compiler's default"
     elif not confirmed:

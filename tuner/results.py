@@ -55,6 +55,10 @@ class Result:
     # Its rounds did not agree even after more of them (tuner.evaluation.passes.more_rounds): its
     # difference from the default is within the noise, so it cannot win.
     unsettled: bool = False
+    # The winner only: baseline / this in fresh interleaved rounds timed after it was chosen. The
+    # rounds that chose it are biased upward (the best of several noisy figures is the luckiest),
+    # so its speedup is told from these alone.
+    holdout_ratios: list[float] = field(default_factory=list)
     # The baseline only: how much slower it ran in the rounds than in the quieter part of the first
     # pass, when beyond comparison.LOAD_CHANGE (the figures hold for the load of the rounds).
     load_change: Optional[float] = None
@@ -83,12 +87,15 @@ class Result:
 
     @property
     def speedup(self) -> Optional[float]:
-        """The median of the paired per-round ratios to the baseline; None if never confirmed."""
+        """The median of the paired per-round ratios to the baseline (of the fresh rounds after
+        it was chosen, where it has them); None if never confirmed."""
+        if self.holdout_ratios:
+            return Paired(tuple(self.holdout_ratios)).speedup
         return self.paired.speedup if self.confirmed else None
 
     def unconfirmed(self) -> "Result":
         """This result as a later run reuses it: its first pass, none of the old run's rounds."""
-        return replace(self, rounds_ms=[], round_ratios=[], unsettled=False, load_change=None)
+        return replace(self, rounds_ms=[], round_ratios=[], unsettled=False, load_change=None, holdout_ratios=[])
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
