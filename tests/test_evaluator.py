@@ -13,7 +13,7 @@ from pipelines import pipeline_for
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.program import discover_program
 from tuner.evaluation.evaluator import Overlapped, Sequential
-from tuner.evaluation.strategies import make_evaluator
+from tuner.evaluation.strategies import evaluator_class
 from tuner.errors import InputError
 from tuner.ranking import rank
 from tuner.results import Status
@@ -68,7 +68,7 @@ def test_devices_share_one_queue(small_matmul, tmp_path, ctx, cpu):
     with pytest.raises(InputError, match="distinct"):
         _evaluator(Overlapped, small_matmul, cpu, workload, tmp_path, ctx, devices=("local-task", "local-task"))
     with pytest.raises(InputError, match="unknown evaluation strategy"):
-        make_evaluator("random", small_matmul, cpu, workload, tmp_path, None)
+        evaluator_class("random")
 
 
 @pytest.mark.slow

@@ -190,7 +190,7 @@ def test_the_winners_speedup_is_told_from_fresh_rounds_timed_after_it_was_chosen
                       run=RunOptions(TRUSTED, strategy="sequential"))
     best = tuning.ranking.best
     assert best.candidate_id == 1 and best.paired.speedup == pytest.approx(2.5)
-    assert best.holdout_ratios == pytest.approx([1.25] * TRUSTED.confirm_rounds)
+    assert best.holdout_ratios == pytest.approx([1.25] * 2 * TRUSTED.confirm_rounds)
     assert tuning.ranking.speedup(best) == pytest.approx(1.25)
     data = json.loads((out / "results.json").read_text())
     assert "1.25x the default" in data["verdict"] and "2.50x in the 4 rounds that chose it" in data["verdict"]

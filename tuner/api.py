@@ -21,7 +21,7 @@ from tuner.run_dir import RunDirectory, run_identity
 from tuner.targets import Target, parse_target
 
 if TYPE_CHECKING:
-    from tuner.problem.crosscheck import CrossCheck
+    from tuner.problem.crosscheck import CrossCheck, CrossCheckLimits
 
 
 def prepare_output(output_dir: Path) -> Path:
@@ -252,8 +252,8 @@ def _with_constraints(session: Session, source: str, budget: int) -> Session:
 
 
 def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: Path | str = "crosscheck-output",
-                     dispatch_name: Optional[str] = None, pipeline_name: Optional[str] = None, limit: int = 5000,
-                     seconds: float = 120.0, compile_per_class: int = 2, force: bool = False,
+                     dispatch_name: Optional[str] = None, pipeline_name: Optional[str] = None,
+                     limits: Optional[CrossCheckLimits] = None, force: bool = False,
                      progress: Optional[Progress] = None) -> list[CrossCheck]:
     """For each tunable dispatch of the input (or the one named) and each pipeline of this tuner
     that takes it and whose constraints the compiler emits (or the one named): the native and
@@ -262,7 +262,7 @@ def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: P
     one-line error."""
     from pipelines import PIPELINES
     from tuner.problem.compiler import emitted_problems, problem_for
-    from tuner.problem.crosscheck import crosscheck
+    from tuner.problem.crosscheck import CrossCheckLimits, crosscheck
 
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
@@ -282,6 +282,6 @@ def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: P
                                  f"{own.name if own else 'any pipeline of this tuner'} on {target.name}")
             for p in pipelines:
                 problem = problem_for(problems, d.name, p.compiler_pipeline, target)
-                out.append(crosscheck(d, p, problem, input_path, target, ctx, output_dir / d.name / p.name, limit,
-                                      seconds, compile_per_class, progress=progress))
+                out.append(crosscheck(d, p, problem, input_path, target, ctx, output_dir / d.name / p.name,
+                                      limits or CrossCheckLimits(), progress))
         return out

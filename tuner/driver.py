@@ -23,7 +23,7 @@ from tuner.discovery.workload import Workload
 from tuner.errors import InputError
 from tuner.evaluation.benchmark_stage import STORE
 from tuner.evaluation.evaluator import Evaluation
-from tuner.evaluation.strategies import make_evaluator
+from tuner.evaluation.strategies import evaluator_class
 from tuner.input.models import program_source
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
@@ -121,9 +121,10 @@ def session_evaluator(session: Session, store: ResultStore, settings: EvalSettin
     output_dir, target = session.output_dir, session.target
     (output_dir / MANIFEST).unlink(missing_ok=True)
     strategy = target.default_strategy if strategy == "auto" else strategy
-    return make_evaluator(strategy, session.input_path, target, session.workload, output_dir / "candidates", store,
-                          settings, devices, progress, session.ctx,
-                          given_inputs=output_dir / GIVEN_INPUTS if given else None)
+    evaluator = evaluator_class(strategy)
+    return evaluator(session.input_path, target, session.workload, output_dir / "candidates", store, settings=settings,
+                     devices=devices, progress=progress, ctx=session.ctx,
+                     given_inputs=output_dir / GIVEN_INPUTS if given else None)
 
 
 def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, listen: Listeners = Listeners()) -> Tuning:

@@ -263,8 +263,10 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
     console = make_console(stderr=as_json)  # with --json, stdout holds the JSON alone
     with errors_to_exit():
         with progress_bars(console) as on_progress:
-            checks = api.crosscheck_input(input_file, target, output_dir, dispatch_name, pipeline_name, limit, seconds,
-                                          compile_per_class, force, on_progress)
+            from tuner.problem.crosscheck import CrossCheckLimits
+
+            checks = api.crosscheck_input(input_file, target, output_dir, dispatch_name, pipeline_name,
+                                          CrossCheckLimits(limit, seconds, compile_per_class), force, on_progress)
     data = [c.to_json() for c in checks]
     (output_dir / "crosscheck.json").write_text(json.dumps(data, indent=1))
     if as_json:

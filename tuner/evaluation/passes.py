@@ -18,6 +18,9 @@ from tuner.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.tools import kill_running_tools
 
+# The winner's fresh rounds (holdout_rounds): this many times --confirm-rounds.
+HOLDOUT_BATCHES = 2
+
 # While waiting for a load to pass before the confirmation rounds, the baseline is timed this often.
 QUIET_POLL_S = 5.0
 
@@ -234,7 +237,8 @@ def await_quiet(baseline: Built, first_pass: list[BaselineTiming], measurer: Mea
 def holdout_rounds(baseline: Result, others: list[Result], rounds: dict[str, Paired], unsettled: set[str],
                    baseline_rounds: list[float], bench: Bench, batch: int) -> dict[str, tuple[float, ...]]:
     """The would-be winner (the settled candidate faster beyond the noise with the highest
-    median) timed against the baseline in `batch` fresh interleaved rounds: its ratios there, by
+    median) timed against the baseline in HOLDOUT_BATCHES x `batch` fresh interleaved rounds
+    (a median of 4 rounds moved by up to 15% on the noisy 2-core machine): its ratios there, by
     key (none where there is no such candidate, or the device went away). The rounds that chose
     it are the luckiest of several noisy figures; on a noisy 2-core machine the claims from them
     ran 15-25% above plain iree-compile's side-by-side figure."""
@@ -243,7 +247,8 @@ def holdout_rounds(baseline: Result, others: list[Result], rounds: dict[str, Pai
         return {}
     lead = max(chosen, key=lambda r: (rounds[r.key].speedup, -r.candidate_id))
     try:
-        times, references, more_baseline = _rounds(baseline, [lead], bench, batch, phase="hold-out")
+        times, references, more_baseline = _rounds(baseline, [lead], bench, HOLDOUT_BATCHES * batch,
+                                                   phase="hold-out")
     except DeviceLost:
         return {}
     baseline_rounds += more_baseline

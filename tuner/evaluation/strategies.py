@@ -10,13 +10,14 @@ STRATEGIES: dict[str, type[BaseEvaluator]] = {e.name: e for e in (Sequential, Ov
 CLUSTER = "ray"  # tuner.cluster.evaluator.RayEvaluator
 
 
-def make_evaluator(strategy: str, *args, **kwargs) -> BaseEvaluator:
-    """The evaluator named `strategy` (see STRATEGIES, or "ray"), built with the given arguments."""
+def evaluator_class(strategy: str) -> type[BaseEvaluator]:
+    """The evaluator named `strategy` (see STRATEGIES, or "ray"): every one is built the same way
+    (BaseEvaluator's constructor)."""
     if strategy == CLUSTER:
         from tuner.cluster.evaluator import RayEvaluator
 
-        return RayEvaluator(*args, **kwargs)
+        return RayEvaluator
     if strategy not in STRATEGIES:
         raise InputError(f"unknown evaluation strategy {strategy!r}; choose one of "
                          f"{', '.join([*STRATEGIES, CLUSTER])}")
-    return STRATEGIES[strategy](*args, **kwargs)
+    return STRATEGIES[strategy]

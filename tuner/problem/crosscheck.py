@@ -91,11 +91,23 @@ def materialized_candidate(id: int, dispatch: Dispatch, pipeline: Pipeline, prob
     return Candidate(id, dispatch, pipeline.name, config, spec_text(dispatch, config, ctx, spec_entry))
 
 
+@dataclass(frozen=True)
+class CrossCheckLimits:
+    """How far a cross-check goes: the compiler's space enumerated up to `limit` configs or
+    `seconds`; `compile_per_class` examples of each difference class compiled (0: none), `keep`
+    shown."""
+
+    limit: int = 5000
+    seconds: float = 120.0
+    compile_per_class: int = 2
+    keep: int = 3
+
+
 def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, input_path: Path, target: Target,
-               ctx: ir.Context, workdir: Path, limit: int = 5000, seconds: float = 120.0, compile_per_class: int = 2,
-               keep: int = 3, progress: Optional[Callable[[str, int, int], None]] = None) -> CrossCheck:
-    """Both spaces, their differences by class, and `compile_per_class` examples of each class
-    compiled (0: none). The compiler's space is enumerated up to `limit` configs or `seconds`."""
+               ctx: ir.Context, workdir: Path, limits: CrossCheckLimits = CrossCheckLimits(),
+               progress: Optional[Callable[[str, int, int], None]] = None) -> CrossCheck:
+    """Both spaces, their differences by class, and examples of each class compiled (`limits`)."""
+    limit, seconds, compile_per_class, keep = limits.limit, limits.seconds, limits.compile_per_class, limits.keep
     indices = problem.intrinsic_indices()
     t0 = time.perf_counter()
     native = list(enumerate_space(pipeline.build_problem(dispatch)))

@@ -76,10 +76,9 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     """The trials against the reference on the whole model, interleaved (tuner.stages.model_timing);
     one that did not build is named in `failed`."""
     built = [t for t in trials if t.ok]
-    cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built],
-                  env.workload, env.inputs(), env.device, env.rounds, env.output_dir / VARIANTS / directory,
-                  env.timer, env.settings.repetitions, env.settings.min_time_s, env.settings.run_timeout_s,
-                  env.progress)
+    settings = replace(env.settings, check_numerics=True).run_settings(env.device, env.workload, env.inputs())
+    cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
+                  env.rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress)
     cmp.failed.update({t.variant.name: t.error or "did not build" for t in trials if not t.ok})
     return cmp
 

@@ -17,7 +17,6 @@ import numpy as np
 from tuner.evaluation.comparison import Paired, bracketing
 from tuner.errors import ToolError
 from tuner.evaluation.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
-from tuner.discovery.workload import Workload
 
 
 class ModelBenchmark(Protocol):
@@ -55,18 +54,14 @@ class Comparison:
                    dict(data.get("failed", {})), data.get("numerics", ""))
 
 
-def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], workload: Workload,
-            inputs: tuple[Path, ...],
-            device: str, rounds: int, directory: Path, timer: ModelBenchmark = iree_benchmark,
-            repetitions: int = 3, min_time_s: float = 0.1, timeout_s: float = 300.0,
+def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: RunSettings, rounds: int,
+            directory: Path, timer: ModelBenchmark = iree_benchmark,
             progress: Optional[Callable[[str, int, int], None]] = None) -> Comparison:
     """Run each build (name, module) once to compare its output with the reference's (numerics),
-    then time them in `rounds` interleaved rounds. One that fails to run or computes a different
-    result is left out of the timing and named in `failed`."""
-    checked = workload.checked_output
-    settings = RunSettings(device, workload.entry, inputs, repetitions, min_time_s, timeout_s,
-                           outputs=len(workload.outputs), checked=checked,
-                           checked_type=workload.outputs[checked].element_type if checked is not None else "")
+    then time them in `rounds` interleaved rounds, each run and timing under `settings` (the
+    model's entry, inputs and device: EvalSettings.run_settings). One that fails to run or
+    computes a different result is left out of the timing and named in `failed`."""
+    checked = settings.checked
     directory.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
     errors: dict[str, float] = {}

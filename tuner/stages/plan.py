@@ -130,10 +130,10 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
                 benchmark_dir(root / d, devices, unchecked, progress, root / STORE)
     elif plan.step in ("merge", "validate"):
         name, module = plan.reference
-        cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants],
-                      Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs), device, plan.rounds,
-                      root / "variants" / f"runs-{plan.step}", repetitions=settings.repetitions,
-                      min_time_s=settings.min_time_s, timeout_s=settings.run_timeout_s, progress=progress)
+        run_settings = replace(settings, check_numerics=True).run_settings(
+            device, Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs))
+        cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants], run_settings, plan.rounds,
+                      root / "variants" / f"runs-{plan.step}", progress=progress)
         _write(root / plan.measured, {**cmp.to_json(), "key": plan.key})
     else:
         raise InputError(f"{root / PLAN}: unknown step {plan.step!r}")
