@@ -115,8 +115,9 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     if len(ranking.ranked) > top:
         console.print(f"({len(ranking.ranked) - top} more successful candidates in results.json)")
     console.print("1st pass: against the baseline timed nearest to it (* timed again after a drift); "
-                  "speedup: median of the per-round ratios to the baseline in interleaved rounds; "
-                  "rounds won: rounds faster than the baseline")
+                  "speedup: median of the per-round ratios to the baseline in interleaved rounds (the winner's: "
+                  "of the fresh rounds timed after it was chosen; the others' are the choosing rounds', which "
+                  "run high); rounds won: choosing rounds faster than the baseline")
     close = ranking.within_noise_of_best()
     if close:
         console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
