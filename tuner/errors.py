@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class TunerError(Exception):
     """Base class: the message says what was wrong and what to do."""
@@ -58,8 +60,6 @@ class StoreError(TunerError):
 
 def unreadable_input(path) -> InputError:
     """The one line for an input path that is not a file to read."""
-    from pathlib import Path
-
     path = Path(path)
     if str(path) == "-":
         return InputError("-: models are read from files, not from standard input; give the model's file")

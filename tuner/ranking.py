@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from tuner.evaluation.comparison import WIN_SHARE, Paired
+from tuner.evaluation.comparison import WIN_SHARE, Paired, leading
 from tuner.results import Result
 
 
@@ -63,7 +63,7 @@ def rank(results: Iterable[Result]) -> Ranking:
     failed = tuple(r for r in results if not r.ok)
     confirmed = [r for r in ok if r.confirmed and not r.is_baseline]
     winners = [r for r in confirmed if r.paired.beats_baseline and not r.unsettled]
-    lead = max(winners, key=lambda r: (r.paired.speedup, -r.candidate_id)) if winners else None
+    lead = max(winners, key=lambda r: leading(r.paired, r.candidate_id)) if winners else None
     held = lead is not None and (not lead.holdout_ratios or Paired(tuple(lead.holdout_ratios)).beats_baseline)
     best = lead if held else None
     share = f"{WIN_SHARE:.0%}"
@@ -88,14 +88,14 @@ def rank(results: Iterable[Result]) -> Ranking:
     elif any(r.unsettled for r in confirmed):
         top = next(r for r in confirmed if r.unsettled)
         verdict = (f"no candidate beat the default beyond the noise: candidate {top.candidate_id} was faster in "
-                   f"{sum(x > 1.0 for x in top.round_ratios)} of {len(top.round_ratios)} interleaved rounds "
+                   f"{_faster(top.round_ratios)} of {len(top.round_ratios)} interleaved rounds "
                    f"({top.speedup:.2f}x), but its first rounds and the ones timed after them disagreed, so the "
                    f"difference is within the noise: keeping the compiler's default")
     else:
         top = confirmed[0]
         verdict = (f"no candidate beat the default beyond the noise (faster in at least {share} of the interleaved "
                    f"rounds); the closest, candidate {top.candidate_id}, was {top.speedup:.2f}x, faster in "
-                   f"{sum(x > 1.0 for x in top.round_ratios)} of {len(top.round_ratios)}: keeping the compiler's default")
+                   f"{_faster(top.round_ratios)} of {len(top.round_ratios)}: keeping the compiler's default")
     if baseline is not None and baseline.load_change is not None and confirmed:
         verdict += (f"; measured under a load that did not pass (the baseline {100 * baseline.load_change:.0f}% slower "
                     f"in the rounds than in the quieter part of the first pass): the figures hold only for that load")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from tuner.errors import InputError
 from tuner.evaluation.runner import RunSettings
 from tuner.discovery.workload import Workload
 
@@ -79,8 +80,6 @@ class SearchSettings:
 
     def checked(self) -> "SearchSettings":
         """These settings, or one clear error for a budget no run can mean."""
-        from tuner.errors import InputError
-
         if self.budget < 1:
             raise InputError("--budget (--num-candidates) must be at least 1")
         if self.seconds is not None and not 0 < self.seconds < float("inf"):

@@ -55,6 +55,13 @@ class Paired:
         return Paired(self.ratios + later.ratios)
 
 
+def leading(rounds: Paired, candidate_id: int) -> tuple[float, int]:
+    """The order that picks the lead among candidates faster beyond the noise (max of it): the
+    highest median ratio, then the lowest id. The passes time the lead's fresh rounds and the
+    ranking names it by the same order."""
+    return (rounds.speedup, -candidate_id)
+
+
 # More rounds for a contested winner: at most this many batches of rounds in all (the first
 # included), each as long as the first.
 MAX_ROUND_BATCHES = 3

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from tuner.evaluation.comparison import (LOAD_CHANGE, MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
-                                         contested, find_drifts, load_change, paired, quiet_level, settled)
+                                         contested, find_drifts, leading, load_change, paired, quiet_level,
+                                         settled)
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Progress, Recorder, first_pass_speedup
 from tuner.results import EvaluationStats, Result
 from tuner.settings import EvalSettings
@@ -162,9 +163,9 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
         device = measurer.confirm_device()
         if device is None:
             return Confirmation(results)  # every device was lost: nothing can be confirmed
+        on_device = [t for t in first_pass if t.device == device]
         try:
-            waited += await_quiet(built[baseline.key], [t for t in first_pass if t.device == device], measurer, device,
-                        settings.quiet_wait_s, progress)
+            waited += await_quiet(built[baseline.key], on_device, measurer, device, settings.quiet_wait_s, progress)
             bench = Bench(built, measurer, device, progress)
             times, references, baseline_rounds = _rounds(baseline, others, bench, settings.confirm_rounds)
             break
@@ -173,7 +174,7 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     rounds = {r.key: paired(references[r.key], times[r.key]) for r in others}
     unsettled = more_rounds(baseline, others, rounds, times, baseline_rounds, bench, settings.confirm_rounds)
     holdout = holdout_rounds(baseline, others, rounds, unsettled, baseline_rounds, bench, settings.confirm_rounds)
-    change = load_change([t for t in first_pass if t.device == device], baseline_rounds)
+    change = load_change(on_device, baseline_rounds)
     updated = {baseline.candidate_id: replace(baseline, rounds_ms=baseline_rounds, load_change=change,
                                               round_ratios=[1.0] * len(baseline_rounds))}
     for r in others:
@@ -183,7 +184,8 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     for r in updated.values():
         store.put(r)
     store.put_confirmation([updated[baseline.candidate_id], *(updated[r.candidate_id] for r in others)],
-                           settings.confirm_rounds, **_conditions(measurer, built[baseline.key], device), loaded=change is not None)
+                           settings.confirm_rounds, **_conditions(measurer, built[baseline.key], device),
+                           loaded=change is not None)
     return Confirmation([updated.get(r.candidate_id, r) for r in results], waited_s=waited)
 
 
@@ -245,7 +247,7 @@ def holdout_rounds(baseline: Result, others: list[Result], rounds: dict[str, Pai
     chosen = [r for r in others if rounds[r.key].beats_baseline and r.key not in unsettled]
     if not chosen:
         return {}
-    lead = max(chosen, key=lambda r: (rounds[r.key].speedup, -r.candidate_id))
+    lead = max(chosen, key=lambda r: leading(rounds[r.key], r.candidate_id))
     try:
         times, references, more_baseline = _rounds(baseline, [lead], bench, HOLDOUT_BATCHES * batch,
                                                    phase="hold-out")
