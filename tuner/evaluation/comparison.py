@@ -136,10 +136,16 @@ class Drift:
 LOAD_CHANGE = 0.20
 
 
+# Fewer baseline timings than this in the first pass say nothing of its quieter part: the lower
+# quartile of two is one lucky timing (a two-machine test's tiny dispatch then waited the full
+# wait for a load that was never there).
+QUIET_TIMINGS = 3
+
+
 def quiet_level(first_pass: Sequence[BaselineTiming]) -> Optional[float]:
     """The baseline's time in the quieter part of the first pass: the lower quartile of its
-    timings there (None with none)."""
-    if not first_pass:
+    timings there (None with fewer than QUIET_TIMINGS)."""
+    if len(first_pass) < QUIET_TIMINGS:
         return None
     ordered = sorted(t.median_ms for t in first_pass)
     return ordered[(len(ordered) - 1) // 4]
