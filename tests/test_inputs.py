@@ -54,6 +54,15 @@ func.func @main(%arg0: !torch.vtensor<[64,32],f32>, %arg1: !torch.vtensor<[32,48
   return %0 : !torch.vtensor<[64,48],f32>
 }
 """
+BF16_RESULT = """
+func.func @linear(%a: tensor<64x128xbf16>, %b: tensor<128x96xbf16>) -> tensor<64x96xbf16> {
+  %z = arith.constant 0.0 : bf16
+  %e = tensor.empty() : tensor<64x96xbf16>
+  %f = linalg.fill ins(%z : bf16) outs(%e : tensor<64x96xbf16>) -> tensor<64x96xbf16>
+  %r = linalg.matmul ins(%a, %b : tensor<64x128xbf16>, tensor<128x96xbf16>) outs(%f : tensor<64x96xbf16>) -> tensor<64x96xbf16>
+  return %r : tensor<64x96xbf16>
+}
+"""
 ONE_DYNAMIC = f"""
 func.func @dyn_mm(%a: tensor<?x32xf32>, %b: tensor<32x64xf32>) -> tensor<?x64xf32> {{
   %c0 = arith.constant 0 : index
@@ -100,8 +109,9 @@ def test_the_function_that_runs_the_dispatch_is_the_one_timed(tmp_path):
     assert all(r.ok for r in tuning_a.results)
 
 
-@pytest.mark.parametrize("text, entry", [(UTIL_FUNC, "main"), (NO_ARGUMENTS, "noargs"), (TORCH, "main")],
-                         ids=["util.func", "no arguments", "torch dialect"])
+@pytest.mark.parametrize("text, entry", [(UTIL_FUNC, "main"), (NO_ARGUMENTS, "noargs"), (TORCH, "main"),
+                                         (BF16_RESULT, "linear")],
+                         ids=["util.func", "no arguments", "torch dialect", "bf16 result"])
 @pytest.mark.slow
 def test_inputs_iree_accepts_reach_a_timed_baseline(tmp_path, text, entry):
     tuning, data = _tune(tmp_path, text)
@@ -322,3 +332,79 @@ util.func public @main(%a: tensor<64x32xf16>, %b: tensor<32x64xf16>) -> tensor<6
     assert len({b.result.binary_hash for b in built}) == len(built)
     # What is timed there is the candidate's own module, through the benchmark function.
     assert all(b.dispatch_vmfb == b.vmfb and b.dispatch_function.endswith(tuning.dispatch.name) for b in built)
+
+
+def test_tune_chooses_across_functions_by_time_over_the_whole_file():
+    """A file of several functions: the dispatch that takes the most time of the whole file is
+    tuned, not the one with the largest share of its own function (every one-dispatch function's
+    dispatch is 100% of it), and the share said is of the file."""
+    from types import SimpleNamespace as D
+
+    from tuner.profiling.timing import DispatchTime, Profile
+
+    small, large, other = D(name="f1_d0", flops=10), D(name="f2_d0", flops=30), D(name="f3_d0", flops=20)
+    measured = Profile({"f1_d0": DispatchTime("f1_d0", 1.0, 1, "f1"),
+                        "f2_d0": DispatchTime("f2_d0", 1.5, 2, "f2"),  # 3 ms a call, 60% of f2
+                        "f2_d1": DispatchTime("f2_d1", 2.0, 1, "f2"),  # not tunable, still the file's time
+                        "f3_d0": DispatchTime("f3_d0", 2.0, 1, "f3")},
+                       {"f1": 1.1, "f2": 5.2, "f3": 2.1}, {}, "by a test")
+    best, how = api.choose_dispatch([small, other, large], {"f2_d0": 2}, measured)
+    assert best is large
+    assert "across 3 functions" in how and "3.000 ms a call of @f2" in how
+    assert "38% of the file's summed dispatch time" in how  # 3 of 8 ms
+    # One function: the share is its own.
+    one = Profile({"a": DispatchTime("a", 1.0, 1, "f"), "b": DispatchTime("b", 3.0, 1, "f")}, {"f": 4.0}, {}, "m")
+    best, how = api.choose_dispatch([D(name="a", flops=50), D(name="b", flops=1)], {}, one)
+    assert best.name == "b" and "75% of @f's dispatch time" in how
+    # No times (compile-only): FLOPs per call of its function, runs counted.
+    best, how = api.choose_dispatch([large, small], {"f1_d0": 4}, None)
+    assert best is small and "by FLOPs (compile-only" in how
+
+
+@pytest.mark.slow
+def test_a_bf16_result_is_read_as_raw_bits_and_widened_to_its_values(tmp_path):
+    """IREE's .npy writer refuses bf16 ("unsupported data encoding"): the result comes back as raw
+    bits and is widened to f32, equal (to bf16's precision) to numpy's product of the same inputs."""
+    import numpy as np
+
+    from tuner.discovery.workload import TensorSpec, Workload, raw_to_f32
+    from tuner.evaluation.runner import RunSettings, read_output, run_once
+
+    (tmp_path / "m.mlir").write_text(BF16_RESULT)
+    iree_compile(tmp_path / "m.mlir", "--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
+                 "-o", tmp_path / "m.vmfb")
+    workload = Workload("linear", (TensorSpec((64, 128), "bf16"), TensorSpec((128, 96), "bf16")),
+                       (TensorSpec((64, 96), "bf16"),))
+    a_file, b_file = workload.write_inputs(tmp_path / "inputs")
+    settings = RunSettings("local-task", "linear", (a_file, b_file), 1, 0.01, 60.0, outputs=1, checked=0,
+                           checked_type="bf16")
+    run = run_once(tmp_path / "m.vmfb", settings, tmp_path / "out")
+    assert run.ok, run.first_error()
+    got = read_output(tmp_path / "out", settings)
+    a = raw_to_f32(np.fromfile(a_file, dtype=np.uint16), "bf16").reshape(64, 128)
+    b = raw_to_f32(np.fromfile(b_file, dtype=np.uint16), "bf16").reshape(128, 96)
+    want = (a.astype(np.float64) @ b).ravel()
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert np.max(np.abs(got - want)) <= 2 ** -7 * np.max(np.abs(want))  # bf16 keeps 8 bits
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+
+
+def test_f8_raw_bits_widen_to_their_values():
+    """Hand-counted bit patterns of the 8-bit floats (OCP FP8 and the FNUZ variants)."""
+    import numpy as np
+
+    from tuner.discovery.workload import f32_to_raw, raw_to_f32
+
+    def values(element_type, *bits):
+        return raw_to_f32(np.array(bits, dtype=np.uint8), element_type).tolist()
+
+    # E4M3FN: 0 0111 000 = 1.0; 0 1111 110 = 1.75 * 2^8 = 448 (largest); 0 0000 001 = 2^-9; 0x7F NaN.
+    assert values("f8E4M3FN", 0x38, 0x7E, 0x01, 0xB8) == [1.0, 448.0, 2.0 ** -9, -1.0]
+    assert np.isnan(values("f8E4M3FN", 0x7F)[0])
+    # E5M2: 0 01111 00 = 1.0; 0 11110 11 = 1.75 * 2^15 = 57344; 0 11111 00 = inf.
+    assert values("f8E5M2", 0x3C, 0x7B, 0x7C) == [1.0, 57344.0, float("inf")]
+    # FNUZ: bias one more, 0x80 the only NaN.
+    assert values("f8E4M3FNUZ", 0x40) == [1.0] and values("f8E5M2FNUZ", 0x40) == [1.0]
+    assert np.isnan(values("f8E4M3FNUZ", 0x80)[0])
+    # Back to bits: the nearest finite value (0.3 lies between 0.28125 = 0x29 and 0.3125 = 0x2A).
+    assert f32_to_raw(np.array([1.0, 0.3, -2.0, 1e6], dtype=np.float32), "f8E4M3FN").tolist() == [0x38, 0x2A, 0xC0, 0x7E]

@@ -213,25 +213,49 @@ PROFILE = "profile"
 
 def _pick_by_time(session: Session, pipeline_name: Optional[str], run: RunOptions,
                   progress: Optional[Progress]) -> tuple[Session, str]:
-    """With several tunable dispatches, the one with the largest measured share of its entry's
-    time (tuner.profiling.profile, in DIR/profile); with no device at hand (compile-only), the largest by
-    FLOPs. Returns the session for the chosen dispatch and how it was chosen."""
+    """With several tunable dispatches, the one that takes the most time over the whole file
+    (tuner.profiling.profile, in DIR/profile; each entry function called once); with no device at
+    hand (compile-only), the most FLOPs per call of its function. Returns the session for the
+    chosen dispatch and how it was chosen."""
     tunable = [d for d in session.program.dispatches if pipeline_for(d, pipeline_name) is not None]
     if len(tunable) < 2:
         return session, "the only tunable dispatch"
-    if run.compile_only:
-        return session, f"the largest of {len(tunable)} tunable dispatches by FLOPs (compile-only: no device to time them)"
-    measured = profile(session.input_path, session.target, session.program, session.output_dir / PROFILE,
-                       session.ctx, timeout_s=run.settings.run_timeout_s, progress=progress)
-    timed = [d for d in tunable if d.name in measured.times]
-    if not timed:
-        return session, f"the largest of {len(tunable)} tunable dispatches by FLOPs (none could be timed)"
-    best = max(timed, key=lambda d: measured.times[d.name].total_ms)
-    share = measured.share(best.name) or 0.0
+    measured = None
+    if not run.compile_only:
+        measured = profile(session.input_path, session.target, session.program, session.output_dir / PROFILE,
+                           session.ctx, timeout_s=run.settings.run_timeout_s, progress=progress)
+    best, how = choose_dispatch(tunable, session.program.runs, measured)
+    if best is session.dispatch and measured is None:
+        return session, how
     chosen = replace(session, dispatch=best, pipeline=pipeline_for(best, pipeline_name),
                      workload=session.program.workload(best, session.input_path))
-    return chosen, (f"the largest measured share of {len(tunable)} tunable dispatches: {100 * share:.0f}% of "
-                    f"@{measured.times[best.name].entry}'s dispatch time ({measured.method})")
+    return chosen, how
+
+
+def choose_dispatch(tunable: Sequence[Dispatch], runs: dict[str, int],
+                    measured: Optional[Profile]) -> tuple[Dispatch, str]:
+    """The dispatch to tune among `tunable` and how it was chosen: the largest measured time
+    (one run x its runs per call of its entry function), over the whole file, where `measured`
+    has times; else the most FLOPs per call of its entry (compile-only, or none could be timed).
+    A file of several functions is compared across them (each function called once): the share
+    said is of the whole file's summed dispatch time, never of one function's."""
+    entries = {measured.times[d.name].entry for d in tunable if d.name in measured.times} if measured else set()
+    timed = [d for d in tunable if measured is not None and d.name in measured.times]
+    if not timed:
+        why = "compile-only: no device to time them" if measured is None else "none could be timed"
+        best = max(tunable, key=lambda d: d.flops * max(1, runs.get(d.name, 1)))
+        return best, f"the largest of {len(tunable)} tunable dispatches by FLOPs ({why})"
+    assert measured is not None
+    best = max(timed, key=lambda d: measured.times[d.name].total_ms)
+    t = measured.times[best.name]
+    if len(entries) < 2:
+        share = measured.share(best.name) or 0.0
+        return best, (f"the largest measured share of {len(tunable)} tunable dispatches: {100 * share:.0f}% of "
+                      f"@{t.entry}'s dispatch time ({measured.method})")
+    whole = sum(x.total_ms for x in measured.times.values())
+    return best, (f"the largest measured time of {len(tunable)} tunable dispatches across {len(entries)} functions: "
+                  f"{t.total_ms:.3f} ms a call of @{t.entry}, {100 * t.total_ms / whole:.0f}% of the file's summed "
+                  f"dispatch time, each function called once ({measured.method})")
 
 
 def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> None:

@@ -1,7 +1,8 @@
 """How to run the compiled module: its entry function, what it takes and what it returns (no
-compiler needed). Inputs are generated from the entry's signature: tensors as .npy files (bf16 as
-raw bits in a .bin file, since numpy has no bf16), scalars as literals, integers in a small range
-so that indices (token ids into a gather) stay valid."""
+compiler needed). Inputs are generated from the entry's signature: tensors as .npy files (bf16 and
+the f8 types as raw bits in a .bin file, since numpy has no such dtype), scalars as literals,
+integers in a small range so that indices (token ids into a gather) stay valid. Results of those
+types come back as raw bits too and are widened to f32 to be compared."""
 
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ NUMPY_DTYPES = {
     "i8": np.int8,
     "i1": np.bool_,
 }
-# Types fed as raw bits: numpy has no such dtype, iree-run-module reads `SHAPExTYPE=@file.bin`.
-RAW_TYPES = {"bf16": np.uint16}
+# Types fed and read back as raw bits (`SHAPExTYPE=@file.bin` in, `--output=@file.bin` out): numpy
+# has no such dtype and IREE's .npy writer refuses them ("unsupported data encoding").
+RAW_TYPES = {"bf16": np.uint16, "f8E4M3FN": np.uint8, "f8E5M2": np.uint8, "f8E4M3FNUZ": np.uint8,
+             "f8E5M2FNUZ": np.uint8}
 SCALAR_TYPES = ("f32", "f16", "f64", "i64", "i32", "i16", "i8", "i1", "index")
 
 
@@ -42,6 +45,53 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 def f32_to_bf16(values: np.ndarray) -> np.ndarray:
     """f32 values as bf16 raw bits (truncated)."""
     return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+# The 8-bit floats: exponent bits, mantissa bits, bias, and how NaN and infinity are spelled
+# ("fn": the all-ones pattern of exponent and mantissa is NaN, no infinity; "fnuz": 0x80 is the
+# only NaN, no negative zero or infinity; "ieee": as IEEE 754).
+_F8 = {"f8E4M3FN": (4, 3, 7, "fn"), "f8E5M2": (5, 2, 15, "ieee"),
+       "f8E4M3FNUZ": (4, 3, 8, "fnuz"), "f8E5M2FNUZ": (5, 2, 16, "fnuz")}
+
+
+def _f8_values(element_type: str) -> np.ndarray:
+    """The f32 value of each of the 256 bit patterns of an 8-bit float type."""
+    exp_bits, man_bits, bias, kind = _F8[element_type]
+    values = np.empty(256, dtype=np.float32)
+    top = (1 << exp_bits) - 1
+    for bits in range(256):
+        sign = -1.0 if bits >> 7 else 1.0
+        e, m = (bits >> man_bits) & top, bits & ((1 << man_bits) - 1)
+        if kind == "fnuz" and bits == 0x80 or kind == "fn" and e == top and m == (1 << man_bits) - 1:
+            values[bits] = np.nan
+        elif kind == "ieee" and e == top:
+            values[bits] = sign * np.inf if m == 0 else np.nan
+        elif e == 0:
+            values[bits] = sign * m / (1 << man_bits) * 2.0 ** (1 - bias)
+        else:
+            values[bits] = sign * (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
+    return values
+
+
+def raw_to_f32(bits: np.ndarray, element_type: str) -> np.ndarray:
+    """Raw bits of a RAW_TYPES type as f32 values (widened exactly)."""
+    if element_type == "bf16":
+        return bf16_to_f32(bits.astype(np.uint16))
+    return _f8_values(element_type)[bits.astype(np.uint8)]
+
+
+def f32_to_raw(values: np.ndarray, element_type: str) -> np.ndarray:
+    """f32 values as raw bits of a RAW_TYPES type: bf16 truncated, the f8 types to the nearest
+    finite value."""
+    if element_type == "bf16":
+        return f32_to_bf16(values)
+    table = _f8_values(element_type)
+    finite = np.flatnonzero(np.isfinite(table))
+    order = finite[np.argsort(table[finite], kind="stable")]
+    ordered = table[order]
+    at = np.clip(np.searchsorted(ordered, values), 1, len(ordered) - 1)
+    nearer_below = np.abs(values - ordered[at - 1]) <= np.abs(ordered[at] - values)
+    return order[np.where(nearer_below, at - 1, at)].astype(np.uint8)
 
 
 @dataclass(frozen=True)
@@ -74,7 +124,7 @@ class TensorSpec:
         """Random data in a range where products and sums stay well inside the type, and where
         integers are valid indices into anything of 5 or more elements."""
         if self.element_type in RAW_TYPES:
-            return f32_to_bf16(rng.uniform(-1.0, 1.0, size=self.shape))
+            return f32_to_raw(rng.uniform(-1.0, 1.0, size=self.shape), self.element_type)
         dtype = NUMPY_DTYPES[self.element_type]
         if dtype is np.bool_:
             return rng.integers(0, 2, size=self.shape).astype(np.bool_)
@@ -137,9 +187,11 @@ class Workload:
                 raise InputError(f"--input {path}: not a readable .npy file ({e})") from None
             want = (np.dtype(RAW_TYPES[spec.element_type]) if spec.element_type in RAW_TYPES
                     else np.dtype(NUMPY_DTYPES.get(spec.element_type, np.float32)))
+            if spec.element_type in RAW_TYPES and array.dtype == np.float32:
+                array = f32_to_raw(array, spec.element_type)  # f32 values for a type numpy lacks
             if tuple(array.shape) != spec.shape or array.dtype != want:
                 raise InputError(f"--input {path}: {array.dtype} {tuple(array.shape)}, but argument {i} of "
-                                 f"@{self.entry} is {spec.mlir} ({want}{' raw bits' if spec.element_type in RAW_TYPES else ''})")
+                                 f"@{self.entry} is {spec.mlir} ({want}{' raw bits, or float32 values' if spec.element_type in RAW_TYPES else ''})")
             if spec.scalar:
                 out = directory / f"input{i}.{spec.element_type}.scalar"
                 out.write_text(str(array.item()))

@@ -13,7 +13,7 @@ import numpy as np
 
 from tuner.errors import InputError
 from tuner.tools import ToolRun, find_tool, run_tool
-from tuner.discovery.workload import RAW_TYPES, bf16_to_f32, input_flag
+from tuner.discovery.workload import RAW_TYPES, input_flag, raw_to_f32
 
 
 @dataclass(frozen=True)
@@ -68,27 +68,35 @@ def _input_flags(inputs: tuple[Path, ...]) -> list[str]:
     return [f"--input={input_flag(p)}" for p in inputs]
 
 
+def output_file(output: Path, settings: RunSettings) -> Path:
+    """Where run_once writes the checked result asked for at `output`: a .npy file, or for the
+    types IREE's .npy writer refuses (bf16, the f8 types) a .bin file of raw bits (the runtime
+    tools choose the format by the suffix)."""
+    return output.with_suffix(".bin" if settings.checked_type in RAW_TYPES else ".npy")
+
+
 def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
-    """Run the entry once, saving the checked result to `output` (.npy, or raw bits for bf16;
-    a symbolic link there is removed first, never written through)."""
+    """Run the entry once, saving the checked result to `output_file(output)` (a symbolic link
+    there is removed first, never written through)."""
+    output = output_file(output, settings)
     if output.is_symlink():
         output.unlink()
-    raw = settings.checked_type in RAW_TYPES
     output = output.resolve()
-    outputs = [(f"--output=+{output}" if raw else f"--output=@{output}") if i == settings.checked else "--output="
-               for i in range(settings.outputs)]
+    outputs = [f"--output=@{output}" if i == settings.checked else "--output=" for i in range(settings.outputs)]
     module, cwd = module_flag(vmfb)
     cmd = [find_tool("iree-run-module"), module, f"--device={settings.device}",
            f"--function={settings.entry}", *_input_flags(settings.inputs), *outputs, *settings.runtime_flags]
     return run_tool(cmd, settings.timeout_s, cwd)
 
 
-def read_output(path: Path, settings: RunSettings) -> Optional[np.ndarray]:
-    """The checked result run_once saved, as numbers (bf16 widened to f32); None if none is checked."""
+def read_output(output: Path, settings: RunSettings) -> Optional[np.ndarray]:
+    """The checked result run_once saved for `output`, as numbers (raw bits widened to f32);
+    None if none is checked."""
     if settings.checked is None:
         return None
+    path = output_file(output, settings)
     if settings.checked_type in RAW_TYPES:
-        return bf16_to_f32(np.fromfile(path, dtype=np.uint16))
+        return raw_to_f32(np.fromfile(path, dtype=RAW_TYPES[settings.checked_type]), settings.checked_type)
     return np.load(path)
 
 
@@ -156,4 +164,5 @@ def relative_error(output: np.ndarray, reference: np.ndarray) -> float:
 
 def tolerance(element_type: str) -> float:
     """How far a re-tiled result may drift from the baseline's (summation order changes)."""
-    return {"f64": 1e-9, "f32": 1e-4, "f16": 1e-2, "bf16": 3e-2}.get(element_type, 0.0)
+    return {"f64": 1e-9, "f32": 1e-4, "f16": 1e-2, "bf16": 3e-2, "f8E4M3FN": 0.15, "f8E4M3FNUZ": 0.15,
+            "f8E5M2": 0.3, "f8E5M2FNUZ": 0.3}.get(element_type, 0.0)

@@ -67,13 +67,12 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
     errors: dict[str, float] = {}
     unchecked = ""
     ref_out = None
-    suffix = ".bin" if settings.checked_type == "bf16" else ".npy"
     if checked is not None:
-        run = run_once(reference[1], settings, directory / f"reference{suffix}")
+        run = run_once(reference[1], settings, directory / "reference")
         if not run.ok:
             raise ToolError(f"the model ({reference[0]}) did not run: {run.first_error()}",
                             list(run.command), run.stderr)
-        ref_out = read_output(directory / f"reference{suffix}", settings)
+        ref_out = read_output(directory / "reference", settings)
         if ref_out is not None and not np.all(np.isfinite(ref_out)):
             # Nothing can be compared with a NaN or an infinity (a NaN error would pass any
             # tolerance): the builds are timed, their numerics said to be unchecked.
@@ -82,7 +81,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
     timed = []
     for name, vmfb in variants:
         if ref_out is not None:
-            out = directory / f"{name}{suffix}"
+            out = directory / name
             run = run_once(vmfb, settings, out)
             if not run.ok:
                 failed[name] = f"did not run: {run.first_error()}"
