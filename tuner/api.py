@@ -56,8 +56,9 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
 
 
 def open_session(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
-          dispatch_name: Optional[str], pipeline_name: Optional[str] = None) -> Session:
-    input_path, target, output_dir, ctx, program = read_program(input_path, target, output_dir)
+                 dispatch_name: Optional[str], pipeline_name: Optional[str] = None,
+                 parameters: Optional[tuple[str, ...]] = ()) -> Session:
+    input_path, target, output_dir, ctx, program = read_program(input_path, target, output_dir, parameters)
     dispatch = select_dispatch(list(program.dispatches), dispatch_name, input_path, pipeline_name, program.skipped)
     pipeline = pipeline_for(dispatch, pipeline_name)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
@@ -81,7 +82,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       run.force):
-        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name)
+        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters)
         how = "named by --dispatch" if dispatch_name else "the only tunable dispatch"
         if dispatch_name is None:
             session, how = _pick_by_time(session, pipeline_name, run, listen.progress)
@@ -138,12 +139,14 @@ class DispatchList:
 
 def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                     pipeline_name: Optional[str] = None, profile_dir: Optional[Path | str] = None,
-                    progress: Optional[Progress] = None) -> DispatchList:
+                    progress: Optional[Progress] = None, parameters: tuple[str, ...] = ()) -> DispatchList:
     """Every dispatch of the program under `target`: the tunable ones largest first (by FLOPs per
     call of their entry, or by measured time with a profile), then the others with why none of
     this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profiling.profile
-    says how) and each entry function whole on the target's device; the work goes there."""
-    input_path, target, workdir, ctx, program = read_program(input_path, target, profile_dir)
+    says how) and each entry function whole on the target's device; the work goes there, the
+    model reading its external `parameters` (tuner.input.parameters)."""
+    input_path, target, workdir, ctx, program = read_program(input_path, target, profile_dir,
+                                                             parameters if profile_dir is not None else None)
     if profile_dir is not None and not program.dispatches and not program.skipped:
         raise InputError(f"{input_path}: no dispatches to profile (found: no root ops)")
     measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
@@ -180,7 +183,7 @@ def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", n
     compiled beyond discovery, nothing is timed."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _with_constraints(open_session(input_path, target, None, dispatch_name, pipeline_name), constraints,
+    session = _with_constraints(open_session(input_path, target, None, dispatch_name, pipeline_name, None), constraints,
                                 num_candidates)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                                  session.target.spec_entry, progress=progress)
@@ -196,7 +199,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       run.force):
-        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name)
+        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters)
         _take_inputs(session, run.inputs)
         candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
                                                      session.target.spec_entry)
@@ -291,7 +294,7 @@ def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: P
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, dispatch_name, pipeline_name), force):
-        input_path, target, _, ctx, program = read_program(input_path, target, output_dir)
+        input_path, target, _, ctx, program = read_program(input_path, target, output_dir, None)
         dispatches = [d for d in program.dispatches if dispatch_name in (None, d.name)]
         if not dispatches:
             raise InputError(f"{input_path}: no tunable dispatch" + (f" named {dispatch_name}" if dispatch_name else ""))

@@ -25,6 +25,7 @@ from tuner.evaluation.benchmark_stage import STORE
 from tuner.evaluation.evaluator import Evaluation
 from tuner.evaluation.strategies import evaluator_class
 from tuner.input.models import program_source
+from tuner.input.parameters import check_scopes, parse_parameters
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
 from tuner.results import EvaluationStats, Result
@@ -78,16 +79,23 @@ class Session:
     program: Program
 
 
-def read_program(input_path: Path | str, target: Target | str,
-                  workdir: Optional[Path | str]) -> tuple[Path, Target, Path, ir.Context, Program]:
+def read_program(input_path: Path | str, target: Target | str, workdir: Optional[Path | str],
+                 parameters: Optional[tuple[str, ...]] = ()) -> tuple[Path, Target, Path, ir.Context, Program]:
     """The program to compile (an ONNX model's import goes to `workdir`, or a scratch directory),
-    its target, where the run writes, and what discovery found in it."""
+    its target, where the run writes, and what discovery found in it, its workloads reading
+    `parameters` (tuner.input.parameters: one clear line if the program reads a scope they lack;
+    None where nothing will run, so nothing is checked)."""
     target = parse_target(target) if isinstance(target, str) else target
     workdir = Path(workdir) if workdir is not None else Path(scratch_dir())
     input_path = program_source(Path(input_path), workdir, target)
     ctx = ir.Context()
     parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
-    return input_path, target, workdir, ctx, discover_program(input_path, target, ctx)
+    program = discover_program(input_path, target, ctx)
+    if parameters is None:
+        return input_path, target, workdir, ctx, program
+    parameters = parse_parameters(parameters)
+    check_scopes(input_path, input_path.read_text(), parameters)
+    return input_path, target, workdir, ctx, program.with_parameters(parameters)
 
 
 GIVEN_INPUTS = "given-inputs"
@@ -109,6 +117,7 @@ def run_meta(session: Session, given: bool) -> dict:
         "constraints": session.pipeline.constraints,
         "input_digest": session.dispatch.source_digest,
         "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
+        **({"parameters": list(session.workload.parameters)} if session.workload.parameters else {}),
         **({"given_inputs": GIVEN_INPUTS} if given else {}),
         "compiled_on": f"{platform.machine()}, {os.cpu_count()} cores",
     }

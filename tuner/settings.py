@@ -10,6 +10,7 @@ from typing import Callable, Optional
 from tuner.errors import InputError
 from tuner.evaluation.runner import RunSettings
 from tuner.discovery.workload import Workload
+from tuner.input.parameters import runtime_flags
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class EvalSettings:
         return RunSettings(device=device, entry=workload.entry, inputs=inputs, repetitions=self.repetitions,
                            min_time_s=self.min_time_s, timeout_s=self.run_timeout_s, outputs=len(workload.outputs),
                            checked=checked,
-                           checked_type=workload.outputs[checked].element_type if checked is not None else "")
+                           checked_type=workload.outputs[checked].element_type if checked is not None else "",
+                           runtime_flags=runtime_flags(workload.parameters))
 
 
 # The search `tune` and `tune-model` use unless told: the one that did best in the replay of the
@@ -101,6 +103,8 @@ class RunOptions:
     force: bool = False  # clear an output directory that holds another input's run
     inputs: tuple[Path, ...] = ()  # the user's own .npy files for the entry's arguments, in order
     compile_only: bool = False  # compile and verify; `iree-tuner benchmark DIR` measures where the device is
+    # The model's external parameters: `SCOPE=FILE` each (tuner.input.parameters.parse_parameters).
+    parameters: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from tuner.cli.options import SECONDS, constraints_option, eval_settings, evaluation_options, search_options, terminate
+from tuner.cli.options import (SECONDS, constraints_option, eval_settings, evaluation_options, parameters_option,
+                               search_options, terminate)
 from tuner.cli.say import (errors_to_exit, progress_bars, say_candidates, say_compiler_constraints, say_picked,
                            say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
@@ -91,12 +92,14 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
                    "(docs/reference.md); auto: one dispatch after another on this machine.")
 @click.option("--ray-address", default=None,
               help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")
+@parameters_option
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
-               devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None) -> None:
+               devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
+               parameters: tuple[str, ...]) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
@@ -108,7 +111,8 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                              ray_address=ray_address, reconfirm=reconfirm)
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = run(input_file, target, output_dir, search,
-                     RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only),
+                     RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
+                                parameters=parameters),
                      ModelOptions(min_share, top, model_rounds, model_flags), Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
         return
@@ -116,7 +120,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     from tuner.report.outputs import rebuild_command
 
     console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json; rebuild with: "
-                  f"{rebuild_command(output_dir, str(tuning.program_path), 'model_flags.txt')}")
+                  f"{rebuild_command(output_dir, str(tuning.program_path), 'model_flags.txt', tuning.parameters)}")
 
 
 @main.command()
@@ -151,7 +155,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             from tuner.stages.plan import run_plan
 
             with progress_bars(console) as on_progress:
-                plan = run_plan(path, run.devices, run.settings, on_progress, run.strategy)
+                plan = run_plan(path, run.devices, run.settings, on_progress, run.strategy, run.parameters)
             console.print(f"measured the {plan.step} step of {path}; next, where the compiler is: "
                           f"iree-tuner tune-model MODEL --compile-only --output {path}")
             return
@@ -164,7 +168,8 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             from tuner.evaluation.benchmark_stage import benchmark_dir
 
             with progress_bars(console) as on_progress:
-                measured = benchmark_dir(path, run.devices, run.settings, on_progress, run.store_path, run.strategy)
+                measured = benchmark_dir(path, run.devices, run.settings, on_progress, run.store_path, run.strategy,
+                                         run.parameters)
             say_summary(console, measured.ranking, list(measured.results), measured.stats, path)
             return
         if not path.exists():
@@ -297,8 +302,9 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
               help="Time each dispatch alone and each entry function whole on the target's device: shares of the time.")
 @click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
               help="With --profile: where the compiled program and dispatch benchmarks go (default: a temporary directory).")
+@parameters_option
 def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json: bool, with_profile: bool,
-               output_dir: Path | None) -> None:
+               output_dir: Path | None, parameters: tuple[str, ...]) -> None:
     """List every dispatch of INPUT_FILE: kind, op, shape, runs per call, the function that runs it,
     and the pipeline that would tune it or why none does; with --profile, its measured time and share."""
     import json
@@ -315,7 +321,7 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
         work = (output_dir or Path(scratch)) if with_profile else None
         with RunDirectory(output_dir) if work is not None and output_dir is not None else nullcontext():
             with progress_bars(console) as on_progress:
-                listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress)
+                listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress, parameters)
     rows, measured = listed.rows, listed.profile
     if as_json:
         click.echo(json.dumps({"dispatches": [r.to_json() for r in rows],

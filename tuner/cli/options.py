@@ -44,6 +44,7 @@ def evaluation_options(f):
     """Options shared by the commands that compile and time candidates: the command gets them as
     one `run: RunOptions` (see `as_run`), with `target`, `pipeline_name` and `dispatch_name`."""
     f = as_run(f)
+    f = parameters_option(f)
     f = click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
                      help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
     f = click.option("--device", "devices", multiple=True,
@@ -77,6 +78,13 @@ def evaluation_options(f):
                           "e.g. llvmgpu_vector_distribute on rocm.")(f)
     f = click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")(f)
     return f
+
+
+def parameters_option(f):
+    return click.option("--parameters", "parameters", multiple=True, metavar="SCOPE=FILE",
+                        help="A parameter archive the model reads its weights from (.irpa, .gguf, .safetensors), "
+                             "as IREE's runtime tools take it: repeat per scope; FILE alone is the default scope. "
+                             "Recorded by path in the run, never copied.")(f)
 
 
 def constraints_option(f):
@@ -143,11 +151,11 @@ def as_run(f):
     and `--dispatch` stay its own."""
     @functools.wraps(f)
     def command(*args, store_path, devices, ray_address, strategy, compile_timeout, run_timeout, repetitions,
-                baseline_every, confirm_rounds, reconfirm, force, input_files, **kwargs):
+                baseline_every, confirm_rounds, reconfirm, force, input_files, parameters, **kwargs):
         from tuner.settings import RunOptions
 
         settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
                                  ray_address, reconfirm)
-        return f(*args, run=RunOptions(settings, strategy, tuple(devices), store_path, force, tuple(input_files)),
-                 **kwargs)
+        return f(*args, run=RunOptions(settings, strategy, tuple(devices), store_path, force, tuple(input_files),
+                                       parameters=tuple(parameters)), **kwargs)
     return command

@@ -248,6 +248,12 @@ class Program:
     entries: dict[str, "Workload | str"]
     runs: dict[str, int]  # dispatch name -> how many times one call of its entry function runs it
 
+    def with_parameters(self, parameters: tuple[str, ...]) -> "Program":
+        """The program with every entry's workload reading the model's external parameters."""
+        entries = {name: replace(w, parameters=parameters) if isinstance(w, Workload) else w
+                   for name, w in self.entries.items()}
+        return replace(self, entries=entries)
+
     def workload(self, dispatch: Dispatch, input_path: Path) -> Workload:
         """The function to run and time for `dispatch`: the one that runs it, never another."""
         entry = self.entries.get(dispatch.name)

@@ -157,6 +157,9 @@ class Workload:
     # An IREE dispatch benchmark function: its argument is a dispatch count, and it is timed as
     # the dispatch alone (in batches), whatever the target.
     dispatch_benchmark: bool = False
+    # The model's external parameters, as the runtime tools read them: `SCOPE=/absolute/FILE`
+    # each (tuner.input.parameters).
+    parameters: tuple[str, ...] = ()
 
     def unrunnable(self) -> Optional[str]:
         """Why this function cannot be run with generated inputs, or None."""
@@ -246,7 +249,8 @@ class Workload:
 
     def to_json(self) -> dict:
         return {"entry": self.entry, "inputs": [s.to_json() for s in self.inputs],
-                "outputs": [s.to_json() for s in self.outputs], "dispatch_benchmark": self.dispatch_benchmark}
+                "outputs": [s.to_json() for s in self.outputs], "dispatch_benchmark": self.dispatch_benchmark,
+                **({"parameters": list(self.parameters)} if self.parameters else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> "Workload":
@@ -275,8 +279,12 @@ class Workload:
             return TensorSpec(tuple(shape), element_type, scalar, value)
 
         outputs = data.get("outputs", [{"shape": [], "element_type": "f32"}])
+        parameters = data.get("parameters", [])
+        if not isinstance(parameters, list) or not all(isinstance(p, str) and "=" in p for p in parameters):
+            raise InputError(f"workload parameters: {parameters!r} is not a list of SCOPE=FILE")
         return cls(entry, tuple(spec(i, s, "input") for i, s in enumerate(inputs)),
-                   tuple(spec(i, s, "output") for i, s in enumerate(outputs)), bool(data.get("dispatch_benchmark", False)))
+                   tuple(spec(i, s, "output") for i, s in enumerate(outputs)), bool(data.get("dispatch_benchmark", False)),
+                   tuple(parameters))
 
 
 def input_flag(path: Path) -> str:

@@ -16,6 +16,7 @@ from tuner.evaluation.passes import measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
 from tuner.results import EvaluationStats, Result
+from tuner.input.parameters import on_this_machine
 from tuner.run_dir import RunDirectory
 from tuner.settings import EvalSettings
 from tuner.evaluation.runner import DISPATCH_BATCH
@@ -34,13 +35,15 @@ class Measured:
 
 def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
                   progress: Optional[Progress] = None, store_path: Optional[Path] = None,
-                  strategy: str = "auto") -> Measured:
+                  strategy: str = "auto", parameters: Sequence[str] = ()) -> Measured:
     """Measure every candidate of the manifest in `root` on `devices` (default: the manifest's
     device; with `strategy` "ray", the Ray cluster's benchmark workers, the modules sent through
     its object store), reusing results stored for this runtime, device and timing (never the
-    baseline's), then write best_spec.mlir, best_flags.txt and results.json."""
+    baseline's), then write best_spec.mlir, best_flags.txt and results.json. The model reads the
+    external parameters the manifest records, or `parameters` (SCOPE=/absolute/FILE, parsed) in
+    place of those of the same scope: the files as they lie on this machine."""
     with RunDirectory(root):  # one run at a time; a read-only DIR is one error line
-        return _benchmark_dir(root, devices, settings, progress, store_path, strategy)
+        return _benchmark_dir(root, devices, settings, progress, store_path, strategy, tuple(parameters))
 
 
 def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSettings
@@ -55,8 +58,12 @@ def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSe
 
 
 def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, progress: Optional[Progress],
-                   store_path: Optional[Path], strategy: str) -> Measured:
+                   store_path: Optional[Path], strategy: str, parameters: tuple[str, ...]) -> Measured:
     manifest = Manifest.read(root)
+    if parameters or manifest.workload.parameters:
+        here = on_this_machine(manifest.workload.parameters, parameters, f"{root / MANIFEST}'s model")
+        manifest = replace(manifest, workload=replace(manifest.workload, parameters=here),
+                           meta={**manifest.meta, "parameters": list(here)})
     owner = RunDirectory.owner(root)
     if owner and manifest.meta.get("input_digest") and owner.get("input_digest") != manifest.meta["input_digest"]:
         raise InputError(f"{root / MANIFEST} is of another input than the run this directory holds "

@@ -105,8 +105,9 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
                 continue
             alone[name] = [str(module.relative_to(workdir)), function]
     launch = _launch_benchmark(target, workdir, ctx, timeout_s) if alone else None
+    parameters = next((list(w.parameters) for w in entries.values()), [])
     return ProfileJob(target.device, str(vmfb.relative_to(workdir)), inputs, dict(program.runs), entry_of, untimed,
-                      mode, alone, repetitions, timeout_s, launch)
+                      mode, alone, repetitions, timeout_s, launch, parameters)
 
 
 def profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,

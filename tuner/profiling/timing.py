@@ -14,6 +14,7 @@ from tuner.errors import ToolError
 from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark, module_flag
 from tuner.tools import find_tool, run_tool
 from tuner.discovery.workload import input_flag
+from tuner.input.parameters import check_present, runtime_flags
 
 IN_PROGRAM = "each dispatch inside the program, by the runtime's own profile"
 ALONE = "each dispatch alone, from IREE's dumped dispatch benchmarks"
@@ -85,7 +86,7 @@ def _in_program(vmfb: Path, settings: RunSettings, workdir: Path, timeout_s: flo
     run = run_tool([find_tool("iree-benchmark-module"), f"--device={settings.device}", module,
                     f"--function={settings.entry}", *(f"--input={input_flag(p)}" for p in settings.inputs),
                     f"--benchmark_min_time={settings.min_time_s}s", "--device_profiling_mode=host-execution",
-                    f"--device_profiling_output={bundle.resolve()}"], timeout_s, cwd)
+                    f"--device_profiling_output={bundle.resolve()}", *settings.runtime_flags], timeout_s, cwd)
     if not run.ok:
         raise ToolError(f"profiling @{settings.entry} failed: {run.first_error()}", list(run.command), run.stderr)
     times, busy_ns = {}, 0.0
@@ -120,6 +121,7 @@ class ProfileJob:
     repetitions: int = 3
     timeout_s: float = 300.0
     launch: Optional[list[str]] = None  # [module, function]: a one-element dispatch, batched like the others
+    parameters: list[str] = field(default_factory=list)  # the model's external parameters, SCOPE=FILE each
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -131,6 +133,7 @@ class ProfileJob:
 
 def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, int, int], None]] = None) -> Profile:
     """Time what `job` names (its paths under `root`) on `job.device`."""
+    check_present(job.parameters, "the profiled model")
     vmfb = root / job.program
     untimed = dict(job.untimed)
     times: dict[str, DispatchTime] = {}
@@ -139,7 +142,7 @@ def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, 
 
     def settings(entry: str, min_time_s: float = 0.1) -> RunSettings:
         return RunSettings(job.device, entry, tuple(root / p for p in job.inputs[entry]), job.repetitions, min_time_s,
-                           job.timeout_s)
+                           job.timeout_s, runtime_flags=runtime_flags(job.parameters))
 
     if job.mode == "benchmark_program":
         for dispatch, entry in job.entry_of.items():

@@ -7,12 +7,13 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from tuner.errors import OutputError
+from tuner.input.parameters import runtime_flags
 from tuner.run_dir import write_file
 from tuner.ranking import Ranking
 from tuner.results import Result, Status
@@ -39,12 +40,15 @@ def response_file(flags: list[str]) -> str:
     return "".join(quote(f) + "\n" for f in flags)
 
 
-def rebuild_command(output_dir: Path, program: str, flags_file: str = "best_flags.txt") -> str:
+def rebuild_command(output_dir: Path, program: str, flags_file: str = "best_flags.txt",
+                    parameters: Sequence[str] = ()) -> str:
     """How plain iree-compile rebuilds the result: the program the tuner compiled (the user's
     MLIR, or what an ONNX model was imported to, or a dispatch benchmark without its baked
-    config, in the run's directory) with the flags in best_flags.txt; paths quoted for a shell."""
+    config, in the run's directory) with the flags in best_flags.txt; paths quoted for a shell.
+    A model with external parameters is run with them (the compiler needs none)."""
     flags = shlex.quote("@" + str((output_dir / flags_file).resolve()))
-    return f"iree-compile {shlex.quote(str(program))} {flags} -o OUT.vmfb"
+    run = f"; run it with {' '.join(map(shlex.quote, runtime_flags(parameters)))}" if parameters else ""
+    return f"iree-compile {shlex.quote(str(program))} {flags} -o OUT.vmfb{run}"
 
 
 def comment(text: str) -> str:
@@ -55,10 +59,10 @@ def comment(text: str) -> str:
 def written_rebuild_command(output_dir: Path) -> str:
     """rebuild_command for the run whose results.json is in `output_dir`."""
     try:
-        program = json.loads((output_dir / "results.json").read_text()).get("input", "INPUT")
+        meta = json.loads((output_dir / "results.json").read_text())
     except (OSError, ValueError):
-        program = "INPUT"
-    return rebuild_command(output_dir, program)
+        meta = {}
+    return rebuild_command(output_dir, meta.get("input", "INPUT"), parameters=meta.get("parameters", ()))
 
 
 def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spec: str, flags: list[str],
@@ -68,7 +72,7 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
     results.json keeps every candidate (with `annotations`' fields by candidate id: who proposed
     it)."""
     header = comment(f"iree-tuner: {ranking.verdict}") + comment(
-        f"rebuild: {rebuild_command(output_dir, meta.get('input', 'INPUT'))}")
+        f"rebuild: {rebuild_command(output_dir, meta.get('input', 'INPUT'), parameters=meta.get('parameters', ()))}")
     try:
         write_file(output_dir / "best_spec.mlir", header + spec)
         write_file(output_dir / "best_flags.txt", response_file(flags))

@@ -39,6 +39,7 @@ class ModelTuning:
     program_path: Path  # what iree-compile takes (the user's MLIR, or an ONNX model's import)
     entry: str
     next_plan: Optional[ModelPlan] = None  # compile-only: what the device measures next (None: done)
+    parameters: tuple[str, ...] = ()  # the model's external parameters (SCOPE=FILE), which running it needs
 
 
 def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
@@ -111,7 +112,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     output_dir = Path(output_dir)
     say = listen.say
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, None), run.force):
-        source, target, _, ctx, program = read_program(input_path, target, output_dir)
+        source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")
         env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
@@ -128,7 +129,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         state = run_stages(stages if stages is not None else
                            default_stages(search.budget, model.min_share, model.top, model.model_flags, search), env)
         write_model_outputs(env, state)
-    return ModelTuning(state, output_dir, state.program_of(source), workload.entry)
+    return ModelTuning(state, output_dir, state.program_of(source), workload.entry, parameters=workload.parameters)
 
 
 def _compile_step(env: StageEnv, model: ModelOptions, search: SearchSettings) -> ModelTuning:
@@ -145,7 +146,7 @@ def _compile_step(env: StageEnv, model: ModelOptions, search: SearchSettings) ->
         return ModelTuning(state, env.output_dir, env.model, env.workload.entry, plan)
     (env.output_dir / PLAN).unlink(missing_ok=True)
     write_model_outputs(env, state)
-    return ModelTuning(state, env.output_dir, env.model, env.workload.entry)
+    return ModelTuning(state, env.output_dir, env.model, env.workload.entry, parameters=env.workload.parameters)
 
 
 def write_model_outputs(env: StageEnv, state: ModelState) -> None:
@@ -156,7 +157,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     flags = [*env.target.compile_flags, *state.flags]
     program = state.program_of(env.model)
     header = comment(f"iree-tuner tune-model: {state.verdict}") + comment(
-        f"rebuild: {rebuild_command(out, str(program), MODEL_FLAGS)}")
+        f"rebuild: {rebuild_command(out, str(program), MODEL_FLAGS, env.workload.parameters)}")
     try:
         if state.kept:
             write_file(spec_path, header + merged_spec(state.kept, env.target, env.ctx))
@@ -171,6 +172,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
             "rewrites": list(state.rewrites),
             "target": env.target.name,
             "entry": env.workload.entry,
+            **({"parameters": list(env.workload.parameters)} if env.workload.parameters else {}),
             "flags": list(state.flags),
             "flag_trials": state.flag_trials,
             "dispatches": [o.to_json() for o in state.dispatches],

@@ -22,6 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from tuner.evaluation.benchmark_stage import STORE, benchmark_dir
 from tuner.errors import InputError, OutputError
+from tuner.input.parameters import on_this_machine
 from tuner.profiling.timing import ProfileJob, time_profile
 from tuner.run_dir import RunDirectory, write_file
 from tuner.settings import EvalSettings
@@ -97,17 +98,26 @@ class ModelPlan:
 
 
 def run_plan(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
-             progress: Optional[Callable[[str, int, int], None]] = None, strategy: str = "auto") -> ModelPlan:
+             progress: Optional[Callable[[str, int, int], None]] = None, strategy: str = "auto",
+             parameters: Sequence[str] = ()) -> ModelPlan:
     """Measure what DIR's model plan asks for, on `devices` (default: the plan's device). With
     `strategy` "ray", a dispatch step's dispatches are timed at once on the Ray cluster's benchmark
-    workers; a profile or a whole-model comparison is one device's work and stays on this machine."""
+    workers; a profile or a whole-model comparison is one device's work and stays on this machine.
+    The model reads the external parameters the plan records, or `parameters` (parsed) in place
+    of those of the same scope."""
     with RunDirectory(root):  # one run at a time in DIR
-        return _run_plan(root, devices, settings, progress, strategy)
+        return _run_plan(root, devices, settings, progress, strategy, tuple(parameters))
 
 
 def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
-              progress: Optional[Callable[[str, int, int], None]], strategy: str) -> ModelPlan:
+              progress: Optional[Callable[[str, int, int], None]], strategy: str,
+              parameters: tuple[str, ...]) -> ModelPlan:
     plan = ModelPlan.read(root)
+    recorded = tuple(plan.workload.get("parameters", ()))
+    if recorded or parameters:
+        here = on_this_machine(recorded, parameters, f"{root / PLAN}'s model")
+        plan = replace(plan, workload={**plan.workload, "parameters": list(here)},
+                       profile={**plan.profile, "parameters": list(here)} if plan.profile else plan.profile)
     missing = [f for f in plan.files if not (root / f).exists()]
     if missing:
         raise InputError(f"{root / PLAN}: {len(missing)} of the files it needs are not here (first: {missing[0]}); "
@@ -123,11 +133,11 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
         unchecked = replace(settings, check_numerics=False)
         if strategy == "ray":
             with ThreadPoolExecutor(max_workers=max(1, len(plan.dispatches))) as pool:
-                list(pool.map(lambda d: benchmark_dir(root / d, devices, unchecked, progress, root / STORE, strategy),
-                              plan.dispatches))
+                list(pool.map(lambda d: benchmark_dir(root / d, devices, unchecked, progress, root / STORE, strategy,
+                                                      parameters), plan.dispatches))
         else:
             for d in plan.dispatches:
-                benchmark_dir(root / d, devices, unchecked, progress, root / STORE)
+                benchmark_dir(root / d, devices, unchecked, progress, root / STORE, parameters=parameters)
     elif plan.step in ("merge", "validate"):
         name, module = plan.reference
         run_settings = replace(settings, check_numerics=True).run_settings(
