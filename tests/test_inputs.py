@@ -199,7 +199,8 @@ def test_dispatches_lists_every_dispatch_of_a_model(tmp_path, monkeypatch):
     assert sorted(r["runs"] for r in by_entry["model"]) == [1, 2]
     assert all(r["pipeline"] == "llvmcpu_double_tiling" for r in by_entry["model"])
     [dynamic] = [r for r in rows if "dynamic shapes" in r["why_not"]]
-    assert dynamic["pipeline"] == "" and dynamic["entry"].startswith("@dyn_mm: argument ?x32xf32")
+    # Its function runs (a size is chosen for the dynamic dimension); the dispatch stays dynamic.
+    assert dynamic["pipeline"] == "" and dynamic["entry"] == "dyn_mm"
     table = run_cli("dispatches", path)  # piped (not a terminal): every name whole, usable as --dispatch
     assert table.exit_code == 0 and "4 dispatches, 3 tunable" in " ".join(table.output.split())
     assert all(any(name in line.split() for line in table.output.replace("│", " ").splitlines()) for name in exports)
@@ -408,3 +409,68 @@ def test_f8_raw_bits_widen_to_their_values():
     assert np.isnan(values("f8E4M3FNUZ", 0x80)[0])
     # Back to bits: the nearest finite value (0.3 lies between 0.28125 = 0x29 and 0.3125 = 0x2A).
     assert f32_to_raw(np.array([1.0, 0.3, -2.0, 1e6], dtype=np.float32), "f8E4M3FN").tolist() == [0x38, 0x2A, 0xC0, 0x7E]
+
+
+def test_a_dynamic_dimension_is_sized_within_the_programs_hint():
+    """Hand-counted: the default (or the user's size) clipped into util.assume.int's range and
+    rounded to its divisor."""
+    from tuner.discovery.workload import DimHint, TensorSpec
+
+    assert DimHint(1, 16, 4096, 16).size(128) == 128
+    assert DimHint(1, 16, 4096, 16).size(100) == 112  # up to a multiple of 16
+    assert DimHint(1, 16, 4096, 16).size(5) == 16  # into the range
+    assert DimHint(1, 16, 100, 32).size(100) == 96  # up would leave the range: down
+    assert DimHint(0).size(128) == 128  # no hint
+    spec = TensorSpec((1, -1), "i64", dynamic=(DimHint(1, 16, 4096, 16),)).sized(128)
+    assert spec.shape == (1, 128) and spec.mlir == "1x?xi64" and spec.run_type == "1x128xi64"
+    assert spec.fits((1, 48)) and not spec.fits((1, 40)) and not spec.fits((2, 48)) and not spec.fits((1, 8192))
+
+
+TORCH_DYNAMIC = """
+func.func @main(%arg0: !torch.vtensor<[1,?],si64>, %arg1: !torch.vtensor<[64,128],f32>, %arg2: !torch.vtensor<[128,96],f32>) -> (!torch.vtensor<[1,?],si64>, !torch.vtensor<[64,96],f32>) {
+  %s0 = torch.symbolic_int "s0" {min_val = 2, max_val = 256} : !torch.int
+  torch.bind_symbolic_shape %arg0, [%s0], affine_map<()[s0] -> (1, s0 * 16)> : !torch.vtensor<[1,?],si64>
+  %int1 = torch.constant.int 1
+  %0 = torch.aten.add.Tensor %arg0, %arg0, %int1 : !torch.vtensor<[1,?],si64>, !torch.vtensor<[1,?],si64>, !torch.int -> !torch.vtensor<[1,?],si64>
+  torch.bind_symbolic_shape %0, [%s0], affine_map<()[s0] -> (1, s0 * 16)> : !torch.vtensor<[1,?],si64>
+  %1 = torch.aten.mm %arg1, %arg2 : !torch.vtensor<[64,128],f32>, !torch.vtensor<[128,96],f32> -> !torch.vtensor<[64,96],f32>
+  return %0, %1 : !torch.vtensor<[1,?],si64>, !torch.vtensor<[64,96],f32>
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_dynamic_entry_runs_at_the_hints_size_or_the_users_inputs(tmp_path):
+    """A decode step's token ids are `1x?xi64` (a torch export: the dimension is s0 * 16 for s0
+    in 2..256, which IREE carries as util.assume.int into `main$async`): the static matmul is
+    tuned, the function run at a size the hint allows, or at the size of the user's own input."""
+    import numpy as np
+
+    from tuner.driver import read_program
+
+    path = tmp_path / "decode.mlir"
+    path.write_text(TORCH_DYNAMIC)
+    *_, program = read_program(path, "llvm-cpu", tmp_path / "work")
+    [workload] = {w.entry: w for w in program.entries.values()}.values()
+    assert workload.inputs[0].shape == (1, 128)
+    # IREE 3.13 carries the symbolic shape as util.assume.int<umin = 16, umax = 4096, udiv = 16>.
+    assert workload.dynamic_sizes() == ["argument 0 (i64) dimension 1: 128 (util.assume.int: 16..4096, a multiple of 16)"]
+    *_, program = read_program(path, "llvm-cpu", tmp_path / "work", dynamic_size=40)
+    assert next(iter(program.entries.values())).inputs[0].shape == (1, 48)
+    np.save(tmp_path / "ids.npy", np.arange(64, dtype=np.int64).reshape(1, 64) % 5)
+    np.save(tmp_path / "x.npy", np.ones((64, 128), dtype=np.float32))
+    np.save(tmp_path / "w.npy", np.full((128, 96), 0.5, dtype=np.float32))
+    result = run_cli("tune", path, "--num-candidates", "1", "--repetitions", "1", "--confirm-rounds", "1",
+                     "--output", tmp_path / "out", "--input", tmp_path / "ids.npy", "--input", tmp_path / "x.npy",
+                     "--input", tmp_path / "w.npy")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "tuning main$async_dispatch_1_matmul_64x96x128_f32" in text
+    assert "dynamic size of @main's argument 0 (i64) dimension 1: 64" in text
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert all(c["status"] == "ok" for c in data["candidates"]), data["candidates"]
+    # A size the hint does not allow is refused in one line.
+    np.save(tmp_path / "ids_bad.npy", np.zeros((1, 40), dtype=np.int64))
+    assert_one_error_line(run_cli("tune", path, "--output", tmp_path / "bad", "--input", tmp_path / "ids_bad.npy",
+                                  "--input", tmp_path / "x.npy", "--input", tmp_path / "w.npy"), 2,
+                          "argument 0 of @main is 1x?xi64")

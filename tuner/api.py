@@ -57,8 +57,9 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
 
 def open_session(input_path: Path | str, target: Target | str, output_dir: Optional[Path | str],
                  dispatch_name: Optional[str], pipeline_name: Optional[str] = None,
-                 parameters: Optional[tuple[str, ...]] = ()) -> Session:
-    input_path, target, output_dir, ctx, program = read_program(input_path, target, output_dir, parameters)
+                 parameters: Optional[tuple[str, ...]] = (), dynamic_size: Optional[int] = None) -> Session:
+    input_path, target, output_dir, ctx, program = read_program(input_path, target, output_dir, parameters,
+                                                                dynamic_size)
     dispatch = select_dispatch(list(program.dispatches), dispatch_name, input_path, pipeline_name, program.skipped)
     pipeline = pipeline_for(dispatch, pipeline_name)
     assert pipeline is not None  # select_dispatch returns tunable dispatches only
@@ -82,13 +83,14 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       run.force):
-        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters)
+        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,
+                               run.dynamic_size)
         how = "named by --dispatch" if dispatch_name else "the only tunable dispatch"
         if dispatch_name is None:
             session, how = _pick_by_time(session, pipeline_name, run, listen.progress)
+        session = _take_inputs(session, run.inputs)
         if listen.on_discovered:
             listen.on_discovered(session.program, session.dispatch, how)
-        _take_inputs(session, run.inputs)
         session = _with_constraints(session, search.constraints, search.budget)
         plan = plan_search(session.dispatch, session.pipeline, search)
         if run.compile_only:
@@ -139,14 +141,16 @@ class DispatchList:
 
 def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                     pipeline_name: Optional[str] = None, profile_dir: Optional[Path | str] = None,
-                    progress: Optional[Progress] = None, parameters: tuple[str, ...] = ()) -> DispatchList:
+                    progress: Optional[Progress] = None, parameters: tuple[str, ...] = (),
+                    dynamic_size: Optional[int] = None) -> DispatchList:
     """Every dispatch of the program under `target`: the tunable ones largest first (by FLOPs per
     call of their entry, or by measured time with a profile), then the others with why none of
     this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profiling.profile
     says how) and each entry function whole on the target's device; the work goes there, the
     model reading its external `parameters` (tuner.input.parameters)."""
     input_path, target, workdir, ctx, program = read_program(input_path, target, profile_dir,
-                                                             parameters if profile_dir is not None else None)
+                                                             parameters if profile_dir is not None else None,
+                                                             dynamic_size)
     if profile_dir is not None and not program.dispatches and not program.skipped:
         raise InputError(f"{input_path}: no dispatches to profile (found: no root ops)")
     measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
@@ -199,8 +203,9 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
     target = parse_target(target) if isinstance(target, str) else target
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       run.force):
-        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters)
-        _take_inputs(session, run.inputs)
+        session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,
+                               run.dynamic_size)
+        session = _take_inputs(session, run.inputs)
         candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
                                                      session.target.spec_entry)
         for warning in warnings:
@@ -261,13 +266,17 @@ def choose_dispatch(tunable: Sequence[Dispatch], runs: dict[str, int],
                   f"dispatch time, each function called once ({measured.method})")
 
 
-def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> None:
-    """Check the user's own input files against the entry and keep them in the run's directory."""
+def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> Session:
+    """Check the user's own input files against the entry and keep them in the run's directory;
+    the session's workload takes their shapes (they size the dynamic dimensions)."""
     given = session.output_dir / GIVEN_INPUTS
     if given.exists():
         shutil.rmtree(given)
-    if inputs:
-        session.workload.given_inputs([Path(p) for p in inputs], given)
+    if not inputs:
+        return session
+    workload = session.workload.given_inputs([Path(p) for p in inputs], given)
+    entries = {n: workload if w == session.workload else w for n, w in session.program.entries.items()}
+    return replace(session, workload=workload, program=replace(session.program, entries=entries))
 
 
 def _with_constraints(session: Session, source: str, budget: int) -> Session:

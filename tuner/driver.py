@@ -80,11 +80,13 @@ class Session:
 
 
 def read_program(input_path: Path | str, target: Target | str, workdir: Optional[Path | str],
-                 parameters: Optional[tuple[str, ...]] = ()) -> tuple[Path, Target, Path, ir.Context, Program]:
+                 parameters: Optional[tuple[str, ...]] = (), dynamic_size: Optional[int] = None
+                 ) -> tuple[Path, Target, Path, ir.Context, Program]:
     """The program to compile (an ONNX model's import goes to `workdir`, or a scratch directory),
     its target, where the run writes, and what discovery found in it, its workloads reading
     `parameters` (tuner.input.parameters: one clear line if the program reads a scope they lack;
-    None where nothing will run, so nothing is checked)."""
+    None where nothing will run, so nothing is checked), and `dynamic_size` (else the program's
+    hints, else DEFAULT_DYNAMIC_SIZE) for each dynamic dimension of an entry's arguments."""
     target = parse_target(target) if isinstance(target, str) else target
     workdir = Path(workdir) if workdir is not None else Path(scratch_dir())
     input_path = program_source(Path(input_path), workdir, target)
@@ -92,10 +94,10 @@ def read_program(input_path: Path | str, target: Target | str, workdir: Optional
     parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
     program = discover_program(input_path, target, ctx)
     if parameters is None:
-        return input_path, target, workdir, ctx, program
+        return input_path, target, workdir, ctx, program.for_running((), dynamic_size)
     parameters = parse_parameters(parameters)
     check_scopes(input_path, input_path.read_text(), parameters)
-    return input_path, target, workdir, ctx, program.with_parameters(parameters)
+    return input_path, target, workdir, ctx, program.for_running(parameters, dynamic_size)
 
 
 GIVEN_INPUTS = "given-inputs"

@@ -105,6 +105,9 @@ class RunOptions:
     compile_only: bool = False  # compile and verify; `iree-tuner benchmark DIR` measures where the device is
     # The model's external parameters: `SCOPE=FILE` each (tuner.input.parameters.parse_parameters).
     parameters: tuple[str, ...] = ()
+    # The size of each dynamic dimension of the entry's arguments (None: what the program's
+    # util.assume.int hints allow of DEFAULT_DYNAMIC_SIZE); the user's --input files decide it too.
+    dynamic_size: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from tuner.cli.options import (SECONDS, constraints_option, eval_settings, evaluation_options, parameters_option,
-                               search_options, terminate)
+from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
+                               parameters_option, search_options, terminate)
 from tuner.cli.say import (errors_to_exit, progress_bars, say_candidates, say_compiler_constraints, say_picked,
                            say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
@@ -46,7 +46,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = api.tune(input_file, target, output_dir, dispatch_name, pipeline_name, search,
                           replace(run, compile_only=compile_only),
-                          Listeners(on_progress, on_discovered=None if dispatch_name else say_picked(console),
+                          Listeners(on_progress, on_discovered=say_picked(console),
                                     on_search=say_search(console), on_candidates=say_candidates(console)))
     say_compiler_constraints(console, tuning.compiler_says or {})
     if tuning.manifest is not None:
@@ -93,13 +93,14 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
 @click.option("--ray-address", default=None,
               help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")
 @parameters_option
+@dynamic_size_option
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
-               parameters: tuple[str, ...]) -> None:
+               parameters: tuple[str, ...], dynamic_size: int | None) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
@@ -112,7 +113,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = run(input_file, target, output_dir, search,
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
-                                parameters=parameters),
+                                parameters=parameters, dynamic_size=dynamic_size),
                      ModelOptions(min_share, top, model_rounds, model_flags), Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
         return
@@ -303,8 +304,9 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
 @click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
               help="With --profile: where the compiled program and dispatch benchmarks go (default: a temporary directory).")
 @parameters_option
+@dynamic_size_option
 def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json: bool, with_profile: bool,
-               output_dir: Path | None, parameters: tuple[str, ...]) -> None:
+               output_dir: Path | None, parameters: tuple[str, ...], dynamic_size: int | None) -> None:
     """List every dispatch of INPUT_FILE: kind, op, shape, runs per call, the function that runs it,
     and the pipeline that would tune it or why none does; with --profile, its measured time and share."""
     import json
@@ -321,7 +323,8 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
         work = (output_dir or Path(scratch)) if with_profile else None
         with RunDirectory(output_dir) if work is not None and output_dir is not None else nullcontext():
             with progress_bars(console) as on_progress:
-                listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress, parameters)
+                listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress, parameters,
+                                             dynamic_size)
     rows, measured = listed.rows, listed.profile
     if as_json:
         click.echo(json.dumps({"dispatches": [r.to_json() for r in rows],

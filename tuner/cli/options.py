@@ -45,6 +45,7 @@ def evaluation_options(f):
     one `run: RunOptions` (see `as_run`), with `target`, `pipeline_name` and `dispatch_name`."""
     f = as_run(f)
     f = parameters_option(f)
+    f = dynamic_size_option(f)
     f = click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
                      help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
     f = click.option("--device", "devices", multiple=True,
@@ -85,6 +86,12 @@ def parameters_option(f):
                         help="A parameter archive the model reads its weights from (.irpa, .gguf, .safetensors), "
                              "as IREE's runtime tools take it: repeat per scope; FILE alone is the default scope. "
                              "Recorded by path in the run, never copied.")(f)
+
+
+def dynamic_size_option(f):
+    return click.option("--dynamic-size", "dynamic_size", default=None, type=click.IntRange(min=1),
+                        help="The size of each dynamic dimension of the entry's arguments (default: 128, within "
+                             "what the program's util.assume.int hints allow); your --input files decide it too.")(f)
 
 
 def constraints_option(f):
@@ -151,11 +158,11 @@ def as_run(f):
     and `--dispatch` stay its own."""
     @functools.wraps(f)
     def command(*args, store_path, devices, ray_address, strategy, compile_timeout, run_timeout, repetitions,
-                baseline_every, confirm_rounds, reconfirm, force, input_files, parameters, **kwargs):
+                baseline_every, confirm_rounds, reconfirm, force, input_files, parameters, dynamic_size, **kwargs):
         from tuner.settings import RunOptions
 
         settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
                                  ray_address, reconfirm)
         return f(*args, run=RunOptions(settings, strategy, tuple(devices), store_path, force, tuple(input_files),
-                                       parameters=tuple(parameters)), **kwargs)
+                                       parameters=tuple(parameters), dynamic_size=dynamic_size), **kwargs)
     return command

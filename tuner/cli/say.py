@@ -18,12 +18,17 @@ from tuner.errors import StoreError, TunerError
 from tuner.tools import kill_running_tools
 
 def say_picked(console: Console):
-    """Say which dispatch `tune` picked by itself, and which it skipped and why."""
+    """Say which dispatch `tune` picked and how, which it skipped and why, and the sizes given to
+    the dynamic dimensions of the function that runs it."""
     def on_discovered(program, dispatch, how: str) -> None:
         others = [d.name for d in program.dispatches if d.name != dispatch.name]
         console.print(f"tuning {dispatch.name}: {how}" + (f" (others: {', '.join(others)})" if others else ""))
         for name, why in program.skipped:
             console.print(f"skipped {name}: {why}")
+        workload = program.entries.get(dispatch.name)
+        for size in workload.dynamic_sizes() if not isinstance(workload, (str, type(None))) else ():
+            console.print(f"dynamic size of @{workload.entry}'s {size}; --dynamic-size N or your --input files "
+                          "choose another")
 
     return on_discovered
 

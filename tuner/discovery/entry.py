@@ -14,12 +14,15 @@ executable export it dispatches (`hal.executable.lookup.function`). Run with 1, 
 
 from __future__ import annotations
 
+import math
+import re
 from collections import Counter
+from dataclasses import replace
 from typing import Optional
 
 from iree.compiler import ir
 
-from tuner.discovery.workload import TensorSpec, Workload
+from tuner.discovery.workload import DimHint, TensorSpec, Workload
 
 _DISPATCH = "stream.cmd.dispatch"
 _CALL = "util.call"
@@ -80,7 +83,7 @@ def _dispatched(func: ir.Operation, functions: dict[str, ir.Operation], seen: se
 
 def _tensor(t: ir.Type) -> Optional[TensorSpec]:
     if isinstance(t, ir.RankedTensorType):
-        return TensorSpec(tuple(t.shape), str(t.element_type))
+        return TensorSpec(tuple(-1 if ir.ShapedType.is_dynamic_size(d) else d for d in t.shape), str(t.element_type))
     return None
 
 
@@ -101,6 +104,51 @@ def _imported(func: ir.Operation, index: int, functions: dict[str, ir.Operation]
             encoding = op.attributes["result_encoding"] if "result_encoding" in op.attributes else None
             return _tensor(ir.TypeAttr(encoding).value if encoding is not None else op.results[0].type)
     return None
+
+
+_ASSUMPTION = re.compile(r"(umin|umax|udiv)\s*=\s*(\d+)")
+
+
+def _assumed(op: ir.Operation, value: ir.Value) -> Optional[tuple[int, int, int]]:
+    """(umin, umax, udiv) a util.assume.int op assumes of `value` (over all its alternatives)."""
+    for i, operand in enumerate(op.operands):
+        if operand != value:
+            continue
+        alternatives = [dict((k, int(v)) for k, v in _ASSUMPTION.findall(str(a)))
+                        for a in ir.ArrayAttr(ir.ArrayAttr(op.attributes["assumptions"])[i])]
+        if not alternatives:
+            return None
+        return (min(a.get("umin", 1) for a in alternatives), max(a.get("umax", 2 ** 31 - 1) for a in alternatives),
+                math.gcd(*(a.get("udiv", 1) for a in alternatives)))
+    return None
+
+
+def _dim_hints(func: ir.Operation, index: int, functions: dict[str, ir.Operation], depth: int = 0) -> dict[int, DimHint]:
+    """What the program assumes (util.assume.int) of each dynamic dimension of argument `index`
+    of `func`, read where the dimension is read (hal.buffer_view.dim), following the argument into
+    called functions (torch's `main` calls `main$async`)."""
+    if depth > 8:
+        return {}
+    arg = func.regions[0].blocks[0].arguments[index]
+    dims: dict[int, ir.Value] = {}
+    hints: dict[int, DimHint] = {}
+    ops = walk_ops(func, ("hal.buffer_view.dim", "util.assume.int", _CALL))
+    for op in ops:
+        if op.name == "hal.buffer_view.dim" and op.operands[0] == arg:
+            dims[ir.IntegerAttr(op.attributes["index"]).value] = op.results[0]
+        elif op.name == _CALL:
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            for j, operand in enumerate(op.operands):
+                if operand == arg and callee in functions:
+                    hints.update(_dim_hints(functions[callee], j, functions, depth + 1))
+    for op in ops:
+        if op.name != "util.assume.int":
+            continue
+        for dim, value in dims.items():
+            assumed = _assumed(op, value)
+            if assumed:
+                hints[dim] = DimHint(dim, *assumed)
+    return hints
 
 
 def _exported(func: ir.Operation, index: int, functions: dict[str, ir.Operation], depth: int = 0) -> Optional[TensorSpec]:
@@ -133,7 +181,12 @@ def _signature(func: ir.Operation, functions: dict[str, ir.Operation]) -> tuple[
         return [follow(func, i, functions) if str(t) == "!hal.buffer_view" or isinstance(t, ir.RankedTensorType)
                 else TensorSpec((), str(t), scalar=True) for i, t in enumerate(types)]
 
-    return read(ftype.inputs, _imported), read(ftype.results, _exported)
+    inputs, outputs = read(ftype.inputs, _imported), read(ftype.results, _exported)
+    for i, spec in enumerate(inputs):
+        if spec is not None and not spec.scalar and any(d < 0 for d in spec.shape):
+            hints = _dim_hints(func, i, functions)
+            inputs[i] = replace(spec, dynamic=tuple(hints.get(d, DimHint(d)) for d, n in enumerate(spec.shape) if n < 0))
+    return inputs, outputs
 
 
 def entry_points(module: ir.Module) -> tuple[dict[str, Workload | str], dict[str, int]]:
@@ -157,7 +210,7 @@ def entry_points(module: ir.Module) -> tuple[dict[str, Workload | str], dict[str
         elif any(s is None for s in inputs + outputs):
             workload = f"@{name}: an argument or result whose type could not be read"
         else:
-            workload = Workload(name, tuple(inputs), tuple(outputs))
+            workload = Workload(name, tuple(inputs), tuple(outputs)).sized()  # dynamic sizes: the default
             problem = workload.unrunnable()
             if problem:
                 workload = f"@{name}: {problem}"

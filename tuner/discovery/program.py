@@ -6,7 +6,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
@@ -248,10 +248,11 @@ class Program:
     entries: dict[str, "Workload | str"]
     runs: dict[str, int]  # dispatch name -> how many times one call of its entry function runs it
 
-    def with_parameters(self, parameters: tuple[str, ...]) -> "Program":
-        """The program with every entry's workload reading the model's external parameters."""
-        entries = {name: replace(w, parameters=parameters) if isinstance(w, Workload) else w
-                   for name, w in self.entries.items()}
+    def for_running(self, parameters: tuple[str, ...], dynamic_size: Optional[int] = None) -> "Program":
+        """The program with every entry's workload reading the model's external parameters,
+        and with `dynamic_size` (else the default) for each dynamic dimension of its arguments."""
+        entries = {name: replace(w.sized(dynamic_size) if dynamic_size else w, parameters=parameters)
+                   if isinstance(w, Workload) else w for name, w in self.entries.items()}
         return replace(self, entries=entries)
 
     def workload(self, dispatch: Dispatch, input_path: Path) -> Workload:

@@ -6,7 +6,7 @@ types come back as raw bits too and are widened to f32 to be compared."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -94,6 +94,36 @@ def f32_to_raw(values: np.ndarray, element_type: str) -> np.ndarray:
     return order[np.where(nearer_below, at - 1, at)].astype(np.uint8)
 
 
+# The size given to a dynamic dimension of an entry's argument when neither the program's own
+# hints (util.assume.int) nor the user (--dynamic-size, or their own --input files) say more: a
+# sequence of 128 tokens, say. Clipped into the hint's range and rounded to its divisor.
+DEFAULT_DYNAMIC_SIZE = 128
+
+
+@dataclass(frozen=True)
+class DimHint:
+    """What the program assumes of a dynamic dimension (util.assume.int): its range and a
+    divisor of it; a dimension with no hint is 1..2^31-1, any multiple of 1."""
+
+    dim: int
+    umin: int = 1
+    umax: int = 2 ** 31 - 1
+    udiv: int = 1
+
+    def size(self, wanted: int) -> int:
+        """`wanted`, clipped into the range and rounded to a multiple of the divisor (up, or
+        down where up leaves the range)."""
+        n = min(max(wanted, self.umin, 1), self.umax)
+        up = -(-n // self.udiv) * self.udiv
+        return up if up <= self.umax else max(self.udiv, n // self.udiv * self.udiv)
+
+    def describe(self, size: int) -> str:
+        bounds = [f"{self.umin}..{self.umax}" if (self.umin, self.umax) != (1, 2 ** 31 - 1) else "",
+                  f"a multiple of {self.udiv}" if self.udiv > 1 else ""]
+        said = ", ".join(b for b in bounds if b)
+        return f"{size} ({'util.assume.int: ' + said if said else 'no hint in the program'})"
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """A tensor argument or result (or, with `scalar`, a scalar of `element_type`)."""
@@ -102,11 +132,41 @@ class TensorSpec:
     element_type: str  # MLIR spelling
     scalar: bool = False
     value: Optional[str] = None  # a scalar's fixed value (a dispatch benchmark's count), else random
+    # The dimensions the program leaves dynamic, with what it assumes of each: `shape` holds the
+    # size chosen for them (`sized`), -1 until one is.
+    dynamic: tuple[DimHint, ...] = ()
+
+    def sized(self, wanted: int) -> "TensorSpec":
+        """This argument with each dynamic dimension given `wanted`, as its hint allows."""
+        if not self.dynamic:
+            return self
+        shape = list(self.shape)
+        for hint in self.dynamic:
+            shape[hint.dim] = hint.size(wanted)
+        return TensorSpec(tuple(shape), self.element_type, self.scalar, self.value, self.dynamic)
+
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether a given array's shape is one this argument takes (any size where dynamic)."""
+        free = {h.dim for h in self.dynamic}
+        return len(shape) == len(self.shape) and all(
+            i in free and h.umin <= n <= h.umax and n % h.udiv == 0 if i in free else n == d
+            for i, (n, d, h) in enumerate(zip(shape, self.shape, self._hints())))
+
+    def _hints(self) -> list[DimHint]:
+        by_dim = {h.dim: h for h in self.dynamic}
+        return [by_dim.get(i, DimHint(i)) for i in range(len(self.shape))]
 
     @property
     def mlir(self) -> str:
-        dims = ["?" if d < 0 else str(d) for d in self.shape]
+        """The type as the program spells it (`?` where dynamic)."""
+        free = {h.dim for h in self.dynamic}
+        dims = ["?" if d < 0 or i in free else str(d) for i, d in enumerate(self.shape)]
         return self.element_type if self.scalar else "x".join([*dims, self.element_type])
+
+    @property
+    def run_type(self) -> str:
+        """The type of the value a run passes (`SHAPExTYPE`, the sizes chosen)."""
+        return "x".join([*map(str, self.shape), self.element_type])
 
     def unrunnable(self) -> Optional[str]:
         """Why inputs of this type cannot be generated, or None."""
@@ -114,7 +174,7 @@ class TensorSpec:
             return (f"{self.mlir}: f64 cannot run as given (IREE demotes f64 to f32 while the inputs stay f64); "
                     "convert the model to f32")
         if any(d < 0 for d in self.shape):
-            return f"{self.mlir}: a dynamic shape; inputs for it cannot be generated"
+            return f"{self.mlir}: a dynamic shape no size was chosen for"
         known = SCALAR_TYPES if self.scalar else (*NUMPY_DTYPES, *RAW_TYPES)
         if self.element_type not in known:
             return f"{self.mlir}: element type {self.element_type} is not supported for benchmark inputs yet"
@@ -144,7 +204,8 @@ class TensorSpec:
 
     def to_json(self) -> dict:
         return {"shape": list(self.shape), "element_type": self.element_type, "scalar": self.scalar,
-                **({"value": self.value} if self.value is not None else {})}
+                **({"value": self.value} if self.value is not None else {}),
+                **({"dynamic": [h.__dict__ for h in self.dynamic]} if self.dynamic else {})}
 
 
 @dataclass(frozen=True)
@@ -161,6 +222,16 @@ class Workload:
     # each (tuner.input.parameters).
     parameters: tuple[str, ...] = ()
 
+    def sized(self, wanted: int = DEFAULT_DYNAMIC_SIZE) -> "Workload":
+        """This function with each dynamic dimension of its arguments given `wanted`, as the
+        program's hints allow (results keep theirs dynamic: they come back as they are)."""
+        return replace(self, inputs=tuple(s.sized(wanted) for s in self.inputs))
+
+    def dynamic_sizes(self) -> list[str]:
+        """What was chosen for each dynamic dimension of the arguments, and from what."""
+        return [f"argument {i} ({s.element_type}) dimension {h.dim}: {h.describe(s.shape[h.dim])}"
+                for i, s in enumerate(self.inputs) for h in s.dynamic]
+
     def unrunnable(self) -> Optional[str]:
         """Why this function cannot be run with generated inputs, or None."""
         for spec in self.inputs:
@@ -174,15 +245,16 @@ class Workload:
         """The result whose values the numerics check compares: the first tensor result."""
         return next((i for i, o in enumerate(self.outputs) if not o.scalar), None)
 
-    def given_inputs(self, files: list[Path], directory: Path) -> list[Path]:
+    def given_inputs(self, files: list[Path], directory: Path) -> "Workload":
         """Check the user's own input files (.npy, one per argument, in order) against this
-        function's arguments and write them into `directory` as `write_inputs` would name them.
-        One clear line for a missing file, a wrong count, shape or type."""
+        function's arguments and write them into `directory` as `write_inputs` would name them;
+        the workload they make (their sizes for the dynamic dimensions). One clear line for a
+        missing file, a wrong count, shape or type."""
         if len(files) != len(self.inputs):
             raise InputError(f"@{self.entry} takes {len(self.inputs)} arguments "
                              f"({', '.join(s.mlir for s in self.inputs) or 'none'}); {len(files)} --input files given")
         directory.mkdir(parents=True, exist_ok=True)
-        paths = []
+        specs = []
         for i, (path, spec) in enumerate(zip(files, self.inputs)):
             try:
                 array = np.load(path, allow_pickle=False)
@@ -192,20 +264,20 @@ class Workload:
                     else np.dtype(NUMPY_DTYPES.get(spec.element_type, np.float32)))
             if spec.element_type in RAW_TYPES and array.dtype == np.float32:
                 array = f32_to_raw(array, spec.element_type)  # f32 values for a type numpy lacks
-            if tuple(array.shape) != spec.shape or array.dtype != want:
+            if not spec.fits(tuple(array.shape)) or array.dtype != want:
+                allowed = "".join(f"; dimension {h.dim}: {h.describe(0).split('(', 1)[1][:-1]}" for h in spec.dynamic)
                 raise InputError(f"--input {path}: {array.dtype} {tuple(array.shape)}, but argument {i} of "
-                                 f"@{self.entry} is {spec.mlir} ({want}{' raw bits, or float32 values' if spec.element_type in RAW_TYPES else ''})")
+                                 f"@{self.entry} is {spec.mlir} ({want}{' raw bits, or float32 values' if spec.element_type in RAW_TYPES else ''}"
+                                 f"{allowed})")
+            spec = replace(spec, shape=tuple(array.shape))
             if spec.scalar:
-                out = directory / f"input{i}.{spec.element_type}.scalar"
-                out.write_text(str(array.item()))
+                (directory / f"input{i}.{spec.element_type}.scalar").write_text(str(array.item()))
             elif spec.element_type in RAW_TYPES:
-                out = directory / f"input{i}.{spec.mlir}.bin"
-                out.write_bytes(np.ascontiguousarray(array).tobytes())
+                (directory / f"input{i}.{spec.run_type}.bin").write_bytes(np.ascontiguousarray(array).tobytes())
             else:
-                out = directory / f"input{i}.npy"
-                np.save(out, array)
-            paths.append(out)
-        return paths
+                np.save(directory / f"input{i}.npy", array)
+            specs.append(spec)
+        return replace(self, inputs=tuple(specs))
 
     def write_inputs(self, directory: Path, seed: int = 0, given: Optional[Path] = None) -> list[Path]:
         """Write one file per input (fresh random data from `seed`, or the files in `given`, a
@@ -230,7 +302,7 @@ class Workload:
                 path = directory / f"input{i}.{spec.element_type}.scalar"
                 content: object = spec.literal(rng)
             elif spec.element_type in RAW_TYPES:
-                path = directory / f"input{i}.{spec.mlir}.bin"
+                path = directory / f"input{i}.{spec.run_type}.bin"
                 content = spec.random(rng)
             else:
                 path = directory / f"input{i}.npy"
@@ -264,7 +336,8 @@ class Workload:
             if element_type not in (*NUMPY_DTYPES, *RAW_TYPES, *SCALAR_TYPES):
                 raise InputError(f"workload {what} {i}: unknown element type {element_type!r}; "
                                  f"known: {', '.join([*NUMPY_DTYPES, *RAW_TYPES])}")
-            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2 ** 31
+            low = -1 if what == "output" else 0  # a dynamic result's size is what the run returns
+            if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and low <= d < 2 ** 31
                                                       for d in shape):
                 raise InputError(f"workload {what} {i}: shape {shape!r} is not a list of non-negative dimensions")
             elements = 1
@@ -273,10 +346,15 @@ class Workload:
             if elements > MAX_ELEMENTS:
                 raise InputError(f"workload {what} {i}: shape {shape!r} holds {elements} elements, more than "
                                  f"{MAX_ELEMENTS} an input may have here")
+            dynamic = item.get("dynamic", [])
+            try:
+                hints = tuple(DimHint(**h) for h in dynamic)
+            except TypeError:
+                raise InputError(f"workload {what} {i}: dynamic {dynamic!r} is not a list of dimension hints") from None
             value = item.get("value")
             if value is not None and not (scalar and isinstance(value, str)):
                 raise InputError(f"workload {what} {i}: a fixed value belongs to a scalar and is a string (got {value!r})")
-            return TensorSpec(tuple(shape), element_type, scalar, value)
+            return TensorSpec(tuple(shape), element_type, scalar, value, hints)
 
         outputs = data.get("outputs", [{"shape": [], "element_type": "f32"}])
         parameters = data.get("parameters", [])

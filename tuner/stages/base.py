@@ -117,6 +117,7 @@ class StageEnv:
     # How dispatch candidates are evaluated (tuner.evaluation.evaluator): "auto", or "ray" to compile and time
     # them on a Ray cluster, every dispatch at once.
     strategy: str = "auto"
+    dynamic_size: Optional[int] = None  # for each dynamic dimension of the entry's arguments (None: the hints')
     _inputs: Optional[tuple[Path, ...]] = field(default=None, init=False, repr=False)
 
     @property

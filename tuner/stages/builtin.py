@@ -107,7 +107,7 @@ class DispatchStage:
         program, measured = env.program, env.profile
         source = state.program_of(env.model)
         if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
-            program = discover_program(source, env.target, env.ctx, state.flags).with_parameters(env.workload.parameters)
+            program = discover_program(source, env.target, env.ctx, state.flags).for_running(env.workload.parameters, env.dynamic_size)
             measured = profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
                                timeout_s=env.settings.run_timeout_s, progress=env.progress)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top)

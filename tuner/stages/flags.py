@@ -143,7 +143,7 @@ class FlagStage:
             return env.built[key]
         parts: list[SpecPart] = []
         if self.tune_budget > 0 and rewrite.tunes:
-            found = discover_program(program, env.target, env.ctx).with_parameters(env.workload.parameters)
+            found = discover_program(program, env.target, env.ctx).for_running(env.workload.parameters, env.dynamic_size)
             workload = next((w for w in (found.entries.get(d.name) for d in found.dispatches)
                              if isinstance(w, Workload) and w.entry == env.workload.entry), None)
             chosen, _ = select_dispatches(found, None, workload, 0.0, None) if workload else ([], [])

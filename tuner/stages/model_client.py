@@ -112,12 +112,12 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     output_dir = Path(output_dir)
     say = listen.say
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, None), run.force):
-        source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters)
+        source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters, run.dynamic_size)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")
         env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
                        Path(run.store_path) if run.store_path else None, tuple(run.devices), model.timer,
-                       listen.progress, say, None, model.rounds, strategy=run.strategy)
+                       listen.progress, say, None, model.rounds, strategy=run.strategy, dynamic_size=run.dynamic_size)
         if run.compile_only:
             return _compile_step(replace(env, devices=(), timer=iree_benchmark, strategy="auto"), model, search)
         measured = profile(source, target, program, output_dir / PROFILE, ctx, timeout_s=run.settings.run_timeout_s,
