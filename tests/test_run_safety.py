@@ -543,3 +543,27 @@ def test_a_store_damaged_inside_a_page_is_one_error_line(tmp_path, small_matmul)
     path.write_bytes(bytes(data))
     result = run_cli("tune", small_matmul, "--budget", "1", "--search", "model", "--warm-start", "--output", out)
     assert_one_error_line(result, 8, "store")
+
+
+@pytest.mark.slow
+def test_a_config_that_never_takes_is_said_with_both_configs_and_exits_9(tmp_path, small_matmul, ctx, cpu, faulty_tools):
+    """Every candidate config_not_applied (here: compiled with the baseline's empty spec in place
+    of its own): the console says so per candidate with the config the dispatch carries and the
+    one asked for, and the run ends with exit 9 (the default kept, nothing tuned)."""
+    from pipelines import pipeline_for
+    from tuner.discovery.program import discover
+    from tuner.specs.candidates import generate_candidates
+
+    [dispatch] = discover(small_matmul, cpu, ctx)
+    tiled = next(c for c in generate_candidates(dispatch, pipeline_for(dispatch), 3, ctx) if c.config.compilation_info)
+    configs = tmp_path / "configs.json"
+    configs.write_text(json.dumps([dict(tiled.config.knobs)]))
+    faulty_tools("iree-compile", "/0001/spec.mlir", "swap:/0000/spec.mlir")
+    result = run_cli("benchmark", small_matmul, "--configs", configs, "--repetitions", "1", "--confirm-rounds", "1",
+                     "--output", tmp_path / "out")
+    assert result.exit_code == 9, result.output
+    text = " ".join(result.output.split())
+    assert "candidate 1 (" in text and ") config_not_applied: lowering_config is" in text and ", expected #iree" in text
+    assert "none of the 1 candidates took its config" in text
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["best"] is None and [c["status"] for c in data["candidates"]] == ["ok", "config_not_applied"]

@@ -12,10 +12,15 @@ import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
                                parameters_option, search_options, terminate)
-from tuner.cli.say import (errors_to_exit, progress_bars, say_candidates, say_compiler_constraints, say_picked,
+from tuner.cli.say import (errors_to_exit, progress_bars, say_candidates, say_failures, say_picked,
                            say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
 from tuner.report.outputs import make_console
+
+
+# Exit status of a run in which no candidate took its config (each is config_not_applied): the
+# outputs are written (the default kept), but nothing was tuned.
+NONE_TOOK = 9
 
 
 @click.group()
@@ -48,7 +53,8 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
                           replace(run, compile_only=compile_only),
                           Listeners(on_progress, on_discovered=say_picked(console),
                                     on_search=say_search(console), on_candidates=say_candidates(console)))
-    say_compiler_constraints(console, tuning.compiler_says or {})
+    none_took = say_failures(console, tuning.results if tuning.manifest is None else
+                             [b.result for b in tuning.manifest.built], tuning.compiler_says or {})
     if tuning.manifest is not None:
         ok = sum(b.result.ok for b in tuning.manifest.built)
         done = tuning.manifest.meta.get("search", {}).get("done")
@@ -56,8 +62,10 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
                       f"measure them with: iree-tuner benchmark {output_dir}"
                       + ("; the search has spent its budget: that measurement is the last" if done else
                          "; then run this command again for the search's next batch (it reads what was measured)"))
-        return
-    say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+    else:
+        say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+    if none_took:
+        raise SystemExit(NONE_TOOK)
 
 
 @main.command("tune-model")
@@ -188,7 +196,10 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             tuning = api.benchmark_configs(path, configs, target, output_dir, dispatch_name, pipeline_name, run,
                                            Listeners(on_progress, on_candidates=say_candidates(console),
                                                      on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}")))
+    none_took = say_failures(console, tuning.results, tuning.compiler_says or {})
     say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+    if none_took:
+        raise SystemExit(NONE_TOOK)
 
 
 @main.command()

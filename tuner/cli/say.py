@@ -87,10 +87,29 @@ def stats_line(stats: dict) -> str:
     return line
 
 
-def say_compiler_constraints(console: Console, says: dict) -> None:
-    """For each candidate that failed to build or take: what IREE's own constraints say of it."""
-    for cid, said in sorted(says.items()):
-        console.print(f"candidate {cid} failed; IREE's constraints for it: {'; '.join(said)}", markup=False)
+FAILED_TO_BUILD = ("compile_failed", "compile_timeout", "config_not_applied")
+
+
+def say_failures(console: Console, results, says: dict) -> bool:
+    """For each candidate that failed to build or did not take its config: why (the compiler's
+    error, or the config the compiled dispatch carries against the one asked for), then what
+    IREE's own constraints say of it where they say something. Returns whether no candidate at
+    all took its config (every one config_not_applied): a spec does not reach this dispatch."""
+    tried = [r for r in results if not r.is_baseline]
+    for r in tried:
+        if r.status.value not in FAILED_TO_BUILD:
+            continue
+        said = says.get(r.candidate_id)
+        why = (r.error or "").strip()
+        console.print(f"candidate {r.candidate_id} ({r.label}) {r.status.value}: "
+                      + (why if len(why) <= 600 else why[:600] + " ...")
+                      + (f"; IREE's constraints for it: {'; '.join(said)}" if said else ""), markup=False)
+    none_took = bool(tried) and all(r.status.value == "config_not_applied" for r in tried)
+    if none_took:
+        console.print(f"[red]error:[/red] none of the {len(tried)} candidates took its config: every compiled "
+                      "dispatch carries another config than its spec set (above, each with the two), so nothing "
+                      "was tuned; the default is kept")
+    return none_took
 
 
 def say_summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
