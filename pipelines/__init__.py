@@ -2,7 +2,7 @@
 
 from pipelines.base import Config, ConfiguredDispatch, Pipeline, check_config
 from pipelines.dispatch import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
-from pipelines.registry import PIPELINES, pipeline_for
+from pipelines.registry import PIPELINES, pipeline_for, why_untunable
 
 __all__ = [
     "Config",
@@ -17,4 +17,5 @@ __all__ = [
     "TargetFacts",
     "PIPELINES",
     "pipeline_for",
+    "why_untunable",
 ]

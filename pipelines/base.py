@@ -95,6 +95,11 @@ class Pipeline:
         """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""
         raise NotImplementedError
 
+    def declines(self, dispatch: Dispatch) -> str | None:
+        """Why this pipeline, which tunes dispatches of this kind on this target, cannot tune this
+        one (a limit of the compiler, say), or None: what `dispatches` and `tune` say of it."""
+        return None
+
     def build_problem(self, dispatch: Dispatch) -> Problem:
         """The Z3 problem whose solutions are this pipeline's valid configs for the dispatch."""
         raise NotImplementedError

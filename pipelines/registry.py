@@ -41,3 +41,13 @@ def pipeline_for(dispatch: Dispatch, name: str | None = None) -> Pipeline | None
         if pipeline.supports(dispatch):
             return pipeline
     return None
+
+
+def why_untunable(dispatch: Dispatch) -> str:
+    """Why no pipeline of this tuner takes the dispatch: what one that tunes its kind says of it
+    (Pipeline.declines), else that none takes it."""
+    for pipeline in PIPELINES.values():
+        said = pipeline.declines(dispatch)
+        if said:
+            return said
+    return f"no pipeline of this tuner takes it (the compiler's: {dispatch.default.pipeline})"

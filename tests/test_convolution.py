@@ -6,7 +6,7 @@ import pytest
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu
 
-from pipelines import Config, DispatchKind, pipeline_for
+from pipelines import Config, DispatchKind, pipeline_for, why_untunable
 from tuner.specs.candidates import generate_candidates
 from tuner.build.compile import EvalSettings, compile_all
 from tuner.discovery.program import discover, read_configured
@@ -69,6 +69,8 @@ def test_who_claims_convolutions(ctx, tmp_path):
     single.write_text(CPU_CONV.read_text().replace("4x58x58x64", "1x58x58x64").replace("4x56x56x64", "1x56x56x64"))
     [d] = discover(single, parse_target("llvm-cpu"), ctx)
     assert d.kind == DispatchKind.CONVOLUTION and pipeline_for(d) is None
+    # ... and says so where the dispatch is listed or refused.
+    assert why_untunable(d).startswith("a single-image convolution: IREE 3.13 folds its unit batch away")
     for target in ("cuda", "rocm"):
         [d] = discover(CONV, parse_target(target), ctx)
         assert pipeline_for(d).name == "llvmgpu_tile_and_fuse"

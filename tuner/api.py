@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from pipelines import Dispatch, pipeline_for
+from pipelines import Dispatch, pipeline_for, why_untunable
 from tuner.specs.candidates import Candidate, candidates_from_knobs, generate_candidates
 from tuner.settings import Listeners, RunOptions, SearchSettings
 from tuner.search.live import plan_search
@@ -43,7 +43,7 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     if not tunable:
-        found = ", ".join([f"{d.op_name} ({d.default.pipeline})" for d in dispatches]
+        found = ", ".join([f"{d.op_name} ({why_untunable(d)})" for d in dispatches]
                           + [f"{n} ({why})" for n, why in skipped]) or "no root ops"
         through = f" with {pipeline_name}" if pipeline_name else ""
         raise InputError(f"{input_path}: nothing this tuner can tune on this target{through} (found: {found})")
@@ -165,7 +165,7 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
         rows.append(DispatchRow(d.name, d.kind.value, d.op_name, d.shape_name, runs,
                                 entry.entry if not isinstance(entry, str) else entry,
                                 pipeline.name if pipeline else "",
-                                "" if pipeline else f"no pipeline of this tuner takes it (the compiler's: {d.default.pipeline})",
+                                "" if pipeline else why_untunable(d),
                                 d.flops * max(1, runs)))
     for name, why in program.skipped:
         entry = program.entries.get(name, "no public function runs it")

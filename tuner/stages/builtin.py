@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from iree.compiler import ir
 
-from pipelines import Dispatch, pipeline_for
+from pipelines import Dispatch, pipeline_for, why_untunable
 from tuner.driver import Session, search_and_evaluate
 from tuner.settings import Listeners, RunOptions
 from tuner.search.live import plan_search
@@ -193,8 +193,7 @@ def select_dispatches(program, measured, workload, min_share: float, top: Option
         others = tuple(d.name for d in members if d is not lead)
         outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others)
         if pipeline_for(lead) is None:
-            outcomes.append(replace(outcome, status=f"not tuned: no pipeline of this tuner takes it "
-                                                    f"(the compiler's: {lead.default.pipeline})"))
+            outcomes.append(replace(outcome, status=f"not tuned: {why_untunable(lead)}"))
         else:
             todo.append((lead, outcome))
     for name, why in program.skipped:
