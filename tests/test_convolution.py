@@ -121,10 +121,44 @@ def test_cpu_convolution_problem(ctx):
     solver.add(ow * oc * ic * 4 > MAX_VECTOR_BYTES)
     assert solver.check() == z3.unsat
     # The vector tile that failed to compile (4x64 with 32 input channels per step) is not admitted.
-    base = {"distribution_oh": 2, "distribution_ow": 8, "distribution_oc": 64, "vector_common_parallel_ow": 4,
-            "vector_common_parallel_oc": 64, "vector_reduction_ic": 16}
+    base = {"distribution_n": 1, "distribution_oh": 2, "distribution_ow": 8, "distribution_oc": 64,
+            "vector_common_parallel_ow": 4, "vector_common_parallel_oc": 64, "vector_reduction_ic": 16}
     assert problem.admits(base) and not problem.admits({**base, "vector_reduction_ic": 32})
     config = pipeline_for(d).to_config(d, base, ctx)
     assert "distribution = [1, 2, 8, 64, 0, 0, 0]" in config.expect_lowering_config
+    two_images = pipeline_for(d).to_config(d, {**base, "distribution_n": 2}, ctx)
+    assert "distribution = [2, 2, 8, 64, 0, 0, 0]" in two_images.expect_lowering_config
     assert "vector_common_parallel = [1, 1, 4, 64, 0, 0, 0], vector_reduction = [0, 0, 0, 0, 1, 1, 16]" \
         in config.expect_lowering_config
+
+
+def test_the_compilers_own_convolution_config_is_read_as_knobs_and_its_neighbours_come_first(ctx):
+    """The default config of the 4x56x56x64 sample, as the compiler prints it, read back as the
+    pipeline's knobs (each checked against its place in the string), is a point of the space;
+    the first tier of the preferences holds configs that change one or two of its knobs."""
+    from pipelines.llvmcpu_conv_tile_and_decompose import _tiles, default_knobs
+
+    [d] = discover(CPU_CONV, parse_target("llvm-cpu"), ctx)
+    text = d.default.lowering_config
+    dist, vec, red = (_tiles(text, level) for level in ("distribution", "vector_common_parallel", "vector_reduction"))
+    assert len(dist) == len(vec) == len(red) == 7  # n, oh, ow, oc, kh, kw, ic
+    own = default_knobs(d)
+    assert own == {"distribution_n": dist[0], "distribution_oh": dist[1], "distribution_ow": dist[2],
+                   "distribution_oc": dist[3], "vector_common_parallel_ow": vec[2], "vector_common_parallel_oc": vec[3],
+                   "vector_reduction_ic": red[6]}
+    problem = pipeline_for(d).build_problem(d)
+    assert problem.admits(own)
+    near = next(p for p in problem.preferences if p.name == "near_default")
+    assert problem.preferences[0] is near
+    import z3
+
+    def holds(assignment):
+        solver = z3.Solver()
+        solver.add(near.condition, *(problem.knob(k).var == v for k, v in assignment.items()))
+        return solver.check() == z3.sat
+
+    changed = dict(own, vector_reduction_ic=1 if own["vector_reduction_ic"] != 1 else 2)
+    assert holds(changed) and not holds(own)  # the default itself is the baseline, not a candidate
+    far = dict(changed, distribution_oc=1 if own["distribution_oc"] != 1 else 2,
+               vector_common_parallel_oc=own["vector_common_parallel_oc"] * 2)
+    assert not holds(far)  # three knobs changed
