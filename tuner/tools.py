@@ -206,7 +206,7 @@ class _Idle(subprocess.TimeoutExpired):
 IDLE_POLL_S = 2.0
 # A compile that gains no CPU time for this long is hung (IREE 3.13's iree-compile deadlocks now
 # and then, seen at its exit with the module written: three threads in futex waits, no CPU).
-COMPILE_IDLE_S = 60.0
+COMPILE_IDLE_S = 20.0
 
 
 def run_tool_retrying_a_hang(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:

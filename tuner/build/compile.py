@@ -24,7 +24,7 @@ from tuner.discovery.workload import Workload
 from tuner.settings import EvalSettings
 from tuner.store import BUILD_FAILURES, ResultStore
 from tuner.targets import Target
-from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool, run_tool_retrying_a_hang
+from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool_retrying_a_hang
 
 __all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile_all", "compile_candidate",
            "compile_to_manifest", "reused_result", "verify_build"]
@@ -88,7 +88,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
                               flags, cdir)
         bench = sources[0] if len(sources) == 1 else combine(sources, cdir / COMBINED_BENCHMARK)
         # Its configuration is dumped too: the module that is timed is checked like the full one.
-        bench_run = run_tool([find_tool("iree-compile"), str(bench), *target.compile_flags,
+        bench_run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(bench), *target.compile_flags,
                               f"--iree-hal-dump-executable-configurations-to={cdir / BENCH_CONFIGS}",
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
         if not bench_run.ok:

@@ -15,7 +15,7 @@ from pipelines import ConfiguredDispatch, ConvDims, DefaultConfig, Dispatch, Dis
 from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import entry_points
 from tuner.targets import Target
-from tuner.tools import find_tool, run_tool
+from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.workload import Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
@@ -41,7 +41,7 @@ def configure(input_path: Path, target: Target, flags: Iterable[str], timeout_s:
     """The input compiled to executable configurations with tuner attributes, as text."""
     cmd = [find_tool("iree-compile"), str(input_path), *target.compile_flags, *flags,
            TUNER_ATTRIBUTES_FLAG, "--compile-to=executable-configurations"]
-    run = run_tool(cmd, timeout_s)
+    run = run_tool_retrying_a_hang(cmd, timeout_s)
     if run.timed_out:
         raise ToolError(f"iree-compile timed out after {timeout_s:.0f}s configuring {input_path}", list(cmd), run.stderr)
     if not run.ok:

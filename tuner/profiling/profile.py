@@ -27,7 +27,7 @@ from tuner.discovery.program import Program
 from tuner.errors import ToolError
 from tuner.profiling.timing import DispatchTime, Profile, ProfileJob, time_profile
 from tuner.targets import Target
-from tuner.tools import find_tool, run_tool
+from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.workload import Workload
 
 __all__ = ["DispatchTime", "Profile", "ProfileJob", "prepare_profile", "profile", "time_profile"]
@@ -54,7 +54,7 @@ def _launch_benchmark(target: Target, workdir: Path, ctx: ir.Context, timeout_s:
     src, dump = workdir / f"{LAUNCH}.mlir", workdir / f"{LAUNCH}-bench"
     src.write_text(_LAUNCH_PROGRAM)
     shutil.rmtree(dump, ignore_errors=True)
-    run = run_tool([find_tool("iree-compile"), str(src), *target.compile_flags,
+    run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(src), *target.compile_flags,
                     f"--iree-hal-dump-executable-benchmarks-to={dump}", "-o", str(workdir / f"{LAUNCH}-program.vmfb")],
                    timeout_s)
     sources = sorted(dump.glob("*.mlir")) if run.ok else []
@@ -62,7 +62,7 @@ def _launch_benchmark(target: Target, workdir: Path, ctx: ir.Context, timeout_s:
     if function is None:
         return None
     module = workdir / f"{LAUNCH}.vmfb"
-    built = run_tool([find_tool("iree-compile"), str(sources[0]), *target.compile_flags, "-o", str(module)], timeout_s)
+    built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(sources[0]), *target.compile_flags, "-o", str(module)], timeout_s)
     return [str(module.relative_to(workdir)), function] if built.ok else None
 
 
@@ -78,7 +78,7 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
     mode = ("benchmark_program" if any(w.dispatch_benchmark for w in entries.values())
             else "in_program" if target.device.startswith("local") else "alone")  # see the module docstring
     dump = [f"--iree-hal-dump-executable-benchmarks-to={bench_dir}"] if mode == "alone" else []
-    run = run_tool([find_tool("iree-compile"), str(input_path.resolve()), *target.compile_flags, *dump,
+    run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(input_path.resolve()), *target.compile_flags, *dump,
                     "-o", str(vmfb)], timeout_s)
     if not run.ok:
         raise ToolError(f"iree-compile failed building {input_path} to profile it: {run.first_error()}",
@@ -98,7 +98,7 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
                 untimed[name] = "no dispatch benchmark was dumped for it"
                 continue
             module = workdir / f"{name}.vmfb"
-            built = run_tool([find_tool("iree-compile"), str(source), *target.compile_flags, "-o", str(module)],
+            built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(source), *target.compile_flags, "-o", str(module)],
                              timeout_s)
             if not built.ok:
                 untimed[name] = f"its dispatch benchmark did not compile: {built.first_error()}"
