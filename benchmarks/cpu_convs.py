@@ -121,7 +121,8 @@ def main() -> None:
             path.write_text(text)
             code, results, said, seconds = tune(path, args.out / f"tuning-{tag}", args.candidates)
             if results is None:
-                rows.append((f"{name}, batch {n}", f"not tuned (exit {code}): {said}", "", "", "", "", seconds))
+                why = said.split("(found: ")[-1].split(":")[0] if "(found: " in said else said
+                rows.append((f"{name}, batch {n}", f"not tuned (exit {code}): {why[:120]}", "", "", "", "", seconds))
                 print(f"{name}, batch {n}: not tuned (exit {code}): {said}", flush=True)
                 continue
             claim = claimed(results)
