@@ -38,8 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.side_by_side import interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
+from tuner.evaluation.runner import RunSettings  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
@@ -115,13 +116,7 @@ def independent(path: Path, out: Path, rounds: int) -> tuple[float, float, float
     workload = Workload("main", (TensorSpec((m, k), "f32"), TensorSpec((k, n), "f32")))
     settings = RunSettings("local-task", "main", tuple(workload.write_inputs(out / "independent-inputs")),
                            repetitions=5, min_time_s=0.1)
-    times: dict[str, list[float]] = {"default": [], "choice": []}
-    for r in range(rounds):
-        for name in (("default", "choice") if r % 2 == 0 else ("choice", "default")):
-            timing, run = benchmark(modules[name], settings)
-            if timing is None:
-                raise SystemExit(f"iree-benchmark-module failed: {run.stderr}")
-            times[name].append(timing.median_ms)
+    times = interleaved(modules, settings, rounds)
     ratios = [d / c for d, c in zip(times["default"], times["choice"])]
     return statistics.median(times["default"]), statistics.median(times["choice"]), statistics.median(ratios), ratios
 
