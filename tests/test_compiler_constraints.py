@@ -135,7 +135,9 @@ def test_a_candidate_that_fails_to_build_is_reported_with_the_compiler_constrain
                      "--compile-only", "--output", tmp_path / "run")
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert "candidate 1 failed; IREE's constraints for it: " in said and "sg_num <= 10" in said
+    # Why it failed first (the compiler's error), then what IREE's constraints say of it.
+    assert "candidate 1 (" in said and ") compile_failed: " in said
+    assert "; IREE's constraints for it: " in said and "sg_num <= 10" in said
 
 
 GPU_SAMPLES = sorted(p.name for p in SAMPLES.glob("*.mlir") if not p.stem.endswith("_f32"))

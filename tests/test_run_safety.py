@@ -251,8 +251,11 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
     needle = f"/{tiled.id:04d}/bench/"
     faulty_tools("iree-compile", needle, "swap:/0000/bench/")
     store = ResultStore(tmp_path / "r.sqlite", compiler_version(), runtime_version())
+    # Only the statuses matter here: no confirmation rounds (which on a noisy host could wait for
+    # a load to pass).
     evaluator = Sequential(small_matmul, dispatch_only, program.workload(dispatch, small_matmul),
-                           tmp_path / "candidates", store, EvalSettings(repetitions=1, min_time_s=0.01), ctx=ctx)
+                           tmp_path / "candidates", store,
+                           EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=0, quiet_wait_s=0.0), ctx=ctx)
     by_id = {r.candidate_id: r for r in evaluator.evaluate(candidates).results}
     assert by_id[tiled.id].status == Status.CONFIG_NOT_APPLIED
     assert "dispatch benchmark module (what is timed) does not carry the config" in by_id[tiled.id].error

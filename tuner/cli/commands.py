@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
-                               parameters_option, search_options, terminate)
+                               parameters_option, quiet_wait_option, search_options, terminate)
 from tuner.cli.say import (errors_to_exit, progress_bars, say_candidates, say_failures, say_picked,
                            say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
@@ -102,13 +102,14 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
               help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")
 @parameters_option
 @dynamic_size_option
+@quiet_wait_option
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
-               parameters: tuple[str, ...], dynamic_size: int | None) -> None:
+               parameters: tuple[str, ...], dynamic_size: int | None, quiet_wait: float) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
@@ -117,7 +118,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
 
     console = make_console()
     settings = eval_settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
-                             ray_address=ray_address, reconfirm=reconfirm)
+                             ray_address=ray_address, reconfirm=reconfirm, quiet_wait=quiet_wait)
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = run(input_file, target, output_dir, search,
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,

@@ -67,6 +67,7 @@ def evaluation_options(f):
     f = click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
                      help="Interleaved rounds timing the baseline and the most promising candidates side by side; "
                           "a winner must be faster in 3 of 4 (0: no winner is named).")(f)
+    f = quiet_wait_option(f)
     f = click.option("--reconfirm", is_flag=True,
                      help="Time the confirmation rounds again where an earlier run confirmed the same candidates "
                           "the same way on this device (a rerun of a finished tuning reuses them).")(f)
@@ -86,6 +87,12 @@ def parameters_option(f):
                         help="A parameter archive the model reads its weights from (.irpa, .gguf, .safetensors), "
                              "as IREE's runtime tools take it: repeat per scope; FILE alone is the default scope. "
                              "Recorded by path in the run, never copied.")(f)
+
+
+def quiet_wait_option(f):
+    return click.option("--quiet-wait", "quiet_wait", default=120.0, show_default=True, type=click.FloatRange(min=0.0),
+                        help="Seconds the confirmation rounds may wait for a load on the device to pass (seen as "
+                             "the baseline running >20% slower than in the first pass); 0: never wait, say it.")(f)
 
 
 def dynamic_size_option(f):
@@ -136,12 +143,13 @@ def search_settings(search_name: str, budget: int, time_budget: float | None, se
 
 
 def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
-                  confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False):
+                  confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False,
+                  quiet_wait: float = 120.0):
     from tuner.settings import EvalSettings
 
     return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
                         baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address,
-                        reconfirm=reconfirm)
+                        reconfirm=reconfirm, quiet_wait_s=quiet_wait)
 
 
 def as_search(f):
@@ -158,11 +166,12 @@ def as_run(f):
     and `--dispatch` stay its own."""
     @functools.wraps(f)
     def command(*args, store_path, devices, ray_address, strategy, compile_timeout, run_timeout, repetitions,
-                baseline_every, confirm_rounds, reconfirm, force, input_files, parameters, dynamic_size, **kwargs):
+                baseline_every, confirm_rounds, reconfirm, quiet_wait, force, input_files, parameters, dynamic_size,
+                **kwargs):
         from tuner.settings import RunOptions
 
         settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
-                                 ray_address, reconfirm)
+                                 ray_address, reconfirm, quiet_wait)
         return f(*args, run=RunOptions(settings, strategy, tuple(devices), store_path, force, tuple(input_files),
                                        parameters=tuple(parameters), dynamic_size=dynamic_size), **kwargs)
     return command
