@@ -232,7 +232,7 @@ def test_a_model_plans_dispatch_step_is_timed_on_the_cluster(cluster, tmp_path):
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
     out = tmp_path / "out"
-    settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+    settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1, quiet_wait_s=0.0)
     cluster()
     steps = []
     for _ in range(2):

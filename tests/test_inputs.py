@@ -15,7 +15,7 @@ from tuner.discovery.program import read_configured
 from tuner.settings import EvalSettings, RunOptions, SearchSettings
 from tuner.targets import cuda, parse_target
 
-FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1, quiet_wait_s=0.0)
 MATMUL = """
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<{m}x{n}xf32>

@@ -28,7 +28,7 @@ from tuner.stages.flags import FLAG_DECISION, FlagStage
 from tuner.targets import parse_target
 
 REPO = Path(__file__).resolve().parent.parent
-FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1, quiet_wait_s=0.0)
 
 
 @pytest.fixture(scope="module")

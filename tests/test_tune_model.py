@@ -26,7 +26,7 @@ from tuner.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import (DispatchOutcome, DispatchStage, MergeStage, ModelOptions, ModelState, SpecPart,
                           StageEnv, tune_model)
 
-FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1)
+FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1, quiet_wait_s=0.0)
 REPO = Path(__file__).resolve().parent.parent
 
 MLP = """

@@ -91,8 +91,10 @@ def parameters_option(f):
 
 def quiet_wait_option(f):
     return click.option("--quiet-wait", "quiet_wait", default=120.0, show_default=True, type=click.FloatRange(min=0.0),
+                        envvar="IREE_TUNER_QUIET_WAIT",
                         help="Seconds the confirmation rounds may wait for a load on the device to pass (seen as "
-                             "the baseline running >20% slower than in the first pass); 0: never wait, say it.")(f)
+                             "the baseline running >20% slower than in the first pass); 0: never wait, say it. "
+                             "Default also from $IREE_TUNER_QUIET_WAIT.")(f)
 
 
 def dynamic_size_option(f):
