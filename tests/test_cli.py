@@ -43,7 +43,8 @@ def test_bad_candidate_count(tmp_path, small_matmul):
 @pytest.mark.slow
 def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
     out = tmp_path / "o"
-    result = run_cli("tune", str(small_matmul), "--num-candidates", "2", "--repetitions", "2", "--output", str(out))
+    result = run_cli("tune", str(small_matmul), "--num-candidates", "2", "--repetitions", "2", "--confirm-rounds", "2",
+                     "--output", str(out))
     assert result.exit_code == 0, result.output
     assert "Candidates: confirmed side by side" in result.output and "baseline" in result.output
     assert ("best: candidate" in result.output) != ("no winner:" in result.output)
