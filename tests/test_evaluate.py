@@ -174,7 +174,7 @@ def test_compile_here_benchmark_elsewhere(small_matmul, tmp_path):
         (blocker / name / "__init__.py").write_text("raise ImportError('not on the benchmark machine')")
     (blocker / "iree" / "__init__.py").write_text("__path__ = __import__('pkgutil').extend_path(__path__, __name__)")
     code = (f"import sys; sys.path.insert(0, {str(blocker)!r}); from tuner.cli import main; "
-            f"main(['benchmark', {str(moved)!r}, '--repetitions', '2'])")
+            f"main(['benchmark', {str(moved)!r}, '--repetitions', '2', '--confirm-rounds', '1'])")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parent.parent)
     assert run.returncode == 0, run.stdout + run.stderr
