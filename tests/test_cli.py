@@ -118,7 +118,7 @@ def test_benchmark_rejects_bad_configs(tmp_path, small_matmul, ctx, cpu):
     assert_one_error_line(run_cli("benchmark", str(tmp_path / "nothing-here")), 2, "no such file or directory")
     # Outside the pipeline's constraints: said so, and evaluated anyway (a failure would be data).
     configs.write_text(json.dumps([{**knobs, "distribution_m": 3}]))
-    result = run_cli("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "1",
+    result = run_cli("benchmark", str(small_matmul), "--configs", str(configs), "--repetitions", "1", "--confirm-rounds", "1",
                   "--output", str(tmp_path / "o"))
     assert result.exit_code == 0, result.output
     assert "config 0 is outside the" in result.output
