@@ -1,6 +1,8 @@
 """Discovery through the bindings: root ops, kinds, shapes, types, target and default config."""
 
 
+from pathlib import Path
+
 import pytest
 
 from tuner.api import select_dispatch
@@ -67,3 +69,28 @@ func.func @add(%a: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<64xf32> {
 }""")
     with pytest.raises(InputError, match="nothing this tuner can tune"):
         select_dispatch(discover(ew, cpu, ctx), None, ew)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["llvm-cpu", "cuda"])
+def test_dispatches_no_pipeline_reads_are_named_by_kind_and_shape(target):
+    """Softmax, LayerNorm, a row sum, a transpose and a GELU (torch ops, one function each):
+    `dispatches` names each kind from the whole dispatch (a softmax is three ops; a LayerNorm
+    is two dispatches, the mean's reduction and the normalization with its rsqrt)."""
+    import json
+
+    from tests.conftest import run_cli
+
+    path = Path(__file__).parent / "fixtures" / "kinds" / "other_kinds.mlir"
+    result = run_cli("dispatches", path, "--target", target, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["dispatches"]
+    by_entry: dict = {}
+    for r in rows:
+        by_entry.setdefault(r["entry"], []).append((r["kind"], r["shape"]))
+    assert by_entry == {"softmax": [("softmax", "8x128x128_f32")],
+                        "layernorm": [("reduction", "256x512_f32"), ("normalization", "256x512_f32")],
+                        "rowsum": [("reduction", "256x512_f32")],
+                        "transpose": [("transpose", "256x512_f32")],
+                        "gelu": [("elementwise", "131072_f32")]}
+    assert all(r["pipeline"] == "" and "no pipeline of this tuner tunes it yet" in r["why_not"] for r in rows)

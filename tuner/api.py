@@ -116,7 +116,8 @@ class DispatchRow:
     """One dispatch of a program, as `iree-tuner dispatches` lists it."""
 
     name: str
-    kind: str  # contraction, convolution, attention, or "" for one this tuner does not read
+    kind: str  # contraction, convolution, attention; for one no pipeline reads: softmax, normalization,
+    # reduction, transpose, elementwise or other (tuner.discovery.other_kinds); "" if not read
     op: str
     shape: str
     runs: int  # per call of its entry function
@@ -169,8 +170,10 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                                 d.flops * max(1, runs)))
     for name, why in program.skipped:
         entry = program.entries.get(name, "no public function runs it")
-        rows.append(DispatchRow(name, "", why.split(":")[0], "", program.runs.get(name, 0),
-                                entry.entry if not isinstance(entry, str) else entry, "", why))
+        other = program.other_kinds.get(name)
+        rows.append(DispatchRow(name, other.kind if other else "", why.split(":")[0], other.shape if other else "",
+                                program.runs.get(name, 0), entry.entry if not isinstance(entry, str) else entry, "",
+                                why))
     if measured is not None:
         rows = [replace(r, ms=measured.times[r.name].ms if r.name in measured.times else None,
                         share=measured.share(r.name), untimed=measured.untimed.get(r.name, "")) for r in rows]

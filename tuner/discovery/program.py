@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -16,6 +16,7 @@ from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
+from tuner.discovery.other_kinds import OtherKind, classify
 from tuner.discovery.workload import Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
@@ -247,6 +248,8 @@ class Program:
     skipped: tuple[tuple[str, str], ...]  # (dispatch name, why)
     entries: dict[str, "Workload | str"]
     runs: dict[str, int]  # dispatch name -> how many times one call of its entry function runs it
+    # The dispatches no pipeline reads, by kind (softmax, normalization, ...) and shape.
+    other_kinds: dict[str, OtherKind] = field(default_factory=dict)
 
     def for_running(self, parameters: tuple[str, ...], dynamic_size: Optional[int] = None) -> "Program":
         """The program with every entry's workload reading the model's external parameters,
@@ -271,6 +274,7 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
     configured = configure(input_path, target, flags)
     digest = hashlib.sha256(input_path.read_bytes()).hexdigest()[:16]
     found, skipped = [], []
+    kinds: dict[str, OtherKind] = {}
     with ctx:
         module = ir.Module.parse(configured)
         for op in iree_codegen.get_tuner_root_ops(module):
@@ -281,11 +285,22 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
                 skipped.append((name, str(e)))
                 continue
             if d is None:
-                skipped.append((name, f"{op.name}: not a contraction, convolution or attention this tuner reads"))
+                other = classify(op, enclosing_op(op, "func.func"), _loops_or_none(op))
+                kinds[name] = other
+                article = "an" if other.kind[0] in "aeiou" else "a"
+                skipped.append((name, f"{op.name}: {article} {other.kind} dispatch ({other.shape}); no pipeline of "
+                                      "this tuner tunes it yet (contractions, convolutions and attention only)"))
                 continue
             found.append(replace(d, source_digest=digest))
         entries, runs = entry_points(module)
-    return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries, runs)
+    return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries, runs, kinds)
+
+
+def _loops_or_none(op: ir.Operation) -> tuple[int, ...]:
+    try:
+        return _loop_bounds(op)
+    except Exception:  # not an op with indexing maps (its shape is then its result's)
+        return ()
 
 
 def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> list[Dispatch]:
