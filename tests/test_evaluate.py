@@ -28,7 +28,7 @@ from tuner.versions import compiler_version, runtime_version
 from tuner.tools import find_tool, run_tool
 from tests.conftest import rebuild_from_spec
 
-FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0)
+FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, quiet_wait_s=0.0)
 
 
 def _store(root):

@@ -22,7 +22,7 @@ from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tests.conftest import cli_process, kill_once_stored, stored_rows, write_matmul
 
-FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, compile_workers=2)
+FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, compile_workers=2, quiet_wait_s=0.0)
 
 
 def _batch(path, ctx, cpu, n):
