@@ -12,7 +12,8 @@ import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
                                parameters_option, quiet_wait_option, search_options, terminate)
-from tuner.cli.say import (errors_to_exit, progress_bars, say_candidates, say_failures, say_picked,
+from tuner.cli.say import (dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches,
+                           say_failures, say_picked,
                            say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
 from tuner.report.outputs import make_console
@@ -321,11 +322,8 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
                output_dir: Path | None, parameters: tuple[str, ...], dynamic_size: int | None) -> None:
     """List every dispatch of INPUT_FILE: kind, op, shape, runs per call, the function that runs it,
     and the pipeline that would tune it or why none does; with --profile, its measured time and share."""
-    import json
     import tempfile
     from contextlib import nullcontext
-
-    from rich.table import Table
 
     from tuner import api
     from tuner.run_dir import RunDirectory
@@ -337,37 +335,10 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
             with progress_bars(console) as on_progress:
                 listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress, parameters,
                                              dynamic_size)
-    rows, measured = listed.rows, listed.profile
     if as_json:
-        click.echo(json.dumps({"dispatches": [r.to_json() for r in rows],
-                               "entry_ms": measured.entry_ms if measured else None,
-                               "coverage": {e: measured.coverage(e) for e in measured.entry_ms} if measured else None,
-                               "busy_ms": measured.busy_ms if measured else None,
-                               "busy_coverage": ({e: measured.busy_coverage(e) for e in measured.busy_ms}
-                                                 if measured else None),
-                               "method": measured.method if measured else ""}, indent=2))
-        return
-    table = Table(title=f"Dispatches of {input_file} on {target}")
-    columns = ["dispatch", "kind", "shape", "runs", "entry"] + (["ms", "share"] if measured else []) + ["tuned by / why not"]
-    for col in columns:
-        table.add_column(col, justify="right" if col in ("runs", "ms", "share") else "left")
-    for r in rows:
-        timed = [f"{r.ms:.3f}" if r.ms is not None else "-", f"{100 * r.share:.1f}%" if r.share is not None else "-"]
-        table.add_row(r.name, r.kind or "-", r.shape or "-", str(r.runs), r.entry, *(timed if measured else []),
-                      r.pipeline or f"[yellow]{r.why_not}[/yellow]")
-    console.print(table)
-    if measured:
-        for entry, ms in measured.entry_ms.items():
-            coverage = measured.coverage(entry)
-            busy = measured.busy_coverage(entry)
-            console.print(f"@{entry}: {ms:.3f} ms per call, timed whole; its dispatch times add up to "
-                          + (f"{100 * coverage:.0f}% of it" if coverage else "nothing measurable")
-                          + (f" and to {100 * busy:.0f}% of the {measured.busy_ms[entry]:.3f} ms its command buffers "
-                             "executed (the rest of a call: allocations, submission, waits)" if busy else ""))
-        console.print(f"timed: {measured.method}")
-    tunable = sum(1 for r in rows if r.pipeline)
-    console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
-                  f"--target {target} --dispatch NAME")
+        click.echo(dispatches_json(listed))
+    else:
+        say_dispatches(console, listed, input_file, target)
 
 
 @main.command()

@@ -168,3 +168,45 @@ class progress_bars:
         self.bar.update(self.tasks[phase], completed=done, total=total)
 
 
+
+
+def dispatches_json(listed) -> str:
+    """`dispatches --json`: every row, and with a profile each entry's time and coverage."""
+    import json
+
+    measured = listed.profile
+    return json.dumps({"dispatches": [r.to_json() for r in listed.rows],
+                       "entry_ms": measured.entry_ms if measured else None,
+                       "coverage": {e: measured.coverage(e) for e in measured.entry_ms} if measured else None,
+                       "busy_ms": measured.busy_ms if measured else None,
+                       "busy_coverage": ({e: measured.busy_coverage(e) for e in measured.busy_ms}
+                                         if measured else None),
+                       "method": measured.method if measured else ""}, indent=2)
+
+
+def say_dispatches(console: Console, listed, input_file: Path, target: str) -> None:
+    """`dispatches`' table (with a profile: each dispatch's time and share, each entry's coverage)."""
+    from rich.table import Table
+
+    rows, measured = listed.rows, listed.profile
+    table = Table(title=f"Dispatches of {input_file} on {target}")
+    columns = ["dispatch", "kind", "shape", "runs", "entry"] + (["ms", "share"] if measured else []) + ["tuned by / why not"]
+    for col in columns:
+        table.add_column(col, justify="right" if col in ("runs", "ms", "share") else "left")
+    for r in rows:
+        timed = [f"{r.ms:.3f}" if r.ms is not None else "-", f"{100 * r.share:.1f}%" if r.share is not None else "-"]
+        table.add_row(r.name, r.kind or "-", r.shape or "-", str(r.runs), r.entry, *(timed if measured else []),
+                      r.pipeline or f"[yellow]{r.why_not}[/yellow]")
+    console.print(table)
+    if measured:
+        for entry, ms in measured.entry_ms.items():
+            coverage = measured.coverage(entry)
+            busy = measured.busy_coverage(entry)
+            console.print(f"@{entry}: {ms:.3f} ms per call, timed whole; its dispatch times add up to "
+                          + (f"{100 * coverage:.0f}% of it" if coverage else "nothing measurable")
+                          + (f" and to {100 * busy:.0f}% of the {measured.busy_ms[entry]:.3f} ms its command buffers "
+                             "executed (the rest of a call: allocations, submission, waits)" if busy else ""))
+        console.print(f"timed: {measured.method}")
+    tunable = sum(1 for r in rows if r.pipeline)
+    console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
+                  f"--target {target} --dispatch NAME")
