@@ -75,6 +75,27 @@ def test_report_redraws_table_and_plot(tmp_path):
     assert_one_error_line(run_cli("report", str(tmp_path / "nothing")), 2, "no results.json")
 
 
+def test_the_plot_of_a_winner_whose_fresh_rounds_lie_outside_its_choosing_rounds(tmp_path):
+    """The winner's bar is the median of its fresh rounds (2.4x) and its range theirs, not the
+    choosing rounds' (1.8-2.0x, which do not contain 2.4: matplotlib refused the negative error
+    bar, and `report` failed)."""
+    from tuner.ranking import rank
+    from tuner.report.plot import plot_ranking
+    from tuner.results import Result, Status
+
+    def r(i, ms, baseline=False, ratios=(), holdout=()):
+        return Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=baseline, knobs={}, flags=[],
+                      status=Status.OK, times_ms=[ms] * 3, median_ms=ms, spread_pct=1.0, first_pass_speedup=2.0 / ms,
+                      round_ratios=list(ratios), holdout_ratios=list(holdout))
+
+    ranking = rank([r(0, 2.0, baseline=True, ratios=(1.0,) * 4),
+                    r(1, 1.0, ratios=(1.8, 1.9, 2.0, 1.9), holdout=(2.3, 2.4, 2.5, 2.4, 2.4, 2.6, 2.2, 2.4))])
+    assert ranking.best.candidate_id == 1 and ranking.best.speedup == 2.4
+    assert ranking.best.speedup_ratios == [2.3, 2.4, 2.5, 2.4, 2.4, 2.6, 2.2, 2.4]
+    out = plot_ranking(ranking, tmp_path / "results.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def _knobs_of_two_candidates(path, ctx, cpu):
     from pipelines import pipeline_for
     from tuner.specs.candidates import generate_candidates

@@ -93,6 +93,11 @@ class Result:
             return Paired(tuple(self.holdout_ratios)).speedup
         return self.paired.speedup if self.confirmed else None
 
+    @property
+    def speedup_ratios(self) -> list[float]:
+        """The per-round ratios `speedup` is the median of (the fresh rounds where it has them)."""
+        return list(self.holdout_ratios) if self.holdout_ratios else list(self.round_ratios)
+
     def unconfirmed(self) -> "Result":
         """This result as a later run reuses it: its first pass, none of the old run's rounds."""
         return replace(self, rounds_ms=[], round_ratios=[], unsettled=False, load_change=None, holdout_ratios=[])

@@ -27,8 +27,9 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
     if ranked:
         xs = list(range(len(ranked)))
         heights = [r.speedup if r.confirmed else r.first_pass_speedup for r in ranked]
-        low = [h - min(r.round_ratios) if r.confirmed else 0.0 for h, r in zip(heights, ranked)]
-        high = [max(r.round_ratios) - h if r.confirmed else 0.0 for h, r in zip(heights, ranked)]
+        # The range of the rounds each height is the median of (a winner's: its fresh rounds).
+        low = [h - min(r.speedup_ratios) if r.confirmed else 0.0 for h, r in zip(heights, ranked)]
+        high = [max(r.speedup_ratios) - h if r.confirmed else 0.0 for h, r in zip(heights, ranked)]
         colors = ["#2a9d8f" if r is ranking.best else "#577590" if r.confirmed else "#c9d1dc" for r in ranked]
         ax.bar(xs, heights, yerr=[low, high], color=colors, capsize=2)
         ax.set_xticks(xs, [str(r.candidate_id) for r in ranked], fontsize=7, rotation=90)
