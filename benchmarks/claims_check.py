@@ -38,11 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.side_by_side import interleaved  # noqa: E402
+from benchmarks.side_by_side import claimed, default_and_choice, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
 from tuner.evaluation.runner import RunSettings  # noqa: E402
-from tuner.targets import parse_target  # noqa: E402
-from tuner.tools import find_tool, run_tool  # noqa: E402
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
 
 # (name, M, N, K)
@@ -94,24 +92,10 @@ def tune(path: Path, out: Path, candidates: int, load_after: float | None, fresh
     return json.loads((out / "results.json").read_text()), time.perf_counter() - start
 
 
-def claimed(results: dict) -> float:
-    """The speedup the tuner claims for what it wrote: the winner's, or 1.0 (it kept the default)."""
-    if results["best"] is None:
-        return 1.0
-    best = next(c for c in results["candidates"] if c["candidate_id"] == results["best"])
-    return best["speedup"]
-
-
 def independent(path: Path, out: Path, rounds: int) -> tuple[float, float, float, list[float]]:
     """Build default and choice with plain iree-compile, time them interleaved: (default ms,
     choice ms, median of per-round ratios, the ratios)."""
-    cpu = parse_target("llvm-cpu")
-    modules = {}
-    for name, flags in (("default", list(cpu.compile_flags)), ("choice", [f"@{out / 'best_flags.txt'}"])):
-        modules[name] = out / f"independent-{name}.vmfb"
-        built = run_tool([find_tool("iree-compile"), str(path), *flags, "-o", str(modules[name])], 600)
-        if not built.ok:
-            raise SystemExit(f"plain iree-compile of the {name} failed: {built.stderr}")
+    modules = default_and_choice(path, out)
     m, n, k = (int(x) for x in path.stem.split("_")[1].split("x"))
     workload = Workload("main", (TensorSpec((m, k), "f32"), TensorSpec((k, n), "f32")))
     settings = RunSettings("local-task", "main", tuple(workload.write_inputs(out / "independent-inputs")),

@@ -30,11 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
-from benchmarks.side_by_side import interleaved  # noqa: E402
+from benchmarks.side_by_side import claimed, default_and_choice, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
 from tuner.evaluation.runner import RunSettings  # noqa: E402
-from tuner.targets import parse_target  # noqa: E402
-from tuner.tools import find_tool, run_tool  # noqa: E402
 
 # (name, output H=W, input channels, output channels, filter, stride)
 CONVS = [
@@ -72,22 +70,10 @@ def tune(path: Path, out: Path, candidates: int) -> tuple[int, dict | None, str,
     return run.returncode, results, said[-1] if said else "", time.perf_counter() - start
 
 
-def claimed(results: dict) -> float:
-    if results["best"] is None:
-        return 1.0
-    return next(c for c in results["candidates"] if c["candidate_id"] == results["best"])["speedup"]
-
-
 def independent(path: Path, out: Path, inputs: tuple[TensorSpec, ...], rounds: int) -> tuple[float, float, list[float]]:
     """Default and choice built with plain iree-compile, timed interleaved: (default ms, choice ms,
     per-round ratios default/choice)."""
-    cpu = parse_target("llvm-cpu")
-    modules = {}
-    for name, flags in (("default", list(cpu.compile_flags)), ("choice", [f"@{out / 'best_flags.txt'}"])):
-        modules[name] = out / f"independent-{name}.vmfb"
-        built = run_tool([find_tool("iree-compile"), str(path), *flags, "-o", str(modules[name])], 600)
-        if not built.ok:
-            raise SystemExit(f"plain iree-compile of the {name} failed: {built.stderr}")
+    modules = default_and_choice(path, out)
     files = Workload("main", inputs).write_inputs(out / "independent-inputs")
     settings = RunSettings("local-task", "main", tuple(files), repetitions=5, min_time_s=0.1)
     times = interleaved(modules, settings, rounds)

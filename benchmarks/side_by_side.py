@@ -20,3 +20,27 @@ def interleaved(modules: dict[str, Path], settings: RunSettings, rounds: int) ->
                 raise SystemExit(f"iree-benchmark-module failed on {modules[name]}: {run.stderr}")
             times[name].append(timing.median_ms)
     return times
+
+
+def default_and_choice(program: Path, out: Path, target: str = "llvm-cpu") -> dict[str, Path]:
+    """The default (the target's flags alone) and the tuner's choice (`@out/best_flags.txt`),
+    each built by plain iree-compile into `out`: what a user would rebuild."""
+    from tuner.targets import parse_target
+    from tuner.tools import find_tool, run_tool
+
+    modules = {}
+    for name, flags in (("default", list(parse_target(target).compile_flags)),
+                        ("choice", [f"@{out / 'best_flags.txt'}"])):
+        modules[name] = out / f"independent-{name}.vmfb"
+        built = run_tool([find_tool("iree-compile"), str(program), *flags, "-o", str(modules[name])], 600)
+        if not built.ok:
+            raise SystemExit(f"plain iree-compile of the {name} failed: {built.stderr}")
+    return modules
+
+
+def claimed(results: dict) -> float:
+    """The speedup a tuning's results.json claims for what it wrote: the winner's, or 1.0 (it
+    kept the default)."""
+    if results["best"] is None:
+        return 1.0
+    return next(c for c in results["candidates"] if c["candidate_id"] == results["best"])["speedup"]
