@@ -36,7 +36,7 @@ def _tile_bytes(default: Mapping[str, int], acc_bytes: int) -> int:
             * default["distribution_oc"] * acc_bytes)
 
 
-def _tiles(lowering_config: str, level: str) -> list[int]:
+def tiling_level(lowering_config: str, level: str) -> list[int]:
     """One tiling level of an `#iree_cpu.lowering_config` as the compiler prints it (its
     canonical form; read without IREE, so that another compiler's dispatch, with no default
     config, simply has none)."""
@@ -49,9 +49,8 @@ def default_knobs(dispatch: Dispatch) -> dict[str, int]:
     has none or another shape)."""
     c = dispatch.conv
     assert c is not None
-    dist, vec = _tiles(dispatch.default.lowering_config, "distribution"), _tiles(dispatch.default.lowering_config,
-                                                                                "vector_common_parallel")
-    red = _tiles(dispatch.default.lowering_config, "vector_reduction")
+    dist, vec, red = (tiling_level(dispatch.default.lowering_config, level)
+                      for level in ("distribution", "vector_common_parallel", "vector_reduction"))
     rank = len(dispatch.loop_bounds)
     if not (len(dist) == len(vec) == len(red) == rank):
         return {}

@@ -136,11 +136,11 @@ def test_the_compilers_own_convolution_config_is_read_as_knobs_and_its_neighbour
     """The default config of the 4x56x56x64 sample, as the compiler prints it, read back as the
     pipeline's knobs (each checked against its place in the string), is a point of the space;
     the first tier of the preferences holds configs that change one or two of its knobs."""
-    from pipelines.llvmcpu_conv_tile_and_decompose import _tiles, default_knobs
+    from pipelines.llvmcpu_conv_tile_and_decompose import default_knobs, tiling_level
 
     [d] = discover(CPU_CONV, parse_target("llvm-cpu"), ctx)
     text = d.default.lowering_config
-    dist, vec, red = (_tiles(text, level) for level in ("distribution", "vector_common_parallel", "vector_reduction"))
+    dist, vec, red = (tiling_level(text, level) for level in ("distribution", "vector_common_parallel", "vector_reduction"))
     assert len(dist) == len(vec) == len(red) == 7  # n, oh, ow, oc, kh, kw, ic
     own = default_knobs(d)
     assert own == {"distribution_n": dist[0], "distribution_oh": dist[1], "distribution_ow": dist[2],

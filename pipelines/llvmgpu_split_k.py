@@ -1,0 +1,47 @@
+"""Split-K for GPU contractions: which factors a dispatch is offered, and the op the split
+leaves to configure (shared by the pipelines that split a reduction: llvmgpu_tile_and_fuse)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipelines.dispatch import Dispatch, DispatchKind
+
+# Split-K: the reduction of a contraction split `split_k` ways before dispatch formation (the
+# tuning spec's `transform.structured.split_reduction`): the partial products become one more
+# parallel loop, in front of the others, and a second dispatch adds them up. Offered where K is
+# long against the output (K >= 2 max(M, N) and K >= 2048), each part at least 512 deep.
+SPLIT_FACTORS = (2, 4, 8, 16)
+MIN_SPLIT_K = 2048
+MIN_SPLIT_PART = 512
+
+
+def split_factors(dispatch: Dispatch) -> tuple[int, ...]:
+    """The split-K factors the dispatch is offered (with 1, no split; `(1,)`: no split-K knob):
+    contractions with one K dim (what split_reduction splits), K long against M and N."""
+    if dispatch.conv is not None or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.k_dims) != 1:
+        return (1,)
+    k = dispatch.loop_bounds[dispatch.k_dims[0]]
+    m = 1
+    for d in dispatch.m_dims:
+        m *= dispatch.loop_bounds[d]
+    n = 1
+    for d in dispatch.n_dims:
+        n *= dispatch.loop_bounds[d]
+    if k < MIN_SPLIT_K or k < 2 * max(m, n):
+        return (1,)
+    return (1, *(f for f in SPLIT_FACTORS if k % f == 0 and k // f >= MIN_SPLIT_PART))
+
+
+def split_view(dispatch: Dispatch, split_k: int) -> Dispatch:
+    """The op split-K leaves to tune, as the compiler configures it: the split a new outer
+    parallel loop (a batch dim), K divided by it: loops (split, *the op's), checked against the
+    compiled op's own loops when a config is read back."""
+    if split_k == 1:
+        return dispatch
+    shift = lambda dims: tuple(d + 1 for d in dims)  # noqa: E731
+    k = dispatch.k_dims[0]
+    bounds = tuple(b // split_k if d == k else b for d, b in enumerate(dispatch.loop_bounds))
+    return replace(dispatch, loop_bounds=(split_k, *bounds), batch_dims=(0, *shift(dispatch.batch_dims)),
+                   m_dims=shift(dispatch.m_dims), n_dims=shift(dispatch.n_dims), k_dims=shift(dispatch.k_dims),
+                   operand_dims=(), indexing_maps=())
