@@ -111,13 +111,13 @@ class LLVMCPUConvTileAndDecompose(Pipeline):
         regs = vector_registers(dispatch)
 
         default = default_knobs(dispatch)
+        p = Problem()
 
         def choices(name: str, values: list[int]) -> IntKnob:
             # The compiler's own value is always in the space (its neighbourhood is searched first).
             extra = default.get(name)
             return p.add_knob(IntKnob.of(name, sorted({*values, *([extra] if extra else [])})))
 
-        p = Problem()
         dist_n = choices("distribution_n", tiling.tile_candidates(batch, 1, batch))
         dist_oh = choices("distribution_oh", tiling.tile_candidates(oh, 1, 64))
         dist_ow = choices("distribution_ow", tiling.tile_candidates(ow, 1, 256))

@@ -236,8 +236,6 @@ def _pick_by_time(session: Session, pipeline_name: Optional[str], run: RunOption
         measured = profile(session.input_path, session.target, session.program, session.output_dir / PROFILE,
                            session.ctx, timeout_s=run.settings.run_timeout_s, progress=progress)
     best, how = choose_dispatch(tunable, session.program.runs, measured)
-    if best is session.dispatch and measured is None:
-        return session, how
     chosen = replace(session, dispatch=best, pipeline=pipeline_for(best, pipeline_name),
                      workload=session.program.workload(best, session.input_path))
     return chosen, how
@@ -250,7 +248,6 @@ def choose_dispatch(tunable: Sequence[Dispatch], runs: dict[str, int],
     has times; else the most FLOPs per call of its entry (compile-only, or none could be timed).
     A file of several functions is compared across them (each function called once): the share
     said is of the whole file's summed dispatch time, never of one function's."""
-    entries = {measured.times[d.name].entry for d in tunable if d.name in measured.times} if measured else set()
     timed = [d for d in tunable if measured is not None and d.name in measured.times]
     if not timed:
         why = "compile-only: no device to time them" if measured is None else "none could be timed"
@@ -259,6 +256,7 @@ def choose_dispatch(tunable: Sequence[Dispatch], runs: dict[str, int],
     assert measured is not None
     best = max(timed, key=lambda d: measured.times[d.name].total_ms)
     t = measured.times[best.name]
+    entries = {measured.times[d.name].entry for d in timed}
     if len(entries) < 2:
         share = measured.share(best.name) or 0.0
         return best, (f"the largest measured share of {len(tunable)} tunable dispatches: {100 * share:.0f}% of "

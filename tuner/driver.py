@@ -18,7 +18,7 @@ from pipelines import Dispatch, Pipeline
 from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
 from tuner.settings import Listeners, RunOptions
 from tuner.build.manifest import MANIFEST, Manifest
-from tuner.discovery.program import Program, discover_program, parse_input
+from tuner.discovery.program import Program, discover_program, parse_input, read_input_text
 from tuner.discovery.workload import Workload
 from tuner.errors import InputError
 from tuner.evaluation.benchmark_stage import STORE
@@ -91,12 +91,13 @@ def read_program(input_path: Path | str, target: Target | str, workdir: Optional
     workdir = Path(workdir) if workdir is not None else Path(scratch_dir())
     input_path = program_source(Path(input_path), workdir, target)
     ctx = ir.Context()
-    parse_input(input_path, ctx)  # one clear line for a missing file or text that is not MLIR
+    text = read_input_text(input_path)
+    parse_input(input_path, ctx, text)  # one clear line for a missing file or text that is not MLIR
     program = discover_program(input_path, target, ctx)
     if parameters is None:
         return input_path, target, workdir, ctx, program.for_running((), dynamic_size)
     parameters = parse_parameters(parameters)
-    check_scopes(input_path, input_path.read_text(), parameters)
+    check_scopes(input_path, text, parameters)
     return input_path, target, workdir, ctx, program.for_running(parameters, dynamic_size)
 
 

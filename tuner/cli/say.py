@@ -14,7 +14,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tuner.cli.options import Terminated
+from tuner.discovery.workload import Workload
 from tuner.errors import StoreError, TunerError
+from tuner.results import Status
+from tuner.store import BUILD_FAILURES
 from tuner.tools import kill_running_tools
 
 def say_picked(console: Console):
@@ -26,7 +29,7 @@ def say_picked(console: Console):
         for name, why in program.skipped:
             console.print(f"skipped {name}: {why}")
         workload = program.entries.get(dispatch.name)
-        for size in workload.dynamic_sizes() if not isinstance(workload, (str, type(None))) else ():
+        for size in workload.dynamic_sizes() if isinstance(workload, Workload) else ():
             console.print(f"dynamic size of @{workload.entry}'s {size}; --dynamic-size N or your --input files "
                           "choose another")
 
@@ -87,9 +90,6 @@ def stats_line(stats: dict) -> str:
     return line
 
 
-FAILED_TO_BUILD = ("compile_failed", "compile_timeout", "config_not_applied")
-
-
 def say_failures(console: Console, results, says: dict) -> bool:
     """For each candidate that failed to build or did not take its config: why (the compiler's
     error, or the config the compiled dispatch carries against the one asked for), then what
@@ -97,14 +97,14 @@ def say_failures(console: Console, results, says: dict) -> bool:
     all took its config (every one config_not_applied): a spec does not reach this dispatch."""
     tried = [r for r in results if not r.is_baseline]
     for r in tried:
-        if r.status.value not in FAILED_TO_BUILD:
+        if r.status not in BUILD_FAILURES:
             continue
         said = says.get(r.candidate_id)
         why = (r.error or "").strip()
         console.print(f"candidate {r.candidate_id} ({r.label}) {r.status.value}: "
                       + (why if len(why) <= 600 else why[:600] + " ...")
                       + (f"; IREE's constraints for it: {'; '.join(said)}" if said else ""), markup=False)
-    none_took = bool(tried) and all(r.status.value == "config_not_applied" for r in tried)
+    none_took = bool(tried) and all(r.status == Status.CONFIG_NOT_APPLIED for r in tried)
     if none_took:
         console.print(f"[red]error:[/red] none of the {len(tried)} candidates took its config: every compiled "
                       "dispatch carries another config than its spec set (above, each with the two), so nothing "

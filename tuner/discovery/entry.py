@@ -123,7 +123,8 @@ def _assumed(op: ir.Operation, value: ir.Value) -> Optional[tuple[int, int, int]
     return None
 
 
-def _dim_hints(func: ir.Operation, index: int, functions: dict[str, ir.Operation], depth: int = 0) -> dict[int, DimHint]:
+def _dim_hints(func: ir.Operation, index: int, functions: dict[str, ir.Operation],
+               depth: int = 0) -> dict[int, DimHint]:
     """What the program assumes (util.assume.int) of each dynamic dimension of argument `index`
     of `func`, read where the dimension is read (hal.buffer_view.dim), following the argument into
     called functions (torch's `main` calls `main$async`)."""
@@ -185,7 +186,8 @@ def _signature(func: ir.Operation, functions: dict[str, ir.Operation]) -> tuple[
     for i, spec in enumerate(inputs):
         if spec is not None and not spec.scalar and any(d < 0 for d in spec.shape):
             hints = _dim_hints(func, i, functions)
-            inputs[i] = replace(spec, dynamic=tuple(hints.get(d, DimHint(d)) for d, n in enumerate(spec.shape) if n < 0))
+            inputs[i] = replace(spec, dynamic=tuple(hints.get(d, DimHint(d))
+                                                    for d, n in enumerate(spec.shape) if n < 0))
     return inputs, outputs
 
 

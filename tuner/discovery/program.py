@@ -22,14 +22,20 @@ from tuner.discovery.workload import Workload
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
 
 
-def parse_input(path: Path, ctx: ir.Context) -> ir.Module:
-    """The input module; one clear error when it is missing or is not MLIR."""
+def read_input_text(path: Path) -> str:
+    """The input's text; one clear error when it is missing or not text."""
     if not path.is_file():
         raise unreadable_input(path)
     try:
-        text = path.read_text()
+        return path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read it as text ({e})") from None
+
+
+def parse_input(path: Path, ctx: ir.Context, text: Optional[str] = None) -> ir.Module:
+    """The input module (from `text`, its contents, where the caller has read them); one clear
+    error when it is missing or is not MLIR."""
+    text = read_input_text(path) if text is None else text
     try:
         with ctx:
             return ir.Module.parse(text)

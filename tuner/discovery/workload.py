@@ -6,6 +6,7 @@ types come back as raw bits too and are widened to f32 to be compared."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -54,6 +55,7 @@ _F8 = {"f8E4M3FN": (4, 3, 7, "fn"), "f8E5M2": (5, 2, 15, "ieee"),
        "f8E4M3FNUZ": (4, 3, 8, "fnuz"), "f8E5M2FNUZ": (5, 2, 16, "fnuz")}
 
 
+@functools.lru_cache(maxsize=None)
 def _f8_values(element_type: str) -> np.ndarray:
     """The f32 value of each of the 256 bit patterns of an 8-bit float type."""
     exp_bits, man_bits, bias, kind = _F8[element_type]
@@ -117,11 +119,18 @@ class DimHint:
         up = -(-n // self.udiv) * self.udiv
         return up if up <= self.umax else max(self.udiv, n // self.udiv * self.udiv)
 
-    def describe(self, size: int) -> str:
+    def allows(self, size: int) -> bool:
+        return self.umin <= size <= self.umax and size % self.udiv == 0
+
+    def source(self) -> str:
+        """Where the range comes from, as said to the user."""
         bounds = [f"{self.umin}..{self.umax}" if (self.umin, self.umax) != (1, 2 ** 31 - 1) else "",
                   f"a multiple of {self.udiv}" if self.udiv > 1 else ""]
         said = ", ".join(b for b in bounds if b)
-        return f"{size} ({'util.assume.int: ' + said if said else 'no hint in the program'})"
+        return f"util.assume.int: {said}" if said else "no hint in the program"
+
+    def describe(self, size: int) -> str:
+        return f"{size} ({self.source()})"
 
 
 @dataclass(frozen=True)
@@ -143,18 +152,14 @@ class TensorSpec:
         shape = list(self.shape)
         for hint in self.dynamic:
             shape[hint.dim] = hint.size(wanted)
-        return TensorSpec(tuple(shape), self.element_type, self.scalar, self.value, self.dynamic)
+        return replace(self, shape=tuple(shape))
 
     def fits(self, shape: tuple[int, ...]) -> bool:
-        """Whether a given array's shape is one this argument takes (any size where dynamic)."""
-        free = {h.dim for h in self.dynamic}
+        """Whether a given array's shape is one this argument takes (where dynamic, any size its
+        hint allows)."""
+        hints = {h.dim: h for h in self.dynamic}
         return len(shape) == len(self.shape) and all(
-            i in free and h.umin <= n <= h.umax and n % h.udiv == 0 if i in free else n == d
-            for i, (n, d, h) in enumerate(zip(shape, self.shape, self._hints())))
-
-    def _hints(self) -> list[DimHint]:
-        by_dim = {h.dim: h for h in self.dynamic}
-        return [by_dim.get(i, DimHint(i)) for i in range(len(self.shape))]
+            hints[i].allows(n) if i in hints else n == d for i, (n, d) in enumerate(zip(shape, self.shape)))
 
     @property
     def mlir(self) -> str:
@@ -265,10 +270,10 @@ class Workload:
             if spec.element_type in RAW_TYPES and array.dtype == np.float32:
                 array = f32_to_raw(array, spec.element_type)  # f32 values for a type numpy lacks
             if not spec.fits(tuple(array.shape)) or array.dtype != want:
-                allowed = "".join(f"; dimension {h.dim}: {h.describe(0).split('(', 1)[1][:-1]}" for h in spec.dynamic)
+                allowed = "".join(f"; dimension {h.dim}: {h.source()}" for h in spec.dynamic)
+                raw = " raw bits, or float32 values" if spec.element_type in RAW_TYPES else ""
                 raise InputError(f"--input {path}: {array.dtype} {tuple(array.shape)}, but argument {i} of "
-                                 f"@{self.entry} is {spec.mlir} ({want}{' raw bits, or float32 values' if spec.element_type in RAW_TYPES else ''}"
-                                 f"{allowed})")
+                                 f"@{self.entry} is {spec.mlir} ({want}{raw}{allowed})")
             spec = replace(spec, shape=tuple(array.shape))
             if spec.scalar:
                 (directory / f"input{i}.{spec.element_type}.scalar").write_text(str(array.item()))

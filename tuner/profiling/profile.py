@@ -62,7 +62,8 @@ def _launch_benchmark(target: Target, workdir: Path, ctx: ir.Context, timeout_s:
     if function is None:
         return None
     module = workdir / f"{LAUNCH}.vmfb"
-    built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(sources[0]), *target.compile_flags, "-o", str(module)], timeout_s)
+    built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(sources[0]), *target.compile_flags,
+                                      "-o", str(module)], timeout_s)
     return [str(module.relative_to(workdir)), function] if built.ok else None
 
 
@@ -98,8 +99,8 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
                 untimed[name] = "no dispatch benchmark was dumped for it"
                 continue
             module = workdir / f"{name}.vmfb"
-            built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(source), *target.compile_flags, "-o", str(module)],
-                             timeout_s)
+            built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(source), *target.compile_flags,
+                                              "-o", str(module)], timeout_s)
             if not built.ok:
                 untimed[name] = f"its dispatch benchmark did not compile: {built.first_error()}"
                 continue
