@@ -1,7 +1,8 @@
 """IREE codegen pipelines: each builds a constraint problem for a dispatch and turns solutions into configs."""
 
 from pipelines.base import Config, ConfiguredDispatch, Pipeline, check_config
-from pipelines.dispatch import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
+from pipelines.dispatch import (REDUCTION_KINDS, ConvDims, DefaultConfig, Dispatch, DispatchKind, FusedOp, MmaIntrinsic,
+                                TargetFacts)
 from pipelines.registry import PIPELINES, pipeline_for, why_untunable
 
 __all__ = [
@@ -13,6 +14,8 @@ __all__ = [
     "DefaultConfig",
     "Dispatch",
     "DispatchKind",
+    "FusedOp",
+    "REDUCTION_KINDS",
     "MmaIntrinsic",
     "TargetFacts",
     "PIPELINES",

@@ -40,6 +40,12 @@ class Config:
     split_reduction: int = 1
     # The loop extents the configured root op must have (the split op's, for split-K).
     expect_loop_bounds: tuple[int, ...] | None = None
+    # Reduction kinds on GPUs: the lowering_config of each of the dispatch's other configured
+    # ops (Dispatch.fused, in its order), annotated with the root's compilation_info.
+    fused_lowering_configs: tuple[str, ...] = ()
+    # The config goes in at the codegen stage (a @__kernel_config entry, where the dispatch's
+    # ops are those the compiler configures) even on targets whose specs are preprocessing specs.
+    codegen_spec: bool = False
 
 
 def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, translation: ir.Attribute,
@@ -63,6 +69,8 @@ class ConfiguredDispatch:
     translation_info: str
     decomposition_config: str = ""
     loop_bounds: tuple[int, ...] = ()  # static loop extents, where the reader knows them
+    # Reduction roots: the lowering_configs of the dispatch's other configured ops, in program order.
+    fused_lowering_configs: tuple[str, ...] = ()
 
 
 class NotInCompilerKnobs(ValueError):
@@ -156,6 +164,9 @@ def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
         problems.append(
             f"decomposition_config is {configured.decomposition_config}, expected {config.decomposition_config}"
         )
+    if config.fused_lowering_configs and configured.fused_lowering_configs != config.fused_lowering_configs:
+        problems.append(f"the dispatch's other ops carry {list(configured.fused_lowering_configs)}, "
+                        f"expected {list(config.fused_lowering_configs)}")
     if config.expect_translation_info and configured.translation_info != config.expect_translation_info:
         problems.append(
             f"translation_info is {configured.translation_info}, expected {config.expect_translation_info}"

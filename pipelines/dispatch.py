@@ -11,6 +11,30 @@ class DispatchKind(str, enum.Enum):
     CONTRACTION = "contraction"
     CONVOLUTION = "convolution"
     ATTENTION = "attention"
+    # Dispatches whose root op reduces without multiplying (discovery names them by what the
+    # whole dispatch computes: tuner.discovery.other_kinds).
+    SOFTMAX = "softmax"
+    NORMALIZATION = "normalization"
+    REDUCTION = "reduction"
+
+
+# The kinds whose root is a plain reduction: their loops are parallel (`m_dims`) or reduced
+# (`k_dims`); `n_dims` and `batch_dims` are empty.
+REDUCTION_KINDS = (DispatchKind.SOFTMAX, DispatchKind.NORMALIZATION, DispatchKind.REDUCTION)
+
+
+@dataclass(frozen=True)
+class FusedOp:
+    """Another op of a dispatch that the compiler configures besides the root (a GPU reduction
+    dispatch gives each of its ops a lowering_config: a softmax's max reduction and division),
+    and how a spec reaches it from the root: each step is ("input", i), the op producing the
+    op's i-th input, or ("user", 0), the single op using its result."""
+
+    op_name: str
+    result_type: str  # e.g. "tensor<16x2048xf32>"
+    path: tuple[tuple[str, int], ...]
+    default_lowering_config: str
+    loop_bounds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +135,10 @@ class Dispatch:
     # Attention: the compiler's own decomposition_config (its QK and PV matmuls' configs). Its
     # contraction view: M = queries, N = value columns, K = head dim (K1) then keys (K2).
     decomposition_config: str = ""
+    # Reduction kinds: the root's result type (what a spec matches it by) and the other ops the
+    # compiler configures in the same dispatch.
+    result_type: str = ""
+    fused: tuple[FusedOp, ...] = ()
 
     def contiguous_dim(self, operand: int) -> int | None:
         """The loop dim along which an operand is contiguous in memory (its innermost)."""
@@ -131,6 +159,10 @@ class Dispatch:
 
     @property
     def shape_name(self) -> str:
+        if self.kind in REDUCTION_KINDS:
+            loops = "x".join(str(b) for b in self.loop_bounds)
+            return f"{self.kind.value}_{loops}_{self.lhs_type}"
+
         def part(dims: tuple[int, ...]) -> str:
             return "x".join(str(s) for s in self.sizes(dims)) or "1"
 

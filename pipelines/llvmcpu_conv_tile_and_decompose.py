@@ -6,13 +6,13 @@ configs have."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Mapping
 
 import z3
 
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
+from pipelines.printed_config import tiling_level
 from pipelines.dispatch import Dispatch, DispatchKind
 
 if TYPE_CHECKING:
@@ -34,14 +34,6 @@ def _tile_bytes(default: Mapping[str, int], acc_bytes: int) -> int:
         return 0
     return (default["distribution_n"] * default["distribution_oh"] * default["distribution_ow"]
             * default["distribution_oc"] * acc_bytes)
-
-
-def tiling_level(lowering_config: str, level: str) -> list[int]:
-    """One tiling level of an `#iree_cpu.lowering_config` as the compiler prints it (its
-    canonical form; read without IREE, so that another compiler's dispatch, with no default
-    config, simply has none)."""
-    found = re.search(rf"\b{level} = \[([^\]]*)\]", lowering_config)
-    return [int(x) for x in found.group(1).split(",")] if found and found.group(1).strip() else []
 
 
 def default_knobs(dispatch: Dispatch) -> dict[str, int]:

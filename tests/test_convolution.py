@@ -136,7 +136,8 @@ def test_the_compilers_own_convolution_config_is_read_as_knobs_and_its_neighbour
     """The default config of the 4x56x56x64 sample, as the compiler prints it, read back as the
     pipeline's knobs (each checked against its place in the string), is a point of the space;
     the first tier of the preferences holds configs that change one or two of its knobs."""
-    from pipelines.llvmcpu_conv_tile_and_decompose import default_knobs, tiling_level
+    from pipelines.llvmcpu_conv_tile_and_decompose import default_knobs
+    from pipelines.printed_config import tiling_level
 
     [d] = discover(CPU_CONV, parse_target("llvm-cpu"), ctx)
     text = d.default.lowering_config

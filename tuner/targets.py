@@ -28,9 +28,26 @@ class Target:
     # The CPU times on the cores the compiles run on: overlapping them cost the 2-core machine
     # its right winner (BENCHMARKS.md), so the CPU evaluates one candidate at a time.
     default_strategy: str = "overlapped"
+    # Where specs are preprocessing specs: the flag that loads the same file's codegen-stage entry
+    # (@__kernel_config), for configs that must go in where the compiler configures a dispatch's
+    # ops (reductions: tuner.specs.fused). "{spec}" stands for the file. cuda does not load
+    # codegen tuning specs in 3.13, but runs the same entry as a transform library.
+    codegen_spec_flag: str = ""
 
-    def spec_flags(self, spec_path: str) -> tuple[str, ...]:
-        return (f"{self.spec_flag}={spec_path}",)
+    def spec_flags(self, spec_path: str, codegen: bool = False) -> tuple[str, ...]:
+        """The flags that hand the compiler a spec file; `codegen`: the spec also has configs
+        for the codegen stage (tuner.specs.transform.uses_codegen_stage)."""
+        flags = (f"{self.spec_flag}={spec_path}",)
+        if codegen and self.codegen_spec_flag:
+            flags += (self.codegen_spec_flag.format(spec=spec_path),)
+        return flags
+
+    def is_spec_flag(self, flag: str) -> bool:
+        """Whether `flag` is one of the flags that hand the compiler a spec file."""
+        prefixes = [self.spec_flag + "="]
+        if self.codegen_spec_flag:
+            prefixes.append(self.codegen_spec_flag.split("{spec}")[0])
+        return flag.startswith(tuple(prefixes))
 
     def __str__(self) -> str:
         return self.name
@@ -54,15 +71,16 @@ CUDA_ARCHS = ("sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_87", "sm
 DEFAULT_CUDA_ARCH = "sm_80"
 
 
-def _gpu(name: str, compile_flags: tuple[str, ...], device: str) -> Target:
+def _gpu(name: str, compile_flags: tuple[str, ...], device: str, codegen_spec_flag: str) -> Target:
     """A GPU target: specs as preprocessing transform specs, the tuned dispatch timed alone."""
     return Target(name=name, compile_flags=compile_flags, device=device,
                   spec_flag="--iree-preprocessing-transform-spec-filename", spec_entry="__transform_main",
-                  time_dispatch_only=True)
+                  time_dispatch_only=True, codegen_spec_flag=codegen_spec_flag)
 
 
 def cuda(arch: str = DEFAULT_CUDA_ARCH) -> Target:
-    return _gpu(f"cuda:{arch}", ("--iree-hal-target-device=cuda", f"--iree-cuda-target={arch}"), "cuda")
+    return _gpu(f"cuda:{arch}", ("--iree-hal-target-device=cuda", f"--iree-cuda-target={arch}"), "cuda",
+                "--iree-codegen-transform-dialect-library={spec}@__kernel_config")
 
 
 # The gfx archs IREE 3.13 has a GPU target for (each compiled a matmul to TileAndFuse here;
@@ -79,7 +97,8 @@ def rocm(arch: str = DEFAULT_ROCM_ARCH) -> Target:
     rocm and configure contractions and convolutions, but an attention config given that way
     was not applied (the compiler's own config and decomposition were read back), while the
     same matcher and annotations applied as a preprocessing spec were."""
-    return _gpu(f"rocm:{arch}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={arch}"), "hip")
+    return _gpu(f"rocm:{arch}", ("--iree-hal-target-device=hip", f"--iree-rocm-target={arch}"), "hip",
+                "--iree-codegen-tuning-spec-path={spec}")
 
 
 def parse_target(text: str) -> Target:

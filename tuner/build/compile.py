@@ -15,6 +15,7 @@ from iree.compiler import ir
 
 from pipelines import check_config
 from tuner.specs.candidates import Candidate
+from tuner.specs.transform import uses_codegen_stage
 from tuner.discovery.program import TUNER_ATTRIBUTES_FLAG, read_configured
 from tuner.build.dispatch_benchmark import benchmark_function, benchmark_sources, check_split, combine
 from tuner.evaluation.measure import Built, Progress
@@ -34,7 +35,7 @@ def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> li
     """Every iree-compile flag that builds this candidate (the baseline: the target's alone)."""
     flags = [*target.compile_flags, *candidate.config.flags]
     if candidate.config.compilation_info:
-        flags += target.spec_flags(str(spec_path.resolve()))
+        flags += target.spec_flags(str(spec_path.resolve()), codegen=uses_codegen_stage([candidate.config]))
     return flags
 
 
@@ -116,10 +117,11 @@ def built_candidate(c: Candidate, target: Target, cdir: Path, result: Result, vm
            dispatch_function: Optional[str] = None, dispatch_vmfb: Optional[Path] = None) -> Built:
     """A Built entry; the spec file is kept even when empty: it is best_spec.mlir if c wins."""
     has_spec = bool(c.config.compilation_info)
-    base_flags = tuple(f for f in result.flags if not (has_spec and f.startswith(target.spec_flag + "=")))
+    base_flags = tuple(f for f in result.flags if not (has_spec and target.is_spec_flag(f)))
     if dispatch_function and dispatch_vmfb is None:
         dispatch_vmfb = cdir / DISPATCH_VMFB
-    return Built(result, vmfb, c.dispatch.out_type, cdir / "spec.mlir", target.spec_flag if has_spec else None,
+    spec_flags = target.spec_flags("{spec}", codegen=uses_codegen_stage([c.config])) if has_spec else ()
+    return Built(result, vmfb, c.dispatch.out_type, cdir / "spec.mlir", spec_flags,
                  base_flags, dispatch_vmfb, dispatch_function)
 
 

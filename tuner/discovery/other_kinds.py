@@ -30,7 +30,7 @@ def _ops(func: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def _iterators(op: ir.Operation) -> list[str]:
+def iterators(op: ir.Operation) -> list[str]:
     if "iterator_types" not in op.attributes:
         return []
     return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
@@ -54,7 +54,7 @@ def classify(root: ir.Operation, func: ir.Operation, loops: tuple[int, ...] = ()
     ops = _ops(func)
     names = {o.name for o in ops}
     structured = [o for o in ops if o.name in _STRUCTURED]
-    reductions = [o for o in structured if "reduction" in _iterators(o) or o.name == "linalg.reduce"]
+    reductions = [o for o in structured if "reduction" in iterators(o) or o.name == "linalg.reduce"]
     if "linalg.softmax" in names or (reductions and "math.exp" in names and "arith.divf" in names
                                      and names & {"arith.maximumf", "arith.maxnumf"}):
         kind = "softmax"

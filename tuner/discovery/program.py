@@ -16,7 +16,8 @@ from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
-from tuner.discovery.other_kinds import OtherKind, classify
+from tuner.discovery.other_kinds import OtherKind, classify, iterators
+from tuner.discovery.reductions import configured_ops, is_reduction_root, reduction_parts
 from tuner.discovery.workload import Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
@@ -87,7 +88,9 @@ def _typed_operands(op: ir.Operation) -> tuple[str, str, str, list[ir.AffineMap]
         operands = list(op.operands)
         return (_element_type(operands[0]), _element_type(operands[1]), _element_type(operands[2]),
                 [*maps[:inputs], maps[inputs]])
-    return (_element_type(op.opview.inputs[0]), _element_type(op.opview.inputs[1]),
+    inputs = list(op.opview.inputs)
+    # A reduction may have one input; its type then stands for both.
+    return (_element_type(inputs[0]), _element_type(inputs[1 if len(inputs) > 1 else 0]),
             _element_type(op.opview.outputs[0]), maps)
 
 
@@ -203,10 +206,33 @@ def pipeline_id(attr: ir.Attribute) -> str:
     return f"{whole[1]}.{whole[2]}" if whole else str(attr)
 
 
+def _reduction_roles(op: ir.Operation) -> tuple | None:
+    """A reduction root's roles: its parallel loops as M, its reduced ones as K; its kind, result
+    type and other configured ops (tuner.discovery.reductions). None: not a reduction root."""
+    if not is_reduction_root(op):
+        return None
+    func = enclosing_op(op, "func.func")
+    loops = _loop_bounds(op)
+    parts = reduction_parts(op, func, loops)
+    if isinstance(parts, str):
+        raise InputError(f"{op.name}: {parts}; not tunable yet")
+    kind, result_type, fused = parts
+    its = iterators(op)
+    m = tuple(i for i, t in enumerate(its) if t == "parallel")
+    k = tuple(i for i, t in enumerate(its) if t == "reduction")
+    return kind, m, k, result_type, fused
+
+
 def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     roles = _roles(op)
+    extra: dict = {}
     if roles is None:
-        return None
+        reduction = _reduction_roles(op)
+        if reduction is None:
+            return None
+        kind, m, k, result_type, fused = reduction
+        roles = (kind, (), m, (), k, None)
+        extra = {"result_type": result_type, "fused": fused}
     kind, batch, m, n, k, conv = roles
     func = enclosing_op(op, "func.func")
     variant = enclosing_op(op, "hal.executable.variant")
@@ -241,6 +267,7 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
         conv=conv,
         decomposition_config=(str(op.attributes["decomposition_config"])
                               if "decomposition_config" in op.attributes else ""),
+        **extra,
     )
 
 
@@ -295,7 +322,8 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
                 kinds[name] = other
                 article = "an" if other.kind[0] in "aeiou" else "a"
                 skipped.append((name, f"{op.name}: {article} {other.kind} dispatch ({other.shape}); no pipeline of "
-                                      "this tuner tunes it yet (contractions, convolutions and attention only)"))
+                                      "this tuner tunes it yet (contractions, convolutions, attention and "
+                                      "reductions only)"))
                 continue
             found.append(replace(d, source_digest=digest))
         entries, runs = entry_points(module)
@@ -316,14 +344,14 @@ def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str
 
 def _configured_roots(module: ir.Module) -> list[ir.Operation]:
     """Root ops of configured modules. The compiler marks the ones it configured itself; an op
-    configured from a compilation_info keeps no root_op mark, so any contraction, convolution or
-    attention op that carries a lowering_config counts too."""
+    configured from a compilation_info keeps no root_op mark, so any contraction, convolution,
+    attention or reduction op that carries a lowering_config counts too."""
     roots = list(iree_codegen.get_tuner_root_ops(module))
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         if "lowering_config" in op.attributes and op not in roots and (
             linalg.isa_contraction_op(op) or linalg.isa_convolution_op(op) or iree_codegen.isa_attention_op(op)
-            or op.name in ATTENTION_OPS
+            or op.name in ATTENTION_OPS or is_reduction_root(op)
         ):
             roots.append(op)
         return ir.WalkResult.ADVANCE
@@ -341,6 +369,7 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
             module = ir.Module.parse(text)
             for op in _configured_roots(module):
                 func = enclosing_op(op, "func.func")
+                others = [o for o in configured_ops(func) if o != op] if is_reduction_root(op) else []
                 out.append(ConfiguredDispatch(
                     op_name=op.name,
                     lowering_config=str(op.attributes["lowering_config"]),
@@ -348,5 +377,6 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
                     decomposition_config=(str(op.attributes["decomposition_config"])
                                           if "decomposition_config" in op.attributes else ""),
                     loop_bounds=_static_loop_bounds(op),
+                    fused_lowering_configs=tuple(str(o.attributes["lowering_config"]) for o in others),
                 ))
     return out

@@ -34,7 +34,8 @@ class Built:
     vmfb: Optional[Path]
     out_type: str  # element type of the result, for the numerics tolerance
     spec: Optional[Path]  # the candidate's tuning spec file (an empty spec for flag-only configs)
-    spec_flag: Optional[str]  # the flag that passes the spec to iree-compile, if it needs one
+    # The flags that pass the spec to iree-compile ("{spec}" standing for its path); none: no spec.
+    spec_flags: tuple[str, ...]
     base_flags: tuple[str, ...]  # every other flag that builds it
     # Where the target times dispatches alone (GPUs): the dispatch benchmark module to time.
     dispatch_vmfb: Optional[Path] = None
@@ -49,13 +50,13 @@ class Built:
 
     def rebuild_flags(self, spec_path: Path) -> list[str]:
         """iree-compile flags that rebuild this candidate with its spec at `spec_path`."""
-        extra = [f"{self.spec_flag}={spec_path.resolve()}"] if self.spec_flag and self.spec else []
+        extra = [f.format(spec=spec_path.resolve()) for f in self.spec_flags] if self.spec else []
         return [*self.base_flags, *extra]
 
     def to_json(self, root: Path) -> dict:
         rel = lambda p: str(p.relative_to(root)) if p else None  # noqa: E731
         return {"result": self.result.to_json(), "vmfb": rel(self.vmfb), "out_type": self.out_type,
-                "spec": rel(self.spec), "spec_flag": self.spec_flag, "base_flags": list(self.base_flags),
+                "spec": rel(self.spec), "spec_flags": list(self.spec_flags), "base_flags": list(self.base_flags),
                 "dispatch_vmfb": rel(self.dispatch_vmfb), "dispatch_function": self.dispatch_function,
                 "reused": self.reused}
 
@@ -63,8 +64,15 @@ class Built:
     def from_json(cls, data: dict, root: Path) -> "Built":
         path = lambda p: inside(root, p) if p else None  # noqa: E731
         return cls(Result.from_json(data["result"]), path(data["vmfb"]), data["out_type"], path(data["spec"]),
-                   data["spec_flag"], tuple(data["base_flags"]), path(data.get("dispatch_vmfb")),
+                   _spec_flags(data), tuple(data["base_flags"]), path(data.get("dispatch_vmfb")),
                    data.get("dispatch_function"), data.get("reused", False))
+
+
+def _spec_flags(data: dict) -> tuple[str, ...]:
+    """A manifest entry's spec flags (manifests written before there could be two name one)."""
+    if "spec_flags" in data:
+        return tuple(data["spec_flags"])
+    return (f"{data['spec_flag']}={{spec}}",) if data.get("spec_flag") else ()
 
 
 def inside(root: Path, relative: str) -> Path:

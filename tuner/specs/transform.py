@@ -7,7 +7,8 @@ from iree.compiler.dialects import preprocessing_transform as match
 from iree.compiler.dialects import iree_codegen, transform
 from iree.compiler.dialects.transform import structured
 
-from pipelines import Config, Dispatch, DispatchKind
+from pipelines import REDUCTION_KINDS, Config, Dispatch, DispatchKind
+from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
 TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
@@ -89,6 +90,24 @@ def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribu
     return seq
 
 
+def _fused_matcher(dispatch: Dispatch, config: Config) -> transform.NamedSequenceOp:
+    """Matches a reduction dispatch's root op (tuner.specs.fused) and yields it and its other
+    configured ops with the root's compilation_info and each other op's lowering_config."""
+    any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
+    others = len(config.fused_lowering_configs)
+    seq = transform.NamedSequenceOp(f"match_{dispatch.name}", [any_op], [any_op] * (1 + others) + [any_param] * (1 + others),
+                                    arg_attrs=[_readonly()])
+    with ir.InsertionPoint(seq.body):
+        op = seq.bodyTarget
+        handles = match_fused(dispatch, op)
+        if len(handles) != others:
+            raise ValueError(f"{dispatch.name}: a config for {others} other ops, the dispatch has {len(handles)}")
+        params = [transform.ParamConstantOp(any_param, ir.Attribute.parse(text)).result
+                  for text in (config.compilation_info, *config.fused_lowering_configs)]
+        transform.YieldOp([op, *handles, *params])
+    return seq
+
+
 def _apply(with_decomposition: bool = False) -> transform.NamedSequenceOp:
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
     params = 2 if with_decomposition else 1
@@ -139,45 +158,74 @@ def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transfor
     return seq
 
 
+def _actions(configs: list[tuple[Dispatch, Config]]) -> None:
+    """Every action sequence the configs' matchers lead to, once each."""
+    plain = [c for d, c in configs if c.split_reduction == 1 and d.kind not in REDUCTION_KINDS]
+    if any(not c.decomposition_config for c in plain):
+        _apply()
+    if any(c.decomposition_config for c in plain):
+        _apply(with_decomposition=True)
+    for factor in sorted({c.split_reduction for _, c in configs if c.split_reduction > 1}):
+        _apply_split(factor)
+    for others in sorted({len(c.fused_lowering_configs) for d, c in configs if d.kind in REDUCTION_KINDS}):
+        apply_fused(others)
+
+
+def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
+    """The matchers and actions of one entry point (`KERNEL_CONFIG` or `TRANSFORM_MAIN`) for
+    `configs`, and the entry itself, at the current insertion point."""
+    names, actions = [], []
+    for dispatch, config in configs:
+        if dispatch.kind in REDUCTION_KINDS:
+            names.append(_fused_matcher(dispatch, config).sym_name.value)
+            actions.append(f"{APPLY_FUSED}_{len(config.fused_lowering_configs)}")
+            continue
+        decomposition = ir.Attribute.parse(config.decomposition_config) if config.decomposition_config else None
+        info = ir.Attribute.parse(config.compilation_info)
+        action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
+                  else APPLY_DECOMPOSED if decomposition is not None else APPLY)
+        names.append(_matcher(dispatch, info, decomposition).sym_name.value)
+        actions.append(action)
+        other = (_value_transposed(_maps(dispatch))
+                 if dispatch.kind == DispatchKind.ATTENTION and entry == TRANSFORM_MAIN else None)
+        if other is not None:
+            names.append(_matcher(dispatch, info, decomposition, other, "_value_transposed").sym_name.value)
+            actions.append(action)
+    _entrypoint(names, actions, entry)
+
+
 def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
     """A spec that gives each dispatch's root op its config's compilation_info (with attention's
-    decomposition_config; split-K configs split the op first), with the entry point the target
-    loads (`KERNEL_CONFIG` or `TRANSFORM_MAIN`).
+    decomposition_config; split-K configs split the op first; reductions configure every op the
+    compiler configures), with the entry point the target loads (`KERNEL_CONFIG` or
+    `TRANSFORM_MAIN`). A preprocessing spec (`TRANSFORM_MAIN`) also gets a `KERNEL_CONFIG`
+    entry for the configs that go in at the codegen stage (`Config.codegen_spec`): one file,
+    passed to the compiler once for each stage (Target.spec_flags).
 
     With no configs it is the empty spec: it loads, matches nothing, and leaves every default.
     """
     if entry not in (KERNEL_CONFIG, TRANSFORM_MAIN):
         raise ValueError(f"unknown spec entry {entry!r}")
-    splits = sorted({c.split_reduction for _, c in configs if c.split_reduction > 1})
-    if splits and entry != TRANSFORM_MAIN:
+    codegen = [(d, c) for d, c in configs if entry == KERNEL_CONFIG or c.codegen_spec]
+    preprocessing = [(d, c) for d, c in configs if entry == TRANSFORM_MAIN and not c.codegen_spec]
+    if any(c.split_reduction > 1 for _, c in codegen):
         raise ValueError("split-K configs need a preprocessing spec (the op is split before dispatches are formed)")
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
         module.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
-        if configs and entry == KERNEL_CONFIG:
+        if codegen:
             # Lets IREE link this spec with its own default specs; it requires a foreach_match.
             module.operation.attributes["iree_codegen.tuning_spec_with_default_entrypoint"] = ir.UnitAttr.get()
-        names, actions = [], []
         with ir.InsertionPoint(module.body):
-            plain = [c for _, c in configs if c.split_reduction == 1]
-            if any(not c.decomposition_config for c in plain):
-                _apply()
-            if any(c.decomposition_config for c in plain):
-                _apply(with_decomposition=True)
-            for factor in splits:
-                _apply_split(factor)
-            for dispatch, config in configs:
-                decomposition = ir.Attribute.parse(config.decomposition_config) if config.decomposition_config else None
-                info = ir.Attribute.parse(config.compilation_info)
-                action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
-                          else APPLY_DECOMPOSED if decomposition is not None else APPLY)
-                names.append(_matcher(dispatch, info, decomposition).sym_name.value)
-                actions.append(action)
-                other = (_value_transposed(_maps(dispatch))
-                         if dispatch.kind == DispatchKind.ATTENTION and entry == TRANSFORM_MAIN else None)
-                if other is not None:
-                    names.append(_matcher(dispatch, info, decomposition, other, "_value_transposed").sym_name.value)
-                    actions.append(action)
-            _entrypoint(names, actions, entry)
+            _actions(configs)
+            if entry == TRANSFORM_MAIN:
+                _stage(preprocessing, TRANSFORM_MAIN)
+            if codegen or entry == KERNEL_CONFIG:
+                _stage(codegen, KERNEL_CONFIG)
         module.operation.verify()
         return module
+
+
+def uses_codegen_stage(configs: list[Config]) -> bool:
+    """Whether a spec of these configs has a codegen-stage entry on a preprocessing-spec target."""
+    return any(c.codegen_spec and c.compilation_info for c in configs)

@@ -16,7 +16,7 @@ from tuner.profiling.profile import profile
 from tuner.report.outputs import comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
 from tuner.settings import Listeners, RunOptions, SearchSettings
-from tuner.specs.transform import build_spec
+from tuner.specs.transform import build_spec, uses_codegen_stage
 from tuner.stages.base import ModelState, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage, MergeStage
 from tuner.stages.flags import FlagStage
@@ -161,7 +161,8 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     try:
         if state.kept:
             write_file(spec_path, header + merged_spec(state.kept, env.target, env.ctx))
-            flags += env.target.spec_flags(str(spec_path.resolve()))
+            flags += env.target.spec_flags(str(spec_path.resolve()),
+                                           codegen=uses_codegen_stage([p.config for p in state.kept]))
         else:
             write_file(spec_path, header + str(build_spec([], env.ctx, env.target.spec_entry)))
         write_file(out / MODEL_FLAGS, response_file(flags))

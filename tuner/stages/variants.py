@@ -14,7 +14,7 @@ from iree.compiler import ir
 
 from pipelines import Config, Dispatch, check_config
 from tuner.discovery.program import read_configured
-from tuner.specs.transform import build_spec
+from tuner.specs.transform import build_spec, uses_codegen_stage
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 
@@ -80,7 +80,7 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     text = merged_spec(variant.parts, target, ctx) if variant.parts else ""
     if variant.parts:
         spec = directory / "spec.mlir"
-        flags += target.spec_flags(str(spec.resolve()))
+        flags += target.spec_flags(str(spec.resolve()), codegen=uses_codegen_stage([p.config for p in variant.parts]))
     configs = directory / "configs"
     vmfb = directory / "model.vmfb"
     # What built the module there: the same program, flags and spec are not compiled again (a

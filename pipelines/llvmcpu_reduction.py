@@ -1,0 +1,155 @@
+"""llvm-cpu DoubleTilingExpert for reductions (softmax, LayerNorm/RMSNorm-style normalizations,
+row sums): the rows a workgroup takes, the rows a vector step covers and the vector width along
+the reduced dimension.
+
+IREE 3.13 configures the root reduction with `distribution`, `vector_common_parallel` and
+`vector_reduction` tiles, and gives the dispatch's other ops (a softmax's max reduction and
+division) the same vector tiles (`vector_common_parallel`, and `vector_reduction` or
+`vector_inner_parallel` over the reduced dimension). A config here is the compiler's own config,
+read from the dispatch, with these knobs changed in every op alike:
+
+- `distribution_outer`, `distribution_inner`: the workgroup tile of the two innermost parallel
+  loops (rows per workgroup);
+- `vector_common_parallel_inner`: rows per vector step (the innermost parallel loop);
+- `vector_reduction`: elements per vector step along the reduced loop."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Mapping
+
+import z3
+
+from constraints import IntKnob, Problem, tiling
+from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
+from pipelines.dispatch import REDUCTION_KINDS, Dispatch
+from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, MIN_WORKGROUPS, vector_registers
+from pipelines.printed_config import tiling_level
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
+
+ROOT_LEVELS = ("distribution", "vector_common_parallel", "vector_reduction")
+
+
+def _levels(lowering_config: str) -> list[str]:
+    """The tiling levels a printed `#iree_cpu.lowering_config` has, in its order."""
+    return re.findall(r"(\w+) = \[", lowering_config)
+
+
+def _dims(dispatch: Dispatch) -> tuple[int | None, int, int]:
+    """The outer and inner parallel loops the knobs tile, and the reduced loop."""
+    parallel = dispatch.m_dims
+    return (parallel[-2] if len(parallel) > 1 else None), parallel[-1], dispatch.k_dims[-1]
+
+
+def default_knobs(dispatch: Dispatch) -> dict[str, int]:
+    """The compiler's own config as this pipeline's knobs."""
+    text = dispatch.default.lowering_config
+    dist, vec, red = (tiling_level(text, level) for level in ROOT_LEVELS)
+    outer, inner, r = _dims(dispatch)
+    knobs = {"distribution_inner": dist[inner], "vector_common_parallel_inner": vec[inner], "vector_reduction": red[r]}
+    if outer is not None:
+        knobs["distribution_outer"] = dist[outer]
+    return knobs
+
+
+def _readable(dispatch: Dispatch) -> bool:
+    rank = len(dispatch.loop_bounds)
+    texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
+    return (bool(dispatch.m_dims and dispatch.k_dims)
+            and all(len(tiling_level(dispatch.default.lowering_config, lv)) == rank for lv in ROOT_LEVELS)
+            and all(len(tiling_level(t, lv)) == rank for t in texts for lv in _levels(t)))
+
+
+class LLVMCPUReduction(Pipeline):
+    name = "llvmcpu_reduction"
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return (dispatch.target.backend == "llvm-cpu" and dispatch.kind in REDUCTION_KINDS
+                and default_pipeline_is(dispatch, "iree_cpu.DoubleTilingExpert") and _readable(dispatch))
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        b = dispatch.loop_bounds
+        outer, inner, r = _dims(dispatch)
+        default = default_knobs(dispatch)
+        lanes = max(1, dispatch.target.native_vector_bytes // ELEMENT_BYTES.get(dispatch.lhs_type, 4))
+        regs = vector_registers(dispatch)
+
+        p = Problem()
+        knobs = {}
+        if outer is not None:
+            knobs["distribution_outer"] = p.add_knob(IntKnob.of(
+                "distribution_outer", sorted({*tiling.tile_candidates(b[outer], 1, 64), default["distribution_outer"]})))
+        knobs["distribution_inner"] = p.add_knob(IntKnob.of(
+            "distribution_inner", sorted({*tiling.tile_candidates(b[inner], 1, 256), default["distribution_inner"]})))
+        knobs["vector_common_parallel_inner"] = p.add_knob(IntKnob.of(
+            "vector_common_parallel_inner",
+            sorted({*tiling.powers_of_two(1, min(16, b[inner])), default["vector_common_parallel_inner"]})))
+        knobs["vector_reduction"] = p.add_knob(IntKnob.of(
+            "vector_reduction", sorted({*tiling.tile_candidates(b[r], 1, 8 * lanes), default["vector_reduction"]})))
+        dist, vec, red = (knobs["distribution_inner"].var, knobs["vector_common_parallel_inner"].var,
+                          knobs["vector_reduction"].var)
+        # The vector step sits inside the workgroup tile; the tile a vector step reads (rows x
+        # reduced elements) fits the register file.
+        p.require(dist % vec == 0)
+        p.require(vec * tiling.ceil_div(red, lanes) <= regs)
+        workgroups = tiling.ceil_div(b[inner], dist)
+        if outer is not None:
+            workgroups = workgroups * tiling.ceil_div(b[outer], knobs["distribution_outer"].var)
+        changed = z3.Sum([z3.If(k.var == default[name], 0, 1) for name, k in knobs.items()])
+        # Most important first: near the compiler's own config (its neighbourhood is where the
+        # convolutions' winners were, issue 24), enough workgroups for the cores, whole vectors
+        # along the reduced loop, then variety.
+        p.prefer("near_default", changed <= 2)
+        p.prefer("enough_workgroups", workgroups >= MIN_WORKGROUPS)
+        p.prefer("whole_vectors", red % lanes == 0)
+        p.diversify(*knobs)
+        return p
+
+    def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
+        import math
+
+        b = dispatch.loop_bounds
+        outer, inner, r = _dims(dispatch)
+        rows = -(-b[inner] // int(s["distribution_inner"]))
+        if outer is not None:
+            rows *= -(-b[outer] // int(s["distribution_outer"]))
+        return {"workgroups": math.log2(rows), "vector_tile": math.log2(int(s["vector_common_parallel_inner"])
+                                                                         * int(s["vector_reduction"]))}
+
+    # The lowering: the only part that imports IREE.
+    def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        from iree.compiler import ir
+        from iree.compiler.dialects import iree_codegen
+
+        outer, inner, r = _dims(dispatch)
+        new = {("distribution", inner): int(s["distribution_inner"]),
+               ("vector_common_parallel", inner): int(s["vector_common_parallel_inner"]),
+               ("vector_reduction", r): int(s["vector_reduction"]),
+               ("vector_inner_parallel", r): int(s["vector_reduction"])}
+        if outer is not None:
+            new[("distribution", outer)] = int(s["distribution_outer"])
+        texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
+        # IREE 3.13's Python bindings have no constructor for #iree_cpu.lowering_config, so it
+        # is parsed from its canonical form; the compiler's verifier checks it on parse.
+        with ctx:
+            configs = [ir.Attribute.parse(_retiled(text, new)) for text in texts]
+            translation = ir.Attribute.parse(dispatch.default.translation_info)
+            info = iree_codegen.CompilationInfoAttr.get(configs[0], translation)
+        summary = (f"wg {s.get('distribution_outer', '-')}x{s['distribution_inner']} rows, "
+                   f"vec {s['vector_common_parallel_inner']} rows x {s['vector_reduction']}")
+        return Config(knobs=dict(s), compilation_info=str(info), summary=summary, expect_root_op=dispatch.op_name,
+                      expect_lowering_config=str(configs[0]), expect_translation_info=str(translation),
+                      fused_lowering_configs=tuple(str(c) for c in configs[1:]), codegen_spec=True)
+
+
+def _retiled(text: str, new: dict[tuple[str, int], int]) -> str:
+    """A printed CPU config with the entries `new` gives ((level, loop) -> tile) changed where
+    the config tiles that loop at that level (a zero stays: that op does not tile it there)."""
+    parts = []
+    for level in _levels(text):
+        sizes = tiling_level(text, level)
+        sizes = [new.get((level, d), t) if t else t for d, t in enumerate(sizes)]
+        parts.append(f"{level} = {sizes}")
+    return f"#iree_cpu.lowering_config<{', '.join(parts)}>"
