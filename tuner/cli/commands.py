@@ -76,6 +76,9 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
               help="Tune the K tunable dispatches with the largest measured shares (instead of --min-share).")
 @click.option("--min-share", default=0.02, show_default=True, type=click.FloatRange(0.0, 1.0),
               help="Tune every tunable dispatch with at least this fraction of the model's dispatch time.")
+@click.option("--kinds", default="", metavar="KIND[,KIND...]",
+              help="Tune only dispatches of these kinds (contraction, convolution, attention, softmax, "
+                   "normalization, reduction); default: every kind.")
 @search_options
 @click.option("--model-flags/--no-model-flags", default=True, show_default=True,
               help="Try the target's model-wide flags (llvm-cpu: data tiling) on the whole model first.")
@@ -106,7 +109,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
 @quiet_wait_option
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
-def tune_model(input_file: Path, target: str, top: int | None, min_share: float, search, model_flags: bool,
+def tune_model(input_file: Path, target: str, top: int | None, min_share: float, kinds: str, search, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
@@ -124,7 +127,9 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
         tuning = run(input_file, target, output_dir, search,
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
                                 parameters=parameters, dynamic_size=dynamic_size),
-                     ModelOptions(min_share, top, model_rounds, model_flags), Listeners(on_progress, console.print))
+                     ModelOptions(min_share, top, model_rounds, model_flags,
+                                  kinds=tuple(k.strip() for k in kinds.split(",") if k.strip())),
+                     Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)

@@ -18,7 +18,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from iree.compiler import ir
 
@@ -99,6 +99,7 @@ class DispatchStage:
     min_share: float = 0.02
     top: Optional[int] = None
     name: str = "dispatches"
+    kinds: tuple[str, ...] = ()  # the dispatch kinds it tunes ("softmax", ...); empty: every kind
     search: SearchSettings = SearchSettings()
     directory: str = DISPATCHES  # DIR/directory/NAME: each dispatch's tuning
 
@@ -110,7 +111,7 @@ class DispatchStage:
             program = discover_program(source, env.target, env.ctx, state.flags).for_running(env.workload.parameters, env.dynamic_size)
             measured = profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
                                timeout_s=env.settings.run_timeout_s, progress=env.progress)
-        chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top)
+        chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds)
         at_once = env.strategy == CLUSTER and len(chosen) > 1
         for i, (lead, outcome) in enumerate(chosen, 1):
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
@@ -173,10 +174,11 @@ def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: S
                             dispatch.flags, search.budget)
 
 
-def select_dispatches(program, measured, workload, min_share: float, top: Optional[int]
+def select_dispatches(program, measured, workload, min_share: float, top: Optional[int], kinds: Sequence[str] = ()
                       ) -> tuple[list[tuple[Dispatch, DispatchOutcome]], list[DispatchOutcome]]:
-    """The dispatches to tune (one per distinct shape, the largest share first: `top` of them, or
-    those with at least `min_share`), and an outcome saying why for every other one."""
+    """The dispatches to tune (one per distinct shape of the `kinds` asked for, every kind if none,
+    the largest share first: `top` of them, or those with at least `min_share`), and an outcome
+    saying why for every other one."""
     share = (lambda n: measured.share(n)) if measured else (lambda n: None)
     outcomes: list[DispatchOutcome] = []
     todo: list[tuple[Dispatch, DispatchOutcome]] = []
@@ -194,6 +196,9 @@ def select_dispatches(program, measured, workload, min_share: float, top: Option
         outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others)
         if pipeline_for(lead) is None:
             outcomes.append(replace(outcome, status=f"not tuned: {why_untunable(lead)}"))
+        elif kinds and lead.kind.value not in kinds:
+            outcomes.append(replace(outcome, status=f"not tuned: a {lead.kind.value}, not among the kinds asked for "
+                                                    f"({', '.join(kinds)})"))
         else:
             todo.append((lead, outcome))
     for name, why in program.skipped:

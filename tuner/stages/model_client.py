@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 
 from tuner.api import PROFILE
 from tuner.driver import read_program
+from pipelines import DispatchKind
 from tuner.errors import InputError, OutputError
 from tuner.profiling.profile import profile
 from tuner.report.outputs import comment, rebuild_command, response_file
@@ -43,11 +44,13 @@ class ModelTuning:
 
 
 def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
-                   model_flags: bool = True, search: SearchSettings = SearchSettings()) -> list[Stage]:
+                   model_flags: bool = True, search: SearchSettings = SearchSettings(),
+                   kinds: tuple[str, ...] = ()) -> list[Stage]:
     """tune-model's stages: model-wide flags (unless `model_flags` is off), then the dispatches
-    that matter (each searched by `search` within `num_candidates` evaluations), then the merge."""
+    that matter (of the `kinds` asked for, every kind if none; each searched by `search` within
+    `num_candidates` evaluations), then the merge."""
     return [*([FlagStage(tune_budget=min(FlagStage.tune_budget, num_candidates), search=search)] if model_flags else []),
-            DispatchStage(num_candidates, min_share, top, search=search),
+            DispatchStage(num_candidates, min_share, top, search=search, kinds=kinds),
             MergeStage()]
 
 
@@ -83,12 +86,17 @@ class ModelOptions:
     rounds: int = 4
     model_flags: bool = True
     timer: ModelBenchmark = iree_benchmark
+    kinds: tuple[str, ...] = ()  # the dispatch kinds to tune (DispatchKind values); empty: every kind
 
     def checked(self) -> "ModelOptions":
         if not 0.0 <= self.min_share <= 1.0:
             raise InputError(f"--min-share {self.min_share}: a fraction between 0 and 1")
         if self.top is not None and self.top < 1:
             raise InputError("--top must be at least 1")
+        known = [k.value for k in DispatchKind]
+        unknown = [k for k in self.kinds if k not in known]
+        if unknown:
+            raise InputError(f"--kinds {','.join(unknown)}: unknown; the kinds are {', '.join(known)}")
         return self
 
 
@@ -127,7 +135,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
         env = replace(env, workload=workload, profile=measured)
         state = run_stages(stages if stages is not None else
-                           default_stages(search.budget, model.min_share, model.top, model.model_flags, search), env)
+                           default_stages(search.budget, model.min_share, model.top, model.model_flags, search,
+                                          model.kinds), env)
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, state.program_of(source), workload.entry, parameters=workload.parameters)
 
@@ -139,7 +148,7 @@ def _compile_step(env: StageEnv, model: ModelOptions, search: SearchSettings) ->
     if plan is None:
         measured = read_profile(env)
         env = replace(env, workload=model_entry(env.program, measured), profile=measured)
-        plan, state = advance(env, search.budget, model.min_share, model.top, search)
+        plan, state = advance(env, search.budget, model.min_share, model.top, search, model.kinds)
     if plan is not None:
         plan.write(env.output_dir)
         env.say(next_step_message(plan, env.output_dir))

@@ -67,10 +67,11 @@ def read_profile(env: StageEnv) -> Profile:
 
 
 def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[int],
-            search: SearchSettings = SearchSettings()) -> tuple[Optional[ModelPlan], ModelState]:
+            search: SearchSettings = SearchSettings(), kinds: tuple[str, ...] = ()
+            ) -> tuple[Optional[ModelPlan], ModelState]:
     """The next plan for the device (None when the model is done) and the state so far."""
     state = ModelState()
-    chosen, untuned = select_dispatches(env.program, env.profile, env.workload, min_share, top)
+    chosen, untuned = select_dispatches(env.program, env.profile, env.workload, min_share, top, kinds)
     outcomes, pending = list(untuned), []
     for lead, outcome in chosen:
         directory = env.output_dir / DISPATCHES / lead.name
