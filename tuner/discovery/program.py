@@ -17,7 +17,7 @@ from tuner.discovery.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
-from tuner.discovery.reductions import configured_ops, is_reduction_root, reduction_parts
+from tuner.discovery.reductions import configured_ops, is_reduction_root, reduction_parts, stored_element_type
 from tuner.discovery.workload import Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
@@ -239,6 +239,10 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     info = iree_codegen.TranslationInfoAttr(func.attributes["translation_info"])
     lowering = op.attributes["lowering_config"] if "lowering_config" in op.attributes else None
     lhs_type, rhs_type, out_type, maps = _typed_operands(op)
+    if extra:
+        # A reduction's results are compared (their tolerance chosen) at the type the dispatch
+        # stores: a softmax over f16 scores reduces in f32 and stores f16.
+        out_type = stored_element_type(func, out_type)
     return Dispatch(
         name=ir.StringAttr(func.attributes["sym_name"]).value,
         kind=kind,

@@ -68,6 +68,26 @@ def configured_ops(func: ir.Operation) -> list[ir.Operation]:
     return found
 
 
+# The ops that write a dispatch's results (IREE 3.13 prints both, by configuration stage).
+_STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
+_BITS = {"f64": 64, "f32": 32, "i32": 32, "f16": 16, "bf16": 16, "i16": 16, "i8": 8}
+
+
+def stored_element_type(func: ir.Operation, fallback: str) -> str:
+    """The element type of what the dispatch writes (its narrowest, where it writes several):
+    a softmax over f16 scores reduces in f32 but stores f16, and its results are compared at
+    the precision they are stored in."""
+    found: list[str] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name in _STORES and o.operands and isinstance(o.operands[0].type, ir.ShapedType):
+            found.append(str(ir.ShapedType(o.operands[0].type).element_type))
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    return min(found, key=lambda t: _BITS.get(t, 32)) if found else fallback
+
+
 def reduction_parts(root: ir.Operation, func: ir.Operation, loops: tuple[int, ...]
                     ) -> tuple[DispatchKind, str, tuple[FusedOp, ...]] | str:
     """The dispatch's kind, the root's result type and its other configured ops; or why a spec
