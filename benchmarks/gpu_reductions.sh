@@ -9,7 +9,8 @@
 #   bash benchmarks/gpu_reductions.sh model MODEL FUNCTION [BUDGET] [LIMIT_S]
 #       tune-model with every kind, then with contractions and attention only (the same result
 #       store: the second run reuses the first's dispatch tunings), then the two models and the
-#       default built with plain iree-compile, kernel times side by side (rerun to resume)
+#       default built with plain iree-compile, kernel times side by side (rerun to resume);
+#       EXTRA="--no-model-flags" keeps the model as written (no attention raising: BENCHMARKS.md)
 set -u
 WHEELS=${WHEELS:-/tmp/whl}
 if [ -d "$WHEELS" ] && [ ! -f /tmp/site/.done ]; then
@@ -61,7 +62,7 @@ model)
     [ -f $D/model_spec.mlir ] && continue
     [ $left -gt 30 ] || { echo "out of time before $D"; exit 0; }
     timeout $left python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' tune-model $M --target cuda:sm_80 \
-      --budget $BUDGET --min-share 0.02 ${K:+--kinds $K} --store $S --output $D > $OUT/tm-$(basename $D).txt 2>&1
+      --budget $BUDGET --min-share 0.02 ${K:+--kinds $K} ${EXTRA:-} --store $S --output $D > $OUT/tm-$(basename $D).txt 2>&1
     echo "$D rc=$? after $(( $(date +%s) - s )) s"; grep -v "━" $OUT/tm-$(basename $D).txt | grep -v "^skipped" | tail -30 | cut -c1-220
   done
   for D in $A $B; do [ -f $D/model_spec.mlir ] || exit 0; done

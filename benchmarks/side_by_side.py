@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuner.evaluation.runner import RunSettings, benchmark
+from typing import Optional
+
+from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark
 
 
-def interleaved(modules: dict[str, Path], settings: RunSettings, rounds: int) -> dict[str, list[float]]:
+def interleaved(modules: dict[str, Path], settings: RunSettings, rounds: int,
+                dispatch_function: Optional[str] = None) -> dict[str, list[float]]:
     """Each module's median time (ms) in each of `rounds` rounds; round r runs them in the given
-    order when r is even, reversed when odd."""
+    order when r is even, reversed when odd. `dispatch_function`: the modules are IREE dispatch
+    benchmarks, timed per dispatch by that function."""
     names = list(modules)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            timing, run = benchmark(modules[name], settings)
+            alone = DispatchBenchmark(modules[name], dispatch_function) if dispatch_function else None
+            timing, run = benchmark(modules[name], settings, alone)
             if timing is None:
                 raise SystemExit(f"iree-benchmark-module failed on {modules[name]}: {run.stderr}")
             times[name].append(timing.median_ms)

@@ -33,14 +33,21 @@ ROWS = [
     ("2-D convolution, NCHW", "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir",
      "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir"),
     ("attention", "attention_8x1024x1024x64_f16.mlir", "attention_8x1024x1024x64_f16.mlir"),
+    # Reductions, from the tests' fixtures (FILE#KIND: the file's first dispatch of that kind).
+    ("softmax (f16 scores, f32 inside, f16 out)", "softmax_f16.mlir#softmax", "softmax_f16.mlir#softmax"),
+    ("LayerNorm: the mean's reduction", "other_kinds.mlir#reduction", "other_kinds.mlir#reduction"),
+    ("LayerNorm: the normalization", "other_kinds.mlir#normalization", "other_kinds.mlir#normalization"),
 ]
+KINDS = ROOT / "tests" / "fixtures" / "kinds"
 # (target, pipeline): None is the pipeline for the compiler's own choice.
 COLUMNS = [("llvm-cpu", None), ("cuda:sm_80", None), ("rocm:gfx942", None), ("rocm:gfx942", "llvmgpu_vector_distribute")]
 
 
 def cell(sample: str, target_name: str, pipeline_name: str | None, limit: int, ctx: ir.Context) -> str:
     target = parse_target(target_name)
-    dispatches = discover(ROOT / "sample_dispatches" / sample, target, ctx)
+    name, _, kind = sample.partition("#")
+    dispatches = discover((KINDS if kind else ROOT / "sample_dispatches") / name, target, ctx)
+    dispatches = [d for d in dispatches if not kind or d.kind.value == kind]
     if not dispatches:
         return "no (not discovered as tunable)"
     d = dispatches[0]

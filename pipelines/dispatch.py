@@ -161,7 +161,7 @@ class Dispatch:
     def shape_name(self) -> str:
         if self.kind in REDUCTION_KINDS:
             loops = "x".join(str(b) for b in self.loop_bounds)
-            return f"{self.kind.value}_{loops}_{self.lhs_type}"
+            return f"{loops}_{self.lhs_type}"  # as `dispatches` names the kinds no pipeline takes
 
         def part(dims: tuple[int, ...]) -> str:
             return "x".join(str(s) for s in self.sizes(dims)) or "1"

@@ -1,0 +1,145 @@
+"""Reductions (softmax, LayerNorm-style normalizations, row sums) on llvm-cpu, cuda and rocm: read
+with the other ops the compiler configures, their constraints checked on hand-counted configs, a
+sample of candidates compiled for real (each carrying the root's config and every other op's),
+and a wrong result caught by the numerics check."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tuner.evaluation.measure as measure_mod
+from pipelines import DispatchKind, check_config, pipeline_for
+from pipelines.base import ConfiguredDispatch
+from tuner.build.compile import EvalSettings, compile_all, compile_to_manifest
+from tuner.discovery.program import discover, discover_program
+from tuner.evaluation.benchmark_stage import benchmark_dir
+from tuner.results import Status
+from tuner.specs.candidates import generate_candidates
+from tuner.store import ResultStore
+from tuner.targets import parse_target
+from tuner.versions import compiler_version, runtime_version
+
+KINDS = Path(__file__).parent / "fixtures" / "kinds"
+TORCH_KINDS = KINDS / "other_kinds.mlir"  # softmax 8x128x128, LayerNorm 256x512 (two dispatches), row sum
+SOFTMAX_F16 = KINDS / "softmax_f16.mlir"  # 4x256x256: f16 scores, an f32 softmax, f16 probabilities
+FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, quiet_wait_s=0.0)
+
+
+def _of_kind(path: Path, target: str, kind: str, ctx):
+    return next(d for d in discover(path, parse_target(target), ctx) if d.kind.value == kind)
+
+
+def test_a_gpu_softmax_is_read_with_its_max_reduction_and_its_division(ctx):
+    d = _of_kind(SOFTMAX_F16, "cuda", "softmax", ctx)
+    assert d.op_name == "linalg.generic" and d.loop_bounds == (4, 256, 256)
+    assert (d.m_dims, d.k_dims) == ((0, 1), (2,))
+    # The root, the exp-sum, reduces in f32; the dispatch stores f16: results are compared in f16.
+    assert d.result_type == "tensor<4x256xf32>" and (d.lhs_type, d.out_type) == ("f16", "f16")
+    assert [(f.path, f.result_type) for f in d.fused] == [((("input", 1),), "tensor<4x256xf32>"),
+                                                          ((("user", 0),), "tensor<4x256x256xf16>")]
+    assert all("lane_basis" in f.default_lowering_config for f in d.fused)
+    assert pipeline_for(d).name == "llvmgpu_vector_distribute_reduction"
+
+
+def test_the_gpu_reduction_rules_on_hand_counted_configs(ctx):
+    d = _of_kind(SOFTMAX_F16, "cuda", "softmax", ctx)  # rows of 256, 32 lanes, f16 loads
+    problem = pipeline_for(d).build_problem(d)
+    # A row pass is subgroups x 32 lanes x loads: 2 x 32 x 4 = 256 divides the row; 4 x 32 x 4 = 512 does not.
+    assert problem.admits({"subgroups": 2, "thread_loads": 4})
+    assert not problem.admits({"subgroups": 4, "thread_loads": 4})
+    # A thread loads at most 128 bits at once: 8 f16 elements, not 16.
+    assert problem.admits({"subgroups": 1, "thread_loads": 8})
+    assert not problem.admits({"subgroups": 1, "thread_loads": 16})
+    # At most max_threads_per_workgroup threads: with 128, 4 subgroups of 32 fit and 8 do not.
+    small = replace(d, target=replace(d.target, max_threads_per_workgroup=128))
+    narrow = pipeline_for(small).build_problem(small)
+    assert narrow.admits({"subgroups": 4, "thread_loads": 2})
+    assert not narrow.admits({"subgroups": 8, "thread_loads": 1})
+
+
+def test_the_cpu_reduction_rules_on_hand_counted_configs(ctx):
+    d = _of_kind(TORCH_KINDS, "llvm-cpu", "softmax", ctx)  # 8x128x128 f32
+    # Fix the ISA: 64-byte vectors (16 f32 lanes), 32 vector registers (AVX-512).
+    d = replace(d, target=replace(d.target, native_vector_bytes=64, cpu_features=("+avx512f",)))
+    problem = pipeline_for(d).build_problem(d)
+    base = {"distribution_outer": 8, "distribution_inner": 16, "vector_common_parallel_inner": 8, "vector_reduction": 16}
+    assert problem.admits(base)
+    # The vector step sits inside the workgroup tile: 16 rows per step in a tile of 8 rows does not.
+    assert not problem.admits({**base, "distribution_inner": 8, "vector_common_parallel_inner": 16})
+    # The step's tile fits 32 registers: 8 rows x 64 elements = 8 x 4 vectors = 32 fits, 16 x 4 = 64 does not.
+    assert problem.admits({**base, "vector_common_parallel_inner": 8, "vector_reduction": 64})
+    assert not problem.admits({**base, "vector_common_parallel_inner": 16, "vector_reduction": 64})
+
+
+def test_a_reduction_config_whose_other_ops_lost_theirs_is_caught(ctx):
+    """The read-back checks every op the config sets, not only the root."""
+    d = _of_kind(SOFTMAX_F16, "cuda", "softmax", ctx)
+    tiled = generate_candidates(d, pipeline_for(d), 2, ctx, parse_target("cuda").spec_entry)[1]
+    c = tiled.config
+    assert len(c.fused_lowering_configs) == 2 and c.codegen_spec
+    applied = ConfiguredDispatch(d.op_name, c.expect_lowering_config, c.expect_translation_info,
+                                 fused_lowering_configs=c.fused_lowering_configs)
+    assert check_config(c, applied) == []
+    defaults = replace(applied, fused_lowering_configs=tuple(f.default_lowering_config for f in d.fused))
+    assert any("other ops carry" in p for p in check_config(c, defaults))
+
+
+def test_a_gpu_reduction_spec_goes_in_at_the_codegen_stage(ctx):
+    """On cuda the spec file holds the preprocessing entry and a @__kernel_config entry with the
+    reduction's matcher, and is passed a second time as a transform library (the codegen tuning
+    spec flag is not read on cuda in 3.13)."""
+    cuda = parse_target("cuda")
+    d = _of_kind(SOFTMAX_F16, "cuda", "softmax", ctx)
+    tiled = generate_candidates(d, pipeline_for(d), 2, ctx, cuda.spec_entry)[1]
+    assert "@__transform_main" in tiled.spec and "@__kernel_config" in tiled.spec
+    assert "transform.match.structured.input" in tiled.spec and "apply_fused_op_config_2" in tiled.spec
+    flags = cuda.spec_flags("/s.mlir", codegen=True)
+    assert flags == ("--iree-preprocessing-transform-spec-filename=/s.mlir",
+                     "--iree-codegen-transform-dialect-library=/s.mlir@__kernel_config")
+    assert all(cuda.is_spec_flag(f) for f in flags) and not cuda.is_spec_flag("--iree-cuda-target=sm_80")
+    assert parse_target("rocm").spec_flags("/s.mlir", codegen=True)[1] == "--iree-codegen-tuning-spec-path=/s.mlir"
+
+
+CELLS = [(target, kind) for target in ("llvm-cpu", "cuda", "rocm:gfx942")
+         for kind in ("softmax", "normalization", "reduction")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target_name,kind", CELLS, ids=lambda v: str(v))
+def test_a_sample_of_reduction_candidates_compiles_and_carries_its_config(target_name, kind, ctx, tmp_path):
+    target = parse_target(target_name)
+    d = _of_kind(TORCH_KINDS, target_name, kind, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), 2, ctx, target.spec_entry)
+    assert len(candidates) == 3 and candidates[0].is_baseline
+    built = compile_all(candidates, TORCH_KINDS, target, tmp_path, EvalSettings(), ctx)
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    for c in candidates[1:]:
+        # Every op the compiler configures gets its config (on the CPU too: the vector tiles).
+        assert len(c.config.fused_lowering_configs) == len(d.fused)
+
+
+@pytest.mark.slow
+def test_a_wrong_softmax_result_is_caught_and_a_right_one_passes_at_its_stored_precision(ctx, cpu, tmp_path,
+                                                                                         monkeypatch):
+    program = discover_program(SOFTMAX_F16, cpu, ctx)
+    [d] = program.dispatches
+    assert d.kind == DispatchKind.SOFTMAX and d.out_type == "f16"
+    candidates = generate_candidates(d, pipeline_for(d), 2, ctx)
+    wrong = replace(candidates[2], id=9, config=replace(candidates[2].config, summary="corrupted"))
+    real_run_once = measure_mod.run_once
+
+    def corrupting_run_once(vmfb, settings, output):
+        run = real_run_once(vmfb, settings, output)
+        if "/0009/" in str(vmfb):
+            np.save(output, np.load(output) * 1.5)
+        return run
+
+    monkeypatch.setattr(measure_mod, "run_once", corrupting_run_once)
+    store = ResultStore(tmp_path / "results.sqlite", compiler_version(), runtime_version())
+    compile_to_manifest([candidates[0], candidates[1], wrong], SOFTMAX_F16, cpu, program.workload(d, SOFTMAX_F16),
+                        tmp_path, ctx, store, FAST)
+    by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
+    assert by_id[0].ok and by_id[1].ok
+    assert by_id[9].status == Status.WRONG_NUMERICS and by_id[9].relative_error > 0.1
