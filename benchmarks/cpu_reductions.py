@@ -85,7 +85,7 @@ def main() -> None:
     bench = out / "bench"
     if not bench.is_dir():
         _compile(program, flags, out / "model-default.vmfb", (f"--iree-hal-dump-executable-benchmarks-to={bench}",))
-    listed = _tuner("dispatches", str(program), "--json")
+    listed = _tuner("dispatches", str(program), "--json", "--profile", "--output", str(out / "profile"))
     if listed.returncode:
         raise SystemExit(listed.stderr)
     reductions = [d for d in json.loads(listed.stdout)["dispatches"] if d["kind"] in KINDS and d["pipeline"]]
