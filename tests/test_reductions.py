@@ -111,8 +111,9 @@ CELLS = [(target, kind) for target in ("llvm-cpu", "cuda", "rocm:gfx942")
 def test_a_sample_of_reduction_candidates_compiles_and_carries_its_config(target_name, kind, ctx, tmp_path):
     target = parse_target(target_name)
     d = _of_kind(TORCH_KINDS, target_name, kind, ctx)
-    candidates = generate_candidates(d, pipeline_for(d), 2, ctx, target.spec_entry)
-    assert len(candidates) == 3 and candidates[0].is_baseline
+    # Three configs asked for: one of them may be the compiler's own (the baseline, dropped).
+    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
+    assert len(candidates) >= 3 and candidates[0].is_baseline
     built = compile_all(candidates, TORCH_KINDS, target, tmp_path, EvalSettings(), ctx)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     for c in candidates[1:]:
