@@ -10,16 +10,8 @@
 #                                               # then, once done, the independent check
 #   bash benchmarks/gpu_model_flow.sh dumped    # IREE's dumped dispatch benchmarks timed alone
 set -u
-WHEELS=${WHEELS:-/tmp/whl}
-if [ -d "$WHEELS" ] && [ ! -f /tmp/site/.done ]; then
-  ls "$WHEELS"/part_* >/dev/null 2>&1 && cat "$WHEELS"/part_* > "$WHEELS"/iree_base_compiler-3.13.0-cp312-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl && rm "$WHEELS"/part_*
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEELS"/*.whl || exit 1
-  touch /tmp/site/.done
-fi
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:/tmp/site/iree/_runtime_libs:$PATH
-chmod +x /tmp/site/iree/_runtime_libs/iree-* 2>/dev/null
-export PYTHONUNBUFFERED=1 COLUMNS=220 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source benchmarks/gpu_setup.sh
+export COLUMNS=220
 tuner() { python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' "$@"; }
 [ -d /tmp/models ] || python3 examples/onnx_models.py --out /tmp/models > /dev/null
 T="--iree-hal-target-device=cuda --iree-cuda-target=sm_80"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The reduction kinds (softmax, normalizations, row sums) of a model tuned on a GPU machine that
-# holds the compiler (BENCHMARKS.md, "Reductions on the H100"). Wheels as in gpu_model_flow.sh.
+# holds the compiler (BENCHMARKS.md, "Reductions"). Wheels: benchmarks/gpu_setup.sh.
 #
 #   bash benchmarks/gpu_reductions.sh dispatches MODEL FUNCTION [BUDGET]
 #       `tune` each softmax / normalization / reduction dispatch of /tmp/models/MODEL.onnx, then
@@ -12,16 +12,8 @@
 #       default built with plain iree-compile, kernel times side by side (rerun to resume);
 #       EXTRA="--no-model-flags" keeps the model as written (no attention raising: BENCHMARKS.md)
 set -u
-WHEELS=${WHEELS:-/tmp/whl}
-if [ -d "$WHEELS" ] && [ ! -f /tmp/site/.done ]; then
-  ls "$WHEELS"/part_* >/dev/null 2>&1 && cat "$WHEELS"/part_* > "$WHEELS"/iree_base_compiler-3.13.0-cp312-abi3-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl && rm "$WHEELS"/part_*
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEELS"/*.whl || exit 1
-  touch /tmp/site/.done
-fi
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:/tmp/site/iree/_runtime_libs:$PATH
-chmod +x /tmp/site/iree/_runtime_libs/iree-* /tmp/site/iree/compiler/_mlir_libs/iree-* 2>/dev/null
-export PYTHONUNBUFFERED=1 COLUMNS=200 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source benchmarks/gpu_setup.sh
+export COLUMNS=200
 tuner() { python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' "$@"; }
 [ -d /tmp/models ] || python3 examples/onnx_models.py --out /tmp/models > /dev/null
 MODEL=${2:-bert_large_layer_f16_2048}; FN=${3:-bert_layer}; BUDGET=${4:-12}

@@ -65,6 +65,24 @@ def rebuild_from_spec(input_path: Path, candidate, target, directory: Path, ctx)
     return configured
 
 
+def corrupt_output(monkeypatch, candidate_id: int, factor: float = 1.5) -> None:
+    """Spoil the result candidate `candidate_id` writes when it runs (scaled by `factor`): a wrong
+    result, which the numerics check must catch."""
+    import numpy as np
+
+    import tuner.evaluation.measure as measure_mod
+
+    real_run_once = measure_mod.run_once
+
+    def corrupting_run_once(vmfb, settings, output):
+        run = real_run_once(vmfb, settings, output)
+        if f"/{candidate_id:04d}/" in str(vmfb):
+            np.save(output, np.load(output) * factor)
+        return run
+
+    monkeypatch.setattr(measure_mod, "run_once", corrupting_run_once)
+
+
 def run_cli(*args):
     """The CLI in this process (click's runner); arguments may be paths."""
     from click.testing import CliRunner

@@ -9,10 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import tuner.evaluation.measure as measure_mod
 from pipelines import pipeline_for
 from tuner import api
 from tuner.settings import RunOptions, SearchSettings
@@ -26,7 +24,7 @@ from tuner.specs.transform import build_spec
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tuner.tools import find_tool, run_tool
-from tests.conftest import rebuild_from_spec
+from tests.conftest import corrupt_output, rebuild_from_spec
 
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, quiet_wait_s=0.0)
 
@@ -97,15 +95,7 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
     broken = Candidate(90, dispatch, tiled.pipeline, broken_config, str(build_spec([(dispatch, broken_config)], ctx)))
     # A candidate whose output is corrupted after it runs: the numerics check must catch it.
     wrong = replace(candidates[1], id=91, config=replace(candidates[1].config, summary="corrupted"))
-    real_run_once = measure_mod.run_once
-
-    def corrupting_run_once(vmfb, settings, output):
-        run = real_run_once(vmfb, settings, output)
-        if "/0091/" in str(vmfb):
-            np.save(output, np.load(output) * 1.5)
-        return run
-
-    monkeypatch.setattr(measure_mod, "run_once", corrupting_run_once)
+    corrupt_output(monkeypatch, 91)
     compile_to_manifest([candidates[0], broken, wrong, tiled], small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST)
     by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
     assert by_id[0].ok and by_id[tiled.id].ok

@@ -6,10 +6,8 @@ and a wrong result caught by the numerics check."""
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import tuner.evaluation.measure as measure_mod
 from pipelines import DispatchKind, check_config, pipeline_for
 from pipelines.base import ConfiguredDispatch
 from tuner.build.compile import EvalSettings, compile_all, compile_to_manifest
@@ -20,6 +18,7 @@ from tuner.specs.candidates import generate_candidates
 from tuner.store import ResultStore
 from tuner.targets import parse_target
 from tuner.versions import compiler_version, runtime_version
+from tests.conftest import corrupt_output
 
 KINDS = Path(__file__).parent / "fixtures" / "kinds"
 TORCH_KINDS = KINDS / "other_kinds.mlir"  # softmax 8x128x128, LayerNorm 256x512 (two dispatches), row sum
@@ -129,15 +128,7 @@ def test_a_wrong_softmax_result_is_caught_and_a_right_one_passes_at_its_stored_p
     assert d.kind == DispatchKind.SOFTMAX and d.out_type == "f16"
     candidates = generate_candidates(d, pipeline_for(d), 2, ctx)
     wrong = replace(candidates[2], id=9, config=replace(candidates[2].config, summary="corrupted"))
-    real_run_once = measure_mod.run_once
-
-    def corrupting_run_once(vmfb, settings, output):
-        run = real_run_once(vmfb, settings, output)
-        if "/0009/" in str(vmfb):
-            np.save(output, np.load(output) * 1.5)
-        return run
-
-    monkeypatch.setattr(measure_mod, "run_once", corrupting_run_once)
+    corrupt_output(monkeypatch, 9)
     store = ResultStore(tmp_path / "results.sqlite", compiler_version(), runtime_version())
     compile_to_manifest([candidates[0], candidates[1], wrong], SOFTMAX_F16, cpu, program.workload(d, SOFTMAX_F16),
                         tmp_path, ctx, store, FAST)
