@@ -135,3 +135,25 @@ def test_a_wrong_softmax_result_is_caught_and_a_right_one_passes_at_its_stored_p
     by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
     assert by_id[0].ok and by_id[1].ok
     assert by_id[9].status == Status.WRONG_NUMERICS and by_id[9].relative_error > 0.1
+
+
+def test_tune_model_kinds_choose_which_dispatches_it_tunes(ctx, cpu):
+    """`--kinds normalization` on a LayerNorm (two dispatches: the mean's reduction and the
+    normalization) tunes the normalization and says why not the reduction; a kind that does not
+    exist is one clear error naming the kinds."""
+    from tuner.errors import InputError
+    from tuner.stages import ModelOptions
+    from tuner.stages.builtin import select_dispatches
+
+    program = discover_program(TORCH_KINDS, cpu, ctx)
+    norm = next(d for d in program.dispatches if d.kind == DispatchKind.NORMALIZATION)
+    workload = program.entries[norm.name]
+    chosen, others = select_dispatches(program, None, workload, 0.0, None, ("normalization",))
+    assert [d.name for d, _ in chosen] == [norm.name]
+    said = {o.name: o.status for o in others}
+    mean = next(d.name for d in program.dispatches if d.kind == DispatchKind.REDUCTION and program.entries[d.name] == workload)
+    assert said[mean] == "not tuned: a reduction, not among the kinds asked for (normalization)"
+    everything, _ = select_dispatches(program, None, workload, 0.0, None)
+    assert {d.name for d, _ in everything} == {norm.name, mean}
+    with pytest.raises(InputError, match="--kinds softmx: unknown; the kinds are contraction, .*softmax"):
+        ModelOptions(kinds=("softmx",)).checked()

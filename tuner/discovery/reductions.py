@@ -31,11 +31,9 @@ def _neighbours(op: ir.Operation) -> list[tuple[Step, ir.Operation]]:
     out: list[tuple[Step, ir.Operation]] = []
     if hasattr(op.opview, "inputs"):
         for i, value in enumerate(op.opview.inputs):
-            owner = value.owner
-            if isinstance(owner, ir.Operation) or isinstance(owner, ir.OpView):
-                owner = owner.operation
-                if _is_linalg(owner):
-                    out.append((("input", i), owner))
+            owner = value.owner  # an op (an OpView), or a Block for a block argument
+            if isinstance(owner, (ir.Operation, ir.OpView)) and _is_linalg(owner):
+                out.append((("input", i), owner.operation))
     users = [use.owner for use in op.results[0].uses] if op.results else []
     if len(users) == 1 and _is_linalg(users[0]):
         out.append((("user", 0), users[0].operation))
