@@ -1,7 +1,7 @@
 """IREE codegen pipelines: each builds a constraint problem for a dispatch and turns solutions into configs."""
 
 from pipelines.base import Config, ConfiguredDispatch, Pipeline, check_config
-from pipelines.dispatch import (REDUCTION_KINDS, ConvDims, DefaultConfig, Dispatch, DispatchKind, FusedOp, MmaIntrinsic,
+from pipelines.dispatch import (MATCHED_BY_STRUCTURE, PARALLEL_KINDS, REDUCTION_KINDS, ConvDims, DefaultConfig, Dispatch, DispatchKind, FusedOp, MmaIntrinsic,
                                 TargetFacts)
 from pipelines.registry import PIPELINES, pipeline_for, why_untunable
 
@@ -15,6 +15,8 @@ __all__ = [
     "Dispatch",
     "DispatchKind",
     "FusedOp",
+    "MATCHED_BY_STRUCTURE",
+    "PARALLEL_KINDS",
     "REDUCTION_KINDS",
     "MmaIntrinsic",
     "TargetFacts",

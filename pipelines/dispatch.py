@@ -16,11 +16,20 @@ class DispatchKind(str, enum.Enum):
     SOFTMAX = "softmax"
     NORMALIZATION = "normalization"
     REDUCTION = "reduction"
+    # Dispatches of parallel loops only: a transpose (maybe with elementwise work fused), or
+    # elementwise work alone.
+    TRANSPOSE = "transpose"
+    ELEMENTWISE = "elementwise"
 
 
 # The kinds whose root is a plain reduction: their loops are parallel (`m_dims`) or reduced
 # (`k_dims`); `n_dims` and `batch_dims` are empty.
 REDUCTION_KINDS = (DispatchKind.SOFTMAX, DispatchKind.NORMALIZATION, DispatchKind.REDUCTION)
+# The kinds of all-parallel dispatches: every loop is in `m_dims`.
+PARALLEL_KINDS = (DispatchKind.TRANSPOSE, DispatchKind.ELEMENTWISE)
+# The kinds a spec matches by the root's structure and whose other configured ops it reaches
+# from the root (tuner.specs.fused), rather than with one of IREE's op matchers.
+MATCHED_BY_STRUCTURE = REDUCTION_KINDS + PARALLEL_KINDS
 
 
 @dataclass(frozen=True)
@@ -159,7 +168,7 @@ class Dispatch:
 
     @property
     def shape_name(self) -> str:
-        if self.kind in REDUCTION_KINDS:
+        if self.kind in MATCHED_BY_STRUCTURE:
             loops = "x".join(str(b) for b in self.loop_bounds)
             return f"{loops}_{self.lhs_type}"  # as `dispatches` names the kinds no pipeline takes
 

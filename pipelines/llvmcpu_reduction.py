@@ -15,7 +15,6 @@ read from the dispatch, with these knobs changed in every op alike:
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Mapping
 
 import z3
@@ -24,17 +23,12 @@ from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import REDUCTION_KINDS, Dispatch
 from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, MIN_WORKGROUPS, vector_registers
-from pipelines.printed_config import tiling_level
+from pipelines.printed_config import levels, retiled, tiling_level
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
 ROOT_LEVELS = ("distribution", "vector_common_parallel", "vector_reduction")
-
-
-def _levels(lowering_config: str) -> list[str]:
-    """The tiling levels a printed `#iree_cpu.lowering_config` has, in its order."""
-    return re.findall(r"(\w+) = \[", lowering_config)
 
 
 def _dims(dispatch: Dispatch) -> tuple[int | None, int, int]:
@@ -59,7 +53,7 @@ def _readable(dispatch: Dispatch) -> bool:
     texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
     return (bool(dispatch.m_dims and dispatch.k_dims)
             and all(len(tiling_level(dispatch.default.lowering_config, lv)) == rank for lv in ROOT_LEVELS)
-            and all(len(tiling_level(t, lv)) == rank for t in texts for lv in _levels(t)))
+            and all(len(tiling_level(t, lv)) == rank for t in texts for lv in levels(t)))
 
 
 class LLVMCPUReduction(Pipeline):
@@ -134,7 +128,7 @@ class LLVMCPUReduction(Pipeline):
         # IREE 3.13's Python bindings have no constructor for #iree_cpu.lowering_config, so it
         # is parsed from its canonical form; the compiler's verifier checks it on parse.
         with ctx:
-            configs = [ir.Attribute.parse(_retiled(text, new)) for text in texts]
+            configs = [ir.Attribute.parse(retiled(text, new)) for text in texts]
             translation = ir.Attribute.parse(dispatch.default.translation_info)
             info = iree_codegen.CompilationInfoAttr.get(configs[0], translation)
         summary = (f"wg {s.get('distribution_outer', '-')}x{s['distribution_inner']} rows, "
@@ -142,14 +136,3 @@ class LLVMCPUReduction(Pipeline):
         return Config(knobs=dict(s), compilation_info=str(info), summary=summary, expect_root_op=dispatch.op_name,
                       expect_lowering_config=str(configs[0]), expect_translation_info=str(translation),
                       fused_lowering_configs=tuple(str(c) for c in configs[1:]), codegen_spec=True)
-
-
-def _retiled(text: str, new: dict[tuple[str, int], int]) -> str:
-    """A printed CPU config with the entries `new` gives ((level, loop) -> tile) changed where
-    the config tiles that loop at that level (a zero stays: that op does not tile it there)."""
-    parts = []
-    for level in _levels(text):
-        sizes = tiling_level(text, level)
-        sizes = [new.get((level, d), t) if t else t for d, t in enumerate(sizes)]
-        parts.append(f"{level} = {sizes}")
-    return f"#iree_cpu.lowering_config<{', '.join(parts)}>"

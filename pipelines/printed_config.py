@@ -21,3 +21,20 @@ def basis(lowering_config: str, name: str) -> tuple[list[int], list[int]]:
         return [], []
     return ([int(x) for x in found.group(1).split(",")],
             [int(x) for x in found.group(2).split(",")] if found.group(2).strip() else [])
+
+
+def levels(lowering_config: str) -> list[str]:
+    """The tiling levels a printed `#iree_cpu.lowering_config` has, in its order."""
+    return re.findall(r"(\w+) = \[", lowering_config)
+
+
+def retiled(lowering_config: str, new: dict[tuple[str, int], int]) -> str:
+    """A printed `#iree_cpu.lowering_config` with the entries `new` gives ((level, loop) -> tile)
+    changed where the config tiles that loop at that level (a zero stays: that op does not tile
+    it there), as text for the compiler's parser (3.13's bindings have no constructor for it)."""
+    parts = []
+    for level in levels(lowering_config):
+        sizes = tiling_level(lowering_config, level)
+        sizes = [new.get((level, d), t) if t else t for d, t in enumerate(sizes)]
+        parts.append(f"{level} = {sizes}")
+    return f"#iree_cpu.lowering_config<{', '.join(parts)}>"

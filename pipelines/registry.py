@@ -6,8 +6,10 @@ from pipelines.base import Pipeline
 from pipelines.dispatch import Dispatch
 from pipelines.llvmcpu_conv_tile_and_decompose import LLVMCPUConvTileAndDecompose
 from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+from pipelines.llvmcpu_elementwise import LLVMCPUElementwise
 from pipelines.llvmcpu_reduction import LLVMCPUReduction
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
+from pipelines.llvmgpu_tile_and_fuse_elementwise import LLVMGPUTileAndFuseElementwise
 from pipelines.llvmgpu_vector_distribute import LLVMGPUVectorDistribute
 from pipelines.llvmgpu_vector_distribute_attention import LLVMGPUVectorDistributeAttention
 from pipelines.llvmgpu_vector_distribute_reduction import LLVMGPUVectorDistributeReduction
@@ -18,11 +20,13 @@ PIPELINES: dict[str, Pipeline] = {
         LLVMCPUDoubleTiling(),
         LLVMCPUConvTileAndDecompose(),
         LLVMCPUReduction(),
+        LLVMCPUElementwise(),
         LLVMGPUTileAndFuse(),
         # After TileAndFuse: it claims contractions only when asked for by name.
         LLVMGPUVectorDistribute(),
         LLVMGPUVectorDistributeAttention(),
         LLVMGPUVectorDistributeReduction(),
+        LLVMGPUTileAndFuseElementwise(),
     )
 }
 

@@ -17,7 +17,8 @@ from tuner.discovery.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
-from tuner.discovery.reductions import configured_ops, is_reduction_root, reduction_parts, stored_element_type
+from tuner.discovery.by_structure import (configured_ops, is_structural_root, stored_element_type,
+                                         structural_parts)
 from tuner.discovery.workload import Workload
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
@@ -206,14 +207,15 @@ def pipeline_id(attr: ir.Attribute) -> str:
     return f"{whole[1]}.{whole[2]}" if whole else str(attr)
 
 
-def _reduction_roles(op: ir.Operation) -> tuple | None:
-    """A reduction root's roles: its parallel loops as M, its reduced ones as K; its kind, result
-    type and other configured ops (tuner.discovery.reductions). None: not a reduction root."""
-    if not is_reduction_root(op):
+def _structural_roles(op: ir.Operation) -> tuple | None:
+    """The roles of a root a spec matches by structure (a reduction, a transpose, elementwise
+    work): its parallel loops as M, its reduced ones as K; its kind, result type and other
+    configured ops (tuner.discovery.by_structure). None: not such a root."""
+    if not is_structural_root(op):
         return None
     func = enclosing_op(op, "func.func")
     loops = _loop_bounds(op)
-    parts = reduction_parts(op, func, loops)
+    parts = structural_parts(op, func, loops)
     if isinstance(parts, str):
         raise InputError(f"{op.name}: {parts}; not tunable yet")
     kind, result_type, fused = parts
@@ -227,10 +229,10 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     roles = _roles(op)
     extra: dict = {}
     if roles is None:
-        reduction = _reduction_roles(op)
-        if reduction is None:
+        structural = _structural_roles(op)
+        if structural is None:
             return None
-        kind, m, k, result_type, fused = reduction
+        kind, m, k, result_type, fused = structural
         roles = (kind, (), m, (), k, None)
         extra = {"result_type": result_type, "fused": fused}
     kind, batch, m, n, k, conv = roles
@@ -240,8 +242,8 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     lowering = op.attributes["lowering_config"] if "lowering_config" in op.attributes else None
     lhs_type, rhs_type, out_type, maps = _typed_operands(op)
     if extra:
-        # A reduction's results are compared (their tolerance chosen) at the type the dispatch
-        # stores: a softmax over f16 scores reduces in f32 and stores f16.
+        # Its results are compared (their tolerance chosen) at the type the dispatch stores: a
+        # softmax over f16 scores reduces in f32 and stores f16.
         out_type = stored_element_type(func, out_type)
     return Dispatch(
         name=ir.StringAttr(func.attributes["sym_name"]).value,
@@ -349,13 +351,13 @@ def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str
 def _configured_roots(module: ir.Module) -> list[ir.Operation]:
     """Root ops of configured modules. The compiler marks the ones it configured itself; an op
     configured from a compilation_info keeps no root_op mark, so any contraction, convolution,
-    attention or reduction op that carries a lowering_config counts too."""
+    attention, reduction or other structurally matched op that carries a lowering_config counts too."""
     roots = list(iree_codegen.get_tuner_root_ops(module))
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         if "lowering_config" in op.attributes and op not in roots and (
             linalg.isa_contraction_op(op) or linalg.isa_convolution_op(op) or iree_codegen.isa_attention_op(op)
-            or op.name in ATTENTION_OPS or is_reduction_root(op)
+            or op.name in ATTENTION_OPS or is_structural_root(op)
         ):
             roots.append(op)
         return ir.WalkResult.ADVANCE
@@ -373,7 +375,7 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
             module = ir.Module.parse(text)
             for op in _configured_roots(module):
                 func = enclosing_op(op, "func.func")
-                others = [o for o in configured_ops(func) if o != op] if is_reduction_root(op) else []
+                others = [o for o in configured_ops(func) if o != op] if is_structural_root(op) else []
                 out.append(ConfiguredDispatch(
                     op_name=op.name,
                     lowering_config=str(op.attributes["lowering_config"]),

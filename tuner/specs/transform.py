@@ -7,7 +7,7 @@ from iree.compiler.dialects import preprocessing_transform as match
 from iree.compiler.dialects import iree_codegen, transform
 from iree.compiler.dialects.transform import structured
 
-from pipelines import REDUCTION_KINDS, Config, Dispatch, DispatchKind
+from pipelines import MATCHED_BY_STRUCTURE, Config, Dispatch, DispatchKind
 from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
@@ -91,7 +91,7 @@ def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribu
 
 
 def _fused_matcher(dispatch: Dispatch, config: Config) -> transform.NamedSequenceOp:
-    """Matches a reduction dispatch's root op (tuner.specs.fused) and yields it and its other
+    """Matches a dispatch's root op by structure (tuner.specs.fused) and yields it and its other
     configured ops with the root's compilation_info and each other op's lowering_config."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
     others = len(config.fused_lowering_configs)
@@ -160,14 +160,14 @@ def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transfor
 
 def _actions(configs: list[tuple[Dispatch, Config]]) -> None:
     """Every action sequence the configs' matchers lead to, once each."""
-    plain = [c for d, c in configs if c.split_reduction == 1 and d.kind not in REDUCTION_KINDS]
+    plain = [c for d, c in configs if c.split_reduction == 1 and d.kind not in MATCHED_BY_STRUCTURE]
     if any(not c.decomposition_config for c in plain):
         _apply()
     if any(c.decomposition_config for c in plain):
         _apply(with_decomposition=True)
     for factor in sorted({c.split_reduction for _, c in configs if c.split_reduction > 1}):
         _apply_split(factor)
-    for others in sorted({len(c.fused_lowering_configs) for d, c in configs if d.kind in REDUCTION_KINDS}):
+    for others in sorted({len(c.fused_lowering_configs) for d, c in configs if d.kind in MATCHED_BY_STRUCTURE}):
         apply_fused(others)
 
 
@@ -176,7 +176,7 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
     `configs`, and the entry itself, at the current insertion point."""
     names, actions = [], []
     for dispatch, config in configs:
-        if dispatch.kind in REDUCTION_KINDS:
+        if dispatch.kind in MATCHED_BY_STRUCTURE:
             names.append(_fused_matcher(dispatch, config).sym_name.value)
             actions.append(f"{APPLY_FUSED}_{len(config.fused_lowering_configs)}")
             continue

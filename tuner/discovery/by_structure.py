@@ -1,6 +1,7 @@
-"""Reduction dispatches (softmax, normalizations, row sums) read as tunable dispatches: the root
-op's loops (parallel ones as M, reduced ones as K), its result type, and the dispatch's other
-ops that the compiler configures, each with the path a spec takes from the root to reach it."""
+"""Dispatches a spec matches by structure, read as tunable dispatches: reductions (softmax,
+normalizations, row sums) and all-parallel ones (transposes, elementwise work). The root op's
+loops (parallel ones as M, reduced ones as K), its result type, and the dispatch's other ops
+that the compiler configures, each with the path a spec takes from the root to reach it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from pipelines import REDUCTION_KINDS, DispatchKind, FusedOp
+from pipelines import MATCHED_BY_STRUCTURE, DispatchKind, FusedOp
 from tuner.discovery.other_kinds import classify, iterators
 
 Step = tuple[str, int]
@@ -19,6 +20,15 @@ def is_reduction_root(op: ir.Operation) -> bool:
     """A linalg op with one result whose loops include a reduction (contractions and
     convolutions are read as such before this is asked)."""
     return op.name in ("linalg.generic", "linalg.reduce") and "reduction" in iterators(op) and len(op.results) == 1
+
+
+def is_structural_root(op: ir.Operation) -> bool:
+    """A reduction root, or a linalg.generic of parallel loops only with one result (a
+    transpose, elementwise work)."""
+    if is_reduction_root(op):
+        return True
+    its = iterators(op)
+    return op.name == "linalg.generic" and bool(its) and set(its) == {"parallel"} and len(op.results) == 1
 
 
 def _is_linalg(op: ir.OpView | ir.Operation) -> bool:
@@ -86,12 +96,12 @@ def stored_element_type(func: ir.Operation, fallback: str) -> str:
     return min(found, key=lambda t: _BITS.get(t, 32)) if found else fallback
 
 
-def reduction_parts(root: ir.Operation, func: ir.Operation, loops: tuple[int, ...]
-                    ) -> tuple[DispatchKind, str, tuple[FusedOp, ...]] | str:
+def structural_parts(root: ir.Operation, func: ir.Operation, loops: tuple[int, ...]
+                     ) -> tuple[DispatchKind, str, tuple[FusedOp, ...]] | str:
     """The dispatch's kind, the root's result type and its other configured ops; or why a spec
     could not configure them (an op no path from the root reaches)."""
     named = classify(root, func, loops).kind
-    if named not in {k.value for k in REDUCTION_KINDS}:
+    if named not in {k.value for k in MATCHED_BY_STRUCTURE}:
         return f"a {named} dispatch"
     kind = DispatchKind(named)
     paths = _paths(root)

@@ -1,7 +1,8 @@
-"""Reductions (softmax, LayerNorm-style normalizations, row sums) on llvm-cpu, cuda and rocm: read
-with the other ops the compiler configures, their constraints checked on hand-counted configs, a
-sample of candidates compiled for real (each carrying the root's config and every other op's),
-and a wrong result caught by the numerics check."""
+"""Reductions (softmax, LayerNorm-style normalizations, row sums), transposes and elementwise
+dispatches on llvm-cpu, cuda and rocm: read with the other ops the compiler configures, their
+constraints checked on hand-counted configs, a sample of candidates of each kind compiled for
+real on each target (each carrying the root's config and every other op's), a wrong result
+caught by the numerics check, and tune-model's --kinds."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,8 @@ from tuner.versions import compiler_version, runtime_version
 from tests.conftest import corrupt_output
 
 KINDS = Path(__file__).parent / "fixtures" / "kinds"
-TORCH_KINDS = KINDS / "other_kinds.mlir"  # softmax 8x128x128, LayerNorm 256x512 (two dispatches), row sum
+TORCH_KINDS = KINDS / "other_kinds.mlir"  # softmax 8x128x128, LayerNorm 256x512 (two dispatches), row sum,
+# a 256x512 transpose, a GELU
 SOFTMAX_F16 = KINDS / "softmax_f16.mlir"  # 4x256x256: f16 scores, an f32 softmax, f16 probabilities
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, quiet_wait_s=0.0)
 
@@ -102,12 +104,12 @@ def test_a_gpu_reduction_spec_goes_in_at_the_codegen_stage(ctx):
 
 
 CELLS = [(target, kind) for target in ("llvm-cpu", "cuda", "rocm:gfx942")
-         for kind in ("softmax", "normalization", "reduction")]
+         for kind in ("softmax", "normalization", "reduction", "transpose", "elementwise")]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target_name,kind", CELLS, ids=lambda v: str(v))
-def test_a_sample_of_reduction_candidates_compiles_and_carries_its_config(target_name, kind, ctx, tmp_path):
+def test_a_sample_of_candidates_of_each_kind_compiles_and_carries_its_config(target_name, kind, ctx, tmp_path):
     target = parse_target(target_name)
     d = _of_kind(TORCH_KINDS, target_name, kind, ctx)
     # Three configs asked for: one of them may be the compiler's own (the baseline, dropped).
@@ -118,6 +120,8 @@ def test_a_sample_of_reduction_candidates_compiles_and_carries_its_config(target
     for c in candidates[1:]:
         # Every op the compiler configures gets its config (on the CPU too: the vector tiles).
         assert len(c.config.fused_lowering_configs) == len(d.fused)
+        assert c.config.expect_lowering_config != d.default.lowering_config or \
+            c.config.expect_translation_info != d.default.translation_info
 
 
 @pytest.mark.slow
@@ -157,3 +161,37 @@ def test_tune_model_kinds_choose_which_dispatches_it_tunes(ctx, cpu):
     assert {d.name for d, _ in everything} == {norm.name, mean}
     with pytest.raises(InputError, match="--kinds softmx: unknown; the kinds are contraction, .*softmax"):
         ModelOptions(kinds=("softmx",)).checked()
+
+
+def test_the_gpu_transpose_rules_on_hand_counted_configs(ctx):
+    d = _of_kind(TORCH_KINDS, "cuda", "transpose", ctx)  # 256x512 f32, its input staged in shared memory
+    assert pipeline_for(d).name == "llvmgpu_tile_and_fuse_elementwise"
+    problem = pipeline_for(d).build_problem(d)
+    ok = {"workgroup_outer": 32, "workgroup_inner": 32, "thread_inner": 4}  # 32 x 8 = 256 threads
+    assert problem.admits(ok)
+    # Whole subgroups: 1 x (64 / 4) = 16 threads is half a subgroup of 32; 2 x 16 = 32 is one.
+    assert not problem.admits({**ok, "workgroup_outer": 1, "workgroup_inner": 64})
+    assert problem.admits({**ok, "workgroup_outer": 2, "workgroup_inner": 64})
+    # At most 1024 threads: 64 x (256 / 4) = 4096 is over (its 64 KiB tile would fit the H100's shared memory).
+    assert not problem.admits({**ok, "workgroup_outer": 64, "workgroup_inner": 256})
+    # A load is at most 128 bits: 4 f32 elements per thread, not 8.
+    assert not problem.admits({**ok, "thread_inner": 8})
+    # The staged tile fits shared memory: with 8 KiB, 8 x 256 x 4 bytes = 8 KiB fits, 16 x 256 x 4 does not.
+    small = replace(d, target=replace(d.target, max_workgroup_memory_bytes=8192))
+    tight = pipeline_for(small).build_problem(small)
+    assert tight.admits({**ok, "workgroup_outer": 8, "workgroup_inner": 256})
+    assert not tight.admits({**ok, "workgroup_outer": 16, "workgroup_inner": 256})
+
+
+def test_the_cpu_transpose_rules_on_hand_counted_configs(ctx):
+    d = _of_kind(TORCH_KINDS, "llvm-cpu", "transpose", ctx)  # 256x512 f32
+    d = replace(d, target=replace(d.target, native_vector_bytes=64, cpu_features=("+avx512f",)))
+    assert pipeline_for(d).name == "llvmcpu_elementwise"
+    problem = pipeline_for(d).build_problem(d)
+    ok = {"distribution_outer": 64, "distribution_inner": 64, "vector_common_parallel_outer": 16,
+          "vector_common_parallel_inner": 16}
+    # The tile read and written: 2 x 16 rows x 1 vector of 16 = 32 registers fit; 16 rows x 2 vectors do not.
+    assert problem.admits(ok)
+    assert not problem.admits({**ok, "vector_common_parallel_inner": 32})
+    # The vector tile inside the workgroup tile: 16 columns per step in a tile of 8 do not fit.
+    assert not problem.admits({**ok, "distribution_inner": 8})

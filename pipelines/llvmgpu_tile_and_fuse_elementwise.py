@@ -1,0 +1,140 @@
+"""LLVMGPU TileAndFuse for all-parallel dispatches on cuda and rocm (transposes, elementwise
+work): the workgroup tile over the two innermost loops and the elements a thread handles along
+the innermost.
+
+IREE 3.13 configures such a dispatch's root op with `workgroup` and `thread` tiles (a transpose
+also promotes its input to shared memory: `promote_operands`), and a workgroup of as many
+threads as the tiles make (workgroup tile / thread tile over every loop). A config here is the
+compiler's own, read from the dispatch, with these knobs changed:
+
+- `workgroup_outer`, `workgroup_inner`: the workgroup tile of the two innermost loops;
+- `thread_inner`: the thread tile along the innermost loop (its elements per load).
+
+The workgroup size follows, linearized ([threads, 1, 1], as IREE's own 3-D configs have it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping
+
+import z3
+
+from constraints import IntKnob, Problem, tiling
+from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
+from pipelines.dispatch import PARALLEL_KINDS, Dispatch
+from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array
+from pipelines.printed_config import tiling_level
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
+
+MAX_LOAD_BITS = 128
+
+
+def _tiles(dispatch: Dispatch) -> tuple[list[int], list[int]] | None:
+    """The compiler's workgroup and thread tiles, where they are the kind described above: every
+    loop but the two innermost one thread's work (their workgroup tile equal to the thread tile)."""
+    text = dispatch.default.lowering_config
+    wg, th = tiling_level(text, "workgroup"), tiling_level(text, "thread")
+    rank = len(dispatch.loop_bounds)
+    if len(wg) != rank or len(th) != rank or rank < 1 or dispatch.fused:
+        return None
+    if any(t <= 0 or w % t for w, t in zip(wg[-2:], th[-2:])):
+        return None
+    if any(w != t and not (w == 1 and t == 0) for w, t in zip(wg[:-2], th[:-2])):
+        return None
+    return wg, th
+
+
+def _loops(dispatch: Dispatch) -> dict[str, int]:
+    rank = len(dispatch.loop_bounds)
+    return {"inner": rank - 1, **({"outer": rank - 2} if rank > 1 else {})}
+
+
+class LLVMGPUTileAndFuseElementwise(Pipeline):
+    name = "llvmgpu_tile_and_fuse_elementwise"
+    aliases = ("llvmgpu_tile_and_fuse",)
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in PARALLEL_KINDS
+                and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse") and bool(dispatch.default.subgroup_size)
+                and _tiles(dispatch) is not None)
+
+    def declines(self, dispatch: Dispatch) -> str | None:
+        if (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in PARALLEL_KINDS
+                and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse") and _tiles(dispatch) is None):
+            return ("the compiler's TileAndFuse config of this dispatch tiles more than its two innermost loops "
+                    "across threads, or configures several ops; not tunable yet")
+        return None
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        tiles = _tiles(dispatch)
+        assert tiles is not None
+        wg, th = tiles
+        b = dispatch.loop_bounds
+        loops = _loops(dispatch)
+        subgroup = dispatch.default.subgroup_size or 32
+        max_threads = dispatch.target.max_threads_per_workgroup or 1024
+        bits = 8 * max(ELEMENT_BYTES.get(dispatch.lhs_type, 4), ELEMENT_BYTES.get(dispatch.out_type, 4))
+        inner = loops["inner"]
+
+        p = Problem()
+        wg_inner = p.add_knob(IntKnob.of("workgroup_inner", sorted({*tiling.powers_of_two(1, min(1024, b[inner])),
+                                                                    wg[inner]})))
+        th_inner = p.add_knob(IntKnob.of("thread_inner", sorted({*tiling.powers_of_two(1, MAX_LOAD_BITS // bits),
+                                                                 th[inner]})))
+        threads = wg_inner.var / th_inner.var
+        p.require(wg_inner.var % th_inner.var == 0)
+        whole = [b[inner] % wg_inner.var == 0]
+        if "outer" in loops:
+            outer = loops["outer"]
+            wg_outer = p.add_knob(IntKnob.of("workgroup_outer", sorted({*tiling.powers_of_two(1, min(256, b[outer])),
+                                                                        wg[outer]})))
+            p.require(wg_outer.var % th[outer] == 0)
+            threads = threads * (wg_outer.var / th[outer])
+            whole.append(b[outer] % wg_outer.var == 0)
+        # Whole subgroups, within the target's thread limit.
+        p.require(z3.And(threads % subgroup == 0, threads <= max_threads))
+        if "promote_operands" in dispatch.default.lowering_config and dispatch.target.max_workgroup_memory_bytes:
+            # A transpose stages its input tile in shared memory: the tile must fit there.
+            tile = wg_inner.var * (p.knob("workgroup_outer").var if "outer" in loops else 1)
+            p.require(tile * ELEMENT_BYTES.get(dispatch.lhs_type, 4) <= dispatch.target.max_workgroup_memory_bytes)
+        p.prefer("default_loads", th_inner.var == th[inner])
+        p.prefer("whole_tiles", z3.And(*whole))
+        p.diversify(*(k.name for k in p.knobs))
+        return p
+
+    def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
+        import math
+
+        return {"tile": math.log2(int(s["workgroup_inner"]) * int(s.get("workgroup_outer", 1))),
+                "loads": math.log2(int(s["thread_inner"]))}
+
+    # The lowering: the only part that imports IREE.
+    def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        from iree.compiler import ir
+        from iree.compiler.dialects import iree_codegen, iree_gpu
+
+        tiles = _tiles(dispatch)
+        assert tiles is not None
+        wg, th = list(tiles[0]), list(tiles[1])
+        loops = _loops(dispatch)
+        wg[loops["inner"]], th[loops["inner"]] = int(s["workgroup_inner"]), int(s["thread_inner"])
+        if "outer" in loops:
+            wg[loops["outer"]] = int(s["workgroup_outer"])
+        threads = 1
+        for w, t in zip(wg, th):
+            threads *= w // t if t else 1
+        with ctx:
+            default = iree_gpu.LoweringConfigAttr(ir.Attribute.parse(dispatch.default.lowering_config))
+            entries = {n.name: n.attr for n in default.attributes}
+            entries["workgroup"], entries["thread"] = i64_array(wg), i64_array(th)
+            lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get(entries))
+            info = iree_codegen.TranslationInfoAttr(ir.Attribute.parse(dispatch.default.translation_info))
+            translation = iree_codegen.TranslationInfoAttr.get(info.pass_pipeline, None, [threads, 1, 1],
+                                                               info.subgroup_size, info.configuration)
+            compilation = iree_codegen.CompilationInfoAttr.get(lowering, translation)
+        tile = "x".join(str(wg[d]) for d in sorted(loops.values()))
+        return Config(knobs=dict(s), compilation_info=str(compilation),
+                      summary=f"wg {tile}, {s['thread_inner']} per thread, {threads} threads",
+                      expect_root_op=dispatch.op_name, expect_lowering_config=str(lowering),
+                      expect_translation_info=str(translation), codegen_spec=True)
