@@ -2,8 +2,8 @@
 # The reduction kinds (softmax, normalizations, row sums) of a model tuned on a GPU machine that
 # holds the compiler (BENCHMARKS.md, "Reductions"). Wheels: benchmarks/gpu_setup.sh.
 #
-#   bash benchmarks/gpu_reductions.sh dispatches MODEL FUNCTION [BUDGET]
-#       `tune` each softmax / normalization / reduction dispatch of /tmp/models/MODEL.onnx, then
+#   [KINDS=softmax,normalization,reduction,transpose,elementwise] bash benchmarks/gpu_reductions.sh dispatches MODEL FUNCTION [BUDGET]
+#       `tune` each dispatch of those kinds of /tmp/models/MODEL.onnx, then
 #       the model built with plain iree-compile and each winner's best_flags.txt, against the
 #       default, kernel times per dispatch inside the model (CUPTI), interleaved
 #   bash benchmarks/gpu_reductions.sh model MODEL FUNCTION [BUDGET] [LIMIT_S]
@@ -30,7 +30,8 @@ dispatches)
   tuner dispatches $M --target cuda:sm_80 --json > $R/dispatches.json
   python3 -c "
 import json; d = json.load(open('$R/dispatches.json'))['dispatches']
-print('\n'.join(e['name'] for e in d if e['kind'] in ('softmax', 'normalization', 'reduction') and e['pipeline']))" > $R/names
+kinds = '${KINDS:-softmax,normalization,reduction,transpose,elementwise}'.split(',')
+print('\n'.join(e['name'] for e in d if e['kind'] in kinds and e['pipeline']))" > $R/names
   i=0; modules="default=$R/default.vmfb"
   while read -r name; do
     i=$((i + 1)); D=$R/d$i
