@@ -1,5 +1,6 @@
-"""The reduction dispatches (softmax, LayerNorm's reductions) of a model on the CPU: each tuned
-alone, then the model rebuilt with the winners, side by side with the default.
+"""The reduction and all-parallel dispatches (softmax, LayerNorm's reductions, transposes,
+elementwise work) of a model on the CPU: each tuned alone, then the model rebuilt with each
+winner, side by side with the default.
 
     python benchmarks/cpu_reductions.py [--model onnx-models/bert_base_layer.onnx] [--candidates 12]
         [--rounds 10] [--out bench-reductions]
@@ -7,7 +8,8 @@ alone, then the model rebuilt with the winners, side by side with the default.
 1. The model is imported (iree-import-onnx) and compiled once with IREE's dispatch benchmarks
    dumped (`--iree-hal-dump-executable-benchmarks-to`): each dispatch alone, as the compiler
    configured it.
-2. Each softmax / normalization / reduction dispatch (as `iree-tuner dispatches` names them) is
+2. Each softmax / normalization / reduction / transpose / elementwise dispatch (as `iree-tuner
+   dispatches` names them) is
    tuned from its dumped benchmark with `iree-tuner tune` (a subprocess, as a user runs it; the
    dispatch alone is timed, in batches). Claimed: results.json's winner; independent: the
    benchmark file built by plain iree-compile, default and `@best_flags.txt`, interleaved rounds.
@@ -16,7 +18,7 @@ alone, then the model rebuilt with the winners, side by side with the default.
    executables must carry the winner's lowering_config), interleaved rounds.
 
 Prints Markdown tables for BENCHMARKS.md. The model's shapes were never used to fit a preference
-or a default of the reduction pipeline.
+or a default of these pipelines.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from tuner.evaluation.runner import RunSettings  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 
-KINDS = ("softmax", "normalization", "reduction")
+KINDS = ("softmax", "normalization", "reduction", "transpose", "elementwise")
 
 
 def _compile(source: Path, flags: list[str], out: Path, extra: tuple[str, ...] = ()) -> Path:

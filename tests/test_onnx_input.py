@@ -43,8 +43,10 @@ def test_an_onnx_model_is_tuned_on_its_own_entry(models, tmp_path):
                      "--confirm-rounds", "1", "--output", out)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    # Seven tunable matmuls: the one with the largest measured share (the MLP's, 25-30% each) is tuned.
-    assert "tuning bert_layer$async_dispatch_" in text and "the largest measured share of 7 tunable dispatches" in text
+    # Seven matmuls, the softmax, a transpose and LayerNorm's two reductions, all tunable: the one
+    # with the largest measured share (an MLP matmul, 25-36%) is tuned.
+    assert "tuning bert_layer$async_dispatch_" in text and "the largest measured share of 11 tunable dispatches" in text
+    assert "_matmul_" in text.split("tuning bert_layer$async_dispatch_")[1].split(":")[0]
     data = json.loads((out / "results.json").read_text())
     assert data["entry"] == "bert_layer" and all(c["status"] == "ok" for c in data["candidates"])
     # The import lives in the run's directory; the identity is the ONNX file's.
