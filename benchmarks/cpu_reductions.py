@@ -93,19 +93,19 @@ def main() -> None:
     reductions = [d for d in json.loads(listed.stdout)["dispatches"] if d["kind"] in KINDS and d["pipeline"]]
 
     rows, winners = [], []
-    for i, d in enumerate(reductions):
+    for d in reductions:
         # The dispatch's executable is named by its function's name up to its ordinal.
         executable = re.match(r"(.*dispatch_\d+)_", d["name"])
         files = sorted(bench.glob(f"module_{executable[1]}_*benchmark.mlir")) if executable else []
         if not files:
             rows.append(f"| {d['kind']} {d['shape']} | no dumped benchmark found | | |")
             continue
-        run_dir = out / f"d{i}"
+        run_dir = out / executable[1].split("$")[-1]  # by dispatch: a rerun reuses each one's tuning
         if not (run_dir / "results.json").is_file():
             tuned = _tuner("tune", str(files[0]), "--num-candidates", str(args.candidates), "--output", str(run_dir))
-            (out / f"d{i}.log").write_text(tuned.stdout + tuned.stderr)
+            (run_dir.parent / f"{run_dir.name}.log").write_text(tuned.stdout + tuned.stderr)
             if tuned.returncode:
-                rows.append(f"| {d['kind']} {d['shape']} | tune exited {tuned.returncode} (d{i}.log) | | |")
+                rows.append(f"| {d['kind']} {d['shape']} | tune exited {tuned.returncode} ({run_dir.name}.log) | | |")
                 continue
         results = json.loads((run_dir / "results.json").read_text())
         # The tuner's copy of the dumped benchmark, its baked config removed (compiled as dumped,
@@ -120,7 +120,7 @@ def main() -> None:
                     f"{best['label'] if best else 'default kept'} | {claimed(results):.2f}x | "
                     f"{med:.2f}x ({lo:.2f}-{hi:.2f}) |")
         if best:
-            winners.append((f"d{i}", d, run_dir, best))
+            winners.append((run_dir.name, d, run_dir, best))
 
     model_modules = {"default": out / "model-default.vmfb"}
     checks = []
