@@ -37,6 +37,8 @@ ROWS = [
     ("softmax (f16 scores, f32 inside, f16 out)", "softmax_f16.mlir#softmax", "softmax_f16.mlir#softmax"),
     ("LayerNorm: the mean's reduction", "other_kinds.mlir#reduction", "other_kinds.mlir#reduction"),
     ("LayerNorm: the normalization", "other_kinds.mlir#normalization", "other_kinds.mlir#normalization"),
+    ("transpose", "other_kinds.mlir#transpose", "other_kinds.mlir#transpose"),
+    ("elementwise (a GELU)", "other_kinds.mlir#elementwise", "other_kinds.mlir#elementwise"),
 ]
 KINDS = ROOT / "tests" / "fixtures" / "kinds"
 # (target, pipeline): None is the pipeline for the compiler's own choice.
