@@ -103,25 +103,48 @@ def test_a_gpu_reduction_spec_goes_in_at_the_codegen_stage(ctx):
     assert parse_target("rocm").spec_flags("/s.mlir", codegen=True)[1] == "--iree-codegen-tuning-spec-path=/s.mlir"
 
 
-CELLS = [(target, kind) for target in ("llvm-cpu", "cuda", "rocm:gfx942")
-         for kind in ("softmax", "normalization", "reduction", "transpose", "elementwise")]
+KIND_NAMES = ("softmax", "normalization", "reduction", "transpose", "elementwise")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target_name,kind", CELLS, ids=lambda v: str(v))
-def test_a_sample_of_candidates_of_each_kind_compiles_and_carries_its_config(target_name, kind, ctx, tmp_path):
+@pytest.mark.parametrize("target_name", ["llvm-cpu", "cuda", "rocm:gfx942"])
+def test_a_sample_of_candidates_of_each_kind_compiles_and_carries_its_config(target_name, ctx, tmp_path):
+    """Every dispatch of the kinds file (a softmax, LayerNorm's two reductions, a row sum, a
+    transpose, a GELU) gets its first and its second candidate's config in one merged spec each
+    (as tune-model merges them); the file compiles with it and every config is read back from
+    the compiled executables. One compile per sample instead of one per dispatch and candidate."""
+    from tuner.stages.variants import SpecPart, Variant, build_variant
+
     target = parse_target(target_name)
-    d = _of_kind(TORCH_KINDS, target_name, kind, ctx)
-    # Three configs asked for: one of them may be the compiler's own (the baseline, dropped).
-    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
-    assert len(candidates) >= 3 and candidates[0].is_baseline
-    built = compile_all(candidates, TORCH_KINDS, target, tmp_path, EvalSettings(), ctx)
+    dispatches = discover(TORCH_KINDS, target, ctx)
+    assert {d.kind.value for d in dispatches} == set(KIND_NAMES)
+    picks = []
+    for d in dispatches:
+        # Three configs asked for: one of them may be the compiler's own (the baseline, dropped).
+        candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
+        assert len(candidates) >= 3 and candidates[0].is_baseline
+        for c in candidates[1:3]:
+            # Every op the compiler configures gets its config (on the CPU too: the vector tiles).
+            assert len(c.config.fused_lowering_configs) == len(d.fused)
+            assert (c.config.expect_lowering_config, c.config.expect_translation_info) != \
+                (d.default.lowering_config, d.default.translation_info)
+        picks.append(candidates[1:3])
+    for i in range(2):
+        parts = tuple(SpecPart(d, cs[i].config, cs[i].label) for d, cs in zip(dispatches, picks))
+        built = build_variant(TORCH_KINDS, Variant(f"sample-{i}", parts=parts), target, tmp_path / f"v{i}", ctx)
+        assert built.ok, built.error
+
+
+@pytest.mark.slow
+def test_a_gpu_softmax_candidate_builds_the_module_that_is_timed_with_its_config(ctx, tmp_path):
+    """On GPUs the dispatch is timed alone, from the benchmark module IREE dumps from the
+    candidate's compile: that module must carry the config too (compile_all checks it)."""
+    cuda = parse_target("cuda")
+    d = _of_kind(SOFTMAX_F16, "cuda", "softmax", ctx)
+    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, cuda.spec_entry)
+    built = compile_all(candidates, SOFTMAX_F16, cuda, tmp_path, EvalSettings(), ctx)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
-    for c in candidates[1:]:
-        # Every op the compiler configures gets its config (on the CPU too: the vector tiles).
-        assert len(c.config.fused_lowering_configs) == len(d.fused)
-        assert c.config.expect_lowering_config != d.default.lowering_config or \
-            c.config.expect_translation_info != d.default.translation_info
+    assert all(b.dispatch_vmfb is not None and b.dispatch_vmfb.is_file() for b in built)
 
 
 @pytest.mark.slow
