@@ -1,7 +1,8 @@
-"""What a dispatch that no pipeline of this tuner reads is: softmax, normalization, reduction,
-transpose or elementwise, read from every op of its dispatch function as the compiler
-configured it (a dispatch that fuses several ops is named as a whole: a softmax is a max
-reduction, an exp-sum reduction and a division). `dispatches` lists them by kind and shape."""
+"""What a dispatch that is not a contraction, convolution or attention is: softmax,
+normalization, reduction, transpose or elementwise, read from every op of its dispatch function
+as the compiler configured it (a dispatch that fuses several ops is named as a whole: a softmax
+is a max reduction, an exp-sum reduction and a division). Discovery makes those kinds tunable
+dispatches (tuner.discovery.by_structure); `dispatches` lists the rest by kind and shape."""
 
 from __future__ import annotations
 

@@ -328,8 +328,8 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
                 kinds[name] = other
                 article = "an" if other.kind[0] in "aeiou" else "a"
                 skipped.append((name, f"{op.name}: {article} {other.kind} dispatch ({other.shape}); no pipeline of "
-                                      "this tuner tunes it yet (contractions, convolutions, attention and "
-                                      "reductions only)"))
+                                      "this tuner tunes it yet (contractions, convolutions, attention, "
+                                      "reductions, transposes and elementwise dispatches only)"))
                 continue
             found.append(replace(d, source_digest=digest))
         entries, runs = entry_points(module)
