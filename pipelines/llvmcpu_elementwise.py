@@ -18,8 +18,9 @@ import z3
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import PARALLEL_KINDS, Dispatch
-from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, MIN_WORKGROUPS, vector_registers
-from pipelines.printed_config import levels, retiled, tiling_level
+from pipelines.llvmcpu_common import prefer_near_default, retiled_config
+from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, vector_registers
+from pipelines.printed_config import levels, tiling_level
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -82,13 +83,7 @@ class LLVMCPUElementwise(Pipeline):
         workgroups = z3.IntVal(1)
         for suffix, d in _loops(dispatch).items():
             workgroups = workgroups * tiling.ceil_div(b[d], knobs[f"distribution_{suffix}"].var)
-        changed = z3.Sum([z3.If(k.var == default[name], 0, 1) for name, k in knobs.items()])
-        # Most important first: near the compiler's own config, enough workgroups for the
-        # cores, whole vectors along the innermost loop, then variety.
-        p.prefer("near_default", changed <= 2)
-        p.prefer("enough_workgroups", workgroups >= MIN_WORKGROUPS)
-        p.prefer("whole_vectors", inner_vec % lanes == 0)
-        p.diversify(*knobs)
+        prefer_near_default(p, knobs, default, workgroups, inner_vec % lanes == 0)
         return p
 
     def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
@@ -105,21 +100,9 @@ class LLVMCPUElementwise(Pipeline):
 
     # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        from iree.compiler import ir
-        from iree.compiler.dialects import iree_codegen
-
         new = {}
         for suffix, d in _loops(dispatch).items():
             new[("distribution", d)] = int(s[f"distribution_{suffix}"])
             new[("vector_common_parallel", d)] = int(s[f"vector_common_parallel_{suffix}"])
-        texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
-        with ctx:
-            configs = [ir.Attribute.parse(retiled(text, new)) for text in texts]
-            translation = ir.Attribute.parse(dispatch.default.translation_info)
-            info = iree_codegen.CompilationInfoAttr.get(configs[0], translation)
         shape = lambda level: "x".join(str(s[f"{level}_{x}"]) for x in ("outer", "inner") if f"{level}_{x}" in s)  # noqa: E731
-        return Config(knobs=dict(s), compilation_info=str(info),
-                      summary=f"wg {shape('distribution')} vec {shape('vector_common_parallel')}",
-                      expect_root_op=dispatch.op_name, expect_lowering_config=str(configs[0]),
-                      expect_translation_info=str(translation),
-                      fused_lowering_configs=tuple(str(c) for c in configs[1:]), codegen_spec=True)
+        return retiled_config(dispatch, s, new, f"wg {shape('distribution')} vec {shape('vector_common_parallel')}", ctx)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-import z3
 
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import REDUCTION_KINDS, Dispatch
-from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, MIN_WORKGROUPS, vector_registers
-from pipelines.printed_config import levels, retiled, tiling_level
+from pipelines.llvmcpu_common import prefer_near_default, retiled_config
+from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, vector_registers
+from pipelines.printed_config import levels, tiling_level
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -91,14 +91,7 @@ class LLVMCPUReduction(Pipeline):
         workgroups = tiling.ceil_div(b[inner], dist)
         if outer is not None:
             workgroups = workgroups * tiling.ceil_div(b[outer], knobs["distribution_outer"].var)
-        changed = z3.Sum([z3.If(k.var == default[name], 0, 1) for name, k in knobs.items()])
-        # Most important first: near the compiler's own config (its neighbourhood is where the
-        # convolutions' winners were, issue 24), enough workgroups for the cores, whole vectors
-        # along the reduced loop, then variety.
-        p.prefer("near_default", changed <= 2)
-        p.prefer("enough_workgroups", workgroups >= MIN_WORKGROUPS)
-        p.prefer("whole_vectors", red % lanes == 0)
-        p.diversify(*knobs)
+        prefer_near_default(p, knobs, default, workgroups, red % lanes == 0)
         return p
 
     def features(self, dispatch: Dispatch, s: Mapping[str, KnobValue]) -> dict[str, float]:
@@ -114,9 +107,6 @@ class LLVMCPUReduction(Pipeline):
 
     # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        from iree.compiler import ir
-        from iree.compiler.dialects import iree_codegen
-
         outer, inner, r = _dims(dispatch)
         new = {("distribution", inner): int(s["distribution_inner"]),
                ("vector_common_parallel", inner): int(s["vector_common_parallel_inner"]),
@@ -124,15 +114,6 @@ class LLVMCPUReduction(Pipeline):
                ("vector_inner_parallel", r): int(s["vector_reduction"])}
         if outer is not None:
             new[("distribution", outer)] = int(s["distribution_outer"])
-        texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
-        # IREE 3.13's Python bindings have no constructor for #iree_cpu.lowering_config, so it
-        # is parsed from its canonical form; the compiler's verifier checks it on parse.
-        with ctx:
-            configs = [ir.Attribute.parse(retiled(text, new)) for text in texts]
-            translation = ir.Attribute.parse(dispatch.default.translation_info)
-            info = iree_codegen.CompilationInfoAttr.get(configs[0], translation)
         summary = (f"wg {s.get('distribution_outer', '-')}x{s['distribution_inner']} rows, "
                    f"vec {s['vector_common_parallel_inner']} rows x {s['vector_reduction']}")
-        return Config(knobs=dict(s), compilation_info=str(info), summary=summary, expect_root_op=dispatch.op_name,
-                      expect_lowering_config=str(configs[0]), expect_translation_info=str(translation),
-                      fused_lowering_configs=tuple(str(c) for c in configs[1:]), codegen_spec=True)
+        return retiled_config(dispatch, s, new, summary, ctx)

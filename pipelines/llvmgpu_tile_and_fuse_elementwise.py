@@ -45,6 +45,12 @@ def _tiles(dispatch: Dispatch) -> tuple[list[int], list[int]] | None:
     return wg, th
 
 
+def _its_kind(dispatch: Dispatch) -> bool:
+    """A transpose or elementwise dispatch the compiler gives TileAndFuse on a GPU target."""
+    return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in PARALLEL_KINDS
+            and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse"))
+
+
 def _loops(dispatch: Dispatch) -> dict[str, int]:
     rank = len(dispatch.loop_bounds)
     return {"inner": rank - 1, **({"outer": rank - 2} if rank > 1 else {})}
@@ -55,13 +61,10 @@ class LLVMGPUTileAndFuseElementwise(Pipeline):
     aliases = ("llvmgpu_tile_and_fuse",)
 
     def supports(self, dispatch: Dispatch) -> bool:
-        return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in PARALLEL_KINDS
-                and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse") and bool(dispatch.default.subgroup_size)
-                and _tiles(dispatch) is not None)
+        return _its_kind(dispatch) and bool(dispatch.default.subgroup_size) and _tiles(dispatch) is not None
 
     def declines(self, dispatch: Dispatch) -> str | None:
-        if (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in PARALLEL_KINDS
-                and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse") and _tiles(dispatch) is None):
+        if _its_kind(dispatch) and _tiles(dispatch) is None:
             return ("the compiler's TileAndFuse config of this dispatch tiles more than its two innermost loops "
                     "across threads, or configures several ops; not tunable yet")
         return None

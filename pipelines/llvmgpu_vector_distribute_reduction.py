@@ -82,8 +82,10 @@ def _layouts(dispatch: Dispatch) -> list[Layout] | None:
     return found  # type: ignore[return-value]
 
 
-def _row(dispatch: Dispatch, root: Layout) -> int:
-    return dispatch.loop_bounds[root.dim]
+def _its_kind(dispatch: Dispatch) -> bool:
+    """A reduction the compiler gives VectorDistribute on a GPU target."""
+    return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in REDUCTION_KINDS
+            and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute"))
 
 
 class LLVMGPUVectorDistributeReduction(Pipeline):
@@ -91,13 +93,10 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
     aliases = ("llvmgpu_vector_distribute",)
 
     def supports(self, dispatch: Dispatch) -> bool:
-        return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in REDUCTION_KINDS
-                and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute")
-                and bool(dispatch.default.subgroup_size) and _layouts(dispatch) is not None)
+        return _its_kind(dispatch) and bool(dispatch.default.subgroup_size) and _layouts(dispatch) is not None
 
     def declines(self, dispatch: Dispatch) -> str | None:
-        if (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in REDUCTION_KINDS
-                and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute") and _layouts(dispatch) is None):
+        if _its_kind(dispatch) and _layouts(dispatch) is None:
             return ("the compiler's reduction config of this dispatch is not one subgroup basis over one "
                     "reduced dimension shared by its ops; not tunable yet")
         return None
@@ -107,7 +106,7 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
         assert layouts is not None
         root = layouts[0]
         t = dispatch.target
-        row = _row(dispatch, root)
+        row = dispatch.loop_bounds[root.dim]
         subgroup = dispatch.default.subgroup_size or (t.subgroup_sizes or (32,))[0]
         bits = 8 * ELEMENT_BYTES.get(dispatch.lhs_type, 4)
         max_threads = t.max_threads_per_workgroup or 1024
@@ -134,7 +133,7 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
         layouts = _layouts(dispatch)
         assert layouts is not None
         per_pass = int(s["subgroups"]) * layouts[0].lanes * int(s["thread_loads"])
-        return {"passes": math.log2(max(1, _row(dispatch, layouts[0]) // per_pass)),
+        return {"passes": math.log2(max(1, dispatch.loop_bounds[layouts[0].dim] // per_pass)),
                 "threads": math.log2(int(s["subgroups"]) * layouts[0].lanes)}
 
     # The lowering: the only part that imports IREE.
