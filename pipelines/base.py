@@ -8,7 +8,7 @@ only when called."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Union
 
 from constraints import Problem
 from pipelines.dispatch import Dispatch
@@ -46,6 +46,9 @@ class Config:
     # The config goes in at the codegen stage (a @__kernel_config entry, where the dispatch's
     # ops are those the compiler configures) even on targets whose specs are preprocessing specs.
     codegen_spec: bool = False
+    # The dispatch whose root op the config goes on, where it is not the tuned dispatch's own:
+    # a contraction's data-tiled linalg.mmt4d (Dispatch.data_tiled), which exists under `flags`.
+    applies_to: Optional[Dispatch] = None
 
 
 def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, translation: ir.Attribute,
@@ -90,6 +93,10 @@ class Pipeline:
     model_flags: tuple[tuple[str, ...], ...] = ()
     # Knobs whose value sets such a flag: tune-model leaves those configs out (it decides the flag).
     flag_knobs: tuple[str, ...] = ()
+    # Flags under which the compiler turns the dispatch into another op whose configs this
+    # pipeline's problem also offers (llvm-cpu contractions: the data-tiled linalg.mmt4d);
+    # `tune` has discovery find that op under them (Dispatch.data_tiled). () where none.
+    data_tiling_flags: tuple[str, ...] = ()
     # Other names `--pipeline` picks it by.
     aliases: tuple[str, ...] = ()
     # The pipeline IREE 3.13 emits constraints under ("iree_gpu.TileAndFuse"); None: it emits none.

@@ -148,6 +148,9 @@ class Dispatch:
     # compiler configures in the same dispatch.
     result_type: str = ""
     fused: tuple[FusedOp, ...] = ()
+    # CPU contractions: the data-tiled op (linalg.mmt4d) the compiler forms from this one under
+    # data tiling with early materialization, as discovery found it there; None where not looked for.
+    data_tiled: Optional["Dispatch"] = None
 
     def contiguous_dim(self, operand: int) -> int | None:
         """The loop dim along which an operand is contiguous in memory (its innermost)."""

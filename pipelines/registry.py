@@ -7,6 +7,7 @@ from pipelines.dispatch import Dispatch
 from pipelines.llvmcpu_conv_tile_and_decompose import LLVMCPUConvTileAndDecompose
 from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 from pipelines.llvmcpu_elementwise import LLVMCPUElementwise
+from pipelines.llvmcpu_mmt4d import LLVMCPUMmt4d
 from pipelines.llvmcpu_reduction import LLVMCPUReduction
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from pipelines.llvmgpu_tile_and_fuse_elementwise import LLVMGPUTileAndFuseElementwise
@@ -18,6 +19,7 @@ PIPELINES: dict[str, Pipeline] = {
     p.name: p
     for p in (
         LLVMCPUDoubleTiling(),
+        LLVMCPUMmt4d(),
         LLVMCPUConvTileAndDecompose(),
         LLVMCPUReduction(),
         LLVMCPUElementwise(),

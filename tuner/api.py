@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pipelines import Dispatch, pipeline_for, why_untunable
+from tuner.discovery.data_tiled import with_data_tiled
 from tuner.specs.candidates import Candidate, candidates_from_knobs, generate_candidates
 from tuner.settings import Listeners, RunOptions, SearchSettings
 from tuner.search.live import plan_search
@@ -88,7 +89,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
         how = "named by --dispatch" if dispatch_name else "the only tunable dispatch"
         if dispatch_name is None:
             session, how = _pick_by_time(session, pipeline_name, run, listen.progress)
-        session = _take_inputs(session, run.inputs)
+        session = _take_inputs(_with_data_tiled(session), run.inputs)
         if listen.on_discovered:
             listen.on_discovered(session.program, session.dispatch, how)
         session = _with_constraints(session, search.constraints, search.budget)
@@ -190,8 +191,8 @@ def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", n
     compiled beyond discovery, nothing is timed."""
     if num_candidates < 1:
         raise InputError("--num-candidates must be at least 1")
-    session = _with_constraints(open_session(input_path, target, None, dispatch_name, pipeline_name, None), constraints,
-                                num_candidates)
+    session = _with_constraints(_with_data_tiled(open_session(input_path, target, None, dispatch_name, pipeline_name,
+                                                              None)), constraints, num_candidates)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
                                                  session.target.spec_entry, progress=progress)
 
@@ -208,7 +209,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                       run.force):
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,
                                run.dynamic_size)
-        session = _take_inputs(session, run.inputs)
+        session = _take_inputs(_with_data_tiled(session), run.inputs)
         candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
                                                      session.target.spec_entry)
         for warning in warnings:
@@ -265,6 +266,16 @@ def choose_dispatch(tunable: Sequence[Dispatch], runs: dict[str, int],
     return best, (f"the largest measured time of {len(tunable)} tunable dispatches across {len(entries)} functions: "
                   f"{t.total_ms:.3f} ms a call of @{t.entry}, {100 * t.total_ms / whole:.0f}% of the file's summed "
                   f"dispatch time, each function called once ({measured.method})")
+
+
+def _with_data_tiled(session: Session) -> Session:
+    """The session's dispatch with the op data tiling makes of it (tuner.discovery.data_tiled),
+    where its pipeline searches that op's configs too (`data_tiling_flags`)."""
+    flags = session.pipeline.data_tiling_flags
+    if not flags:
+        return session
+    return replace(session, dispatch=with_data_tiled(session.dispatch, flags, session.input_path, session.target,
+                                                     session.ctx))
 
 
 def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> Session:

@@ -71,8 +71,10 @@ def _maps(op: ir.Operation) -> list[ir.AffineMap]:
         source = op.attributes["indexing_maps"]
     elif hasattr(op.opview, "indexing_maps"):
         source = op.opview.indexing_maps
-    else:  # named ops without maps in the 3.13 bindings (linalg.mmt4d after data tiling)
-        raise InputError(f"{op.name}: its indexing maps cannot be read through the bindings; not tunable yet")
+    else:  # named ops whose view has no maps in 3.13 (linalg.mmt4d after data tiling)
+        source = linalg.get_indexing_maps(op)
+        if source is None:
+            raise InputError(f"{op.name}: its indexing maps cannot be read through the bindings; not tunable yet")
     return [ir.AffineMapAttr(m).value for m in source]
 
 

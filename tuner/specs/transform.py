@@ -206,6 +206,7 @@ def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: s
     """
     if entry not in (KERNEL_CONFIG, TRANSFORM_MAIN):
         raise ValueError(f"unknown spec entry {entry!r}")
+    configs = [(c.applies_to or d, c) for d, c in configs]  # a data-tiled config goes on the mmt4d
     codegen = [(d, c) for d, c in configs if entry == KERNEL_CONFIG or c.codegen_spec]
     preprocessing = [(d, c) for d, c in configs if entry == TRANSFORM_MAIN and not c.codegen_spec]
     if any(c.split_reduction > 1 for _, c in codegen):
