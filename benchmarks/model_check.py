@@ -3,13 +3,16 @@
     python benchmarks/model_check.py DIR [--rounds 8] [--repetitions 5]
     python benchmarks/model_check.py DIR --build-only        # two machines: build here,
     python benchmarks/model_check.py DIR --time-only         # time where the device is (runtime only)
+    python benchmarks/model_check.py DIR --flags-alone=--iree-opt-data-tiling   # a third build: those flags alone
 
 Reads DIR/results.json (the model, the program the tuned model is built from (the model, or its
 rewrite) and its entry) and DIR/model_flags.txt, builds the default (the model as given, with the
 target flags alone) and the tuned model (`iree-compile PROGRAM @DIR/model_flags.txt`)
 with plain iree-compile, and times the two with iree-benchmark-module in interleaved rounds,
 alternating which goes first. Prints the tuner's claim next to the independent figure (the
-median of the per-round ratios default / tuned) and the machine.
+median of the per-round ratios default / tuned) and the machine. `--flags-alone FLAGS` builds
+the model with the target flags and FLAGS (one string, split on spaces; e.g. the data-tiling
+flag a user would otherwise use) as a third build in the same rounds, and prints tuned against it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--build-only", action="store_true", help="Build DIR/check/{default,tuned}.vmfb and stop.")
     parser.add_argument("--time-only", action="store_true", help="Time the builds DIR/check holds.")
+    parser.add_argument("--flags-alone", default=None, help="A third build: the target flags and these (one string).")
     args = parser.parse_args()
     data = json.loads((args.dir / "results.json").read_text())
     program, target = Path(data["input"]), parse_target(data["target"])
@@ -45,6 +49,8 @@ def main() -> None:
     work.mkdir(exist_ok=True)
     builds = {"default": (model, [*target.compile_flags]),
               "tuned": (program, [f"@{(args.dir / 'model_flags.txt').resolve()}"])}
+    if args.flags_alone:
+        builds["flags-alone"] = (model, [*target.compile_flags, *args.flags_alone.split()])
     for name, (source, flags) in builds.items():
         if args.time_only:
             break
@@ -58,9 +64,9 @@ def main() -> None:
     inputs = tuple(sorted((args.dir / "model-inputs").glob("input*"),
                           key=lambda p: int(p.name[len("input"):].split(".")[0])))
     settings = RunSettings(args.device or target.device, data["entry"], inputs, args.repetitions, 0.2, 600)
-    times: dict[str, list[float]] = {"default": [], "tuned": []}
+    times: dict[str, list[float]] = {name: [] for name in builds}
     for r in range(args.rounds):
-        for name in (("default", "tuned") if r % 2 == 0 else ("tuned", "default")):
+        for name in (list(builds) if r % 2 == 0 else list(builds)[::-1]):
             timing, run = benchmark(work / f"{name}.vmfb", settings)
             if timing is None:
                 sys.exit(f"{name} did not run: {run.first_error()}")
@@ -75,6 +81,11 @@ def main() -> None:
     print(f"| {program.stem} | {claim} | {statistics.median(times['default']):.3f} | "
           f"{statistics.median(times['tuned']):.3f} | **{statistics.median(ratios):.2f}x** | "
           f"{sum(r > 1 for r in ratios)}/{len(ratios)} |")
+    if args.flags_alone:
+        alone = [a / t for a, t in zip(times["flags-alone"], times["tuned"])]
+        print(f"\n`{args.flags_alone}` alone: {statistics.median(times['flags-alone']):.3f} ms; tuned against it: "
+              f"**{statistics.median(alone):.2f}x** (median of {args.rounds} interleaved rounds, "
+              f"{min(alone):.2f}-{max(alone):.2f}), faster in {sum(r > 1 for r in alone)}/{len(alone)} rounds")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,9 @@ class Config:
     # The dispatch whose root op the config goes on, where it is not the tuned dispatch's own:
     # a contraction's data-tiled linalg.mmt4d (Dispatch.data_tiled), which exists under `flags`.
     applies_to: Optional[Dispatch] = None
+    # llvm-cpu: the microkernels the compiled executable's target must name (a flag candidate's
+    # `--iree-llvmcpu-enable-ukernels=...` read back), or None: not checked.
+    expect_ukernels: Optional[str] = None
 
 
 def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, translation: ir.Attribute,
@@ -74,6 +77,7 @@ class ConfiguredDispatch:
     loop_bounds: tuple[int, ...] = ()  # static loop extents, where the reader knows them
     # Reduction roots: the lowering_configs of the dispatch's other configured ops, in program order.
     fused_lowering_configs: tuple[str, ...] = ()
+    ukernels: str = ""  # llvm-cpu: the executable target's `ukernels` ("" where it names none)
 
 
 class NotInCompilerKnobs(ValueError):
@@ -174,6 +178,9 @@ def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
     if config.fused_lowering_configs and configured.fused_lowering_configs != config.fused_lowering_configs:
         problems.append(f"the dispatch's other ops carry {list(configured.fused_lowering_configs)}, "
                         f"expected {list(config.fused_lowering_configs)}")
+    if config.expect_ukernels is not None and configured.ukernels != config.expect_ukernels:
+        problems.append(f"the executable's ukernels are {configured.ukernels or 'none named'}, "
+                        f"expected {config.expect_ukernels}")
     if config.expect_translation_info and configured.translation_info != config.expect_translation_info:
         problems.append(
             f"translation_info is {configured.translation_info}, expected {config.expect_translation_info}"

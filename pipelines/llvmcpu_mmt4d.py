@@ -1,8 +1,9 @@
 """llvm-cpu Mmt4dTilingExpert: the data-tiled matmul (`linalg.mmt4d`, `linalg.batch_mmt4d`) that a
 contraction becomes under data tiling. Its inner tiles (M0, N0, K0: the packed layout) are the
 target's, chosen when encodings are materialized; what is tuned is the outer tiling: how many
-inner tiles a workgroup takes along M and N (distribution), how many a vector step unrolls, and
-how many K tiles a reduction step takes.
+inner tiles a workgroup takes along M and N (distribution) and how many a vector step unrolls.
+(A reduction step of more than one K tile compiled to the same executable as one, every time it
+was tried on the BERT-base-sized layer's mmt4d dispatches: it is not a knob.)
 
 Where a config can go (IREE 3.13, read back from the compiled mmt4d dispatch): with
 `--iree-opt-data-tiling` a tuning spec is applied before encodings are materialized, so a
@@ -32,7 +33,10 @@ ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i
 # x86 and Arm cores), as the compiler's own `--iree-llvmcpu-matmul-tile-bytes` aims for.
 MAX_PANEL_BYTES = 1 << 20
 MIN_WORKGROUPS = 8  # so every core has work (the target does not say how many threads run it)
-K_STEPS = (1, 2, 4, 8)
+# The mmt4d microkernel instead of generated code: a target attribute, so a flag for the whole
+# module. Read back from the compiled executable's target (`ukernels = "mmt4d"`).
+UKERNEL_FLAG = "--iree-llvmcpu-enable-ukernels=mmt4d"
+UKERNEL = "mmt4d"
 
 
 def early_materialized(flags: tuple[str, ...]) -> bool:
@@ -86,8 +90,7 @@ def add_outer_tiles(p: Problem, d: Dispatch, prefix: str = "", active: Optional[
     dn = p.add_knob(IntKnob.of(prefix + "distribution_n1", zero + tiling.tile_candidates(s.n1, 1, 64)))
     vm = p.add_knob(IntKnob.of(prefix + "vector_m1", zero + [v for v in (1, 2, 4) if v <= s.m1]))
     vn = p.add_knob(IntKnob.of(prefix + "vector_n1", zero + [v for v in (1, 2, 4) if v <= s.n1]))
-    rk = p.add_knob(IntKnob.of(prefix + "reduction_k1", zero + [k for k in K_STEPS if k <= s.k1]))
-    knobs = [dm, dn, vm, vn, rk]
+    knobs = [dm, dn, vm, vn]
     # Accumulators (vm x vn inner tiles of M0 x N0) plus a vector of B and a broadcast of A in registers.
     n0_vectors = -(-s.n0 // lanes)
     acc_regs = vm.var * vn.var * s.m0 * n0_vectors
@@ -108,12 +111,12 @@ def add_outer_tiles(p: Problem, d: Dispatch, prefix: str = "", active: Optional[
     # Enough workgroups for the cores, whole outer tiles, then variety over the tiles.
     p.prefer(prefix + "enough_workgroups", z3.Implies(on, workgroups >= min(MIN_WORKGROUPS, s.batch * s.m1 * s.n1)))
     p.prefer(prefix + "whole_tiles", z3.Implies(on, z3.And(s.m1 % dm.var == 0, s.n1 % dn.var == 0)))
-    return [dm.name, dn.name, rk.name, vm.name, vn.name]  # in the order variety should cycle them
+    return [dm.name, dn.name, vm.name, vn.name]  # in the order variety should cycle them
 
 
 def outer_tiles_summary(s: Mapping[str, KnobValue], prefix: str = "") -> str:
     return (f"mmt4d wg {s[prefix + 'distribution_m1']}x{s[prefix + 'distribution_n1']} "
-            f"vec {s[prefix + 'vector_m1']}x{s[prefix + 'vector_n1']} k{s[prefix + 'reduction_k1']}")
+            f"vec {s[prefix + 'vector_m1']}x{s[prefix + 'vector_n1']}")
 
 
 def outer_tiles_config(d: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context, prefix: str = "",
@@ -127,7 +130,7 @@ def outer_tiles_config(d: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context,
     lead = [1] if d.batch_dims else []
     dist = lead + [int(s[prefix + "distribution_m1"]), int(s[prefix + "distribution_n1"]), 0, 0, 0, 0]
     vec = lead + [int(s[prefix + "vector_m1"]), int(s[prefix + "vector_n1"]), 0, sh.m0, sh.n0, 0]
-    red = [0] * len(lead) + [0, 0, int(s[prefix + "reduction_k1"]), 0, 0, sh.k0]
+    red = [0] * len(lead) + [0, 0, 1, 0, 0, sh.k0]
     # 3.13's bindings have no constructor for #iree_cpu.lowering_config: parsed from its
     # canonical form, which the compiler's verifier checks on parse.
     with ctx:

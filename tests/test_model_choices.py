@@ -289,3 +289,22 @@ def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
     render_model(data, Console(file=out, width=200))
     chosen = [line for line in out.getvalue().splitlines() if "(chosen)" in line]
     assert chosen == [f"model-wide choice raise-attention {fusion}: 1.19x the default on the whole model (chosen)"]
+
+
+@pytest.mark.slow
+def test_a_model_wide_flag_that_changes_nothing_is_reported_not_applied_and_never_timed(small_bert, tmp_path,
+                                                                                       monkeypatch):
+    """`--iree-llvmcpu-enable-ukernels=default` is what the compiler does anyway: its build is the
+    default's module byte for byte, so it is no choice; the data-tiling flags do change it."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION
+    from tuner.stages import flags as flag_stage
+
+    no_op = ("--iree-llvmcpu-enable-ukernels=default",)
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", (no_op, EARLY_MATERIALIZATION))
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", ())
+    timer = _timer(faster="flags-" + "-".join(f.lstrip("-") for f in EARLY_MATERIALIZATION))
+    state = _flag_stage(small_bert, tmp_path / "out", timer).state
+    assert state.flag_trials[no_op[0]].startswith("not applied: the module is the default's")
+    assert not any("ukernels" in name for name in timer.calls)  # never timed
+    assert state.flags == EARLY_MATERIALIZATION and state.flag_trials[" ".join(EARLY_MATERIALIZATION)] == 2.0

@@ -120,15 +120,29 @@ def _static_loop_bounds(op: ir.Operation) -> tuple[int, ...]:
         return ()
 
 
+def _target_config(attr: ir.Attribute) -> ir.DictAttr:
+    """A #hal.executable.target's configuration dictionary. 3.13's bindings expose no accessor
+    for it, so the dictionary is handed back to MLIR's own parser and read as a typed DictAttr."""
+    text = str(attr)
+    return ir.DictAttr(ir.Attribute.parse(text[text.index("{"): text.rindex("}") + 1]))
+
+
+def _ukernels(op: ir.Operation) -> str:
+    """The `ukernels` its executable's target names (llvm-cpu), or ""."""
+    target = enclosing_op(op, "hal.executable.variant").attributes["target"]
+    if "{" not in str(target):
+        return ""
+    config = _target_config(target)
+    return ir.StringAttr(config["ukernels"]).value if "ukernels" in config else ""
+
+
 def _target_facts(variant: ir.Operation) -> TargetFacts:
     attr = variant.attributes["target"]
     text = str(attr)
     # 3.13's bindings have no #hal.executable.target accessor; its first parameter, a quoted
     # string, is the backend ("llvm-cpu", "cuda", "rocm").
     backend = text.split('"')[1]
-    # 3.13's bindings expose no accessor for #hal.executable.target's configuration, so the
-    # dictionary is handed back to MLIR's own parser and read as a typed DictAttr.
-    config = ir.DictAttr(ir.Attribute.parse(text[text.index("{"): text.rindex("}") + 1]))
+    config = _target_config(attr)
 
     def get(key: str) -> ir.Attribute | None:
         return config[key] if key in config else None
@@ -386,5 +400,6 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
                                           if "decomposition_config" in op.attributes else ""),
                     loop_bounds=_static_loop_bounds(op),
                     fused_lowering_configs=tuple(str(o.attributes["lowering_config"]) for o in others),
+                    ukernels=_ukernels(op),
                 ))
     return out

@@ -23,7 +23,7 @@ from tuner.run_dir import write_file
 from tuner.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches
-from tuner.stages.variants import SpecPart, Variant
+from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/REWRITE/NAME: a created dispatch's tuning
 
@@ -118,6 +118,10 @@ class FlagStage:
             if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
                 env.say(f"  {option.label}: judged with the default configs ({b.error})")
                 b = build_once(env, Variant(option.directory + "-default-configs", option.flags, program=program))
+            if option.flags and not option.rewrite and b.ok and _same_module(b, default):
+                # A flag that changes nothing is no choice: reported, never timed as if it were one.
+                trials[option.label] = "not applied: the module is the default's, byte for byte"
+                continue
             built.append((option, b))
         cmp = compare_on_model(env, default, [b for _, b in built], "flag-runs")
         for option, b in built:
@@ -161,6 +165,11 @@ class FlagStage:
                     env.say(f"    {tuned.status}")
         env.built[key] = tuple(parts)
         return env.built[key]
+
+
+def _same_module(a: BuiltVariant, b: BuiltVariant) -> bool:
+    """Whether two builds wrote the same module file, byte for byte."""
+    return hashlib.sha256(a.vmfb.read_bytes()).digest() == hashlib.sha256(b.vmfb.read_bytes()).digest()
 
 
 FLAG_DECISION = "flag-decision.json"  # DIR/: the flag stage's finished decision, reused by a rerun

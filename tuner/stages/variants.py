@@ -92,8 +92,12 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
         if spec is not None:
             spec.write_text(text)
         shutil.rmtree(configs, ignore_errors=True)
+        # Run in `directory`, naming the dump and the module relative to it: the dump's path is
+        # written into the module, and two builds of the same code must be the same bytes (a
+        # model-wide flag that changes nothing is found so: tuner.stages.flags).
         run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(model.resolve()), *flags,
-                        f"--iree-hal-dump-executable-configurations-to={configs}", "-o", str(vmfb)], timeout_s)
+                                        f"--iree-hal-dump-executable-configurations-to={configs.name}",
+                                        "-o", vmfb.name], timeout_s, cwd=directory)
         if not run.ok:
             return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}")
         stamp.write_text(recipe)
