@@ -120,7 +120,8 @@ def main() -> None:
             run = run_tool([iree_compile, str(src), *flags, "-o", str(work / f"{label.replace(' ', '_')}.vmfb")], 900)
             if not run.ok:
                 raise SystemExit(f"{name}: {label} build failed: {run.first_error()}")
-        inputs = tuple(sorted((work / "tuning" / "candidates" / "inputs").glob("input*.npy")))  # the tuner's own
+        inputs = tuple(sorted((work / "tuning" / "candidates" / "inputs").glob("input*"),  # the tuner's own
+                              key=lambda p: int(p.name[len("input"):].split(".")[0])))
         settings = RunSettings(device=target.device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2,
                                runtime_flags=(f"--parameters=model={irpa}",))
         samples: dict[str, list[float]] = {label: [] for label in [*builds, "numpy"]}

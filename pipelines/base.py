@@ -179,7 +179,7 @@ def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
         problems.append(f"the dispatch's other ops carry {list(configured.fused_lowering_configs)}, "
                         f"expected {list(config.fused_lowering_configs)}")
     if config.expect_ukernels is not None and configured.ukernels != config.expect_ukernels:
-        problems.append(f"the executable's ukernels are {configured.ukernels or 'none named'}, "
+        problems.append(f"the executable's ukernels are {configured.ukernels or 'unset (the default)'}, "
                         f"expected {config.expect_ukernels}")
     if config.expect_translation_info and configured.translation_info != config.expect_translation_info:
         problems.append(

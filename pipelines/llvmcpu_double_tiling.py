@@ -10,7 +10,7 @@ import z3
 from constraints import BoolKnob, IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, UKERNEL, UKERNEL_FLAG, add_outer_tiles, outer_tiles_config
+from pipelines.llvmcpu_mmt4d import CODEGEN, CODEGEN_FLAG, EARLY_MATERIALIZATION, add_outer_tiles, outer_tiles_config
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -23,7 +23,7 @@ MIN_WORKGROUPS = 8
 MAX_WORKGROUP_TILE_BYTES = 1 << 20
 DATA_TILING_FLAG = "--iree-opt-data-tiling"
 MMT4D_TILES = "mmt4d_tiles"  # a data-tiled config with our outer tiles on the mmt4d
-MMT4D_UKERNEL = "mmt4d_ukernel"  # a data-tiled config using the mmt4d microkernel
+MMT4D_CODEGEN = "mmt4d_codegen"  # a data-tiled config with generated code, not the mmt4d microkernel
 MMT4D_PREFIX = "mmt4d_"
 
 
@@ -61,12 +61,12 @@ class LLVMCPUDoubleTiling(Pipeline):
     # Flags that change every dispatch of a model (data tiling turns contractions into mmt4d):
     # tried at the model level, with and without, by `tune-model`.
     # Data tiling with encodings materialized late (--iree-opt-data-tiling) or early, where the
-    # mmt4d dispatches take configs (llvmcpu_mmt4d), which tune-model then tunes; each with
-    # generated code and with the mmt4d microkernel. Early materialization forms packs and
-    # unpacks as dispatches of their own (0.95-0.98x of the late form on the BERT-base-sized f32
-    # layer, 1.05x on a bf16 layer, BENCHMARKS.md): which wins is the model's to say.
-    model_flags = ((DATA_TILING_FLAG,), (DATA_TILING_FLAG, UKERNEL_FLAG), EARLY_MATERIALIZATION,
-                   (*EARLY_MATERIALIZATION, UKERNEL_FLAG))
+    # mmt4d dispatches take configs (llvmcpu_mmt4d), which tune-model then tunes. Early
+    # materialization forms packs and unpacks as dispatches of their own (0.95-0.98x of the late
+    # form on the BERT-base-sized f32 layer, BENCHMARKS.md): which wins is the model's to say.
+    # (Generated code instead of the microkernel is a candidate of `tune`, not offered here: each
+    # flag set is a whole-model build, and with program rewrites it is two.)
+    model_flags = ((DATA_TILING_FLAG,), EARLY_MATERIALIZATION)
     # Knobs that stand for such flags: a model's tuning leaves them to the model (tune-model).
     flag_knobs = ("data_tiling",)
     # Under these flags discovery also finds the contraction's data-tiled op (Dispatch.data_tiled),
@@ -104,18 +104,18 @@ class LLVMCPUDoubleTiling(Pipeline):
         tiled = z3.Not(data_tiling.var)
         # Data tiling with our outer tiles on the mmt4d the compiler forms (where discovery found
         # it): beside the flag alone, the data-tiled op's own space.
-        # And the mmt4d microkernel or generated code (a flag, with the compiler's config).
+        # And generated code instead of the mmt4d microkernel (a flag, with the compiler's config).
         flag_alone = data_tiling.var
         mmt4d_knobs: list[str] = []
         if dispatch.data_tiled is not None:
             mmt4d_tiles = p.add_knob(BoolKnob(MMT4D_TILES))
-            ukernel = p.add_knob(BoolKnob(MMT4D_UKERNEL))
-            p.require(z3.Implies(z3.Or(mmt4d_tiles.var, ukernel.var), data_tiling.var))
-            # The microkernel with the compiler's tiles (a flag candidate); our tiles with generated
-            # code. (tune-model tries the microkernel model-wide, then tunes the tiles under it.)
-            p.require(z3.Not(z3.And(ukernel.var, mmt4d_tiles.var)))
-            mmt4d_knobs = [ukernel.name, *add_outer_tiles(p, dispatch.data_tiled, MMT4D_PREFIX, active=mmt4d_tiles.var)]
-            flag_alone = z3.And(data_tiling.var, z3.Not(mmt4d_tiles.var), z3.Not(ukernel.var))
+            codegen = p.add_knob(BoolKnob(MMT4D_CODEGEN))
+            p.require(z3.Implies(z3.Or(mmt4d_tiles.var, codegen.var), data_tiling.var))
+            # Generated code with the compiler's tiles (a flag candidate); our tiles with the
+            # microkernel. (tune-model tries generated code model-wide, then tunes the tiles under it.)
+            p.require(z3.Not(z3.And(codegen.var, mmt4d_tiles.var)))
+            mmt4d_knobs = [codegen.name, *add_outer_tiles(p, dispatch.data_tiled, MMT4D_PREFIX, active=mmt4d_tiles.var)]
+            flag_alone = z3.And(data_tiling.var, z3.Not(mmt4d_tiles.var), z3.Not(codegen.var))
         acc_regs = vec_m.var * tiling.ceil_div(vec_n.var, lanes)
         workgroups = tiling.ceil_div(m, dist_m.var) * tiling.ceil_div(n, dist_n.var)
         p.require(
@@ -177,17 +177,17 @@ class LLVMCPUDoubleTiling(Pipeline):
         from iree.compiler import ir
         from iree.compiler.dialects import iree_codegen
 
-        ukernel = (UKERNEL_FLAG,) if solution.get(MMT4D_UKERNEL) else ()
+        codegen = (CODEGEN_FLAG,) if solution.get(MMT4D_CODEGEN) else ()
         if solution.get(MMT4D_TILES):
             # Our outer tiles on the mmt4d, which exists for a spec only under early materialization.
             return outer_tiles_config(dispatch.data_tiled, solution, ctx, MMT4D_PREFIX, flags=EARLY_MATERIALIZATION,
                                       applies_to=dispatch.data_tiled)
         if solution["data_tiling"]:
             # The contraction becomes linalg.mmt4d in its own dispatch; the compiler configures it.
-            return Config(knobs=dict(solution), compilation_info=None, flags=(DATA_TILING_FLAG, *ukernel),
-                          summary="data tiling (mmt4d)" + (", ukernel" if ukernel else ""),
+            return Config(knobs=dict(solution), compilation_info=None, flags=(DATA_TILING_FLAG, *codegen),
+                          summary="data tiling (mmt4d)" + (", no ukernel" if codegen else ""),
                           expect_root_op="linalg.batch_mmt4d" if dispatch.batch_dims else "linalg.mmt4d",
-                          expect_ukernels=UKERNEL if ukernel else None)
+                          expect_ukernels=CODEGEN if codegen else None)
         lowering = self._lowering_config(dispatch, solution, ctx)
         with ctx:
             translation = iree_codegen.TranslationInfoAttr.get(

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from pipelines import pipeline_for, why_untunable
-from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, MMT4D_TILES, MMT4D_UKERNEL
-from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, UKERNEL_FLAG, LLVMCPUMmt4d
+from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, MMT4D_TILES, MMT4D_CODEGEN
+from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, CODEGEN_FLAG, LLVMCPUMmt4d
 from tests.conftest import write_matmul
 from tuner.build.compile import EvalSettings, compile_all
 from tuner.discovery.data_tiled import with_data_tiled
@@ -46,24 +46,24 @@ def test_under_late_materialization_the_mmt4d_is_declined_with_why(matmul, cpu, 
 
 
 def _data_tiled_candidates(matmul, cpu, ctx, count=6):
-    """The contraction's flag-alone, microkernel and mmt4d-tiles candidates, as `tune` makes them."""
+    """The contraction's flag-alone, generated-code and mmt4d-tiles candidates, as `tune` makes them."""
     [contraction] = discover(matmul, cpu, ctx)
     pipeline = pipeline_for(contraction)
     dispatch = with_data_tiled(contraction, pipeline.data_tiling_flags, matmul, cpu, ctx)
     candidates = generate_candidates(dispatch, pipeline, count, ctx)
     data_tiled = [c for c in candidates if c.config.knobs.get("data_tiling")]
-    flag_alone = next(c for c in data_tiled if not c.config.knobs[MMT4D_TILES] and not c.config.knobs[MMT4D_UKERNEL])
-    ukernel = next(c for c in data_tiled if c.config.knobs[MMT4D_UKERNEL])
+    flag_alone = next(c for c in data_tiled if not c.config.knobs[MMT4D_TILES] and not c.config.knobs[MMT4D_CODEGEN])
+    codegen = next(c for c in data_tiled if c.config.knobs[MMT4D_CODEGEN])
     tiled = [c for c in data_tiled if c.config.knobs[MMT4D_TILES]]
-    return flag_alone, ukernel, tiled
+    return flag_alone, codegen, tiled
 
 
 def test_a_data_tiled_candidates_config_is_read_back_from_the_compiled_mmt4d(matmul, cpu, ctx, tmp_path):
-    _, ukernel, tiled = _data_tiled_candidates(matmul, cpu, ctx)
+    _, codegen, tiled = _data_tiled_candidates(matmul, cpu, ctx)
     assert tiled, "the contraction's space offers data-tiled configs beside its own tiles"
     candidate = tiled[0]
     assert set(EARLY_MATERIALIZATION) <= set(candidate.config.flags)
-    built = compile_all([candidate, ukernel], matmul, cpu, tmp_path, EvalSettings(), ctx)
+    built = compile_all([candidate, codegen], matmul, cpu, tmp_path, EvalSettings(), ctx)
     assert [b.result.status for b in built] == [Status.OK, Status.OK], [b.result.error for b in built]
     # Independently of the tuner's own check: the compiled module's mmt4d carries these outer tiles.
     configured = read_configured((p.read_text() for p in (tmp_path / f"{candidate.id:04d}" / "configs").glob("*.mlir")),
@@ -73,23 +73,23 @@ def test_a_data_tiled_candidates_config_is_read_back_from_the_compiled_mmt4d(mat
     assert (f"distribution = [{k['mmt4d_distribution_m1']}, {k['mmt4d_distribution_n1']}, 0, 0, 0, 0]"
             in mmt4d.lowering_config)
     assert "Mmt4dTilingExpert" in mmt4d.translation_info and mmt4d.ukernels == ""
-    # The microkernel candidate's executable names the mmt4d microkernel.
-    with_ukernel = read_configured((p.read_text() for p in (tmp_path / f"{ukernel.id:04d}" / "configs").glob("*.mlir")),
-                                   ctx)
-    assert {c.ukernels for c in with_ukernel if c.op_name == "linalg.mmt4d"} == {"mmt4d"}
+    # The generated-code candidate's executable names no microkernel.
+    generated = read_configured((p.read_text() for p in (tmp_path / f"{codegen.id:04d}" / "configs").glob("*.mlir")),
+                                ctx)
+    assert {c.ukernels for c in generated if c.op_name == "linalg.mmt4d"} == {"none"}
 
 
-@pytest.mark.parametrize("route", ["late materialization", "no data tiling", "no microkernel"])
+@pytest.mark.parametrize("route", ["late materialization", "no data tiling", "no codegen flag"])
 def test_a_flag_candidate_whose_flags_do_not_take_is_not_applied_and_not_timed(route, matmul, cpu, ctx, tmp_path):
     """Under --iree-opt-data-tiling a spec runs before the mmt4d exists (the config is dropped);
-    without the data-tiling flag there is no mmt4d at all; without the microkernel flag the
-    executable names no microkernel. Each is caught by the read-back."""
+    without the data-tiling flag there is no mmt4d at all; without its ukernels flag the
+    generated-code candidate's executable keeps the compiler's default (the microkernel). Each is caught by the read-back."""
     from tuner.evaluation.evaluator import Sequential
     from tuner.settings import EvalSettings as Settings
     from tuner.store import ResultStore
     from tuner.versions import compiler_version, runtime_version
 
-    flag_alone, ukernel, tiled = _data_tiled_candidates(matmul, cpu, ctx)
+    flag_alone, codegen, tiled = _data_tiled_candidates(matmul, cpu, ctx)
     if route == "late materialization":
         wrong = replace(tiled[0], config=replace(tiled[0].config, flags=(DATA_TILING_FLAG,)))
         expected = "lowering_config is"
@@ -97,9 +97,9 @@ def test_a_flag_candidate_whose_flags_do_not_take_is_not_applied_and_not_timed(r
         wrong = replace(flag_alone, config=replace(flag_alone.config, flags=()))
         expected = "root op is linalg.matmul, expected linalg.mmt4d"
     else:
-        assert UKERNEL_FLAG in ukernel.config.flags
-        wrong = replace(ukernel, config=replace(ukernel.config, flags=(DATA_TILING_FLAG,)))
-        expected = "the executable's ukernels are none named, expected mmt4d"
+        assert CODEGEN_FLAG in codegen.config.flags
+        wrong = replace(codegen, config=replace(codegen.config, flags=(DATA_TILING_FLAG,)))
+        expected = "the executable's ukernels are unset (the default), expected none"
     program = discover_program(matmul, cpu, ctx)
     store = ResultStore(tmp_path / "r.sqlite", compiler_version(), runtime_version())
     evaluator = Sequential(matmul, cpu, program.workload(program.dispatches[0], matmul), tmp_path / "c", store,
