@@ -110,3 +110,28 @@ def test_a_flag_candidate_whose_flags_do_not_take_is_not_applied_and_not_timed(r
     result = by_id[wrong.id]
     assert result.status == Status.CONFIG_NOT_APPLIED and expected in result.error
     assert result.median_ms is None and not result.times_ms  # reported, never timed
+
+
+def _result(cid, label, knobs, first_pass):
+    from tuner.results import Result
+
+    return Result(cid, str(cid), label, cid == 0, knobs, [], Status.OK, median_ms=1.0, first_pass_speedup=first_pass)
+
+
+def test_tune_says_whether_data_tiling_or_the_contractions_own_tiles_won():
+    from tuner.ranking import Ranking
+    from tuner.report.outputs import data_tiling_verdict
+
+    results = [_result(0, "baseline", {}, None),
+               _result(1, "data tiling (mmt4d)", {"data_tiling": True}, 1.9),
+               _result(2, "mmt4d wg 2x2 vec 1x1", {"data_tiling": True, MMT4D_TILES: True}, 2.3),
+               _result(3, "wg 64x64 vec 8x32 k1", {"data_tiling": False}, 1.4),
+               _result(4, "wg 32x32 vec 8x32 k1", {"data_tiling": False}, 1.6)]
+    won = Ranking(results[0], tuple(results[1:]), (), results[2], "")
+    assert data_tiling_verdict(won, results) == ("data tiling or not: data tiling won (mmt4d wg 2x2 vec 1x1); the "
+                                                 "best of its own tiles: wg 32x32 vec 8x32 k1, 1.60x in its first pass")
+    lost = Ranking(results[0], tuple(results[1:]), (), results[3], "")
+    assert data_tiling_verdict(lost, results).startswith("data tiling or not: its own tiles won (wg 64x64 vec 8x32 k1); "
+                                                         "the best of data tiling: mmt4d wg 2x2 vec 1x1, 2.30x")
+    # A space of one kind (a convolution, a GPU contraction) says nothing.
+    assert data_tiling_verdict(won, [r for r in results if not r.knobs.get("data_tiling")]) == ""

@@ -125,6 +125,31 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     close = ranking.within_noise_of_best()
     if close:
         console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
+    said = data_tiling_verdict(ranking, results)
+    if said:
+        console.print(said)
+
+
+def data_tiling_verdict(ranking, results) -> str:
+    """Where a contraction's space held data-tiled and tiled configs (llvm-cpu), which kind won
+    and the best of the other kind by its first-pass speedup; "" where it held one kind only."""
+    kinds = {"data tiling": [r for r in results if r.ok and r.knobs.get("data_tiling")],
+             "its own tiles": [r for r in results if r.ok and not r.is_baseline and "data_tiling" in r.knobs
+                               and not r.knobs.get("data_tiling")]}
+    if not all(kinds.values()):
+        return ""
+
+    def best(rs):
+        return max(rs, key=lambda r: r.first_pass_speedup or 0.0)
+
+    if ranking.best is None:
+        return ("data tiling or not: neither beat the default; best first passes: "
+                + ", ".join(f"{k} {best(v).label} {best(v).first_pass_speedup or 0:.2f}x" for k, v in kinds.items()))
+    won = "data tiling" if ranking.best.knobs.get("data_tiling") else "its own tiles"
+    other = "its own tiles" if won == "data tiling" else "data tiling"
+    o = best(kinds[other])
+    return (f"data tiling or not: {won} won ({ranking.best.label}); the best of {other}: {o.label}, "
+            f"{o.first_pass_speedup or 0:.2f}x in its first pass")
 
 
 def render_model(data: dict, console: Optional[Console] = None) -> None:
