@@ -67,11 +67,13 @@ def to_bf16_bits(a: np.ndarray) -> np.ndarray:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def write_weight(path: Path, w: np.ndarray) -> None:
+def write_weights(path: Path, weights: dict[str, np.ndarray]) -> None:
+    """A parameter archive (.irpa) holding each array under its name."""
     from iree.runtime import ParameterIndex
 
     index = ParameterIndex()
-    index.add_buffer("w", w.tobytes())
+    for name, w in weights.items():
+        index.add_buffer(name, w.tobytes())
     index.create_archive_file(str(path))
 
 
@@ -107,7 +109,7 @@ def main() -> None:
         x32 = rng.standard_normal((m, k)).astype(np.float32)
         w = to_bf16_bits(w32) if t == "bf16" else w32
         if not irpa.exists():
-            write_weight(irpa, w)
+            write_weights(irpa, {"w": w})
         parameters = (f"model={irpa}",)
         t0 = time.perf_counter()
         tuning = api.tune(src, target, work / "tuning", search=SearchSettings(budget=args.candidates),

@@ -3,8 +3,8 @@
     python benchmarks/cpu_small_shapes.py [--rounds 6] [--out bench-small]
 
 For each shape, built with plain iree-compile and timed in interleaved rounds with numpy (the
-order alternating): the default; data tiling alone (`--iree-opt-data-tiling`, and with the mmt4d
-microkernel); each of those run on the runtime's `local-sync` device (the calling thread alone,
+order alternating): the default; data tiling alone (`--iree-opt-data-tiling`: the mmt4d
+microkernel, the compiler's default on x86) and with generated code instead; each of those run on the runtime's `local-sync` device (the calling thread alone,
 no task system) as well as on `local-task` (a worker pool, what the tuner times with). Weights
 are model parameters (.irpa) unless the row says the B operand is a call argument (then data
 tiling packs it on every call). A tuned result for the same shapes comes from
@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cpu_data_tiled import layer_mlir, time_numpy, write_weight  # noqa: E402
+from benchmarks.cpu_data_tiled import layer_mlir, time_numpy, write_weights  # noqa: E402
 from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
@@ -38,7 +38,7 @@ SHAPES = [
     ("tiny 8x256x256, weight", 8, 256, 256, False),
 ]
 BUILDS = {"default": (), "data tiling": ("--iree-opt-data-tiling",),
-          "data tiling + ukernel": ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=mmt4d")}
+          "data tiling, no ukernel": ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=none")}
 
 
 def argument_mlir(m: int, n: int, k: int) -> str:
@@ -76,13 +76,13 @@ def main() -> None:
         else:
             src.write_text(layer_mlir(m, n, k, "f32"))
             w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
-            write_weight(work / "weights.irpa", w)
+            write_weights(work / "weights.irpa", {"w": w})
             runtime = (f"--parameters=model={work / 'weights.irpa'}",)
             inputs = (work / "x.npy",)
             numpy_fn = lambda x=x, wt=w.T: x @ wt  # noqa: E731
         for label, flags in BUILDS.items():
             run = run_tool([find_tool("iree-compile"), str(src), *target.compile_flags, *flags, "-o",
-                            str(work / f"{label.replace(' ', '_').replace('+', 'uk')}.vmfb")], 600)
+                            str(work / f"{label.replace(' ', '_').replace(',', '')}.vmfb")], 600)
             if not run.ok:
                 raise SystemExit(f"{name}: {label} did not build: {run.first_error()}")
         samples: dict[str, list[float]] = {}
@@ -91,7 +91,7 @@ def main() -> None:
             for label, device in (variants if r % 2 == 0 else variants[::-1]):
                 settings = RunSettings(device=device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2,
                                        runtime_flags=runtime)
-                timing, run = benchmark(work / f"{label.replace(' ', '_').replace('+', 'uk')}.vmfb", settings)
+                timing, run = benchmark(work / f"{label.replace(' ', '_').replace(',', '')}.vmfb", settings)
                 if timing is None:
                     raise SystemExit(f"{name}: {label} on {device} did not run: {run.first_error()}")
                 samples.setdefault(f"{label} ({device})", []).append(statistics.median(timing.times_ms))

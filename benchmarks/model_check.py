@@ -63,7 +63,10 @@ def main() -> None:
     # The model's entry and inputs, as the tuner wrote them (DIR/model-inputs).
     inputs = tuple(sorted((args.dir / "model-inputs").glob("input*"),
                           key=lambda p: int(p.name[len("input"):].split(".")[0])))
-    settings = RunSettings(args.device or target.device, data["entry"], inputs, args.repetitions, 0.2, 600)
+    # A model with external parameters reads them as the tuner's runs did (results.json names them).
+    parameters = tuple(f"--parameters={p}" for p in data.get("parameters", []))
+    settings = RunSettings(args.device or target.device, data["entry"], inputs, args.repetitions, 0.2, 600,
+                           runtime_flags=parameters)
     times: dict[str, list[float]] = {name: [] for name in builds}
     for r in range(args.rounds):
         for name in (list(builds) if r % 2 == 0 else list(builds)[::-1]):

@@ -95,6 +95,9 @@ class Pipeline:
     # Flag sets that change every dispatch of a model rather than one (e.g. data tiling): a
     # model's tuning decides them for the whole model, with and without each.
     model_flags: tuple[tuple[str, ...], ...] = ()
+    # Those of `model_flags` that form dispatches taking configs of their own (llvm-cpu: data
+    # tiling materialized early, the mmt4d): tune-model judges them with the largest tuned first.
+    tuned_model_flags: tuple[tuple[str, ...], ...] = ()
     # Knobs whose value sets such a flag: tune-model leaves those configs out (it decides the flag).
     flag_knobs: tuple[str, ...] = ()
     # Flags under which the compiler turns the dispatch into another op whose configs this

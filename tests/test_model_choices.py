@@ -14,6 +14,7 @@ import pytest
 from iree.compiler import ir
 
 from pipelines import DispatchKind, pipeline_for
+from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION
 from tests.conftest import onnx_examples, iree_compile
 from tuner.specs.candidates import generate_candidates
 from tuner.build.compile import compile_all
@@ -209,7 +210,7 @@ def _timer(faster: str = "", slower: str = ""):
 def _flag_stage(model: Path, out: Path, timer, say=lambda text: None):
     """tune-model with the flag stage alone, timed by `timer`."""
     return tune_model(model, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(rounds=2, timer=timer),
-                      listen=Listeners(say=say), stages=[FlagStage()])
+                      listen=Listeners(say=say), stages=[FlagStage(tune_budget=0)])
 
 
 @pytest.mark.slow
@@ -267,12 +268,18 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
     if budget == 0:
         assert tuned == [] and not spec.exists()
         return
-    [(dispatch, source, evaluations, directory)] = tuned
+    [(dispatch, source, evaluations, directory)] = [t for t in tuned if t[3] == "flag-dispatches/raise-attention"]
     created = [d for d in discover_program(state.program, parse_target("llvm-cpu"), ir.Context()).dispatches
                if d.kind == DispatchKind.CONTRACTION]
     assert dispatch.flops == max(d.flops for d in created)  # the largest one
     assert source == state.program and evaluations == 2 and directory == "flag-dispatches/raise-attention"
     assert f"match_{dispatch.name}" in spec.read_text()  # built with its winner (read back by build_variant)
+    # Data tiling materialized early is judged the same way: its largest mmt4d dispatch tuned
+    # under those flags, and the option built with the winner on the mmt4d (read back).
+    early = "flags-" + "-".join(f.lstrip("-") for f in EARLY_MATERIALIZATION)
+    [(mmt4d, source, evaluations, _)] = [t for t in tuned if t[3] == f"flag-dispatches/{early}"]
+    assert mmt4d.op_name == "linalg.mmt4d" and mmt4d.flags == EARLY_MATERIALIZATION and evaluations == 2
+    assert f"match_{mmt4d.name}" in (out / "variants" / early / "spec.mlir").read_text()
 
 
 def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
@@ -297,7 +304,6 @@ def test_a_model_wide_flag_that_changes_nothing_is_reported_not_applied_and_neve
     """`--iree-llvmcpu-enable-ukernels=default` is what the compiler does anyway: its build is the
     default's module byte for byte, so it is no choice; the data-tiling flags do change it."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
-    from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION
     from tuner.stages import flags as flag_stage
 
     no_op = ("--iree-llvmcpu-enable-ukernels=default",)

@@ -79,6 +79,14 @@ class BothSource(_Wrapping):
         return self.base.model_flags
 
     @property
+    def tuned_model_flags(self) -> tuple[tuple[str, ...], ...]:  # type: ignore[override]
+        return self.base.tuned_model_flags
+
+    @property
+    def data_tiling_flags(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self.base.data_tiling_flags
+
+    @property
     def flag_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
         return self.base.flag_knobs
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from pipelines import pipeline_for
+from pipelines import DispatchKind, pipeline_for
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
@@ -22,7 +22,7 @@ from tuner.rewrite import REWRITES, Rewrite, rewrite_program
 from tuner.run_dir import write_file
 from tuner.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
-from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches
+from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, with_flags
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/REWRITE/NAME: a created dispatch's tuning
@@ -35,6 +35,9 @@ class ModelOption:
 
     flags: tuple[str, ...] = ()
     rewrite: Optional[Rewrite] = None
+    # Flags that form dispatches of these kinds taking configs of their own (data tiling
+    # materialized early: the mmt4d): judged with the largest of them tuned, as a rewrite's.
+    tunes: tuple[DispatchKind, ...] = ()
 
     @property
     def label(self) -> str:
@@ -49,13 +52,16 @@ def model_options(env: StageEnv) -> list[ModelOption]:
     """What the flag stage tries: each flag set the pipelines of the model's dispatches offer,
     each program rewrite of the target's kind, and each rewrite with each flag set."""
     flag_sets: list[tuple[str, ...]] = []
+    tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
     for d in env.program.dispatches:
         p = pipeline_for(d)
         for flags in p.model_flags if p else ():
             if tuple(flags) not in flag_sets:
                 flag_sets.append(tuple(flags))
+            if tuple(flags) in p.tuned_model_flags and d.kind not in tunes.get(tuple(flags), ()):
+                tunes[tuple(flags)] = (*tunes.get(tuple(flags), ()), d.kind)
     rewrites = REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
-    return ([ModelOption(flags) for flags in flag_sets] + [ModelOption((), r) for r in rewrites]
+    return ([ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets] + [ModelOption((), r) for r in rewrites]
             + [ModelOption(flags, r) for r in rewrites for flags in flag_sets])
 
 
@@ -113,7 +119,8 @@ class FlagStage:
             if option.rewrite and program is None:
                 trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
                 continue
-            parts = self._tuned_parts(env, option.rewrite, program) if option.rewrite else ()
+            parts = (self._tuned_parts(env, option.rewrite.name, option.rewrite.tunes, program) if option.rewrite
+                     else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
             b = build_once(env, Variant(option.directory, option.flags, parts, program))
             if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
                 env.say(f"  {option.label}: judged with the default configs ({b.error})")
@@ -138,26 +145,29 @@ class FlagStage:
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=(option.rewrite.name,) if option.rewrite else (), program=best.variant.program)
 
-    def _tuned_parts(self, env: StageEnv, rewrite: Rewrite, program: Path) -> tuple[SpecPart, ...]:
-        """The winning configs of the dispatches `rewrite` creates in `program` (the largest
-        `rewrite_tunes` of its `tunes` kinds, one per shape), each tuned under the default flags
-        with `tune_budget` evaluations; once per run and rewrite."""
-        key = ("rewrite-tuned", rewrite.name, self.tune_budget)
+    def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
+                     flags: tuple[str, ...] = ()) -> tuple[SpecPart, ...]:
+        """The winning configs of the dispatches of `kinds` that a choice forms in `program` (a
+        rewrite's, under the default flags; a flag set's, under those flags): the largest
+        `rewrite_tunes` of them, one per shape, each tuned with `tune_budget` evaluations; once
+        per run and choice (`name`)."""
+        key = ("choice-tuned", name, flags, self.tune_budget)
         if key in env.built:
             return env.built[key]
         parts: list[SpecPart] = []
-        if self.tune_budget > 0 and rewrite.tunes:
-            found = discover_program(program, env.target, env.ctx).for_running(env.workload.parameters, env.dynamic_size)
+        if self.tune_budget > 0 and kinds:
+            found = (discover_program(program, env.target, env.ctx, flags)
+                     .for_running(env.workload.parameters, env.dynamic_size))
             workload = next((w for w in (found.entries.get(d.name) for d in found.dispatches)
                              if isinstance(w, Workload) and w.entry == env.workload.entry), None)
             chosen, _ = select_dispatches(found, None, workload, 0.0, None) if workload else ([], [])
-            created = sorted((c for c in chosen if c[0].kind in rewrite.tunes), key=lambda c: c[0].flops,
+            created = sorted((c for c in chosen if c[0].kind in kinds), key=lambda c: c[0].flops,
                              reverse=True)[:self.rewrite_tunes]
-            stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{rewrite.name}")
+            stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
-                env.say(f"  {rewrite.name}: tuning {dispatch.name} ({dispatch.shape_name}), which it creates, "
+                env.say(f"  {name}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                         f"before judging it ({self.tune_budget} evaluations)")
-                tuned = stage.tune(dispatch, outcome, found, env.target, env, program)
+                tuned = stage.tune(dispatch, outcome, found, with_flags(env.target, flags), env, program)
                 if tuned.part is not None:
                     parts.append(tuned.part)
                     env.say(f"    {tuned.speedup:.2f}x its default config ({tuned.part.label})")
