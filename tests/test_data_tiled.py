@@ -133,5 +133,9 @@ def test_tune_says_whether_data_tiling_or_the_contractions_own_tiles_won():
     lost = Ranking(results[0], tuple(results[1:]), (), results[3], "")
     assert data_tiling_verdict(lost, results).startswith("data tiling or not: its own tiles won (wg 64x64 vec 8x32 k1); "
                                                          "the best of data tiling: mmt4d wg 2x2 vec 1x1, 2.30x")
+    neither = Ranking(results[0], tuple(results[1:]), (), None, "")
+    assert data_tiling_verdict(neither, results) == ("data tiling or not: neither beat the default; best first passes: "
+                                                     "data tiling: mmt4d wg 2x2 vec 1x1, 2.30x; its own tiles: "
+                                                     "wg 32x32 vec 8x32 k1, 1.60x")
     # A space of one kind (a convolution, a GPU contraction) says nothing.
     assert data_tiling_verdict(won, [r for r in results if not r.knobs.get("data_tiling")]) == ""

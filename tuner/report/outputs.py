@@ -144,7 +144,7 @@ def data_tiling_verdict(ranking, results) -> str:
 
     if ranking.best is None:
         return ("data tiling or not: neither beat the default; best first passes: "
-                + ", ".join(f"{k} {best(v).label} {best(v).first_pass_speedup or 0:.2f}x" for k, v in kinds.items()))
+                + "; ".join(f"{k}: {best(v).label}, {best(v).first_pass_speedup or 0:.2f}x" for k, v in kinds.items()))
     won = "data tiling" if ranking.best.knobs.get("data_tiling") else "its own tiles"
     other = "its own tiles" if won == "data tiling" else "data tiling"
     o = best(kinds[other])
