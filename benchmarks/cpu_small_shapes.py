@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.cpu_data_tiled import layer_mlir, time_numpy, write_weights  # noqa: E402
+from benchmarks.cpu_matmul import mlir_for  # noqa: E402
 from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
@@ -39,17 +40,6 @@ SHAPES = [
 ]
 BUILDS = {"default": (), "data tiling": ("--iree-opt-data-tiling",),
           "data tiling, no ukernel": ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=none")}
-
-
-def argument_mlir(m: int, n: int, k: int) -> str:
-    return f"""func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
-  %z = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<{m}x{n}xf32>
-  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%f : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  return %r : tensor<{m}x{n}xf32>
-}}
-"""
 
 
 def main() -> None:
@@ -68,7 +58,7 @@ def main() -> None:
         np.save(work / "x.npy", x)
         runtime: tuple[str, ...] = ()
         if argument:
-            src.write_text(argument_mlir(m, n, k))
+            src.write_text(mlir_for(0, m, n, k, False))
             b = rng.standard_normal((k, n)).astype(np.float32)
             np.save(work / "b.npy", b)
             inputs = (work / "x.npy", work / "b.npy")
