@@ -104,6 +104,9 @@ class Pipeline:
     # pipeline's problem also offers (llvm-cpu contractions: the data-tiled linalg.mmt4d);
     # `tune` has discovery find that op under them (Dispatch.data_tiled). () where none.
     data_tiling_flags: tuple[str, ...] = ()
+    # Knobs a config the user gives may leave out, with the value that means "not used" (the
+    # data-tiled part of a CPU contraction's space, which older config files do not name).
+    optional_knobs: Mapping[str, KnobValue] = {}
     # Other names `--pipeline` picks it by.
     aliases: tuple[str, ...] = ()
     # The pipeline IREE 3.13 emits constraints under ("iree_gpu.TileAndFuse"); None: it emits none.

@@ -75,6 +75,9 @@ class LLVMCPUDoubleTiling(Pipeline):
     # Under these flags discovery also finds the contraction's data-tiled op (Dispatch.data_tiled),
     # whose outer tiles this pipeline's problem offers beside its own (`tune` on one contraction).
     data_tiling_flags = EARLY_MATERIALIZATION
+    # A config that names none of the data-tiled knobs means none of that part of the space.
+    optional_knobs = {MMT4D_TILES: False, MMT4D_CODEGEN: False, **{
+        MMT4D_PREFIX + name: 0 for name in ("distribution_m1", "distribution_n1", "vector_m1", "vector_n1")}}
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (

@@ -138,6 +138,7 @@ def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: l
     out, warnings = [baseline(dispatch, pipeline.name, ctx, spec_entry)], []
     seen = {default_identity(dispatch)}
     for i, knobs in enumerate(assignments):
+        knobs = {**{k: v for k, v in pipeline.optional_knobs.items() if k in names}, **knobs}
         unknown = sorted(set(knobs) - set(names))
         missing = sorted(set(names) - set(knobs))
         if unknown or missing:
