@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT))
 from iree.compiler import ir  # noqa: E402
 
 from pipelines import pipeline_for  # noqa: E402
+from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, MMT4D_OPS  # noqa: E402
 from tuner.specs.candidates import generate_candidates  # noqa: E402
 from tuner.discovery.program import discover  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
@@ -39,17 +40,23 @@ ROWS = [
     ("LayerNorm: the normalization", "other_kinds.mlir#normalization", "other_kinds.mlir#normalization"),
     ("transpose", "other_kinds.mlir#transpose", "other_kinds.mlir#transpose"),
     ("elementwise (a GELU)", "other_kinds.mlir#elementwise", "other_kinds.mlir#elementwise"),
+    # FILE@early: the file's linalg.mmt4d under data tiling materialized early (CPU only).
+    ("data-tiled matmul (linalg.mmt4d, encodings materialized early)", "matmul_1024x1024x1024_f32.mlir@early", None),
 ]
 KINDS = ROOT / "tests" / "fixtures" / "kinds"
 # (target, pipeline): None is the pipeline for the compiler's own choice.
 COLUMNS = [("llvm-cpu", None), ("cuda:sm_80", None), ("rocm:gfx942", None), ("rocm:gfx942", "llvmgpu_vector_distribute")]
 
 
-def cell(sample: str, target_name: str, pipeline_name: str | None, limit: int, ctx: ir.Context) -> str:
+def cell(sample: str | None, target_name: str, pipeline_name: str | None, limit: int, ctx: ir.Context) -> str:
+    if sample is None:
+        return "no (a CPU form)"
     target = parse_target(target_name)
+    sample, _, form = sample.partition("@")
     name, _, kind = sample.partition("#")
-    dispatches = discover((KINDS if kind else ROOT / "sample_dispatches") / name, target, ctx)
-    dispatches = [d for d in dispatches if not kind or d.kind.value == kind]
+    flags = EARLY_MATERIALIZATION if form == "early" else ()
+    dispatches = discover((KINDS if kind else ROOT / "sample_dispatches") / name, target, ctx, flags)
+    dispatches = [d for d in dispatches if (not kind or d.kind.value == kind) and (not form or d.op_name in MMT4D_OPS)]
     if not dispatches:
         return "no (not discovered as tunable)"
     d = dispatches[0]
