@@ -213,8 +213,17 @@ def _flag_stage(model: Path, out: Path, timer, say=lambda text: None):
                       listen=Listeners(say=say), stages=[FlagStage(tune_budget=0)])
 
 
+@pytest.fixture
+def late_data_tiling_only(monkeypatch):
+    """The CPU's model-wide flags cut to late data tiling, for tests whose subject is the rewrite
+    (each flag set is a whole-model build, twice with the rewrite)."""
+    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
+
+
 @pytest.mark.slow
-def test_a_model_wide_choice_slower_on_the_model_is_not_kept(small_bert, tmp_path):
+def test_a_model_wide_choice_slower_on_the_model_is_not_kept(small_bert, tmp_path, late_data_tiling_only):
     out = tmp_path / "out"
     state = _flag_stage(small_bert, out, _timer(slower="flags-raise-attention")).state
     assert state.flags == () and state.rewrites == () and state.program is None
@@ -224,7 +233,8 @@ def test_a_model_wide_choice_slower_on_the_model_is_not_kept(small_bert, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_rerun(small_bert, tmp_path):
+def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_rerun(small_bert, tmp_path,
+                                                                                     late_data_tiling_only):
     out = tmp_path / "out"
     state = _flag_stage(small_bert, out, _timer(faster="flags-raise-attention")).state
     assert state.rewrites == ("raise-attention",) and state.flags == ()
