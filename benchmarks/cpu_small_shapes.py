@@ -42,6 +42,10 @@ BUILDS = {"default": (), "data tiling": ("--iree-opt-data-tiling",),
           "data tiling, no ukernel": ("--iree-opt-data-tiling", "--iree-llvmcpu-enable-ukernels=none")}
 
 
+def module_name(label: str) -> str:
+    return label.replace(" ", "_").replace(",", "") + ".vmfb"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
@@ -72,7 +76,7 @@ def main() -> None:
             numpy_fn = lambda x=x, wt=w.T: x @ wt  # noqa: E731
         for label, flags in BUILDS.items():
             run = run_tool([find_tool("iree-compile"), str(src), *target.compile_flags, *flags, "-o",
-                            str(work / f"{label.replace(' ', '_').replace(',', '')}.vmfb")], 600)
+                            str(work / module_name(label))], 600)
             if not run.ok:
                 raise SystemExit(f"{name}: {label} did not build: {run.first_error()}")
         samples: dict[str, list[float]] = {}
@@ -81,7 +85,7 @@ def main() -> None:
             for label, device in (variants if r % 2 == 0 else variants[::-1]):
                 settings = RunSettings(device=device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2,
                                        runtime_flags=runtime)
-                timing, run = benchmark(work / f"{label.replace(' ', '_').replace(',', '')}.vmfb", settings)
+                timing, run = benchmark(work / module_name(label), settings)
                 if timing is None:
                     raise SystemExit(f"{name}: {label} on {device} did not run: {run.first_error()}")
                 samples.setdefault(f"{label} ({device})", []).append(statistics.median(timing.times_ms))

@@ -1,6 +1,7 @@
-"""What the llvm-cpu pipelines for reductions and all-parallel dispatches share: the preferences
-around the compiler's own config, and the config built from it with some tiles changed in
-every op the compiler configures."""
+"""What the llvm-cpu pipelines share: what they read of the target (element sizes, vector
+registers) and the limits they tile to; and, for reductions and all-parallel dispatches, the
+preferences around the compiler's own config and the config built from it with some tiles
+changed in every op the compiler configures."""
 
 from __future__ import annotations
 
@@ -11,11 +12,24 @@ import z3
 from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue
 from pipelines.dispatch import Dispatch
-from pipelines.llvmcpu_double_tiling import MIN_WORKGROUPS
 from pipelines.printed_config import retiled
 
 if TYPE_CHECKING:
     from iree.compiler import ir
+
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
+# Workgroups the distribution tiles should at least make, so every core has work; the CPU
+# target attribute does not say how many threads the runtime will use.
+MIN_WORKGROUPS = 8
+# A workgroup's output tile should stay in a core's L2 (1 MiB and up on current x86 and Arm).
+MAX_WORKGROUP_TILE_BYTES = 1 << 20
+
+
+def vector_registers(dispatch: Dispatch) -> int:
+    """Architectural vector registers: 32 with AVX-512 or on AArch64, 16 otherwise on x86."""
+    if dispatch.target.has_cpu_feature("avx512f") or "aarch64" in dispatch.target.arch:
+        return 32
+    return 16
 
 
 def prefer_near_default(p: Problem, knobs: Mapping[str, IntKnob], default: Mapping[str, int],

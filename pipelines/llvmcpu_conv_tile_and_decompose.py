@@ -17,8 +17,8 @@ from pipelines.dispatch import Dispatch, DispatchKind
 
 if TYPE_CHECKING:
     from iree.compiler import ir
-from pipelines.llvmcpu_double_tiling import (ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, cpu_tile_features,
-                                             vector_registers)
+from pipelines.llvmcpu_common import ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, vector_registers
+from pipelines.llvmcpu_double_tiling import cpu_tile_features
 
 PIPELINE = "#iree_cpu.pipeline<ConvTileAndDecomposeExpert>"
 # The decomposed convolution's vector contraction spans output columns x output channels x input

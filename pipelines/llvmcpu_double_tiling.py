@@ -10,28 +10,16 @@ import z3
 from constraints import BoolKnob, IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
+from pipelines.llvmcpu_common import ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, vector_registers
 from pipelines.llvmcpu_mmt4d import CODEGEN, CODEGEN_FLAG, EARLY_MATERIALIZATION, add_outer_tiles, outer_tiles_config
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
-# Workgroups the distribution tiles should at least make, so every core has work; the CPU
-# target attribute does not say how many threads the runtime will use.
-MIN_WORKGROUPS = 8
-# A workgroup's output tile should stay in a core's L2 (1 MiB and up on current x86 and Arm).
-MAX_WORKGROUP_TILE_BYTES = 1 << 20
 DATA_TILING_FLAG = "--iree-opt-data-tiling"
 MMT4D_TILES = "mmt4d_tiles"  # a data-tiled config with our outer tiles on the mmt4d
 MMT4D_CODEGEN = "mmt4d_codegen"  # a data-tiled config with generated code, not the mmt4d microkernel
 MMT4D_PREFIX = "mmt4d_"
-
-
-def vector_registers(dispatch: Dispatch) -> int:
-    """Architectural vector registers: 32 with AVX-512 or on AArch64, 16 otherwise on x86."""
-    if dispatch.target.has_cpu_feature("avx512f") or "aarch64" in dispatch.target.arch:
-        return 32
-    return 16
 
 
 def cpu_tile_features(m: int, n: int, dm: int, dn: int, vm: int, vn: int, lanes: int,

@@ -21,6 +21,7 @@ import z3
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
+from pipelines.llvmcpu_common import ELEMENT_BYTES, MIN_WORKGROUPS, vector_registers
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -28,11 +29,9 @@ if TYPE_CHECKING:
 MMT4D_OPS = ("linalg.mmt4d", "linalg.batch_mmt4d")
 # Data tiling with encodings materialized in global optimization: what makes an mmt4d config take.
 EARLY_MATERIALIZATION = ("--iree-global-opt-data-tiling", "--iree-global-opt-enable-early-materialization")
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
 # A workgroup's A and B panels (all of K) should stay in a core's L2 (1 MiB and up on current
 # x86 and Arm cores), as the compiler's own `--iree-llvmcpu-matmul-tile-bytes` aims for.
 MAX_PANEL_BYTES = 1 << 20
-MIN_WORKGROUPS = 8  # so every core has work (the target does not say how many threads run it)
 # Generated code instead of the mmt4d microkernel. In 3.13 on x86 the compiler's default already
 # calls the microkernel for a data-tiled matmul (`--iree-llvmcpu-enable-ukernels=mmt4d` compiled
 # to the same executables as the default, f32 and bf16, late and early materialization alike);
@@ -76,12 +75,6 @@ def is_mmt4d(d: Dispatch) -> bool:
             and len(d.m_dims) == len(d.n_dims) == len(d.k_dims) == 2)
 
 
-def _registers(d: Dispatch) -> int:
-    if d.target.has_cpu_feature("avx512f") or "aarch64" in d.target.arch:
-        return 32
-    return 16
-
-
 def add_outer_tiles(p: Problem, d: Dispatch, prefix: str = "", active: Optional[z3.BoolRef] = None) -> list[str]:
     """The outer-tiling knobs of the mmt4d `d` (names prefixed with `prefix`) and their rules;
     with `active`, the knobs are 0 ("the compiler's own") where it is false and tiles where it is
@@ -102,7 +95,7 @@ def add_outer_tiles(p: Problem, d: Dispatch, prefix: str = "", active: Optional[
     rules = z3.And(
         dm.var % vm.var == 0,  # the vector step sits inside the workgroup tile
         dn.var % vn.var == 0,
-        tiling.within(acc_regs + n0_vectors + 1, _registers(d)),
+        tiling.within(acc_regs + n0_vectors + 1, vector_registers(d)),
         tiling.within(panel_bytes, MAX_PANEL_BYTES),
     )
     if active is None:

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Mapping
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import REDUCTION_KINDS, Dispatch
-from pipelines.llvmcpu_common import prefer_near_default, retiled_config
-from pipelines.llvmcpu_double_tiling import ELEMENT_BYTES, vector_registers
+from pipelines.llvmcpu_common import ELEMENT_BYTES, prefer_near_default, retiled_config, vector_registers
 from pipelines.printed_config import levels, tiling_level
 
 if TYPE_CHECKING:

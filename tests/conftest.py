@@ -52,7 +52,7 @@ func.func @mm(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> tenso
 def rebuild_from_spec(input_path: Path, candidate, target, directory: Path, ctx):
     """Write the candidate's spec as best_spec.mlir, configure INPUT with plain iree-compile and
     the candidate's flags, and return the one configured root op read back."""
-    from tuner.discovery.program import read_configured
+    from tuner.discovery.read_back import read_configured
     from tuner.build.compile import candidate_flags
     from tuner.tools import find_tool, run_tool
 

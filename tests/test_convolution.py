@@ -9,7 +9,8 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 from pipelines import Config, DispatchKind, pipeline_for, why_untunable
 from tuner.specs.candidates import generate_candidates
 from tuner.build.compile import EvalSettings, compile_all
-from tuner.discovery.program import discover, read_configured
+from tuner.discovery.program import discover
+from tuner.discovery.read_back import read_configured
 from tuner.specs.transform import TRANSFORM_MAIN, build_spec
 from tuner.targets import parse_target
 from tuner.tools import find_tool, run_tool

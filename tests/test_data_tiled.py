@@ -15,7 +15,8 @@ from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, CODEGEN_FLAG, LLVMCPU
 from tests.conftest import write_matmul
 from tuner.build.compile import EvalSettings, compile_all
 from tuner.discovery.data_tiled import with_data_tiled
-from tuner.discovery.program import discover, discover_program, read_configured
+from tuner.discovery.program import discover, discover_program
+from tuner.discovery.read_back import read_configured
 from tuner.results import Status
 from tuner.specs.candidates import generate_candidates
 

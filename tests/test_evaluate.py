@@ -16,7 +16,8 @@ from tuner import api
 from tuner.settings import RunOptions, SearchSettings
 from tuner.evaluation.benchmark_stage import benchmark_dir
 from tuner.specs.candidates import Candidate, generate_candidates
-from tuner.discovery.program import discover_program, read_configured
+from tuner.discovery.program import discover_program
+from tuner.discovery.read_back import read_configured
 from tuner.errors import ToolError
 from tuner.build.compile import EvalSettings, compile_to_manifest
 from tuner.results import Status

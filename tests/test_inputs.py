@@ -11,7 +11,7 @@ from iree.compiler import ir
 
 from tests.conftest import assert_one_error_line, run_cli, iree_compile
 from tuner import api
-from tuner.discovery.program import read_configured
+from tuner.discovery.read_back import read_configured
 from tuner.settings import EvalSettings, RunOptions, SearchSettings
 from tuner.targets import cuda, parse_target
 

@@ -7,7 +7,8 @@ from iree.compiler.dialects import iree_codegen
 
 from constraints import enumerate_solutions
 from pipelines import pipeline_for
-from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling, vector_registers
+from pipelines.llvmcpu_common import vector_registers
+from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 from tests.conftest import synthetic_cpu_dispatch
 
 PIPE = LLVMCPUDoubleTiling()

@@ -13,7 +13,8 @@ from pipelines import DispatchKind
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse, split_factors
 from tuner.specs.candidates import candidate_for
 from tuner.build.compile import BENCH_CONFIGS, EvalSettings, compile_all
-from tuner.discovery.program import discover, read_configured
+from tuner.discovery.program import discover
+from tuner.discovery.read_back import read_configured
 from tuner.build.dispatch_benchmark import COMBINED_FUNCTION, check_split
 from tuner.results import Status
 from tuner.targets import parse_target

@@ -20,7 +20,7 @@ from iree.compiler import ir
 from pipelines import check_config, pipeline_for
 from tests.conftest import run_cli, iree_compile
 from tuner.specs.candidates import generate_candidates
-from tuner.discovery.program import read_configured
+from tuner.discovery.read_back import read_configured
 from tuner.evaluation.runner import Timing
 from tuner.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import (DispatchOutcome, DispatchStage, MergeStage, ModelOptions, ModelState, SpecPart,

@@ -16,7 +16,8 @@ from iree.compiler import ir
 from pipelines import check_config
 from tuner.specs.candidates import Candidate
 from tuner.specs.transform import uses_codegen_stage
-from tuner.discovery.program import TUNER_ATTRIBUTES_FLAG, read_configured
+from tuner.discovery.program import TUNER_ATTRIBUTES_FLAG
+from tuner.discovery.read_back import read_configured
 from tuner.build.dispatch_benchmark import benchmark_function, benchmark_sources, check_split, combine
 from tuner.evaluation.measure import Built, Progress
 from tuner.results import Result, Status

@@ -11,13 +11,13 @@ from typing import Iterable, Optional
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
-from pipelines import ConfiguredDispatch, ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
+from pipelines import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
-from tuner.discovery.by_structure import (configured_ops, is_structural_root, stored_element_type,
+from tuner.discovery.by_structure import (is_structural_root, stored_element_type,
                                          structural_parts)
 from tuner.discovery.workload import Workload
 
@@ -112,7 +112,7 @@ def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
     return tuple(bounds[d] for d in range(n))
 
 
-def _static_loop_bounds(op: ir.Operation) -> tuple[int, ...]:
+def static_loop_bounds(op: ir.Operation) -> tuple[int, ...]:
     """The op's loop extents, or () where some are dynamic or its maps cannot be read."""
     try:
         return _loop_bounds(op)
@@ -120,20 +120,11 @@ def _static_loop_bounds(op: ir.Operation) -> tuple[int, ...]:
         return ()
 
 
-def _target_config(attr: ir.Attribute) -> ir.DictAttr:
+def target_config(attr: ir.Attribute) -> ir.DictAttr:
     """A #hal.executable.target's configuration dictionary. 3.13's bindings expose no accessor
     for it, so the dictionary is handed back to MLIR's own parser and read as a typed DictAttr."""
     text = str(attr)
     return ir.DictAttr(ir.Attribute.parse(text[text.index("{"): text.rindex("}") + 1]))
-
-
-def _ukernels(op: ir.Operation) -> str:
-    """The `ukernels` its executable's target names (llvm-cpu), or ""."""
-    target = enclosing_op(op, "hal.executable.variant").attributes["target"]
-    if "{" not in str(target):
-        return ""
-    config = _target_config(target)
-    return ir.StringAttr(config["ukernels"]).value if "ukernels" in config else ""
 
 
 def _target_facts(variant: ir.Operation) -> TargetFacts:
@@ -142,7 +133,7 @@ def _target_facts(variant: ir.Operation) -> TargetFacts:
     # 3.13's bindings have no #hal.executable.target accessor; its first parameter, a quoted
     # string, is the backend ("llvm-cpu", "cuda", "rocm").
     backend = text.split('"')[1]
-    config = _target_config(attr)
+    config = target_config(attr)
 
     def get(key: str) -> ir.Attribute | None:
         return config[key] if key in config else None
@@ -362,44 +353,3 @@ def _loops_or_none(op: ir.Operation) -> tuple[int, ...]:
 def discover(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> list[Dispatch]:
     """Every tunable root op of the input under `target`, largest first."""
     return list(discover_program(input_path, target, ctx, flags).dispatches)
-
-
-def _configured_roots(module: ir.Module) -> list[ir.Operation]:
-    """Root ops of configured modules. The compiler marks the ones it configured itself; an op
-    configured from a compilation_info keeps no root_op mark, so any contraction, convolution,
-    attention, reduction or other structurally matched op that carries a lowering_config counts too."""
-    roots = list(iree_codegen.get_tuner_root_ops(module))
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if "lowering_config" in op.attributes and op not in roots and (
-            linalg.isa_contraction_op(op) or linalg.isa_convolution_op(op) or iree_codegen.isa_attention_op(op)
-            or op.name in ATTENTION_OPS or is_structural_root(op)
-        ):
-            roots.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return roots
-
-
-def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDispatch]:
-    """Root ops as the compiler configured them, from configured modules (dumps or
-    executable-configurations output), to check that a candidate's config took effect."""
-    out = []
-    with ctx:
-        for text in texts:
-            module = ir.Module.parse(text)
-            for op in _configured_roots(module):
-                func = enclosing_op(op, "func.func")
-                others = [o for o in configured_ops(func) if o != op] if is_structural_root(op) else []
-                out.append(ConfiguredDispatch(
-                    op_name=op.name,
-                    lowering_config=str(op.attributes["lowering_config"]),
-                    translation_info=str(func.attributes["translation_info"]) if "translation_info" in func.attributes else "",
-                    decomposition_config=(str(op.attributes["decomposition_config"])
-                                          if "decomposition_config" in op.attributes else ""),
-                    loop_bounds=_static_loop_bounds(op),
-                    fused_lowering_configs=tuple(str(o.attributes["lowering_config"]) for o in others),
-                    ukernels=_ukernels(op),
-                ))
-    return out

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from iree.compiler import ir
 
 from pipelines import Config, Dispatch, check_config
-from tuner.discovery.program import read_configured
+from tuner.discovery.read_back import read_configured
 from tuner.specs.transform import build_spec, uses_codegen_stage
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
