@@ -144,7 +144,7 @@ class DispatchList:
 def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                     pipeline_name: Optional[str] = None, profile_dir: Optional[Path | str] = None,
                     progress: Optional[Progress] = None, parameters: tuple[str, ...] = (),
-                    dynamic_size: Optional[int] = None) -> DispatchList:
+                    dynamic_size: Optional[int] = None, gpu_timing: str = "auto") -> DispatchList:
     """Every dispatch of the program under `target`: the tunable ones largest first (by FLOPs per
     call of their entry, or by measured time with a profile), then the others with why none of
     this tuner's pipelines takes them. With `profile_dir`, each dispatch is timed (tuner.profiling.profile
@@ -155,7 +155,8 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
                                                              dynamic_size)
     if profile_dir is not None and not program.dispatches and not program.skipped:
         raise InputError(f"{input_path}: no dispatches to profile (found: no root ops)")
-    measured = profile(input_path, target, program, workdir, ctx, progress=progress) if profile_dir is not None else None
+    measured = (profile(input_path, target, program, workdir, ctx, progress=progress, gpu_timing=gpu_timing)
+                if profile_dir is not None else None)
     rows = []
     for d in program.dispatches:
         try:
@@ -235,7 +236,8 @@ def _pick_by_time(session: Session, pipeline_name: Optional[str], run: RunOption
     measured = None
     if not run.compile_only:
         measured = profile(session.input_path, session.target, session.program, session.output_dir / PROFILE,
-                           session.ctx, timeout_s=run.settings.run_timeout_s, progress=progress)
+                           session.ctx, timeout_s=run.settings.run_timeout_s, progress=progress,
+                           gpu_timing=run.settings.gpu_timing)
     best, how = choose_dispatch(tunable, session.program.runs, measured)
     chosen = replace(session, dispatch=best, pipeline=pipeline_for(best, pipeline_name),
                      workload=session.program.workload(best, session.input_path))

@@ -45,6 +45,10 @@ class EvalSettings:
     # the run), and how many CPUs a CPU benchmark worker times on (0: half the node's).
     ray_address: Optional[str] = None
     benchmark_cores: int = 0
+    # How a GPU dispatch is timed (tuner.evaluation.in_model.GPU_TIMINGS): "auto" by its kernels
+    # inside the model's own call where CUPTI loads (CUDA), else alone from IREE's dumped
+    # dispatch benchmarks; "model" or "alone" to insist on one.
+    gpu_timing: str = "auto"
 
     def run_settings(self, device: str, workload: Workload, inputs: tuple[Path, ...]) -> RunSettings:
         """How each candidate is run and timed on `device` under these settings."""

@@ -19,6 +19,7 @@ from tuner.specs.transform import uses_codegen_stage
 from tuner.discovery.program import TUNER_ATTRIBUTES_FLAG
 from tuner.discovery.read_back import read_configured
 from tuner.build.dispatch_benchmark import benchmark_function, benchmark_sources, check_split, combine
+from tuner.evaluation.in_model import kernel_names
 from tuner.evaluation.measure import Built, Progress
 from tuner.results import Result, Status
 from tuner.build.manifest import Manifest
@@ -59,14 +60,17 @@ class CompileJob:
     # Where the target times dispatches alone: the benchmark module source compiled into
     # DISPATCH_VMFB (a dumped one, or for split-K the two combined).
     timed_source: Optional[Path] = None
+    # The dispatch is timed inside the model (tuner.evaluation.in_model): no benchmark is dumped.
+    in_model: bool = False
 
 
 def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float,
-                      benchmark_entry: Optional[str] = None) -> CompileJob:
+                      benchmark_entry: Optional[str] = None, in_model: bool = False) -> CompileJob:
     """Build the candidate's module (and, where the target times dispatches alone, the dispatch
     benchmark module IREE dumps for the tuned dispatch), in processes of their own. Touches no
     MLIR context, so any number of threads may call it at once. `benchmark_entry`: the program
-    is itself an IREE dispatch benchmark, whose function of that name is timed."""
+    is itself an IREE dispatch benchmark, whose function of that name is timed. `in_model`: the
+    dispatch is timed by its kernels inside the candidate's module, so no benchmark is dumped."""
     cdir = workdir / f"{c.id:04d}"
     shutil.rmtree(cdir, ignore_errors=True)
     cdir.mkdir(parents=True)
@@ -76,7 +80,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
     # Dumps go to paths relative to the candidate's directory (the compile runs there): CPU
     # binaries embed the dumped configuration's path, and equal code must give equal binaries.
     dumps = ["--iree-hal-dump-executable-configurations-to=configs", "--iree-hal-dump-executable-binaries-to=binaries"]
-    dump_benchmark = target.time_dispatch_only and benchmark_entry is None
+    dump_benchmark = target.time_dispatch_only and benchmark_entry is None and not in_model
     if dump_benchmark:
         dumps.append("--iree-hal-dump-executable-benchmarks-to=bench")
     cmd = [find_tool("iree-compile"), str(input_path.resolve()), *flags, TUNER_ATTRIBUTES_FLAG, *dumps,
@@ -96,7 +100,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
         if not bench_run.ok:
             return CompileJob(c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir)
         return CompileJob(c, run, flags, cdir, benchmark_entry, bench)
-    return CompileJob(c, run, flags, cdir, benchmark_entry)
+    return CompileJob(c, run, flags, cdir, benchmark_entry, in_model=in_model)
 
 
 def _command(run: ToolRun, cdir: Path) -> list[str]:
@@ -115,7 +119,8 @@ def _binary_hash(cdir: Path) -> str:
 
 
 def built_candidate(c: Candidate, target: Target, cdir: Path, result: Result, vmfb: Optional[Path],
-           dispatch_function: Optional[str] = None, dispatch_vmfb: Optional[Path] = None) -> Built:
+           dispatch_function: Optional[str] = None, dispatch_vmfb: Optional[Path] = None,
+           kernels: tuple[str, ...] = ()) -> Built:
     """A Built entry; the spec file is kept even when empty: it is best_spec.mlir if c wins."""
     has_spec = bool(c.config.compilation_info)
     base_flags = tuple(f for f in result.flags if not (has_spec and target.is_spec_flag(f)))
@@ -123,7 +128,7 @@ def built_candidate(c: Candidate, target: Target, cdir: Path, result: Result, vm
         dispatch_vmfb = cdir / DISPATCH_VMFB
     spec_flags = target.spec_flags("{spec}", codegen=uses_codegen_stage([c.config])) if has_spec else ()
     return Built(result, vmfb, c.dispatch.out_type, cdir / "spec.mlir", spec_flags,
-                 base_flags, dispatch_vmfb, dispatch_function)
+                 base_flags, dispatch_vmfb, dispatch_function, kernels=kernels)
 
 
 def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
@@ -151,7 +156,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
         detail = "; ".join(m[0] for m in mismatches if m) or "no root op found in the configured dispatches"
         return built(Status.CONFIG_NOT_APPLIED, error=detail)
     function = job.benchmark_entry
-    if target.time_dispatch_only and function is None:
+    if target.time_dispatch_only and function is None and not job.in_model:
         timed_text = job.timed_source.read_text()
         function = benchmark_function(timed_text, ctx)
         if function is None:
@@ -169,7 +174,8 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
     result = c.result(flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
                       binary_hash=_binary_hash(cdir))
     vmfb = cdir / "candidate.vmfb"
-    return built_candidate(c, target, cdir, result, vmfb, function, vmfb if job.benchmark_entry else None)
+    kernels = kernel_names(c.dispatch.name, c.config.split_reduction) if job.in_model else ()
+    return built_candidate(c, target, cdir, result, vmfb, function, vmfb if job.benchmark_entry else None, kernels)
 
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
-                               parameters_option, quiet_wait_option, search_options, terminate)
+                               parameters_option, quiet_wait_option, gpu_timing_option, search_options, terminate)
 from tuner.cli.say import (dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches,
                            say_failures, say_picked,
                            say_search, say_summary, stats_line)
@@ -107,13 +107,14 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
 @parameters_option
 @dynamic_size_option
 @quiet_wait_option
+@gpu_timing_option
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, kinds: str, search, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
-               parameters: tuple[str, ...], dynamic_size: int | None, quiet_wait: float) -> None:
+               parameters: tuple[str, ...], dynamic_size: int | None, quiet_wait: float, gpu_timing: str) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
@@ -122,7 +123,8 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
 
     console = make_console()
     settings = eval_settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
-                             ray_address=ray_address, reconfirm=reconfirm, quiet_wait=quiet_wait)
+                             ray_address=ray_address, reconfirm=reconfirm, quiet_wait=quiet_wait,
+                             gpu_timing=gpu_timing)
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = run(input_file, target, output_dir, search,
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
@@ -318,13 +320,15 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
 @click.option("--pipeline", "pipeline_name", default=None, help="Codegen pipeline to ask about (default: the compiler's choice's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON, for scripts.")
 @click.option("--profile", "with_profile", is_flag=True,
-              help="Time each dispatch alone and each entry function whole on the target's device: shares of the time.")
+              help="Time each dispatch (inside the model where CUPTI loads, else alone) and each entry function "
+                   "whole on the target's device: shares of the time.")
 @click.option("--output", "output_dir", default=None, type=click.Path(path_type=Path),
               help="With --profile: where the compiled program and dispatch benchmarks go (default: a temporary directory).")
 @parameters_option
 @dynamic_size_option
+@gpu_timing_option
 def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json: bool, with_profile: bool,
-               output_dir: Path | None, parameters: tuple[str, ...], dynamic_size: int | None) -> None:
+               output_dir: Path | None, parameters: tuple[str, ...], dynamic_size: int | None, gpu_timing: str) -> None:
     """List every dispatch of INPUT_FILE: kind, op, shape, runs per call, the function that runs it,
     and the pipeline that would tune it or why none does; with --profile, its measured time and share."""
     import tempfile
@@ -339,7 +343,7 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
         with RunDirectory(output_dir) if work is not None and output_dir is not None else nullcontext():
             with progress_bars(console) as on_progress:
                 listed = api.list_dispatches(input_file, target, pipeline_name, work, on_progress, parameters,
-                                             dynamic_size)
+                                             dynamic_size, gpu_timing)
     if as_json:
         click.echo(dispatches_json(listed))
     else:

@@ -68,6 +68,7 @@ def evaluation_options(f):
                      help="Interleaved rounds timing the baseline and the most promising candidates side by side; "
                           "a winner must be faster in 3 of 4 (0: no winner is named).")(f)
     f = quiet_wait_option(f)
+    f = gpu_timing_option(f)
     f = click.option("--reconfirm", is_flag=True,
                      help="Time the confirmation rounds again where an earlier run confirmed the same candidates "
                           "the same way on this device (a rerun of a finished tuning reuses them).")(f)
@@ -95,6 +96,14 @@ def quiet_wait_option(f):
                         help="Seconds the confirmation rounds may wait for a load on the device to pass (seen as "
                              "the baseline running >20% slower than in the first pass); 0: never wait, say it. "
                              "Default also from $IREE_TUNER_QUIET_WAIT.")(f)
+
+
+def gpu_timing_option(f):
+    return click.option("--gpu-timing", "gpu_timing", default="auto", show_default=True, envvar="IREE_TUNER_GPU_TIMING",
+                        type=click.Choice(["auto", "model", "alone"]),
+                        help="How a CUDA dispatch is timed: model: by its kernels inside the model's own call "
+                             "(CUPTI, the cuda extra); alone: IREE's dumped dispatch benchmarks (the fallback, "
+                             "bounded); auto: model where CUPTI loads. Also from $IREE_TUNER_GPU_TIMING.")(f)
 
 
 def dynamic_size_option(f):
@@ -146,12 +155,12 @@ def search_settings(search_name: str, budget: int, time_budget: float | None, se
 
 def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
                   confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False,
-                  quiet_wait: float = 120.0):
+                  quiet_wait: float = 120.0, gpu_timing: str = "auto"):
     from tuner.settings import EvalSettings
 
     return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
                         baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address,
-                        reconfirm=reconfirm, quiet_wait_s=quiet_wait)
+                        reconfirm=reconfirm, quiet_wait_s=quiet_wait, gpu_timing=gpu_timing)
 
 
 def as_search(f):
@@ -168,12 +177,12 @@ def as_run(f):
     and `--dispatch` stay its own."""
     @functools.wraps(f)
     def command(*args, store_path, devices, ray_address, strategy, compile_timeout, run_timeout, repetitions,
-                baseline_every, confirm_rounds, reconfirm, quiet_wait, force, input_files, parameters, dynamic_size,
-                **kwargs):
+                baseline_every, confirm_rounds, reconfirm, quiet_wait, gpu_timing, force, input_files, parameters,
+                dynamic_size, **kwargs):
         from tuner.settings import RunOptions
 
         settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
-                                 ray_address, reconfirm, quiet_wait)
+                                 ray_address, reconfirm, quiet_wait, gpu_timing)
         return f(*args, run=RunOptions(settings, strategy, tuple(devices), store_path, force, tuple(input_files),
                                        parameters=tuple(parameters), dynamic_size=dynamic_size), **kwargs)
     return command

@@ -32,6 +32,7 @@ from tuner.specs.candidates import Candidate
 from tuner.build.compile import CompileJob, compile_candidate, reused_result, verify_build
 from tuner.evaluation.devices import LOST, MEASURED, DevicePool, distinct_devices
 from tuner.errors import InputError
+from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder
 from tuner.evaluation.passes import measure_pass
 from tuner.results import EvaluationStats, Result
@@ -80,10 +81,14 @@ class BaseEvaluator:
         inputs = tuple(workload.write_inputs(workdir / "inputs", given=given_inputs))
         self.run_settings = settings.run_settings(self.devices[0], workload, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
-        self.runner = runner
+        # On a GPU with CUPTI, a candidate is timed by its kernels inside its whole-model module
+        # (tuner.evaluation.in_model); elsewhere, or where the runner is remote, as before.
+        self.in_model = runner is LOCAL and times_in_model(settings.gpu_timing, self.devices[0],
+                                                           workload.dispatch_benchmark)
+        self.runner = IN_MODEL if self.in_model else runner
         # The conditions stored results must have been timed under to be reused here.
-        self.conditions = (runner.identity(self.devices[0]),
-                           runner.timing_identity(self.devices[0],
+        self.conditions = (self.runner.identity(self.devices[0]),
+                           self.runner.timing_identity(self.devices[0],
                                                   target.time_dispatch_only or workload.dispatch_benchmark,
                                                   DISPATCH_BATCH))
 
@@ -117,7 +122,7 @@ class BaseEvaluator:
 
     def _compile(self, c: Candidate) -> CompileJob:
         return compile_candidate(c, self.input_path, self.target, self.workdir, self.settings.compile_timeout_s,
-                                 self.workload.entry if self.workload.dispatch_benchmark else None)
+                                 self.workload.entry if self.workload.dispatch_benchmark else None, self.in_model)
 
     def _verify(self, job: CompileJob) -> Built:
         built = verify_build(job, self.target, self.ctx)

@@ -41,10 +41,13 @@ class Built:
     dispatch_vmfb: Optional[Path] = None
     dispatch_function: Optional[str] = None
     reused: bool = False  # `result` was measured before (in a result store): nothing to build or run
+    # Where the target times the dispatch inside the model (tuner.evaluation.in_model): the kernels
+    # (dispatch or executable names) whose time per call in `vmfb` is the candidate's time.
+    kernels: tuple[str, ...] = ()
 
     @property
     def dispatch_benchmark(self) -> Optional[DispatchBenchmark]:
-        if self.dispatch_vmfb is None or self.dispatch_function is None:
+        if self.dispatch_vmfb is None or self.dispatch_function is None or self.kernels:
             return None
         return DispatchBenchmark(self.dispatch_vmfb, self.dispatch_function)
 
@@ -58,14 +61,14 @@ class Built:
         return {"result": self.result.to_json(), "vmfb": rel(self.vmfb), "out_type": self.out_type,
                 "spec": rel(self.spec), "spec_flags": list(self.spec_flags), "base_flags": list(self.base_flags),
                 "dispatch_vmfb": rel(self.dispatch_vmfb), "dispatch_function": self.dispatch_function,
-                "reused": self.reused}
+                "reused": self.reused, "kernels": list(self.kernels)}
 
     @classmethod
     def from_json(cls, data: dict, root: Path) -> "Built":
         path = lambda p: inside(root, p) if p else None  # noqa: E731
         return cls(Result.from_json(data["result"]), path(data["vmfb"]), data["out_type"], path(data["spec"]),
                    _spec_flags(data), tuple(data["base_flags"]), path(data.get("dispatch_vmfb")),
-                   data.get("dispatch_function"), data.get("reused", False))
+                   data.get("dispatch_function"), data.get("reused", False), tuple(data.get("kernels", ())))
 
 
 def _spec_flags(data: dict) -> tuple[str, ...]:

@@ -146,6 +146,24 @@ def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | N
     return (Timing(times) if times else None), run
 
 
+def time_one_call(dispatch: DispatchBenchmark, settings: RunSettings, timeout_s: float) -> tuple[Optional[float], ToolRun]:
+    """One call of one dispatch of a dispatch benchmark module (no warm-up, no batch), killed
+    after `timeout_s`: what a probe of a benchmark that may never finish costs at most. The
+    figure is ms for that call (None where it failed or ran out of time)."""
+    module, cwd = module_flag(dispatch.vmfb)
+    cmd = [find_tool("iree-benchmark-module"), f"--device={settings.device}", module, f"--function={dispatch.function}",
+           "--batch_size=1", "--benchmark_min_time=1x", "--benchmark_min_warmup_time=0", "--benchmark_repetitions=1",
+           "--benchmark_format=json", *settings.runtime_flags]
+    run = run_tool(cmd, timeout_s, cwd)
+    if not run.ok:
+        return None, run
+    try:
+        rows = [b for b in json.loads(run.stdout)["benchmarks"] if b.get("run_type") == "iteration"]
+        return _to_ms(rows[0]["real_time"], rows[0].get("time_unit", "ns")), run
+    except (json.JSONDecodeError, KeyError, IndexError) as e:
+        return None, ToolRun(run.command, 1, run.stdout, f"unreadable benchmark report: {e}\n{run.stderr}", run.seconds)
+
+
 def _to_ms(value: float, unit: str) -> float:
     return value * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 

@@ -3,20 +3,26 @@ call of its entry function runs it, against the whole entry function timed as th
 it. The shares are of the sum of the dispatch times; the check is how close that sum comes to the
 function's own time (the rest is launches, copies, host work).
 
-How a dispatch is timed depends on the device. On the CPU (local-task, local-sync), inside the
+How a dispatch is timed depends on the device. On CUDA where CUPTI loads (the `cuda` extra), inside
+the program: the entry called in this process, each dispatch's kernels read from CUPTI's records
+(tuner.evaluation.in_model); no dispatch benchmark is dumped or compiled. On the CPU (local-task, local-sync), inside the
 program, by the runtime's own HAL profiling (`--device_profiling_mode=host-execution`, read back
 with `iree-profile dispatch --format=jsonl`): IREE 3.13's dumped dispatch benchmarks run there
 much faster than the same dispatch in the program (a 256x1024x1024 f32 matmul: 2.0 ms alone, 7.1 ms
 in the program by the runtime's profile, 7.3 ms per call of the whole function). On GPUs, alone,
 from the dumped dispatch benchmark of its executable (in batches; IREE 3.13's CUDA HAL has no
 device profiling: "CUDA HAL-native profiling is not implemented"), less the cost of launching
-one dispatch in such a batch, timed on a one-element dispatch: on the H100 that gives every
-dispatch of a BERT-large-sized layer within 10% of its CUPTI kernel time in the model
-(BENCHMARKS.md)."""
+one dispatch in such a batch, timed on a one-element dispatch. That is the fallback: IREE 3.13's
+dumped benchmarks of some models' dispatches run for seconds per call (BENCHMARKS.md), so each is
+first probed with one call, bounded in time, and abandoned where that call takes longer than the
+model's whole call; no benchmark starts after the profile's wall bound; the method says which
+dispatches were not timed and why."""
 
 from __future__ import annotations
 
+import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -25,6 +31,7 @@ from iree.compiler import ir
 from tuner.build.dispatch_benchmark import benchmark_function
 from tuner.discovery.program import Program
 from tuner.errors import ToolError
+from tuner.evaluation.in_model import times_in_model, why_not_in_model
 from tuner.profiling.timing import DispatchTime, Profile, ProfileJob, time_profile
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
@@ -68,16 +75,21 @@ def _launch_benchmark(target: Target, workdir: Path, ctx: ir.Context, timeout_s:
 
 
 def prepare_profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
-                    repetitions: int = 3, timeout_s: float = 300.0) -> ProfileJob:
-    """Compile the program with its default configs into `workdir` (on GPUs with each
-    executable's dispatch benchmark, compiled too), write each entry's inputs, and say what to
-    time: the job's paths are relative to `workdir`."""
+                    repetitions: int = 3, timeout_s: float = 300.0, gpu_timing: str = "auto") -> ProfileJob:
+    """Compile the program with its default configs into `workdir` (on GPUs that do not time
+    inside the model, with each executable's dispatch benchmark, compiled too), write each
+    entry's inputs, and say what to time: the job's paths are relative to `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)
     bench_dir = workdir / BENCH
     vmfb = workdir / "program.vmfb"
     entries = {w.entry: w for w in program.entries.values() if isinstance(w, Workload)}
     mode = ("benchmark_program" if any(w.dispatch_benchmark for w in entries.values())
-            else "in_program" if target.device.startswith("local") else "alone")  # see the module docstring
+            else "in_program" if target.device.startswith("local")
+            else "in_model" if times_in_model(gpu_timing, target.device) else "alone")  # see the module docstring
+    fallback = "" if mode != "alone" else (
+        "asked for (--gpu-timing alone)" if gpu_timing == "alone" else
+        f"{target.device} has no kernel records here" if not target.device.startswith("cuda") else
+        why_not_in_model() or "")
     dump = [f"--iree-hal-dump-executable-benchmarks-to={bench_dir}"] if mode == "alone" else []
     run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(input_path.resolve()), *target.compile_flags, *dump,
                     "-o", str(vmfb)], timeout_s)
@@ -92,29 +104,35 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
     alone: dict[str, list[str]] = {}
     if mode == "alone":
         sources = {p: p.read_text() for p in sorted(bench_dir.glob("*.mlir"))}
+        found = {}
         for name in sorted(entry_of):
             source = next((p for p, text in sources.items() if f"@{name}" in text), None)
             function = benchmark_function(sources[source], ctx) if source else None
             if source is None or function is None:
                 untimed[name] = "no dispatch benchmark was dumped for it"
-                continue
-            module = workdir / f"{name}.vmfb"
-            built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(source), *target.compile_flags,
-                                              "-o", str(module)], timeout_s)
-            if not built.ok:
-                untimed[name] = f"its dispatch benchmark did not compile: {built.first_error()}"
-                continue
-            alone[name] = [str(module.relative_to(workdir)), function]
+            else:
+                found[name] = (source, function)
+
+        def build(name: str):
+            return run_tool_retrying_a_hang([find_tool("iree-compile"), str(found[name][0]), *target.compile_flags,
+                                             "-o", str(workdir / f"{name}.vmfb")], timeout_s)
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # each compile a process of its own
+            for name, built in zip(found, pool.map(build, found)):
+                if built.ok:
+                    alone[name] = [f"{name}.vmfb", found[name][1]]
+                else:
+                    untimed[name] = f"its dispatch benchmark did not compile: {built.first_error()}"
     launch = _launch_benchmark(target, workdir, ctx, timeout_s) if alone else None
     parameters = next((list(w.parameters) for w in entries.values()), [])
     return ProfileJob(target.device, str(vmfb.relative_to(workdir)), inputs, dict(program.runs), entry_of, untimed,
-                      mode, alone, repetitions, timeout_s, launch, parameters)
+                      mode, alone, repetitions, timeout_s, launch, parameters, fallback)
 
 
 def profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
             repetitions: int = 3, timeout_s: float = 300.0,
-            progress: Optional[Callable[[str, int, int], None]] = None) -> Profile:
+            progress: Optional[Callable[[str, int, int], None]] = None, gpu_timing: str = "auto") -> Profile:
     """Time every dispatch of the program and every entry function whole, on the target's device,
     with the compiler's default configs (here: prepare_profile, then time_profile)."""
-    job = prepare_profile(input_path, target, program, workdir, ctx, repetitions, timeout_s)
+    job = prepare_profile(input_path, target, program, workdir, ctx, repetitions, timeout_s, gpu_timing)
     return time_profile(job, workdir, progress)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from tuner.errors import ToolError
-from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark, module_flag
+from tuner.evaluation import cupti
+from tuner.evaluation.in_model import METHOD as IN_MODEL, MODULES, time_calls
+from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark, module_flag, time_one_call
 from tuner.tools import find_tool, run_tool
 from tuner.discovery.workload import input_flag
 from tuner.input.parameters import check_present, runtime_flags
@@ -20,6 +23,10 @@ IN_PROGRAM = "each dispatch inside the program, by the runtime's own profile"
 ALONE = "each dispatch alone, from IREE's dumped dispatch benchmarks"
 LESS_LAUNCH = ", less the launch cost of one batched dispatch ({:.4f} ms)"
 BENCHMARK_PROGRAM = "the program is an IREE dispatch benchmark: its dispatch timed alone"
+FALLBACK = " (the fallback, bounded: {why})"
+# A dispatch benchmark's one call may take this much longer than the model's whole call before it is
+# abandoned: a probe call carries its own launch and wait, which the model's call shares out.
+PROBE_MARGIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -116,12 +123,14 @@ class ProfileJob:
     runs: dict[str, int]  # dispatch -> runs per call of its entry
     entry_of: dict[str, str]  # dispatch -> the entry that runs it
     untimed: dict[str, str]  # dispatch -> why it cannot be timed, known before timing
-    mode: str  # "in_program", "alone" or "benchmark_program"
+    mode: str  # "in_program", "in_model", "alone" or "benchmark_program"
     alone: dict[str, list[str]] = field(default_factory=dict)  # dispatch -> [benchmark module, its function]
     repetitions: int = 3
     timeout_s: float = 300.0
     launch: Optional[list[str]] = None  # [module, function]: a one-element dispatch, batched like the others
     parameters: list[str] = field(default_factory=list)  # the model's external parameters, SCOPE=FILE each
+    fallback: str = ""  # "alone" on a GPU: why the dispatches are not timed inside the model
+    wall_bound_s: float = 120.0  # "alone": no dispatch benchmark is started after this many seconds
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -144,6 +153,8 @@ def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, 
         return RunSettings(job.device, entry, tuple(root / p for p in job.inputs[entry]), job.repetitions, min_time_s,
                            job.timeout_s, runtime_flags=runtime_flags(job.parameters))
 
+    if job.mode == "in_model":
+        return _time_in_model(job, vmfb, settings, progress)
     if job.mode == "benchmark_program":
         for dispatch, entry in job.entry_of.items():
             timing, run = benchmark(vmfb, settings(entry), DispatchBenchmark(vmfb, entry))
@@ -169,16 +180,23 @@ def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, 
                 busy_ms[entry] = busy / statistics.median(calls)
         if progress:
             progress("profile", i, steps)
-    launch_ms = 0.0
+    launch_ms, startup_s = 0.0, 1.0
     if job.launch and job.alone:
         module, function = job.launch
-        timing, _ = benchmark(root / module, settings(next(iter(job.inputs))), DispatchBenchmark(root / module, function))
+        launch = DispatchBenchmark(root / module, function)
+        _, probe = time_one_call(launch, settings(next(iter(job.inputs))), job.timeout_s)
+        startup_s = probe.seconds if probe.ok else startup_s  # a tool's start and a module's load
+        timing, _ = benchmark(root / module, settings(next(iter(job.inputs))), launch)
         launch_ms = timing.median_ms if timing is not None else 0.0
+    deadline = time.monotonic() + job.wall_bound_s
     for j, (dispatch, (module, function)) in enumerate(sorted(job.alone.items()), 1):
         entry = job.entry_of[dispatch]
-        timing, run = benchmark(root / module, settings(entry), DispatchBenchmark(root / module, function))
-        if timing is None:
-            untimed[dispatch] = f"timing it alone failed: {run.first_error()}"
+        bench = DispatchBenchmark(root / module, function)
+        why = (f"not timed: the profile's bound of {job.wall_bound_s:.0f} s was reached" if time.monotonic() > deadline
+               else _abandoned(bench, settings(entry), entry_ms.get(entry), 2 * startup_s + 1.0))
+        timing, run = (None, None) if why else benchmark(root / module, settings(entry), bench)
+        if why or timing is None:
+            untimed[dispatch] = why or f"timing it alone failed: {run.first_error()}"
         else:
             times[dispatch] = DispatchTime(dispatch, max(timing.median_ms - launch_ms, timing.median_ms / 2),
                                            job.runs[dispatch], entry)
@@ -187,11 +205,55 @@ def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, 
     for dispatch in job.entry_of:
         if dispatch not in times and dispatch not in untimed:
             untimed[dispatch] = "not seen in the runtime's profile of its entry"
-    method = IN_PROGRAM if job.mode == "in_program" else ALONE + (LESS_LAUNCH.format(launch_ms) if launch_ms else "")
+    method = IN_PROGRAM if job.mode == "in_program" else ALONE + (LESS_LAUNCH.format(launch_ms) if launch_ms else "") + (
+        FALLBACK.format(why=job.fallback) if job.fallback else "")
     untrusted = implausible(times, entry_ms)
     for name in untrusted:
         times.pop(name)
     return Profile(times, entry_ms, {**untimed, **untrusted}, method, busy_ms, untrusted)
+
+
+def _abandoned(bench: DispatchBenchmark, settings: RunSettings, whole_ms: Optional[float], timeout_s: float
+               ) -> Optional[str]:
+    """Why a dispatch benchmark is not timed (None: time it): one call of it, after one call to
+    warm it, killed after `timeout_s`, took longer than the model's whole call (IREE 3.13's dumped
+    benchmarks of some weight-reading dispatches run for seconds: BENCHMARKS.md)."""
+    once, run = time_one_call(bench, settings, timeout_s)
+    whole = f"the model's whole call takes {whole_ms:.3f} ms" if whole_ms else "the model's whole call was not timed"
+    if run.timed_out:
+        return f"abandoned: one call of its dumped benchmark did not finish in {timeout_s:.1f} s ({whole})"
+    if once is None:
+        return f"timing it alone failed: {run.first_error()}"
+    if whole_ms and once > PROBE_MARGIN * whole_ms:
+        return f"abandoned: one call of its dumped benchmark took {once:.3f} ms, longer than the model's whole call ({whole_ms:.3f} ms)"
+    return None
+
+
+def _time_in_model(job: ProfileJob, vmfb: Path, settings: Callable[..., RunSettings],
+                   progress: Optional[Callable[[str, int, int], None]]) -> Profile:
+    """Each entry called in this process a few times, each dispatch's kernels read from CUPTI's
+    records of those calls (tuner.evaluation.in_model): its time per call in the model itself."""
+    times: dict[str, DispatchTime] = {}
+    entry_ms: dict[str, float] = {}
+    untimed = dict(job.untimed)
+    for i, entry in enumerate(sorted(job.inputs), 1):
+        wanted = sorted(d for d, e in job.entry_of.items() if e == entry)
+        try:
+            timing = time_calls(MODULES.get(vmfb, settings(entry)), wanted, job.repetitions, 0.3)
+        except (RuntimeError, ValueError, OSError, cupti.CuptiUnavailable) as e:
+            raise ToolError(f"timing @{entry} in this process failed: {type(e).__name__}: {e}") from None
+        entry_ms[entry] = statistics.median(timing.wall_ms)
+        for name in wanted:
+            seen = [rep[name] for rep in timing.per_repetition if name in rep]
+            if not seen:
+                untimed.setdefault(name, f"none of its kernels ran in @{entry}'s call")
+                continue
+            per_call, runs = statistics.median(k.ms for k in seen), statistics.median(k.runs for k in seen)
+            counted = job.runs.get(name, 1) if round(runs) == job.runs.get(name) else max(1, round(runs))
+            times[name] = DispatchTime(name, per_call / counted, counted, entry)
+        if progress:
+            progress("profile", i, len(job.inputs))
+    return Profile(times, entry_ms, untimed, IN_MODEL)
 
 
 def implausible(times: dict[str, DispatchTime], entry_ms: dict[str, float]) -> dict[str, str]:

@@ -1,0 +1,217 @@
+"""CUDA kernel records from NVIDIA's CUPTI activity API, through ctypes: which kernels ran in
+this process, on which device, from when to when (device clock, ns). No torch, no CUDA toolkit
+headers: the library alone, from the CUDA toolkit or the `nvidia-cuda-cupti` wheel (the `cuda`
+extra). The IREE runtime runs in this process, and CUPTI sees the kernels its CUDA HAL launches,
+named after their dispatch (tuner.evaluation.kernel_times reads them).
+
+Only the first, stable part of a kernel record is read (kind, start, end, device, stream, name);
+every CUDA 11-13 version of the record begins with the same fields, and `cuptiActivityGetNextRecord`
+steps over the rest. A record that does not look like one (end before start, no name) stops the
+trace with an error rather than giving a wrong time."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+# CUpti_ActivityKind: CONCURRENT_KERNEL records kernels without serializing them.
+_CONCURRENT_KERNEL = 10
+_FLUSH_FORCED = 1
+_BUFFER_BYTES = 8 << 20
+_ALIGN = 8
+# Offsets in CUpti_ActivityKernel (every version): kind u32 @0, start u64 @16, end u64 @24,
+# deviceId u32 @40, contextId u32 @44, streamId u32 @48, correlationId u32 @92, name char* @104.
+_KIND, _START, _END, _DEVICE, _STREAM, _CORRELATION, _NAME = 0, 16, 24, 40, 48, 92, 104
+
+# Where libcupti may be, first match wins: the user's choice, the driver's toolkit, the wheel.
+ENV = "IREE_TUNER_CUPTI"
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One kernel run on the device, as CUPTI recorded it."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    device: int = 0
+    stream: int = 0
+
+    @property
+    def ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelRecord":
+        return cls(**data)
+
+
+class CuptiUnavailable(Exception):
+    """CUPTI cannot be loaded or used here (the message says why): timing falls back."""
+
+
+_REQUEST = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                            ctypes.POINTER(ctypes.c_size_t))
+_COMPLETE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t,
+                             ctypes.c_size_t)
+
+
+def library_candidates() -> list[str]:
+    """Paths (or sonames) to try for libcupti, in order."""
+    found = [os.environ[ENV]] if os.environ.get(ENV) else []
+    for root in ("/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)):
+        found += sorted(glob.glob(f"{root}/extras/CUPTI/lib64/libcupti.so*"))
+        found += sorted(glob.glob(f"{root}/targets/*/lib/libcupti.so*"))
+    for entry in sys.path:  # the nvidia-cuda-cupti wheel (nvidia/cu13/lib, nvidia/cuda_cupti/lib)
+        found += sorted(glob.glob(f"{entry}/nvidia/*/lib/libcupti.so*"))
+    found += ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
+    return list(dict.fromkeys(found))
+
+
+class Tracer:
+    """Collects kernel records while `trace()` is open. One per process (CUPTI's callbacks are
+    process-wide); `tracer()` gives it."""
+
+    def __init__(self, lib: ctypes.CDLL, path: str) -> None:
+        self.lib = lib
+        self.path = path
+        self._buffers: dict[int, ctypes.Array] = {}
+        self._records: list[KernelRecord] = []
+        self._problem: Optional[str] = None
+        self._lock = threading.Lock()
+        self._trace_lock = threading.Lock()  # one trace at a time: records are process-wide
+        self._request = _REQUEST(self._on_request)  # kept alive: CUPTI calls them later
+        self._complete = _COMPLETE(self._on_complete)
+        lib.cuptiActivityGetNextRecord.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
+        lib.cuptiGetResultString.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        self._check(lib.cuptiActivityRegisterCallbacks(self._request, self._complete), "registering buffers")
+
+    def _check(self, code: int, doing: str) -> None:
+        if code != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuptiGetResultString(code, ctypes.byref(text))
+            raise CuptiUnavailable(f"CUPTI ({self.path}) failed {doing}: "
+                                   f"{(text.value or b'').decode(errors='replace') or code}")
+
+    def _on_request(self, buffer, size, max_records) -> None:
+        raw = ctypes.create_string_buffer(_BUFFER_BYTES + _ALIGN)
+        address = ctypes.addressof(raw)
+        aligned = address + (-address % _ALIGN)
+        with self._lock:
+            self._buffers[aligned] = raw
+        buffer[0] = aligned
+        size[0] = _BUFFER_BYTES
+        max_records[0] = 0
+
+    def _on_complete(self, _context, _stream, buffer, _size, valid) -> None:
+        record = ctypes.c_void_p()
+        found: list[KernelRecord] = []
+        problem = None
+        try:
+            while valid and self.lib.cuptiActivityGetNextRecord(buffer, valid, ctypes.byref(record)) == 0:
+                parsed = read_kernel_record(record.value)
+                if isinstance(parsed, str):
+                    problem = parsed
+                    break
+                if parsed is not None:
+                    found.append(parsed)
+        finally:
+            with self._lock:
+                self._buffers.pop(buffer, None)
+                self._records += found
+                self._problem = self._problem or problem
+
+    @contextmanager
+    def trace(self) -> Iterator[list[KernelRecord]]:
+        """Records every kernel that runs while open; the list it yields is filled when it
+        closes (the device must have finished: synchronize before leaving)."""
+        with self._trace_lock:
+            with self._lock:
+                self._records, self._problem = [], None
+            self._check(self.lib.cuptiActivityEnable(_CONCURRENT_KERNEL), "enabling kernel records")
+            out: list[KernelRecord] = []
+            try:
+                yield out
+            finally:
+                self.lib.cuptiActivityFlushAll(_FLUSH_FORCED)
+                self.lib.cuptiActivityDisable(_CONCURRENT_KERNEL)
+                self.lib.cuptiActivityFlushAll(_FLUSH_FORCED)
+                with self._lock:
+                    out += self._records
+                    problem, self._records = self._problem, []
+            if problem:
+                raise CuptiUnavailable(f"CUPTI ({self.path}): {problem}")
+
+
+def read_kernel_record(address: int):
+    """The kernel record at `address` (None for another kind of record; a string saying why for
+    one that does not read as a kernel record)."""
+    kind = ctypes.c_uint32.from_address(address).value
+    if kind != _CONCURRENT_KERNEL:
+        return None
+    start = ctypes.c_uint64.from_address(address + _START).value
+    end = ctypes.c_uint64.from_address(address + _END).value
+    name_ptr = ctypes.c_void_p.from_address(address + _NAME).value
+    if not name_ptr or end < start:
+        return "a kernel record does not have the expected layout (no name, or it ends before it starts)"
+    return KernelRecord(ctypes.string_at(name_ptr).decode(errors="replace"), start, end,
+                        ctypes.c_uint32.from_address(address + _DEVICE).value,
+                        ctypes.c_uint32.from_address(address + _STREAM).value)
+
+
+_TRACER: Optional[Tracer] = None
+_WHY_NOT: Optional[str] = None
+_LOADING = threading.Lock()
+
+
+def tracer() -> Tracer:
+    """This process's tracer; CuptiUnavailable (saying what was tried) where none loads."""
+    global _TRACER, _WHY_NOT
+    with _LOADING:
+        if _TRACER is not None:
+            return _TRACER
+        if _WHY_NOT is not None:
+            raise CuptiUnavailable(_WHY_NOT)
+        tried = []
+        for path in library_candidates():
+            if "/" in path and not Path(path).exists():
+                continue
+            try:
+                _TRACER = Tracer(ctypes.CDLL(path), path)
+                return _TRACER
+            except (OSError, AttributeError, CuptiUnavailable) as e:
+                tried.append(f"{path}: {e}")
+        _WHY_NOT = ("CUPTI could not be loaded (install the cuda extra, `pip install -e '.[cuda]'`, or set "
+                    f"{ENV} to libcupti.so): " + ("; ".join(tried[-3:]) or "no libcupti found"))
+        raise CuptiUnavailable(_WHY_NOT)
+
+
+def available() -> Optional[str]:
+    """None where CUPTI loads here, else why not."""
+    try:
+        tracer()
+        return None
+    except CuptiUnavailable as e:
+        return str(e)
+
+
+def no_cuda_device() -> Optional[str]:
+    """None where the CUDA driver sees a device, else why not (CUPTI can load without one)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return f"no CUDA driver ({e})"
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return "the CUDA driver finds no device"
+    return None

@@ -1,0 +1,235 @@
+"""Timing dispatches inside the model's own call: a compiled module is loaded into this process
+by the IREE runtime, its entry called on its inputs (uploaded to the device once), and CUPTI's
+kernel records of those calls say what each dispatch's kernels cost per call (GPUs; CUDA here).
+A candidate's time is then its kernels' time in the whole-model module it was compiled into:
+fusion, caches and neighbours included, and no dumped dispatch benchmark to build or trust.
+
+Runtime-only (numpy, IREE's runtime, ctypes): the benchmark side may import it."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from tuner.errors import TargetError
+from tuner.evaluation import cupti
+from tuner.evaluation.kernel_times import KernelTime, executable_of, per_call, repetition_times
+from tuner.evaluation.measure import Built, LocalRunner
+from tuner.evaluation.runner import RunSettings, Timing
+from tuner.discovery.workload import RAW_TYPES
+from tuner.tools import ToolRun
+
+# How GPU dispatches are timed (EvalSettings.gpu_timing): "auto" inside the model where CUPTI
+# loads, else alone; "model" inside the model or an error; "alone" IREE's dumped dispatch benchmarks.
+GPU_TIMINGS = ("auto", "model", "alone")
+METHOD = "each dispatch's kernels inside the model's own call (CUPTI kernel records)"
+
+
+def times_in_model(gpu_timing: str, device: str, dispatch_benchmark: bool = False) -> bool:
+    """Whether dispatches on `device` are timed inside the model (the target's device, for a
+    program that is a model rather than an IREE dispatch benchmark). TargetError where "model"
+    is asked for and CUPTI does not load."""
+    if gpu_timing not in GPU_TIMINGS:
+        raise TargetError(f"unknown GPU timing {gpu_timing!r}; known: {', '.join(GPU_TIMINGS)}")
+    if gpu_timing == "alone" or dispatch_benchmark or not device.startswith("cuda"):
+        return False
+    why = why_not_in_model()
+    if why and gpu_timing == "model":
+        raise TargetError(f"--gpu-timing model: {why}")
+    return why is None
+
+
+def why_not_in_model() -> Optional[str]:
+    """None where CUDA dispatches can be timed inside the model here, else why not."""
+    return cupti.available() or cupti.no_cuda_device()
+
+
+def kernel_names(dispatch_name: str, split_reduction: int = 1) -> tuple[str, ...]:
+    """The kernels whose time is a candidate's time: its dispatch's executable, and for a split-K
+    config the next one (the dispatch that adds the parts, as tuner.build.dispatch_benchmark
+    finds it)."""
+    executable = executable_of(dispatch_name) or dispatch_name
+    if split_reduction <= 1 or executable == dispatch_name:
+        return (executable,)
+    stem, _, number = executable.rpartition("_")
+    return (executable, f"{stem}_{int(number) + 1}")
+
+
+def _driver_device(device: str):
+    import iree.runtime as rt
+
+    return rt.get_device(device if "://" in device else f"{device}://0" if device == "cuda" else device)
+
+
+_DEVICES: dict[str, object] = {}
+_DEVICES_LOCK = threading.Lock()
+
+
+def _device(device: str):
+    with _DEVICES_LOCK:
+        if device not in _DEVICES:
+            _DEVICES[device] = _driver_device(device)
+        return _DEVICES[device]
+
+
+def _read_input(path: Path):
+    """An input file as the runtime tools read it (tuner.discovery.workload.write_inputs):
+    `.npy`, raw bits `inputN.SHAPExTYPE.bin`, or a scalar `inputN.TYPE.scalar`."""
+    if path.suffix == ".npy":
+        return np.load(path)
+    if path.suffix == ".scalar":
+        text, kind = path.read_text().strip(), path.name.split(".")[1]
+        return int(text) if kind.startswith("i") or kind == "index" else float(text)
+    dims = path.name.split(".")[1].split("x")
+    kind = dims[-1]
+    if kind not in RAW_TYPES:
+        raise ValueError(f"{path.name}: raw inputs of {kind} are not read in-process")
+    return np.fromfile(path, dtype=RAW_TYPES[kind]).reshape([int(d) for d in dims[:-1]]), kind
+
+
+class LoadedModule:
+    """A compiled module loaded on a device with its parameters, its entry's inputs resident."""
+
+    def __init__(self, vmfb: Path, settings: RunSettings) -> None:
+        import iree.runtime as rt
+
+        device = _device(settings.device)
+        self.config = rt.Config(device=device)
+        instance = self.config.vm_instance
+        modules = []
+        for parameter in (f.split("=", 1)[1] for f in settings.runtime_flags if f.startswith("--parameters=")):
+            scope, _, file = parameter.rpartition("=")
+            index = rt.ParameterIndex()
+            index.load(file)
+            modules.append(rt.create_io_parameters_module(instance, index.create_provider(scope=scope)))
+        self.module = rt.VmModule.mmap(instance, str(Path(vmfb).resolve()))
+        self.context = rt.SystemContext(vm_modules=[*modules, self.module], config=self.config)
+        self.function = self.context.modules[self.module.name][settings.entry]
+        self.args = [self._upload(_read_input(p), device) for p in settings.inputs]
+
+    @staticmethod
+    def _upload(value, device):
+        import iree.runtime as rt
+
+        if isinstance(value, tuple):  # raw bits of a type numpy lacks
+            array, kind = value
+            element = {"bf16": rt.HalElementType.BFLOAT_16}.get(kind)
+            if element is None:
+                raise ValueError(f"inputs of {kind} are not uploaded in-process")
+            return device.allocator.allocate_buffer_copy(
+                memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, device=device,
+                buffer=np.ascontiguousarray(array), element_type=element)
+        if isinstance(value, np.ndarray):
+            return rt.asdevicearray(device, value)
+        return value
+
+    def call(self):
+        """One call of the entry, finished on the device when it returns."""
+        out = self.function(*self.args)
+        first = out[0] if isinstance(out, (tuple, list)) and out else out
+        if hasattr(first, "to_host"):
+            first.to_host()  # (the invoker waits already; reading one result makes sure)
+        return out
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """Repetitions of several calls each: per repetition, each wanted dispatch's kernel time per
+    call, and the wall time per call (host, calls back to back)."""
+
+    per_repetition: tuple[dict[str, KernelTime], ...]
+    wall_ms: tuple[float, ...]
+    calls: int
+
+    def times(self, wanted: Sequence[str]) -> tuple[float, ...]:
+        return tuple(repetition_times(self.per_repetition, wanted))
+
+
+def time_calls(module: LoadedModule, wanted: Sequence[str], repetitions: int, min_time_s: float,
+               warmup: int = 2) -> KernelTiming:
+    """Call the module's entry `warmup` times, then `repetitions` times as many calls as fill
+    `min_time_s`, recording kernels: each wanted dispatch's time per call in each repetition."""
+    tracer = cupti.tracer()
+    start = time.perf_counter()
+    for _ in range(max(1, warmup)):
+        module.call()
+    one = (time.perf_counter() - start) / max(1, warmup)
+    calls = max(1, min(1000, math.ceil(min_time_s / max(one, 1e-6))))
+    reps, walls = [], []
+    for _ in range(max(1, repetitions)):
+        with tracer.trace() as records:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                module.call()
+            walls.append((time.perf_counter() - t0) * 1e3 / calls)
+        reps.append(per_call(records, wanted, calls))
+    return KernelTiming(tuple(reps), tuple(walls), calls)
+
+
+class ModuleCache:
+    """The last few loaded modules (loading a model uploads its weights: done once per module)."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._loaded: "OrderedDict[tuple, LoadedModule]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, vmfb: Path, settings: RunSettings) -> LoadedModule:
+        path = Path(vmfb).resolve()
+        key = (str(path), path.stat().st_mtime_ns, settings.device, settings.entry, settings.inputs,
+               settings.runtime_flags)
+        with self._lock:
+            if key in self._loaded:
+                self._loaded.move_to_end(key)
+                return self._loaded[key]
+        loaded = LoadedModule(path, settings)
+        with self._lock:
+            self._loaded[key] = loaded
+            while len(self._loaded) > self.keep:
+                self._loaded.popitem(last=False)
+        return loaded
+
+
+MODULES = ModuleCache()
+
+
+def failed_run(vmfb: Path, why: str, seconds: float = 0.0) -> ToolRun:
+    """A failed in-process timing in the shape of a tool run (a failing candidate is data)."""
+    return ToolRun(("in-process CUPTI timing", str(vmfb)), 1, "", f"error: {why}", seconds)
+
+
+def time_kernels(vmfb: Path, settings: RunSettings, kernels: Sequence[str]) -> tuple[Optional[Timing], ToolRun]:
+    """The summed time per call of `kernels` inside `vmfb`'s entry, one figure per repetition."""
+    start = time.perf_counter()
+    try:
+        timing = time_calls(MODULES.get(vmfb, settings), kernels, settings.repetitions, settings.min_time_s)
+    except (RuntimeError, ValueError, OSError, cupti.CuptiUnavailable) as e:
+        return None, failed_run(vmfb, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    times = timing.times(kernels)
+    if not any(times):
+        return None, failed_run(vmfb, f"no kernel of {', '.join(kernels)} ran in @{settings.entry}'s call", seconds)
+    return Timing(times), ToolRun(("in-process CUPTI timing", str(vmfb)), 0, "", "", seconds)
+
+
+class InModelRunner(LocalRunner):
+    """Times a built candidate by its kernels inside its whole-model module (`Built.kernels`);
+    runs it for its output as the local runner does."""
+
+    def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
+        return f"{device.partition('://')[0]}: {METHOD}"
+
+    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
+        if not b.kernels or b.vmfb is None:
+            return super().benchmark(b, settings)
+        return time_kernels(b.vmfb, settings, b.kernels)
+
+
+IN_MODEL = InModelRunner()

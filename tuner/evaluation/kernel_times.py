@@ -1,0 +1,58 @@
+"""Kernel records to dispatch times: IREE names each GPU kernel after its dispatch
+(`MODEL_dispatch_N_KIND_SHAPE`, the export's symbol), so the records of some calls of a module
+say what each dispatch costs per call inside the model. Pure functions of the records."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from tuner.evaluation.cupti import KernelRecord
+
+_EXECUTABLE = re.compile(r"^(.*_dispatch_\d+)(?:_|$)")
+
+
+def executable_of(dispatch: str) -> Optional[str]:
+    """`MODEL_dispatch_N` of a dispatch's (or kernel's) name; None if it is not an IREE dispatch's."""
+    found = _EXECUTABLE.match(dispatch)
+    return found.group(1) if found else None
+
+
+def belongs(kernel: str, wanted: str) -> bool:
+    """Whether a kernel named `kernel` runs `wanted`: a dispatch's full name, or an executable's
+    `MODEL_dispatch_N` (every kernel of that dispatch; `..._dispatch_1` is not `..._dispatch_16`)."""
+    return kernel == wanted or kernel.startswith(wanted + "_")
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """What one dispatch's kernels cost per call of the function that runs them."""
+
+    ms: float  # device time per call, summed over its kernels
+    runs: float  # kernels per call
+
+    @property
+    def ms_per_run(self) -> float:
+        return self.ms / self.runs if self.runs else 0.0
+
+
+def per_call(records: Iterable[KernelRecord], wanted: Sequence[str], calls: int) -> dict[str, KernelTime]:
+    """Each wanted dispatch's kernel time per call over `calls` calls; a kernel counts for the
+    first wanted name it belongs to, and kernels of no wanted dispatch (other modules, other
+    functions) are left out. A wanted dispatch that never ran is absent."""
+    total: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for r in records:
+        owner = next((w for w in wanted if belongs(r.name, w)), None)
+        if owner is None:
+            continue
+        total[owner] = total.get(owner, 0.0) + r.ms
+        count[owner] = count.get(owner, 0) + 1
+    return {w: KernelTime(total[w] / calls, count[w] / calls) for w in total}
+
+
+def repetition_times(per_repetition: Sequence[dict[str, KernelTime]], wanted: Sequence[str]) -> list[float]:
+    """The summed time of `wanted` in each repetition (ms per call): a candidate's figure where
+    it is several kernels (a split op and the dispatch adding its parts)."""
+    return [sum(rep[w].ms for w in wanted if w in rep) for rep in per_repetition]
