@@ -17,6 +17,10 @@
   16 heads of 128, SwiGLU MLP 5632): RMSNorm (in f32), Q/K/V projections, rotary embeddings,
   causal attention with an additive mask (MatMul, Div, Add, Softmax, MatMul), the output
   projection, residual, RMSNorm, gate/up/down MLP with SiLU, residual.
+- gqa_block_f16_1024.onnx: a decoder block with grouped-query attention as torch exports it, f16,
+  1024 tokens: hidden 1536, 12 query heads and 2 KV heads of 128 (K/V repeated by Unsqueeze + Expand
+  + Reshape), biases on Q/K/V, rank-4 heads, rotary, causal mask, RMSNorm in f32, SwiGLU MLP 8960.
+- gqa_block_32x8_f16_1024.onnx: the same at hidden 2048, 32 query heads and 8 KV heads of 64, MLP 8192.
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
 - cnn_b4_224.onnx: the same CNN on 224x224 images, batch 4.
@@ -209,6 +213,88 @@ def llama_block(tokens: int = 2048, hidden: int = 2048, heads: int = 16, mlp: in
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def gqa_block(tokens: int = 1024, hidden: int = 1536, heads: int = 12, kv_heads: int = 2, mlp: int = 8960,
+              seed: int = 3, dtype=np.float16):
+    """A decoder block with grouped-query attention as torch exports it (Qwen2/Llama-3 style):
+    activations [1, tokens, hidden]; Q/K/V projections with biases, heads reshaped to rank 4 and
+    transposed; rotary embeddings; K and V repeated to the query heads as `repeat_kv` exports
+    (Unsqueeze, Expand, Reshape); a causal additive mask; RMSNorm in f32; SwiGLU MLP; residuals."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    head, group = hidden // heads, heads // kv_heads
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [_init(rng, n, s, scale=0.02, dtype=dtype) for n, s in (
+        ("wq", (hidden, heads * head)), ("wk", (hidden, kv_heads * head)), ("wv", (hidden, kv_heads * head)),
+        ("bq", (heads * head,)), ("bk", (kv_heads * head,)), ("bv", (kv_heads * head,)),
+        ("wo", (heads * head, hidden)), ("wg", (hidden, mlp)), ("wu", (hidden, mlp)), ("wd", (mlp, hidden)))]
+    inits += [numpy_helper.from_array(np.ones(hidden, np.float32), n) for n in ("norm1", "norm2")]
+    angles = np.arange(tokens)[:, None] / 10000.0 ** (np.arange(0, head, 2) / head)[None, :]
+    angles = np.concatenate([angles, angles], axis=1)[None, None]
+    inits += [numpy_helper.from_array(np.cos(angles).astype(dtype), "cos"),
+              numpy_helper.from_array(np.sin(angles).astype(dtype), "sin"),
+              numpy_helper.from_array(np.triu(np.full((1, 1, tokens, tokens), -65504.0), 1).astype(dtype), "causal"),
+              helper.make_tensor("q_shape", TensorProto.INT64, [4], [1, tokens, heads, head]),
+              helper.make_tensor("kv_shape", TensorProto.INT64, [4], [1, tokens, kv_heads, head]),
+              helper.make_tensor("expand_shape", TensorProto.INT64, [5], [1, kv_heads, group, tokens, head]),
+              helper.make_tensor("repeated_shape", TensorProto.INT64, [4], [1, heads, tokens, head]),
+              helper.make_tensor("merged_shape", TensorProto.INT64, [3], [1, tokens, heads * head]),
+              helper.make_tensor("half_split", TensorProto.INT64, [2], [head // 2, head // 2]),
+              helper.make_tensor("axis2", TensorProto.INT64, [1], [2])]
+    inits += [numpy_helper.from_array(np.array(np.sqrt(head), dtype), "sqrt_d")]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("eps", 1e-6), ("two", 2.0))]
+
+    def rms_norm(x: str, weight: str, out: str) -> list:
+        return [helper.make_node("Cast", [x], [f"{out}_x32"], to=TensorProto.FLOAT),
+                helper.make_node("Pow", [f"{out}_x32", "two"], [f"{out}_sq"]),
+                helper.make_node("ReduceMean", [f"{out}_sq"], [f"{out}_ms"], axes=[-1], keepdims=1),
+                helper.make_node("Add", [f"{out}_ms", "eps"], [f"{out}_mse"]),
+                helper.make_node("Sqrt", [f"{out}_mse"], [f"{out}_rms"]),
+                helper.make_node("Div", [f"{out}_x32", f"{out}_rms"], [f"{out}_n"]),
+                helper.make_node("Mul", [f"{out}_n", weight], [f"{out}_w"]),
+                helper.make_node("Cast", [f"{out}_w"], [out], to=elem)]
+
+    nodes = rms_norm("x", "norm1", "n1")
+    for name, shape in (("q", "q_shape"), ("k", "kv_shape"), ("v", "kv_shape")):
+        nodes += [helper.make_node("MatMul", ["n1", f"w{name}"], [f"{name}_mm"]),
+                  helper.make_node("Add", [f"{name}_mm", f"b{name}"], [f"{name}_flat"]),
+                  helper.make_node("Reshape", [f"{name}_flat", shape], [f"{name}_4d"]),
+                  helper.make_node("Transpose", [f"{name}_4d"], [f"{name}_h"], perm=[0, 2, 1, 3])]
+    for name in ("q", "k"):  # rotary: x * cos + rotate_half(x) * sin
+        nodes += [helper.make_node("Split", [f"{name}_h", "half_split"], [f"{name}_a", f"{name}_b"], axis=-1),
+                  helper.make_node("Neg", [f"{name}_b"], [f"{name}_nb"]),
+                  helper.make_node("Concat", [f"{name}_nb", f"{name}_a"], [f"{name}_rot"], axis=-1),
+                  helper.make_node("Mul", [f"{name}_h", "cos"], [f"{name}_c"]),
+                  helper.make_node("Mul", [f"{name}_rot", "sin"], [f"{name}_s"]),
+                  helper.make_node("Add", [f"{name}_c", f"{name}_s"], [f"{name}_r"])]
+    for name, x in (("k", "k_r"), ("v", "v_h")):  # repeat_kv
+        nodes += [helper.make_node("Unsqueeze", [x, "axis2"], [f"{name}_5d"]),
+                  helper.make_node("Expand", [f"{name}_5d", "expand_shape"], [f"{name}_x"]),
+                  helper.make_node("Reshape", [f"{name}_x", "repeated_shape"], [f"{name}_rep"])]
+    nodes += [helper.make_node("Transpose", ["k_rep"], ["k_t"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["q_r", "k_t"], ["scores_raw"]),
+              helper.make_node("Div", ["scores_raw", "sqrt_d"], ["scores"]),
+              helper.make_node("Add", ["scores", "causal"], ["masked"]),
+              helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "v_rep"], ["ctx_h"]),
+              helper.make_node("Transpose", ["ctx_h"], ["ctx_4d"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_4d", "merged_shape"], ["ctx"]),
+              helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
+              helper.make_node("Add", ["x", "attn_out"], ["res1"])]
+    nodes += rms_norm("res1", "norm2", "n2")
+    nodes += [helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
+              helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
+              helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
+              helper.make_node("MatMul", ["n2", "wu"], ["up"]),
+              helper.make_node("Mul", ["silu", "up"], ["glu"]),
+              helper.make_node("MatMul", ["glu", "wd"], ["down"]),
+              helper.make_node("Add", ["res1", "down"], ["y"])]
+    io = [1, tokens, hidden]
+    graph = helper.make_graph(nodes, "gqa_block", [helper.make_tensor_value_info("x", elem, io)],
+                              [helper.make_tensor_value_info("y", elem, io)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def small_cnn(batch: int, size: int = 64, seed: int = 0):
     from onnx import TensorProto, helper
 
@@ -241,7 +327,9 @@ def write_models(out: Path) -> list[Path]:
                         ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4)), ("cnn_b4_224", small_cnn(4, 224)),
                         ("bert_base_layer_f16_1024", bert_layer(1024, 768, 12, 3072, dtype=np.float16)),
                         ("bert_large_layer_f16_2048", bert_layer(2048, 1024, 16, 4096, dtype=np.float16)),
-                        ("vit_large_layer_f16", vit_layer()), ("llama_block_f16_2048", llama_block())):
+                        ("vit_large_layer_f16", vit_layer()), ("llama_block_f16_2048", llama_block()),
+                        ("gqa_block_f16_1024", gqa_block()),
+                        ("gqa_block_32x8_f16_1024", gqa_block(1024, 2048, 32, 8, 8192, seed=4))):
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)

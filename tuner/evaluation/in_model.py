@@ -62,12 +62,6 @@ def kernel_names(dispatch_name: str, split_reduction: int = 1) -> tuple[str, ...
     return (executable, f"{stem}_{int(number) + 1}")
 
 
-def _driver_device(device: str):
-    import iree.runtime as rt
-
-    return rt.get_device(device if "://" in device else f"{device}://0" if device == "cuda" else device)
-
-
 _DEVICES: dict[str, object] = {}
 _DEVICES_LOCK = threading.Lock()
 
@@ -75,7 +69,9 @@ _DEVICES_LOCK = threading.Lock()
 def _device(device: str):
     with _DEVICES_LOCK:
         if device not in _DEVICES:
-            _DEVICES[device] = _driver_device(device)
+            import iree.runtime as rt
+
+            _DEVICES[device] = rt.get_device(device)  # as the runtime tools' --device names it
         return _DEVICES[device]
 
 

@@ -19,9 +19,19 @@ def executable_of(dispatch: str) -> Optional[str]:
     return found.group(1) if found else None
 
 
+_NOT_IN_SYMBOLS = re.compile(r"[^A-Za-z0-9_]")
+
+
+def kernel_symbol(name: str) -> str:
+    """A dispatch's name as its GPU kernel is named: the backends spell the characters a symbol
+    cannot hold (`forward$async_dispatch_0_...`) as `_` (`forward_async_dispatch_0_...`)."""
+    return _NOT_IN_SYMBOLS.sub("_", name)
+
+
 def belongs(kernel: str, wanted: str) -> bool:
     """Whether a kernel named `kernel` runs `wanted`: a dispatch's full name, or an executable's
     `MODEL_dispatch_N` (every kernel of that dispatch; `..._dispatch_1` is not `..._dispatch_16`)."""
+    kernel, wanted = kernel_symbol(kernel), kernel_symbol(wanted)
     return kernel == wanted or kernel.startswith(wanted + "_")
 
 

@@ -1,0 +1,63 @@
+#!/bin/bash
+# Transformer layers as exporters write them, on a GPU machine that holds the compiler (BENCHMARKS.md,
+# "Models as exporters write them"). Wheels as benchmarks/gpu_setup.sh says. The shared builder of
+# the torch-layout BERT layer is taken from $BERT_TORCH_LAYOUT (default .gpu/bert_torch_layout.py).
+#
+#   bash benchmarks/gpu_exported_models.sh profile NAME...   # the profile (in the model, CUPTI), its wall
+#                      # time, each dispatch against torch.profiler's CUPTI on the same module; a fixture
+#   bash benchmarks/gpu_exported_models.sh fallback NAME...  # the profile with --gpu-timing alone
+#   bash benchmarks/gpu_exported_models.sh dumped NAME       # the dumped benchmarks' cause (filled buffers)
+#   bash benchmarks/gpu_exported_models.sh tune NAME [BUDGET] [LIMIT_S]   # tune-model, then the checks
+#
+# NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
+# 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16.
+set -u
+source benchmarks/gpu_setup.sh
+export COLUMNS=220
+tuner() { python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' "$@"; }
+M=/tmp/models
+BUILDER=${BERT_TORCH_LAYOUT:-.gpu/bert_torch_layout.py}
+if [ ! -f $M/.done ]; then
+  python3 examples/onnx_models.py --out $M > /dev/null
+  python3 $BUILDER $M/bert_torch_layout.onnx
+  python3 $BUILDER $M/bert_torch_layout_base.onnx --tokens 1024 --hidden 768 --heads 12 --mlp 3072
+  touch $M/.done
+fi
+entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;; *) echo "$1";; esac; }
+step=$1; shift
+case $step in
+profile)
+  for NAME in "$@"; do
+    P=/tmp/prof-$NAME; rm -rf $P; start=$(date +%s.%N)
+    tuner dispatches $M/$NAME.onnx --target cuda:sm_80 --profile --json --output $P > $OUT/profile-$NAME.json
+    echo "$NAME: profile in $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s (import and compile included)"
+    python3 benchmarks/gpu_model_kernels.py --function $(entry $NAME) --input $P/inputs/$(entry $NAME)/input0.npy \
+      --rounds 3 --json $OUT/kernels-$NAME.json default=$P/program.vmfb > /dev/null
+    python3 benchmarks/profile_vs_cupti.py $OUT/profile-$NAME.json $OUT/kernels-$NAME.json
+    [ $NAME = bert_torch_layout ] && python3 benchmarks/record_kernels.py $P/program.vmfb bert_layer \
+      $P/inputs/bert_layer/input0.npy --runs $OUT/profile-$NAME.json --out $OUT/bert_torch_layout_h100.json
+  done ;;
+fallback)
+  for NAME in "$@"; do
+    P=/tmp/fallback-$NAME; rm -rf $P; start=$(date +%s.%N)
+    tuner dispatches $M/$NAME.onnx --target cuda:sm_80 --profile --gpu-timing alone --json --output $P > $OUT/fallback-$NAME.json
+    echo "$NAME: fallback profile in $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s"
+    python3 -c "
+import json; d = json.load(open('$OUT/fallback-$NAME.json')); print(d['method'])
+for r in d['dispatches']: print(' ', r['name'][:70], r['ms'], r['untimed'][:150])"
+  done ;;
+dumped)
+  NAME=$1; P=/tmp/fallback-$NAME
+  python3 benchmarks/dumped_benchmark_cause.py $(ls $P/dispatch-benchmarks/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
+tune)
+  NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-560}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
+  timeout $LIMIT python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' tune-model $M/$NAME.onnx \
+    --target cuda:sm_80 --device cuda --budget $BUDGET --output $D > $OUT/tm-$NAME.txt 2>&1
+  rc=$?; echo "tune-model $NAME: exit $rc after $(( $(date +%s) - start )) s"; grep -v "━" $OUT/tm-$NAME.txt | tail -45
+  cp $D/results.json $OUT/tm-$NAME-results.json 2>/dev/null
+  if [ $rc = 0 ]; then
+    python3 benchmarks/model_check.py $D --rounds 8
+    python3 benchmarks/gpu_model_kernels.py --function $FN --input $D/model-inputs/input0.npy --rounds 8 \
+      default=$D/check/default.vmfb tuned=$D/check/tuned.vmfb
+  fi ;;
+esac

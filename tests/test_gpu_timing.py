@@ -1,0 +1,228 @@
+"""Timing GPU dispatches: kernel records to dispatch times (inside the model's own call), and the
+dumped-benchmark fallback, bounded where a benchmark runs for seconds. No GPU needed: records come
+from fixtures recorded on the H100, tools are scripted."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuner.errors import TargetError
+from tuner.evaluation import cupti, in_model
+from tuner.evaluation.cupti import KernelRecord
+from tuner.evaluation.in_model import kernel_names, time_calls, time_kernels, times_in_model
+from tuner.evaluation.kernel_times import belongs, executable_of, per_call
+from tuner.evaluation.measure import Built
+from tuner.evaluation.runner import RunSettings
+from tuner.profiling.timing import ProfileJob, time_profile
+from tuner.results import Result, Status
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cupti"
+
+
+def _record(name: str, start: int, ms: float) -> KernelRecord:
+    return KernelRecord(name, start, start + int(ms * 1e6))
+
+
+def test_kernel_records_become_each_dispatchs_time_per_call():
+    records = [
+        _record("m_dispatch_1_matmul_64x64x64_f16", 0, 0.010),
+        _record("m_dispatch_16_softmax_64x64_f16", 100, 0.020),  # not dispatch_1's
+        _record("m_dispatch_1_matmul_64x64x64_f16", 200, 0.012),  # runs twice per call
+        _record("other_dispatch_1_matmul_64x64x64_f16", 300, 5.0),  # another module's kernel
+        _record("m_dispatch_1_matmul_64x64x64_f16", 400, 0.010),
+        _record("m_dispatch_16_softmax_64x64_f16", 500, 0.022),
+        _record("m_dispatch_1_matmul_64x64x64_f16", 600, 0.012),
+    ]
+    times = per_call(records, ["m_dispatch_1_matmul_64x64x64_f16", "m_dispatch_16_softmax_64x64_f16",
+                               "m_dispatch_2_never_ran"], calls=2)
+    assert set(times) == {"m_dispatch_1_matmul_64x64x64_f16", "m_dispatch_16_softmax_64x64_f16"}
+    matmul = times["m_dispatch_1_matmul_64x64x64_f16"]
+    assert matmul.runs == 2 and matmul.ms == pytest.approx(0.022)  # (10+12+10+12 us) / 2 calls
+    assert matmul.ms_per_run == pytest.approx(0.011)
+    assert times["m_dispatch_16_softmax_64x64_f16"].ms == pytest.approx(0.021)
+
+
+def test_an_executable_name_takes_every_kernel_of_that_dispatch_and_no_other():
+    assert executable_of("bert_layer_async_dispatch_16_batch_matmul_16x2048x2048x64_f16") == \
+        "bert_layer_async_dispatch_16"
+    assert belongs("m_dispatch_1_matmul_8x8x8_f16", "m_dispatch_1")
+    assert not belongs("m_dispatch_16_matmul_8x8x8_f16", "m_dispatch_1")
+    assert executable_of("not_an_iree_kernel") is None
+    # The program's `forward$async` is `forward_async` in the kernel's symbol.
+    assert belongs("forward_async_dispatch_3_softmax_8x8_f16", "forward$async_dispatch_3_softmax_8x8_f16")
+    assert belongs("forward_async_dispatch_3_softmax_8x8_f16", "forward$async_dispatch_3")
+
+
+def test_a_split_k_candidate_is_timed_by_the_split_op_and_the_dispatch_adding_its_parts():
+    assert kernel_names("m_dispatch_7_matmul_128x128x8192_f16") == ("m_dispatch_7",)
+    assert kernel_names("m_dispatch_7_matmul_128x128x8192_f16", 4) == ("m_dispatch_7", "m_dispatch_8")
+
+
+def test_recorded_h100_kernels_name_every_dispatch_of_the_model():
+    """Records CUPTI gave on the H100 for two calls of a BERT layer in torch's layout, with a
+    kernel of another module interleaved: each dispatch the profile listed is found, with the
+    runs per call the program says."""
+    recorded = json.loads((FIXTURES / "bert_torch_layout_h100.json").read_text())
+    records = [KernelRecord.from_json(r) for r in recorded["records"]]
+    times = per_call(records, list(recorded["runs"]), recorded["calls"])
+    assert set(times) == set(recorded["runs"])
+    assert {n: t.runs for n, t in times.items()} == recorded["runs"]
+    foreign = [r for r in records if not any(belongs(r.name, w) for w in recorded["runs"])]
+    assert foreign, "the fixture holds kernels of another module"
+    # The kernels of one call add up to what the dispatches sum to: nothing counted twice.
+    ours = sum(r.ms for r in records if r not in foreign) / recorded["calls"]
+    assert sum(t.ms for t in times.values()) == pytest.approx(ours)
+
+
+class _FakeTracer:
+    """Gives, for each trace, the kernels the fake module's calls ran in it."""
+
+    def __init__(self, module) -> None:
+        self.module = module
+
+    @contextmanager
+    def trace(self):
+        self.module.launched = []
+        out: list = []
+        yield out
+        out += self.module.launched
+
+
+class _FakeModule:
+    def __init__(self, kernels: dict[str, float]) -> None:
+        self.kernels = kernels
+        self.calls = 0
+        self.launched: list = []
+
+    def call(self):
+        self.calls += 1
+        for name, ms in self.kernels.items():
+            self.launched.append(_record(name, self.calls * 1000, ms))
+
+
+def test_time_calls_counts_calls_per_repetition_and_sums_the_wanted_kernels(monkeypatch):
+    module = _FakeModule({"m_dispatch_3_matmul": 0.05, "m_dispatch_4_generic": 0.5})
+    monkeypatch.setattr(cupti, "tracer", lambda: _FakeTracer(module))
+    timing = time_calls(module, ["m_dispatch_3", "m_dispatch_4"], repetitions=3, min_time_s=0.0, warmup=2)
+    assert len(timing.per_repetition) == 3 and timing.calls == 1
+    assert module.calls == 2 + 3 * timing.calls
+    assert timing.times(["m_dispatch_3"]) == pytest.approx((0.05, 0.05, 0.05))
+    assert timing.times(["m_dispatch_3", "m_dispatch_4"]) == pytest.approx((0.55, 0.55, 0.55))
+
+
+def test_a_candidate_whose_kernels_never_ran_is_a_failed_run_not_an_exception(monkeypatch, tmp_path):
+    module = _FakeModule({"m_dispatch_4_generic": 0.5})
+    monkeypatch.setattr(cupti, "tracer", lambda: _FakeTracer(module))
+    monkeypatch.setattr(in_model.MODULES, "get", lambda vmfb, settings: module)
+    settings = RunSettings("cuda", "main", (), repetitions=2, min_time_s=0.0)
+    timing, run = time_kernels(tmp_path / "candidate.vmfb", settings, ("m_dispatch_3",))
+    assert timing is None and not run.ok and "no kernel of m_dispatch_3 ran in @main's call" in run.first_error()
+
+
+def test_a_built_candidate_keeps_the_kernels_it_is_timed_by(tmp_path):
+    result = Result(candidate_id=1, key="k", label="x", is_baseline=False, knobs={}, flags=[], status=Status.OK)
+    built = Built(result, tmp_path / "0001" / "candidate.vmfb", "f16", None, (), (), kernels=("m_dispatch_3",))
+    again = Built.from_json(built.to_json(tmp_path), tmp_path)
+    assert again.kernels == ("m_dispatch_3",) and again.dispatch_benchmark is None
+
+
+def test_gpu_timing_in_the_model_needs_cupti_and_a_cuda_device(monkeypatch):
+    monkeypatch.setattr(in_model, "why_not_in_model", lambda: "CUPTI could not be loaded: no libcupti found")
+    assert not times_in_model("auto", "cuda")  # falls back, said by the profile's method
+    with pytest.raises(TargetError, match="--gpu-timing model: CUPTI could not be loaded"):
+        times_in_model("model", "cuda")
+    monkeypatch.setattr(in_model, "why_not_in_model", lambda: None)
+    assert times_in_model("auto", "cuda") and times_in_model("model", "cuda://1")
+    assert not times_in_model("alone", "cuda")
+    assert not times_in_model("auto", "hip") and not times_in_model("auto", "local-task")
+    assert not times_in_model("auto", "cuda", dispatch_benchmark=True)  # the program is one dispatch already
+    with pytest.raises(TargetError, match="unknown GPU timing 'fast'"):
+        times_in_model("fast", "cuda")
+
+
+_SCRIPTED_BENCHMARK = '''#!{python}
+"""iree-benchmark-module of a GPU profile: the model's whole call takes 1 ms; the dispatch
+benchmark `slow` never finishes a call in time (IREE 3.13's dumped benchmarks of some models),
+`long` takes 5 ms per call, every other one 0.1 ms."""
+import json, sys, time
+args = sys.argv[1:]
+module = next(a for a in args if a.startswith("--module="))
+name = module.rsplit("/", 1)[-1].split(".")[0]
+reps = int(next((a for a in args if a.startswith("--benchmark_repetitions=")), "=1").split("=", 1)[1])
+if name == "slow":
+    time.sleep(60)
+ms = {{"program": 1.0, "long": 5.0}}.get(name, 0.1)
+rows = [{{"run_type": "iteration", "real_time": ms * 1e6, "time_unit": "ns", "items_per_second": 1e3 / ms}}] * reps
+print(json.dumps({{"benchmarks": rows}}))
+'''
+
+
+@pytest.fixture
+def scripted_gpu_tools(tmp_path, monkeypatch):
+    from tuner.tools import TOOLS_ENV
+
+    directory = tmp_path / "tools"
+    directory.mkdir()
+    tool = directory / "iree-benchmark-module"
+    tool.write_text(_SCRIPTED_BENCHMARK.format(python=sys.executable))
+    tool.chmod(0o755)
+    monkeypatch.setenv(TOOLS_ENV, str(directory))
+    return directory
+
+
+def _alone_job(**kw) -> ProfileJob:
+    dispatches = ("m_dispatch_0_fast", "m_dispatch_1_slow", "m_dispatch_2_long")
+    return ProfileJob(
+        device="cuda", program="program.vmfb", inputs={"main": []}, runs={d: 1 for d in dispatches},
+        entry_of={d: "main" for d in dispatches}, untimed={}, mode="alone",
+        alone={"m_dispatch_0_fast": ["fast.vmfb", "f"], "m_dispatch_1_slow": ["slow.vmfb", "f"],
+               "m_dispatch_2_long": ["long.vmfb", "f"]},
+        repetitions=1, timeout_s=120.0, launch=["launch.vmfb", "f"],
+        fallback="CUPTI could not be loaded (install the cuda extra)", **kw)
+
+
+def test_a_dumped_benchmark_that_runs_for_seconds_is_abandoned_in_bounded_time_and_said(scripted_gpu_tools, tmp_path):
+    start = time.monotonic()
+    measured = time_profile(_alone_job(), tmp_path)
+    assert time.monotonic() - start < 20  # not the 60 s the slow benchmark's call would take
+    assert set(measured.times) == {"m_dispatch_0_fast"}
+    assert measured.untimed["m_dispatch_1_slow"].startswith("abandoned: one call of its dumped benchmark did not finish")
+    assert measured.untimed["m_dispatch_2_long"] == ("abandoned: one call of its dumped benchmark took 5.000 ms, "
+                                                     "longer than the model's whole call (1.000 ms)")
+    assert "the fallback, bounded: CUPTI could not be loaded" in measured.method
+
+
+def test_no_dumped_benchmark_starts_after_the_profiles_wall_bound(scripted_gpu_tools, tmp_path):
+    measured = time_profile(_alone_job(wall_bound_s=0.0), tmp_path)
+    assert measured.times == {}
+    assert all(measured.untimed[d] == "not timed: the profile's bound of 0 s was reached"
+               for d in ("m_dispatch_0_fast", "m_dispatch_1_slow", "m_dispatch_2_long"))
+
+
+@pytest.mark.slow
+def test_a_module_loaded_in_process_computes_what_iree_run_module_computes(tmp_path):
+    """The in-process loader (used on CUDA with CUPTI) on the CPU: the same inputs, the same result."""
+    from tests.conftest import iree_compile, write_matmul
+    from tuner.evaluation.runner import read_output, run_once
+
+    source = write_matmul(tmp_path / "mm.mlir", 64, 32, 16)
+    iree_compile(source, "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                 "-o", tmp_path / "mm.vmfb")
+    rng = np.random.default_rng(0)
+    inputs = []
+    for i, shape in enumerate(((64, 16), (16, 32))):
+        inputs.append(tmp_path / f"input{i}.npy")
+        np.save(inputs[-1], rng.standard_normal(shape).astype(np.float32))
+    settings = RunSettings("local-task", "mm", tuple(inputs))
+    loaded = in_model.LoadedModule(tmp_path / "mm.vmfb", settings)
+    out = loaded.call()
+    mine = (out[0] if isinstance(out, (list, tuple)) else out).to_host()
+    assert run_once(tmp_path / "mm.vmfb", settings, tmp_path / "out").ok
+    np.testing.assert_allclose(mine, read_output(tmp_path / "out", settings), rtol=1e-6)
