@@ -45,6 +45,7 @@ def filled(text: str, pattern: int | None) -> str:
                 f"[%fill_at, %fill_n] pattern(%fill_pattern : i32) flags(\"None\")\n"
                 f"{pad}hal.command_buffer.execution_barrier<{cmd} : !hal.command_buffer> source(\"Dispatch|Transfer|CommandRetire\") "
                 f"target(\"CommandIssue|Dispatch|Transfer\") flags(\"None\")")
+    text = text.replace("categories(Dispatch)", 'categories("Transfer|Dispatch")')  # a fill is a transfer
     return _LOAD.sub(insert, text, count=1)
 
 

@@ -14,7 +14,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from tuner.evaluation.runner import RunSettings, Timing
 from tuner.discovery.workload import RAW_TYPES
 from tuner.tools import ToolRun
 
+T = TypeVar("T")
 # How GPU dispatches are timed (EvalSettings.gpu_timing): "auto" inside the model where CUPTI
 # loads, else alone; "model" inside the model or an error; "alone" IREE's dumped dispatch benchmarks.
 GPU_TIMINGS = ("auto", "model", "alone")
@@ -64,6 +66,18 @@ def kernel_names(dispatch_name: str, split_reduction: int = 1) -> tuple[str, ...
 
 _DEVICES: dict[str, object] = {}
 _DEVICES_LOCK = threading.Lock()
+_THREADS: dict[str, ThreadPoolExecutor] = {}
+
+
+def on_device_thread(device: str, work: Callable[[], T]) -> T:
+    """`work()` run on the one thread that uses `device` in this process: IREE's CUDA HAL makes
+    its context current on the thread that created the device, and a module loaded from another
+    thread fails (CUDA_ERROR_INVALID_CONTEXT)."""
+    with _DEVICES_LOCK:
+        if device not in _THREADS:
+            _THREADS[device] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device-{device}")
+        pool = _THREADS[device]
+    return pool.submit(work).result()
 
 
 def _device(device: str):
@@ -205,7 +219,8 @@ def time_kernels(vmfb: Path, settings: RunSettings, kernels: Sequence[str]) -> t
     """The summed time per call of `kernels` inside `vmfb`'s entry, one figure per repetition."""
     start = time.perf_counter()
     try:
-        timing = time_calls(MODULES.get(vmfb, settings), kernels, settings.repetitions, settings.min_time_s)
+        timing = on_device_thread(settings.device, lambda: time_calls(MODULES.get(vmfb, settings), kernels,
+                                                                      settings.repetitions, settings.min_time_s))
     except (RuntimeError, ValueError, OSError, cupti.CuptiUnavailable) as e:
         return None, failed_run(vmfb, f"{type(e).__name__}: {e}", time.perf_counter() - start)
     seconds = time.perf_counter() - start
