@@ -361,6 +361,8 @@ class LLVMGPUTileAndFuse(Pipeline):
                    + (" transposed" if s["reorder_workgroups"] else "") + (f" split-K {split}" if split > 1 else ""))
         config = tiled_config(s, lowering, translation, summary)
         if split == 1:
-            return config
+            # On cuda the config goes in where the compiler configures the dispatch: a preprocessing
+            # spec's is not taken under --iree-opt-level=O3 (BENCHMARKS.md), the codegen stage's is.
+            return replace(config, codegen_spec=dispatch.target.backend == "cuda")
         # Read back from the split op: its loops must be the ones the config's positions index.
         return replace(config, split_reduction=split, expect_loop_bounds=tuned.loop_bounds)

@@ -128,6 +128,46 @@ def test_a_mask_added_before_the_scale_is_not_raised():
         assert find_attention(module) == []
 
 
+TORCH_LAYOUT = """
+func.func @f(%q: !torch.vtensor<[1,2,8,16],f16>, %k0: !torch.vtensor<[1,8,2,16],f16>, %v: !torch.vtensor<[1,2,8,16],f16>,
+             %c: !torch.vtensor<[],f16>) -> !torch.vtensor<[1,2,8,16],f16> {
+  %kt = torch.operator "onnx.Transpose"(%k0) {torch.onnx.perm = [0 : si64, 2 : si64, 3 : si64, 1 : si64]} : (!torch.vtensor<[1,8,2,16],f16>) -> !torch.vtensor<[1,2,16,8],f16>
+  %qs = torch.operator "onnx.Mul"(%q, %c) : (!torch.vtensor<[1,2,8,16],f16>, !torch.vtensor<[],f16>) -> !torch.vtensor<[1,2,8,16],f16>
+  %ks = torch.operator "onnx.Mul"(%kt, %c) : (!torch.vtensor<[1,2,16,8],f16>, !torch.vtensor<[],f16>) -> !torch.vtensor<[1,2,16,8],f16>
+  %s = torch.operator "onnx.MatMul"(%qs, %ks) : (!torch.vtensor<[1,2,8,16],f16>, !torch.vtensor<[1,2,16,8],f16>) -> !torch.vtensor<[1,2,8,8],f16>
+  %s32 = torch.operator "onnx.Cast"(%s) {torch.onnx.to = 1 : si64} : (!torch.vtensor<[1,2,8,8],f16>) -> !torch.vtensor<[1,2,8,8],f32>
+  %p32 = torch.operator "onnx.Softmax"(%s32) {torch.onnx.axis = -1 : si64} : (!torch.vtensor<[1,2,8,8],f32>) -> !torch.vtensor<[1,2,8,8],f32>
+  %p = torch.operator "onnx.Cast"(%p32) {torch.onnx.to = 10 : si64} : (!torch.vtensor<[1,2,8,8],f32>) -> !torch.vtensor<[1,2,8,8],f16>
+  %o = torch.operator "onnx.MatMul"(%p, %v) : (!torch.vtensor<[1,2,8,8],f16>, !torch.vtensor<[1,2,8,16],f16>) -> !torch.vtensor<[1,2,8,16],f16>
+  return %o : !torch.vtensor<[1,2,8,16],f16>
+}
+"""
+
+
+def test_attention_as_torch_exports_it_is_raised_with_k_transposed_back_and_scaled():
+    # Rank-4 heads: K^T made from [b, t, h, d] by one transpose; the scale split over Q and K^T
+    # (torch's export of scaled_dot_product_attention); the softmax taken in f32 between casts.
+    with ir.Context():
+        module = ir.Module.parse(TORCH_LAYOUT)
+        assert raise_attention(module) == ["1x2x8x8x16x16"]
+        text = str(module)
+    lines = text.splitlines()
+    sdpa = next(line for line in lines if "scaled_dot_product_attention" in line)
+    transpose = next(line for line in lines if "onnx.Transpose" in line)
+    scaled = next(line for line in lines if "onnx.Mul" in line and transpose.split("=")[0].strip() in line)
+    assert "[0 : si64, 2 : si64, 1 : si64, 3 : si64]" in transpose and "[1,2,8,16],f16" in transpose.split("->")[-1]
+    assert scaled.split("=")[0].strip() in sdpa  # K: K0 transposed back, then scaled as K^T was
+    assert "onnx.Softmax" not in text and "onnx.Cast" not in text and "[1,2,16,8]" not in text
+
+
+def test_a_softmax_whose_casts_are_used_elsewhere_is_not_raised():
+    with ir.Context():
+        text = TORCH_LAYOUT.replace("return %o : !torch.vtensor<[1,2,8,16],f16>",
+                                    "return %o, %p32 : !torch.vtensor<[1,2,8,16],f16>, !torch.vtensor<[1,2,8,8],f32>")
+        text = text.replace("-> !torch.vtensor<[1,2,8,16],f16> {", "-> (!torch.vtensor<[1,2,8,16],f16>, !torch.vtensor<[1,2,8,8],f32>) {")
+        assert find_attention(ir.Module.parse(text)) == []
+
+
 def _relative_error_of_raised(spelled: Path, raised: Path, entry: str, dtype, tmp_path: Path) -> float:
     """Both programs compiled for the CPU and run on one seeded 128x256 input: the raised one's
     relative error against the spelled-out one."""
@@ -168,6 +208,29 @@ def test_a_causal_decoder_block_raised_computes_the_same_result(tmp_path, ctx):
     assert rewrite_program(imported, RAISE_ATTENTION, raised) == ["2x128x128x128x128"]
     assert DispatchKind.ATTENTION in {d.kind for d in discover_program(raised, cpu, ctx).dispatches}
     assert _relative_error_of_raised(imported, raised, "llama_block", np.float16, tmp_path) < 1e-3
+
+
+@pytest.mark.slow
+def test_a_grouped_query_block_as_torch_exports_it_raised_computes_the_same_result(tmp_path, ctx):
+    # Rank-4 heads with biases, K and V repeated by Unsqueeze + Expand + Reshape, rotary, a causal mask.
+    pytest.importorskip("onnx")
+    import onnx
+
+    cpu = parse_target("llvm-cpu")
+    onnx.save(onnx_examples().gqa_block(128, 256, 4, 2, 512), tmp_path / "gqa.onnx")
+    imported = program_source(tmp_path / "gqa.onnx", tmp_path, cpu)
+    raised = tmp_path / "raised.mlir"
+    assert rewrite_program(imported, RAISE_ATTENTION, raised) == ["1x4x128x128x64x64"]
+    assert DispatchKind.ATTENTION in {d.kind for d in discover_program(raised, cpu, ctx).dispatches}
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((1, 128, 256)).astype(np.float16))
+    outputs = {}
+    for name, program in (("spelled", imported), ("raised", raised)):
+        iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
+        assert run_once(tmp_path / f"{name}.vmfb", RunSettings("local-task", "gqa_block", (x,)),
+                        tmp_path / f"{name}.npy").ok
+        outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
+    assert relative_error(outputs["raised"], outputs["spelled"]) < 1e-3
 
 
 @pytest.mark.slow

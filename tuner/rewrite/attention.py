@@ -5,12 +5,18 @@ Softmax and MatMul (BERT-style exports) reaches IREE as two batch matmuls and a 
 dispatches that write and read the whole score matrix, and no IREE 3.13 flag raises them into
 `iree_linalg_ext.attention` (measured: BENCHMARKS.md). This rewrite does, in the torch dialect:
 
-    MatMul(Q, Transpose(K, last two dims)) [-> Mul(., c) | Div(., c)] [-> Add(., mask)]
-        -> Softmax(axis=-1) -> MatMul(., V)
+    MatMul(Q, [Mul(., c) | Div(., c) of] Transpose(K0, perm)) [-> Mul(., c) | Div(., c)] [-> Add(., mask)]
+        -> [Cast to f32 ->] Softmax(axis=-1) [-> Cast back] -> MatMul(., V)
 
 becomes `torch.aten.scaled_dot_product_attention(Q', K, V, mask, scale=1.0)` with Q' = Mul(Q, c)
 (or Div(Q, c)): (cQ)K^T = c(QK^T), so the scale constant is carried over as the model holds it and
-never read. An additive mask (a causal mask, say) is passed as the op's float mask, reshaped to
+never read. The transpose may be any that puts K0's head dim before its sequence dim (torch's
+exports of rank-4 heads write `[b, t, h, d] -> [b, h, d, t]` as one transpose): K is K0 under the
+same permutation with the last two dims swapped back, a transpose of its own unless that is the
+identity; a scale on K^T (torch's export of scaled_dot_product_attention splits the scale over Q
+and K^T) is applied to K. A softmax taken in f32 between two casts (as transformers' eager
+attention exports) is taken in the attention op's own precision (IREE's attention keeps f32
+statistics); the numerics at the model's output are compared by the flag stage. An additive mask (a causal mask, say) is passed as the op's float mask, reshaped to
 the scores' rank with leading 1s where it has fewer dims (the lowering takes a mask of the same
 rank only); a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
 dispatch of its own unless a flag fuses it into the attention (aggressive fusion, O3: measured),
@@ -67,14 +73,22 @@ class AttentionSite:
     mask: Optional[ir.Operation]  # Add of a mask between the (scaled) scores and the softmax
     mask_value: Optional[ir.Value]  # the operand of `mask` that is the mask
     scores: ir.Operation  # MatMul(Q, K^T)
-    transpose: ir.Operation  # Transpose(K)
+    transpose: ir.Operation  # Transpose(K0) giving K^T (perhaps scaled by key_scale)
     query: ir.Value
-    key: ir.Value
+    key: ir.Value  # K0: K is it under `key_perm`
     value: ir.Value
+    key_perm: tuple[int, ...] = ()  # the permutation of K0 that gives K (empty: K is K0)
+    key_scale: Optional[ir.Operation] = None  # Mul or Div of K^T by a scalar
+    casts: tuple[ir.Operation, ...] = ()  # the Casts around an f32 softmax
+
+    @property
+    def key_shape(self) -> list[int]:
+        k0 = _shape(self.key)
+        return [k0[i] for i in self.key_perm] if self.key_perm else k0
 
     @property
     def shape(self) -> str:
-        q, k, v = (_shape(x) for x in (self.query, self.key, self.value))
+        q, k, v = _shape(self.query), self.key_shape, _shape(self.value)
         return f"{'x'.join(map(str, q[:-2]))}x{q[-2]}x{k[-2]}x{q[-1]}x{v[-1]}"
 
 
@@ -83,15 +97,23 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     if not _onnx(op, "MatMul"):
         return None
     probs, value = op.operands[0], op.operands[1]
-    softmax = _producer(probs)
+    softmax, casts = _producer(probs), ()
+    if _onnx(softmax, "Cast") and _single_use(probs):  # an f32 softmax: Cast -> Softmax -> Cast back
+        inner = _producer(softmax.operands[0])
+        before = _producer(inner.operands[0]) if _onnx(inner, "Softmax") else None
+        if not (_onnx(before, "Cast") and _single_use(softmax.operands[0]) and _single_use(inner.operands[0])
+                and str(before.operands[0].type) == str(probs.type)):
+            return None
+        casts, softmax = (softmax, before), inner
     if not _onnx(softmax, "Softmax") or not _single_use(probs):
         return None
     rank = len(_shape(probs) or [])
     axis = ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes else -1
     if rank < 3 or axis not in (-1, rank - 1):
         return None
-    scores, mask, mask_value = _producer(softmax.operands[0]), None, None
-    if _onnx(scores, "Add") and _single_use(softmax.operands[0]):
+    logits = casts[1].operands[0] if casts else softmax.operands[0]  # what the softmax reads, in the model's type
+    scores, mask, mask_value = _producer(logits), None, None
+    if _onnx(scores, "Add") and _single_use(logits):
         found = _mask_side(scores, _shape(probs))
         if found is None:
             return None
@@ -99,27 +121,36 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
         if not _single_use(mask.operands[found]):
             return None
     scale = None
-    if (_onnx(scores, "Mul") or _onnx(scores, "Div")) and _single_use(softmax.operands[0]):
-        scalar = [i for i, x in enumerate(scores.operands) if _shape(x) in ([], [1])]
-        if not scalar or (_onnx(scores, "Div") and scalar != [1]):
+    if (_onnx(scores, "Mul") or _onnx(scores, "Div")) and _single_use(logits):
+        scalar = _scalar_side(scores)
+        if scalar is None:
             return None
         scale = scores
-        scores = _producer(scores.operands[1 - scalar[0]])
-        if not _single_use(scale.operands[1 - scalar[0]]):
+        scores = _producer(scores.operands[1 - scalar])
+        if not _single_use(scale.operands[1 - scalar]):
             return None
-    elif mask is None and not _single_use(softmax.operands[0]):
+    elif mask is None and not _single_use(logits):
         return None
     if not _onnx(scores, "MatMul"):
         return None
     query, key_t = scores.operands[0], scores.operands[1]
-    transpose = _producer(key_t)
+    transpose, key_scale = _producer(key_t), None
+    if (_onnx(transpose, "Mul") or _onnx(transpose, "Div")) and _single_use(key_t):
+        scalar = _scalar_side(transpose)
+        if scalar is None or not _single_use(transpose.operands[1 - scalar]):
+            return None
+        key_scale, transpose = transpose, _producer(transpose.operands[1 - scalar])
     if not _onnx(transpose, "Transpose") or "torch.onnx.perm" not in transpose.attributes:
         return None
     perm = _int_list(transpose.attributes["torch.onnx.perm"])
-    if perm != [*range(rank - 2), rank - 1, rank - 2]:
+    if sorted(perm) != list(range(rank)):
         return None
+    key_perm = (*perm[:-2], perm[-1], perm[-2])  # K0 -> K
     key = transpose.operands[0]
-    q, k, v = _shape(query), _shape(key), _shape(value)
+    key_perm = () if key_perm == tuple(range(rank)) else key_perm
+    k0 = _shape(key)
+    q, v = _shape(query), _shape(value)
+    k = [k0[i] for i in key_perm] if key_perm and k0 is not None else k0
     if None in (q, k, v) or not (len(q) == len(k) == len(v) == rank) or q[:-2] != k[:-2] or k[:-2] != v[:-2] \
             or q[-1] != k[-1] or k[-2] != v[-2]:
         return None
@@ -128,7 +159,16 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
         return None
     if mask_value is not None and str(mask_value.type).rsplit(",", 1)[-1] not in dtypes:
         return None
-    return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value)
+    return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value, key_perm,
+                         key_scale, casts)
+
+
+def _scalar_side(op: ir.Operation) -> Optional[int]:
+    """Which operand of a Mul or Div is the scalar (a Div's must be its divisor), or None."""
+    scalar = [i for i, x in enumerate(op.operands) if _shape(x) in ([], [1])]
+    if not scalar or (_onnx(op, "Div") and scalar != [1]):
+        return None
+    return scalar[0]
 
 
 def _mask_side(add: ir.Operation, scores: Optional[list[int]]) -> Optional[int]:
@@ -179,6 +219,24 @@ def _mask_operand(mask: ir.Value, rank: int, ip: ir.InsertionPoint, loc: ir.Loca
                                attributes={"name": ir.StringAttr.get("onnx.Reshape")}, loc=loc, ip=ip).result
 
 
+def _key_operand(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """K for the attention op: K0 under the site's permutation (an onnx.Transpose of its own where
+    that is not the identity), scaled as K^T was."""
+    key = site.key
+    element = str(key.type).rsplit(",", 1)[-1]
+    if site.key_perm:
+        perm = ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signed(64), i) for i in site.key_perm])
+        shape = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, site.key_shape))}],{element}")
+        key = ir.Operation.create(ONNX_OP, results=[shape], operands=[key],
+                                  attributes={"name": ir.StringAttr.get("onnx.Transpose"), "torch.onnx.perm": perm},
+                                  loc=loc, ip=ip).result
+    if site.key_scale is not None:
+        scalar = site.key_scale.operands[_scalar_side(site.key_scale)]
+        key = ir.Operation.create(ONNX_OP, results=[key.type], operands=[key, scalar],
+                                  attributes={"name": site.key_scale.attributes["name"]}, loc=loc, ip=ip).result
+    return key
+
+
 def raise_attention(module: ir.Module) -> list[str]:
     """Rewrite every site of `find_attention` in place (inside the module's context); returns
     each rewritten attention's shape (batch x M x N x K1 x K2)."""
@@ -190,6 +248,7 @@ def raise_attention(module: ir.Module) -> list[str]:
             scalar = next(x for x in site.scale.operands if _shape(x) in ([], [1]))
             query = ir.Operation.create(ONNX_OP, results=[site.query.type], operands=[site.query, scalar],
                                         attributes={"name": site.scale.attributes["name"]}, loc=loc, ip=ip).result
+        key = _key_operand(site, ip, loc)
         none = _constant("torch.constant.none", "!torch.none", ip, loc)
         rank = len(_shape(site.output.results[0]))
         mask = none if site.mask_value is None else _mask_operand(site.mask_value, rank, ip, loc)
@@ -197,11 +256,12 @@ def raise_attention(module: ir.Module) -> list[str]:
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
         sdpa = ir.Operation.create(SDPA, results=[site.output.results[0].type],
-                                   operands=[query, site.key, site.value, mask, zero, false, one, false],
+                                   operands=[query, key, site.value, mask, zero, false, one, false],
                                    loc=loc, ip=ip)
         site.output.results[0].replace_all_uses_with(sdpa.result)
         done.append(site.shape)
-        for op in (site.output, site.softmax, site.mask, site.scale, site.scores):
+        for op in (site.output, *site.casts[:1], site.softmax, *site.casts[1:], site.mask, site.scale, site.scores,
+                   site.key_scale):
             if op is not None:
                 op.erase()
         if not list(site.transpose.results[0].uses):
