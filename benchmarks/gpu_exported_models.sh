@@ -47,8 +47,9 @@ import json; d = json.load(open('$OUT/fallback-$NAME.json')); print(d['method'])
 for r in d['dispatches']: print(' ', r['name'][:70], r['ms'], r['untimed'][:150])"
   done ;;
 dumped)
-  NAME=$1; P=/tmp/fallback-$NAME
-  python3 benchmarks/dumped_benchmark_cause.py $(ls $P/dispatch-benchmarks/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
+  NAME=$1; P=/tmp/dumped-$NAME; mkdir -p $P; iree-import-onnx $M/$NAME.onnx -o $P/m.mlir
+  iree-compile $P/m.mlir --iree-hal-target-device=cuda --iree-cuda-target=sm_80 --iree-hal-dump-executable-benchmarks-to=$P/bench -o $P/m.vmfb
+  python3 benchmarks/dumped_benchmark_cause.py $(ls $P/bench/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
 tune)
   NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-560}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
   timeout $LIMIT python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' tune-model $M/$NAME.onnx \

@@ -166,3 +166,18 @@ def test_preprocessing_spec_rebuilds_the_candidate_with_plain_iree_compile(cuda,
     configured = rebuild_from_spec(GPU_SAMPLE, tiled, cuda, tmp_path, ctx)
     assert configured.lowering_config == tiled.config.expect_lowering_config
     assert configured.translation_info == tiled.config.expect_translation_info
+
+
+@pytest.mark.slow
+def test_contraction_configs_take_effect_under_o3_through_the_codegen_stage(cuda, ctx, tmp_path):
+    # Under --iree-opt-level=O3 a preprocessing spec's contraction config is not taken on cuda
+    # (the compiler's own config was read back); the same config at the codegen stage is.
+    from tuner.stages.builtin import with_flags
+
+    o3 = with_flags(cuda, ("--iree-opt-level=O3",))
+    [d] = discover(GPU_SAMPLE, cuda, ctx, ("--iree-opt-level=O3",))
+    candidates = generate_candidates(d, PIPE, 2, ctx, o3.spec_entry)
+    assert all(c.config.codegen_spec for c in candidates[1:])
+    built = compile_all(candidates, GPU_SAMPLE, o3, tmp_path, EvalSettings(), ctx)
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    assert any("--iree-codegen-transform-dialect-library=" in f for f in built[1].result.flags)
