@@ -94,6 +94,7 @@ def _statuses(tuning) -> dict[str, Status]:
     return {r.key: r.status for r in tuning.results}
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_the_cluster_gives_the_local_evaluators_statuses_and_winner(cluster, matmul, tmp_path):
     cluster(crash=2)  # candidate 2's timing crashes: a status on a worker as locally
     local = api.tune(matmul, "llvm-cpu", tmp_path / "local", search=SearchSettings(budget=5), run=RunOptions(SETTINGS, strategy="sequential"))
@@ -114,6 +115,7 @@ def test_the_cluster_gives_the_local_evaluators_statuses_and_winner(cluster, mat
     assert str((tmp_path / "ray" / "best_spec.mlir").resolve()) in flags and "iree-tuner-compile-" not in flags
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_workers_killed_mid_run_lose_nothing(cluster, matmul, tmp_path):
     # The 4th timing kills its benchmark worker; the first compile of candidate 3 kills its
     # compile worker. Both nodes' workers time, so the lost one's work goes to the other.
@@ -135,6 +137,7 @@ def test_workers_killed_mid_run_lose_nothing(cluster, matmul, tmp_path):
         assert {row["key"] for row in store.rows()} == {r.key for r in tuning.results}
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_a_driver_killed_with_sigkill_is_resumed_from_the_store(cluster, matmul, tmp_path):
     out = tmp_path / "out"
     store = out / "results.sqlite"
@@ -176,6 +179,7 @@ def test_workers_on_different_devices_are_refused():
 
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_tune_model_tunes_its_dispatches_at_once_on_the_cluster(cluster, tmp_path, monkeypatch):
     import threading
 
@@ -202,6 +206,7 @@ def test_tune_model_tunes_its_dispatches_at_once_on_the_cluster(cluster, tmp_pat
     assert not barrier.broken
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_an_unreachable_cluster_or_one_that_cannot_compile_is_one_error_line(matmul, tmp_path):
     from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots
     from tuner.errors import InputError
@@ -223,6 +228,7 @@ def test_an_unreachable_cluster_or_one_that_cannot_compile_is_one_error_line(mat
         compile_slots(NoCompileNode)
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_a_model_plans_dispatch_step_is_timed_on_the_cluster(cluster, tmp_path):
     # Two machines: the compile side writes the profile step, then the dispatch step; the dispatch
     # step's manifests are timed by the cluster's workers (`benchmark DIR --strategy ray`).
@@ -247,6 +253,7 @@ def test_a_model_plans_dispatch_step_is_timed_on_the_cluster(cluster, tmp_path):
         assert devices and all("@" in d for d in devices), devices  # the cluster's workers, not this machine
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_files_of_the_same_name_from_different_runs_stay_apart_on_a_worker(cluster, tmp_path):
     # Two dispatches' candidates/0001/candidate.vmfb (or two runs' inputs/input0.npy) are different
     # files: a worker fetches each, never one for the other.
@@ -266,6 +273,7 @@ def test_files_of_the_same_name_from_different_runs_stay_apart_on_a_worker(clust
     assert name_c != name_a and ray.get(ref_c) == bytes([2]) * 9
 
 
+@pytest.mark.slow  # starts Ray (and compiles for real)
 def test_a_worker_lost_during_the_confirmation_rounds_leaves_them_to_another(cluster, matmul, tmp_path):
     # The first pass takes about a dozen timings; the 16th falls in the confirmation rounds, which
     # run on one worker: it dies there, and the rounds are timed again on the other.

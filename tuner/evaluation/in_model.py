@@ -8,6 +8,7 @@ Runtime-only (numpy, IREE's runtime, ctypes): the benchmark side may import it."
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import time
@@ -191,6 +192,10 @@ class ModuleCache:
         self._loaded: "OrderedDict[tuple, LoadedModule]" = OrderedDict()
         self._lock = threading.Lock()
 
+    def clear(self) -> None:
+        with self._lock:
+            self._loaded.clear()
+
     def get(self, vmfb: Path, settings: RunSettings) -> LoadedModule:
         path = Path(vmfb).resolve()
         key = (str(path), path.stat().st_mtime_ns, settings.device, settings.entry, settings.inputs,
@@ -208,6 +213,20 @@ class ModuleCache:
 
 
 MODULES = ModuleCache()
+
+
+@atexit.register
+def _release() -> None:
+    """Drop the loaded modules and devices before the interpreter goes (else the runtime's
+    bindings report every live object as leaked when a run is stopped)."""
+    MODULES.clear()
+    with _DEVICES_LOCK:
+        pools = list(_THREADS.values())
+        _THREADS.clear()
+    for pool in pools:  # (outside the lock: a load in progress there takes it)
+        pool.shutdown(wait=True)
+    with _DEVICES_LOCK:
+        _DEVICES.clear()
 
 
 def failed_run(vmfb: Path, why: str, seconds: float = 0.0) -> ToolRun:
@@ -231,8 +250,10 @@ def time_kernels(vmfb: Path, settings: RunSettings, kernels: Sequence[str]) -> t
 
 
 class InModelRunner(LocalRunner):
-    """Times a built candidate by its kernels inside its whole-model module (`Built.kernels`);
-    runs it for its output as the local runner does."""
+    """Times a built candidate by its kernels inside its whole-model module (`Built.kernels`).
+    Its output is read as the local runner reads it, by iree-run-module in a process of its own:
+    a candidate that crashes or faults the device there is a failed run, never loaded here,
+    where a fault would take the CUDA context of every later timing with it."""
 
     def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
         return f"{device.partition('://')[0]}: {METHOD}"
