@@ -10,6 +10,8 @@ or benchmark commands) and mixes them with the built-in ones (tuner.stages.built
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
@@ -145,5 +147,7 @@ def run_stages(stages: Sequence[Stage], env: StageEnv, state: Optional[ModelStat
     state = state or ModelState()
     for stage in stages:
         env.say(f"stage {stage.name}")
+        start = time.monotonic()
         state = stage.run(state, env)
+        env.say(f"stage {stage.name}: {time.monotonic() - start:.0f} s")  # where a run's time went
     return state

@@ -15,6 +15,7 @@ import json
 import math
 import statistics
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -118,7 +119,9 @@ class DispatchStage:
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
                     + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
             if not at_once:
+                start = time.monotonic()
                 outcomes.append(self.tune(lead, outcome, program, target, env, source))
+                env.say(f"  {lead.name}: {outcomes[-1].status}, {time.monotonic() - start:.0f} s")
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
             # together, and the benchmark workers time one thing at a time, whichever dispatch
