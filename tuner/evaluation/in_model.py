@@ -234,12 +234,20 @@ def failed_run(vmfb: Path, why: str, seconds: float = 0.0) -> ToolRun:
     return ToolRun(("in-process CUPTI timing", str(vmfb)), 1, "", f"error: {why}", seconds)
 
 
+# Seconds of calls per repetition at most: CUPTI's kernel times of a module repeat within 1-2% from
+# one round to the next (BENCHMARKS.md, issue 34: per-round ratios 1.119-1.139 over 8 rounds), so a
+# repetition needs far fewer calls than a wall-clock timing does. (Not yet measured for its effect
+# on a tuning's run time.)
+KERNEL_MIN_TIME_S = 0.03
+
+
 def time_kernels(vmfb: Path, settings: RunSettings, kernels: Sequence[str]) -> tuple[Optional[Timing], ToolRun]:
     """The summed time per call of `kernels` inside `vmfb`'s entry, one figure per repetition."""
     start = time.perf_counter()
+    min_time = min(settings.min_time_s, KERNEL_MIN_TIME_S)
     try:
         timing = on_device_thread(settings.device, lambda: time_calls(MODULES.get(vmfb, settings), kernels,
-                                                                      settings.repetitions, settings.min_time_s))
+                                                                      settings.repetitions, min_time))
     except (RuntimeError, ValueError, OSError, cupti.CuptiUnavailable) as e:
         return None, failed_run(vmfb, f"{type(e).__name__}: {e}", time.perf_counter() - start)
     seconds = time.perf_counter() - start
