@@ -42,6 +42,20 @@ def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: fl
     return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(dtype), name)
 
 
+def _rms_norm(x: str, weight: str, out: str, elem: int) -> list:
+    """RMSNorm as exports write it, in f32 between casts (the constants `two` and `eps` in the graph)."""
+    from onnx import TensorProto, helper
+
+    return [helper.make_node("Cast", [x], [f"{out}_x32"], to=TensorProto.FLOAT),
+            helper.make_node("Pow", [f"{out}_x32", "two"], [f"{out}_sq"]),
+            helper.make_node("ReduceMean", [f"{out}_sq"], [f"{out}_ms"], axes=[-1], keepdims=1),
+            helper.make_node("Add", [f"{out}_ms", "eps"], [f"{out}_mse"]),
+            helper.make_node("Sqrt", [f"{out}_mse"], [f"{out}_rms"]),
+            helper.make_node("Div", [f"{out}_x32", f"{out}_rms"], [f"{out}_n"]),
+            helper.make_node("Mul", [f"{out}_n", weight], [f"{out}_w"]),
+            helper.make_node("Cast", [f"{out}_w"], [out], to=elem)]
+
+
 def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 1024, seed: int = 0,
                dtype=np.float32):
     from onnx import TensorProto, helper, numpy_helper
@@ -168,17 +182,7 @@ def llama_block(tokens: int = 2048, hidden: int = 2048, heads: int = 16, mlp: in
     inits += [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (("sqrt_d", np.sqrt(head)),)]
     inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("eps", 1e-5), ("two", 2.0))]
 
-    def rms_norm(x: str, weight: str, out: str) -> list:
-        return [helper.make_node("Cast", [x], [f"{out}_x32"], to=TensorProto.FLOAT),
-                helper.make_node("Pow", [f"{out}_x32", "two"], [f"{out}_sq"]),
-                helper.make_node("ReduceMean", [f"{out}_sq"], [f"{out}_ms"], axes=[-1], keepdims=1),
-                helper.make_node("Add", [f"{out}_ms", "eps"], [f"{out}_mse"]),
-                helper.make_node("Sqrt", [f"{out}_mse"], [f"{out}_rms"]),
-                helper.make_node("Div", [f"{out}_x32", f"{out}_rms"], [f"{out}_n"]),
-                helper.make_node("Mul", [f"{out}_n", weight], [f"{out}_w"]),
-                helper.make_node("Cast", [f"{out}_w"], [out], to=elem)]
-
-    nodes = rms_norm("x", "norm1", "n1")
+    nodes = _rms_norm("x", "norm1", "n1", elem)
     for name in ("q", "k", "v"):
         nodes += [helper.make_node("MatMul", ["n1", f"w{name}"], [f"{name}_flat"]),
                   helper.make_node("Reshape", [f"{name}_flat", "heads_shape"], [f"{name}_3d"]),
@@ -200,7 +204,7 @@ def llama_block(tokens: int = 2048, hidden: int = 2048, heads: int = 16, mlp: in
               helper.make_node("Reshape", ["ctx_3d", "merged_shape"], ["ctx"]),
               helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
               helper.make_node("Add", ["x", "attn_out"], ["res1"])]
-    nodes += rms_norm("res1", "norm2", "n2")
+    nodes += _rms_norm("res1", "norm2", "n2", elem)
     nodes += [helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
               helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
               helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
@@ -244,17 +248,7 @@ def gqa_block(tokens: int = 1024, hidden: int = 1536, heads: int = 12, kv_heads:
     inits += [numpy_helper.from_array(np.array(np.sqrt(head), dtype), "sqrt_d")]
     inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("eps", 1e-6), ("two", 2.0))]
 
-    def rms_norm(x: str, weight: str, out: str) -> list:
-        return [helper.make_node("Cast", [x], [f"{out}_x32"], to=TensorProto.FLOAT),
-                helper.make_node("Pow", [f"{out}_x32", "two"], [f"{out}_sq"]),
-                helper.make_node("ReduceMean", [f"{out}_sq"], [f"{out}_ms"], axes=[-1], keepdims=1),
-                helper.make_node("Add", [f"{out}_ms", "eps"], [f"{out}_mse"]),
-                helper.make_node("Sqrt", [f"{out}_mse"], [f"{out}_rms"]),
-                helper.make_node("Div", [f"{out}_x32", f"{out}_rms"], [f"{out}_n"]),
-                helper.make_node("Mul", [f"{out}_n", weight], [f"{out}_w"]),
-                helper.make_node("Cast", [f"{out}_w"], [out], to=elem)]
-
-    nodes = rms_norm("x", "norm1", "n1")
+    nodes = _rms_norm("x", "norm1", "n1", elem)
     for name, shape in (("q", "q_shape"), ("k", "kv_shape"), ("v", "kv_shape")):
         nodes += [helper.make_node("MatMul", ["n1", f"w{name}"], [f"{name}_mm"]),
                   helper.make_node("Add", [f"{name}_mm", f"b{name}"], [f"{name}_flat"]),
@@ -281,7 +275,7 @@ def gqa_block(tokens: int = 1024, hidden: int = 1536, heads: int = 12, kv_heads:
               helper.make_node("Reshape", ["ctx_4d", "merged_shape"], ["ctx"]),
               helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
               helper.make_node("Add", ["x", "attn_out"], ["res1"])]
-    nodes += rms_norm("res1", "norm2", "n2")
+    nodes += _rms_norm("res1", "norm2", "n2", elem)
     nodes += [helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
               helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
               helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
