@@ -245,3 +245,18 @@ def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, 
     assert state.verdict and all(o.status == "kept" or o.status.startswith("dropped") for o in state.dispatches)
     if steps[2:]:
         assert state.figure is not None and state.figure.rounds == 1
+
+
+def test_the_dispatch_stage_gives_each_dispatch_the_time_left_by_its_share():
+    from tuner.stages.builtin import search_seconds
+
+    assert search_seconds(100.0, [0.5, 0.3, 0.2]) == pytest.approx(50.0)  # 0.5 of the 1.0 left
+    assert search_seconds(40.0, [0.3, 0.2]) == pytest.approx(24.0)  # 0.3 of the 0.5 left
+    assert search_seconds(30.0, [None, None, None]) == pytest.approx(10.0)  # no profile: equal parts
+    assert search_seconds(0.0, [0.3]) == 0.0 and search_seconds(-5.0, [0.3]) == 0.0  # spent: not started
+
+
+def test_a_dispatch_time_that_is_not_positive_is_refused_before_anything_runs(tmp_path):
+    result = run_cli("tune-model", str(tmp_path / "model.mlir"), "--dispatch-time", "0", "--output", str(tmp_path / "o"))
+    assert result.exit_code == 2 and "'--dispatch-time': '0': a positive, finite number of seconds" in result.output
+    assert not (tmp_path / "o").exists()

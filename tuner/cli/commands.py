@@ -80,6 +80,9 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
               help="Tune only dispatches of these kinds (contraction, convolution, attention, softmax, "
                    "normalization, reduction); default: every kind.")
 @search_options
+@click.option("--dispatch-time", "dispatch_seconds", default=None, type=SECONDS,
+              help="Seconds the dispatch stage's searches may take together: each dispatch gets the time left "
+                   "in proportion to its share; the dispatches left when it is spent are not tuned (said).")
 @click.option("--model-flags/--no-model-flags", default=True, show_default=True,
               help="Try the target's model-wide flags (llvm-cpu: data tiling) on the whole model first.")
 @click.option("--model-rounds", default=4, show_default=True, type=click.IntRange(min=1),
@@ -110,7 +113,8 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
 @gpu_timing_option
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
-def tune_model(input_file: Path, target: str, top: int | None, min_share: float, kinds: str, search, model_flags: bool,
+def tune_model(input_file: Path, target: str, top: int | None, min_share: float, kinds: str, search,
+               dispatch_seconds: float | None, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
@@ -130,7 +134,8 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
                                 parameters=parameters, dynamic_size=dynamic_size),
                      ModelOptions(min_share, top, model_rounds, model_flags,
-                                  kinds=tuple(k.strip() for k in kinds.split(",") if k.strip())),
+                                  kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+                                  dispatch_seconds=dispatch_seconds),
                      Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
         return

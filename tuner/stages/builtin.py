@@ -103,6 +103,10 @@ class DispatchStage:
     kinds: tuple[str, ...] = ()  # the dispatch kinds it tunes ("softmax", ...); empty: every kind
     search: SearchSettings = SearchSettings()
     directory: str = DISPATCHES  # DIR/directory/NAME: each dispatch's tuning
+    # Seconds the stage's searches may take together (None: no limit): each dispatch's search
+    # gets the time left in proportion to its share among the dispatches left; once it is spent,
+    # no dispatch is started (each one left is said to be not tuned, and why).
+    seconds: Optional[float] = None
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         target = with_flags(env.target, state.flags)
@@ -115,12 +119,19 @@ class DispatchStage:
                                gpu_timing=env.settings.gpu_timing)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds)
         at_once = env.strategy == CLUSTER and len(chosen) > 1
+        deadline = None if self.seconds is None else time.monotonic() + self.seconds
         for i, (lead, outcome) in enumerate(chosen, 1):
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
                     + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
             if not at_once:
                 start = time.monotonic()
-                outcomes.append(self.tune(lead, outcome, program, target, env, source))
+                seconds = None if deadline is None else search_seconds(
+                    deadline - start, [o.share for _, o in chosen[i - 1:]])
+                if seconds is not None and seconds <= 0:
+                    outcomes.append(replace(outcome, status=f"not tuned: the dispatch stage's {self.seconds:.0f} s "
+                                                            f"were spent"))
+                else:
+                    outcomes.append(self.tune(lead, outcome, program, target, env, source, seconds))
                 env.say(f"  {lead.name}: {outcomes[-1].status}, {time.monotonic() - start:.0f} s")
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
@@ -134,12 +145,15 @@ class DispatchStage:
         return replace(state, dispatches=by_share(outcomes))
 
     def tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
-             env: StageEnv, source: Path) -> DispatchOutcome:
+             env: StageEnv, source: Path, seconds: Optional[float] = None) -> DispatchOutcome:
         """Tune one dispatch of `program` (discovered in `source`) under `target`'s flags, or reuse
-        the finished tuning of an earlier run; `outcome` says what the tuning found."""
+        the finished tuning of an earlier run; `outcome` says what the tuning found. `seconds`:
+        its search's time, at most (the search's own limit holds too)."""
         directory = env.output_dir / self.directory / dispatch.name
         directory.mkdir(parents=True, exist_ok=True)
         search = replace(self.search, budget=self.num_candidates)
+        if seconds is not None:
+            search = replace(search, seconds=min(seconds, search.seconds or seconds))
         store_path = env.store_path or env.output_dir / STORE
         with _PLANNING:
             candidates, done = dispatch_candidates(dispatch, search, target, env, store_path, source)
@@ -156,6 +170,16 @@ class DispatchStage:
         else:
             env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
         return tuning_outcome(outcome, dispatch, candidates, results)
+
+
+def search_seconds(left_s: float, shares: Sequence[Optional[float]]) -> float:
+    """The first of the dispatches left's time: `left_s` in proportion to its share among theirs
+    (equal parts where the shares are unknown); 0 or less once nothing is left."""
+    if left_s <= 0:
+        return 0.0
+    known = [s or 0.0 for s in shares]
+    total = sum(known)
+    return left_s * (known[0] / total if total > 0 else 1.0 / len(known))
 
 
 def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,

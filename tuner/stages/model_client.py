@@ -45,12 +45,12 @@ class ModelTuning:
 
 def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
                    model_flags: bool = True, search: SearchSettings = SearchSettings(),
-                   kinds: tuple[str, ...] = ()) -> list[Stage]:
+                   kinds: tuple[str, ...] = (), dispatch_seconds: Optional[float] = None) -> list[Stage]:
     """tune-model's stages: model-wide flags (unless `model_flags` is off), then the dispatches
     that matter (of the `kinds` asked for, every kind if none; each searched by `search` within
-    `num_candidates` evaluations), then the merge."""
+    `num_candidates` evaluations, all of them within `dispatch_seconds`), then the merge."""
     return [*([FlagStage(tune_budget=min(FlagStage.tune_budget, num_candidates), search=search)] if model_flags else []),
-            DispatchStage(num_candidates, min_share, top, search=search, kinds=kinds),
+            DispatchStage(num_candidates, min_share, top, search=search, kinds=kinds, seconds=dispatch_seconds),
             MergeStage()]
 
 
@@ -87,12 +87,15 @@ class ModelOptions:
     model_flags: bool = True
     timer: ModelBenchmark = iree_benchmark
     kinds: tuple[str, ...] = ()  # the dispatch kinds to tune (DispatchKind values); empty: every kind
+    dispatch_seconds: Optional[float] = None  # the dispatch stage's searches together, at most (None: no limit)
 
     def checked(self) -> "ModelOptions":
         if not 0.0 <= self.min_share <= 1.0:
             raise InputError(f"--min-share {self.min_share}: a fraction between 0 and 1")
         if self.top is not None and self.top < 1:
             raise InputError("--top must be at least 1")
+        if self.dispatch_seconds is not None and self.dispatch_seconds <= 0:
+            raise InputError(f"--dispatch-time {self.dispatch_seconds}: a number of seconds above 0")
         known = [k.value for k in DispatchKind]
         unknown = [k for k in self.kinds if k not in known]
         if unknown:
@@ -136,7 +139,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         env = replace(env, workload=workload, profile=measured)
         state = run_stages(stages if stages is not None else
                            default_stages(search.budget, model.min_share, model.top, model.model_flags, search,
-                                          model.kinds), env)
+                                          model.kinds, model.dispatch_seconds), env)
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, state.program_of(source), workload.entry, parameters=workload.parameters)
 
