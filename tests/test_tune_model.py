@@ -260,3 +260,17 @@ def test_a_dispatch_time_that_is_not_positive_is_refused_before_anything_runs(tm
     result = run_cli("tune-model", str(tmp_path / "model.mlir"), "--dispatch-time", "0", "--output", str(tmp_path / "o"))
     assert result.exit_code == 2 and "'--dispatch-time': '0': a positive, finite number of seconds" in result.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_a_dispatch_whose_baseline_fails_is_said_and_the_model_run_goes_on(mlp, tmp_path, faulty_tools):
+    # Every dispatch's baseline (candidate 0000 of its tuning) crashes when run for its output.
+    faulty_tools("iree-run-module", "/candidates/0000/", "crash")
+    (tmp_path / "faulty-tools" / "iree-profile").symlink_to(Path(sys.executable).parent / "iree-profile")  # the profile's
+    said = []
+    tuning = tune_model(mlp, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST), listen=Listeners(say=said.append),
+                        stages=[DispatchStage(1, top=2), MergeStage()])
+    statuses = [o.status for o in tuning.state.dispatches]
+    assert len(statuses) == 2 and all(s.startswith("not tuned: the baseline (the compiler's default) failed")
+                                      for s in statuses), statuses
+    assert "nothing to merge" in tuning.state.verdict

@@ -131,7 +131,7 @@ class DispatchStage:
                     outcomes.append(replace(outcome, status=f"not tuned: the dispatch stage's {self.seconds:.0f} s "
                                                             f"were spent"))
                 else:
-                    outcomes.append(self.tune(lead, outcome, program, target, env, source, seconds))
+                    outcomes.append(self.tune_or_say(lead, outcome, program, target, env, source, seconds))
                 env.say(f"  {lead.name}: {outcomes[-1].status}, {time.monotonic() - start:.0f} s")
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
@@ -140,9 +140,19 @@ class DispatchStage:
             # between threads); each opens its own connection to the store.
             env.say(f"tuning the {len(chosen)} dispatches at once on the Ray cluster")
             with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="dispatch") as pool:
-                outcomes += list(pool.map(lambda item: self.tune(item[0], item[1], program, target,
-                                                                 replace(env, ctx=ir.Context()), source), chosen))
+                outcomes += list(pool.map(lambda item: self.tune_or_say(item[0], item[1], program, target,
+                                                                        replace(env, ctx=ir.Context()), source),
+                                          chosen))
         return replace(state, dispatches=by_share(outcomes))
+
+    def tune_or_say(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target, env: StageEnv,
+                    source: Path, seconds: Optional[float] = None) -> DispatchOutcome:
+        """`tune`, with a tuning that cannot go on (its baseline failed to build, run or be timed)
+        as the dispatch's outcome: the model's other dispatches are still tuned."""
+        try:
+            return self.tune(dispatch, outcome, program, target, env, source, seconds)
+        except ToolError as e:
+            return replace(outcome, status=f"not tuned: {e}")
 
     def tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
              env: StageEnv, source: Path, seconds: Optional[float] = None) -> DispatchOutcome:
