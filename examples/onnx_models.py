@@ -56,6 +56,49 @@ def _rms_norm(x: str, weight: str, out: str, elem: int) -> list:
             helper.make_node("Cast", [f"{out}_w"], [out], to=elem)]
 
 
+def _swiglu_residual(res: str, elem: int) -> list:
+    """y = res + Down(SiLU(Gate(n)) * Up(n)), n = RMSNorm(res): a Llama-style MLP (weights wg, wu, wd)."""
+    from onnx import helper
+
+    return [*_rms_norm(res, "norm2", "n2", elem),
+            helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
+            helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
+            helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
+            helper.make_node("MatMul", ["n2", "wu"], ["up"]),
+            helper.make_node("Mul", ["silu", "up"], ["glu"]),
+            helper.make_node("MatMul", ["glu", "wd"], ["down"]),
+            helper.make_node("Add", [res, "down"], ["y"])]
+
+
+def _rotary(name: str) -> list:
+    """NAME_r = NAME_h * cos + rotate_half(NAME_h) * sin (rotary embeddings; "half_split" splits the head)."""
+    from onnx import helper
+
+    return [helper.make_node("Split", [f"{name}_h", "half_split"], [f"{name}_a", f"{name}_b"], axis=-1),
+            helper.make_node("Neg", [f"{name}_b"], [f"{name}_nb"]),
+            helper.make_node("Concat", [f"{name}_nb", f"{name}_a"], [f"{name}_rot"], axis=-1),
+            helper.make_node("Mul", [f"{name}_h", "cos"], [f"{name}_c"]),
+            helper.make_node("Mul", [f"{name}_rot", "sin"], [f"{name}_s"]),
+            helper.make_node("Add", [f"{name}_c", f"{name}_s"], [f"{name}_r"])]
+
+
+def _causal_attention(key: str, value: str, key_perm: list[int], heads_perm: list[int]) -> list:
+    """softmax(Q K^T / sqrt(d) + causal) V over rotated Q ("q_r"), its heads merged back
+    ("merged_shape"), projected by wo and added to x: "res1"."""
+    from onnx import helper
+
+    return [helper.make_node("Transpose", [key], ["k_t"], perm=key_perm),
+            helper.make_node("MatMul", ["q_r", "k_t"], ["scores_raw"]),
+            helper.make_node("Div", ["scores_raw", "sqrt_d"], ["scores"]),
+            helper.make_node("Add", ["scores", "causal"], ["masked"]),
+            helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+            helper.make_node("MatMul", ["probs", value], ["ctx_h"]),
+            helper.make_node("Transpose", ["ctx_h"], ["ctx_heads"], perm=heads_perm),
+            helper.make_node("Reshape", ["ctx_heads", "merged_shape"], ["ctx"]),
+            helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
+            helper.make_node("Add", ["x", "attn_out"], ["res1"])]
+
+
 def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 1024, seed: int = 0,
                dtype=np.float32):
     from onnx import TensorProto, helper, numpy_helper
@@ -187,31 +230,9 @@ def llama_block(tokens: int = 2048, hidden: int = 2048, heads: int = 16, mlp: in
         nodes += [helper.make_node("MatMul", ["n1", f"w{name}"], [f"{name}_flat"]),
                   helper.make_node("Reshape", [f"{name}_flat", "heads_shape"], [f"{name}_3d"]),
                   helper.make_node("Transpose", [f"{name}_3d"], [f"{name}_h"], perm=[1, 0, 2])]
-    for name in ("q", "k"):  # rotary: x * cos + rotate_half(x) * sin
-        nodes += [helper.make_node("Split", [f"{name}_h", "half_split"], [f"{name}_a", f"{name}_b"], axis=-1),
-                  helper.make_node("Neg", [f"{name}_b"], [f"{name}_nb"]),
-                  helper.make_node("Concat", [f"{name}_nb", f"{name}_a"], [f"{name}_rot"], axis=-1),
-                  helper.make_node("Mul", [f"{name}_h", "cos"], [f"{name}_c"]),
-                  helper.make_node("Mul", [f"{name}_rot", "sin"], [f"{name}_s"]),
-                  helper.make_node("Add", [f"{name}_c", f"{name}_s"], [f"{name}_r"])]
-    nodes += [helper.make_node("Transpose", ["k_r"], ["k_t"], perm=[0, 2, 1]),
-              helper.make_node("MatMul", ["q_r", "k_t"], ["scores_raw"]),
-              helper.make_node("Div", ["scores_raw", "sqrt_d"], ["scores"]),
-              helper.make_node("Add", ["scores", "causal"], ["masked"]),
-              helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
-              helper.make_node("MatMul", ["probs", "v_h"], ["ctx_h"]),
-              helper.make_node("Transpose", ["ctx_h"], ["ctx_3d"], perm=[1, 0, 2]),
-              helper.make_node("Reshape", ["ctx_3d", "merged_shape"], ["ctx"]),
-              helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
-              helper.make_node("Add", ["x", "attn_out"], ["res1"])]
-    nodes += _rms_norm("res1", "norm2", "n2", elem)
-    nodes += [helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
-              helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
-              helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
-              helper.make_node("MatMul", ["n2", "wu"], ["up"]),
-              helper.make_node("Mul", ["silu", "up"], ["glu"]),
-              helper.make_node("MatMul", ["glu", "wd"], ["down"]),
-              helper.make_node("Add", ["res1", "down"], ["y"])]
+    nodes += _rotary("q") + _rotary("k")
+    nodes += _causal_attention("k_r", "v_h", [0, 2, 1], [1, 0, 2])
+    nodes += _swiglu_residual("res1", elem)
     graph = helper.make_graph(nodes, "llama_block", [helper.make_tensor_value_info("x", elem, [tokens, hidden])],
                               [helper.make_tensor_value_info("y", elem, [tokens, hidden])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -254,35 +275,13 @@ def gqa_block(tokens: int = 1024, hidden: int = 1536, heads: int = 12, kv_heads:
                   helper.make_node("Add", [f"{name}_mm", f"b{name}"], [f"{name}_flat"]),
                   helper.make_node("Reshape", [f"{name}_flat", shape], [f"{name}_4d"]),
                   helper.make_node("Transpose", [f"{name}_4d"], [f"{name}_h"], perm=[0, 2, 1, 3])]
-    for name in ("q", "k"):  # rotary: x * cos + rotate_half(x) * sin
-        nodes += [helper.make_node("Split", [f"{name}_h", "half_split"], [f"{name}_a", f"{name}_b"], axis=-1),
-                  helper.make_node("Neg", [f"{name}_b"], [f"{name}_nb"]),
-                  helper.make_node("Concat", [f"{name}_nb", f"{name}_a"], [f"{name}_rot"], axis=-1),
-                  helper.make_node("Mul", [f"{name}_h", "cos"], [f"{name}_c"]),
-                  helper.make_node("Mul", [f"{name}_rot", "sin"], [f"{name}_s"]),
-                  helper.make_node("Add", [f"{name}_c", f"{name}_s"], [f"{name}_r"])]
+    nodes += _rotary("q") + _rotary("k")
     for name, x in (("k", "k_r"), ("v", "v_h")):  # repeat_kv
         nodes += [helper.make_node("Unsqueeze", [x, "axis2"], [f"{name}_5d"]),
                   helper.make_node("Expand", [f"{name}_5d", "expand_shape"], [f"{name}_x"]),
                   helper.make_node("Reshape", [f"{name}_x", "repeated_shape"], [f"{name}_rep"])]
-    nodes += [helper.make_node("Transpose", ["k_rep"], ["k_t"], perm=[0, 1, 3, 2]),
-              helper.make_node("MatMul", ["q_r", "k_t"], ["scores_raw"]),
-              helper.make_node("Div", ["scores_raw", "sqrt_d"], ["scores"]),
-              helper.make_node("Add", ["scores", "causal"], ["masked"]),
-              helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
-              helper.make_node("MatMul", ["probs", "v_rep"], ["ctx_h"]),
-              helper.make_node("Transpose", ["ctx_h"], ["ctx_4d"], perm=[0, 2, 1, 3]),
-              helper.make_node("Reshape", ["ctx_4d", "merged_shape"], ["ctx"]),
-              helper.make_node("MatMul", ["ctx", "wo"], ["attn_out"]),
-              helper.make_node("Add", ["x", "attn_out"], ["res1"])]
-    nodes += _rms_norm("res1", "norm2", "n2", elem)
-    nodes += [helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
-              helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
-              helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
-              helper.make_node("MatMul", ["n2", "wu"], ["up"]),
-              helper.make_node("Mul", ["silu", "up"], ["glu"]),
-              helper.make_node("MatMul", ["glu", "wd"], ["down"]),
-              helper.make_node("Add", ["res1", "down"], ["y"])]
+    nodes += _causal_attention("k_rep", "v_rep", [0, 1, 3, 2], [0, 2, 1, 3])
+    nodes += _swiglu_residual("res1", elem)
     io = [1, tokens, hidden]
     graph = helper.make_graph(nodes, "gqa_block", [helper.make_tensor_value_info("x", elem, io)],
                               [helper.make_tensor_value_info("y", elem, io)], inits)
