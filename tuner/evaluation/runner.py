@@ -147,12 +147,13 @@ def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | N
 
 
 def time_one_call(dispatch: DispatchBenchmark, settings: RunSettings, timeout_s: float) -> tuple[Optional[float], ToolRun]:
-    """One call of one dispatch of a dispatch benchmark module (no warm-up, no batch), killed
-    after `timeout_s`: what a probe of a benchmark that may never finish costs at most. The
-    figure is ms for that call (None where it failed or ran out of time)."""
+    """One call of one dispatch of a dispatch benchmark module, after one warm-up call (no batch),
+    killed after `timeout_s`: what a probe of a benchmark that may never finish costs at most.
+    The figure is ms for the timed call (None where it failed or ran out of time)."""
     module, cwd = module_flag(dispatch.vmfb)
     cmd = [find_tool("iree-benchmark-module"), f"--device={settings.device}", module, f"--function={dispatch.function}",
-           "--batch_size=1", "--benchmark_min_time=1x", "--benchmark_min_warmup_time=0", "--benchmark_repetitions=1",
+           "--batch_size=1", "--benchmark_min_time=1x", "--benchmark_min_warmup_time=0.000001",  # one warm-up call
+           "--benchmark_repetitions=1",
            "--benchmark_format=json", *settings.runtime_flags]
     run = run_tool(cmd, timeout_s, cwd)
     if not run.ok:
