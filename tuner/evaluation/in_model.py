@@ -116,7 +116,7 @@ class LoadedModule:
         instance = self.config.vm_instance
         modules = []
         for parameter in (f.split("=", 1)[1] for f in settings.runtime_flags if f.startswith("--parameters=")):
-            scope, _, file = parameter.rpartition("=")
+            scope, _, file = parameter.partition("=")  # as tuner.input.parameters writes it
             index = rt.ParameterIndex()
             index.load(file)
             modules.append(rt.create_io_parameters_module(instance, index.create_provider(scope=scope)))
