@@ -108,3 +108,25 @@ def test_a_model_with_a_parameter_archive_is_tuned_on_two_machines_and_runs_rebu
     assert run.ok, run.stderr
     w = (np.arange(128 * 96, dtype=np.float32).reshape(128, 96) % 5) / 5
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_model_reading_a_parameter_archive_runs_in_process_as_iree_run_module_runs_it(tmp_path):
+    """The in-process loader of GPU timing inside the model (tuner.evaluation.in_model), on the
+    CPU: the archive mounted under its scope, the same result as the runtime tool's."""
+    pytest.importorskip("onnx")
+    from tuner.evaluation.in_model import LoadedModule
+    from tuner.evaluation.runner import RunSettings, read_output, run_once
+    from tuner.input.parameters import runtime_flags
+
+    model, archive = _externalized_onnx(tmp_path)
+    iree_compile(model, "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                 "-o", tmp_path / "linear.vmfb")
+    x = tmp_path / "input0.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32))
+    settings = RunSettings("local-task", "linear", (x,), runtime_flags=runtime_flags(parse_parameters([f"model={archive}"])))
+    out = LoadedModule(tmp_path / "linear.vmfb", settings).call()
+    mine = (out[0] if isinstance(out, (list, tuple)) else out).to_host()
+    assert run_once(tmp_path / "linear.vmfb", settings, tmp_path / "out").ok
+    np.testing.assert_allclose(mine, read_output(tmp_path / "out", settings), rtol=1e-6)
+    assert np.abs(mine).max() > 0  # the weights were read (a zero archive would pass the comparison)
