@@ -185,9 +185,11 @@ def time_calls(module: LoadedModule, wanted: Sequence[str], repetitions: int, mi
 
 
 class ModuleCache:
-    """The last few loaded modules (loading a model uploads its weights: done once per module)."""
+    """The last few loaded modules (loading a model uploads its weights: done once per module).
+    Eight: the confirmation rounds rotate through the baseline and the 4 most promising
+    candidates, which must all stay loaded."""
 
-    def __init__(self, keep: int = 4) -> None:
+    def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self._loaded: "OrderedDict[tuple, LoadedModule]" = OrderedDict()
         self._lock = threading.Lock()
