@@ -42,10 +42,6 @@ class KernelTime:
     ms: float  # device time per call, summed over its kernels
     runs: float  # kernels per call
 
-    @property
-    def ms_per_run(self) -> float:
-        return self.ms / self.runs if self.runs else 0.0
-
 
 def per_call(records: Iterable[KernelRecord], wanted: Sequence[str], calls: int) -> dict[str, KernelTime]:
     """Each wanted dispatch's kernel time per call over `calls` calls; a kernel counts for the
