@@ -75,9 +75,10 @@ def test_recorded_h100_kernels_name_every_dispatch_of_the_model():
     assert {n: t.runs for n, t in times.items()} == recorded["runs"]
     foreign = [r for r in records if not any(belongs(r.name, w) for w in recorded["runs"])]
     assert foreign, "the fixture holds kernels of another module"
-    # The kernels of one call add up to what the dispatches sum to: nothing counted twice.
-    ours = sum(r.ms for r in records if r not in foreign) / recorded["calls"]
-    assert sum(t.ms for t in times.values()) == pytest.approx(ours)
+    # Each dispatch's time per call within 10% of torch.profiler's figure for the same module,
+    # taken in another session by other code (benchmarks/gpu_model_kernels.py).
+    for name, t in times.items():
+        assert t.ms == pytest.approx(recorded["torch_profiler_ms"][name], rel=0.10), name
 
 
 class _FakeTracer:
