@@ -35,7 +35,8 @@ profile)
       --rounds 3 --json $OUT/kernels-$NAME.json default=$P/program.vmfb > /dev/null
     python3 benchmarks/profile_vs_cupti.py $OUT/profile-$NAME.json $OUT/kernels-$NAME.json
     [ $NAME = bert_torch_layout ] && python3 benchmarks/record_kernels.py $P/program.vmfb bert_layer \
-      $P/inputs/bert_layer/input0.npy --runs $OUT/profile-$NAME.json --out $OUT/bert_torch_layout_h100.json
+      $P/inputs/bert_layer/input0.npy --runs $OUT/profile-$NAME.json --torch $OUT/kernels-$NAME.json \
+      --out $OUT/bert_torch_layout_h100.json
   done ;;
 fallback)
   for NAME in "$@"; do

@@ -1,15 +1,19 @@
 """Record the CUPTI kernel records of a few calls of a compiled model, with a kernel of another
 module (torch's) between them, as the test fixture tests/fixtures/cupti/NAME.json:
 
-    python benchmarks/record_kernels.py MODULE.vmfb FUNCTION INPUT.npy... --runs PROFILE.json --out FIXTURE.json
+    python benchmarks/record_kernels.py MODULE.vmfb FUNCTION INPUT.npy... --runs PROFILE.json \
+        [--torch KERNELS.json] --out FIXTURE.json
 
-Uses the tuner's own tracer (tuner.evaluation.cupti) and the runs per call the profile listed.
+Uses the tuner's own tracer (tuner.evaluation.cupti) and the runs per call the profile listed;
+`--torch`: benchmarks/gpu_model_kernels.py's figures for the same module (its "default" entry),
+stored beside the records as each dispatch's independent time per call.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +32,7 @@ def main() -> None:
     parser.add_argument("inputs", nargs="*", type=Path)
     parser.add_argument("--runs", type=Path, required=True, help="`iree-tuner dispatches --json` of the model")
     parser.add_argument("--calls", type=int, default=2)
+    parser.add_argument("--torch", type=Path, default=None, help="gpu_model_kernels.py --json of the same module")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     import torch
@@ -41,9 +46,12 @@ def main() -> None:
             (a @ a).sum().item()  # another module's kernels, between the calls
         torch.cuda.synchronize()
     runs = {r["name"]: r["runs"] for r in json.loads(args.runs.read_text())["dispatches"]}
+    fixture = {"calls": args.calls, "runs": runs, "records": [r.to_json() for r in records]}
+    if args.torch:
+        by_key = json.loads(args.torch.read_text())["default"]["dispatch_ms"]
+        fixture["torch_profiler_ms"] = {n: by_key[re.search(r"(dispatch_\d+)", n).group(1)] for n in runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"calls": args.calls, "runs": runs, "records": [r.to_json() for r in records]},
-                                   indent=0))
+    args.out.write_text(json.dumps(fixture, indent=0))
     print(f"{len(records)} records, {args.out}")
 
 
