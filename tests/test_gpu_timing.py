@@ -226,3 +226,21 @@ def test_a_module_loaded_in_process_computes_what_iree_run_module_computes(tmp_p
     mine = (out[0] if isinstance(out, (list, tuple)) else out).to_host()
     assert run_once(tmp_path / "mm.vmfb", settings, tmp_path / "out").ok
     np.testing.assert_allclose(mine, read_output(tmp_path / "out", settings), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_machines_compile_for_timing_in_the_model_and_say_what_the_device_side_lacks(tmp_path):
+    """`tune --compile-only --gpu-timing model` (no CUPTI needed here) builds whole-model candidates
+    to be timed by their kernels, with no dispatch benchmark; `benchmark DIR` where no CUDA device
+    or no CUPTI is found refuses in one line instead of timing them some other way."""
+    from tests.conftest import SAMPLES, assert_one_error_line, run_cli
+
+    out = tmp_path / "out"
+    compiled = run_cli("tune", SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir", "--target", "cuda:sm_80",
+                       "--compile-only", "--gpu-timing", "model", "--budget", "2", "--output", out)
+    assert compiled.exit_code == 0, compiled.output
+    built = json.loads((out / "manifest.json").read_text())["candidates"]
+    ok = [b for b in built if b["result"]["status"] == "ok"]
+    assert len(ok) == 3 and all(b["kernels"] == ["matmul_dispatch_0"] and b["dispatch_vmfb"] is None for b in ok), ok
+    assert not list(out.rglob("dispatch.vmfb"))
+    assert_one_error_line(run_cli("benchmark", out), 3, "--gpu-timing model:")

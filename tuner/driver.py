@@ -229,8 +229,11 @@ def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, pro
     store = open_store(session, run.store_path)
     try:
         if run.compile_only:
+            # `--gpu-timing model` on the compile machine: the device side will time in the model.
+            in_model = (settings.gpu_timing == "model" and target.time_dispatch_only and target.device.startswith("cuda")
+                        and not session.workload.dispatch_benchmark)
             manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
-                                           session.ctx, store, settings, meta, progress)
+                                           session.ctx, store, settings, meta, progress, in_model)
             says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
         evaluator = session_evaluator(session, store, settings, progress, run.strategy, run.devices, given)

@@ -180,14 +180,15 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
 
 def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,
                 settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None,
-                on_built: Optional[Callable[[Built], None]] = None, benchmark_entry: Optional[str] = None
-                ) -> list[Built]:
+                on_built: Optional[Callable[[Built], None]] = None, benchmark_entry: Optional[str] = None,
+                in_model: bool = False) -> list[Built]:
     """Compile in parallel (each iree-compile its own process); verify in this thread, handing
-    each build to `on_built` the moment it is verified. `benchmark_entry`: see compile_candidate."""
+    each build to `on_built` the moment it is verified. `benchmark_entry`, `in_model`: see
+    compile_candidate."""
     built: list[Built] = []
     with ThreadPoolExecutor(max_workers=max(1, settings.compile_workers)) as pool:
         futures = [pool.submit(compile_candidate, c, input_path, target, workdir, settings.compile_timeout_s,
-                               benchmark_entry)
+                               benchmark_entry, in_model)
                    for c in candidates]
         try:
             for i, future in enumerate(as_completed(futures), 1):
@@ -215,13 +216,16 @@ def reused_result(c: Candidate, stored: Result, target: Target, workdir: Path) -
 
 def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: Target, workload: Workload,
                         root: Path, ctx: ir.Context, store: ResultStore, settings: EvalSettings = EvalSettings(),
-                        meta: Optional[dict] = None, progress: Optional[Progress] = None) -> Manifest:
+                        meta: Optional[dict] = None, progress: Optional[Progress] = None,
+                        in_model: bool = False) -> Manifest:
     """The compile stage of the two-machine flow: compile and verify every candidate, writing the
     manifest the benchmark stage reads again after each one (atomically), and each build failure
     to the store as it happens: a run killed at any point keeps every build it finished, and a
     rerun compiles only what is missing (candidates the manifest holds a module for, or the store
     a build failure). Candidates that compiled before are built again only if their module is gone:
-    the benchmark stage confirms the most promising ones, stored results included."""
+    the benchmark stage confirms the most promising ones, stored results included. `in_model`: the
+    device side times each candidate by its kernels inside its whole-model module (`--gpu-timing
+    model`), so no dispatch benchmark is dumped."""
     meta = {**(meta or {}), "compiler": store.compiler}
     previous = Manifest.read_existing(root)
     kept: dict[str, Built] = {}
@@ -251,5 +255,5 @@ def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: T
 
     write()
     compile_all([c for c in candidates if c.id not in entries], input_path, target, root / "candidates", settings,
-                ctx, progress, on_built, workload.entry if workload.dispatch_benchmark else None)
+                ctx, progress, on_built, workload.entry if workload.dispatch_benchmark else None, in_model)
     return write()

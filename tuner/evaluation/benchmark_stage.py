@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 from tuner.evaluation.devices import distinct_devices, measure_built
 from tuner.errors import InputError
 from tuner.build.manifest import MANIFEST, Manifest
+from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress
 from tuner.evaluation.passes import measure_pass
 from tuner.ranking import Ranking, rank
@@ -46,9 +47,17 @@ def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSetting
         return _benchmark_dir(root, devices, settings, progress, store_path, strategy, tuple(parameters))
 
 
-def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSettings
+def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSettings, in_model: bool = False
             ) -> tuple[ModuleRunner, tuple[str, ...]]:
-    """Where the manifest is timed: this machine's devices, or the cluster's workers."""
+    """Where the manifest is timed: this machine's devices (by the candidates' kernels inside
+    their model where it was compiled so, `in_model`), or the cluster's workers."""
+    if in_model:
+        if strategy == "ray":
+            raise InputError("this manifest is timed inside the model (compiled with --gpu-timing model), which a "
+                             "Ray cluster's workers do not do; compile it again without --gpu-timing model")
+        chosen = distinct_devices(devices, device)
+        times_in_model("model", chosen[0])  # one clear line where CUPTI does not load here
+        return IN_MODEL, chosen
     if strategy != "ray":
         return LOCAL, distinct_devices(devices, device)
     from tuner.cluster.workers import cluster_devices
@@ -72,7 +81,7 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
     baseline = next((b for b in manifest.built if b.result.is_baseline), None)
     if baseline is None:
         raise InputError(f"{root / MANIFEST}: no baseline candidate in it")
-    runner, devices = _runner(strategy, manifest.device, devices, settings)
+    runner, devices = _runner(strategy, manifest.device, devices, settings, any(b.kernels for b in manifest.built))
     conditions = (runner.identity(devices[0]),
                   runner.timing_identity(devices[0], baseline.dispatch_benchmark is not None, DISPATCH_BATCH))
     with ResultStore(store_path or root / STORE, manifest.meta.get("compiler", "unknown"), runtime_version()) as store:
