@@ -231,9 +231,15 @@ def _release() -> None:
         _DEVICES.clear()
 
 
-def failed_run(vmfb: Path, why: str, seconds: float = 0.0) -> ToolRun:
-    """A failed in-process timing in the shape of a tool run (a failing candidate is data)."""
-    return ToolRun(("in-process CUPTI timing", str(vmfb)), 1, "", f"error: {why}", seconds)
+# What a module run in this process raises when it fails (the runtime's errors, unreadable inputs,
+# CUPTI going away): a failed timing, never a crash of the run.
+RUN_ERRORS = (RuntimeError, ValueError, OSError, cupti.CuptiUnavailable)
+
+
+def timing_run(vmfb: Path, seconds: float, why: str = "") -> ToolRun:
+    """An in-process timing in the shape of a tool run; with `why`, a failed one (a failing
+    candidate is data)."""
+    return ToolRun(("in-process CUPTI timing", str(vmfb)), 1 if why else 0, "", f"error: {why}" if why else "", seconds)
 
 
 # Seconds of calls per repetition at most: CUPTI's kernel times of a module repeat within 1-2% from
@@ -250,13 +256,13 @@ def time_kernels(vmfb: Path, settings: RunSettings, kernels: Sequence[str]) -> t
     try:
         timing = on_device_thread(settings.device, lambda: time_calls(MODULES.get(vmfb, settings), kernels,
                                                                       settings.repetitions, min_time))
-    except (RuntimeError, ValueError, OSError, cupti.CuptiUnavailable) as e:
-        return None, failed_run(vmfb, f"{type(e).__name__}: {e}", time.perf_counter() - start)
+    except RUN_ERRORS as e:
+        return None, timing_run(vmfb, time.perf_counter() - start, f"{type(e).__name__}: {e}")
     seconds = time.perf_counter() - start
     times = timing.times(kernels)
     if not any(times):
-        return None, failed_run(vmfb, f"no kernel of {', '.join(kernels)} ran in @{settings.entry}'s call", seconds)
-    return Timing(times), ToolRun(("in-process CUPTI timing", str(vmfb)), 0, "", "", seconds)
+        return None, timing_run(vmfb, seconds, f"no kernel of {', '.join(kernels)} ran in @{settings.entry}'s call")
+    return Timing(times), timing_run(vmfb, seconds)
 
 
 class InModelRunner(LocalRunner):

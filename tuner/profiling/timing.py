@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from tuner.errors import ToolError
-from tuner.evaluation import cupti
-from tuner.evaluation.in_model import METHOD as IN_MODEL, MODULES, on_device_thread, time_calls
+from tuner.evaluation.in_model import METHOD as IN_MODEL, MODULES, RUN_ERRORS, on_device_thread, time_calls
 from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark, module_flag, time_one_call
 from tuner.tools import find_tool, run_tool
 from tuner.discovery.workload import input_flag
@@ -242,7 +241,7 @@ def _time_in_model(job: ProfileJob, vmfb: Path, settings: Callable[..., RunSetti
         try:
             timing = on_device_thread(job.device, lambda: time_calls(MODULES.get(vmfb, run), wanted,
                                                                      job.repetitions, 0.3))
-        except (RuntimeError, ValueError, OSError, cupti.CuptiUnavailable) as e:
+        except RUN_ERRORS as e:
             raise ToolError(f"timing @{entry} in this process failed: {type(e).__name__}: {e}") from None
         whole, _ = benchmark(vmfb, run)  # the call as a user times it (the in-process one carries Python's work)
         entry_ms[entry] = whole.median_ms if whole is not None else statistics.median(timing.wall_ms)
