@@ -53,10 +53,16 @@ dumped)
   python3 benchmarks/dumped_benchmark_cause.py $(ls $P/bench/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
 tune)
   NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-560}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
-  timeout $LIMIT python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' tune-model $M/$NAME.onnx \
-    --target cuda:sm_80 --device cuda --budget $BUDGET --output $D > $OUT/tm-$NAME.txt 2>&1
-  rc=$?; echo "tune-model $NAME: exit $rc after $(( $(date +%s) - start )) s"; grep -v "━" $OUT/tm-$NAME.txt | tail -45
+  # PROFILE=1: the run under cProfile (its main thread: where it waits), the stats in $OUT/tm-NAME.prof
+  PROF=(); [ "${PROFILE:-0}" = 1 ] && PROF=(-m cProfile -o $OUT/tm-$NAME.prof)
+  timeout -s TERM $LIMIT python3 "${PROF[@]}" -m tuner.cli tune-model \
+    $M/$NAME.onnx --target cuda:sm_80 --device cuda --budget $BUDGET --output $D ${TUNE_ARGS:-} > $OUT/tm-$NAME.txt 2>&1
+  rc=$?; echo "tune-model $NAME: exit $rc after $(( $(date +%s) - start )) s"; grep -v "━" $OUT/tm-$NAME.txt | grep -v "nanobind\|leaked" | tail -45
   cp $D/results.json $OUT/tm-$NAME-results.json 2>/dev/null
+  # each dispatch's tuning (its stats say where the time went)
+  for r in $D/dispatches/*/results.json $D/flag-dispatches/*/*/results.json; do
+    [ -f "$r" ] && mkdir -p $OUT/tm-$NAME && cp "$r" "$OUT/tm-$NAME/$(basename $(dirname "$r") | tr '$' _).json"
+  done
   if [ $rc = 0 ]; then
     python3 benchmarks/model_check.py $D --rounds 8
     python3 benchmarks/gpu_model_kernels.py --function $FN --input $D/model-inputs/input0.npy --rounds 8 \

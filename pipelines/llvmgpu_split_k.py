@@ -14,12 +14,19 @@ from pipelines.dispatch import Dispatch, DispatchKind
 SPLIT_FACTORS = (2, 4, 8, 16)
 MIN_SPLIT_K = 2048
 MIN_SPLIT_PART = 512
+# Flags under which a preprocessing spec's split does not take: under --iree-opt-level=O3 every
+# split-K config of a 1024x1536x8960 f16 contraction (a grouped-query decoder block's FFN down
+# projection, 16 of 16 on the H100) was read back unsplit, with the compiler's own config.
+NO_SPLIT_UNDER = ("--iree-opt-level=O3",)
 
 
 def split_factors(dispatch: Dispatch) -> tuple[int, ...]:
     """The split-K factors the dispatch is offered (with 1, no split; `(1,)`: no split-K knob):
-    contractions with one K dim (what split_reduction splits), K long against M and N."""
+    contractions with one K dim (what split_reduction splits), K long against M and N, found
+    under flags where the split takes (NO_SPLIT_UNDER)."""
     if dispatch.conv is not None or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.k_dims) != 1:
+        return (1,)
+    if any(f in NO_SPLIT_UNDER for f in dispatch.flags):
         return (1,)
     k = dispatch.loop_bounds[dispatch.k_dims[0]]
     m = 1

@@ -122,4 +122,8 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
         summary = (f"VD {intrinsic.name.removeprefix('NV_')} wg {s['workgroup_m']}x{s['workgroup_n']} "
                    f"k2 {s['reduction_k2']} subgroups {s['subgroups_m']}")
         config = tiled_config(s, lowering, translation, summary)
-        return replace(config, decomposition_config=str(decomposition))
+        # On cuda the config goes in where the compiler configures the dispatch: a preprocessing
+        # spec sees the attention before dispatches are formed, where a masked or grouped-query
+        # attention has other maps and loops than the dispatch's and nothing matches it.
+        return replace(config, decomposition_config=str(decomposition),
+                       codegen_spec=dispatch.target.backend == "cuda")

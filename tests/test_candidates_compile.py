@@ -68,7 +68,11 @@ def test_attention_configs_carry_their_decomposition(ctx):
     assert (d.batch_dims, d.m_dims, d.n_dims, d.k_dims) == ((0,), (1,), (2,), (3, 4))
     tiled = generate_candidates(d, pipeline_for(d), 1, ctx, cuda.spec_entry)[1]
     assert "qk_attrs" in tiled.config.decomposition_config and "pv_attrs" in tiled.config.decomposition_config
-    assert "transform.iree.match.attention" in tiled.spec and '"decomposition_config"' in tiled.spec
+    # On cuda it goes in at the codegen stage, where the op is the online_attention discovery
+    # read: matched by that name and its query, key and value types.
+    assert tiled.config.codegen_spec and "@__kernel_config" in tiled.spec
+    assert '["iree_linalg_ext.online_attention"]' in tiled.spec and '"decomposition_config"' in tiled.spec
+    assert "tensor<8x1024x64xf16>" in tiled.spec
     applied = ConfiguredDispatch(d.op_name, tiled.config.expect_lowering_config, tiled.config.expect_translation_info,
                                  tiled.config.decomposition_config)
     assert check_config(tiled.config, applied) == []

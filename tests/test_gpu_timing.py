@@ -100,9 +100,12 @@ class _FakeModule:
         self.kernels = kernels
         self.calls = 0
         self.launched: list = []
+        self.read: list[int] = []  # the calls whose result was copied to the host
 
-    def call(self):
+    def call(self, read: bool = True):
         self.calls += 1
+        if read:
+            self.read.append(self.calls)
         for name, ms in self.kernels.items():
             self.launched.append(_record(name, self.calls * 1000, ms))
 
@@ -113,6 +116,13 @@ def test_time_calls_counts_calls_per_repetition_and_sums_the_wanted_kernels(monk
     timing = time_calls(module, ["m_dispatch_3", "m_dispatch_4"], repetitions=3, min_time_s=0.0, warmup=2)
     assert len(timing.per_repetition) == 3 and timing.calls == 1
     assert module.calls == 2 + 3 * timing.calls
+    # A result is read after the warm-up calls and after each repetition's last call only: a
+    # copy after every timed call would be timed with them.
+    assert module.read == [1, 2, 3, 4, 5]
+    many = _FakeModule({"m_dispatch_3_matmul": 0.05})
+    monkeypatch.setattr(cupti, "tracer", lambda: _FakeTracer(many))
+    assert time_calls(many, ["m_dispatch_3"], repetitions=2, min_time_s=10.0, warmup=2).calls == 1000  # (the most)
+    assert many.read == [1, 2, 2 + 1000, 2 + 2000]
     assert timing.times(["m_dispatch_3"]) == pytest.approx((0.05, 0.05, 0.05))
     assert timing.times(["m_dispatch_3", "m_dispatch_4"]) == pytest.approx((0.55, 0.55, 0.55))
 

@@ -234,24 +234,27 @@ def test_a_grouped_query_block_as_torch_exports_it_raised_computes_the_same_resu
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["bert_f16", "causal_llama_f16"])
+@pytest.mark.parametrize("model", ["bert_f16", "causal_llama_f16", "gqa_f16"])
 def test_tuned_attention_configs_take_effect_in_the_raised_model_on_cuda(model, tmp_path, ctx):
     # In a model IREE folds a transpose of V into the attention when it forms the dispatch, so
-    # the dispatch's V map differs from the op the preprocessing spec sees; a causal model's
-    # attention carries its mask, whose map the matcher must hold too (compile-only).
+    # the dispatch's maps differ from the op a preprocessing spec would see; a causal model's
+    # attention carries its mask; a grouped-query block's K and V are repeated to the query
+    # heads before the attention, a broadcast IREE folds into the op (its batch split into KV
+    # heads x queries per KV head) when it forms the dispatch (compile-only).
     pytest.importorskip("onnx")
     import onnx
 
     cuda = parse_target("cuda:sm_80")
     examples = onnx_examples()
-    built_model = (examples.bert_layer(256, 256, 4, 512, dtype=np.float16) if model == "bert_f16"
-                   else examples.llama_block(128, 256, 2, 512))
+    built_model = {"bert_f16": lambda: examples.bert_layer(256, 256, 4, 512, dtype=np.float16),
+                   "causal_llama_f16": lambda: examples.llama_block(128, 256, 2, 512),
+                   "gqa_f16": lambda: examples.gqa_block(128, 256, 4, 2, 512)}[model]()
     onnx.save(built_model, tmp_path / f"{model}.onnx")
     imported = program_source(tmp_path / f"{model}.onnx", tmp_path, cuda)
     raised = tmp_path / "raised.mlir"
     rewrite_program(imported, RAISE_ATTENTION, raised)
     [attention] = [d for d in discover_program(raised, cuda, ctx).dispatches if d.kind == DispatchKind.ATTENTION]
-    assert len(attention.indexing_maps) == (6 if model == "causal_llama_f16" else 5)
+    assert len(attention.indexing_maps) == (5 if model == "bert_f16" else 6)
     candidates = generate_candidates(attention, pipeline_for(attention), 3, ctx, cuda.spec_entry)
     built = compile_all(candidates, raised, cuda, tmp_path / "c", EvalSettings(), ctx)
     assert len(built) == 4 and {b.result.label: b.result.error for b in built if not b.result.ok} == {}

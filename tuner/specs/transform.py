@@ -38,10 +38,40 @@ def _value_transposed(maps: list[ir.AffineMap]) -> list[ir.AffineMap] | None:
     return [*maps[:2], ir.AffineMap.get(value.n_dims, value.n_symbols, results), *maps[3:]]
 
 
-def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | None = None) -> None:
+ONLINE_ATTENTION = "iree_linalg_ext.online_attention"
+
+
+def _operand_type(dispatch: Dispatch, operand: int, element: str) -> ir.Type:
+    """The tensor type of one of the dispatch's root operands: each of its dims the size of the
+    loop dim it follows (dynamic where it follows none)."""
+    dynamic = ir.ShapedType.get_dynamic_size()
+    shape = [dispatch.loop_bounds[d] if d >= 0 else dynamic for d in dispatch.operand_dims[operand]]
+    return ir.RankedTensorType.get(shape, ir.Type.parse(element))
+
+
+def _match_online_attention(dispatch: Dispatch, op: ir.Value) -> None:
+    """An attention where the codegen stage configures it: by then the compiler has rewritten it
+    into online_attention (iree-linalg-ext-convert-attention-to-online-attention runs before the
+    configs are read), which IREE's attention matcher does not take. Matched by its name and
+    the types of its query, key and value, which are the dispatch's: a mask, a grouped-query
+    broadcast or a transposed value folded into the op while dispatches were formed is where
+    discovery read it (a preprocessing spec sees the op before, often with other maps)."""
+    transform.MatchOperationNameOp(op, [ONLINE_ATTENTION])
+    any_value = transform.AnyValueType.get()
+    for operand, element in ((0, dispatch.lhs_type), (1, dispatch.rhs_type), (2, dispatch.out_type)):
+        value = transform.GetOperandOp(any_value, op, [operand]).result
+        match.MatchCastCompatibleTypesOp(value, _operand_type(dispatch, operand, element))
+
+
+def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | None = None,
+                codegen: bool = False) -> None:
     """Ops that succeed only on this dispatch's root op: IREE's matcher for its kind (element
     types and indexing maps, `maps` if given, else the dispatch's), then `dims_equal` on every
-    group of dims it reports."""
+    group of dims it reports. `codegen`: for the codegen stage's entry (an attention is matched
+    as the online_attention it is there)."""
+    if codegen and dispatch.kind == DispatchKind.ATTENTION:
+        _match_online_attention(dispatch, op)
+        return
     types = dict(lhs_type=ir.Type.parse(dispatch.lhs_type), rhs_type=ir.Type.parse(dispatch.rhs_type),
                  output_type=ir.Type.parse(dispatch.out_type))
     if dispatch.kind == DispatchKind.CONTRACTION:
@@ -72,9 +102,11 @@ def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | Non
 
 
 def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribute | None,
-             maps: list[ir.AffineMap] | None = None, suffix: str = "") -> transform.NamedSequenceOp:
-    """Matches the dispatch's root op (with `maps` instead of its own indexing maps, if given)
-    and yields it with its compilation_info (and, for attention, its decomposition_config)."""
+             maps: list[ir.AffineMap] | None = None, suffix: str = "", codegen: bool = False
+             ) -> transform.NamedSequenceOp:
+    """Matches the dispatch's root op (with `maps` instead of its own indexing maps, if given; as
+    the codegen stage holds it, with `codegen`) and yields it with its compilation_info (and,
+    for attention, its decomposition_config)."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
     params = [any_param] * (2 if decomposition is not None else 1)
     seq = transform.NamedSequenceOp(
@@ -82,7 +114,7 @@ def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribu
     )
     with ir.InsertionPoint(seq.body):
         op = seq.bodyTarget
-        _match_root(dispatch, op, maps)
+        _match_root(dispatch, op, maps, codegen)
         values = [transform.ParamConstantOp(any_param, config).result]
         if decomposition is not None:
             values.append(transform.ParamConstantOp(any_param, decomposition).result)
@@ -184,7 +216,7 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
         info = ir.Attribute.parse(config.compilation_info)
         action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
                   else APPLY_DECOMPOSED if decomposition is not None else APPLY)
-        names.append(_matcher(dispatch, info, decomposition).sym_name.value)
+        names.append(_matcher(dispatch, info, decomposition, codegen=entry == KERNEL_CONFIG).sym_name.value)
         actions.append(action)
         other = (_value_transposed(_maps(dispatch))
                  if dispatch.kind == DispatchKind.ATTENTION and entry == TRANSFORM_MAIN else None)
