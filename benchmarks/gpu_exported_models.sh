@@ -7,6 +7,7 @@
 #                      # time, each dispatch against torch.profiler's CUPTI on the same module; a fixture
 #   bash benchmarks/gpu_exported_models.sh fallback NAME...  # the profile with --gpu-timing alone
 #   bash benchmarks/gpu_exported_models.sh dumped NAME       # the dumped benchmarks' cause (filled buffers)
+#   bash benchmarks/gpu_exported_models.sh overhead NAME     # a call's cost to the in-process timing
 #   bash benchmarks/gpu_exported_models.sh tune NAME [BUDGET] [LIMIT_S]   # tune-model, then the checks
 #
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
@@ -47,6 +48,10 @@ fallback)
 import json; d = json.load(open('$OUT/fallback-$NAME.json')); print(d['method'])
 for r in d['dispatches']: print(' ', r['name'][:70], r['ms'], r['untimed'][:150])"
   done ;;
+overhead)
+  NAME=$1; P=/tmp/prof-$NAME
+  [ -f $P/program.vmfb ] || tuner dispatches $M/$NAME.onnx --target cuda:sm_80 --profile --json --output $P > /dev/null
+  python3 benchmarks/in_model_overhead.py $P/program.vmfb $(entry $NAME) $P/inputs/$(entry $NAME)/input0.npy ;;
 dumped)
   NAME=$1; P=/tmp/dumped-$NAME; mkdir -p $P; iree-import-onnx $M/$NAME.onnx -o $P/m.mlir
   iree-compile $P/m.mlir --iree-hal-target-device=cuda --iree-cuda-target=sm_80 --iree-hal-dump-executable-benchmarks-to=$P/bench -o $P/m.vmfb
