@@ -16,17 +16,23 @@ MIN_SPLIT_K = 2048
 MIN_SPLIT_PART = 512
 # Flags under which a preprocessing spec's split does not take: under --iree-opt-level=O3 every
 # split-K config of a 1024x1536x8960 f16 contraction (a grouped-query decoder block's FFN down
-# projection, 16 of 16 on the H100) was read back unsplit, with the compiler's own config.
+# projection, 16 of 16 on the H100) was read back unsplit, with the compiler's own config: the
+# dispatch discovery reads has lost the unit batch loop that the op the spec sees still has.
 NO_SPLIT_UNDER = ("--iree-opt-level=O3",)
 
 
 def split_factors(dispatch: Dispatch) -> tuple[int, ...]:
     """The split-K factors the dispatch is offered (with 1, no split; `(1,)`: no split-K knob):
-    contractions with one K dim (what split_reduction splits), K long against M and N, found
-    under flags where the split takes (NO_SPLIT_UNDER)."""
+    contractions with one K dim (what split_reduction splits) and no unit loop, K long against
+    M and N, found under flags where the split takes (NO_SPLIT_UNDER)."""
     if dispatch.conv is not None or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.k_dims) != 1:
         return (1,)
     if any(f in NO_SPLIT_UNDER for f in dispatch.flags):
+        return (1,)
+    if 1 in dispatch.loop_bounds:
+        # A unit loop (the batch of 1 a rank-3 activation gives a projection) is folded away
+        # after the split: the config's tile lists are then one too long, and the compiler
+        # drops it for its own (the same FFN projection under the default flags, 15 of 15).
         return (1,)
     k = dispatch.loop_bounds[dispatch.k_dims[0]]
     m = 1
