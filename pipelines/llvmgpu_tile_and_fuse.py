@@ -45,8 +45,10 @@ class GemmView:
     """The dispatch as the GEMM its lowering config tiles. For a contraction, the config indexes
     its loops and M, N, K are the innermost M, N, K dims (other dims get unit tiles). For a
     convolution on the implicit-GEMM path, the config indexes the parallel loops followed by one
-    K (filter x input channels): M is the output column, N the output channel, and an M tile
-    wider than a row of output columns spills into output rows (`rows`)."""
+    K (filter x input channels). Channels last (NHWC), M is the output column and N the output
+    channel; channels first (NCHW), M is the output channel and N the output column
+    (`rows_on_n`), as IREE 3.13's own configs have them (NCHW [1, 128, 1, 32, 0]: 128 channels,
+    32 columns). A tile of columns wider than a row spills into output rows (`rows`)."""
 
     rank: int
     m: int  # positions in the config
@@ -58,10 +60,15 @@ class GemmView:
     unit_parallel: tuple[int, ...]  # other parallel positions: tile 1 per workgroup
     unit_reduction: tuple[int, ...]  # other reduction positions: one step each
     rows: tuple[int, int] | None = None  # convolutions: (position, extent) of the output rows
+    rows_on_n: bool = False  # the output rows extend N (channels first), else M
 
     @property
     def m_total(self) -> int:
-        return self.m_extent * (self.rows[1] if self.rows else 1)
+        return self.m_extent * (self.rows[1] if self.rows and not self.rows_on_n else 1)
+
+    @property
+    def n_total(self) -> int:
+        return self.n_extent * (self.rows[1] if self.rows and self.rows_on_n else 1)
 
 
 def gemm_view(dispatch: Dispatch) -> GemmView:
@@ -77,19 +84,34 @@ def gemm_view(dispatch: Dispatch) -> GemmView:
     k_extent = 1
     for d in (*c.filter, *c.input_channel):
         k_extent *= b[d]
-    return GemmView(len(parallel) + 1, at[col], at[c.output_channel[0]], len(parallel), b[col],
-                    b[c.output_channel[0]], k_extent, tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]))
+    channel = c.output_channel[0]
+    if _channels_first(dispatch):
+        return GemmView(len(parallel) + 1, at[channel], at[col], len(parallel), b[channel], b[col], k_extent,
+                        tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]), rows_on_n=True)
+    return GemmView(len(parallel) + 1, at[col], at[channel], len(parallel), b[col],
+                    b[channel], k_extent, tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]))
+
+
+def _channels_first(dispatch: Dispatch) -> bool:
+    """A convolution whose output channel loop comes before its output image loops (NCHW)."""
+    c = dispatch.conv
+    return c is not None and c.output_channel[0] < min(c.output_image)
 
 
 def _igemm_convolution(dispatch: Dispatch) -> bool:
-    """A 2-D convolution the compiler lowers as an implicit GEMM, channels last (NHWC: the
-    output channel is the innermost parallel loop, every reduction loop comes after them), with
-    no depthwise multiplier."""
+    """A 2-D convolution the compiler lowers as an implicit GEMM, with no depthwise multiplier,
+    every reduction loop after the parallel ones, and the output channel either the innermost
+    parallel loop (NHWC) or the one right after the batch, before the output rows and columns
+    (NCHW)."""
     c = dispatch.conv
-    if c is None or c.depth or len(c.output_image) != 2 or len(c.output_channel) != 1:
+    if c is None or c.depth or len(c.output_image) != 2 or len(c.output_channel) != 1 or len(c.batch) > 1:
         return False
     parallel = (*c.batch, *c.output_image, *c.output_channel)
-    return (c.output_channel[0] == max(parallel) and max(parallel) < min((*c.filter, *c.input_channel))
+    channel = c.output_channel[0]
+    image = tuple(sorted(c.output_image))
+    layout_known = channel == max(parallel) or (image[1] == image[0] + 1 == channel + 2 and
+                                                all(b < channel for b in c.batch))
+    return (layout_known and max(parallel) < min((*c.filter, *c.input_channel))
             and "use_igemm_convolution = true" in dispatch.default.translation_info)
 
 
@@ -102,7 +124,7 @@ def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
     wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
     wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
     k_tile = int(s["reduction_k"]) * intrinsic.k
-    m, n, k = view.m_total, view.n_extent, view.k_extent
+    m, n, k = view.m_total, view.n_total, view.k_extent
     batch = max(1, dispatch.flops // (2 * m * n * k))  # batch dims (and unit-tiled M, N dims)
     tiles = -(-m // wg_m) * -(-n // wg_n)
     padded = (-(-m // wg_m) * wg_m) * (-(-n // wg_n) * wg_n) * (-(-k // k_tile) * k_tile)
@@ -143,19 +165,23 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
     for d in view.unit_reduction:
         reduction[d] = 1
     wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
-    workgroup[nd] = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+    wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+    workgroup[nd] = wg_n
     reduction[kd] = int(s["reduction_k"])
     subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
     workgroup[md] = wg_m
     if view.rows:
         # Whole output rows beyond one: the column tile is the row, the rest goes to rows
-        # (in elements, as the compiler's own implicit-GEMM configs have it).
-        row, cols = view.rows[0], view.m_extent
-        workgroup[row] = max(1, wg_m // cols)
-        workgroup[md] = min(wg_m, cols)
-        sub_m = int(s["subgroup_m"]) * intrinsic.m
-        subgroup[row] = max(1, sub_m // cols)
-        subgroup[md] = min(sub_m, cols) // intrinsic.m
+        # (in elements, as the compiler's own implicit-GEMM configs have it). The columns are
+        # M channels last, N channels first.
+        row = view.rows[0]
+        cols, pos, wg, sub, mma = ((view.n_extent, nd, wg_n, int(s["subgroup_n"]) * intrinsic.n, intrinsic.n)
+                                   if view.rows_on_n else
+                                   (view.m_extent, md, wg_m, int(s["subgroup_m"]) * intrinsic.m, intrinsic.m))
+        workgroup[row] = max(1, wg // cols)
+        workgroup[pos] = min(wg, cols)
+        subgroup[row] = max(1, sub // cols)
+        subgroup[pos] = min(sub, cols) // mma
     subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
     threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size
     return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)
@@ -187,7 +213,7 @@ class LLVMGPUTileAndFuse(Pipeline):
     def build_problem(self, dispatch: Dispatch) -> Problem:
         t = dispatch.target
         view = gemm_view(dispatch)
-        m, n, k = view.m_total, view.n_extent, view.k_extent
+        m, n, k = view.m_total, view.n_total, view.k_extent
         intrinsics = compatible_intrinsics(dispatch)
         subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 32
         in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
@@ -229,15 +255,18 @@ class LLVMGPUTileAndFuse(Pipeline):
             return tiling.ceil_div(extent, tile) * tile
 
         if view.rows:
-            # An implicit GEMM's M tile covers part of a row of output columns, or whole rows;
-            # tiles divide the problem (no padding on this path).
+            # An implicit GEMM's column tile (M channels last, N channels first) covers part of a
+            # row of output columns, or whole rows; tiles divide the problem (no padding here).
+            cols = view.n_extent if view.rows_on_n else view.m_extent
+
             def fits_rows(tile: z3.ArithRef) -> z3.BoolRef:
-                cols = view.m_extent
                 return z3.Or(z3.And(tile <= cols, cols % tile == 0),
                              z3.And(tile % cols == 0, view.rows[1] % (tile / cols) == 0))
 
-            sub_m = tile_m.var * mma_m
-            p.require(fits_rows(wg_m), fits_rows(sub_m), n % wg_n == 0, k % k_tile == 0)
+            if view.rows_on_n:
+                p.require(fits_rows(wg_n), fits_rows(tile_n.var * mma_n), m % wg_m == 0, k % k_tile == 0)
+            else:
+                p.require(fits_rows(wg_m), fits_rows(tile_m.var * mma_m), n % wg_n == 0, k % k_tile == 0)
         p.require(
             # Tiles that do not divide the problem are padded (the lowering config's `padding`);
             # padding may add at most a quarter of the work.
@@ -332,9 +361,10 @@ class LLVMGPUTileAndFuse(Pipeline):
             }
             # Keep the unit flags the compiler set on its own config (e.g. convert_acc_gemm,
             # which folds the fill into the accumulator): they describe the op, not the tiling.
-            m, n, k = view.m_total, view.n_extent, view.k_extent
+            m, n, k = view.m_total, view.n_total, view.k_extent
             k_tile = reduction[kd] * intrinsic.k
-            if m % wg_m or n % workgroup[nd] or k % k_tile:
+            wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+            if m % wg_m or n % wg_n or k % k_tile:
                 # As the compiler does for unaligned shapes: pad each tile to its full size.
                 padding = [0] * rank
                 padding[md], padding[nd], padding[kd] = workgroup[md], workgroup[nd], k_tile
@@ -355,7 +385,7 @@ class LLVMGPUTileAndFuse(Pipeline):
                 ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], (dispatch.target.subgroup_sizes or (32,))[0],
                 ir.DictAttr.get({"gpu_pipeline_options": options}),
             )
-        summary = (f"{intrinsic.name.removeprefix('NV_')} wg {wg_m}x{workgroup[nd]} "
+        summary = (f"{intrinsic.name.removeprefix('NV_')} wg {wg_m}x{wg_n} "
                    f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
                    f"k{s['reduction_k']} prefetch {s['prefetch_num_stages']}"
                    + (" transposed" if s["reorder_workgroups"] else "") + (f" split-K {split}" if split > 1 else ""))

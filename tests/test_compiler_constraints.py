@@ -143,8 +143,7 @@ def test_a_candidate_that_fails_to_build_is_reported_with_the_compiler_constrain
 GPU_SAMPLES = sorted(p.name for p in SAMPLES.glob("*.mlir") if not p.stem.endswith("_f32"))
 # What IREE 3.13 does not emit, and why (docs/pipelines.md, "The compiler's constraints").
 NO_CONSTRAINTS = {"attention": "emits no constraints for llvmgpu_vector_distribute_attention",
-                  "batch_matmul": "IREE failed emitting its constraints",  # the crash kept in fixtures/compiler_bugs
-                  "conv_2d_nchw": "emits no constraints for any pipeline of this tuner"}
+                  "batch_matmul": "IREE failed emitting its constraints"}  # the crash kept in fixtures/compiler_bugs
 
 
 @pytest.mark.slow
@@ -163,7 +162,7 @@ def test_crosscheck_over_every_gpu_sample(tmp_path, sample, target):
     assert checks and all(c["native"] > 0 and c["compiler"] > 0 for c in checks)
     for c in checks:
         if c["both"] is None:  # implicit-GEMM convolutions: the knobs index different loops
-            assert sample.startswith("conv_2d_nhwc") and c["classes"] == []
+            assert sample.startswith(("conv_2d_nhwc", "conv_2d_nchw")) and c["classes"] == []
             continue
         native_only = sum(k["count"] for k in c["classes"] if k["side"] == NATIVE_ONLY)
         assert c["both"] + native_only == c["native"]

@@ -18,6 +18,7 @@ from tests.conftest import SAMPLES
 
 CONV = SAMPLES / "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir"
 CPU_CONV = SAMPLES / "conv_2d_nhwc_hwcf_4x58x58x64_3x3x64_f32.mlir"
+NCHW = SAMPLES / "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir"
 
 
 def test_discovery_reads_convolution_dims(ctx):
@@ -164,3 +165,34 @@ def test_the_compilers_own_convolution_config_is_read_as_knobs_and_its_neighbour
     far = dict(changed, distribution_oc=1 if own["distribution_oc"] != 1 else 2,
                vector_common_parallel_oc=own["vector_common_parallel_oc"] * 2)
     assert not holds(far)  # three knobs changed
+
+
+@pytest.mark.parametrize("target_name", ["cuda", "rocm:gfx942"])
+def test_an_nchw_convolution_is_an_implicit_gemm_with_its_channels_as_m(ctx, target_name):
+    """Channels first, IREE 3.13 tiles (n, f, oh, ow, K) with the output channels as the GEMM's M
+    and the output columns as its N, a column tile wider than a row spilling into rows (its own
+    config for this sample on cuda: workgroup [1, 128, 1, 32, 0], subgroup [1, 2, 1, 2, 0], 256
+    threads)."""
+    from pipelines.llvmgpu_tile_and_fuse import gemm_view, tile_sizes
+
+    [d] = discover(NCHW, parse_target(target_name), ctx)
+    pipeline = pipeline_for(d)
+    assert pipeline is not None and pipeline.name == "llvmgpu_tile_and_fuse"
+    view = gemm_view(d)
+    # 256 output channels (position 1), 32 columns (position 3) in 32 rows (position 2), K = 256 x 3 x 3.
+    assert (view.m, view.n, view.k, view.rows, view.rows_on_n) == (1, 3, 4, (2, 32), True)
+    assert (view.m_total, view.n_total, view.k_extent) == (256, 32 * 32, 2304)
+    if target_name != "cuda":
+        return
+    # MMA 16x8x16: 4 subgroups of 2 M tiles = 128 channels; 2 subgroups of 2 N tiles = 32 columns.
+    own = {"mma_kind": 0, "subgroups_m": 4, "subgroup_m": 2, "subgroups_n": 2, "subgroup_n": 2, "reduction_k": 8,
+           "prefetch_num_stages": 2, "reorder_workgroups": 0}
+    t = tile_sizes(d, own)
+    assert (t.workgroup, t.subgroup, t.reduction, t.threads) == ((1, 128, 1, 32, 0), (0, 2, 1, 2, 0), (0, 0, 0, 0, 8), 256)
+    assert pipeline.build_problem(d).admits(own)
+    # 64 columns are two whole rows of 32: 2 rows x 32 columns; a subgroup's 4 N tiles are 32 columns.
+    wide = tile_sizes(d, {**own, "subgroup_n": 4})
+    assert (wide.workgroup, wide.subgroup) == ((1, 128, 2, 32, 0), (0, 2, 1, 4, 0))
+    config = pipeline.to_config(d, own, ctx)
+    assert "use_igemm_convolution = true" in config.expect_translation_info
+    assert "workgroup = [1, 128, 1, 32, 0]" in config.expect_lowering_config
