@@ -100,6 +100,15 @@ class Pipeline:
     tuned_model_flags: tuple[tuple[str, ...], ...] = ()
     # Knobs whose value sets such a flag: tune-model leaves those configs out (it decides the flag).
     flag_knobs: tuple[str, ...] = ()
+
+    def model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        """The model-wide flag sets a model holding this dispatch is tried with (`model_flags`,
+        and any that only a dispatch like this one calls for)."""
+        return self.model_flags
+
+    def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        """Those of `model_flags_for(dispatch)` judged with the dispatches they form tuned first."""
+        return self.tuned_model_flags
     # Flags under which the compiler turns the dispatch into another op whose configs this
     # pipeline's problem also offers (llvm-cpu contractions: the data-tiled linalg.mmt4d);
     # `tune` has discovery find that op under them (Dispatch.data_tiled). () where none.

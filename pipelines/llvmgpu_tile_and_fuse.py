@@ -37,6 +37,10 @@ REORDER_TAKES_EFFECT_BACKENDS: tuple[str, ...] = ()
 PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 
 
+# Convolutions made channels last before dispatches are formed (NCHW -> NHWC, the transposes
+# folded into the dispatch: a 2x256x34x34 3x3 sample becomes one conv_2x32x32x256x256x3x3 dispatch).
+CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline="
+                 "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",)
 SPLIT_NOT_MODELLED = "split-K: a knob the compiler's constraints do not model (they describe the op unsplit)"
 
 
@@ -200,6 +204,15 @@ class LLVMGPUTileAndFuse(Pipeline):
     # dispatches); aggressive fusion fuses more producers into them. On a BERT-large-sized f16
     # layer on the H100, O3 was 1.04x and aggressive fusion 1.01x alone (BENCHMARKS.md).
     model_flags = (("--iree-opt-level=O3",), ("--iree-dispatch-creation-enable-aggressive-fusion",))
+
+    def model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        """A model with channels-first convolutions is also tried with them made channels last
+        (CHANNELS_LAST: IREE 3.13's preprocessing pass, which folds the transposes into the
+        dispatch), judged with the convolutions it forms tuned first."""
+        return (*self.model_flags, *((CHANNELS_LAST,) if _channels_first(dispatch) else ()))
+
+    def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        return (CHANNELS_LAST,) if _channels_first(dispatch) else ()
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (

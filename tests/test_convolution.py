@@ -196,3 +196,26 @@ def test_an_nchw_convolution_is_an_implicit_gemm_with_its_channels_as_m(ctx, tar
     config = pipeline.to_config(d, own, ctx)
     assert "use_igemm_convolution = true" in config.expect_translation_info
     assert "workgroup = [1, 128, 1, 32, 0]" in config.expect_lowering_config
+
+
+def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_first(ctx):
+    """The flag stage tries a model holding a channels-first convolution with IREE's channels-last
+    preprocessing pass too, judged with the convolution it forms tuned; under that flag the
+    dispatch is one channels-last convolution (the transposes folded in) that the pipeline takes."""
+    from types import SimpleNamespace
+
+    from pipelines.llvmgpu_tile_and_fuse import CHANNELS_LAST
+    from tuner.stages.flags import model_options
+
+    cuda = parse_target("cuda")
+    [d] = discover(NCHW, cuda, ctx)
+    pipeline = pipeline_for(d)
+    assert CHANNELS_LAST in pipeline.model_flags_for(d) and pipeline.tuned_model_flags_for(d) == (CHANNELS_LAST,)
+    [nhwc] = discover(CONV, cuda, ctx)
+    assert CHANNELS_LAST not in pipeline_for(nhwc).model_flags_for(nhwc)
+    options = model_options(SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda))
+    [option] = [o for o in options if o.flags == CHANNELS_LAST and o.rewrite is None]
+    assert option.tunes == (DispatchKind.CONVOLUTION,)
+    [made] = discover(NCHW, cuda, ctx, CHANNELS_LAST)
+    assert made.conv.output_channel == (3,) and made.conv.input_channel == (4,)  # (n, oh, ow, f) then K
+    assert pipeline_for(made).name == "llvmgpu_tile_and_fuse" and CHANNELS_LAST not in pipeline_for(made).model_flags_for(made)

@@ -55,10 +55,10 @@ def model_options(env: StageEnv) -> list[ModelOption]:
     tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
     for d in env.program.dispatches:
         p = pipeline_for(d)
-        for flags in map(tuple, p.model_flags if p else ()):
+        for flags in map(tuple, p.model_flags_for(d) if p else ()):
             if flags not in flag_sets:
                 flag_sets.append(flags)
-            if flags in p.tuned_model_flags and d.kind not in tunes.get(flags, ()):
+            if flags in p.tuned_model_flags_for(d) and d.kind not in tunes.get(flags, ()):
                 tunes[flags] = (*tunes.get(flags, ()), d.kind)
     rewrites = REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
     return ([ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets] + [ModelOption((), r) for r in rewrites]
