@@ -21,6 +21,9 @@
   1024 tokens: hidden 1536, 12 query heads and 2 KV heads of 128 (K/V repeated by Unsqueeze + Expand
   + Reshape), biases on Q/K/V, rank-4 heads, rotary, causal mask, RMSNorm in f32, SwiGLU MLP 8960.
 - gqa_block_32x8_f16_1024.onnx: the same at hidden 2048, 32 query heads and 8 KV heads of 64, MLP 8192.
+- unet_resnet_block_f16.onnx: a Stable-Diffusion-style UNet ResNet block, NCHW, f16: batch 2, 640
+  channels, a 64x64 latent; GroupNorm(32) as torch exports it (Reshape -> InstanceNormalization ->
+  Reshape -> scale and bias), SiLU, two 3x3 convolutions, a time-embedding projection added, residual.
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
 - cnn_b4_224.onnx: the same CNN on 224x224 images, batch 4.
@@ -311,6 +314,67 @@ def small_cnn(batch: int, size: int = 64, seed: int = 0):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _group_norm(x: str, out: str, channels: int, groups: int, batch: int, size: int, prefix: str, rng,
+                dtype) -> tuple[list, list]:
+    """GroupNorm as torch exports it: Reshape to [batch, groups, rest], InstanceNormalization
+    over the groups (unit scale, zero bias), Reshape back, then the per-channel scale and bias."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.ones(groups, dtype), f"{prefix}_in_scale"),
+             numpy_helper.from_array(np.zeros(groups, dtype), f"{prefix}_in_bias"),
+             numpy_helper.from_array((1.0 + 0.1 * rng.standard_normal((channels, 1, 1))).astype(dtype), f"{prefix}_gamma"),
+             numpy_helper.from_array((0.1 * rng.standard_normal((channels, 1, 1))).astype(dtype), f"{prefix}_beta"),
+             helper.make_tensor(f"{prefix}_grouped", TensorProto.INT64, [3], [batch, groups, -1]),
+             helper.make_tensor(f"{prefix}_image", TensorProto.INT64, [4], [batch, channels, size, size])]
+    nodes = [helper.make_node("Reshape", [x, f"{prefix}_grouped"], [f"{prefix}_g"]),
+             helper.make_node("InstanceNormalization", [f"{prefix}_g", f"{prefix}_in_scale", f"{prefix}_in_bias"],
+                              [f"{prefix}_gn"], epsilon=1e-5),
+             helper.make_node("Reshape", [f"{prefix}_gn", f"{prefix}_image"], [f"{prefix}_n"]),
+             helper.make_node("Mul", [f"{prefix}_n", f"{prefix}_gamma"], [f"{prefix}_s"]),
+             helper.make_node("Add", [f"{prefix}_s", f"{prefix}_beta"], [out])]
+    return nodes, inits
+
+
+def unet_resnet_block(batch: int = 2, channels: int = 640, size: int = 64, temb: int = 1280, groups: int = 32,
+                      seed: int = 5, dtype=np.float16):
+    """A Stable-Diffusion-style UNet ResNet block as torch exports it, NCHW: GroupNorm, SiLU, a 3x3
+    convolution, the time embedding (SiLU, a linear layer) added per channel, GroupNorm, SiLU, a
+    3x3 convolution, and the residual. Inputs: the latent [batch, channels, size, size] and the
+    time embedding [batch, temb]."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    scale = 1.0 / np.sqrt(channels * 9)
+    inits = [_init(rng, "conv1_w", (channels, channels, 3, 3), scale, dtype), _init(rng, "conv1_b", (channels,), 0.01, dtype),
+             _init(rng, "conv2_w", (channels, channels, 3, 3), scale, dtype), _init(rng, "conv2_b", (channels,), 0.01, dtype),
+             _init(rng, "temb_w", (temb, channels), 1.0 / np.sqrt(temb), dtype), _init(rng, "temb_b", (channels,), 0.01, dtype)]
+    inits.append(helper.make_tensor("temb_axes", TensorProto.INT64, [2], [2, 3]))
+    nodes = []
+    for i, (x, prefix) in enumerate((("x", "gn1"), ("h1", "gn2")), 1):
+        gn_nodes, gn_inits = _group_norm(x, f"{prefix}_out", channels, groups, batch, size, prefix, rng, dtype)
+        nodes += gn_nodes
+        inits += gn_inits
+        nodes += [helper.make_node("Sigmoid", [f"{prefix}_out"], [f"{prefix}_sig"]),
+                  helper.make_node("Mul", [f"{prefix}_out", f"{prefix}_sig"], [f"{prefix}_silu"]),
+                  helper.make_node("Conv", [f"{prefix}_silu", f"conv{i}_w", f"conv{i}_b"], [f"conv{i}"],
+                                   kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+        if i == 1:
+            nodes += [helper.make_node("Sigmoid", ["temb"], ["temb_sig"]),
+                      helper.make_node("Mul", ["temb", "temb_sig"], ["temb_silu"]),
+                      helper.make_node("MatMul", ["temb_silu", "temb_w"], ["temb_mm"]),
+                      helper.make_node("Add", ["temb_mm", "temb_b"], ["temb_proj"]),
+                      helper.make_node("Unsqueeze", ["temb_proj", "temb_axes"], ["temb_4d"]),
+                      helper.make_node("Add", ["conv1", "temb_4d"], ["h1"])]
+    nodes.append(helper.make_node("Add", ["x", "conv2"], ["y"]))
+    image = [batch, channels, size, size]
+    graph = helper.make_graph(nodes, "unet_resnet_block",
+                              [helper.make_tensor_value_info("x", elem, image),
+                               helper.make_tensor_value_info("temb", elem, [batch, temb])],
+                              [helper.make_tensor_value_info("y", elem, image)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def write_models(out: Path) -> list[Path]:
     import onnx
 
@@ -322,7 +386,8 @@ def write_models(out: Path) -> list[Path]:
                         ("bert_large_layer_f16_2048", bert_layer(2048, 1024, 16, 4096, dtype=np.float16)),
                         ("vit_large_layer_f16", vit_layer()), ("llama_block_f16_2048", llama_block()),
                         ("gqa_block_f16_1024", gqa_block()),
-                        ("gqa_block_32x8_f16_1024", gqa_block(1024, 2048, 32, 8, 8192, seed=4))):
+                        ("gqa_block_32x8_f16_1024", gqa_block(1024, 2048, 32, 8, 8192, seed=4)),
+                        ("unet_resnet_block_f16", unet_resnet_block())):
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)

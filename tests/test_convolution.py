@@ -219,3 +219,30 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     [made] = discover(NCHW, cuda, ctx, CHANNELS_LAST)
     assert made.conv.output_channel == (3,) and made.conv.input_channel == (4,)  # (n, oh, ow, f) then K
     assert pipeline_for(made).name == "llvmgpu_tile_and_fuse" and CHANNELS_LAST not in pipeline_for(made).model_flags_for(made)
+
+
+@pytest.mark.slow
+def test_a_unet_resnet_block_as_torch_exports_it_has_its_convolutions_and_group_norms_tunable_on_cuda(ctx, tmp_path):
+    """The UNet ResNet block of examples/onnx_models.py (small here): NCHW 3x3 convolutions, each
+    an implicit GEMM TileAndFuse takes; GroupNorm as torch exports it, whose two reductions over a
+    group's row the reduction pipeline takes."""
+    pytest.importorskip("onnx")
+    import onnx
+
+    from tests.conftest import onnx_examples
+    from tuner.discovery.program import discover_program
+    from tuner.input.models import program_source
+
+    cuda = parse_target("cuda:sm_80")
+    onnx.save(onnx_examples().unet_resnet_block(2, 64, 16, 128, 8), tmp_path / "unet.onnx")
+    program = discover_program(program_source(tmp_path / "unet.onnx", tmp_path, cuda), cuda, ctx)
+    by_kind: dict = {}
+    for d in program.dispatches:
+        by_kind.setdefault(d.kind, []).append(d)
+    convs = by_kind[DispatchKind.CONVOLUTION]
+    assert len(convs) == 2 and all(pipeline_for(d).name == "llvmgpu_tile_and_fuse" for d in convs)
+    assert all(d.loop_bounds == (2, 64, 16, 16, 64, 3, 3) for d in convs)  # (n, f, oh, ow, c, kh, kw)
+    # A group's row: 64 channels / 8 groups x 16 x 16 = 2048 elements, for 2 images x 8 groups.
+    norms = [d for kind in (DispatchKind.REDUCTION, DispatchKind.NORMALIZATION) for d in by_kind.get(kind, ())]
+    assert norms and all(d.loop_bounds == (16, 2048) for d in norms)
+    assert all(pipeline_for(d).name == "llvmgpu_vector_distribute_reduction" for d in norms)
