@@ -11,7 +11,8 @@
 #   bash benchmarks/gpu_exported_models.sh tune NAME [BUDGET] [LIMIT_S]   # tune-model, then the checks
 #
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
-# 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16.
+# 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16
+# (issue 35).
 set -u
 source benchmarks/gpu_setup.sh
 export COLUMNS=220
@@ -24,7 +25,9 @@ if [ ! -f $M/.done ]; then
   python3 $BUILDER $M/bert_torch_layout_base.onnx --tokens 1024 --hidden 768 --heads 12 --mlp 3072
   touch $M/.done
 fi
-entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;; *) echo "$1";; esac; }
+entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;;
+  unet_resnet*) echo unet_resnet_block;; *) echo "$1";; esac; }
+inputs() { for f in $(ls $1/input*.npy | sort -V); do echo --input $f; done; }  # every input, in order
 step=$1; shift
 case $step in
 profile)
@@ -32,7 +35,7 @@ profile)
     P=/tmp/prof-$NAME; rm -rf $P; start=$(date +%s.%N)
     tuner dispatches $M/$NAME.onnx --target cuda:sm_80 --profile --json --output $P > $OUT/profile-$NAME.json
     echo "$NAME: profile in $(python3 -c "print(f'{$(date +%s.%N) - $start:.1f}')") s (import and compile included)"
-    python3 benchmarks/gpu_model_kernels.py --function $(entry $NAME) --input $P/inputs/$(entry $NAME)/input0.npy \
+    python3 benchmarks/gpu_model_kernels.py --function $(entry $NAME) $(inputs $P/inputs/$(entry $NAME)) \
       --rounds 3 --json $OUT/kernels-$NAME.json default=$P/program.vmfb > /dev/null
     python3 benchmarks/profile_vs_cupti.py $OUT/profile-$NAME.json $OUT/kernels-$NAME.json
     [ $NAME = bert_torch_layout ] && python3 benchmarks/record_kernels.py $P/program.vmfb bert_layer \
@@ -51,7 +54,7 @@ for r in d['dispatches']: print(' ', r['name'][:70], r['ms'], r['untimed'][:150]
 overhead)
   NAME=$1; P=/tmp/prof-$NAME
   [ -f $P/program.vmfb ] || tuner dispatches $M/$NAME.onnx --target cuda:sm_80 --profile --json --output $P > /dev/null
-  python3 benchmarks/in_model_overhead.py $P/program.vmfb $(entry $NAME) $P/inputs/$(entry $NAME)/input0.npy ;;
+  python3 benchmarks/in_model_overhead.py $P/program.vmfb $(entry $NAME) $(ls $P/inputs/$(entry $NAME)/input*.npy | sort -V) ;;
 dumped)
   NAME=$1; P=/tmp/dumped-$NAME; mkdir -p $P; iree-import-onnx $M/$NAME.onnx -o $P/m.mlir
   iree-compile $P/m.mlir --iree-hal-target-device=cuda --iree-cuda-target=sm_80 --iree-hal-dump-executable-benchmarks-to=$P/bench -o $P/m.vmfb
@@ -70,7 +73,7 @@ tune)
   done
   if [ $rc = 0 ]; then
     python3 benchmarks/model_check.py $D --rounds 8
-    python3 benchmarks/gpu_model_kernels.py --function $FN --input $D/model-inputs/input0.npy --rounds 8 \
+    python3 benchmarks/gpu_model_kernels.py --function $FN $(inputs $D/model-inputs) --rounds 8 \
       default=$D/check/default.vmfb tuned=$D/check/tuned.vmfb
   fi ;;
 esac
