@@ -150,6 +150,18 @@ def test_a_tuner_killed_with_sigkill_leaves_no_tool_behind(tmp_path, faulty_tool
     assert _processes_mentioning(str(tmp_path)) == []
 
 
+@pytest.mark.parametrize("name", ["iree-compile", "iree-benchmark-module", "iree-run-module"])
+def test_the_tools_run_are_the_wheels_executables_not_the_venvs_python_scripts(name, monkeypatch):
+    # A venv's console script is a Python process that starts the executable as its own child:
+    # the parent-death signal set on the tool reached the script, not the executable, which a
+    # tuner killed with SIGKILL left running (6 of 12 kill -9 runs of a hostile probe).
+    from tuner.tools import TOOLS_ENV, find_tool
+
+    monkeypatch.delenv(TOOLS_ENV, raising=False)
+    with open(find_tool(name), "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+
+
 def _compiled_dir(tmp_path):
     path = write_matmul(tmp_path / "mm.mlir", 64, 64, 32)
     out = tmp_path / "compiled"

@@ -76,17 +76,17 @@ def _signal_name(number: int) -> str:
 
 
 def find_tool(name: str) -> str:
-    """The path of an IREE tool: in $IREE_TUNER_TOOLS if set, next to this Python (the venv's
-    console scripts), inside the installed wheels, then on PATH."""
+    """The path of an IREE tool: in $IREE_TUNER_TOOLS if set, the executable inside the installed
+    wheels, next to this Python (the venv's console scripts), then on PATH. The wheels' own
+    executable comes before the venv's script of the same name: that script is a Python process
+    that starts the executable as a child of its own, which the parent-death signal set on the
+    tool (tuner.tools.run_tool) does not reach, so a tuner killed with SIGKILL left it running."""
     override = os.environ.get(TOOLS_ENV)
     if override:
         path = Path(override) / name
         if not path.exists():
             raise TargetError(f"{TOOLS_ENV}={override} has no {name}")
         return str(path)
-    here = Path(sys.executable).parent / name
-    if here.exists():
-        return str(here)
     for package in ("iree._runtime_libs", "iree.compiler._mlir_libs"):
         try:
             spec = importlib.util.find_spec(package)
@@ -97,6 +97,9 @@ def find_tool(name: str) -> str:
                 candidate = Path(loc) / name
                 if candidate.exists():
                     return str(candidate)
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
     found = shutil.which(name)
     if found:
         return found
