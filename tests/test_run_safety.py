@@ -463,6 +463,11 @@ def test_pack_refuses_its_own_directory_a_used_destination_and_a_file(tmp_path):
     assert_one_error_line(run_cli("pack", run, tmp_path / "afile"), 4, "not an empty directory")
     assert (used / "theirs.txt").read_text() == "keep" and sorted(p.name for p in used.iterdir()) == ["theirs.txt"]
     assert run_cli("pack", run, tmp_path / "fresh").exit_code == 0 and (tmp_path / "fresh" / "x.vmfb").is_file()
+    # A path that leaves the directory and comes back resolves inside it, but joined onto the
+    # destination it would lead out of that: refused, nothing written.
+    ModelPlan("validate", "local-task", {}, [], reference=["default", "x.vmfb"], files=["../run/x.vmfb"]).write(run)
+    assert_one_error_line(run_cli("pack", run, tmp_path / "dest" / "inner"), 2, "names a path outside")
+    assert not (tmp_path / "dest").exists() and not (tmp_path / "run" / "run").exists()
 
 
 def test_more_malformed_inputs_are_one_error_line(tmp_path):

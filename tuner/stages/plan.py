@@ -177,9 +177,10 @@ def pack(root: Path, dest: Path) -> list[str]:
 
 
 def _inside(root: Path, rel: str) -> bool:
-    """Whether `rel` names a place inside `root`: relative, and no `..` or symbolic link leads
-    out of it."""
-    if not rel or Path(rel).is_absolute():
+    """Whether `rel` names a place inside `root`: relative, without `..` (a path that leaves and
+    comes back, `../DIR/x`, would lead out of a copy of the directory made elsewhere: `pack`),
+    and no symbolic link leads out of it."""
+    if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
         return False
     base = root.resolve()
     return (base / rel).resolve().is_relative_to(base)
