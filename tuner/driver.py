@@ -94,6 +94,8 @@ def read_program(input_path: Path | str, target: Target | str, workdir: Optional
     text = read_input_text(input_path)
     parse_input(input_path, ctx, text)  # one clear line for a missing file or text that is not MLIR
     program = discover_program(input_path, target, ctx)
+    if any(getattr(w, "dispatch_benchmark", False) for w in program.entries.values()):
+        target = target.at_codegen_stage()  # an executable already: only the codegen stage reaches it
     if parameters is None:
         return input_path, target, workdir, ctx, program.for_running((), dynamic_size)
     parameters = parse_parameters(parameters)

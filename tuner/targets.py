@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tuner.errors import TargetError
 
@@ -33,14 +33,25 @@ class Target:
     # ops (reductions: tuner.specs.fused). "{spec}" stands for the file. cuda does not load
     # codegen tuning specs in 3.13, but runs the same entry as a transform library.
     codegen_spec_flag: str = ""
+    spec_suffix: str = ""  # what follows the spec's path in `spec_flag` (e.g. "@__kernel_config")
 
     def spec_flags(self, spec_path: str, codegen: bool = False) -> tuple[str, ...]:
         """The flags that hand the compiler a spec file; `codegen`: the spec also has configs
         for the codegen stage (tuner.specs.transform.uses_codegen_stage)."""
-        flags = (f"{self.spec_flag}={spec_path}",)
+        flags = (f"{self.spec_flag}={spec_path}{self.spec_suffix}",)
         if codegen and self.codegen_spec_flag:
             flags += (self.codegen_spec_flag.format(spec=spec_path),)
         return flags
+
+    def at_codegen_stage(self) -> "Target":
+        """This target with every config handed in at the codegen stage, where its spec is
+        otherwise a preprocessing spec: for a program that is already an executable (an IREE
+        dispatch benchmark), which no preprocessing spec reaches (every candidate of one dumped
+        for gfx942 compiled with the compiler's own config)."""
+        if not self.codegen_spec_flag:
+            return self
+        flag, _, suffix = self.codegen_spec_flag.partition("={spec}")
+        return replace(self, spec_flag=flag, spec_suffix=suffix, spec_entry="__kernel_config", codegen_spec_flag="")
 
     def is_spec_flag(self, flag: str) -> bool:
         """Whether `flag` is one of the flags that hand the compiler a spec file."""
