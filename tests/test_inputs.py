@@ -481,3 +481,55 @@ def test_a_dynamic_entry_runs_at_the_hints_size_or_the_users_inputs(tmp_path):
     assert_one_error_line(run_cli("tune", path, "--output", tmp_path / "bad", "--input", tmp_path / "ids_bad.npy",
                                   "--input", tmp_path / "x.npy", "--input", tmp_path / "w.npy"), 2,
                           "argument 0 of @main is 1x?xi64")
+
+
+INITIALIZED = """
+util.global private @w32 = #flow.parameter.named<"model"::"w"> : tensor<2048x4096xf32>
+util.global private @w16 : tensor<2048x4096xf16>
+util.initializer {
+  %w = util.global.load @w32 : tensor<2048x4096xf32>
+  %e = tensor.empty() : tensor<2048x4096xf16>
+  %c = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]}
+       ins(%w : tensor<2048x4096xf32>) outs(%e : tensor<2048x4096xf16>) {
+  ^bb0(%in: f32, %out: f16):
+    %t = arith.truncf %in : f32 to f16
+    linalg.yield %t : f16
+  } -> tensor<2048x4096xf16>
+  util.global.store %c, @w16 : tensor<2048x4096xf16>
+  util.return
+}
+util.func public @main(%x: tensor<32x2048xf16>) -> tensor<32x64xf32> {
+  %w = util.global.load @w16 : tensor<2048x4096xf16>
+  %ws = tensor.extract_slice %w[0, 0] [2048, 64] [1, 1] : tensor<2048x4096xf16> to tensor<2048x64xf16>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<32x64xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<32x64xf32>) -> tensor<32x64xf32>
+  %r = linalg.matmul ins(%x, %ws : tensor<32x2048xf16>, tensor<2048x64xf16>) outs(%acc : tensor<32x64xf32>) -> tensor<32x64xf32>
+  util.return %r : tensor<32x64xf32>
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_dispatch_only_the_initializer_runs_is_listed_apart_and_never_tuned(tmp_path):
+    # Converting f32 parameters to f16 when the module loads, as the toy Llama of
+    # iree-test-suites does: by FLOPs the largest dispatch, which `tune` picked and stopped on
+    # ("no public function runs _initializer_0_dispatch_0_...", exit 2).
+    import subprocess
+
+    from tuner.discovery.program import INITIALIZER_ONLY
+    from tuner.tools import find_tool
+
+    path = tmp_path / "initialized.mlir"
+    path.write_text(INITIALIZED)
+    archive = tmp_path / "w.irpa"
+    subprocess.run([find_tool("iree-create-parameters"), "--data=w=2048x4096xf32", f"--output={archive}"],
+                   check=True, capture_output=True)
+    listed = {row.name: row for row in api.list_dispatches(path, "llvm-cpu").rows}
+    [loading] = [row for name, row in listed.items() if name.startswith("_initializer_")]
+    assert loading.why_not == INITIALIZER_ONLY and not loading.pipeline
+    result = run_cli("tune", path, "--compile-only", "--budget", "1", "--parameters", f"model={archive}",
+                     "--output", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["meta"]["dispatch"].startswith("main_dispatch_")

@@ -191,6 +191,17 @@ def _signature(func: ir.Operation, functions: dict[str, ir.Operation]) -> tuple[
     return inputs, outputs
 
 
+def initializer_dispatches(module: ir.Module) -> set[str]:
+    """The dispatches the module's `util.initializer`s run (once, when the module loads: a
+    conversion of parameters, say), themselves or through the functions they call."""
+    functions = _functions(module)
+    found: set[str] = set()
+    for op in module.body.operations:
+        if op.operation.name == "util.initializer":
+            found |= set(_dispatched(op.operation, functions, set()))
+    return found
+
+
 def entry_points(module: ir.Module) -> tuple[dict[str, Workload | str], dict[str, int]]:
     """For every dispatch the module runs: the first public function that runs it, as a Workload
     (its name, inputs and outputs), or a string saying why that function cannot be run; and how

@@ -13,7 +13,7 @@ from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
 from pipelines import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError, unreadable_input
-from tuner.discovery.entry import entry_points
+from tuner.discovery.entry import initializer_dispatches, entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
@@ -340,7 +340,18 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
                 continue
             found.append(replace(d, source_digest=digest))
         entries, runs = entry_points(module)
+        # What only an initializer runs is done once when the module loads, not in the model's
+        # calls: listed apart with why, never tuned (nothing that runs it could be timed).
+        loading = {name for name in initializer_dispatches(module) if name not in entries}
+    skipped += [(d.name, INITIALIZER_ONLY) for d in found if d.name in loading]
+    skipped += [(name, INITIALIZER_ONLY) for name in sorted(loading) if name in kinds]
+    skipped = [(name, why) for name, why in skipped if name not in loading or why == INITIALIZER_ONLY]
+    found = [d for d in found if d.name not in loading]
     return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries, runs, kinds)
+
+
+INITIALIZER_ONLY = ("run only by the module's initializer (util.initializer), once when the module loads, not by "
+                    "a call of the model: not the model's work")
 
 
 def _loops_or_none(op: ir.Operation) -> tuple[int, ...]:
