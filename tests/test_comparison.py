@@ -59,7 +59,7 @@ def test_a_candidate_is_compared_with_the_baseline_timings_that_bracket_it():
 
 
 def test_a_load_change_between_the_first_pass_and_the_rounds_is_reported():
-    from tuner.evaluation.comparison import load_change
+    from tuner.evaluation.comparison import load_change, load_threshold
 
     calm = [BaselineTiming("d", i, ms, 1.0) for i, ms in enumerate([10.0, 10.4, 9.8, 10.1, 25.0, 26.0, 24.0, 25.5])]
     # The quieter part of the first pass (lower quartile of its timings: 10.0 ms) against the
@@ -67,3 +67,10 @@ def test_a_load_change_between_the_first_pass_and_the_rounds_is_reported():
     assert load_change(calm, [24.0, 25.0, 26.0]) == pytest.approx(1.5)
     assert load_change(calm, [10.5, 11.0, 10.8]) is None  # 8%: the same machine
     assert load_change(calm, []) is None and load_change([], [10.0]) is None
+    # A dispatch of a few microseconds whose own repetitions spread 30% on a quiet machine: 28%
+    # above its quiet level (9.8 us, the lower quartile) is its noise (the threshold is 20% beyond
+    # that spread: 50%), not a load; 70% is a load.
+    tiny = [BaselineTiming("d", i, ms, 30.0) for i, ms in enumerate([0.0100, 0.0102, 0.0098, 0.0101])]
+    assert load_threshold(tiny) == pytest.approx(0.5)
+    assert load_change(tiny, [0.0125, 0.0124, 0.0126]) is None
+    assert load_change(tiny, [0.0167, 0.0166, 0.0168]) == pytest.approx(0.704, abs=0.001)

@@ -151,15 +151,27 @@ def quiet_level(first_pass: Sequence[BaselineTiming]) -> Optional[float]:
     return ordered[(len(ordered) - 1) // 4]
 
 
+def load_threshold(first_pass: Sequence[BaselineTiming]) -> float:
+    """How much slower than its quiet level the baseline may run before the load is said to have
+    changed: LOAD_CHANGE beyond the baseline's own spread on this device (the median spread of
+    its timings in the quieter half of the first pass). A dispatch of a few microseconds whose
+    repetitions spread 25% on a quiet machine was said to run under a changed load at 20%."""
+    if not first_pass:
+        return LOAD_CHANGE
+    ordered = sorted(first_pass, key=lambda t: t.median_ms)
+    quieter = ordered[: max(1, (len(ordered) + 1) // 2)]
+    return LOAD_CHANGE + statistics.median(t.spread_pct for t in quieter) / 100.0
+
+
 def load_change(first_pass: Sequence[BaselineTiming], rounds_ms: Sequence[float]) -> Optional[float]:
     """How much slower the baseline ran in the confirmation rounds than in the quieter part of the
-    first pass (quiet_level), when that is beyond LOAD_CHANGE; None when it is not, or when either
-    side has no timing."""
+    first pass (quiet_level), when that is beyond load_threshold; None when it is not, or when
+    either side has no timing."""
     quiet = quiet_level(first_pass)
     if quiet is None or not rounds_ms:
         return None
     change = statistics.median(rounds_ms) / quiet - 1.0
-    return change if change > LOAD_CHANGE else None
+    return change if change > load_threshold(first_pass) else None
 
 
 def drifted(a: BaselineTiming, b: BaselineTiming) -> bool:

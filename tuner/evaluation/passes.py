@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from tuner.evaluation.comparison import (LOAD_CHANGE, MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
-                                         contested, find_drifts, leading, load_change, paired, quiet_level,
-                                         settled)
+from tuner.evaluation.comparison import (MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
+                                         contested, find_drifts, leading, load_change, load_threshold, paired,
+                                         quiet_level, settled)
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Progress, Recorder, first_pass_speedup
 from tuner.results import EvaluationStats, Result
 from tuner.settings import EvalSettings
@@ -218,16 +218,18 @@ def await_quiet(baseline: Built, first_pass: list[BaselineTiming], measurer: Mea
                 progress: Optional[Progress] = None) -> float:
     """Wait until the machine is as quiet as in the quieter part of the first pass
     (comparison.quiet_level): the baseline is timed on `device`, and while it runs slower beyond
-    LOAD_CHANGE (and its own spread) it is timed again every QUIET_POLL_S, for up to `wait_s`
-    seconds. Returns the seconds waited (the load may not have passed: the rounds then see it)."""
+    comparison.load_threshold (or this timing's own spread) it is timed again every QUIET_POLL_S,
+    for up to `wait_s` seconds. Returns the seconds waited (the load may not have passed: the
+    rounds then see it)."""
     level = quiet_level(first_pass)
     if level is None:
         return 0.0
+    threshold = load_threshold(first_pass)
     start = time.monotonic()
     while True:
         timing, _ = measurer.timing(baseline, device)
         waited = time.monotonic() - start
-        if timing is None or timing.median_ms <= level * (1.0 + max(LOAD_CHANGE, timing.spread_pct / 100.0)):
+        if timing is None or timing.median_ms <= level * (1.0 + max(threshold, timing.spread_pct / 100.0)):
             return waited
         if waited >= wait_s:
             return waited
