@@ -60,7 +60,7 @@ class Result:
     # so its speedup is told from these alone.
     holdout_ratios: list[float] = field(default_factory=list)
     # The baseline only: how much slower it ran in the rounds than in the quieter part of the first
-    # pass, when beyond comparison.LOAD_CHANGE (the figures hold for the load of the rounds).
+    # pass, when beyond comparison.load_threshold (the figures hold for the load of the rounds).
     load_change: Optional[float] = None
     binary_hash: str = ""  # sha256 of the compiled executables, to spot configs that change nothing
     error: str = ""
@@ -137,7 +137,7 @@ class EvaluationStats:
     baseline_timings: int = 0  # times the baseline was timed in the first pass (every N candidates)
     baseline_ms: list = field(default_factory=list)  # each of them: (device, wall-clock time, median ms)
     # How much slower the baseline ran in the confirmation rounds than in the quieter part of the
-    # first pass, when beyond comparison.LOAD_CHANGE: the figures hold for a load that changed.
+    # first pass, when beyond comparison.load_threshold: the figures hold for a load that changed.
     load_change: Optional[float] = None
     # Devices that went away mid-run (a cluster's benchmark worker died), each with why: what
     # they held was measured on the others.

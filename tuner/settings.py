@@ -30,7 +30,7 @@ class EvalSettings:
     confirm_top: int = 4
     confirm_rounds: int = 4
     # Before the rounds, while the baseline runs slower than in the quieter part of the first pass
-    # (beyond comparison.LOAD_CHANGE), wait up to this many seconds for the load to pass: a ratio
+    # (beyond comparison.load_threshold), wait up to this many seconds for the load to pass: a ratio
     # taken under another job's load is not the quiet one (configs lose different shares of their
     # speed). If it never passes, the verdict says the figures hold for that load.
     quiet_wait_s: float = 120.0
