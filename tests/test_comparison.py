@@ -74,3 +74,19 @@ def test_a_load_change_between_the_first_pass_and_the_rounds_is_reported():
     assert load_threshold(tiny) == pytest.approx(0.5)
     assert load_change(tiny, [0.0125, 0.0124, 0.0126]) is None
     assert load_change(tiny, [0.0167, 0.0166, 0.0168]) == pytest.approx(0.704, abs=0.001)
+
+
+def test_a_claim_is_an_interval_from_the_order_statistics_of_its_rounds():
+    from tuner.evaluation.comparison import Paired
+
+    # Eight fresh rounds: the 2nd smallest to the 2nd largest ratio covers the median with
+    # probability 1 - 2 (1 + 8) / 256 = 0.930 (the 3rd to the 6th only 0.711, below 90%).
+    eight = Paired((1.52, 1.38, 1.47, 1.61, 1.44, 1.49, 1.58, 1.30))
+    interval = eight.interval()
+    assert (interval.low, interval.high, interval.rounds) == (1.38, 1.58, 8)
+    assert interval.coverage == pytest.approx(238 / 256)
+    assert interval.text() == "1.38-1.58, a 93% interval from 8 rounds"
+    # Four rounds: only the whole range reaches 87.5% (1 - 2/16); fewer than two: none.
+    four = Paired((1.1, 0.9, 1.3, 1.2)).interval()
+    assert (four.low, four.high, four.coverage) == (0.9, 1.3, pytest.approx(0.875))
+    assert Paired((1.2,)).interval() is None

@@ -70,7 +70,9 @@ def rank(results: Iterable[Result]) -> Ranking:
     if best is not None:
         ok = [r for r in ok if r is not best]
         ok.insert(1 if ok and ok[0].is_baseline else 0, best)
-        verdict = f"candidate {best.candidate_id} ({best.label}) is {best.speedup:.2f}x the default: " + (
+        interval = best.speedup_interval
+        verdict = (f"candidate {best.candidate_id} ({best.label}) is {best.speedup:.2f}x the default"
+                   + (f" ({interval.text()})" if interval else "") + ": ") + (
             f"the median of {len(best.holdout_ratios)} fresh interleaved rounds timed after it was chosen, faster in "
             f"{_faster(best.holdout_ratios)} of them ({best.paired.speedup:.2f}x in the {len(best.round_ratios)} "
             f"rounds that chose it)" if best.holdout_ratios else

@@ -94,6 +94,11 @@ class Result:
         return self.paired.speedup if self.confirmed else None
 
     @property
+    def speedup_interval(self):
+        """Where the median `speedup` is lies (comparison.Paired.interval), from the same rounds."""
+        return Paired(tuple(self.speedup_ratios)).interval() if self.confirmed else None
+
+    @property
     def speedup_ratios(self) -> list[float]:
         """The per-round ratios `speedup` is the median of (the fresh rounds where it has them)."""
         return list(self.holdout_ratios) if self.holdout_ratios else list(self.round_ratios)
@@ -109,6 +114,8 @@ class Result:
             data["speedup"] = self.speedup
             data["speedup_lower"] = self.paired.lower
             data["faster_rounds"] = sum(r > 1.0 for r in self.round_ratios)
+            interval = self.speedup_interval
+            data["speedup_interval"] = interval.to_json() if interval else None
         return data
 
     @classmethod

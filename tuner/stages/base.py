@@ -68,6 +68,9 @@ class ModelFigure:
     lower: float  # the ratio three rounds of four reach
     rounds: int
     relative_error: Optional[float]
+    # Where the median lies (comparison.Paired.interval: low, high, coverage, rounds); None with
+    # fewer than 2 rounds.
+    interval: Optional[dict] = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

@@ -349,8 +349,10 @@ def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
         why = final.failed.get(name, "could not be timed")
         return replace(state, flags=(), kept=(), rewrites=(), program=None,
                        verdict=f"the tuned model failed its check ({why}): the default is the result")
+    interval = p.interval()
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
-                         speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name))
+                         speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name),
+                         interval=interval.to_json() if interval else None)
     if p.speedup <= 1.0 or slower_beyond_noise(p):
         return replace(state, flags=(), kept=(), rewrites=(), program=None, figure=figure,
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
@@ -358,7 +360,8 @@ def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
     won = sum(r > 1.0 for r in p.ratios)
     return replace(state, figure=figure,
                    verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
-                           f"interleaved rounds, faster in {won})" + ("" if p.beats_baseline else "; within the noise")
+                           f"interleaved rounds, faster in {won}" + (f"; {interval.text()}" if interval else "") + ")"
+                           + ("" if p.beats_baseline else "; within the noise")
                            + (f"; numerics {final.numerics}" if final.numerics else ""))
 
 
