@@ -343,9 +343,9 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
         # What only an initializer runs is done once when the module loads, not in the model's
         # calls: listed apart with why, never tuned (nothing that runs it could be timed).
         loading = {name for name in initializer_dispatches(module) if name not in entries}
-    skipped += [(d.name, INITIALIZER_ONLY) for d in found if d.name in loading]
-    skipped += [(name, INITIALIZER_ONLY) for name in sorted(loading) if name in kinds]
-    skipped = [(name, why) for name, why in skipped if name not in loading or why == INITIALIZER_ONLY]
+    seen = [d.name for d in found] + [name for name, _ in skipped]
+    skipped = [(name, why) for name, why in skipped if name not in loading]
+    skipped += [(name, INITIALIZER_ONLY) for name in seen if name in loading]
     found = [d for d in found if d.name not in loading]
     return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries, runs, kinds)
 
