@@ -17,7 +17,10 @@ The shapes are from real models and were never used to fit a preference or a def
 GPT-2 small's fused QKV projection (256 tokens), T5-small's feed-forward up-projection (512
 tokens), ViT-B/16's patch embedding as a matmul (196 patches of 16x16x3), and a skinny one,
 GPT-2 small's feed-forward up-projection for 32 tokens (where a first pass and a few rounds have
-disagreed). With --load-for S the busy loop ends S seconds after it started: the tuner should
+disagreed), and two that run in well under 0.3 ms: ALBERT-base's embedding projection (128
+tokens, 128 -> 768) and MobileBERT's bottleneck (128 tokens, 512 -> 128). Each claim's interval
+(the order-statistic interval of the median of the winner's fresh rounds) is checked against the
+independent figure. With --load-for S the busy loop ends S seconds after it started: the tuner should
 wait for it to pass before its confirmation rounds, and claim the quiet figure.
 Prints a Markdown table for BENCHMARKS.md.
 """
@@ -38,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.side_by_side import claimed, default_and_choice, interleaved  # noqa: E402
+from benchmarks.side_by_side import claimed, claimed_interval, default_and_choice, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
 from tuner.evaluation.runner import RunSettings  # noqa: E402
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
@@ -49,6 +52,9 @@ SHAPES = [
     ("T5-small FFN up 512x2048x512", 512, 2048, 512),
     ("ViT-B/16 patch embed 196x768x768", 196, 768, 768),
     ("GPT-2 small FFN up, 32 tokens 32x3072x768", 32, 3072, 768),
+    # Two that run in well under 0.3 ms here (issue 36: claims on sub-millisecond dispatches).
+    ("ALBERT-base embedding projection 128x768x128", 128, 768, 128),
+    ("MobileBERT bottleneck 128x128x512", 128, 128, 512),
 ]
 
 
@@ -137,23 +143,27 @@ def main() -> None:
             # quiet machine (it reuses every result and confirms again).
             results, more = tune(path, out, args.candidates, None, fresh=False)
             seconds += more
-        claim = claimed(results)
+        claim, interval = claimed(results), claimed_interval(results)
         default_ms, choice_ms, measured, ratios = independent(path, out, args.rounds)
         agree = abs(claim / measured - 1.0) <= 0.15
+        inside = (interval is not None and interval[0] <= measured <= interval[1]) or abs(claim / measured - 1.0) <= 0.10
         drifts = results["evaluation"].get("drifts", [])
         rows.append((name, results["best"], claim, default_ms, choice_ms, measured, min(ratios), max(ratios), agree,
                      len(drifts), results["evaluation"].get("retimed", 0), seconds,
-                     f"{first_claim:.2f}x, warned; rerun" if warned else "no", waited))
+                     f"{first_claim:.2f}x, warned; rerun" if warned else "no", waited, interval, inside))
         print(f"{name}: claimed {claim:.2f}x" + (f" (first run {first_claim:.2f}x, warned of a load change)" if warned else "")
               + f", independent {measured:.2f}x ({'agree' if agree else 'DISAGREE'})", flush=True)
     print()
-    print("| shape | winner | claimed | load-change warning | waited for quiet s | default ms | choice ms "
-          "| independent (min-max of rounds) | within 15% | drifts seen | re-timed | tuning s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, best, claim, d_ms, c_ms, measured, lo, hi, agree, drifts, retimed, seconds, warned, waited in rows:
-        print(f"| {name} | {best if best is not None else 'none (default kept)'} | {claim:.2f}x | {warned} | {waited:.0f} "
-              f"| {d_ms:.2f} | {c_ms:.2f} | {measured:.2f}x ({lo:.2f}-{hi:.2f}) | {'yes' if agree else 'NO'} | {drifts} "
-              f"| {retimed} | {seconds:.0f} |")
+    print("| shape | winner | claimed (interval) | load-change warning | waited for quiet s | default ms | choice ms "
+          "| independent (min-max of rounds) | inside the interval or within 10% | within 15% | drifts seen "
+          "| re-timed | tuning s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (name, best, claim, d_ms, c_ms, measured, lo, hi, agree, drifts, retimed, seconds, warned, waited, interval,
+         inside) in rows:
+        said = f"{claim:.2f}x" + (f" ({interval[0]:.2f}-{interval[1]:.2f})" if interval else "")
+        print(f"| {name} | {best if best is not None else 'none (default kept)'} | {said} | {warned} | {waited:.0f} "
+              f"| {d_ms:.3f} | {c_ms:.3f} | {measured:.2f}x ({lo:.2f}-{hi:.2f}) | {'yes' if inside else 'NO'} "
+              f"| {'yes' if agree else 'NO'} | {drifts} | {retimed} | {seconds:.0f} |")
 
 
 if __name__ == "__main__":

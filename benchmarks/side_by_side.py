@@ -49,3 +49,12 @@ def claimed(results: dict) -> float:
     if results["best"] is None:
         return 1.0
     return next(c for c in results["candidates"] if c["candidate_id"] == results["best"])["speedup"]
+
+
+def claimed_interval(results: dict) -> tuple[float, float] | None:
+    """The interval the tuning claims for the winner's speedup (None where it kept the default or
+    gave none)."""
+    if results["best"] is None:
+        return None
+    interval = next(c for c in results["candidates"] if c["candidate_id"] == results["best"]).get("speedup_interval")
+    return (interval["low"], interval["high"]) if interval else None
