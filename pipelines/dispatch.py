@@ -151,6 +151,9 @@ class Dispatch:
     # CPU contractions: the data-tiled op (linalg.mmt4d) the compiler forms from this one under
     # data tiling with early materialization, as discovery found it there; None where not looked for.
     data_tiled: Optional["Dispatch"] = None
+    # Found in a program that is an executable already (an IREE dispatch benchmark): nothing that
+    # acts before dispatches are formed reaches it (no split-K, which splits the op there).
+    in_executable: bool = False
 
     def contiguous_dim(self, operand: int) -> int | None:
         """The loop dim along which an operand is contiguous in memory (its innermost)."""

@@ -24,10 +24,11 @@ NO_SPLIT_UNDER = ("--iree-opt-level=O3",)
 def split_factors(dispatch: Dispatch) -> tuple[int, ...]:
     """The split-K factors the dispatch is offered (with 1, no split; `(1,)`: no split-K knob):
     contractions with one K dim (what split_reduction splits) and no unit loop, K long against
-    M and N, found under flags where the split takes (NO_SPLIT_UNDER)."""
+    M and N, found under flags where the split takes (NO_SPLIT_UNDER), in a program the split
+    can reach (not an executable already: Dispatch.in_executable)."""
     if dispatch.conv is not None or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.k_dims) != 1:
         return (1,)
-    if any(f in NO_SPLIT_UNDER for f in dispatch.flags):
+    if dispatch.in_executable or any(f in NO_SPLIT_UNDER for f in dispatch.flags):
         return (1,)
     if 1 in dispatch.loop_bounds:
         # A unit loop (the batch of 1 a rank-3 activation gives a projection) is folded away

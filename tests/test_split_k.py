@@ -59,6 +59,8 @@ def test_split_k_is_offered_where_k_is_long_against_the_output(cuda, large_k):
     # Found under --iree-opt-level=O3, where a preprocessing spec's split is not taken: not offered.
     assert split_factors(replace(d, flags=("--iree-opt-level=O3",))) == (1,)
     assert split_factors(replace(d, flags=("--iree-dispatch-creation-enable-aggressive-fusion",))) == (1, 2, 4, 8)
+    # In an executable already (an IREE dispatch benchmark), nothing splits the op: not offered.
+    assert split_factors(replace(d, in_executable=True)) == (1,)
     # A unit batch loop is folded after the split, and the config with it: not offered.
     assert split_factors(replace(d, loop_bounds=(1, 64, 128, 4096), batch_dims=(0,), m_dims=(1,), n_dims=(2,),
                                  k_dims=(3,))) == (1,)

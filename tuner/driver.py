@@ -95,7 +95,9 @@ def read_program(input_path: Path | str, target: Target | str, workdir: Optional
     parse_input(input_path, ctx, text)  # one clear line for a missing file or text that is not MLIR
     program = discover_program(input_path, target, ctx)
     if any(getattr(w, "dispatch_benchmark", False) for w in program.entries.values()):
-        target = target.at_codegen_stage()  # an executable already: only the codegen stage reaches it
+        # An executable already: only the codegen stage reaches it, and nothing splits its op.
+        target = target.at_codegen_stage()
+        program = replace(program, dispatches=tuple(replace(d, in_executable=True) for d in program.dispatches))
     if parameters is None:
         return input_path, target, workdir, ctx, program.for_running((), dynamic_size)
     parameters = parse_parameters(parameters)
