@@ -4,16 +4,17 @@ limits read from the target attribute."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
 import z3
 
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, default_pipeline_is, tiled_config
-from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
+from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
+from pipelines.llvmgpu_gemm_view import channels_first, gemm_features, gemm_view, igemm_convolution, tile_sizes
 from pipelines.llvmgpu_split_k import split_factors, split_view
 
 __all__ = ["LLVMGPUTileAndFuse", "split_factors", "split_view"]
@@ -44,153 +45,6 @@ CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline="
 SPLIT_NOT_MODELLED = "split-K: a knob the compiler's constraints do not model (they describe the op unsplit)"
 
 
-@dataclass(frozen=True)
-class GemmView:
-    """The dispatch as the GEMM its lowering config tiles. For a contraction, the config indexes
-    its loops and M, N, K are the innermost M, N, K dims (other dims get unit tiles). For a
-    convolution on the implicit-GEMM path, the config indexes the parallel loops followed by one
-    K (filter x input channels). Channels last (NHWC), M is the output column and N the output
-    channel; channels first (NCHW), M is the output channel and N the output column
-    (`rows_on_n`), as IREE 3.13's own configs have them (NCHW [1, 128, 1, 32, 0]: 128 channels,
-    32 columns). A tile of columns wider than a row spills into output rows (`rows`)."""
-
-    rank: int
-    m: int  # positions in the config
-    n: int
-    k: int
-    m_extent: int
-    n_extent: int
-    k_extent: int
-    unit_parallel: tuple[int, ...]  # other parallel positions: tile 1 per workgroup
-    unit_reduction: tuple[int, ...]  # other reduction positions: one step each
-    rows: tuple[int, int] | None = None  # convolutions: (position, extent) of the output rows
-    rows_on_n: bool = False  # the output rows extend N (channels first), else M
-
-    @property
-    def m_total(self) -> int:
-        return self.m_extent * (self.rows[1] if self.rows and not self.rows_on_n else 1)
-
-    @property
-    def n_total(self) -> int:
-        return self.n_extent * (self.rows[1] if self.rows and self.rows_on_n else 1)
-
-
-def gemm_view(dispatch: Dispatch) -> GemmView:
-    b = dispatch.loop_bounds
-    c = dispatch.conv
-    if c is None:
-        md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
-        return GemmView(len(b), md, nd, kd, b[md], b[nd], b[kd],
-                        (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]), dispatch.k_dims[:-1])
-    parallel = sorted((*c.batch, *c.output_image, *c.output_channel))
-    at = {d: i for i, d in enumerate(parallel)}
-    row, col = c.output_image
-    k_extent = 1
-    for d in (*c.filter, *c.input_channel):
-        k_extent *= b[d]
-    channel = c.output_channel[0]
-    if _channels_first(dispatch):
-        return GemmView(len(parallel) + 1, at[channel], at[col], len(parallel), b[channel], b[col], k_extent,
-                        tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]), rows_on_n=True)
-    return GemmView(len(parallel) + 1, at[col], at[channel], len(parallel), b[col],
-                    b[channel], k_extent, tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]))
-
-
-def _channels_first(dispatch: Dispatch) -> bool:
-    """A convolution whose output channel loop comes before its output image loops (NCHW)."""
-    c = dispatch.conv
-    return c is not None and c.output_channel[0] < min(c.output_image)
-
-
-def _igemm_convolution(dispatch: Dispatch) -> bool:
-    """A 2-D convolution the compiler lowers as an implicit GEMM, with no depthwise multiplier,
-    every reduction loop after the parallel ones, and the output channel either the innermost
-    parallel loop (NHWC) or the one right after the batch, before the output rows and columns
-    (NCHW)."""
-    c = dispatch.conv
-    if c is None or c.depth or len(c.output_image) != 2 or len(c.output_channel) != 1 or len(c.batch) > 1:
-        return False
-    parallel = (*c.batch, *c.output_image, *c.output_channel)
-    channel = c.output_channel[0]
-    image = tuple(sorted(c.output_image))
-    layout_known = channel == max(parallel) or (image[1] == image[0] + 1 == channel + 2 and
-                                                all(b < channel for b in c.batch))
-    return (layout_known and max(parallel) < min((*c.filter, *c.input_channel))
-            and "use_igemm_convolution = true" in dispatch.default.translation_info)
-
-
-def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
-                  s: Mapping[str, KnobValue]) -> dict[str, float]:
-    """A GPU GEMM config's derived quantities (log2 where they multiply)."""
-    import math
-
-    subgroup = (dispatch.target.subgroup_sizes or (32,))[0]
-    wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
-    wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
-    k_tile = int(s["reduction_k"]) * intrinsic.k
-    m, n, k = view.m_total, view.n_total, view.k_extent
-    batch = max(1, dispatch.flops // (2 * m * n * k))  # batch dims (and unit-tiled M, N dims)
-    tiles = -(-m // wg_m) * -(-n // wg_n)
-    padded = (-(-m // wg_m) * wg_m) * (-(-n // wg_n) * wg_n) * (-(-k // k_tile) * k_tile)
-    in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
-    stages = max(1, int(s.get("prefetch_num_stages", 1)))
-    return {
-        "wg_m": math.log2(wg_m), "wg_n": math.log2(wg_n), "k_tile": math.log2(k_tile),
-        "workgroups": math.log2(batch * tiles),
-        "padding_waste": padded / (m * n * k) - 1.0,
-        "threads": math.log2(int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup),
-        "shared_bytes": math.log2((wg_m + wg_n) * k_tile * in_bytes * stages),
-        "accumulators": int(s["subgroup_m"]) * int(s["subgroup_n"]) * intrinsic.m * intrinsic.n / subgroup,
-        "tile_intensity": wg_m * wg_n / (wg_m + wg_n),
-        "mma_m": intrinsic.m, "mma_n": intrinsic.n, "mma_k": intrinsic.k,
-    }
-
-
-@dataclass(frozen=True)
-class TileSizes:
-    """A TileAndFuse config's lowering-config arrays (one entry per config position) and sizes."""
-
-    intrinsic: MmaIntrinsic
-    workgroup: tuple[int, ...]
-    reduction: tuple[int, ...]  # in MMA K steps
-    subgroup: tuple[int, ...]  # in MMA tiles
-    threads: int
-    subgroup_size: int
-
-
-def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
-    """The tiles a config sets, per position of the lowering config (IREE-free)."""
-    intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
-    view = gemm_view(dispatch)
-    md, nd, kd, rank = view.m, view.n, view.k, view.rank
-    workgroup, reduction, subgroup = [0] * rank, [0] * rank, [0] * rank
-    for d in view.unit_parallel:
-        workgroup[d] = 1
-    for d in view.unit_reduction:
-        reduction[d] = 1
-    wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
-    wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
-    workgroup[nd] = wg_n
-    reduction[kd] = int(s["reduction_k"])
-    subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
-    workgroup[md] = wg_m
-    if view.rows:
-        # Whole output rows beyond one: the column tile is the row, the rest goes to rows
-        # (in elements, as the compiler's own implicit-GEMM configs have it). The columns are
-        # M channels last, N channels first.
-        row = view.rows[0]
-        cols, pos, wg, sub, mma = ((view.n_extent, nd, wg_n, int(s["subgroup_n"]) * intrinsic.n, intrinsic.n)
-                                   if view.rows_on_n else
-                                   (view.m_extent, md, wg_m, int(s["subgroup_m"]) * intrinsic.m, intrinsic.m))
-        workgroup[row] = max(1, wg // cols)
-        workgroup[pos] = min(wg, cols)
-        subgroup[row] = max(1, sub // cols)
-        subgroup[pos] = min(sub, cols) // mma
-    subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
-    threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size
-    return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)
-
-
 class LLVMGPUTileAndFuse(Pipeline):
     """Knobs (IREE's names): `mma_kind`, `subgroup_m/n` (MMA tiles per subgroup, the lowering
     config's `subgroup`), `subgroups_m/n` (subgroups per workgroup; with the tiles they give the
@@ -209,15 +63,15 @@ class LLVMGPUTileAndFuse(Pipeline):
         """A model with channels-first convolutions is also tried with them made channels last
         (CHANNELS_LAST: IREE 3.13's preprocessing pass, which folds the transposes into the
         dispatch), judged with the convolutions it forms tuned first."""
-        return (*self.model_flags, *((CHANNELS_LAST,) if _channels_first(dispatch) else ()))
+        return (*self.model_flags, *((CHANNELS_LAST,) if channels_first(dispatch) else ()))
 
     def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
-        return (CHANNELS_LAST,) if _channels_first(dispatch) else ()
+        return (CHANNELS_LAST,) if channels_first(dispatch) else ()
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (
             dispatch.target.backend in ("cuda", "rocm")
-            and (dispatch.kind == DispatchKind.CONTRACTION or _igemm_convolution(dispatch))
+            and (dispatch.kind == DispatchKind.CONTRACTION or igemm_convolution(dispatch))
             and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse")
             and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
             and bool(compatible_intrinsics(dispatch))

@@ -173,7 +173,7 @@ def test_an_nchw_convolution_is_an_implicit_gemm_with_its_channels_as_m(ctx, tar
     and the output columns as its N, a column tile wider than a row spilling into rows (its own
     config for this sample on cuda: workgroup [1, 128, 1, 32, 0], subgroup [1, 2, 1, 2, 0], 256
     threads)."""
-    from pipelines.llvmgpu_tile_and_fuse import gemm_view, tile_sizes
+    from pipelines.llvmgpu_gemm_view import gemm_view, tile_sizes
 
     [d] = discover(NCHW, parse_target(target_name), ctx)
     pipeline = pipeline_for(d)
