@@ -59,14 +59,20 @@ def _rms_norm(x: str, weight: str, out: str, elem: int) -> list:
             helper.make_node("Cast", [f"{out}_w"], [out], to=elem)]
 
 
+def _silu(x: str, out: str) -> list:
+    """SiLU as exports write it: x * Sigmoid(x)."""
+    from onnx import helper
+
+    return [helper.make_node("Sigmoid", [x], [f"{out}_sig"]), helper.make_node("Mul", [x, f"{out}_sig"], [out])]
+
+
 def _swiglu_residual(res: str, elem: int) -> list:
     """y = res + Down(SiLU(Gate(n)) * Up(n)), n = RMSNorm(res): a Llama-style MLP (weights wg, wu, wd)."""
     from onnx import helper
 
     return [*_rms_norm(res, "norm2", "n2", elem),
             helper.make_node("MatMul", ["n2", "wg"], ["gate"]),
-            helper.make_node("Sigmoid", ["gate"], ["gate_sig"]),
-            helper.make_node("Mul", ["gate", "gate_sig"], ["silu"]),
+            *_silu("gate", "silu"),
             helper.make_node("MatMul", ["n2", "wu"], ["up"]),
             helper.make_node("Mul", ["silu", "up"], ["glu"]),
             helper.make_node("MatMul", ["glu", "wd"], ["down"]),
@@ -355,13 +361,11 @@ def unet_resnet_block(batch: int = 2, channels: int = 640, size: int = 64, temb:
         gn_nodes, gn_inits = _group_norm(x, f"{prefix}_out", channels, groups, batch, size, prefix, rng, dtype)
         nodes += gn_nodes
         inits += gn_inits
-        nodes += [helper.make_node("Sigmoid", [f"{prefix}_out"], [f"{prefix}_sig"]),
-                  helper.make_node("Mul", [f"{prefix}_out", f"{prefix}_sig"], [f"{prefix}_silu"]),
+        nodes += [*_silu(f"{prefix}_out", f"{prefix}_silu"),
                   helper.make_node("Conv", [f"{prefix}_silu", f"conv{i}_w", f"conv{i}_b"], [f"conv{i}"],
                                    kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
         if i == 1:
-            nodes += [helper.make_node("Sigmoid", ["temb"], ["temb_sig"]),
-                      helper.make_node("Mul", ["temb", "temb_sig"], ["temb_silu"]),
+            nodes += [*_silu("temb", "temb_silu"),
                       helper.make_node("MatMul", ["temb_silu", "temb_w"], ["temb_mm"]),
                       helper.make_node("Add", ["temb_mm", "temb_b"], ["temb_proj"]),
                       helper.make_node("Unsqueeze", ["temb_proj", "temb_axes"], ["temb_4d"]),
