@@ -11,8 +11,10 @@
 #   bash benchmarks/gpu_exported_models.sh tune NAME [BUDGET] [LIMIT_S]   # tune-model, then the checks
 #
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
-# 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16
-# (issue 35).
+# 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16,
+# unet_attention_block_f16, resnet50_f16_b8 (issue 35).
+#   bash benchmarks/gpu_exported_models.sh torch NAME...     # torch eager (cuDNN, cuBLAS) on the same graph,
+#                      # NCHW and channels-last, CUPTI kernel time and wall time (onnx_torch_eager.py)
 set -u
 source benchmarks/gpu_setup.sh
 export COLUMNS=220
@@ -26,7 +28,8 @@ if [ ! -f $M/.done ]; then
   touch $M/.done
 fi
 entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;;
-  unet_resnet*) echo unet_resnet_block;; *) echo "$1";; esac; }
+  unet_resnet*) echo unet_resnet_block;; unet_attention*) echo unet_attention_block;; resnet50*) echo resnet50;;
+  *) echo "$1";; esac; }
 inputs() { for f in $(ls $1/input*.npy | sort -V); do echo --input $f; done; }  # every input, in order
 step=$1; shift
 case $step in
@@ -50,6 +53,11 @@ fallback)
     python3 -c "
 import json; d = json.load(open('$OUT/fallback-$NAME.json')); print(d['method'])
 for r in d['dispatches']: print(' ', r['name'][:70], r['ms'], r['untimed'][:150])"
+  done ;;
+torch)
+  for NAME in "$@"; do
+    python3 benchmarks/onnx_torch_eager.py $M/$NAME.onnx --json $OUT/torch-$NAME.json
+    python3 benchmarks/onnx_torch_eager.py $M/$NAME.onnx --channels-last --json $OUT/torch-cl-$NAME.json
   done ;;
 overhead)
   NAME=$1; P=/tmp/prof-$NAME

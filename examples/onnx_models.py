@@ -24,6 +24,11 @@
 - unet_resnet_block_f16.onnx: a Stable-Diffusion-style UNet ResNet block, NCHW, f16: batch 2, 640
   channels, a 64x64 latent; GroupNorm(32) as torch exports it (Reshape -> InstanceNormalization ->
   Reshape -> scale and bias), SiLU, two 3x3 convolutions, a time-embedding projection added, residual.
+- unet_attention_block_f16.onnx: a Stable-Diffusion-style UNet attention block (SD 2.x heads of 64),
+  NCHW, f16: batch 2, 320 channels, a 64x64 latent (4096 tokens); GroupNorm, 1x1 convolutions in and
+  out, self-attention, cross-attention to 77 text tokens of 1024, a GEGLU feed-forward, LayerNorms.
+- resnet50_f16_b8.onnx: ResNet-50 as torch exports it in eval mode (batch norms folded), f16, batch
+  8, 224x224.
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
 - cnn_b4_224.onnx: the same CNN on 224x224 images, batch 4.
@@ -379,8 +384,148 @@ def unet_resnet_block(batch: int = 2, channels: int = 640, size: int = 64, temb:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def write_models(out: Path) -> list[Path]:
+def _attention(prefix: str, x: str, context: str, heads: int, head: int, batch: int, tokens: int,
+               kv_tokens: int) -> list:
+    """Multi-head attention as diffusers' Attention exports it: Q from X, K and V from CONTEXT (no
+    biases), heads to [batch, heads, tokens, head], softmax(Q K^T * scale) V, heads merged, the output
+    projection with its bias: PREFIX_out."""
+    from onnx import helper
+
+    nodes = []
+    for name, src, rows in (("q", x, tokens), ("k", context, kv_tokens), ("v", context, kv_tokens)):
+        nodes += [helper.make_node("MatMul", [src, f"{prefix}_w{name}"], [f"{prefix}_{name}"]),
+                  helper.make_node("Reshape", [f"{prefix}_{name}", f"{prefix}_{name}_shape"], [f"{prefix}_{name}4"]),
+                  helper.make_node("Transpose", [f"{prefix}_{name}4"], [f"{prefix}_{name}_h"], perm=[0, 2, 1, 3])]
+    return nodes + [
+        helper.make_node("Transpose", [f"{prefix}_k_h"], [f"{prefix}_k_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", [f"{prefix}_q_h", f"{prefix}_k_t"], [f"{prefix}_scores_raw"]),
+        helper.make_node("Mul", [f"{prefix}_scores_raw", "attn_scale"], [f"{prefix}_scores"]),
+        helper.make_node("Softmax", [f"{prefix}_scores"], [f"{prefix}_probs"], axis=-1),
+        helper.make_node("MatMul", [f"{prefix}_probs", f"{prefix}_v_h"], [f"{prefix}_ctx_h"]),
+        helper.make_node("Transpose", [f"{prefix}_ctx_h"], [f"{prefix}_ctx4"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", [f"{prefix}_ctx4", "tokens_shape"], [f"{prefix}_ctx"]),
+        helper.make_node("MatMul", [f"{prefix}_ctx", f"{prefix}_wo"], [f"{prefix}_o"]),
+        helper.make_node("Add", [f"{prefix}_o", f"{prefix}_bo"], [f"{prefix}_out"])]
+
+
+def unet_attention_block(batch: int = 2, channels: int = 320, size: int = 64, heads: int = 5, context: int = 77,
+                         context_dim: int = 1024, groups: int = 32, seed: int = 6, dtype=np.float16):
+    """A Stable-Diffusion-style UNet attention block (diffusers' Transformer2DModel with one
+    BasicTransformerBlock, SD 2.x head size 64) as torch exports it, NCHW: GroupNorm, a 1x1
+    convolution in, the image as size*size tokens; LayerNorm + self-attention, LayerNorm +
+    cross-attention to the text context [batch, context, context_dim], LayerNorm + GEGLU
+    feed-forward (4x), each with its residual; back to NCHW, a 1x1 convolution out, the residual.
+    Inputs: the latent [batch, channels, size, size] and the text context."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    head, tokens, ff = channels // heads, size * size, 4 * channels
+    inits = [_init(rng, n, s, 1.0 / np.sqrt(s[1] if n.startswith("proj") else s[0]), dtype) for n, s in (
+        ("proj_in_w", (channels, channels, 1, 1)), ("proj_out_w", (channels, channels, 1, 1)),
+        ("self_wq", (channels, channels)), ("self_wk", (channels, channels)), ("self_wv", (channels, channels)),
+        ("self_wo", (channels, channels)), ("cross_wq", (channels, channels)), ("cross_wk", (context_dim, channels)),
+        ("cross_wv", (context_dim, channels)), ("cross_wo", (channels, channels)),
+        ("ff_w1", (channels, 2 * ff)), ("ff_w2", (ff, channels)))]
+    inits += [_init(rng, n, (c,), 0.01, dtype) for n, c in (
+        ("proj_in_b", channels), ("proj_out_b", channels), ("self_bo", channels), ("cross_bo", channels),
+        ("ff_b1", 2 * ff), ("ff_b2", channels))]
+    inits += [numpy_helper.from_array((np.ones if "scale" in n else np.zeros)(channels, dtype), f"ln{i}_{n}")
+              for i in (1, 2, 3) for n in ("scale", "bias")]
+    inits += [helper.make_tensor("tokens_shape", TensorProto.INT64, [3], [batch, tokens, channels]),
+              helper.make_tensor("image_nhwc", TensorProto.INT64, [4], [batch, size, size, channels]),
+              helper.make_tensor("ff_halves", TensorProto.INT64, [2], [ff, ff])]
+    for prefix, kv in (("self", tokens), ("cross", context)):
+        inits += [helper.make_tensor(f"{prefix}_{name}_shape", TensorProto.INT64, [4], [batch, rows, heads, head])
+                  for name, rows in (("q", tokens), ("k", kv), ("v", kv))]
+    inits += [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (
+        ("attn_scale", 1.0 / np.sqrt(head)), ("inv_sqrt2", 1.0 / np.sqrt(2.0)), ("one", 1.0), ("half", 0.5))]
+    nodes, gn_inits = _group_norm("x", "gn_out", channels, groups, batch, size, "gn", rng, dtype)
+    inits += gn_inits
+    nodes += [helper.make_node("Conv", ["gn_out", "proj_in_w", "proj_in_b"], ["proj_in"], kernel_shape=[1, 1]),
+              helper.make_node("Transpose", ["proj_in"], ["nhwc"], perm=[0, 2, 3, 1]),
+              helper.make_node("Reshape", ["nhwc", "tokens_shape"], ["t0"]),
+              helper.make_node("LayerNormalization", ["t0", "ln1_scale", "ln1_bias"], ["n1"], axis=-1, epsilon=1e-5)]
+    nodes += _attention("self", "n1", "n1", heads, head, batch, tokens, tokens)
+    nodes += [helper.make_node("Add", ["self_out", "t0"], ["t1"]),
+              helper.make_node("LayerNormalization", ["t1", "ln2_scale", "ln2_bias"], ["n2"], axis=-1, epsilon=1e-5)]
+    nodes += _attention("cross", "n2", "context", heads, head, batch, tokens, context)
+    nodes += [helper.make_node("Add", ["cross_out", "t1"], ["t2"]),
+              helper.make_node("LayerNormalization", ["t2", "ln3_scale", "ln3_bias"], ["n3"], axis=-1, epsilon=1e-5),
+              helper.make_node("MatMul", ["n3", "ff_w1"], ["ff_mm"]),
+              helper.make_node("Add", ["ff_mm", "ff_b1"], ["ff_proj"]),
+              helper.make_node("Split", ["ff_proj", "ff_halves"], ["ff_a", "ff_gate"], axis=-1),
+              # GEGLU: a * GELU(gate), GELU in its erf form
+              helper.make_node("Mul", ["ff_gate", "inv_sqrt2"], ["gate_s"]),
+              helper.make_node("Erf", ["gate_s"], ["gate_erf"]),
+              helper.make_node("Add", ["gate_erf", "one"], ["gate_erf1"]),
+              helper.make_node("Mul", ["ff_gate", "gate_erf1"], ["gate_2"]),
+              helper.make_node("Mul", ["gate_2", "half"], ["gelu"]),
+              helper.make_node("Mul", ["ff_a", "gelu"], ["geglu"]),
+              helper.make_node("MatMul", ["geglu", "ff_w2"], ["ff_down"]),
+              helper.make_node("Add", ["ff_down", "ff_b2"], ["ff_out"]),
+              helper.make_node("Add", ["ff_out", "t2"], ["t3"]),
+              helper.make_node("Reshape", ["t3", "image_nhwc"], ["back_nhwc"]),
+              helper.make_node("Transpose", ["back_nhwc"], ["back"], perm=[0, 3, 1, 2]),
+              helper.make_node("Conv", ["back", "proj_out_w", "proj_out_b"], ["proj_out"], kernel_shape=[1, 1]),
+              helper.make_node("Add", ["proj_out", "x"], ["y"])]
+    image = [batch, channels, size, size]
+    graph = helper.make_graph(nodes, "unet_attention_block",
+                              [helper.make_tensor_value_info("x", elem, image),
+                               helper.make_tensor_value_info("context", elem, [batch, context, context_dim])],
+                              [helper.make_tensor_value_info("y", elem, image)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def resnet50(batch: int = 8, size: int = 224, classes: int = 1000, seed: int = 7, dtype=np.float16):
+    """ResNet-50 (torchvision's v1.5: the stride on the 3x3 convolution) as torch exports it in
+    eval mode: batch norms folded into the convolutions' weights and biases, NCHW. The 7x7 stem,
+    a 3x3 max pool, bottleneck stages of 3, 4, 6 and 3 blocks (widths 64 to 512, expansion 4, a
+    projection shortcut on each stage's first block), global average pooling, a 1000-way Gemm.
+    He-scaled weights, each block's last convolution scaled down so activations stay within f16."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits, nodes = [], []
+
+    def conv(x: str, name: str, cin: int, cout: int, k: int, stride: int = 1, relu: bool = True, gain: float = 1.0):
+        inits.extend([_init(rng, f"{name}_w", (cout, cin, k, k), gain * np.sqrt(2.0 / (cin * k * k)), dtype),
+                      _init(rng, f"{name}_b", (cout,), 0.01, dtype)])
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_c" if relu else name],
+                                      kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
+        if relu:
+            nodes.append(helper.make_node("Relu", [f"{name}_c"], [name]))
+        return name
+
+    x = conv("image", "stem", 3, 64, 7, 2)
+    nodes.append(helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    x, cin = "pool", 64
+    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512)), 1):
+        for block in range(blocks):
+            name, stride = f"s{stage}b{block}", 2 if block == 0 and stage > 1 else 1
+            h = conv(x, f"{name}_1", cin, width, 1)
+            h = conv(h, f"{name}_2", width, width, 3, stride)
+            h = conv(h, f"{name}_3", width, 4 * width, 1, relu=False, gain=0.2)
+            shortcut = conv(x, f"{name}_down", cin, 4 * width, 1, stride, relu=False) if block == 0 else x
+            nodes += [helper.make_node("Add", [h, shortcut], [f"{name}_sum"]),
+                      helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"])]
+            x, cin = f"{name}_out", 4 * width
+    inits += [_init(rng, "fc_w", (classes, cin), 1.0 / np.sqrt(cin), dtype), _init(rng, "fc_b", (classes,), 0.01, dtype)]
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
+              helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
+    graph = helper.make_graph(nodes, "resnet50",
+                              [helper.make_tensor_value_info("image", elem, [batch, 3, size, size])],
+                              [helper.make_tensor_value_info("logits", elem, [batch, classes])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def write_models(out: Path, large: bool = True) -> list[Path]:
+    """Every model above into OUT; LARGE=False leaves out ResNet-50 (51 MB of weights)."""
     import onnx
+
+    heavy = (("resnet50_f16_b8", resnet50()),) if large else ()
 
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -391,7 +536,8 @@ def write_models(out: Path) -> list[Path]:
                         ("vit_large_layer_f16", vit_layer()), ("llama_block_f16_2048", llama_block()),
                         ("gqa_block_f16_1024", gqa_block()),
                         ("gqa_block_32x8_f16_1024", gqa_block(1024, 2048, 32, 8, 8192, seed=4)),
-                        ("unet_resnet_block_f16", unet_resnet_block())):
+                        ("unet_resnet_block_f16", unet_resnet_block()),
+                        ("unet_attention_block_f16", unet_attention_block())) + heavy:
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)
