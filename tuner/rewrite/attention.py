@@ -31,36 +31,9 @@ from typing import Optional
 import numpy as np
 from iree.compiler import ir
 
-ONNX_OP = "torch.operator"
+from tuner.rewrite.torch_ops import ONNX_OP, int_list, is_onnx, producer, single_use, static_shape
+
 SDPA = "torch.aten.scaled_dot_product_attention"
-
-
-def _onnx(op: Optional[ir.Operation], name: str) -> bool:
-    return (op is not None and op.name == ONNX_OP
-            and ir.StringAttr(op.attributes["name"]).value == f"onnx.{name}")
-
-
-def _producer(value: ir.Value) -> Optional[ir.Operation]:
-    owner = value.owner
-    return owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None) \
-        if not isinstance(owner, ir.Block) else None
-
-
-def _single_use(value: ir.Value) -> bool:
-    return len(list(value.uses)) == 1
-
-
-def _shape(value: ir.Value) -> Optional[list[int]]:
-    """The static sizes of a `!torch.vtensor<[a,b,...],dtype>` value (None if unknown or dynamic)."""
-    text = str(value.type)
-    if not text.startswith("!torch.vtensor<[") or "?" in text.split("]")[0]:
-        return None
-    dims = text[len("!torch.vtensor<["):].split("]")[0]
-    return [int(d) for d in dims.split(",")] if dims else []
-
-
-def _int_list(attr: ir.Attribute) -> list[int]:
-    return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
 
 
 @dataclass(frozen=True)
@@ -83,73 +56,73 @@ class AttentionSite:
 
     @property
     def key_shape(self) -> list[int]:
-        k0 = _shape(self.key)
+        k0 = static_shape(self.key)
         return [k0[i] for i in self.key_perm] if self.key_perm else k0
 
     @property
     def shape(self) -> str:
-        q, k, v = _shape(self.query), self.key_shape, _shape(self.value)
+        q, k, v = static_shape(self.query), self.key_shape, static_shape(self.value)
         return f"{'x'.join(map(str, q[:-2]))}x{q[-2]}x{k[-2]}x{q[-1]}x{v[-1]}"
 
 
 def _site(op: ir.Operation) -> Optional[AttentionSite]:
     """The attention that ends in `op` (an onnx.MatMul), or None."""
-    if not _onnx(op, "MatMul"):
+    if not is_onnx(op, "MatMul"):
         return None
     probs, value = op.operands[0], op.operands[1]
-    softmax, casts = _producer(probs), ()
-    if _onnx(softmax, "Cast") and _single_use(probs):  # an f32 softmax: Cast -> Softmax -> Cast back
-        inner = _producer(softmax.operands[0])
-        before = _producer(inner.operands[0]) if _onnx(inner, "Softmax") else None
-        if not (_onnx(before, "Cast") and _single_use(softmax.operands[0]) and _single_use(inner.operands[0])
+    softmax, casts = producer(probs), ()
+    if is_onnx(softmax, "Cast") and single_use(probs):  # an f32 softmax: Cast -> Softmax -> Cast back
+        inner = producer(softmax.operands[0])
+        before = producer(inner.operands[0]) if is_onnx(inner, "Softmax") else None
+        if not (is_onnx(before, "Cast") and single_use(softmax.operands[0]) and single_use(inner.operands[0])
                 and str(before.operands[0].type) == str(probs.type)):
             return None
         casts, softmax = (softmax, before), inner
-    if not _onnx(softmax, "Softmax") or not _single_use(probs):
+    if not is_onnx(softmax, "Softmax") or not single_use(probs):
         return None
-    rank = len(_shape(probs) or [])
+    rank = len(static_shape(probs) or [])
     axis = ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes else -1
     if rank < 3 or axis not in (-1, rank - 1):
         return None
     logits = casts[1].operands[0] if casts else softmax.operands[0]  # what the softmax reads, in the model's type
-    scores, mask, mask_value = _producer(logits), None, None
-    if _onnx(scores, "Add") and _single_use(logits):
-        found = _mask_side(scores, _shape(probs))
+    scores, mask, mask_value = producer(logits), None, None
+    if is_onnx(scores, "Add") and single_use(logits):
+        found = _mask_side(scores, static_shape(probs))
         if found is None:
             return None
-        mask, mask_value, scores = scores, scores.operands[1 - found], _producer(scores.operands[found])
-        if not _single_use(mask.operands[found]):
+        mask, mask_value, scores = scores, scores.operands[1 - found], producer(scores.operands[found])
+        if not single_use(mask.operands[found]):
             return None
     scale = None
-    if (_onnx(scores, "Mul") or _onnx(scores, "Div")) and _single_use(logits):
+    if (is_onnx(scores, "Mul") or is_onnx(scores, "Div")) and single_use(logits):
         scalar = _scalar_side(scores)
         if scalar is None:
             return None
         scale = scores
-        scores = _producer(scores.operands[1 - scalar])
-        if not _single_use(scale.operands[1 - scalar]):
+        scores = producer(scores.operands[1 - scalar])
+        if not single_use(scale.operands[1 - scalar]):
             return None
-    elif mask is None and not _single_use(logits):
+    elif mask is None and not single_use(logits):
         return None
-    if not _onnx(scores, "MatMul"):
+    if not is_onnx(scores, "MatMul"):
         return None
     query, key_t = scores.operands[0], scores.operands[1]
-    transpose, key_scale = _producer(key_t), None
-    if (_onnx(transpose, "Mul") or _onnx(transpose, "Div")) and _single_use(key_t):
+    transpose, key_scale = producer(key_t), None
+    if (is_onnx(transpose, "Mul") or is_onnx(transpose, "Div")) and single_use(key_t):
         scalar = _scalar_side(transpose)
-        if scalar is None or not _single_use(transpose.operands[1 - scalar]):
+        if scalar is None or not single_use(transpose.operands[1 - scalar]):
             return None
-        key_scale, transpose = transpose, _producer(transpose.operands[1 - scalar])
-    if not _onnx(transpose, "Transpose") or "torch.onnx.perm" not in transpose.attributes:
+        key_scale, transpose = transpose, producer(transpose.operands[1 - scalar])
+    if not is_onnx(transpose, "Transpose") or "torch.onnx.perm" not in transpose.attributes:
         return None
-    perm = _int_list(transpose.attributes["torch.onnx.perm"])
+    perm = int_list(transpose.attributes["torch.onnx.perm"])
     if sorted(perm) != list(range(rank)):
         return None
     key_perm = (*perm[:-2], perm[-1], perm[-2])  # K0 -> K
     key = transpose.operands[0]
     key_perm = () if key_perm == tuple(range(rank)) else key_perm
-    k0 = _shape(key)
-    q, v = _shape(query), _shape(value)
+    k0 = static_shape(key)
+    q, v = static_shape(query), static_shape(value)
     k = [k0[i] for i in key_perm] if key_perm and k0 is not None else k0
     if None in (q, k, v) or not (len(q) == len(k) == len(v) == rank) or q[:-2] != k[:-2] or k[:-2] != v[:-2] \
             or q[-1] != k[-1] or k[-2] != v[-2]:
@@ -165,8 +138,8 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
 
 def _scalar_side(op: ir.Operation) -> Optional[int]:
     """Which operand of a Mul or Div is the scalar (a Div's must be its divisor), or None."""
-    scalar = [i for i, x in enumerate(op.operands) if _shape(x) in ([], [1])]
-    if not scalar or (_onnx(op, "Div") and scalar != [1]):
+    scalar = [i for i, x in enumerate(op.operands) if static_shape(x) in ([], [1])]
+    if not scalar or (is_onnx(op, "Div") and scalar != [1]):
         return None
     return scalar[0]
 
@@ -175,11 +148,11 @@ def _mask_side(add: ir.Operation, scores: Optional[list[int]]) -> Optional[int]:
     """Which operand of an Add before the softmax is the scores (the other is the mask): the one
     of the scores' full shape made by a MatMul, Mul or Div; the mask must broadcast to it."""
     for side in (0, 1):
-        producer = _producer(add.operands[side])
-        mask = _shape(add.operands[1 - side])
-        if scores and _shape(add.operands[side]) == scores and mask is not None and 2 <= len(mask) <= len(scores) \
+        made_by = producer(add.operands[side])
+        mask = static_shape(add.operands[1 - side])
+        if scores and static_shape(add.operands[side]) == scores and mask is not None and 2 <= len(mask) <= len(scores) \
                 and mask[-2:] == scores[-2:] and all(m in (1, s) for m, s in zip(mask[::-1], scores[::-1])) \
-                and any(_onnx(producer, n) for n in ("MatMul", "Mul", "Div")):
+                and any(is_onnx(made_by, n) for n in ("MatMul", "Mul", "Div")):
             return side
     return None
 
@@ -205,7 +178,7 @@ def _constant(name: str, result: str, ip: ir.InsertionPoint, loc: ir.Location, *
 
 def _mask_operand(mask: ir.Value, rank: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """`mask`, reshaped (onnx.Reshape) to the scores' `rank` if it has fewer dims."""
-    dims = _shape(mask)
+    dims = static_shape(mask)
     if len(dims) == rank:
         return mask
     full = [1] * (rank - len(dims)) + dims
@@ -245,12 +218,12 @@ def raise_attention(module: ir.Module) -> list[str]:
         ip, loc = ir.InsertionPoint(site.output), site.output.location
         query = site.query
         if site.scale is not None:
-            scalar = next(x for x in site.scale.operands if _shape(x) in ([], [1]))
+            scalar = next(x for x in site.scale.operands if static_shape(x) in ([], [1]))
             query = ir.Operation.create(ONNX_OP, results=[site.query.type], operands=[site.query, scalar],
                                         attributes={"name": site.scale.attributes["name"]}, loc=loc, ip=ip).result
         key = _key_operand(site, ip, loc)
         none = _constant("torch.constant.none", "!torch.none", ip, loc)
-        rank = len(_shape(site.output.results[0]))
+        rank = len(static_shape(site.output.results[0]))
         mask = none if site.mask_value is None else _mask_operand(site.mask_value, rank, ip, loc)
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))

@@ -18,7 +18,7 @@ from pipelines import DispatchKind, pipeline_for
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
-from tuner.rewrite import REWRITES, Rewrite, rewrite_program
+from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
 from tuner.run_dir import write_file
 from tuner.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
@@ -50,7 +50,9 @@ class ModelOption:
 
 def model_options(env: StageEnv) -> list[ModelOption]:
     """What the flag stage tries: each flag set the pipelines of the model's dispatches offer,
-    each program rewrite of the target's kind, and each rewrite with each flag set."""
+    each program rewrite of the target's kind that finds something to rewrite (with several, also
+    all of them together), alone and with each flag set. A rewrite that finds nothing is one
+    option, reported as such."""
     flag_sets: list[tuple[str, ...]] = []
     tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
     for d in env.program.dispatches:
@@ -60,9 +62,12 @@ def model_options(env: StageEnv) -> list[ModelOption]:
                 flag_sets.append(flags)
             if flags in p.tuned_model_flags_for(d) and d.kind not in tunes.get(flags, ()):
                 tunes[flags] = (*tunes.get(flags, ()), d.kind)
-    rewrites = REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
-    return ([ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets] + [ModelOption((), r) for r in rewrites]
-            + [ModelOption(flags, r) for r in rewrites for flags in flag_sets])
+    offered = REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
+    applying = [r for r in offered if _rewritten(env, r) is not None]
+    rewrites = applying + ([combined(applying)] if len(applying) > 1 else [])
+    return ([ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
+            + [ModelOption((), r) for r in offered if r not in applying]
+            + [ModelOption((), r) for r in rewrites] + [ModelOption(flags, r) for r in rewrites for flags in flag_sets])
 
 
 def _rewritten(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
@@ -143,7 +148,7 @@ class FlagStage:
         env.say(f"model-wide choices: {option.label} ({cmp.paired[best.variant.name].speedup:.2f}x the default on "
                 f"the whole model; tried: {_trials_text(trials)})")
         return replace(state, flags=option.flags, flag_trials=trials,
-                       rewrites=(option.rewrite.name,) if option.rewrite else (), program=best.variant.program)
+                       rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
                      flags: tuple[str, ...] = ()) -> tuple[SpecPart, ...]:
@@ -205,7 +210,7 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
         return None
     if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
         return None
-    offered = {(o.flags, (o.rewrite.name,) if o.rewrite else ()) for o in options} | {((), ())}
+    offered = {(o.flags, o.rewrite.names if o.rewrite else ()) for o in options} | {((), ())}
     program = Path(data["program"]) if data.get("program") else None
     if ((tuple(data.get("flags", ())), tuple(data.get("rewrites", ()))) not in offered
             or (program is not None and not (program.is_file()

@@ -1,0 +1,85 @@
+"""Strided 1x1 convolutions as a subsample and a plain 1x1 convolution, in an ONNX model's import.
+
+A ResNet's projection shortcuts (torchvision's downsample: a 1x1 convolution with stride 2) reach
+IREE 3.13 as a `linalg.generic` whose input map reads `(d2 * 2, d3 * 2)`: not a projected
+permutation, so not a contraction to the compiler, which configures it as a reduction (one
+output element per workgroup of 32 threads). On an H100 these three dispatches of ResNet-50 in
+f16 at batch 8 took 110-137 ms each, 99% of the model (BENCHMARKS.md). Written as
+
+    Conv(X, W, B, strides=s, 1x1, no padding)  ->  Conv(Slice(X, steps=s), W, B, strides=1)
+
+the convolution is a 1x1 one with unit stride, which IREE turns into a matmul-like contraction
+that its GPU pipelines configure with tensor cores, and the subsample is a strided copy. The
+result is the same to the bit: a 1x1 convolution with stride s reads exactly the inputs at
+multiples of s. Only convolutions with a 1x1 kernel, no padding, unit dilation and one group are
+rewritten."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from iree.compiler import ir
+
+from tuner.rewrite.torch_ops import ONNX_OP, int_list, is_onnx, static_shape
+
+
+def _strides(conv: ir.Operation) -> list[int] | None:
+    """The strides of a convolution this rewrite takes (some above 1), else None."""
+    attrs = {name: conv.attributes[name] for name in conv.attributes}
+    weight = static_shape(conv.operands[1]) if len(conv.operands) > 1 else None
+    x = static_shape(conv.operands[0])
+    if weight is None or x is None or len(x) < 3 or any(k != 1 for k in weight[2:]):
+        return None
+    spatial = len(x) - 2
+    strides = int_list(attrs["torch.onnx.strides"]) if "torch.onnx.strides" in attrs else [1] * spatial
+    pads = int_list(attrs["torch.onnx.pads"]) if "torch.onnx.pads" in attrs else [0] * (2 * spatial)
+    dilations = int_list(attrs["torch.onnx.dilations"]) if "torch.onnx.dilations" in attrs else [1] * spatial
+    group = int_list(attrs["torch.onnx.group"]) if "torch.onnx.group" in attrs else [1]
+    auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
+    if (len(strides) != spatial or any(pads) or any(d != 1 for d in dilations) or group != [1]
+            or auto_pad != "NOTSET" or all(s == 1 for s in strides)):
+        return None
+    return strides
+
+
+def _literal(values: list[int], ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    dense = ir.DenseElementsAttr.get(np.array(values, np.int64), type=ir.RankedTensorType.get(
+        [len(values)], ir.IntegerType.get_signed(64), loc=loc))
+    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(values)}],si64>")],
+                               attributes={"value": dense}, loc=loc, ip=ip).result
+
+
+def subsample_strided_pointwise_convs(module: ir.Module) -> list[str]:
+    """Rewrite every strided 1x1 `onnx.Conv` of `module` in place (inside its context); returns
+    each rewritten convolution's input shape and strides."""
+    sites: list[tuple[ir.Operation, list[int]]] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if is_onnx(op, "Conv"):
+            strides = _strides(op)
+            if strides is not None:
+                sites.append((op, strides))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    done = []
+    for conv, strides in sites:
+        ip, loc = ir.InsertionPoint(conv), conv.location
+        x = conv.operands[0]
+        dims = static_shape(x)
+        spatial = list(range(2, len(dims)))
+        sub = dims[:2] + [math.ceil(d / s) for d, s in zip(dims[2:], strides)]
+        element = str(x.type).rsplit(",", 1)[-1]  # "f16>"
+        operands = [x, _literal([0] * len(spatial), ip, loc), _literal(dims[2:], ip, loc),
+                    _literal(spatial, ip, loc), _literal(strides, ip, loc)]
+        sliced = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, sub))}],{element}")],
+                                     operands=operands, attributes={"name": ir.StringAttr.get("onnx.Slice")},
+                                     loc=loc, ip=ip).result
+        conv.operands[0] = sliced
+        conv.attributes["torch.onnx.strides"] = ir.ArrayAttr.get(
+            [ir.IntegerAttr.get(ir.IntegerType.get_signed(64), 1) for _ in strides])
+        done.append(f"{'x'.join(map(str, dims))} stride {'x'.join(map(str, strides))}")
+    if done:
+        module.operation.verify()
+    return done

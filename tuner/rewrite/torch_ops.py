@@ -1,0 +1,38 @@
+"""Reading ops of the torch dialect as `iree-import-onnx` writes them (`torch.operator "onnx.X"`),
+shared by the program rewrites."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from iree.compiler import ir
+
+ONNX_OP = "torch.operator"
+
+
+def is_onnx(op: Optional[ir.Operation], name: str) -> bool:
+    return (op is not None and op.name == ONNX_OP
+            and ir.StringAttr(op.attributes["name"]).value == f"onnx.{name}")
+
+
+def producer(value: ir.Value) -> Optional[ir.Operation]:
+    owner = value.owner
+    return owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None) \
+        if not isinstance(owner, ir.Block) else None
+
+
+def single_use(value: ir.Value) -> bool:
+    return len(list(value.uses)) == 1
+
+
+def static_shape(value: ir.Value) -> Optional[list[int]]:
+    """The static sizes of a `!torch.vtensor<[a,b,...],dtype>` value (None if unknown or dynamic)."""
+    text = str(value.type)
+    if not text.startswith("!torch.vtensor<[") or "?" in text.split("]")[0]:
+        return None
+    dims = text[len("!torch.vtensor<["):].split("]")[0]
+    return [int(d) for d in dims.split(",")] if dims else []
+
+
+def int_list(attr: ir.Attribute) -> list[int]:
+    return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
