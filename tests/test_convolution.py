@@ -198,7 +198,7 @@ def test_an_nchw_convolution_is_an_implicit_gemm_with_its_channels_as_m(ctx, tar
     assert "workgroup = [1, 128, 1, 32, 0]" in config.expect_lowering_config
 
 
-def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_first(ctx):
+def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_first(ctx, tmp_path):
     """The flag stage tries a model holding a channels-first convolution with IREE's channels-last
     preprocessing pass too, judged with the convolution it forms tuned; under that flag the
     dispatch is one channels-last convolution (the transposes folded in) that the pipeline takes."""
@@ -213,7 +213,9 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     assert CHANNELS_LAST in pipeline.model_flags_for(d) and pipeline.tuned_model_flags_for(d) == (CHANNELS_LAST,)
     [nhwc] = discover(CONV, cuda, ctx)
     assert CHANNELS_LAST not in pipeline_for(nhwc).model_flags_for(nhwc)
-    options = model_options(SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda))
+    env = SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda, model=NCHW, output_dir=tmp_path, built={},
+                          say=print)
+    options = model_options(env)
     [option] = [o for o in options if o.flags == CHANNELS_LAST and o.rewrite is None]
     assert option.tunes == (DispatchKind.CONVOLUTION,)
     [made] = discover(NCHW, cuda, ctx, CHANNELS_LAST)

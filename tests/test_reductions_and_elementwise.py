@@ -24,6 +24,7 @@ from tests.conftest import corrupt_output
 KINDS = Path(__file__).parent / "fixtures" / "kinds"
 TORCH_KINDS = KINDS / "other_kinds.mlir"  # softmax 8x128x128, LayerNorm 256x512 (two dispatches), row sum,
 # a 256x512 transpose, a GELU
+NCHW_TO_NHWC = KINDS / "nchw_to_nhwc_f16.mlir"  # 2x256x32x32 f16 scaled, written NHWC into a padded buffer
 SOFTMAX_F16 = KINDS / "softmax_f16.mlir"  # 4x256x256: f16 scores, an f32 softmax, f16 probabilities
 FAST = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=0, quiet_wait_s=0.0)
 
@@ -204,6 +205,35 @@ def test_the_gpu_transpose_rules_on_hand_counted_configs(ctx):
     tight = pipeline_for(small).build_problem(small)
     assert tight.admits({**ok, "workgroup_outer": 8, "workgroup_inner": 256})
     assert not tight.admits({**ok, "workgroup_outer": 16, "workgroup_inner": 256})
+
+
+def test_a_transpose_written_along_another_loop_is_tiled_along_it_on_hand_counted_configs(ctx):
+    d = _of_kind(NCHW_TO_NHWC, "cuda", "transpose", ctx)  # loops (n, c, h, w); written (n, h, w, c)
+    assert d.loop_bounds == (2, 256, 32, 32)
+    problem = pipeline_for(d).build_problem(d)
+    assert {k.name for k in problem.knobs} >= {"workgroup_write", "thread_write", "promote_input"}
+    # One column of w per thread, 8 channels each (a 16-byte store): 32 w x (64 / 8) c = 256 threads.
+    ok = {"workgroup_outer": 1, "workgroup_inner": 32, "thread_inner": 1, "workgroup_write": 64, "thread_write": 8,
+          "promote_input": False}
+    assert problem.admits(ok)
+    assert problem.admits({**ok, "promote_input": True})  # 32 x 64 x 2 bytes staged: 4 KiB
+    # 32 x 8 h x (128 / 8) = 4096 threads is over 1024; 32 x 2 x 8 = 512 is fine.
+    assert not problem.admits({**ok, "workgroup_outer": 8, "workgroup_write": 128})
+    assert problem.admits({**ok, "workgroup_outer": 2})
+    # A store is at most 128 bits: 8 f16 channels, not 16.
+    assert not problem.admits({**ok, "thread_write": 16, "workgroup_write": 128})
+    # The write tile divides into threads: 4 channels cannot be split 8 to a thread.
+    assert not problem.admits({**ok, "workgroup_write": 4})
+    # Whole subgroups: (32 / 8) x (16 / 8) = 8 threads is a quarter of one.
+    assert not problem.admits({**ok, "thread_inner": 8, "workgroup_write": 16})
+    # Staged in 8 KiB of shared memory: 32 x 1 x 128 x 2 bytes fit; 32 x 2 x 128 x 2 do not (1024 threads
+    # either way, so only the memory rejects it), nor does it unstaged.
+    small = replace(d, target=replace(d.target, max_workgroup_memory_bytes=8192))
+    tight = pipeline_for(small).build_problem(small)
+    big = {**ok, "workgroup_write": 128, "promote_input": True}
+    assert tight.admits(big)
+    assert not tight.admits({**big, "workgroup_outer": 2})
+    assert tight.admits({**big, "workgroup_outer": 2, "promote_input": False})
 
 
 def test_the_cpu_transpose_rules_on_hand_counted_configs(ctx):
