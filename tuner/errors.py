@@ -17,6 +17,11 @@ class InputError(TunerError):
     exit_code = 2
 
 
+class UnusableBaseline(InputError):
+    """The compiler's default gives a result no candidate can be checked against (not finite):
+    the whole run stops for `tune`; in a model's tuning, only that dispatch goes untuned."""
+
+
 class TargetError(TunerError):
     """The target is unknown or its tools are missing."""
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from tuner.evaluation.comparison import BaselineTiming, nearest_baseline
 from tuner.evaluation.device_identity import device_identity, timing_identity
-from tuner.errors import InputError, ToolError
+from tuner.errors import InputError, ToolError, UnusableBaseline
 from tuner.results import Result, Status
 from tuner.evaluation.runner import (DispatchBenchmark, RunSettings, Timing, benchmark, read_output, relative_error, run_once,
                           tolerance)
@@ -328,7 +328,7 @@ class Recorder:
         if self.progress:
             self.progress(self.phase, len(self.results), self.total)
         if result.is_baseline and result.status == Status.WRONG_NUMERICS:
-            raise InputError(f"the baseline (the compiler's default) cannot serve as the reference: {result.error}")
+            raise UnusableBaseline(f"the baseline (the compiler's default) cannot serve as the reference: {result.error}")
         if result.is_baseline and not result.ok:
             raise ToolError(f"the baseline (the compiler's default) failed: {result.error}", result.command, result.stderr)
 

@@ -33,7 +33,7 @@ from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tuner.evaluation.comparison import WIN_SHARE, Paired
 from tuner.discovery.program import discover_program
-from tuner.errors import ToolError
+from tuner.errors import ToolError, UnusableBaseline
 from tuner.evaluation.strategies import CLUSTER
 from tuner.evaluation.benchmark_stage import STORE
 from tuner.profiling.profile import profile
@@ -147,11 +147,12 @@ class DispatchStage:
 
     def tune_or_say(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target, env: StageEnv,
                     source: Path, seconds: Optional[float] = None) -> DispatchOutcome:
-        """`tune`, with a tuning that cannot go on (its baseline failed to build, run or be timed)
-        as the dispatch's outcome: the model's other dispatches are still tuned."""
+        """`tune`, with a tuning that cannot go on (its baseline failed to build, run or be timed,
+        or gives a result that is not finite) as the dispatch's outcome: the model's other
+        dispatches are still tuned."""
         try:
             return self.tune(dispatch, outcome, program, target, env, source, seconds)
-        except ToolError as e:
+        except (ToolError, UnusableBaseline) as e:
             return replace(outcome, status=f"not tuned: {e}")
 
     def tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,

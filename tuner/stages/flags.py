@@ -172,7 +172,7 @@ class FlagStage:
             for dispatch, outcome in created:
                 env.say(f"  {name}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                         f"before judging it ({self.tune_budget} evaluations)")
-                tuned = stage.tune(dispatch, outcome, found, with_flags(env.target, flags), env, program)
+                tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
                 if tuned.part is not None:
                     parts.append(tuned.part)
                     env.say(f"    {tuned.speedup:.2f}x its default config ({tuned.part.label})")
