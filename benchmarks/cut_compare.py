@@ -1,0 +1,78 @@
+"""Where a model's result goes wrong on a GPU target: the ONNX graph cut after each named point
+(its output that tensor), each cut built for cuda and for llvm-cpu and run on the same
+uniform(-1, 1) input, and the relative error of each backend's result against the last one's.
+
+    python benchmarks/cut_compare.py MODEL.onnx --points a,b,c [--backends cuda,cpu]
+
+The first point whose error is large holds the dispatch that goes wrong. Needs onnx and the IREE
+tools on PATH (benchmarks/gpu_setup.sh puts them there). Written for ResNet-50 f16 on CUDA, whose
+default build's result is 0.97 off llvm-cpu's (BENCHMARKS.md, issue 35); not yet run there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+FLAGS = {"cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
+         "cpu": ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                 "--iree-llvmcpu-target-cpu=host"]}
+DEVICE = {"cuda": "cuda", "cpu": "local-task"}
+
+
+def cut(model, point: str, work: Path) -> Path:
+    import onnx
+
+    part = onnx.utils.Extractor(model).extract_model([i.name for i in model.graph.input], [point])
+    part.graph.name = "cut"
+    onnx.save(part, work / f"{point}.onnx")
+    subprocess.run(["iree-import-onnx", str(work / f"{point}.onnx"), "-o", str(work / f"{point}.mlir")], check=True)
+    return work / f"{point}.mlir"
+
+
+def compare(model, point: str, backends: list[str], inputs: list[Path], work: Path) -> dict[str, tuple[float, float]]:
+    """Each backend's (relative error against the last backend's result, largest magnitude)."""
+    program = cut(model, point, work)
+    outs = {}
+    for b in backends:
+        vmfb, out = work / f"{point}_{b}.vmfb", work / f"{point}_{b}.npy"
+        subprocess.run(["iree-compile", str(program), *FLAGS[b], "-o", str(vmfb)], check=True)
+        subprocess.run(["iree-run-module", f"--module={vmfb}", "--function=cut", f"--device={DEVICE[b]}",
+                        *(f"--input=@{p}" for p in inputs), f"--output=@{out}"], check=True, capture_output=True)
+        outs[b] = np.load(out).astype(np.float32)
+    ref = outs[backends[-1]]
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    return {b: (float(np.abs(o - ref).max() / scale), float(np.abs(o).max())) for b, o in outs.items()}
+
+
+def main() -> None:
+    import onnx
+    from onnx import shape_inference
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--points", required=True, help="tensor names, comma-separated, in graph order")
+    parser.add_argument("--backends", default="cuda,cpu")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/cut-compare"))
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    model = shape_inference.infer_shapes(onnx.load(args.model))
+    rng = np.random.default_rng(0)
+    types = {1: np.float32, 10: np.float16}
+    inputs = []
+    for i, spec in enumerate(model.graph.input):
+        shape = [d.dim_value for d in spec.type.tensor_type.shape.dim]
+        inputs.append(args.work / f"input{i}.npy")
+        np.save(inputs[-1], rng.uniform(-1, 1, shape).astype(types[spec.type.tensor_type.elem_type]))
+    with ThreadPoolExecutor(6) as pool:
+        for point, errors in zip(args.points.split(","), pool.map(
+                lambda p: compare(model, p, args.backends.split(","), inputs, args.work), args.points.split(","))):
+            print(point, "  ".join(f"{b}: error {e:.3g}, max {m:.3g}" for b, (e, m) in errors.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
