@@ -79,7 +79,10 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     built = [t for t in trials if t.ok]
     settings = replace(env.settings, check_numerics=True).run_settings(env.device, env.workload, env.inputs())
     cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
-                  env.rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress)
+                  env.rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress, host=host_output(env))
+    if cmp.reference_check and ("reference-check", cmp.reference_check) not in env.built:
+        env.built[("reference-check", cmp.reference_check)] = True
+        env.say(f"numerics: {cmp.reference_check}")
     cmp.failed.update({t.variant.name: t.error or "did not build" for t in trials if not t.ok})
     return cmp
 
@@ -363,7 +366,8 @@ def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
                    verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
                            f"interleaved rounds, faster in {won}" + (f"; {interval.text()}" if interval else "") + ")"
                            + ("" if p.beats_baseline else "; within the noise")
-                           + (f"; numerics {final.numerics}" if final.numerics else ""))
+                           + (f"; numerics {final.numerics}" if final.numerics else "")
+                           + (f"; {final.reference_check}" if final.reference_check else ""))
 
 
 def judge_part(o: DispatchOutcome, cmp: Comparison, name: str) -> DispatchOutcome:

@@ -41,31 +41,37 @@ class Comparison:
     errors: dict[str, float] = field(default_factory=dict)  # numerics: relative error at the output
     failed: dict[str, str] = field(default_factory=dict)  # variant name -> why it could not be timed
     numerics: str = ""  # why the outputs were not compared ("": they were, or none is checked)
+    # Where the reference's own result is off the host's (tuner.stages.host_reference): what was
+    # found, the builds then checked against the host's result ("": it agrees, or no host result).
+    reference_check: str = ""
 
     def to_json(self) -> dict:
         return {"reference_ms": list(self.reference_ms), "ratios": {n: list(p.ratios) for n, p in self.paired.items()},
                 "variant_ms": {n: list(t) for n, t in self.variant_ms.items()}, "errors": self.errors,
-                "failed": self.failed, "numerics": self.numerics}
+                "failed": self.failed, "numerics": self.numerics, "reference_check": self.reference_check}
 
     @classmethod
     def from_json(cls, data: dict) -> "Comparison":
         return cls(tuple(data["reference_ms"]), {n: Paired(tuple(r)) for n, r in data["ratios"].items()},
                    {n: tuple(t) for n, t in data["variant_ms"].items()}, dict(data.get("errors", {})),
-                   dict(data.get("failed", {})), data.get("numerics", ""))
+                   dict(data.get("failed", {})), data.get("numerics", ""), data.get("reference_check", ""))
 
 
 def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: RunSettings, rounds: int,
             directory: Path, timer: ModelBenchmark = iree_benchmark,
-            progress: Optional[Callable[[str, int, int], None]] = None) -> Comparison:
+            progress: Optional[Callable[[str, int, int], None]] = None,
+            host: Optional[np.ndarray] = None) -> Comparison:
     """Run each build (name, module) once to compare its output with the reference's (numerics),
     then time them in `rounds` interleaved rounds, each run and timing under `settings` (the
     model's entry, inputs and device: EvalSettings.run_settings). One that fails to run or
-    computes a different result is left out of the timing and named in `failed`."""
+    computes a different result is left out of the timing and named in `failed`. `host`: the
+    same program's result on the host (llvm-cpu); where the reference's is off it (or not
+    finite), every build is checked against the host's instead."""
     checked = settings.checked
     directory.mkdir(parents=True, exist_ok=True)
     failed: dict[str, str] = {}
     errors: dict[str, float] = {}
-    unchecked = ""
+    unchecked = reference_check = ""
     ref_out = None
     if checked is not None:
         run = run_once(reference[1], settings, directory / "reference")
@@ -73,6 +79,12 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
             raise ToolError(f"the model ({reference[0]}) did not run: {run.first_error()}",
                             list(run.command), run.stderr)
         ref_out = read_output(directory / "reference", settings)
+        if ref_out is not None and host is not None:
+            off = relative_error(ref_out, host) if np.all(np.isfinite(ref_out)) else float("inf")
+            if not off <= tolerance(settings.checked_type) * 10:
+                reference_check = (f"the result of {reference[0]} is off llvm-cpu's on this host (relative error "
+                                   f"{off:.2g}): every build is checked against llvm-cpu's")
+                ref_out = host
         if ref_out is not None and not np.all(np.isfinite(ref_out)):
             # Nothing can be compared with a NaN or an infinity (a NaN error would pass any
             # tolerance): the builds are timed, their numerics said to be unchecked.
@@ -114,7 +126,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
             if progress:
                 progress("model", done, steps)
     return Comparison(tuple(ref_ms), {n: Paired(tuple(r)) for n, r in ratios.items()},
-                      {n: tuple(t) for n, t in var_ms.items()}, errors, failed, unchecked)
+                      {n: tuple(t) for n, t in var_ms.items()}, errors, failed, unchecked, reference_check)
 
 
 def _time(vmfb: Path, settings: RunSettings, timer: ModelBenchmark) -> Optional[float]:

@@ -1,0 +1,58 @@
+"""The host's result as a second reference for a model tuned on a GPU target.
+
+On a GPU target every build of the model is checked against the compiler's default build on that
+GPU. That protects against a config that computes something else, but not against a default that
+is itself wrong. IREE 3.13's default CUDA build of ResNet-50 in f16 is off llvm-cpu's result by
+a relative error of 0.97, and its channels-last build's result is entirely non-finite
+(BENCHMARKS.md, issue 35). So once per run the same program is built for llvm-cpu on this host
+and run on the same inputs. Where the GPU default agrees with it, nothing changes. Where it does
+not, every build is checked against the host's result instead, and that is said.
+
+Rewrites are exact, so the program as given serves for every variant."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+import numpy as np
+
+from tuner.evaluation.runner import read_output, run_once
+from tuner.stages.base import StageEnv
+from tuner.stages.variants import Variant, build_variant
+from tuner.targets import parse_target
+
+HOST_REFERENCE = "host-reference"  # DIR/host-reference/: its build and result
+_KEY = ("host-reference",)
+
+
+def host_output(env: StageEnv) -> Optional[np.ndarray]:
+    """The checked result of the model built for llvm-cpu and run on this host on the run's
+    inputs (once per run), or None: the target is the host's own, no result is checked, or the
+    build or run failed (said once)."""
+    if env.target.device.startswith("local") or env.workload.checked_output is None:
+        return None
+    if _KEY not in env.built:
+        env.built[_KEY] = _build_and_run(env)
+    return env.built[_KEY]
+
+
+def _build_and_run(env: StageEnv) -> Optional[np.ndarray]:
+    directory = env.output_dir / HOST_REFERENCE
+    host = parse_target("llvm-cpu")
+    built = build_variant(env.model, Variant(HOST_REFERENCE), host, directory, env.ctx, env.settings.compile_timeout_s)
+    if not built.ok:
+        env.say(f"host reference: the llvm-cpu build failed ({built.error}); builds are checked against the "
+                f"{env.target.name} default only")
+        return None
+    settings = replace(env.settings, check_numerics=True).run_settings(host.device, env.workload, env.inputs())
+    run = run_once(built.vmfb, settings, directory / "output")
+    if not run.ok:
+        env.say(f"host reference: the llvm-cpu build did not run ({run.first_error()}); builds are checked "
+                f"against the {env.target.name} default only")
+        return None
+    out = read_output(directory / "output", settings)
+    if out is None or not np.all(np.isfinite(out)):
+        env.say("host reference: the llvm-cpu result is not finite for these inputs; not used")
+        return None
+    return out
