@@ -183,6 +183,11 @@ for tool, needle, action in json.load(open({rules!r})):
             time.sleep(3600)
         elif action == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        elif action == "killed":  # as the out-of-memory killer does
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "disk-full":
+            sys.stderr.write("LLVM ERROR: IO failure on output stream: No space left on device\\n")
+            sys.exit(1)
         elif action == "slow":
             time.sleep(1.0)
         elif action.startswith("swap:"):  # run for real on other files: "swap:/0000/" puts 0000 for the needle
@@ -199,7 +204,8 @@ os.execv(real, [real, *args])
 
 @pytest.fixture
 def faulty_tools(tmp_path, monkeypatch):
-    """IREE tools that hang, crash, run slowly or spoil their output where told to:
+    """IREE tools that hang, crash, are killed, find the disk full, run slowly or spoil their
+    output where told to:
     `fault("iree-benchmark-module", "/0003/", "hang")` makes every call of that tool whose
     arguments (or working directory) contain "/0003/" hang. Set through $IREE_TUNER_TOOLS, so
     subprocesses of the test (the CLI) see the same tools."""

@@ -116,6 +116,25 @@ def test_compile_only_keeps_every_build_through_kill_9_and_the_rerun_builds_only
 
 
 @pytest.mark.slow
+def test_a_compile_killed_or_out_of_disk_is_not_stored_as_a_fact_and_the_next_run_compiles_it(tmp_path, faulty_tools):
+    path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
+    out = tmp_path / "out"
+    args = ["tune", path, "--num-candidates", "3", "--compile-only", "--output", out]
+    faulty_tools("iree-compile", "candidates/0001", "killed")
+    faulty_tools("iree-compile", "candidates/0002", "disk-full")
+    first = run_cli(*args)
+    assert first.exit_code == 0, first.output
+    statuses = {e["result"]["candidate_id"]: e["result"]["status"]
+                for e in json.loads((out / "manifest.json").read_text())["candidates"]}
+    assert statuses == {0: "ok", 1: "compile_interrupted", 2: "compile_interrupted", 3: "ok"}, first.output
+    faulty_tools.clear()
+    run_cli(*args)
+    statuses = {e["result"]["candidate_id"]: e["result"]["status"]
+                for e in json.loads((out / "manifest.json").read_text())["candidates"]}
+    assert statuses == {0: "ok", 1: "ok", 2: "ok", 3: "ok"}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_end_a_run_like_sigint_and_leave_no_tool_behind(tmp_path, faulty_tools, signum):
     path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)

@@ -13,6 +13,9 @@ class Status(str, enum.Enum):
     OK = "ok"
     COMPILE_FAILED = "compile_failed"
     COMPILE_TIMEOUT = "compile_timeout"
+    # The compile was killed by a signal (the out-of-memory killer's SIGKILL, a crash) or hit an
+    # I/O or memory error (a full disk): not a fact about the config, tried again by later runs.
+    COMPILE_INTERRUPTED = "compile_interrupted"
     CONFIG_NOT_APPLIED = "config_not_applied"
     RUN_FAILED = "run_failed"
     RUN_TIMEOUT = "run_timeout"

@@ -27,12 +27,24 @@ from typing import Optional
 
 from tuner.errors import InputError, LockedError, OtherRunError, OutputError, TunerError, unreadable_input
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# The process's file-creation mask, read once (reading it means setting it).
+UMASK = _umask()
+
+
 def write_file(path: Path, text: str) -> Path:
     """Write `text` to `path` atomically, never through what is there: a new file beside it
     (created exclusively) takes its place, so a symbolic link planted at `path` (or at any
-    temporary name) is replaced, and the file it points to is left alone."""
+    temporary name) is replaced, and the file it points to is left alone. The file gets the
+    mode any new file gets under the umask (the exclusive creation alone would make it 0600)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -82,10 +82,12 @@ CREATE TABLE IF NOT EXISTS confirmations (
 # Worth trying again rather than reusing: a longer timeout or a calmer machine may change them,
 # and a wrong result or a failed run may be the inputs', a flaky device's or a faulty tool's doing
 # rather than a fact about the config (kept in the store for the record, never reused).
-RETRIED = frozenset({Status.COMPILE_TIMEOUT, Status.RUN_TIMEOUT, Status.WRONG_NUMERICS, Status.RUN_FAILED})
+RETRIED = frozenset({Status.COMPILE_TIMEOUT, Status.COMPILE_INTERRUPTED, Status.RUN_TIMEOUT, Status.WRONG_NUMERICS,
+                     Status.RUN_FAILED})
 # Decided by the compiler alone, whatever device would time it: stored with no device or timing,
 # so they are reused on every device (and written by a compile-only run, which has no device).
-BUILD_FAILURES = frozenset({Status.COMPILE_FAILED, Status.COMPILE_TIMEOUT, Status.CONFIG_NOT_APPLIED})
+BUILD_FAILURES = frozenset({Status.COMPILE_FAILED, Status.COMPILE_TIMEOUT, Status.COMPILE_INTERRUPTED,
+                            Status.CONFIG_NOT_APPLIED})
 
 
 def run_id() -> str:

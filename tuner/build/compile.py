@@ -25,7 +25,7 @@ from tuner.results import Result, Status
 from tuner.build.manifest import Manifest
 from tuner.discovery.workload import Workload
 from tuner.settings import EvalSettings
-from tuner.store import BUILD_FAILURES, ResultStore
+from tuner.store import BUILD_FAILURES, RETRIED, ResultStore
 from tuner.targets import Target
 from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool_retrying_a_hang
 
@@ -131,6 +131,18 @@ def built_candidate(c: Candidate, target: Target, cdir: Path, result: Result, vm
                  base_flags, dispatch_vmfb, dispatch_function, kernels=kernels)
 
 
+# What a compile's stderr says when the machine, not the config, failed it.
+MACHINE_ERRORS = ("No space left on device", "IO failure", "Cannot allocate memory", "std::bad_alloc",
+                  "out of memory", "Input/output error")
+
+
+def interrupted(run: ToolRun) -> bool:
+    """A failed compile that says nothing about its config: killed by a signal (the
+    out-of-memory killer's SIGKILL, a crash; also as an exit code past 128, as a wrapper reports
+    it), or stopped by an I/O or memory error."""
+    return run.returncode < 0 or run.returncode > 128 or any(marker in run.stderr for marker in MACHINE_ERRORS)
+
+
 def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
     """The compiled candidate, or the reason it is not one: read the configured dispatches back
     and check that some root op carries exactly the candidate's config. Uses `ctx`: call it from
@@ -146,7 +158,8 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
             " twice: it hung using no CPU, and again when retried" if run.retried else
             " (it hung using no CPU)" if run.hung else ""))
     if not run.ok:
-        return built(Status.COMPILE_FAILED, error=run.first_error(), stderr=run.stderr[-4000:])
+        status = Status.COMPILE_INTERRUPTED if interrupted(run) else Status.COMPILE_FAILED
+        return built(status, error=run.first_error(), stderr=run.stderr[-4000:])
     if not (cdir / "candidate.vmfb").is_file():
         return built(Status.COMPILE_FAILED, error="iree-compile succeeded but wrote no module")
     configured = read_configured((p.read_text() for p in sorted((cdir / "configs").glob("*.mlir"))), ctx)
@@ -222,7 +235,7 @@ def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: T
     manifest the benchmark stage reads again after each one (atomically), and each build failure
     to the store as it happens: a run killed at any point keeps every build it finished, and a
     rerun compiles only what is missing (candidates the manifest holds a module for, or the store
-    a build failure). Candidates that compiled before are built again only if their module is gone:
+    a build failure; a compile that timed out or was interrupted is tried again). Candidates that compiled before are built again only if their module is gone:
     the benchmark stage confirms the most promising ones, stored results included. `in_model`: the
     device side times each candidate by its kernels inside its whole-model module (`--gpu-timing
     model`), so no dispatch benchmark is dumped."""
@@ -231,7 +244,8 @@ def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: T
     kept: dict[str, Built] = {}
     if previous is not None and previous.meta.get("input_digest") == meta.get("input_digest"):
         kept = {b.result.key: b for b in previous.built
-                if not b.reused and (not b.result.ok or (b.vmfb is not None and b.vmfb.is_file()))}
+                if not b.reused and ((not b.result.ok and b.result.status not in RETRIED)
+                                     or (b.vmfb is not None and b.vmfb.is_file()))}
     failures = {k: r for k, r in store.reusable([c.key for c in candidates if not c.is_baseline]).items()
                 if r.status in BUILD_FAILURES}
     entries: dict[int, Built] = {}

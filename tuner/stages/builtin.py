@@ -40,6 +40,7 @@ from tuner.profiling.profile import profile
 from tuner.ranking import rank
 from tuner.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
+from tuner.stages.host_reference import host_output
 from tuner.stages.model_timing import Comparison, compare
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant
 from tuner.targets import Target
