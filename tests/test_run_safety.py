@@ -606,3 +606,19 @@ def test_a_config_that_never_takes_is_said_with_both_configs_and_exits_9(tmp_pat
     assert "none of the 1 candidates took its config" in text
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert data["best"] is None and [c["status"] for c in data["candidates"]] == ["ok", "config_not_applied"]
+
+
+def test_files_the_tuner_writes_get_the_mode_the_umask_gives_not_0600(tmp_path):
+    from tuner.run_dir import UMASK, write_file
+
+    old = os.umask(0o022)
+    try:
+        written = write_file(tmp_path / "results.json", "{}")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")  # any new file under this umask
+    finally:
+        os.umask(old)
+    assert UMASK == old  # read once at import, as the process had it
+    # write_file applies the mask read at import; under a 022 mask both are 0644.
+    assert written.stat().st_mode & 0o777 == 0o666 & ~UMASK
+    assert (0o666 & ~0o022) == plain.stat().st_mode & 0o777
