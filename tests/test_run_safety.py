@@ -441,6 +441,33 @@ def test_model_plan_paths_outside_the_directory_are_refused_and_nothing_outside_
     assert (victim_dir / "secret.txt").read_text() == "keep me" and secret.read_text() == "outside"
 
 
+def test_model_plan_values_a_compile_step_never_writes_are_refused_before_anything_runs(tmp_path):
+    # Rounds out of range or not integers (a billion rounds ran for an estimated 748,327 hours),
+    # an index that is a path, names that would become paths outside DIR.
+    from tuner.stages.plan import ModelPlan
+
+    job = {"device": "local-task", "program": "m.vmfb", "inputs": {"../../../x/y": []}, "runs": {}, "entry_of": {},
+           "untimed": {}, "mode": "in_program"}
+    plans = {
+        "rounds": (ModelPlan("validate", "local-task", {}, [], rounds=1_000_000_000), "1000000000"),
+        "no rounds": (ModelPlan("validate", "local-task", {}, [], rounds=0), "0"),
+        "negative rounds": (ModelPlan("validate", "local-task", {}, [], rounds=-3), "-3"),
+        "text rounds": (ModelPlan("validate", "local-task", {}, [], rounds="x"), "'x'"),
+        "a path index": (ModelPlan("merge", "local-task", {}, [], index="/../../../../x/pwnidx"), "pwnidx"),
+        "a path variant": (ModelPlan("merge", "local-task", {}, [], variants=[["../../../../x/evil", "m.vmfb"]]), "evil"),
+        "a path entry": (ModelPlan("profile", "local-task", {}, [], profile=job), "../../../x/y"),
+        "an unknown step": (ModelPlan("explode", "local-task", {}, []), "explode"),
+    }
+    for what, (plan, named) in plans.items():
+        run = tmp_path / what.replace(" ", "_")
+        run.mkdir()
+        plan.write(run)
+        result = run_cli("benchmark", run)
+        assert_one_error_line(result, 2, "is not one a compile step writes")
+        assert named in result.output, what
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(w.replace(" ", "_") for w in plans)
+
+
 @pytest.mark.slow
 def test_links_planted_in_the_directory_are_replaced_never_written_through(tmp_path):
     out = _compiled_dir(tmp_path)

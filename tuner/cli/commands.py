@@ -85,7 +85,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
                    "in proportion to its share; the dispatches left when it is spent are not tuned (said).")
 @click.option("--model-flags/--no-model-flags", default=True, show_default=True,
               help="Try the target's model-wide flags (llvm-cpu: data tiling) on the whole model first.")
-@click.option("--model-rounds", default=4, show_default=True, type=click.IntRange(min=1),
+@click.option("--model-rounds", default=4, show_default=True, type=click.IntRange(min=1, max=1000),
               help="Interleaved rounds for each whole-model comparison (flags, each merge step, the result).")
 @click.option("--output", "output_dir", default="model-tuning", show_default=True, type=click.Path(path_type=Path),
               help="Where model_spec.mlir, model_flags.txt and results.json go (rerun to resume).")

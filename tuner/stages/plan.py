@@ -39,6 +39,16 @@ def measured_path(step: str, index: int = 0) -> str:
     return f"variants/measured-{step}{'-' + str(index) if step == 'merge' else ''}.json"
 
 
+STEPS = ("profile", "dispatches", "merge", "validate")
+MAX_ROUNDS = 1000  # interleaved rounds of a whole-model step, at most
+
+
+def _plain_name(name) -> bool:
+    """A name that is one file name (a dispatch's may hold '$'): no separator, not '.' or '..'."""
+    return (isinstance(name, str) and bool(name) and name not in (".", "..") and "/" not in name
+            and "\\" not in name and "\0" not in name)
+
+
 @dataclass(frozen=True)
 class ModelPlan:
     step: str  # "profile", "dispatches", "merge" or "validate"
@@ -74,7 +84,28 @@ class ModelPlan:
         if outside:
             raise InputError(f"{root / PLAN}: names a path outside {root} ({outside[0]!r}); a plan only names files "
                              "inside its directory")
+        plan._check_values(root)
         return plan
+
+    def _check_values(self, root: Path) -> None:
+        """The plan's values that are not paths, as a compile step writes them: a known step,
+        rounds and a merge index that are integers in range, names that are plain names (they
+        become file names under DIR)."""
+        def bad(what: str, value) -> InputError:
+            return InputError(f"{root / PLAN}: {what} {value!r} is not one a compile step writes; compile the step again")
+
+        if self.step not in STEPS:
+            raise bad("the step", self.step)
+        for what, value, top in (("rounds", self.rounds, MAX_ROUNDS), ("index", self.index, 10_000)):
+            if isinstance(value, bool) or not isinstance(value, int) or not (what == "index" or value >= 1) \
+                    or not 0 <= value <= top:
+                raise bad(what, value)
+        names = [n for n, _ in self.variants] + ([self.reference[0]] if self.reference else [])
+        job = self.profile or {}
+        names += [*job.get("inputs", {}), *job.get("alone", {})]
+        for name in names:
+            if not _plain_name(name):
+                raise bad("the name", name)
 
     def paths(self) -> list[str]:
         """Every path the plan names relative to its directory (the profile job's: profile_paths)."""
