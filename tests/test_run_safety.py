@@ -217,6 +217,23 @@ def test_malformed_manifest_values_are_one_error_line(tmp_path):
         assert_one_error_line(run_cli("benchmark", out), 2, text)
 
 
+def test_a_tampered_manifest_cannot_name_a_winner_nothing_timed(tmp_path):
+    # Two candidates under one key (one would take the other's rounds); a candidate marked reused
+    # with a status of ok and prefilled "wins" at 50x, and no module: refused before anything is
+    # timed, and no result is written.
+    out = _compiled_dir(tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    twice = json.loads(json.dumps(manifest))
+    twice["candidates"][1]["result"]["key"] = twice["candidates"][0]["result"]["key"]
+    forged = json.loads(json.dumps(manifest))
+    forged["candidates"][1].update({"reused": True, "vmfb": None})
+    forged["candidates"][1]["result"].update({"status": "ok", "median_ms": 0.001, "round_ratios": [50.0] * 50})
+    for changed, text in ((twice, "candidate keys appear twice"), (forged, "candidate 1 is marked reused with status ok")):
+        (out / "manifest.json").write_text(json.dumps(changed))
+        assert_one_error_line(run_cli("benchmark", out), 2, text)
+        assert not (out / "results.json").exists() and not (out / "best_spec.mlir").exists()
+
+
 def test_huge_knob_values_in_configs_are_one_error_line(tmp_path, small_matmul, ctx, cpu):
     from pipelines import pipeline_for
     from tuner.specs.candidates import generate_candidates

@@ -9,6 +9,7 @@ from typing import Optional
 from pathlib import Path
 
 from tuner.run_dir import write_file
+from tuner.store import BUILD_FAILURES
 from tuner.errors import InputError
 from tuner.evaluation.measure import Built, inside
 from tuner.discovery.workload import Workload
@@ -66,6 +67,17 @@ class Manifest:
             if len(set(ids)) != len(ids):
                 raise InputError(f"{path}: candidate ids appear twice ({sorted({i for i in ids if ids.count(i) > 1})}); "
                                  "compile the candidates again")
+            keys = [b.result.key for b in built]
+            if len(set(keys)) != len(keys):
+                raise InputError(f"{path}: candidate keys appear twice ({sorted({k for k in keys if keys.count(k) > 1})}); "
+                                 "a key names what was compiled, once; compile the candidates again")
+            # A compile step marks as reused only a build failure the store held: a result marked
+            # so with a status of ok (and times, and no module) was not written by one.
+            forged = [b.result.candidate_id for b in built if b.reused and b.result.status not in BUILD_FAILURES]
+            if forged:
+                raise InputError(f"{path}: candidate {forged[0]} is marked reused with status "
+                                 f"{next(b.result.status.value for b in built if b.result.candidate_id == forged[0])}; "
+                                 "only build failures are reused from a compile step; compile the candidates again")
             if sum(b.result.is_baseline for b in built) > 1:
                 raise InputError(f"{path}: holds {sum(b.result.is_baseline for b in built)} baselines, not one")
             return cls(workload=workload, device=data["device"], built=built, meta=data.get("meta", {}))
