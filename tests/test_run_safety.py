@@ -666,3 +666,22 @@ def test_files_the_tuner_writes_get_the_mode_the_umask_gives_not_0600(tmp_path):
     # write_file applies the mask read at import; under a 022 mask both are 0644.
     assert written.stat().st_mode & 0o777 == 0o666 & ~UMASK
     assert (0o666 & ~0o022) == plain.stat().st_mode & 0o777
+
+
+@pytest.mark.slow
+def test_results_of_other_tools_are_not_reused_and_those_of_the_same_tools_are(tmp_path, faulty_tools, monkeypatch):
+    # $IREE_TUNER_TOOLS names other tools (here wrappers of the real ones): what they measured is
+    # keyed by them, not by the installed packages' version.
+    from tuner.tools import TOOLS_ENV
+    from tuner.versions import compiler_version
+
+    path = write_matmul(tmp_path / "mm.mlir", 64, 128, 32)
+    args = ["tune", path, "--num-candidates", "2", "--output", tmp_path / "out", "--confirm-rounds", "1"]
+    wrapped = compiler_version()
+    first = run_cli(*args)
+    assert first.exit_code == 0, first.output
+    monkeypatch.delenv(TOOLS_ENV)
+    assert compiler_version() != wrapped and "+tools:" in wrapped
+    for expect in ("0 reused from the store", "2 reused from the store"):  # the wheels' tools: measured, then reused
+        run = run_cli(*args)
+        assert run.exit_code == 0 and expect in run.output, run.output
