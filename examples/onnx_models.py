@@ -71,6 +71,18 @@ def _silu(x: str, out: str) -> list:
     return [helper.make_node("Sigmoid", [x], [f"{out}_sig"]), helper.make_node("Mul", [x, f"{out}_sig"], [out])]
 
 
+def _gelu(x: str, out: str) -> list:
+    """GELU in its erf form as exports write it: 0.5 * x * (1 + erf(x / sqrt(2))) (the constants
+    `inv_sqrt2`, `one` and `half` in the graph)."""
+    from onnx import helper
+
+    return [helper.make_node("Mul", [x, "inv_sqrt2"], [f"{out}_s"]),
+            helper.make_node("Erf", [f"{out}_s"], [f"{out}_erf"]),
+            helper.make_node("Add", [f"{out}_erf", "one"], [f"{out}_erf1"]),
+            helper.make_node("Mul", [x, f"{out}_erf1"], [f"{out}_2"]),
+            helper.make_node("Mul", [f"{out}_2", "half"], [out])]
+
+
 def _swiglu_residual(res: str, elem: int) -> list:
     """y = res + Down(SiLU(Gate(n)) * Up(n)), n = RMSNorm(res): a Llama-style MLP (weights wg, wu, wd)."""
     from onnx import helper
@@ -145,12 +157,7 @@ def bert_layer(tokens: int = 128, hidden: int = 256, heads: int = 4, mlp: int = 
               helper.make_node("Add", ["x", "attn_out"], ["res1"]),
               helper.make_node("LayerNormalization", ["res1", "ln1_scale", "ln1_bias"], ["h1"], axis=-1),
               helper.make_node("MatMul", ["h1", "w1"], ["up"]),
-              # GELU, erf form: 0.5 * x * (1 + erf(x / sqrt(2)))
-              helper.make_node("Mul", ["up", "inv_sqrt2"], ["up_s"]),
-              helper.make_node("Erf", ["up_s"], ["erf"]),
-              helper.make_node("Add", ["erf", "one"], ["erf1"]),
-              helper.make_node("Mul", ["up", "erf1"], ["gelu_2"]),
-              helper.make_node("Mul", ["gelu_2", "half"], ["gelu"]),
+              *_gelu("up", "gelu"),
               helper.make_node("MatMul", ["gelu", "w2"], ["down"]),
               helper.make_node("Add", ["h1", "down"], ["res2"]),
               helper.make_node("LayerNormalization", ["res2", "ln2_scale", "ln2_bias"], ["y"], axis=-1)]
@@ -202,11 +209,7 @@ def vit_layer(batch: int = 4, tokens: int = 577, hidden: int = 1024, heads: int 
               helper.make_node("LayerNormalization", ["res1", "ln2_scale", "ln2_bias"], ["n2"], axis=-1),
               helper.make_node("MatMul", ["n2", "w1"], ["up_mm"]),
               helper.make_node("Add", ["up_mm", "b1"], ["up"]),
-              helper.make_node("Mul", ["up", "inv_sqrt2"], ["up_s"]),
-              helper.make_node("Erf", ["up_s"], ["erf"]),
-              helper.make_node("Add", ["erf", "one"], ["erf1"]),
-              helper.make_node("Mul", ["up", "erf1"], ["gelu_2"]),
-              helper.make_node("Mul", ["gelu_2", "half"], ["gelu"]),
+              *_gelu("up", "gelu"),
               helper.make_node("MatMul", ["gelu", "w2"], ["down_mm"]),
               helper.make_node("Add", ["down_mm", "b2"], ["down"]),
               helper.make_node("Add", ["res1", "down"], ["y"])]
@@ -455,12 +458,7 @@ def unet_attention_block(batch: int = 2, channels: int = 320, size: int = 64, he
               helper.make_node("MatMul", ["n3", "ff_w1"], ["ff_mm"]),
               helper.make_node("Add", ["ff_mm", "ff_b1"], ["ff_proj"]),
               helper.make_node("Split", ["ff_proj", "ff_halves"], ["ff_a", "ff_gate"], axis=-1),
-              # GEGLU: a * GELU(gate), GELU in its erf form
-              helper.make_node("Mul", ["ff_gate", "inv_sqrt2"], ["gate_s"]),
-              helper.make_node("Erf", ["gate_s"], ["gate_erf"]),
-              helper.make_node("Add", ["gate_erf", "one"], ["gate_erf1"]),
-              helper.make_node("Mul", ["ff_gate", "gate_erf1"], ["gate_2"]),
-              helper.make_node("Mul", ["gate_2", "half"], ["gelu"]),
+              *_gelu("ff_gate", "gelu"),  # GEGLU: a * GELU(gate)
               helper.make_node("Mul", ["ff_a", "gelu"], ["geglu"]),
               helper.make_node("MatMul", ["geglu", "ff_w2"], ["ff_down"]),
               helper.make_node("Add", ["ff_down", "ff_b2"], ["ff_out"]),
