@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
-
 import z3
 
 
@@ -39,17 +37,6 @@ def divides(tile: z3.ArithRef, extent: z3.ArithRef | int) -> z3.BoolRef:
     return z3.And(tile > 0, extent % tile == 0)
 
 
-def multiple_of(value: z3.ArithRef, unit: int) -> z3.BoolRef:
-    return value % unit == 0
-
-
-def product(terms: Iterable[z3.ArithRef | int]) -> z3.ArithRef:
-    result: z3.ArithRef | int = 1
-    for t in terms:
-        result = result * t
-    return result  # type: ignore[return-value]
-
-
 def ceil_div(a: z3.ArithRef | int, b: z3.ArithRef | int) -> z3.ArithRef:
     return (a + b - 1) / b  # integer division in Z3 for Int sorts
 
@@ -58,6 +45,3 @@ def within(value: z3.ArithRef, budget: int) -> z3.BoolRef:
     """A resource use stays within its budget (registers, bytes of memory, threads)."""
     return value <= budget
 
-
-def one_of(var: z3.ArithRef, values: Sequence[int]) -> z3.BoolRef:
-    return z3.Or([var == v for v in values])

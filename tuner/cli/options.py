@@ -146,7 +146,7 @@ def search_options(f):
 
 
 def search_settings(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None,
-                    constraints: str = "native", warm_start: bool = True):
+                    constraints: str = "native", warm_start: bool = False):
     from tuner.settings import SearchSettings
 
     return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file,

@@ -32,8 +32,6 @@ from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_p
 from tuner.stages.variants import BUILT_FROM, BuiltVariant
 from pipelines import pipeline_for
 
-MERGE_STATE = "variants/merge-state.json"  # which configs the greedy merge kept so far
-
 
 def _rel(env: StageEnv, path: Path) -> str:
     return str(path.resolve().relative_to(env.output_dir.resolve()))
