@@ -217,6 +217,7 @@ def test_malformed_manifest_values_are_one_error_line(tmp_path):
         assert_one_error_line(run_cli("benchmark", out), 2, text)
 
 
+@pytest.mark.slow
 def test_a_tampered_manifest_cannot_name_a_winner_nothing_timed(tmp_path):
     # Two candidates under one key (one would take the other's rounds); a candidate marked reused
     # with a status of ok and prefilled "wins" at 50x, and no module: refused before anything is
