@@ -686,3 +686,16 @@ def test_results_of_other_tools_are_not_reused_and_those_of_the_same_tools_are(t
     for expect in ("0 reused from the store", "2 reused from the store"):  # the wheels' tools: measured, then reused
         run = run_cli(*args)
         assert run.exit_code == 0 and expect in run.output, run.output
+
+
+def test_a_full_disk_or_a_locked_store_is_not_called_damage():
+    import sqlite3
+
+    from tuner.cli.say import store_error_text
+
+    full = store_error_text(sqlite3.OperationalError("database or disk is full"))
+    locked = store_error_text(sqlite3.OperationalError("database is locked"))
+    damaged = store_error_text(sqlite3.DatabaseError("database disk image is malformed"))
+    assert "free space" in full and "delete" not in full
+    assert "held by another process" in locked and "delete" not in locked
+    assert "damaged" in damaged and "delete it" in damaged

@@ -123,6 +123,19 @@ def say_summary(console: Console, ranking, results, stats, output_dir: Path) -> 
                   f"{written_rebuild_command(output_dir)}")
 
 
+def store_error_text(error: sqlite3.DatabaseError) -> str:
+    """What a store error means for the user: a full disk and a store another process holds are
+    not damage, and the store must not be deleted for them."""
+    text = str(error).lower()
+    if "disk is full" in text or "disk i/o error" in text:
+        return f"the result store could not be written ({error}): free space on its disk and run the same command again"
+    if "locked" in text or "busy" in text:
+        return (f"the result store is held by another process ({error}) beyond the wait; run the same command again "
+                "when it is done, or give --store another file")
+    # Opened fine, damaged inside a page that a later query reached.
+    return f"the result store is damaged ({error}); delete it or give --store a new file"
+
+
 class errors_to_exit:
     """Bad input and failed tools end in one line and a non-zero exit, never a traceback."""
 
@@ -134,9 +147,8 @@ class errors_to_exit:
             click.echo(f"error: {error}", err=True)
             sys.exit(error.exit_code)
         if isinstance(error, sqlite3.DatabaseError):
-            # Opened fine, damaged inside a page that a later query reached.
             kill_running_tools()
-            click.echo(f"error: the result store is damaged ({error}); delete it or give --store a new file", err=True)
+            click.echo(f"error: {store_error_text(error)}", err=True)
             sys.exit(StoreError.exit_code)
         if isinstance(error, KeyboardInterrupt):
             kill_running_tools()  # nothing this run started outlives it
