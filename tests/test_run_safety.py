@@ -699,3 +699,16 @@ def test_a_full_disk_or_a_locked_store_is_not_called_damage():
     assert "free space" in full and "delete" not in full
     assert "held by another process" in locked and "delete" not in locked
     assert "damaged" in damaged and "delete it" in damaged
+
+
+@pytest.mark.slow
+def test_a_manifests_spec_flags_are_not_format_strings(tmp_path):
+    from dataclasses import replace
+
+    from tuner.build.manifest import Manifest
+
+    out = _compiled_dir(tmp_path)
+    [candidate] = [b for b in Manifest.read(out).built if not b.result.is_baseline and b.spec]
+    spec = tmp_path / "a" / "b" / "spec.mlir"
+    flags = replace(candidate, spec_flags=("--x={spec.parent.parent.parent}", "--y={spec}")).rebuild_flags(spec)
+    assert flags[-2:] == ["--x={spec.parent.parent.parent}", f"--y={spec.resolve()}"]

@@ -53,7 +53,8 @@ class Built:
 
     def rebuild_flags(self, spec_path: Path) -> list[str]:
         """iree-compile flags that rebuild this candidate with its spec at `spec_path`."""
-        extra = [f.format(spec=spec_path.resolve()) for f in self.spec_flags] if self.spec else []
+        # "{spec}" is the one placeholder (replaced as text: a manifest's flags are no format strings).
+        extra = [f.replace("{spec}", str(spec_path.resolve())) for f in self.spec_flags] if self.spec else []
         return [*self.base_flags, *extra]
 
     def to_json(self, root: Path) -> dict:
