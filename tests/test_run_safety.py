@@ -712,3 +712,11 @@ def test_a_manifests_spec_flags_are_not_format_strings(tmp_path):
     spec = tmp_path / "a" / "b" / "spec.mlir"
     flags = replace(candidate, spec_flags=("--x={spec.parent.parent.parent}", "--y={spec}")).rebuild_flags(spec)
     assert flags[-2:] == ["--x={spec.parent.parent.parent}", f"--y={spec.resolve()}"]
+
+
+def test_kinds_naming_no_kind_and_a_report_of_no_rows_are_refused(tmp_path):
+    result = run_cli("tune-model", tmp_path / "model.mlir", "--kinds", ",", "--output", tmp_path / "o")
+    assert_one_error_line(result, 2, "--kinds ',': names no kind")
+    assert not (tmp_path / "o").exists()
+    result = run_cli("report", tmp_path, "--top", "-3")
+    assert result.exit_code == 2 and "-3 is not in the range x>=1" in result.output

@@ -24,6 +24,14 @@ from tuner.report.outputs import make_console
 NONE_TOOK = 9
 
 
+def kind_list(text: str) -> tuple[str, ...]:
+    """--kinds as a list; given, it names at least one kind (`--kinds ,` is not every kind)."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    if text and not kinds:
+        raise InputError(f"--kinds {text!r}: names no kind; leave it out to tune every kind")
+    return kinds
+
+
 @click.group()
 def main() -> None:
     """Tune IREE dispatches: enumerate lowering configs, compile and time them, keep the best."""
@@ -134,7 +142,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
                                 parameters=parameters, dynamic_size=dynamic_size),
                      ModelOptions(min_share, top, model_rounds, model_flags,
-                                  kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+                                  kinds=kind_list(kinds),
                                   dispatch_seconds=dispatch_seconds),
                      Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
@@ -357,7 +365,7 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
 
 @main.command()
 @click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--top", default=15, show_default=True, type=int, help="Rows of the table.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Rows of the table.")
 def report(directory: Path, top: int) -> None:
     """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png
     (for a tune-model directory: its per-dispatch table and the model-level figure)."""
