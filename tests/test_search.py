@@ -211,3 +211,29 @@ def test_each_recorded_fixture_replays_every_point_once_with_its_recorded_score(
     for step in steps:
         knobs = json.dumps(recording.space.points[step.index], sort_keys=True)
         assert (step.score, step.status) == recorded[knobs]
+
+
+def test_seed_entries_for_another_pipeline_or_target_are_said_not_dropped_silently(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from pipelines import pipeline_for
+    from tests.conftest import synthetic_cpu_dispatch
+    from tuner.cli.say import say_search
+    from tuner.search.live import plan_search
+    from tuner.settings import SearchSettings
+
+    d = synthetic_cpu_dispatch(256, 256, 256)
+    pipeline = pipeline_for(d)
+    path = tmp_path / "seeds.json"
+    path.write_text(json.dumps([
+        {"name": "gpu_one", "pipeline": "llvmgpu_tile_and_fuse", "backend": "cuda", "knobs": {"x": 1}},
+        {"name": "rocm_one", "pipeline": pipeline.name, "backend": "rocm", "knobs": {"x": 1}}]))
+    plan = plan_search(d, pipeline, SearchSettings(name="preference", budget=4, seeds_file=path))
+    summary = plan.summary()
+    assert summary["ignored_seeds"] == ["user:gpu_one (for llvmgpu_tile_and_fuse on cuda)",
+                                        f"user:rocm_one (for {pipeline.name} on rocm)"]
+    out = io.StringIO()
+    say_search(Console(file=out, width=400))(summary)
+    assert "2 --seeds entries are for another pipeline, target, kind or shape and were not used" in out.getvalue()

@@ -47,6 +47,10 @@ def say_search(console: Console):
                 + f", seed {summary['seed']}; seeds first: {seeds}")
         if summary["dropped_seeds"]:
             line += f"; {len(summary['dropped_seeds'])} seeds not valid for this dispatch were dropped"
+        ignored = summary.get("ignored_seeds", [])
+        if ignored:
+            line += (f"; {len(ignored)} --seeds entries are for another pipeline, target, kind or shape and were not "
+                     f"used (first: {ignored[0]})")
         if summary["space_complete"] and summary["space"] <= summary["budget"]:
             line += "; the space holds no more than the budget: every config is tried"
         warm = summary.get("warm_started_from")

@@ -164,6 +164,8 @@ class SearchPlan:
     proposed_by: dict[int, str] = field(default_factory=dict)  # candidate id -> who proposed it
     steps: list = field(default_factory=list)  # tuner.search.loop.Step, in order
     warm_started: Optional[dict] = None  # learning across runs: the prior it started from (points, dispatches)
+    # The user's --seeds entries for another pipeline, target, kind or shape: not used (said).
+    ignored_seeds: list = field(default_factory=list)
 
     def summary(self, candidates: Sequence[Candidate] = ()) -> dict:
         """What results.json and the CLI say of the search."""
@@ -175,6 +177,7 @@ class SearchPlan:
             "seed": self.settings.seed, "batch_size": self.settings.batch_size,
             "space": len(self.space), "space_complete": self.space.complete, "space_size": self.space.size,
             "seeds": by, "dropped_seeds": [s.source for s in self.search.dropped_seeds],
+            "ignored_seeds": list(self.ignored_seeds),
             "evaluations": len(self.steps),  # measured and told to the search (rounds: before this one)
             "proposed_by": {str(c.id): self.proposed_by.get(c.id, "") for c in candidates if not c.is_baseline},
             "warm_started_from": self.warm_started,
@@ -191,5 +194,9 @@ def plan_search(dispatch: Dispatch, pipeline: Pipeline, settings: SearchSettings
     space = build_space(dispatch, pipeline, settings.seed, without_flags)
     extra = [replace(e, name=f"user:{e.name}") for e in read_seed_file(settings.seeds_file)] \
         if settings.seeds_file else []
-    seeds = collect_seeds(seed_context(dispatch, pipeline, space), extra=extra)
-    return SearchPlan(settings, space, make_search(settings.name, space, settings.seed, seeds), seeds)
+    context = seed_context(dispatch, pipeline, space)
+    seeds = collect_seeds(context, extra=extra)
+    ignored = [f"{e.name} (for {e.pipeline} on {e.backend}" + "".join(f", {v}" for v in (e.arch, e.kind, e.shape) if v)
+               + ")" for e in extra if not e.is_eligible(context)]
+    return SearchPlan(settings, space, make_search(settings.name, space, settings.seed, seeds), seeds,
+                      ignored_seeds=ignored)
