@@ -263,6 +263,10 @@ def test_the_users_own_inputs_are_checked_and_used(tmp_path, small_matmul):
     np.save(tmp_path / "b64.npy", b.astype(np.float64))
     assert_one_error_line(run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--input", tmp_path / "b64.npy",
                                   "--output", tmp_path / "o3"), 2, "float64")
+    # Five bytes that are no .npy file: said as such (numpy would call them pickled data).
+    (tmp_path / "five.npy").write_bytes(b"hello")
+    assert_one_error_line(run_cli("tune", small_matmul, "--input", tmp_path / "a.npy", "--input", tmp_path / "five.npy",
+                                  "--output", tmp_path / "o4"), 2, "five.npy: not a .npy file")
 
 
 @pytest.mark.slow

@@ -262,6 +262,10 @@ class Workload:
         specs = []
         for i, (path, spec) in enumerate(zip(files, self.inputs)):
             try:
+                with open(path, "rb") as f:
+                    if f.read(6) != b"\x93NUMPY":  # numpy would call anything else pickled data
+                        raise InputError(f"--input {path}: not a .npy file (it does not start as one does); "
+                                         "save the array with numpy.save")
                 array = np.load(path, allow_pickle=False)
             except (OSError, ValueError) as e:
                 raise InputError(f"--input {path}: not a readable .npy file ({e})") from None
