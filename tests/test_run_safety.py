@@ -720,3 +720,16 @@ def test_kinds_naming_no_kind_and_a_report_of_no_rows_are_refused(tmp_path):
     assert not (tmp_path / "o").exists()
     result = run_cli("report", tmp_path, "--top", "-3")
     assert result.exit_code == 2 and "-3 is not in the range x>=1" in result.output
+
+
+def test_inputs_or_results_too_large_to_hold_are_one_error_line_before_anything_is_compiled(tmp_path):
+    from tuner.discovery.workload import TensorSpec
+
+    assert "more than the 17179869184 an input may have here" in TensorSpec((1_000_000, 1_000_000), "f32").unrunnable()
+    assert TensorSpec((4096, 4096), "f32").unrunnable() is None
+    # A 1000000x1000000 result: --compile-only took it, and only the benchmark refused it.
+    huge = write_matmul(tmp_path / "huge.mlir", 1_000_000, 1_000_000, 64)
+    for args in (("tune", huge, "--compile-only"), ("tune", huge)):
+        result = run_cli(*args, "--output", tmp_path / "o")
+        assert_one_error_line(result, 2, "more than the 17179869184 a result may have here")
+        assert not (tmp_path / "o" / "candidates").exists()

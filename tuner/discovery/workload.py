@@ -180,6 +180,12 @@ class TensorSpec:
                     "convert the model to f32")
         if any(d < 0 for d in self.shape):
             return f"{self.mlir}: a dynamic shape no size was chosen for"
+        elements = 1
+        for d in self.shape:
+            elements *= d
+        if elements > MAX_ELEMENTS:
+            return (f"{'x'.join(map(str, self.shape))}x{self.element_type}: {elements} elements, more than the "
+                    f"{MAX_ELEMENTS} an input may have here" + ("; give a smaller --dynamic-size" if self.dynamic else ""))
         known = SCALAR_TYPES if self.scalar else (*NUMPY_DTYPES, *RAW_TYPES)
         if self.element_type not in known:
             return f"{self.mlir}: element type {self.element_type} is not supported for benchmark inputs yet"
@@ -243,6 +249,13 @@ class Workload:
             problem = spec.unrunnable()
             if problem:
                 return f"argument {problem}"
+        for spec in self.outputs:  # a result is memory too (a dynamic one: as large as it comes)
+            elements = 1
+            for d in spec.shape:
+                elements *= max(d, 1)
+            if elements > MAX_ELEMENTS:
+                return (f"result {'x'.join(map(str, spec.shape))}x{spec.element_type}: {elements} elements, more than "
+                        f"the {MAX_ELEMENTS} a result may have here")
         return None
 
     @property
