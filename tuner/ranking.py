@@ -53,7 +53,8 @@ def _order(r: Result) -> tuple:
 
 def rank(results: Iterable[Result]) -> Ranking:
     """Order the candidates that compiled, ran and matched the baseline's numerics, and name the
-    winner: the confirmed candidate with the highest paired speedup among those faster than the
+    winner: the confirmed candidate whose rounds hold up best (comparison.leading: the lower
+    quantile of its paired ratios, then their median) among those faster than the
     baseline in at least WIN_SHARE of the rounds whose rounds settled (Result.unsettled), if it
     is faster beyond the noise in the fresh rounds timed after it was chosen too (its speedup is
     theirs: Result.holdout_ratios)."""

@@ -94,9 +94,11 @@ class Interval:
 
 def leading(rounds: Paired, candidate_id: int) -> tuple[float, int]:
     """The order that picks the lead among candidates faster beyond the noise (max of it): the
-    highest median ratio, then the lowest id. The passes time the lead's fresh rounds and the
-    ranking names it by the same order."""
-    return (rounds.speedup, -candidate_id)
+    highest lower quantile of the rounds (`Paired.lower`: the ratio WIN_SHARE of them reach), then
+    the highest median, then the lowest id. A lower quantile is less swayed than the median by
+    one lucky round, the winner's curse of picking the best of several noisy candidates (issue 36).
+    The passes time the lead's fresh rounds and the ranking names it by the same order."""
+    return (rounds.lower, rounds.speedup, -candidate_id)
 
 
 # More rounds for a contested winner: at most this many batches of rounds in all (the first
