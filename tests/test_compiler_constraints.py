@@ -166,3 +166,27 @@ def test_crosscheck_over_every_gpu_sample(tmp_path, sample, target):
             continue
         native_only = sum(k["count"] for k in c["classes"] if k["side"] == NATIVE_ONLY)
         assert c["both"] + native_only == c["native"]
+
+
+def test_the_both_source_answers_every_pipeline_hook_as_the_pipeline_it_wraps():
+    # Each hook of Pipeline overridden with an answer of its own: the wrapper gives those answers
+    # (it once forwarded 11 hooks by hand and missed optional_knobs, declines and aliases).
+    from pipelines.base import Pipeline
+    from tuner.problem.sources import BothSource
+
+    hooks = [h for h in vars(Pipeline) if not h.startswith("_") and h not in ("name", "native", "constraints",
+                                                                             "filters_configs", "admits", "supports")]
+
+    class Answering(Pipeline):
+        pass
+
+    for hook in hooks:
+        if callable(vars(Pipeline)[hook]):
+            setattr(Answering, hook, lambda self, *a, _h=hook, **k: f"{_h} of the wrapped pipeline")
+        else:
+            setattr(Answering, hook, f"{hook} of the wrapped pipeline")
+    both = BothSource(Answering(), problem=None)
+    for hook in hooks:
+        value = getattr(both, hook)
+        assert (value("dispatch", {}) if callable(value) else value) == f"{hook} of the wrapped pipeline", hook
+    assert "optional_knobs" in hooks and "declines" in hooks and "model_flags_for" in hooks

@@ -69,45 +69,12 @@ class CompilerSource(_Wrapping):
 @dataclass
 class BothSource(_Wrapping):
     """The native pipeline less the configs the compiler's constraints reject: its problem,
-    knobs, features and configs, with `admits` saying which of them the compiler takes."""
+    knobs, features and configs, with `admits` saying which of them the compiler takes. Every
+    other hook of `Pipeline` is the native pipeline's (forwarded below, so a new hook cannot be
+    missed)."""
 
     constraints = "both"
     filters_configs = True
-
-    @property
-    def model_flags(self) -> tuple[tuple[str, ...], ...]:  # type: ignore[override]
-        return self.base.model_flags
-
-    @property
-    def tuned_model_flags(self) -> tuple[tuple[str, ...], ...]:  # type: ignore[override]
-        return self.base.tuned_model_flags
-
-    @property
-    def data_tiling_flags(self) -> tuple[str, ...]:  # type: ignore[override]
-        return self.base.data_tiling_flags
-
-    @property
-    def flag_knobs(self) -> tuple[str, ...]:  # type: ignore[override]
-        return self.base.flag_knobs
-
-    @property
-    def compiler_pipeline(self) -> str | None:  # type: ignore[override]
-        return self.base.compiler_pipeline
-
-    def build_problem(self, dispatch: Dispatch):
-        return self.base.build_problem(dispatch)
-
-    def to_config(self, dispatch: Dispatch, solution: Mapping, ctx: ir.Context) -> Config:
-        return self.base.to_config(dispatch, solution, ctx)
-
-    def features(self, dispatch: Dispatch, solution: Mapping) -> dict[str, float]:
-        return self.base.features(dispatch, solution)
-
-    def maps_to_compiler(self, dispatch: Dispatch) -> bool:
-        return self.base.maps_to_compiler(dispatch)
-
-    def compiler_knobs(self, dispatch: Dispatch, solution: Mapping) -> dict[str, object]:
-        return self.base.compiler_knobs(dispatch, solution)
 
     def admits(self, dispatch: Dispatch, knobs: Mapping) -> bool:
         """Whether the compiler's constraints admit the config; one they cannot say (split-K)
@@ -148,3 +115,18 @@ def with_constraints(source: str, pipeline: Pipeline, dispatch: Dispatch, input_
     if source == "compiler":
         return CompilerSource(pipeline, problem, limit=min(CompilerSource.limit, max(200, 20 * budget)))
     return BothSource(pipeline, problem)
+
+
+def _forwarding(hook: str):
+    """`hook` of the wrapped pipeline: a method called on it, or its value."""
+    if callable(vars(Pipeline)[hook]):
+        def method(self, *args, **kwargs):
+            return getattr(self.base, hook)(*args, **kwargs)
+        method.__name__ = hook
+        return method
+    return property(lambda self: getattr(self.base, hook))
+
+
+for _hook in [h for h in vars(Pipeline) if not h.startswith("_")]:
+    if _hook not in vars(BothSource) and _hook not in vars(_Wrapping):
+        setattr(BothSource, _hook, _forwarding(_hook))
