@@ -183,6 +183,9 @@ for tool, needle, action in json.load(open({rules!r})):
             time.sleep(3600)
         elif action == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        elif action == "fail":  # a compile error, as for a config the compiler rejects
+            sys.stderr.write("error: failed to legalize operation (simulated)\\n")
+            sys.exit(1)
         elif action == "killed":  # as the out-of-memory killer does
             os.kill(os.getpid(), signal.SIGKILL)
         elif action == "disk-full":

@@ -130,7 +130,7 @@ def test_a_candidate_that_fails_to_build_is_reported_with_the_compiler_constrain
                                   "knobs": {
         "mma_kind": 0, "subgroup_m": 1, "subgroup_n": 1, "subgroups_m": 4, "subgroups_n": 4, "reduction_k": 2,
         "prefetch_num_stages": 2, "reorder_workgroups": 0}}]))
-    faulty_tools("iree-compile", "/0001/", "crash")
+    faulty_tools("iree-compile", "/0001/", "fail")
     result = run_cli("tune", MATMUL_TB, "--target", "cuda:sm_80", "--seeds", seeds, "--budget", "2",
                      "--compile-only", "--output", tmp_path / "run")
     assert result.exit_code == 0, result.output

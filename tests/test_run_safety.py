@@ -219,7 +219,7 @@ def test_malformed_manifest_values_are_one_error_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_tampered_manifest_cannot_name_a_winner_nothing_timed(tmp_path):
-    # Two candidates under one key (one would take the other's rounds); a candidate marked reused
+    # Two candidates of other executables under one key (one would take the other's rounds); a candidate marked reused
     # with a status of ok and prefilled "wins" at 50x, and no module: refused before anything is
     # timed, and no result is written.
     out = _compiled_dir(tmp_path)
@@ -229,7 +229,8 @@ def test_a_tampered_manifest_cannot_name_a_winner_nothing_timed(tmp_path):
     forged = json.loads(json.dumps(manifest))
     forged["candidates"][1].update({"reused": True, "vmfb": None})
     forged["candidates"][1]["result"].update({"status": "ok", "median_ms": 0.001, "round_ratios": [50.0] * 50})
-    for changed, text in ((twice, "candidate keys appear twice"), (forged, "candidate 1 is marked reused with status ok")):
+    for changed, text in ((twice, "candidates of other executables share the key"),
+                          (forged, "candidate 1 is marked reused with status ok")):
         (out / "manifest.json").write_text(json.dumps(changed))
         assert_one_error_line(run_cli("benchmark", out), 2, text)
         assert not (out / "results.json").exists() and not (out / "best_spec.mlir").exists()

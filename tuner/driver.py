@@ -283,7 +283,8 @@ def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
     from tuner.results import Status
 
     failed = {r.candidate_id for r in results
-              if r.status in (Status.COMPILE_FAILED, Status.CONFIG_NOT_APPLIED) and not r.is_baseline}
+              if r.status in (Status.COMPILE_FAILED, Status.COMPILE_INTERRUPTED, Status.CONFIG_NOT_APPLIED)
+              and not r.is_baseline}
     pipeline = session.pipeline
     base = pipeline.native
     if not failed or base.compiler_pipeline is None or not base.maps_to_compiler(session.dispatch):

@@ -67,10 +67,16 @@ class Manifest:
             if len(set(ids)) != len(ids):
                 raise InputError(f"{path}: candidate ids appear twice ({sorted({i for i in ids if ids.count(i) > 1})}); "
                                  "compile the candidates again")
-            keys = [b.result.key for b in built]
-            if len(set(keys)) != len(keys):
-                raise InputError(f"{path}: candidate keys appear twice ({sorted({k for k in keys if keys.count(k) > 1})}); "
-                                 "a key names what was compiled, once; compile the candidates again")
+            # A key names what was compiled: candidates under one key (one config under two
+            # summaries) built the same executable; under one key with other executables, one
+            # would be given the other's rounds.
+            executables: dict[str, set] = {}
+            for b in built:
+                executables.setdefault(b.result.key, set()).add(b.result.binary_hash)
+            clash = sorted(k for k, hashes in executables.items() if len(hashes) > 1)
+            if clash:
+                raise InputError(f"{path}: candidates of other executables share the key {clash[0]}; "
+                                 "a key names what was compiled; compile the candidates again")
             # A compile step marks as reused only a build failure the store held: a result marked
             # so with a status of ok (and times, and no module) was not written by one.
             forged = [b.result.candidate_id for b in built if b.reused and b.result.status not in BUILD_FAILURES]
