@@ -108,20 +108,6 @@ def test_gpu_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path
             assert options.use_igemm_convolution
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target_name", ["cuda", "rocm:gfx942"])
-def test_nchw_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path, target_name):
-    # Channels first: every candidate compiles and the compiled dispatch carries its config (read
-    # back by compile_all), as an implicit GEMM.
-    target = parse_target(target_name)
-    [d] = discover(NCHW, target, ctx)
-    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
-    built = compile_all(candidates, NCHW, target, tmp_path, EvalSettings(), ctx)
-    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
-    assert len({b.result.binary_hash for b in built}) == len(built) == 4
-    assert all("use_igemm_convolution = true" in c.config.expect_translation_info for c in candidates[1:])
-
-
 def test_cpu_convolution_problem(ctx):
     import z3
 
