@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import socket
 import threading
 from typing import Callable, Optional
@@ -51,6 +52,9 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
                       include_dashboard=False, configure_logging=False)
         if address:
             _reachable(address)
+        # ray.init installs its own SIGTERM handler in the driver (it exits 15 with a stack dump):
+        # the tuner's handlers (one line, tools killed, exit 143) are put back after it.
+        handlers = _signal_handlers()
         try:
             if address:
                 ray.init(address=address, **common)
@@ -61,8 +65,26 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise InputError(f"cannot connect to the Ray cluster at {address or 'a new local one'}: "
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        finally:
+            _restore(handlers)
         atexit.register(shutdown)
         return ray
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def _signal_handlers() -> dict:
+    """This process's handlers of the signals that end a run (where they can be set: the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.getsignal(s) for s in _SIGNALS}
+
+
+def _restore(handlers: dict) -> None:
+    for signum, handler in handlers.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
 
 
 def _reachable(address: str) -> None:
