@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
+from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options, kind_list,
                                parameters_option, quiet_wait_option, gpu_timing_option, search_options, terminate)
 from tuner.cli.say import (dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches,
                            say_failures, say_picked,
@@ -22,14 +22,6 @@ from tuner.report.outputs import make_console
 # Exit status of a run in which no candidate took its config (each is config_not_applied): the
 # outputs are written (the default kept), but nothing was tuned.
 NONE_TOOK = 9
-
-
-def kind_list(text: str) -> tuple[str, ...]:
-    """--kinds as a list; given, it names at least one kind (`--kinds ,` is not every kind)."""
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    if text and not kinds:
-        raise InputError(f"--kinds {text!r}: names no kind; leave it out to tune every kind")
-    return kinds
 
 
 @click.group()

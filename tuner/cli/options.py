@@ -9,6 +9,9 @@ from pathlib import Path
 
 import click
 
+from tuner.errors import InputError
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP (a closed terminal), ended like SIGINT: every tool the run started is
     killed and the store closed."""
@@ -16,6 +19,14 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         super().__init__()
         self.signum = signum
+
+
+def kind_list(text: str) -> tuple[str, ...]:
+    """--kinds as a list; given, it names at least one kind (`--kinds ,` is not every kind)."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    if text and not kinds:
+        raise InputError(f"--kinds {text!r}: names no kind; leave it out to tune every kind")
+    return kinds
 
 
 def terminate(signum, frame) -> None:
