@@ -13,6 +13,8 @@
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
 # 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16,
 # unet_attention_block_f16, resnet50_f16_b8 (issue 35).
+#   bash benchmarks/gpu_exported_models.sh cut NAME P1,P2,... # where the CUDA result goes off llvm-cpu's:
+#                      # the graph cut after each tensor named, both built and run (cut_compare.py)
 #   bash benchmarks/gpu_exported_models.sh torch NAME...     # torch eager (cuDNN, cuBLAS) on the same graph,
 #                      # NCHW and channels-last, CUPTI kernel time and wall time (onnx_torch_eager.py)
 set -u
@@ -54,6 +56,8 @@ fallback)
 import json; d = json.load(open('$OUT/fallback-$NAME.json')); print(d['method'])
 for r in d['dispatches']: print(' ', r['name'][:70], r['ms'], r['untimed'][:150])"
   done ;;
+cut)
+  python3 benchmarks/cut_compare.py $M/$1.onnx --points $2 --work /tmp/cut-$1 ;;
 torch)
   for NAME in "$@"; do
     python3 benchmarks/onnx_torch_eager.py $M/$NAME.onnx --json $OUT/torch-$NAME.json
