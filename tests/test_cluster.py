@@ -289,23 +289,24 @@ def test_a_worker_lost_during_the_confirmation_rounds_leaves_them_to_another(clu
 
 
 @pytest.mark.slow  # starts Ray (and compiles for real)
-def test_sigterm_ends_a_ray_run_like_any_other_run(tmp_path, faulty_tools):
+def test_sigterm_ends_a_ray_run_like_any_other_run(cluster, matmul, tmp_path):
     # ray.init installs a SIGTERM handler of its own in the driver (exit 15 with a stack dump);
     # the tuner's is put back: one line, exit 143, no traceback.
     import signal
     import time
 
-    from tests.test_run_safety import _processes_mentioning
-
-    path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
-    faulty_tools("iree-benchmark-module", "candidates/", "hang")
-    run = cli_process("tune", path, "--num-candidates", "2", "--output", tmp_path / "out", "--repetitions", "1",
-                      "--strategy", "ray")
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not any("iree-benchmark-module" in p for p in _processes_mentioning(str(tmp_path))):
+    cluster(sleep=60.0)  # each timing a minute: the run is mid-benchmark when it is ended
+    out = tmp_path / "out"
+    run = cli_process("tune", str(matmul), "--num-candidates", "2", "--repetitions", "1", "--output", str(out),
+                      "--strategy", "ray", "--ray-address", cluster.address)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "results.sqlite").exists():
         assert run.poll() is None, run.stdout.read()
         time.sleep(0.2)
+    time.sleep(20)  # compiled by now, and inside a minute-long timing on a worker
+    assert run.poll() is None
     os.kill(run.pid, signal.SIGTERM)
     output, _ = run.communicate(timeout=120)
+    cluster()
     assert run.returncode == 128 + signal.SIGTERM, output
     assert "terminated: every result measured so far is kept" in output and "Traceback" not in output

@@ -29,8 +29,22 @@ def kind_list(text: str) -> tuple[str, ...]:
     return kinds
 
 
+# The signals that ended this run, as terminate() received them: a library between the handler
+# and the CLI (Ray's `ray.get`) may catch the Terminated it raised and raise a plain
+# KeyboardInterrupt instead; the exit still says which signal it was.
+RECEIVED: list[int] = []
+
+
 def terminate(signum, frame) -> None:
+    RECEIVED.append(signum)
     raise Terminated(signum)
+
+
+def ended_by(error: KeyboardInterrupt) -> int | None:
+    """The signal (SIGTERM, SIGHUP) that ended the run with `error`, or None for Ctrl-C."""
+    if isinstance(error, Terminated):
+        return error.signum
+    return RECEIVED[-1] if RECEIVED else None
 
 
 class Seconds(click.ParamType):

@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tuner.cli.options import Terminated
+from tuner.cli.options import ended_by
 from tuner.discovery.workload import Workload
 from tuner.errors import StoreError, TunerError
 from tuner.results import Status
@@ -156,10 +156,11 @@ class errors_to_exit:
             sys.exit(StoreError.exit_code)
         if isinstance(error, KeyboardInterrupt):
             kill_running_tools()  # nothing this run started outlives it
-            how = "terminated" if isinstance(error, Terminated) else "interrupted"
+            signum = ended_by(error)
+            how = "terminated" if signum is not None else "interrupted"
             click.echo(f"{how}: every result measured so far is kept in the result store (and every compiled "
                        f"candidate in the manifest); run the same command again to resume", err=True)
-            sys.exit(128 + error.signum if isinstance(error, Terminated) else 130)
+            sys.exit(128 + signum if signum is not None else 130)
         return False
 
 
