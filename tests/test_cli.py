@@ -183,3 +183,13 @@ def test_a_number_that_cannot_be_meant_is_refused_before_anything_runs(option, v
     result = run_cli("tune", str(small_matmul), option, value, "--output", str(tmp_path / "o"))
     assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
     assert "Traceback" not in result.output and not (tmp_path / "o").exists()
+
+
+def test_version_names_the_tuner_and_the_tools_it_runs():
+    from tuner.versions import compiler_version
+
+    result = run_cli("--version")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].startswith("iree-tuner ") and f"IREE compiler {compiler_version()}" in lines[1]
+    assert lines[2].startswith("z3 ")

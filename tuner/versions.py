@@ -47,3 +47,21 @@ def runtime_version() -> str:
     except ImportError:
         VERSION = "none"
     return VERSION + tools_identity()
+
+
+def version_text() -> str:
+    """What `iree-tuner --version` prints: this tuner's version and the tools it runs."""
+    from importlib import metadata
+
+    try:
+        tuner = metadata.version("iree-dispatch-tuner")
+    except metadata.PackageNotFoundError:
+        tuner = "unknown (not installed)"
+    try:
+        import z3
+
+        solver = z3.get_version_string()
+    except ImportError:
+        solver = "none"
+    return (f"iree-tuner {tuner}\nIREE compiler {compiler_version()}, runtime {runtime_version()}\n"
+            f"z3 {solver}")

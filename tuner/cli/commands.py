@@ -10,21 +10,20 @@ from pathlib import Path
 
 import click
 
-from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options, kind_list,
-                               parameters_option, quiet_wait_option, gpu_timing_option, search_options, terminate)
-from tuner.cli.say import (dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches,
-                           say_failures, say_picked,
-                           say_search, say_summary, stats_line)
+from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
+                               gpu_timing_option, kind_list, parameters_option, quiet_wait_option, search_options,
+                               terminate, version_option)
+from tuner.cli.say import (dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
+                           say_picked, say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
 from tuner.report.outputs import make_console
 
 
-# Exit status of a run in which no candidate took its config (each is config_not_applied): the
-# outputs are written (the default kept), but nothing was tuned.
-NONE_TOOK = 9
+NONE_TOOK = 9  # exit status when no candidate took its config (each config_not_applied): default kept
 
 
 @click.group()
+@version_option
 def main() -> None:
     """Tune IREE dispatches: enumerate lowering configs, compile and time them, keep the best."""
     if threading.current_thread() is threading.main_thread():

@@ -21,6 +21,19 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+def _say_version(ctx: click.Context, _param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from tuner.versions import version_text
+
+        click.echo(version_text())
+        ctx.exit()
+
+
+def version_option(f):
+    return click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_say_version,
+                        help="Show this tuner's version and the IREE and z3 versions it runs, then exit.")(f)
+
+
 def kind_list(text: str) -> tuple[str, ...]:
     """--kinds as a list; given, it names at least one kind (`--kinds ,` is not every kind)."""
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
