@@ -4,7 +4,9 @@
 
 - modules at tuner/'s top level (limit 12) and modules over 400 lines;
 - private names (a leading underscore) imported from another module, lazily or not;
-- import cycles between modules, lazy (function-level) imports included;
+- import cycles between modules, lazy (function-level) imports included, and between the flow's
+  folders (each folder of tuner/ and each of its top-level modules one node; pipelines and
+  constraints one node each);
 - public functions with more than 8 parameters (self and *args/**kwargs not counted; the click
   commands of tuner/cli/ may stay wide).
 
@@ -82,6 +84,25 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def folder_of(name: str) -> str:
+    """The node a module belongs to in the folder graph: tuner.X for anything under tuner/X (a
+    folder or a top-level module), the package for pipelines and constraints, tuner for tuner's
+    own __init__."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "tuner" else parts[0]
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph with each module replaced by its folder (edges inside a folder dropped)."""
+    folders: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            a, b = folder_of(source), folder_of(target)
+            if a != b and "tuner" not in (a, b):
+                folders.setdefault(a, set()).add(b)
+    return folders
+
+
 def wide_functions(path: Path, name: str) -> list[str]:
     wide = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -108,11 +129,14 @@ def main() -> int:
     # A package's __init__ importing its own submodules is not a cycle of the design.
     graph = {k: {v for v in vs if not v.startswith(k + ".") and not k.startswith(v + ".")} for k, vs in graph.items()}
     found = cycles(graph)
+    folder_cycles = cycles(folder_graph(graph))
     report = [
         (f"modules at tuner/'s top level: {len(top)} (limit {TOP_LEVEL_LIMIT})", len(top) > TOP_LEVEL_LIMIT, []),
         (f"modules over {LINES_LIMIT} lines: {len(long)}", bool(long), long),
         (f"private names imported across modules: {len(private)}", bool(private), private),
         (f"import cycles: {len(found)}", bool(found), [" <-> ".join(c) for c in found]),
+        (f"import cycles between folders: {len(folder_cycles)}", bool(folder_cycles),
+         [" <-> ".join(c) for c in folder_cycles]),
         (f"public functions over {PARAMS_LIMIT} parameters: {len(wide)}", bool(wide), wide),
     ]
     failed = False

@@ -30,3 +30,15 @@ def test_no_private_name_is_imported_across_modules_and_no_import_cycle():
 def test_the_cycle_finder_finds_a_lazy_cycle():
     # A cycle made through a function-level import is found too (what the redesign removed).
     assert _structure().cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_folder_graph_joins_modules_by_folder_and_finds_a_cycle_between_folders():
+    s = _structure()
+    graph = {"tuner.build.compile": {"tuner.evaluation.measure", "tuner.build.manifest"},
+             "tuner.evaluation.passes": {"tuner.ranking"}, "tuner.ranking": {"tuner.build.compile"},
+             "tuner.api": {"pipelines.base"}, "pipelines.base": {"constraints.knobs"}, "tuner": {"tuner.api"}}
+    folders = s.folder_graph(graph)
+    # Edges inside a folder are dropped; tuner's own __init__ is no node.
+    assert folders == {"tuner.build": {"tuner.evaluation"}, "tuner.evaluation": {"tuner.ranking"},
+                       "tuner.ranking": {"tuner.build"}, "tuner.api": {"pipelines"}, "pipelines": {"constraints"}}
+    assert s.cycles(folders) == [["tuner.build", "tuner.evaluation", "tuner.ranking"]]
