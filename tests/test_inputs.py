@@ -538,3 +538,16 @@ def test_a_dispatch_only_the_initializer_runs_is_listed_apart_and_never_tuned(tm
                      "--output", tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["meta"]["dispatch"].startswith("main_dispatch_")
+
+
+@pytest.mark.slow
+def test_a_dispatch_name_cut_at_its_dollar_by_the_shell_is_said_with_the_quoting_it_needs(tmp_path):
+    # Unquoted, `--dispatch main$async_dispatch_1_...` reaches the tuner as `main`.
+    path = tmp_path / "decode.mlir"
+    path.write_text(TORCH_DYNAMIC)
+    result = run_cli("tune", path, "--dispatch", "main", "--compile-only", "--output", tmp_path / "out")
+    assert_one_error_line(result, 2, "no dispatch named 'main', but 'main$async_dispatch_1_matmul_64x96x128_f32' "
+                                     "begins so: a name holding `$` must be single-quoted in the shell "
+                                     "(--dispatch 'main$async_dispatch_1_matmul_64x96x128_f32')")
+    listed = run_cli("dispatches", path, "--output", tmp_path / "listed")
+    assert "--dispatch 'NAME' (single-quoted: the names hold `$`)" in " ".join(listed.output.split())

@@ -53,6 +53,10 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
     for d in tunable:
         if d.name == name:
             return d
+    cut = [d.name for d in dispatches if d.name.startswith(name + "$")]
+    if cut:  # the shell took `$async...` for a variable: the name reached us cut at the `$`
+        raise InputError(f"{input_path}: no dispatch named {name!r}, but {cut[0]!r} begins so: a name holding `$` "
+                         f"must be single-quoted in the shell (--dispatch '{cut[0]}')")
     raise InputError(f"{input_path}: no tunable dispatch named {name!r}; tunable: {', '.join(d.name for d in tunable)}")
 
 

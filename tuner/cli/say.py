@@ -226,4 +226,5 @@ def say_dispatches(console: Console, listed, input_file: Path, target: str) -> N
         console.print(f"timed: {measured.method}")
     tunable = sum(1 for r in rows if r.pipeline)
     console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
-                  f"--target {target} --dispatch NAME")
+                  f"--target {target} --dispatch 'NAME'" + (" (single-quoted: the names hold `$`)"
+                                                           if any("$" in r.name for r in rows) else ""))
