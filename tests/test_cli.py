@@ -193,3 +193,10 @@ def test_version_names_the_tuner_and_the_tools_it_runs():
     lines = result.output.splitlines()
     assert lines[0].startswith("iree-tuner ") and f"IREE compiler {compiler_version()}" in lines[1]
     assert lines[2].startswith("z3 ")
+
+
+def test_the_top_level_help_gives_every_command_a_whole_summary():
+    result = run_cli("--help")
+    commands = result.output.split("Commands:")[1]
+    names = ["benchmark", "candidates", "crosscheck", "dispatches", "pack", "report", "tune", "tune-model"]
+    assert all(f"  {n} " in commands for n in names) and "..." not in commands

@@ -31,7 +31,7 @@ def main() -> None:
         signal.signal(signal.SIGHUP, terminate)
 
 
-@main.command()
+@main.command(short_help="Tune one dispatch: search its configs, time them, keep the best.")
 @click.argument("input_file", type=click.Path(path_type=Path))
 @search_options
 @click.option("--output", "output_dir", default="tuning-output", show_default=True, type=click.Path(path_type=Path),
@@ -68,7 +68,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
         raise SystemExit(NONE_TOOK)
 
 
-@main.command("tune-model")
+@main.command("tune-model", short_help="Tune a whole model: model-wide choices, its dispatches, one spec.")
 @click.argument("input_file", type=click.Path(path_type=Path))
 @click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
 @click.option("--top", default=None, type=click.IntRange(min=1),
@@ -145,7 +145,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                   f"{rebuild_command(output_dir, str(tuning.program_path), 'model_flags.txt', tuning.parameters)}")
 
 
-@main.command()
+@main.command(short_help="Copy what the device needs for a pending two-machine step.")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.argument("dest", type=click.Path(path_type=Path))
 def pack(directory: Path, dest: Path) -> None:
@@ -160,7 +160,7 @@ def pack(directory: Path, dest: Path) -> None:
     click.echo(f"copied {len(files)} files ({size / 2**20:.1f} MiB) into {dest}")
 
 
-@main.command()
+@main.command(short_help="Measure a --compile-only directory here, or given configs.")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--configs", "configs_file", default=None, type=click.Path(path_type=Path),
               help="With an input file: JSON list of knob assignments (or a results.json) to evaluate.")
@@ -215,7 +215,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
         raise SystemExit(NONE_TOOK)
 
 
-@main.command()
+@main.command(short_help="List the candidates tune would try, without compiling them.")
 @click.argument("input_file", type=click.Path(path_type=Path))
 @click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
 @click.option("--num-candidates", default=30, show_default=True, type=int, help="Configs besides the baseline.")
@@ -267,7 +267,7 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
                       f"--configs {output_dir}/candidates.json")
 
 
-@main.command()
+@main.command(short_help="Compare this tuner's constraints with IREE's own.")
 @click.argument("input_file", type=click.Path(path_type=Path))
 @click.option("--target", required=True, help="A GPU target: cuda[:sm_NN], rocm[:gfxNNN] (llvm-cpu emits no constraints).")
 @click.option("--dispatch", "dispatch_name", default=None, help="Only this dispatch (default: every tunable one).")
@@ -318,7 +318,7 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
     console.print(f"wrote {output_dir}/crosscheck.json")
 
 
-@main.command()
+@main.command(short_help="List a program's dispatches, what tunes each, their shares.")
 @click.argument("input_file", type=click.Path(path_type=Path))
 @click.option("--target", default="llvm-cpu", show_default=True, help="Compile target: llvm-cpu, cuda[:sm_NN], rocm[:gfxNNN].")
 @click.option("--pipeline", "pipeline_name", default=None, help="Codegen pipeline to ask about (default: the compiler's choice's).")
@@ -354,7 +354,7 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
         say_dispatches(console, listed, input_file, target)
 
 
-@main.command()
+@main.command(short_help="Print a finished tuning's table again, and plot it.")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Rows of the table.")
 def report(directory: Path, top: int) -> None:
