@@ -7,6 +7,7 @@ types come back as raw bits too and are widened to f32 to be compared."""
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -180,9 +181,7 @@ class TensorSpec:
                     "convert the model to f32")
         if any(d < 0 for d in self.shape):
             return f"{self.mlir}: a dynamic shape no size was chosen for"
-        elements = 1
-        for d in self.shape:
-            elements *= d
+        elements = math.prod(self.shape)
         if elements > MAX_ELEMENTS:
             return (f"{'x'.join(map(str, self.shape))}x{self.element_type}: {elements} elements, more than the "
                     f"{MAX_ELEMENTS} an input may have here" + ("; give a smaller --dynamic-size" if self.dynamic else ""))
@@ -250,9 +249,7 @@ class Workload:
             if problem:
                 return f"argument {problem}"
         for spec in self.outputs:  # a result is memory too (a dynamic one: as large as it comes)
-            elements = 1
-            for d in spec.shape:
-                elements *= max(d, 1)
+            elements = math.prod(max(d, 1) for d in spec.shape)
             if elements > MAX_ELEMENTS:
                 return (f"result {'x'.join(map(str, spec.shape))}x{spec.element_type}: {elements} elements, more than "
                         f"the {MAX_ELEMENTS} a result may have here")
@@ -362,9 +359,7 @@ class Workload:
             if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and low <= d < 2 ** 31
                                                       for d in shape):
                 raise InputError(f"workload {what} {i}: shape {shape!r} is not a list of non-negative dimensions")
-            elements = 1
-            for d in shape:
-                elements *= d
+            elements = math.prod(shape)
             if elements > MAX_ELEMENTS:
                 raise InputError(f"workload {what} {i}: shape {shape!r} holds {elements} elements, more than "
                                  f"{MAX_ELEMENTS} an input may have here")

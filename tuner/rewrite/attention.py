@@ -28,10 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int_list, is_onnx, producer, single_use, static_shape
+from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, producer, single_use, static_shape
 
 SDPA = "torch.aten.scaled_dot_product_attention"
 
@@ -184,11 +183,7 @@ def _mask_operand(mask: ir.Value, rank: int, ip: ir.InsertionPoint, loc: ir.Loca
     full = [1] * (rank - len(dims)) + dims
     element = str(mask.type).rsplit(",", 1)[-1]  # "f16>"
     reshaped = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, full))}],{element}")
-    dims = ir.DenseElementsAttr.get(np.array(full, np.int64), type=ir.RankedTensorType.get(
-        [len(full)], ir.IntegerType.get_signed(64), loc=loc))
-    shape = ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(full)}],si64>")],
-                                attributes={"value": dims}, loc=loc, ip=ip).result
-    return ir.Operation.create(ONNX_OP, results=[reshaped], operands=[mask, shape],
+    return ir.Operation.create(ONNX_OP, results=[reshaped], operands=[mask, int64_literal(full, ip, loc)],
                                attributes={"name": ir.StringAttr.get("onnx.Reshape")}, loc=loc, ip=ip).result
 
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int_list, is_onnx, static_shape
+from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, static_shape
 
 
 def _strides(conv: ir.Operation) -> list[int] | None:
@@ -41,13 +40,6 @@ def _strides(conv: ir.Operation) -> list[int] | None:
             or auto_pad != "NOTSET" or all(s == 1 for s in strides)):
         return None
     return strides
-
-
-def _literal(values: list[int], ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
-    dense = ir.DenseElementsAttr.get(np.array(values, np.int64), type=ir.RankedTensorType.get(
-        [len(values)], ir.IntegerType.get_signed(64), loc=loc))
-    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(values)}],si64>")],
-                               attributes={"value": dense}, loc=loc, ip=ip).result
 
 
 def subsample_strided_pointwise_convs(module: ir.Module) -> list[str]:
@@ -71,8 +63,8 @@ def subsample_strided_pointwise_convs(module: ir.Module) -> list[str]:
         spatial = list(range(2, len(dims)))
         sub = dims[:2] + [math.ceil(d / s) for d, s in zip(dims[2:], strides)]
         element = str(x.type).rsplit(",", 1)[-1]  # "f16>"
-        operands = [x, _literal([0] * len(spatial), ip, loc), _literal(dims[2:], ip, loc),
-                    _literal(spatial, ip, loc), _literal(strides, ip, loc)]
+        operands = [x, int64_literal([0] * len(spatial), ip, loc), int64_literal(dims[2:], ip, loc),
+                    int64_literal(spatial, ip, loc), int64_literal(strides, ip, loc)]
         sliced = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, sub))}],{element}")],
                                      operands=operands, attributes={"name": ir.StringAttr.get("onnx.Slice")},
                                      loc=loc, ip=ip).result

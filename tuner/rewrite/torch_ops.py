@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 from iree.compiler import ir
 
 ONNX_OP = "torch.operator"
@@ -36,3 +37,11 @@ def static_shape(value: ir.Value) -> Optional[list[int]]:
 
 def int_list(attr: ir.Attribute) -> list[int]:
     return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
+
+
+def int64_literal(values: list[int], ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """A `torch.vtensor.literal` of si64 values (a shape, axes or steps an onnx op takes)."""
+    dense = ir.DenseElementsAttr.get(np.array(values, np.int64), type=ir.RankedTensorType.get(
+        [len(values)], ir.IntegerType.get_signed(64), loc=loc))
+    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(values)}],si64>")],
+                               attributes={"value": dense}, loc=loc, ip=ip).result
