@@ -1,8 +1,10 @@
 """Where a model's result goes wrong on a GPU target: the ONNX graph cut after each named point
 (its output that tensor), each cut built for cuda and for llvm-cpu and run on the same
 uniform(-1, 1) input, and the relative error of each backend's result against the last one's.
+Backend `torch32` runs the cut op by op in torch eager on the GPU in float32 (onnx_torch_eager.py):
+a reference that is neither IREE nor f16.
 
-    python benchmarks/cut_compare.py MODEL.onnx --points a,b,c [--backends cuda,cpu]
+    python benchmarks/cut_compare.py MODEL.onnx --points a,b,c [--backends cuda,cpu,torch32]
 
 The first point whose error is large holds the dispatch that goes wrong. Needs onnx and the IREE
 tools on PATH (benchmarks/gpu_setup.sh puts them there). Written for ResNet-50 f16 on CUDA, whose
@@ -34,11 +36,24 @@ def cut(model, point: str, work: Path) -> Path:
     return work / f"{point}.mlir"
 
 
+def _torch32(path: Path, inputs: list[Path]) -> np.ndarray:
+    import torch
+
+    from onnx_torch_eager import build
+
+    run, _ = build(path, "cuda", False, compute_dtype=torch.float32)
+    with torch.no_grad():
+        return run(*(torch.from_numpy(np.load(p)).cuda() for p in inputs))[0].float().cpu().numpy()
+
+
 def compare(model, point: str, backends: list[str], inputs: list[Path], work: Path) -> dict[str, tuple[float, float]]:
     """Each backend's (relative error against the last backend's result, largest magnitude)."""
     program = cut(model, point, work)
     outs = {}
     for b in backends:
+        if b == "torch32":
+            outs[b] = _torch32(work / f"{point}.onnx", inputs)
+            continue
         vmfb, out = work / f"{point}_{b}.vmfb", work / f"{point}_{b}.npy"
         subprocess.run(["iree-compile", str(program), *FLAGS[b], "-o", str(vmfb)], check=True)
         subprocess.run(["iree-run-module", f"--module={vmfb}", "--function=cut", f"--device={DEVICE[b]}",
@@ -56,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("--points", required=True, help="tensor names, comma-separated, in graph order")
-    parser.add_argument("--backends", default="cuda,cpu")
+    parser.add_argument("--backends", default="cuda,cpu,torch32")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cut-compare"))
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ if [ ! -f $M/.done ]; then
   touch $M/.done
 fi
 entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;;
-  unet_resnet*) echo unet_resnet_block;; unet_attention*) echo unet_attention_block;; resnet50*) echo resnet50;;
+  unet_resnet*) echo unet_resnet_block;; conv*) echo conv;; unet_attention*) echo unet_attention_block;; resnet50*) echo resnet50;;
   *) echo "$1";; esac; }
 inputs() { for f in $(ls $1/input*.npy | sort -V); do echo --input $f; done; }  # every input, in order
 step=$1; shift

@@ -105,8 +105,10 @@ def _unsqueeze(x, axes: list[int]):
     return x
 
 
-def build(model_path: Path, device: str, channels_last: bool):
-    """(function of the inputs, the graph's inputs as (name, shape, numpy dtype))."""
+def build(model_path: Path, device: str, channels_last: bool, compute_dtype=None):
+    """(function of the inputs, the graph's inputs as (name, shape, numpy dtype)). COMPUTE_DTYPE (a
+    torch dtype) casts every floating weight and input to it: float32 gives a reference that f16
+    rounding and overflow do not touch."""
     import onnx
     import torch
     from onnx import helper, numpy_helper
@@ -121,6 +123,8 @@ def build(model_path: Path, device: str, channels_last: bool):
     for init in model.graph.initializer:
         value = torch.from_numpy(numpy_helper.to_array(init).copy())
         value = value.to(device) if value.dtype != torch.int64 else value
+        if compute_dtype is not None and value.is_floating_point():
+            value = value.to(compute_dtype)
         consts[init.name] = value.contiguous(memory_format=fmt) if value.dim() == 4 else value
     nodes = [(n.op_type, {a.name: helper.get_attribute_value(a) for a in n.attribute},
               list(n.input), list(n.output)) for n in model.graph.node]
@@ -130,6 +134,8 @@ def build(model_path: Path, device: str, channels_last: bool):
     def run(*args):
         env = dict(consts)
         for spec, arg in zip(model.graph.input, args):
+            if compute_dtype is not None and arg.is_floating_point():
+                arg = arg.to(compute_dtype)
             env[spec.name] = arg.contiguous(memory_format=fmt) if arg.dim() == 4 else arg
         for op, attrs, ins, outs in nodes:
             values = [env[i] if i else None for i in ins]

@@ -90,3 +90,74 @@ def test_a_gpu_targets_model_is_built_and_run_on_the_host_once_and_a_cpu_target_
     entry = model_entry(discover_program(model, parse_target("cuda"), ctx), None).entry
     assert run_once(tmp_path / "plain.vmfb", RunSettings("local-task", entry, inputs), tmp_path / "plain").ok
     np.testing.assert_array_equal(np.load(next((tmp_path).glob("plain*.npy"))), out)
+    # The dispatch tunings take it as a pair of files: the inputs it ran on and its result.
+    from tuner.stages.host_reference import host_reference
+
+    env = StageEnv(model, parse_target("cuda"), tmp_path / "cuda", ctx, discover_program(model, parse_target("cuda"), ctx),
+                   model_entry(discover_program(model, parse_target("cuda"), ctx), None))
+    ref = host_reference(env)
+    assert ref is not None and ref.inputs == tmp_path / "cuda" / "model-inputs"
+    np.testing.assert_array_equal(np.load(ref.result), out)
+
+
+class _Outputs:
+    """A runner whose builds compute designed results (by candidate id) and time at 1 ms."""
+
+    def __init__(self, outputs: dict[int, np.ndarray]) -> None:
+        self.outputs = outputs
+
+    def identity(self, device):
+        return device
+
+    def timing_identity(self, device, dispatch_only, batch):
+        return "model"
+
+    def benchmark(self, b, settings):
+        from tuner.tools import ToolRun
+
+        return Timing((1.0, 1.0, 1.0)), ToolRun(("bench",), 0, "", "", 0.0)
+
+    def output(self, b, settings):
+        from tuner.tools import ToolRun
+
+        return ToolRun(("run",), 0, "", "", 0.0), self.outputs[b.result.candidate_id]
+
+
+def _measure(outputs: dict[int, np.ndarray], host, out_type="f16"):
+    """Each build's result under a Measurer given `host` (the baseline, id 0, first)."""
+    from tuner.evaluation.measure import Built, Measurer
+    from tuner.results import Result, Status
+
+    measurer = Measurer(RunSettings("cuda", "f", (), checked_type=out_type), runner=_Outputs(outputs), host=host)
+    built = lambda i: Built(Result(i, f"k{i}", "c", i == 0, {}, [], Status.OK), Path(f"/m{i}.vmfb"), out_type,  # noqa: E731
+                            None, (), ())
+    return {i: measurer.measure(built(i), "cuda") for i in sorted(outputs)}
+
+
+def test_a_dispatch_whose_default_is_off_the_host_gets_its_candidates_checked_against_the_host():
+    # The default computes 2x where the host computes x (relative error ||x|| / ||x|| = 1): a
+    # candidate computing 1.02x is right (within the host's slack of 10 x 1e-2 for f16), one
+    # computing the default's 2x is wrong.
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+    results = _measure({0: 2 * x, 1: x * 1.02, 2: 2 * x}, host=x)
+    base = results[0]
+    assert base.ok and base.median_ms == 1.0 and base.relative_error == pytest.approx(1.0)
+    assert "off llvm-cpu's on this host (relative error 1)" in base.error
+    assert results[1].ok and results[1].relative_error == pytest.approx(0.02, rel=1e-3)
+    assert results[2].status.value == "wrong_numerics" and "against llvm-cpu's result exceeds 1e-01" in results[2].error
+
+
+def test_a_default_whose_result_is_not_finite_is_still_timed_where_the_host_gives_a_reference():
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+    results = _measure({0: np.full_like(x, np.nan), 1: x}, host=x)
+    assert results[0].ok and results[0].relative_error == float("inf") and results[1].ok
+
+
+def test_a_default_that_agrees_with_the_host_stays_the_reference_with_the_usual_tolerance():
+    # The default is 3% off the host: within the host's slack, so it is the reference, and a
+    # candidate 3% off the default is wrong at f16's 1e-2 (the host would have let it pass).
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+    results = _measure({0: x * 1.03, 1: x * 1.03 * 1.03, 2: x * 1.03}, host=x)
+    assert results[0].ok and not results[0].error and results[0].relative_error is None
+    assert results[1].status.value == "wrong_numerics" and "against the baseline's result exceeds 1e-02" in results[1].error
+    assert results[2].ok and results[2].relative_error == 0.0

@@ -16,7 +16,7 @@ from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
 from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
-from tuner.settings import Listeners, RunOptions
+from tuner.settings import HostReference, Listeners, RunOptions
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.discovery.program import Program, discover_program, parse_input, read_input_text
 from tuner.discovery.workload import Workload
@@ -131,16 +131,18 @@ def run_meta(session: Session, given: bool) -> dict:
 
 
 def session_evaluator(session: Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
-               strategy: str, devices: Sequence[str], given: bool):
+                      strategy: str, devices: Sequence[str], given: bool, host: Optional[HostReference] = None):
     """The evaluator `strategy` names ("auto": the target's default) for the session, building
-    into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt)."""
+    into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt).
+    `host`: the host's result to check against (on the inputs it ran on) where the default's is off it."""
     output_dir, target = session.output_dir, session.target
     (output_dir / MANIFEST).unlink(missing_ok=True)
     strategy = target.default_strategy if strategy == "auto" else strategy
     evaluator = evaluator_class(strategy)
     return evaluator(session.input_path, target, session.workload, output_dir / "candidates", store, settings=settings,
                      devices=devices, progress=progress, ctx=session.ctx,
-                     given_inputs=output_dir / GIVEN_INPUTS if given else None)
+                     given_inputs=output_dir / GIVEN_INPUTS if given else (host.inputs if host else None),
+                     host_reference=host.result if host else None)
 
 
 def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, listen: Listeners = Listeners()) -> Tuning:
@@ -167,7 +169,8 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
             progress(phase, done, of)
 
     try:
-        evaluator = session_evaluator(session, store, settings, batch_progress, run.strategy, run.devices, given)
+        evaluator = session_evaluator(session, store, settings, batch_progress, run.strategy, run.devices, given,
+                                      run.host_reference)
         passes: list[EvaluationStats] = []
 
         def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:

@@ -112,6 +112,18 @@ class RunOptions:
     # The size of each dynamic dimension of the entry's arguments (None: what the program's
     # util.assume.int hints allow of DEFAULT_DYNAMIC_SIZE); the user's --input files decide it too.
     dynamic_size: Optional[int] = None
+    host_reference: Optional[HostReference] = None
+
+
+@dataclass(frozen=True)
+class HostReference:
+    """The run's program built for llvm-cpu and run on this host (tuner.stages.host_reference):
+    the directory of the inputs it ran on (as Workload.write_inputs names them) and its checked
+    result (.npy). A GPU tuning given one runs its builds on those inputs, and where the GPU
+    default's result is off the host's, checks every candidate against the host's."""
+
+    inputs: Path
+    result: Path
 
 
 @dataclass(frozen=True)

@@ -41,13 +41,13 @@ class RayEvaluator(Overlapped):
     def __init__(self, input_path: Path, target: Target, workload: Workload, workdir: Path, store: ResultStore,
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                  progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
-                 given_inputs: Optional[Path] = None) -> None:
+                 given_inputs: Optional[Path] = None, host_reference: Optional[Path] = None) -> None:
         runner = cluster_devices(settings, target.device, devices)
         self.ray = runner.ray
         compile_slots(self.ray)
         cpu = target.device.startswith("local")
         super().__init__(input_path, target, workload, workdir, store, settings, runner.devices, progress, ctx,
-                         given_inputs, runner)
+                         given_inputs, runner, host_reference)
         self.cluster: RayRunner = runner
         self.program = runner.file(input_path.resolve())
         self.pin = settings.benchmark_cores if cpu else None

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, cast
 
+import numpy as np
+
 from iree.compiler import ir
 
 from tuner.specs.candidates import Candidate
@@ -68,7 +70,8 @@ class BaseEvaluator:
     def __init__(self, input_path: Path, target: Target, workload: Workload, workdir: Path, store: ResultStore,
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                  progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
-                 given_inputs: Optional[Path] = None, runner: ModuleRunner = LOCAL) -> None:
+                 given_inputs: Optional[Path] = None, runner: ModuleRunner = LOCAL,
+                 host_reference: Optional[Path] = None) -> None:
         self.input_path = input_path
         self.target = target
         self.workload = workload
@@ -81,6 +84,8 @@ class BaseEvaluator:
         inputs = tuple(workload.write_inputs(workdir / "inputs", given=given_inputs))
         self.run_settings = settings.run_settings(self.devices[0], workload, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
+        # The host's result for these inputs (.npy; tuner.stages.host_reference), or None.
+        self.host = np.load(host_reference) if host_reference is not None else None
         # On a GPU with CUPTI, a candidate is timed by its kernels inside its whole-model module
         # (tuner.evaluation.in_model); elsewhere, or where the runner is remote, as before.
         self.in_model = runner is LOCAL and times_in_model(settings.gpu_timing, self.devices[0],
@@ -112,7 +117,7 @@ class BaseEvaluator:
         results, stats = measure_pass(
             self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
             lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-            Measurer(self.run_settings, settings.baseline_every, self.runner), settings, self.store, self.devices,
+            Measurer(self.run_settings, settings.baseline_every, self.runner, self.host), settings, self.store, self.devices,
             self.progress, prepare)
         return Evaluation(tuple(results), stats)
 

@@ -140,6 +140,12 @@ class LocalRunner:
 LOCAL = LocalRunner()
 
 
+# How far a GPU build's result may be from the host's (llvm-cpu) for the same program, as a
+# multiple of the element type's tolerance: the two backends sum in different orders and
+# precisions throughout the model, not in one dispatch (tuner.stages.model_timing uses the same).
+HOST_SLACK = 10
+
+
 class Measurer:
     """Checks each built candidate's output against the baseline's, then times it. Shared by the
     device workers (thread-safe): the first candidate measured for an executable claims it, and
@@ -149,8 +155,12 @@ class Measurer:
     candidate and again after every `baseline_every` candidates, so that every first-pass time
     has a baseline time taken near it on the same device, and a drift shows where it happened."""
 
-    def __init__(self, run_settings: RunSettings, baseline_every: int = 5, runner: ModuleRunner = LOCAL) -> None:
+    def __init__(self, run_settings: RunSettings, baseline_every: int = 5, runner: ModuleRunner = LOCAL,
+                 host: Optional[np.ndarray] = None) -> None:
         self.run_settings = run_settings
+        # The same program's result on the host (llvm-cpu; tuner.stages.host_reference), or None.
+        # Where the baseline's result is off it (or not finite), candidates are checked against it.
+        self.host = host
         self.baseline_every = max(1, baseline_every)
         self.runner = runner
         self.lost: dict[str, str] = {}  # devices that went away mid-run (DeviceLost), with why: nothing more is timed there
@@ -272,6 +282,8 @@ class Measurer:
             return _failed_run(b.result, run), None
         if output is None:  # nothing to compare (no tensor result): timed, numerics unchecked
             return self._timed(b.result, b, settings), None
+        if b.result.is_baseline and self.host is not None:
+            return self._against_host(b, settings, output)
         if b.result.is_baseline and not np.all(np.isfinite(output)):
             return replace(b.result, status=Status.WRONG_NUMERICS, error=(
                 f"its result holds {np.count_nonzero(~np.isfinite(output))} values that are not finite (NaN or "
@@ -282,10 +294,26 @@ class Measurer:
         if reference is None and not b.result.is_baseline:
             return replace(b.result, status=Status.RUN_FAILED, error="no baseline output to check against"), output
         err = 0.0 if reference is None else relative_error(output, reference)
-        if err > tolerance(b.out_type):
-            return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err,
-                           error=f"relative error {err:.2e} against the baseline exceeds {tolerance(b.out_type):.0e}"), output
+        against_host = reference is not None and reference is self.host
+        allowed = tolerance(b.out_type) * (HOST_SLACK if against_host else 1)
+        if not err <= allowed:
+            return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err, error=(
+                f"relative error {err:.2e} against {'llvm-cpu' if against_host else 'the baseline'}'s result "
+                f"exceeds {allowed:.0e}")), output
         return self._timed(replace(b.result, relative_error=err), b, settings), output
+
+    def _against_host(self, b: Built, settings: RunSettings, output: np.ndarray) -> tuple[Result, np.ndarray]:
+        """The baseline checked against the host's result: where it agrees, its own output is the
+        reference as usual; where it is off it or not finite, the host's result is, and the
+        baseline is still timed (it is what the candidates are timed against), its error said."""
+        off = relative_error(output, self.host) if np.all(np.isfinite(output)) else float("inf")
+        if off <= tolerance(b.out_type) * HOST_SLACK:
+            return self._timed(b.result, b, settings), output
+        timed = self._timed(replace(b.result, relative_error=off), b, settings)
+        if timed.ok:
+            timed = replace(timed, error=f"its result is off llvm-cpu's on this host (relative error {off:.2g}): "
+                                         "every candidate is checked against llvm-cpu's")
+        return timed, self.host
 
     def _output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
         return self._guarded(lambda: self.runner.output(b, settings))

@@ -13,6 +13,7 @@ from iree.compiler import ir
 
 from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
+from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
 
 
@@ -50,9 +51,17 @@ RAISE_ATTENTION = Rewrite("raise-attention", raise_attention,
 # any 1x1 convolution's, and what it replaces is far slower than either.
 SUBSAMPLE_STRIDED_1X1 = Rewrite("subsample-strided-1x1", subsample_strided_pointwise_convs,
                                 "strided 1x1 convolutions as a strided subsample and a unit-stride 1x1 convolution")
+# Offered on GPUs, where IREE 3.13 computes NCHW f16 1x1 convolutions wrong on CUDA and their
+# matrix-product form right (tuner.rewrite.pointwise_conv): the flag stage checks every build
+# against the host's result where the default's is off it, so the rewrite is kept where it makes
+# the model right, and judged on speed where the default was right already.
+POINTWISE_CONV_AS_MATMUL = Rewrite("pointwise-conv-as-matmul", pointwise_convs_as_matmuls,
+                                   "1x1 convolutions as matrix products, the filter first")
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
-# only if the model gets faster with it (those that apply also together: `combined`).
-REWRITES = {"cpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1), "gpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1)}
+# only if the model gets faster with it (those that apply also together: `combined`, in this
+# order: a strided 1x1 convolution subsampled is a unit-stride one the matrix-product form takes).
+REWRITES = {"cpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1),
+            "gpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL)}
 
 
 def rewrite_program(program: Path, rewrite: Rewrite, out: Path) -> list[str]:

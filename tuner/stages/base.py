@@ -29,6 +29,8 @@ from tuner.discovery.workload import Workload
 Progress = Callable[[str, int, int], None]
 
 
+MODEL_INPUTS = "model-inputs"  # DIR/model-inputs/: the inputs every build of the model runs on
+
 @dataclass(frozen=True)
 class DispatchOutcome:
     """What became of one dispatch of the model."""
@@ -132,7 +134,7 @@ class StageEnv:
     def inputs(self) -> tuple[Path, ...]:
         """The model's inputs, written once into the run's directory (every comparison reuses them)."""
         if self._inputs is None:
-            self._inputs = tuple(self.workload.write_inputs(self.output_dir / "model-inputs"))
+            self._inputs = tuple(self.workload.write_inputs(self.output_dir / MODEL_INPUTS))
         return self._inputs
 
 

@@ -40,7 +40,7 @@ from tuner.profiling.profile import profile
 from tuner.ranking import rank
 from tuner.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
-from tuner.stages.host_reference import host_output
+from tuner.stages.host_reference import host_output, host_reference
 from tuner.stages.model_timing import Comparison, compare
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant
 from tuner.targets import Target
@@ -180,8 +180,12 @@ class DispatchStage:
             session = Session(source, target, directory, env.ctx, program.workload(dispatch, source),
                                dispatch, pipeline, program)
             tuning = search_and_evaluate(session, plan, RunOptions(env.settings, env.strategy, tuple(env.devices),
-                                                                   store_path), Listeners(env.progress))
+                                                                   store_path, host_reference=host_reference(env)),
+                                         Listeners(env.progress))
             candidates, results = list(tuning.candidates), list(tuning.results)
+            base = next((r for r in results if r.is_baseline and r.ok and r.error), None)
+            if base is not None:  # the default computes it wrong (tuner.evaluation.measure.Measurer)
+                env.say(f"  {dispatch.name}: the default's {base.error.removeprefix('its ')}")
         else:
             env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
         return tuning_outcome(outcome, dispatch, candidates, results)

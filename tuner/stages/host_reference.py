@@ -6,7 +6,10 @@ is itself wrong. IREE 3.13's default CUDA build of ResNet-50 in f16 is off llvm-
 a relative error of 0.97, and its channels-last build's result is entirely non-finite
 (BENCHMARKS.md, issue 35). So once per run the same program is built for llvm-cpu on this host
 and run on the same inputs. Where the GPU default agrees with it, nothing changes. Where it does
-not, every build is checked against the host's result instead, and that is said.
+not, every build is checked against the host's result instead, and that is said: the model's
+builds (tuner.stages.model_timing.compare) and each dispatch's candidates (host_reference, taken by
+tuner.evaluation.measure.Measurer), so a dispatch that the default computes wrong can still get a
+config that computes it right.
 
 Rewrites are exact, so the program as given serves for every variant."""
 
@@ -18,12 +21,22 @@ from typing import Optional
 import numpy as np
 
 from tuner.evaluation.runner import read_output, run_once
-from tuner.stages.base import StageEnv
+from tuner.settings import HostReference
+from tuner.stages.base import MODEL_INPUTS, StageEnv
 from tuner.stages.variants import Variant, build_variant
 from tuner.targets import parse_target
 
 HOST_REFERENCE = "host-reference"  # DIR/host-reference/: its build and result
+RESULT = "result.npy"  # its checked result, as the numerics check reads it (f32 for raw types)
 _KEY = ("host-reference",)
+
+
+def host_reference(env: StageEnv) -> Optional[HostReference]:
+    """The host's result as the dispatch tunings take it (tuner.evaluation.measure.Measurer): the
+    inputs it ran on and the .npy it is saved in; None where there is none (host_output)."""
+    if host_output(env) is None:
+        return None
+    return HostReference(env.output_dir / MODEL_INPUTS, env.output_dir / HOST_REFERENCE / RESULT)
 
 
 def host_output(env: StageEnv) -> Optional[np.ndarray]:
@@ -55,4 +68,5 @@ def _build_and_run(env: StageEnv) -> Optional[np.ndarray]:
     if out is None or not np.all(np.isfinite(out)):
         env.say("host reference: the llvm-cpu result is not finite for these inputs; not used")
         return None
+    np.save(directory / RESULT, out)
     return out

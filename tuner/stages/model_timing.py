@@ -15,6 +15,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from tuner.evaluation.comparison import Paired, bracketing
+from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
 from tuner.evaluation.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
 
@@ -81,7 +82,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
         ref_out = read_output(directory / "reference", settings)
         if ref_out is not None and host is not None:
             off = relative_error(ref_out, host) if np.all(np.isfinite(ref_out)) else float("inf")
-            if not off <= tolerance(settings.checked_type) * 10:
+            if not off <= tolerance(settings.checked_type) * HOST_SLACK:
                 reference_check = (f"the result of {reference[0]} is off llvm-cpu's on this host (relative error "
                                    f"{off:.2g}): every build is checked against llvm-cpu's")
                 ref_out = host

@@ -1,0 +1,84 @@
+"""1x1 convolutions as matrix products, in an ONNX model's import.
+
+IREE 3.13 turns an NCHW 1x1 convolution with unit stride into a `linalg.generic` that reads the
+input as its first operand, `X[n, c, p]`, and the filter as its second, `W[o, c]`, writing
+`Y[n, o, p]`: the contraction's M is the pixels and its N the output channels, so its result is
+written transposed (N outer, M inner). On CUDA (sm_80 target, run on an H100) every f16
+convolution of this form computes a wrong result, whatever its config: relative error 1.0-1.5
+against torch's float32 conv2d on 8 shapes of 64-256 channels, every one of 12 configs of the
+tuner the same (benchmarks/conv_numerics.py; f32 and 3x3 convolutions are right). ResNet-50's
+result is wrong from its first bottleneck on (BENCHMARKS.md). Written as
+
+    Conv(X, W, B, 1x1)  ->  Reshape(MatMul(Reshape(W, [O, C]), Reshape(X, [N, C, H*W])) + Reshape(B, [O, 1]), [N, O, H, W])
+
+the convolution is a batch matmul with the filter as its first operand (M = output channels,
+N = pixels, the result in its natural order), which IREE computes right on CUDA (the same 8
+shapes: relative error 4e-4 to 7e-4, as llvm-cpu's) with f32 accumulation, as the convolution had.
+The filter is broadcast over the batch once, when the module is loaded (IREE's initializer):
+(batch - 1) more copies of each 1x1 filter in device memory. Only convolutions with a 1x1
+kernel, unit stride and dilation, no padding, one group and a 4-d static input are rewritten."""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, static_shape
+
+
+def _pointwise(conv: ir.Operation) -> bool:
+    """Whether the convolution is one this rewrite takes."""
+    attrs = {name: conv.attributes[name] for name in conv.attributes}
+    x = static_shape(conv.operands[0])
+    weight = static_shape(conv.operands[1]) if len(conv.operands) > 1 else None
+    if x is None or weight is None or len(x) != 4 or weight[2:] != [1, 1]:
+        return False
+    if len(conv.operands) > 2 and static_shape(conv.operands[2]) != [weight[0]]:
+        return False
+
+    def ints(name: str, default: list[int]) -> list[int]:
+        return int_list(attrs[name]) if name in attrs else default
+
+    auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
+    return (ints("torch.onnx.strides", [1, 1]) == [1, 1] and not any(ints("torch.onnx.pads", [0] * 4))
+            and ints("torch.onnx.dilations", [1, 1]) == [1, 1] and ints("torch.onnx.group", [1]) == [1]
+            and auto_pad in ("NOTSET", "VALID"))
+
+
+def pointwise_convs_as_matmuls(module: ir.Module) -> list[str]:
+    """Rewrite every 1x1 unit-stride `onnx.Conv` of `module` in place (inside its context) as a
+    MatMul; returns each rewritten convolution's input and filter shapes."""
+    sites: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if is_onnx(op, "Conv") and _pointwise(op):
+            sites.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    done = []
+    for conv in sites:
+        ip, loc = ir.InsertionPoint(conv), conv.location
+        x, w = conv.operands[0], conv.operands[1]
+        n, c, h, width = static_shape(x)
+        o = static_shape(w)[0]
+        element = str(conv.result.type).rsplit(",", 1)[-1]  # "f16>"
+
+        def onnx_op(name: str, operands: list[ir.Value], shape: list[int]) -> ir.Value:
+            return ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}")],
+                                       operands=operands, attributes={"name": ir.StringAttr.get(f"onnx.{name}")},
+                                       loc=loc, ip=ip).result
+
+        def reshape(value: ir.Value, shape: list[int]) -> ir.Value:
+            return onnx_op("Reshape", [value, int64_literal(shape, ip, loc)], shape)
+
+        pixels = h * width
+        y = onnx_op("MatMul", [reshape(w, [o, c]), reshape(x, [n, c, pixels])], [n, o, pixels])
+        if len(conv.operands) > 2:
+            y = onnx_op("Add", [y, reshape(conv.operands[2], [o, 1])], [n, o, pixels])
+        y = reshape(y, [n, o, h, width])
+        conv.result.replace_all_uses_with(y)
+        conv.erase()
+        done.append(f"{n}x{c}x{h}x{width} by {o}x{c}x1x1")
+    if done:
+        module.operation.verify()
+    return done
