@@ -84,8 +84,9 @@ tune)
     [ -f "$r" ] && mkdir -p $OUT/tm-$NAME && cp "$r" "$OUT/tm-$NAME/$(basename $(dirname "$r") | tr '$' _).json"
   done
   if [ $rc = 0 ]; then
-    python3 benchmarks/model_check.py $D --rounds 8
+    python3 benchmarks/model_check.py $D --rounds 8 ${CHECK_ARGS:-}  # CHECK_ARGS=--choices-alone: a third build
+    CHOICES=(); [ -f $D/check/choices-alone.vmfb ] && CHOICES=(choices=$D/check/choices-alone.vmfb)
     python3 benchmarks/gpu_model_kernels.py --function $FN $(inputs $D/model-inputs) --rounds 8 \
-      default=$D/check/default.vmfb tuned=$D/check/tuned.vmfb
+      default=$D/check/default.vmfb "${CHOICES[@]}" tuned=$D/check/tuned.vmfb
   fi ;;
 esac

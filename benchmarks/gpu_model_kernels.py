@@ -101,9 +101,8 @@ def main() -> None:
               f"{report[name]['wall_ms']:.4f} ms wall per call (median of {args.rounds} rounds x {args.calls} calls)")
         for k, ms in report[name]["dispatch_ms"].items():
             print(f"    {k:<14} {ms:.4f} ms")
-    if len(names) > 1:
-        ref = names[0]
-        for name in names[1:]:
+    for i, ref in enumerate(names):  # each module against each one after it, as given
+        for name in names[i + 1:]:
             ratios = [a / b for a, b in zip(report[ref]["kernel_ms_rounds"], report[name]["kernel_ms_rounds"])]
             print(f"{ref} / {name}: {statistics.median(ratios):.3f}x kernel time "
                   f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})")

@@ -34,6 +34,12 @@ class GemmView:
     unit_reduction: tuple[int, ...]  # other reduction positions: one step each
     rows: tuple[int, int] | None = None  # convolutions: (position, extent) of the output rows
     rows_on_n: bool = False  # the output rows extend N (channels first), else M
+    images: tuple[int, int] | None = None  # convolutions: (position, extent) of the batch, if any
+
+    @property
+    def columns(self) -> int:
+        """A convolution's output columns: the GEMM side they lie on is N channels first, else M."""
+        return self.n_extent if self.rows_on_n else self.m_extent
 
     @property
     def m_total(self) -> int:
@@ -58,11 +64,51 @@ def gemm_view(dispatch: Dispatch) -> GemmView:
     for d in (*c.filter, *c.input_channel):
         k_extent *= b[d]
     channel = c.output_channel[0]
+    images = (at[c.batch[0]], b[c.batch[0]]) if c.batch else None
     if channels_first(dispatch):
         return GemmView(len(parallel) + 1, at[channel], at[col], len(parallel), b[channel], b[col], k_extent,
-                        tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]), rows_on_n=True)
+                        tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]), rows_on_n=True, images=images)
     return GemmView(len(parallel) + 1, at[col], at[channel], len(parallel), b[col],
-                    b[channel], k_extent, tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]))
+                    b[channel], k_extent, tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]), images=images)
+
+
+# How a tile along the columns' GEMM side lies on a convolution's output image. The columns are
+# padded to a multiple of the MMA's size there (IREE 3.13 pads 14 columns to 16, 7 to 16 and 56
+# to 64 in its own configs of ResNet's 3x3 convolutions: workgroup [4, 2, 16, 32, 0] with padding
+# [4, 2, 16, 32, 128] for 8x14x14x256). A tile no wider than a padded row divides it; a wider one
+# is whole padded rows, as many as divide the image's rows, or one row of as many images as divide
+# the batch. The same rule in integers (column_tiles) and in Z3 terms (column_tiles_fit).
+
+
+def padded_columns(view: GemmView, mma: int) -> int:
+    return -(-view.columns // mma) * mma
+
+
+def column_tiles(view: GemmView, tile: int, mma: int) -> tuple[int, int, int] | None:
+    """A column-side tile of `tile` GEMM rows as (columns, rows, images) of the output image, or
+    None where it does not lie on whole padded rows or images."""
+    padded = padded_columns(view, mma)
+    if tile <= padded:
+        return (tile, 1, 1) if padded % tile == 0 else None
+    if tile % padded:
+        return None
+    spans = tile // padded
+    if view.rows[1] % spans == 0:
+        return padded, spans, 1
+    if view.images and view.images[1] % spans == 0:
+        return padded, 1, spans
+    return None
+
+
+def column_tiles_fit(view: GemmView, tile, mma):
+    """column_tiles(view, tile, mma) is not None, for Z3 terms `tile` and `mma`."""
+    import z3
+
+    padded = (view.columns + mma - 1) / mma * mma
+    spans = tile / padded
+    images = view.images[1] if view.images else 1
+    return z3.Or(z3.And(tile <= padded, padded % tile == 0),
+                 z3.And(tile > padded, tile % padded == 0, z3.Or(view.rows[1] % spans == 0, images % spans == 0)))
 
 
 def channels_first(dispatch: Dispatch) -> bool:
@@ -144,17 +190,23 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
     subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
     workgroup[md] = wg_m
     if view.rows:
-        # Whole output rows beyond one: the column tile is the row, the rest goes to rows
-        # (in elements, as the compiler's own implicit-GEMM configs have it). The columns are
-        # M channels last, N channels first.
+        # The column-side tile on the output image (column_tiles): columns, then whole (padded)
+        # rows or images, in elements, as the compiler's own implicit-GEMM configs have it; a
+        # subgroup's tile the same way within it. The columns are M channels last, N channels first.
         row = view.rows[0]
-        cols, pos, wg, sub, mma = ((view.n_extent, nd, wg_n, int(s["subgroup_n"]) * intrinsic.n, intrinsic.n)
-                                   if view.rows_on_n else
-                                   (view.m_extent, md, wg_m, int(s["subgroup_m"]) * intrinsic.m, intrinsic.m))
-        workgroup[row] = max(1, wg // cols)
-        workgroup[pos] = min(wg, cols)
-        subgroup[row] = max(1, sub // cols)
-        subgroup[pos] = min(sub, cols) // mma
+        pos, wg, sub, mma = ((nd, wg_n, int(s["subgroup_n"]) * intrinsic.n, intrinsic.n) if view.rows_on_n else
+                             (md, wg_m, int(s["subgroup_m"]) * intrinsic.m, intrinsic.m))
+        placed = column_tiles(view, wg, mma)
+        if placed is None:
+            raise ValueError(f"a tile of {wg} does not lie on the {view.columns} columns of {view.rows[1]} rows")
+        columns, rows, images = placed
+        workgroup[pos], workgroup[row] = columns, rows
+        sub_columns = min(sub, columns)
+        spans = sub // sub_columns
+        subgroup[pos] = sub_columns // mma
+        subgroup[row] = spans if images == 1 else 1
+        if images > 1:
+            workgroup[view.images[0]], subgroup[view.images[0]] = images, spans
     subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
     threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size
     return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)

@@ -14,7 +14,8 @@ from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, defa
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
-from pipelines.llvmgpu_gemm_view import channels_first, gemm_features, gemm_view, igemm_convolution, tile_sizes
+from pipelines.llvmgpu_gemm_view import (channels_first, column_tiles_fit, gemm_features, gemm_view,
+                                         igemm_convolution, tile_sizes)
 from pipelines.llvmgpu_split_k import split_factors, split_view
 
 __all__ = ["LLVMGPUTileAndFuse", "split_factors", "split_view"]
@@ -122,22 +123,24 @@ class LLVMGPUTileAndFuse(Pipeline):
             return tiling.ceil_div(extent, tile) * tile
 
         if view.rows:
-            # An implicit GEMM's column tile (M channels last, N channels first) covers part of a
-            # row of output columns, or whole rows; tiles divide the problem (no padding here).
-            cols = view.n_extent if view.rows_on_n else view.m_extent
-
-            def fits_rows(tile: z3.ArithRef) -> z3.BoolRef:
-                return z3.Or(z3.And(tile <= cols, cols % tile == 0),
-                             z3.And(tile % cols == 0, view.rows[1] % (tile / cols) == 0))
-
+            # An implicit GEMM's column tile (M channels last, N channels first) lies on whole
+            # padded rows or images of the output, its subgroups' tiles within it (column_tiles);
+            # the other side and K divide the problem. Padding the columns is judged on the row
+            # (the smallest tile may pad 7 columns to 16, as the compiler's own configs do).
             if view.rows_on_n:
-                p.require(fits_rows(wg_n), fits_rows(tile_n.var * mma_n), m % wg_m == 0, k % k_tile == 0)
+                side, sub, mma_side, other, other_tile = wg_n, tile_n.var * mma_n, mma_n, m, wg_m
             else:
-                p.require(fits_rows(wg_m), fits_rows(tile_m.var * mma_m), n % wg_n == 0, k % k_tile == 0)
-        p.require(
+                side, sub, mma_side, other, other_tile = wg_m, tile_m.var * mma_m, mma_m, n, wg_n
+            padded_row = (view.columns + mma_side - 1) / mma_side * mma_side
+            p.require(column_tiles_fit(view, side, mma_side), column_tiles_fit(view, sub, mma_side),
+                      other % other_tile == 0, k % k_tile == 0,
+                      z3.Or(padded_row * 4 <= view.columns * 5, padded_row == mma_side))
+        else:
             # Tiles that do not divide the problem are padded (the lowering config's `padding`);
             # padding may add at most a quarter of the work.
-            padded(m, wg_m) * 4 <= m * 5, padded(n, wg_n) * 4 <= n * 5, padded(k, k_tile) * 4 <= k * 5,
+            p.require(padded(m, wg_m) * 4 <= m * 5, padded(n, wg_n) * 4 <= n * 5)
+        p.require(
+            padded(k, k_tile) * 4 <= k * 5,
             tiling.within(threads, t.max_threads_per_workgroup or 1024),
             tiling.within(shared, t.max_workgroup_memory_bytes or 49152),
             tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
@@ -231,7 +234,13 @@ class LLVMGPUTileAndFuse(Pipeline):
             m, n, k = view.m_total, view.n_total, view.k_extent
             k_tile = reduction[kd] * intrinsic.k
             wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
-            if m % wg_m or n % wg_n or k % k_tile:
+            if view.rows and (view.columns % workgroup[nd if view.rows_on_n else md] or k % k_tile):
+                # As the compiler pads a convolution's columns (its own configs): each workgroup
+                # tile to its full size, on the implicit GEMM and on the convolution's own loops.
+                fields["padding"] = i64_array([*workgroup[:-1], k_tile])
+                loops = len(tuned.loop_bounds)
+                fields["padding_conv"] = i64_array([*workgroup[:-1], *[0] * (loops - rank + 1)])
+            elif not view.rows and (m % wg_m or n % wg_n or k % k_tile):
                 # As the compiler does for unaligned shapes: pad each tile to its full size.
                 padding = [0] * rank
                 padding[md], padding[nd], padding[kd] = workgroup[md], workgroup[nd], k_tile

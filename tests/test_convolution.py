@@ -2,6 +2,8 @@
 (`transform.iree.match.convolution` + `dims_equal` on every role, strides and dilations) that
 really reaches the compiler."""
 
+from pathlib import Path
+
 import pytest
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu
@@ -248,3 +250,79 @@ def test_a_unet_resnet_block_as_torch_exports_it_has_its_convolutions_and_group_
     norms = [d for kind in (DispatchKind.REDUCTION, DispatchKind.NORMALIZATION) for d in by_kind.get(kind, ())]
     assert norms and all(d.loop_bounds == (16, 2048) for d in norms)
     assert all(pipeline_for(d).name == "llvmgpu_vector_distribute_reduction" for d in norms)
+
+
+KINDS = Path(__file__).parent / "fixtures" / "kinds"
+CONV7 = KINDS / "conv_nhwc_8x9x9x512_3x3_f16.mlir"
+CONV14 = KINDS / "conv_nhwc_8x16x16x256_3x3_f16.mlir"
+
+
+def test_a_column_tile_lies_on_padded_rows_or_whole_images_of_a_14_wide_output(ctx):
+    """ResNet's 14x14 outputs: no power-of-two MMA tile divides 14 columns, so the columns are
+    padded to 16 (as IREE's own config pads them), and a wider tile takes whole padded rows where
+    their count divides the 14 rows, else one row of images dividing the batch of 8."""
+    from pipelines.llvmgpu_gemm_view import column_tiles, gemm_view
+
+    [d] = discover(CONV14, parse_target("cuda"), ctx)
+    view = gemm_view(d)
+    assert (view.columns, view.rows[1], view.images[1]) == (14, 14, 8)
+    # Counted by hand, MMA 16 along the columns (padded to 16):
+    assert column_tiles(view, 8, 16) == (8, 1, 1)  # half a padded row
+    assert column_tiles(view, 16, 16) == (16, 1, 1)  # one padded row
+    assert column_tiles(view, 32, 16) == (16, 2, 1)  # two rows: 14 = 7 x 2
+    assert column_tiles(view, 64, 16) == (16, 1, 4)  # 4 rows do not divide 14: 4 images of one row
+    assert column_tiles(view, 128, 16) == (16, 1, 8)
+    assert column_tiles(view, 48, 16) is None  # 3 spans divide neither 14 rows nor 8 images
+    assert column_tiles(view, 256, 16) is None  # 16 spans: neither
+
+
+def test_the_z3_rule_for_column_tiles_admits_exactly_the_tiles_that_lie_on_the_image(ctx):
+    import z3
+
+    from pipelines.llvmgpu_gemm_view import column_tiles, column_tiles_fit, gemm_view
+
+    for fixture in (CONV7, CONV14, CONV):
+        [d] = discover(fixture, parse_target("cuda"), ctx)
+        view = gemm_view(d)
+        for mma in (8, 16):
+            for tile in range(8, 1025, 8):
+                solver = z3.Solver()
+                t, m = z3.Int("t"), z3.Int("m")
+                solver.add(t == tile, m == mma, column_tiles_fit(view, t, m))
+                assert (solver.check() == z3.sat) == (column_tiles(view, tile, mma) is not None), (fixture.name, tile, mma)
+
+
+def test_a_7x7_convolution_has_configs_and_one_reproduces_the_compilers_own_padded_config(ctx):
+    """IREE 3.13's own config for this convolution on cuda (read from --iree-hal-dump-executable-
+    configurations-to): workgroup [8, 1, 16, 32, 0], subgroup [2, 1, 1, 2, 0], padding
+    [8, 1, 16, 32, 128], padding_conv [8, 1, 16, 32, 0, 0, 0], 256 threads, MMA 16x8x16, 8 K steps.
+    Before the columns were padded this convolution had no config at all (an empty space)."""
+    from pipelines.llvmgpu_gemm_view import tile_sizes
+
+    [d] = discover(CONV7, parse_target("cuda"), ctx)
+    pipeline = pipeline_for(d)
+    assert pipeline is not None and pipeline.name == "llvmgpu_tile_and_fuse"
+    problem = pipeline.build_problem(d)
+    # 8 images x 16 padded columns = 128 = 4 subgroups x 2 MMA tiles x 16; 32 channels = 2 x 2 x 8.
+    own = {"mma_kind": 0, "subgroups_m": 4, "subgroup_m": 2, "subgroups_n": 2, "subgroup_n": 2, "reduction_k": 8,
+           "prefetch_num_stages": 2, "reorder_workgroups": 0}
+    assert problem.admits(own)
+    t = tile_sizes(d, own)
+    assert (t.workgroup, t.subgroup, t.reduction, t.threads) == ((8, 1, 16, 32, 0), (2, 1, 1, 2, 0), (0, 0, 0, 0, 8), 256)
+    config = pipeline.to_config(d, own, ctx)
+    assert "padding = [8, 1, 16, 32, 128]" in config.expect_lowering_config
+    assert "padding_conv = [8, 1, 16, 32, 0, 0, 0]" in config.expect_lowering_config
+    # A tile of 3 padded rows (48) lies on nothing; nor does a subgroup tile wider than its workgroup's rows.
+    assert not problem.admits({**own, "subgroups_m": 1, "subgroup_m": 3})
+    assert len(generate_candidates(d, pipeline, 8, ctx, parse_target("cuda").spec_entry)) == 9
+
+
+@pytest.mark.slow
+def test_padded_column_configs_of_resnets_14_wide_convolution_compile_and_carry_their_config(ctx, tmp_path):
+    target = parse_target("cuda")
+    [d] = discover(CONV14, target, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), 6, ctx, target.spec_entry)
+    built = compile_all(candidates, CONV14, target, tmp_path, EvalSettings(), ctx)
+    # compile_all reads each config back from the compiled dispatch: a config not taken is a failure.
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    assert any("padding_conv" in c.config.compilation_info for c in candidates[1:])
