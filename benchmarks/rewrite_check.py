@@ -1,0 +1,71 @@
+"""Does a program rewrite make a model right on a GPU, and at what cost? The ONNX model is imported,
+rewritten (tuner.rewrite), and both programs are built for cuda and for llvm-cpu and run on the
+same uniform(-1, 1) inputs; each result's relative error (largest difference over largest
+magnitude) against the original program's llvm-cpu result is printed, and the cuda modules are
+left in WORK for benchmarks/gpu_model_kernels.py.
+
+    python benchmarks/rewrite_check.py MODEL.onnx --rewrite pointwise-conv-as-matmul [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tuner.rewrite import REWRITES, combined, rewrite_program  # noqa: E402
+
+FLAGS = {"cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
+         "cpu": ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+                 "--iree-llvmcpu-target-cpu=host"]}
+DEVICE = {"cuda": "cuda", "cpu": "local-task"}
+
+
+def main() -> None:
+    import onnx
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--rewrite", required=True, help="a rewrite's name, or several joined by +")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/rewrite-check"))
+    args = parser.parse_args()
+    known = {r.name: r for rs in REWRITES.values() for r in rs}
+    rewrite = combined([known[n] for n in args.rewrite.split("+")])
+    args.work.mkdir(parents=True, exist_ok=True)
+    original = args.work / "original.mlir"
+    subprocess.run(["iree-import-onnx", str(args.model), "-o", str(original)], check=True)
+    rewritten = args.work / "rewritten.mlir"
+    print(f"{args.rewrite}: {len(rewrite_program(original, rewrite, rewritten))} rewritten")
+    model = onnx.load(args.model)
+    rng = np.random.default_rng(0)
+    types = {1: np.float32, 10: np.float16}
+    inputs = []
+    for i, spec in enumerate(model.graph.input):
+        inputs.append(args.work / f"input{i}.npy")
+        np.save(inputs[-1], rng.uniform(-1, 1, [d.dim_value for d in spec.type.tensor_type.shape.dim])
+                .astype(types[spec.type.tensor_type.elem_type]))
+    entry = model.graph.name
+    outputs = {}
+    for program in (original, rewritten):
+        for backend in ("cpu", "cuda"):
+            name = f"{program.stem}-{backend}"
+            subprocess.run(["iree-compile", str(program), *FLAGS[backend], "-o", str(args.work / f"{name}.vmfb")], check=True)
+            subprocess.run(["iree-run-module", f"--module={args.work / name}.vmfb", f"--function={entry}",
+                            f"--device={DEVICE[backend]}", *(f"--input=@{p}" for p in inputs),
+                            f"--output=@{args.work / name}.npy"], check=True, capture_output=True)
+            outputs[name] = np.load(args.work / f"{name}.npy").astype(np.float32)
+    ref = outputs["original-cpu"]
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    for name, out in outputs.items():
+        finite = np.all(np.isfinite(out))
+        print(f"{name}: relative error {float(np.abs(out - ref).max()) / scale:.3g}" + ("" if finite else " (not finite)"))
+
+
+if __name__ == "__main__":
+    main()
