@@ -1,8 +1,13 @@
 """The command line (`iree-tuner`, `python -m tuner.cli`): thin click commands over the Python
-API (tuner.cli.commands), their shared options (tuner.cli.options), and what they print
+API (tuner.cli.commands; those over a finished run's directory in
+tuner.cli.directory_commands), their shared options (tuner.cli.options), and what they print
 (tuner.cli.say); the one place errors become exit codes. Imports nothing of the compiler at
 module level, so `benchmark` runs with the runtime only."""
 
 from tuner.cli.commands import main
+from tuner.cli.directory_commands import rebuild, report
+
+main.add_command(report)
+main.add_command(rebuild)
 
 __all__ = ["main"]

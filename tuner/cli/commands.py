@@ -14,7 +14,7 @@ from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option,
                                gpu_timing_option, kind_list, parameters_option, quiet_wait_option, search_options,
                                terminate, version_option)
 from tuner.cli.say import (dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
-                           say_picked, say_search, say_summary, stats_line)
+                           say_picked, say_rebuild, say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
 from tuner.report.outputs import make_console
 
@@ -139,10 +139,8 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     if tuning.next_plan is not None:
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)
-    from tuner.report.outputs import rebuild_command
-
-    console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json; rebuild with: "
-                  f"{rebuild_command(output_dir, str(tuning.program_path), 'model_flags.txt', tuning.parameters)}")
+    console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json")
+    say_rebuild(console, output_dir)
 
 
 @main.command(short_help="Copy what the device needs for a pending two-machine step.")
@@ -352,47 +350,6 @@ def dispatches(input_file: Path, target: str, pipeline_name: str | None, as_json
         click.echo(dispatches_json(listed))
     else:
         say_dispatches(console, listed, input_file, target)
-
-
-@main.command(short_help="Print a finished tuning's table again, and plot it.")
-@click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Rows of the table.")
-def report(directory: Path, top: int) -> None:
-    """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png
-    (for a tune-model directory: its per-dispatch table and the model-level figure)."""
-    from tuner.report.plot import plot_ranking
-    from tuner.ranking import rank
-    from tuner.report.outputs import render_model, render_table
-    from tuner.results import Result
-
-    console = make_console()
-    with errors_to_exit():
-        path = directory / "results.json"
-        if not path.is_file():
-            raise InputError(f"{directory}: no results.json; run `iree-tuner tune` or `iree-tuner benchmark` first")
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict):
-                raise ValueError(f"a {type(data).__name__}, not the object this tuner writes")
-            if data.get("kind") == "model":
-                render_model(data, console)
-                return
-            results = [Result.from_json(c) for c in data["candidates"]]
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InputError(f"{path}: not a readable results file ({e})") from None
-        ranking = rank(results)
-        render_table(ranking, results, console, top)
-        if data.get("evaluation"):
-            console.print(stats_line(data["evaluation"]))
-        console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
-        title = f"{data.get('dispatch', '')} on {', '.join(data.get('devices', [])) or data.get('target', '')}".strip()
-        try:
-            png = plot_ranking(ranking, directory / "results.png", title)
-        except OSError as e:
-            raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
-    console.print(f"wrote {png}")
-
-
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tuner.cli.options import ended_by
 from tuner.discovery.workload import Workload
-from tuner.errors import StoreError, TunerError
+from tuner.errors import InputError, StoreError, TunerError
 from tuner.results import Status
 from tuner.store import BUILD_FAILURES
 from tuner.tools import kill_running_tools
@@ -117,14 +117,31 @@ def say_failures(console: Console, results, says: dict) -> bool:
 
 
 def say_summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
-    from tuner.report.outputs import render_table, written_rebuild_command
+    from tuner.report.outputs import render_table
 
     render_table(ranking, results, console)
     if stats is not None:
         console.print(stats_line(stats.to_json()))
     console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
-    console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json; rebuild with: "
-                  f"{written_rebuild_command(output_dir)}")
+    console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json")
+    say_rebuild(console, output_dir)
+
+
+def say_rebuild(console: Console, output_dir: Path) -> None:
+    """How to rebuild the result in `output_dir`, a line that works pasted anywhere, and how to
+    run it where the model reads external parameters."""
+    import shlex
+
+    from tuner.report.rebuild import read_rebuild, rebuild_line
+
+    console.print(f"rebuild with: {rebuild_line(output_dir)}", markup=False, soft_wrap=True)
+    try:
+        result = read_rebuild(output_dir)
+    except InputError:
+        return
+    if result.parameters:
+        console.print("run it with: " + " ".join(map(shlex.quote, result.run_command("OUT.vmfb"))),
+                      markup=False, soft_wrap=True)
 
 
 def store_error_text(error: sqlite3.DatabaseError) -> str:

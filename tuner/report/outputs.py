@@ -47,22 +47,14 @@ def rebuild_command(output_dir: Path, program: str, flags_file: str = "best_flag
     config, in the run's directory) with the flags in best_flags.txt; paths quoted for a shell.
     A model with external parameters is run with them (the compiler needs none)."""
     flags = shlex.quote("@" + str((output_dir / flags_file).resolve()))
-    run = f"; run it with {' '.join(map(shlex.quote, runtime_flags(parameters)))}" if parameters else ""
+    run = f"\nrun it with: iree-run-module --module=OUT.vmfb {' '.join(map(shlex.quote, runtime_flags(parameters)))}" \
+        if parameters else ""
     return f"iree-compile {shlex.quote(str(program))} {flags} -o OUT.vmfb{run}"
 
 
 def comment(text: str) -> str:
     """`text` as MLIR comment lines: whatever a path holds (a newline, say) stays in a comment."""
     return "".join(f"// {line}\n" for line in text.splitlines() or [""])
-
-
-def written_rebuild_command(output_dir: Path) -> str:
-    """rebuild_command for the run whose results.json is in `output_dir`."""
-    try:
-        meta = json.loads((output_dir / "results.json").read_text())
-    except (OSError, ValueError):
-        meta = {}
-    return rebuild_command(output_dir, meta.get("input", "INPUT"), parameters=meta.get("parameters", ()))
 
 
 def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spec: str, flags: list[str],

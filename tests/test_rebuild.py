@@ -1,0 +1,62 @@
+"""`iree-tuner rebuild DIR -o OUT.vmfb` (tuner.report.rebuild): what it refuses, in one line each,
+and the line the tuner prints for it (an end-to-end rebuild and run of a model with parameters,
+pasted into a shell without the environment: tests/test_parameters.py)."""
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from tests.conftest import assert_one_error_line, run_cli
+from tuner.report.rebuild import read_rebuild, rebuild_line
+
+
+def _run_dir(tmp_path: Path, kind: str = "", parameters=()) -> Path:
+    """A finished run's directory as the tuner writes it: results.json, the flags file naming a spec."""
+    out = tmp_path / "run"
+    out.mkdir()
+    program = tmp_path / "model.mlir"
+    program.write_text("func.func @f() { return }\n")
+    (out / "model_spec.mlir").write_text("module {}\n")
+    flags = "model_flags.txt" if kind == "model" else "best_flags.txt"
+    (out / flags).write_text(f'--iree-hal-target-device=local\n"--iree-codegen-tuning-spec-path={out / "model_spec.mlir"}"\n')
+    (out / "results.json").write_text(json.dumps({"kind": kind, "input": str(program), "entry": "f",
+                                                  "parameters": list(parameters)}))
+    return out
+
+
+def test_a_directory_without_a_finished_run_is_one_line(tmp_path):
+    assert_one_error_line(run_cli("rebuild", tmp_path, "-o", tmp_path / "o.vmfb"), 2, "no results.json")
+
+
+def test_a_program_or_spec_that_is_gone_is_named(tmp_path):
+    out = _run_dir(tmp_path)
+    (out / "model_spec.mlir").unlink()
+    assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path / "o.vmfb"), 2, "model_spec.mlir, which is gone")
+    (tmp_path / "model.mlir").unlink()
+    assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path / "o.vmfb"), 2, "model.mlir, which is gone")
+
+
+def test_a_model_run_rebuilds_from_model_flags_and_says_how_to_run_with_its_parameters(tmp_path):
+    out = _run_dir(tmp_path, "model", ["model=/data/w.irpa"])
+    target = read_rebuild(out)
+    assert target.flags_file.name == "model_flags.txt" and target.program == tmp_path / "model.mlir"
+    compile_command = target.compile_command("o.vmfb")
+    assert Path(compile_command[0]).is_absolute() and compile_command[1:] == [
+        str(tmp_path / "model.mlir"), f"@{out / 'model_flags.txt'}", "-o", "o.vmfb"]
+    run = target.run_command("o.vmfb")
+    assert Path(run[0]).is_absolute() and run[1:] == ["--module=o.vmfb", "--function=f", "--parameters=model=/data/w.irpa"]
+
+
+def test_the_printed_line_names_this_tuner_and_the_directory_by_absolute_paths(tmp_path, monkeypatch):
+    out = _run_dir(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    line = shlex.split(rebuild_line(Path("run")))
+    assert Path(line[0]).is_absolute() and Path(line[0]).parent == Path(sys.executable).parent or line[:3] == [
+        sys.executable, "-m", "tuner.cli"]
+    assert line[-4:] == ["rebuild", str(out.resolve()), "-o", "OUT.vmfb"]
+
+
+def test_an_output_that_is_a_directory_is_refused(tmp_path):
+    out = _run_dir(tmp_path)
+    assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path), 4, "a directory")

@@ -1,0 +1,76 @@
+"""Commands over a finished run's directory: `report` prints its table again and plots it,
+`rebuild` compiles its result with the compiler of the tuner's own environment."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import click
+
+from tuner.cli.say import errors_to_exit, stats_line
+from tuner.errors import InputError, OutputError
+from tuner.report.outputs import make_console
+from tuner.report.rebuild import rebuild_line
+
+
+@click.command(short_help="Print a finished tuning's table again, and plot it.")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Rows of the table.")
+def report(directory: Path, top: int) -> None:
+    """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png
+    (for a tune-model directory: its per-dispatch table and the model-level figure)."""
+    from tuner.report.plot import plot_ranking
+    from tuner.ranking import rank
+    from tuner.report.outputs import render_model, render_table
+    from tuner.results import Result
+
+    console = make_console()
+    with errors_to_exit():
+        path = directory / "results.json"
+        if not path.is_file():
+            raise InputError(f"{directory}: no results.json; run `iree-tuner tune` or `iree-tuner benchmark` first")
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError(f"a {type(data).__name__}, not the object this tuner writes")
+            if data.get("kind") == "model":
+                render_model(data, console)
+                console.print(f"rebuild with: {rebuild_line(directory)}")
+                return
+            results = [Result.from_json(c) for c in data["candidates"]]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InputError(f"{path}: not a readable results file ({e})") from None
+        ranking = rank(results)
+        render_table(ranking, results, console, top)
+        if data.get("evaluation"):
+            console.print(stats_line(data["evaluation"]))
+        console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
+        title = f"{data.get('dispatch', '')} on {', '.join(data.get('devices', [])) or data.get('target', '')}".strip()
+        try:
+            png = plot_ranking(ranking, directory / "results.png", title)
+        except OSError as e:
+            raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
+    console.print(f"wrote {png}")
+    console.print(f"rebuild with: {rebuild_line(directory)}")
+
+
+@click.command(short_help="Compile a finished tuning's result with plain iree-compile.")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="The module to write (.vmfb).")
+def rebuild(directory: Path, out: Path) -> None:
+    """Compile the result of the `tune` or `tune-model` run in DIRECTORY (its program with
+    best_flags.txt or model_flags.txt) into OUT with the iree-compile of the environment the
+    tuner runs in: no activated environment and no PATH needed. Prints how to run the module
+    where the model reads external parameters."""
+    from tuner.report.rebuild import rebuild as compile_result
+
+    console = make_console()
+    with errors_to_exit():
+        target = compile_result(directory, out)
+    console.print(f"wrote {out}", soft_wrap=True)
+    if target.parameters:
+        console.print("run it with its parameters (and your inputs, --input=...): "
+                      + " ".join(map(shlex.quote, target.run_command(out.resolve()))), markup=False, soft_wrap=True)
