@@ -288,3 +288,29 @@ def test_a_dispatch_whose_default_result_is_not_finite_is_said_and_the_model_run
     assert len(statuses) == 2 and all(
         s.startswith("not tuned: the baseline (the compiler's default) cannot serve as the reference") for s in statuses), statuses
     assert "nothing to merge" in tuning.state.verdict
+
+
+def test_the_model_table_says_what_each_dispatchs_times_are_of():
+    """A CPU tuning times the whole model call, a GPU one the dispatch's kernels: the table names
+    which in its own column, beside the profile's time per call and share (issue 39: a 'default
+    ms' of 97.0 for a convolution of a 98.7 ms model read as the convolution's time)."""
+    import io
+
+    from rich.console import Console
+
+    from tuner.report.outputs import render_model
+    from tuner.results import Result, Status
+    from tuner.stages.builtin import tuning_outcome
+
+    def outcome(timing: str):
+        base = Result(0, "k0", "baseline", True, {}, [], Status.OK, times_ms=[97.0] * 3, median_ms=97.0, timing=timing)
+        return tuning_outcome(DispatchOutcome("conv", "b8_m56x56", 0.4, "", profile_ms=39.5), None, [base], [base])
+
+    cpu = outcome("local-task: entry function, 2 threads (runtime default)")
+    gpu = outcome("cuda: its kernels inside the model's own call (CUPTI kernel records)")
+    assert (cpu.timed, gpu.timed) == ("model call", "dispatch") and cpu.status == "no winner"
+    out = io.StringIO()
+    render_model({"entry": "f", "target": "llvm-cpu", "dispatches": [cpu.to_json()], "verdict": "v"},
+                 Console(file=out, width=250))
+    row = next(line for line in out.getvalue().splitlines() if "conv" in line)
+    assert [c.strip() for c in row.strip("│ ").split("│")][:6] == ["conv", "b8_m56x56", "39.500", "40.0%", "model call", "97.000"]

@@ -145,13 +145,19 @@ def data_tiling_verdict(ranking, results) -> str:
 
 
 def render_model(data: dict, console: Optional[Console] = None) -> None:
-    """A tune-model run's results.json as a person reads it: one row per dispatch (its share of
-    the model's time, its tuning's default and tuned times and paired speedup, what the model
-    stage did with it), the flags tried on the whole model, and the model-level figure."""
+    """A tune-model run's results.json as a person reads it: one row per dispatch (from the
+    profile, its time per model call and its share of the model's dispatch time; from its
+    tuning, what was timed (the dispatch, or the whole model call where the target times the
+    entry, as the CPU does), the default's and the winner's times of that and their paired
+    speedup; the winner's paired figure on the model; what the model stage did with it), the
+    choices tried on the whole model, and the model-level figure."""
     console = console or make_console()
-    table = Table(title=f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}")
-    for col, justify in (("dispatch", "left"), ("shape", "left"), ("share", "right"), ("default ms", "right"),
-                         ("tuned ms", "right"), ("speedup", "right"), ("on the model", "right"), ("status", "left")):
+    table = Table(title=f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}",
+                  caption="profile: the dispatch per model call; tuning: the default and the winner, timed as "
+                          "'timed' says; on the model: the model with the winner against without it")
+    for col, justify in (("dispatch", "left"), ("shape", "left"), ("profile ms", "right"), ("share", "right"),
+                         ("timed", "left"), ("default ms", "right"), ("tuned ms", "right"), ("speedup", "right"),
+                         ("on the model", "right"), ("status", "left")):
         table.add_column(col, justify=justify)
 
     def num(v, fmt):
@@ -164,7 +170,8 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
         if d["status"].startswith("not tuned"):
             untuned.append(f"{name} ({share}): {d['status']}")
             continue
-        table.add_row(name, d.get("shape", ""), share, num(d.get("default_ms"), "{:.3f}"),
+        table.add_row(name, d.get("shape", ""), num(d.get("profile_ms"), "{:.3f}"), share, d.get("timed") or "-",
+                      num(d.get("default_ms"), "{:.3f}"),
                       num(d.get("tuned_ms"), "{:.3f}"), num(d.get("speedup"), "{:.2f}x"),
                       num(d.get("model_speedup"), "{:.2f}x"), d["status"])
     if table.row_count:

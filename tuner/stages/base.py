@@ -39,12 +39,17 @@ class DispatchOutcome:
     shape: str
     share: Optional[float]  # of the model's measured dispatch time (None: not measured)
     status: str  # "tuned", "no winner", "not tuned: WHY", then "kept" / "dropped: WHY" after the model stage
-    default_ms: Optional[float] = None  # the dispatch as its tuning timed it (its entry or alone)
+    default_ms: Optional[float] = None  # the default as its tuning timed it (`timed`)
     tuned_ms: Optional[float] = None
     speedup: Optional[float] = None  # paired, from the dispatch's tuning
     part: Optional[SpecPart] = None  # the winning config, if any
     also_covers: tuple[str, ...] = ()  # other dispatches of the same shape the matcher covers
     model_speedup: Optional[float] = None  # the model with this part against without it (paired)
+    # Its time per call of the model in the profile (the alike dispatches it covers included).
+    profile_ms: Optional[float] = None
+    # What its tuning's default_ms and tuned_ms are times of: "dispatch" (its kernels, or the
+    # dispatch alone) or "model call" (the whole entry function, as on a CPU).
+    timed: str = ""
 
     @property
     def expected_gain(self) -> float:
@@ -57,7 +62,7 @@ class DispatchOutcome:
         return {"name": self.name, "shape": self.shape, "share": self.share, "status": self.status,
                 "default_ms": self.default_ms, "tuned_ms": self.tuned_ms, "speedup": self.speedup,
                 "config": self.part.label if self.part else None, "also_covers": list(self.also_covers),
-                "model_speedup": self.model_speedup}
+                "model_speedup": self.model_speedup, "profile_ms": self.profile_ms, "timed": self.timed}
 
 
 @dataclass(frozen=True)

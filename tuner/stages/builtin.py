@@ -240,7 +240,9 @@ def select_dispatches(program, measured, workload, min_share: float, top: Option
         total = sum(share(d.name) or 0.0 for d in members) if measured else None
         lead = max(members, key=lambda d: share(d.name) or 0.0)
         others = tuple(d.name for d in members if d is not lead)
-        outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others)
+        profiled = [measured.times[d.name].total_ms for d in members if measured and d.name in measured.times]
+        outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others,
+                                  profile_ms=sum(profiled) if profiled else None)
         if pipeline_for(lead) is None:
             outcomes.append(replace(outcome, status=f"not tuned: {why_untunable(lead)}"))
         elif kinds and lead.kind.value not in kinds:
@@ -280,12 +282,14 @@ def finished_tuning(directory: Path, dispatch: Dispatch, candidates) -> Optional
 def tuning_outcome(outcome: DispatchOutcome, dispatch: Dispatch, candidates, results: list[Result]) -> DispatchOutcome:
     ranking = rank(results)
     base = ranking.baseline
+    # The timing identity says what a time is of (tuner.evaluation.device_identity).
+    timed = "" if base is None else "model call" if "entry function" in base.timing else "dispatch"
     if ranking.best is None:
-        return replace(outcome, status="no winner", default_ms=base.median_ms if base else None)
+        return replace(outcome, status="no winner", default_ms=base.median_ms if base else None, timed=timed)
     best = ranking.best
     candidate = next(c for c in candidates if c.key == best.key)
     return replace(outcome, status="tuned", default_ms=base.median_ms if base else None, tuned_ms=best.median_ms,
-                   speedup=best.speedup, part=SpecPart(dispatch, candidate.config, candidate.label))
+                   speedup=best.speedup, part=SpecPart(dispatch, candidate.config, candidate.label), timed=timed)
 
 
 @dataclass
