@@ -153,3 +153,24 @@ def test_the_lead_is_the_candidate_whose_rounds_hold_up_not_one_lucky_round():
     lead = max(rounds, key=lambda i: leading(Paired(rounds[i]), i))
     assert lead == 2
     assert Paired(rounds[3]).speedup > Paired(rounds[2]).speedup  # the median alone would pick 3
+
+
+def test_a_flag_only_candidate_near_the_best_is_confirmed_beside_the_top_ones():
+    """Issue 39: data tiling alone (2.19x in its first pass) was never timed beside the winner.
+    A flag-only candidate within 85% of the best first-pass figure joins the confirmation rounds
+    even below the top N; a config or a flag-only candidate further off does not."""
+    from tuner.evaluation.passes import chosen_for_confirmation
+
+    def result(i, figure, flags=(), info="cfg"):
+        return Result(i, f"k{i}", f"c{i}", False, {}, [], Status.OK, times_ms=[1.0], median_ms=1.0,
+                      first_pass_speedup=figure, compilation_info=info, config_flags=list(flags))
+
+    tiled = [result(i, 2.5 - 0.01 * i) for i in range(1, 6)]  # 2.49 .. 2.45
+    data_tiling = result(6, 2.19, ["--iree-opt-data-tiling"], info="")
+    far_flag = result(7, 1.9, ["--other-flag"], info="")
+    near_config = result(8, 2.3)
+    chosen = chosen_for_confirmation([*tiled, data_tiling, far_flag, near_config], top=4)
+    # 2.19 >= 0.85 x 2.49 = 2.1165; 1.9 is not; the config at 2.3 is a fifth config, not taken.
+    assert [r.candidate_id for r in chosen] == [1, 2, 3, 4, 6]
+    assert chosen_for_confirmation([data_tiling], top=4) == [data_tiling]
+    assert chosen_for_confirmation([], top=4) == []

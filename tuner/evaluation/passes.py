@@ -127,6 +127,25 @@ class Confirmation:
     waited_s: float = 0.0
 
 
+# A flag-only candidate (a model-wide flag such as data tiling, no config of its own) within this
+# share of the best first-pass figure is confirmed too, even beyond `confirm_top`: it is what a
+# user would do without the tuner, so a winner must be shown against it side by side.
+FLAG_ONLY_NEAR = 0.85
+
+
+def chosen_for_confirmation(results: list[Result], top: int) -> list[Result]:
+    """The `top` candidates with the best first-pass figures, and any flag-only candidate near
+    the best (FLAG_ONLY_NEAR) beside them."""
+    ranked = sorted((r for r in results if r.ok and not r.is_baseline and r.first_pass_speedup),
+                    key=lambda r: (-(r.first_pass_speedup or 0.0), r.candidate_id))
+    chosen = ranked[:top]
+    if chosen:
+        near = (chosen[0].first_pass_speedup or 0.0) * FLAG_ONLY_NEAR
+        chosen += [r for r in ranked[top:] if r.config_flags and not r.compilation_info
+                   and (r.first_pass_speedup or 0.0) >= near]
+    return chosen
+
+
 def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, settings: EvalSettings,
             store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None
             ) -> "Confirmation":
@@ -142,8 +161,7 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
     baseline = next((r for r in results if r.is_baseline and r.ok), None)
     if baseline is None or settings.confirm_rounds < 1 or settings.confirm_top < 1:
         return Confirmation(results)
-    promising = sorted((r for r in results if r.ok and not r.is_baseline and r.first_pass_speedup),
-                       key=lambda r: (-(r.first_pass_speedup or 0.0), r.candidate_id))[: settings.confirm_top]
+    promising = chosen_for_confirmation(results, settings.confirm_top)
     if not promising or baseline.key not in built:
         return Confirmation(results)
     finished = None if settings.reconfirm else finished_confirmation(baseline, promising, built, measurer, store,
