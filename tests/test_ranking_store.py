@@ -174,3 +174,18 @@ def test_a_flag_only_candidate_near_the_best_is_confirmed_beside_the_top_ones():
     assert [r.candidate_id for r in chosen] == [1, 2, 3, 4, 6]
     assert chosen_for_confirmation([data_tiling], top=4) == [data_tiling]
     assert chosen_for_confirmation([], top=4) == []
+
+
+def test_a_config_no_faster_than_the_flag_alone_beyond_the_noise_gives_way_to_the_flag():
+    """Issue 36: a data-tiled config was named over data tiling alone, which it did not beat side
+    by side. Per round, the config's ratio over the flag's: faster in 2 of 4 rounds, within the
+    noise, so the simpler flag alone is named and the verdict says why; faster in 4 of 4, the
+    config stays."""
+    base = _r(0, 10.0, baseline=True, first=1.0)
+    config = _r(1, 4.0, first=2.5, ratios=(2.5, 2.4, 2.6, 2.5), compilation_info="cfg")
+    flag = _r(2, 4.1, first=2.4, ratios=(2.45, 2.5, 2.4, 2.55), config_flags=["--iree-opt-data-tiling"])
+    ranking = rank([base, config, flag])
+    assert ranking.best.candidate_id == 2
+    assert "candidate 1 (c1) was faster than it in only 2 of 4 rounds, within the noise" in ranking.verdict
+    clear = replace(flag, round_ratios=[2.0, 2.1, 1.9, 2.0])
+    assert rank([base, config, clear]).best.candidate_id == 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from tuner.evaluation.comparison import WIN_SHARE, Paired, leading
+from tuner.evaluation.comparison import WIN_SHARE, Paired, leading, simpler_within_noise
 from tuner.results import Result
 
 
@@ -65,6 +65,9 @@ def rank(results: Iterable[Result]) -> Ranking:
     confirmed = [r for r in ok if r.confirmed and not r.is_baseline]
     winners = [r for r in confirmed if r.paired.beats_baseline and not r.unsettled]
     lead = max(winners, key=lambda r: leading(r.paired, r.candidate_id)) if winners else None
+    preferred = ""
+    if lead is not None:
+        lead, preferred = simpler_within_noise(lead, winners, lambda r: r.paired)
     held = lead is not None and (not lead.holdout_ratios or Paired(tuple(lead.holdout_ratios)).beats_baseline)
     best = lead if held else None
     share = f"{WIN_SHARE:.0%}"
@@ -78,6 +81,7 @@ def rank(results: Iterable[Result]) -> Ranking:
             f"{_faster(best.holdout_ratios)} of them ({best.paired.speedup:.2f}x in the {len(best.round_ratios)} "
             f"rounds that chose it)" if best.holdout_ratios else
             f"the median of {len(best.round_ratios)} interleaved rounds, faster in {_faster(best.round_ratios)} of them")
+        verdict += f"; {preferred}" if preferred else ""
     elif lead is not None:
         verdict = (f"no candidate beat the default beyond the noise: candidate {lead.candidate_id} was "
                    f"{lead.paired.speedup:.2f}x in the rounds that chose it, but {lead.speedup:.2f}x in "

@@ -101,6 +101,29 @@ def leading(rounds: Paired, candidate_id: int) -> tuple[float, int]:
     return (rounds.lower, rounds.speedup, -candidate_id)
 
 
+def simpler_within_noise(lead, contenders, paired_of) -> tuple[object, str]:
+    """The candidate to name in place of `lead` (a result with a config) where a simpler one, a
+    flag-only candidate among `contenders` (no config of its own: `compilation_info` empty, its
+    flags in `config_flags`), is not beaten by it beyond the noise: the lead faster than it in
+    fewer than WIN_SHARE of their common rounds (per round, the lead's ratio over its ratio; the
+    rounds interleave all of them, so a change of load moves both). Returns (the one to name,
+    why, or "" where the lead stays). A tuned config that is no faster than a flag the user
+    would set anyway is not worth its spec (issue 36: data tiling alone against a data-tiled
+    config that was not faster)."""
+    if not getattr(lead, "compilation_info", ""):
+        return lead, ""
+    simpler = sorted((r for r in contenders if r is not lead and r.config_flags and not r.compilation_info),
+                     key=lambda r: leading(paired_of(r), r.candidate_id), reverse=True)
+    for r in simpler:
+        mine, theirs = paired_of(lead).ratios, paired_of(r).ratios
+        per_round = [a / b for a, b in zip(mine, theirs)]
+        if per_round and sum(x > 1.0 for x in per_round) < WIN_SHARE * len(per_round):
+            return r, (f"candidate {lead.candidate_id} ({lead.label}) was faster than it in only "
+                       f"{sum(x > 1.0 for x in per_round)} of {len(per_round)} rounds, within the noise: "
+                       f"the simpler flag alone is kept")
+    return lead, ""
+
+
 # More rounds for a contested winner: at most this many batches of rounds in all (the first
 # included), each as long as the first.
 MAX_ROUND_BATCHES = 3

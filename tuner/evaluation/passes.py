@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from tuner.evaluation.comparison import (MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
                                          contested, find_drifts, leading, load_change, load_threshold, paired,
-                                         quiet_level, settled)
+                                         quiet_level, settled, simpler_within_noise)
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Progress, Recorder, first_pass_speedup
 from tuner.results import EvaluationStats, Result
 from tuner.settings import EvalSettings
@@ -268,6 +268,7 @@ def holdout_rounds(baseline: Result, others: list[Result], rounds: dict[str, Pai
     if not chosen:
         return {}
     lead = max(chosen, key=lambda r: leading(rounds[r.key], r.candidate_id))
+    lead, _ = simpler_within_noise(lead, chosen, lambda r: rounds[r.key])
     try:
         times, references, more_baseline = _rounds(baseline, [lead], bench, HOLDOUT_BATCHES * batch,
                                                    phase="hold-out")
