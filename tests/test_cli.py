@@ -200,3 +200,36 @@ def test_the_top_level_help_gives_every_command_a_whole_summary():
     commands = result.output.split("Commands:")[1]
     names = ["benchmark", "candidates", "crosscheck", "dispatches", "pack", "report", "tune", "tune-model"]
     assert all(f"  {n} " in commands for n in names) and "..." not in commands
+
+
+def test_the_search_is_shown_as_it_runs_each_result_a_line_where_no_progress_bar_shows():
+    """Issue 39: the best so far and its figure as batches end; in a log (not a terminal) each
+    candidate's result as a line; a better figure is said again, a worse one is not."""
+    import io
+
+    from rich.console import Console
+
+    from tuner.cli.say import LiveResults
+    from tuner.results import Result, Status
+
+    def r(i, ms, first, status=Status.OK, error=""):
+        return Result(i, f"k{i}", f"cfg {i}", i == 0, {}, [], status, times_ms=[ms] if ms else [], median_ms=ms,
+                      first_pass_speedup=first, error=error)
+
+    for terminal in (False, True):
+        out = io.StringIO()
+        live = LiveResults(Console(file=out, force_terminal=terminal, width=200))
+        live([r(0, 2.0, 1.0), r(1, 1.0, 2.0), r(2, None, None, Status.COMPILE_FAILED, "error: bad tile")])
+        live([r(1, 1.0, 2.0), r(3, 1.6, 1.25)])  # candidate 1 again (a reused result): not said twice
+        live([r(4, 0.5, 4.0)])
+        lines = [line for line in out.getvalue().splitlines() if line.strip()]
+        bests = [line for line in lines if line.startswith("best so far")]
+        assert bests == ["best so far: candidate 1 (cfg 1), 2.00x in its first pass, after 2 evaluations "
+                         "(confirmed side by side at the end)",
+                         "best so far: candidate 4 (cfg 4), 4.00x in its first pass, after 4 evaluations "
+                         "(confirmed side by side at the end)"]
+        per = [line for line in lines if line.startswith("candidate ")]
+        assert per == ([] if terminal else ["candidate 1 (cfg 1): ok, 1.000 ms, 2.00x in its first pass",
+                                            "candidate 2 (cfg 2): compile_failed, error: bad tile",
+                                            "candidate 3 (cfg 3): ok, 1.600 ms, 1.25x in its first pass",
+                                            "candidate 4 (cfg 4): ok, 0.500 ms, 4.00x in its first pass"])

@@ -176,6 +176,8 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
         def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
             evaluation = evaluator.evaluate(candidates, batch_settings)
             passes.append(evaluation.stats)
+            if listen.on_results:
+                listen.on_results(list(evaluation.results))
             return evaluation
 
         batches = LiveBatches(session.dispatch, session.pipeline, plan.space,

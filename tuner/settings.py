@@ -132,7 +132,8 @@ class Listeners:
     line for the user; `on_discovered(program, dispatch, how)`, the dispatch picked and why;
     `on_search(summary)`, what the search starts from; `on_candidates(dispatch, candidates)`, the
     candidates made; `on_warning(text)`, a warning about the input (a given config outside the
-    constraints, say)."""
+    constraints, say); `on_results(results)`, each search batch's results as it ends (first-pass
+    figures: the search's progress, shown live)."""
 
     progress: Optional[Callable[[str, int, int], None]] = None
     say: Callable[[str], None] = lambda text: None
@@ -140,3 +141,4 @@ class Listeners:
     on_search: Optional[Callable[[dict], None]] = None
     on_candidates: Optional[Callable] = None
     on_warning: Optional[Callable[[str], None]] = None
+    on_results: Optional[Callable[[list], None]] = None

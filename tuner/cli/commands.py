@@ -13,7 +13,7 @@ import click
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
                                gpu_timing_option, kind_list, parameters_option, quiet_wait_option, search_options,
                                terminate, version_option)
-from tuner.cli.say import (dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
+from tuner.cli.say import (LiveResults, dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
                            say_picked, say_rebuild, say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
 from tuner.report.outputs import make_console
@@ -51,8 +51,8 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = api.tune(input_file, target, output_dir, dispatch_name, pipeline_name, search,
                           replace(run, compile_only=compile_only),
-                          Listeners(on_progress, on_discovered=say_picked(console),
-                                    on_search=say_search(console), on_candidates=say_candidates(console)))
+                          Listeners(on_progress, on_discovered=say_picked(console), on_search=say_search(console),
+                                    on_candidates=say_candidates(console), on_results=LiveResults(console)))
     none_took = say_failures(console, tuning.results if tuning.manifest is None else
                              [b.result for b in tuning.manifest.built], tuning.compiler_says or {})
     if tuning.manifest is not None:

@@ -204,6 +204,36 @@ class progress_bars:
 
 
 
+class LiveResults:
+    """The search as it runs (Listeners.on_results): the best first-pass figure so far, said when
+    it changes; where the output is not a terminal (a log, CI), each candidate's result as a line
+    too, since no progress bar shows there."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.seen: set[int] = set()
+        self.best: tuple[float, int] | None = None
+
+    def __call__(self, results: list) -> None:
+        new = [r for r in results if r.candidate_id not in self.seen and not r.is_baseline]
+        self.seen.update(r.candidate_id for r in new)
+        if not self.console.is_terminal:
+            for r in sorted(new, key=lambda r: r.candidate_id):
+                figure = (f"{r.median_ms:.3f} ms, {r.first_pass_speedup:.2f}x in its first pass"
+                          if r.ok and r.median_ms is not None and r.first_pass_speedup else (r.error or "")[:120])
+                self.console.print(f"candidate {r.candidate_id} ({r.label}): {r.status.value}"
+                                   + (f", {figure}" if figure else ""), markup=False, highlight=False, soft_wrap=True)
+        timed = [r for r in new if r.ok and r.first_pass_speedup]
+        if not timed:
+            return
+        top = max(timed, key=lambda r: (r.first_pass_speedup, -r.candidate_id))
+        if self.best is None or top.first_pass_speedup > self.best[0]:
+            self.best = (top.first_pass_speedup, top.candidate_id)
+            self.console.print(f"best so far: candidate {top.candidate_id} ({top.label}), {top.first_pass_speedup:.2f}x "
+                               f"in its first pass, after {len(self.seen)} evaluations (confirmed side by side at the end)",
+                               markup=False, highlight=False, soft_wrap=True)
+
+
 def dispatches_json(listed) -> str:
     """`dispatches --json`: every row, and with a profile each entry's time and coverage."""
     import json
