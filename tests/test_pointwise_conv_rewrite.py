@@ -7,9 +7,7 @@ import numpy as np
 import pytest
 from iree.compiler import ir
 
-from tests.conftest import iree_compile
-from tests.test_strided_conv_rewrite import PROGRAM, _conv, _downsample_block
-from tuner.evaluation.runner import RunSettings, run_once
+from tests.test_strided_conv_rewrite import PROGRAM, _conv, cpu_outputs, imported_block
 from tuner.rewrite import POINTWISE_CONV_AS_MATMUL, REWRITES, SUBSAMPLE_STRIDED_1X1, combined, rewrite_program
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.targets import parse_target
@@ -62,14 +60,10 @@ def test_the_gpu_flag_stage_offers_it_after_the_subsample_so_that_together_both_
 @pytest.mark.slow
 def test_the_rewritten_block_computes_what_the_convolutions_did_and_cuda_forms_the_filter_first_contraction(tmp_path, ctx):
     pytest.importorskip("onnx")
-    import onnx
-
     from tuner.discovery.program import discover_program
-    from tuner.input.models import program_source
 
-    cpu, cuda = parse_target("llvm-cpu"), parse_target("cuda:sm_80")
-    onnx.save(_downsample_block(2, 32, 15), tmp_path / "block.onnx")
-    imported = program_source(tmp_path / "block.onnx", tmp_path, cpu)
+    cuda = parse_target("cuda:sm_80")
+    imported = imported_block(tmp_path)
     both = combined([SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL])
     rewritten = tmp_path / "rewritten.mlir"
     # The strided shortcut is subsampled, then it and the block's two 1x1 convolutions are MatMuls.
@@ -81,13 +75,7 @@ def test_the_rewritten_block_computes_what_the_convolutions_did_and_cuda_forms_t
     after = {d.shape_name for d in discover_program(rewritten, cuda, ctx).dispatches}
     assert any(s.startswith("m2x15x15_n16_k32") for s in before), before
     assert any(s.startswith("b2_m16_n225_k32") for s in after), after
-    x = tmp_path / "x.npy"
-    np.save(x, np.random.default_rng(1).standard_normal((2, 32, 15, 15)).astype(np.float16))
-    outputs = {}
-    for name, program in (("convolutions", imported), ("matmuls", rewritten)):
-        iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
-        assert run_once(tmp_path / f"{name}.vmfb", RunSettings("local-task", "block", (x,)), tmp_path / f"{name}.npy").ok
-        outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
+    outputs = cpu_outputs({"convolutions": imported, "matmuls": rewritten}, tmp_path)
     # Both sum in f32 and round to f16 once per convolution, in other orders: within f16's rounding.
     scale = float(np.abs(outputs["convolutions"]).max())
     assert scale > 0.1

@@ -108,16 +108,34 @@ def _downsample_block(batch: int, channels: int, size: int):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.slow
-def test_the_rewritten_block_computes_the_same_result_and_forms_a_contraction_not_a_reduction(tmp_path, ctx):
-    pytest.importorskip("onnx")
+def imported_block(tmp_path: Path) -> Path:
+    """_downsample_block(2, 32, 15) saved and imported as the tuner imports an ONNX model."""
     import onnx
 
     from tuner.input.models import program_source
 
-    cpu, cuda = parse_target("llvm-cpu"), parse_target("cuda:sm_80")
     onnx.save(_downsample_block(2, 32, 15), tmp_path / "block.onnx")
-    imported = program_source(tmp_path / "block.onnx", tmp_path, cpu)
+    return program_source(tmp_path / "block.onnx", tmp_path, parse_target("llvm-cpu"))
+
+
+def cpu_outputs(programs: dict[str, Path], tmp_path: Path) -> dict[str, np.ndarray]:
+    """Each program of the block built for llvm-cpu and run on the same input (f32 results)."""
+    cpu = parse_target("llvm-cpu")
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(1).standard_normal((2, 32, 15, 15)).astype(np.float16))
+    outputs = {}
+    for name, program in programs.items():
+        iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
+        assert run_once(tmp_path / f"{name}.vmfb", RunSettings("local-task", "block", (x,)), tmp_path / f"{name}.npy").ok
+        outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
+    return outputs
+
+
+@pytest.mark.slow
+def test_the_rewritten_block_computes_the_same_result_and_forms_a_contraction_not_a_reduction(tmp_path, ctx):
+    pytest.importorskip("onnx")
+    cuda = parse_target("cuda:sm_80")
+    imported = imported_block(tmp_path)
     rewritten = tmp_path / "rewritten.mlir"
     assert rewrite_program(imported, SUBSAMPLE_STRIDED_1X1, rewritten) == ["2x32x15x15 stride 2x2"]
     # On a GPU target the strided 1x1 convolution was a reduction; rewritten, a contraction.
@@ -125,11 +143,5 @@ def test_the_rewritten_block_computes_the_same_result_and_forms_a_contraction_no
     after = {d.kind for d in discover_program(rewritten, cuda, ctx).dispatches}
     assert DispatchKind.REDUCTION in before and DispatchKind.REDUCTION not in after
     assert DispatchKind.CONTRACTION in after
-    x = tmp_path / "x.npy"
-    np.save(x, np.random.default_rng(1).standard_normal((2, 32, 15, 15)).astype(np.float16))
-    outputs = {}
-    for name, program in (("strided", imported), ("rewritten", rewritten)):
-        iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
-        assert run_once(tmp_path / f"{name}.vmfb", RunSettings("local-task", "block", (x,)), tmp_path / f"{name}.npy").ok
-        outputs[name] = np.load(tmp_path / f"{name}.npy")
+    outputs = cpu_outputs({"strided": imported, "rewritten": rewritten}, tmp_path)
     np.testing.assert_allclose(outputs["rewritten"], outputs["strided"], rtol=1e-5, atol=1e-5)
