@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner import api  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
+from tuner.core.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_dispatches" / "matmul_1024x1024x1024_f32.mlir"
 

@@ -27,9 +27,9 @@ from iree.compiler import ir  # noqa: E402
 from pipelines import pipeline_for  # noqa: E402
 from tuner.specs.candidates import generate_candidates  # noqa: E402
 from tuner.discovery.program import discover_program  # noqa: E402
-from tuner.evaluation.strategies import STRATEGIES  # noqa: E402
+from tuner.strategies import STRATEGIES  # noqa: E402
 from tuner.ranking import rank  # noqa: E402
-from tuner.settings import EvalSettings  # noqa: E402
+from tuner.core.settings import EvalSettings  # noqa: E402
 from tuner.store import ResultStore  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.versions import compiler_version, runtime_version  # noqa: E402

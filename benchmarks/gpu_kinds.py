@@ -37,7 +37,7 @@ def slug(name: str) -> str:
 
 def compile_all(out: Path, candidates: int, target: str) -> None:
     from tuner import api
-    from tuner.settings import RunOptions, SearchSettings
+    from tuner.core.settings import RunOptions, SearchSettings
 
     for name, sample in SAMPLES.items():
         work = out / slug(name)

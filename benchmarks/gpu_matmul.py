@@ -61,7 +61,7 @@ def mlir_for(m: int, n: int, k: int) -> str:
 
 def compile_all(out: Path, candidates: int, target: str, only: str | None, no_split: bool = False) -> None:
     from tuner import api
-    from tuner.settings import EvalSettings, RunOptions, SearchSettings
+    from tuner.core.settings import EvalSettings, RunOptions, SearchSettings
 
     if no_split:  # the same search without split-K, to see what it adds
         import pipelines.llvmgpu_tile_and_fuse as tile_and_fuse

@@ -24,9 +24,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--confirm-top", type=int, default=4, help="Candidates confirmed in interleaved rounds.")
     args = parser.parse_args()
-    from tuner.evaluation.benchmark_stage import benchmark_dir
+    from tuner.benchmark_dir import benchmark_dir
     from tuner.build.manifest import Manifest
-    from tuner.settings import EvalSettings
+    from tuner.core.settings import EvalSettings
 
     last = {}
 

@@ -53,7 +53,7 @@ def _space(input_path: Path, target: str, pipeline_name: str | None, dispatch_na
 
 def record(args: argparse.Namespace) -> None:
     from tuner.api import benchmark_configs
-    from tuner.settings import EvalSettings, Listeners, RunOptions
+    from tuner.core.settings import EvalSettings, Listeners, RunOptions
 
     dispatch, pipeline, space = _space(args.input, args.target, args.pipeline, args.dispatch)
     points = list(space.points)
@@ -133,7 +133,7 @@ def confirm(args: argparse.Namespace) -> None:
     """Time the fixture's `top` points again in interleaved rounds with the baseline (or read such
     a run from --from), and keep their paired figures in the fixture."""
     from tuner.api import benchmark_configs
-    from tuner.settings import EvalSettings, Listeners, RunOptions
+    from tuner.core.settings import EvalSettings, Listeners, RunOptions
 
     data = json.loads(args.fixture.read_text())
     points = data["points"]

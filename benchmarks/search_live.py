@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     from tuner import api
     from tuner.search.replay import load_recording
-    from tuner.settings import EvalSettings, RunOptions, SearchSettings
+    from tuner.core.settings import EvalSettings, RunOptions, SearchSettings
 
     recording = load_recording(args.fixture)
     best_i = max(range(len(recording.space)), key=lambda i: recording.scores[i] or 0.0)

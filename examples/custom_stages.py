@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from tuner.evaluation.runner import RunSettings, Timing
-from tuner.settings import EvalSettings, Listeners, RunOptions
+from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import DispatchStage, MergeStage, ModelOptions, ModelState, StageEnv, tune_model
 from tuner.tools import find_tool
 from tuner.discovery.workload import input_flag

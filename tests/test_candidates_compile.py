@@ -13,7 +13,7 @@ from pipelines import pipeline_for
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.program import discover
 from tuner.build.compile import EvalSettings, compile_all
-from tuner.results import Status
+from tuner.core.results import Status
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES
 

@@ -53,7 +53,7 @@ def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
 
 
 def test_report_redraws_table_and_plot(tmp_path):
-    from tuner.results import Result, Status
+    from tuner.core.results import Result, Status
 
     def r(i, ms, status=Status.OK, baseline=False, ratios=()):
         return Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=baseline, knobs={}, flags=[],
@@ -81,7 +81,7 @@ def test_the_plot_of_a_winner_whose_fresh_rounds_lie_outside_its_choosing_rounds
     bar, and `report` failed)."""
     from tuner.ranking import rank
     from tuner.report.plot import plot_ranking
-    from tuner.results import Result, Status
+    from tuner.core.results import Result, Status
 
     def r(i, ms, baseline=False, ratios=(), holdout=()):
         return Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=baseline, knobs={}, flags=[],
@@ -210,7 +210,7 @@ def test_the_search_is_shown_as_it_runs_each_result_a_line_where_no_progress_bar
     from rich.console import Console
 
     from tuner.cli.say import LiveResults
-    from tuner.results import Result, Status
+    from tuner.core.results import Result, Status
 
     def r(i, ms, first, status=Status.OK, error=""):
         return Result(i, f"k{i}", f"cfg {i}", i == 0, {}, [], status, times_ms=[ms] if ms else [], median_ms=ms,

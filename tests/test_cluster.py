@@ -20,8 +20,8 @@ ray = pytest.importorskip("ray", reason="the ray extra: pip install -e '.[ray]'"
 from tests.conftest import _TIMED_BENCHMARK, cli_process, kill_once_stored, stored_rows, write_matmul  # noqa: E402
 from tests.test_tune_model import MLP  # noqa: E402
 from tuner import api  # noqa: E402
-from tuner.results import Status  # noqa: E402
-from tuner.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
+from tuner.core.results import Status  # noqa: E402
+from tuner.core.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
 from tuner.store import ResultStore  # noqa: E402
 from tuner.versions import compiler_version, runtime_version  # noqa: E402
 

@@ -3,7 +3,7 @@ rule, drift beyond the baseline's own noise, and the nearest baseline timing."""
 
 import pytest
 
-from tuner.evaluation.comparison import BaselineTiming, find_drifts, nearest_baseline, paired
+from tuner.core.comparison import BaselineTiming, find_drifts, nearest_baseline, paired
 
 
 def test_paired_ratios_are_per_round_and_skip_failed_rounds():
@@ -23,7 +23,7 @@ def test_paired_ratios_are_per_round_and_skip_failed_rounds():
     ((), False),
 ])
 def test_a_winner_is_faster_in_three_rounds_of_four(ratios, wins):
-    from tuner.evaluation.comparison import Paired
+    from tuner.core.comparison import Paired
 
     assert Paired(ratios).beats_baseline is wins
 
@@ -50,7 +50,7 @@ def test_nearest_baseline_is_on_the_same_device():
 
 
 def test_a_candidate_is_compared_with_the_baseline_timings_that_bracket_it():
-    from tuner.evaluation.comparison import bracketing
+    from tuner.core.comparison import bracketing
 
     # The load rose steadily from 10 to 40 ms of baseline while the candidate ran: the reference
     # is their geometric mean, 20 ms, and a 10 ms candidate is 2x.
@@ -59,7 +59,7 @@ def test_a_candidate_is_compared_with_the_baseline_timings_that_bracket_it():
 
 
 def test_a_load_change_between_the_first_pass_and_the_rounds_is_reported():
-    from tuner.evaluation.comparison import load_change, load_threshold
+    from tuner.core.comparison import load_change, load_threshold
 
     calm = [BaselineTiming("d", i, ms, 1.0) for i, ms in enumerate([10.0, 10.4, 9.8, 10.1, 25.0, 26.0, 24.0, 25.5])]
     # The quieter part of the first pass (lower quartile of its timings: 10.0 ms) against the
@@ -77,7 +77,7 @@ def test_a_load_change_between_the_first_pass_and_the_rounds_is_reported():
 
 
 def test_a_claim_is_an_interval_from_the_order_statistics_of_its_rounds():
-    from tuner.evaluation.comparison import Paired
+    from tuner.core.comparison import Paired
 
     # Eight fresh rounds: the 2nd smallest to the 2nd largest ratio covers the median with
     # probability 1 - 2 (1 + 8) / 256 = 0.930 (the 3rd to the 6th only 0.711, below 90%).

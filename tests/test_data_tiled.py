@@ -17,7 +17,7 @@ from tuner.build.compile import EvalSettings, compile_all
 from tuner.discovery.data_tiled import with_data_tiled
 from tuner.discovery.program import discover, discover_program
 from tuner.discovery.read_back import read_configured
-from tuner.results import Status
+from tuner.core.results import Status
 from tuner.specs.candidates import generate_candidates
 
 
@@ -86,7 +86,7 @@ def test_a_flag_candidate_whose_flags_do_not_take_is_not_applied_and_not_timed(r
     without the data-tiling flag there is no mmt4d at all; without its ukernels flag the
     generated-code candidate's executable keeps the compiler's default (the microkernel). Each is caught by the read-back."""
     from tuner.evaluation.evaluator import Sequential
-    from tuner.settings import EvalSettings as Settings
+    from tuner.core.settings import EvalSettings as Settings
     from tuner.store import ResultStore
     from tuner.versions import compiler_version, runtime_version
 
@@ -114,7 +114,7 @@ def test_a_flag_candidate_whose_flags_do_not_take_is_not_applied_and_not_timed(r
 
 
 def _result(cid, label, knobs, first_pass):
-    from tuner.results import Result
+    from tuner.core.results import Result
 
     return Result(cid, str(cid), label, cid == 0, knobs, [], Status.OK, median_ms=1.0, first_pass_speedup=first_pass)
 

@@ -13,14 +13,14 @@ import pytest
 
 from pipelines import pipeline_for
 from tuner import api
-from tuner.settings import RunOptions, SearchSettings
-from tuner.evaluation.benchmark_stage import benchmark_dir
+from tuner.core.settings import RunOptions, SearchSettings
+from tuner.benchmark_dir import benchmark_dir
 from tuner.specs.candidates import Candidate, generate_candidates
 from tuner.discovery.program import discover_program
 from tuner.discovery.read_back import read_configured
 from tuner.errors import ToolError
 from tuner.build.compile import EvalSettings, compile_to_manifest
-from tuner.results import Status
+from tuner.core.results import Status
 from tuner.specs.transform import build_spec
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version

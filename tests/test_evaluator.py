@@ -13,11 +13,11 @@ from pipelines import pipeline_for
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.program import discover_program
 from tuner.evaluation.evaluator import Overlapped, Sequential
-from tuner.evaluation.strategies import evaluator_class
+from tuner.strategies import evaluator_class
 from tuner.errors import InputError
 from tuner.ranking import rank
-from tuner.results import Status
-from tuner.settings import EvalSettings
+from tuner.core.results import Status
+from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tests.conftest import cli_process, kill_once_stored, stored_rows, write_matmul

@@ -21,7 +21,7 @@ from tuner.evaluation.kernel_times import belongs, executable_of, per_call
 from tuner.evaluation.measure import Built
 from tuner.evaluation.runner import RunSettings
 from tuner.profiling.timing import ProfileJob, time_profile
-from tuner.results import Result, Status
+from tuner.core.results import Result, Status
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cupti"
 

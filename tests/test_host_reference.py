@@ -126,7 +126,7 @@ class _Outputs:
 def _measure(outputs: dict[int, np.ndarray], host, out_type="f16"):
     """Each build's result under a Measurer given `host` (the baseline, id 0, first)."""
     from tuner.evaluation.measure import Built, Measurer
-    from tuner.results import Result, Status
+    from tuner.core.results import Result, Status
 
     measurer = Measurer(RunSettings("cuda", "f", (), checked_type=out_type), runner=_Outputs(outputs), host=host)
     built = lambda i: Built(Result(i, f"k{i}", "c", i == 0, {}, [], Status.OK), Path(f"/m{i}.vmfb"), out_type,  # noqa: E731

@@ -12,7 +12,7 @@ from iree.compiler import ir
 from tests.conftest import assert_one_error_line, run_cli, iree_compile
 from tuner import api
 from tuner.discovery.read_back import read_configured
-from tuner.settings import EvalSettings, RunOptions, SearchSettings
+from tuner.core.settings import EvalSettings, RunOptions, SearchSettings
 from tuner.targets import cuda, parse_target
 
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1, quiet_wait_s=0.0)

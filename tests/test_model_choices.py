@@ -23,7 +23,7 @@ from tuner.input.models import program_source
 from tuner.rewrite import RAISE_ATTENTION, rewrite_program
 from tuner.rewrite.attention import find_attention, raise_attention
 from tuner.evaluation.runner import RunSettings, Timing, relative_error, run_once
-from tuner.settings import EvalSettings, Listeners, RunOptions
+from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import ModelOptions, tune_model
 from tuner.stages.flags import FLAG_DECISION, FlagStage
 from tuner.targets import parse_target

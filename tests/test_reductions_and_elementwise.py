@@ -13,8 +13,8 @@ from pipelines import DispatchKind, check_config, pipeline_for
 from pipelines.base import ConfiguredDispatch
 from tuner.build.compile import EvalSettings, compile_all, compile_to_manifest
 from tuner.discovery.program import discover, discover_program
-from tuner.evaluation.benchmark_stage import benchmark_dir
-from tuner.results import Status
+from tuner.benchmark_dir import benchmark_dir
+from tuner.core.results import Status
 from tuner.specs.candidates import generate_candidates
 from tuner.store import ResultStore
 from tuner.targets import parse_target

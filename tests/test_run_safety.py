@@ -286,8 +286,8 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
     from tuner.specs.candidates import generate_candidates
     from tuner.discovery.program import discover_program
     from tuner.evaluation.evaluator import Sequential
-    from tuner.results import Status
-    from tuner.settings import EvalSettings
+    from tuner.core.results import Status
+    from tuner.core.settings import EvalSettings
     from tuner.store import ResultStore
     from tuner.versions import compiler_version, runtime_version
 
@@ -337,7 +337,7 @@ def test_enumeration_reports_its_progress_and_where_it_ended(tmp_path, ctx, cpu)
 def test_a_time_taken_on_another_device_is_not_reused(small_matmul, tmp_path, timed_tools, monkeypatch):
     import tuner.evaluation.measure
     from tuner import api
-    from tuner.settings import EvalSettings, RunOptions, SearchSettings
+    from tuner.core.settings import EvalSettings, RunOptions, SearchSettings
 
     timed_tools({0: 10.0, 1: 9.0, 2: 8.0})
     settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=0)
@@ -599,7 +599,7 @@ def test_inputs_whose_default_result_is_not_finite_are_named_as_such(tmp_path, s
 
 def test_a_store_deleted_during_the_run_is_noticed_at_the_next_write(tmp_path):
     from tuner.errors import StoreError
-    from tuner.results import Result, Status
+    from tuner.core.results import Result, Status
     from tuner.store import ResultStore
 
     path = tmp_path / "r.sqlite"
@@ -612,7 +612,7 @@ def test_a_store_deleted_during_the_run_is_noticed_at_the_next_write(tmp_path):
 
 
 def test_a_store_damaged_inside_a_page_is_one_error_line(tmp_path, small_matmul):
-    from tuner.results import Result, Status
+    from tuner.core.results import Result, Status
     from tuner.store import ResultStore
 
     out = tmp_path / "out"

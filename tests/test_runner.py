@@ -12,8 +12,8 @@ from tuner.tools import run_tool
 
 
 def test_runner_needs_neither_the_compiler_nor_z3():
-    code = ("import sys, tuner.evaluation.runner, tuner.store, tuner.ranking, tuner.evaluation.comparison, tuner.evaluation.device_identity, "
-            "tuner.run_dir, tuner.evaluation.benchmark_stage, tuner.profiling.timing, tuner.stages.model_timing, "
+    code = ("import sys, tuner.evaluation.runner, tuner.store, tuner.ranking, tuner.core.comparison, tuner.evaluation.device_identity, "
+            "tuner.run_dir, tuner.benchmark_dir, tuner.profiling.timing, tuner.stages.model_timing, "
             "tuner.stages.plan, tuner.cli, tuner.cluster.workers, tuner.cluster.worker, tuner.cluster.connect, "
             "tuner.evaluation.measure, tuner.evaluation.passes, tuner.evaluation.in_model, tuner.evaluation.cupti, "
             "tuner.evaluation.kernel_times; "

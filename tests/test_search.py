@@ -222,7 +222,7 @@ def test_seed_entries_for_another_pipeline_or_target_are_said_not_dropped_silent
     from tests.conftest import synthetic_cpu_dispatch
     from tuner.cli.say import say_search
     from tuner.search.live import plan_search
-    from tuner.settings import SearchSettings
+    from tuner.core.settings import SearchSettings
 
     d = synthetic_cpu_dispatch(256, 256, 256)
     pipeline = pipeline_for(d)

@@ -64,7 +64,7 @@ def test_bad_search_settings_are_one_error_line(tmp_path, small_matmul):
     assert refused.exit_code == 2 and "a positive, finite number of seconds" in refused.output, refused.output
     from tuner import api
     from tuner.errors import InputError
-    from tuner.settings import SearchSettings
+    from tuner.core.settings import SearchSettings
 
     with pytest.raises(InputError, match="--time-budget must be a positive number of seconds"):  # and by the API
         api.tune(small_matmul, "llvm-cpu", tmp_path / "o", search=SearchSettings(budget=2, seconds=float("nan")))

@@ -16,7 +16,7 @@ from tuner.build.compile import BENCH_CONFIGS, EvalSettings, compile_all
 from tuner.discovery.program import discover
 from tuner.discovery.read_back import read_configured
 from tuner.build.dispatch_benchmark import COMBINED_FUNCTION, check_split
-from tuner.results import Status
+from tuner.core.results import Status
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES
 

@@ -42,3 +42,23 @@ def test_the_folder_graph_joins_modules_by_folder_and_finds_a_cycle_between_fold
     assert folders == {"tuner.build": {"tuner.evaluation"}, "tuner.evaluation": {"tuner.ranking"},
                        "tuner.ranking": {"tuner.build"}, "tuner.api": {"pipelines"}, "pipelines": {"constraints"}}
     assert s.cycles(folders) == [["tuner.build", "tuner.evaluation", "tuner.ranking"]]
+
+
+def _graph(s):
+    known = s.modules()
+    return {name: {t for t, _ in s.imports(path, name, known)} for name, path in known.items()}
+
+
+def test_the_folders_of_the_flow_import_each_other_without_a_cycle():
+    s = _structure()
+    folders = s.folder_graph(_graph(s))
+    assert s.cycles(folders) == [], s.cycles(folders)
+
+
+def test_the_core_imports_nothing_of_the_flows_folders():
+    # tuner.core holds the shared types (results, comparison, settings, the built record); every
+    # step imports it, and it imports only itself and tuner.errors (issue 37).
+    s = _structure()
+    outside = {f"{name} -> {target}" for name, targets in _graph(s).items() if name.startswith("tuner.core")
+               for target in targets if not target.startswith("tuner.core") and target != "tuner.errors"}
+    assert outside == set()

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tuner import api
-from tuner.settings import EvalSettings, RunOptions, SearchSettings
+from tuner.core.settings import EvalSettings, RunOptions, SearchSettings
 
 TRUSTED = EvalSettings(repetitions=2, min_time_s=0.01, confirm_rounds=4, confirm_top=3, baseline_every=5,
                        compile_workers=2)

@@ -22,7 +22,7 @@ from tests.conftest import corrupt_output, run_cli, iree_compile
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.read_back import read_configured
 from tuner.evaluation.runner import Timing
-from tuner.settings import EvalSettings, Listeners, RunOptions
+from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import (DispatchOutcome, DispatchStage, MergeStage, ModelOptions, ModelState, SpecPart,
                           StageEnv, tune_model)
 
@@ -299,7 +299,7 @@ def test_the_model_table_says_what_each_dispatchs_times_are_of():
     from rich.console import Console
 
     from tuner.report.outputs import render_model
-    from tuner.results import Result, Status
+    from tuner.core.results import Result, Status
     from tuner.stages.builtin import tuning_outcome
 
     def outcome(timing: str):

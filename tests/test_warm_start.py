@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli, write_matmul
 from test_search import _problem, _score, _scores, _space
 
-from tuner.results import Result, Status
+from tuner.core.results import Result, Status
 from tuner.search import Budget, evaluations_to_reach, make_search, run_search
 from tuner.search.prior import MIN_PRIOR_POINTS, Prior, PriorPoint, prior_of_spaces
 from tuner.store import SCHEMA_VERSION, ResultStore

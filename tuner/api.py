@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 from pipelines import Dispatch, pipeline_for, why_untunable
 from tuner.discovery.data_tiled import with_data_tiled
 from tuner.specs.candidates import Candidate, candidates_from_knobs, generate_candidates
-from tuner.settings import Listeners, RunOptions, SearchSettings
+from tuner.core.settings import Listeners, RunOptions, SearchSettings
 from tuner.search.live import plan_search
 from tuner.build.compile import Progress
 from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, read_program,

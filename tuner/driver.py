@@ -16,19 +16,19 @@ from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
 from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
-from tuner.settings import HostReference, Listeners, RunOptions
+from tuner.core.settings import HostReference, Listeners, RunOptions
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.discovery.program import Program, discover_program, parse_input, read_input_text
 from tuner.discovery.workload import Workload
 from tuner.errors import InputError
-from tuner.evaluation.benchmark_stage import STORE
+from tuner.store import STORE
 from tuner.evaluation.evaluator import Evaluation
-from tuner.evaluation.strategies import evaluator_class
+from tuner.strategies import evaluator_class
 from tuner.input.models import program_source
 from tuner.input.parameters import check_scopes, parse_parameters
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
-from tuner.results import EvaluationStats, Result
+from tuner.core.results import EvaluationStats, Result
 from tuner.search import Budget, run_search
 from tuner.search.live import LiveBatches, SearchPlan
 from tuner.specs.candidates import Candidate, baseline
@@ -229,7 +229,7 @@ def warm_start(plan: SearchPlan, store: ResultStore, pipeline: str, dispatch: st
 def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, progress: Optional[Progress] = None,
              search_meta: Optional[dict] = None, search_done: bool = False) -> Tuning:
     """Compile and measure the candidates with the evaluator `run.strategy` names
-    (tuner.evaluation.strategies.STRATEGIES, or "auto": the target's own default), reusing and
+    (tuner.strategies.STRATEGIES, or "auto": the target's own default), reusing and
     filling the result store, then write best_spec.mlir, best_flags.txt and results.json. With
     `run.compile_only`, compile and verify them into a manifest for `iree-tuner benchmark DIR`."""
     settings, given = run.settings, bool(run.inputs)
@@ -285,7 +285,7 @@ def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
     from tuner.problem.compiler import emitted_problems, problem_for
     from pipelines.base import NotInCompilerKnobs
     from tuner.problem.crosscheck import compiler_assignment
-    from tuner.results import Status
+    from tuner.core.results import Status
 
     failed = {r.candidate_id for r in results
               if r.status in (Status.COMPILE_FAILED, Status.COMPILE_INTERRUPTED, Status.CONFIG_NOT_APPLIED)

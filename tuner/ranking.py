@@ -1,14 +1,14 @@
 """Ranking: a pure function of the results. A winner is named only among candidates timed side
 by side with the baseline in this run's interleaved rounds, and only if it beat the baseline
-beyond the noise (tuner.evaluation.comparison.Paired.beats_baseline); otherwise the default stays."""
+beyond the noise (tuner.core.comparison.Paired.beats_baseline); otherwise the default stays."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from tuner.evaluation.comparison import WIN_SHARE, Paired, leading, simpler_within_noise
-from tuner.results import Result
+from tuner.core.comparison import WIN_SHARE, Paired, leading, simpler_within_noise
+from tuner.core.results import Result
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Optional
 
 from tuner.errors import OutputError, StoreError
-from tuner.results import Result, Status
+from tuner.core.results import Result, Status
+
+STORE = "results.sqlite"  # DIR/results.sqlite: a run's result store, unless another is given
 
 BUSY_TIMEOUT_S = 60.0
 SCHEMA_VERSION = 4  # 3: the features table; 4: the confirmations table (older stores get them when opened)

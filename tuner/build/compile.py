@@ -19,12 +19,12 @@ from tuner.specs.transform import uses_codegen_stage
 from tuner.discovery.program import TUNER_ATTRIBUTES_FLAG
 from tuner.discovery.read_back import read_configured
 from tuner.build.dispatch_benchmark import benchmark_function, benchmark_sources, check_split, combine
-from tuner.evaluation.in_model import kernel_names
-from tuner.evaluation.measure import Built, Progress
-from tuner.results import Result, Status
+from tuner.build.kernels import kernel_names
+from tuner.core.built import Built, Progress
+from tuner.core.results import Result, Status
 from tuner.build.manifest import Manifest
 from tuner.discovery.workload import Workload
-from tuner.settings import EvalSettings
+from tuner.core.settings import EvalSettings
 from tuner.store import BUILD_FAILURES, RETRIED, ResultStore
 from tuner.targets import Target
 from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool_retrying_a_hang

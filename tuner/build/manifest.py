@@ -11,7 +11,7 @@ from pathlib import Path
 from tuner.run_dir import write_file
 from tuner.store import BUILD_FAILURES
 from tuner.errors import InputError
-from tuner.evaluation.measure import Built, inside
+from tuner.core.built import Built, inside
 from tuner.discovery.workload import Workload
 
 MANIFEST = "manifest.json"

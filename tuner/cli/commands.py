@@ -45,7 +45,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
     from dataclasses import replace
 
     from tuner import api
-    from tuner.settings import Listeners
+    from tuner.core.settings import Listeners
 
     console = make_console()
     with errors_to_exit(), progress_bars(console) as on_progress:
@@ -121,7 +121,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
-    from tuner.settings import Listeners, RunOptions
+    from tuner.core.settings import Listeners, RunOptions
     from tuner.stages import ModelOptions, tune_model as run
 
     console = make_console()
@@ -185,7 +185,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             if run.inputs:
                 raise InputError(f"{path} is a compiled directory: its inputs are the ones it was compiled with "
                                  f"(give --input to `tune --compile-only`)")
-            from tuner.evaluation.benchmark_stage import benchmark_dir
+            from tuner.benchmark_dir import benchmark_dir
 
             with progress_bars(console) as on_progress:
                 measured = benchmark_dir(path, run.devices, run.settings, on_progress, run.store_path, run.strategy,
@@ -199,7 +199,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
                                "(or a directory from `iree-tuner tune --compile-only`)")
         from tuner import api
         from tuner.input.configs_file import read_configs
-        from tuner.settings import Listeners
+        from tuner.core.settings import Listeners
 
         configs = read_configs(configs_file)
         output_dir = output_dir or Path("benchmark-output")

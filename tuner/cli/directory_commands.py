@@ -24,7 +24,7 @@ def report(directory: Path, top: int) -> None:
     from tuner.report.plot import plot_ranking
     from tuner.ranking import rank
     from tuner.report.outputs import render_model, render_table
-    from tuner.results import Result
+    from tuner.core.results import Result
 
     console = make_console()
     with errors_to_exit():

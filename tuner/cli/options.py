@@ -185,7 +185,7 @@ def search_options(f):
 
 def search_settings(search_name: str, budget: int, time_budget: float | None, seed: int, seeds_file: Path | None,
                     constraints: str = "native", warm_start: bool = False):
-    from tuner.settings import SearchSettings
+    from tuner.core.settings import SearchSettings
 
     return SearchSettings(name=search_name, budget=budget, seconds=time_budget, seed=seed, seeds_file=seeds_file,
                           constraints=constraints, warm_start=warm_start)
@@ -194,7 +194,7 @@ def search_settings(search_name: str, budget: int, time_budget: float | None, se
 def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
                   confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False,
                   quiet_wait: float = 120.0, gpu_timing: str = "auto"):
-    from tuner.settings import EvalSettings
+    from tuner.core.settings import EvalSettings
 
     return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
                         baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address,
@@ -217,7 +217,7 @@ def as_run(f):
     def command(*args, store_path, devices, ray_address, strategy, compile_timeout, run_timeout, repetitions,
                 baseline_every, confirm_rounds, reconfirm, quiet_wait, gpu_timing, force, input_files, parameters,
                 dynamic_size, **kwargs):
-        from tuner.settings import RunOptions
+        from tuner.core.settings import RunOptions
 
         settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
                                  ray_address, reconfirm, quiet_wait, gpu_timing)

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tuner.cli.options import ended_by
 from tuner.discovery.workload import Workload
 from tuner.errors import InputError, StoreError, TunerError
-from tuner.results import Status
+from tuner.core.results import Status
 from tuner.store import BUILD_FAILURES
 from tuner.tools import kill_running_tools
 

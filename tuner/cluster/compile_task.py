@@ -15,7 +15,7 @@ from typing import Optional
 
 from tuner.specs.candidates import Candidate
 from tuner.cluster.worker import FileRef, compile_cores
-from tuner.evaluation.measure import Built
+from tuner.core.built import Built
 from tuner.targets import Target
 
 _root: Optional[Path] = None

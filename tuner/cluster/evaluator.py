@@ -24,9 +24,10 @@ from tuner.cluster.connect import COMPILE_RESOURCE, compile_slots
 from tuner.cluster.workers import RayRunner, cluster_devices
 from tuner.build.compile import built_candidate, candidate_flags
 from tuner.evaluation.evaluator import Overlapped
-from tuner.evaluation.measure import Built, Measurer, Progress, Recorder
-from tuner.results import Status
-from tuner.settings import EvalSettings
+from tuner.core.built import Built, Progress
+from tuner.evaluation.measure import Measurer, Recorder
+from tuner.core.results import Status
+from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
 from tuner.discovery.workload import Workload

@@ -19,7 +19,8 @@ from typing import Optional
 import numpy as np
 
 from tuner.evaluation.device_identity import device_identity, timing_identity
-from tuner.evaluation.runner import DispatchBenchmark, RunSettings, Timing, benchmark, read_output, run_once
+from tuner.core.running import DispatchBenchmark, RunSettings, Timing
+from tuner.evaluation.runner import benchmark, read_output, run_once
 from tuner.tools import ToolRun
 
 # (name, [object ref]): the ref is boxed in a list so that Ray hands it over unresolved, and the

@@ -14,8 +14,9 @@ import numpy as np
 from tuner.cluster.connect import before_shutdown, connect
 from tuner.cluster.worker import BenchmarkWorker, FileRef
 from tuner.errors import InputError
-from tuner.evaluation.measure import Built, DeviceLost
-from tuner.evaluation.runner import RunSettings, Timing
+from tuner.core.built import Built
+from tuner.core.running import RunSettings, Timing
+from tuner.evaluation.measure import DeviceLost
 from tuner.tools import ToolRun
 
 # Workers started in this process, by (device, cores): every evaluator of the run shares them

@@ -11,7 +11,7 @@ from typing import Optional, Sequence, cast
 
 from tuner.errors import InputError, ToolError
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Recorder
-from tuner.results import Result, Status
+from tuner.core.results import Result, Status
 from tuner.tools import ToolsStopped
 
 MEASURED = "measured"

@@ -37,9 +37,9 @@ from tuner.errors import InputError
 from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder
 from tuner.evaluation.passes import measure_pass
-from tuner.results import EvaluationStats, Result
+from tuner.core.results import EvaluationStats, Result
 from tuner.evaluation.runner import DISPATCH_BATCH
-from tuner.settings import EvalSettings
+from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
 from tuner.discovery.workload import Workload

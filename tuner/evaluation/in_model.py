@@ -22,7 +22,8 @@ import numpy as np
 
 from tuner.errors import TargetError
 from tuner.evaluation import cupti
-from tuner.evaluation.kernel_times import KernelTime, executable_of, per_call, repetition_times
+from tuner.build.kernels import executable_of, kernel_names  # noqa: F401 (kernel_names: theirs)
+from tuner.evaluation.kernel_times import KernelTime, per_call, repetition_times
 from tuner.evaluation.measure import Built, LocalRunner
 from tuner.evaluation.runner import RunSettings, Timing
 from tuner.discovery.workload import RAW_TYPES
@@ -52,17 +53,6 @@ def times_in_model(gpu_timing: str, device: str, dispatch_benchmark: bool = Fals
 def why_not_in_model() -> Optional[str]:
     """None where CUDA dispatches can be timed inside the model here, else why not."""
     return cupti.available() or cupti.no_cuda_device()
-
-
-def kernel_names(dispatch_name: str, split_reduction: int = 1) -> tuple[str, ...]:
-    """The kernels whose time is a candidate's time: its dispatch's executable, and for a split-K
-    config the next one (the dispatch that adds the parts, as tuner.build.dispatch_benchmark
-    finds it)."""
-    executable = executable_of(dispatch_name) or dispatch_name
-    if split_reduction <= 1 or executable == dispatch_name:
-        return (executable,)
-    stem, _, number = executable.rpartition("_")
-    return (executable, f"{stem}_{int(number) + 1}")
 
 
 _DEVICES: dict[str, object] = {}

@@ -8,16 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from tuner.build.kernels import executable_of
 from tuner.evaluation.cupti import KernelRecord
-
-_EXECUTABLE = re.compile(r"^(.*_dispatch_\d+)(?:_|$)")
-
-
-def executable_of(dispatch: str) -> Optional[str]:
-    """`MODEL_dispatch_N` of a dispatch's (or kernel's) name; None if it is not an IREE dispatch's."""
-    found = _EXECUTABLE.match(dispatch)
-    return found.group(1) if found else None
-
 
 _NOT_IN_SYMBOLS = re.compile(r"[^A-Za-z0-9_]")
 

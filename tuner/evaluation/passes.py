@@ -10,12 +10,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from tuner.evaluation.comparison import (MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
+from tuner.core.comparison import (MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
                                          contested, find_drifts, leading, load_change, load_threshold, paired,
                                          quiet_level, settled, simpler_within_noise)
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Progress, Recorder, first_pass_speedup
-from tuner.results import EvaluationStats, Result
-from tuner.settings import EvalSettings
+from tuner.core.results import EvaluationStats, Result
+from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.tools import kill_running_tools
 
@@ -44,7 +44,7 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     3. Each first-pass time is normalised by the baseline timing nearest to it on its device.
     4. The baseline and the most promising few (stored results in `reused` included: they are
        built again through `prepare`) are timed in interleaved rounds; each one's speedup is the
-       median of its per-round ratios to the baseline (see tuner.evaluation.comparison).
+       median of its per-round ratios to the baseline (see tuner.core.comparison).
 
     Results come back in candidate order, with where the time went and the drifts seen."""
     recorder = Recorder(store, todo, progress, log=measurer.log)
@@ -280,7 +280,7 @@ def holdout_rounds(baseline: Result, others: list[Result], rounds: dict[str, Pai
 
 def more_rounds(baseline: Result, others: list[Result], rounds: dict[str, Paired], times: dict[str, list],
                 baseline_rounds: list[float], bench: Bench, batch: int) -> set[str]:
-    """Time the contested winners (tuner.evaluation.comparison.contested) in more interleaved
+    """Time the contested winners (tuner.core.comparison.contested) in more interleaved
     rounds, `batch` rounds at a time (as many as the first), up to MAX_ROUND_BATCHES in all, until a batch
     leaves the verdict where the rounds before it put it. `rounds`, `times` and `baseline_rounds` grow
     in place; returns the keys of those still unsettled after the last batch (they cannot win:

@@ -14,42 +14,7 @@ import numpy as np
 from tuner.errors import InputError
 from tuner.tools import ToolRun, find_tool, run_tool
 from tuner.discovery.workload import RAW_TYPES, input_flag, raw_to_f32
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Per-repetition wall times of one candidate, in milliseconds."""
-
-    times_ms: tuple[float, ...]
-
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(self.times_ms)
-
-    @property
-    def spread_pct(self) -> float:
-        """Interquartile range over the median, in percent: how much repetitions of the same
-        thing disagree, robust to a single outlier."""
-        if len(self.times_ms) < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.times_ms, n=4, method="inclusive")
-        return 100.0 * (q3 - q1) / self.median_ms
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    device: str
-    entry: str
-    inputs: tuple[Path, ...]  # files written by Workload.write_inputs
-    repetitions: int = 5
-    min_time_s: float = 0.1
-    timeout_s: float = 120.0
-    outputs: int = 1  # how many results the entry returns
-    checked: Optional[int] = 0  # the result the numerics check compares (None: none can be)
-    checked_type: str = "f32"  # its element type
-    # More runtime flags for both tools, e.g. `--task_topology_cpu_ids=` where a cluster's CPU
-    # benchmark worker times on cores that compiles do not use (tuner.cluster).
-    runtime_flags: tuple[str, ...] = ()
+from tuner.core.running import DISPATCH_BATCH, DispatchBenchmark, RunSettings, Timing  # noqa: F401 (theirs)
 
 
 def module_flag(vmfb: Path) -> tuple[str, Optional[Path]]:
@@ -98,20 +63,6 @@ def read_output(output: Path, settings: RunSettings) -> Optional[np.ndarray]:
     if settings.checked_type in RAW_TYPES:
         return raw_to_f32(np.fromfile(path, dtype=RAW_TYPES[settings.checked_type]), settings.checked_type)
     return np.load(path)
-
-
-DISPATCH_BATCH = 50
-
-
-@dataclass(frozen=True)
-class DispatchBenchmark:
-    """A dispatch-only benchmark module (from --iree-hal-dump-executable-benchmarks-to): its
-    function records `batch` dispatches of the kernel into one command buffer on preallocated
-    buffers, so launch, synchronization and result allocation are amortized away."""
-
-    vmfb: Path
-    function: str
-    batch: int = 50  # DISPATCH_BATCH
 
 
 def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | None = None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from tuner.errors import InputError
+from tuner.core.running import runtime_flags  # noqa: F401 (the runtime tools' flags for them)
 
 # `#flow.parameter.named<"scope"::"key">`, `#stream.parameter.named<"key">` (the default scope).
 _NAMED = re.compile(r'parameter\.named<"((?:[^"\\]|\\.)*)"(::"(?:[^"\\]|\\.)*")?>')
@@ -46,12 +47,6 @@ def parse_parameters(values: Iterable[str]) -> tuple[str, ...]:
 
 def scope_of(parameter: str) -> str:
     return parameter.partition("=")[0]
-
-
-def runtime_flags(parameters: Iterable[str]) -> tuple[str, ...]:
-    """The runtime tools' flags for `parse_parameters`' values (iree-run-module,
-    iree-benchmark-module: the module reads its parameters through them)."""
-    return tuple(f"--parameters={p}" for p in parameters)
 
 
 def check_scopes(program: Path, program_text: str, parameters: tuple[str, ...]) -> None:

@@ -16,7 +16,7 @@ from tuner.errors import OutputError
 from tuner.input.parameters import runtime_flags
 from tuner.run_dir import write_file
 from tuner.ranking import Ranking
-from tuner.results import Result, Status
+from tuner.core.results import Result, Status
 
 
 def make_console(stderr: bool = False) -> Console:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tuner.errors import InputError
-from tuner.settings import DEFAULT_SEARCH
+from tuner.core.settings import DEFAULT_SEARCH
 from tuner.search.base import Proposal, Search, Seed
 from tuner.search.loop import Budget, Outcome, Step, evaluations_to_reach, run_search
 from tuner.search.model import ModelSearch

@@ -15,11 +15,11 @@ from constraints.fast_enumerate import Unsupported, compile_check, enumerate_spa
 from pipelines import Dispatch, Pipeline
 from tuner.specs.candidates import Candidate, candidate_for, default_identity
 from tuner.evaluation.evaluator import Evaluation
-from tuner.results import Result, Status
+from tuner.core.results import Result, Status
 from tuner.search import Outcome, Proposal, SearchSpace, knob_features
 from tuner.search.heuristics import SeedContext
 from tuner.search.space import MAX_POINTS, Value
-from tuner.settings import EvalSettings, SearchSettings
+from tuner.core.settings import EvalSettings, SearchSettings
 from tuner.search.base import Search
 
 # Where a problem uses a term the fast enumeration cannot compile, this many solver solutions

@@ -13,7 +13,7 @@ from constraints import BoolKnob, enumerate_solutions
 from pipelines import Config, Dispatch, Pipeline
 from pipelines.base import KnobValue
 from tuner.errors import InputError
-from tuner.results import Result, Status
+from tuner.core.results import Result, Status
 from tuner.specs.transform import KERNEL_CONFIG, build_spec
 
 BASELINE_LABEL = "baseline"

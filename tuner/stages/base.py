@@ -20,7 +20,7 @@ from iree.compiler import ir
 
 from tuner.discovery.program import Program
 from tuner.profiling.profile import Profile
-from tuner.settings import EvalSettings
+from tuner.core.settings import EvalSettings
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.variants import SpecPart
 from tuner.targets import Target

@@ -25,20 +25,20 @@ from iree.compiler import ir
 
 from pipelines import Dispatch, pipeline_for, why_untunable
 from tuner.driver import Session, search_and_evaluate
-from tuner.settings import Listeners, RunOptions
+from tuner.core.settings import Listeners, RunOptions
 from tuner.search.live import plan_search
 from tuner.search.rounds import next_round
-from tuner.settings import SearchSettings
+from tuner.core.settings import SearchSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
-from tuner.evaluation.comparison import WIN_SHARE, Paired
+from tuner.core.comparison import WIN_SHARE, Paired
 from tuner.discovery.program import discover_program
 from tuner.errors import ToolError, UnusableBaseline
-from tuner.evaluation.strategies import CLUSTER
-from tuner.evaluation.benchmark_stage import STORE
+from tuner.strategies import CLUSTER
+from tuner.store import STORE
 from tuner.profiling.profile import profile
 from tuner.ranking import rank
-from tuner.results import Result
+from tuner.core.results import Result
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.host_reference import host_output, host_reference
 from tuner.stages.model_timing import Comparison, compare

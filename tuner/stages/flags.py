@@ -20,7 +20,7 @@ from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
 from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
 from tuner.run_dir import write_file
-from tuner.settings import SearchSettings
+from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, with_flags
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant

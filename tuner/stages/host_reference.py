@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.evaluation.runner import read_output, run_once
-from tuner.settings import HostReference
+from tuner.core.settings import HostReference
 from tuner.stages.base import MODEL_INPUTS, StageEnv
 from tuner.stages.variants import Variant, build_variant
 from tuner.targets import parse_target

@@ -16,7 +16,7 @@ from tuner.errors import InputError, OutputError
 from tuner.profiling.profile import profile
 from tuner.report.outputs import comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
-from tuner.settings import Listeners, RunOptions, SearchSettings
+from tuner.core.settings import Listeners, RunOptions, SearchSettings
 from tuner.specs.transform import build_spec, uses_codegen_stage
 from tuner.stages.base import ModelState, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage, MergeStage

@@ -14,10 +14,11 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from tuner.evaluation.comparison import Paired, bracketing
+from tuner.core.comparison import Paired, bracketing
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
-from tuner.evaluation.runner import RunSettings, Timing, benchmark, read_output, relative_error, run_once, tolerance
+from tuner.core.running import RunSettings, Timing
+from tuner.evaluation.runner import benchmark, read_output, relative_error, run_once, tolerance
 
 
 class ModelBenchmark(Protocol):

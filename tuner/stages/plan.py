@@ -6,7 +6,7 @@ tools), like `benchmark DIR` for one dispatch.
 Steps, in the order a model goes through them:
 - `profile`: the default program's dispatches and entry timed (tuner.profiling.timing);
 - `dispatches`: each chosen dispatch's compiled candidates, one manifest per directory, measured
-  as `benchmark DIR` measures one (tuner.evaluation.benchmark_stage);
+  as `benchmark DIR` measures one (tuner.benchmark_dir);
 - `merge`: the model with one more dispatch config against the model without it;
 - `validate`: the tuned model against the default.
 Each whole-model step times the builds it names in interleaved rounds (tuner.stages.model_timing)."""
@@ -20,12 +20,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from tuner.evaluation.benchmark_stage import STORE, benchmark_dir
+from tuner.benchmark_dir import benchmark_dir
+from tuner.store import STORE
 from tuner.errors import InputError, OutputError
 from tuner.input.parameters import on_this_machine
 from tuner.profiling.timing import ProfileJob, time_profile
 from tuner.run_dir import RunDirectory, write_file
-from tuner.settings import EvalSettings
+from tuner.core.settings import EvalSettings
 from tuner.stages.model_timing import compare
 from tuner.discovery.workload import Workload
 

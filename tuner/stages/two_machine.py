@@ -24,7 +24,7 @@ from tuner.driver import Session, evaluate
 from tuner.profiling.profile import prepare_profile
 from tuner.profiling.timing import Profile
 from tuner.stages.base import ModelState, StageEnv
-from tuner.settings import RunOptions, SearchSettings
+from tuner.core.settings import RunOptions, SearchSettings
 from tuner.stages.builtin import (DISPATCHES, finished_tuning, tuning_outcome, by_share, dispatch_candidates, greedy_merge,
                                   select_dispatches)
 from tuner.stages.model_timing import Comparison

@@ -1,4 +1,4 @@
-"""The benchmark stage of the two-machine flow: measure a compiled manifest on this machine's
+"""`iree-tuner benchmark DIR`, the run step of the two-machine flow: measure a compiled manifest on this machine's
 devices, rank, and write the outputs. Runtime-only: it runs where just iree-base-runtime and
 numpy are installed."""
 
@@ -16,15 +16,14 @@ from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress
 from tuner.evaluation.passes import measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
-from tuner.results import EvaluationStats, Result
+from tuner.core.results import EvaluationStats, Result
 from tuner.input.parameters import on_this_machine
 from tuner.run_dir import RunDirectory
-from tuner.settings import EvalSettings
-from tuner.evaluation.runner import DISPATCH_BATCH
-from tuner.store import ResultStore
+from tuner.core.running import DISPATCH_BATCH
+from tuner.core.settings import EvalSettings
+from tuner.store import STORE, ResultStore
 from tuner.versions import runtime_version
 
-STORE = "results.sqlite"
 
 
 @dataclass(frozen=True)

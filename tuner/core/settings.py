@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
+from tuner.core.running import RunSettings, runtime_flags
 from tuner.errors import InputError
-from tuner.evaluation.runner import RunSettings
-from tuner.discovery.workload import Workload
-from tuner.input.parameters import runtime_flags
+
+
+class Entry(Protocol):
+    """What a run reads of the function it runs (tuner.discovery.workload.Workload is one)."""
+
+    entry: str
+    parameters: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -22,11 +27,11 @@ class EvalSettings:
     run_timeout_s: float = 120.0
     # The first pass times the baseline again after every `baseline_every` candidates on each
     # device: each candidate is normalised by the baseline timing nearest to it, and a drift
-    # between two of them is seen (tuner.evaluation.comparison).
+    # between two of them is seen (tuner.core.comparison).
     baseline_every: int = 5
     # A winner is named only among the baseline and the `confirm_top` most promising candidates
     # timed side by side in `confirm_rounds` interleaved rounds: it must be faster than the
-    # baseline in three rounds of four (tuner.evaluation.comparison.WIN_SHARE).
+    # baseline in three rounds of four (tuner.core.comparison.WIN_SHARE).
     confirm_top: int = 4
     confirm_rounds: int = 4
     # Before the rounds, while the baseline runs slower than in the quieter part of the first pass
@@ -50,7 +55,7 @@ class EvalSettings:
     # dispatch benchmarks; "model" or "alone" to insist on one.
     gpu_timing: str = "auto"
 
-    def run_settings(self, device: str, workload: Workload, inputs: tuple[Path, ...]) -> RunSettings:
+    def run_settings(self, device: str, workload: Entry, inputs: tuple[Path, ...]) -> RunSettings:
         """How each candidate is run and timed on `device` under these settings."""
         checked = workload.checked_output if self.check_numerics else None
         return RunSettings(device=device, entry=workload.entry, inputs=inputs, repetitions=self.repetitions,
@@ -100,7 +105,7 @@ class RunOptions:
     stages.tune_model)."""
 
     settings: EvalSettings = EvalSettings()
-    # An evaluator of tuner.evaluation.strategies, or "auto": the target's own default.
+    # An evaluator of tuner.strategies, or "auto": the target's own default.
     strategy: str = "auto"
     devices: tuple[str, ...] = ()  # runtime devices to time on (default: the target's)
     store_path: Optional[Path] = None  # the result store (default: DIR/results.sqlite)

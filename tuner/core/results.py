@@ -6,7 +6,7 @@ import enum
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
-from tuner.evaluation.comparison import Paired
+from tuner.core.comparison import Paired
 
 
 class Status(str, enum.Enum):
