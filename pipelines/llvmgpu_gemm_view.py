@@ -134,28 +134,76 @@ def igemm_convolution(dispatch: Dispatch) -> bool:
             and "use_igemm_convolution = true" in dispatch.default.translation_info)
 
 
+@dataclass(frozen=True)
+class GemmTiles:
+    """A GPU GEMM config's tile arithmetic, one home for both the Z3 problem (knob variables and
+    the intrinsic's shape as Z3 terms) and the configs (integers): `s` maps subgroups_m,
+    subgroup_m, subgroups_n, subgroup_n and reduction_k to either."""
+
+    s: Mapping
+    mma_m: object
+    mma_n: object
+    mma_k: object
+
+    @classmethod
+    def of(cls, s: Mapping[str, KnobValue], intrinsic: MmaIntrinsic) -> "GemmTiles":
+        """From an assignment, in integers."""
+        return cls({k: int(s[k]) for k in ("subgroups_m", "subgroup_m", "subgroups_n", "subgroup_n", "reduction_k")},
+                   intrinsic.m, intrinsic.n, intrinsic.k)
+
+    @property
+    def sub_m(self):
+        """A subgroup's M tile (its MMA tiles along M, in elements)."""
+        return self.s["subgroup_m"] * self.mma_m
+
+    @property
+    def sub_n(self):
+        return self.s["subgroup_n"] * self.mma_n
+
+    @property
+    def wg_m(self):
+        """The workgroup's M tile: its subgroups along M times theirs."""
+        return self.s["subgroups_m"] * self.sub_m
+
+    @property
+    def wg_n(self):
+        return self.s["subgroups_n"] * self.sub_n
+
+    @property
+    def k_tile(self):
+        """The K step: reduction_k MMA K tiles."""
+        return self.s["reduction_k"] * self.mma_k
+
+    def threads(self, subgroup_size):
+        """The workgroup's threads: its subgroups."""
+        return self.s["subgroups_m"] * self.s["subgroups_n"] * subgroup_size
+
+    def accumulators(self, subgroup_size):
+        """Accumulator registers per thread: a subgroup's M x N tile over its threads."""
+        return self.sub_m * self.sub_n / subgroup_size
+
+
 def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
                   s: Mapping[str, KnobValue]) -> dict[str, float]:
     """A GPU GEMM config's derived quantities (log2 where they multiply)."""
     import math
 
     subgroup = (dispatch.target.subgroup_sizes or (32,))[0]
-    wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
-    wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
-    k_tile = int(s["reduction_k"]) * intrinsic.k
+    tiles = GemmTiles.of(s, intrinsic)
+    wg_m, wg_n, k_tile = tiles.wg_m, tiles.wg_n, tiles.k_tile
     m, n, k = view.m_total, view.n_total, view.k_extent
     batch = max(1, dispatch.flops // (2 * m * n * k))  # batch dims (and unit-tiled M, N dims)
-    tiles = -(-m // wg_m) * -(-n // wg_n)
+    count = -(-m // wg_m) * -(-n // wg_n)
     padded = (-(-m // wg_m) * wg_m) * (-(-n // wg_n) * wg_n) * (-(-k // k_tile) * k_tile)
     in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
     stages = max(1, int(s.get("prefetch_num_stages", 1)))
     return {
         "wg_m": math.log2(wg_m), "wg_n": math.log2(wg_n), "k_tile": math.log2(k_tile),
-        "workgroups": math.log2(batch * tiles),
+        "workgroups": math.log2(batch * count),
         "padding_waste": padded / (m * n * k) - 1.0,
-        "threads": math.log2(int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup),
+        "threads": math.log2(tiles.threads(subgroup)),
         "shared_bytes": math.log2((wg_m + wg_n) * k_tile * in_bytes * stages),
-        "accumulators": int(s["subgroup_m"]) * int(s["subgroup_n"]) * intrinsic.m * intrinsic.n / subgroup,
+        "accumulators": tiles.accumulators(subgroup),
         "tile_intensity": wg_m * wg_n / (wg_m + wg_n),
         "mma_m": intrinsic.m, "mma_n": intrinsic.n, "mma_k": intrinsic.k,
     }
@@ -183,8 +231,8 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
         workgroup[d] = 1
     for d in view.unit_reduction:
         reduction[d] = 1
-    wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
-    wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+    tiles = GemmTiles.of(s, intrinsic)
+    wg_m, wg_n = tiles.wg_m, tiles.wg_n
     workgroup[nd] = wg_n
     reduction[kd] = int(s["reduction_k"])
     subgroup[md], subgroup[nd] = int(s["subgroup_m"]), int(s["subgroup_n"])
@@ -194,8 +242,8 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
         # rows or images, in elements, as the compiler's own implicit-GEMM configs have it; a
         # subgroup's tile the same way within it. The columns are M channels last, N channels first.
         row = view.rows[0]
-        pos, wg, sub, mma = ((nd, wg_n, int(s["subgroup_n"]) * intrinsic.n, intrinsic.n) if view.rows_on_n else
-                             (md, wg_m, int(s["subgroup_m"]) * intrinsic.m, intrinsic.m))
+        pos, wg, sub, mma = ((nd, wg_n, tiles.sub_n, intrinsic.n) if view.rows_on_n else
+                             (md, wg_m, tiles.sub_m, intrinsic.m))
         placed = column_tiles(view, wg, mma)
         if placed is None:
             raise ValueError(f"a tile of {wg} does not lie on the {view.columns} columns of {view.rows[1]} rows")
@@ -208,5 +256,5 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
         if images > 1:
             workgroup[view.images[0]], subgroup[view.images[0]] = images, spans
     subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
-    threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size
+    threads = tiles.threads(subgroup_size)
     return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)

@@ -14,7 +14,7 @@ from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, defa
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
-from pipelines.llvmgpu_gemm_view import (channels_first, column_tiles_fit, gemm_features, gemm_view,
+from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, gemm_features, gemm_view,
                                          igemm_convolution, tile_sizes)
 from pipelines.llvmgpu_split_k import split_factors, split_view
 
@@ -106,11 +106,11 @@ class LLVMGPUTileAndFuse(Pipeline):
             k = k / split  # each part's K (the factors divide K)
 
         mma_m, mma_n, mma_k = mma_shape(mma.var, intrinsics)
-        wg_m = sg_m.var * tile_m.var * mma_m
-        wg_n = sg_n.var * tile_n.var * mma_n
-        k_tile = red_k.var * mma_k
-        threads = sg_m.var * sg_n.var * subgroup
-        acc_regs = tile_m.var * tile_n.var * mma_m * mma_n / subgroup
+        tiles = GemmTiles({"subgroups_m": sg_m.var, "subgroup_m": tile_m.var, "subgroups_n": sg_n.var,
+                           "subgroup_n": tile_n.var, "reduction_k": red_k.var}, mma_m, mma_n, mma_k)
+        wg_m, wg_n, k_tile = tiles.wg_m, tiles.wg_n, tiles.k_tile
+        threads = tiles.threads(subgroup)
+        acc_regs = tiles.accumulators(subgroup)
         stages = z3.If(prefetch.var >= 2, prefetch.var, 1)
         shared = (wg_m + wg_n) * k_tile * in_bytes * stages
         if len(splits) > 1:
@@ -128,9 +128,9 @@ class LLVMGPUTileAndFuse(Pipeline):
             # the other side and K divide the problem. Padding the columns is judged on the row
             # (the smallest tile may pad 7 columns to 16, as the compiler's own configs do).
             if view.rows_on_n:
-                side, sub, mma_side, other, other_tile = wg_n, tile_n.var * mma_n, mma_n, m, wg_m
+                side, sub, mma_side, other, other_tile = wg_n, tiles.sub_n, mma_n, m, wg_m
             else:
-                side, sub, mma_side, other, other_tile = wg_m, tile_m.var * mma_m, mma_m, n, wg_n
+                side, sub, mma_side, other, other_tile = wg_m, tiles.sub_m, mma_m, n, wg_n
             padded_row = (view.columns + mma_side - 1) / mma_side * mma_side
             p.require(column_tiles_fit(view, side, mma_side), column_tiles_fit(view, sub, mma_side),
                       other % other_tile == 0, k % k_tile == 0,
@@ -220,7 +220,8 @@ class LLVMGPUTileAndFuse(Pipeline):
         intrinsic, view, threads = t.intrinsic, gemm_view(tuned), t.threads
         md, nd, kd, rank = view.m, view.n, view.k, view.rank
         workgroup, reduction, subgroup = list(t.workgroup), list(t.reduction), list(t.subgroup)
-        wg_m = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
+        tiles = GemmTiles.of(s, intrinsic)
+        wg_m, wg_n = tiles.wg_m, tiles.wg_n
         with ctx:
             fields: dict[str, ir.Attribute] = {
                 "mma_kind": iree_gpu.MMAAttr.get(getattr(iree_gpu.MMAIntrinsic, intrinsic.name)),
@@ -232,8 +233,7 @@ class LLVMGPUTileAndFuse(Pipeline):
             # Keep the unit flags the compiler set on its own config (e.g. convert_acc_gemm,
             # which folds the fill into the accumulator): they describe the op, not the tiling.
             m, n, k = view.m_total, view.n_total, view.k_extent
-            k_tile = reduction[kd] * intrinsic.k
-            wg_n = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
+            k_tile = tiles.k_tile
             if view.rows and (view.columns % workgroup[nd if view.rows_on_n else md] or k % k_tile):
                 # As the compiler pads a convolution's columns (its own configs): each workgroup
                 # tile to its full size, on the implicit GEMM and on the convolution's own loops.

@@ -13,6 +13,7 @@ from pipelines.base import Config, KnobValue, Pipeline, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
+from pipelines.llvmgpu_gemm_view import GemmTiles
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -55,13 +56,15 @@ class LLVMGPUVectorDistribute(Pipeline):
         red_k = p.add_knob(IntKnob.of("reduction_k", [1, 2, 4, 8]))
 
         mma_m, mma_n, mma_k = mma_shape(mma.var, intrinsics)
-        wg_m, wg_n = sg_m.var * tile_m.var * mma_m, sg_n.var * tile_n.var * mma_n
-        k_tile = red_k.var * mma_k
-        acc_regs = tile_m.var * tile_n.var * mma_m * mma_n / subgroup
+        tiles = GemmTiles({"subgroups_m": sg_m.var, "subgroup_m": tile_m.var, "subgroups_n": sg_n.var,
+                           "subgroup_n": tile_n.var, "reduction_k": red_k.var}, mma_m, mma_n, mma_k)
+        wg_m, wg_n = tiles.wg_m, tiles.wg_n
+        k_tile = tiles.k_tile
+        acc_regs = tiles.accumulators(subgroup)
         p.require(
             # No padding on this path: tiles divide the problem.
             m % wg_m == 0, n % wg_n == 0, k % k_tile == 0,
-            tiling.within(sg_m.var * sg_n.var * subgroup, t.max_threads_per_workgroup or 1024),
+            tiling.within(tiles.threads(subgroup), t.max_threads_per_workgroup or 1024),
             tiling.within((wg_m + wg_n) * k_tile * in_bytes, t.max_workgroup_memory_bytes or 65536),
             tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
         )
@@ -93,11 +96,10 @@ class LLVMGPUVectorDistribute(Pipeline):
         intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
         md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
         subgroup_size = (dispatch.target.subgroup_sizes or (64,))[0]
-        return {f"wg_{md}": int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m,
-                f"wg_{nd}": int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n,
-                f"red_{kd}": int(s["reduction_k"]) * intrinsic.k,
+        tiles = GemmTiles.of(s, intrinsic)
+        return {f"wg_{md}": tiles.wg_m, f"wg_{nd}": tiles.wg_n, f"red_{kd}": tiles.k_tile,
                 "sg_m_cnt": int(s["subgroups_m"]), "sg_n_cnt": int(s["subgroups_n"]), "sg_size": subgroup_size,
-                "wg_size_x": int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size, "wg_size_y": 1,
+                "wg_size_x": tiles.threads(subgroup_size), "wg_size_y": 1,
                 "wg_size_z": 1, "mma": intrinsic}
 
     # The lowering: the only part that imports IREE.
@@ -113,12 +115,11 @@ class LLVMGPUVectorDistribute(Pipeline):
             workgroup[d] = 1
         for d in dispatch.k_dims[:-1]:
             reduction[d] = 1
-        workgroup[md] = int(s["subgroups_m"]) * int(s["subgroup_m"]) * intrinsic.m
-        workgroup[nd] = int(s["subgroups_n"]) * int(s["subgroup_n"]) * intrinsic.n
-        reduction[kd] = int(s["reduction_k"]) * intrinsic.k
+        tiles = GemmTiles.of(s, intrinsic)
+        workgroup[md], workgroup[nd], reduction[kd] = tiles.wg_m, tiles.wg_n, tiles.k_tile
         counts[md], counts[nd] = int(s["subgroups_m"]), int(s["subgroups_n"])
         subgroup_size = (dispatch.target.subgroup_sizes or (64,))[0]
-        threads = int(s["subgroups_m"]) * int(s["subgroups_n"]) * subgroup_size
+        threads = tiles.threads(subgroup_size)
         with ctx:
             derived = ir.Attribute.parse("#iree_gpu.derived_thread_config")
             lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
