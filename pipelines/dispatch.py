@@ -6,6 +6,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import Optional
 
+# Bytes per element of each element type a dispatch's operands may have (one table for the CPU
+# and GPU pipelines; types outside it are taken as 2 or 4 bytes where they are read).
+ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
+
 
 class DispatchKind(str, enum.Enum):
     CONTRACTION = "contraction"

@@ -11,13 +11,12 @@ import z3
 
 from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue
-from pipelines.dispatch import Dispatch
+from pipelines.dispatch import ELEMENT_BYTES, Dispatch  # noqa: F401 (ELEMENT_BYTES: theirs)
 from pipelines.printed_config import retiled
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1}
 # Workgroups the distribution tiles should at least make, so every core has work; the CPU
 # target attribute does not say how many threads the runtime will use.
 MIN_WORKGROUPS = 8

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING
 
 import z3
 
-from pipelines.dispatch import Dispatch, MmaIntrinsic
+from pipelines.dispatch import ELEMENT_BYTES, Dispatch, MmaIntrinsic  # noqa: F401 (ELEMENT_BYTES: theirs)
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i8": 1}
 # 32-bit registers a thread may spend on accumulators. A thread has at most 255; the rest hold
 # operand fragments, addresses and the pipeline's copies. Measured on the H100 (issue 4): a
 # 256x128 workgroup with 8x8 MMA tiles per subgroup (256 accumulator registers) spilled and ran
