@@ -233,3 +233,22 @@ def test_the_search_is_shown_as_it_runs_each_result_a_line_where_no_progress_bar
                                             "candidate 2 (cfg 2): compile_failed, error: bad tile",
                                             "candidate 3 (cfg 3): ok, 1.600 ms, 1.25x in its first pass",
                                             "candidate 4 (cfg 4): ok, 0.500 ms, 4.00x in its first pass"])
+
+
+@pytest.mark.slow
+def test_tune_json_prints_only_the_result_on_stdout(tmp_path, small_matmul):
+    """`--json`: stdout is one JSON document (results.json and the rebuild command), everything a
+    person reads (progress, the table, the rebuild line) on stderr."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import sys; from tuner.cli import main; main(['tune', sys.argv[1], '--budget', '2', '--repetitions', '1', "
+            "'--confirm-rounds', '1', '--output', sys.argv[2], '--json'])")
+    done = subprocess.run([sys.executable, "-c", code, str(small_matmul), str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data == {**json.loads((tmp_path / "out" / "results.json").read_text()), "rebuild": data["rebuild"]}
+    assert data["rebuild"].endswith(f"rebuild {tmp_path / 'out'} -o OUT.vmfb") and len(data["candidates"]) == 3
+    assert "rebuild with:" in done.stderr and "best" in done.stderr

@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
-                               gpu_timing_option, kind_list, parameters_option, quiet_wait_option, search_options,
-                               terminate, version_option)
+                               gpu_timing_option, json_option, kind_list, parameters_option, print_json_result,
+                               quiet_wait_option, search_options, terminate, version_option)
 from tuner.cli.say import (LiveResults, dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
                            say_picked, say_rebuild, say_search, say_summary, stats_line)
 from tuner.errors import InputError, OutputError
@@ -37,8 +37,9 @@ def main() -> None:
 @click.option("--output", "output_dir", default="tuning-output", show_default=True, type=click.Path(path_type=Path),
               help="Where best_spec.mlir, best_flags.txt and results.json go.")
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
+@json_option
 @evaluation_options
-def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pipeline_name: str | None,
+def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, target: str, pipeline_name: str | None,
          dispatch_name: str | None, search, run) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE: search its valid configs within the budget,
     each batch compiled and timed against the default, the best confirmed side by side."""
@@ -47,7 +48,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
     from tuner import api
     from tuner.core.settings import Listeners
 
-    console = make_console()
+    console = make_console(stderr=as_json)
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = api.tune(input_file, target, output_dir, dispatch_name, pipeline_name, search,
                           replace(run, compile_only=compile_only),
@@ -64,6 +65,8 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
                          "; then run this command again for the search's next batch (it reads what was measured)"))
     else:
         say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+        if as_json:
+            print_json_result(output_dir)
     if none_took:
         raise SystemExit(NONE_TOOK)
 
@@ -112,19 +115,21 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, target: str, pi
 @gpu_timing_option
 @click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
+@json_option
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, kinds: str, search,
                dispatch_seconds: float | None, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
-               parameters: tuple[str, ...], dynamic_size: int | None, quiet_wait: float, gpu_timing: str) -> None:
+               parameters: tuple[str, ...], dynamic_size: int | None, quiet_wait: float, gpu_timing: str,
+               as_json: bool) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
     from tuner.core.settings import Listeners, RunOptions
     from tuner.stages import ModelOptions, tune_model as run
 
-    console = make_console()
+    console = make_console(stderr=as_json)
     settings = eval_settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
                              ray_address=ray_address, reconfirm=reconfirm, quiet_wait=quiet_wait,
                              gpu_timing=gpu_timing)
@@ -141,6 +146,8 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     render_model(json.loads((output_dir / "results.json").read_text()), console)
     console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json")
     say_rebuild(console, output_dir)
+    if as_json:
+        print_json_result(output_dir)
 
 
 @main.command(short_help="Copy what the device needs for a pending two-machine step.")

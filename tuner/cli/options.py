@@ -34,6 +34,22 @@ def version_option(f):
                         help="Show this tuner's version and the IREE and z3 versions it runs, then exit.")(f)
 
 
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print the result as JSON on stdout (results.json, with the rebuild command); "
+                             "tables and progress go to stderr.")(f)
+
+
+def print_json_result(output_dir) -> None:
+    """`--json`: the run's results.json on stdout, with the command that rebuilds its result."""
+    import json
+
+    from tuner.report.rebuild import rebuild_line
+
+    data = json.loads((output_dir / "results.json").read_text())
+    click.echo(json.dumps({**data, "rebuild": rebuild_line(output_dir)}, indent=1))
+
+
 def kind_list(text: str) -> tuple[str, ...]:
     """--kinds as a list; given, it names at least one kind (`--kinds ,` is not every kind)."""
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
