@@ -198,7 +198,7 @@ def test_version_names_the_tuner_and_the_tools_it_runs():
 def test_the_top_level_help_gives_every_command_a_whole_summary():
     result = run_cli("--help")
     commands = result.output.split("Commands:")[1]
-    names = ["benchmark", "candidates", "crosscheck", "dispatches", "pack", "report", "tune", "tune-model"]
+    names = ["benchmark", "candidates", "crosscheck", "dispatches", "pack", "rebuild", "report", "tune", "tune-model"]
     assert all(f"  {n} " in commands for n in names) and "..." not in commands
 
 
@@ -252,3 +252,19 @@ def test_tune_json_prints_only_the_result_on_stdout(tmp_path, small_matmul):
     assert data == {**json.loads((tmp_path / "out" / "results.json").read_text()), "rebuild": data["rebuild"]}
     assert data["rebuild"].endswith(f"rebuild {tmp_path / 'out'} -o OUT.vmfb") and len(data["candidates"]) == 3
     assert "rebuild with:" in done.stderr and "best" in done.stderr
+
+
+def test_report_on_a_tune_model_directory_plots_the_dispatches_and_the_model_and_says_the_rebuild(tmp_path):
+    dispatches = [{"name": "m$async_dispatch_3_matmul", "shape": "m", "share": 0.6, "status": "kept", "default_ms": 2.0,
+                   "tuned_ms": 1.0, "speedup": 2.0, "model_speedup": 1.4, "timed": "dispatch", "profile_ms": 1.2},
+                  {"name": "m$async_dispatch_5_softmax", "shape": "s", "share": 0.1, "status": "no winner",
+                   "default_ms": 0.2, "timed": "dispatch", "profile_ms": 0.2}]
+    (tmp_path / "results.json").write_text(json.dumps({
+        "kind": "model", "entry": "m", "target": "cuda:sm_80", "input": str(tmp_path / "m.mlir"), "dispatches": dispatches,
+        "figure": {"default_ms": 2.0, "tuned_ms": 1.4, "speedup": 1.43, "lower": 1.4, "rounds": 4, "relative_error": 0.0},
+        "verdict": "the tuned model is 1.43x the default"}))
+    result = run_cli("report", tmp_path)
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "dispatch_3_matmul" in out and "1.43x" in out and f"rebuild {tmp_path} -o OUT.vmfb" in out
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -19,9 +19,10 @@ from tuner.report.rebuild import rebuild_line
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Rows of the table.")
 def report(directory: Path, top: int) -> None:
-    """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png
-    (for a tune-model directory: its per-dispatch table and the model-level figure)."""
-    from tuner.report.plot import plot_ranking
+    """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png:
+    the candidates against the default and the search's history (for a tune-model directory: its
+    per-dispatch table, each dispatch's gain beside the model's); then the rebuild command."""
+    from tuner.report.plot import plot_model, plot_ranking
     from tuner.ranking import rank
     from tuner.report.outputs import render_model, render_table
     from tuner.core.results import Result
@@ -35,21 +36,25 @@ def report(directory: Path, top: int) -> None:
             data = json.loads(path.read_text())
             if not isinstance(data, dict):
                 raise ValueError(f"a {type(data).__name__}, not the object this tuner writes")
-            if data.get("kind") == "model":
+            model = data.get("kind") == "model"
+            if model:
                 render_model(data, console)
-                console.print(f"rebuild with: {rebuild_line(directory)}")
-                return
-            results = [Result.from_json(c) for c in data["candidates"]]
+            else:
+                results = [Result.from_json(c) for c in data["candidates"]]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(f"{path}: not a readable results file ({e})") from None
-        ranking = rank(results)
-        render_table(ranking, results, console, top)
-        if data.get("evaluation"):
-            console.print(stats_line(data["evaluation"]))
-        console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
+        if not model:
+            ranking = rank(results)
+            render_table(ranking, results, console, top)
+            if data.get("evaluation"):
+                console.print(stats_line(data["evaluation"]))
+            console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
         title = f"{data.get('dispatch', '')} on {', '.join(data.get('devices', [])) or data.get('target', '')}".strip()
         try:
-            png = plot_ranking(ranking, directory / "results.png", title)
+            png = (plot_model(data, directory / "results.png") if model
+                   else plot_ranking(ranking, directory / "results.png", title))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{path}: not a readable results file ({e})") from None
         except OSError as e:
             raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
     console.print(f"wrote {png}")
