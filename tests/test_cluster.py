@@ -44,6 +44,22 @@ os.execv({real!r}, [{real!r}, *sys.argv[1:]])
 '''
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_ray_sessions_left():
+    """The Ray session directories this module's clusters leave in the system's temp folder
+    (TMP/ray/session_*: logs, sockets) are removed after it: the tests leave nothing behind. Only
+    this module starts Ray, and the suite runs each file on one worker."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.gettempdir()) / "ray"
+    before = set(root.glob("session_*"))
+    yield
+    for session in set(root.glob("session_*")) - before:
+        if not session.is_symlink():
+            shutil.rmtree(session, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Two Ray nodes on this machine (a head that compiles, and a second node), the fake tools

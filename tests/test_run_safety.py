@@ -574,6 +574,7 @@ def test_a_run_refused_for_bad_input_leaves_a_fresh_directory_unclaimed(tmp_path
     assert_one_error_line(run_cli("crosscheck", small_matmul, "--target", "llvm-cpu", "--output", out), 2,
                           "emits no constraints")
     assert not (out / "run.json").exists()
+    assert not out.exists()  # made by the refused run, left empty: removed (no ./tuning-output left behind)
     other = write_matmul(tmp_path / "other.mlir", 64, 64, 64)
     assert_one_error_line(run_cli("crosscheck", other, "--target", "llvm-cpu", "--output", out), 2,
                           "emits no constraints")

@@ -98,9 +98,11 @@ class RunDirectory:
         self.force = force
         self._fd: Optional[int] = None
         self._fresh = False  # this run wrote the directory's first run.json
+        self._created = False  # this run made the directory
 
     def __enter__(self) -> "RunDirectory":
         try:
+            self._created = not self.path.exists()
             self.path.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
@@ -169,7 +171,8 @@ class RunDirectory:
                 target.unlink()
 
     def __exit__(self, exc_type=None, *exc) -> None:
-        if self._fresh and exc_type is not None and issubclass(exc_type, TunerError):
+        refused = exc_type is not None and issubclass(exc_type, TunerError)
+        if self._fresh and refused:
             # Refused before it measured anything (bad input, a tool that cannot run): a directory
             # this run claimed first is left unclaimed, for a run of another input.
             (self.path / RUN).unlink(missing_ok=True)
@@ -177,3 +180,11 @@ class RunDirectory:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+        if self._created and refused:
+            # A directory this run made and left empty but for its lock is removed with it: a
+            # refused `tune` leaves no ./tuning-output behind.
+            try:
+                (self.path / LOCK).unlink(missing_ok=True)
+                self.path.rmdir()
+            except OSError:
+                pass
