@@ -25,8 +25,7 @@ from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.variants import SpecPart
 from tuner.targets import Target
 from tuner.discovery.workload import Workload
-
-Progress = Callable[[str, int, int], None]
+from tuner.core.built import Progress  # noqa: F401 (the one progress callback type; theirs)
 
 
 MODEL_INPUTS = "model-inputs"  # DIR/model-inputs/: the inputs every build of the model runs on
