@@ -254,7 +254,9 @@ def test_tune_json_prints_only_the_result_on_stdout(tmp_path, small_matmul):
     assert "rebuild with:" in done.stderr and "best" in done.stderr
 
 
-def test_report_on_a_tune_model_directory_plots_the_dispatches_and_the_model_and_says_the_rebuild(tmp_path):
+def test_report_on_a_tune_model_directory_plots_the_dispatches_and_the_model_and_says_the_rebuild(tmp_path,
+                                                                                                  monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # the table's rows whole, whatever terminal runs the tests
     dispatches = [{"name": "m$async_dispatch_3_matmul", "shape": "m", "share": 0.6, "status": "kept", "default_ms": 2.0,
                    "tuned_ms": 1.0, "speedup": 2.0, "model_speedup": 1.4, "timed": "dispatch", "profile_ms": 1.2},
                   {"name": "m$async_dispatch_5_softmax", "shape": "s", "share": 0.1, "status": "no winner",

@@ -21,7 +21,7 @@ ranked (tuner.evaluation.passes.measure_pass).
 from __future__ import annotations
 
 import queue
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, cast
@@ -31,7 +31,8 @@ import numpy as np
 from iree.compiler import ir
 
 from tuner.specs.candidates import Candidate
-from tuner.build.compile import CompileJob, compile_candidate, reused_result, verify_build
+from tuner.build.builder import Builder, LocalBuilder
+from tuner.build.compile import reused_result
 from tuner.evaluation.devices import LOST, MEASURED, DevicePool, distinct_devices
 from tuner.errors import InputError
 from tuner.evaluation.in_model import IN_MODEL, times_in_model
@@ -62,8 +63,10 @@ class Evaluator(Protocol):
 
 
 class BaseEvaluator:
-    """Compiles on this machine and measures on its devices (or, through `runner`, on whatever
-    devices it reaches); subclasses choose the schedule."""
+    """A schedule over a builder (tuner.build.builder: this machine's iree-compile by default)
+    and a runner (tuner.evaluation.measure.ModuleRunner: this machine's devices by default, or
+    whatever devices it reaches); subclasses choose the schedule, never how a build or a timing
+    is done."""
 
     name = ""
 
@@ -71,7 +74,7 @@ class BaseEvaluator:
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                  progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
                  given_inputs: Optional[Path] = None, runner: ModuleRunner = LOCAL,
-                 host_reference: Optional[Path] = None) -> None:
+                 host_reference: Optional[Path] = None, builder: Optional[Builder] = None) -> None:
         self.input_path = input_path
         self.target = target
         self.workload = workload
@@ -91,6 +94,10 @@ class BaseEvaluator:
         self.in_model = runner is LOCAL and times_in_model(settings.gpu_timing, self.devices[0],
                                                            workload.dispatch_benchmark)
         self.runner = IN_MODEL if self.in_model else runner
+        # The build half: this machine's iree-compile unless another builder is given (a cluster's).
+        self.builder: Builder = builder or LocalBuilder(
+            input_path, target, workdir, self.ctx, settings.compile_timeout_s,
+            workload.entry if workload.dispatch_benchmark else None, self.in_model, settings.compile_workers)
         # The conditions stored results must have been timed under to be reused here.
         self.conditions = (self.runner.identity(self.devices[0]),
                            self.runner.timing_identity(self.devices[0],
@@ -114,23 +121,23 @@ class BaseEvaluator:
             rebuilt = [self._build(by_key[r.key]) for r in chosen]
             return {b.result.key: b for b in rebuilt if b.result.ok}
 
-        results, stats = measure_pass(
-            self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
-            lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-            Measurer(self.run_settings, settings.baseline_every, self.runner, self.host), settings, self.store, self.devices,
-            self.progress, prepare)
+        try:
+            results, stats = measure_pass(
+                self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
+                lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
+                Measurer(self.run_settings, settings.baseline_every, self.runner, self.host), settings, self.store,
+                self.devices, self.progress, prepare)
+        finally:
+            self.builder.close()
         return Evaluation(tuple(results), stats)
 
     def _build(self, c: Candidate) -> Built:
-        """Compile and verify one candidate now."""
-        return self._verify(self._compile(c))
+        """Build one candidate now."""
+        return self._landed(c, self.builder.start(c))
 
-    def _compile(self, c: Candidate) -> CompileJob:
-        return compile_candidate(c, self.input_path, self.target, self.workdir, self.settings.compile_timeout_s,
-                                 self.workload.entry if self.workload.dispatch_benchmark else None, self.in_model)
-
-    def _verify(self, job: CompileJob) -> Built:
-        built = verify_build(job, self.target, self.ctx)
+    def _landed(self, c: Candidate, started: Future) -> Built:
+        """The builder's build of `c`, remembered: the confirmation rounds time what this run built."""
+        built = self.builder.land(c, started)
         self.built[built.result.key] = built
         return built
 
@@ -145,23 +152,21 @@ class Sequential(BaseEvaluator):
 
     def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
         for c in todo:
-            built = self._verify(self._compile(c))
+            built = self._build(c)
             recorder.add(measurer.measure(built, self.devices[0]) if built.result.ok else built.result)
 
 
 class Overlapped(BaseEvaluator):
-    """Compile workers feed benchmark workers (one per device) through a queue."""
+    """The builder's builds feed benchmark workers (one per device) through a queue as they land."""
 
     name = "overlapped"
 
     def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
-        compilers = ThreadPoolExecutor(max_workers=max(1, self.settings.compile_workers), thread_name_prefix="compile")
         try:
-            # Verification reads MLIR, so it happens where the build lands: in the thread that owns the context.
-            self._feed(todo, measurer, recorder, lambda c: compilers.submit(self._compile, c),
-                       lambda c, future: self._verify(future.result()))
+            # A build lands (its read-back reads MLIR) in this thread, which owns the context.
+            self._feed(todo, measurer, recorder, self.builder.start, self._landed)
         finally:
-            compilers.shutdown(wait=False, cancel_futures=True)
+            self.builder.close()
 
     def _feed(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder,
               start: Callable[[Candidate], "Future"], land: Callable[[Candidate, "Future"], Built]) -> None:

@@ -1,0 +1,61 @@
+"""Builders: candidates in, checked modules (`Built`) out; the build half of an evaluation, the
+run half being a ModuleRunner (tuner.evaluation.measure). An evaluator is a schedule over one
+of each: `LocalBuilder` compiles on this machine, `tuner.cluster.evaluator.RayBuilder` on a Ray
+cluster's compile nodes, and either feeds any runner.
+
+A build has two halves: `start(c)` begins it and returns a future that completes when its
+compile has ended (in a worker thread, or on another machine); `land(c, started)` finishes it
+in the thread that owns the MLIR context, reading the compiled executables back to check that
+the config took effect (or taking a remote build's record as if made here)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional, Protocol
+
+from iree.compiler import ir
+
+from tuner.build.compile import compile_candidate, verify_build
+from tuner.core.built import Built
+from tuner.specs.candidates import Candidate
+from tuner.targets import Target
+
+
+class Builder(Protocol):
+    def start(self, c: Candidate) -> Future: ...
+
+    def land(self, c: Candidate, started: Future) -> Built: ...
+
+    def close(self) -> None:
+        """Stop what was started and has not landed (its compiles killed or cancelled)."""
+
+
+def build_now(builder: Builder, c: Candidate) -> Built:
+    """Build one candidate and wait for it."""
+    return builder.land(c, builder.start(c))
+
+
+class LocalBuilder:
+    """Compiles with iree-compile on this machine, `workers` at once, into `workdir`/NNNN."""
+
+    def __init__(self, input_path: Path, target: Target, workdir: Path, ctx: ir.Context, timeout_s: float,
+                 entry: Optional[str] = None, in_model: bool = False, workers: int = 1) -> None:
+        self.input_path, self.target, self.workdir, self.ctx = input_path, target, workdir, ctx
+        self.timeout_s, self.entry, self.in_model = timeout_s, entry, in_model
+        self.workers = max(1, workers)
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def start(self, c: Candidate) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="compile")
+        return self._pool.submit(compile_candidate, c, self.input_path, self.target, self.workdir, self.timeout_s,
+                                 self.entry, self.in_model)
+
+    def land(self, c: Candidate, started: Future) -> Built:
+        return verify_build(started.result(), self.target, self.ctx)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
