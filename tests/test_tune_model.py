@@ -314,3 +314,19 @@ def test_the_model_table_says_what_each_dispatchs_times_are_of():
                  Console(file=out, width=250))
     row = next(line for line in out.getvalue().splitlines() if "conv" in line)
     assert [c.strip() for c in row.strip("│ ").split("│")][:6] == ["conv", "b8_m56x56", "39.500", "40.0%", "model call", "97.000"]
+
+
+def test_the_kept_choice_is_said_in_one_line():
+    from tuner.report.outputs import kept_line
+
+    data = {"rewrites": ["raise-attention"], "flags": ["--iree-opt-level=O3"], "dispatches": [
+        {"name": "m$async_dispatch_1_attention", "status": "kept"},
+        {"name": "m$async_dispatch_2_matmul", "status": "dropped: slower on the model"},
+        {"name": "m$async_dispatch_3_matmul", "status": "no winner"},
+        {"name": "m$async_dispatch_4_x", "status": "not tuned: below the top 3"},
+        {"name": "m$async_dispatch_5_y", "status": "not tuned: below the top 3"},
+        {"name": "m$async_dispatch_6_z", "status": "not tuned: no pipeline of this tuner takes it (the compiler's: X)"}]}
+    assert kept_line(data) == ("model-wide choices: raise-attention --iree-opt-level=O3; dispatch configs: 1 of 3 "
+                               "tuned kept (1_attention); not tuned: 2 below the top 3; 1 no pipeline of this tuner "
+                               "takes it")
+    assert kept_line({"dispatches": []}) == "model-wide choices: none; dispatch configs: 0 of 0 tuned kept"

@@ -190,3 +190,23 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
                       f"{figure['speedup']:.2f}x (the ratio 3 of 4 rounds reach: {figure['lower']:.2f}x, "
                       f"{figure['rounds']} rounds)" + (f"; output relative error {err:.2g}" if err is not None else ""))
     console.print(f"verdict: {data.get('verdict', '')}")
+    console.print(f"kept: {kept_line(data)}", markup=False, highlight=False)
+
+
+def kept_line(data: dict) -> str:
+    """What the tuned model is made of, in one line: the model-wide choices kept, the dispatch
+    configs kept, and how many dispatches were not tuned and why (their reasons by count)."""
+    import collections
+
+    rows = data.get("dispatches", [])
+    choices = " ".join([*data.get("rewrites", []), *data.get("flags", [])]) or "none"
+    kept = [d["name"] for d in rows if d.get("status") == "kept"]
+    tuned = [d for d in rows if not d.get("status", "").startswith("not tuned")]
+    why = collections.Counter(d["status"].removeprefix("not tuned: ").split(" (")[0]
+                              for d in rows if d.get("status", "").startswith("not tuned"))
+    parts = [f"model-wide choices: {choices}",
+             f"dispatch configs: {len(kept)} of {len(tuned)} tuned kept"
+             + (f" ({', '.join(n.split('_dispatch_')[-1] for n in kept)})" if kept else "")]
+    if why:
+        parts.append("not tuned: " + "; ".join(f"{n} {reason}" for reason, n in why.most_common()))
+    return "; ".join(parts)
