@@ -326,3 +326,16 @@ def test_sigterm_ends_a_ray_run_like_any_other_run(cluster, matmul, tmp_path):
     cluster()
     assert run.returncode == 128 + signal.SIGTERM, output
     assert "terminated: every result measured so far is kept" in output and "Traceback" not in output
+
+
+def test_rays_token_notice_is_kept_out_of_the_output_and_its_warning_that_auth_is_off_is_not():
+    import logging
+
+    from tuner.cluster.connect import NoTokenNotice
+
+    def record(text):
+        return logging.LogRecord("ray", logging.WARNING, __file__, 1, text, None, None)
+
+    quiet = NoTokenNotice()
+    assert not quiet.filter(record("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled"))
+    assert quiet.filter(record("Token authentication is disabled for this Ray cluster. Anyone with access ..."))

@@ -13,6 +13,7 @@ a GPU cluster, gets one benchmark worker (needs iree-base-runtime and this packa
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import socket
@@ -38,6 +39,15 @@ def import_ray():
     return ray
 
 
+class NoTokenNotice(logging.Filter):
+    """Ray 2.5x says on every `ray.init` that token authentication is on (its secure default): a
+    notice of Ray's, not of this tuner's run, so it is kept out of the tuner's output. The warning
+    that authentication is off stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
 def connect(address: Optional[str] = None, compile_workers: int = 1):
     """Connect this process to a cluster once (later calls reuse the connection): `address`, else
     $RAY_ADDRESS, else a local cluster started here and stopped when the process exits."""
@@ -55,6 +65,9 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
         # ray.init installs its own SIGTERM handler in the driver (it exits 15 with a stack dump):
         # the tuner's handlers (one line, tools killed, exit 143) are put back after it.
         handlers = _signal_handlers()
+        notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
+        quiet = NoTokenNotice()
+        notices.addFilter(quiet)
         try:
             if address:
                 ray.init(address=address, **common)
@@ -67,6 +80,7 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         finally:
             _restore(handlers)
+            notices.removeFilter(quiet)
         atexit.register(shutdown)
         return ray
 
