@@ -7,7 +7,7 @@ It differs from the built-in `tune-model` in two ways a client may want:
 - its own stage list: no model-wide flags, only the single largest dispatch tuned, and a stage
   of its own that writes a one-line summary file for a dashboard.
 
-    python examples/custom_stages.py MODEL.mlir --output custom-tuning [--num-candidates 8] [--runs 3]
+    python examples/custom_stages.py MODEL.mlir --output custom-tuning [--budget 8] [--runs 3]
 """
 
 from __future__ import annotations
@@ -69,14 +69,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("--output", type=Path, default=Path("custom-tuning"))
-    parser.add_argument("--num-candidates", type=int, default=8)
+    parser.add_argument("--budget", type=int, default=8, help="evaluations of the largest dispatch")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3, help="iree-run-module calls per timing repetition")
     args = parser.parse_args()
     tuning = tune_model(args.model, "llvm-cpu", args.output,
                         run=RunOptions(EvalSettings(repetitions=2, min_time_s=0.05, confirm_rounds=2, confirm_top=2)),
                         model=ModelOptions(rounds=args.rounds, timer=WallClockBenchmark(args.runs)), listen=Listeners(say=print),
-                        stages=[DispatchStage(args.num_candidates, top=1), MergeStage(), SummaryStage()])
+                        stages=[DispatchStage(args.budget, top=1), MergeStage(), SummaryStage()])
     for o in tuning.state.dispatches:
         print(f"{o.name}: {o.status}")
     print(tuning.state.verdict)

@@ -215,7 +215,7 @@ def test_tune_model_tunes_its_dispatches_at_once_on_the_cluster(cluster, tmp_pat
     model.write_text(MLP)
     cluster()
     out = tmp_path / "out"
-    tuning = tune_model(model, "llvm-cpu", out, run=RunOptions(SETTINGS, strategy="ray"), stages=[DispatchStage(num_candidates=3, min_share=0.0)])
+    tuning = tune_model(model, "llvm-cpu", out, run=RunOptions(SETTINGS, strategy="ray"), stages=[DispatchStage(budget=3, min_share=0.0)])
     tuned = [d for d in tuning.state.dispatches if d.status == "tuned"]
     # Three candidates each: the fastest is candidate 2 (8 ms against the default's 10).
     assert len(tuned) == 2 and all(d.speedup == pytest.approx(1.25, rel=0.05) for d in tuned), tuning.state.dispatches

@@ -331,7 +331,7 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
     tuned = []
 
     def designed_tune(self, dispatch, outcome, program, target, env, source, seconds=None):
-        tuned.append((dispatch, source, self.num_candidates, self.directory))
+        tuned.append((dispatch, source, self.budget, self.directory))
         c = [c for c in generate_candidates(dispatch, pipeline_for(dispatch), 3, env.ctx, target.spec_entry)
              if not c.is_baseline and not c.config.flags][1]
         return replace(outcome, status="tuned", speedup=1.5, part=SpecPart(dispatch, c.config, c.label))

@@ -178,7 +178,7 @@ def test_tune_model_from_the_command_line_writes_a_spec_plain_iree_compile_uses(
 def test_the_example_client_with_its_own_stages_runs(mlp, tmp_path):
     out = tmp_path / "custom"
     done = subprocess.run([sys.executable, str(REPO / "examples" / "custom_stages.py"), str(mlp), "--output", str(out),
-                           "--num-candidates", "1", "--rounds", "1", "--runs", "1"], capture_output=True, text=True, cwd=REPO)
+                           "--budget", "1", "--rounds", "1", "--runs", "1"], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verdict"] and "stage summary" in done.stdout

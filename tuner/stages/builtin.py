@@ -97,10 +97,10 @@ def _signature(d: Dispatch) -> tuple:
 class DispatchStage:
     """Tune the dispatches that matter: each tunable one with at least `min_share` of the model's
     measured dispatch time (or the `top` largest), under the flags chosen, each by `search`
-    (tuner.search) with a budget of `num_candidates` evaluations. Config candidates only: flags
+    (tuner.search) with a budget of `budget` evaluations. Config candidates only: flags
     are the model's (FlagStage)."""
 
-    num_candidates: int = 30
+    budget: int = 30  # evaluations per dispatch (the CLI's --budget)
     min_share: float = 0.02
     top: Optional[int] = None
     name: str = "dispatches"
@@ -166,7 +166,7 @@ class DispatchStage:
         its search's time, at most (the search's own limit holds too)."""
         directory = env.output_dir / self.directory / dispatch.name
         directory.mkdir(parents=True, exist_ok=True)
-        search = replace(self.search, budget=self.num_candidates)
+        search = replace(self.search, budget=self.budget)
         if seconds is not None:
             search = replace(search, seconds=min(seconds, search.seconds or seconds))
         store_path = env.store_path or env.output_dir / STORE

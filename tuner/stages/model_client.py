@@ -43,14 +43,14 @@ class ModelTuning:
     parameters: tuple[str, ...] = ()  # the model's external parameters (SCOPE=FILE), which running it needs
 
 
-def default_stages(num_candidates: int = 30, min_share: float = 0.02, top: Optional[int] = None,
+def default_stages(budget: int = 30, min_share: float = 0.02, top: Optional[int] = None,
                    model_flags: bool = True, search: SearchSettings = SearchSettings(),
                    kinds: tuple[str, ...] = (), dispatch_seconds: Optional[float] = None) -> list[Stage]:
     """tune-model's stages: model-wide flags (unless `model_flags` is off), then the dispatches
     that matter (of the `kinds` asked for, every kind if none; each searched by `search` within
-    `num_candidates` evaluations, all of them within `dispatch_seconds`), then the merge."""
-    return [*([FlagStage(tune_budget=min(FlagStage.tune_budget, num_candidates), search=search)] if model_flags else []),
-            DispatchStage(num_candidates, min_share, top, search=search, kinds=kinds, seconds=dispatch_seconds),
+    `budget` evaluations, all of them within `dispatch_seconds`), then the merge."""
+    return [*([FlagStage(tune_budget=min(FlagStage.tune_budget, budget), search=search)] if model_flags else []),
+            DispatchStage(budget, min_share, top, search=search, kinds=kinds, seconds=dispatch_seconds),
             MergeStage()]
 
 

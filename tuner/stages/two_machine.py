@@ -64,7 +64,7 @@ def read_profile(env: StageEnv) -> Profile:
     return Profile.from_json(json.loads((env.output_dir / PROFILED).read_text()))
 
 
-def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[int],
+def advance(env: StageEnv, budget: int, min_share: float, top: Optional[int],
             search: SearchSettings = SearchSettings(), kinds: tuple[str, ...] = ()
             ) -> tuple[Optional[ModelPlan], ModelState]:
     """The next plan for the device (None when the model is done) and the state so far."""
@@ -73,7 +73,7 @@ def advance(env: StageEnv, num_candidates: int, min_share: float, top: Optional[
     outcomes, pending = list(untuned), []
     for lead, outcome in chosen:
         directory = env.output_dir / DISPATCHES / lead.name
-        candidates, done = dispatch_candidates(lead, replace(search, budget=num_candidates), env.target, env,
+        candidates, done = dispatch_candidates(lead, replace(search, budget=budget), env.target, env,
                                                env.output_dir / "results.sqlite")
         results = finished_tuning(directory, lead, candidates) if done else None
         if results is None:
