@@ -330,3 +330,12 @@ def test_the_kept_choice_is_said_in_one_line():
                                "tuned kept (1_attention); not tuned: 2 below the top 3; 1 no pipeline of this tuner "
                                "takes it")
     assert kept_line({"dispatches": []}) == "model-wide choices: none; dispatch configs: 0 of 0 tuned kept"
+
+
+def test_the_dispatch_stage_says_the_time_left_at_its_pace_within_its_limit():
+    from tuner.stages.builtin import eta
+
+    assert eta([30.0, 50.0], 3) == "; about 120 s left for the 3 dispatches to go"  # 3 x the mean of 40 s
+    assert eta([30.0, 50.0], 3, limit_s=75.0) == "; about 75 s left for the 3 dispatches to go"
+    assert eta([10.0], 1) == "; about 10 s left for the 1 dispatch to go"
+    assert eta([10.0], 0) == "" and eta([], 2) == ""

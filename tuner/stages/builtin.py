@@ -124,6 +124,7 @@ class DispatchStage:
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds)
         at_once = env.strategy == CLUSTER and len(chosen) > 1
         deadline = None if self.seconds is None else time.monotonic() + self.seconds
+        spent: list[float] = []  # seconds each dispatch's tuning took, for the stage's ETA
         for i, (lead, outcome) in enumerate(chosen, 1):
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
                     + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
@@ -136,7 +137,9 @@ class DispatchStage:
                                                             f"were spent"))
                 else:
                     outcomes.append(self.tune_or_say(lead, outcome, program, target, env, source, seconds))
-                env.say(f"  {lead.name}: {outcomes[-1].status}, {time.monotonic() - start:.0f} s")
+                spent.append(time.monotonic() - start)
+                env.say(f"  {lead.name}: {outcomes[-1].status}, {spent[-1]:.0f} s"
+                        + eta(spent, len(chosen) - i, None if deadline is None else deadline - time.monotonic()))
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
             # together, and the benchmark workers time one thing at a time, whichever dispatch
@@ -189,6 +192,18 @@ class DispatchStage:
         else:
             env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
         return tuning_outcome(outcome, dispatch, candidates, results)
+
+
+def eta(spent: Sequence[float], left: int, limit_s: Optional[float] = None) -> str:
+    """The stage's time left, said after a dispatch: the dispatches left at the pace of those
+    tuned so far (their mean), no more than the stage's own limit where it has one; "" when none
+    is left."""
+    if left <= 0 or not spent:
+        return ""
+    guess = left * sum(spent) / len(spent)
+    if limit_s is not None:
+        guess = min(guess, max(0.0, limit_s))
+    return f"; about {guess:.0f} s left for the {left} dispatch{'es' if left > 1 else ''} to go"
 
 
 def search_seconds(left_s: float, shares: Sequence[Optional[float]]) -> float:
