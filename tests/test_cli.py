@@ -198,7 +198,8 @@ def test_version_names_the_tuner_and_the_tools_it_runs():
 def test_the_top_level_help_gives_every_command_a_whole_summary():
     result = run_cli("--help")
     commands = result.output.split("Commands:")[1]
-    names = ["benchmark", "candidates", "crosscheck", "dispatches", "pack", "rebuild", "report", "tune", "tune-model"]
+    names = ["benchmark", "candidates", "crosscheck", "dispatches", "pack", "rebuild", "report", "run", "tune",
+             "tune-model"]
     assert all(f"  {n} " in commands for n in names) and "..." not in commands
 
 

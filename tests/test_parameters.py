@@ -114,6 +114,12 @@ def test_a_model_with_a_parameter_archive_is_tuned_on_two_machines_and_runs_rebu
     assert f"wrote {tmp_path / 'tuned.vmfb'}" in " ".join(shell.stdout.split())
     w = (np.arange(128 * 96, dtype=np.float32).reshape(128, 96) % 5) / 5
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w, rtol=1e-4, atol=1e-4)
+    # `iree-tuner run DIR` does the same: the entry, the device and the parameters from the run.
+    ran = run_cli("run", out, "-m", tmp_path / "tuned.vmfb", "--input", f"@{tmp_path / 'x.npy'}",
+                  "--input", "ignored=1")  # one input too many: iree-run-module's own error, one line
+    assert ran.exit_code == 5 and "iree-run-module did not run" in ran.output, ran.output
+    ran = run_cli("run", out, "-m", tmp_path / "tuned.vmfb", "--input", f"@{tmp_path / 'x.npy'}")
+    assert ran.exit_code == 0 and "EXEC @linear" in ran.output and "64x96xf32" in ran.output, ran.output
 
 
 @pytest.mark.slow

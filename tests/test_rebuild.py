@@ -60,3 +60,8 @@ def test_the_printed_line_names_this_tuner_and_the_directory_by_absolute_paths(t
 def test_an_output_that_is_a_directory_is_refused(tmp_path):
     out = _run_dir(tmp_path)
     assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path), 4, "a directory")
+
+
+def test_run_without_the_rebuilt_module_says_how_to_make_it(tmp_path):
+    out = _run_dir(tmp_path)
+    assert_one_error_line(run_cli("run", out, "-m", tmp_path / "none.vmfb"), 2, f"iree-tuner rebuild {out}")

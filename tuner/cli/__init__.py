@@ -5,9 +5,10 @@ tuner.cli.directory_commands), their shared options (tuner.cli.options), and wha
 module level, so `benchmark` runs with the runtime only."""
 
 from tuner.cli.commands import main
-from tuner.cli.directory_commands import rebuild, report
+from tuner.cli.directory_commands import rebuild, report, run
 
 main.add_command(report)
 main.add_command(rebuild)
+main.add_command(run)
 
 __all__ = ["main"]

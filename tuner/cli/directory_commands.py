@@ -79,3 +79,26 @@ def rebuild(directory: Path, out: Path) -> None:
     if target.parameters:
         console.print("run it with its parameters (and your inputs, --input=...): "
                       + " ".join(map(shlex.quote, target.run_command(out.resolve()))), markup=False, soft_wrap=True)
+
+
+@click.command("run", short_help="Run a rebuilt result with its parameters and your inputs.")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("-m", "--module", "module", required=True, type=click.Path(path_type=Path),
+              help="The module `rebuild` wrote.")
+@click.option("--input", "inputs", multiple=True, help="An input as iree-run-module takes it (@FILE.npy, ...), in order.")
+def run(directory: Path, module: Path, inputs: tuple[str, ...]) -> None:
+    """Run MODULE, rebuilt from the run in DIRECTORY, with iree-run-module of the tuner's
+    environment: the entry the run tuned, on its target's device, with the model's external
+    parameters as the run recorded them, and the --input values given (passed on as they are)."""
+    from tuner.errors import ToolError
+    from tuner.report.rebuild import read_rebuild
+    from tuner.tools import run_tool
+
+    with errors_to_exit():
+        if not module.is_file():
+            raise InputError(f"-m {module}: no such module; write it with `iree-tuner rebuild {directory} -o {module}`")
+        command = [*read_rebuild(directory).run_command(module), *(f"--input={i}" for i in inputs)]
+        done = run_tool(command, 3600)
+        if not done.ok:
+            raise ToolError(f"iree-run-module did not run {module}: {done.first_error()}", command, done.stderr)
+    click.echo(done.stdout, nl=False)

@@ -31,6 +31,7 @@ class Rebuild:
     flags_file: Path
     entry: str
     parameters: tuple[str, ...]
+    device: str = ""  # the runtime device the run's target means ("" where results.json names none)
 
     def compile_command(self, out: Path | str) -> list[str]:
         return [find_tool("iree-compile"), str(self.program), f"@{self.flags_file}", "-o", str(out)]
@@ -38,7 +39,7 @@ class Rebuild:
     def run_command(self, module: Path | str) -> list[str]:
         """iree-run-module with the module's parameters (the inputs are the user's to give)."""
         return [find_tool("iree-run-module"), f"--module={module}", f"--function={self.entry}",
-                *runtime_flags(self.parameters)]
+                *([f"--device={self.device}"] if self.device else []), *runtime_flags(self.parameters)]
 
 
 def read_rebuild(directory: Path) -> Rebuild:
@@ -63,7 +64,18 @@ def read_rebuild(directory: Path) -> Rebuild:
         value = flag.split("=", 1)[1] if "=" in flag else ""
         if value.endswith(".mlir") and not Path(value).is_file():
             raise InputError(f"{flags_file.name} names {value}, which is gone (was the directory moved?)")
-    return Rebuild(program, flags_file, str(meta.get("entry", "")), tuple(meta.get("parameters", ())))
+    return Rebuild(program, flags_file, str(meta.get("entry", "")), tuple(meta.get("parameters", ())),
+                   _device(meta.get("target")))
+
+
+def _device(target) -> str:
+    """The runtime device of the run's target (results.json's `target`), or "" if it names none."""
+    from tuner.targets import parse_target
+
+    try:
+        return parse_target(target).device if isinstance(target, str) and target else ""
+    except Exception:  # a target this tuner no longer knows: the runtime's default device
+        return ""
 
 
 def _flags(flags_file: Path) -> list[str]:
