@@ -8,7 +8,7 @@ from importlib import import_module
 _WHERE = {
     "DispatchOutcome": "base", "ModelFigure": "base", "ModelState": "base", "Stage": "base", "StageEnv": "base",
     "run_stages": "base",
-    "DispatchStage": "builtin", "FlagStage": "flags", "MergeStage": "builtin",
+    "DispatchStage": "builtin", "FlagStage": "flags", "MergeStage": "merge",
     "ModelTuning": "model_client", "default_stages": "model_client", "tune_model": "model_client",
     "ModelOptions": "model_client",
     "BuiltVariant": "variants", "SpecPart": "variants", "Variant": "variants", "build_variant": "variants",

@@ -19,7 +19,8 @@ from tuner.run_dir import RunDirectory, run_identity, write_file
 from tuner.core.settings import Listeners, RunOptions, SearchSettings
 from tuner.specs.transform import build_spec, uses_codegen_stage
 from tuner.stages.base import ModelState, Stage, StageEnv, run_stages
-from tuner.stages.builtin import DispatchStage, MergeStage
+from tuner.stages.builtin import DispatchStage
+from tuner.stages.merge import MergeStage
 from tuner.stages.flags import FlagStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.plan import PLAN, ModelPlan

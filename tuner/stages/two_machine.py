@@ -25,8 +25,9 @@ from tuner.profiling.profile import prepare_profile
 from tuner.profiling.timing import Profile
 from tuner.stages.base import ModelState, StageEnv
 from tuner.core.settings import RunOptions, SearchSettings
-from tuner.stages.builtin import (DISPATCHES, finished_tuning, tuning_outcome, by_share, dispatch_candidates, greedy_merge,
-                                  select_dispatches)
+from tuner.stages.builtin import (DISPATCHES, by_share, dispatch_candidates, finished_tuning, select_dispatches,
+                                  tuning_outcome)
+from tuner.stages.merge import greedy_merge
 from tuner.stages.model_timing import Comparison
 from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_path
 from tuner.stages.variants import BUILT_FROM, BuiltVariant
@@ -119,7 +120,7 @@ def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
 
 
 def merge_step(env: StageEnv, state: ModelState) -> tuple[Optional[ModelPlan], ModelState]:
-    """The greedy merge (tuner.stages.builtin.greedy_merge) one device trip per step: a step's
+    """The greedy merge (tuner.stages.merge.greedy_merge) one device trip per step: a step's
     figures are the device's if they are of these very builds, else the step is the next plan."""
     def measured(step: str, reference: BuiltVariant, trial: BuiltVariant, index: int) -> Optional[Comparison]:
         path = env.output_dir / measured_path(step, index)

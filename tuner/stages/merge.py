@@ -1,0 +1,119 @@
+"""`MergeStage`: the dispatch winners added to one spec greedily in order of expected gain, each
+kept only if the model does not get slower beyond the noise, then the result validated against
+the default side by side; a result that makes the model slower is never kept. The same merge
+runs on one machine or, a step per device trip, across two (tuner.stages.two_machine)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from tuner.errors import ToolError
+from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
+from tuner.stages.builtin import build_once, compare_on_model, slower_beyond_noise
+from tuner.stages.model_timing import Comparison
+from tuner.stages.variants import BuiltVariant, Variant
+
+
+@dataclass
+class MergeStage:
+    """Merge the dispatch winners into one spec, greedily by expected gain: each is added to what
+    is kept so far, the model built (its configs read back) and timed against the model without
+    it in interleaved rounds, numerics compared; kept unless the model gets slower beyond the
+    noise. Then the result is timed against the default side by side: if it is not faster, the
+    default is the result."""
+
+    name: str = "merge"
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        _, state = greedy_merge(env, state, lambda step, reference, trial, index:
+                                compare_on_model(env, reference, [trial], "runs"))
+        return state
+
+
+# How a merge step is measured: (step "merge" or "validate", reference, trial, merge index) ->
+# the comparison, or None when it is not measured yet (two machines: it becomes the device's plan).
+Measure = Callable[[str, BuiltVariant, BuiltVariant, int], Optional[Comparison]]
+Pending = tuple[str, BuiltVariant, BuiltVariant, int]
+
+
+def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Optional[Pending], ModelState]:
+    """The merge, on one machine or across two: the winners in order of expected gain, each built
+    onto what is kept so far and kept unless the model gets slower with it, then the result
+    against the default. Returns the first step `measure` has no figures for (None when done)
+    and the state so far."""
+    default = build_once(env, Variant("default"))
+    if not default.ok:
+        raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
+    current = (default if not (state.flags or state.program)
+               else build_once(env, Variant("flags", state.flags, program=state.program)))
+    parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
+    outcomes = {o.name: o for o in state.dispatches}
+    kept = []
+
+    def so_far() -> ModelState:
+        return replace(state, dispatches=tuple(outcomes[o.name] for o in state.dispatches), kept=tuple(kept))
+
+    for i, o in enumerate(parts, 1):
+        trial = build_once(env, current.variant.with_part(o.part, f"merge-{i}"))
+        if not trial.ok:
+            outcomes[o.name] = replace(o, status=f"dropped: {trial.error}")
+        else:
+            cmp = measure("merge", current, trial, i)
+            if cmp is None:
+                return ("merge", current, trial, i), so_far()
+            outcomes[o.name] = judge_part(o, cmp, trial.variant.name)
+            if outcomes[o.name].status == "kept":
+                kept.append(o.part)
+                current = trial
+        env.say(f"  {o.name}: {outcomes[o.name].status}")
+    state = so_far()
+    if current is default:
+        return None, replace(state, verdict="nothing to merge beat the default: the default is the result")
+    final = measure("validate", default, current, 0)
+    if final is None:
+        return ("validate", default, current, 0), state
+    return None, conclude(state, final, current.variant.name)
+
+
+def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
+    """The verdict on the tuned model (`name`) timed against the default side by side: kept if it
+    is faster (median of the paired rounds above 1 and not slower in 3 of 4 rounds), else the
+    default is the result (no flags, no spec)."""
+    p = final.paired.get(name)
+    if p is None or not p.ratios:
+        why = final.failed.get(name, "could not be timed")
+        return replace(state, flags=(), kept=(), rewrites=(), program=None,
+                       verdict=f"the tuned model failed its check ({why}): the default is the result")
+    interval = p.interval()
+    figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
+                         speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name),
+                         interval=interval.to_json() if interval else None)
+    if p.speedup <= 1.0 or slower_beyond_noise(p):
+        return replace(state, flags=(), kept=(), rewrites=(), program=None, figure=figure,
+                       verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
+                               f"{len(p.ratios)} rounds): the default is the result")
+    won = sum(r > 1.0 for r in p.ratios)
+    return replace(state, figure=figure,
+                   verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
+                           f"interleaved rounds, faster in {won}" + (f"; {interval.text()}" if interval else "") + ")"
+                           + ("" if p.beats_baseline else "; within the noise")
+                           + (f"; numerics {final.numerics}" if final.numerics else "")
+                           + (f"; {final.reference_check}" if final.reference_check else ""))
+
+
+def judge_part(o: DispatchOutcome, cmp: Comparison, name: str) -> DispatchOutcome:
+    """A dispatch's config on the model: dropped if the model with it failed or got slower
+    beyond the noise than without it, else kept."""
+    p = cmp.paired.get(name)
+    if p is None or not p.ratios:
+        return replace(o, status=f"dropped: {cmp.failed.get(name, 'could not be timed')}")
+    if slower_beyond_noise(p):
+        return replace(o, status=f"dropped: the model got slower with it ({p.speedup:.2f}x)", model_speedup=p.speedup)
+    return replace(o, status="kept", model_speedup=p.speedup)
+
+
+def _median(values) -> float:
+    values = [v for v in values if v]
+    return statistics.median(values) if values else 0.0
