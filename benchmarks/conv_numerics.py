@@ -19,10 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-FLAGS = {"cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
-         "cpu": ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                 "--iree-llvmcpu-target-cpu=host"]}
-DEVICE = {"cuda": "cuda", "cpu": "local-task"}
+from cut_compare import build_and_run
 # (batch, in channels, size, out channels, kernel, stride, dtype, bias, relu before)
 CASES = [
     (8, 64, 56, 64, 1, 1, "f16", True, False),   # ResNet-50 s1b0_1 as the model holds it
@@ -109,12 +106,9 @@ def check(i: int, case, work: Path, configs: Path, extra_cuda: tuple[str, ...] =
     scale = float(np.abs(ref).max())
     parts = []
     for backend in ("cuda", "cpu"):
-        extra = [f"--iree-hal-dump-executable-configurations-to={configs / f'case{i}'}", *extra_cuda] if backend == "cuda" else []
-        vmfb = d / f"{backend}.vmfb"
-        subprocess.run(["iree-compile", str(d / "m.mlir"), *FLAGS[backend], *extra, "-o", str(vmfb)], check=True)
-        subprocess.run(["iree-run-module", f"--module={vmfb}", "--function=conv", f"--device={DEVICE[backend]}",
-                        f"--input=@{d / 'x.npy'}", f"--output=@{d / backend}.npy"], check=True, capture_output=True)
-        got = np.load(d / f"{backend}.npy").astype(np.float32)
+        extra = (f"--iree-hal-dump-executable-configurations-to={configs / f'case{i}'}", *extra_cuda) \
+            if backend == "cuda" else ()
+        got = build_and_run(d / "m.mlir", backend, "conv", [d / "x.npy"], d / backend, extra)
         parts.append(f"{backend} {float(np.abs(got - ref).max()) / scale:.3g}")
     cfg = ""
     for f in sorted((configs / f"case{i}").glob("*.mlir")):

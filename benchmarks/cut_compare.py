@@ -15,15 +15,31 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-FLAGS = {"cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
-         "cpu": ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                 "--iree-llvmcpu-target-cpu=host"]}
-DEVICE = {"cuda": "cuda", "cpu": "local-task"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tuner.targets import parse_target  # noqa: E402
+
+TARGETS = {"cuda": parse_target("cuda:sm_80"), "cpu": parse_target("llvm-cpu")}
+
+
+def build_and_run(program: Path, backend: str, function: str, inputs: list[Path], out: Path,
+                  extra_flags: tuple[str, ...] = ()) -> np.ndarray:
+    """`program` built for `backend` ("cuda" or "cpu", the tuner's own target flags) into
+    OUT.vmfb, run once on `inputs`; its first result, as f32. Shared by the GPU numerics scripts
+    (cut_compare.py, conv_numerics.py, rewrite_check.py)."""
+    target = TARGETS[backend]
+    vmfb = out.with_suffix(".vmfb")
+    subprocess.run(["iree-compile", str(program), *target.compile_flags, *extra_flags, "-o", str(vmfb)], check=True)
+    subprocess.run(["iree-run-module", f"--module={vmfb}", f"--function={function}", f"--device={target.device}",
+                    *(f"--input=@{p}" for p in inputs), f"--output=@{out.with_suffix('.npy')}"],
+                   check=True, capture_output=True)
+    return np.load(out.with_suffix(".npy")).astype(np.float32)
 
 
 def cut(model, point: str, work: Path) -> Path:
@@ -54,11 +70,7 @@ def compare(model, point: str, backends: list[str], inputs: list[Path], work: Pa
         if b == "torch32":
             outs[b] = _torch32(work / f"{point}.onnx", inputs)
             continue
-        vmfb, out = work / f"{point}_{b}.vmfb", work / f"{point}_{b}.npy"
-        subprocess.run(["iree-compile", str(program), *FLAGS[b], "-o", str(vmfb)], check=True)
-        subprocess.run(["iree-run-module", f"--module={vmfb}", "--function=cut", f"--device={DEVICE[b]}",
-                        *(f"--input=@{p}" for p in inputs), f"--output=@{out}"], check=True, capture_output=True)
-        outs[b] = np.load(out).astype(np.float32)
+        outs[b] = build_and_run(program, b, "cut", inputs, work / f"{point}_{b}")
     ref = outs[backends[-1]]
     scale = max(float(np.abs(ref).max()), 1e-30)
     return {b: (float(np.abs(o - ref).max() / scale), float(np.abs(o).max())) for b, o in outs.items()}

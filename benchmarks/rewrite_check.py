@@ -18,13 +18,10 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from cut_compare import build_and_run  # noqa: E402
 from tuner.rewrite import REWRITES, combined, rewrite_program  # noqa: E402
-
-FLAGS = {"cuda": ["--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"],
-         "cpu": ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-                 "--iree-llvmcpu-target-cpu=host"]}
-DEVICE = {"cuda": "cuda", "cpu": "local-task"}
 
 
 def main() -> None:
@@ -55,11 +52,7 @@ def main() -> None:
     for program in (original, rewritten):
         for backend in ("cpu", "cuda"):
             name = f"{program.stem}-{backend}"
-            subprocess.run(["iree-compile", str(program), *FLAGS[backend], "-o", str(args.work / f"{name}.vmfb")], check=True)
-            subprocess.run(["iree-run-module", f"--module={args.work / name}.vmfb", f"--function={entry}",
-                            f"--device={DEVICE[backend]}", *(f"--input=@{p}" for p in inputs),
-                            f"--output=@{args.work / name}.npy"], check=True, capture_output=True)
-            outputs[name] = np.load(args.work / f"{name}.npy").astype(np.float32)
+            outputs[name] = build_and_run(program, backend, entry, inputs, args.work / name)
     ref = outputs["original-cpu"]
     scale = max(float(np.abs(ref).max()), 1e-30)
     for name, out in outputs.items():

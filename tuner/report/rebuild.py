@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.errors import InputError, OutputError, ToolError
+from tuner.errors import InputError, OutputError, TargetError, ToolError
 from tuner.input.parameters import runtime_flags
 from tuner.tools import find_tool, run_tool
 
@@ -74,7 +74,7 @@ def _device(target) -> str:
 
     try:
         return parse_target(target).device if isinstance(target, str) and target else ""
-    except Exception:  # a target this tuner no longer knows: the runtime's default device
+    except TargetError:  # a target this tuner no longer knows: the runtime's default device
         return ""
 
 
