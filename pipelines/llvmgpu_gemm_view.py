@@ -5,12 +5,15 @@ problem and its configs from these)."""
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
 from pipelines.base import KnobValue
 from pipelines.dispatch import Dispatch, MmaIntrinsic
 from pipelines.llvmgpu_common import ELEMENT_BYTES, compatible_intrinsics
+from pipelines.printed_config import tiling_level
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,23 @@ def gemm_view(dispatch: Dispatch) -> GemmView:
 # padded to a multiple of the MMA's size there (IREE 3.13 pads 14 columns to 16, 7 to 16 and 56
 # to 64 in its own configs of ResNet's 3x3 convolutions: workgroup [4, 2, 16, 32, 0] with padding
 # [4, 2, 16, 32, 128] for 8x14x14x256). A tile no wider than a padded row divides it; a wider one
-# is whole padded rows, as many as divide the image's rows, or one row of as many images as divide
-# the batch. The same rule in integers (column_tiles) and in Z3 terms (column_tiles_fit).
+# spans whole padded rows: as many rows as the row count shares with the spans, then as many
+# images as are left, which must divide the batch (the compiler's 4 images of 2 rows above; 8
+# images of one row for the 7-row output). The same rule in integers (column_tiles) and in Z3
+# terms (column_tiles_fit). A subgroup's tile is the workgroup's divided among its subgroups,
+# innermost first: columns (in MMA tiles), then rows, then images (subgroup_placement), which
+# gives the compiler's subgroup [2, 1, 1, 2, 0] (2 images of one row) for both outputs.
 
 
 def padded_columns(view: GemmView, mma: int) -> int:
     return -(-view.columns // mma) * mma
+
+
+def _spans(view: GemmView, spans: int) -> tuple[int, int] | None:
+    """Padded rows that `spans` of them make as (rows, images), or None where they lie on nothing."""
+    rows = math.gcd(view.rows[1], spans)
+    images = spans // rows
+    return (rows, images) if (view.images[1] if view.images else 1) % images == 0 else None
 
 
 def column_tiles(view: GemmView, tile: int, mma: int) -> tuple[int, int, int] | None:
@@ -92,23 +106,37 @@ def column_tiles(view: GemmView, tile: int, mma: int) -> tuple[int, int, int] | 
         return (tile, 1, 1) if padded % tile == 0 else None
     if tile % padded:
         return None
-    spans = tile // padded
-    if view.rows[1] % spans == 0:
-        return padded, spans, 1
-    if view.images and view.images[1] % spans == 0:
-        return padded, 1, spans
-    return None
+    placed = _spans(view, tile // padded)
+    return (padded, *placed) if placed else None
 
 
 def column_tiles_fit(view: GemmView, tile, mma):
-    """column_tiles(view, tile, mma) is not None, for Z3 terms `tile` and `mma`."""
+    """column_tiles(view, tile, mma) is not None, for Z3 terms `tile` and `mma` (a tile spans at
+    most MAX_SPANS padded rows)."""
     import z3
 
     padded = (view.columns + mma - 1) / mma * mma
-    spans = tile / padded
-    images = view.images[1] if view.images else 1
+    wide = [s for s in range(2, MAX_SPANS + 1) if _spans(view, s)]
     return z3.Or(z3.And(tile <= padded, padded % tile == 0),
-                 z3.And(tile > padded, tile % padded == 0, z3.Or(view.rows[1] % spans == 0, images % spans == 0)))
+                 z3.And(tile > padded, z3.Or([tile == padded * s for s in wide]) if wide else z3.BoolVal(False)))
+
+
+MAX_SPANS = 128  # padded rows of at least 8 columns in a side of at most 8 x 8 x 16
+
+
+def subgroup_placement(placed: tuple[int, int, int], count: int, mma: int) -> tuple[int, int, int]:
+    """A subgroup's share (columns, rows, images) of a workgroup's column-side tile `placed`,
+    divided among `count` subgroups innermost first: its columns (in MMA tiles), then its rows,
+    then its images."""
+    columns, rows, images = placed
+    shares = []
+    for extent in (columns // mma, rows, images):
+        f = math.gcd(extent, count)
+        shares.append(extent // f)
+        count //= f
+    if count != 1:
+        raise ValueError(f"{placed} does not divide among its subgroups")
+    return shares[0] * mma, shares[1], shares[2]
 
 
 def channels_first(dispatch: Dispatch) -> bool:
@@ -186,8 +214,6 @@ class GemmTiles:
 def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
                   s: Mapping[str, KnobValue]) -> dict[str, float]:
     """A GPU GEMM config's derived quantities (log2 where they multiply)."""
-    import math
-
     subgroup = (dispatch.target.subgroup_sizes or (32,))[0]
     tiles = GemmTiles.of(s, intrinsic)
     wg_m, wg_n, k_tile = tiles.wg_m, tiles.wg_n, tiles.k_tile
@@ -249,12 +275,50 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
             raise ValueError(f"a tile of {wg} does not lie on the {view.columns} columns of {view.rows[1]} rows")
         columns, rows, images = placed
         workgroup[pos], workgroup[row] = columns, rows
-        sub_columns = min(sub, columns)
-        spans = sub // sub_columns
-        subgroup[pos] = sub_columns // mma
-        subgroup[row] = spans if images == 1 else 1
-        if images > 1:
-            workgroup[view.images[0]], subgroup[view.images[0]] = images, spans
+        sub_columns, sub_rows, sub_images = subgroup_placement(placed, wg // sub, mma)
+        subgroup[pos], subgroup[row] = sub_columns // mma, sub_rows
+        if view.images:
+            workgroup[view.images[0]], subgroup[view.images[0]] = images, sub_images
     subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
     threads = tiles.threads(subgroup_size)
     return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)
+
+
+def compiler_knobs_of_default(dispatch: Dispatch) -> dict[str, int]:
+    """The compiler's own TileAndFuse config for the dispatch as this view's knobs (mma_kind as
+    an index into compatible_intrinsics, subgroups_m/n, subgroup_m/n, reduction_k), read from its
+    printed lowering config and workgroup size; empty where it has none or one these knobs do not
+    say (checked by setting the knobs' tiles and comparing them with the compiler's)."""
+    config, translation = dispatch.default.lowering_config, dispatch.default.translation_info
+    kind = re.search(r"mma_kind = #iree_gpu\.mma_layout<(\w+)>", config)
+    size = re.search(r"workgroup_size = \[(\d+), 1, 1\] subgroup_size = (\d+)", translation)
+    workgroup, subgroup, reduction = (tiling_level(config, level) for level in ("workgroup", "subgroup", "reduction"))
+    intrinsics = compatible_intrinsics(dispatch)
+    names = [i.name for i in intrinsics]
+    view = gemm_view(dispatch)
+    if not (kind and size and kind.group(1) in names and len(workgroup) == len(subgroup) == len(reduction) == view.rank):
+        return {}
+    intrinsic = intrinsics[names.index(kind.group(1))]
+
+    def side(mma: int, position: int, on_rows: bool) -> tuple[int, int]:
+        """The workgroup's and a subgroup's tile along one GEMM side, in elements."""
+        wg, sub = workgroup[position], subgroup[position] * mma
+        if on_rows:  # the column side of a convolution: times its rows and images
+            for d in (view.rows[0], *([view.images[0]] if view.images else [])):
+                wg, sub = wg * workgroup[d], sub * max(1, subgroup[d])
+        return wg, sub
+
+    rows = view.rows is not None
+    wg_m, sub_m = side(intrinsic.m, view.m, rows and not view.rows_on_n)
+    wg_n, sub_n = side(intrinsic.n, view.n, rows and view.rows_on_n)
+    if not (sub_m and sub_n) or wg_m % sub_m or wg_n % sub_n:
+        return {}
+    knobs = {"mma_kind": names.index(kind.group(1)), "subgroups_m": wg_m // sub_m, "subgroup_m": sub_m // intrinsic.m,
+             "subgroups_n": wg_n // sub_n, "subgroup_n": sub_n // intrinsic.n, "reduction_k": reduction[view.k]}
+    try:
+        t = tile_sizes(dispatch, knobs)
+    except ValueError:
+        return {}
+    threads, subgroup_size = int(size.group(1)), int(size.group(2))
+    same = (list(t.workgroup), list(t.subgroup), list(t.reduction)) == (workgroup, subgroup, reduction)
+    return knobs if same and (t.threads, t.subgroup_size) == (threads, subgroup_size) else {}

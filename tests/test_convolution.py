@@ -190,11 +190,12 @@ def test_an_nchw_convolution_is_an_implicit_gemm_with_its_channels_as_m(ctx, tar
     own = {"mma_kind": 0, "subgroups_m": 4, "subgroup_m": 2, "subgroups_n": 2, "subgroup_n": 2, "reduction_k": 8,
            "prefetch_num_stages": 2, "reorder_workgroups": 0}
     t = tile_sizes(d, own)
-    assert (t.workgroup, t.subgroup, t.reduction, t.threads) == ((1, 128, 1, 32, 0), (0, 2, 1, 2, 0), (0, 0, 0, 0, 8), 256)
+    assert (t.workgroup, t.subgroup, t.reduction, t.threads) == ((1, 128, 1, 32, 0), (1, 2, 1, 2, 0), (0, 0, 0, 0, 8), 256)
     assert pipeline.build_problem(d).admits(own)
-    # 64 columns are two whole rows of 32: 2 rows x 32 columns; a subgroup's 4 N tiles are 32 columns.
+    # 64 columns are two whole rows of 32: 2 rows x 32 columns. Its 2 subgroups along N share it
+    # out innermost first: the 4 N tiles of a row halve, so each takes 2 N tiles (16 columns) of both rows.
     wide = tile_sizes(d, {**own, "subgroup_n": 4})
-    assert (wide.workgroup, wide.subgroup) == ((1, 128, 2, 32, 0), (0, 2, 1, 4, 0))
+    assert (wide.workgroup, wide.subgroup) == ((1, 128, 2, 32, 0), (1, 2, 2, 2, 0))
     config = pipeline.to_config(d, own, ctx)
     assert "use_igemm_convolution = true" in config.expect_translation_info
     assert "workgroup = [1, 128, 1, 32, 0]" in config.expect_lowering_config
@@ -257,11 +258,13 @@ CONV7 = KINDS / "conv_nhwc_8x9x9x512_3x3_f16.mlir"
 CONV14 = KINDS / "conv_nhwc_8x16x16x256_3x3_f16.mlir"
 
 
-def test_a_column_tile_lies_on_padded_rows_or_whole_images_of_a_14_wide_output(ctx):
+def test_a_column_tile_lies_on_padded_rows_then_images_of_a_14_wide_output(ctx):
     """ResNet's 14x14 outputs: no power-of-two MMA tile divides 14 columns, so the columns are
-    padded to 16 (as IREE's own config pads them), and a wider tile takes whole padded rows where
-    their count divides the 14 rows, else one row of images dividing the batch of 8."""
-    from pipelines.llvmgpu_gemm_view import column_tiles, gemm_view
+    padded to 16 (as IREE's own config pads them), and a wider tile takes as many whole padded
+    rows as 14 shares with its span, then images dividing the batch of 8; a subgroup's share is
+    cut innermost first. IREE 3.13's own config for it: workgroup [4, 2, 16, 32, 0] (4 images of
+    2 rows), subgroup [2, 1, 1, 2, 0] (2 images of one row), 8 subgroups of 32 threads."""
+    from pipelines.llvmgpu_gemm_view import column_tiles, compiler_knobs_of_default, gemm_view, subgroup_placement
 
     [d] = discover(CONV14, parse_target("cuda"), ctx)
     view = gemm_view(d)
@@ -270,10 +273,43 @@ def test_a_column_tile_lies_on_padded_rows_or_whole_images_of_a_14_wide_output(c
     assert column_tiles(view, 8, 16) == (8, 1, 1)  # half a padded row
     assert column_tiles(view, 16, 16) == (16, 1, 1)  # one padded row
     assert column_tiles(view, 32, 16) == (16, 2, 1)  # two rows: 14 = 7 x 2
-    assert column_tiles(view, 64, 16) == (16, 1, 4)  # 4 rows do not divide 14: 4 images of one row
-    assert column_tiles(view, 128, 16) == (16, 1, 8)
-    assert column_tiles(view, 48, 16) is None  # 3 spans divide neither 14 rows nor 8 images
-    assert column_tiles(view, 256, 16) is None  # 16 spans: neither
+    assert column_tiles(view, 64, 16) == (16, 2, 2)  # 4 spans: 14 shares 2 with 4, then 2 images
+    assert column_tiles(view, 128, 16) == (16, 2, 4)  # the compiler's own tile
+    assert column_tiles(view, 256, 16) == (16, 2, 8)  # 16 spans: 2 rows of all 8 images
+    assert column_tiles(view, 48, 16) is None  # 3 spans: 14 shares 1 with 3, and 3 images do not divide 8
+    assert column_tiles(view, 512, 16) is None  # 32 spans: 16 images, more than the batch
+    # 4 subgroups along the columns share 4 images of 2 rows: the rows halve first, then the images.
+    assert subgroup_placement((16, 2, 4), 4, 16) == (16, 1, 2)
+    assert subgroup_placement((64, 1, 1), 2, 16) == (32, 1, 1)  # columns first
+    # The compiler's own config is read back as knobs: 4 x 2 subgroups of 2 x 2 MMA tiles, 8 K steps.
+    assert compiler_knobs_of_default(d) == {"mma_kind": 0, "subgroups_m": 4, "subgroup_m": 2, "subgroups_n": 2,
+                                            "subgroup_n": 2, "reduction_k": 8}
+
+
+@pytest.mark.parametrize("fixture", [CONV14, NCHW], ids=["nhwc_14x14", "nchw_32x32"])
+def test_a_gpu_convolutions_first_candidates_are_the_compilers_config_with_one_or_two_knobs_changed(ctx, fixture):
+    from constraints.enumerate import enumerate_solutions
+    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default
+
+    [d] = discover(fixture, parse_target("cuda"), ctx)
+    own = compiler_knobs_of_default(d)
+    assert own["subgroups_m"] * own["subgroups_n"] == 8  # the compiler's 256 threads
+    first = list(enumerate_solutions(pipeline_for(d).build_problem(d), 12))
+    changed = [sum(s[k] != v for k, v in own.items()) for s in first]
+    assert len(first) == 12 and all(1 <= c <= 2 for c in changed), changed
+
+
+def test_a_matmuls_candidates_are_not_tied_to_the_compilers_config(ctx):
+    """The near-default preference is for implicit-GEMM convolutions only: a matmul's order
+    stays the measured one, which puts a full register tile first (4096^3: 4x8 tiles of 16x8)."""
+    from constraints.enumerate import enumerate_solutions
+    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default
+
+    [d] = discover(SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir", parse_target("cuda"), ctx)
+    problem = pipeline_for(d).build_problem(d)
+    assert compiler_knobs_of_default(d) and "near_default" not in [p.name for p in problem.preferences]
+    [s] = list(enumerate_solutions(problem, 1))
+    assert s["subgroup_m"] * s["subgroup_n"] >= 16
 
 
 def test_the_z3_rule_for_column_tiles_admits_exactly_the_tiles_that_lie_on_the_image(ctx):

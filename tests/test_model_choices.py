@@ -358,6 +358,44 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
     assert f"match_{mmt4d.name}" in (out / "variants" / early / "spec.mlir").read_text()
 
 
+@pytest.mark.slow
+def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_its_dispatches_are_tuned(
+        small_bert, tmp_path, monkeypatch):
+    """Every candidate of a dispatch a choice forms is judged on the model's result, so tuning the
+    dispatches of a choice that is wrong elsewhere only costs builds (ResNet-50 on cuda: the
+    channels-last flag alone, 16 model builds). Designed numerics: the rewrite's untuned build
+    is said to be off; the rewrite's dispatches are then never tuned and the trial says why."""
+    from tuner.stages import builtin, flags as flag_stage
+    from tuner.stages.builtin import DispatchStage
+    from tuner.stages.model_timing import Comparison
+
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),))
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())  # the rewrite alone
+    tuned, checked = [], []
+
+    def designed_tune(self, dispatch, outcome, program, target, env, source, seconds=None):
+        tuned.append(self.directory)
+        return replace(outcome, status="no winner")
+
+    def designed_numerics(env, reference, trials, directory, rounds=None):
+        if directory != "flag-numerics":
+            return builtin.compare_on_model(env, reference, trials, directory, rounds)
+        checked.extend(t.variant.name for t in trials)
+        return Comparison((), {}, {}, failed={t.variant.name: "a different result (relative error 0.97)" for t in trials})
+
+    monkeypatch.setattr(DispatchStage, "tune", designed_tune)
+    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    out = tmp_path / "out"
+    state = tune_model(small_bert, "llvm-cpu", out, run=RunOptions(FAST),
+                       model=ModelOptions(timer=_timer(faster="flags-raise-attention"), rounds=2),
+                       stages=[FlagStage(tune_budget=2, rewrite_tunes=1)]).state
+    assert checked == ["flags-raise-attention-default-configs"] and tuned == []
+    assert state.rewrites == () and state.flag_trials["raise-attention"] == (
+        "a different result (relative error 0.97) with the default configs (not tuned)")
+
+
 def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
     import io
 

@@ -238,6 +238,7 @@ def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None, idle
                 raise ToolsStopped(f"not started after the run was interrupted: {command[0]}")
             proc = subprocess.Popen(
                 _launched(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                errors="replace",  # a tool's bytes that are not UTF-8 are shown, never a traceback
                 start_new_session=True,
             )
             _live.add(proc.pid)

@@ -74,13 +74,15 @@ def build_once(env: StageEnv, variant: Variant) -> BuiltVariant:
     return env.built[key]
 
 
-def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant], directory: str) -> Comparison:
-    """The trials against the reference on the whole model, interleaved (tuner.stages.model_timing);
-    one that did not build is named in `failed`."""
+def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant], directory: str,
+                     rounds: Optional[int] = None) -> Comparison:
+    """The trials against the reference on the whole model, interleaved (tuner.stages.model_timing),
+    in `rounds` rounds (default: the run's; 0: their numerics only); one that did not build is
+    named in `failed`."""
     built = [t for t in trials if t.ok]
     settings = replace(env.settings, check_numerics=True).run_settings(env.device, env.workload, env.inputs())
     cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
-                  env.rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress, host=host_output(env))
+                  env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress, host=host_output(env))
     if cmp.reference_check and ("reference-check", cmp.reference_check) not in env.built:
         env.built[("reference-check", cmp.reference_check)] = True
         env.say(f"numerics: {cmp.reference_check}")

@@ -124,12 +124,18 @@ class FlagStage:
             if option.rewrite and program is None:
                 trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
                 continue
+            untuned = Variant(option.directory + "-default-configs", option.flags, program=program)
+            if self.tune_budget > 0 and (option.rewrite.tunes if option.rewrite else option.tunes):
+                wrong = _wrong_result(env, default, untuned)
+                if wrong:  # its dispatches are not tuned: every candidate would be judged on a wrong model
+                    trials[option.label] = f"{wrong} with the default configs (not tuned)"
+                    continue
             parts = (self._tuned_parts(env, option.rewrite.name, option.rewrite.tunes, program) if option.rewrite
                      else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
             b = build_once(env, Variant(option.directory, option.flags, parts, program))
             if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
                 env.say(f"  {option.label}: judged with the default configs ({b.error})")
-                b = build_once(env, Variant(option.directory + "-default-configs", option.flags, program=program))
+                b = build_once(env, untuned)
             if option.flags and not option.rewrite and b.ok and _same_module(b, default):
                 # A flag that changes nothing is no choice: reported, never timed as if it were one.
                 trials[option.label] = "not applied: the module is the default's, byte for byte"
@@ -180,6 +186,19 @@ class FlagStage:
                     env.say(f"    {tuned.status}")
         env.built[key] = tuple(parts)
         return env.built[key]
+
+
+def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
+    """Why a model-wide choice with the compiler's default configs computes another result than
+    the default's (or the host's, where the default is off it): it is then refused before the
+    dispatches it forms are tuned, since each of their candidates is judged on the model's
+    result (ResNet-50 on cuda: the channels-last flag alone leaves strided 1x1 convolutions that
+    IREE 3.13 computes non-finite, and tuning its convolutions first cost 16 model builds).
+    None where it computes the same, or did not build (said where it is judged)."""
+    built = build_once(env, variant)
+    if not built.ok:
+        return None
+    return compare_on_model(env, default, [built], "flag-numerics", rounds=0).failed.get(built.variant.name)
 
 
 def _same_module(a: BuiltVariant, b: BuiltVariant) -> bool:
