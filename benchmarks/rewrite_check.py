@@ -5,6 +5,7 @@ magnitude) against the original program's llvm-cpu result is printed, and the cu
 left in WORK for benchmarks/gpu_model_kernels.py.
 
     python benchmarks/rewrite_check.py MODEL.onnx --rewrite pointwise-conv-as-matmul [--work DIR]
+        [--variant NAME=FLAG[,FLAG...]]...   # the rewritten program also built for cuda with these flags
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ def main() -> None:
     parser.add_argument("model", type=Path)
     parser.add_argument("--rewrite", required=True, help="a rewrite's name, or several joined by +")
     parser.add_argument("--work", type=Path, default=Path("/tmp/rewrite-check"))
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME=FLAG[;FLAG...]: the rewritten program built for cuda with these flags too "
+                             "(WORK/NAME-cuda.vmfb)")
     args = parser.parse_args()
     known = {r.name: r for rs in REWRITES.values() for r in rs}
     rewrite = combined([known[n] for n in args.rewrite.split("+")])
@@ -53,6 +57,10 @@ def main() -> None:
         for backend in ("cpu", "cuda"):
             name = f"{program.stem}-{backend}"
             outputs[name] = build_and_run(program, backend, entry, inputs, args.work / name)
+    for variant in args.variant:
+        name, flags = variant.split("=", 1)
+        outputs[f"{name}-cuda"] = build_and_run(rewritten, "cuda", entry, inputs, args.work / f"{name}-cuda",
+                                                tuple(flags.split(";")))
     ref = outputs["original-cpu"]
     scale = max(float(np.abs(ref).max()), 1e-30)
     for name, out in outputs.items():
