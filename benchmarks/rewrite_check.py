@@ -59,8 +59,11 @@ def main() -> None:
             outputs[name] = build_and_run(program, backend, entry, inputs, args.work / name)
     for variant in args.variant:
         name, flags = variant.split("=", 1)
-        outputs[f"{name}-cuda"] = build_and_run(rewritten, "cuda", entry, inputs, args.work / f"{name}-cuda",
-                                                tuple(flags.split(";")))
+        try:
+            outputs[f"{name}-cuda"] = build_and_run(rewritten, "cuda", entry, inputs, args.work / f"{name}-cuda",
+                                                    tuple(flags.split(";")))
+        except subprocess.CalledProcessError as e:
+            print(f"{name}-cuda: did not build or run ({e.cmd[0]} exit {e.returncode})")
     ref = outputs["original-cpu"]
     scale = max(float(np.abs(ref).max()), 1e-30)
     for name, out in outputs.items():
