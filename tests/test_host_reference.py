@@ -161,3 +161,60 @@ def test_a_default_that_agrees_with_the_host_stays_the_reference_with_the_usual_
     assert results[0].ok and not results[0].error and results[0].relative_error is None
     assert results[1].status.value == "wrong_numerics" and "against the baseline's result exceeds 1e-02" in results[1].error
     assert results[2].ok and results[2].relative_error == 0.0
+
+
+@pytest.mark.slow
+def test_the_device_half_of_two_machines_checks_against_the_host_result_the_plan_carries(scaled, tmp_path):
+    """`benchmark DIR` on a whole-model step: the plan names the compile machine's llvm-cpu
+    result, and the default that is off it is said and the build that agrees with it is timed."""
+    import json
+    import shutil
+
+    from tuner.core.settings import EvalSettings
+    from tuner.discovery.workload import TensorSpec, Workload
+    from tuner.errors import InputError
+    from tuner.stages.plan import ModelPlan, run_plan
+
+    for name in ("default", "double", "input"):
+        shutil.copy(scaled[name], tmp_path / scaled[name].name)
+    np.save(tmp_path / "host.npy", 2 * np.linspace(-1, 1, 64, dtype=np.float32))
+    spec = TensorSpec((64,), "f32")
+    plan = ModelPlan("validate", "local-task", Workload("f", (spec,), (spec,)).to_json(), ["x.npy"], rounds=1,
+                     reference=["default", "default.vmfb"], variants=[["double", "double.vmfb"]], key="k",
+                     host="host.npy", files=["x.npy", "default.vmfb", "double.vmfb", "host.npy"])
+    plan.write(tmp_path)
+    fast = EvalSettings(repetitions=1)
+    run_plan(tmp_path, settings=fast)
+    measured = json.loads((tmp_path / plan.measured).read_text())
+    assert "the result of default is off llvm-cpu's on this host" in measured["reference_check"]
+    assert measured["failed"] == {} and "double" in measured["ratios"]
+    # A plan naming a host result that is not one is one clear error, never a traceback.
+    (tmp_path / "host.npy").write_bytes(b"not npy")
+    with pytest.raises(InputError, match="not the host's result"):
+        run_plan(tmp_path, settings=fast)
+
+
+@pytest.mark.slow
+def test_the_compile_half_of_two_machines_carries_the_host_result_on_gpu_targets_only(tmp_path, ctx):
+    from tests.test_tune_model import MLP
+    from tuner.discovery.program import discover_program
+    from tuner.stages.base import StageEnv
+    from tuner.stages.builtin import build_once
+    from tuner.stages.host_reference import host_reference
+    from tuner.stages.model_client import model_entry
+    from tuner.stages.two_machine import _whole_model_plan
+    from tuner.stages.variants import Variant
+
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    for name in ("cuda", "llvm-cpu"):
+        target = parse_target(name)
+        program = discover_program(model, target, ctx)
+        env = StageEnv(model, target, tmp_path / name, ctx, program, model_entry(program, None))
+        default = build_once(env, Variant("default"))
+        plan = _whole_model_plan(env, "validate", default, default, 0)
+        if name == "llvm-cpu":
+            assert plan.host == "" and host_reference(env) is None
+            continue
+        assert plan.host == "host-reference/result.npy" and plan.host in plan.files
+        np.testing.assert_array_equal(np.load(tmp_path / name / plan.host), np.load(host_reference(env).result))

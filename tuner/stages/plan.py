@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from tuner.benchmark_dir import benchmark_dir
 from tuner.store import STORE
 from tuner.errors import InputError, OutputError
@@ -63,6 +65,10 @@ class ModelPlan:
     variants: list[list] = field(default_factory=list)  # [[name, module], ...]
     index: int = 0  # which merge step
     key: str = ""  # whole-model steps: what the two builds were built from, copied into the figures
+    # Whole-model steps on GPU targets: the compile machine's llvm-cpu result of the same program
+    # on the same inputs (.npy relative to DIR; tuner.stages.host_reference), which every build is
+    # checked against where the reference's own result is off it; "": none.
+    host: str = ""
     files: list[str] = field(default_factory=list)  # every file the step reads, relative to DIR
 
     def write(self, root: Path) -> None:
@@ -110,7 +116,7 @@ class ModelPlan:
 
     def paths(self) -> list[str]:
         """Every path the plan names relative to its directory (the profile job's: profile_paths)."""
-        named = [*self.files, *self.inputs, *self.dispatches]
+        named = [*self.files, *self.inputs, *self.dispatches, *([self.host] if self.host else [])]
         if self.reference:
             named.append(self.reference[1])
         named += [module for _, module in self.variants]
@@ -175,11 +181,22 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
         run_settings = replace(settings, check_numerics=True).run_settings(
             device, Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs))
         cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants], run_settings, plan.rounds,
-                      root / "variants" / f"runs-{plan.step}", progress=progress)
+                      root / "variants" / f"runs-{plan.step}", progress=progress, host=_host_result(root, plan))
         _write(root / plan.measured, {**cmp.to_json(), "key": plan.key})
     else:
         raise InputError(f"{root / PLAN}: unknown step {plan.step!r}")
     return plan
+
+
+def _host_result(root: Path, plan: ModelPlan) -> Optional[np.ndarray]:
+    """The compile machine's llvm-cpu result the plan names, or None where it names none."""
+    if not plan.host:
+        return None
+    try:
+        return np.load(root / plan.host, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{root / plan.host}: not the host's result as a compile step writes it ({e}); "
+                         "compile the step again") from None
 
 
 def pack(root: Path, dest: Path) -> list[str]:

@@ -8,8 +8,11 @@ next compile step from what DIR holds and writes DIR/model-plan.json for the dev
 3. merge, once per dispatch winner in order of expected gain: the model with the configs kept so
    far plus this one, against the model without it (greedy, as on one machine);
 4. validate: the tuned model against the default;
-then model_spec.mlir, model_flags.txt and results.json. Model-wide flags are not tried here
-(none exist on GPU targets; on the CPU the device is here, so run `tune-model` itself)."""
+then model_spec.mlir, model_flags.txt and results.json. Model-wide flags and program rewrites
+are not tried here (the flag stage runs where the device is: `tune-model` itself); the model is
+tuned as given. On GPU targets each whole-model step carries this machine's llvm-cpu result of
+the program, so a default that computes the model wrong (ResNet-50 on cuda in 3.13) is said and
+no build that is wrong with it passes."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from tuner.driver import Session, evaluate
 from tuner.profiling.profile import prepare_profile
 from tuner.profiling.timing import Profile
 from tuner.stages.base import ModelState, StageEnv
+from tuner.stages.host_reference import host_reference
 from tuner.core.settings import RunOptions, SearchSettings
 from tuner.stages.builtin import (DISPATCHES, by_share, dispatch_candidates, finished_tuning, select_dispatches,
                                   tuning_outcome)
@@ -44,9 +48,14 @@ def _plan(env: StageEnv, step: str, **fields) -> ModelPlan:
 
 
 def _whole_model_plan(env: StageEnv, step: str, reference: BuiltVariant, trial: BuiltVariant, index: int) -> ModelPlan:
+    """A whole-model step: the trial against the reference, with the host's result of the same
+    program where the target is a GPU (built and run here, once per run: host_reference), so
+    that the device checks both against it where the reference is off it."""
+    host = host_reference(env)
     plan = _plan(env, step, reference=[reference.variant.name, _rel(env, reference.vmfb)],
-                 variants=[[trial.variant.name, _rel(env, trial.vmfb)]], index=index, key=_pair_key(reference, trial))
-    return replace(plan, files=[*plan.inputs, plan.reference[1], plan.variants[0][1]])
+                 variants=[[trial.variant.name, _rel(env, trial.vmfb)]], index=index, key=_pair_key(reference, trial),
+                 host=_rel(env, host.result) if host else "")
+    return replace(plan, files=[*plan.inputs, plan.reference[1], plan.variants[0][1], *([plan.host] if host else [])])
 
 
 def profile_step(env: StageEnv) -> Optional[ModelPlan]:
