@@ -428,3 +428,42 @@ def test_a_model_wide_flag_that_changes_nothing_is_reported_not_applied_and_neve
     assert state.flag_trials[no_op[0]].startswith("not applied: the module is the default's")
     assert not any("ukernels" in name for name in timer.calls)  # never timed
     assert state.flags == EARLY_MATERIALIZATION and state.flag_trials[" ".join(EARLY_MATERIALIZATION)] == 2.0
+
+
+def _marker(name: str):
+    """A designed rewrite that applies to any program and changes nothing it computes: it tags
+    the function with a unit attribute named after it (the builds differ only by their source)."""
+    from tuner.rewrite import Rewrite
+
+    def apply(module: ir.Module) -> list[str]:
+        func = module.body.operations[0]
+        func.attributes[f"tuner.test_{name}"] = ir.UnitAttr.get()
+        return [name]
+
+    return Rewrite(name, apply, f"the designed rewrite {name}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("together_ms, kept", [(0.5, ("a", "b")), (0.9, ("a",))])
+def test_the_flag_stage_adds_another_rewrite_to_its_choice_only_where_the_model_beats_the_choice_with_it(
+        tmp_path, monkeypatch, together_ms, kept):
+    """Designed rewrites and times: `a` alone 0.8 ms and `b` alone 1.0 ms against a 1.0 ms default,
+    so `a` is chosen first; `a+b` is then timed against `a` and kept only where it beats it."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.stages import flags as flag_stage
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"), _marker("b")))
+    times = {"flags-a": 0.8, "flags-a+b": together_ms}
+    timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    said = []
+    state = _flag_stage(model, tmp_path / "out", timer, say=said.append).state
+    assert state.rewrites == kept
+    assert state.flag_trials["a"] == pytest.approx(1.25) and state.flag_trials["b"] == pytest.approx(1.0)
+    assert state.flag_trials["a+b"] == pytest.approx(1.25 * 0.8 / together_ms, rel=1e-3)
+    if kept == ("a", "b"):
+        assert "tuner.test_a" in state.program.read_text() and "tuner.test_b" in state.program.read_text()
+        assert any("a+b: 1.60x the choice before it" in line for line in said), said

@@ -13,6 +13,7 @@ from iree.compiler import ir
 
 from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
+from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
 
@@ -57,11 +58,16 @@ SUBSAMPLE_STRIDED_1X1 = Rewrite("subsample-strided-1x1", subsample_strided_point
 # the model right, and judged on speed where the default was right already.
 POINTWISE_CONV_AS_MATMUL = Rewrite("pointwise-conv-as-matmul", pointwise_convs_as_matmuls,
                                    "1x1 convolutions as matrix products, the filter first")
+# Offered on GPUs, where IREE 3.13 gathers a convolution's operand one element at a time when its
+# config pads the output rows (tuner.rewrite.padded_columns): the rows are padded in the program.
+PAD_CONV_COLUMNS = Rewrite("pad-conv-columns", pad_convolution_columns,
+                           "convolutions computed on output rows padded to a multiple of 16 columns, then sliced")
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
-# only if the model gets faster with it (those that apply also together: `combined`, in this
-# order: a strided 1x1 convolution subsampled is a unit-stride one the matrix-product form takes).
+# only if the model gets faster with it (alone and with each flag, then added to the choice one at
+# a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
+# the matrix-product form takes).
 REWRITES = {"cpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1),
-            "gpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL)}
+            "gpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS)}
 
 
 def rewrite_program(program: Path, rewrite: Rewrite, out: Path) -> list[str]:
