@@ -153,9 +153,11 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     choices tried on the whole model, and the model-level figure."""
     console = console or make_console()
     table = Table(title=f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}",
-                  caption="profile: the dispatch per model call; tuning: the default and the winner, timed as "
-                          "'timed' says; on the model: the model with the winner against without it")
-    for col, justify in (("dispatch", "left"), ("shape", "left"), ("profile ms", "right"), ("share", "right"),
+                  caption="profile: the dispatch per model call (its calls summed); tuning: the default and the "
+                          "winner, one call each, timed as 'timed' says; on the model: the model with the winner "
+                          "against without it")
+    for col, justify in (("dispatch", "left"), ("shape", "left"), ("profile ms", "right"), ("calls", "right"),
+                         ("share", "right"),
                          ("timed", "left"), ("default ms", "right"), ("tuned ms", "right"), ("speedup", "right"),
                          ("on the model", "right"), ("status", "left")):
         table.add_column(col, justify=justify)
@@ -170,7 +172,8 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
         if d["status"].startswith("not tuned"):
             untuned.append(f"{name} ({share}): {d['status']}")
             continue
-        table.add_row(name, d.get("shape", ""), num(d.get("profile_ms"), "{:.3f}"), share, d.get("timed") or "-",
+        table.add_row(name, d.get("shape", ""), num(d.get("profile_ms"), "{:.3f}"), num(d.get("calls"), "{}"), share,
+                      d.get("timed") or "-",
                       num(d.get("default_ms"), "{:.3f}"),
                       num(d.get("tuned_ms"), "{:.3f}"), num(d.get("speedup"), "{:.2f}x"),
                       num(d.get("model_speedup"), "{:.2f}x"), d["status"])

@@ -46,6 +46,9 @@ class DispatchOutcome:
     model_speedup: Optional[float] = None  # the model with this part against without it (paired)
     # Its time per call of the model in the profile (the alike dispatches it covers included).
     profile_ms: Optional[float] = None
+    # How many times one call of the model runs it (and the alike dispatches): profile_ms is the
+    # sum of that many runs, while its tuning's default_ms and tuned_ms are one run's.
+    calls: Optional[int] = None
     # What its tuning's default_ms and tuned_ms are times of: "dispatch" (its kernels, or the
     # dispatch alone) or "model call" (the whole entry function, as on a CPU).
     timed: str = ""
@@ -61,7 +64,8 @@ class DispatchOutcome:
         return {"name": self.name, "shape": self.shape, "share": self.share, "status": self.status,
                 "default_ms": self.default_ms, "tuned_ms": self.tuned_ms, "speedup": self.speedup,
                 "config": self.part.label if self.part else None, "also_covers": list(self.also_covers),
-                "model_speedup": self.model_speedup, "profile_ms": self.profile_ms, "timed": self.timed}
+                "model_speedup": self.model_speedup, "profile_ms": self.profile_ms, "calls": self.calls,
+                "timed": self.timed}
 
 
 @dataclass(frozen=True)

@@ -257,9 +257,10 @@ def select_dispatches(program, measured, workload, min_share: float, top: Option
         total = sum(share(d.name) or 0.0 for d in members) if measured else None
         lead = max(members, key=lambda d: share(d.name) or 0.0)
         others = tuple(d.name for d in members if d is not lead)
-        profiled = [measured.times[d.name].total_ms for d in members if measured and d.name in measured.times]
+        profiled = [measured.times[d.name] for d in members if measured and d.name in measured.times]
         outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others,
-                                  profile_ms=sum(profiled) if profiled else None)
+                                  profile_ms=sum(t.total_ms for t in profiled) if profiled else None,
+                                  calls=sum(t.runs for t in profiled) if profiled else None)
         if pipeline_for(lead) is None:
             outcomes.append(replace(outcome, status=f"not tuned: {why_untunable(lead)}"))
         elif kinds and lead.kind.value not in kinds:
