@@ -467,3 +467,31 @@ def test_the_flag_stage_adds_another_rewrite_to_its_choice_only_where_the_model_
     if kept == ("a", "b"):
         assert "tuner.test_a" in state.program.read_text() and "tuner.test_b" in state.program.read_text()
         assert any("a+b: 1.60x the choice before it" in line for line in said), said
+
+
+@pytest.mark.slow
+def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again(tmp_path, monkeypatch):
+    """The data-tiling flag chosen alone (designed 0.5 ms); the rewrite with that flag (0.8 ms)
+    was tried in the first round: adding the rewrite to the choice is that same build, so it is
+    not timed again."""
+    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.stages import flags as flag_stage
+    from tuner.stages.flags import ModelOption
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"),))
+    flagged = ModelOption((DATA_TILING_FLAG,)).directory
+    together = ModelOption((DATA_TILING_FLAG,), _marker("a")).directory
+    times = {flagged: 0.5, together: 0.8}
+    timed = []
+
+    def timer(vmfb, settings):
+        timed.append(vmfb.parent.name)
+        return Timing((times.get(vmfb.parent.name, 1.0),))
+
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    state = _flag_stage(model, tmp_path / "out", timer).state
+    assert state.flags == (DATA_TILING_FLAG,) and state.rewrites == ()
+    assert timed.count(together) == 2  # the first round's 2 rounds, nothing more

@@ -156,6 +156,9 @@ class FlagStage:
             have = option.rewrite.names if option.rewrite else ()
             more = [ModelOption(option.flags, combined([r for r in applying if r.name in have or r is extra]),
                                 tunes=option.tunes) for extra in applying if extra.name not in have]
+            # One the first round tried already (a flag set chosen alone, then a rewrite with it)
+            # was slower than the choice: the same build, not timed again.
+            more = [o for o in more if o.label not in trials]
             built = [(o, b) for o in more if (b := self._build(env, default, o, trials)) is not None]
             if not built:
                 break
