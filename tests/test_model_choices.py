@@ -495,3 +495,24 @@ def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again
     state = _flag_stage(model, tmp_path / "out", timer).state
     assert state.flags == (DATA_TILING_FLAG,) and state.rewrites == ()
     assert timed.count(together) == 2  # the first round's 2 rounds, nothing more
+
+
+@pytest.mark.slow
+def test_the_flag_stage_shows_its_builds_as_a_progress_phase(tmp_path, monkeypatch):
+    """Its builds are most of its time (12 model builds on ResNet-50): a 'choices' phase counts
+    them, so the progress bar gives the stage an ETA (issue 39)."""
+    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.stages import flags as flag_stage
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"),))
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    phases = []
+    tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+               model=ModelOptions(rounds=1, timer=lambda vmfb, s: Timing((1.0,))),
+               listen=Listeners(progress=lambda phase, done, total: phases.append((phase, done, total))),
+               stages=[FlagStage(tune_budget=0)])
+    # Three options (the flag, the rewrite, both), counted one build at a time.
+    assert [p for p in phases if p[0] == "choices"] == [("choices", 1, 3), ("choices", 2, 3), ("choices", 3, 3)]

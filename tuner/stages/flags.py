@@ -127,7 +127,13 @@ class FlagStage:
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         trials: dict = {}
-        built = [(o, b) for o in options if (b := self._build(env, default, o, trials)) is not None]
+        built = []
+        for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
+            b = self._build(env, default, option, trials)
+            if b is not None:
+                built.append((option, b))
+            if env.progress:
+                env.progress("choices", i, len(options))
         cmp = compare_on_model(env, default, [b for _, b in built], "flag-runs")
         for option, b in built:
             name = b.variant.name
