@@ -12,7 +12,7 @@ import pytest
 from pipelines import pipeline_for
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.program import discover
-from tuner.build.compile import EvalSettings, compile_all
+from tuner.build.builder import LocalBuilder, build_all
 from tuner.core.results import Status
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES
@@ -44,7 +44,7 @@ def test_a_sample_of_candidates_compiles_and_carries_its_config(sample, target_n
     pipeline = pipeline_for(dispatch, pipeline_name)
     candidates = generate_candidates(dispatch, pipeline, count, ctx, target.spec_entry)
     assert len(candidates) == count + 1 and candidates[0].is_baseline
-    built = compile_all(candidates, SAMPLES / sample, target, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(SAMPLES / sample, target, tmp_path, ctx), candidates)
     failures = {b.result.label: b.result.error for b in built if not b.result.ok}
     assert not failures
     for b in built:
@@ -89,6 +89,6 @@ def test_a_config_that_did_not_take_effect_is_caught(ctx, cpu, tmp_path):
     baseline = generate_candidates(dispatch, pipeline_for(dispatch), 0, ctx)[0]
     # Ask for the tiled config but ship the empty spec: the read-back must notice.
     sneaky = replace(tiled, spec=baseline.spec)
-    [built] = compile_all([sneaky], path, cpu, tmp_path, EvalSettings(), ctx)
+    [built] = build_all(LocalBuilder.of(path, cpu, tmp_path, ctx), [sneaky])
     assert built.result.status == Status.CONFIG_NOT_APPLIED
     assert "lowering_config is" in built.result.error

@@ -10,7 +10,7 @@ from iree.compiler.dialects import iree_codegen, iree_gpu
 
 from pipelines import Config, DispatchKind, pipeline_for, why_untunable
 from tuner.specs.candidates import generate_candidates
-from tuner.build.compile import EvalSettings, compile_all
+from tuner.build.builder import LocalBuilder, build_all
 from tuner.discovery.program import discover
 from tuner.discovery.read_back import read_configured
 from tuner.specs.transform import TRANSFORM_MAIN, build_spec
@@ -87,10 +87,10 @@ def test_gpu_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path
     [d] = discover(CONV, target, ctx)
     candidates = generate_candidates(d, pipeline_for(d), count, ctx, target.spec_entry)
     assert len(candidates) == count + 1
-    built = compile_all(candidates, CONV, target, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(CONV, target, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert len({b.result.binary_hash for b in built}) == len(built)
-    # compile_all read every config back from the compiled dispatch (a mismatch is a failure above).
+    # build_all read every config back from the compiled dispatch (a mismatch is a failure above).
     # What those configs are, read through the typed attributes: implicit GEMMs over (n, oh, ow, f, K)
     # whose M tile (n x oh x ow pixels) and N tile (f channels) are whole MMA tiles per subgroup,
     # one subgroup of threads per (subgroups_m x subgroups_n), and the IGEMM option on.
@@ -358,7 +358,7 @@ def test_padded_column_configs_of_resnets_14_wide_convolution_compile_and_carry_
     target = parse_target("cuda")
     [d] = discover(CONV14, target, ctx)
     candidates = generate_candidates(d, pipeline_for(d), 6, ctx, target.spec_entry)
-    built = compile_all(candidates, CONV14, target, tmp_path, EvalSettings(), ctx)
-    # compile_all reads each config back from the compiled dispatch: a config not taken is a failure.
+    built = build_all(LocalBuilder.of(CONV14, target, tmp_path, ctx), candidates)
+    # build_all reads each config back from the compiled dispatch: a config not taken is a failure.
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert any("padding_conv" in c.config.compilation_info for c in candidates[1:])

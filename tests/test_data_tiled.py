@@ -13,7 +13,7 @@ from pipelines import pipeline_for, why_untunable
 from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, MMT4D_TILES, MMT4D_CODEGEN
 from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, CODEGEN_FLAG, LLVMCPUMmt4d
 from tests.conftest import write_matmul
-from tuner.build.compile import EvalSettings, compile_all
+from tuner.build.builder import LocalBuilder, build_all
 from tuner.discovery.data_tiled import with_data_tiled
 from tuner.discovery.program import discover, discover_program
 from tuner.discovery.read_back import read_configured
@@ -64,7 +64,7 @@ def test_a_data_tiled_candidates_config_is_read_back_from_the_compiled_mmt4d(mat
     assert tiled, "the contraction's space offers data-tiled configs beside its own tiles"
     candidate = tiled[0]
     assert set(EARLY_MATERIALIZATION) <= set(candidate.config.flags)
-    built = compile_all([candidate, codegen], matmul, cpu, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(matmul, cpu, tmp_path, ctx), [candidate, codegen])
     assert [b.result.status for b in built] == [Status.OK, Status.OK], [b.result.error for b in built]
     # Independently of the tuner's own check: the compiled module's mmt4d carries these outer tiles.
     configured = read_configured((p.read_text() for p in (tmp_path / f"{candidate.id:04d}" / "configs").glob("*.mlir")),

@@ -19,7 +19,8 @@ from tuner.specs.candidates import Candidate, generate_candidates
 from tuner.discovery.program import discover_program
 from tuner.discovery.read_back import read_configured
 from tuner.errors import ToolError
-from tuner.build.compile import EvalSettings, compile_to_manifest
+from tuner.build.compile import EvalSettings
+from tuner.build.compile_stage import builder_for, compile_to_manifest
 from tuner.core.results import Status
 from tuner.specs.transform import build_spec
 from tuner.store import ResultStore
@@ -97,7 +98,8 @@ def test_failures_are_data_and_the_run_goes_on(small_matmul, tmp_path, ctx, cpu,
     # A candidate whose output is corrupted after it runs: the numerics check must catch it.
     wrong = replace(candidates[1], id=91, config=replace(candidates[1].config, summary="corrupted"))
     corrupt_output(monkeypatch, 91)
-    compile_to_manifest([candidates[0], broken, wrong, tiled], small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST)
+    compile_to_manifest([candidates[0], broken, wrong, tiled], builder_for(small_matmul, cpu, tmp_path, ctx, FAST, workload), workload,
+                        tmp_path, _store(tmp_path))
     by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
     assert by_id[0].ok and by_id[tiled.id].ok
     assert by_id[90].status == Status.COMPILE_FAILED and by_id[90].error and by_id[90].command
@@ -111,7 +113,8 @@ def test_a_candidate_with_the_same_executable_is_measured_once(small_matmul, tmp
     tiled = next(c for c in candidates if c.config.compilation_info)
     # Same config under another summary: a different candidate, the same executable.
     twin = replace(tiled, id=50, config=replace(tiled.config, summary="twin"))
-    compile_to_manifest([candidates[0], tiled, twin], small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST)
+    compile_to_manifest([candidates[0], tiled, twin], builder_for(small_matmul, cpu, tmp_path, ctx, FAST, workload), workload,
+                        tmp_path, _store(tmp_path))
     by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
     assert by_id[tiled.id].ok
     assert by_id[50].status == Status.DUPLICATE and f"candidate {tiled.id}" in by_id[50].error
@@ -127,12 +130,12 @@ def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
         if phase == "compile":
             compiled.append(total)
 
-    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST, progress=progress)
+    compile_to_manifest(candidates, builder_for(small_matmul, cpu, tmp_path, ctx, FAST, workload), workload, tmp_path, _store(tmp_path), progress=progress)
     first = benchmark_dir(tmp_path, (), FAST).results
     assert compiled[-1] == len(candidates)
     assert len(_store(tmp_path).rows()) == len(candidates)
     compiled.clear()
-    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), FAST, progress=progress)
+    compile_to_manifest(candidates, builder_for(small_matmul, cpu, tmp_path, ctx, FAST, workload), workload, tmp_path, _store(tmp_path), progress=progress)
     assert compiled == []  # every module is in the manifest already: nothing is built again
     measured = benchmark_dir(tmp_path, (), FAST)
     second = measured.results
@@ -144,7 +147,7 @@ def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
 
 def test_a_failing_baseline_stops_the_run(small_matmul, tmp_path, ctx, cpu):
     _, candidates, workload = _setup(small_matmul, ctx, cpu, n=1)
-    compile_to_manifest(candidates, small_matmul, cpu, workload, tmp_path, ctx, _store(tmp_path), replace(FAST, compile_timeout_s=0.001))
+    compile_to_manifest(candidates, builder_for(small_matmul, cpu, tmp_path, ctx, replace(FAST, compile_timeout_s=0.001), workload), workload, tmp_path, _store(tmp_path))
     with pytest.raises(ToolError, match="baseline"):
         benchmark_dir(tmp_path, (), FAST)
 
@@ -179,7 +182,7 @@ def test_dispatch_only_timing_on_the_cpu(small_matmul, tmp_path, ctx, cpu):
     """The dispatch benchmark path (used on GPUs) works end to end; the CPU serves as its device."""
     dispatch_only = replace(cpu, time_dispatch_only=True)
     _, candidates, workload = _setup(small_matmul, ctx, cpu, n=1)
-    compile_to_manifest(candidates, small_matmul, dispatch_only, workload, tmp_path, ctx, _store(tmp_path), FAST)
+    compile_to_manifest(candidates, builder_for(small_matmul, dispatch_only, tmp_path, ctx, FAST, workload), workload, tmp_path, _store(tmp_path))
     results = benchmark_dir(tmp_path, (), FAST).results
     assert all(r.ok and r.median_ms > 0 for r in results), results
     from tuner.build.manifest import Manifest

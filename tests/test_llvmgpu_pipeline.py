@@ -15,7 +15,7 @@ from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.program import discover
 from tuner.errors import TargetError
-from tuner.build.compile import EvalSettings, compile_all
+from tuner.build.builder import LocalBuilder, build_all
 from tuner.specs.transform import TRANSFORM_MAIN
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES, rebuild_from_spec
@@ -89,7 +89,7 @@ def test_the_target_limits_admit_and_refuse_hand_counted_configs(gpu_dispatch):
 def test_candidates_compile_to_distinct_executables(cuda, gpu_dispatch, ctx, tmp_path):
     """No two candidates may differ only in options the compiler ignores on this target."""
     candidates = generate_candidates(gpu_dispatch, PIPE, 12, ctx, cuda.spec_entry)
-    built = compile_all(candidates, GPU_SAMPLE, cuda, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(GPU_SAMPLE, cuda, tmp_path, ctx), candidates)
     hashes = [b.result.binary_hash for b in built]
     assert all(hashes) and len(set(hashes)) == len(hashes)
 
@@ -139,7 +139,7 @@ def test_unaligned_tiles_are_padded_to_whole_tiles_and_aligned_ones_are_not(gpu_
 def test_candidates_compile_for_sm80_and_carry_their_config(cuda, gpu_dispatch, ctx, tmp_path):
     candidates = generate_candidates(gpu_dispatch, PIPE, 8, ctx, cuda.spec_entry)
     assert len(candidates) == 9
-    built = compile_all(candidates, GPU_SAMPLE, cuda, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(GPU_SAMPLE, cuda, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     # GPU candidates are timed dispatch-only: each has its dispatch benchmark module.
     for b in built:
@@ -156,7 +156,7 @@ def test_unaligned_candidates_compile_for_sm80(cuda, ctx, tmp_path):
                    .replace("tensor<4096x4096xf16>, tensor<4096x4096xf16>", "tensor<1000x2000xf16>, tensor<2000x3000xf16>"))
     [d] = discover(src, cuda, ctx)
     assert d.loop_bounds == (1000, 3000, 2000)
-    built = compile_all(generate_candidates(d, PIPE, 5, ctx, cuda.spec_entry), src, cuda, tmp_path / "c", EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(src, cuda, tmp_path / "c", ctx), generate_candidates(d, PIPE, 5, ctx, cuda.spec_entry))
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
 
 
@@ -178,6 +178,6 @@ def test_contraction_configs_take_effect_under_o3_through_the_codegen_stage(cuda
     [d] = discover(GPU_SAMPLE, cuda, ctx, ("--iree-opt-level=O3",))
     candidates = generate_candidates(d, PIPE, 2, ctx, o3.spec_entry)
     assert all(c.config.codegen_spec for c in candidates[1:])
-    built = compile_all(candidates, GPU_SAMPLE, o3, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(GPU_SAMPLE, o3, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert any("--iree-codegen-transform-dialect-library=" in f for f in built[1].result.flags)

@@ -17,7 +17,7 @@ from pipelines import DispatchKind, pipeline_for
 from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION
 from tests.conftest import onnx_examples, iree_compile
 from tuner.specs.candidates import generate_candidates
-from tuner.build.compile import compile_all
+from tuner.build.builder import LocalBuilder, build_all
 from tuner.discovery.program import discover_program
 from tuner.input.models import program_source
 from tuner.rewrite import RAISE_ATTENTION, rewrite_program
@@ -256,7 +256,7 @@ def test_tuned_attention_configs_take_effect_in_the_raised_model_on_cuda(model, 
     [attention] = [d for d in discover_program(raised, cuda, ctx).dispatches if d.kind == DispatchKind.ATTENTION]
     assert len(attention.indexing_maps) == (5 if model == "bert_f16" else 6)
     candidates = generate_candidates(attention, pipeline_for(attention), 3, ctx, cuda.spec_entry)
-    built = compile_all(candidates, raised, cuda, tmp_path / "c", EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(raised, cuda, tmp_path / "c", ctx), candidates)
     assert len(built) == 4 and {b.result.label: b.result.error for b in built if not b.result.ok} == {}
 
 

@@ -11,7 +11,9 @@ import pytest
 
 from pipelines import DispatchKind, check_config, pipeline_for
 from pipelines.base import ConfiguredDispatch
-from tuner.build.compile import EvalSettings, compile_all, compile_to_manifest
+from tuner.build.builder import LocalBuilder, build_all
+from tuner.build.compile import EvalSettings
+from tuner.build.compile_stage import builder_for, compile_to_manifest
 from tuner.discovery.program import discover, discover_program
 from tuner.benchmark_dir import benchmark_dir
 from tuner.core.results import Status
@@ -139,11 +141,11 @@ def test_a_sample_of_candidates_of_each_kind_compiles_and_carries_its_config(tar
 @pytest.mark.slow
 def test_a_gpu_softmax_candidate_builds_the_module_that_is_timed_with_its_config(ctx, tmp_path):
     """On GPUs the dispatch is timed alone, from the benchmark module IREE dumps from the
-    candidate's compile: that module must carry the config too (compile_all checks it)."""
+    candidate's compile: that module must carry the config too (build_all checks it)."""
     cuda = parse_target("cuda")
     d = _of_kind(SOFTMAX_F16, "cuda", "softmax", ctx)
     candidates = generate_candidates(d, pipeline_for(d), 3, ctx, cuda.spec_entry)
-    built = compile_all(candidates, SOFTMAX_F16, cuda, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(SOFTMAX_F16, cuda, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert all(b.dispatch_vmfb is not None and b.dispatch_vmfb.is_file() for b in built)
 
@@ -158,8 +160,9 @@ def test_a_wrong_softmax_result_is_caught_and_a_right_one_passes_at_its_stored_p
     wrong = replace(candidates[2], id=9, config=replace(candidates[2].config, summary="corrupted"))
     corrupt_output(monkeypatch, 9)
     store = ResultStore(tmp_path / "results.sqlite", compiler_version(), runtime_version())
-    compile_to_manifest([candidates[0], candidates[1], wrong], SOFTMAX_F16, cpu, program.workload(d, SOFTMAX_F16),
-                        tmp_path, ctx, store, FAST)
+    workload = program.workload(d, SOFTMAX_F16)
+    compile_to_manifest([candidates[0], candidates[1], wrong], builder_for(SOFTMAX_F16, cpu, tmp_path, ctx, FAST, workload),
+                        workload, tmp_path, store)
     by_id = {r.candidate_id: r for r in benchmark_dir(tmp_path, (), FAST).results}
     assert by_id[0].ok and by_id[1].ok
     assert by_id[9].status == Status.WRONG_NUMERICS and by_id[9].relative_error > 0.1

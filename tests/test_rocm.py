@@ -6,7 +6,7 @@ import pytest
 from pipelines import pipeline_for
 from pipelines.llvmgpu_common import compatible_intrinsics
 from tuner.specs.candidates import generate_candidates
-from tuner.build.compile import EvalSettings, compile_all
+from tuner.build.builder import LocalBuilder, build_all
 from tuner.discovery.program import discover
 from tuner.errors import TargetError
 from tuner.targets import parse_target
@@ -46,7 +46,7 @@ def test_candidates_compile_for_gfx942_and_carry_their_config(gfx942, ctx, tmp_p
     [d] = discover(sample, gfx942, ctx)
     candidates = generate_candidates(d, pipeline_for(d), count, ctx, gfx942.spec_entry)
     assert len(candidates) == count + 1
-    built = compile_all(candidates, sample, gfx942, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(sample, gfx942, tmp_path, ctx), candidates)
     # OK means: compiled, and the configured dispatch read back carries exactly the candidate's
     # lowering_config and translation_info.
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
@@ -65,7 +65,7 @@ def test_vector_distribute_candidates_compile_for_gfx942(gfx942, ctx, tmp_path, 
     assert len(candidates) == count + 1
     assert all("VectorDistribute" in c.config.expect_translation_info for c in candidates[1:])
     assert all("subgroup_basis" in c.config.expect_lowering_config for c in candidates[1:])
-    built = compile_all(candidates, sample, gfx942, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(sample, gfx942, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert len({b.result.binary_hash for b in built}) == len(built)
 

@@ -12,7 +12,8 @@ from constraints.fast_enumerate import enumerate_space
 from pipelines import DispatchKind
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse, split_factors
 from tuner.specs.candidates import candidate_for
-from tuner.build.compile import BENCH_CONFIGS, EvalSettings, compile_all
+from tuner.build.builder import LocalBuilder, build_all
+from tuner.build.compile import BENCH_CONFIGS
 from tuner.discovery.program import discover
 from tuner.discovery.read_back import read_configured
 from tuner.build.dispatch_benchmark import COMBINED_FUNCTION, check_split
@@ -91,7 +92,7 @@ def test_split_candidates_compile_carry_their_config_and_time_both_dispatches(cu
     candidates = [candidate_for(i + 1, d, PIPE, knobs, ctx, cuda.spec_entry) for i, knobs in enumerate(chosen)]
     assert "transform.structured.split_reduction" in candidates[0].spec
     assert "split_reduction" not in candidates[2].spec
-    built = compile_all(candidates, path, cuda, tmp_path, EvalSettings(), ctx)
+    built = build_all(LocalBuilder.of(path, cuda, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     for b, knobs in zip(built[:2], chosen):
         # The split op carries the config, with the loops it was built for: (parts, M, N, K / parts).
@@ -110,7 +111,7 @@ def test_a_split_config_read_back_with_other_loops_is_caught(cuda, large_k, ctx,
     knobs = next(c for c in enumerate_space(PIPE.build_problem(d)) if c["split_k"] == 4)
     c = candidate_for(1, d, PIPE, knobs, ctx, cuda.spec_entry)
     wrong = replace(c, config=replace(c.config, expect_loop_bounds=(64, 128, 4, 1024)))
-    [b] = compile_all([wrong], path, cuda, tmp_path, EvalSettings(), ctx)
+    [b] = build_all(LocalBuilder.of(path, cuda, tmp_path, ctx), [wrong])
     assert b.result.status == Status.CONFIG_NOT_APPLIED and "loops are [4, 64, 128, 1024]" in b.result.error
 
 

@@ -15,7 +15,8 @@ from typing import Optional, Sequence
 from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
-from tuner.build.compile import EvalSettings, Progress, candidate_flags, compile_to_manifest
+from tuner.build.compile import EvalSettings, Progress, candidate_flags
+from tuner.build.compile_stage import builder_for, compile_to_manifest
 from tuner.core.settings import HostReference, Listeners, RunOptions
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.discovery.program import Program, discover_program, parse_input, read_input_text
@@ -241,8 +242,9 @@ def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, pro
             # `--gpu-timing model` on the compile machine: the device side will time in the model.
             in_model = (settings.gpu_timing == "model" and target.time_dispatch_only and target.device.startswith("cuda")
                         and not session.workload.dispatch_benchmark)
-            manifest = compile_to_manifest(candidates, session.input_path, target, session.workload, output_dir,
-                                           session.ctx, store, settings, meta, progress, in_model)
+            builder = builder_for(session.input_path, target, output_dir, session.ctx, settings, session.workload,
+                                  in_model)
+            manifest = compile_to_manifest(candidates, builder, session.workload, output_dir, store, meta, progress)
             says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
         evaluator = session_evaluator(session, store, settings, progress, run.strategy, run.devices, given)

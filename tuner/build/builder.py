@@ -10,16 +10,18 @@ the config took effect (or taking a remote build's record as if made here)."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 from iree.compiler import ir
 
 from tuner.build.compile import compile_candidate, verify_build
-from tuner.core.built import Built
+from tuner.core.built import Built, Progress
+from tuner.core.settings import EvalSettings
 from tuner.specs.candidates import Candidate
 from tuner.targets import Target
+from tuner.tools import kill_running_tools
 
 
 class Builder(Protocol):
@@ -36,8 +38,37 @@ def build_now(builder: Builder, c: Candidate) -> Built:
     return builder.land(c, builder.start(c))
 
 
+def build_all(builder: "Builder", candidates: list[Candidate], progress: Optional[Progress] = None,
+              on_built: Optional[Callable[[Built], None]] = None) -> list[Built]:
+    """Every candidate built at once as the builder allows, each landed (checked) in this thread
+    as its compile ends and handed to `on_built` then; sorted by candidate id. An interruption
+    stops the rest and kills every compile still running."""
+    started = {builder.start(c): c for c in candidates}
+    built: list[Built] = []
+    try:
+        for i, future in enumerate(as_completed(started), 1):
+            built.append(builder.land(started[future], future))
+            if on_built:
+                on_built(built[-1])
+            if progress:
+                progress("compile", i, len(candidates))
+    except BaseException:
+        builder.close()
+        kill_running_tools()  # no compile outlives an interrupted run
+        raise
+    return sorted(built, key=lambda b: b.result.candidate_id)
+
+
 class LocalBuilder:
-    """Compiles with iree-compile on this machine, `workers` at once, into `workdir`/NNNN."""
+    """Compiles with iree-compile on this machine, `workers` at once, into `workdir`/NNNN.
+    `entry`: build the dispatch benchmark of that function too; `in_model`: no dispatch benchmark
+    (each candidate timed inside its whole-model module): see compile_candidate."""
+
+    @classmethod
+    def of(cls, input_path: Path, target: Target, workdir: Path, ctx: ir.Context,
+           settings: EvalSettings = EvalSettings(), **kw) -> "LocalBuilder":
+        """One with the compile timeout and workers `settings` give."""
+        return cls(input_path, target, workdir, ctx, settings.compile_timeout_s, workers=settings.compile_workers, **kw)
 
     def __init__(self, input_path: Path, target: Target, workdir: Path, ctx: ir.Context, timeout_s: float,
                  entry: Optional[str] = None, in_model: bool = False, workers: int = 1) -> None:

@@ -7,9 +7,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 from dataclasses import dataclass, replace
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from iree.compiler import ir
 
@@ -22,15 +21,12 @@ from tuner.build.dispatch_benchmark import benchmark_function, benchmark_sources
 from tuner.build.kernels import kernel_names
 from tuner.core.built import Built, Progress
 from tuner.core.results import Result, Status
-from tuner.build.manifest import Manifest
-from tuner.discovery.workload import Workload
 from tuner.core.settings import EvalSettings
-from tuner.store import BUILD_FAILURES, RETRIED, ResultStore
 from tuner.targets import Target
-from tuner.tools import ToolRun, find_tool, kill_running_tools, run_tool_retrying_a_hang
+from tuner.tools import ToolRun, find_tool, run_tool_retrying_a_hang
 
-__all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile_all", "compile_candidate",
-           "compile_to_manifest", "reused_result", "verify_build"]
+__all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile_candidate", "reused_result",
+           "verify_build"]
 
 
 def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> list[str]:
@@ -191,33 +187,6 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
     return built_candidate(c, target, cdir, result, vmfb, function, vmfb if job.benchmark_entry else None, kernels)
 
 
-def compile_all(candidates: list[Candidate], input_path: Path, target: Target, workdir: Path,
-                settings: EvalSettings, ctx: ir.Context, progress: Optional[Progress] = None,
-                on_built: Optional[Callable[[Built], None]] = None, benchmark_entry: Optional[str] = None,
-                in_model: bool = False) -> list[Built]:
-    """Compile in parallel (each iree-compile its own process); verify in this thread, handing
-    each build to `on_built` the moment it is verified. `benchmark_entry`, `in_model`: see
-    compile_candidate."""
-    built: list[Built] = []
-    with ThreadPoolExecutor(max_workers=max(1, settings.compile_workers)) as pool:
-        futures = [pool.submit(compile_candidate, c, input_path, target, workdir, settings.compile_timeout_s,
-                               benchmark_entry, in_model)
-                   for c in candidates]
-        try:
-            for i, future in enumerate(as_completed(futures), 1):
-                built.append(verify_build(future.result(), target, ctx))
-                if on_built:
-                    on_built(built[-1])
-                if progress:
-                    progress("compile", i, len(candidates))
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            kill_running_tools()  # no compile outlives an interrupted run
-            raise
-    return sorted(built, key=lambda b: b.result.candidate_id)
-
-
 def reused_result(c: Candidate, stored: Result, target: Target, workdir: Path) -> Result:
     """A stored result standing for candidate `c` of this run: its spec is written again (it may
     still win and become best_spec.mlir), its id and flags are this run's."""
@@ -225,49 +194,3 @@ def reused_result(c: Candidate, stored: Result, target: Target, workdir: Path) -
     cdir.mkdir(parents=True, exist_ok=True)
     (cdir / "spec.mlir").write_text(c.spec)
     return replace(stored, candidate_id=c.id, label=c.label, flags=candidate_flags(c, target, cdir / "spec.mlir"))
-
-
-def compile_to_manifest(candidates: list[Candidate], input_path: Path, target: Target, workload: Workload,
-                        root: Path, ctx: ir.Context, store: ResultStore, settings: EvalSettings = EvalSettings(),
-                        meta: Optional[dict] = None, progress: Optional[Progress] = None,
-                        in_model: bool = False) -> Manifest:
-    """The compile stage of the two-machine flow: compile and verify every candidate, writing the
-    manifest the benchmark stage reads again after each one (atomically), and each build failure
-    to the store as it happens: a run killed at any point keeps every build it finished, and a
-    rerun compiles only what is missing (candidates the manifest holds a module for, or the store
-    a build failure; a compile that timed out or was interrupted is tried again). Candidates that compiled before are built again only if their module is gone:
-    the benchmark stage confirms the most promising ones, stored results included. `in_model`: the
-    device side times each candidate by its kernels inside its whole-model module (`--gpu-timing
-    model`), so no dispatch benchmark is dumped."""
-    meta = {**(meta or {}), "compiler": store.compiler}
-    previous = Manifest.read_existing(root)
-    kept: dict[str, Built] = {}
-    if previous is not None and previous.meta.get("input_digest") == meta.get("input_digest"):
-        kept = {b.result.key: b for b in previous.built
-                if not b.reused and ((not b.result.ok and b.result.status not in RETRIED)
-                                     or (b.vmfb is not None and b.vmfb.is_file()))}
-    failures = {k: r for k, r in store.reusable([c.key for c in candidates if not c.is_baseline]).items()
-                if r.status in BUILD_FAILURES}
-    entries: dict[int, Built] = {}
-    for c in candidates:
-        if c.key in kept:
-            entries[c.id] = replace(kept[c.key], result=replace(kept[c.key].result, candidate_id=c.id, label=c.label))
-        elif c.key in failures:
-            result = reused_result(c, failures[c.key], target, root / "candidates")
-            entries[c.id] = replace(built_candidate(c, target, root / "candidates" / f"{c.id:04d}", result, None), reused=True)
-
-    def write() -> Manifest:
-        manifest = Manifest(workload, target.device, tuple(entries[i] for i in sorted(entries)), meta)
-        manifest.write(root)
-        return manifest
-
-    def on_built(b: Built) -> None:
-        entries[b.result.candidate_id] = b
-        if b.result.status in BUILD_FAILURES:
-            store.put(b.result)
-        write()
-
-    write()
-    compile_all([c for c in candidates if c.id not in entries], input_path, target, root / "candidates", settings,
-                ctx, progress, on_built, workload.entry if workload.dispatch_benchmark else None, in_model)
-    return write()
