@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, static_shape
+from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, onnx_sites, static_shape
 
 MULTIPLE = 16  # the largest MMA tile side along the output columns among the GPU targets' intrinsics
 
@@ -72,16 +72,8 @@ def _widen_consumers(value: ir.Value, width: int) -> ir.Value:
 def pad_convolution_columns(module: ir.Module) -> list[str]:
     """Rewrite every `onnx.Conv` of `module` this rewrite takes in place (inside its context);
     returns each one's output shape and the columns it computes."""
-    sites = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if is_onnx(op, "Conv") and _extra(op):
-            sites.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     done = []
-    for conv in sites:
+    for conv in onnx_sites(module, "Conv", _extra):
         extra = _extra(conv)
         ip, loc = ir.InsertionPoint(conv), conv.location
         attrs = {name: conv.attributes[name] for name in conv.attributes}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, static_shape
+from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, onnx_sites, static_shape
 
 
 def _pointwise(conv: ir.Operation) -> bool:
@@ -47,16 +47,8 @@ def _pointwise(conv: ir.Operation) -> bool:
 def pointwise_convs_as_matmuls(module: ir.Module) -> list[str]:
     """Rewrite every 1x1 unit-stride `onnx.Conv` of `module` in place (inside its context) as a
     MatMul; returns each rewritten convolution's input and filter shapes."""
-    sites: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if is_onnx(op, "Conv") and _pointwise(op):
-            sites.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     done = []
-    for conv in sites:
+    for conv in onnx_sites(module, "Conv", _pointwise):
         ip, loc = ir.InsertionPoint(conv), conv.location
         x, w = conv.operands[0], conv.operands[1]
         n, c, h, width = static_shape(x)

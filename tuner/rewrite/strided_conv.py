@@ -20,7 +20,7 @@ import math
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, static_shape
+from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, onnx_sites, static_shape
 
 
 def _strides(conv: ir.Operation) -> list[int] | None:
@@ -45,18 +45,9 @@ def _strides(conv: ir.Operation) -> list[int] | None:
 def subsample_strided_pointwise_convs(module: ir.Module) -> list[str]:
     """Rewrite every strided 1x1 `onnx.Conv` of `module` in place (inside its context); returns
     each rewritten convolution's input shape and strides."""
-    sites: list[tuple[ir.Operation, list[int]]] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if is_onnx(op, "Conv"):
-            strides = _strides(op)
-            if strides is not None:
-                sites.append((op, strides))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     done = []
-    for conv, strides in sites:
+    for conv in onnx_sites(module, "Conv", lambda op: _strides(op) is not None):
+        strides = _strides(conv)
         ip, loc = ir.InsertionPoint(conv), conv.location
         x = conv.operands[0]
         dims = static_shape(x)

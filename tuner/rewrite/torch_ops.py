@@ -3,7 +3,7 @@ shared by the program rewrites."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 from iree.compiler import ir
@@ -14,6 +14,20 @@ ONNX_OP = "torch.operator"
 def is_onnx(op: Optional[ir.Operation], name: str) -> bool:
     return (op is not None and op.name == ONNX_OP
             and ir.StringAttr(op.attributes["name"]).value == f"onnx.{name}")
+
+
+def onnx_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], object]) -> list[ir.Operation]:
+    """Every `onnx.NAME` op of the module that `taken` says a rewrite takes, in program order
+    (collected before any is rewritten)."""
+    sites: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if is_onnx(op, name) and taken(op):
+            sites.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return sites
 
 
 def producer(value: ir.Value) -> Optional[ir.Operation]:
