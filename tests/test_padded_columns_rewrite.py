@@ -97,3 +97,29 @@ def test_the_rewritten_program_computes_the_same_result_to_the_bit_and_cuda_need
                         if d.conv is not None and 14 in d.loop_bounds[2:4]] for p in (source, rewritten)}
     assert configs["block"] and all("padding = " in c for c in configs["block"])
     assert configs["padded"] and not any("padding" in c for c in configs["padded"])
+
+
+def test_in_a_basic_block_the_second_3x3_convolution_reads_the_sliced_rows_and_is_widened_itself():
+    """ResNet-18's block: 3x3, ReLU, 3x3, Add. A 3x3 convolution reads neighbouring columns, so it
+    is not column-wise: the first one's slice goes before it, and it is padded on its own."""
+    conv = ('torch.operator "onnx.Conv"({x}, %w3, %b) {{torch.onnx.kernel_shape = [3 : si64, 3 : si64], '
+            'torch.onnx.pads = [1 : si64, 1 : si64, 1 : si64, 1 : si64], torch.onnx.strides = [1 : si64, 1 : si64]}} : '
+            f'({_t(16, 14, 14)}, !torch.vtensor<[16,16,3,3],{F}>, !torch.vtensor<[16],{F}>) -> {_t(16, 14, 14)}')
+    program = f"""
+func.func @f(%x: {_t(16, 14, 14)}, %w3: !torch.vtensor<[16,16,3,3],{F}>, %b: !torch.vtensor<[16],{F}>) -> {_t(16, 14, 14)} {{
+  %c = {conv.format(x="%x")}
+  %r = torch.operator "onnx.Relu"(%c) : ({_t(16, 14, 14)}) -> {_t(16, 14, 14)}
+  %d = {conv.format(x="%r")}
+  %a = torch.operator "onnx.Add"(%d, %x) : ({_t(16, 14, 14)}, {_t(16, 14, 14)}) -> {_t(16, 14, 14)}
+  return %a : {_t(16, 14, 14)}
+}}
+"""
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        module = ir.Module.parse(program)
+        assert pad_convolution_columns(module) == ["2x16x14x14 computed 16 wide"] * 2
+        lines = _lines(module)
+    names = [line.split('"onnx.')[1].split('"')[0] for line in lines]
+    assert names == ["Conv", "Relu", "Slice", "Conv", "Slice", "Add"]
+    assert lines[1].endswith(f"-> {_t(16, 14, 16)}") and lines[2].endswith(f"-> {_t(16, 14, 14)}")
+    assert lines[3].endswith(f"-> {_t(16, 14, 16)}") and lines[4].endswith(f"-> {_t(16, 14, 14)}")
