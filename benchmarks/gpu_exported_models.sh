@@ -12,7 +12,7 @@
 #
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
 # 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16,
-# unet_attention_block_f16, resnet50_f16_b8 (issue 35).
+# unet_attention_block_f16, resnet50_f16_b8 (issue 35), resnet18_f16_b8 (held out).
 #   bash benchmarks/gpu_exported_models.sh cut NAME P1,P2,... # where the CUDA result goes off llvm-cpu's:
 #                      # the graph cut after each tensor named, both built and run (cut_compare.py)
 #   bash benchmarks/gpu_exported_models.sh torch NAME...     # torch eager (cuDNN, cuBLAS) on the same graph,
@@ -30,7 +30,7 @@ if [ ! -f $M/.done ]; then
   touch $M/.done
 fi
 entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;;
-  unet_resnet*) echo unet_resnet_block;; conv*) echo conv;; unet_attention*) echo unet_attention_block;; resnet50*) echo resnet50;;
+  unet_resnet*) echo unet_resnet_block;; conv*) echo conv;; unet_attention*) echo unet_attention_block;; resnet50*) echo resnet50;; resnet18*) echo resnet18;;
   *) echo "$1";; esac; }
 inputs() { for f in $(ls $1/input*.npy | sort -V); do echo --input $f; done; }  # every input, in order
 step=$1; shift

@@ -29,6 +29,9 @@
   out, self-attention, cross-attention to 77 text tokens of 1024, a GEGLU feed-forward, LayerNorms.
 - resnet50_f16_b8.onnx: ResNet-50 as torch exports it in eval mode (batch norms folded), f16, batch
   8, 224x224.
+- resnet18_f16_b8.onnx: ResNet-18 (basic blocks: two 3x3 convolutions each), the same way; built
+  for held-out checks of what was built on ResNet-50 (the padded-rows rewrite is exact on it:
+  bitwise on llvm-cpu at batch 2, 112x112, f32).
 - cnn_b1.onnx, cnn_b4.onnx: a small CNN on 64x64 RGB images, batch 1 and 4: three 3x3 Conv + ReLU
   blocks (16, 32, 64 channels; the last two with stride 2), global average pooling, a 10-way Gemm.
 - cnn_b4_224.onnx: the same CNN on 224x224 images, batch 4.
@@ -519,11 +522,54 @@ def resnet50(batch: int = 8, size: int = 224, classes: int = 1000, seed: int = 7
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def resnet_basic(blocks=(2, 2, 2, 2), batch: int = 8, size: int = 224, classes: int = 1000, seed: int = 18,
+                 dtype=np.float16, name: str = "resnet18"):
+    """ResNet-18 (blocks 2, 2, 2, 2) or ResNet-34 (3, 4, 6, 3), torchvision's basic blocks as torch
+    exports them in eval mode: two 3x3 convolutions per block (batch norms folded), a 1x1
+    projection with stride 2 on each later stage's first block, the 7x7 stem and max pool, global
+    average pooling and a Gemm. Not used to fit anything: an instance for held-out checks."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits, nodes = [], []
+
+    def conv(x: str, name: str, cin: int, cout: int, k: int, stride: int = 1, relu: bool = True, gain: float = 1.0):
+        inits.extend([_init(rng, f"{name}_w", (cout, cin, k, k), gain * np.sqrt(2.0 / (cin * k * k)), dtype),
+                      _init(rng, f"{name}_b", (cout,), 0.01, dtype)])
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_c" if relu else name],
+                                      kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
+        if relu:
+            nodes.append(helper.make_node("Relu", [f"{name}_c"], [name]))
+        return name
+
+    x = conv("image", "stem", 3, 64, 7, 2)
+    nodes.append(helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    x, cin = "pool", 64
+    for stage, (count, width) in enumerate(zip(blocks, (64, 128, 256, 512)), 1):
+        for block in range(count):
+            name, stride = f"s{stage}b{block}", 2 if block == 0 and stage > 1 else 1
+            h = conv(x, f"{name}_1", cin, width, 3, stride)
+            h = conv(h, f"{name}_2", width, width, 3, relu=False, gain=0.2)
+            shortcut = conv(x, f"{name}_down", cin, width, 1, stride, relu=False) if cin != width or stride > 1 else x
+            nodes += [helper.make_node("Add", [h, shortcut], [f"{name}_sum"]),
+                      helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"])]
+            x, cin = f"{name}_out", width
+    inits += [_init(rng, "fc_w", (classes, cin), 1.0 / np.sqrt(cin), dtype), _init(rng, "fc_b", (classes,), 0.01, dtype)]
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
+              helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
+    graph = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info("image", elem, [batch, 3, size, size])],
+                              [helper.make_tensor_value_info("logits", elem, [batch, classes])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def write_models(out: Path, large: bool = True) -> list[Path]:
     """Every model above into OUT; LARGE=False leaves out ResNet-50 (51 MB of weights)."""
     import onnx
 
-    heavy = (("resnet50_f16_b8", resnet50()),) if large else ()
+    heavy = (("resnet50_f16_b8", resnet50()), ("resnet18_f16_b8", resnet_basic())) if large else ()
 
     out.mkdir(parents=True, exist_ok=True)
     paths = []
