@@ -130,9 +130,10 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
 
 
 def profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
-            repetitions: int = 3, timeout_s: float = 300.0,
-            progress: Optional[Callable[[str, int, int], None]] = None, gpu_timing: str = "auto") -> Profile:
+            timeout_s: float = 300.0, progress: Optional[Callable[[str, int, int], None]] = None,
+            gpu_timing: str = "auto") -> Profile:
     """Time every dispatch of the program and every entry function whole, on the target's device,
-    with the compiler's default configs (here: prepare_profile, then time_profile)."""
-    job = prepare_profile(input_path, target, program, workdir, ctx, repetitions, timeout_s, gpu_timing)
+    with the compiler's default configs (here: prepare_profile, then time_profile; its
+    repetitions are prepare_profile's default)."""
+    job = prepare_profile(input_path, target, program, workdir, ctx, timeout_s=timeout_s, gpu_timing=gpu_timing)
     return time_profile(job, workdir, progress)
