@@ -93,10 +93,11 @@ def _rewritten(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
 
 @dataclass
 class FlagStage:
-    """Model-wide choices (tuner.stages.builtin.model_options): flags that change every dispatch
-    (data tiling on the CPU turns every contraction into mmt4d; fusion and optimization levels on
-    GPUs) and program rewrites (spelled-out attention raised into one op on GPUs), each built and
-    timed on the whole model against the default; the fastest that beats it is chosen. Decided
+    """Model-wide choices (model_options): flags that change every dispatch (data tiling on the
+    CPU turns every contraction into mmt4d; fusion, optimization levels and channels-last
+    convolutions on GPUs) and program rewrites (tuner.rewrite), each built and timed on the whole
+    model against the default; the fastest that beats it is chosen, then the other rewrites that
+    apply are added to it one at a time while the model with one beats it (`_extend`). Decided
     before the dispatches are tuned, with the default configs but for the dispatches a rewrite
     creates (`Rewrite.tunes`): the `rewrite_tunes` largest of them (one per shape) are searched
     first, `tune_budget` evaluations each (0: judged with the default configs too), and the
