@@ -43,6 +43,14 @@ PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 # folded into the dispatch: a 2x256x34x34 3x3 sample becomes one conv_2x32x32x256x256x3x3 dispatch).
 CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline="
                  "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",)
+# IREE 3.13's direct convolution in TileAndFuse: the config tiles the convolution's own loops, the
+# filter window one tap per step, instead of an implicit GEMM's gathered K. Where the implicit GEMM
+# pads the output rows (ResNet's 14 and 7 columns) it gathers one f16 at a time (64
+# `ld.global.nc.b16` per K step for 8x14x14x256 3x3); the direct form loads 16 bytes (10
+# `ld.global.nc.v4`, none scalar: benchmarks/ptx_loads.py). Offered as a model-wide choice, judged
+# on the model; not yet timed on a GPU here. Its convolutions take no config of this pipeline
+# (its knobs index an implicit GEMM), so they keep the compiler's.
+DIRECT_CONVOLUTION = ("--iree-codegen-llvmgpu-use-direct-convolution",)
 SPLIT_NOT_MODELLED = "split-K: a knob the compiler's constraints do not model (they describe the op unsplit)"
 
 
@@ -63,8 +71,14 @@ class LLVMGPUTileAndFuse(Pipeline):
     def model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         """A model with channels-first convolutions is also tried with them made channels last
         (CHANNELS_LAST: IREE 3.13's preprocessing pass, which folds the transposes into the
-        dispatch), judged with the convolutions it forms tuned first."""
-        return (*self.model_flags, *((CHANNELS_LAST,) if channels_first(dispatch) else ()))
+        dispatch), judged with the convolutions it forms tuned first; a model with implicit-GEMM
+        convolutions also as direct convolutions (DIRECT_CONVOLUTION, channels last first where
+        they are channels first), judged with the compiler's configs."""
+        if not igemm_convolution(dispatch):
+            return self.model_flags
+        first = channels_first(dispatch)
+        return (*self.model_flags, *((CHANNELS_LAST,) if first else ()),
+                (*CHANNELS_LAST, *DIRECT_CONVOLUTION) if first else DIRECT_CONVOLUTION)
 
     def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         return (CHANNELS_LAST,) if channels_first(dispatch) else ()

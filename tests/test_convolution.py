@@ -207,7 +207,7 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     dispatch is one channels-last convolution (the transposes folded in) that the pipeline takes."""
     from types import SimpleNamespace
 
-    from pipelines.llvmgpu_tile_and_fuse import CHANNELS_LAST
+    from pipelines.llvmgpu_tile_and_fuse import CHANNELS_LAST, DIRECT_CONVOLUTION
     from tuner.stages.flags import model_options
 
     cuda = parse_target("cuda")
@@ -216,6 +216,9 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     assert CHANNELS_LAST in pipeline.model_flags_for(d) and pipeline.tuned_model_flags_for(d) == (CHANNELS_LAST,)
     [nhwc] = discover(CONV, cuda, ctx)
     assert CHANNELS_LAST not in pipeline_for(nhwc).model_flags_for(nhwc)
+    # Both are also tried as direct convolutions (channels last first for the NCHW one).
+    assert (*CHANNELS_LAST, *DIRECT_CONVOLUTION) in pipeline.model_flags_for(d)
+    assert DIRECT_CONVOLUTION in pipeline_for(nhwc).model_flags_for(nhwc)
     env = SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda, model=NCHW, output_dir=tmp_path, built={},
                           say=print)
     options = model_options(env)
@@ -224,6 +227,21 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     [made] = discover(NCHW, cuda, ctx, CHANNELS_LAST)
     assert made.conv.output_channel == (3,) and made.conv.input_channel == (4,)  # (n, oh, ow, f) then K
     assert pipeline_for(made).name == "llvmgpu_tile_and_fuse" and CHANNELS_LAST not in pipeline_for(made).model_flags_for(made)
+
+
+def test_under_the_direct_convolution_flag_a_padded_convolution_is_configured_on_its_own_loops(ctx):
+    """IREE 3.13's direct convolution (DIRECT_CONVOLUTION): the config indexes the convolution's
+    seven loops, one filter tap per step, not an implicit GEMM; this pipeline does not take it
+    (its knobs index the implicit GEMM), so the model keeps the compiler's config for it."""
+    from pipelines.llvmgpu_tile_and_fuse import DIRECT_CONVOLUTION
+
+    cuda = parse_target("cuda")
+    [igemm] = discover(CONV14, cuda, ctx)
+    [direct] = discover(CONV14, cuda, ctx, DIRECT_CONVOLUTION)
+    assert "use_igemm_convolution = true" in igemm.default.translation_info
+    assert "use_igemm_convolution = false" in direct.default.translation_info
+    assert "reduction = [0, 0, 0, 0, 1, 1, 8]" in direct.default.lowering_config  # kh, kw one tap; 128 channels
+    assert pipeline_for(igemm) is not None and pipeline_for(direct) is None
 
 
 @pytest.mark.slow
