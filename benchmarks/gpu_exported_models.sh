@@ -9,6 +9,8 @@
 #   bash benchmarks/gpu_exported_models.sh dumped NAME       # the dumped benchmarks' cause (filled buffers)
 #   bash benchmarks/gpu_exported_models.sh overhead NAME     # a call's cost to the in-process timing
 #   bash benchmarks/gpu_exported_models.sh tune NAME [BUDGET] [LIMIT_S]   # tune-model, then the checks
+#                      # (CHECKS=0: not; a run near the device's per-call limit leaves them to:)
+#   bash benchmarks/gpu_exported_models.sh check NAME        # the checks of a finished tune run alone
 #
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
 # 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16,
@@ -33,6 +35,15 @@ entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;
   unet_resnet*) echo unet_resnet_block;; conv*) echo conv;; unet_attention*) echo unet_attention_block;; resnet50*) echo resnet50;; resnet18*) echo resnet18;;
   *) echo "$1";; esac; }
 inputs() { for f in $(ls $1/input*.npy | sort -V); do echo --input $f; done; }  # every input, in order
+# The independent checks of a finished tune-model run in /tmp/tm-NAME: plain iree-compile of its
+# result against the default, wall time (model_check.py), then CUPTI kernel time of the same modules.
+checks() {
+  local D=/tmp/tm-$1 FN=$(entry $1)
+  python3 benchmarks/model_check.py $D --rounds 8 ${CHECK_ARGS:-}  # CHECK_ARGS=--choices-alone: a third build
+  local CHOICES=(); [ -f $D/check/choices-alone.vmfb ] && CHOICES=(choices=$D/check/choices-alone.vmfb)
+  python3 benchmarks/gpu_model_kernels.py --function $FN $(inputs $D/model-inputs) --rounds 8 \
+    default=$D/check/default.vmfb "${CHOICES[@]}" tuned=$D/check/tuned.vmfb
+}
 step=$1; shift
 case $step in
 profile)
@@ -83,10 +94,7 @@ tune)
   for r in $D/dispatches/*/results.json $D/flag-dispatches/*/*/results.json; do
     [ -f "$r" ] && mkdir -p $OUT/tm-$NAME && cp "$r" "$OUT/tm-$NAME/$(basename $(dirname "$r") | tr '$' _).json"
   done
-  if [ $rc = 0 ]; then
-    python3 benchmarks/model_check.py $D --rounds 8 ${CHECK_ARGS:-}  # CHECK_ARGS=--choices-alone: a third build
-    CHOICES=(); [ -f $D/check/choices-alone.vmfb ] && CHOICES=(choices=$D/check/choices-alone.vmfb)
-    python3 benchmarks/gpu_model_kernels.py --function $FN $(inputs $D/model-inputs) --rounds 8 \
-      default=$D/check/default.vmfb "${CHOICES[@]}" tuned=$D/check/tuned.vmfb
-  fi ;;
+  [ $rc = 0 ] && [ "${CHECKS:-1}" = 1 ] && checks $NAME ;;  # CHECKS=0: leave them to `check NAME`
+check)
+  checks $1 ;;
 esac
