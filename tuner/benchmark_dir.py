@@ -13,7 +13,7 @@ from tuner.errors import InputError
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress
-from tuner.evaluation.passes import measure_pass
+from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
 from tuner.core.results import EvaluationStats, Result
@@ -96,7 +96,7 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
             "benchmark-only", len(todo), reused,
             lambda measurer, recorder: measure_built(todo, devices, measurer, recorder),
             lambda: {b.result.key: b for b in manifest.built if b.vmfb is not None and b.result.ok},
-            Measurer(run_settings, settings.baseline_every, runner), settings, store, devices, progress)
+            PassSetup(Measurer(run_settings, settings.baseline_every, runner), settings, store, devices, progress))
     ranking = rank(results)
     chosen = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), baseline)
     best_spec_path = root / "best_spec.mlir"

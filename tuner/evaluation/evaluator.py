@@ -37,7 +37,7 @@ from tuner.evaluation.devices import LOST, MEASURED, DevicePool, distinct_device
 from tuner.errors import InputError
 from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder
-from tuner.evaluation.passes import measure_pass
+from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.core.results import EvaluationStats, Result
 from tuner.evaluation.runner import DISPATCH_BATCH
 from tuner.core.settings import EvalSettings
@@ -122,11 +122,11 @@ class BaseEvaluator:
             return {b.result.key: b for b in rebuilt if b.result.ok}
 
         try:
+            measurer = Measurer(self.run_settings, settings.baseline_every, self.runner, self.host)
             results, stats = measure_pass(
                 self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
                 lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-                Measurer(self.run_settings, settings.baseline_every, self.runner, self.host), settings, self.store,
-                self.devices, self.progress, prepare)
+                PassSetup(measurer, settings, self.store, self.devices, self.progress, prepare))
         finally:
             self.builder.close()
         return Evaluation(tuple(results), stats)

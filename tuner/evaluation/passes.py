@@ -30,10 +30,22 @@ QUIET_POLL_S = 5.0
 Prepare = Callable[[list[Result]], dict[str, Built]]
 
 
+@dataclass(frozen=True)
+class PassSetup:
+    """What an evaluation's passes measure with: the measurer (the runner and the baseline's
+    timeline), the settings, the store results go to, the devices, the progress callback, and how
+    stored results chosen for confirmation are built again (`prepare`)."""
+
+    measurer: Measurer
+    settings: EvalSettings
+    store: ResultStore
+    devices: tuple[str, ...]
+    progress: Optional[Progress] = None
+    prepare: Optional[Prepare] = None
+
+
 def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[Measurer, Recorder], None],
-                 runnable: Callable[[], dict[str, Built]], measurer: Measurer, settings: EvalSettings,
-                 store: ResultStore, devices: tuple[str, ...], progress: Optional[Progress] = None,
-                 prepare: Optional[Prepare] = None) -> tuple[list[Result], EvaluationStats]:
+                 runnable: Callable[[], dict[str, Built]], setup: PassSetup) -> tuple[list[Result], EvaluationStats]:
     """One evaluation, every figure in it a comparison with the baseline under the same conditions:
 
     1. `run(measurer, recorder)` measures the `todo` candidates (the first pass), recording each
@@ -47,6 +59,8 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
        median of its per-round ratios to the baseline (see tuner.core.comparison).
 
     Results come back in candidate order, with where the time went and the drifts seen."""
+    measurer, settings, store, devices = setup.measurer, setup.settings, setup.store, setup.devices
+    progress, prepare = setup.progress, setup.prepare
     recorder = Recorder(store, todo, progress, log=measurer.log)
     start = time.perf_counter()
     try:
