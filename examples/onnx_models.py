@@ -484,42 +484,7 @@ def resnet50(batch: int = 8, size: int = 224, classes: int = 1000, seed: int = 7
     a 3x3 max pool, bottleneck stages of 3, 4, 6 and 3 blocks (widths 64 to 512, expansion 4, a
     projection shortcut on each stage's first block), global average pooling, a 1000-way Gemm.
     He-scaled weights, each block's last convolution scaled down so activations stay within f16."""
-    from onnx import TensorProto, helper
-
-    rng = np.random.default_rng(seed)
-    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
-    inits, nodes = [], []
-
-    def conv(x: str, name: str, cin: int, cout: int, k: int, stride: int = 1, relu: bool = True, gain: float = 1.0):
-        inits.extend([_init(rng, f"{name}_w", (cout, cin, k, k), gain * np.sqrt(2.0 / (cin * k * k)), dtype),
-                      _init(rng, f"{name}_b", (cout,), 0.01, dtype)])
-        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_c" if relu else name],
-                                      kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
-        if relu:
-            nodes.append(helper.make_node("Relu", [f"{name}_c"], [name]))
-        return name
-
-    x = conv("image", "stem", 3, 64, 7, 2)
-    nodes.append(helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
-    x, cin = "pool", 64
-    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512)), 1):
-        for block in range(blocks):
-            name, stride = f"s{stage}b{block}", 2 if block == 0 and stage > 1 else 1
-            h = conv(x, f"{name}_1", cin, width, 1)
-            h = conv(h, f"{name}_2", width, width, 3, stride)
-            h = conv(h, f"{name}_3", width, 4 * width, 1, relu=False, gain=0.2)
-            shortcut = conv(x, f"{name}_down", cin, 4 * width, 1, stride, relu=False) if block == 0 else x
-            nodes += [helper.make_node("Add", [h, shortcut], [f"{name}_sum"]),
-                      helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"])]
-            x, cin = f"{name}_out", 4 * width
-    inits += [_init(rng, "fc_w", (classes, cin), 1.0 / np.sqrt(cin), dtype), _init(rng, "fc_b", (classes,), 0.01, dtype)]
-    nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
-              helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
-              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], transB=1)]
-    graph = helper.make_graph(nodes, "resnet50",
-                              [helper.make_tensor_value_info("image", elem, [batch, 3, size, size])],
-                              [helper.make_tensor_value_info("logits", elem, [batch, classes])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _resnet("resnet50", (3, 4, 6, 3), True, batch, size, classes, seed, dtype)
 
 
 def resnet_basic(blocks=(2, 2, 2, 2), batch: int = 8, size: int = 224, classes: int = 1000, seed: int = 18,
@@ -528,6 +493,11 @@ def resnet_basic(blocks=(2, 2, 2, 2), batch: int = 8, size: int = 224, classes: 
     exports them in eval mode: two 3x3 convolutions per block (batch norms folded), a 1x1
     projection with stride 2 on each later stage's first block, the 7x7 stem and max pool, global
     average pooling and a Gemm. Not used to fit anything: an instance for held-out checks."""
+    return _resnet(name, blocks, False, batch, size, classes, seed, dtype)
+
+
+def _resnet(name: str, blocks, bottleneck: bool, batch: int, size: int, classes: int, seed: int, dtype):
+    """A ResNet of `blocks` per stage, bottleneck (1x1, 3x3, 1x1 expanded 4x) or basic (3x3, 3x3)."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(seed)
@@ -547,14 +517,21 @@ def resnet_basic(blocks=(2, 2, 2, 2), batch: int = 8, size: int = 224, classes: 
     nodes.append(helper.make_node("MaxPool", [x], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
     x, cin = "pool", 64
     for stage, (count, width) in enumerate(zip(blocks, (64, 128, 256, 512)), 1):
+        out = 4 * width if bottleneck else width
         for block in range(count):
-            name, stride = f"s{stage}b{block}", 2 if block == 0 and stage > 1 else 1
-            h = conv(x, f"{name}_1", cin, width, 3, stride)
-            h = conv(h, f"{name}_2", width, width, 3, relu=False, gain=0.2)
-            shortcut = conv(x, f"{name}_down", cin, width, 1, stride, relu=False) if cin != width or stride > 1 else x
-            nodes += [helper.make_node("Add", [h, shortcut], [f"{name}_sum"]),
-                      helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"])]
-            x, cin = f"{name}_out", width
+            block_name, stride = f"s{stage}b{block}", 2 if block == 0 and stage > 1 else 1
+            if bottleneck:
+                h = conv(x, f"{block_name}_1", cin, width, 1)
+                h = conv(h, f"{block_name}_2", width, width, 3, stride)
+                h = conv(h, f"{block_name}_3", width, out, 1, relu=False, gain=0.2)
+            else:
+                h = conv(x, f"{block_name}_1", cin, width, 3, stride)
+                h = conv(h, f"{block_name}_2", width, out, 3, relu=False, gain=0.2)
+            shortcut = (conv(x, f"{block_name}_down", cin, out, 1, stride, relu=False) if cin != out or stride > 1
+                        else x)
+            nodes += [helper.make_node("Add", [h, shortcut], [f"{block_name}_sum"]),
+                      helper.make_node("Relu", [f"{block_name}_sum"], [f"{block_name}_out"])]
+            x, cin = f"{block_name}_out", out
     inits += [_init(rng, "fc_w", (classes, cin), 1.0 / np.sqrt(cin), dtype), _init(rng, "fc_b", (classes,), 0.01, dtype)]
     nodes += [helper.make_node("GlobalAveragePool", [x], ["pooled"]),
               helper.make_node("Flatten", ["pooled"], ["flat"], axis=1),
