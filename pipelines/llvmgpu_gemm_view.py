@@ -6,14 +6,13 @@ problem and its configs from these)."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Mapping
 
 from pipelines.base import KnobValue
 from pipelines.dispatch import Dispatch, MmaIntrinsic
 from pipelines.llvmgpu_common import ELEMENT_BYTES, compatible_intrinsics
-from pipelines.printed_config import tiling_level
+from pipelines.printed_config import mma_kind, threads_and_subgroup, tiling_level
 
 
 @dataclass(frozen=True)
@@ -290,15 +289,14 @@ def compiler_knobs_of_default(dispatch: Dispatch) -> dict[str, int]:
     printed lowering config and workgroup size; empty where it has none or one these knobs do not
     say (checked by setting the knobs' tiles and comparing them with the compiler's)."""
     config, translation = dispatch.default.lowering_config, dispatch.default.translation_info
-    kind = re.search(r"mma_kind = #iree_gpu\.mma_layout<(\w+)>", config)
-    size = re.search(r"workgroup_size = \[(\d+), 1, 1\] subgroup_size = (\d+)", translation)
+    kind, size = mma_kind(config), threads_and_subgroup(translation)
     workgroup, subgroup, reduction = (tiling_level(config, level) for level in ("workgroup", "subgroup", "reduction"))
     intrinsics = compatible_intrinsics(dispatch)
     names = [i.name for i in intrinsics]
     view = gemm_view(dispatch)
-    if not (kind and size and kind.group(1) in names and len(workgroup) == len(subgroup) == len(reduction) == view.rank):
+    if not (kind in names and size and len(workgroup) == len(subgroup) == len(reduction) == view.rank):
         return {}
-    intrinsic = intrinsics[names.index(kind.group(1))]
+    intrinsic = intrinsics[names.index(kind)]
 
     def side(mma: int, position: int, on_rows: bool) -> tuple[int, int]:
         """The workgroup's and a subgroup's tile along one GEMM side, in elements."""
@@ -313,12 +311,11 @@ def compiler_knobs_of_default(dispatch: Dispatch) -> dict[str, int]:
     wg_n, sub_n = side(intrinsic.n, view.n, rows and view.rows_on_n)
     if not (sub_m and sub_n) or wg_m % sub_m or wg_n % sub_n:
         return {}
-    knobs = {"mma_kind": names.index(kind.group(1)), "subgroups_m": wg_m // sub_m, "subgroup_m": sub_m // intrinsic.m,
+    knobs = {"mma_kind": names.index(kind), "subgroups_m": wg_m // sub_m, "subgroup_m": sub_m // intrinsic.m,
              "subgroups_n": wg_n // sub_n, "subgroup_n": sub_n // intrinsic.n, "reduction_k": reduction[view.k]}
     try:
         t = tile_sizes(dispatch, knobs)
     except ValueError:
         return {}
-    threads, subgroup_size = int(size.group(1)), int(size.group(2))
     same = (list(t.workgroup), list(t.subgroup), list(t.reduction)) == (workgroup, subgroup, reduction)
-    return knobs if same and (t.threads, t.subgroup_size) == (threads, subgroup_size) else {}
+    return knobs if same and (t.threads, t.subgroup_size) == size else {}

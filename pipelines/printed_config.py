@@ -23,6 +23,19 @@ def basis(lowering_config: str, name: str) -> tuple[list[int], list[int]]:
             [int(x) for x in found.group(2).split(",")] if found.group(2).strip() else [])
 
 
+def mma_kind(lowering_config: str) -> str | None:
+    """A GPU lowering config's intrinsic (`mma_kind = #iree_gpu.mma_layout<NAME>`): NAME, or None."""
+    found = re.search(r"mma_kind = #iree_gpu\.mma_layout<(\w+)>", lowering_config)
+    return found.group(1) if found else None
+
+
+def threads_and_subgroup(translation_info: str) -> tuple[int, int] | None:
+    """A GPU translation_info's 1-D workgroup size and subgroup size
+    (`workgroup_size = [256, 1, 1] subgroup_size = 32`), or None."""
+    found = re.search(r"workgroup_size = \[(\d+), 1, 1\] subgroup_size = (\d+)", translation_info)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def levels(lowering_config: str) -> list[str]:
     """The tiling levels a printed `#iree_cpu.lowering_config` has, in its order."""
     return re.findall(r"(\w+) = \[", lowering_config)

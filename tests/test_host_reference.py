@@ -202,7 +202,7 @@ def test_the_compile_half_of_two_machines_carries_the_host_result_on_gpu_targets
     from tuner.stages.builtin import build_once
     from tuner.stages.host_reference import host_reference
     from tuner.stages.model_client import model_entry
-    from tuner.stages.two_machine import _whole_model_plan
+    from tuner.stages.two_machine import whole_model_plan
     from tuner.stages.variants import Variant
 
     model = tmp_path / "mlp.mlir"
@@ -212,7 +212,7 @@ def test_the_compile_half_of_two_machines_carries_the_host_result_on_gpu_targets
         program = discover_program(model, target, ctx)
         env = StageEnv(model, target, tmp_path / name, ctx, program, model_entry(program, None))
         default = build_once(env, Variant("default"))
-        plan = _whole_model_plan(env, "validate", default, default, 0)
+        plan = whole_model_plan(env, "validate", default, default, 0)
         if name == "llvm-cpu":
             assert plan.host == "" and host_reference(env) is None
             continue

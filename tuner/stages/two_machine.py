@@ -47,7 +47,7 @@ def _plan(env: StageEnv, step: str, **fields) -> ModelPlan:
     return ModelPlan(step, env.device, env.workload.to_json(), inputs, env.rounds, **fields)
 
 
-def _whole_model_plan(env: StageEnv, step: str, reference: BuiltVariant, trial: BuiltVariant, index: int) -> ModelPlan:
+def whole_model_plan(env: StageEnv, step: str, reference: BuiltVariant, trial: BuiltVariant, index: int) -> ModelPlan:
     """A whole-model step: the trial against the reference, with the host's result of the same
     program where the target is a GPU (built and run here, once per run: host_reference), so
     that the device checks both against it where the reference is off it."""
@@ -143,7 +143,7 @@ def merge_step(env: StageEnv, state: ModelState) -> tuple[Optional[ModelPlan], M
     if pending is None:
         return None, state
     step, reference, trial, index = pending
-    return _whole_model_plan(env, step, reference, trial, index), state
+    return whole_model_plan(env, step, reference, trial, index), state
 
 
 def _pair_key(reference: BuiltVariant, trial: BuiltVariant) -> str:
