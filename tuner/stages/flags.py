@@ -128,28 +128,42 @@ class FlagStage:
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         trials: dict = {}
+        judged = self._judge(env, default, default, options, trials, "flag-runs", progress=True)
+        if judged is None:
+            env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
+            return replace(state, flag_trials=trials)
+        option, best, speedup = self._extend(env, default, *judged, trials)
+        env.say(f"model-wide choices: {option.label} ({speedup:.2f}x the default on the whole model; tried: "
+                f"{_trials_text(trials)})")
+        return replace(state, flags=option.flags, flag_trials=trials,
+                       rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
+
+    def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
+               trials: dict, directory: str, scale: float = 1.0,
+               progress: bool = False) -> Optional[tuple[ModelOption, BuiltVariant, float]]:
+        """Each option built (`_build`) and timed on the model against `reference`, its figure in
+        `trials` (times `scale`: against the default where the reference is not it); the fastest
+        that beats the reference with its speedup over it, or None. `progress`: each build counted
+        in the "choices" phase."""
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             b = self._build(env, default, option, trials)
             if b is not None:
                 built.append((option, b))
-            if env.progress:
+            if progress and env.progress:
                 env.progress("choices", i, len(options))
-        cmp = compare_on_model(env, default, [b for _, b in built], "flag-runs")
+        if not built:
+            return None
+        cmp = compare_on_model(env, reference, [b for _, b in built], directory)
         for option, b in built:
             name = b.variant.name
-            trials[option.label] = (round(cmp.paired[name].speedup, 4) if name in cmp.paired
+            trials[option.label] = (round(scale * cmp.paired[name].speedup, 4) if name in cmp.paired
                                     else cmp.failed.get(name, "failed"))
         winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
         if not winners:
-            env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
-            return replace(state, flag_trials=trials)
+            return None
         option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup)
-        option, best, speedup = self._extend(env, default, option, best, cmp.paired[best.variant.name].speedup, trials)
-        env.say(f"model-wide choices: {option.label} ({speedup:.2f}x the default on the whole model; tried: "
-                f"{_trials_text(trials)})")
-        return replace(state, flags=option.flags, flag_trials=trials,
-                       rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
+        return option, best, cmp.paired[best.variant.name].speedup
 
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
                 trials: dict) -> tuple[ModelOption, BuiltVariant, float]:
@@ -166,20 +180,12 @@ class FlagStage:
             # One the first round tried already (a flag set chosen alone, then a rewrite with it)
             # was slower than the choice: the same build, not timed again.
             more = [o for o in more if o.label not in trials]
-            built = [(o, b) for o in more if (b := self._build(env, default, o, trials)) is not None]
-            if not built:
+            judged = self._judge(env, default, best, more, trials, f"flag-runs-{step}", scale=speedup)
+            if judged is None:
                 break
-            cmp = compare_on_model(env, best, [b for _, b in built], f"flag-runs-{step}")
-            for o, b in built:
-                name = b.variant.name
-                trials[o.label] = (round(speedup * cmp.paired[name].speedup, 4) if name in cmp.paired
-                                   else cmp.failed.get(name, "failed"))
-            better = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
-            if not better:
-                break
-            option, best = max(better, key=lambda w: cmp.paired[w[1].variant.name].speedup)
-            speedup *= cmp.paired[best.variant.name].speedup
-            env.say(f"  {option.label}: {cmp.paired[best.variant.name].speedup:.2f}x the choice before it")
+            option, best, gain = judged
+            speedup *= gain
+            env.say(f"  {option.label}: {gain:.2f}x the choice before it")
         return option, best, speedup
 
     def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict) -> Optional[BuiltVariant]:
