@@ -37,6 +37,7 @@ class GemmView:
     rows: tuple[int, int] | None = None  # convolutions: (position, extent) of the output rows
     rows_on_n: bool = False  # the output rows extend N (channels first), else M
     images: tuple[int, int] | None = None  # convolutions: (position, extent) of the batch, if any
+    direct: bool = False  # a convolution configured on its own loops (direct_convolution), K its input channels
 
     @property
     def columns(self) -> int:
@@ -53,8 +54,17 @@ class GemmView:
 
 
 def gemm_view(dispatch: Dispatch) -> GemmView:
+    """The dispatch as the GEMM its config tiles. A direct convolution (direct_convolution) is
+    the channels-last implicit GEMM on the convolution's own loops: M its output columns (then
+    rows, then images), N its output channels, K its input channels, one filter tap per step."""
     b = dispatch.loop_bounds
     c = dispatch.conv
+    if c is not None and direct_convolution(dispatch):
+        row, col = c.output_image
+        ic = c.input_channel[0]
+        return GemmView(len(b), col, c.output_channel[0], ic, b[col], b[c.output_channel[0]], b[ic],
+                        tuple(c.batch), tuple(c.filter), rows=(row, b[row]),
+                        images=(c.batch[0], b[c.batch[0]]) if c.batch else None, direct=True)
     if c is None:
         md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
         return GemmView(len(b), md, nd, kd, b[md], b[nd], b[kd],
@@ -144,21 +154,48 @@ def channels_first(dispatch: Dispatch) -> bool:
     return c is not None and c.output_channel[0] < min(c.output_image)
 
 
-def igemm_convolution(dispatch: Dispatch) -> bool:
-    """A 2-D convolution the compiler lowers as an implicit GEMM, with no depthwise multiplier,
-    every reduction loop after the parallel ones, and the output channel either the innermost
-    parallel loop (NHWC) or the one right after the batch, before the output rows and columns
-    (NCHW)."""
+def _plain_2d(dispatch: Dispatch) -> bool:
+    """A 2-D convolution with no depthwise multiplier, at most one batch loop, and every
+    reduction loop after the parallel ones."""
     c = dispatch.conv
     if c is None or c.depth or len(c.output_image) != 2 or len(c.output_channel) != 1 or len(c.batch) > 1:
         return False
-    parallel = (*c.batch, *c.output_image, *c.output_channel)
+    return max((*c.batch, *c.output_image, *c.output_channel)) < min((*c.filter, *c.input_channel))
+
+
+def igemm_convolution(dispatch: Dispatch) -> bool:
+    """A 2-D convolution (_plain_2d) the compiler lowers as an implicit GEMM, the output channel
+    either the innermost parallel loop (NHWC) or the one right after the batch, before the
+    output rows and columns (NCHW)."""
+    if not _plain_2d(dispatch):
+        return False
+    c = dispatch.conv
     channel = c.output_channel[0]
     image = tuple(sorted(c.output_image))
-    layout_known = channel == max(parallel) or (image[1] == image[0] + 1 == channel + 2 and
-                                                all(b < channel for b in c.batch))
-    return (layout_known and max(parallel) < min((*c.filter, *c.input_channel))
-            and "use_igemm_convolution = true" in dispatch.default.translation_info)
+    layout_known = channel == max((*c.batch, *c.output_image, channel)) or (
+        image[1] == image[0] + 1 == channel + 2 and all(b < channel for b in c.batch))
+    return layout_known and "use_igemm_convolution = true" in dispatch.default.translation_info
+
+
+def direct_convolution(dispatch: Dispatch) -> bool:
+    """A channels-last 2-D convolution (_plain_2d: loops n, oh, ow, f, then the filter and one
+    input-channel loop) that the compiler configures on its own loops, IREE 3.13's direct
+    convolution (--iree-codegen-llvmgpu-use-direct-convolution): its TileAndFuse config with
+    `use_igemm_convolution = false` and an MMA intrinsic, a list per loop (reduction [0, 0, 0,
+    0, 1, 1, 8]: one filter tap per step, 8 MMA K steps of input channels)."""
+    if not _plain_2d(dispatch) or len(dispatch.conv.input_channel) != 1:
+        return False
+    c = dispatch.conv
+    if c.output_channel[0] != max((*c.batch, *c.output_image, *c.output_channel)):
+        return False
+    config = dispatch.default.lowering_config
+    return ("use_igemm_convolution = false" in dispatch.default.translation_info and bool(mma_kind(config))
+            and len(tiling_level(config, "reduction")) == len(dispatch.loop_bounds))
+
+
+def tile_and_fuse_convolution(dispatch: Dispatch) -> bool:
+    """A convolution TileAndFuse configures as a GEMM: an implicit GEMM or a direct one."""
+    return igemm_convolution(dispatch) or direct_convolution(dispatch)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape)
 from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, compiler_knobs_of_default,
-                                         gemm_features, gemm_view, igemm_convolution, tile_sizes)
+                                         gemm_features, gemm_view, igemm_convolution, tile_and_fuse_convolution,
+                                         tile_sizes)
 from pipelines.llvmgpu_split_k import split_factors, split_view
 
 __all__ = ["LLVMGPUTileAndFuse", "split_factors", "split_view"]
@@ -47,9 +48,10 @@ CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline="
 # filter window one tap per step, instead of an implicit GEMM's gathered K. Where the implicit GEMM
 # pads the output rows (ResNet's 14 and 7 columns) it gathers one f16 at a time (64
 # `ld.global.nc.b16` per K step for 8x14x14x256 3x3); the direct form loads 16 bytes (10
-# `ld.global.nc.v4`, none scalar: benchmarks/ptx_loads.py). Offered as a model-wide choice, judged
-# on the model; not yet timed on a GPU here. Its convolutions take no config of this pipeline
-# (its knobs index an implicit GEMM), so they keep the compiler's.
+# `ld.global.nc.v4`, none scalar: benchmarks/ptx_loads.py). On the H100, ResNet-50 (b8, f16,
+# channels last) ran 1.125x faster by kernel time with it, with the compiler's configs
+# (BENCHMARKS.md). Offered as a model-wide choice, judged with the convolutions it forms tuned:
+# this pipeline configures them too (gemm_view's direct view: K the input channels).
 DIRECT_CONVOLUTION = ("--iree-codegen-llvmgpu-use-direct-convolution",)
 SPLIT_NOT_MODELLED = "split-K: a knob the compiler's constraints do not model (they describe the op unsplit)"
 
@@ -73,7 +75,7 @@ class LLVMGPUTileAndFuse(Pipeline):
         (CHANNELS_LAST: IREE 3.13's preprocessing pass, which folds the transposes into the
         dispatch), judged with the convolutions it forms tuned first; a model with implicit-GEMM
         convolutions also as direct convolutions (DIRECT_CONVOLUTION, channels last first where
-        they are channels first), judged with the compiler's configs."""
+        they are channels first), judged with the convolutions it forms tuned first too."""
         if not igemm_convolution(dispatch):
             return self.model_flags
         first = channels_first(dispatch)
@@ -81,12 +83,15 @@ class LLVMGPUTileAndFuse(Pipeline):
                 (*CHANNELS_LAST, *DIRECT_CONVOLUTION) if first else DIRECT_CONVOLUTION)
 
     def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
-        return (CHANNELS_LAST,) if channels_first(dispatch) else ()
+        if not igemm_convolution(dispatch):
+            return ()
+        return ((CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION)) if channels_first(dispatch)
+                else (DIRECT_CONVOLUTION,))
 
     def supports(self, dispatch: Dispatch) -> bool:
         return (
             dispatch.target.backend in ("cuda", "rocm")
-            and (dispatch.kind == DispatchKind.CONTRACTION or igemm_convolution(dispatch))
+            and (dispatch.kind == DispatchKind.CONTRACTION or tile_and_fuse_convolution(dispatch))
             and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse")
             and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
             and bool(compatible_intrinsics(dispatch))
@@ -255,7 +260,14 @@ class LLVMGPUTileAndFuse(Pipeline):
             # which folds the fill into the accumulator): they describe the op, not the tiling.
             m, n, k = view.m_total, view.n_total, view.k_extent
             k_tile = tiles.k_tile
-            if view.rows and (view.columns % workgroup[nd if view.rows_on_n else md] or k % k_tile):
+            if view.direct:
+                # As the compiler's own direct configs (which always carry it): each workgroup
+                # tile padded to its full size on the convolution's loops, the input channels
+                # to the K step, the filter taps not at all.
+                padding_conv = [0 if d in view.unit_reduction else t for d, t in enumerate(workgroup)]
+                padding_conv[kd] = k_tile
+                fields["padding_conv"] = i64_array(padding_conv)
+            elif view.rows and (view.columns % workgroup[nd if view.rows_on_n else md] or k % k_tile):
                 # As the compiler pads a convolution's columns (its own configs): each workgroup
                 # tile to its full size, on the implicit GEMM and on the convolution's own loops.
                 fields["padding"] = i64_array([*workgroup[:-1], k_tile])
@@ -277,7 +289,7 @@ class LLVMGPUTileAndFuse(Pipeline):
                 else iree_gpu.ReorderWorkgroupsStrategy.None_)
             options = iree_gpu.PipelineOptionsAttr.get(prefetch_num_stages=int(s["prefetch_num_stages"]),
                                                        reorder_workgroups_strategy=reorder,
-                                                       use_igemm_convolution=True if view.rows else None)
+                                                       use_igemm_convolution=(not view.direct) if view.rows else None)
             translation = iree_codegen.TranslationInfoAttr.get(
                 ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], (dispatch.target.subgroup_sizes or (32,))[0],
                 ir.DictAttr.get({"gpu_pipeline_options": options}),

@@ -213,17 +213,21 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     cuda = parse_target("cuda")
     [d] = discover(NCHW, cuda, ctx)
     pipeline = pipeline_for(d)
-    assert CHANNELS_LAST in pipeline.model_flags_for(d) and pipeline.tuned_model_flags_for(d) == (CHANNELS_LAST,)
+    assert CHANNELS_LAST in pipeline.model_flags_for(d)
     [nhwc] = discover(CONV, cuda, ctx)
     assert CHANNELS_LAST not in pipeline_for(nhwc).model_flags_for(nhwc)
-    # Both are also tried as direct convolutions (channels last first for the NCHW one).
+    # Both are also tried as direct convolutions (channels last first for the NCHW one), which
+    # this pipeline configures too: each choice is judged with the convolutions it forms tuned.
     assert (*CHANNELS_LAST, *DIRECT_CONVOLUTION) in pipeline.model_flags_for(d)
     assert DIRECT_CONVOLUTION in pipeline_for(nhwc).model_flags_for(nhwc)
+    assert pipeline.tuned_model_flags_for(d) == (CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION))
+    assert pipeline_for(nhwc).tuned_model_flags_for(nhwc) == (DIRECT_CONVOLUTION,)
     env = SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda, model=NCHW, output_dir=tmp_path, built={},
                           say=print)
     options = model_options(env)
-    [option] = [o for o in options if o.flags == CHANNELS_LAST and o.rewrite is None]
-    assert option.tunes == (DispatchKind.CONVOLUTION,)
+    for flags in (CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION)):
+        [option] = [o for o in options if o.flags == flags and o.rewrite is None]
+        assert option.tunes == (DispatchKind.CONVOLUTION,)
     [made] = discover(NCHW, cuda, ctx, CHANNELS_LAST)
     assert made.conv.output_channel == (3,) and made.conv.input_channel == (4,)  # (n, oh, ow, f) then K
     assert pipeline_for(made).name == "llvmgpu_tile_and_fuse" and CHANNELS_LAST not in pipeline_for(made).model_flags_for(made)
@@ -231,8 +235,11 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
 
 def test_under_the_direct_convolution_flag_a_padded_convolution_is_configured_on_its_own_loops(ctx):
     """IREE 3.13's direct convolution (DIRECT_CONVOLUTION): the config indexes the convolution's
-    seven loops, one filter tap per step, not an implicit GEMM; this pipeline does not take it
-    (its knobs index the implicit GEMM), so the model keeps the compiler's config for it."""
+    seven loops, one filter tap per step, not an implicit GEMM. The pipeline takes it as the same
+    GEMM on those loops: M the columns (then rows, then images), N the output channels, K the
+    input channels alone, the filter taps one step each; the compiler's own config is read back
+    as the same knobs as its implicit-GEMM config of the same convolution."""
+    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default, gemm_view, tile_sizes
     from pipelines.llvmgpu_tile_and_fuse import DIRECT_CONVOLUTION
 
     cuda = parse_target("cuda")
@@ -241,7 +248,38 @@ def test_under_the_direct_convolution_flag_a_padded_convolution_is_configured_on
     assert "use_igemm_convolution = true" in igemm.default.translation_info
     assert "use_igemm_convolution = false" in direct.default.translation_info
     assert "reduction = [0, 0, 0, 0, 1, 1, 8]" in direct.default.lowering_config  # kh, kw one tap; 128 channels
-    assert pipeline_for(igemm) is not None and pipeline_for(direct) is None
+    view = gemm_view(direct)
+    assert (view.rank, view.m, view.n, view.k, view.k_extent) == (7, 2, 3, 6, 256)  # K: 256 input channels, not 2304
+    assert view.unit_reduction == (4, 5) and view.rows == (1, 14) and view.images == (0, 8)
+    own = compiler_knobs_of_default(direct)
+    assert own == compiler_knobs_of_default(igemm) == {"mma_kind": 0, "subgroups_m": 4, "subgroup_m": 2,
+                                                       "subgroups_n": 2, "subgroup_n": 2, "reduction_k": 8}
+    # One of its neighbours, counted by hand: 2 images of 2 rows of 16 padded columns (64) by 32
+    # channels, 2 x 2 subgroups of 2 x 2 MMA tiles, 2 K steps of 16 channels.
+    knobs = {**own, "subgroups_m": 2, "reduction_k": 2, "prefetch_num_stages": 2, "reorder_workgroups": 0}
+    t = tile_sizes(direct, knobs)
+    assert (t.workgroup, t.subgroup, t.reduction) == ((2, 2, 16, 32, 0, 0, 0), (2, 1, 1, 2, 0, 0, 0),
+                                                      (0, 0, 0, 0, 1, 1, 2))
+    pipeline = pipeline_for(direct)
+    assert pipeline is not None and pipeline.build_problem(direct).admits(knobs)
+    config = pipeline.to_config(direct, knobs, ctx)
+    assert "padding_conv = [2, 2, 16, 32, 0, 0, 32]" in config.expect_lowering_config  # channels padded to the K step
+    assert "use_igemm_convolution = false" in config.expect_translation_info
+
+
+@pytest.mark.slow
+def test_direct_convolution_candidates_compile_and_carry_their_config_on_cuda(ctx, tmp_path):
+    from pipelines.llvmgpu_tile_and_fuse import DIRECT_CONVOLUTION
+    from tuner.stages.builtin import with_flags
+
+    target = with_flags(parse_target("cuda"), DIRECT_CONVOLUTION)
+    [d] = discover(CONV7, target, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), 4, ctx, target.spec_entry)
+    built = build_all(LocalBuilder.of(CONV7, target, tmp_path, ctx), candidates)
+    # build_all reads each config back from the compiled dispatch: a config not taken is a failure.
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    assert len({b.result.binary_hash for b in built}) == len(built)
+    assert all("reduction = [0, 0, 0, 0, 1, 1," in c.config.expect_lowering_config for c in candidates[1:])
 
 
 @pytest.mark.slow

@@ -516,3 +516,30 @@ def test_the_flag_stage_shows_its_builds_as_a_progress_phase(tmp_path, monkeypat
                stages=[FlagStage(tune_budget=0)])
     # Three options (the flag, the rewrite, both), counted one build at a time.
     assert [p for p in phases if p[0] == "choices"] == [("choices", 1, 3), ("choices", 2, 3), ("choices", 3, 3)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("together_ms, kept", [(0.5, "both"), (0.9, "first")])
+def test_the_flag_stage_adds_another_flag_set_to_its_choice_only_where_the_model_beats_the_choice_with_it(
+        tmp_path, monkeypatch, together_ms, kept):
+    """Designed times: late data tiling alone 0.8 ms, no debug symbols alone 0.9 ms, against a
+    1.0 ms default; data tiling is chosen, then the two flag sets together are timed against it
+    (as O3 on top of direct convolutions on ResNet-50) and kept only where they beat it."""
+    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.stages import flags as flag_stage
+    from tuner.stages.flags import ModelOption
+
+    no_symbols = ("--iree-llvmcpu-debug-symbols=false",)
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,), no_symbols))
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", ())
+    both = (DATA_TILING_FLAG, *no_symbols)
+    times = {ModelOption((DATA_TILING_FLAG,)).directory: 0.8, ModelOption(no_symbols).directory: 0.9,
+             ModelOption(both).directory: together_ms}
+    timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    state = _flag_stage(model, tmp_path / "out", timer).state
+    assert state.flags == (both if kept == "both" else (DATA_TILING_FLAG,))
+    assert state.flag_trials[" ".join(both)] == pytest.approx(1.25 * 0.8 / together_ms, rel=1e-3)
+    assert state.flag_trials[no_symbols[0]] == pytest.approx(1.0 / 0.9, rel=1e-3)

@@ -53,6 +53,17 @@ def model_options(env: StageEnv) -> list[ModelOption]:
     offer, and each program rewrite of the target's kind that finds something to rewrite, alone
     and with each flag set (the stage then adds the other rewrites to its choice one at a time:
     FlagStage). A rewrite that finds nothing is one option, reported as such."""
+    flag_sets = _flag_sets(env)
+    offered = _offered(env)
+    applying = _applying(env)
+    return (flag_sets
+            + [ModelOption((), r) for r in offered if r not in applying]
+            + [ModelOption((), r) for r in applying] + [replace(f, rewrite=r) for r in applying for f in flag_sets])
+
+
+def _flag_sets(env: StageEnv) -> list[ModelOption]:
+    """Each flag set the pipelines of the model's dispatches offer, with the kinds of dispatch it
+    forms that are tuned before it is judged."""
     flag_sets: list[tuple[str, ...]] = []
     tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
     for d in env.program.dispatches:
@@ -62,11 +73,20 @@ def model_options(env: StageEnv) -> list[ModelOption]:
                 flag_sets.append(flags)
             if flags in p.tuned_model_flags_for(d) and d.kind not in tunes.get(flags, ()):
                 tunes[flags] = (*tunes.get(flags, ()), d.kind)
-    offered = _offered(env)
-    applying = _applying(env)
-    return ([ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
-            + [ModelOption((), r) for r in offered if r not in applying]
-            + [ModelOption((), r) for r in applying] + [ModelOption(flags, r) for r in applying for flags in flag_sets])
+    return [ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
+
+
+def _additions(option: ModelOption, applying: list[Rewrite], flag_sets: list[ModelOption]) -> list[ModelOption]:
+    """The choice with one more applying rewrite, or with one more flag set's flags (after its
+    own; the kinds either tunes are tuned)."""
+    have = option.rewrite.names if option.rewrite else ()
+    more = [replace(option, rewrite=combined([r for r in applying if r.name in have or r is extra]))
+            for extra in applying if extra.name not in have]
+    for f in flag_sets:
+        flags = (*option.flags, *(flag for flag in f.flags if flag not in option.flags))
+        if flags != option.flags:
+            more.append(replace(option, flags=flags, tunes=(*option.tunes, *(k for k in f.tunes if k not in option.tunes))))
+    return more
 
 
 def _offered(env: StageEnv) -> tuple[Rewrite, ...]:
@@ -167,20 +187,18 @@ class FlagStage:
 
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
                 trials: dict) -> tuple[ModelOption, BuiltVariant, float]:
-        """The choice with the other applying rewrites added one at a time, each addition kept
-        where the model with it beats the choice so far side by side (ResNet-50 on cuda: the
-        subsample with channels-last first, then padded rows on top; all rewrites together
-        would also turn its 1x1 convolutions into batched matmuls, slower than channels-last).
+        """The choice with the other applying rewrites and the other flag sets added one at a
+        time (_additions), each addition kept where the model with it beats the choice so far
+        side by side (ResNet-50 on cuda: the subsample with channels-last first, then padded rows
+        on top; all rewrites together would also turn its 1x1 convolutions into batched matmuls,
+        slower than channels-last; direct convolutions ran 1.035x faster with O3 on top, BENCHMARKS.md).
         Each trial's figure against the default is the product of the two comparisons."""
-        applying = _applying(env)
-        for step in range(1, len(applying) + 1):
-            have = option.rewrite.names if option.rewrite else ()
-            more = [ModelOption(option.flags, combined([r for r in applying if r.name in have or r is extra]),
-                                tunes=option.tunes) for extra in applying if extra.name not in have]
+        applying, flag_sets = _applying(env), _flag_sets(env)
+        for step in range(1, len(applying) + len(flag_sets) + 1):
             # One the first round tried already (a flag set chosen alone, then a rewrite with it)
             # was slower than the choice: the same build, not timed again.
-            more = [o for o in more if o.label not in trials]
-            judged = self._judge(env, default, best, more, trials, f"flag-runs-{step}", scale=speedup)
+            more = [o for o in _additions(option, applying, flag_sets) if o.label not in trials]
+            judged = self._judge(env, default, best, more, trials, f"flag-runs-{step}", scale=speedup) if more else None
             if judged is None:
                 break
             option, best, gain = judged
