@@ -539,7 +539,11 @@ def test_the_flag_stage_adds_another_flag_set_to_its_choice_only_where_the_model
     timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
+    said = []
     state = _flag_stage(model, tmp_path / "out", timer).state
     assert state.flags == (both if kept == "both" else (DATA_TILING_FLAG,))
     assert state.flag_trials[" ".join(both)] == pytest.approx(1.25 * 0.8 / together_ms, rel=1e-3)
     assert state.flag_trials[no_symbols[0]] == pytest.approx(1.0 / 0.9, rel=1e-3)
+    # A rerun reuses the decision, the joined flag sets included (it would decide again otherwise).
+    again = _flag_stage(model, tmp_path / "out", timer, say=said.append).state
+    assert again.flags == state.flags and any("reusing the decision" in line for line in said), said

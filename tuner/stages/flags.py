@@ -304,11 +304,12 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
         return None
     if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
         return None
-    flag_sets = {o.flags for o in options} | {()}
+    offered = [f for o in options for f in o.flags]  # a choice may join several flag sets (_additions)
+    flags = tuple(data.get("flags", ()))
     names = [n for o in options if o.rewrite for n in o.rewrite.names]
     rewrites = tuple(data.get("rewrites", ()))
     program = Path(data["program"]) if data.get("program") else None
-    if (tuple(data.get("flags", ())) not in flag_sets or not set(rewrites) <= set(names)
+    if (not set(flags) <= set(offered) or len(set(flags)) != len(flags) or not set(rewrites) <= set(names)
             or list(rewrites) != sorted(rewrites, key=names.index)
             or (program is not None and not (program.is_file()
                                              and program.resolve().is_relative_to(env.output_dir.resolve())))):
