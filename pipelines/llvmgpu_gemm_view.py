@@ -67,6 +67,15 @@ def gemm_view(dispatch: Dispatch) -> GemmView:
                         images=(c.batch[0], b[c.batch[0]]) if c.batch else None, direct=True)
     if c is None:
         md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
+        image = image_rows(dispatch)
+        if image:
+            # Columns, rows and images of an output image (a 1x1 convolution made channels last):
+            # the M tile lies on whole padded rows, then images, as a convolution's does.
+            row, images = image[-2], image[:-2]
+            outer = tuple(d for d in dispatch.m_dims if d not in image)
+            return GemmView(len(b), md, nd, kd, b[md], b[nd], b[kd],
+                            (*dispatch.batch_dims, *outer, *dispatch.n_dims[:-1]), dispatch.k_dims[:-1],
+                            rows=(row, b[row]), images=(images[0], b[images[0]]) if images else None)
         return GemmView(len(b), md, nd, kd, b[md], b[nd], b[kd],
                         (*dispatch.batch_dims, *dispatch.m_dims[:-1], *dispatch.n_dims[:-1]), dispatch.k_dims[:-1])
     parallel = sorted((*c.batch, *c.output_image, *c.output_channel))
@@ -82,6 +91,25 @@ def gemm_view(dispatch: Dispatch) -> GemmView:
                         tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]), rows_on_n=True, images=images)
     return GemmView(len(parallel) + 1, at[col], at[channel], len(parallel), b[col],
                     b[channel], k_extent, tuple(at[d] for d in c.batch), (), rows=(at[row], b[row]), images=images)
+
+
+def image_rows(dispatch: Dispatch) -> tuple[int, ...]:
+    """A contraction's M loops that are an output image's (images,) rows and columns: its last
+    two or three M loops, consecutive and innermost-last, where the columns are not whole MMA
+    tiles (ROW_MULTIPLE). IREE 3.13 forms such a contraction from a channels-last 1x1
+    convolution whose result is written into the next convolution's padded input (ResNet-50's
+    8x14x14x256x1024) and configures it as a convolution: workgroup [2, 2, 16, 64, 0] is 2
+    images of 2 rows of 14 columns padded to 16. () where the M loops are not such an image."""
+    m = dispatch.m_dims
+    if dispatch.conv is not None or len(m) < 2 or dispatch.loop_bounds[m[-1]] % ROW_MULTIPLE == 0:
+        return ()
+    image = m[-3:] if len(m) >= 3 else m
+    while len(image) > 2 and image[1] != image[0] + 1:
+        image = image[1:]
+    return image if all(b == a + 1 for a, b in zip(image, image[1:])) else ()
+
+
+ROW_MULTIPLE = 16  # the largest MMA tile side among the GPU targets' intrinsics
 
 
 # How a tile along the columns' GEMM side lies on a convolution's output image. The columns are

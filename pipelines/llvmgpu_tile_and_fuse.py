@@ -268,15 +268,20 @@ class LLVMGPUTileAndFuse(Pipeline):
                 padding_conv[kd] = k_tile
                 fields["padding_conv"] = i64_array(padding_conv)
             elif view.rows and (view.columns % workgroup[nd if view.rows_on_n else md] or k % k_tile):
-                # As the compiler pads a convolution's columns (its own configs): each workgroup
-                # tile to its full size, on the implicit GEMM and on the convolution's own loops.
-                fields["padding"] = i64_array([*workgroup[:-1], k_tile])
-                loops = len(tuned.loop_bounds)
-                fields["padding_conv"] = i64_array([*workgroup[:-1], *[0] * (loops - rank + 1)])
+                # As the compiler pads an image's columns (its own configs): each workgroup tile
+                # to its full size, on the GEMM and, for a convolution, on its own loops.
+                padding = list(workgroup)
+                padding[kd] = k_tile
+                fields["padding"] = i64_array(padding)
+                if tuned.conv is not None:
+                    loops = len(tuned.loop_bounds)
+                    fields["padding_conv"] = i64_array([*workgroup[:-1], *[0] * (loops - rank + 1)])
             elif not view.rows and (m % wg_m or n % wg_n or k % k_tile):
-                # As the compiler does for unaligned shapes: pad each tile to its full size.
-                padding = [0] * rank
-                padding[md], padding[nd], padding[kd] = workgroup[md], workgroup[nd], k_tile
+                # As the compiler does for unaligned shapes: pad each tile to its full size, the
+                # unit-tiled loops to 1 (a 0 there crashed iree-compile with SIGFPE: every
+                # candidate of ResNet-50's 8x14x14x256x1024 1x1 convolution as a contraction).
+                padding = [t if t else 0 for t in workgroup]
+                padding[kd] = k_tile
                 fields["padding"] = i64_array(padding)
             default = ir.Attribute.parse(dispatch.default.lowering_config) if dispatch.default.lowering_config else None
             if isinstance(default, iree_gpu.LoweringConfigAttr):
@@ -289,7 +294,7 @@ class LLVMGPUTileAndFuse(Pipeline):
                 else iree_gpu.ReorderWorkgroupsStrategy.None_)
             options = iree_gpu.PipelineOptionsAttr.get(prefetch_num_stages=int(s["prefetch_num_stages"]),
                                                        reorder_workgroups_strategy=reorder,
-                                                       use_igemm_convolution=(not view.direct) if view.rows else None)
+                                                       use_igemm_convolution=(not view.direct) if tuned.conv else None)
             translation = iree_codegen.TranslationInfoAttr.get(
                 ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], (dispatch.target.subgroup_sizes or (32,))[0],
                 ir.DictAttr.get({"gpu_pipeline_options": options}),

@@ -418,3 +418,40 @@ def test_padded_column_configs_of_resnets_14_wide_convolution_compile_and_carry_
     # build_all reads each config back from the compiled dispatch: a config not taken is a failure.
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert any("padding_conv" in c.config.compilation_info for c in candidates[1:])
+
+
+POINTWISE14 = KINDS / "pointwise_into_padded_8x14x14x256x1024_f16.mlir"
+
+
+def test_a_contraction_over_an_output_image_is_tiled_on_whole_padded_rows_as_the_compiler_does(ctx):
+    """A 1x1 convolution made channels last and written into a padded buffer stays a contraction
+    with M loops (8 images, 14 rows, 14 columns). IREE 3.13's own config tiles it as a
+    convolution: workgroup [2, 2, 16, 64, 0], 2 images of 2 rows of 14 columns padded to 16,
+    subgroup [2, 1, 1, 4, 0], 128 threads, 8 K steps. Tiled as a plain GEMM on its 14 columns
+    (the other M loops one each), every candidate crashed iree-compile (SIGFPE) on the H100 run."""
+    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default, gemm_view, tile_sizes
+
+    [d] = discover(POINTWISE14, parse_target("cuda"), ctx)
+    assert d.conv is None and d.loop_bounds == (8, 14, 14, 256, 1024)
+    view = gemm_view(d)
+    assert (view.m, view.columns, view.rows, view.images, view.n, view.k) == (2, 14, (1, 14), (0, 8), 3, 4)
+    # Counted by hand: M 64 = 2 subgroups x 2 MMA tiles x 16; N 64 = 2 subgroups x 4 x 8.
+    own = compiler_knobs_of_default(d)
+    assert own == {"mma_kind": 0, "subgroups_m": 2, "subgroup_m": 2, "subgroups_n": 2, "subgroup_n": 4,
+                   "reduction_k": 8}
+    knobs = {**own, "subgroups_m": 4, "prefetch_num_stages": 2, "reorder_workgroups": 0}  # 128 rows: 4 images x 2 rows
+    t = tile_sizes(d, knobs)
+    assert (t.workgroup, t.subgroup, t.threads) == ((4, 2, 16, 64, 0), (2, 1, 1, 4, 0), 256)
+    config = pipeline_for(d).to_config(d, knobs, ctx)
+    assert "padding = [4, 2, 16, 64, 128]" in config.expect_lowering_config
+    assert "padding_conv" not in config.expect_lowering_config
+    assert "use_igemm_convolution" not in config.expect_translation_info
+
+
+@pytest.mark.slow
+def test_candidates_of_a_contraction_over_an_output_image_compile_and_carry_their_config_on_cuda(ctx, tmp_path):
+    target = parse_target("cuda")
+    [d] = discover(POINTWISE14, target, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
+    built = build_all(LocalBuilder.of(POINTWISE14, target, tmp_path, ctx), candidates)
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
