@@ -118,7 +118,9 @@ ROW_MULTIPLE = 16  # the largest MMA tile side among the GPU targets' intrinsics
 # [4, 2, 16, 32, 128] for 8x14x14x256). A tile no wider than a padded row divides it; a wider one
 # spans whole padded rows: as many rows as the row count shares with the spans, then as many
 # images as are left, which must divide the batch (the compiler's 4 images of 2 rows above; 8
-# images of one row for the 7-row output). The same rule in integers (column_tiles) and in Z3
+# images of one row for the 7-row output); a tile wider than a row but not a multiple of it pads
+# that one row to the tile, where that adds at most a quarter (112 columns in 128, the compiler's
+# config of ResNet's stem). The same rule in integers (column_tiles) and in Z3
 # terms (column_tiles_fit). A subgroup's tile is the workgroup's divided among its subgroups,
 # innermost first: columns (in MMA tiles), then rows, then images (subgroup_placement), which
 # gives the compiler's subgroup [2, 1, 1, 2, 0] (2 images of one row) for both outputs.
@@ -142,7 +144,9 @@ def column_tiles(view: GemmView, tile: int, mma: int) -> tuple[int, int, int] | 
     if tile <= padded:
         return (tile, 1, 1) if padded % tile == 0 else None
     if tile % padded:
-        return None
+        # One row padded to the tile, where that adds at most a quarter (the compiler's own
+        # config of ResNet's stem: 112 columns in a tile of 128).
+        return (tile, 1, 1) if tile * 4 <= view.columns * 5 else None
     placed = _spans(view, tile // padded)
     return (padded, *placed) if placed else None
 
@@ -155,6 +159,7 @@ def column_tiles_fit(view: GemmView, tile, mma):
     padded = (view.columns + mma - 1) / mma * mma
     wide = [s for s in range(2, MAX_SPANS + 1) if _spans(view, s)]
     return z3.Or(z3.And(tile <= padded, padded % tile == 0),
+                 z3.And(tile > padded, tile % padded != 0, tile * 4 <= view.columns * 5),
                  z3.And(tile > padded, z3.Or([tile == padded * s for s in wide]) if wide else z3.BoolVal(False)))
 
 

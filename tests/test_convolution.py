@@ -312,6 +312,7 @@ def test_a_unet_resnet_block_as_torch_exports_it_has_its_convolutions_and_group_
 KINDS = Path(__file__).parent / "fixtures" / "kinds"
 CONV7 = KINDS / "conv_nhwc_8x9x9x512_3x3_f16.mlir"
 CONV14 = KINDS / "conv_nhwc_8x16x16x256_3x3_f16.mlir"
+STEM = KINDS / "conv_nhwc_8x230x230x3_7x7s2_f16.mlir"
 
 
 def test_a_column_tile_lies_on_padded_rows_then_images_of_a_14_wide_output(ctx):
@@ -373,7 +374,7 @@ def test_the_z3_rule_for_column_tiles_admits_exactly_the_tiles_that_lie_on_the_i
 
     from pipelines.llvmgpu_gemm_view import column_tiles, column_tiles_fit, gemm_view
 
-    for fixture in (CONV7, CONV14, CONV):
+    for fixture in (CONV7, CONV14, CONV, STEM):
         [d] = discover(fixture, parse_target("cuda"), ctx)
         view = gemm_view(d)
         for mma in (8, 16):
@@ -454,4 +455,42 @@ def test_candidates_of_a_contraction_over_an_output_image_compile_and_carry_thei
     [d] = discover(POINTWISE14, target, ctx)
     candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
     built = build_all(LocalBuilder.of(POINTWISE14, target, tmp_path, ctx), candidates)
+    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+
+
+def test_the_stem_convolutions_own_config_is_in_the_space_one_padded_row_and_k_padded(ctx):
+    """ResNet's stem (7x7, stride 2, 3 channels; 112 output columns; K = 147). IREE 3.13's own
+    config on cuda: workgroup [1, 1, 128, 32, 0] (one row of 112 columns padded to 128), subgroup
+    [1, 1, 2, 2, 0], 8 subgroups, 2 K steps (K padded to 160: padding [1, 1, 128, 32, 32]). The
+    space had no config for it at all (K is no multiple of a K step, and 112 columns take no
+    power-of-two tile but 16)."""
+    from pipelines.llvmgpu_gemm_view import column_tiles, compiler_knobs_of_default, gemm_view
+
+    [d] = discover(STEM, parse_target("cuda"), ctx)
+    view = gemm_view(d)
+    assert (view.columns, view.k_extent) == (112, 147)
+    assert column_tiles(view, 128, 16) == (128, 1, 1)  # 112 padded to 128: a seventh more
+    assert column_tiles(view, 16, 16) == (16, 1, 1)
+    assert column_tiles(view, 256, 16) is None  # 2.3 rows: lies on nothing
+    assert column_tiles(view, 64, 16) is None  # 112 = 1.75 x 64
+    own = compiler_knobs_of_default(d)
+    assert own == {"mma_kind": 0, "subgroups_m": 4, "subgroup_m": 2, "subgroups_n": 2, "subgroup_n": 2,
+                   "reduction_k": 2}
+    pipeline = pipeline_for(d)
+    knobs = {**own, "prefetch_num_stages": 2, "reorder_workgroups": 0}
+    problem = pipeline.build_problem(d)
+    assert problem.admits(knobs)
+    assert not problem.admits({**knobs, "reduction_k": 4})  # K 147 padded to 192: a third more
+    config = pipeline.to_config(d, knobs, ctx)
+    assert "padding = [1, 1, 128, 32, 32]" in config.expect_lowering_config
+    assert "padding_conv = [1, 1, 128, 32, 0, 0, 0]" in config.expect_lowering_config
+
+
+@pytest.mark.slow
+def test_the_stem_convolutions_candidates_compile_and_carry_their_config_on_cuda(ctx, tmp_path):
+    target = parse_target("cuda")
+    [d] = discover(STEM, target, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
+    assert len(candidates) == 4
+    built = build_all(LocalBuilder.of(STEM, target, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
