@@ -66,7 +66,12 @@ def test_within_noise_of_best():
 def test_nothing_ranked_keeps_the_default_and_says_so():
     ranking = rank([])
     assert ranking.best is None and ranking.baseline is None and ranking.ranked == () and ranking.failed == ()
-    assert ranking.verdict == "no candidate ran successfully: keeping the compiler's default"
+    assert ranking.verdict == "no candidate to try (the space holds no config for it): keeping the compiler's default"
+    # The baseline alone (an empty space) is not "no candidate ran" (ResNet's stem said so).
+    alone = rank([_r(0, 20.0, baseline=True)])
+    assert alone.best is None and alone.verdict.startswith("no candidate to try")
+    failed = rank([_r(0, 20.0, baseline=True), _r(1, None, Status.COMPILE_FAILED)])
+    assert failed.verdict == "no candidate ran successfully: keeping the compiler's default"
 
 
 def test_store_keeps_the_latest_per_key_and_version(tmp_path):

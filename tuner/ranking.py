@@ -87,6 +87,8 @@ def rank(results: Iterable[Result]) -> Ranking:
                    f"{lead.paired.speedup:.2f}x in the rounds that chose it, but {lead.speedup:.2f}x in "
                    f"{len(lead.holdout_ratios)} fresh rounds after, faster in {_faster(lead.holdout_ratios)} of them: "
                    f"keeping the compiler's default")
+    elif not any(not r.is_baseline for r in results):
+        verdict = "no candidate to try (the space holds no config for it): keeping the compiler's default"
     elif not any(r.ok for r in results if not r.is_baseline):
         verdict = "no candidate ran successfully: keeping the compiler's default"
     elif not confirmed:
