@@ -13,7 +13,9 @@
 #       # (/tmp/tm-NAME, with its check builds) against the subsample + channels-last build with
 #       # the compiler's configs (the right baseline where the default build is wrong), CUPTI
 #
-# NAME: resnet50_f16_b8 (FUNCTION resnet50) or resnet18_f16_b8 (resnet18), from examples/onnx_models.py.
+# NAME: resnet50_f16_b8 (FUNCTION resnet50), resnet18_f16_b8 (resnet18) or unet_resnet_block_f16
+# (unet_resnet_block; no strided 1x1 to subsample, no row to pad: the variants are its own program's),
+# from examples/onnx_models.py.
 set -u
 source benchmarks/gpu_setup.sh >/dev/null 2>&1
 step=$1; NAME=$2; FN=$3
@@ -31,7 +33,7 @@ choices)
   python3 benchmarks/rewrite_check.py $M/$NAME.onnx --rewrite subsample-strided-1x1+pad-conv-columns --work $P \
     --variant "cl=$CL" --variant "cld=$CL;$DC" 2>&1 | grep -E "relative error|did not" | sed 's/^/pad /' &
   wait
-  kernels --input $B/input0.npy --rounds 8 cl=$B/cl-cuda.vmfb cld=$B/cld-cuda.vmfb cldo3=$B/cldo3-cuda.vmfb \
+  kernels $(for f in $(ls $B/input*.npy | sort -V); do echo --input $f; done) --rounds 8 cl=$B/cl-cuda.vmfb cld=$B/cld-cuda.vmfb cldo3=$B/cldo3-cuda.vmfb \
     padcl=$P/cl-cuda.vmfb padcld=$P/cld-cuda.vmfb ;;
 split)
   W=/tmp/split-$NAME; mkdir -p $W

@@ -11,6 +11,7 @@ left in WORK for benchmarks/gpu_model_kernels.py.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,10 @@ def main() -> None:
     original = args.work / "original.mlir"
     subprocess.run(["iree-import-onnx", str(args.model), "-o", str(original)], check=True)
     rewritten = args.work / "rewritten.mlir"
-    print(f"{args.rewrite}: {len(rewrite_program(original, rewrite, rewritten))} rewritten")
+    changed = rewrite_program(original, rewrite, rewritten)
+    print(f"{args.rewrite}: {len(changed)} rewritten")
+    if not changed:  # the variants are then the original program's
+        shutil.copyfile(original, rewritten)
     model = onnx.load(args.model)
     rng = np.random.default_rng(0)
     types = {1: np.float32, 10: np.float16}
