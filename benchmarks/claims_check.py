@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.side_by_side import claimed, claimed_interval, default_and_choice, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.evaluation.runner import RunSettings  # noqa: E402
+from tuner.evaluation.runner import ModuleRun  # noqa: E402
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
 
 # (name, M, N, K)
@@ -104,8 +104,8 @@ def independent(path: Path, out: Path, rounds: int) -> tuple[float, float, float
     modules = default_and_choice(path, out)
     m, n, k = (int(x) for x in path.stem.split("_")[1].split("x"))
     workload = Workload("main", (TensorSpec((m, k), "f32"), TensorSpec((k, n), "f32")))
-    settings = RunSettings("local-task", "main", tuple(workload.write_inputs(out / "independent-inputs")),
-                           repetitions=5, min_time_s=0.1)
+    settings = ModuleRun("local-task", "main", tuple(workload.write_inputs(out / "independent-inputs")),
+                         repetitions=5, min_time_s=0.1)
     times = interleaved(modules, settings, rounds)
     ratios = [d / c for d, c in zip(times["default"], times["choice"])]
     return statistics.median(times["default"]), statistics.median(times["choice"]), statistics.median(ratios), ratios

@@ -36,7 +36,6 @@ CASES = [
 
 
 def model(case, rng):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     n, c, s, k, r, stride, dt, bias, relu = case

@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
 from benchmarks.side_by_side import claimed, default_and_choice, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.evaluation.runner import RunSettings  # noqa: E402
+from tuner.evaluation.runner import ModuleRun  # noqa: E402
 
 # (name, output H=W, input channels, output channels, filter, stride)
 CONVS = [
@@ -75,7 +75,7 @@ def independent(path: Path, out: Path, inputs: tuple[TensorSpec, ...], rounds: i
     per-round ratios default/choice)."""
     modules = default_and_choice(path, out)
     files = Workload("main", inputs).write_inputs(out / "independent-inputs")
-    settings = RunSettings("local-task", "main", tuple(files), repetitions=5, min_time_s=0.1)
+    settings = ModuleRun("local-task", "main", tuple(files), repetitions=5, min_time_s=0.1)
     times = interleaved(modules, settings, rounds)
     ratios = [d / c for d, c in zip(times["default"], times["choice"])]
     return statistics.median(times["default"]), statistics.median(times["choice"]), ratios

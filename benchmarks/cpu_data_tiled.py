@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner import api  # noqa: E402
-from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
+from tuner.evaluation.runner import ModuleRun, benchmark  # noqa: E402
 from tuner.core.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
@@ -124,8 +124,8 @@ def main() -> None:
                 raise SystemExit(f"{name}: {label} build failed: {run.first_error()}")
         inputs = tuple(sorted((work / "tuning" / "candidates" / "inputs").glob("input*"),  # the tuner's own
                               key=lambda p: int(p.name[len("input"):].split(".")[0])))
-        settings = RunSettings(device=target.device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2,
-                               runtime_flags=(f"--parameters=model={irpa}",))
+        settings = ModuleRun(device=target.device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2,
+                             runtime_flags=(f"--parameters=model={irpa}",))
         samples: dict[str, list[float]] = {label: [] for label in [*builds, "numpy"]}
         wt = w32.T
         numpy_fn = lambda: x32 @ wt  # noqa: E731

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner import api  # noqa: E402
 from tuner.core.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
-from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
+from tuner.evaluation.runner import ModuleRun, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 
@@ -133,7 +133,7 @@ def main() -> None:
                 raise SystemExit(f"{name}: {label} build failed: {run.first_error()}")
         inputs = tuple(sorted((work / "tuning" / "candidates" / "inputs").glob("input*.npy")))  # written by the evaluator
         numpy_fn = reference(*(np.load(p) for p in inputs))
-        settings = RunSettings(device=target.device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2)
+        settings = ModuleRun(device=target.device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2)
         samples: dict[str, list[float]] = {"default": [], "tuned": [], "numpy": []}
         for _ in range(args.rounds):  # interleaved: default, tuned, numpy, default, ...
             for label in ("default", "tuned"):

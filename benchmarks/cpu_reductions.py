@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.side_by_side import claimed, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.evaluation.runner import RunSettings  # noqa: E402
+from tuner.evaluation.runner import ModuleRun  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 
@@ -113,7 +113,7 @@ def main() -> None:
         source = Path(results["input"])
         modules = {"default": _compile(source, flags, run_dir / "independent-default.vmfb"),
                    "choice": _compile(source, [f"@{run_dir / 'best_flags.txt'}"], run_dir / "independent-choice.vmfb")}
-        times = interleaved(modules, RunSettings("local-task", results["entry"], ()), args.rounds, results["entry"])
+        times = interleaved(modules, ModuleRun("local-task", results["entry"], ()), args.rounds, results["entry"])
         med, lo, hi = _ratio(times, "default", "choice")
         best = next((c for c in results["candidates"] if c["candidate_id"] == results["best"]), None)
         rows.append(f"| {d['kind']} {d['shape']} ({100 * (d['share'] or 0):.1f}% of the model) | "
@@ -135,7 +135,7 @@ def main() -> None:
         if carried:
             model_modules[tag] = vmfb
     inputs = _model_inputs(program, out)
-    times = interleaved(model_modules, RunSettings("local-task", inputs[0], inputs[1]), args.rounds)
+    times = interleaved(model_modules, ModuleRun("local-task", inputs[0], inputs[1]), args.rounds)
 
     print(f"CPU: {cpu_identity()} ({platform.machine()}); {args.model.name}; {args.candidates} candidates; "
           f"{args.rounds} interleaved rounds\n")

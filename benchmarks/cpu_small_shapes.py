@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.cpu_data_tiled import layer_mlir, time_numpy, write_weights  # noqa: E402
 from benchmarks.cpu_matmul import mlir_for  # noqa: E402
-from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
+from tuner.evaluation.runner import ModuleRun, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 
@@ -83,8 +83,8 @@ def main() -> None:
         variants = [(label, device) for label in BUILDS for device in ("local-task", "local-sync")]
         for r in range(args.rounds):
             for label, device in (variants if r % 2 == 0 else variants[::-1]):
-                settings = RunSettings(device=device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2,
-                                       runtime_flags=runtime)
+                settings = ModuleRun(device=device, entry="main", inputs=inputs, repetitions=3, min_time_s=0.2,
+                                     runtime_flags=runtime)
                 timing, run = benchmark(work / module_name(label), settings)
                 if timing is None:
                     raise SystemExit(f"{name}: {label} on {device} did not run: {run.first_error()}")

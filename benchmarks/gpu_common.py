@@ -59,12 +59,12 @@ def default_tuned_torch(data: dict, manifest, work: Path, torch_fn: Callable[[],
     """Median ms of the baseline's and the winner's dispatch alone (as the tuner times them) and
     of `torch_fn`, over rotating interleaved rounds: whatever runs first after a pause can see
     lower clocks, so no one always goes first."""
-    from tuner.evaluation.runner import RunSettings, benchmark
+    from tuner.evaluation.runner import ModuleRun, benchmark
 
     built = {b.result.candidate_id: b for b in manifest.built}
     chosen = {"default": next(b for b in manifest.built if b.result.is_baseline), "tuned": built[chosen_id(data)]}
-    settings = RunSettings(device="cuda", entry=manifest.workload.entry, inputs=manifest.inputs(work),
-                           repetitions=3, min_time_s=0.2)
+    settings = ModuleRun(device="cuda", entry=manifest.workload.entry, inputs=manifest.inputs(work),
+                         repetitions=3, min_time_s=0.2)
     samples: dict[str, list[float]] = {"default": [], "tuned": [], "torch": []}
     order = ["default", "tuned", "torch"]
     for round_ in range(rounds):

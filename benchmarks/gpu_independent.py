@@ -66,13 +66,13 @@ def torch_matmul(inputs: tuple[Path, ...]):
 
 def measure_step(args: argparse.Namespace) -> None:
     from benchmarks.gpu_common import time_cuda
-    from tuner.evaluation.runner import RunSettings, benchmark
+    from tuner.evaluation.runner import ModuleRun, benchmark
     from tuner.discovery.workload import Workload
 
     plan = json.loads((args.dir / "plan.json").read_text())
     workload = Workload.from_json(plan["workload"])
     inputs = tuple(workload.write_inputs(args.dir / "inputs"))
-    settings = RunSettings(device="cuda", entry=workload.entry, inputs=inputs, repetitions=3, min_time_s=0.2)
+    settings = ModuleRun(device="cuda", entry=workload.entry, inputs=inputs, repetitions=3, min_time_s=0.2)
     torch_fn = torch_matmul(inputs)
     order = [*plan["labels"], "cuBLAS"]
     samples: dict[str, list[float]] = {label: [] for label in order}

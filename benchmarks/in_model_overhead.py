@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tuner.evaluation import cupti
 from tuner.evaluation.in_model import LoadedModule, on_device_thread
-from tuner.evaluation.runner import RunSettings
+from tuner.evaluation.runner import ModuleRun
 
 
 def _loop(module: LoadedModule, calls: int, read_every: bool) -> float:
@@ -26,7 +26,7 @@ def _loop(module: LoadedModule, calls: int, read_every: bool) -> float:
 
 
 def measure(vmfb: Path, entry: str, inputs: tuple[Path, ...], calls: int) -> list[tuple[str, float]]:
-    module = LoadedModule(vmfb, RunSettings("cuda", entry, inputs))
+    module = LoadedModule(vmfb, ModuleRun("cuda", entry, inputs))
     for _ in range(5):
         module.call()
     rows = []

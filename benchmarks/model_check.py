@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tuner.evaluation.device_identity import device_identity  # noqa: E402
-from tuner.evaluation.runner import RunSettings, benchmark  # noqa: E402
+from tuner.evaluation.runner import ModuleRun, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 
@@ -76,8 +76,8 @@ def main() -> None:
                           key=lambda p: int(p.name[len("input"):].split(".")[0])))
     # A model with external parameters reads them as the tuner's runs did (results.json names them).
     parameters = tuple(f"--parameters={p}" for p in data.get("parameters", []))
-    settings = RunSettings(args.device or target.device, data["entry"], inputs, args.repetitions, 0.2, 600,
-                           runtime_flags=parameters)
+    settings = ModuleRun(args.device or target.device, data["entry"], inputs, args.repetitions, 0.2, 600,
+                         runtime_flags=parameters)
     times: dict[str, list[float]] = {name: [] for name in builds}
     for r in range(args.rounds):
         for name in (list(builds) if r % 2 == 0 else list(builds)[::-1]):

@@ -25,7 +25,7 @@ def main() -> None:
     listed = json.loads(args.profile.read_text())
     cupti = json.loads(args.kernels.read_text())[args.name]["dispatch_ms"]
     print(f"method: {listed['method']}")
-    print(f"| dispatch (runs per call) | profile, ms per call | independent CUPTI, ms per call | ratio |")
+    print("| dispatch (runs per call) | profile, ms per call | independent CUPTI, ms per call | ratio |")
     print("|---|---|---|---|")
     within, total, sums = 0, 0, [0.0, 0.0]
     for row in sorted(listed["dispatches"], key=lambda r: -(r["ms"] or 0) * r["runs"]):

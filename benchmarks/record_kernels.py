@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from tuner.evaluation import cupti  # noqa: E402
 from tuner.evaluation.in_model import LoadedModule  # noqa: E402
-from tuner.evaluation.runner import RunSettings  # noqa: E402
+from tuner.evaluation.runner import ModuleRun  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    loaded = LoadedModule(args.module, RunSettings("cuda", args.function, tuple(args.inputs)))
+    loaded = LoadedModule(args.module, ModuleRun("cuda", args.function, tuple(args.inputs)))
     loaded.call()
     a = torch.randn(256, 256, device="cuda")
     with cupti.tracer().trace() as records:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from typing import Optional
 
-from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark
+from tuner.evaluation.runner import DispatchBenchmark, ModuleRun, benchmark
 
 
-def interleaved(modules: dict[str, Path], settings: RunSettings, rounds: int,
+def interleaved(modules: dict[str, Path], settings: ModuleRun, rounds: int,
                 dispatch_function: Optional[str] = None) -> dict[str, list[float]]:
     """Each module's median time (ms) in each of `rounds` rounds; round r runs them in the given
     order when r is even, reversed when odd. `dispatch_function`: the modules are IREE dispatch

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from tuner.evaluation.runner import RunSettings, Timing
+from tuner.evaluation.runner import ModuleRun, Timing
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import DispatchStage, MergeStage, ModelOptions, ModelState, StageEnv, tune_model
 from tuner.tools import find_tool
@@ -35,7 +35,7 @@ class WallClockBenchmark:
 
     runs: int = 3
 
-    def __call__(self, vmfb: Path, settings: RunSettings) -> Optional[Timing]:
+    def __call__(self, vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
         cmd = [find_tool("iree-run-module"), f"--module={vmfb}", f"--device={settings.device}",
                f"--function={settings.entry}", *(f"--input={input_flag(p)}" for p in settings.inputs),
                *(["--output="] * settings.outputs)]

@@ -21,6 +21,11 @@ from tests.conftest import SAMPLES
 CONV = SAMPLES / "conv_2d_nhwc_hwcf_2x34x34x256_3x3x256_f16f16f32.mlir"
 CPU_CONV = SAMPLES / "conv_2d_nhwc_hwcf_4x58x58x64_3x3x64_f32.mlir"
 NCHW = SAMPLES / "conv_2d_nchw_fchw_2x256x34x34_3x3_f16f16f32.mlir"
+KINDS = Path(__file__).parent / "fixtures" / "kinds"
+CONV7 = KINDS / "conv_nhwc_8x9x9x512_3x3_f16.mlir"
+CONV14 = KINDS / "conv_nhwc_8x16x16x256_3x3_f16.mlir"
+STEM = KINDS / "conv_nhwc_8x230x230x3_7x7s2_f16.mlir"
+POINTWISE14 = KINDS / "pointwise_into_padded_8x14x14x256x1024_f16.mlir"
 
 
 def test_discovery_reads_convolution_dims(ctx):
@@ -268,14 +273,16 @@ def test_under_the_direct_convolution_flag_a_padded_convolution_is_configured_on
 
 
 @pytest.mark.slow
-def test_direct_convolution_candidates_compile_and_carry_their_config_on_cuda(ctx, tmp_path):
+@pytest.mark.parametrize("target_name,fixture", [("cuda", CONV7), ("rocm:gfx942", CONV14)])
+def test_direct_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path, target_name, fixture):
     from pipelines.llvmgpu_tile_and_fuse import DIRECT_CONVOLUTION
     from tuner.stages.builtin import with_flags
 
-    target = with_flags(parse_target("cuda"), DIRECT_CONVOLUTION)
-    [d] = discover(CONV7, target, ctx)
+    target = with_flags(parse_target(target_name), DIRECT_CONVOLUTION)
+    [d] = discover(fixture, target, ctx)
+    assert pipeline_for(d) is not None and "use_igemm_convolution = false" in d.default.translation_info
     candidates = generate_candidates(d, pipeline_for(d), 4, ctx, target.spec_entry)
-    built = build_all(LocalBuilder.of(CONV7, target, tmp_path, ctx), candidates)
+    built = build_all(LocalBuilder.of(fixture, target, tmp_path, ctx), candidates)
     # build_all reads each config back from the compiled dispatch: a config not taken is a failure.
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert len({b.result.binary_hash for b in built}) == len(built)
@@ -309,10 +316,6 @@ def test_a_unet_resnet_block_as_torch_exports_it_has_its_convolutions_and_group_
     assert all(pipeline_for(d).name == "llvmgpu_vector_distribute_reduction" for d in norms)
 
 
-KINDS = Path(__file__).parent / "fixtures" / "kinds"
-CONV7 = KINDS / "conv_nhwc_8x9x9x512_3x3_f16.mlir"
-CONV14 = KINDS / "conv_nhwc_8x16x16x256_3x3_f16.mlir"
-STEM = KINDS / "conv_nhwc_8x230x230x3_7x7s2_f16.mlir"
 
 
 def test_a_column_tile_lies_on_padded_rows_then_images_of_a_14_wide_output(ctx):
@@ -410,20 +413,6 @@ def test_a_7x7_convolution_has_configs_and_one_reproduces_the_compilers_own_padd
     assert len(generate_candidates(d, pipeline, 8, ctx, parse_target("cuda").spec_entry)) == 9
 
 
-@pytest.mark.slow
-def test_padded_column_configs_of_resnets_14_wide_convolution_compile_and_carry_their_config(ctx, tmp_path):
-    target = parse_target("cuda")
-    [d] = discover(CONV14, target, ctx)
-    candidates = generate_candidates(d, pipeline_for(d), 6, ctx, target.spec_entry)
-    built = build_all(LocalBuilder.of(CONV14, target, tmp_path, ctx), candidates)
-    # build_all reads each config back from the compiled dispatch: a config not taken is a failure.
-    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
-    assert any("padding_conv" in c.config.compilation_info for c in candidates[1:])
-
-
-POINTWISE14 = KINDS / "pointwise_into_padded_8x14x14x256x1024_f16.mlir"
-
-
 def test_a_contraction_over_an_output_image_is_tiled_on_whole_padded_rows_as_the_compiler_does(ctx):
     """A 1x1 convolution made channels last and written into a padded buffer stays a contraction
     with M loops (8 images, 14 rows, 14 columns). IREE 3.13's own config tiles it as a
@@ -447,15 +436,6 @@ def test_a_contraction_over_an_output_image_is_tiled_on_whole_padded_rows_as_the
     assert "padding = [4, 2, 16, 64, 128]" in config.expect_lowering_config
     assert "padding_conv" not in config.expect_lowering_config
     assert "use_igemm_convolution" not in config.expect_translation_info
-
-
-@pytest.mark.slow
-def test_candidates_of_a_contraction_over_an_output_image_compile_and_carry_their_config_on_cuda(ctx, tmp_path):
-    target = parse_target("cuda")
-    [d] = discover(POINTWISE14, target, ctx)
-    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
-    built = build_all(LocalBuilder.of(POINTWISE14, target, tmp_path, ctx), candidates)
-    assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
 
 
 def test_the_stem_convolutions_own_config_is_in_the_space_one_padded_row_and_k_padded(ctx):
@@ -487,10 +467,17 @@ def test_the_stem_convolutions_own_config_is_in_the_space_one_padded_row_and_k_p
 
 
 @pytest.mark.slow
-def test_the_stem_convolutions_candidates_compile_and_carry_their_config_on_cuda(ctx, tmp_path):
+@pytest.mark.parametrize("fixture, count", [(CONV14, 6), (POINTWISE14, 3), (STEM, 3)],
+                         ids=["conv_14_wide", "contraction_over_14x14_image", "stem_k147"])
+def test_padded_gpu_configs_compile_and_carry_their_config_on_cuda(ctx, tmp_path, fixture, count):
+    """Configs that pad: ResNet's 14-wide rows (padding_conv), a contraction over a 14x14 image
+    (padding, unit-tiled loops padded to 1: a 0 crashed iree-compile), the stem's 112-wide row
+    and its K of 147 (padding on both)."""
     target = parse_target("cuda")
-    [d] = discover(STEM, target, ctx)
-    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
-    assert len(candidates) == 4
-    built = build_all(LocalBuilder.of(STEM, target, tmp_path, ctx), candidates)
+    [d] = discover(fixture, target, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), count, ctx, target.spec_entry)
+    assert len(candidates) == count + 1
+    built = build_all(LocalBuilder.of(fixture, target, tmp_path, ctx), candidates)
+    # build_all reads each config back from the compiled dispatch: a config not taken is a failure.
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+    assert any("padding" in c.config.compilation_info for c in candidates[1:])

@@ -190,9 +190,9 @@ def test_dispatch_only_timing_on_the_cpu(small_matmul, tmp_path, ctx, cpu):
     built = Manifest.read(tmp_path).built
     assert all(b.dispatch_benchmark is not None for b in built)
     # A dispatch alone takes less than a whole call of the entry function.
-    from tuner.evaluation.runner import RunSettings, benchmark
+    from tuner.evaluation.runner import ModuleRun, benchmark
 
-    settings = RunSettings("local-task", workload.entry, Manifest.read(tmp_path).inputs(tmp_path), 3, 0.05)
+    settings = ModuleRun("local-task", workload.entry, Manifest.read(tmp_path).inputs(tmp_path), 3, 0.05)
     whole, _ = benchmark(built[0].vmfb, settings)
     alone, _ = benchmark(built[0].vmfb, settings, built[0].dispatch_benchmark)
     assert 0 < alone.median_ms < whole.median_ms * 1.5

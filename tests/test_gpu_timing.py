@@ -16,10 +16,11 @@ import pytest
 from tuner.errors import TargetError
 from tuner.evaluation import cupti, in_model
 from tuner.evaluation.cupti import KernelRecord
-from tuner.evaluation.in_model import kernel_names, time_calls, time_kernels, times_in_model
-from tuner.evaluation.kernel_times import belongs, executable_of, per_call
+from tuner.build.kernels import executable_of, kernel_names
+from tuner.evaluation.in_model import time_calls, time_kernels, times_in_model
+from tuner.evaluation.kernel_times import belongs, per_call
 from tuner.evaluation.measure import Built
-from tuner.evaluation.runner import RunSettings
+from tuner.evaluation.runner import ModuleRun
 from tuner.profiling.timing import ProfileJob, time_profile
 from tuner.core.results import Result, Status
 
@@ -131,7 +132,7 @@ def test_a_candidate_whose_kernels_never_ran_is_a_failed_run_not_an_exception(mo
     module = _FakeModule({"m_dispatch_4_generic": 0.5})
     monkeypatch.setattr(cupti, "tracer", lambda: _FakeTracer(module))
     monkeypatch.setattr(in_model.MODULES, "get", lambda vmfb, settings: module)
-    settings = RunSettings("cuda", "main", (), repetitions=2, min_time_s=0.0)
+    settings = ModuleRun("cuda", "main", (), repetitions=2, min_time_s=0.0)
     timing, run = time_kernels(tmp_path / "candidate.vmfb", settings, ("m_dispatch_3",))
     assert timing is None and not run.ok and "no kernel of m_dispatch_3 ran in @main's call" in run.first_error()
 
@@ -230,7 +231,7 @@ def test_a_module_loaded_in_process_computes_what_iree_run_module_computes(tmp_p
     for i, shape in enumerate(((64, 16), (16, 32))):
         inputs.append(tmp_path / f"input{i}.npy")
         np.save(inputs[-1], rng.standard_normal(shape).astype(np.float32))
-    settings = RunSettings("local-task", "mm", tuple(inputs))
+    settings = ModuleRun("local-task", "mm", tuple(inputs))
     loaded = in_model.LoadedModule(tmp_path / "mm.vmfb", settings)
     out = loaded.call()
     mine = (out[0] if isinstance(out, (list, tuple)) else out).to_host()

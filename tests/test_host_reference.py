@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import iree_compile
-from tuner.evaluation.runner import RunSettings, Timing
+from tuner.evaluation.runner import ModuleRun, Timing
 from tuner.stages.model_timing import compare
 from tuner.targets import parse_target
 
@@ -39,7 +39,7 @@ def scaled(tmp_path_factory) -> dict[str, Path]:
 
 
 def _compare(scaled, tmp_path, host):
-    settings = RunSettings("local-task", "f", (scaled["input"],), checked_type="f32")
+    settings = ModuleRun("local-task", "f", (scaled["input"],), checked_type="f32")
     return compare(("default", scaled["default"]), [("same", scaled["same"]), ("double", scaled["double"])], settings,
                    1, tmp_path, timer=lambda vmfb, s: Timing((1.0,)), host=host)
 
@@ -84,11 +84,11 @@ def test_a_gpu_targets_model_is_built_and_run_on_the_host_once_and_a_cpu_target_
     assert out is not None and np.all(np.isfinite(out)) and (tmp_path / "cuda" / HOST_REFERENCE / "model.vmfb").is_file()
     # It is the model's own result on its inputs, as a plain llvm-cpu build computes it.
     iree_compile(str(model), *parse_target("llvm-cpu").compile_flags, "-o", str(tmp_path / "plain.vmfb"))
-    from tuner.evaluation.runner import RunSettings, run_once
+    from tuner.evaluation.runner import ModuleRun, run_once
 
     inputs = tuple(sorted((tmp_path / "cuda" / "model-inputs").glob("*.npy")))
     entry = model_entry(discover_program(model, parse_target("cuda"), ctx), None).entry
-    assert run_once(tmp_path / "plain.vmfb", RunSettings("local-task", entry, inputs), tmp_path / "plain").ok
+    assert run_once(tmp_path / "plain.vmfb", ModuleRun("local-task", entry, inputs), tmp_path / "plain").ok
     np.testing.assert_array_equal(np.load(next((tmp_path).glob("plain*.npy"))), out)
     # The dispatch tunings take it as a pair of files: the inputs it ran on and its result.
     from tuner.stages.host_reference import host_reference
@@ -128,7 +128,7 @@ def _measure(outputs: dict[int, np.ndarray], host, out_type="f16"):
     from tuner.evaluation.measure import Built, Measurer
     from tuner.core.results import Result, Status
 
-    measurer = Measurer(RunSettings("cuda", "f", (), checked_type=out_type), runner=_Outputs(outputs), host=host)
+    measurer = Measurer(ModuleRun("cuda", "f", (), checked_type=out_type), runner=_Outputs(outputs), host=host)
     built = lambda i: Built(Result(i, f"k{i}", "c", i == 0, {}, [], Status.OK), Path(f"/m{i}.vmfb"), out_type,  # noqa: E731
                             None, (), ())
     return {i: measurer.measure(built(i), "cuda") for i in sorted(outputs)}

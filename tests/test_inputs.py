@@ -381,7 +381,7 @@ def test_a_bf16_result_is_read_as_raw_bits_and_widened_to_its_values(tmp_path):
     import numpy as np
 
     from tuner.discovery.workload import TensorSpec, Workload, raw_to_f32
-    from tuner.evaluation.runner import RunSettings, read_output, run_once
+    from tuner.evaluation.runner import ModuleRun, read_output, run_once
 
     (tmp_path / "m.mlir").write_text(BF16_RESULT)
     iree_compile(tmp_path / "m.mlir", "--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
@@ -389,8 +389,8 @@ def test_a_bf16_result_is_read_as_raw_bits_and_widened_to_its_values(tmp_path):
     workload = Workload("linear", (TensorSpec((64, 128), "bf16"), TensorSpec((128, 96), "bf16")),
                        (TensorSpec((64, 96), "bf16"),))
     a_file, b_file = workload.write_inputs(tmp_path / "inputs")
-    settings = RunSettings("local-task", "linear", (a_file, b_file), 1, 0.01, 60.0, outputs=1, checked=0,
-                           checked_type="bf16")
+    settings = ModuleRun("local-task", "linear", (a_file, b_file), 1, 0.01, 60.0, outputs=1, checked=0,
+                         checked_type="bf16")
     run = run_once(tmp_path / "m.vmfb", settings, tmp_path / "out")
     assert run.ok, run.first_error()
     got = read_output(tmp_path / "out", settings)

@@ -22,7 +22,7 @@ from tuner.discovery.program import discover_program
 from tuner.input.models import program_source
 from tuner.rewrite import RAISE_ATTENTION, rewrite_program
 from tuner.rewrite.attention import find_attention, raise_attention
-from tuner.evaluation.runner import RunSettings, Timing, relative_error, run_once
+from tuner.evaluation.runner import ModuleRun, Timing, relative_error, run_once
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import ModelOptions, tune_model
 from tuner.stages.flags import FLAG_DECISION, FlagStage
@@ -178,7 +178,7 @@ def _relative_error_of_raised(spelled: Path, raised: Path, entry: str, dtype, tm
     for name, program in (("spelled", spelled), ("raised", raised)):
         vmfb = tmp_path / f"{name}.vmfb"
         iree_compile(str(program), *cpu.compile_flags, "-o", str(vmfb))
-        run = run_once(vmfb, RunSettings("local-task", entry, (x,)), tmp_path / f"{name}.npy")
+        run = run_once(vmfb, ModuleRun("local-task", entry, (x,)), tmp_path / f"{name}.npy")
         assert run.ok, run.stderr
         outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
     return relative_error(outputs["raised"], outputs["spelled"])
@@ -227,7 +227,7 @@ def test_a_grouped_query_block_as_torch_exports_it_raised_computes_the_same_resu
     outputs = {}
     for name, program in (("spelled", imported), ("raised", raised)):
         iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
-        assert run_once(tmp_path / f"{name}.vmfb", RunSettings("local-task", "gqa_block", (x,)),
+        assert run_once(tmp_path / f"{name}.vmfb", ModuleRun("local-task", "gqa_block", (x,)),
                         tmp_path / f"{name}.npy").ok
         outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
     assert relative_error(outputs["raised"], outputs["spelled"]) < 1e-3
@@ -427,6 +427,9 @@ def test_a_model_wide_flag_that_changes_nothing_is_reported_not_applied_and_neve
     state = _flag_stage(small_bert, tmp_path / "out", timer).state
     assert state.flag_trials[no_op[0]].startswith("not applied: the module is the default's")
     assert not any("ukernels" in name for name in timer.calls)  # never timed
+    # Nor when the flag stage adds it to its choice: the module is the choice's, byte for byte.
+    assert state.flag_trials[" ".join((*EARLY_MATERIALIZATION, *no_op))].startswith(
+        "not applied: the module is the choice's")
     assert state.flags == EARLY_MATERIALIZATION and state.flag_trials[" ".join(EARLY_MATERIALIZATION)] == 2.0
 
 

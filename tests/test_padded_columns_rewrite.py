@@ -67,7 +67,7 @@ def test_the_gpu_flag_stage_offers_it_and_the_cpu_one_does_not():
 def test_the_rewritten_program_computes_the_same_result_to_the_bit_and_cuda_needs_no_padding_for_it(tmp_path, ctx):
     from tests.conftest import iree_compile
     from tuner.discovery.program import discover_program
-    from tuner.evaluation.runner import RunSettings, run_once
+    from tuner.evaluation.runner import ModuleRun, run_once
 
     source = tmp_path / "block.mlir"  # the bottleneck's result alone
     source.write_text(PROGRAM.replace(f"-> ({_t(16, 14, 14)}, {_t(16, 7, 7)}, {_t(16, 16, 16)})", f"-> {_t(16, 14, 14)}")
@@ -85,7 +85,7 @@ def test_the_rewritten_program_computes_the_same_result_to_the_bit_and_cuda_need
     for program in (source, rewritten):
         vmfb = tmp_path / f"{program.stem}.vmfb"
         iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
-        assert run_once(vmfb, RunSettings("local-task", "f", tuple(inputs)), tmp_path / f"{program.stem}.npy").ok
+        assert run_once(vmfb, ModuleRun("local-task", "f", tuple(inputs)), tmp_path / f"{program.stem}.npy").ok
         results[program.stem] = np.load(tmp_path / f"{program.stem}.npy")
     np.testing.assert_array_equal(results["padded"], results["block"])
     # In f16 on cuda (an implicit GEMM with MMAs) the widened convolution's own config pads

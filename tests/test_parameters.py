@@ -128,7 +128,7 @@ def test_a_model_reading_a_parameter_archive_runs_in_process_as_iree_run_module_
     CPU: the archive mounted under its scope, the same result as the runtime tool's."""
     pytest.importorskip("onnx")
     from tuner.evaluation.in_model import LoadedModule
-    from tuner.evaluation.runner import RunSettings, read_output, run_once
+    from tuner.evaluation.runner import ModuleRun, read_output, run_once
     from tuner.input.parameters import runtime_flags
 
     model, archive = _externalized_onnx(tmp_path)
@@ -136,7 +136,7 @@ def test_a_model_reading_a_parameter_archive_runs_in_process_as_iree_run_module_
                  "-o", tmp_path / "linear.vmfb")
     x = tmp_path / "input0.npy"
     np.save(x, np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32))
-    settings = RunSettings("local-task", "linear", (x,), runtime_flags=runtime_flags(parse_parameters([f"model={archive}"])))
+    settings = ModuleRun("local-task", "linear", (x,), runtime_flags=runtime_flags(parse_parameters([f"model={archive}"])))
     out = LoadedModule(tmp_path / "linear.vmfb", settings).call()
     mine = (out[0] if isinstance(out, (list, tuple)) else out).to_host()
     assert run_once(tmp_path / "linear.vmfb", settings, tmp_path / "out").ok

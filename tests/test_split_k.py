@@ -147,7 +147,7 @@ def test_the_combined_module_of_two_dispatches_runs_both(cpu, tmp_path):
     """The module that times a split op is built from two dumped dispatch benchmarks; it must run
     (each keeps its own buffer initializer) and call both. On the CPU, where this can run here."""
     from tuner.build.dispatch_benchmark import combine
-    from tuner.evaluation.runner import DispatchBenchmark, RunSettings, benchmark
+    from tuner.evaluation.runner import DispatchBenchmark, ModuleRun, benchmark
     from tuner.tools import find_tool, run_tool
 
     path = _large_k(tmp_path / "mm.mlir", 16, 32, 2048)
@@ -163,7 +163,7 @@ def test_the_combined_module_of_two_dispatches_runs_both(cpu, tmp_path):
     built = run_tool([find_tool("iree-compile"), str(tmp_path / "combined.mlir"), *cpu.compile_flags,
                       "-o", str(tmp_path / "combined.vmfb")], 300)
     assert built.ok, built.stderr
-    settings = RunSettings(device=cpu.device, entry="unused", inputs=(), repetitions=2, min_time_s=0.01)
+    settings = ModuleRun(device=cpu.device, entry="unused", inputs=(), repetitions=2, min_time_s=0.01)
     timing, run = benchmark(tmp_path / "m.vmfb", settings, DispatchBenchmark(tmp_path / "combined.vmfb", COMBINED_FUNCTION, 2))
     assert timing is not None, run.stderr
     assert timing.median_ms > 0

@@ -11,7 +11,7 @@ from iree.compiler import ir
 from pipelines import DispatchKind
 from tests.conftest import iree_compile
 from tuner.discovery.program import discover_program
-from tuner.evaluation.runner import RunSettings, run_once
+from tuner.evaluation.runner import ModuleRun, run_once
 from tuner.rewrite import RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1, combined, rewrite_program
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
 from tuner.targets import parse_target
@@ -126,7 +126,7 @@ def cpu_outputs(programs: dict[str, Path], tmp_path: Path) -> dict[str, np.ndarr
     outputs = {}
     for name, program in programs.items():
         iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
-        assert run_once(tmp_path / f"{name}.vmfb", RunSettings("local-task", "block", (x,)), tmp_path / f"{name}.npy").ok
+        assert run_once(tmp_path / f"{name}.vmfb", ModuleRun("local-task", "block", (x,)), tmp_path / f"{name}.npy").ok
         outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
     return outputs
 

@@ -91,12 +91,12 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
                   if b.result.key in stored or b.reused]
         done_keys = {r.key for r in reused}
         todo = [b for b in manifest.built if b.result.key not in done_keys]
-        run_settings = settings.run_settings(devices[0], manifest.workload, manifest.inputs(root))
+        module_run = settings.module_run(devices[0], manifest.workload, manifest.inputs(root))
         results, stats = measure_pass(
             "benchmark-only", len(todo), reused,
             lambda measurer, recorder: measure_built(todo, devices, measurer, recorder),
             lambda: {b.result.key: b for b in manifest.built if b.vmfb is not None and b.result.ok},
-            PassSetup(Measurer(run_settings, settings.baseline_every, runner), settings, store, devices, progress))
+            PassSetup(Measurer(module_run, settings.baseline_every, runner), settings, store, devices, progress))
     ranking = rank(results)
     chosen = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), baseline)
     best_spec_path = root / "best_spec.mlir"

@@ -14,8 +14,8 @@ from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option,
                                gpu_timing_option, json_option, kind_list, parameters_option, print_json_result,
                                quiet_wait_option, search_options, terminate, version_option)
 from tuner.cli.say import (LiveResults, dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
-                           say_picked, say_rebuild, say_search, say_summary, stats_line)
-from tuner.errors import InputError, OutputError
+                           say_picked, say_rebuild, say_search, say_summary)
+from tuner.errors import InputError
 from tuner.report.outputs import make_console
 
 

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.evaluation.device_identity import device_identity, timing_identity
-from tuner.core.running import DispatchBenchmark, RunSettings, Timing
+from tuner.core.running import DispatchBenchmark, ModuleRun, Timing
 from tuner.evaluation.runner import benchmark, read_output, run_once
 from tuner.tools import ToolRun
 
@@ -67,12 +67,12 @@ class BenchmarkWorker:
         return timing_identity(self.device, dispatch_only, batch, self.cores)
 
     def benchmark(self, module: Optional[FileRef], dispatch: Optional[tuple[FileRef, str, int]],
-                  settings: RunSettings, inputs: list[FileRef]) -> tuple[Optional[Timing], ToolRun]:
+                  settings: ModuleRun, inputs: list[FileRef]) -> tuple[Optional[Timing], ToolRun]:
         local = self._settings(settings, inputs)
         bench = DispatchBenchmark(self._file(dispatch[0]), dispatch[1], dispatch[2]) if dispatch else None
         return benchmark(self._file(module) if module else Path(), local, bench)
 
-    def output(self, module: FileRef, settings: RunSettings, inputs: list[FileRef]
+    def output(self, module: FileRef, settings: ModuleRun, inputs: list[FileRef]
                ) -> tuple[ToolRun, Optional[np.ndarray]]:
         local = self._settings(settings, inputs)
         path = self._file(module)
@@ -83,7 +83,7 @@ class BenchmarkWorker:
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _settings(self, settings: RunSettings, inputs: list[FileRef]) -> RunSettings:
+    def _settings(self, settings: ModuleRun, inputs: list[FileRef]) -> ModuleRun:
         return replace(settings, device=self.device, inputs=tuple(self._file(f) for f in inputs),
                        runtime_flags=(*settings.runtime_flags, *self.flags))
 

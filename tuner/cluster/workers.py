@@ -15,7 +15,7 @@ from tuner.cluster.connect import before_shutdown, connect
 from tuner.cluster.worker import BenchmarkWorker, FileRef
 from tuner.errors import InputError
 from tuner.core.built import Built
-from tuner.core.running import RunSettings, Timing
+from tuner.core.running import ModuleRun, Timing
 from tuner.evaluation.measure import DeviceLost
 from tuner.tools import ToolRun
 
@@ -74,18 +74,18 @@ class RayRunner:
             self._timing_ids[key] = self._call(device, "timing_identity", dispatch_only, batch)
         return self._timing_ids[key]
 
-    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
+    def benchmark(self, b: Built, settings: ModuleRun) -> tuple[Optional[Timing], ToolRun]:
         bench = b.dispatch_benchmark
         dispatch = (self.file(bench.vmfb), bench.function, bench.batch) if bench else None
         module = None if bench else self.file(b.vmfb)
         return self._call(settings.device, "benchmark", module, dispatch, settings, self._inputs(settings),
                           timeout=settings.timeout_s)
 
-    def output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
+    def output(self, b: Built, settings: ModuleRun) -> tuple[ToolRun, Optional[np.ndarray]]:
         return self._call(settings.device, "output", self.file(b.vmfb), settings, self._inputs(settings),
                           timeout=settings.timeout_s)
 
-    def _inputs(self, settings: RunSettings) -> list[FileRef]:
+    def _inputs(self, settings: ModuleRun) -> list[FileRef]:
         return [self.file(p) for p in settings.inputs]
 
     def _call(self, device: str, method: str, *args, timeout: float = 60.0):

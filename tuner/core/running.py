@@ -31,7 +31,11 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class RunSettings:
+class ModuleRun:
+    """How the runtime tools (iree-run-module, iree-benchmark-module, the in-process runner) run
+    one module: the device, the entry and its inputs, the repetitions and their minimum time, the
+    result the numerics check compares. Not a run of the tuner (that is RunOptions)."""
+
     device: str
     entry: str
     inputs: tuple[Path, ...]  # files written by Workload.write_inputs
@@ -57,7 +61,7 @@ class DispatchBenchmark:
 
     vmfb: Path
     function: str
-    batch: int = 50  # DISPATCH_BATCH
+    batch: int = DISPATCH_BATCH
 
 
 def runtime_flags(parameters: Iterable[str]) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder
 from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.core.results import EvaluationStats, Result
-from tuner.evaluation.runner import DISPATCH_BATCH
+from tuner.core.running import DISPATCH_BATCH
 from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
@@ -85,7 +85,7 @@ class BaseEvaluator:
         self.progress = progress
         self.ctx = ctx or ir.Context()
         inputs = tuple(workload.write_inputs(workdir / "inputs", given=given_inputs))
-        self.run_settings = settings.run_settings(self.devices[0], workload, inputs)
+        self.module_run = settings.module_run(self.devices[0], workload, inputs)
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
         # The host's result for these inputs (.npy; tuner.stages.host_reference), or None.
         self.host = np.load(host_reference) if host_reference is not None else None
@@ -122,7 +122,7 @@ class BaseEvaluator:
             return {b.result.key: b for b in rebuilt if b.result.ok}
 
         try:
-            measurer = Measurer(self.run_settings, settings.baseline_every, self.runner, self.host)
+            measurer = Measurer(self.module_run, settings.baseline_every, self.runner, self.host)
             results, stats = measure_pass(
                 self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
                 lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},

@@ -22,10 +22,9 @@ import numpy as np
 
 from tuner.errors import TargetError
 from tuner.evaluation import cupti
-from tuner.build.kernels import executable_of, kernel_names  # noqa: F401 (kernel_names: theirs)
 from tuner.evaluation.kernel_times import KernelTime, per_call, repetition_times
 from tuner.evaluation.measure import Built, LocalRunner
-from tuner.evaluation.runner import RunSettings, Timing
+from tuner.evaluation.runner import ModuleRun, Timing
 from tuner.discovery.workload import RAW_TYPES
 from tuner.tools import ToolRun
 
@@ -98,7 +97,7 @@ def _read_input(path: Path):
 class LoadedModule:
     """A compiled module loaded on a device with its parameters, its entry's inputs resident."""
 
-    def __init__(self, vmfb: Path, settings: RunSettings) -> None:
+    def __init__(self, vmfb: Path, settings: ModuleRun) -> None:
         import iree.runtime as rt
 
         device = _device(settings.device)
@@ -191,7 +190,7 @@ class ModuleCache:
         with self._lock:
             self._loaded.clear()
 
-    def get(self, vmfb: Path, settings: RunSettings) -> LoadedModule:
+    def get(self, vmfb: Path, settings: ModuleRun) -> LoadedModule:
         path = Path(vmfb).resolve()
         key = (str(path), path.stat().st_mtime_ns, settings.device, settings.entry, settings.inputs,
                settings.runtime_flags)
@@ -242,7 +241,7 @@ def timing_run(vmfb: Path, seconds: float, why: str = "") -> ToolRun:
 KERNEL_MIN_TIME_S = 0.03
 
 
-def time_kernels(vmfb: Path, settings: RunSettings, kernels: Sequence[str]) -> tuple[Optional[Timing], ToolRun]:
+def time_kernels(vmfb: Path, settings: ModuleRun, kernels: Sequence[str]) -> tuple[Optional[Timing], ToolRun]:
     """The summed time per call of `kernels` inside `vmfb`'s entry, one figure per repetition."""
     start = time.perf_counter()
     min_time = min(settings.min_time_s, KERNEL_MIN_TIME_S)
@@ -267,7 +266,7 @@ class InModelRunner(LocalRunner):
     def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
         return f"{device.partition('://')[0]}: {METHOD}"
 
-    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
+    def benchmark(self, b: Built, settings: ModuleRun) -> tuple[Optional[Timing], ToolRun]:
         if not b.kernels or b.vmfb is None:
             return super().benchmark(b, settings)
         return time_kernels(b.vmfb, settings, b.kernels)

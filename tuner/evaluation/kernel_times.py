@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Sequence
 
-from tuner.build.kernels import executable_of
 from tuner.evaluation.cupti import KernelRecord
 
 _NOT_IN_SYMBOLS = re.compile(r"[^A-Za-z0-9_]")

@@ -6,22 +6,22 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 import numpy as np
 
 from tuner.core.comparison import BaselineTiming, nearest_baseline
 from tuner.evaluation.device_identity import device_identity, timing_identity
-from tuner.errors import InputError, ToolError, UnusableBaseline
+from tuner.errors import ToolError, UnusableBaseline
 from tuner.core.results import Result, Status
-from tuner.evaluation.runner import (DispatchBenchmark, RunSettings, Timing, benchmark, read_output, relative_error, run_once,
+from tuner.evaluation.runner import (ModuleRun, Timing, benchmark, read_output, relative_error, run_once,
                           tolerance)
 from tuner.tools import ToolRun
 from tuner.store import ResultStore
 
-from tuner.core.built import Built, Progress, inside  # noqa: F401 (the measured record; theirs)
+from tuner.core.built import Built, Progress  # noqa: F401 (the measured record; theirs)
 
 
 class DeviceLost(Exception):
@@ -43,10 +43,10 @@ class ModuleRunner(Protocol):
     def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
         """What a time taken there is a time of (tuner.evaluation.device_identity.timing_identity)."""
 
-    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
+    def benchmark(self, b: Built, settings: ModuleRun) -> tuple[Optional[Timing], ToolRun]:
         """One timing of `b` (its dispatch benchmark where it has one) under `settings`."""
 
-    def output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
+    def output(self, b: Built, settings: ModuleRun) -> tuple[ToolRun, Optional[np.ndarray]]:
         """Run `b`'s entry once; its checked result (None where none is checked)."""
 
 
@@ -59,10 +59,10 @@ class LocalRunner:
     def timing_identity(self, device: str, dispatch_only: bool, batch: int) -> str:
         return timing_identity(device, dispatch_only, batch)
 
-    def benchmark(self, b: Built, settings: RunSettings) -> tuple[Optional[Timing], ToolRun]:
+    def benchmark(self, b: Built, settings: ModuleRun) -> tuple[Optional[Timing], ToolRun]:
         return benchmark(b.vmfb, settings, b.dispatch_benchmark)
 
-    def output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
+    def output(self, b: Built, settings: ModuleRun) -> tuple[ToolRun, Optional[np.ndarray]]:
         out_path = b.vmfb.parent / f"output-{settings.device.replace('/', '_').replace(':', '_')}.npy"
         run = run_once(b.vmfb, settings, out_path)
         return run, (read_output(out_path, settings) if run.ok else None)
@@ -86,9 +86,9 @@ class Measurer:
     candidate and again after every `baseline_every` candidates, so that every first-pass time
     has a baseline time taken near it on the same device, and a drift shows where it happened."""
 
-    def __init__(self, run_settings: RunSettings, baseline_every: int = 5, runner: ModuleRunner = LOCAL,
+    def __init__(self, module_run: ModuleRun, baseline_every: int = 5, runner: ModuleRunner = LOCAL,
                  host: Optional[np.ndarray] = None) -> None:
-        self.run_settings = run_settings
+        self.module_run = module_run
         # The same program's result on the host (llvm-cpu; tuner.stages.host_reference), or None.
         # Where the baseline's result is off it (or not finite), candidates are checked against it.
         self.host = host
@@ -102,8 +102,8 @@ class Measurer:
         self.log: list[BaselineTiming] = []  # every timing of the baseline, on every device
         self._since: dict[str, int] = {}  # per device: candidates timed since its last baseline timing
 
-    def settings(self, device: str) -> RunSettings:
-        return replace(self.run_settings, device=device)
+    def settings(self, device: str) -> ModuleRun:
+        return replace(self.module_run, device=device)
 
     def identity(self, b: Built, device: str) -> dict:
         """The conditions a timing of `b` on `device` is taken under (see tuner.evaluation.device_identity)."""
@@ -173,7 +173,7 @@ class Measurer:
     def confirm_device(self) -> Optional[str]:
         """Where the confirmation rounds run: the first device, or another if it was lost."""
         with self._lock:
-            candidates = [self.run_settings.device, *sorted(self._since)]
+            candidates = [self.module_run.device, *sorted(self._since)]
         return next((d for d in candidates if d not in self.lost), None)
 
     def time_baseline(self, device: str) -> None:
@@ -202,7 +202,7 @@ class Measurer:
         for device in open_devices:
             self.time_baseline(device)
 
-    def _measure(self, b: Built, settings: RunSettings) -> tuple[Result, Optional[np.ndarray]]:
+    def _measure(self, b: Built, settings: ModuleRun) -> tuple[Result, Optional[np.ndarray]]:
         """Run once for the output, check it against the reference, then time it."""
         if settings.checked is None and b.dispatch_benchmark is not None:
             return self._timed(b.result, b, settings), None  # nothing to compare: the dispatch alone is timed
@@ -233,7 +233,7 @@ class Measurer:
                 f"exceeds {allowed:.0e}")), output
         return self._timed(replace(b.result, relative_error=err), b, settings), output
 
-    def _against_host(self, b: Built, settings: RunSettings, output: np.ndarray) -> tuple[Result, np.ndarray]:
+    def _against_host(self, b: Built, settings: ModuleRun, output: np.ndarray) -> tuple[Result, np.ndarray]:
         """The baseline checked against the host's result: where it agrees, its own output is the
         reference as usual; where it is off it or not finite, the host's result is, and the
         baseline is still timed (it is what the candidates are timed against), its error said."""
@@ -246,10 +246,10 @@ class Measurer:
                                          "every candidate is checked against llvm-cpu's")
         return timed, self.host
 
-    def _output(self, b: Built, settings: RunSettings) -> tuple[ToolRun, Optional[np.ndarray]]:
+    def _output(self, b: Built, settings: ModuleRun) -> tuple[ToolRun, Optional[np.ndarray]]:
         return self._guarded(lambda: self.runner.output(b, settings))
 
-    def _timed(self, result: Result, b: Built, settings: RunSettings) -> Result:
+    def _timed(self, result: Result, b: Built, settings: ModuleRun) -> Result:
         """`result` with the times of one timing of `b` under `settings`, or the failure of it."""
         timing, run = self._guarded(lambda: self.runner.benchmark(b, settings))
         if timing is None:

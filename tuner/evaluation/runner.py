@@ -4,8 +4,6 @@ numpy (no compiler, no z3), so it can run on a machine that only has iree-base-r
 from __future__ import annotations
 
 import json
-import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -14,7 +12,7 @@ import numpy as np
 from tuner.errors import InputError
 from tuner.tools import ToolRun, find_tool, run_tool
 from tuner.discovery.workload import RAW_TYPES, input_flag, raw_to_f32
-from tuner.core.running import DISPATCH_BATCH, DispatchBenchmark, RunSettings, Timing  # noqa: F401 (theirs)
+from tuner.core.running import DispatchBenchmark, ModuleRun, Timing  # noqa: F401 (theirs)
 
 
 def module_flag(vmfb: Path) -> tuple[str, Optional[Path]]:
@@ -33,14 +31,14 @@ def _input_flags(inputs: tuple[Path, ...]) -> list[str]:
     return [f"--input={input_flag(p)}" for p in inputs]
 
 
-def output_file(output: Path, settings: RunSettings) -> Path:
+def output_file(output: Path, settings: ModuleRun) -> Path:
     """Where run_once writes the checked result asked for at `output`: a .npy file, or for the
     types IREE's .npy writer refuses (bf16, the f8 types) a .bin file of raw bits (the runtime
     tools choose the format by the suffix)."""
     return output.with_suffix(".bin" if settings.checked_type in RAW_TYPES else ".npy")
 
 
-def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
+def run_once(vmfb: Path, settings: ModuleRun, output: Path) -> ToolRun:
     """Run the entry once, saving the checked result to `output_file(output)` (a symbolic link
     there is removed first, never written through)."""
     output = output_file(output, settings)
@@ -54,7 +52,7 @@ def run_once(vmfb: Path, settings: RunSettings, output: Path) -> ToolRun:
     return run_tool(cmd, settings.timeout_s, cwd)
 
 
-def read_output(output: Path, settings: RunSettings) -> Optional[np.ndarray]:
+def read_output(output: Path, settings: ModuleRun) -> Optional[np.ndarray]:
     """The checked result run_once saved for `output`, as numbers (raw bits widened to f32);
     None if none is checked."""
     if settings.checked is None:
@@ -65,7 +63,7 @@ def read_output(output: Path, settings: RunSettings) -> Optional[np.ndarray]:
     return np.load(path)
 
 
-def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | None = None
+def benchmark(vmfb: Path, settings: ModuleRun, dispatch: DispatchBenchmark | None = None
               ) -> tuple[Timing | None, ToolRun]:
     """Time with iree-benchmark-module: warm-up, then `repetitions` repetitions. With `dispatch`,
     time the dispatch benchmark module instead, and report milliseconds per dispatch."""
@@ -97,7 +95,7 @@ def benchmark(vmfb: Path, settings: RunSettings, dispatch: DispatchBenchmark | N
     return (Timing(times) if times else None), run
 
 
-def time_one_call(dispatch: DispatchBenchmark, settings: RunSettings, timeout_s: float) -> tuple[Optional[float], ToolRun]:
+def time_one_call(dispatch: DispatchBenchmark, settings: ModuleRun, timeout_s: float) -> tuple[Optional[float], ToolRun]:
     """One call of one dispatch of a dispatch benchmark module, after one warm-up call (no batch),
     killed after `timeout_s`: what a probe of a benchmark that may never finish costs at most.
     The figure is ms for the timed call (None where it failed or ran out of time)."""

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from tuner.errors import ToolError
 from tuner.evaluation.in_model import METHOD as IN_MODEL, MODULES, RUN_ERRORS, on_device_thread, time_calls
-from tuner.core.running import DispatchBenchmark, RunSettings
+from tuner.core.running import DispatchBenchmark, ModuleRun
 from tuner.evaluation.runner import benchmark, module_flag, time_one_call
 from tuner.tools import find_tool, run_tool
 from tuner.discovery.workload import input_flag
@@ -82,7 +82,7 @@ class Profile:
         return total / self.busy_ms[entry] if self.busy_ms.get(entry) else None
 
 
-def _in_program(vmfb: Path, settings: RunSettings, workdir: Path, timeout_s: float
+def _in_program(vmfb: Path, settings: ModuleRun, workdir: Path, timeout_s: float
                 ) -> tuple[dict[str, tuple[float, int]], float]:
     """Each dispatch's mean time (ms) inside the program and how many times it ran, and the
     command buffers' summed execution time (ms), from the runtime's own profile of the entry
@@ -149,9 +149,9 @@ def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, 
     entry_ms: dict[str, float] = {}
     busy_ms: dict[str, float] = {}
 
-    def settings(entry: str, min_time_s: float = 0.1) -> RunSettings:
-        return RunSettings(job.device, entry, tuple(root / p for p in job.inputs[entry]), job.repetitions, min_time_s,
-                           job.timeout_s, runtime_flags=runtime_flags(job.parameters))
+    def settings(entry: str, min_time_s: float = 0.1) -> ModuleRun:
+        return ModuleRun(job.device, entry, tuple(root / p for p in job.inputs[entry]), job.repetitions, min_time_s,
+                         job.timeout_s, runtime_flags=runtime_flags(job.parameters))
 
     if job.mode == "in_model":
         return _time_in_model(job, vmfb, settings, progress)
@@ -213,7 +213,7 @@ def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, 
     return Profile(times, entry_ms, {**untimed, **untrusted}, method, busy_ms, untrusted)
 
 
-def _abandoned(bench: DispatchBenchmark, settings: RunSettings, whole_ms: Optional[float], timeout_s: float
+def _abandoned(bench: DispatchBenchmark, settings: ModuleRun, whole_ms: Optional[float], timeout_s: float
                ) -> Optional[str]:
     """Why a dispatch benchmark is not timed (None: time it): one call of it, after one call to
     warm it, killed after `timeout_s`, took longer than the model's whole call (IREE 3.13's dumped
@@ -229,7 +229,7 @@ def _abandoned(bench: DispatchBenchmark, settings: RunSettings, whole_ms: Option
     return None
 
 
-def _time_in_model(job: ProfileJob, vmfb: Path, settings: Callable[..., RunSettings],
+def _time_in_model(job: ProfileJob, vmfb: Path, settings: Callable[..., ModuleRun],
                    progress: Optional[Callable[[str, int, int], None]]) -> Profile:
     """Each entry called in this process a few times, each dispatch's kernels read from CUPTI's
     records of those calls (tuner.evaluation.in_model): its time per call in the model itself."""

@@ -131,7 +131,7 @@ def plot_model(data: dict, path: Path) -> Path:
     ax.set_title("\n".join(textwrap.wrap(title, 90)[:3]), fontsize=7)
     ax.legend(handles=[Patch(color=CONFIRMED, label="the dispatch, in its tuning (as the table's 'timed' says)"),
                        Patch(color=WINNER, label="the model with its winner against without it"),
-                       Patch(color="black", label=f"the tuned model against the default"
+                       Patch(color="black", label="the tuned model against the default"
                                                   + (f": {figure:.2f}x" if figure else "")),
                        plt.Line2D([], [], color=DEFAULT, linestyle="--", label="the default (1.0x)")],
               loc="best", fontsize=7, framealpha=0.8)

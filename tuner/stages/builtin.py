@@ -80,7 +80,7 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     in `rounds` rounds (default: the run's; 0: their numerics only); one that did not build is
     named in `failed`."""
     built = [t for t in trials if t.ok]
-    settings = replace(env.settings, check_numerics=True).run_settings(env.device, env.workload, env.inputs())
+    settings = replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs())
     cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
                   env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress, host=host_output(env))
     if cmp.reference_check and ("reference-check", cmp.reference_check) not in env.built:

@@ -167,7 +167,7 @@ class FlagStage:
         in the "choices" phase."""
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
-            b = self._build(env, default, option, trials)
+            b = self._build(env, default, option, trials, reference)
             if b is not None:
                 built.append((option, b))
             if progress and env.progress:
@@ -206,7 +206,8 @@ class FlagStage:
             env.say(f"  {option.label}: {gain:.2f}x the choice before it")
         return option, best, speedup
 
-    def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict) -> Optional[BuiltVariant]:
+    def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict,
+               reference: Optional[BuiltVariant] = None) -> Optional[BuiltVariant]:
         """The model built with one option (the dispatches it forms tuned first, where it tunes
         any and computes the default's result untuned), or None with the reason in `trials`."""
         program = _rewritten(env, option.rewrite) if option.rewrite else None
@@ -225,9 +226,12 @@ class FlagStage:
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {option.label}: judged with the default configs ({b.error})")
             b = build_once(env, untuned)
-        if option.flags and not option.rewrite and b.ok and _same_module(b, default):
-            # A flag that changes nothing is no choice: reported, never timed as if it were one.
-            trials[option.label] = "not applied: the module is the default's, byte for byte"
+        extending = reference is not None and reference is not default
+        if b.ok and ((option.flags and not option.rewrite) or extending) and _same_module(b, reference or default):
+            # A flag that changes nothing is no choice: reported, never timed as if it were one
+            # (nor one added to a choice whose module it leaves as it was).
+            trials[option.label] = (f"not applied: the module is the {'choice' if extending else 'default'}'s, "
+                                    "byte for byte")
             return None
         return b
 

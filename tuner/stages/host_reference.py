@@ -58,7 +58,7 @@ def _build_and_run(env: StageEnv) -> Optional[np.ndarray]:
         env.say(f"host reference: the llvm-cpu build failed ({built.error}); builds are checked against the "
                 f"{env.target.name} default only")
         return None
-    settings = replace(env.settings, check_numerics=True).run_settings(host.device, env.workload, env.inputs())
+    settings = replace(env.settings, check_numerics=True).module_run(host.device, env.workload, env.inputs())
     run = run_once(built.vmfb, settings, directory / "output")
     if not run.ok:
         env.say(f"host reference: the llvm-cpu build did not run ({run.first_error()}); builds are checked "

@@ -17,17 +17,17 @@ import numpy as np
 from tuner.core.comparison import Paired, bracketing
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
-from tuner.core.running import RunSettings, Timing
+from tuner.core.running import ModuleRun, Timing
 from tuner.evaluation.runner import benchmark, read_output, relative_error, run_once, tolerance
 
 
 class ModelBenchmark(Protocol):
     """How a compiled model is timed: one timing (several repetitions) of one call."""
 
-    def __call__(self, vmfb: Path, settings: RunSettings) -> Optional[Timing]: ...
+    def __call__(self, vmfb: Path, settings: ModuleRun) -> Optional[Timing]: ...
 
 
-def iree_benchmark(vmfb: Path, settings: RunSettings) -> Optional[Timing]:
+def iree_benchmark(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
     """The default: iree-benchmark-module on the entry function."""
     return benchmark(vmfb, settings)[0]
 
@@ -59,13 +59,13 @@ class Comparison:
                    dict(data.get("failed", {})), data.get("numerics", ""), data.get("reference_check", ""))
 
 
-def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: RunSettings, rounds: int,
+def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: ModuleRun, rounds: int,
             directory: Path, timer: ModelBenchmark = iree_benchmark,
             progress: Optional[Callable[[str, int, int], None]] = None,
             host: Optional[np.ndarray] = None) -> Comparison:
     """Run each build (name, module) once to compare its output with the reference's (numerics),
     then time them in `rounds` interleaved rounds, each run and timing under `settings` (the
-    model's entry, inputs and device: EvalSettings.run_settings). One that fails to run or
+    model's entry, inputs and device: EvalSettings.module_run). One that fails to run or
     computes a different result is left out of the timing and named in `failed`. `host`: the
     same program's result on the host (llvm-cpu); where the reference's is off it (or not
     finite), every build is checked against the host's instead."""
@@ -131,7 +131,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
                       {n: tuple(t) for n, t in var_ms.items()}, errors, failed, unchecked, reference_check)
 
 
-def _time(vmfb: Path, settings: RunSettings, timer: ModelBenchmark) -> Optional[float]:
+def _time(vmfb: Path, settings: ModuleRun, timer: ModelBenchmark) -> Optional[float]:
     timing = timer(vmfb, settings)
     time.sleep(0)  # let a Ctrl-C between timings land
     return timing.median_ms if timing is not None else None

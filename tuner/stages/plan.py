@@ -178,9 +178,9 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
                 benchmark_dir(root / d, devices, unchecked, progress, root / STORE, parameters=parameters)
     elif plan.step in ("merge", "validate"):
         name, module = plan.reference
-        run_settings = replace(settings, check_numerics=True).run_settings(
+        module_run = replace(settings, check_numerics=True).module_run(
             device, Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs))
-        cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants], run_settings, plan.rounds,
+        cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants], module_run, plan.rounds,
                       root / "variants" / f"runs-{plan.step}", progress=progress, host=_host_result(root, plan))
         _write(root / plan.measured, {**cmp.to_json(), "key": plan.key})
     else:
