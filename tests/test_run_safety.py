@@ -736,3 +736,24 @@ def test_inputs_or_results_too_large_to_hold_are_one_error_line_before_anything_
         result = run_cli(*args, "--output", tmp_path / "o")
         assert_one_error_line(result, 2, "more than the 17179869184 a result may have here")
         assert not (tmp_path / "o" / "candidates").exists()
+
+
+def test_a_flag_with_a_newline_and_no_space_is_quoted_in_the_response_file():
+    """The probe's case: an output path with a newline but no space split the spec's path across
+    two lines of best_flags.txt ("Too many positional arguments" on rebuild)."""
+    from tuner.report.outputs import response_file
+
+    assert response_file(["--a=/tmp/x\ny", "--b=plain"]) == '"--a=/tmp/x\ny"\n--b=plain\n'
+    assert response_file(["--c=tab\there"]) == '"--c=tab\there"\n'
+
+
+@pytest.mark.slow
+def test_iree_compile_reads_a_quoted_flag_with_a_newline_as_one(tmp_path, small_matmul):
+    from tuner.report.outputs import response_file
+
+    target = tmp_path / "x\ny.mlir"
+    flags = tmp_path / "flags.txt"
+    flags.write_text(response_file(["--compile-to=input", "-o", str(target)]))
+    assert subprocess.run([find_tool("iree-compile"), str(small_matmul), f"@{flags}"],
+                          capture_output=True).returncode == 0
+    assert target.is_file()

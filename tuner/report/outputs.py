@@ -31,9 +31,10 @@ def make_console(stderr: bool = False) -> Console:
 
 def response_file(flags: list[str]) -> str:
     """Flags as an LLVM response file (`iree-compile INPUT @FILE`), one per line, each quoted
-    where it holds a space, a quote or a backslash (GNU quoting, as LLVM reads it on Linux)."""
+    where it holds whitespace (a newline included: unquoted, it splits the flag in two), a quote
+    or a backslash (GNU quoting, as LLVM reads it on Linux)."""
     def quote(flag: str) -> str:
-        if not any(c in flag for c in " \t\"'\\"):
+        if not any(c in flag for c in " \t\n\r\v\f\"'\\"):
             return flag
         return '"' + flag.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
