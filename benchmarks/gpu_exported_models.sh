@@ -9,6 +9,8 @@
 #   bash benchmarks/gpu_exported_models.sh dumped NAME       # the dumped benchmarks' cause (filled buffers)
 #   bash benchmarks/gpu_exported_models.sh overhead NAME     # a call's cost to the in-process timing
 #   bash benchmarks/gpu_exported_models.sh tune NAME [BUDGET] [LIMIT_S]   # tune-model, then the checks
+#                      # (LIMIT_S, default 530: the device's 600 s per call less a fresh machine's
+#                      # install and model building; 575 was cut at 590 s on 2026-11-26)
 #                      # (CHECKS=0: not; a run near the device's per-call limit leaves them to:)
 #   bash benchmarks/gpu_exported_models.sh check NAME        # the checks of a finished tune run alone
 #
@@ -83,7 +85,7 @@ dumped)
   iree-compile $P/m.mlir --iree-hal-target-device=cuda --iree-cuda-target=sm_80 --iree-hal-dump-executable-benchmarks-to=$P/bench -o $P/m.vmfb
   python3 benchmarks/dumped_benchmark_cause.py $(ls $P/bench/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
 tune)
-  NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-560}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
+  NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-530}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
   # PROFILE=1: the run under cProfile (its main thread: where it waits), the stats in $OUT/tm-NAME.prof
   PROF=(); [ "${PROFILE:-0}" = 1 ] && PROF=(-m cProfile -o $OUT/tm-$NAME.prof)
   timeout -s TERM $LIMIT python3 "${PROF[@]}" -m tuner.cli tune-model \
