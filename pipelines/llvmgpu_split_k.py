@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pipelines.dispatch import Dispatch, DispatchKind
+from pipelines.llvmgpu_gemm_view import image_rows
 
 # Split-K: the reduction of a contraction split `split_k` ways before dispatch formation (the
 # tuning spec's `transform.structured.split_reduction`): the partial products become one more
@@ -29,6 +30,12 @@ def split_factors(dispatch: Dispatch) -> tuple[int, ...]:
     if dispatch.conv is not None or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.k_dims) != 1:
         return (1,)
     if dispatch.in_executable or any(f in NO_SPLIT_UNDER for f in dispatch.flags):
+        return (1,)
+    if image_rows(dispatch):
+        # A contraction over an output image written into a padded buffer (8x7x7x512x2048):
+        # split, its parts no longer write there and IREE collapses their M loops (the split
+        # op compiled as 2x392x512x1024), so a config on the image's loops is not taken (every
+        # split candidate of it failed, compile-only on cuda).
         return (1,)
     if 1 in dispatch.loop_bounds:
         # A unit loop (the batch of 1 a rank-3 activation gives a projection) is folded away

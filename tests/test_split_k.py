@@ -224,3 +224,17 @@ def test_a_split_ops_partial_result_tile_counts_in_shared_memory():
     # 64x128 tiles (32 KiB of partial result) fit.
     assert not problem.admits({**tiles, "reduction_k": 1, "split_k": 4})
     assert problem.admits({**tiles, "subgroups_m": 1, "split_k": 4})
+
+
+def test_a_contraction_over_an_output_image_is_offered_no_split(ctx):
+    """ResNet-50's 8x7x7x512x2048 1x1 convolution written into a padded buffer: K 2048 is long
+    against M 392 and N 512, but split, IREE collapses the parts' M loops (2x392x512x1024), so a
+    config on the image's loops would not be taken; the unsplit image contraction has configs."""
+    from pipelines import pipeline_for
+    from pipelines.llvmgpu_gemm_view import image_rows
+
+    fixture = Path(__file__).parent / "fixtures" / "kinds" / "pointwise_into_padded_8x7x7x512x2048_f16.mlir"
+    [d] = discover(fixture, parse_target("cuda"), ctx)
+    assert d.loop_bounds == (8, 7, 7, 512, 2048) and image_rows(d) == (0, 1, 2)
+    assert split_factors(d) == (1,)
+    assert "split_k" not in {k.name for k in pipeline_for(d).build_problem(d).knobs}
