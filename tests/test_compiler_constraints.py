@@ -108,7 +108,10 @@ def test_candidates_from_the_compiler_constraints_compile_and_carry_their_config
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["meta"]["constraints"] == source
     statuses = [c["result"]["status"] for c in manifest["candidates"]]
-    assert len(statuses) == 4 and set(statuses) == {"ok"}  # the compiled module carried each config
+    # The baseline and up to 3 configs: a duplicate counts against the budget, and the compiler's
+    # space is solved for at most 30 s, so on a loaded machine the sample (and its duplicates)
+    # differ (3 of 4 once in the full suite on 2 cores).
+    assert 3 <= len(statuses) <= 4 and set(statuses) == {"ok"}  # the compiled module carried each config
 
 
 def test_known_compiler_bug_batch_matmul_crashes_when_emitting_constraints():

@@ -13,6 +13,7 @@ from tuner.discovery.data_tiled import with_data_tiled
 from tuner.specs.candidates import Candidate, candidates_from_knobs, generate_candidates
 from tuner.core.settings import Listeners, RunOptions, SearchSettings
 from tuner.search.live import plan_search
+from tuner.build.builder import LocalBuilder
 from tuner.build.compile import Progress
 from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, read_program,
                           search_and_evaluate)
@@ -336,6 +337,9 @@ def crosscheck_input(input_path: Path | str, target: Target | str, output_dir: P
                                  f"{own.name if own else 'any pipeline of this tuner'} on {target.name}")
             for p in pipelines:
                 problem = problem_for(problems, d.name, p.compiler_pipeline, target)
-                out.append(crosscheck(d, p, problem, input_path, target, ctx, output_dir / d.name / p.name,
-                                      limits or CrossCheckLimits(), progress))
+                builder = LocalBuilder(input_path, target, output_dir / d.name / p.name / "settle", ctx, 300)
+                try:
+                    out.append(crosscheck(d, p, problem, builder, limits or CrossCheckLimits(), progress))
+                finally:
+                    builder.close()
         return out

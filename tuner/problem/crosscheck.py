@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from iree.compiler import ir
@@ -19,9 +18,8 @@ from constraints.fast_enumerate import enumerate_space
 from pipelines import Dispatch, MmaIntrinsic, Pipeline
 from pipelines.base import NotInCompilerKnobs
 from tuner.specs.candidates import Candidate, spec_text, candidate_for
-from tuner.build.compile import compile_candidate, verify_build
+from tuner.build.builder import LocalBuilder, build_all
 from tuner.problem.compiler import EmittedProblem, materialized_config
-from tuner.targets import Target
 
 NATIVE_ONLY = "native only"  # the native constraints accept it, the compiler's reject it
 COMPILER_ONLY = "compiler only"  # the compiler's accept it, the native space does not hold it
@@ -74,14 +72,10 @@ def _reason(message: str) -> str:
     return re.sub(r" \[[^\]]*\]", "", message)
 
 
-def _settle(examples: list[Candidate], input_path: Path, target: Target, workdir: Path, ctx: ir.Context) -> list[str]:
+def _settle(examples: list[Candidate], builder: LocalBuilder) -> list[str]:
     """Compile each example for real and read its config back: its status ("ok": it compiled
     and carried its config)."""
-    out = []
-    for c in examples:
-        job = compile_candidate(c, input_path, target, workdir, 300)
-        out.append(verify_build(job, target, ctx).result.status.value)
-    return out
+    return [b.result.status.value for b in build_all(builder, examples)]
 
 
 def materialized_candidate(id: int, dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem,
@@ -103,10 +97,12 @@ class CrossCheckLimits:
     keep: int = 3
 
 
-def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, input_path: Path, target: Target,
-               ctx: ir.Context, workdir: Path, limits: CrossCheckLimits = CrossCheckLimits(),
+def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, builder: LocalBuilder,
+               limits: CrossCheckLimits = CrossCheckLimits(),
                progress: Optional[Callable[[str, int, int], None]] = None) -> CrossCheck:
-    """Both spaces, their differences by class, and examples of each class compiled (`limits`)."""
+    """Both spaces, their differences by class, and examples of each class compiled (`limits`) by
+    `builder` (its input, target, context and directory)."""
+    target, ctx = builder.target, builder.ctx
     limit, seconds, compile_per_class, keep = limits.limit, limits.seconds, limits.compile_per_class, limits.keep
     indices = problem.intrinsic_indices()
     t0 = time.perf_counter()
@@ -165,7 +161,7 @@ def crosscheck(dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem, 
             progress("compiler", found, limit)
     complete = found < limit and time.perf_counter() - t0 <= seconds
     for key, examples in pending.items():
-        classes[key].compiled = _settle(examples, input_path, target, workdir / "settle", ctx) if examples else []
+        classes[key].compiled = _settle(examples, builder) if examples else []
     return CrossCheck(dispatch.name, target.name, pipeline.name, problem.pipeline_id, len(native), found, complete,
                       both if mapped_ok else None,
                       sorted(classes.values(), key=lambda c: (c.side, -c.count)), native_seconds, to)
