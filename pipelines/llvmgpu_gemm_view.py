@@ -59,7 +59,7 @@ def gemm_view(dispatch: Dispatch) -> GemmView:
     rows, then images), N its output channels, K its input channels, one filter tap per step."""
     b = dispatch.loop_bounds
     c = dispatch.conv
-    if c is not None and direct_convolution(dispatch):
+    if direct_convolution(dispatch):
         row, col = c.output_image
         ic = c.input_channel[0]
         return GemmView(len(b), col, c.output_channel[0], ic, b[col], b[c.output_channel[0]], b[ic],
@@ -103,10 +103,10 @@ def image_rows(dispatch: Dispatch) -> tuple[int, ...]:
     m = dispatch.m_dims
     if dispatch.conv is not None or len(m) < 2 or dispatch.loop_bounds[m[-1]] % ROW_MULTIPLE == 0:
         return ()
-    image = m[-3:] if len(m) >= 3 else m
-    while len(image) > 2 and image[1] != image[0] + 1:
-        image = image[1:]
-    return image if all(b == a + 1 for a, b in zip(image, image[1:])) else ()
+    for image in (m[-3:], m[-2:]):
+        if len(image) >= 2 and all(b == a + 1 for a, b in zip(image, image[1:])):
+            return tuple(image)
+    return ()
 
 
 ROW_MULTIPLE = 16  # the largest MMA tile side among the GPU targets' intrinsics
@@ -196,6 +196,12 @@ def _plain_2d(dispatch: Dispatch) -> bool:
     return max((*c.batch, *c.output_image, *c.output_channel)) < min((*c.filter, *c.input_channel))
 
 
+def _channel_innermost(dispatch: Dispatch) -> bool:
+    """The output channel is the innermost parallel loop (NHWC)."""
+    c = dispatch.conv
+    return c.output_channel[0] == max((*c.batch, *c.output_image, *c.output_channel))
+
+
 def igemm_convolution(dispatch: Dispatch) -> bool:
     """A 2-D convolution (_plain_2d) the compiler lowers as an implicit GEMM, the output channel
     either the innermost parallel loop (NHWC) or the one right after the batch, before the
@@ -205,7 +211,7 @@ def igemm_convolution(dispatch: Dispatch) -> bool:
     c = dispatch.conv
     channel = c.output_channel[0]
     image = tuple(sorted(c.output_image))
-    layout_known = channel == max((*c.batch, *c.output_image, channel)) or (
+    layout_known = _channel_innermost(dispatch) or (
         image[1] == image[0] + 1 == channel + 2 and all(b < channel for b in c.batch))
     return layout_known and "use_igemm_convolution = true" in dispatch.default.translation_info
 
@@ -216,10 +222,7 @@ def direct_convolution(dispatch: Dispatch) -> bool:
     convolution (--iree-codegen-llvmgpu-use-direct-convolution): its TileAndFuse config with
     `use_igemm_convolution = false` and an MMA intrinsic, a list per loop (reduction [0, 0, 0,
     0, 1, 1, 8]: one filter tap per step, 8 MMA K steps of input channels)."""
-    if not _plain_2d(dispatch) or len(dispatch.conv.input_channel) != 1:
-        return False
-    c = dispatch.conv
-    if c.output_channel[0] != max((*c.batch, *c.output_image, *c.output_channel)):
+    if not _plain_2d(dispatch) or len(dispatch.conv.input_channel) != 1 or not _channel_innermost(dispatch):
         return False
     config = dispatch.default.lowering_config
     return ("use_igemm_convolution = false" in dispatch.default.translation_info and bool(mma_kind(config))

@@ -76,11 +76,7 @@ class LLVMGPUTileAndFuse(Pipeline):
         dispatch), judged with the convolutions it forms tuned first; a model with implicit-GEMM
         convolutions also as direct convolutions (DIRECT_CONVOLUTION, channels last first where
         they are channels first), judged with the convolutions it forms tuned first too."""
-        if not igemm_convolution(dispatch):
-            return self.model_flags
-        first = channels_first(dispatch)
-        return (*self.model_flags, *((CHANNELS_LAST,) if first else ()),
-                (*CHANNELS_LAST, *DIRECT_CONVOLUTION) if first else DIRECT_CONVOLUTION)
+        return (*self.model_flags, *self.tuned_model_flags_for(dispatch))
 
     def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         if not igemm_convolution(dispatch):
@@ -261,6 +257,8 @@ class LLVMGPUTileAndFuse(Pipeline):
             # which folds the fill into the accumulator): they describe the op, not the tiling.
             m, n, k = view.m_total, view.n_total, view.k_extent
             k_tile = tiles.k_tile
+            unaligned = (view.columns % workgroup[nd if view.rows_on_n else md] if view.rows
+                         else m % wg_m or n % wg_n)
             if view.direct:
                 # As the compiler's own direct configs (which always carry it): each workgroup
                 # tile padded to its full size on the convolution's loops, the input channels
@@ -268,22 +266,18 @@ class LLVMGPUTileAndFuse(Pipeline):
                 padding_conv = [0 if d in view.unit_reduction else t for d, t in enumerate(workgroup)]
                 padding_conv[kd] = k_tile
                 fields["padding_conv"] = i64_array(padding_conv)
-            elif view.rows and (view.columns % workgroup[nd if view.rows_on_n else md] or k % k_tile):
-                # As the compiler pads an image's columns (its own configs): each workgroup tile
-                # to its full size, on the GEMM and, for a convolution, on its own loops.
+            elif unaligned or k % k_tile:
+                # As the compiler pads unaligned shapes and an image's columns (its own configs):
+                # each workgroup tile to its full size, the unit-tiled loops to 1 (a 0 there
+                # crashed iree-compile with SIGFPE: every candidate of ResNet-50's
+                # 8x14x14x256x1024 1x1 convolution as a contraction), K to the K step; for a
+                # convolution on its own loops too.
                 padding = list(workgroup)
                 padding[kd] = k_tile
                 fields["padding"] = i64_array(padding)
                 if tuned.conv is not None:
                     loops = len(tuned.loop_bounds)
                     fields["padding_conv"] = i64_array([*workgroup[:-1], *[0] * (loops - rank + 1)])
-            elif not view.rows and (m % wg_m or n % wg_n or k % k_tile):
-                # As the compiler does for unaligned shapes: pad each tile to its full size, the
-                # unit-tiled loops to 1 (a 0 there crashed iree-compile with SIGFPE: every
-                # candidate of ResNet-50's 8x14x14x256x1024 1x1 convolution as a contraction).
-                padding = [t if t else 0 for t in workgroup]
-                padding[kd] = k_tile
-                fields["padding"] = i64_array(padding)
             default = ir.Attribute.parse(dispatch.default.lowering_config) if dispatch.default.lowering_config else None
             if isinstance(default, iree_gpu.LoweringConfigAttr):
                 for named in default.attributes:

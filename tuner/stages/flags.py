@@ -51,8 +51,8 @@ class ModelOption:
 def model_options(env: StageEnv) -> list[ModelOption]:
     """What the flag stage tries first: each flag set the pipelines of the model's dispatches
     offer, and each program rewrite of the target's kind that finds something to rewrite, alone
-    and with each flag set (the stage then adds the other rewrites to its choice one at a time:
-    FlagStage). A rewrite that finds nothing is one option, reported as such."""
+    and with each flag set (the stage then adds the other rewrites and flag sets to its choice
+    one at a time: FlagStage._extend). A rewrite that finds nothing is one option, reported as such."""
     flag_sets = _flag_sets(env)
     offered = _offered(env)
     applying = _applying(env)
@@ -117,7 +117,8 @@ class FlagStage:
     CPU turns every contraction into mmt4d; fusion, optimization levels and channels-last
     convolutions on GPUs) and program rewrites (tuner.rewrite), each built and timed on the whole
     model against the default; the fastest that beats it is chosen, then the other rewrites that
-    apply are added to it one at a time while the model with one beats it (`_extend`). Decided
+    apply and the other flag sets are added to it one at a time while the model with one beats
+    it (`_extend`). Decided
     before the dispatches are tuned, with the default configs but for the dispatches a rewrite
     creates (`Rewrite.tunes`): the `rewrite_tunes` largest of them (one per shape) are searched
     first, `tune_budget` evaluations each (0: judged with the default configs too), and the
@@ -207,9 +208,10 @@ class FlagStage:
         return option, best, speedup
 
     def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict,
-               reference: Optional[BuiltVariant] = None) -> Optional[BuiltVariant]:
+               reference: BuiltVariant) -> Optional[BuiltVariant]:
         """The model built with one option (the dispatches it forms tuned first, where it tunes
-        any and computes the default's result untuned), or None with the reason in `trials`."""
+        any and computes the default's result untuned), or None with the reason in `trials`;
+        `reference`: what it is judged against (the default, or the choice it extends)."""
         program = _rewritten(env, option.rewrite) if option.rewrite else None
         if option.rewrite and program is None:
             trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
@@ -226,8 +228,8 @@ class FlagStage:
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {option.label}: judged with the default configs ({b.error})")
             b = build_once(env, untuned)
-        extending = reference is not None and reference is not default
-        if b.ok and ((option.flags and not option.rewrite) or extending) and _same_module(b, reference or default):
+        extending = reference is not default
+        if b.ok and ((option.flags and not option.rewrite) or extending) and _same_module(b, reference):
             # A flag that changes nothing is no choice: reported, never timed as if it were one
             # (nor one added to a choice whose module it leaves as it was).
             trials[option.label] = (f"not applied: the module is the {'choice' if extending else 'default'}'s, "
