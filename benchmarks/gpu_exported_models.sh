@@ -13,6 +13,9 @@
 #                      # install and model building; 575 was cut at 590 s on 2026-11-26)
 #                      # (CHECKS=0: not; a run near the device's per-call limit leaves them to:)
 #   bash benchmarks/gpu_exported_models.sh check NAME        # the checks of a finished tune run alone
+#   A tune run longer than one machine's lease: each tune step leaves what a rerun resumes from
+#   (run.json, the flag decision, the result store, each finished dispatch's results.json; no
+#   builds) in $OUT/resume/tm-NAME; carried to a fresh machine as RESUME=DIR, it seeds /tmp/tm-NAME.
 #
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
 # 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16,
@@ -86,12 +89,16 @@ dumped)
   python3 benchmarks/dumped_benchmark_cause.py $(ls $P/bench/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
 tune)
   NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-530}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
+  if [ ! -d $D ] && [ -n "${RESUME:-}" ] && [ -d "$RESUME" ]; then cp -r "$RESUME" $D; echo "resuming from $RESUME"; fi
   # PROFILE=1: the run under cProfile (its main thread: where it waits), the stats in $OUT/tm-NAME.prof
   PROF=(); [ "${PROFILE:-0}" = 1 ] && PROF=(-m cProfile -o $OUT/tm-$NAME.prof)
   timeout -s TERM $LIMIT python3 "${PROF[@]}" -m tuner.cli tune-model \
     $M/$NAME.onnx --target cuda:sm_80 --device cuda --budget $BUDGET --output $D ${TUNE_ARGS:-} > $OUT/tm-$NAME.txt 2>&1
   rc=$?; echo "tune-model $NAME: exit $rc after $(( $(date +%s) - start )) s"; grep -v "━" $OUT/tm-$NAME.txt | grep -v "nanobind\|leaked" | tail -45
   cp $D/results.json $OUT/tm-$NAME-results.json 2>/dev/null
+  (cd $D && find . \( -path ./candidates -o -path ./variants -o -path ./profile -o -path ./check \) -prune -o \
+     \( -name run.json -o -name flag-decision.json -o -name results.sqlite -o -path "*dispatches/*results.json" \) \
+     -print | xargs -r cp --parents -t "$(mkdir -p $OUT/resume/tm-$NAME && echo $OUT/resume/tm-$NAME)")
   # each dispatch's tuning (its stats say where the time went)
   for r in $D/dispatches/*/results.json $D/flag-dispatches/*/*/results.json; do
     [ -f "$r" ] && mkdir -p $OUT/tm-$NAME && cp "$r" "$OUT/tm-$NAME/$(basename $(dirname "$r") | tr '$' _).json"

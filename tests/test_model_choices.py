@@ -315,6 +315,15 @@ def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_
     assert again.state.rewrites == ("raise-attention",) and again.state.program == state.program
     assert any("reusing the decision" in line for line in said), said
     assert timer.calls == [] and (out / FLAG_DECISION).is_file()
+    # The decision carried without its rewritten program (to another machine's run directory):
+    # still reused, the program written again where it was, the same bytes.
+    text = state.program.read_text()
+    state.program.unlink()
+    said, timer = [], _timer()
+    carried = _flag_stage(small_bert, out, timer, say=said.append)
+    assert carried.state.program == state.program and state.program.read_text() == text
+    assert any("reusing the decision" in line for line in said), said
+    assert timer.calls == []
 
 
 @pytest.mark.slow
@@ -550,3 +559,42 @@ def test_the_flag_stage_adds_another_flag_set_to_its_choice_only_where_the_model
     # A rerun reuses the decision, the joined flag sets included (it would decide again otherwise).
     again = _flag_stage(model, tmp_path / "out", timer, say=said.append).state
     assert again.flags == state.flags and any("reusing the decision" in line for line in said), said
+
+
+def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed(tmp_path, monkeypatch):
+    # A decision carried to another machine's run directory without its rewritten program (the
+    # joined rewrites' program is written only when that choice is built): written again where
+    # it was, both rewrites applied; one whose rewrites no longer find anything is decided again.
+    from types import SimpleNamespace
+
+    from tuner.rewrite import Rewrite
+    from tuner.stages import flags as flag_stage
+    from tuner.stages.base import ModelState
+
+    def tagging(tag):
+        def apply(module):
+            if tag in module.operation.attributes:
+                return []
+            module.operation.attributes[tag] = ir.UnitAttr.get()
+            return [tag]
+        return apply
+
+    a, b = Rewrite("a", tagging("tuner.a"), "tags a"), Rewrite("b", tagging("tuner.b"), "tags b")
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (a, b))
+    model, out = tmp_path / "m.mlir", tmp_path / "out"
+    model.write_text("module {\n}\n")
+    out.mkdir()
+    env = SimpleNamespace(model=model, output_dir=out, target=parse_target("llvm-cpu"), built={}, say=lambda t: None)
+    options = [flag_stage.ModelOption((), a), flag_stage.ModelOption((), b)]
+    program = out / "imported" / "m.a+b.mlir"
+    flag_stage._record_decision(env, options, ModelState(rewrites=("a", "b"), program=program))
+    assert not program.exists()
+    earlier = flag_stage._earlier_decision(env, options)
+    assert earlier is not None and earlier.rewrites == ("a", "b") and earlier.program == program
+    text = program.read_text()
+    assert "tuner.a" in text and "tuner.b" in text
+    # A rewrite that finds nothing now (its code changed since): decided again.
+    program.unlink()
+    env.built.clear()
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (a, replace(b, apply=lambda module: [])))
+    assert flag_stage._earlier_decision(env, options) is None

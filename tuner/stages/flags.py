@@ -316,10 +316,18 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
     rewrites = tuple(data.get("rewrites", ()))
     program = Path(data["program"]) if data.get("program") else None
     if (not set(flags) <= set(offered) or len(set(flags)) != len(flags) or not set(rewrites) <= set(names)
-            or list(rewrites) != sorted(rewrites, key=names.index)
-            or (program is not None and not (program.is_file()
-                                             and program.resolve().is_relative_to(env.output_dir.resolve())))):
+            or list(rewrites) != sorted(rewrites, key=names.index) or bool(rewrites) != (program is not None)
+            or (program is not None and not program.resolve().is_relative_to(env.output_dir.resolve()))):
         return None  # not a decision this stage could have made: decided again
+    if program is not None and not program.is_file():
+        # The rewritten program was removed (the decision carried to another machine's run
+        # directory): the rewrites are deterministic, so it is written again where it was.
+        applying = {r.name: r for r in _applying(env)}
+        if not set(rewrites) <= set(applying):
+            return None
+        again = _rewritten(env, combined([applying[n] for n in rewrites]))
+        if again is None or again.resolve() != program.resolve():
+            return None
     return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),
                       rewrites=tuple(data.get("rewrites", ())), program=program)
 
