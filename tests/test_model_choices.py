@@ -598,3 +598,20 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     env.built.clear()
     monkeypatch.setitem(flag_stage.REWRITES, "cpu", (a, replace(b, apply=lambda module: [])))
     assert flag_stage._earlier_decision(env, options) is None
+
+
+def test_a_choice_joining_many_flags_has_a_directory_name_every_file_system_takes():
+    # ResNet-50's third flag-stage step on cuda joined two rewrites and four flag sets: a
+    # 273-character directory name, ENAMETOOLONG on the H100 machine after 433 s of the stage.
+    from tuner.rewrite import POINTWISE_CONV_AS_MATMUL, SUBSAMPLE_STRIDED_1X1, combined
+    from tuner.stages.flags import ModelOption
+
+    pipeline = "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
+    rewrite = combined([SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL])
+    flags = (pipeline, "--iree-codegen-llvmgpu-use-direct-convolution",
+             "--iree-dispatch-creation-enable-aggressive-fusion", "--iree-opt-level=O3")
+    long_one, other = ModelOption(flags, rewrite), ModelOption(flags[:3] + ("--iree-opt-level=O2",), rewrite)
+    assert len(long_one.directory) <= 120 and len(other.directory) <= 120
+    assert long_one.directory != other.directory  # the same first 103 characters, other labels
+    assert long_one.directory.startswith("flags-subsample-strided-1x1+pointwise-conv-as-matmul-iree-preprocessing")
+    assert ModelOption(("--iree-opt-level=O3",)).directory == "flags-iree-opt-level=O3"  # short ones as they were

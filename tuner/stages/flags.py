@@ -26,6 +26,7 @@ from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, se
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/REWRITE/NAME: a created dispatch's tuning
+MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,13 @@ class ModelOption:
 
     @property
     def directory(self) -> str:
-        return "flags-" + "-".join(part.lstrip("-") for part in self.label.split())
+        """Its builds' directory name: the label's words, cut to a length every file system takes
+        with a digest of the whole label where longer (ResNet-50's choice joining two rewrites and
+        four flag sets was 273 characters: ENAMETOOLONG on the H100 machine)."""
+        name = "flags-" + "-".join(part.lstrip("-") for part in self.label.split())
+        if len(name) <= MAX_DIRECTORY:
+            return name
+        return name[:MAX_DIRECTORY - 17] + "-" + hashlib.sha256(self.label.encode()).hexdigest()[:16]
 
 
 def model_options(env: StageEnv) -> list[ModelOption]:
