@@ -9,6 +9,10 @@
 #   bash benchmarks/gpu_direct_conv.sh split NAME FUNCTION     # split-K on the 3x3 convolutions:
 #       # iree_linalg_ext.split_reduction set on them after preprocessing (conv_split_reduction.py),
 #       # with and without direct convolutions and O3, against none, CUPTI 6 rounds
+#   bash benchmarks/gpu_direct_conv.sh padfuse NAME FUNCTION   # pads fused into their consumer
+#       # convolutions (--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops) instead
+#       # of their producer contractions, which then stay tiled on padded image rows: with channels-last,
+#       # and with direct convolutions and O3 too; checked against llvm-cpu, CUPTI kernel time 8 rounds
 #   bash benchmarks/gpu_direct_conv.sh baseline NAME FUNCTION  # a finished tune-model run
 #       # (/tmp/tm-NAME, with its check builds) against the subsample + channels-last build with
 #       # the compiler's configs (the right baseline where the default build is wrong), CUPTI
@@ -58,6 +62,13 @@ for f in sorted(glob.glob('$W/p_*.npy')): print(f, 'relative difference to none'
   ARGS=(); for v in $W/p_*.vmfb; do b=$(basename $v .vmfb); ARGS+=(${b#p_}=$v); done
   python3 benchmarks/gpu_model_kernels.py --function $FN --input $W/x.npy --rounds 6 "${ARGS[@]}" 2>&1 \
     | grep -E "ms of kernels|/ none:|/ none_do3:" ;;
+padfuse)
+  B=/tmp/rc-padfuse-$NAME; PF=--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops
+  python3 benchmarks/rewrite_check.py $M/$NAME.onnx --rewrite subsample-strided-1x1 --work $B --variant "cl=$CL" \
+    --variant "clpf=$CL;$PF" --variant "cldo3=$CL;$DC;--iree-opt-level=O3" \
+    --variant "cldo3pf=$CL;$DC;--iree-opt-level=O3;$PF" 2>&1 | grep -E "relative error|did not" | sed "s/^/$NAME /"
+  kernels $(for f in $(ls $B/input*.npy | sort -V); do echo --input $f; done) --rounds 8 cl=$B/cl-cuda.vmfb \
+    clpf=$B/clpf-cuda.vmfb cldo3=$B/cldo3-cuda.vmfb cldo3pf=$B/cldo3pf-cuda.vmfb ;;
 baseline)
   D=/tmp/tm-$NAME
   iree-compile $D/imported/$NAME.subsample-strided-1x1.mlir "${T[@]}" "$CL" -o /tmp/right-$NAME.vmfb

@@ -15,7 +15,7 @@
 #   bash benchmarks/gpu_exported_models.sh check NAME        # the checks of a finished tune run alone
 #   A tune run longer than one machine's lease: each tune step leaves what a rerun resumes from
 #   (run.json, the flag decision, the result store, each finished dispatch's results.json; no
-#   builds) in $OUT/resume/tm-NAME; carried to a fresh machine as RESUME=DIR, it seeds /tmp/tm-NAME.
+#   builds) in $OUT/resume-tm-NAME.tgz; carried to a fresh machine as RESUME=FILE, it seeds /tmp/tm-NAME.
 #
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
 # 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16,
@@ -89,7 +89,7 @@ dumped)
   python3 benchmarks/dumped_benchmark_cause.py $(ls $P/bench/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
 tune)
   NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-530}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
-  if [ ! -d $D ] && [ -n "${RESUME:-}" ] && [ -d "$RESUME" ]; then cp -r "$RESUME" $D; echo "resuming from $RESUME"; fi
+  if [ ! -d $D ] && [ -f "${RESUME:-}" ]; then mkdir -p $D && tar xzf "$RESUME" -C $D && echo "resuming from $RESUME"; fi
   # PROFILE=1: the run under cProfile (its main thread: where it waits), the stats in $OUT/tm-NAME.prof
   PROF=(); [ "${PROFILE:-0}" = 1 ] && PROF=(-m cProfile -o $OUT/tm-$NAME.prof)
   timeout -s TERM $LIMIT python3 "${PROF[@]}" -m tuner.cli tune-model \
@@ -98,7 +98,7 @@ tune)
   cp $D/results.json $OUT/tm-$NAME-results.json 2>/dev/null
   (cd $D && find . \( -path ./candidates -o -path ./variants -o -path ./profile -o -path ./check \) -prune -o \
      \( -name run.json -o -name flag-decision.json -o -name results.sqlite -o -path "*dispatches/*results.json" \) \
-     -print | xargs -r cp --parents -t "$(mkdir -p $OUT/resume/tm-$NAME && echo $OUT/resume/tm-$NAME)")
+     -print | tar czf $OUT/resume-tm-$NAME.tgz -T -)
   # each dispatch's tuning (its stats say where the time went)
   for r in $D/dispatches/*/results.json $D/flag-dispatches/*/*/results.json; do
     [ -f "$r" ] && mkdir -p $OUT/tm-$NAME && cp "$r" "$OUT/tm-$NAME/$(basename $(dirname "$r") | tr '$' _).json"
