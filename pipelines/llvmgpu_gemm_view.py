@@ -166,6 +166,39 @@ def column_tiles_fit(view: GemmView, tile, mma):
 MAX_SPANS = 128  # padded rows of at least 8 columns in a side of at most 8 x 8 x 16
 
 
+def workgroup_count(dispatch: Dispatch, view: GemmView, wg_m, wg_n, mma_m, mma_n):
+    """The workgroups a config launches (Z3 terms, or ints): the tiles of the GEMM's two sides,
+    times every parallel loop a workgroup takes one step of. A convolution's or image
+    contraction's column side is counted over its whole output grid: each row padded to whole
+    MMA tiles, then rows, then images (a tile wider than a padded row that is no multiple of it
+    covers one row). The images are counted once, in the grid (ResNet-50's 8x14x14x256x1024
+    contraction: 112 workgroups for the compiler's 64x64 tiles; counted without its 8 images,
+    every config near the compiler's but the smallest read as too few, and the search tried
+    larger tiles)."""
+    import z3
+
+    from constraints.tiling import ceil_div
+
+    terms = any(isinstance(x, z3.ArithRef) for x in (wg_m, wg_n, mma_m, mma_n))
+    up = ceil_div if terms else (lambda a, c: -(-a // c))
+    b = dispatch.loop_bounds
+    parallel = math.prod(b[d] for d in range(len(b)) if d not in dispatch.k_dims)
+    if view.rows is None:
+        outer = max(1, parallel // (view.m_extent * view.n_extent))
+        return outer * up(view.m_extent, wg_m) * up(view.n_extent, wg_n)
+    side, mma, other, other_tile = ((wg_n, mma_n, view.m_extent, wg_m) if view.rows_on_n
+                                    else (wg_m, mma_m, view.n_extent, wg_n))
+    rows, images = view.rows[1], view.images[1] if view.images else 1
+    padded = up(view.columns, mma) * mma
+    spread = up(padded * rows * images, side)
+    if terms:
+        grid = z3.If(z3.And(side > padded, side % padded != 0), rows * images, spread)
+    else:
+        grid = rows * images if side > padded and side % padded else spread
+    outer = max(1, parallel // (view.columns * rows * images * other))
+    return outer * grid * up(other, other_tile)
+
+
 def subgroup_placement(placed: tuple[int, int, int], count: int, mma: int) -> tuple[int, int, int]:
     """A subgroup's share (columns, rows, images) of a workgroup's column-side tile `placed`,
     divided among `count` subgroups innermost first: its columns (in MMA tiles), then its rows,

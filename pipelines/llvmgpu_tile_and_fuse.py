@@ -16,7 +16,7 @@ from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, 
                                       mma_shape)
 from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, compiler_knobs_of_default,
                                          gemm_features, gemm_view, igemm_convolution, tile_and_fuse_convolution,
-                                         tile_sizes)
+                                         tile_sizes, workgroup_count)
 from pipelines.llvmgpu_split_k import split_factors, split_view
 
 __all__ = ["LLVMGPUTileAndFuse", "split_factors", "split_view"]
@@ -163,10 +163,7 @@ class LLVMGPUTileAndFuse(Pipeline):
         if len(splits) > 1:
             # A split reduction is not padded: each part is whole K tiles.
             p.require(z3.Or(split == 1, k % k_tile == 0))
-        batch = 1
-        for d in dispatch.batch_dims:
-            batch *= dispatch.loop_bounds[d]
-        workgroups = batch * split * tiling.ceil_div(m, wg_m) * tiling.ceil_div(n, wg_n)
+        workgroups = split * workgroup_count(dispatch, view, wg_m, wg_n, mma_m, mma_n)
         if view.rows and (default := compiler_knobs_of_default(dispatch)):
             # An implicit-GEMM convolution: first the compiler's own config with one or two knobs
             # changed. On the H100 the 8 configs that the order below chose for ResNet-50's 14x14

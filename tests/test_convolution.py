@@ -481,3 +481,51 @@ def test_padded_gpu_configs_compile_and_carry_their_config_on_cuda(ctx, tmp_path
     # build_all reads each config back from the compiled dispatch: a config not taken is a failure.
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert any("padding" in c.config.compilation_info for c in candidates[1:])
+
+
+@pytest.mark.parametrize("as_terms", [False, True], ids=["integers", "z3_terms"])
+def test_workgroup_counts_cover_the_whole_output_grid_images_included(ctx, as_terms):
+    """Counted by hand. ResNet-50's 8x14x14x256x1024 contraction over an output image: its M
+    tiles lie on rows of 14 columns padded to 16, then 14 rows, then 8 images (1792 positions).
+    Counted without the images (the space did until now), the compiler's own 64x64 config and
+    every neighbour but the smallest read as under 128 workgroups."""
+    import z3
+
+    from pipelines.llvmgpu_gemm_view import gemm_view, workgroup_count
+
+    def count(fixture, wg_m, wg_n, mma_m=16, mma_n=8):
+        [d] = discover(fixture, parse_target("cuda"), ctx)
+        args = (wg_m, wg_n, mma_m, mma_n)
+        if as_terms:
+            return z3.simplify(workgroup_count(d, gemm_view(d), *map(z3.IntVal, args))).as_long()
+        return workgroup_count(d, gemm_view(d), *args)
+
+    assert count(POINTWISE14, 64, 64) == 1792 // 64 * (256 // 64) == 112  # the compiler's config
+    assert count(POINTWISE14, 32, 64) == 1792 // 32 * 4 == 224
+    assert count(POINTWISE14, 128, 128) == 1792 // 128 * 2 == 28
+    # The stem (output 8x112x112x64): a 128-column tile holds one row of 112, padded; a 16-column
+    # tile is one of 7 across a row.
+    assert count(STEM, 128, 32) == 8 * 112 * (64 // 32) == 1792
+    assert count(STEM, 16, 32) == 8 * 112 * 7 * 2 == 12544
+    # A batched matmul: every batch a workgroup of its own per tile.
+    assert count(SAMPLES / "batch_matmul_16x1024x1024x1024_f16f16f32.mlir", 128, 64) == 16 * 8 * 16
+
+
+def test_the_first_configs_of_a_contraction_over_an_image_are_near_the_compilers_and_fill_the_gpu(ctx):
+    """On the H100 the 8 configs first tried for ResNet-50's 8x14x14x256x1024 contraction were one
+    of 896 workgroups and seven of 28-56 (larger tiles: the images went uncounted), all 0.24-0.63x
+    of the compiler's 112. Now the first 8 each change one or two of the compiler's knobs and
+    launch at least 128 workgroups."""
+    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default, gemm_view, workgroup_count
+    from pipelines.llvmgpu_common import compatible_intrinsics
+
+    [d] = discover(POINTWISE14, parse_target("cuda"), ctx)
+    own = compiler_knobs_of_default(d)
+    candidates = generate_candidates(d, pipeline_for(d), 8, ctx, parse_target("cuda").spec_entry)[1:]
+    assert len(candidates) == 8
+    for c in candidates:
+        k = c.config.knobs
+        mma = compatible_intrinsics(d)[k["mma_kind"]]
+        wg_m, wg_n = k["subgroups_m"] * k["subgroup_m"] * mma.m, k["subgroups_n"] * k["subgroup_n"] * mma.n
+        assert 1 <= sum(k[name] != value for name, value in own.items()) <= 2, c.label
+        assert workgroup_count(d, gemm_view(d), wg_m, wg_n, mma.m, mma.n) >= 128, c.label
