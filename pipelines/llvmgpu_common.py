@@ -20,6 +20,22 @@ if TYPE_CHECKING:
 # 20.6 ms against 0.89 ms.
 MAX_ACCUMULATOR_REGISTERS = 128
 
+# What a GPU target that does not say (a described one, pipelines.describe) is taken to have: the
+# smallest subgroup and shared memory among the targets this tuner knows (cuda's 32 lanes and
+# sm_80's 48 KiB without opt-in), so a config that fits it fits any of them.
+FALLBACK_SUBGROUP_SIZE = 32
+FALLBACK_SHARED_MEMORY_BYTES = 49152
+
+
+def subgroup_size(dispatch: Dispatch) -> int:
+    """The target's (first) subgroup size, or FALLBACK_SUBGROUP_SIZE where it names none."""
+    return (dispatch.target.subgroup_sizes or (FALLBACK_SUBGROUP_SIZE,))[0]
+
+
+def shared_memory_bytes(dispatch: Dispatch) -> int:
+    """The target's shared memory per workgroup, or FALLBACK_SHARED_MEMORY_BYTES where it says none."""
+    return dispatch.target.max_workgroup_memory_bytes or FALLBACK_SHARED_MEMORY_BYTES
+
 # Intrinsics the target lists but TileAndFuse cannot lower in IREE 3.13: every NV_WMMA config
 # tried on sm_80 (4096^3 and 16x4096x4096 f16, 14 tile shapes) failed with "'tensor.expand_shape'
 # op expected dimension 2 of collapsed type to be static value of <garbage>".

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from pipelines.base import KnobValue
 from pipelines.dispatch import Dispatch, MmaIntrinsic
-from pipelines.llvmgpu_common import ELEMENT_BYTES, compatible_intrinsics
+from pipelines.llvmgpu_common import ELEMENT_BYTES, compatible_intrinsics, subgroup_size
 from pipelines.printed_config import mma_kind, threads_and_subgroup, tiling_level
 
 
@@ -319,7 +319,7 @@ class GemmTiles:
 def gemm_features(dispatch: Dispatch, view: GemmView, intrinsic: MmaIntrinsic,
                   s: Mapping[str, KnobValue]) -> dict[str, float]:
     """A GPU GEMM config's derived quantities (log2 where they multiply)."""
-    subgroup = (dispatch.target.subgroup_sizes or (32,))[0]
+    subgroup = subgroup_size(dispatch)
     tiles = GemmTiles.of(s, intrinsic)
     wg_m, wg_n, k_tile = tiles.wg_m, tiles.wg_n, tiles.k_tile
     m, n, k = view.m_total, view.n_total, view.k_extent
@@ -384,9 +384,8 @@ def tile_sizes(dispatch: Dispatch, s: Mapping[str, KnobValue]) -> TileSizes:
         subgroup[pos], subgroup[row] = sub_columns // mma, sub_rows
         if view.images:
             workgroup[view.images[0]], subgroup[view.images[0]] = images, sub_images
-    subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
-    threads = tiles.threads(subgroup_size)
-    return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), threads, subgroup_size)
+    lanes = subgroup_size(dispatch)
+    return TileSizes(intrinsic, tuple(workgroup), tuple(reduction), tuple(subgroup), tiles.threads(lanes), lanes)
 
 
 def compiler_knobs_of_default(dispatch: Dispatch) -> dict[str, int]:

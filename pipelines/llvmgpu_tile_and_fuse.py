@@ -13,7 +13,7 @@ from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
-                                      mma_shape)
+                                      mma_shape, shared_memory_bytes, subgroup_size)
 from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, compiler_knobs_of_default,
                                          gemm_features, gemm_view, igemm_convolution, tile_and_fuse_convolution,
                                          tile_sizes, workgroup_count)
@@ -98,7 +98,7 @@ class LLVMGPUTileAndFuse(Pipeline):
         view = gemm_view(dispatch)
         m, n, k = view.m_total, view.n_total, view.k_extent
         intrinsics = compatible_intrinsics(dispatch)
-        subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 32
+        subgroup = subgroup_size(dispatch)
         in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
 
         p = Problem()
@@ -157,7 +157,7 @@ class LLVMGPUTileAndFuse(Pipeline):
         p.require(
             padded(k, k_tile) * 4 <= k * 5,
             tiling.within(threads, t.max_threads_per_workgroup or 1024),
-            tiling.within(shared, t.max_workgroup_memory_bytes or 49152),
+            tiling.within(shared, shared_memory_bytes(dispatch)),
             tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
         )
         if len(splits) > 1:
@@ -288,7 +288,7 @@ class LLVMGPUTileAndFuse(Pipeline):
                                                        reorder_workgroups_strategy=reorder,
                                                        use_igemm_convolution=(not view.direct) if tuned.conv else None)
             translation = iree_codegen.TranslationInfoAttr.get(
-                ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], (dispatch.target.subgroup_sizes or (32,))[0],
+                ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], subgroup_size(dispatch),
                 ir.DictAttr.get({"gpu_pipeline_options": options}),
             )
         summary = (f"{intrinsic.name.removeprefix('NV_')} wg {wg_m}x{wg_n} "

@@ -12,7 +12,7 @@ from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
-                                      mma_shape)
+                                      mma_shape, shared_memory_bytes, subgroup_size)
 from pipelines.llvmgpu_gemm_view import GemmTiles
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class LLVMGPUVectorDistribute(Pipeline):
         b = dispatch.loop_bounds
         m, n, k = b[dispatch.m_dims[-1]], b[dispatch.n_dims[-1]], b[dispatch.k_dims[-1]]
         intrinsics = compatible_intrinsics(dispatch)
-        subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 64
+        subgroup = subgroup_size(dispatch)
         in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
 
         p = Problem()
@@ -65,7 +65,7 @@ class LLVMGPUVectorDistribute(Pipeline):
             # No padding on this path: tiles divide the problem.
             m % wg_m == 0, n % wg_n == 0, k % k_tile == 0,
             tiling.within(tiles.threads(subgroup), t.max_threads_per_workgroup or 1024),
-            tiling.within((wg_m + wg_n) * k_tile * in_bytes, t.max_workgroup_memory_bytes or 65536),
+            tiling.within((wg_m + wg_n) * k_tile * in_bytes, shared_memory_bytes(dispatch)),
             tiling.within(acc_regs, MAX_ACCUMULATOR_REGISTERS),
         )
         batch = 1
@@ -95,11 +95,11 @@ class LLVMGPUVectorDistribute(Pipeline):
         compiler's is left free."""
         intrinsic = compatible_intrinsics(dispatch)[int(s["mma_kind"])]
         md, nd, kd = dispatch.m_dims[-1], dispatch.n_dims[-1], dispatch.k_dims[-1]
-        subgroup_size = (dispatch.target.subgroup_sizes or (64,))[0]
+        lanes = subgroup_size(dispatch)
         tiles = GemmTiles.of(s, intrinsic)
         return {f"wg_{md}": tiles.wg_m, f"wg_{nd}": tiles.wg_n, f"red_{kd}": tiles.k_tile,
-                "sg_m_cnt": int(s["subgroups_m"]), "sg_n_cnt": int(s["subgroups_n"]), "sg_size": subgroup_size,
-                "wg_size_x": tiles.threads(subgroup_size), "wg_size_y": 1,
+                "sg_m_cnt": int(s["subgroups_m"]), "sg_n_cnt": int(s["subgroups_n"]), "sg_size": lanes,
+                "wg_size_x": tiles.threads(lanes), "wg_size_y": 1,
                 "wg_size_z": 1, "mma": intrinsic}
 
     # The lowering: the only part that imports IREE.
@@ -118,8 +118,8 @@ class LLVMGPUVectorDistribute(Pipeline):
         tiles = GemmTiles.of(s, intrinsic)
         workgroup[md], workgroup[nd], reduction[kd] = tiles.wg_m, tiles.wg_n, tiles.k_tile
         counts[md], counts[nd] = int(s["subgroups_m"]), int(s["subgroups_n"])
-        subgroup_size = (dispatch.target.subgroup_sizes or (64,))[0]
-        threads = tiles.threads(subgroup_size)
+        lanes = subgroup_size(dispatch)
+        threads = tiles.threads(lanes)
         with ctx:
             derived = ir.Attribute.parse("#iree_gpu.derived_thread_config")
             lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get({
@@ -133,7 +133,7 @@ class LLVMGPUVectorDistribute(Pipeline):
             options = iree_gpu.PipelineOptionsAttr.get(no_reduce_shared_memory_bank_conflicts=False,
                                                        use_igemm_convolution=False)
             translation = iree_codegen.TranslationInfoAttr.get(
-                ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], subgroup_size,
+                ir.Attribute.parse(PIPELINE), None, [threads, 1, 1], lanes,
                 ir.DictAttr.get({"gpu_pipeline_options": options}),
             )
         summary = (f"VD {intrinsic.name} wg {workgroup[md]}x{workgroup[nd]} "

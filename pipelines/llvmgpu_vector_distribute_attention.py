@@ -11,7 +11,7 @@ from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
-                                      mma_shape)
+                                      mma_shape, shared_memory_bytes, subgroup_size)
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -44,7 +44,7 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
         m, n = b[dispatch.m_dims[-1]], b[dispatch.n_dims[-1]]
         k1, k2 = b[dispatch.k_dims[0]], b[dispatch.k_dims[-1]]
         intrinsics = attention_intrinsics(dispatch)
-        subgroup = t.subgroup_sizes[0] if t.subgroup_sizes else 32
+        subgroup = subgroup_size(dispatch)
         in_bytes = ELEMENT_BYTES.get(dispatch.lhs_type, 2)
 
         p = Problem()
@@ -64,7 +64,7 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
             tiling.within(sg.var * subgroup, t.max_threads_per_workgroup or 1024),
             # Query, key and value tiles staged in shared memory.
             tiling.within((tile_m.var * k1 + red.var * k1 + red.var * tile_n.var) * in_bytes,
-                          t.max_workgroup_memory_bytes or 49152),
+                          shared_memory_bytes(dispatch)),
             tiling.within(regs, MAX_ACCUMULATOR_REGISTERS),
         )
         batch = 1
@@ -93,7 +93,7 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
         workgroup[md], workgroup[nd] = int(s["workgroup_m"]), int(s["workgroup_n"])
         reduction[k2_dims[-1]] = int(s["reduction_k2"])
         counts[md] = int(s["subgroups_m"])
-        subgroup_size = (dispatch.target.subgroup_sizes or (32,))[0]
+        lanes = subgroup_size(dispatch)
         batch_m = (*dispatch.batch_dims, *dispatch.m_dims)
         qk_dims = sorted((*batch_m, *k1_dims, *k2_dims))
         pv_dims = sorted((*batch_m, *dispatch.n_dims, *k2_dims))
@@ -118,7 +118,7 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
                 "workgroup": i64_array(workgroup),
             }))
             translation = iree_codegen.TranslationInfoAttr.get(
-                ir.Attribute.parse(PIPELINE), None, [int(s["subgroups_m"]) * subgroup_size, 1, 1], subgroup_size)
+                ir.Attribute.parse(PIPELINE), None, [int(s["subgroups_m"]) * lanes, 1, 1], lanes)
         summary = (f"VD {intrinsic.name.removeprefix('NV_')} wg {s['workgroup_m']}x{s['workgroup_n']} "
                    f"k2 {s['reduction_k2']} subgroups {s['subgroups_m']}")
         config = tiled_config(s, lowering, translation, summary)

@@ -28,7 +28,7 @@ import z3
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import REDUCTION_KINDS, Dispatch
-from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array
+from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array, subgroup_size
 from pipelines.printed_config import basis, tiling_level
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
         root = layouts[0]
         t = dispatch.target
         row = dispatch.loop_bounds[root.dim]
-        subgroup = dispatch.default.subgroup_size or (t.subgroup_sizes or (32,))[0]
+        subgroup = dispatch.default.subgroup_size or subgroup_size(dispatch)
         bits = 8 * ELEMENT_BYTES.get(dispatch.lhs_type, 4)
         max_threads = t.max_threads_per_workgroup or 1024
 
