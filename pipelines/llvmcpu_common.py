@@ -12,7 +12,7 @@ import z3
 from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue
 from pipelines.dispatch import ELEMENT_BYTES, Dispatch  # noqa: F401 (ELEMENT_BYTES: theirs)
-from pipelines.printed_config import retiled
+from pipelines.printed_config import levels, retiled, tiling_level
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -60,3 +60,12 @@ def retiled_config(dispatch: Dispatch, s: Mapping[str, KnobValue], new: dict[tup
     return Config(knobs=dict(s), compilation_info=str(info), summary=summary, expect_root_op=dispatch.op_name,
                   expect_lowering_config=str(configs[0]), expect_translation_info=str(translation),
                   fused_lowering_configs=tuple(str(c) for c in configs[1:]), codegen_spec=True)
+
+
+def levels_span_loops(dispatch: Dispatch, root_levels: tuple[str, ...]) -> bool:
+    """Whether the compiler's config of the dispatch can be read as knobs and written back: its
+    root op's `root_levels`, and every level of each fused op's config, hold one entry per loop."""
+    rank = len(dispatch.loop_bounds)
+    texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
+    return (all(len(tiling_level(dispatch.default.lowering_config, lv)) == rank for lv in root_levels)
+            and all(len(tiling_level(t, lv)) == rank for t in texts for lv in levels(t)))

@@ -18,8 +18,9 @@ import z3
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import PARALLEL_KINDS, Dispatch
-from pipelines.llvmcpu_common import ELEMENT_BYTES, prefer_near_default, retiled_config, vector_registers
-from pipelines.printed_config import levels, tiling_level
+from pipelines.llvmcpu_common import (ELEMENT_BYTES, levels_span_loops, prefer_near_default, retiled_config,
+                                      vector_registers)
+from pipelines.printed_config import tiling_level
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -44,13 +45,8 @@ def default_knobs(dispatch: Dispatch) -> dict[str, int]:
 
 
 def _readable(dispatch: Dispatch) -> bool:
-    rank = len(dispatch.loop_bounds)
-    texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
-    if not all(len(tiling_level(dispatch.default.lowering_config, lv)) == rank for lv in ROOT_LEVELS):
-        return False
-    # Every knob's loop is tiled by the compiler (a zero there: a loop it leaves whole).
-    return (all(v > 0 for v in default_knobs(dispatch).values())
-            and all(len(tiling_level(t, lv)) == rank for t in texts for lv in levels(t)))
+    # Every knob's loop is tiled by the compiler, too (a zero there: a loop it leaves whole).
+    return levels_span_loops(dispatch, ROOT_LEVELS) and all(v > 0 for v in default_knobs(dispatch).values())
 
 
 class LLVMCPUElementwise(Pipeline):

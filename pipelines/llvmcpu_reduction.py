@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Mapping
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import REDUCTION_KINDS, Dispatch
-from pipelines.llvmcpu_common import ELEMENT_BYTES, prefer_near_default, retiled_config, vector_registers
-from pipelines.printed_config import levels, tiling_level
+from pipelines.llvmcpu_common import (ELEMENT_BYTES, levels_span_loops, prefer_near_default, retiled_config,
+                                      vector_registers)
+from pipelines.printed_config import tiling_level
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -48,11 +49,7 @@ def default_knobs(dispatch: Dispatch) -> dict[str, int]:
 
 
 def _readable(dispatch: Dispatch) -> bool:
-    rank = len(dispatch.loop_bounds)
-    texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
-    return (bool(dispatch.m_dims and dispatch.k_dims)
-            and all(len(tiling_level(dispatch.default.lowering_config, lv)) == rank for lv in ROOT_LEVELS)
-            and all(len(tiling_level(t, lv)) == rank for t in texts for lv in levels(t)))
+    return bool(dispatch.m_dims and dispatch.k_dims) and levels_span_loops(dispatch, ROOT_LEVELS)
 
 
 class LLVMCPUReduction(Pipeline):
