@@ -14,9 +14,9 @@ from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, defa
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape, shared_memory_bytes, subgroup_size)
-from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, compiler_knobs_of_default,
-                                         gemm_features, gemm_view, igemm_convolution, tile_and_fuse_convolution,
-                                         tile_sizes, workgroup_count)
+from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
+from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, gemm_features, gemm_view,
+                                         igemm_convolution, tile_and_fuse_convolution, tile_sizes, workgroup_count)
 from pipelines.llvmgpu_split_k import split_factors, split_view
 
 __all__ = ["LLVMGPUTileAndFuse", "split_factors", "split_view"]

@@ -244,7 +244,8 @@ def test_under_the_direct_convolution_flag_a_padded_convolution_is_configured_on
     GEMM on those loops: M the columns (then rows, then images), N the output channels, K the
     input channels alone, the filter taps one step each; the compiler's own config is read back
     as the same knobs as its implicit-GEMM config of the same convolution."""
-    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default, gemm_view, tile_sizes
+    from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
+    from pipelines.llvmgpu_gemm_view import gemm_view, tile_sizes
     from pipelines.llvmgpu_tile_and_fuse import DIRECT_CONVOLUTION
 
     cuda = parse_target("cuda")
@@ -324,7 +325,8 @@ def test_a_column_tile_lies_on_padded_rows_then_images_of_a_14_wide_output(ctx):
     rows as 14 shares with its span, then images dividing the batch of 8; a subgroup's share is
     cut innermost first. IREE 3.13's own config for it: workgroup [4, 2, 16, 32, 0] (4 images of
     2 rows), subgroup [2, 1, 1, 2, 0] (2 images of one row), 8 subgroups of 32 threads."""
-    from pipelines.llvmgpu_gemm_view import column_tiles, compiler_knobs_of_default, gemm_view, subgroup_placement
+    from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
+    from pipelines.llvmgpu_gemm_view import column_tiles, gemm_view, subgroup_placement
 
     [d] = discover(CONV14, parse_target("cuda"), ctx)
     view = gemm_view(d)
@@ -349,7 +351,7 @@ def test_a_column_tile_lies_on_padded_rows_then_images_of_a_14_wide_output(ctx):
 @pytest.mark.parametrize("fixture", [CONV14, NCHW], ids=["nhwc_14x14", "nchw_32x32"])
 def test_a_gpu_convolutions_first_candidates_are_the_compilers_config_with_one_or_two_knobs_changed(ctx, fixture):
     from constraints.enumerate import enumerate_solutions
-    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default
+    from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
 
     [d] = discover(fixture, parse_target("cuda"), ctx)
     own = compiler_knobs_of_default(d)
@@ -363,7 +365,7 @@ def test_a_matmuls_candidates_are_not_tied_to_the_compilers_config(ctx):
     """The near-default preference is for implicit-GEMM convolutions only: a matmul's order
     stays the measured one, which puts a full register tile first (4096^3: 4x8 tiles of 16x8)."""
     from constraints.enumerate import enumerate_solutions
-    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default
+    from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
 
     [d] = discover(SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir", parse_target("cuda"), ctx)
     problem = pipeline_for(d).build_problem(d)
@@ -419,7 +421,8 @@ def test_a_contraction_over_an_output_image_is_tiled_on_whole_padded_rows_as_the
     convolution: workgroup [2, 2, 16, 64, 0], 2 images of 2 rows of 14 columns padded to 16,
     subgroup [2, 1, 1, 4, 0], 128 threads, 8 K steps. Tiled as a plain GEMM on its 14 columns
     (the other M loops one each), every candidate crashed iree-compile (SIGFPE) on the H100 run."""
-    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default, gemm_view, tile_sizes
+    from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
+    from pipelines.llvmgpu_gemm_view import gemm_view, tile_sizes
 
     [d] = discover(POINTWISE14, parse_target("cuda"), ctx)
     assert d.conv is None and d.loop_bounds == (8, 14, 14, 256, 1024)
@@ -444,7 +447,8 @@ def test_the_stem_convolutions_own_config_is_in_the_space_one_padded_row_and_k_p
     [1, 1, 2, 2, 0], 8 subgroups, 2 K steps (K padded to 160: padding [1, 1, 128, 32, 32]). The
     space had no config for it at all (K is no multiple of a K step, and 112 columns take no
     power-of-two tile but 16)."""
-    from pipelines.llvmgpu_gemm_view import column_tiles, compiler_knobs_of_default, gemm_view
+    from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
+    from pipelines.llvmgpu_gemm_view import column_tiles, gemm_view
 
     [d] = discover(STEM, parse_target("cuda"), ctx)
     view = gemm_view(d)
@@ -516,7 +520,8 @@ def test_the_first_configs_of_a_contraction_over_an_image_are_near_the_compilers
     of 896 workgroups and seven of 28-56 (larger tiles: the images went uncounted), all 0.24-0.63x
     of the compiler's 112. Now the first 8 each change one or two of the compiler's knobs and
     launch at least 128 workgroups."""
-    from pipelines.llvmgpu_gemm_view import compiler_knobs_of_default, gemm_view, workgroup_count
+    from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
+    from pipelines.llvmgpu_gemm_view import gemm_view, workgroup_count
     from pipelines.llvmgpu_common import compatible_intrinsics
 
     [d] = discover(POINTWISE14, parse_target("cuda"), ctx)
