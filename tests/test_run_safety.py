@@ -757,3 +757,63 @@ def test_iree_compile_reads_a_quoted_flag_with_a_newline_as_one(tmp_path, small_
     assert subprocess.run([find_tool("iree-compile"), str(small_matmul), f"@{flags}"],
                           capture_output=True).returncode == 0
     assert target.is_file()
+
+
+def test_directory_links_planted_below_a_held_run_directory_are_replaced_never_followed(tmp_path):
+    # The probe's S1: `DIR/candidates -> elsewhere` made `tune` delete the target's 0001 and write
+    # every candidate there. Below a run directory this process holds, every directory the run
+    # makes is a real one: a link at any depth is removed (its target untouched).
+    from tuner.errors import OutputError
+    from tuner.run_dir import real_directory, remove_tree
+
+    outside = tmp_path / "outside"
+    (outside / "0001").mkdir(parents=True)
+    (outside / "0001" / "theirs").write_text("keep")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "candidates").symlink_to(outside)
+    (run / "variants").mkdir()
+    (run / "variants" / "runs-merge").symlink_to(outside)
+    (run / LOCK).symlink_to(outside / "lock")  # the holder's line would be written through it
+    with RunDirectory(run):
+        made = real_directory(run / "candidates" / "0001")
+        merge = real_directory(run / "variants" / "runs-merge")
+        remove_tree(made)
+        (run / "imported").symlink_to(outside)
+        remove_tree(run / "imported")  # removes the link alone
+        (run / "afile").write_text("x")
+        with pytest.raises(OutputError, match="is a file where the run keeps a directory"):
+            real_directory(run / "afile" / "sub")
+    assert made.parent.is_dir() and not made.parent.is_symlink() and not made.exists()
+    assert merge.is_dir() and not merge.is_symlink() and not (run / "imported").exists()
+    assert (run / LOCK).is_file() and not (run / LOCK).is_symlink() and not (outside / "lock").exists()
+    assert sorted(p.name for p in outside.iterdir()) == ["0001"] and (outside / "0001" / "theirs").read_text() == "keep"
+    # A directory the user linked the run directory itself to is theirs to choose, and outside
+    # any held run directory a path is made as asked.
+    linked = tmp_path / "linked"
+    linked.symlink_to(outside)
+    with RunDirectory(linked):
+        assert real_directory(linked / "x").is_dir() and (outside / "x").is_dir()
+    assert real_directory(tmp_path / "plain" / "deep").is_dir()
+
+
+@pytest.mark.slow
+def test_tune_writes_no_candidate_through_a_planted_candidates_link(tmp_path, small_matmul):
+    outside, out = tmp_path / "outside", tmp_path / "out"
+    outside.mkdir()
+    (outside / "0001").write_text("keep")
+    out.mkdir()
+    (out / "candidates").symlink_to(outside)
+    result = run_cli("tune", small_matmul, "--compile-only", "--budget", "2", "--output", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in outside.iterdir()) == ["0001"] and (outside / "0001").read_text() == "keep"
+    assert (out / "candidates").is_dir() and not (out / "candidates").is_symlink()
+    assert (out / "candidates" / "0001" / "spec.mlir").is_file()
+    # The candidates command's --output: its specs folder and files are never written through.
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    (listed / "specs").symlink_to(outside)
+    (listed / "candidates.json").symlink_to(outside / "0001")
+    assert run_cli("candidates", small_matmul, "--num-candidates", "2", "--output", listed).exit_code == 0
+    assert sorted(p.name for p in outside.iterdir()) == ["0001"] and (outside / "0001").read_text() == "keep"
+    assert (listed / "specs" / "0000.mlir").is_file() and not (listed / "candidates.json").is_symlink()

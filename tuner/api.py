@@ -3,7 +3,6 @@ list of configs (no search), or compile only, for `benchmark_dir` where the devi
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
@@ -19,7 +18,7 @@ from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, r
                           search_and_evaluate)
 from tuner.errors import InputError, OutputError
 from tuner.profiling.profile import Profile, profile
-from tuner.run_dir import RunDirectory, run_identity
+from tuner.run_dir import RunDirectory, fresh, remove_tree, run_identity
 from tuner.targets import Target, parse_target
 
 if TYPE_CHECKING:
@@ -30,7 +29,7 @@ def prepare_output(output_dir: Path) -> Path:
     """Create the output directory or fail with one clear line."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / ".write-test"
+        probe = fresh(output_dir / ".write-test")  # never written through a planted link
         probe.write_text("")
         probe.unlink()
     except OSError as e:
@@ -289,8 +288,7 @@ def _take_inputs(session: Session, inputs: Sequence[Path | str]) -> Session:
     """Check the user's own input files against the entry and keep them in the run's directory;
     the session's workload takes their shapes (they size the dynamic dimensions)."""
     given = session.output_dir / GIVEN_INPUTS
-    if given.exists():
-        shutil.rmtree(given)
+    remove_tree(given)  # a link planted there is removed, not followed
     if not inputs:
         return session
     workload = session.workload.given_inputs([Path(p) for p in inputs], given)

@@ -37,21 +37,62 @@ def _umask() -> int:
 UMASK = _umask()
 
 
-def write_file(path: Path, text: str) -> Path:
-    """Write `text` to `path` atomically, never through what is there: a new file beside it
-    (created exclusively) takes its place, so a symbolic link planted at `path` (or at any
-    temporary name) is replaced, and the file it points to is left alone. The file gets the
-    mode any new file gets under the umask (the exclusive creation alone would make it 0600)."""
+def write_file(path: Path, content: str | bytes) -> Path:
+    """Write `content` (text or bytes) to `path` atomically, never through what is there: a new
+    file beside it (created exclusively) takes its place, so a symbolic link planted at `path`
+    (or at any temporary name) is replaced, and the file it points to is left alone. The file
+    gets the mode any new file gets under the umask (the exclusive creation alone would make it
+    0600)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~UMASK)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if isinstance(content, bytes) else "w") as f:
+            f.write(content)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+# The run directories this process holds (RunDirectory), as given: below them, no directory is
+# ever reached through a symbolic link (real_directory, remove_tree).
+_HELD: list[Path] = []
+
+
+def _held_root(path: Path) -> Optional[Path]:
+    return next((r for r in _HELD if path == r or r in path.parents), None)
+
+
+def real_directory(path: Path, root: Optional[Path] = None) -> Path:
+    """`path` made a directory (with its parents), where below `root` (default: a run directory
+    this process holds) every component is a real directory: a symbolic link planted at one
+    (`DIR/candidates ->` elsewhere) is removed, its target untouched, and a directory made in its
+    place, so nothing is written or deleted through it. A file in its place is one error line.
+    The root itself may be a link the user made. Outside any root: a plain mkdir."""
+    path = Path(os.path.abspath(path))
+    root = Path(os.path.abspath(root)) if root is not None else _held_root(path)
+    if root is None:
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            current.unlink()
+        elif current.exists() and not current.is_dir():
+            raise OutputError(f"{current} is a file where the run keeps a directory; remove it or give another --output")
+        current.mkdir(exist_ok=True)
+    return path
+
+
+def remove_tree(path: Path) -> None:
+    """Remove `path` and what it holds, never through a symbolic link: a link there is removed
+    itself (its target untouched), and rmtree does not follow the links inside."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def fresh(path: Path) -> Path:
@@ -104,7 +145,8 @@ class RunDirectory:
         try:
             self._created = not self.path.exists()
             self.path.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            fresh(self.path / LOCK)  # the holder's line is written into it: never through a link
+            self._fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
             raise OutputError(f"cannot write to output directory {self.path}: {e.strerror or e}") from None
         try:
@@ -119,6 +161,7 @@ class RunDirectory:
         os.pwrite(self._fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                         "command": " ".join(["iree-tuner", *sys.argv[1:]]),
                                         "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
+        _HELD.append(Path(os.path.abspath(self.path)))
         try:
             if self.identity is not None:
                 self._claim()
@@ -180,6 +223,7 @@ class RunDirectory:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            _HELD.remove(Path(os.path.abspath(self.path)))
         if self._created and refused:
             # A directory this run made and left empty but for its lock is removed with it: a
             # refused `tune` leaves no ./tuning-output behind.
@@ -188,3 +232,14 @@ class RunDirectory:
                 self.path.rmdir()
             except OSError:
                 pass
+
+
+def npy_bytes(array) -> bytes:
+    """An array as the bytes of a .npy file (for write_file)."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()

@@ -21,6 +21,7 @@ from typing import Optional
 
 from tuner.errors import OutputError, StoreError
 from tuner.core.results import Result, Status
+from tuner.run_dir import real_directory
 
 STORE = "results.sqlite"  # DIR/results.sqlite: a run's result store, unless another is given
 
@@ -117,7 +118,7 @@ class ResultStore:
         self.runtime = runtime
         self.run = run or run_id()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            real_directory(self.path.parent)
         except OSError as e:
             raise OutputError(f"cannot create the result store's directory {self.path.parent}: {e.strerror or e}") from None
         try:

@@ -5,7 +5,6 @@ into the manifest that the benchmark stage measures elsewhere."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -13,6 +12,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from pipelines import check_config
+from tuner.run_dir import real_directory, remove_tree, write_file
 from tuner.specs.candidates import Candidate
 from tuner.specs.transform import uses_codegen_stage
 from tuner.discovery.program import TUNER_ATTRIBUTES_FLAG
@@ -68,10 +68,10 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
     is itself an IREE dispatch benchmark, whose function of that name is timed. `in_model`: the
     dispatch is timed by its kernels inside the candidate's module, so no benchmark is dumped."""
     cdir = workdir / f"{c.id:04d}"
-    shutil.rmtree(cdir, ignore_errors=True)
-    cdir.mkdir(parents=True)
+    remove_tree(cdir)
+    real_directory(cdir)
     spec = cdir / "spec.mlir"
-    spec.write_text(c.spec)
+    write_file(spec, c.spec)
     flags = candidate_flags(c, target, spec)
     # Dumps go to paths relative to the candidate's directory (the compile runs there): CPU
     # binaries embed the dumped configuration's path, and equal code must give equal binaries.
@@ -191,6 +191,6 @@ def reused_result(c: Candidate, stored: Result, target: Target, workdir: Path) -
     """A stored result standing for candidate `c` of this run: its spec is written again (it may
     still win and become best_spec.mlir), its id and flags are this run's."""
     cdir = workdir / f"{c.id:04d}"
-    cdir.mkdir(parents=True, exist_ok=True)
-    (cdir / "spec.mlir").write_text(c.spec)
+    real_directory(cdir)
+    write_file(cdir / "spec.mlir", c.spec)
     return replace(stored, candidate_id=c.id, label=c.label, flags=candidate_flags(c, target, cdir / "spec.mlir"))

@@ -13,6 +13,7 @@ from iree.compiler import ir
 
 from pipelines import Config
 from tuner.discovery.entry import is_dispatch_benchmark_function
+from tuner.run_dir import write_file
 
 COMBINED_FUNCTION = "tuned_op_dispatches"
 _EXECUTABLE = re.compile(r"hal\.executable private @(\S+)_dispatch_(\d+) ")
@@ -82,7 +83,7 @@ def combine(sources: list[Path], out: Path) -> Path:
         combined.detach_from_parent()
         first.body.append(combined)
         first.operation.verify()
-        out.write_text(str(first))
+        write_file(out, str(first))
     return out
 
 

@@ -17,6 +17,7 @@ from tuner.cli.say import (LiveResults, dispatches_json, errors_to_exit, progres
                            say_picked, say_rebuild, say_search, say_summary)
 from tuner.errors import InputError
 from tuner.report.outputs import make_console
+from tuner.run_dir import real_directory, write_file
 
 
 NONE_TOOK = 9  # exit status when no candidate took its config (each config_not_applied): default kept
@@ -245,15 +246,16 @@ def candidates(input_file: Path, target: str, num_candidates: int, dispatch_name
             dispatch, found = api.list_candidates(input_file, target, num_candidates, dispatch_name, pipeline_name,
                                                   on_progress, constraints)
         if output_dir is not None:
-            api.prepare_output(output_dir / "specs")
+            api.prepare_output(output_dir)
+            real_directory(output_dir / "specs", root=output_dir)
             entries = []
             for c in found:
                 spec = output_dir / "specs" / f"{c.id:04d}.mlir"
-                spec.write_text(c.spec)
+                write_file(spec, c.spec)
                 entries.append({"id": c.id, "is_baseline": c.is_baseline, "label": c.label, "pipeline": c.pipeline,
                                 "knobs": dict(c.config.knobs), "flags": list(c.config.flags),
                                 "compilation_info": c.config.compilation_info, "spec": str(spec.relative_to(output_dir))})
-            (output_dir / "candidates.json").write_text(json.dumps(entries, indent=2))
+            write_file(output_dir / "candidates.json", json.dumps(entries, indent=2))
     say_candidates(console, num_candidates)(dispatch, found)
     table = Table(title=f"Candidates for {dispatch.name} ({found[0].pipeline})")
     table.add_column("#", justify="right")
@@ -303,7 +305,7 @@ def crosscheck(input_file: Path, target: str, dispatch_name: str | None, pipelin
             checks = api.crosscheck_input(input_file, target, output_dir, dispatch_name, pipeline_name,
                                           CrossCheckLimits(limit, seconds, compile_per_class), force, on_progress)
     data = [c.to_json() for c in checks]
-    (output_dir / "crosscheck.json").write_text(json.dumps(data, indent=1))
+    write_file(output_dir / "crosscheck.json", json.dumps(data, indent=1))
     if as_json:
         print(json.dumps(data, indent=1))
         return

@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.errors import InputError
+from tuner.run_dir import npy_bytes, real_directory, write_file
 
 # MLIR element types the runner can feed from .npy files.
 NUMPY_DTYPES = {
@@ -268,7 +269,7 @@ class Workload:
         if len(files) != len(self.inputs):
             raise InputError(f"@{self.entry} takes {len(self.inputs)} arguments "
                              f"({', '.join(s.mlir for s in self.inputs) or 'none'}); {len(files)} --input files given")
-        directory.mkdir(parents=True, exist_ok=True)
+        real_directory(directory)
         specs = []
         for i, (path, spec) in enumerate(zip(files, self.inputs)):
             try:
@@ -290,11 +291,11 @@ class Workload:
                                  f"@{self.entry} is {spec.mlir} ({want}{raw}{allowed})")
             spec = replace(spec, shape=tuple(array.shape))
             if spec.scalar:
-                (directory / f"input{i}.{spec.element_type}.scalar").write_text(str(array.item()))
+                write_file(directory / f"input{i}.{spec.element_type}.scalar", str(array.item()))
             elif spec.element_type in RAW_TYPES:
-                (directory / f"input{i}.{spec.run_type}.bin").write_bytes(np.ascontiguousarray(array).tobytes())
+                write_file(directory / f"input{i}.{spec.run_type}.bin", np.ascontiguousarray(array).tobytes())
             else:
-                np.save(directory / f"input{i}.npy", array)
+                write_file(directory / f"input{i}.npy", npy_bytes(array))
             specs.append(spec)
         return replace(self, inputs=tuple(specs))
 
@@ -306,14 +307,14 @@ class Workload:
             files = sorted(given.glob("input*"), key=lambda p: int(p.name[len("input"):].split(".")[0]))
             if len(files) != len(self.inputs):
                 raise InputError(f"{given}: {len(files)} input files for the {len(self.inputs)} arguments of @{self.entry}")
-            directory.mkdir(parents=True, exist_ok=True)
+            real_directory(directory)
             for f in files:
-                (directory / f.name).write_bytes(f.read_bytes())
+                write_file(directory / f.name, f.read_bytes())
             return [directory / f.name for f in files]
         problem = self.unrunnable()
         if problem:
             raise InputError(f"@{self.entry}: {problem}")
-        directory.mkdir(parents=True, exist_ok=True)
+        real_directory(directory)
         rng = np.random.default_rng(seed)
         paths = []
         for i, spec in enumerate(self.inputs):
@@ -326,15 +327,9 @@ class Workload:
             else:
                 path = directory / f"input{i}.npy"
                 content = spec.random(rng)
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                if isinstance(content, str):
-                    f.write(content.encode())
-                elif path.suffix == ".bin":
-                    f.write(np.ascontiguousarray(content).tobytes())
-                else:
-                    np.save(f, content)
-            tmp.replace(path)  # a killed run never leaves a truncated input behind
+            # Atomic (a killed run never leaves a truncated input behind), never through a link.
+            write_file(path, content.encode() if isinstance(content, str) else
+                       np.ascontiguousarray(content).tobytes() if path.suffix == ".bin" else npy_bytes(content))
             paths.append(path)
         return paths
 

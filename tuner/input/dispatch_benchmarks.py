@@ -20,6 +20,7 @@ from iree.compiler.dialects import iree_gpu
 from tuner.discovery.program import configure
 from tuner.discovery.entry import is_dispatch_benchmark_function
 from tuner.errors import InputError
+from tuner.run_dir import real_directory, write_file
 from tuner.targets import Target
 
 BAKED = ("lowering_config", "translation_info", "compilation_info", "decomposition_config")
@@ -113,6 +114,6 @@ def unconfigured_copy(path: Path, out_dir: Path, target: Target) -> Path | None:
 
         module.operation.walk(strip)
         out = out_dir / path.name
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(str(module))
+        real_directory(out.parent)
+        write_file(out, str(module))
     return out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tuner.input.dispatch_benchmarks import unconfigured_copy
 from tuner.errors import InputError, unreadable_input
+from tuner.run_dir import fresh, real_directory
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool
 
@@ -25,8 +26,8 @@ def program_source(path: Path, workdir: Path, target: Target, timeout_s: float =
     if not path.is_file():
         raise unreadable_input(path)
     out = workdir / IMPORTED / (path.stem + ".mlir")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    run = run_tool([find_tool("iree-import-onnx"), str(path), "-o", str(out)], timeout_s)
+    real_directory(out.parent)
+    run = run_tool([find_tool("iree-import-onnx"), str(path), "-o", str(fresh(out))], timeout_s)
     if not run.ok:
         if "No module named 'onnx'" in run.stderr:
             raise InputError(f"{path}: importing ONNX needs the onnx package: pip install -e '.[onnx]'")

@@ -21,7 +21,6 @@ dispatches were not timed and why."""
 from __future__ import annotations
 
 import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
@@ -33,6 +32,7 @@ from tuner.discovery.program import Program
 from tuner.errors import ToolError
 from tuner.evaluation.in_model import times_in_model, why_not_in_model
 from tuner.profiling.timing import DispatchTime, Profile, ProfileJob, time_profile
+from tuner.run_dir import fresh, real_directory, remove_tree, write_file
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.workload import Workload
@@ -59,10 +59,10 @@ def _launch_benchmark(target: Target, workdir: Path, ctx: ir.Context, timeout_s:
     """[module, function] of a batched one-element dispatch for the target (None if it does not
     build): what a dispatch benchmark's figure holds besides the kernel itself."""
     src, dump = workdir / f"{LAUNCH}.mlir", workdir / f"{LAUNCH}-bench"
-    src.write_text(_LAUNCH_PROGRAM)
-    shutil.rmtree(dump, ignore_errors=True)
+    write_file(src, _LAUNCH_PROGRAM)
+    remove_tree(dump)
     run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(src), *target.compile_flags,
-                    f"--iree-hal-dump-executable-benchmarks-to={dump}", "-o", str(workdir / f"{LAUNCH}-program.vmfb")],
+                    f"--iree-hal-dump-executable-benchmarks-to={dump}", "-o", str(fresh(workdir / f"{LAUNCH}-program.vmfb"))],
                    timeout_s)
     sources = sorted(dump.glob("*.mlir")) if run.ok else []
     function = benchmark_function(sources[0].read_text(), ctx) if sources else None
@@ -70,7 +70,7 @@ def _launch_benchmark(target: Target, workdir: Path, ctx: ir.Context, timeout_s:
         return None
     module = workdir / f"{LAUNCH}.vmfb"
     built = run_tool_retrying_a_hang([find_tool("iree-compile"), str(sources[0]), *target.compile_flags,
-                                      "-o", str(module)], timeout_s)
+                                      "-o", str(fresh(module))], timeout_s)
     return [str(module.relative_to(workdir)), function] if built.ok else None
 
 
@@ -79,7 +79,7 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
     """Compile the program with its default configs into `workdir` (on GPUs that do not time
     inside the model, with each executable's dispatch benchmark, compiled too), write each
     entry's inputs, and say what to time: the job's paths are relative to `workdir`."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    real_directory(workdir)
     bench_dir = workdir / BENCH
     vmfb = workdir / "program.vmfb"
     entries = {w.entry: w for w in program.entries.values() if isinstance(w, Workload)}
@@ -92,7 +92,7 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
         why_not_in_model() or "")
     dump = [f"--iree-hal-dump-executable-benchmarks-to={bench_dir}"] if mode == "alone" else []
     run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(input_path.resolve()), *target.compile_flags, *dump,
-                    "-o", str(vmfb)], timeout_s)
+                    "-o", str(fresh(vmfb))], timeout_s)
     if not run.ok:
         raise ToolError(f"iree-compile failed building {input_path} to profile it: {run.first_error()}",
                         list(run.command), run.stderr)
@@ -115,7 +115,7 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
 
         def build(name: str):
             return run_tool_retrying_a_hang([find_tool("iree-compile"), str(found[name][0]), *target.compile_flags,
-                                             "-o", str(workdir / f"{name}.vmfb")], timeout_s)
+                                             "-o", str(fresh(workdir / f"{name}.vmfb"))], timeout_s)
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # each compile a process of its own
             for name, built in zip(found, pool.map(build, found)):

@@ -16,6 +16,7 @@ from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
+from tuner.run_dir import real_directory, write_file
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,6 @@ def rewrite_program(program: Path, rewrite: Rewrite, out: Path) -> list[str]:
         module = ir.Module.parse(program.read_text())
         changed = rewrite.apply(module)
         if changed:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(str(module))
+            real_directory(out.parent)
+            write_file(out, str(module))
     return changed

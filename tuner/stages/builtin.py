@@ -26,6 +26,7 @@ from iree.compiler import ir
 from pipelines import Dispatch, pipeline_for, why_untunable
 from tuner.driver import Session, search_and_evaluate
 from tuner.core.settings import Listeners, RunOptions
+from tuner.run_dir import real_directory
 from tuner.search.live import plan_search
 from tuner.search.rounds import next_round
 from tuner.core.settings import SearchSettings
@@ -170,7 +171,7 @@ class DispatchStage:
         the finished tuning of an earlier run; `outcome` says what the tuning found. `seconds`:
         its search's time, at most (the search's own limit holds too)."""
         directory = env.output_dir / self.directory / dispatch.name
-        directory.mkdir(parents=True, exist_ok=True)
+        real_directory(directory)
         search = replace(self.search, budget=self.budget)
         if seconds is not None:
             search = replace(search, seconds=min(seconds, search.seconds or seconds))

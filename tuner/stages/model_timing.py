@@ -19,6 +19,7 @@ from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
 from tuner.core.running import ModuleRun, Timing
 from tuner.evaluation.runner import benchmark, read_output, relative_error, run_once, tolerance
+from tuner.run_dir import real_directory
 
 
 class ModelBenchmark(Protocol):
@@ -70,7 +71,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
     same program's result on the host (llvm-cpu); where the reference's is off it (or not
     finite), every build is checked against the host's instead."""
     checked = settings.checked
-    directory.mkdir(parents=True, exist_ok=True)
+    real_directory(directory)
     failed: dict[str, str] = {}
     errors: dict[str, float] = {}
     unchecked = reference_check = ""

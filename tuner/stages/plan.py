@@ -27,7 +27,7 @@ from tuner.store import STORE
 from tuner.errors import InputError, OutputError
 from tuner.input.parameters import on_this_machine
 from tuner.profiling.timing import ProfileJob, time_profile
-from tuner.run_dir import RunDirectory, write_file
+from tuner.run_dir import RunDirectory, real_directory, write_file
 from tuner.core.settings import EvalSettings
 from tuner.stages.model_timing import compare
 from tuner.discovery.workload import Workload
@@ -218,7 +218,7 @@ def pack(root: Path, dest: Path) -> list[str]:
     try:
         for f in files:
             target = dest / f
-            target.parent.mkdir(parents=True, exist_ok=True)
+            real_directory(target.parent)
             shutil.copy2(root / f, target)
     except OSError as e:
         raise OutputError(f"cannot copy into {dest}: {e.strerror or e}") from None
@@ -236,5 +236,5 @@ def _inside(root: Path, rel: str) -> bool:
 
 
 def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    real_directory(path.parent)
     write_file(path, json.dumps(data, indent=2))

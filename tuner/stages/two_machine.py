@@ -26,6 +26,7 @@ from tuner.build.manifest import MANIFEST, Manifest
 from tuner.driver import Session, evaluate
 from tuner.profiling.profile import prepare_profile
 from tuner.profiling.timing import Profile
+from tuner.run_dir import real_directory
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.host_reference import host_reference
 from tuner.core.settings import RunOptions, SearchSettings
@@ -89,7 +90,7 @@ def advance(env: StageEnv, budget: int, min_share: float, top: Optional[int],
         if results is None:
             if _stale(directory, lead, candidates):
                 env.say(f"compiling {len(candidates)} candidates of {lead.name} into {directory}")
-                directory.mkdir(parents=True, exist_ok=True)
+                real_directory(directory)
                 session = Session(env.model, env.target, directory, env.ctx, env.program.workload(lead, env.model),
                                    lead, pipeline_for(lead), env.program)
                 evaluate(session, candidates, RunOptions(env.settings, store_path=env.output_dir / "results.sqlite",

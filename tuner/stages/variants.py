@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -14,6 +13,7 @@ from iree.compiler import ir
 
 from pipelines import Config, Dispatch, check_config
 from tuner.discovery.read_back import read_configured
+from tuner.run_dir import fresh, real_directory, remove_tree, write_file
 from tuner.specs.transform import build_spec, uses_codegen_stage
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
@@ -73,7 +73,7 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     """Compile the model as `variant` into `directory`, then read every executable's config back
     and check that each part's config is carried by some root op (a spec that did not take
     effect is an error, not a silent default)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    real_directory(directory)
     model = variant.program or model
     spec = None
     flags = [*target.compile_flags, *variant.flags]
@@ -90,17 +90,17 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     if not (vmfb.is_file() and stamp.is_file() and stamp.read_text() == recipe):
         stamp.unlink(missing_ok=True)
         if spec is not None:
-            spec.write_text(text)
-        shutil.rmtree(configs, ignore_errors=True)
+            write_file(spec, text)
+        remove_tree(configs)
         # Run in `directory`, naming the dump and the module relative to it: the dump's path is
         # written into the module, and two builds of the same code must be the same bytes (a
         # model-wide flag that changes nothing is found so: tuner.stages.flags).
         run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(model.resolve()), *flags,
                                         f"--iree-hal-dump-executable-configurations-to={configs.name}",
-                                        "-o", vmfb.name], timeout_s, cwd=directory)
+                                        "-o", fresh(vmfb).name], timeout_s, cwd=directory)
         if not run.ok:
             return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}")
-        stamp.write_text(recipe)
+        write_file(stamp, recipe)
     configured = read_configured((p.read_text() for p in sorted(configs.glob("*.mlir"))), ctx)
     for part in variant.parts:
         if not any(not check_config(part.config, d) for d in configured):
