@@ -17,7 +17,8 @@ sys.path.insert(0, str(ROOT))
 from iree.compiler import ir  # noqa: E402
 
 from pipelines import pipeline_for  # noqa: E402
-from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, MMT4D_OPS  # noqa: E402
+from pipelines.llvmcpu_mmt4d import MMT4D_OPS  # noqa: E402
+from pipelines.model_flags import EARLY_MATERIALIZATION  # noqa: E402
 from tuner.specs.candidates import generate_candidates  # noqa: E402
 from tuner.discovery.program import discover  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402

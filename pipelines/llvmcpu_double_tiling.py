@@ -11,12 +11,12 @@ from constraints import BoolKnob, IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmcpu_common import ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, vector_registers
-from pipelines.llvmcpu_mmt4d import CODEGEN, CODEGEN_FLAG, EARLY_MATERIALIZATION, add_outer_tiles, outer_tiles_config
+from pipelines.llvmcpu_mmt4d import CODEGEN, CODEGEN_FLAG, add_outer_tiles, outer_tiles_config
+from pipelines.model_flags import DATA_TILING_FLAG, EARLY_MATERIALIZATION
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
-DATA_TILING_FLAG = "--iree-opt-data-tiling"
 MMT4D_TILES = "mmt4d_tiles"  # a data-tiled config with our outer tiles on the mmt4d
 MMT4D_CODEGEN = "mmt4d_codegen"  # a data-tiled config with generated code, not the mmt4d microkernel
 MMT4D_PREFIX = "mmt4d_"

@@ -22,13 +22,12 @@ from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmcpu_common import ELEMENT_BYTES, MIN_WORKGROUPS, vector_registers
+from pipelines.model_flags import EARLY_MATERIALIZATION
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
 MMT4D_OPS = ("linalg.mmt4d", "linalg.batch_mmt4d")
-# Data tiling with encodings materialized in global optimization: what makes an mmt4d config take.
-EARLY_MATERIALIZATION = ("--iree-global-opt-data-tiling", "--iree-global-opt-enable-early-materialization")
 # A workgroup's A and B panels (all of K) should stay in a core's L2 (1 MiB and up on current
 # x86 and Arm cores), as the compiler's own `--iree-llvmcpu-matmul-tile-bytes` aims for.
 MAX_PANEL_BYTES = 1 << 20

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_gemm_view import image_rows
+from pipelines.model_flags import O3
 
 # Split-K: the reduction of a contraction split `split_k` ways before dispatch formation (the
 # tuning spec's `transform.structured.split_reduction`): the partial products become one more
@@ -19,7 +20,7 @@ MIN_SPLIT_PART = 512
 # split-K config of a 1024x1536x8960 f16 contraction (a grouped-query decoder block's FFN down
 # projection, 16 of 16 on the H100) was read back unsplit, with the compiler's own config: the
 # dispatch discovery reads has lost the unit batch loop that the op the spec sees still has.
-NO_SPLIT_UNDER = ("--iree-opt-level=O3",)
+NO_SPLIT_UNDER = O3
 
 
 def split_factors(dispatch: Dispatch) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
 from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, gemm_features, gemm_view,
                                          igemm_convolution, tile_and_fuse_convolution, tile_sizes, workgroup_count)
 from pipelines.llvmgpu_split_k import split_factors, split_view
+from pipelines.model_flags import AGGRESSIVE_FUSION, CHANNELS_LAST, DIRECT_CONVOLUTION, O3
 
 __all__ = ["LLVMGPUTileAndFuse", "split_factors", "split_view"]
 
@@ -40,19 +41,6 @@ REORDER_TAKES_EFFECT_BACKENDS: tuple[str, ...] = ()
 PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 
 
-# Convolutions made channels last before dispatches are formed (NCHW -> NHWC, the transposes
-# folded into the dispatch: a 2x256x34x34 3x3 sample becomes one conv_2x32x32x256x256x3x3 dispatch).
-CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline="
-                 "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",)
-# IREE 3.13's direct convolution in TileAndFuse: the config tiles the convolution's own loops, the
-# filter window one tap per step, instead of an implicit GEMM's gathered K. Where the implicit GEMM
-# pads the output rows (ResNet's 14 and 7 columns) it gathers one f16 at a time (64
-# `ld.global.nc.b16` per K step for 8x14x14x256 3x3); the direct form loads 16 bytes (10
-# `ld.global.nc.v4`, none scalar: benchmarks/ptx_loads.py). On the H100, ResNet-50 (b8, f16,
-# channels last) ran 1.125x faster by kernel time with it, with the compiler's configs
-# (BENCHMARKS.md). Offered as a model-wide choice, judged with the convolutions it forms tuned:
-# this pipeline configures them too (gemm_view's direct view: K the input channels).
-DIRECT_CONVOLUTION = ("--iree-codegen-llvmgpu-use-direct-convolution",)
 SPLIT_NOT_MODELLED = "split-K: a knob the compiler's constraints do not model (they describe the op unsplit)"
 
 
@@ -68,7 +56,7 @@ class LLVMGPUTileAndFuse(Pipeline):
     # Decided on the whole model: O3 folds the transposes around contractions into them (fewer
     # dispatches); aggressive fusion fuses more producers into them. On a BERT-large-sized f16
     # layer on the H100, O3 was 1.04x and aggressive fusion 1.01x alone (BENCHMARKS.md).
-    model_flags = (("--iree-opt-level=O3",), ("--iree-dispatch-creation-enable-aggressive-fusion",))
+    model_flags = (O3, AGGRESSIVE_FUSION)
 
     def model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         """A model with channels-first convolutions is also tried with them made channels last

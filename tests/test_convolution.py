@@ -212,7 +212,7 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     dispatch is one channels-last convolution (the transposes folded in) that the pipeline takes."""
     from types import SimpleNamespace
 
-    from pipelines.llvmgpu_tile_and_fuse import CHANNELS_LAST, DIRECT_CONVOLUTION
+    from pipelines.model_flags import CHANNELS_LAST, DIRECT_CONVOLUTION
     from tuner.stages.flags import model_options
 
     cuda = parse_target("cuda")
@@ -246,7 +246,7 @@ def test_under_the_direct_convolution_flag_a_padded_convolution_is_configured_on
     as the same knobs as its implicit-GEMM config of the same convolution."""
     from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
     from pipelines.llvmgpu_gemm_view import gemm_view, tile_sizes
-    from pipelines.llvmgpu_tile_and_fuse import DIRECT_CONVOLUTION
+    from pipelines.model_flags import DIRECT_CONVOLUTION
 
     cuda = parse_target("cuda")
     [igemm] = discover(CONV14, cuda, ctx)
@@ -276,7 +276,7 @@ def test_under_the_direct_convolution_flag_a_padded_convolution_is_configured_on
 @pytest.mark.slow
 @pytest.mark.parametrize("target_name,fixture", [("cuda", CONV7), ("rocm:gfx942", CONV14)])
 def test_direct_convolution_candidates_compile_and_carry_their_config(ctx, tmp_path, target_name, fixture):
-    from pipelines.llvmgpu_tile_and_fuse import DIRECT_CONVOLUTION
+    from pipelines.model_flags import DIRECT_CONVOLUTION
     from tuner.stages.builtin import with_flags
 
     target = with_flags(parse_target(target_name), DIRECT_CONVOLUTION)

@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 
 from pipelines import pipeline_for, why_untunable
-from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, MMT4D_TILES, MMT4D_CODEGEN
-from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION, CODEGEN_FLAG, LLVMCPUMmt4d
+from pipelines.llvmcpu_double_tiling import MMT4D_TILES, MMT4D_CODEGEN
+from pipelines.llvmcpu_mmt4d import CODEGEN_FLAG, LLVMCPUMmt4d
+from pipelines.model_flags import DATA_TILING_FLAG, EARLY_MATERIALIZATION
 from tests.conftest import write_matmul
 from tuner.build.builder import LocalBuilder, build_all
 from tuner.discovery.data_tiled import with_data_tiled

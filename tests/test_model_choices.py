@@ -14,7 +14,7 @@ import pytest
 from iree.compiler import ir
 
 from pipelines import DispatchKind, pipeline_for
-from pipelines.llvmcpu_mmt4d import EARLY_MATERIALIZATION
+from pipelines.model_flags import EARLY_MATERIALIZATION
 from tests.conftest import onnx_examples, iree_compile
 from tuner.specs.candidates import generate_candidates
 from tuner.build.builder import LocalBuilder, build_all
@@ -283,7 +283,8 @@ def _flag_stage(model: Path, out: Path, timer, say=lambda text: None):
 def late_data_tiling_only(monkeypatch):
     """The CPU's model-wide flags cut to late data tiling, for tests whose subject is the rewrite
     (each flag set is a whole-model build, twice with the rewrite)."""
-    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.model_flags import DATA_TILING_FLAG
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
 
@@ -417,8 +418,11 @@ def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
             "flag_trials": {fusion: 0.99, "raise-attention": 1.11, f"raise-attention {fusion}": 1.19}}
     out = io.StringIO()
     render_model(data, Console(file=out, width=200))
-    chosen = [line for line in out.getvalue().splitlines() if "(chosen)" in line]
-    assert chosen == [f"model-wide choice raise-attention {fusion}: 1.19x the default on the whole model (chosen)"]
+    lines = out.getvalue().splitlines()
+    chosen = [line for line in lines if "(chosen)" in line]
+    # Flags by their short names, and once what each name stands for.
+    assert chosen == ["model-wide choice raise-attention aggressive-fusion: 1.19x the default on the whole model (chosen)"]
+    assert [line for line in lines if line.startswith("flags by name")] == [f"flags by name: aggressive-fusion = {fusion}"]
 
 
 @pytest.mark.slow
@@ -486,7 +490,8 @@ def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again
     """The data-tiling flag chosen alone (designed 0.5 ms); the rewrite with that flag (0.8 ms)
     was tried in the first round: adding the rewrite to the choice is that same build, so it is
     not timed again."""
-    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.model_flags import DATA_TILING_FLAG
     from tests.test_tune_model import MLP
     from tuner.stages import flags as flag_stage
     from tuner.stages.flags import ModelOption
@@ -513,7 +518,8 @@ def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again
 def test_the_flag_stage_shows_its_builds_as_a_progress_phase(tmp_path, monkeypatch):
     """Its builds are most of its time (12 model builds on ResNet-50): a 'choices' phase counts
     them, so the progress bar gives the stage an ETA (issue 39)."""
-    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.model_flags import DATA_TILING_FLAG
     from tests.test_tune_model import MLP
     from tuner.stages import flags as flag_stage
 
@@ -537,7 +543,8 @@ def test_the_flag_stage_adds_another_flag_set_to_its_choice_only_where_the_model
     """Designed times: late data tiling alone 0.8 ms, no debug symbols alone 0.9 ms, against a
     1.0 ms default; data tiling is chosen, then the two flag sets together are timed against it
     (as O3 on top of direct convolutions on ResNet-50) and kept only where they beat it."""
-    from pipelines.llvmcpu_double_tiling import DATA_TILING_FLAG, LLVMCPUDoubleTiling
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.model_flags import DATA_TILING_FLAG
     from tests.test_tune_model import MLP
     from tuner.stages import flags as flag_stage
     from tuner.stages.flags import ModelOption

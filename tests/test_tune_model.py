@@ -330,7 +330,7 @@ def test_the_kept_choice_is_said_in_one_line():
         {"name": "m$async_dispatch_4_x", "status": "not tuned: below the top 3"},
         {"name": "m$async_dispatch_5_y", "status": "not tuned: below the top 3"},
         {"name": "m$async_dispatch_6_z", "status": "not tuned: no pipeline of this tuner takes it (the compiler's: X)"}]}
-    assert kept_line(data) == ("model-wide choices: raise-attention --iree-opt-level=O3; dispatch configs: 1 of 3 "
+    assert kept_line(data) == ("model-wide choices: raise-attention O3; dispatch configs: 1 of 3 "
                                "tuned kept (1_attention); not tuned: 2 below the top 3; 1 no pipeline of this tuner "
                                "takes it")
     assert kept_line({"dispatches": []}) == "model-wide choices: none; dispatch configs: 0 of 0 tuned kept"

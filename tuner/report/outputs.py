@@ -183,10 +183,16 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     for line in untuned:
         console.print(line)
     kept = " ".join([*data.get("rewrites", []), *data.get("flags", [])])  # as tuner.stages.flags labels a choice
-    for choice, result in (data.get("flag_trials") or {}).items():
+    trials = data.get("flag_trials") or {}
+    short_flags, flag_legend = _flag_names()
+    for choice, result in trials.items():
         figure = f"{result:.2f}x the default" if isinstance(result, (int, float)) else result
         chosen = " (chosen)" if kept and choice == kept else ""
-        console.print(f"model-wide choice {choice}: {figure} on the whole model{chosen}")
+        console.print(f"model-wide choice {short_flags(choice)}: {figure} on the whole model{chosen}",
+                      markup=False, highlight=False)
+    legend = flag_legend([*trials, kept])
+    if legend:
+        console.print(f"flags by name: {legend}", markup=False, highlight=False)
     figure = data.get("figure")
     if figure:
         err = figure.get("relative_error")
@@ -197,13 +203,24 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     console.print(f"kept: {kept_line(data)}", markup=False, highlight=False)
 
 
+def _flag_names():
+    """(short_flags, flag_legend) of pipelines.model_flags; where the pipelines cannot be imported
+    (a runtime-only machine without z3: the package imports it), the flags as they are and no
+    legend."""
+    try:
+        from pipelines.model_flags import flag_legend, short_flags
+    except ImportError:
+        return (lambda text: text), (lambda texts: "")
+    return short_flags, flag_legend
+
+
 def kept_line(data: dict) -> str:
     """What the tuned model is made of, in one line: the model-wide choices kept, the dispatch
     configs kept, and how many dispatches were not tuned and why (their reasons by count)."""
     import collections
 
     rows = data.get("dispatches", [])
-    choices = " ".join([*data.get("rewrites", []), *data.get("flags", [])]) or "none"
+    choices = _flag_names()[0](" ".join([*data.get("rewrites", []), *data.get("flags", [])])) or "none"
     kept = [d["name"] for d in rows if d.get("status") == "kept"]
     tuned = [d for d in rows if not d.get("status", "").startswith("not tuned")]
     why = collections.Counter(d["status"].removeprefix("not tuned: ").split(" (")[0]

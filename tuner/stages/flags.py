@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from pipelines import DispatchKind, pipeline_for
+from pipelines.model_flags import flag_legend, short_flags
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
@@ -161,8 +162,8 @@ class FlagStage:
             env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
             return replace(state, flag_trials=trials)
         option, best, speedup = self._extend(env, default, *judged, trials)
-        env.say(f"model-wide choices: {option.label} ({speedup:.2f}x the default on the whole model; tried: "
-                f"{_trials_text(trials)})")
+        env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model; "
+                f"tried: {_trials_text(trials)})")
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
@@ -211,7 +212,7 @@ class FlagStage:
                 break
             option, best, gain = judged
             speedup *= gain
-            env.say(f"  {option.label}: {gain:.2f}x the choice before it")
+            env.say(f"  {short_flags(option.label)}: {gain:.2f}x the choice before it")
         return option, best, speedup
 
     def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict,
@@ -233,7 +234,7 @@ class FlagStage:
                  else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
         b = build_once(env, Variant(option.directory, option.flags, parts, program))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
-            env.say(f"  {option.label}: judged with the default configs ({b.error})")
+            env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")
             b = build_once(env, untuned)
         extending = reference is not default
         if b.ok and ((option.flags and not option.rewrite) or extending) and _same_module(b, reference):
@@ -341,8 +342,12 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
 
 def _decision_text(state: ModelState) -> str:
     chosen = " ".join([*state.rewrites, *state.flags])
-    return f"chose {chosen}" if chosen else "kept the default"
+    return f"chose {short_flags(chosen)}" if chosen else "kept the default"
 
 
 def _trials_text(trials: dict) -> str:
-    return "; ".join(f"{k} {v:.2f}x" if isinstance(v, float) else f"{k}: {v}" for k, v in trials.items())
+    """Each choice tried and its figure, flags by their short names, then what the names stand for."""
+    text = "; ".join(f"{short_flags(k)} {v:.2f}x" if isinstance(v, float) else f"{short_flags(k)}: {v}"
+                     for k, v in trials.items())
+    legend = flag_legend(trials)
+    return text + (f" (where {legend})" if legend else "")

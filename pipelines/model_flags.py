@@ -1,0 +1,45 @@
+"""The model-wide flags the pipelines offer (tune-model's flag stage decides them for a whole
+model, tuner.stages.flags), and the short name each is printed by: the flags written to
+model_flags.txt stay whole. Neither IREE nor z3 is imported: reports read it on a machine that
+has neither."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+# llvm-cpu: data tiling with encodings materialized late (the contraction keeps its own op).
+DATA_TILING_FLAG = "--iree-opt-data-tiling"
+# Data tiling with encodings materialized in global optimization: what makes an mmt4d config take.
+EARLY_MATERIALIZATION = ("--iree-global-opt-data-tiling", "--iree-global-opt-enable-early-materialization")
+# GPUs: the optimization level and the fusion TileAndFuse offers (pipelines.llvmgpu_tile_and_fuse
+# says why).
+O3 = ("--iree-opt-level=O3",)
+AGGRESSIVE_FUSION = ("--iree-dispatch-creation-enable-aggressive-fusion",)
+# Convolutions made channels last before dispatches are formed (NCHW -> NHWC, the transposes
+# folded into the dispatch: a 2x256x34x34 3x3 sample becomes one conv_2x32x32x256x256x3x3 dispatch).
+CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline="
+                 "builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))",)
+# IREE 3.13's direct convolution in TileAndFuse: the config tiles the convolution's own loops, the
+# filter window one tap per step, instead of an implicit GEMM's gathered K. Where the implicit GEMM
+# pads the output rows (ResNet's 14 and 7 columns) it gathers one f16 at a time (64
+# `ld.global.nc.b16` per K step for 8x14x14x256 3x3); the direct form loads 16 bytes (10
+# `ld.global.nc.v4`, none scalar: benchmarks/ptx_loads.py). On the H100, ResNet-50 (b8, f16,
+# channels last) ran 1.125x faster by kernel time with it, with the compiler's configs
+# (BENCHMARKS.md). Offered as a model-wide choice, judged with the convolutions it forms tuned:
+# this pipeline configures them too (gemm_view's direct view: K the input channels).
+DIRECT_CONVOLUTION = ("--iree-codegen-llvmgpu-use-direct-convolution",)
+
+FLAG_NAMES = {DATA_TILING_FLAG: "data-tiling", EARLY_MATERIALIZATION[0]: "global-data-tiling",
+              EARLY_MATERIALIZATION[1]: "early-materialization", O3[0]: "O3", AGGRESSIVE_FUSION[0]: "aggressive-fusion",
+              CHANNELS_LAST[0]: "channels-last", DIRECT_CONVOLUTION[0]: "direct-convolution"}
+
+
+def short_flags(text: str) -> str:
+    """A model-wide choice's label (rewrites and flags, by spaces) with each flag by its short name."""
+    return " ".join(FLAG_NAMES.get(word, word) for word in text.split())
+
+
+def flag_legend(texts: Iterable[str]) -> str:
+    """What the short names in `texts` stand for ("channels-last = --iree-...; O3 = ..."), or ""."""
+    used = {FLAG_NAMES[word]: word for text in texts for word in text.split() if word in FLAG_NAMES}
+    return "; ".join(f"{name} = {flag}" for name, flag in used.items())
