@@ -13,6 +13,10 @@
 #       # convolutions (--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops) instead
 #       # of their producer contractions, which then stay tiled on padded image rows: with channels-last,
 #       # and with direct convolutions and O3 too; checked against llvm-cpu, CUPTI kernel time 8 rounds
+#   bash benchmarks/gpu_direct_conv.sh widen NAME FUNCTION     # the batch-to-width experiment
+#       # (tuner/rewrite/batch_to_width.py: the 7-wide stage's images side by side) on top of the
+#       # subsample rewrite, channels-last, direct convolutions and O3, against the same without it;
+#       # checked against llvm-cpu, CUPTI kernel time 8 rounds
 #   bash benchmarks/gpu_direct_conv.sh baseline NAME FUNCTION  # a finished tune-model run
 #       # (/tmp/tm-NAME, with its check builds) against the subsample + channels-last build with
 #       # the compiler's configs (the right baseline where the default build is wrong), CUPTI
@@ -69,6 +73,15 @@ padfuse)
     --variant "cldo3pf=$CL;$DC;--iree-opt-level=O3;$PF" 2>&1 | grep -E "relative error|did not" | sed "s/^/$NAME /"
   kernels $(for f in $(ls $B/input*.npy | sort -V); do echo --input $f; done) --rounds 8 cl=$B/cl-cuda.vmfb \
     clpf=$B/clpf-cuda.vmfb cldo3=$B/cldo3-cuda.vmfb cldo3pf=$B/cldo3pf-cuda.vmfb ;;
+widen)
+  B=/tmp/rc-base-$NAME; W=/tmp/rc-wide-$NAME
+  python3 benchmarks/rewrite_check.py $M/$NAME.onnx --rewrite subsample-strided-1x1 --work $B \
+    --variant "cldo3=$CL;$DC;--iree-opt-level=O3" 2>&1 | grep -E "relative error|did not" &
+  python3 benchmarks/rewrite_check.py $M/$NAME.onnx --rewrite subsample-strided-1x1+batch-to-width --work $W \
+    --variant "cldo3=$CL;$DC;--iree-opt-level=O3" 2>&1 | grep -E "relative error|did not" | sed 's/^/wide /' &
+  wait
+  kernels $(for f in $(ls $B/input*.npy | sort -V); do echo --input $f; done) --rounds 8 cldo3=$B/cldo3-cuda.vmfb \
+    wide=$W/cldo3-cuda.vmfb ;;
 baseline)
   D=/tmp/tm-$NAME
   iree-compile $D/imported/$NAME.subsample-strided-1x1.mlir "${T[@]}" "$CL" -o /tmp/right-$NAME.vmfb

@@ -13,6 +13,7 @@ from iree.compiler import ir
 
 from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
+from tuner.rewrite.batch_to_width import batch_to_width
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
@@ -69,6 +70,11 @@ PAD_CONV_COLUMNS = Rewrite("pad-conv-columns", pad_convolution_columns,
 # the matrix-product form takes).
 REWRITES = {"cpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1),
             "gpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS)}
+# Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
+# moves to REWRITES once it has won on a model it was not made for.
+BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
+                         "a batch of narrow images convolved side by side as one wide image")
+EXPERIMENTS = (BATCH_TO_WIDTH,)
 
 
 def rewrite_program(program: Path, rewrite: Rewrite, out: Path) -> list[str]:
