@@ -343,3 +343,14 @@ def test_the_dispatch_stage_says_the_time_left_at_its_pace_within_its_limit():
     assert eta([30.0, 50.0], 3, limit_s=75.0) == "; about 75 s left for the 3 dispatches to go"
     assert eta([10.0], 1) == "; about 10 s left for the 1 dispatch to go"
     assert eta([10.0], 0) == "" and eta([], 2) == ""
+
+
+def test_the_kept_choice_names_its_flags_whole_where_the_pipelines_cannot_be_imported(monkeypatch):
+    # A runtime-only machine (no z3) renders reports too: the short names need the pipelines.
+    import sys
+
+    from tuner.report.outputs import kept_line
+
+    monkeypatch.setitem(sys.modules, "pipelines.model_flags", None)  # importing it raises ImportError
+    data = {"rewrites": [], "flags": ["--iree-opt-level=O3"], "dispatches": []}
+    assert kept_line(data).startswith("model-wide choices: --iree-opt-level=O3;")
