@@ -343,3 +343,26 @@ def iree_compile(*args) -> None:
 
     run = run_tool_retrying_a_hang([find_tool("iree-compile"), *map(str, args)], 300.0)
     assert run.ok, run.first_error() or f"iree-compile timed out ({'hung' if run.hung else 'busy'})"
+
+
+def cpu_results(programs, shapes, tmp_path: Path, function: str = "f") -> dict:
+    """Each program (an MLIR file) built for llvm-cpu and run on the same uniform(-1, 1) f32
+    inputs of `shapes`: its single result by the program's stem (the rewrites' exactness tests)."""
+    import numpy as np
+
+    from tuner.evaluation.runner import ModuleRun, run_once
+    from tuner.targets import parse_target
+
+    rng = np.random.default_rng(0)
+    inputs = []
+    for i, shape in enumerate(shapes):
+        inputs.append(tmp_path / f"input{i}.npy")
+        np.save(inputs[-1], rng.uniform(-1, 1, shape).astype(np.float32))
+    results = {}
+    for program in programs:
+        vmfb = tmp_path / f"{program.stem}.vmfb"
+        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
+        run = run_once(vmfb, ModuleRun("local-task", function, tuple(inputs)), tmp_path / f"{program.stem}.npy")
+        assert run.ok, run.stderr
+        results[program.stem] = np.load(tmp_path / f"{program.stem}.npy")
+    return results

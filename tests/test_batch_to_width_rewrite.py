@@ -8,7 +8,6 @@ from iree.compiler import ir
 
 from tuner.rewrite import BATCH_TO_WIDTH, EXPERIMENTS, REWRITES, rewrite_program
 from tuner.rewrite.batch_to_width import batch_to_width
-from tuner.targets import parse_target
 
 F = "f32"
 
@@ -59,8 +58,7 @@ def test_it_is_an_experiment_no_flag_stage_offers():
 
 @pytest.mark.slow
 def test_the_side_by_side_program_computes_the_same_result_to_the_bit(tmp_path):
-    from tests.conftest import iree_compile
-    from tuner.evaluation.runner import ModuleRun, run_once
+    from tests.conftest import cpu_results
 
     source = tmp_path / "stage.mlir"  # the rewritten convolution's result alone
     source.write_text(PROGRAM.replace(f"-> ({_t(4, 8, 7, 7)}, {_t(4, 8, 4, 4)}, {_t(4, 8, 16, 16)})", f"-> {_t(4, 8, 7, 7)}")
@@ -68,17 +66,6 @@ def test_the_side_by_side_program_computes_the_same_result_to_the_bit(tmp_path):
                                f"return %r : {_t(4, 8, 7, 7)}"))
     rewritten = tmp_path / "wide.mlir"
     assert rewrite_program(source, BATCH_TO_WIDTH, rewritten) == ["4x8x7x7 as one row of 36 (48 computed, not 4x16)"]
-    rng = np.random.default_rng(0)
-    inputs = []
-    for i, shape in enumerate([(4, 8, 7, 7), (8, 8, 3, 3), (8,), (4, 8, 16, 16)]):
-        inputs.append(tmp_path / f"input{i}.npy")
-        np.save(inputs[-1], rng.uniform(-1, 1, shape).astype(np.float32))
-    results = {}
-    for program in (source, rewritten):
-        vmfb = tmp_path / f"{program.stem}.vmfb"
-        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
-        run = run_once(vmfb, ModuleRun("local-task", "f", tuple(inputs)), tmp_path / f"{program.stem}.npy")
-        assert run.ok, run.stderr
-        results[program.stem] = np.load(tmp_path / f"{program.stem}.npy")
+    results = cpu_results((source, rewritten), [(4, 8, 7, 7), (8, 8, 3, 3), (8,), (4, 8, 16, 16)], tmp_path)
     assert results["stage"].shape == (4, 8, 7, 7)
     np.testing.assert_array_equal(results["wide"], results["stage"])

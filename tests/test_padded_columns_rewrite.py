@@ -65,9 +65,8 @@ def test_the_gpu_flag_stage_offers_it_and_the_cpu_one_does_not():
 
 @pytest.mark.slow
 def test_the_rewritten_program_computes_the_same_result_to_the_bit_and_cuda_needs_no_padding_for_it(tmp_path, ctx):
-    from tests.conftest import iree_compile
+    from tests.conftest import cpu_results
     from tuner.discovery.program import discover_program
-    from tuner.evaluation.runner import ModuleRun, run_once
 
     source = tmp_path / "block.mlir"  # the bottleneck's result alone
     source.write_text(PROGRAM.replace(f"-> ({_t(16, 14, 14)}, {_t(16, 7, 7)}, {_t(16, 16, 16)})", f"-> {_t(16, 14, 14)}")
@@ -75,18 +74,8 @@ def test_the_rewritten_program_computes_the_same_result_to_the_bit_and_cuda_need
                                f"return %a : {_t(16, 14, 14)}"))
     rewritten = tmp_path / "padded.mlir"
     assert rewrite_program(source, PAD_CONV_COLUMNS, rewritten) == ["2x16x14x14 computed 16 wide"]
-    rng = np.random.default_rng(0)
-    shapes = [(2, 16, 14, 14), (16, 16, 3, 3), (16, 16, 1, 1), (16,), (2, 16, 16, 16)]
-    inputs = []
-    for i, shape in enumerate(shapes):
-        inputs.append(tmp_path / f"input{i}.npy")
-        np.save(inputs[-1], rng.uniform(-1, 1, shape).astype(np.float32))
-    results = {}
-    for program in (source, rewritten):
-        vmfb = tmp_path / f"{program.stem}.vmfb"
-        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
-        assert run_once(vmfb, ModuleRun("local-task", "f", tuple(inputs)), tmp_path / f"{program.stem}.npy").ok
-        results[program.stem] = np.load(tmp_path / f"{program.stem}.npy")
+    results = cpu_results((source, rewritten), [(2, 16, 14, 14), (16, 16, 3, 3), (16, 16, 1, 1), (16,), (2, 16, 16, 16)],
+                          tmp_path)
     np.testing.assert_array_equal(results["padded"], results["block"])
     # In f16 on cuda (an implicit GEMM with MMAs) the widened convolution's own config pads
     # nothing; the 14-wide one pads its rows.

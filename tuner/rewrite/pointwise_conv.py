@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, onnx_sites, static_shape
+from tuner.rewrite.torch_ops import element_type, int64_literal, int_list, onnx_op, onnx_sites, static_shape
 
 
 def _pointwise(conv: ir.Operation) -> bool:
@@ -53,20 +53,18 @@ def pointwise_convs_as_matmuls(module: ir.Module) -> list[str]:
         x, w = conv.operands[0], conv.operands[1]
         n, c, h, width = static_shape(x)
         o = static_shape(w)[0]
-        element = str(conv.result.type).rsplit(",", 1)[-1]  # "f16>"
+        element = element_type(conv.result)
 
-        def onnx_op(name: str, operands: list[ir.Value], shape: list[int]) -> ir.Value:
-            return ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}")],
-                                       operands=operands, attributes={"name": ir.StringAttr.get(f"onnx.{name}")},
-                                       loc=loc, ip=ip).result
+        def op(name: str, operands: list[ir.Value], shape: list[int]) -> ir.Value:
+            return onnx_op(name, operands, shape, element, ip, loc)
 
         def reshape(value: ir.Value, shape: list[int]) -> ir.Value:
-            return onnx_op("Reshape", [value, int64_literal(shape, ip, loc)], shape)
+            return op("Reshape", [value, int64_literal(shape, ip, loc)], shape)
 
         pixels = h * width
-        y = onnx_op("MatMul", [reshape(w, [o, c]), reshape(x, [n, c, pixels])], [n, o, pixels])
+        y = op("MatMul", [reshape(w, [o, c]), reshape(x, [n, c, pixels])], [n, o, pixels])
         if len(conv.operands) > 2:
-            y = onnx_op("Add", [y, reshape(conv.operands[2], [o, 1])], [n, o, pixels])
+            y = op("Add", [y, reshape(conv.operands[2], [o, 1])], [n, o, pixels])
         y = reshape(y, [n, o, h, width])
         conv.result.replace_all_uses_with(y)
         conv.erase()

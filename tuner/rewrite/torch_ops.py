@@ -59,3 +59,17 @@ def int64_literal(values: list[int], ip: ir.InsertionPoint, loc: ir.Location) ->
         [len(values)], ir.IntegerType.get_signed(64), loc=loc))
     return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(values)}],si64>")],
                                attributes={"value": dense}, loc=loc, ip=ip).result
+
+
+def element_type(value: ir.Value) -> str:
+    """The element type of a `!torch.vtensor<[...],TYPE>` value ("f16")."""
+    return str(value.type).rsplit(",", 1)[-1].rstrip(">")
+
+
+def onnx_op(name: str, operands: list[ir.Value], shape: list[int], element: str, ip: ir.InsertionPoint,
+            loc: ir.Location, **attributes: ir.Attribute) -> ir.Value:
+    """A new `onnx.NAME` op as `iree-import-onnx` writes one (attributes `torch.onnx.KEY`), its
+    one result a `!torch.vtensor<[shape],element>`."""
+    attrs = {"name": ir.StringAttr.get(f"onnx.{name}"), **{f"torch.onnx.{k}": v for k, v in attributes.items()}}
+    return ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}>")],
+                               operands=operands, attributes=attrs, loc=loc, ip=ip).result
