@@ -55,15 +55,22 @@ def test_tune_writes_outputs_and_best_flags_rebuild_the_choice_from_a_path_with_
         assert c["median_ms"] > 0 and c["spread_pct"] >= 0 and c["first_pass_speedup"] > 0
     # The baseline and the two most promising others were timed side by side in 4 rounds (a
     # contested one in more batches of 4); the baseline in every round, the winner's fresh ones too.
+    # A flag-only candidate (data tiling) whose first pass came near the best's is confirmed
+    # beside them (passes.FLAG_ONLY_NEAR): under load it sometimes does.
+    from tuner.evaluation.passes import FLAG_ONLY_NEAR
+
     confirmed = [c for c in data["candidates"] if c["round_ratios"]]
     others = [c for c in confirmed if not c["is_baseline"]]
-    assert len(confirmed) == 3 and all(len(c["round_ratios"]) in (4, 8, 12) for c in others)
+    assert all(len(c["round_ratios"]) in (4, 8, 12) for c in others)
     [baseline] = [c for c in confirmed if c["is_baseline"]]
     assert len(baseline["rounds_ms"]) == max(len(c["round_ratios"]) for c in others) + \
         sum(len(c["holdout_ratios"]) for c in others)
     promising = sorted((c for c in data["candidates"] if not c["is_baseline"]), key=lambda c: -c["first_pass_speedup"])
-    assert {c["id"] if "id" in c else c["candidate_id"] for c in confirmed} == \
-        {0} | {c["candidate_id"] for c in promising[:2]}
+    ids = {c["candidate_id"] for c in confirmed}
+    assert ids >= {0} | {c["candidate_id"] for c in promising[:2]}
+    extra = [c for c in promising[2:] if c["candidate_id"] in ids]
+    assert len(extra) <= 1 and all(c["config_flags"] and not c["compilation_info"] and c["first_pass_speedup"]
+                                   >= FLAG_ONLY_NEAR * promising[0]["first_pass_speedup"] for c in extra), extra
     best = tuning.ranking.best
     assert data["best"] == (best.candidate_id if best else None) and data["verdict"] == tuning.ranking.verdict
     # The winner, or the default when none beat it beyond the noise.
