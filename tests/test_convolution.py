@@ -521,7 +521,7 @@ def test_the_first_configs_of_a_contraction_over_an_image_are_near_the_compilers
     of the compiler's 112. Now the first 8 each change one or two of the compiler's knobs and
     launch at least 128 workgroups."""
     from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
-    from pipelines.llvmgpu_gemm_view import gemm_view, workgroup_count
+    from pipelines.llvmgpu_gemm_view import GemmTiles, gemm_view, workgroup_count
     from pipelines.llvmgpu_common import compatible_intrinsics
 
     [d] = discover(POINTWISE14, parse_target("cuda"), ctx)
@@ -531,6 +531,6 @@ def test_the_first_configs_of_a_contraction_over_an_image_are_near_the_compilers
     for c in candidates:
         k = c.config.knobs
         mma = compatible_intrinsics(d)[k["mma_kind"]]
-        wg_m, wg_n = k["subgroups_m"] * k["subgroup_m"] * mma.m, k["subgroups_n"] * k["subgroup_n"] * mma.n
+        tiles = GemmTiles.of(k, mma)
         assert 1 <= sum(k[name] != value for name, value in own.items()) <= 2, c.label
-        assert workgroup_count(d, gemm_view(d), wg_m, wg_n, mma.m, mma.n) >= 128, c.label
+        assert workgroup_count(d, gemm_view(d), tiles.wg_m, tiles.wg_n, mma.m, mma.n) >= 128, c.label

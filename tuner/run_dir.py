@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Callable, Optional
 
 from tuner.errors import InputError, LockedError, OtherRunError, OutputError, TunerError, unreadable_input
 
@@ -37,17 +37,21 @@ def _umask() -> int:
 UMASK = _umask()
 
 
-def write_file(path: Path, content: str | bytes) -> Path:
-    """Write `content` (text or bytes) to `path` atomically, never through what is there: a new
-    file beside it (created exclusively) takes its place, so a symbolic link planted at `path`
-    (or at any temporary name) is replaced, and the file it points to is left alone. The file
-    gets the mode any new file gets under the umask (the exclusive creation alone would make it
-    0600)."""
+def write_file(path: Path, content: str | bytes | Callable[[BinaryIO], object]) -> Path:
+    """Write `content` to `path` atomically, never through what is there: a new file beside it
+    (created exclusively) takes its place, so a symbolic link planted at `path` (or at any
+    temporary name) is replaced, and the file it points to is left alone. `content`: text, bytes,
+    or a function writing into the open binary file (an array saved without a copy in memory:
+    `lambda f: numpy.save(f, array)`). The file gets the mode any new file gets under the umask
+    (the exclusive creation alone would make it 0600)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~UMASK)
-        with os.fdopen(fd, "wb" if isinstance(content, bytes) else "w") as f:
-            f.write(content)
+        with os.fdopen(fd, "w" if isinstance(content, str) else "wb") as f:
+            if callable(content):
+                content(f)
+            else:
+                f.write(content)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -232,14 +236,3 @@ class RunDirectory:
                 self.path.rmdir()
             except OSError:
                 pass
-
-
-def npy_bytes(array) -> bytes:
-    """An array as the bytes of a .npy file (for write_file)."""
-    import io
-
-    import numpy as np
-
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()

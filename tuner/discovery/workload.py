@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.errors import InputError
-from tuner.run_dir import npy_bytes, real_directory, write_file
+from tuner.run_dir import real_directory, write_file
 
 # MLIR element types the runner can feed from .npy files.
 NUMPY_DTYPES = {
@@ -295,7 +295,7 @@ class Workload:
             elif spec.element_type in RAW_TYPES:
                 write_file(directory / f"input{i}.{spec.run_type}.bin", np.ascontiguousarray(array).tobytes())
             else:
-                write_file(directory / f"input{i}.npy", npy_bytes(array))
+                write_file(directory / f"input{i}.npy", lambda f: np.save(f, array))
             specs.append(spec)
         return replace(self, inputs=tuple(specs))
 
@@ -328,8 +328,9 @@ class Workload:
                 path = directory / f"input{i}.npy"
                 content = spec.random(rng)
             # Atomic (a killed run never leaves a truncated input behind), never through a link.
-            write_file(path, content.encode() if isinstance(content, str) else
-                       np.ascontiguousarray(content).tobytes() if path.suffix == ".bin" else npy_bytes(content))
+            write_file(path, content if isinstance(content, str) else
+                       np.ascontiguousarray(content).tobytes() if path.suffix == ".bin"
+                       else lambda f, array=content: np.save(f, array))
             paths.append(path)
         return paths
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, element_type, int64_literal, int_list, onnx_op, onnx_sites, static_shape
+from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, onnx_op, replace_op,
+                                     rewrite_sites, si64_array, static_shape)
 
 MULTIPLE = 16  # the largest MMA tile side along the output columns among the GPU targets' intrinsics
 
@@ -49,34 +50,27 @@ def _taken(conv: ir.Operation) -> bool:
     return n > 1 and _up(w) * 2 > w * 3 and _up(n * (w + 2)) * w < _up(w) * n * w
 
 
-def _si64(values: list[int]) -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signed(64), v) for v in values])
-
-
 def batch_to_width(module: ir.Module) -> list[str]:
     """Rewrite every `onnx.Conv` of `module` this rewrite takes in place (inside its context);
     returns each one's input shape and the row it computes instead."""
-    done = []
-    for conv in onnx_sites(module, "Conv", _taken):
-        ip, loc = ir.InsertionPoint(conv), conv.location
-        n, c, h, w = static_shape(conv.operands[0])
-        k = static_shape(conv.result)[1]
-        element = element_type(conv.result)
-        wide = n * (w + 2)
-        padded = onnx_op("Pad", [conv.operands[0], int64_literal([0, 0, 0, 0, 0, 0, 0, 2], ip, loc)],
-                       [n, c, h, w + 2], element, ip, loc)
-        side = onnx_op("Transpose", [padded], [c, h, n, w + 2], element, ip, loc, perm=_si64([1, 2, 0, 3]))
-        row = onnx_op("Reshape", [side, int64_literal([1, c, h, wide], ip, loc)], [1, c, h, wide], element, ip, loc)
-        attrs = {name: conv.attributes[name] for name in conv.attributes}
-        out = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[1,{k},{h},{wide}],{element}>")],
-                                  operands=[row, *conv.operands[1:]], attributes=attrs, loc=loc, ip=ip).result
-        split = onnx_op("Reshape", [out, int64_literal([k, h, n, w + 2], ip, loc)], [k, h, n, w + 2], element, ip, loc)
-        kept = onnx_op("Slice", [split, int64_literal([0], ip, loc), int64_literal([w], ip, loc),
-                               int64_literal([3], ip, loc), int64_literal([1], ip, loc)], [k, h, n, w], element, ip, loc)
-        back = onnx_op("Transpose", [kept], [n, k, h, w], element, ip, loc, perm=_si64([2, 0, 1, 3]))
-        conv.result.replace_all_uses_with(back)
-        conv.erase()
-        done.append(f"{n}x{c}x{h}x{w} as one row of {wide} ({_up(wide)} computed, not {n}x{_up(w)})")
-    if done:
-        module.operation.verify()
-    return done
+    return rewrite_sites(module, "Conv", _taken, _side_by_side)
+
+
+def _side_by_side(conv: ir.Operation) -> str:
+    ip, loc = ir.InsertionPoint(conv), conv.location
+    n, c, h, w = static_shape(conv.operands[0])
+    k = static_shape(conv.result)[1]
+    element = element_type(conv.result)
+    wide = n * (w + 2)
+    padded = onnx_op("Pad", [conv.operands[0], int64_literal([0, 0, 0, 0, 0, 0, 0, 2], ip, loc)],
+                     [n, c, h, w + 2], element, ip, loc)
+    side = onnx_op("Transpose", [padded], [c, h, n, w + 2], element, ip, loc, perm=si64_array([1, 2, 0, 3]))
+    row = onnx_op("Reshape", [side, int64_literal([1, c, h, wide], ip, loc)], [1, c, h, wide], element, ip, loc)
+    attrs = {name: conv.attributes[name] for name in conv.attributes}
+    out = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[1,{k},{h},{wide}],{element}>")],
+                              operands=[row, *conv.operands[1:]], attributes=attrs, loc=loc, ip=ip).result
+    split = onnx_op("Reshape", [out, int64_literal([k, h, n, w + 2], ip, loc)], [k, h, n, w + 2], element, ip, loc)
+    kept = onnx_op("Slice", [split, int64_literal([0], ip, loc), int64_literal([w], ip, loc),
+                             int64_literal([3], ip, loc), int64_literal([1], ip, loc)], [k, h, n, w], element, ip, loc)
+    replace_op(conv, onnx_op("Transpose", [kept], [n, k, h, w], element, ip, loc, perm=si64_array([2, 0, 1, 3])))
+    return f"{n}x{c}x{h}x{w} as one row of {wide} ({_up(wide)} computed, not {n}x{_up(w)})"

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, onnx_sites, static_shape
+from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, onnx_op, replace_op,
+                                     rewrite_sites, si64_array, static_shape)
 
 MULTIPLE = 16  # the largest MMA tile side along the output columns among the GPU targets' intrinsics
 
@@ -65,39 +66,33 @@ def _widen_consumers(value: ir.Value, width: int) -> ir.Value:
         result = uses[0].owner.results[0]
         shape = static_shape(result)
         result.set_type(ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape[:3] + [width]))}],"
-                                      f"{str(result.type).rsplit(',', 1)[-1]}"))
+                                      f"{element_type(result)}>"))
         value = result
 
 
 def pad_convolution_columns(module: ir.Module) -> list[str]:
     """Rewrite every `onnx.Conv` of `module` this rewrite takes in place (inside its context);
     returns each one's output shape and the columns it computes."""
-    done = []
-    for conv in onnx_sites(module, "Conv", _extra):
-        extra = _extra(conv)
-        ip, loc = ir.InsertionPoint(conv), conv.location
-        attrs = {name: conv.attributes[name] for name in conv.attributes}
-        strides = int_list(attrs["torch.onnx.strides"]) if "torch.onnx.strides" in attrs else [1, 1]
-        top, left, bottom, right = int_list(attrs["torch.onnx.pads"]) if "torch.onnx.pads" in attrs else [0, 0, 0, 0]
-        attrs["torch.onnx.pads"] = ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signed(64), v)
-                                                     for v in (top, left, bottom, right + extra * strides[1])])
-        n, o, oh, ow = static_shape(conv.result)
-        element = str(conv.result.type).rsplit(",", 1)[-1]  # "f16>"
-        wide = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{n},{o},{oh},{ow + extra}],{element}")],
-                                   operands=list(conv.operands), attributes=attrs, loc=loc, ip=ip).result
-        conv.result.replace_all_uses_with(wide)
-        conv.erase()
-        last = _widen_consumers(wide, ow + extra)
-        after = ir.InsertionPoint.after(last.owner)
-        operands = [last, int64_literal([0], after, loc), int64_literal([ow], after, loc), int64_literal([3], after, loc),
-                    int64_literal([1], after, loc)]
-        shape = static_shape(last)
-        shape[3] = ow
-        kept = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}")],
-                                   operands=operands, attributes={"name": ir.StringAttr.get("onnx.Slice")}, loc=loc,
-                                   ip=after).result
-        last.replace_all_uses_except(kept, kept.owner.operation)
-        done.append(f"{n}x{o}x{oh}x{ow} computed {ow + extra} wide")
-    if done:
-        module.operation.verify()
-    return done
+    return rewrite_sites(module, "Conv", _extra, _widened)
+
+
+def _widened(conv: ir.Operation) -> str:
+    extra = _extra(conv)
+    ip, loc = ir.InsertionPoint(conv), conv.location
+    attrs = {name: conv.attributes[name] for name in conv.attributes}
+    strides = int_list(attrs["torch.onnx.strides"]) if "torch.onnx.strides" in attrs else [1, 1]
+    top, left, bottom, right = int_list(attrs["torch.onnx.pads"]) if "torch.onnx.pads" in attrs else [0, 0, 0, 0]
+    attrs["torch.onnx.pads"] = si64_array([top, left, bottom, right + extra * strides[1]])
+    n, o, oh, ow = static_shape(conv.result)
+    element = element_type(conv.result)
+    wide = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{n},{o},{oh},{ow + extra}],{element}>")],
+                               operands=list(conv.operands), attributes=attrs, loc=loc, ip=ip).result
+    replace_op(conv, wide)
+    last = _widen_consumers(wide, ow + extra)
+    after = ir.InsertionPoint.after(last.owner)
+    shape = static_shape(last)
+    shape[3] = ow
+    kept = onnx_op("Slice", [last, int64_literal([0], after, loc), int64_literal([ow], after, loc),
+                             int64_literal([3], after, loc), int64_literal([1], after, loc)], shape, element, after, loc)
+    last.replace_all_uses_except(kept, kept.owner.operation)
+    return f"{n}x{o}x{oh}x{ow} computed {ow + extra} wide"

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import element_type, int64_literal, int_list, onnx_op, onnx_sites, static_shape
+from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, onnx_op, replace_op, rewrite_sites,
+                                     static_shape)
 
 
 def _pointwise(conv: ir.Operation) -> bool:
@@ -47,28 +48,25 @@ def _pointwise(conv: ir.Operation) -> bool:
 def pointwise_convs_as_matmuls(module: ir.Module) -> list[str]:
     """Rewrite every 1x1 unit-stride `onnx.Conv` of `module` in place (inside its context) as a
     MatMul; returns each rewritten convolution's input and filter shapes."""
-    done = []
-    for conv in onnx_sites(module, "Conv", _pointwise):
-        ip, loc = ir.InsertionPoint(conv), conv.location
-        x, w = conv.operands[0], conv.operands[1]
-        n, c, h, width = static_shape(x)
-        o = static_shape(w)[0]
-        element = element_type(conv.result)
+    return rewrite_sites(module, "Conv", _pointwise, _as_matmul)
 
-        def op(name: str, operands: list[ir.Value], shape: list[int]) -> ir.Value:
-            return onnx_op(name, operands, shape, element, ip, loc)
 
-        def reshape(value: ir.Value, shape: list[int]) -> ir.Value:
-            return op("Reshape", [value, int64_literal(shape, ip, loc)], shape)
+def _as_matmul(conv: ir.Operation) -> str:
+    ip, loc = ir.InsertionPoint(conv), conv.location
+    x, w = conv.operands[0], conv.operands[1]
+    n, c, h, width = static_shape(x)
+    o = static_shape(w)[0]
+    element = element_type(conv.result)
 
-        pixels = h * width
-        y = op("MatMul", [reshape(w, [o, c]), reshape(x, [n, c, pixels])], [n, o, pixels])
-        if len(conv.operands) > 2:
-            y = op("Add", [y, reshape(conv.operands[2], [o, 1])], [n, o, pixels])
-        y = reshape(y, [n, o, h, width])
-        conv.result.replace_all_uses_with(y)
-        conv.erase()
-        done.append(f"{n}x{c}x{h}x{width} by {o}x{c}x1x1")
-    if done:
-        module.operation.verify()
-    return done
+    def op(name: str, operands: list[ir.Value], shape: list[int]) -> ir.Value:
+        return onnx_op(name, operands, shape, element, ip, loc)
+
+    def reshape(value: ir.Value, shape: list[int]) -> ir.Value:
+        return op("Reshape", [value, int64_literal(shape, ip, loc)], shape)
+
+    pixels = h * width
+    y = op("MatMul", [reshape(w, [o, c]), reshape(x, [n, c, pixels])], [n, o, pixels])
+    if len(conv.operands) > 2:
+        y = op("Add", [y, reshape(conv.operands[2], [o, 1])], [n, o, pixels])
+    replace_op(conv, reshape(y, [n, o, h, width]))
+    return f"{n}x{c}x{h}x{width} by {o}x{c}x1x1"

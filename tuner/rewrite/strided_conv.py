@@ -20,7 +20,7 @@ import math
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, onnx_sites, static_shape
+from tuner.rewrite.torch_ops import element_type, int64_literal, int_list, onnx_op, rewrite_sites, si64_array, static_shape
 
 
 def _strides(conv: ir.Operation) -> list[int] | None:
@@ -45,24 +45,18 @@ def _strides(conv: ir.Operation) -> list[int] | None:
 def subsample_strided_pointwise_convs(module: ir.Module) -> list[str]:
     """Rewrite every strided 1x1 `onnx.Conv` of `module` in place (inside its context); returns
     each rewritten convolution's input shape and strides."""
-    done = []
-    for conv in onnx_sites(module, "Conv", lambda op: _strides(op) is not None):
-        strides = _strides(conv)
-        ip, loc = ir.InsertionPoint(conv), conv.location
-        x = conv.operands[0]
-        dims = static_shape(x)
-        spatial = list(range(2, len(dims)))
-        sub = dims[:2] + [math.ceil(d / s) for d, s in zip(dims[2:], strides)]
-        element = str(x.type).rsplit(",", 1)[-1]  # "f16>"
-        operands = [x, int64_literal([0] * len(spatial), ip, loc), int64_literal(dims[2:], ip, loc),
-                    int64_literal(spatial, ip, loc), int64_literal(strides, ip, loc)]
-        sliced = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, sub))}],{element}")],
-                                     operands=operands, attributes={"name": ir.StringAttr.get("onnx.Slice")},
-                                     loc=loc, ip=ip).result
-        conv.operands[0] = sliced
-        conv.attributes["torch.onnx.strides"] = ir.ArrayAttr.get(
-            [ir.IntegerAttr.get(ir.IntegerType.get_signed(64), 1) for _ in strides])
-        done.append(f"{'x'.join(map(str, dims))} stride {'x'.join(map(str, strides))}")
-    if done:
-        module.operation.verify()
-    return done
+    return rewrite_sites(module, "Conv", lambda op: _strides(op) is not None, _subsampled)
+
+
+def _subsampled(conv: ir.Operation) -> str:
+    strides = _strides(conv)
+    ip, loc = ir.InsertionPoint(conv), conv.location
+    x = conv.operands[0]
+    dims = static_shape(x)
+    spatial = list(range(2, len(dims)))
+    sub = dims[:2] + [math.ceil(d / s) for d, s in zip(dims[2:], strides)]
+    conv.operands[0] = onnx_op("Slice", [x, int64_literal([0] * len(spatial), ip, loc), int64_literal(dims[2:], ip, loc),
+                                         int64_literal(spatial, ip, loc), int64_literal(strides, ip, loc)],
+                               sub, element_type(x), ip, loc)
+    conv.attributes["torch.onnx.strides"] = si64_array([1] * len(strides))
+    return f"{'x'.join(map(str, dims))} stride {'x'.join(map(str, strides))}"

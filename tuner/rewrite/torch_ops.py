@@ -16,6 +16,27 @@ def is_onnx(op: Optional[ir.Operation], name: str) -> bool:
             and ir.StringAttr(op.attributes["name"]).value == f"onnx.{name}")
 
 
+def rewrite_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], object],
+                  rewrite: Callable[[ir.Operation], str]) -> list[str]:
+    """`rewrite` applied to every `onnx.NAME` op of the module that `taken` picks (onnx_sites),
+    each saying what it changed; the module verified once where anything did."""
+    done = [rewrite(op) for op in onnx_sites(module, name, taken)]
+    if done:
+        module.operation.verify()
+    return done
+
+
+def replace_op(op: ir.Operation, value: ir.Value) -> None:
+    """Every use of `op`'s result made a use of `value`, and `op` erased."""
+    op.result.replace_all_uses_with(value)
+    op.erase()
+
+
+def si64_array(values: list[int]) -> ir.ArrayAttr:
+    """An onnx op's integer list attribute (`torch.onnx.pads`, `perm`, ...)."""
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signed(64), v) for v in values])
+
+
 def onnx_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], object]) -> list[ir.Operation]:
     """Every `onnx.NAME` op of the module that `taken` says a rewrite takes, in program order
     (collected before any is rewritten)."""

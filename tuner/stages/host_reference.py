@@ -22,7 +22,7 @@ import numpy as np
 
 from tuner.evaluation.runner import read_output, run_once
 from tuner.core.settings import HostReference
-from tuner.run_dir import npy_bytes, write_file
+from tuner.run_dir import write_file
 from tuner.stages.base import MODEL_INPUTS, StageEnv
 from tuner.stages.variants import Variant, build_variant
 from tuner.targets import parse_target
@@ -69,5 +69,5 @@ def _build_and_run(env: StageEnv) -> Optional[np.ndarray]:
     if out is None or not np.all(np.isfinite(out)):
         env.say("host reference: the llvm-cpu result is not finite for these inputs; not used")
         return None
-    write_file(directory / RESULT, npy_bytes(out))
+    write_file(directory / RESULT, lambda f: np.save(f, out))
     return out
