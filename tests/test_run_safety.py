@@ -776,6 +776,10 @@ def test_directory_links_planted_below_a_held_run_directory_are_replaced_never_f
     (run / "variants" / "runs-merge").symlink_to(outside)
     (run / LOCK).symlink_to(outside / "lock")  # the holder's line would be written through it
     with RunDirectory(run):
+        # A candidate's folder removed before any other is made (parallel compiles: 0001's
+        # removal ran before 0000's folder replaced the link, and deleted the target's 0001).
+        remove_tree(run / "candidates" / "0001")
+        assert not (run / "candidates").is_symlink() and (outside / "0001" / "theirs").is_file()
         made = real_directory(run / "candidates" / "0001")
         merge = real_directory(run / "variants" / "runs-merge")
         remove_tree(made)

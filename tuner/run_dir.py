@@ -83,7 +83,7 @@ def real_directory(path: Path, root: Optional[Path] = None) -> Path:
     for part in path.relative_to(root).parts:
         current = current / part
         if current.is_symlink():
-            current.unlink()
+            current.unlink(missing_ok=True)  # (another thread may have replaced it first)
         elif current.exists() and not current.is_dir():
             raise OutputError(f"{current} is a file where the run keeps a directory; remove it or give another --output")
         current.mkdir(exist_ok=True)
@@ -91,8 +91,13 @@ def real_directory(path: Path, root: Optional[Path] = None) -> Path:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove `path` and what it holds, never through a symbolic link: a link there is removed
-    itself (its target untouched), and rmtree does not follow the links inside."""
+    """Remove `path` and what it holds, never through a symbolic link: below a held run
+    directory its parents are made real first (real_directory: a planted `DIR/candidates` link
+    would otherwise lead the removal of `DIR/candidates/0001` outside), a link at `path` is
+    removed itself (its target untouched), and rmtree does not follow the links inside."""
+    path = Path(os.path.abspath(path))
+    if _held_root(path) is not None:
+        real_directory(path.parent)
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.is_dir():
