@@ -205,5 +205,5 @@ def test_a_winner_that_is_not_faster_in_its_fresh_rounds_keeps_the_default(small
                       run=RunOptions(TRUSTED, strategy="sequential"))
     assert tuning.ranking.best is None
     data = json.loads((out / "results.json").read_text())
-    assert data["best"] is None and "fresh rounds after" in data["verdict"]
+    assert data["best"] is None and "fresh rounds timed after" in data["verdict"]
     assert "keeping the compiler's default" in data["verdict"]

@@ -84,8 +84,9 @@ def rank(results: Iterable[Result]) -> Ranking:
         verdict += f"; {preferred}" if preferred else ""
     elif lead is not None:
         verdict = (f"no candidate beat the default beyond the noise: candidate {lead.candidate_id} was "
-                   f"{lead.paired.speedup:.2f}x in the rounds that chose it, but {lead.speedup:.2f}x in "
-                   f"{len(lead.holdout_ratios)} fresh rounds after, faster in {_faster(lead.holdout_ratios)} of them: "
+                   f"{lead.paired.speedup:.2f}x in the rounds that chose it, but faster in only "
+                   f"{_faster(lead.holdout_ratios)} of {len(lead.holdout_ratios)} fresh rounds timed after (a winner "
+                   f"must be faster in {share} of them; their median, {lead.speedup:.2f}x, is not a measured gain): "
                    f"keeping the compiler's default")
     elif not any(not r.is_baseline for r in results):
         verdict = "no candidate to try (the space holds no config for it): keeping the compiler's default"

@@ -219,7 +219,8 @@ class LiveResults:
         self.seen.update(r.candidate_id for r in new)
         if not self.console.is_terminal:
             for r in sorted(new, key=lambda r: r.candidate_id):
-                figure = (f"{r.median_ms:.3f} ms, {r.first_pass_speedup:.2f}x in its first pass"
+                then = f" against the baseline's {r.baseline_ms:.3f} ms then" if r.baseline_ms else ""
+                figure = (f"{r.median_ms:.3f} ms{then}, {r.first_pass_speedup:.2f}x in its first pass"
                           if r.ok and r.median_ms is not None and r.first_pass_speedup else (r.error or "")[:120])
                 self.console.print(f"candidate {r.candidate_id} ({r.label}): {r.status.value}"
                                    + (f", {figure}" if figure else ""), markup=False, highlight=False, soft_wrap=True)
@@ -253,15 +254,30 @@ def say_dispatches(console: Console, listed, input_file: Path, target: str) -> N
     from rich.table import Table
 
     rows, measured = listed.rows, listed.profile
-    table = Table(title=f"Dispatches of {input_file} on {target}")
     columns = ["dispatch", "kind", "shape", "runs", "entry"] + (["ms", "share"] if measured else []) + ["tuned by / why not"]
-    for col in columns:
-        table.add_column(col, justify="right" if col in ("runs", "ms", "share") else "left")
-    for r in rows:
-        timed = [f"{r.ms:.3f}" if r.ms is not None else "-", f"{100 * r.share:.1f}%" if r.share is not None else "-"]
-        table.add_row(r.name, r.kind or "-", r.shape or "-", str(r.runs), r.entry, *(timed if measured else []),
-                      r.pipeline or f"[yellow]{r.why_not}[/yellow]")
-    console.print(table)
+    name_width = max((len(r.name) for r in rows), default=8)
+    # The names are what --dispatch takes: never cut. Where the terminal cannot hold a whole name
+    # beside the other columns (about 12 characters each), each dispatch is a block instead.
+    if name_width + 12 * (len(columns) - 1) + 3 * len(columns) <= console.width:
+        table = Table(title=f"Dispatches of {input_file} on {target}")
+        for col in columns:
+            table.add_column(col, justify="right" if col in ("runs", "ms", "share") else "left",
+                             no_wrap=col == "dispatch", min_width=name_width if col == "dispatch" else None,
+                             overflow="fold")
+        for r in rows:
+            timed = [f"{r.ms:.3f}" if r.ms is not None else "-", f"{100 * r.share:.1f}%" if r.share is not None else "-"]
+            table.add_row(r.name, r.kind or "-", r.shape or "-", str(r.runs), r.entry, *(timed if measured else []),
+                          r.pipeline or f"[yellow]{r.why_not}[/yellow]")
+        console.print(table)
+    else:
+        console.print(f"Dispatches of {input_file} on {target}", markup=False, soft_wrap=True)
+        for r in rows:
+            timed = (f", {r.ms:.3f} ms" if r.ms is not None else "") + (f", {100 * r.share:.1f}%" if r.share is not None else "")
+            console.print(r.name, markup=False, highlight=False, soft_wrap=True)
+            console.print(f"    {r.kind or '-'} {r.shape or '-'}, {r.runs} run{'s' if r.runs != 1 else ''} a call of "
+                          f"@{r.entry}{timed if measured else ''}; "
+                          + (f"tuned by {r.pipeline}" if r.pipeline else f"not tuned: {r.why_not}"),
+                          markup=False, highlight=False)
     if measured:
         for entry, ms in measured.entry_ms.items():
             coverage = measured.coverage(entry)

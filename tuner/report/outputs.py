@@ -16,6 +16,7 @@ from tuner.errors import OutputError
 from tuner.input.parameters import runtime_flags
 from tuner.run_dir import write_file
 from tuner.ranking import Ranking
+from tuner.core.comparison import Paired
 from tuner.core.results import Result, Status
 
 
@@ -81,40 +82,82 @@ def write_outputs(output_dir: Path, ranking: Ranking, results: list[Result], spe
         raise OutputError(f"cannot write the outputs to {output_dir}: {e.strerror or e}") from None
 
 
+TABLE_LEGEND = (
+    "ms: the candidate's median in its first pass, alone; base ms: the baseline's, timed nearest to it; alone: their "
+    "ratio (* timed again after a drift); ±%: the spread of its times; paired: the median of its ratios to the "
+    "baseline in the interleaved rounds that chose the winner; won: in how many of them it was faster; after: the "
+    "winner's figure, from fresh rounds timed after it was chosen (the choosing rounds run high), with its interval; "
+    "err: relative error off the reference")
+
+
+def _ms(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+# Dropped in this order where the terminal is too narrow for every column (results.json keeps them).
+_NARROW_DROPS = ("err", "±%", "base ms", "ms")
+
+
 def render_table(ranking: Ranking, results: list[Result], console: Optional[Console] = None, top: int = 15) -> None:
-    """Confirmed candidates first (paired speedup, rounds faster), then the others with their
-    first-pass figure, then the failures; the verdict below."""
+    """Confirmed candidates first (the winner, then by their side-by-side figure), then the others
+    by their first-pass figure, then the failures. Each column is one measurement: the first pass
+    (the candidate's ms and the baseline's timed nearest to it, so a row reads on its own when
+    the load changed between rows), the interleaved rounds that chose the winner, and the fresh
+    rounds after it was chosen (the winner's figure and interval); the legend below says so. In a
+    narrow terminal the columns of `_NARROW_DROPS` go first, so config names are never cut."""
+    from rich import box
+
     console = console or make_console()
-    table = Table(title="Candidates: confirmed side by side with the baseline first")
-    for col, justify in (("#", "right"), ("config", "left"), ("status", "left"), ("median ms", "right"),
-                         ("spread %", "right"), ("1st pass", "right"), ("speedup", "right"),
-                         ("rounds won", "right"), ("rel. err", "right")):
-        table.add_column(col, justify=justify, no_wrap=col in ("status", "speedup", "1st pass"))  # type: ignore[arg-type]
     shown = list(ranking.ranked[:top])
     if ranking.baseline and ranking.baseline not in shown:
         shown.append(ranking.baseline)
+    rows = []
     for r in shown + list(ranking.failed):
-        speedup = ranking.speedup(r)
         first = r.first_pass_speedup
-        table.add_row(
-            str(r.candidate_id),
-            r.label if len(r.label) < 90 else r.label[:87] + "...",
-            r.status.value if r.ok or r.status == Status.DUPLICATE else f"[red]{r.status.value}[/red]",
-            f"{r.median_ms:.3f}" if r.median_ms is not None else "-",
-            f"{r.spread_pct:.1f}" if r.spread_pct is not None else "-",
-            (f"{first:.2f}x" + ("*" if r.retimed else "")) if first else "-",
-            f"{speedup:.2f}x" if speedup else "-",
-            f"{sum(x > 1.0 for x in r.round_ratios)}/{len(r.round_ratios)}" if r.confirmed and not r.is_baseline else "-",
-            f"{r.relative_error:.1e}" if r.relative_error is not None else "-",
-            style="bold green" if r is ranking.best else None,
-        )
+        chose = r.confirmed and not r.is_baseline
+        after = Paired(tuple(r.holdout_ratios)) if r.holdout_ratios else None
+        interval = after.interval() if after else None
+        rows.append((r, {
+            "#": str(r.candidate_id),
+            "config": r.label if len(r.label) < 90 else r.label[:87] + "...",
+            "status": r.status.value,
+            "ms": _ms(r.median_ms),
+            "base ms": _ms(r.baseline_ms) if not r.is_baseline else "-",
+            "alone": (f"{first:.2f}x" + ("*" if r.retimed else "")) if first and not r.is_baseline else "-",
+            "±%": f"{r.spread_pct:.0f}" if r.spread_pct is not None else "-",
+            "paired": f"{r.paired.speedup:.2f}x" if chose else "-",
+            "won": f"{sum(x > 1.0 for x in r.round_ratios)}/{len(r.round_ratios)}" if chose else "-",
+            "after": (f"{after.speedup:.2f}x" + (f" ({interval.low:.2f}-{interval.high:.2f})" if interval else ""))
+            if after else "-",
+            "err": f"{r.relative_error:.0e}" if r.relative_error is not None else "-",
+        }))
+    columns = ["#", "config", "status", "ms", "base ms", "alone", "±%", "paired", "won", "after", "err"]
+
+    def build(cols) -> Table:
+        table = Table(title="Candidates: confirmed side by side with the baseline first", box=box.SIMPLE_HEAD,
+                      pad_edge=False)
+        for col in cols:
+            table.add_column(col, justify="left" if col == "config" else "right" if col != "status" else "left",
+                             no_wrap=col != "config", min_width=14 if col == "config" else None)
+        for r, cells in rows:
+            values = [cells[c] for c in cols]
+            if not (r.ok or r.status == Status.DUPLICATE):
+                values[cols.index("status")] = f"[red]{r.status.value}[/red]"
+            table.add_row(*values, style="bold green" if r is ranking.best else None)
+        return table
+
+    def width(cols) -> int:  # two spaces of padding and one of division a column; config wraps
+        return sum(3 + (14 if c == "config" else max([len(c)] + [len(cells[c]) for _, cells in rows])) for c in cols)
+
+    for drop in _NARROW_DROPS:
+        if width(columns) <= console.width:
+            break
+        columns.remove(drop)
+    table = build(columns)
     console.print(table)
     if len(ranking.ranked) > top:
         console.print(f"({len(ranking.ranked) - top} more successful candidates in results.json)")
-    console.print("1st pass: against the baseline timed nearest to it (* timed again after a drift); "
-                  "speedup: median of the per-round ratios to the baseline in interleaved rounds (the winner's: "
-                  "of the fresh rounds timed after it was chosen; the others' are the choosing rounds', which "
-                  "run high); rounds won: choosing rounds faster than the baseline")
+    console.print(TABLE_LEGEND)
     close = ranking.within_noise_of_best()
     if close:
         console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
