@@ -269,5 +269,6 @@ def test_report_on_a_tune_model_directory_plots_the_dispatches_and_the_model_and
     result = run_cli("report", tmp_path)
     assert result.exit_code == 0, result.output
     out = " ".join(result.output.split())
-    assert "dispatch_3_matmul" in out and "1.43x" in out and f"rebuild {tmp_path} -o OUT.vmfb" in out
+    assert "names after m$async_dispatch_" in out and " 3_matmul " in out and "1.0 -> " not in out
+    assert "2.000 -> 1.000" in out and "1.43x" in out and f"rebuild {tmp_path} -o OUT.vmfb" in out
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -81,3 +81,25 @@ def test_dispatches_never_cuts_a_name_that_dispatch_takes_whatever_the_terminal_
         lines = out.getvalue().splitlines()
         assert any(name in line for line in lines), (width, out.getvalue())
         assert "single-quoted" in out.getvalue()
+
+
+def test_the_model_table_names_dispatches_whole_and_turns_to_lines_where_the_terminal_is_narrow():
+    from tuner.report.outputs import render_model
+
+    data = {"entry": "resnet18", "target": "cuda:sm_80", "verdict": "v", "dispatches": [
+        {"name": "resnet18$async_dispatch_18_conv_8x14x14x256x3x3x256_f16xf16xf32", "shape": "b8_m14x14_n256_k3x3x256",
+         "profile_ms": 0.140, "calls": 3, "share": 0.142, "timed": "dispatch", "default_ms": 0.051, "tuned_ms": 0.046,
+         "speedup": 1.11, "model_speedup": 1.004, "status": "kept", "also_covers": ["a", "b"]},
+        {"name": "resnet18$async_dispatch_25_conv_8x7x7x512x3x3x512_f16xf16xf32", "shape": "b8_m7x7_n512_k3x3x512",
+         "profile_ms": 0.243, "calls": 3, "share": 0.245, "timed": "dispatch", "default_ms": 0.082,
+         "status": "no winner"}]}
+    for width in (80, 200):
+        out = StringIO()
+        render_model(data, Console(file=out, width=width))
+        text = out.getvalue()
+        assert "…" not in text, text
+        line = next(line for line in text.splitlines() if "18_conv_8x14x14x256x3x3x256_f16xf16xf32 (+2)" in line)
+        # the tuning's dispatch times, default -> winner, on the dispatch's own row
+        assert "0.051 -> 0.046" in line or "0.051 -> 0.046" in text.split("18_conv")[1].split("25_conv")[0]
+    header = next(line for line in text.splitlines() if "profile ms" in line and "share" in line)
+    assert "names after resnet18$async_dispatch_" in text and "model call ms" not in header

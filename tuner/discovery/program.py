@@ -314,6 +314,18 @@ class Program:
         return entry
 
 
+def _why_not_read(op: ir.Operation, other: OtherKind) -> str:
+    """Why a root no pipeline reads is not tuned, in words: its kind, and what keeps it out."""
+    article = "an" if other.kind[0] in "aeiou" else "a"
+    what = f"{op.name}: {article} {other.kind} dispatch" + (f" ({other.shape})" if other.shape else "")
+    if not op.results:
+        return f"{what} that writes its buffer in place (a copy IREE names slow_memcpy, say): no result for a spec to match"
+    if other.kind in ("elementwise", "transpose", "reduction") and len(op.results) > 1:
+        return f"{what} of {len(op.results)} results: this tuner reads roots of one result"
+    return (f"{what}; no pipeline of this tuner reads it (contractions, convolutions, attention, and reductions, "
+            "transposes and elementwise work of one result)")
+
+
 def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: tuple[str, ...] = ()) -> Program:
     """Every root op of the input under `target`: the tunable ones largest first, the others
     named with why (a dynamic shape, say), and the entry function of each."""
@@ -333,10 +345,7 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
             if d is None:
                 other = classify(op, enclosing_op(op, "func.func"), _loops_or_none(op))
                 kinds[name] = other
-                article = "an" if other.kind[0] in "aeiou" else "a"
-                skipped.append((name, f"{op.name}: {article} {other.kind} dispatch ({other.shape}); no pipeline of "
-                                      "this tuner tunes it yet (contractions, convolutions, attention, "
-                                      "reductions, transposes and elementwise dispatches only)"))
+                skipped.append((name, _why_not_read(op, other)))
                 continue
             found.append(replace(d, source_digest=digest))
         entries, runs = entry_points(module)

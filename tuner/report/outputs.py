@@ -195,32 +195,61 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     entry, as the CPU does), the default's and the winner's times of that and their paired
     speedup; the winner's paired figure on the model; what the model stage did with it), the
     choices tried on the whole model, and the model-level figure."""
+    from rich import box
+
     console = console or make_console()
-    table = Table(title=f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}",
-                  caption="profile: the dispatch per model call (its calls summed); tuning: the default and the "
-                          "winner, one call each, timed as 'timed' says; on the model: the model with the winner "
-                          "against without it")
-    for col, justify in (("dispatch", "left"), ("shape", "left"), ("profile ms", "right"), ("calls", "right"),
-                         ("share", "right"),
-                         ("timed", "left"), ("default ms", "right"), ("tuned ms", "right"), ("speedup", "right"),
-                         ("on the model", "right"), ("status", "left")):
-        table.add_column(col, justify=justify)
 
     def num(v, fmt):
         return fmt.format(v) if v is not None else "-"
 
-    untuned = []
+    def pair(d, timed):  # the default's and the winner's times in its tuning, where they are of `timed`
+        if d.get("timed") != timed or d.get("default_ms") is None:
+            return "-"
+        return f"{d['default_ms']:.3f}" + (f" -> {d['tuned_ms']:.3f}" if d.get("tuned_ms") is not None else "")
+
+    untuned, rows = [], []
     for d in data.get("dispatches", []):
         name = d["name"] + (f" (+{len(d['also_covers'])} alike)" if d.get("also_covers") else "")
         share = num(d.get("share") and 100 * d["share"], "{:.1f}%")
         if d["status"].startswith("not tuned"):
             untuned.append(f"{name} ({share}): {d['status']}")
             continue
-        table.add_row(name, d.get("shape", ""), num(d.get("profile_ms"), "{:.3f}"), num(d.get("calls"), "{}"), share,
-                      d.get("timed") or "-",
-                      num(d.get("default_ms"), "{:.3f}"),
-                      num(d.get("tuned_ms"), "{:.3f}"), num(d.get("speedup"), "{:.2f}x"),
-                      num(d.get("model_speedup"), "{:.2f}x"), d["status"])
+        rows.append({"dispatch": short_dispatch_name(d["name"]) + (f" (+{len(d['also_covers'])})" if d.get("also_covers") else ""),
+                     "shape": d.get("shape", ""), "profile ms": num(d.get("profile_ms"), "{:.3f}"),
+                     "calls": num(d.get("calls"), "{}"), "share": share,
+                     "dispatch ms": pair(d, "dispatch"), "model call ms": pair(d, "model call"),
+                     "tuning": num(d.get("speedup"), "{:.2f}x"), "on the model": num(d.get("model_speedup"), "{:.2f}x"),
+                     "status": d["status"]})
+    # A column no row fills says nothing (a CPU run times model calls, a GPU run dispatches); in
+    # a narrow terminal the shape goes first: the dispatch's name carries it.
+    columns = [c for c in ("dispatch", "shape", "profile ms", "calls", "share", "dispatch ms", "model call ms", "tuning",
+                           "on the model", "status") if any(r[c] != "-" for r in rows) or c in ("dispatch", "status")]
+    def width(cols) -> int:  # two spaces of padding and one of division a column; status wraps
+        return sum(3 + (12 if c == "status" else max(len(c), *(len(r[c]) for r in rows))) for c in cols)
+
+    if rows and "shape" in columns and width(columns) > console.width:
+        columns.remove("shape")
+    if rows and width(columns) > console.width:  # too narrow for a table: a line per dispatch
+        console.print(f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}", markup=False)
+        for r in rows:
+            tuning = " ".join(f"{c} {r[c]}" for c in ("dispatch ms", "model call ms") if r.get(c, "-") != "-")
+            console.print(f"{r['dispatch']}: {r['share']} of the model, {r['profile ms']} ms a call in {r['calls']} "
+                          f"calls; {tuning}" + (f", {r['tuning']} in its tuning" if r["tuning"] != "-" else "")
+                          + (f", {r['on the model']} on the model" if r["on the model"] != "-" else "")
+                          + f": {r['status']}", markup=False, highlight=False)
+        rows = []
+    prefix = common_dispatch_prefix([d["name"] for d in data.get("dispatches", [])])
+    table = Table(title=f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}"
+                        + (f" (names after {prefix})" if prefix else ""), box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="profile ms: the dispatch per model call (its calls summed); dispatch ms or model call ms: "
+                          "its tuning's default -> winner, one call, of the dispatch's kernels or of the whole model "
+                          "call; tuning: their paired speedup; on the model: the model with the winner against "
+                          "without it")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("dispatch", "shape", "status") else "right",
+                         no_wrap=col != "status", min_width=12 if col == "status" else None)
+    for r in rows:
+        table.add_row(*(r[c] for c in columns))
     if table.row_count:
         console.print(table)
     for line in untuned:
@@ -244,6 +273,18 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
                       f"{figure['rounds']} rounds)" + (f"; output relative error {err:.2g}" if err is not None else ""))
     console.print(f"verdict: {data.get('verdict', '')}")
     console.print(f"kept: {kept_line(data)}", markup=False, highlight=False)
+
+
+def short_dispatch_name(name: str) -> str:
+    """A dispatch's name less what every dispatch of its model shares (`main$async_dispatch_`):
+    its number, kind and shape."""
+    return name.split("_dispatch_")[-1]
+
+
+def common_dispatch_prefix(names: Sequence[str]) -> str:
+    """What short_dispatch_name cuts off the names, where they share it; "" where they do not."""
+    prefixes = {n[: -len(short_dispatch_name(n))] for n in names if "_dispatch_" in n}
+    return prefixes.pop() if len(prefixes) == 1 else ""
 
 
 def _flag_names():
@@ -270,7 +311,7 @@ def kept_line(data: dict) -> str:
                               for d in rows if d.get("status", "").startswith("not tuned"))
     parts = [f"model-wide choices: {choices}",
              f"dispatch configs: {len(kept)} of {len(tuned)} tuned kept"
-             + (f" ({', '.join(n.split('_dispatch_')[-1] for n in kept)})" if kept else "")]
+             + (f" ({', '.join(short_dispatch_name(n) for n in kept)})" if kept else "")]
     if why:
         parts.append("not tuned: " + "; ".join(f"{n} {reason}" for reason, n in why.most_common()))
     return "; ".join(parts)

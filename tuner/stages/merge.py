@@ -110,7 +110,9 @@ def judge_part(o: DispatchOutcome, cmp: Comparison, name: str) -> DispatchOutcom
     if p is None or not p.ratios:
         return replace(o, status=f"dropped: {cmp.failed.get(name, 'could not be timed')}")
     if slower_beyond_noise(p):
-        return replace(o, status=f"dropped: the model got slower with it ({p.speedup:.2f}x)", model_speedup=p.speedup)
+        slower = sum(r < 1.0 for r in p.ratios)
+        return replace(o, status=f"dropped: the model was slower with it in {slower} of {len(p.ratios)} rounds "
+                                 f"({p.speedup:.3f}x)", model_speedup=p.speedup)
     return replace(o, status="kept", model_speedup=p.speedup)
 
 
