@@ -353,23 +353,26 @@ def _group_norm(x: str, out: str, channels: int, groups: int, batch: int, size: 
 
 
 def unet_resnet_block(batch: int = 2, channels: int = 640, size: int = 64, temb: int = 1280, groups: int = 32,
-                      seed: int = 5, dtype=np.float16):
+                      seed: int = 5, dtype=np.float16, out_channels: int | None = None):
     """A Stable-Diffusion-style UNet ResNet block as torch exports it, NCHW: GroupNorm, SiLU, a 3x3
     convolution, the time embedding (SiLU, a linear layer) added per channel, GroupNorm, SiLU, a
     3x3 convolution, and the residual. Inputs: the latent [batch, channels, size, size] and the
-    time embedding [batch, temb]."""
+    time embedding [batch, temb]. With `out_channels` other than `channels` (a block that changes
+    the width, as diffusers' first block of a level does) the first convolution widens, and the
+    residual goes through a 1x1 convolution (diffusers' conv_shortcut)."""
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(seed)
     elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
-    scale = 1.0 / np.sqrt(channels * 9)
-    inits = [_init(rng, "conv1_w", (channels, channels, 3, 3), scale, dtype), _init(rng, "conv1_b", (channels,), 0.01, dtype),
-             _init(rng, "conv2_w", (channels, channels, 3, 3), scale, dtype), _init(rng, "conv2_b", (channels,), 0.01, dtype),
-             _init(rng, "temb_w", (temb, channels), 1.0 / np.sqrt(temb), dtype), _init(rng, "temb_b", (channels,), 0.01, dtype)]
+    out = out_channels or channels
+    inits = [_init(rng, "conv1_w", (out, channels, 3, 3), 1.0 / np.sqrt(channels * 9), dtype),
+             _init(rng, "conv1_b", (out,), 0.01, dtype),
+             _init(rng, "conv2_w", (out, out, 3, 3), 1.0 / np.sqrt(out * 9), dtype), _init(rng, "conv2_b", (out,), 0.01, dtype),
+             _init(rng, "temb_w", (temb, out), 1.0 / np.sqrt(temb), dtype), _init(rng, "temb_b", (out,), 0.01, dtype)]
     inits.append(helper.make_tensor("temb_axes", TensorProto.INT64, [2], [2, 3]))
     nodes = []
-    for i, (x, prefix) in enumerate((("x", "gn1"), ("h1", "gn2")), 1):
-        gn_nodes, gn_inits = _group_norm(x, f"{prefix}_out", channels, groups, batch, size, prefix, rng, dtype)
+    for i, (x, prefix, width) in enumerate((("x", "gn1", channels), ("h1", "gn2", out)), 1):
+        gn_nodes, gn_inits = _group_norm(x, f"{prefix}_out", width, groups, batch, size, prefix, rng, dtype)
         nodes += gn_nodes
         inits += gn_inits
         nodes += [*_silu(f"{prefix}_out", f"{prefix}_silu"),
@@ -381,12 +384,17 @@ def unet_resnet_block(batch: int = 2, channels: int = 640, size: int = 64, temb:
                       helper.make_node("Add", ["temb_mm", "temb_b"], ["temb_proj"]),
                       helper.make_node("Unsqueeze", ["temb_proj", "temb_axes"], ["temb_4d"]),
                       helper.make_node("Add", ["conv1", "temb_4d"], ["h1"])]
-    nodes.append(helper.make_node("Add", ["x", "conv2"], ["y"]))
-    image = [batch, channels, size, size]
+    residual = "x"
+    if out != channels:
+        inits += [_init(rng, "shortcut_w", (out, channels, 1, 1), 1.0 / np.sqrt(channels), dtype),
+                  _init(rng, "shortcut_b", (out,), 0.01, dtype)]
+        nodes.append(helper.make_node("Conv", ["x", "shortcut_w", "shortcut_b"], ["shortcut"], kernel_shape=[1, 1]))
+        residual = "shortcut"
+    nodes.append(helper.make_node("Add", [residual, "conv2"], ["y"]))
     graph = helper.make_graph(nodes, "unet_resnet_block",
-                              [helper.make_tensor_value_info("x", elem, image),
+                              [helper.make_tensor_value_info("x", elem, [batch, channels, size, size]),
                                helper.make_tensor_value_info("temb", elem, [batch, temb])],
-                              [helper.make_tensor_value_info("y", elem, image)], inits)
+                              [helper.make_tensor_value_info("y", elem, [batch, out, size, size])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -24,6 +24,23 @@ def attention_intrinsics(dispatch: Dispatch) -> list:
     return compatible_intrinsics(dispatch, accumulator="f32")
 
 
+VECTOR_BYTES = 16  # what one thread copies at a time into shared memory
+
+
+def row_lanes(columns: int, element_bytes: int) -> int:
+    """The threads that copy one row of a promoted tile `columns` wide, VECTOR_BYTES each."""
+    return max(1, columns * element_bytes // VECTOR_BYTES)
+
+
+def lays_out(columns: int, element_bytes: int, subgroup: int) -> bool:
+    """Whether IREE 3.13 can distribute a promoted tile `columns` wide over a subgroup: a row is
+    a whole number of 16-byte vectors and its lanes divide the subgroup. Else every config fails
+    with "failed to derive layout for promoted read-like op" (head dims 48, 80, 96 in f16 on cuda,
+    compile-only, every candidate; 64 and 128 compile), and the compiler's own config is a scalar
+    one, no MMA."""
+    return (columns * element_bytes) % VECTOR_BYTES == 0 and subgroup % row_lanes(columns, element_bytes) == 0
+
+
 class LLVMGPUVectorDistributeAttention(Pipeline):
     """Knobs: `workgroup_m` (queries per workgroup), `workgroup_n` (value columns),
     `reduction_k2` (keys per step), `subgroups_m` (subgroups along the queries) and `mma_kind`
@@ -33,10 +50,23 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
     aliases = ("llvmgpu_vector_distribute",)  # `--pipeline llvmgpu_vector_distribute` picks it for attention
     model_flags = ()
 
-    def supports(self, dispatch: Dispatch) -> bool:
+    def _takes(self, dispatch: Dispatch) -> bool:
         return (dispatch.kind == DispatchKind.ATTENTION and dispatch.target.backend in ("cuda", "rocm")
                 and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute")
                 and len(dispatch.k_dims) == 2 and bool(attention_intrinsics(dispatch)))
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return self._takes(dispatch) and self.declines(dispatch) is None
+
+    def declines(self, dispatch: Dispatch) -> str | None:
+        if not self._takes(dispatch):
+            return None
+        k1 = dispatch.loop_bounds[dispatch.k_dims[0]]
+        if not lays_out(k1, ELEMENT_BYTES.get(dispatch.lhs_type, 2), subgroup_size(dispatch)):
+            return (f"a head dim of {k1}: IREE 3.13 lays out promoted tiles whose rows are whole 16-byte vectors over "
+                    "lanes that divide a subgroup (a power of two), so no MMA config of it compiles; tune-model's "
+                    "raise-attention pads such heads on GPUs")
+        return None
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         t = dispatch.target
@@ -50,7 +80,8 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
         p = Problem()
         mma = p.add_knob(IntKnob.of("mma_kind", range(len(intrinsics))))
         tile_m = p.add_knob(IntKnob.of("workgroup_m", tiling.tile_candidates(m, 16, 256, multiple_of=16)))
-        tile_n = p.add_knob(IntKnob.of("workgroup_n", tiling.tile_candidates(n, 16, 256, multiple_of=16)))
+        tile_n = p.add_knob(IntKnob.of("workgroup_n", [c for c in tiling.tile_candidates(n, 16, 256, multiple_of=16)
+                                                       if lays_out(c, in_bytes, subgroup)] or [n]))
         red = p.add_knob(IntKnob.of("reduction_k2", tiling.tile_candidates(k2, 16, 256, multiple_of=16)))
         sg = p.add_knob(IntKnob.of("subgroups_m", [1, 2, 4, 8]))
 

@@ -21,7 +21,16 @@ the scores' rank with leading 1s where it has fewer dims (the lowering takes a m
 rank only); a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
 dispatch of its own unless a flag fuses it into the attention (aggressive fusion, O3: measured),
 which the flag stage tries with the rewrite. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
-Only matches where every intermediate has no other use are rewritten."""
+Only matches where every intermediate has no other use are rewritten.
+
+With `pad_heads` (the GPU rewrite), a head dim that is not a power of two (Stable Diffusion
+1.x's 40, or 80 or 96) is padded with zeros in Q, K and V up to the next one and the result sliced
+back: IREE 3.13 lays out a promoted tile only when its rows are whole 16-byte vectors over lanes
+that divide a subgroup (pipelines.llvmgpu_vector_distribute_attention.lays_out), so no MMA config
+of such an attention compiles, and the compiler's own config for it is a scalar one (3.85 ms
+against 0.02 ms tuned for a cross-attention over 77 keys on the H100). The scores are unchanged
+(the added zeros add nothing to Q K^T, and the scale is the model's own, carried in Q), and the
+added value columns are dropped, so the result is the same to rounding."""
 
 from __future__ import annotations
 
@@ -30,7 +39,8 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import ONNX_OP, int64_literal, int_list, is_onnx, producer, single_use, static_shape
+from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, onnx_op, producer,
+                                     single_use, static_shape)
 
 SDPA = "torch.aten.scaled_dot_product_attention"
 
@@ -205,9 +215,28 @@ def _key_operand(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -
     return key
 
 
-def raise_attention(module: ir.Module) -> list[str]:
+def padded_width(width: int) -> int:
+    """The head dim an attention of head dim `width` is computed at on GPUs: the next power of
+    two, at least 16 (the MMA intrinsics' K)."""
+    return max(16, 1 << (width - 1).bit_length())
+
+
+def _padded_head(value: ir.Value, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """`value` with zeros added to its last dim up to padded_width (an onnx.Pad at the end of
+    that dim), or itself where it is that wide already."""
+    shape = static_shape(value)
+    extra = padded_width(shape[-1]) - shape[-1]
+    if not extra:
+        return value
+    pads = [0] * len(shape) + [0] * (len(shape) - 1) + [extra]  # ONNX: every dim's start, then every end
+    return onnx_op("Pad", [value, int64_literal(pads, ip, loc)], [*shape[:-1], shape[-1] + extra],
+                   element_type(value), ip, loc)
+
+
+def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
     """Rewrite every site of `find_attention` in place (inside the module's context); returns
-    each rewritten attention's shape (batch x M x N x K1 x K2)."""
+    each rewritten attention's shape (batch x M x N x K1 x K2), and with `pad_heads` the head
+    dims it padded (padded_width)."""
     done = []
     for site in find_attention(module):
         ip, loc = ir.InsertionPoint(site.output), site.output.location
@@ -223,11 +252,25 @@ def raise_attention(module: ir.Module) -> list[str]:
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
-        sdpa = ir.Operation.create(SDPA, results=[site.output.results[0].type],
-                                   operands=[query, key, site.value, mask, zero, false, one, false],
+        value, out_type, padded = site.value, site.output.results[0].type, ""
+        widths = (static_shape(query)[-1], static_shape(value)[-1])
+        if pad_heads and any(padded_width(w) != w for w in widths):
+            query, key, value = (_padded_head(x, ip, loc) for x in (query, key, value))
+            shape = [*static_shape(site.output.results[0])[:-1], static_shape(value)[-1]]
+            out_type = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element_type(value)}>")
+            padded = f" (heads {static_shape(site.query)[-1]}/{static_shape(site.value)[-1]} padded to " \
+                     f"{static_shape(query)[-1]}/{shape[-1]})"
+        sdpa = ir.Operation.create(SDPA, results=[out_type], operands=[query, key, value, mask, zero, false, one, false],
                                    loc=loc, ip=ip)
-        site.output.results[0].replace_all_uses_with(sdpa.result)
-        done.append(site.shape)
+        result = sdpa.result
+        if padded:  # the added value columns dropped
+            width = static_shape(site.output.results[0])[-1]
+            last = len(static_shape(result)) - 1
+            result = onnx_op("Slice", [result, int64_literal([0], ip, loc), int64_literal([width], ip, loc),
+                                       int64_literal([last], ip, loc), int64_literal([1], ip, loc)],
+                             static_shape(site.output.results[0]), element_type(result), ip, loc)
+        site.output.results[0].replace_all_uses_with(result)
+        done.append(site.shape + padded)
         for op in (site.output, *site.casts[:1], site.softmax, *site.casts[1:], site.mask, site.scale, site.scores,
                    site.key_scale):
             if op is not None:
