@@ -103,3 +103,21 @@ def test_the_model_table_names_dispatches_whole_and_turns_to_lines_where_the_ter
         assert "0.051 -> 0.046" in line or "0.051 -> 0.046" in text.split("18_conv")[1].split("25_conv")[0]
     header = next(line for line in text.splitlines() if "profile ms" in line and "share" in line)
     assert "names after resnet18$async_dispatch_" in text and "model call ms" not in header
+
+
+def test_tune_names_three_other_dispatches_and_points_to_dispatches_for_the_rest():
+    from types import SimpleNamespace
+
+    from tuner.cli.say import say_picked
+
+    dispatches = [SimpleNamespace(name=f"m$async_dispatch_{i}_matmul") for i in range(25)]
+    program = SimpleNamespace(dispatches=dispatches, skipped=[(f"m$async_dispatch_{i}_copy", "why") for i in range(30, 35)],
+                              entries={})
+    out = StringIO()
+    say_picked(Console(file=out, width=400))(program, dispatches[0], "named by --dispatch")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == ("tuning m$async_dispatch_0_matmul: named by --dispatch (others: m$async_dispatch_1_matmul, "
+                        "m$async_dispatch_2_matmul, m$async_dispatch_3_matmul and 21 more)")
+    assert [line for line in lines if line.startswith("skipped")] == [
+        f"skipped m$async_dispatch_{i}_copy: why" for i in (30, 31, 32)]
+    assert "24 other dispatches, 5 skipped: `iree-tuner dispatches` lists each" in lines[-1]

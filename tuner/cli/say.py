@@ -20,14 +20,21 @@ from tuner.core.results import Status
 from tuner.store import BUILD_FAILURES
 from tuner.tools import kill_running_tools
 
+SHOWN = 3  # dispatches named in a line of tune's start; `dispatches` lists them all
+
+
 def say_picked(console: Console):
     """Say which dispatch `tune` picked and how, which it skipped and why, and the sizes given to
     the dynamic dimensions of the function that runs it."""
     def on_discovered(program, dispatch, how: str) -> None:
         others = [d.name for d in program.dispatches if d.name != dispatch.name]
-        console.print(f"tuning {dispatch.name}: {how}" + (f" (others: {', '.join(others)})" if others else ""))
-        for name, why in program.skipped:
+        shown = ", ".join(others[:SHOWN]) + (f" and {len(others) - SHOWN} more" if len(others) > SHOWN else "")
+        console.print(f"tuning {dispatch.name}: {how}" + (f" (others: {shown})" if others else ""))
+        for name, why in program.skipped[:SHOWN]:
             console.print(f"skipped {name}: {why}")
+        if len(others) > SHOWN or len(program.skipped) > SHOWN:
+            console.print(f"({len(others)} other dispatches, {len(program.skipped)} skipped: `iree-tuner dispatches` "
+                          "lists each with what tunes it or why nothing does)")
         workload = program.entries.get(dispatch.name)
         for size in workload.dynamic_sizes() if isinstance(workload, Workload) else ():
             console.print(f"dynamic size of @{workload.entry}'s {size}; --dynamic-size N or your --input files "
