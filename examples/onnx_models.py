@@ -566,7 +566,13 @@ def write_models(out: Path, large: bool = True) -> list[Path]:
                         ("gqa_block_f16_1024", gqa_block()),
                         ("gqa_block_32x8_f16_1024", gqa_block(1024, 2048, 32, 8, 8192, seed=4)),
                         ("unet_resnet_block_f16", unet_resnet_block()),
-                        ("unet_attention_block_f16", unet_attention_block())) + heavy:
+                        ("unet_attention_block_f16", unet_attention_block()),
+                        # Held out (not run on a GPU when the tuner's choices were made): SD 1.x's
+                        # 8 heads of 40 and CLIP-L's 768-wide text context; a block that widens
+                        # 320 -> 640 channels through a 1x1 shortcut, as a UNet level's first does.
+                        ("unet_attention_block_sd15_f16", unet_attention_block(heads=8, context_dim=768)),
+                        ("unet_resnet_block_widen_f16", unet_resnet_block(channels=320, out_channels=640, size=32))
+                        ) + heavy:
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)

@@ -1,0 +1,105 @@
+"""Compile-only on cuda (no GPU needed): Stable-Diffusion-style blocks other than the ones the GPU
+work was done on, through what tune-model would do with them: the GPU rewrites the flag stage
+offers (raise-attention, pointwise-conv-as-matmul), the flags it chose on the H100 models
+(channels-last and direct convolutions for the ResNet blocks, aggressive fusion for the attention
+blocks), then for each convolution and attention dispatch the pipeline that takes it and its first
+candidates, each compiled and read back. A dispatch no pipeline takes is said with why.
+
+    python benchmarks/gpu_unseen_variants.py --out /tmp/unseen [--candidates 4]
+
+Variants (examples/onnx_models.py's builders with other arguments): SD 1.x attention (8 heads of
+40, CLIP-L's 768-wide context), SDXL attention (640 channels, 10 heads of 64, a 2048-wide context,
+32x32), a ResNet block widening 320 -> 640 through a 1x1 shortcut, and a 1280-channel block at
+16x16, batch 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from iree.compiler import ir  # noqa: E402
+
+from pipelines import DispatchKind, pipeline_for  # noqa: E402
+from pipelines.model_flags import AGGRESSIVE_FUSION, CHANNELS_LAST, DIRECT_CONVOLUTION, short_flags  # noqa: E402
+from pipelines.registry import why_untunable  # noqa: E402
+from tuner.build.builder import LocalBuilder, build_all  # noqa: E402
+from tuner.discovery.program import discover_program  # noqa: E402
+from tuner.input.models import program_source  # noqa: E402
+from tuner.rewrite import REWRITES, combined, rewrite_program  # noqa: E402
+from tuner.specs.candidates import generate_candidates  # noqa: E402
+from tuner.stages.builtin import with_flags  # noqa: E402
+from tuner.targets import parse_target  # noqa: E402
+
+
+def _examples():
+    spec = importlib.util.spec_from_file_location("onnx_models", ROOT / "examples" / "onnx_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def variants(m) -> dict:
+    """name -> (ONNX model, the flag sets to compile it under)."""
+    res_flags = ((), CHANNELS_LAST, CHANNELS_LAST + DIRECT_CONVOLUTION)
+    attn_flags = (AGGRESSIVE_FUSION,)
+    return {
+        "sd15_attention": (m.unet_attention_block(heads=8, context_dim=768), attn_flags),
+        "sdxl_attention": (m.unet_attention_block(channels=640, size=32, heads=10, context_dim=2048), attn_flags),
+        "resnet_widen_320_640": (m.unet_resnet_block(channels=320, out_channels=640, size=32), res_flags),
+        "resnet_1280_b1": (m.unet_resnet_block(batch=1, channels=1280, size=16), res_flags),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--candidates", type=int, default=4, help="Candidates per dispatch, the baseline besides.")
+    args = parser.parse_args()
+    import onnx
+
+    cuda = parse_target("cuda:sm_80")
+    rewrite = combined([r for r in REWRITES["gpu"] if r.name in ("raise-attention", "pointwise-conv-as-matmul")])
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name, (model, flag_sets) in variants(_examples()).items():
+        onnx.save(model, args.out / f"{name}.onnx")
+        imported = program_source(args.out / f"{name}.onnx", args.out, cuda)
+        program = args.out / f"{name}.gpu.mlir"
+        changed = rewrite_program(imported, rewrite, program)
+        print(f"{name}: {'; '.join(changed) or 'nothing rewritten'}", flush=True)
+        if not changed:
+            program = imported
+        for flags in flag_sets:
+            with ir.Context() as ctx:
+                for d in discover_program(program, cuda, ctx, flags).dispatches:
+                    if d.kind not in (DispatchKind.CONVOLUTION, DispatchKind.ATTENTION):
+                        continue
+                    short = d.name.split("_dispatch_")[-1]
+                    pipeline = pipeline_for(d)
+                    if pipeline is None:
+                        failed += 1
+                        print(f"  [{short_flags(' '.join(flags))}] {short}: not tunable: {why_untunable(d)}")
+                        continue
+                    start = time.time()
+                    candidates = generate_candidates(d, pipeline, args.candidates, ctx, cuda.spec_entry)
+                    workdir = args.out / "builds" / f"{name}-{len(flags)}-{short}"
+                    built = build_all(LocalBuilder.of(program, with_flags(cuda, flags), workdir, ctx), candidates)
+                    bad = {b.result.label: b.result.error.splitlines()[0][:160] for b in built if not b.result.ok}
+                    failed += bool(bad) or len(built) <= 1
+                    print(f"  [{short_flags(' '.join(flags))}] {short} ({pipeline.name}): {len(built) - len(bad)} of "
+                          f"{len(built)} compiled and carry their config, {time.time() - start:.0f} s"
+                          + (f"; failed: {bad}" if bad else ""), flush=True)
+    print("every convolution and attention dispatch tunable, every candidate compiled" if not failed
+          else f"{failed} dispatches not tunable or with failed candidates")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
