@@ -32,9 +32,10 @@ class Config:
     expect_root_op: str | None = None
     expect_lowering_config: str | None = None
     expect_translation_info: str | None = None
-    # Attention only: the op's decomposition_config (lowering configs of its QK and PV matmuls),
-    # annotated next to the compilation_info and read back like it.
-    decomposition_config: str | None = None
+    # Attributes other than the compilation_info the spec sets on the root op, by name (each an
+    # attribute's text), and reads back like it: attention's decomposition_config (the lowering
+    # configs of its QK and PV matmuls) is one.
+    root_attributes: tuple[tuple[str, str], ...] = ()
     # Split-K: the root op's reduction is split this many ways before the compilation_info goes
     # on the split op (a GPU preprocessing spec does both); a second dispatch adds the parts.
     split_reduction: int = 1
@@ -73,7 +74,9 @@ class ConfiguredDispatch:
     op_name: str
     lowering_config: str
     translation_info: str
-    decomposition_config: str = ""
+    # The root op's attributes by name, as the compiler left them (what Config.root_attributes
+    # are read back from).
+    attributes: tuple[tuple[str, str], ...] = ()
     loop_bounds: tuple[int, ...] = ()  # static loop extents, where the reader knows them
     # Reduction roots: the lowering_configs of the dispatch's other configured ops, in program order.
     fused_lowering_configs: tuple[str, ...] = ()
@@ -186,10 +189,10 @@ def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
         )
     if config.expect_loop_bounds and configured.loop_bounds != tuple(config.expect_loop_bounds):
         problems.append(f"loops are {list(configured.loop_bounds)}, expected {list(config.expect_loop_bounds)}")
-    if config.decomposition_config and configured.decomposition_config != config.decomposition_config:
-        problems.append(
-            f"decomposition_config is {configured.decomposition_config}, expected {config.decomposition_config}"
-        )
+    carried = dict(configured.attributes)
+    for name, text in config.root_attributes:
+        if carried.get(name) != text:
+            problems.append(f"{name} is {carried.get(name) or 'unset'}, expected {text}")
     if config.fused_lowering_configs and configured.fused_lowering_configs != config.fused_lowering_configs:
         problems.append(f"the dispatch's other ops carry {list(configured.fused_lowering_configs)}, "
                         f"expected {list(config.fused_lowering_configs)}")

@@ -156,5 +156,5 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
         # On cuda the config goes in where the compiler configures the dispatch: a preprocessing
         # spec sees the attention before dispatches are formed, where a masked or grouped-query
         # attention has other maps and loops than the dispatch's and nothing matches it.
-        return replace(config, decomposition_config=str(decomposition),
+        return replace(config, root_attributes=(("decomposition_config", str(decomposition)),),
                        codegen_spec=dispatch.target.backend == "cuda")

@@ -68,17 +68,18 @@ def test_attention_configs_carry_their_decomposition(ctx):
     assert d.kind.value == "attention" and d.op_name == "iree_linalg_ext.online_attention"
     assert (d.batch_dims, d.m_dims, d.n_dims, d.k_dims) == ((0,), (1,), (2,), (3, 4))
     tiled = generate_candidates(d, pipeline_for(d), 1, ctx, cuda.spec_entry)[1]
-    assert "qk_attrs" in tiled.config.decomposition_config and "pv_attrs" in tiled.config.decomposition_config
+    [(name, decomposition)] = tiled.config.root_attributes
+    assert name == "decomposition_config" and "qk_attrs" in decomposition and "pv_attrs" in decomposition
     # On cuda it goes in at the codegen stage, where the op is the online_attention discovery
     # read: matched by that name and its query, key and value types.
     assert tiled.config.codegen_spec and "@__kernel_config" in tiled.spec
     assert '["iree_linalg_ext.online_attention"]' in tiled.spec and '"decomposition_config"' in tiled.spec
     assert "tensor<8x1024x64xf16>" in tiled.spec
     applied = ConfiguredDispatch(d.op_name, tiled.config.expect_lowering_config, tiled.config.expect_translation_info,
-                                 tiled.config.decomposition_config)
+                                 (("decomposition_config", decomposition),))
     assert check_config(tiled.config, applied) == []
-    lost = replace(applied, decomposition_config="")  # annotated, then dropped by the compiler
-    assert any("decomposition_config is" in p for p in check_config(tiled.config, lost))
+    lost = replace(applied, attributes=())  # annotated, then dropped by the compiler
+    assert any(p.startswith("decomposition_config is unset") for p in check_config(tiled.config, lost))
 
 
 def test_a_config_that_did_not_take_effect_is_caught(ctx, cpu, tmp_path):

@@ -13,6 +13,10 @@ from pipelines import ConfiguredDispatch
 from tuner.discovery.by_structure import configured_ops, is_structural_root
 from tuner.discovery.program import ATTENTION_OPS, enclosing_op, static_loop_bounds, target_config
 
+# A root op's attributes that are its structure, not its config (left out of
+# ConfiguredDispatch.attributes; its lowering_config has a field of its own).
+_NOT_CONFIG = frozenset({"lowering_config", "indexing_maps", "iterator_types", "operandSegmentSizes"})
+
 
 def _ukernels(op: ir.Operation) -> str:
     """The `ukernels` its executable's target names (llvm-cpu), or ""."""
@@ -55,8 +59,8 @@ def read_configured(texts: Iterable[str], ctx: ir.Context) -> list[ConfiguredDis
                     op_name=op.name,
                     lowering_config=str(op.attributes["lowering_config"]),
                     translation_info=str(func.attributes["translation_info"]) if "translation_info" in func.attributes else "",
-                    decomposition_config=(str(op.attributes["decomposition_config"])
-                                          if "decomposition_config" in op.attributes else ""),
+                    attributes=tuple((name, str(op.attributes[name])) for name in op.attributes
+                                     if name not in _NOT_CONFIG),
                     loop_bounds=static_loop_bounds(op),
                     fused_lowering_configs=tuple(str(o.attributes["lowering_config"]) for o in others),
                     ukernels=_ukernels(op),

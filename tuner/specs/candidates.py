@@ -42,7 +42,7 @@ class Candidate:
         payload = json.dumps(
             [self.dispatch.name, self.dispatch.source_digest, self.dispatch.target.attribute,
              self.config.compilation_info, list(self.config.flags), self.is_baseline]
-            + ([self.config.decomposition_config] if self.config.decomposition_config else [])
+            + [text for _, text in self.config.root_attributes]
             # Model-wide flags it was discovered and is compiled under (tune-model).
             + ([list(self.dispatch.flags)] if self.dispatch.flags else []),
             sort_keys=True,
@@ -53,7 +53,7 @@ class Candidate:
     def identity(self) -> tuple:
         """What the compiler is asked to build: two candidates alike here build the same."""
         c = self.config
-        return (c.expect_lowering_config or "", c.expect_translation_info or "", c.flags, c.decomposition_config or "")
+        return (c.expect_lowering_config or "", c.expect_translation_info or "", c.flags, c.root_attributes)
 
     def result(self, flags: list[str], status: Status, **fields) -> Result:
         """A result for this candidate, with the identity the result store keys it by."""
@@ -110,7 +110,8 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
 
 def default_identity(dispatch: Dispatch) -> tuple:
     d = dispatch.default
-    return (d.lowering_config, d.translation_info, (), dispatch.decomposition_config)
+    return (d.lowering_config, d.translation_info, (),
+            (("decomposition_config", dispatch.decomposition_config),) if dispatch.decomposition_config else ())
 
 
 def candidate_for(id: int, dispatch: Dispatch, pipeline: Pipeline, knobs: Mapping[str, KnobValue], ctx: ir.Context,

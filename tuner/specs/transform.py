@@ -13,7 +13,6 @@ from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
 TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
 APPLY = "apply_op_config"
-APPLY_DECOMPOSED = "apply_attention_op_config"
 APPLY_SPLIT = "apply_split_op_config"  # then _<factor>
 
 
@@ -101,23 +100,22 @@ def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | Non
         raise ValueError(f"no tuning-spec matcher for {dispatch.kind.value} dispatches")
 
 
-def _matcher(dispatch: Dispatch, config: ir.Attribute, decomposition: ir.Attribute | None,
+def _matcher(dispatch: Dispatch, config: ir.Attribute, attributes: list[ir.Attribute],
              maps: list[ir.AffineMap] | None = None, suffix: str = "", codegen: bool = False
              ) -> transform.NamedSequenceOp:
     """Matches the dispatch's root op (with `maps` instead of its own indexing maps, if given; as
-    the codegen stage holds it, with `codegen`) and yields it with its compilation_info (and,
-    for attention, its decomposition_config)."""
+    the codegen stage holds it, with `codegen`) and yields it with its compilation_info and the
+    values of its config's other root attributes (Config.root_attributes: attention's
+    decomposition_config)."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
-    params = [any_param] * (2 if decomposition is not None else 1)
     seq = transform.NamedSequenceOp(
-        f"match_{dispatch.name}{suffix}", [any_op], [any_op, *params], arg_attrs=[_readonly()]
+        f"match_{dispatch.name}{suffix}", [any_op], [any_op] + [any_param] * (1 + len(attributes)),
+        arg_attrs=[_readonly()]
     )
     with ir.InsertionPoint(seq.body):
         op = seq.bodyTarget
         _match_root(dispatch, op, maps, codegen)
-        values = [transform.ParamConstantOp(any_param, config).result]
-        if decomposition is not None:
-            values.append(transform.ParamConstantOp(any_param, decomposition).result)
+        values = [transform.ParamConstantOp(any_param, value).result for value in (config, *attributes)]
         transform.YieldOp([op, *values])
     return seq
 
@@ -140,16 +138,22 @@ def _fused_matcher(dispatch: Dispatch, config: Config) -> transform.NamedSequenc
     return seq
 
 
-def _apply(with_decomposition: bool = False) -> transform.NamedSequenceOp:
+def _apply_name(names: tuple[str, ...]) -> str:
+    """The action that sets the compilation_info and the root attributes `names`."""
+    return "_and_".join((APPLY, *names))
+
+
+def _apply(names: tuple[str, ...] = ()) -> transform.NamedSequenceOp:
+    """The action: the matched op's compilation_info, then each root attribute of `names`."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
-    params = 2 if with_decomposition else 1
-    seq = transform.NamedSequenceOp(APPLY_DECOMPOSED if with_decomposition else APPLY, [any_op] + [any_param] * params,
-                                    [], arg_attrs=[_readonly()] * (1 + params))
+    params = 1 + len(names)
+    seq = transform.NamedSequenceOp(_apply_name(names), [any_op] + [any_param] * params, [],
+                                    arg_attrs=[_readonly()] * (1 + params))
     with ir.InsertionPoint(seq.body):
         op, param, *rest = seq.body.arguments
         transform.AnnotateOp(op, "compilation_info", param=param)
-        if rest:
-            transform.AnnotateOp(op, "decomposition_config", param=rest[0])
+        for name, value in zip(names, rest):
+            transform.AnnotateOp(op, name, param=value)
         transform.YieldOp([])
     return seq
 
@@ -193,10 +197,8 @@ def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transfor
 def _actions(configs: list[tuple[Dispatch, Config]]) -> None:
     """Every action sequence the configs' matchers lead to, once each."""
     plain = [c for d, c in configs if c.split_reduction == 1 and d.kind not in MATCHED_BY_STRUCTURE]
-    if any(not c.decomposition_config for c in plain):
-        _apply()
-    if any(c.decomposition_config for c in plain):
-        _apply(with_decomposition=True)
+    for names in sorted({tuple(name for name, _ in c.root_attributes) for c in plain}):
+        _apply(names)
     for factor in sorted({c.split_reduction for _, c in configs if c.split_reduction > 1}):
         _apply_split(factor)
     for others in sorted({len(c.fused_lowering_configs) for d, c in configs if d.kind in MATCHED_BY_STRUCTURE}):
@@ -212,23 +214,23 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
             names.append(_fused_matcher(dispatch, config).sym_name.value)
             actions.append(f"{APPLY_FUSED}_{len(config.fused_lowering_configs)}")
             continue
-        decomposition = ir.Attribute.parse(config.decomposition_config) if config.decomposition_config else None
+        attributes = [ir.Attribute.parse(text) for _, text in config.root_attributes]
         info = ir.Attribute.parse(config.compilation_info)
         action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
-                  else APPLY_DECOMPOSED if decomposition is not None else APPLY)
-        names.append(_matcher(dispatch, info, decomposition, codegen=entry == KERNEL_CONFIG).sym_name.value)
+                  else _apply_name(tuple(name for name, _ in config.root_attributes)))
+        names.append(_matcher(dispatch, info, attributes, codegen=entry == KERNEL_CONFIG).sym_name.value)
         actions.append(action)
         other = (_value_transposed(_maps(dispatch))
                  if dispatch.kind == DispatchKind.ATTENTION and entry == TRANSFORM_MAIN else None)
         if other is not None:
-            names.append(_matcher(dispatch, info, decomposition, other, "_value_transposed").sym_name.value)
+            names.append(_matcher(dispatch, info, attributes, other, "_value_transposed").sym_name.value)
             actions.append(action)
     _entrypoint(names, actions, entry)
 
 
 def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
-    """A spec that gives each dispatch's root op its config's compilation_info (with attention's
-    decomposition_config; split-K configs split the op first; reductions configure every op the
+    """A spec that gives each dispatch's root op its config's compilation_info (and its other root
+    attributes: attention's decomposition_config; split-K configs split the op first; reductions configure every op the
     compiler configures), with the entry point the target loads (`KERNEL_CONFIG` or
     `TRANSFORM_MAIN`). A preprocessing spec (`TRANSFORM_MAIN`) also gets a `KERNEL_CONFIG`
     entry for the configs that go in at the codegen stage (`Config.codegen_spec`): one file,
@@ -241,6 +243,8 @@ def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: s
     configs = [(c.applies_to or d, c) for d, c in configs]  # a data-tiled config goes on the mmt4d
     codegen = [(d, c) for d, c in configs if entry == KERNEL_CONFIG or c.codegen_spec]
     preprocessing = [(d, c) for d, c in configs if entry == TRANSFORM_MAIN and not c.codegen_spec]
+    if any(c.split_reduction > 1 and c.root_attributes for _, c in configs):
+        raise ValueError("a split-K config sets the split op's compilation_info only")
     if any(c.split_reduction > 1 for _, c in codegen):
         raise ValueError("split-K configs need a preprocessing spec (the op is split before dispatches are formed)")
     with ctx, ir.Location.unknown():
