@@ -194,3 +194,18 @@ def test_a_config_no_faster_than_the_flag_alone_beyond_the_noise_gives_way_to_th
     assert "candidate 1 (c1) was faster than it in only 2 of 4 rounds, within the noise" in ranking.verdict
     clear = replace(flag, round_ratios=[2.0, 2.1, 1.9, 2.0])
     assert rank([base, config, clear]).best.candidate_id == 1
+
+
+def test_a_winner_whose_fresh_rounds_scatter_is_said_to_be_known_only_within_its_wide_interval():
+    # 8 fresh rounds: sorted 1.1, 1.15, 1.5, 1.9, 2.0, 2.2, 4.1, 4.2: the median 1.95x, the 93%
+    # interval the 2nd smallest to the 2nd largest, 1.15-4.10 (3.6 apart): wide. 8 rounds within
+    # 2.3-2.6 (2.35-2.55, 1.09 apart) are not.
+    base = _r(0, 10.0, baseline=True, first=1.0)
+    scattered = replace(_r(1, 5.0, first=2.0, ratios=(2.0, 2.1, 1.9, 2.2)),
+                        holdout_ratios=[1.1, 4.2, 1.5, 1.9, 2.0, 2.2, 4.1, 1.15])
+    ranking = rank([base, scattered])
+    assert ranking.best is scattered
+    assert "1.95x the default (1.15-4.10" in ranking.verdict
+    assert "a wide interval" in ranking.verdict and "known only to within 1.15-4.10x" in ranking.verdict
+    steady = replace(scattered, holdout_ratios=[2.3, 2.35, 2.4, 2.45, 2.5, 2.5, 2.55, 2.6])
+    assert "wide interval" not in rank([base, steady]).verdict

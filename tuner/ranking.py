@@ -39,6 +39,11 @@ class Ranking:
                      and (r.speedup or 0.0) >= floor)
 
 
+# An interval whose ends are further apart than this factor is said to be wide in the verdict
+# (MobileBERT's 0.11 ms bottleneck was claimed 1.95x, 1.11-4.15, on the 2-core machine).
+WIDE_INTERVAL = 1.5
+
+
 def _faster(ratios) -> int:
     return sum(x > 1.0 for x in ratios)
 
@@ -82,6 +87,10 @@ def rank(results: Iterable[Result]) -> Ranking:
             f"rounds that chose it)" if best.holdout_ratios else
             f"the median of {len(best.round_ratios)} interleaved rounds, faster in {_faster(best.round_ratios)} of them")
         verdict += f"; {preferred}" if preferred else ""
+        if interval and interval.high > WIDE_INTERVAL * interval.low:
+            verdict += (f"; a wide interval: this dispatch's timings scatter on this machine (a short one's do), so the "
+                        f"gain is known only to within {interval.low:.2f}-{interval.high:.2f}x; more --confirm-rounds "
+                        "narrow it")
     elif lead is not None:
         verdict = (f"no candidate beat the default beyond the noise: candidate {lead.candidate_id} was "
                    f"{lead.paired.speedup:.2f}x in the rounds that chose it, but faster in only "
