@@ -46,7 +46,7 @@ def test_each_row_shows_the_baseline_timed_beside_it_and_the_winners_fresh_round
     assert rows[1]["after"] == "2.51x (2.45-2.55)" and rows[2]["after"] == "-"
     assert rows[2]["paired"] == "2.60x"
     # the loaded row: its own ms with the baseline's ms of that moment, and their ratio
-    assert (rows[3]["ms"], rows[3]["base ms"], rows[3]["alone"]) == ("48.1", "113.5", "2.36x")
+    assert (rows[3]["ms"], rows[3]["base ms"], rows[3]["alone"]) == ("48.100", "113.5", "2.36x")
     assert rows[3]["paired"] == "-" and rows[3]["won"] == "-"
     # the baseline is not a ratio to itself
     assert rows[0]["base ms"] == "-" and rows[0]["alone"] == "-" and rows[0]["paired"] == "-"

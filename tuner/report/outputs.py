@@ -91,7 +91,8 @@ TABLE_LEGEND = (
 
 
 def _ms(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.4g}"
+    """Milliseconds with the same decimals down a column (3; 1 from 100 ms)."""
+    return "-" if x is None else f"{x:.3f}" if x < 100 else f"{x:.1f}"
 
 
 # Dropped in this order where the terminal is too narrow for every column (results.json keeps them).
