@@ -81,6 +81,10 @@ class ModelFigure:
     # Where the median lies (comparison.Paired.interval: low, high, coverage, rounds); None with
     # fewer than 2 rounds.
     interval: Optional[dict] = None
+    # Where the model-wide choices alone (the compiler's configs) were timed in the same rounds:
+    # their median ratio to the default, and the tuned model's over them (per round).
+    choices_speedup: Optional[float] = None
+    configs_speedup: Optional[float] = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
+from tuner.core.comparison import Paired
 from tuner.errors import ToolError
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.builtin import build_once, compare_on_model, slower_beyond_noise
@@ -27,14 +28,15 @@ class MergeStage:
     name: str = "merge"
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        _, state = greedy_merge(env, state, lambda step, reference, trial, index:
-                                compare_on_model(env, reference, [trial], "runs"))
+        _, state = greedy_merge(env, state, lambda step, reference, trial, index, beside=():
+                                compare_on_model(env, reference, [trial, *beside], "runs"))
         return state
 
 
-# How a merge step is measured: (step "merge" or "validate", reference, trial, merge index) ->
-# the comparison, or None when it is not measured yet (two machines: it becomes the device's plan).
-Measure = Callable[[str, BuiltVariant, BuiltVariant, int], Optional[Comparison]]
+# How a merge step is measured: (step "merge" or "validate", reference, trial, merge index, and
+# builds to time beside them where the measure can: the model-wide choices alone) -> the
+# comparison, or None when it is not measured yet (two machines: it becomes the device's plan).
+Measure = Callable[..., Optional[Comparison]]
 Pending = tuple[str, BuiltVariant, BuiltVariant, int]
 
 
@@ -48,6 +50,7 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
         raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
     current = (default if not (state.flags or state.program)
                else build_once(env, Variant("flags", state.flags, program=state.program)))
+    choices = current  # the model-wide choices with the compiler's configs
     parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
     outcomes = {o.name: o for o in state.dispatches}
     kept = []
@@ -71,16 +74,19 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
     state = so_far()
     if current is default:
         return None, replace(state, verdict="nothing to merge beat the default: the default is the result")
-    final = measure("validate", default, current, 0)
+    beside = (choices,) if choices is not default and choices is not current and choices.ok else ()
+    final = measure("validate", default, current, 0, beside)
     if final is None:
         return ("validate", default, current, 0), state
-    return None, conclude(state, final, current.variant.name)
+    return None, conclude(state, final, current.variant.name, choices.variant.name if beside else None)
 
 
-def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
+def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[str] = None) -> ModelState:
     """The verdict on the tuned model (`name`) timed against the default side by side: kept if it
     is faster (median of the paired rounds above 1 and not slower in 3 of 4 rounds), else the
-    default is the result (no flags, no spec)."""
+    default is the result (no flags, no spec). Where the model-wide choices alone (`choices`:
+    the compiler's configs) were timed in the same rounds, the verdict splits the figure: what
+    the choices give, and what the dispatch configs add to them, per round."""
     p = final.paired.get(name)
     if p is None or not p.ratios:
         why = final.failed.get(name, "could not be timed")
@@ -95,10 +101,18 @@ def conclude(state: ModelState, final: Comparison, name: str) -> ModelState:
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
                                f"{len(p.ratios)} rounds): the default is the result")
     won = sum(r > 1.0 for r in p.ratios)
+    split = ""
+    alone = final.paired.get(choices) if choices else None
+    if alone is not None and len(alone.ratios) == len(p.ratios) and alone.ratios:
+        on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios)))  # per round: choices / tuned
+        figure = replace(figure, choices_speedup=alone.speedup, configs_speedup=on_top.speedup)
+        split = (f"; the model-wide choices alone (the compiler's configs) {alone.speedup:.2f}x the default, the "
+                 f"dispatch configs {on_top.speedup:.2f}x on top of them (faster in "
+                 f"{sum(r > 1.0 for r in on_top.ratios)} of {len(on_top.ratios)} rounds)")
     return replace(state, figure=figure,
                    verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
                            f"interleaved rounds, faster in {won}" + (f"; {interval.text()}" if interval else "") + ")"
-                           + ("" if p.beats_baseline else "; within the noise")
+                           + ("" if p.beats_baseline else "; within the noise") + split
                            + (f"; numerics {final.numerics}" if final.numerics else "")
                            + (f"; {final.reference_check}" if final.reference_check else ""))
 

@@ -132,7 +132,8 @@ def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
 def merge_step(env: StageEnv, state: ModelState) -> tuple[Optional[ModelPlan], ModelState]:
     """The greedy merge (tuner.stages.merge.greedy_merge) one device trip per step: a step's
     figures are the device's if they are of these very builds, else the step is the next plan."""
-    def measured(step: str, reference: BuiltVariant, trial: BuiltVariant, index: int) -> Optional[Comparison]:
+    def measured(step: str, reference: BuiltVariant, trial: BuiltVariant, index: int,
+                 beside: tuple = ()) -> Optional[Comparison]:  # the device times the pair only
         path = env.output_dir / measured_path(step, index)
         if not path.is_file():
             return None
