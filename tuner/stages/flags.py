@@ -265,7 +265,8 @@ class FlagStage:
                              reverse=True)[:self.rewrite_tunes]
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
-                env.say(f"  {name}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
+                said = short_flags(" ".join(flags)) if flags else name  # a flag set's name is its directory's
+                env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                         f"before judging it ({self.tune_budget} evaluations)")
                 tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
                 if tuned.part is not None:
