@@ -181,6 +181,11 @@ for tool, needle, action in json.load(open({rules!r})):
     if tool == os.path.basename(sys.argv[0]) and needle in where:
         if action == "hang":
             time.sleep(3600)
+        elif action == "hang-once":  # the first such call hangs, later ones run (an intermittent deadlock)
+            marker = {rules!r} + ".hung-" + "".join(c if c.isalnum() else "_" for c in needle)
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                time.sleep(3600)
         elif action == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
         elif action == "fail":  # a compile error, as for a config the compiler rejects
@@ -210,7 +215,7 @@ def faulty_tools(tmp_path, monkeypatch):
     """IREE tools that hang, crash, are killed, find the disk full, run slowly or spoil their
     output where told to:
     `fault("iree-benchmark-module", "/0003/", "hang")` makes every call of that tool whose
-    arguments (or working directory) contain "/0003/" hang. Set through $IREE_TUNER_TOOLS, so
+    arguments (or working directory) contain "/0003/" hang ("hang-once": the first such call). Set through $IREE_TUNER_TOOLS, so
     subprocesses of the test (the CLI) see the same tools."""
     import json
     import sys

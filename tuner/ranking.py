@@ -88,9 +88,9 @@ def rank(results: Iterable[Result]) -> Ranking:
             f"the median of {len(best.round_ratios)} interleaved rounds, faster in {_faster(best.round_ratios)} of them")
         verdict += f"; {preferred}" if preferred else ""
         if interval and interval.high > WIDE_INTERVAL * interval.low:
-            verdict += (f"; a wide interval: this dispatch's timings scatter on this machine (a short one's do), so the "
-                        f"gain is known only to within {interval.low:.2f}-{interval.high:.2f}x; more --confirm-rounds "
-                        "narrow it")
+            verdict += (f"; a wide interval: the rounds scatter on this machine (a short dispatch, or a load that "
+                        f"comes and goes), so the gain is known only to within {interval.low:.2f}-{interval.high:.2f}x; "
+                        "more --confirm-rounds narrow it")
     elif lead is not None:
         verdict = (f"no candidate beat the default beyond the noise: candidate {lead.candidate_id} was "
                    f"{lead.paired.speedup:.2f}x in the rounds that chose it, but faster in only "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuner.errors import InputError, OutputError, TargetError, ToolError
 from tuner.input.parameters import runtime_flags
-from tuner.tools import find_tool, run_tool
+from tuner.tools import find_tool, run_tool, run_tool_retrying_a_hang
 
 FLAG_FILES = {"model": "model_flags.txt"}  # by results.json's `kind`; any other: best_flags.txt
 
@@ -92,7 +92,9 @@ def rebuild(directory: Path, out: Path, timeout_s: float = 1800.0) -> Rebuild:
     if out.exists() and out.is_dir():
         raise OutputError(f"-o {out}: a directory; name the .vmfb file to write")
     command = target.compile_command(out)
-    run = run_tool(command, timeout_s)
+    # IREE 3.13's iree-compile now and then hangs after writing its module (no CPU, futex waits):
+    # killed after COMPILE_IDLE_S without CPU and run once more, as candidates' compiles are.
+    run = run_tool_retrying_a_hang(command, timeout_s)
     if not run.ok:
         raise ToolError(f"iree-compile did not rebuild {directory}: {run.first_error()}", command, run.stderr)
     if not out.is_file():
