@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tuner.errors import InputError, OutputError, TargetError, ToolError
 from tuner.input.parameters import runtime_flags
-from tuner.tools import find_tool, run_tool, run_tool_retrying_a_hang
+from tuner.tools import find_tool, run_tool_retrying_a_hang
 
 FLAG_FILES = {"model": "model_flags.txt"}  # by results.json's `kind`; any other: best_flags.txt
 
