@@ -4,9 +4,6 @@ run each dispatch's gain beside the model's."""
 
 from __future__ import annotations
 
-import io
-import os
-import tempfile
 from pathlib import Path
 
 from tuner.ranking import Ranking
@@ -140,11 +137,11 @@ def plot_model(data: dict, path: Path) -> Path:
 
 
 def _save(fig, plt, path: Path) -> Path:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:  # a new file in its place: never written through a planted link
-        f.write(buffer.getvalue())
-    os.replace(tmp, path)
-    return path
+    """The picture as a new file in `path`'s place (never written through a planted link), with
+    the mode the umask gives, as every output of the tuner."""
+    from tuner.run_dir import write_file
+
+    try:
+        return write_file(path, lambda f: fig.savefig(f, format="png"))
+    finally:
+        plt.close(fig)
