@@ -316,6 +316,8 @@ class Program:
 
 def _why_not_read(op: ir.Operation, other: OtherKind) -> str:
     """Why a root no pipeline reads is not tuned, in words: its kind, and what keeps it out."""
+    if other.kind == "other":  # a data-layout op (linalg.pack, linalg.unpack), say
+        return (f"{op.name}, which no pipeline of this tuner reads" + (f" ({other.shape})" if other.shape else ""))
     article = "an" if other.kind[0] in "aeiou" else "a"
     what = f"{op.name}: {article} {other.kind} dispatch" + (f" ({other.shape})" if other.shape else "")
     if not op.results:
