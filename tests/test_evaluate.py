@@ -55,8 +55,9 @@ def test_tune_writes_outputs_and_best_flags_rebuild_the_choice_from_a_path_with_
         assert c["median_ms"] > 0 and c["spread_pct"] >= 0 and c["first_pass_speedup"] > 0
     # The baseline and the two most promising others were timed side by side in 4 rounds (a
     # contested one in more batches of 4); the baseline in every round, the winner's fresh ones too.
-    # A flag-only candidate (data tiling) whose first pass came near the best's is confirmed
-    # beside them (passes.FLAG_ONLY_NEAR): under load it sometimes does.
+    # Each flag-only candidate (data tiling, with or without its microkernel) whose first pass
+    # came near the best's is confirmed beside them (passes.FLAG_ONLY_NEAR): under load one or
+    # both sometimes do; nothing else is.
     from tuner.evaluation.passes import FLAG_ONLY_NEAR
 
     confirmed = [c for c in data["candidates"] if c["round_ratios"]]
@@ -69,8 +70,8 @@ def test_tune_writes_outputs_and_best_flags_rebuild_the_choice_from_a_path_with_
     ids = {c["candidate_id"] for c in confirmed}
     assert ids >= {0} | {c["candidate_id"] for c in promising[:2]}
     extra = [c for c in promising[2:] if c["candidate_id"] in ids]
-    assert len(extra) <= 1 and all(c["config_flags"] and not c["compilation_info"] and c["first_pass_speedup"]
-                                   >= FLAG_ONLY_NEAR * promising[0]["first_pass_speedup"] for c in extra), extra
+    assert all(c["config_flags"] and not c["compilation_info"] and c["first_pass_speedup"]
+               >= FLAG_ONLY_NEAR * promising[0]["first_pass_speedup"] for c in extra), extra
     best = tuning.ranking.best
     assert data["best"] == (best.candidate_id if best else None) and data["verdict"] == tuning.ranking.verdict
     # The winner, or the default when none beat it beyond the noise.
