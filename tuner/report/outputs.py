@@ -95,6 +95,13 @@ def _ms(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.3f}" if x < 100 else f"{x:.1f}"
 
 
+def _least_width(columns, rows: list[dict], wrapping: dict[str, int]) -> int:
+    """The width a SIMPLE_HEAD table of these columns needs: two spaces of padding and one of
+    division a column, each as wide as its widest cell or header; a column of `wrapping` only
+    its least width there."""
+    return sum(3 + (wrapping.get(c) or max([len(c), *(len(r[c]) for r in rows)])) for c in columns)
+
+
 # Dropped in this order where the terminal is too narrow for every column (results.json keeps them).
 _NARROW_DROPS = ("err", "±%", "base ms", "ms")
 
@@ -134,27 +141,20 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
         }))
     columns = ["#", "config", "status", "ms", "base ms", "alone", "±%", "paired", "won", "after", "err"]
 
-    def build(cols) -> Table:
-        table = Table(title="Candidates: confirmed side by side with the baseline first", box=box.SIMPLE_HEAD,
-                      pad_edge=False)
-        for col in cols:
-            table.add_column(col, justify="left" if col == "config" else "right" if col != "status" else "left",
-                             no_wrap=col != "config", min_width=14 if col == "config" else None)
-        for r, cells in rows:
-            values = [cells[c] for c in cols]
-            if not (r.ok or r.status == Status.DUPLICATE):
-                values[cols.index("status")] = f"[red]{r.status.value}[/red]"
-            table.add_row(*values, style="bold green" if r is ranking.best else None)
-        return table
-
-    def width(cols) -> int:  # two spaces of padding and one of division a column; config wraps
-        return sum(3 + (14 if c == "config" else max([len(c)] + [len(cells[c]) for _, cells in rows])) for c in cols)
-
     for drop in _NARROW_DROPS:
-        if width(columns) <= console.width:
+        if _least_width(columns, [cells for _, cells in rows], {"config": 14}) <= console.width:
             break
         columns.remove(drop)
-    table = build(columns)
+    table = Table(title="Candidates: confirmed side by side with the baseline first", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("config", "status") else "right", no_wrap=col != "config",
+                         min_width=14 if col == "config" else None)
+    for r, cells in rows:
+        values = [cells[c] for c in columns]
+        if not (r.ok or r.status == Status.DUPLICATE):
+            values[columns.index("status")] = f"[red]{r.status.value}[/red]"
+        table.add_row(*values, style="bold green" if r is ranking.best else None)
     console.print(table)
     if len(ranking.ranked) > top:
         console.print(f"({len(ranking.ranked) - top} more successful candidates in results.json)")
@@ -225,12 +225,9 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     # a narrow terminal the shape goes first: the dispatch's name carries it.
     columns = [c for c in ("dispatch", "shape", "profile ms", "calls", "share", "dispatch ms", "model call ms", "tuning",
                            "on the model", "status") if any(r[c] != "-" for r in rows) or c in ("dispatch", "status")]
-    def width(cols) -> int:  # two spaces of padding and one of division a column; status wraps
-        return sum(3 + (12 if c == "status" else max(len(c), *(len(r[c]) for r in rows))) for c in cols)
-
-    if rows and "shape" in columns and width(columns) > console.width:
+    if rows and "shape" in columns and _least_width(columns, rows, {"status": 12}) > console.width:
         columns.remove("shape")
-    if rows and width(columns) > console.width:  # too narrow for a table: a line per dispatch
+    if rows and _least_width(columns, rows, {"status": 12}) > console.width:  # too narrow for a table: a line per dispatch
         console.print(f"Dispatches of @{data.get('entry', '')} on {data.get('target', '')}", markup=False)
         for r in rows:
             tuning = " ".join(f"{c} {r[c]}" for c in ("dispatch ms", "model call ms") if r.get(c, "-") != "-")

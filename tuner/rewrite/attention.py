@@ -39,8 +39,8 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, onnx_op, producer,
-                                     single_use, static_shape)
+from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, keep_leading, pad_end,
+                                     producer, single_use, static_shape)
 
 SDPA = "torch.aten.scaled_dot_product_attention"
 
@@ -222,15 +222,10 @@ def padded_width(width: int) -> int:
 
 
 def _padded_head(value: ir.Value, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
-    """`value` with zeros added to its last dim up to padded_width (an onnx.Pad at the end of
-    that dim), or itself where it is that wide already."""
-    shape = static_shape(value)
-    extra = padded_width(shape[-1]) - shape[-1]
-    if not extra:
-        return value
-    pads = [0] * len(shape) + [0] * (len(shape) - 1) + [extra]  # ONNX: every dim's start, then every end
-    return onnx_op("Pad", [value, int64_literal(pads, ip, loc)], [*shape[:-1], shape[-1] + extra],
-                   element_type(value), ip, loc)
+    """`value` with zeros added to its last dim up to padded_width, or itself where it is that
+    wide already."""
+    width = static_shape(value)[-1]
+    return pad_end(value, padded_width(width) - width, ip, loc) if padded_width(width) != width else value
 
 
 def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
@@ -264,11 +259,7 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
                                    loc=loc, ip=ip)
         result = sdpa.result
         if padded:  # the added value columns dropped
-            width = static_shape(site.output.results[0])[-1]
-            last = len(static_shape(result)) - 1
-            result = onnx_op("Slice", [result, int64_literal([0], ip, loc), int64_literal([width], ip, loc),
-                                       int64_literal([last], ip, loc), int64_literal([1], ip, loc)],
-                             static_shape(site.output.results[0]), element_type(result), ip, loc)
+            result = keep_leading(result, static_shape(site.output.results[0])[-1], ip, loc)
         site.output.results[0].replace_all_uses_with(result)
         done.append(site.shape + padded)
         for op in (site.output, *site.casts[:1], site.softmax, *site.casts[1:], site.mask, site.scale, site.scores,

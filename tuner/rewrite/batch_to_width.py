@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, onnx_op, replace_op,
-                                     rewrite_sites, si64_array, static_shape)
+from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, keep_leading, onnx_op, pad_end,
+                                     replace_op, rewrite_sites, si64_array, static_shape)
 
 MULTIPLE = 16  # the largest MMA tile side along the output columns among the GPU targets' intrinsics
 
@@ -62,15 +62,13 @@ def _side_by_side(conv: ir.Operation) -> str:
     k = static_shape(conv.result)[1]
     element = element_type(conv.result)
     wide = n * (w + 2)
-    padded = onnx_op("Pad", [conv.operands[0], int64_literal([0, 0, 0, 0, 0, 0, 0, 2], ip, loc)],
-                     [n, c, h, w + 2], element, ip, loc)
+    padded = pad_end(conv.operands[0], 2, ip, loc)
     side = onnx_op("Transpose", [padded], [c, h, n, w + 2], element, ip, loc, perm=si64_array([1, 2, 0, 3]))
     row = onnx_op("Reshape", [side, int64_literal([1, c, h, wide], ip, loc)], [1, c, h, wide], element, ip, loc)
     attrs = {name: conv.attributes[name] for name in conv.attributes}
     out = ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[1,{k},{h},{wide}],{element}>")],
                               operands=[row, *conv.operands[1:]], attributes=attrs, loc=loc, ip=ip).result
     split = onnx_op("Reshape", [out, int64_literal([k, h, n, w + 2], ip, loc)], [k, h, n, w + 2], element, ip, loc)
-    kept = onnx_op("Slice", [split, int64_literal([0], ip, loc), int64_literal([w], ip, loc),
-                             int64_literal([3], ip, loc), int64_literal([1], ip, loc)], [k, h, n, w], element, ip, loc)
+    kept = keep_leading(split, w, ip, loc)
     replace_op(conv, onnx_op("Transpose", [kept], [n, k, h, w], element, ip, loc, perm=si64_array([2, 0, 1, 3])))
     return f"{n}x{c}x{h}x{w} as one row of {wide} ({_up(wide)} computed, not {n}x{_up(w)})"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, onnx_op, replace_op,
+from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int_list, is_onnx, keep_leading, replace_op,
                                      rewrite_sites, si64_array, static_shape)
 
 MULTIPLE = 16  # the largest MMA tile side along the output columns among the GPU targets' intrinsics
@@ -89,10 +89,6 @@ def _widened(conv: ir.Operation) -> str:
                                operands=list(conv.operands), attributes=attrs, loc=loc, ip=ip).result
     replace_op(conv, wide)
     last = _widen_consumers(wide, ow + extra)
-    after = ir.InsertionPoint.after(last.owner)
-    shape = static_shape(last)
-    shape[3] = ow
-    kept = onnx_op("Slice", [last, int64_literal([0], after, loc), int64_literal([ow], after, loc),
-                             int64_literal([3], after, loc), int64_literal([1], after, loc)], shape, element, after, loc)
+    kept = keep_leading(last, ow, ir.InsertionPoint.after(last.owner), loc)
     last.replace_all_uses_except(kept, kept.owner.operation)
     return f"{n}x{o}x{oh}x{ow} computed {ow + extra} wide"

@@ -94,3 +94,20 @@ def onnx_op(name: str, operands: list[ir.Value], shape: list[int], element: str,
     attrs = {"name": ir.StringAttr.get(f"onnx.{name}"), **{f"torch.onnx.{k}": v for k, v in attributes.items()}}
     return ir.Operation.create(ONNX_OP, results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}>")],
                                operands=operands, attributes=attrs, loc=loc, ip=ip).result
+
+
+def keep_leading(value: ir.Value, width: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """`value`'s first `width` entries along its last dim (an onnx.Slice): what a rewrite that
+    computed more columns keeps."""
+    shape = static_shape(value)
+    return onnx_op("Slice", [value, int64_literal([0], ip, loc), int64_literal([width], ip, loc),
+                             int64_literal([len(shape) - 1], ip, loc), int64_literal([1], ip, loc)],
+                   [*shape[:-1], width], element_type(value), ip, loc)
+
+
+def pad_end(value: ir.Value, extra: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """`value` with `extra` zeros after the entries of its last dim (an onnx.Pad)."""
+    shape = static_shape(value)
+    pads = [0] * len(shape) + [0] * (len(shape) - 1) + [extra]  # ONNX: every dim's start, then every end
+    return onnx_op("Pad", [value, int64_literal(pads, ip, loc)], [*shape[:-1], shape[-1] + extra],
+                   element_type(value), ip, loc)
