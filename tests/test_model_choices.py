@@ -486,6 +486,43 @@ def test_the_flag_stage_adds_another_rewrite_to_its_choice_only_where_the_model_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("wrong_alone", [("a", "b"), ("a",)])
+def test_rewrites_each_wrong_alone_are_tried_together(tmp_path, monkeypatch, wrong_alone):
+    """Designed numerics and times: each rewrite in `wrong_alone` computes another result alone
+    (as raise-attention and pointwise-conv-as-matmul each leave a part IREE computes wrong in an
+    SD 1.x attention block on cuda); `a+b` is right and 0.5 ms against a 1.0 ms default. Where
+    both were refused for their result, the two are tried together and kept; where one was
+    refused and the other was merely no faster, nothing joins them."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.stages import builtin, flags as flag_stage
+    from tuner.stages.model_timing import Comparison
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"), _marker("b")))
+    off = {f"flags-{name}" for name in wrong_alone}
+
+    def designed_numerics(env, reference, trials, directory, rounds=None):
+        right = [t for t in trials if t.variant.name not in off]
+        cmp = builtin.compare_on_model(env, reference, right, directory, rounds) if right else Comparison((), {}, {})
+        return replace(cmp, failed={**cmp.failed, **{n: "a different result (relative error 1.1)" for n in off}},
+                       errors={**cmp.errors, **{n: 1.1 for n in off}})
+
+    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    timer = lambda vmfb, settings: Timing(({"flags-a+b": 0.5}.get(vmfb.parent.name, 1.0),))  # noqa: E731
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    said = []
+    state = _flag_stage(model, tmp_path / "out", timer, say=said.append).state
+    assert state.flag_trials["a"] == "a different result (relative error 1.1)"
+    if wrong_alone == ("a", "b"):
+        assert state.rewrites == ("a", "b") and state.flag_trials["a+b"] == pytest.approx(2.0, rel=1e-3)
+        assert any("a, b: each computes another result alone; trying them together" in line for line in said), said
+    else:
+        assert state.rewrites == () and "a+b" not in state.flag_trials
+
+
+@pytest.mark.slow
 def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again(tmp_path, monkeypatch):
     """The data-tiling flag chosen alone (designed 0.5 ms); the rewrite with that flag (0.8 ms)
     was tried in the first round: adding the rewrite to the choice is that same build, so it is

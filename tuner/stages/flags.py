@@ -157,7 +157,12 @@ class FlagStage:
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         trials: dict = {}
-        judged = self._judge(env, default, default, options, trials, "flag-runs", progress=True)
+        wrong: set[str] = set()
+        judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, progress=True)
+        together = _together(env, wrong) if judged is None else []
+        if together:
+            env.say(f"  {', '.join(sorted(wrong))}: each computes another result alone; trying them together")
+            judged = self._judge(env, default, default, together, trials, "flag-runs-together", wrong)
         if judged is None:
             env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
             return replace(state, flag_trials=trials)
@@ -168,15 +173,16 @@ class FlagStage:
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
     def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
-               trials: dict, directory: str, scale: float = 1.0,
+               trials: dict, directory: str, wrong: set[str], scale: float = 1.0,
                progress: bool = False) -> Optional[tuple[ModelOption, BuiltVariant, float]]:
         """Each option built (`_build`) and timed on the model against `reference`, its figure in
         `trials` (times `scale`: against the default where the reference is not it); the fastest
-        that beats the reference with its speedup over it, or None. `progress`: each build counted
-        in the "choices" phase."""
+        that beats the reference with its speedup over it, or None. The labels of those refused
+        for computing another result are added to `wrong`. `progress`: each build counted in the
+        "choices" phase."""
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
-            b = self._build(env, default, option, trials, reference)
+            b = self._build(env, default, option, trials, reference, wrong)
             if b is not None:
                 built.append((option, b))
             if progress and env.progress:
@@ -188,6 +194,8 @@ class FlagStage:
             name = b.variant.name
             trials[option.label] = (round(scale * cmp.paired[name].speedup, 4) if name in cmp.paired
                                     else cmp.failed.get(name, "failed"))
+            if name in cmp.failed and name in cmp.errors:  # it ran, and its result was off
+                wrong.add(option.label)
         winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
         if not winners:
             return None
@@ -207,7 +215,8 @@ class FlagStage:
             # One the first round tried already (a flag set chosen alone, then a rewrite with it)
             # was slower than the choice: the same build, not timed again.
             more = [o for o in _additions(option, applying, flag_sets) if o.label not in trials]
-            judged = self._judge(env, default, best, more, trials, f"flag-runs-{step}", scale=speedup) if more else None
+            judged = (self._judge(env, default, best, more, trials, f"flag-runs-{step}", set(), scale=speedup)
+                      if more else None)
             if judged is None:
                 break
             option, best, gain = judged
@@ -216,19 +225,21 @@ class FlagStage:
         return option, best, speedup
 
     def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict,
-               reference: BuiltVariant) -> Optional[BuiltVariant]:
+               reference: BuiltVariant, wrong: set[str]) -> Optional[BuiltVariant]:
         """The model built with one option (the dispatches it forms tuned first, where it tunes
-        any and computes the default's result untuned), or None with the reason in `trials`;
-        `reference`: what it is judged against (the default, or the choice it extends)."""
+        any and computes the default's result untuned), or None with the reason in `trials` (and
+        its label in `wrong` where the reason is another result); `reference`: what it is judged
+        against (the default, or the choice it extends)."""
         program = _rewritten(env, option.rewrite) if option.rewrite else None
         if option.rewrite and program is None:
             trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
             return None
         untuned = Variant(option.directory + "-default-configs", option.flags, program=program)
         if self.tune_budget > 0 and (option.rewrite.tunes if option.rewrite else option.tunes):
-            wrong = _wrong_result(env, default, untuned)
-            if wrong:  # its dispatches are not tuned: every candidate would be judged on a wrong model
-                trials[option.label] = f"{wrong} with the default configs (not tuned)"
+            off = _wrong_result(env, default, untuned)
+            if off:  # its dispatches are not tuned: every candidate would be judged on a wrong model
+                trials[option.label] = f"{off} with the default configs (not tuned)"
+                wrong.add(option.label)
                 return None
         parts = (self._tuned_parts(env, option.rewrite.name, option.rewrite.tunes, program) if option.rewrite
                  else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
@@ -276,6 +287,20 @@ class FlagStage:
                     env.say(f"    {tuned.status}")
         env.built[key] = tuple(parts)
         return env.built[key]
+
+
+def _together(env: StageEnv, wrong: set[str]) -> list[ModelOption]:
+    """The applying rewrites that were each refused alone for computing another result, joined
+    into one, alone and with each flag set; none where fewer than two were. Each rewrite may take
+    away one part that the compiler computes wrong and leave another: in an SD 1.x attention block
+    on cuda, raise-attention leaves the NCHW 1x1 convolutions (1.1 off llvm-cpu) and
+    pointwise-conv-as-matmul the batch matmuls over heads of 40 (not finite): only together can
+    the build be right (BENCHMARKS.md, "Unseen Stable Diffusion variants")."""
+    refused = [r for r in _applying(env) if r.name in wrong]
+    if len(refused) < 2:
+        return []
+    together = combined(refused)
+    return [ModelOption((), together)] + [replace(f, rewrite=together) for f in _flag_sets(env)]
 
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
