@@ -20,7 +20,8 @@
 # NAME: bert_torch_layout (BERT-large-sized, 2048 tokens), bert_torch_layout_base (BERT-base-sized,
 # 1024 tokens), gqa_block_f16_1024, gqa_block_32x8_f16_1024, vit_large_layer_f16, unet_resnet_block_f16,
 # unet_attention_block_f16, resnet50_f16_b8 (issue 35), resnet18_f16_b8, unet_attention_block_sd15_f16
-# (8 heads of 40), unet_resnet_block_widen_f16 (320 -> 640 with a 1x1 shortcut) (held out).
+# (8 heads of 40), unet_resnet_block_widen_f16 (320 -> 640 with a 1x1 shortcut), unet_attention_block_sdxl_f16,
+# unet_resnet_block_1280_b1_f16 (held out).
 #   bash benchmarks/gpu_exported_models.sh cut NAME P1,P2,... # where the CUDA result goes off llvm-cpu's:
 #                      # the graph cut after each tensor named, both built and run (cut_compare.py)
 #   bash benchmarks/gpu_exported_models.sh torch NAME...     # torch eager (cuDNN, cuBLAS) on the same graph,

@@ -571,7 +571,12 @@ def write_models(out: Path, large: bool = True) -> list[Path]:
                         # 8 heads of 40 and CLIP-L's 768-wide text context; a block that widens
                         # 320 -> 640 channels through a 1x1 shortcut, as a UNet level's first does.
                         ("unet_attention_block_sd15_f16", unet_attention_block(heads=8, context_dim=768)),
-                        ("unet_resnet_block_widen_f16", unet_resnet_block(channels=320, out_channels=640, size=32))
+                        ("unet_resnet_block_widen_f16", unet_resnet_block(channels=320, out_channels=640, size=32)),
+                        # SDXL's 640-channel attention at 32x32 (10 heads of 64, a 2048-wide
+                        # context) and a 1280-channel block at 16x16, batch 1 (a UNet's deepest level).
+                        ("unet_attention_block_sdxl_f16",
+                         unet_attention_block(channels=640, size=32, heads=10, context_dim=2048)),
+                        ("unet_resnet_block_1280_b1_f16", unet_resnet_block(batch=1, channels=1280, size=16))
                         ) + heavy:
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
