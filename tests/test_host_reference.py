@@ -218,3 +218,27 @@ def test_the_compile_half_of_two_machines_carries_the_host_result_on_gpu_targets
             continue
         assert plan.host == "host-reference/result.npy" and plan.host in plan.files
         np.testing.assert_array_equal(np.load(tmp_path / name / plan.host), np.load(host_reference(env).result))
+
+
+@pytest.mark.parametrize("default_off_host", [True, False])
+def test_a_right_tuned_model_slower_than_a_wrong_default_is_the_result(default_off_host):
+    """Designed comparison: the tuned model 0.95x the default in each of 4 rounds. Where the
+    default's result is off llvm-cpu's and the tuned model's is not (it was timed), the tuned
+    model is the result and the verdict says why; where the default is right, the default is."""
+    from tuner.core.comparison import Paired
+    from tuner.stages.base import ModelState
+    from tuner.stages.merge import conclude
+    from tuner.stages.model_timing import Comparison
+
+    check = ("the result of default is off llvm-cpu's on this host (relative error 1.1): every build is checked "
+             "against llvm-cpu's") if default_off_host else ""
+    final = Comparison((1.0,) * 5, {"tuned": Paired((0.95,) * 4)}, {"tuned": (1.05,) * 4}, {"tuned": 8e-4},
+                       reference_check=check)
+    state = conclude(ModelState(flags=("--x",), rewrites=("r",), program=Path("p.mlir")), final, "tuned")
+    if default_off_host:
+        assert state.flags == ("--x",) and state.rewrites == ("r",) and state.figure.speedup == pytest.approx(0.95)
+        assert state.verdict.startswith("the result of default is off llvm-cpu's on this host (relative error 1.1), "
+                                        "and the tuned model's is not: the tuned model is the result, though 0.95x")
+    else:
+        assert state.flags == () and state.rewrites == () and state.program is None
+        assert "the default is the result" in state.verdict

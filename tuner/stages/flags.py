@@ -119,6 +119,17 @@ def _rewritten(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
     return env.built[key]
 
 
+@dataclass(frozen=True)
+class Judged:
+    """The choice a round of the flag stage keeps: its build, its speedup over the round's
+    reference, and whether it was kept for computing right where the default does not."""
+
+    option: ModelOption
+    best: BuiltVariant
+    speedup: float
+    over_wrong_default: bool = False
+
+
 @dataclass
 class FlagStage:
     """Model-wide choices (model_options): flags that change every dispatch (data tiling on the
@@ -161,25 +172,31 @@ class FlagStage:
         judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, progress=True)
         together = _together(env, wrong) if judged is None else []
         if together:
-            env.say(f"  {', '.join(sorted(wrong))}: each computes another result alone; trying them together")
+            env.say(f"  {' and '.join(together[0].rewrite.names)} each compute another result alone: "
+                    "trying them together")
             judged = self._judge(env, default, default, together, trials, "flag-runs-together", wrong)
         if judged is None:
             env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
             return replace(state, flag_trials=trials)
-        option, best, speedup = self._extend(env, default, *judged, trials)
-        env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model; "
+        option, best, speedup = self._extend(env, default, judged.option, judged.best, judged.speedup, trials)
+        why = ("; the default's result is off llvm-cpu's, so the fastest choice that computes it right is kept"
+               if judged.over_wrong_default else "")
+        env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model{why}; "
                 f"tried: {_trials_text(trials)})")
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
     def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
                trials: dict, directory: str, wrong: set[str], scale: float = 1.0,
-               progress: bool = False) -> Optional[tuple[ModelOption, BuiltVariant, float]]:
+               progress: bool = False) -> Optional["Judged"]:
         """Each option built (`_build`) and timed on the model against `reference`, its figure in
         `trials` (times `scale`: against the default where the reference is not it); the fastest
-        that beats the reference with its speedup over it, or None. The labels of those refused
-        for computing another result are added to `wrong`. `progress`: each build counted in the
-        "choices" phase."""
+        that beats the reference with its speedup over it, or None. Where the reference is the
+        default and its result is off llvm-cpu's, the fastest that computes it right, however it
+        compares: a right model is the result before a fast wrong one (an SDXL attention block on
+        cuda: pointwise-conv-as-matmul, right, 0.98x the wrong default, then raise-attention on top
+        of it). The labels of those refused for computing another result are added to `wrong`.
+        `progress`: each build counted in the "choices" phase."""
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             b = self._build(env, default, option, trials, reference, wrong)
@@ -196,11 +213,13 @@ class FlagStage:
                                     else cmp.failed.get(name, "failed"))
             if name in cmp.failed and name in cmp.errors:  # it ran, and its result was off
                 wrong.add(option.label)
-        winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].beats_baseline]
+        over_wrong = reference is default and bool(cmp.reference_check)
+        winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].ratios
+                   and (over_wrong or cmp.paired[b.variant.name].beats_baseline)]
         if not winners:
             return None
         option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup)
-        return option, best, cmp.paired[best.variant.name].speedup
+        return Judged(option, best, cmp.paired[best.variant.name].speedup, over_wrong)
 
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
                 trials: dict) -> tuple[ModelOption, BuiltVariant, float]:
@@ -219,7 +238,7 @@ class FlagStage:
                       if more else None)
             if judged is None:
                 break
-            option, best, gain = judged
+            option, best, gain = judged.option, judged.best, judged.speedup
             speedup *= gain
             env.say(f"  {short_flags(option.label)}: {gain:.2f}x the choice before it")
         return option, best, speedup
@@ -296,7 +315,7 @@ def _together(env: StageEnv, wrong: set[str]) -> list[ModelOption]:
     on cuda, raise-attention leaves the NCHW 1x1 convolutions (1.1 off llvm-cpu) and
     pointwise-conv-as-matmul the batch matmuls over heads of 40 (not finite): only together can
     the build be right (BENCHMARKS.md, "Unseen Stable Diffusion variants")."""
-    refused = [r for r in _applying(env) if r.name in wrong]
+    refused = [r for r in _applying(env) if r.name in wrong]  # REWRITES order: the joined name is stable
     if len(refused) < 2:
         return []
     together = combined(refused)

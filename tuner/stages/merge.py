@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from tuner.core.comparison import Paired
 from tuner.errors import ToolError
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
-from tuner.stages.builtin import build_once, compare_on_model, slower_beyond_noise
+from tuner.stages.builtin import build_once, compare_on_model, default_off_host, slower_beyond_noise
 from tuner.stages.model_timing import Comparison
 from tuner.stages.variants import BuiltVariant, Variant
 
@@ -73,7 +73,9 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
         env.say(f"  {o.name}: {outcomes[o.name].status}")
     state = so_far()
     if current is default:
-        return None, replace(state, verdict="nothing to merge beat the default: the default is the result")
+        check = default_off_host(env)
+        off = f" (but {check.split(':')[0]}, and no build tried computes it right)" if check else ""
+        return None, replace(state, verdict=f"nothing to merge beat the default: the default is the result{off}")
     beside = (choices,) if choices is not default and choices is not current and choices.ok else ()
     final = measure("validate", default, current, 0, beside)
     if final is None:
@@ -86,7 +88,9 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
     is faster (median of the paired rounds above 1 and not slower in 3 of 4 rounds), else the
     default is the result (no flags, no spec). Where the model-wide choices alone (`choices`:
     the compiler's configs) were timed in the same rounds, the verdict splits the figure: what
-    the choices give, and what the dispatch configs add to them, per round."""
+    the choices give, and what the dispatch configs add to them, per round. Where the default's
+    result is off llvm-cpu's (`final.reference_check`) and the tuned model's is not (it was
+    timed), the tuned model is the result however it compares: a right model before a fast wrong one."""
     p = final.paired.get(name)
     if p is None or not p.ratios:
         why = final.failed.get(name, "could not be timed")
@@ -96,7 +100,7 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
                          speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name),
                          interval=interval.to_json() if interval else None)
-    if p.speedup <= 1.0 or slower_beyond_noise(p):
+    if (p.speedup <= 1.0 or slower_beyond_noise(p)) and not final.reference_check:
         return replace(state, flags=(), kept=(), rewrites=(), program=None, figure=figure,
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
                                f"{len(p.ratios)} rounds): the default is the result")
@@ -109,6 +113,11 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
         split = (f"; the model-wide choices alone (the compiler's configs) {alone.speedup:.2f}x the default, the "
                  f"dispatch configs {on_top.speedup:.2f}x on top of them (faster in "
                  f"{sum(r > 1.0 for r in on_top.ratios)} of {len(on_top.ratios)} rounds)")
+    if p.speedup <= 1.0 or slower_beyond_noise(p):  # and the default's result is off llvm-cpu's
+        return replace(state, figure=figure,
+                       verdict=f"{final.reference_check.split(':')[0]}, and the tuned model's is not: the tuned "
+                               f"model is the result, though {p.speedup:.2f}x the default's time (median of "
+                               f"{len(p.ratios)} interleaved rounds)")
     return replace(state, figure=figure,
                    verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
                            f"interleaved rounds, faster in {won}" + (f"; {interval.text()}" if interval else "") + ")"
