@@ -9,8 +9,9 @@ candidates, each compiled and read back. A dispatch no pipeline takes is said wi
 
 Variants (examples/onnx_models.py's builders with other arguments): SD 1.x attention (8 heads of
 40, CLIP-L's 768-wide context), SDXL attention (640 channels, 10 heads of 64, a 2048-wide context,
-32x32), a ResNet block widening 320 -> 640 through a 1x1 shortcut, and a 1280-channel block at
-16x16, batch 1.
+32x32), a ResNet block widening 320 -> 640 through a 1x1 shortcut, a 1280-channel block at
+16x16, batch 1, and a UNet level's resampling (a nearest-neighbour 2x upsample, as ONNX's Resize,
+with a 3x3 convolution, then a 3x3 convolution of stride 2), whose upsample is checked too.
 """
 
 from __future__ import annotations
@@ -46,14 +47,17 @@ def _examples():
 
 
 def variants(m) -> dict:
-    """name -> (ONNX model, the flag sets to compile it under)."""
+    """name -> (ONNX model, the flag sets to compile it under, the dispatch kinds checked)."""
     res_flags = ((), CHANNELS_LAST, CHANNELS_LAST + DIRECT_CONVOLUTION)
     attn_flags = (AGGRESSIVE_FUSION,)
+    kinds = (DispatchKind.CONVOLUTION, DispatchKind.ATTENTION)
     return {
-        "sd15_attention": (m.unet_attention_block(heads=8, context_dim=768), attn_flags),
-        "sdxl_attention": (m.unet_attention_block(channels=640, size=32, heads=10, context_dim=2048), attn_flags),
-        "resnet_widen_320_640": (m.unet_resnet_block(channels=320, out_channels=640, size=32), res_flags),
-        "resnet_1280_b1": (m.unet_resnet_block(batch=1, channels=1280, size=16), res_flags),
+        "sd15_attention": (m.unet_attention_block(heads=8, context_dim=768), attn_flags, kinds),
+        "sdxl_attention": (m.unet_attention_block(channels=640, size=32, heads=10, context_dim=2048), attn_flags,
+                           kinds),
+        "resnet_widen_320_640": (m.unet_resnet_block(channels=320, out_channels=640, size=32), res_flags, kinds),
+        "resnet_1280_b1": (m.unet_resnet_block(batch=1, channels=1280, size=16), res_flags, kinds),
+        "sampling": (m.unet_sampling_block(), res_flags, (*kinds, DispatchKind.ELEMENTWISE)),
     }
 
 
@@ -68,7 +72,7 @@ def main() -> None:
     rewrite = combined([r for r in REWRITES["gpu"] if r.name in ("raise-attention", "pointwise-conv-as-matmul")])
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for name, (model, flag_sets) in variants(_examples()).items():
+    for name, (model, flag_sets, kinds) in variants(_examples()).items():
         onnx.save(model, args.out / f"{name}.onnx")
         imported = program_source(args.out / f"{name}.onnx", args.out, cuda)
         program = args.out / f"{name}.gpu.mlir"
@@ -79,7 +83,7 @@ def main() -> None:
         for flags in flag_sets:
             with ir.Context() as ctx:
                 for d in discover_program(program, cuda, ctx, flags).dispatches:
-                    if d.kind not in (DispatchKind.CONVOLUTION, DispatchKind.ATTENTION):
+                    if d.kind not in kinds:
                         continue
                     short = d.name.split("_dispatch_")[-1]
                     pipeline = pipeline_for(d)
@@ -96,7 +100,7 @@ def main() -> None:
                     print(f"  [{short_flags(' '.join(flags))}] {short} ({pipeline.name}): {len(built) - len(bad)} of "
                           f"{len(built)} compiled and carry their config, {time.time() - start:.0f} s"
                           + (f"; failed: {bad}" if bad else ""), flush=True)
-    print("every convolution and attention dispatch tunable, every candidate compiled" if not failed
+    print("every dispatch checked tunable, every candidate compiled" if not failed
           else f"{failed} dispatches not tunable or with failed candidates")
     sys.exit(1 if failed else 0)
 

@@ -398,6 +398,30 @@ def unet_resnet_block(batch: int = 2, channels: int = 640, size: int = 64, temb:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def unet_sampling_block(batch: int = 2, channels: int = 640, size: int = 32, seed: int = 8, dtype=np.float16):
+    """A UNet level's resampling as torch exports diffusers' Upsample2D and Downsample2D, NCHW: the
+    latent upsampled 2x by nearest neighbour (Resize, asymmetric, floor) and a 3x3 convolution,
+    then a 3x3 convolution with stride 2 back to `size`. Input and output [batch, channels, size, size]."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [_init(rng, "up_w", (channels, channels, 3, 3), 1.0 / np.sqrt(channels * 9), dtype),
+             _init(rng, "up_b", (channels,), 0.01, dtype),
+             _init(rng, "down_w", (channels, channels, 3, 3), 1.0 / np.sqrt(channels * 9), dtype),
+             _init(rng, "down_b", (channels,), 0.01, dtype),
+             numpy_helper.from_array(np.array([1.0, 1.0, 2.0, 2.0], np.float32), "scales")]
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["up"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Conv", ["up", "up_w", "up_b"], ["up_conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["up_conv", "down_w", "down_b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                              strides=[2, 2])]
+    image = [batch, channels, size, size]
+    graph = helper.make_graph(nodes, "unet_sampling_block", [helper.make_tensor_value_info("x", elem, image)],
+                              [helper.make_tensor_value_info("y", elem, image)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _attention(prefix: str, x: str, context: str, heads: int, head: int, batch: int, tokens: int,
                kv_tokens: int) -> list:
     """Multi-head attention as diffusers' Attention exports it: Q from X, K and V from CONTEXT (no
@@ -576,7 +600,8 @@ def write_models(out: Path, large: bool = True) -> list[Path]:
                         # context) and a 1280-channel block at 16x16, batch 1 (a UNet's deepest level).
                         ("unet_attention_block_sdxl_f16",
                          unet_attention_block(channels=640, size=32, heads=10, context_dim=2048)),
-                        ("unet_resnet_block_1280_b1_f16", unet_resnet_block(batch=1, channels=1280, size=16))
+                        ("unet_resnet_block_1280_b1_f16", unet_resnet_block(batch=1, channels=1280, size=16)),
+                        ("unet_sampling_block_f16", unet_sampling_block())
                         ) + heavy:
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"

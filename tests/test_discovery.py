@@ -88,3 +88,40 @@ def test_dispatches_are_named_by_kind_and_shape_and_each_has_its_pipeline(target
     for r in rows:
         expected = pipelines[0] if r["kind"] in ("softmax", "reduction", "normalization") else pipelines[1]
         assert r["pipeline"] == expected and not r["why_not"], r
+
+
+UPSAMPLE = """
+func.func @upsample(%x: tensor<2x8x4x4xf16>) -> tensor<2x8x8x8xf16> {
+  %e = tensor.empty() : tensor<2x8x8x8xf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>],
+                       iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      outs(%e : tensor<2x8x8x8xf16>) {
+  ^bb0(%o: f16):
+    %i0 = linalg.index 0 : index
+    %i1 = linalg.index 1 : index
+    %i2 = linalg.index 2 : index
+    %i3 = linalg.index 3 : index
+    %c2 = arith.constant 2 : index
+    %h = arith.divui %i2, %c2 : index
+    %w = arith.divui %i3, %c2 : index
+    %v = tensor.extract %x[%i0, %i1, %h, %w] : tensor<2x8x4x4xf16>
+    linalg.yield %v : f16
+  } -> tensor<2x8x8x8xf16>
+  return %r : tensor<2x8x8x8xf16>
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["llvm-cpu", "cuda:sm_80"])
+def test_an_op_with_no_inputs_is_read_with_its_outputs_type(ctx, tmp_path, target):
+    """A nearest-neighbour upsample as iree-import-onnx writes ONNX's Resize (diffusers'
+    Upsample2D): a linalg.generic with no inputs, reading its source by tensor.extract. Discovery
+    read its inputs' types and stopped with an IndexError traceback; it is an elementwise
+    dispatch of f16."""
+    from tuner.targets import parse_target
+
+    path = tmp_path / "upsample.mlir"
+    path.write_text(UPSAMPLE)
+    [d] = discover_program(path, parse_target(target), ctx).dispatches
+    assert (d.kind.value, d.lhs_type, d.rhs_type, d.out_type) == ("elementwise", "f16", "f16", "f16")
+    assert d.loop_bounds == (2 * 8 * 8 * 8,)  # the compiler collapses the four loops into one

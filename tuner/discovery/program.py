@@ -91,8 +91,10 @@ def _typed_operands(op: ir.Operation) -> tuple[str, str, str, list[ir.AffineMap]
         operands = list(op.operands)
         return (_element_type(operands[0]), _element_type(operands[1]), _element_type(operands[2]),
                 [*maps[:inputs], maps[inputs]])
-    inputs = list(op.opview.inputs)
-    # A reduction may have one input; its type then stands for both.
+    # A reduction may have one input; its type then stands for both. An op may have none: a
+    # nearest-neighbour upsample (ONNX Resize) reads its source by tensor.extract at
+    # linalg.index positions, and the output's type stands for them.
+    inputs = list(op.opview.inputs) or list(op.opview.outputs)
     return (_element_type(inputs[0]), _element_type(inputs[1 if len(inputs) > 1 else 0]),
             _element_type(op.opview.outputs[0]), maps)
 
