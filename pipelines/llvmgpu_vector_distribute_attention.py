@@ -34,11 +34,12 @@ def row_lanes(columns: int, element_bytes: int) -> int:
 
 def lays_out(columns: int, element_bytes: int, subgroup: int) -> bool:
     """Whether IREE 3.13 can distribute a promoted tile `columns` wide over a subgroup: a row is
-    a whole number of 16-byte vectors and its lanes divide the subgroup. Else every config fails
-    with "failed to derive layout for promoted read-like op" (head dims 48, 80, 96 in f16 on cuda,
-    compile-only, every candidate; 64 and 128 compile), and the compiler's own config is a scalar
-    one, no MMA."""
-    return (columns * element_bytes) % VECTOR_BYTES == 0 and subgroup % row_lanes(columns, element_bytes) == 0
+    a whole number of 16-byte vectors, and its lanes divide the subgroup or are whole subgroups.
+    Else every config fails with "failed to derive layout for promoted read-like op" (head dims
+    48, 80, 96 in f16 on cuda, compile-only, every candidate; 64, 128 and 512 (64 lanes: a VAE's
+    single head) compile), and the compiler's own config is a scalar one, no MMA."""
+    lanes = row_lanes(columns, element_bytes)
+    return (columns * element_bytes) % VECTOR_BYTES == 0 and (subgroup % lanes == 0 or lanes % subgroup == 0)
 
 
 class LLVMGPUVectorDistributeAttention(Pipeline):
@@ -64,8 +65,8 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
         k1 = dispatch.loop_bounds[dispatch.k_dims[0]]
         if not lays_out(k1, ELEMENT_BYTES.get(dispatch.lhs_type, 2), subgroup_size(dispatch)):
             return (f"a head dim of {k1}: IREE 3.13 lays out promoted tiles whose rows are whole 16-byte vectors over "
-                    "lanes that divide a subgroup (a power of two), so no MMA config of it compiles; tune-model's "
-                    "raise-attention pads such heads on GPUs")
+                    "lanes that divide a subgroup or are whole subgroups, so no MMA config of it compiles; "
+                    "tune-model's raise-attention pads such heads to a power of two on GPUs")
         return None
 
     def build_problem(self, dispatch: Dispatch) -> Problem:

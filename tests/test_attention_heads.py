@@ -31,12 +31,14 @@ func.func @f(%q: !torch.vtensor<[1,2,8,40],f16>, %k0: !torch.vtensor<[1,8,2,40],
 """
 
 
-def test_promoted_tiles_lay_out_only_in_whole_vectors_over_lanes_that_divide_a_subgroup():
+def test_promoted_tiles_lay_out_only_in_whole_vectors_over_lanes_that_divide_a_subgroup_or_fill_whole_ones():
     # f16: a row of 64 is 128 bytes, 8 lanes of 16 bytes, which divide 32; 48 is 6 lanes, 80 is
-    # 10, 96 is 12 (every config of those failed to compile on cuda); 40 is 80 bytes, 5 vectors.
-    assert [w for w in (16, 32, 40, 48, 64, 80, 96, 128, 256) if lays_out(w, 2, 32)] == [16, 32, 64, 128, 256]
+    # 10, 96 is 12 (every config of those failed to compile on cuda); 40 is 80 bytes, 5 vectors;
+    # 512 is 64 lanes, two whole subgroups of cuda's 32 (its configs compile: the test below).
+    assert [w for w in (16, 32, 40, 48, 64, 80, 96, 128, 256, 384, 512) if lays_out(w, 2, 32)] == [
+        16, 32, 64, 128, 256, 512]
     assert lays_out(32, 4, 32) and not lays_out(24, 4, 32)  # f32: 8 lanes; 6 lanes
-    assert lays_out(512, 2, 64) and not lays_out(512, 2, 32)  # 64 lanes divide rocm's 64, not cuda's 32
+    assert lays_out(512, 2, 64) and not lays_out(384, 2, 64)  # 64 lanes are rocm's subgroup; 48 neither way
     assert [padded_width(w) for w in (8, 16, 40, 48, 64, 80, 96, 128, 160)] == [16, 16, 64, 64, 64, 128, 128, 128, 256]
 
 
@@ -107,4 +109,27 @@ def test_a_head_of_40_is_declined_unpadded_and_its_padded_attentions_configs_com
         cross = next(d for d in attentions if 77 in d.loop_bounds)
         candidates = generate_candidates(cross, pipeline_for(cross), 3, ctx, cuda.spec_entry)
         built = build_all(LocalBuilder.of(padded, cuda, tmp_path / "c", ctx), candidates)
+    assert len(built) == 4 and {b.result.label: b.result.error for b in built if not b.result.ok} == {}
+
+
+@pytest.mark.slow
+def test_a_single_head_of_512_as_in_a_vae_is_tunable_and_its_configs_compile_and_take_on_cuda(tmp_path):
+    """A VAE mid-block's attention: one head as wide as its 512 channels, 64 lanes a row (two
+    subgroups of 32). It was declined by a rule that asked the lanes to divide a subgroup;
+    compiled, its configs take."""
+    pytest.importorskip("onnx")
+    import onnx
+
+    cuda = parse_target("cuda:sm_80")
+    onnx.save(onnx_examples().unet_attention_block(batch=1, channels=512, size=8, heads=1, context=77,
+                                                   context_dim=32), tmp_path / "vae.onnx")
+    imported = program_source(tmp_path / "vae.onnx", tmp_path, cuda)
+    raised = tmp_path / "raised.mlir"
+    rewrite_program(imported, next(r for r in REWRITES["gpu"] if r.name == "raise-attention"), raised)
+    with ir.Context() as ctx:
+        attentions = [d for d in discover_program(raised, cuda, ctx).dispatches if d.kind == DispatchKind.ATTENTION]
+        assert len(attentions) == 2 and all(pipeline_for(d) is not None for d in attentions)
+        itself = next(d for d in attentions if 77 not in d.loop_bounds)
+        candidates = generate_candidates(itself, pipeline_for(itself), 3, ctx, cuda.spec_entry)
+        built = build_all(LocalBuilder.of(raised, cuda, tmp_path / "c", ctx), candidates)
     assert len(built) == 4 and {b.result.label: b.result.error for b in built if not b.result.ok} == {}
