@@ -52,3 +52,50 @@ def test_an_onnx_model_is_tuned_on_its_own_entry(models, tmp_path):
     # The import lives in the run's directory; the identity is the ONNX file's.
     assert (out / "imported" / "bert_layer.mlir").is_file()
     assert json.loads((out / "run.json").read_text())["input"].endswith("bert_layer.onnx")
+
+
+def _batch_symbolic(model, name: str = "N"):
+    """The model as torch.onnx.export writes it with a dynamic batch: the first dimension of
+    every input and output a symbolic one."""
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = name
+    return model
+
+
+def test_an_onnx_models_symbolic_input_dims_are_fixed_and_its_shapes_inferred_again(tmp_path):
+    import onnx
+
+    from tests.conftest import onnx_examples
+    from tuner.input.onnx_dims import fix_symbolic_dims, symbolic_inputs
+
+    onnx.save(onnx_examples().small_cnn(4), tmp_path / "cnn_b4.onnx")
+    dynamic = _batch_symbolic(onnx_examples().small_cnn(4))
+    onnx.save(dynamic, tmp_path / "dyn.onnx")
+    assert symbolic_inputs(dynamic) == [("image", 0, "N")]
+    assert fix_symbolic_dims(tmp_path / "dyn.onnx", 3, tmp_path / "fixed.onnx") == ["image[0]: N -> 3"]
+    fixed = onnx.load(str(tmp_path / "fixed.onnx"))
+    assert symbolic_inputs(fixed) == []
+    assert [d.dim_value for d in fixed.graph.output[0].type.tensor_type.shape.dim] == [3, 10]  # inferred again
+    # A model with no symbolic input dimension is not copied.
+    assert fix_symbolic_dims(tmp_path / "cnn_b4.onnx", 3, tmp_path / "none.onnx") == []
+    assert not (tmp_path / "none.onnx").exists()
+
+
+@pytest.mark.slow
+def test_a_dynamic_batch_onnx_model_is_tunable_at_the_size_given(models, tmp_path):
+    """As exporters write it (dynamic_axes), every convolution of the CNN has dynamic shapes and
+    none is tunable; with --dynamic-size 4 the batch is fixed at import, the convolutions are the
+    4-image ones and tunable, and the listing says what was fixed."""
+    import onnx
+
+    path = tmp_path / "cnn_dynamic.onnx"
+    onnx.save(_batch_symbolic(onnx.load(str(models["cnn_b4"]))), path)
+    as_is = json.loads(run_cli("dispatches", path, "--json").stdout)
+    assert not any(r["pipeline"] for r in as_is["dispatches"]) and as_is["fixed"] == ""
+    assert any("fixed at import by --dynamic-size N" in r["why_not"] for r in as_is["dispatches"])
+    result = run_cli("dispatches", path, "--json", "--dynamic-size", "4")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    convs = [r for r in data["dispatches"] if r["kind"] == "convolution"]
+    assert len(convs) == 3 and all(r["shape"].startswith("b4_") and r["pipeline"] for r in convs)
+    assert data["fixed"].startswith("symbolic dimensions fixed at import (--dynamic-size): image[0]: N -> 4")

@@ -67,6 +67,7 @@ def test_a_narrow_terminal_drops_the_spread_and_error_columns_before_cutting_con
 def test_dispatches_never_cuts_a_name_that_dispatch_takes_whatever_the_terminal_width():
     from types import SimpleNamespace
 
+    from tuner.api import DispatchList
     from tuner.cli.say import say_dispatches
 
     name = "forward_bs4$async_dispatch_12_matmul_like_4x128x4096x11008_f16xf16xf32"
@@ -77,7 +78,7 @@ def test_dispatches_never_cuts_a_name_that_dispatch_takes_whatever_the_terminal_
                             why_not="an elementwise dispatch")]
     for width in (60, 100, 250):
         out = StringIO()
-        say_dispatches(Console(file=out, width=width), SimpleNamespace(rows=rows, profile=None), Path("m.mlir"), "cuda")
+        say_dispatches(Console(file=out, width=width), DispatchList(tuple(rows), None), Path("m.mlir"), "cuda")
         lines = out.getvalue().splitlines()
         assert any(name in line for line in lines), (width, out.getvalue())
         assert "single-quoted" in out.getvalue()
@@ -112,7 +113,7 @@ def test_tune_names_three_other_dispatches_and_points_to_dispatches_for_the_rest
 
     dispatches = [SimpleNamespace(name=f"m$async_dispatch_{i}_matmul") for i in range(25)]
     program = SimpleNamespace(dispatches=dispatches, skipped=[(f"m$async_dispatch_{i}_copy", "why") for i in range(30, 35)],
-                              entries={})
+                              entries={}, fixed_dims=())
     out = StringIO()
     say_picked(Console(file=out, width=400))(program, dispatches[0], "named by --dispatch")
     lines = out.getvalue().splitlines()

@@ -143,6 +143,7 @@ class DispatchRow:
 class DispatchList:
     rows: tuple[DispatchRow, ...]
     profile: Optional[Profile]  # with `profile_dir`: the measured times, and each entry timed whole
+    fixed: str = ""  # an ONNX model's symbolic dimensions fixed at import (Program.fixed_text)
 
 
 def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
@@ -186,7 +187,7 @@ def list_dispatches(input_path: Path | str, target: Target | str = "llvm-cpu",
         rows.sort(key=lambda r: (r.why_not != "", -(r.share or 0.0), -r.flops))
     else:
         rows.sort(key=lambda r: (r.why_not != "", -r.flops))
-    return DispatchList(tuple(rows), measured)
+    return DispatchList(tuple(rows), measured, program.fixed_text())
 
 
 def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", num_candidates: int = 30,

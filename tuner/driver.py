@@ -25,7 +25,7 @@ from tuner.errors import InputError
 from tuner.store import STORE
 from tuner.evaluation.evaluator import Evaluation
 from tuner.strategies import evaluator_class
-from tuner.input.models import program_source
+from tuner.input.models import imported_program
 from tuner.input.parameters import check_scopes, parse_parameters
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
@@ -87,14 +87,16 @@ def read_program(input_path: Path | str, target: Target | str, workdir: Optional
     its target, where the run writes, and what discovery found in it, its workloads reading
     `parameters` (tuner.input.parameters: one clear line if the program reads a scope they lack;
     None where nothing will run, so nothing is checked), and `dynamic_size` (else the program's
-    hints, else DEFAULT_DYNAMIC_SIZE) for each dynamic dimension of an entry's arguments."""
+    hints, else DEFAULT_DYNAMIC_SIZE) for each dynamic dimension of an entry's arguments; an ONNX
+    model's symbolic input dimensions are fixed at `dynamic_size` before import where it is given
+    (Program.fixed_dims), so its dispatches are static."""
     target = parse_target(target) if isinstance(target, str) else target
     workdir = Path(workdir) if workdir is not None else Path(scratch_dir())
-    input_path = program_source(Path(input_path), workdir, target)
+    input_path, fixed = imported_program(Path(input_path), workdir, target, static_size=dynamic_size)
     ctx = ir.Context()
     text = read_input_text(input_path)
     parse_input(input_path, ctx, text)  # one clear line for a missing file or text that is not MLIR
-    program = discover_program(input_path, target, ctx)
+    program = replace(discover_program(input_path, target, ctx), fixed_dims=fixed)
     if any(getattr(w, "dispatch_benchmark", False) for w in program.entries.values()):
         # An executable already: only the codegen stage reaches it, and nothing splits its op.
         target = target.at_codegen_stage()

@@ -35,6 +35,8 @@ def say_picked(console: Console):
         if len(others) > SHOWN or len(program.skipped) > SHOWN:
             console.print(f"({len(others)} other dispatches, {len(program.skipped)} skipped: `iree-tuner dispatches` "
                           "lists each with what tunes it or why nothing does)")
+        if program.fixed_dims:
+            console.print(program.fixed_text(), markup=False, highlight=False, soft_wrap=True)
         workload = program.entries.get(dispatch.name)
         for size in workload.dynamic_sizes() if isinstance(workload, Workload) else ():
             console.print(f"dynamic size of @{workload.entry}'s {size}; --dynamic-size N or your --input files "
@@ -253,7 +255,7 @@ def dispatches_json(listed) -> str:
                        "busy_ms": measured.busy_ms if measured else None,
                        "busy_coverage": ({e: measured.busy_coverage(e) for e in measured.busy_ms}
                                          if measured else None),
-                       "method": measured.method if measured else ""}, indent=2)
+                       "method": measured.method if measured else "", "fixed": listed.fixed}, indent=2)
 
 
 def say_dispatches(console: Console, listed, input_file: Path, target: str) -> None:
@@ -294,6 +296,8 @@ def say_dispatches(console: Console, listed, input_file: Path, target: str) -> N
                           + (f" and to {100 * busy:.0f}% of the {measured.busy_ms[entry]:.3f} ms its command buffers "
                              "executed (the rest of a call: allocations, submission, waits)" if busy else ""))
         console.print(f"timed: {measured.method}")
+    if listed.fixed:
+        console.print(listed.fixed, markup=False, highlight=False, soft_wrap=True)
     tunable = sum(1 for r in rows if r.pipeline)
     console.print(f"{len(rows)} dispatches, {tunable} tunable; tune one with: iree-tuner tune {input_file} "
                   f"--target {target} --dispatch 'NAME'" + (" (single-quoted: the names hold `$`)"

@@ -110,7 +110,8 @@ def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
                 bounds.setdefault(expr.position, size)
     n = maps[0].n_dims
     if len(bounds) != n or any(b < 0 for b in bounds.values()):
-        raise InputError(f"{op.name}: dynamic shapes (its loop bounds are not all static); not tunable yet")
+        raise InputError(f"{op.name}: dynamic shapes (its loop bounds are not all static); not tunable (an ONNX "
+                         "model's symbolic dimensions are fixed at import by --dynamic-size N)")
     return tuple(bounds[d] for d in range(n))
 
 
@@ -298,6 +299,14 @@ class Program:
     runs: dict[str, int]  # dispatch name -> how many times one call of its entry function runs it
     # The dispatches no pipeline reads, by kind (softmax, normalization, ...) and shape.
     other_kinds: dict[str, OtherKind] = field(default_factory=dict)
+    # An ONNX model's symbolic input dimensions fixed at import ("x[0]: N -> 2";
+    # tuner.input.onnx_dims): the program takes only those sizes.
+    fixed_dims: tuple[str, ...] = ()
+
+    def fixed_text(self) -> str:
+        """What the run says of `fixed_dims` ("" where none was fixed)."""
+        return (f"symbolic dimensions fixed at import (--dynamic-size): {', '.join(self.fixed_dims)}; the tuned "
+                "program takes only these sizes") if self.fixed_dims else ""
 
     def for_running(self, parameters: tuple[str, ...], dynamic_size: Optional[int] = None) -> "Program":
         """The program with every entry's workload reading the model's external parameters,

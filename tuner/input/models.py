@@ -6,8 +6,10 @@ without the configs baked into it (tuner.input.dispatch_benchmarks)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from tuner.input.dispatch_benchmarks import unconfigured_copy
+from tuner.input.onnx_dims import fix_symbolic_dims
 from tuner.errors import InputError, unreadable_input
 from tuner.run_dir import fresh, real_directory
 from tuner.targets import Target
@@ -21,15 +23,33 @@ def program_source(path: Path, workdir: Path, target: Target, timeout_s: float =
     for a dispatch benchmark dumped for `target`, its copy without baked configs as
     `workdir/imported/NAME` (written there, nowhere else). One clear line when the model cannot
     be imported or the benchmark was dumped for another target."""
+    return imported_program(path, workdir, target, timeout_s)[0]
+
+
+def imported_program(path: Path, workdir: Path, target: Target, timeout_s: float = 600.0,
+                     static_size: Optional[int] = None) -> tuple[Path, tuple[str, ...]]:
+    """`program_source`, and for an ONNX model whose inputs have symbolic dimensions, with
+    `static_size`: the import of a copy with each fixed at that size (tuner.input.onnx_dims;
+    `workdir/imported/NAME.static.onnx`), with what was fixed ("x[0]: N -> 2")."""
     if path.suffix.lower() != ".onnx":
-        return unconfigured_copy(path, workdir / IMPORTED, target) or path
+        return unconfigured_copy(path, workdir / IMPORTED, target) or path, ()
     if not path.is_file():
         raise unreadable_input(path)
     out = workdir / IMPORTED / (path.stem + ".mlir")
     real_directory(out.parent)
-    run = run_tool([find_tool("iree-import-onnx"), str(path), "-o", str(fresh(out))], timeout_s)
+    source, fixed = path, ()
+    if static_size is not None:
+        try:
+            fixed = tuple(fix_symbolic_dims(path, static_size, out.with_suffix(".static.onnx")))
+        except ImportError:
+            raise InputError(f"{path}: importing ONNX needs the onnx package: pip install -e '.[onnx]'") from None
+        except Exception:  # noqa: BLE001 - a file onnx cannot read: the importer says why below
+            fixed = ()
+        source = out.with_suffix(".static.onnx") if fixed else path
+    run = run_tool([find_tool("iree-import-onnx"), str(source), "--data-dir", str(path.parent), "-o", str(fresh(out))],
+                   timeout_s)
     if not run.ok:
         if "No module named 'onnx'" in run.stderr:
             raise InputError(f"{path}: importing ONNX needs the onnx package: pip install -e '.[onnx]'")
         raise InputError(f"{path}: iree-import-onnx could not import it: {run.first_error()}")
-    return out
+    return out, fixed

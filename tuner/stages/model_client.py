@@ -127,6 +127,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters, run.dynamic_size)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")
+        if program.fixed_dims:
+            say(program.fixed_text())
         env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
                        Path(run.store_path) if run.store_path else None, tuple(run.devices), model.timer,
                        listen.progress, say, None, model.rounds, strategy=run.strategy, dynamic_size=run.dynamic_size)
