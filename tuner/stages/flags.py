@@ -188,7 +188,7 @@ class FlagStage:
 
     def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
                trials: dict, directory: str, wrong: set[str], scale: float = 1.0,
-               progress: bool = False) -> Optional["Judged"]:
+               progress: bool = False) -> Optional[Judged]:
         """Each option built (`_build`) and timed on the model against `reference`, its figure in
         `trials` (times `scale`: against the default where the reference is not it); the fastest
         that beats the reference with its speedup over it, or None. Where the reference is the
@@ -314,7 +314,7 @@ def _together(env: StageEnv, wrong: set[str]) -> list[ModelOption]:
     away one part that the compiler computes wrong and leave another: in an SD 1.x attention block
     on cuda, raise-attention leaves the NCHW 1x1 convolutions (1.1 off llvm-cpu) and
     pointwise-conv-as-matmul the batch matmuls over heads of 40 (not finite): only together can
-    the build be right (BENCHMARKS.md, "Unseen Stable Diffusion variants")."""
+    the build be right (BENCHMARKS.md, "Four held-out Stable Diffusion blocks on the H100")."""
     refused = [r for r in _applying(env) if r.name in wrong]  # REWRITES order: the joined name is stable
     if len(refused) < 2:
         return []
