@@ -37,15 +37,15 @@ def imported_program(path: Path, workdir: Path, target: Target, timeout_s: float
         raise unreadable_input(path)
     out = workdir / IMPORTED / (path.stem + ".mlir")
     real_directory(out.parent)
-    source, fixed = path, ()
+    static, fixed = out.with_suffix(".static.onnx"), ()
     if static_size is not None:
         try:
-            fixed = tuple(fix_symbolic_dims(path, static_size, out.with_suffix(".static.onnx")))
+            fixed = tuple(fix_symbolic_dims(path, static_size, static))
         except ImportError:
             raise InputError(f"{path}: importing ONNX needs the onnx package: pip install -e '.[onnx]'") from None
         except Exception:  # noqa: BLE001 - a file onnx cannot read: the importer says why below
-            fixed = ()
-        source = out.with_suffix(".static.onnx") if fixed else path
+            pass
+    source = static if fixed else path
     run = run_tool([find_tool("iree-import-onnx"), str(source), "--data-dir", str(path.parent), "-o", str(fresh(out))],
                    timeout_s)
     if not run.ok:

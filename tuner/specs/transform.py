@@ -143,6 +143,11 @@ def _apply_name(names: tuple[str, ...]) -> str:
     return "_and_".join((APPLY, *names))
 
 
+def _attribute_names(config: Config) -> tuple[str, ...]:
+    """The names of the root attributes a config sets (Config.root_attributes)."""
+    return tuple(name for name, _ in config.root_attributes)
+
+
 def _apply(names: tuple[str, ...] = ()) -> transform.NamedSequenceOp:
     """The action: the matched op's compilation_info, then each root attribute of `names`."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
@@ -197,7 +202,7 @@ def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transfor
 def _actions(configs: list[tuple[Dispatch, Config]]) -> None:
     """Every action sequence the configs' matchers lead to, once each."""
     plain = [c for d, c in configs if c.split_reduction == 1 and d.kind not in MATCHED_BY_STRUCTURE]
-    for names in sorted({tuple(name for name, _ in c.root_attributes) for c in plain}):
+    for names in sorted({_attribute_names(c) for c in plain}):
         _apply(names)
     for factor in sorted({c.split_reduction for _, c in configs if c.split_reduction > 1}):
         _apply_split(factor)
@@ -217,7 +222,7 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
         attributes = [ir.Attribute.parse(text) for _, text in config.root_attributes]
         info = ir.Attribute.parse(config.compilation_info)
         action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
-                  else _apply_name(tuple(name for name, _ in config.root_attributes)))
+                  else _apply_name(_attribute_names(config)))
         names.append(_matcher(dispatch, info, attributes, codegen=entry == KERNEL_CONFIG).sym_name.value)
         actions.append(action)
         other = (_value_transposed(_maps(dispatch))

@@ -13,7 +13,7 @@ from tuner.core.comparison import Paired
 from tuner.errors import ToolError
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.builtin import build_once, compare_on_model, default_off_host, slower_beyond_noise
-from tuner.stages.model_timing import Comparison
+from tuner.stages.model_timing import Comparison, off_host
 from tuner.stages.variants import BuiltVariant, Variant
 
 
@@ -74,7 +74,7 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
     state = so_far()
     if current is default:
         check = default_off_host(env)
-        off = f" (but {check.split(':')[0]}, and no build tried computes it right)" if check else ""
+        off = f" (but {off_host(check)}, and no build tried computes it right)" if check else ""
         return None, replace(state, verdict=f"nothing to merge beat the default: the default is the result{off}")
     beside = (choices,) if choices is not default and choices is not current and choices.ok else ()
     final = measure("validate", default, current, 0, beside)
@@ -100,7 +100,8 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
                          speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name),
                          interval=interval.to_json() if interval else None)
-    if (p.speedup <= 1.0 or slower_beyond_noise(p)) and not final.reference_check:
+    not_faster = p.speedup <= 1.0 or slower_beyond_noise(p)
+    if not_faster and not final.reference_check:
         return replace(state, flags=(), kept=(), rewrites=(), program=None, figure=figure,
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
                                f"{len(p.ratios)} rounds): the default is the result")
@@ -118,9 +119,9 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
                  f"; the model-wide choices need the dispatch configs: alone (the compiler's configs) they are "
                  f"{alone.speedup:.2f}x the default, and the configs make them {on_top.speedup:.2f}x faster "
                  f"({won_on_top})")
-    if p.speedup <= 1.0 or slower_beyond_noise(p):  # and the default's result is off llvm-cpu's
+    if not_faster:  # and the default's result is off llvm-cpu's
         return replace(state, figure=figure,
-                       verdict=f"{final.reference_check.split(':')[0]}, and the tuned model's is not: the tuned "
+                       verdict=f"{off_host(final.reference_check)}, and the tuned model's is not: the tuned "
                                f"model is the result, though {p.speedup:.2f}x the default's time (median of "
                                f"{len(p.ratios)} interleaved rounds)")
     return replace(state, figure=figure,

@@ -60,6 +60,15 @@ class Comparison:
                    dict(data.get("failed", {})), data.get("numerics", ""), data.get("reference_check", ""))
 
 
+CHECKED_ON_HOST = ": every build is checked against llvm-cpu's"  # what follows from a reference_check
+
+
+def off_host(reference_check: str) -> str:
+    """A Comparison.reference_check's finding without what follows from it: "the result of
+    default is off llvm-cpu's on this host (relative error 1.1)"."""
+    return reference_check.removesuffix(CHECKED_ON_HOST)
+
+
 def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: ModuleRun, rounds: int,
             directory: Path, timer: ModelBenchmark = iree_benchmark,
             progress: Optional[Callable[[str, int, int], None]] = None,
@@ -86,7 +95,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
             off = relative_error(ref_out, host) if np.all(np.isfinite(ref_out)) else float("inf")
             if not off <= tolerance(settings.checked_type) * HOST_SLACK:
                 reference_check = (f"the result of {reference[0]} is off llvm-cpu's on this host (relative error "
-                                   f"{off:.2g}): every build is checked against llvm-cpu's")
+                                   f"{off:.2g}){CHECKED_ON_HOST}")
                 ref_out = host
         if ref_out is not None and not np.all(np.isfinite(ref_out)):
             # Nothing can be compared with a NaN or an infinity (a NaN error would pass any
