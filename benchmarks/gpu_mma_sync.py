@@ -1,0 +1,151 @@
+"""The transform-dialect mma.sync strategy (pipelines/llvmgpu_mma_sync.py) against IREE's default
+and torch.matmul (cuBLAS), by CUPTI kernel time, interleaved.
+
+    .venv/bin/python benchmarks/gpu_mma_sync.py compile --out DIR     # here: needs the compiler
+    python3 benchmarks/gpu_mma_sync.py measure --out DIR --rounds 6   # on the GPU: runtime + torch
+
+`compile` builds, for each shape, a program `main(f16[M,K], f16[K,N]) -> f32[M,N]` three ways:
+IREE's default, and each strategy kernel that lays out on it (through
+`--iree-codegen-transform-dialect-library=FILE@__kernel_config`). Each build's PTX is read back:
+a strategy build counts only where its kernel has `ldmatrix`, `cp.async` (when pipelined) and
+`mma.sync`; the default's counts are printed beside. `measure` runs every module and torch.matmul
+(f16 out) on the same inputs in rotating order for each round: each one's kernel time per call
+is the mean of 20 calls under one torch.profiler (CUPTI) session. Each module's result is
+compared with torch's f32 matmul of the same inputs first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SHAPES = {"square_4096": (4096, 4096, 4096), "llama7b_mlp_up": (2048, 11008, 4096),
+          "llama7b_mlp_down": (2048, 4096, 11008)}
+KERNELS = [(128, 128, 32, 2, 2, 3), (128, 128, 32, 2, 2, 4), (128, 128, 32, 2, 2, 5), (128, 128, 64, 2, 2, 3),
+           (128, 128, 32, 2, 4, 4), (128, 256, 32, 2, 4, 3), (128, 256, 32, 2, 4, 4), (256, 128, 32, 4, 2, 3),
+           (256, 128, 32, 4, 2, 4), (128, 256, 64, 2, 4, 3), (64, 128, 32, 2, 2, 4), (128, 128, 32, 2, 2, 1)]
+SHARED_LIMIT = 166912  # IREE 3.13's sm_80 target: max_workgroup_memory_bytes
+PTX = {"mma.sync": r"mma\.sync", "ldmatrix": r"ldmatrix", "cp.async": r"cp\.async\.c[ag]", "ld.shared": r"ld\.shared\."}
+
+
+def program(m: int, n: int, k: int) -> str:
+    return (f"func.func @main(%a: tensor<{m}x{k}xf16>, %b: tensor<{k}x{n}xf16>) -> tensor<{m}x{n}xf32> {{\n"
+            f"  %zero = arith.constant 0.0 : f32\n  %e = tensor.empty() : tensor<{m}x{n}xf32>\n"
+            f"  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>\n"
+            f"  %c = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf16>, tensor<{k}x{n}xf16>) "
+            f"outs(%acc : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>\n  return %c : tensor<{m}x{n}xf32>\n}}\n")
+
+
+def compile_all(out: Path) -> None:
+    from pipelines.llvmgpu_mma_sync import MmaSyncTiles, library_for_every_contraction
+    from tuner.targets import parse_target
+
+    flags = parse_target("cuda").compile_flags
+    manifest = {}
+    for shape, (m, n, k) in SHAPES.items():
+        work = out / shape
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "main.mlir").write_text(program(m, n, k))
+        builds = {"default": []}
+        for kernel in (MmaSyncTiles(*t) for t in KERNELS):
+            if kernel.fits(m, n, k, SHARED_LIMIT):
+                name = f"s{kernel.block_m}x{kernel.block_n}k{kernel.block_k}w{kernel.warps_m}x{kernel.warps_n}p{kernel.stages}"
+                (work / f"{name}.mlir").write_text(library_for_every_contraction(kernel))
+                builds[name] = [f"--iree-codegen-transform-dialect-library={work / name}.mlir@__kernel_config"]
+        manifest[shape] = {"mnk": [m, n, k], "modules": {}}
+        for name, extra in builds.items():
+            with tempfile.TemporaryDirectory() as dump:
+                run = subprocess.run(["iree-compile", str(work / "main.mlir"), *flags, *extra,
+                                      f"--iree-hal-dump-executable-binaries-to={dump}", "-o", str(work / f"{name}.vmfb")],
+                                     capture_output=True, text=True)
+                ptx = "\n".join(p.read_text() for p in Path(dump).glob("*.ptx"))
+            counts = {label: len(re.findall(pattern, ptx)) for label, pattern in PTX.items()}
+            took = name == "default" or (counts["ldmatrix"] > 0 and counts["mma.sync"] > 0
+                                         and (counts["cp.async"] > 0 or name.endswith("p1")))
+            status = "ok" if run.returncode == 0 and took else ("failed" if run.returncode else "not taken")
+            print(f"{shape:18s} {name:22s} {status:9s} " + " ".join(f"{l}={c}" for l, c in counts.items()), flush=True)
+            if status == "ok":
+                manifest[shape]["modules"][name] = {"vmfb": f"{shape}/{name}.vmfb", "ptx": counts}
+            elif run.returncode:
+                (work / f"{name}.log").write_text(run.stderr[-20000:])
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def measure(out: Path, rounds: int, calls: int = 20) -> None:
+    import numpy as np
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import iree.runtime as rt
+
+    def kernel_ms(prof) -> float:
+        return sum(e.device_time_total for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA) / 1000.0 / calls
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    config = rt.Config("cuda")
+    report = {}
+    for shape, entry in manifest.items():
+        m, n, k = entry["mnk"]
+        rng = np.random.default_rng(0)
+        a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+        b = rng.uniform(-1, 1, (k, n)).astype(np.float16)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        reference = torch.matmul(ta.float(), tb.float())
+        scale = float(reference.abs().max())
+        runs, errors = {}, {}
+        for name, module in entry["modules"].items():
+            ctx = rt.SystemContext(config=config)
+            ctx.add_vm_module(rt.VmModule.mmap(ctx.instance, str(out / module["vmfb"])))
+            fn = ctx.modules.module["main"]
+            ad, bd = rt.asdevicearray(config.device, a), rt.asdevicearray(config.device, b)
+            result = torch.from_numpy(np.asarray(fn(ad, bd).to_host())).cuda()
+            errors[name] = float((result - reference).abs().max()) / scale
+            runs[name] = (lambda fn=fn, ad=ad, bd=bd: fn(ad, bd))
+        runs["torch"] = lambda: torch.matmul(ta, tb)
+        errors["torch"] = float((torch.matmul(ta, tb).float() - reference).abs().max()) / scale
+        times = {name: [] for name in runs}
+        names = list(runs)
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                for _ in range(3):
+                    runs[name]()
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(calls):
+                        last = runs[name]()
+                    torch.cuda.synchronize()
+                    if name != "torch":
+                        last.to_host()
+                times[name].append(kernel_ms(prof))
+        flops = 2.0 * m * n * k
+        report[shape] = {}
+        base = float(np.median(times["default"]))
+        print(f"\n{shape} ({m}x{n}x{k}): median CUPTI kernel ms of {rounds} rounds")
+        for name, t in times.items():
+            med = float(np.median(t))
+            report[shape][name] = {"ms": med, "all_ms": t, "error": errors[name],
+                                   "tflops": flops / med / 1e9, "vs_default": base / med}
+            print(f"  {name:22s} {med:8.4f} ms  {flops / med / 1e9:6.1f} TFLOP/s  {base / med:5.2f}x default  "
+                  f"max err {errors[name]:.1e} of max|C|")
+    (out / "measured.json").write_text(json.dumps(report, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=["compile", "measure"])
+    parser.add_argument("--out", type=Path, default=Path(".gpu-mma-sync"))
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    compile_all(args.out) if args.step == "compile" else measure(args.out, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
