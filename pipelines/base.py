@@ -47,6 +47,9 @@ class Config:
     # The config goes in at the codegen stage (a @__kernel_config entry, where the dispatch's
     # ops are those the compiler configures) even on targets whose specs are preprocessing specs.
     codegen_spec: bool = False
+    # Transform named sequences the spec must hold beside its entry: a transform-dialect codegen
+    # strategy that the compilation_info's translation_info names (`codegen_spec = @name`).
+    codegen_sequences: str = ""
     # The dispatch whose root op the config goes on, where it is not the tuned dispatch's own:
     # a contraction's data-tiled linalg.mmt4d (Dispatch.data_tiled), which exists under `flags`.
     applies_to: Optional[Dispatch] = None

@@ -24,17 +24,27 @@ Each phase is its own named sequence: a phase's handles end with it, so a later 
 conversion replaces the loop's vector values) is not refused by the transform interpreter's
 tracking of a handle nobody uses again.
 
-What it takes (checked compile-only on cuda, read back from the PTX): f16 x f16 -> f32 `C = A B`
-with static M, N, K that the tiles divide. What it does not take yet: batch dims, transposed
-operands, fused consumers, bf16, shapes the tiles do not divide (no padding)."""
+What it takes (compiled, read back from the PTX, and checked against torch on the H100): f16 x
+f16 -> f32 `C = A B` with static M, N, K that the tiles divide. What it does not take yet: batch
+dims, B stored N x K (it compiles, but the result is wrong), fused consumers, bf16, shapes the
+tiles do not divide (no padding)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping
+
+from constraints import IntKnob, Problem, tiling
+from pipelines.base import Config, KnobValue, Pipeline
+from pipelines.dispatch import Dispatch, DispatchKind
+from pipelines.llvmgpu_common import MAX_ACCUMULATOR_REGISTERS, shared_memory_bytes
+
+if TYPE_CHECKING:
+    from iree.compiler import ir
 
 WARP = 32  # threads per warp on cuda
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
-STRATEGY = "mma_sync_matmul"
+STRATEGY = "mma_sync"  # the prefix of each kernel's named sequences
 # Rows of the shared-memory tiles are padded by 16 bytes: unpadded, the 8 rows one ldmatrix
 # reads (64 or 256 bytes apart) fall on the same 4 of the 32 banks, 4- and 8-way conflicts.
 PAD_BITS = 128
@@ -74,6 +84,16 @@ class MmaSyncTiles:
                 and all(c % (8 * self.threads) == 0 for c in copies)
                 and self.shared_bytes() <= shared_limit)
 
+    @property
+    def name(self) -> str:
+        """The kernel's strategy symbol: several kernels can sit in one spec (a model's)."""
+        return (f"{STRATEGY}_{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}"
+                f"_s{self.stages}")
+
+    def tile_sizes(self) -> list[int]:
+        """What the root op's lowering_config carries: the strategy finds the op by it."""
+        return [self.block_m, self.block_n, self.block_k]
+
     def label(self) -> str:
         return (f"wg {self.block_m}x{self.block_n} k{self.block_k}, warps {self.warps_m}x{self.warps_n}, "
                 f"{self.stages} stages")
@@ -104,7 +124,8 @@ def _tile_and_promote(t: MmaSyncTiles) -> str:
     across = min(t.block_n // 4, t.threads)
     fill_threads = f"[{t.threads // across}, {across}]"
     return (
-        f'    %mm = transform.structured.match ops{{["linalg.generic"]}} in %root : {ANY} -> !transform.any_op\n'
+        f"    %mm = transform.structured.match ops{{[\"linalg.generic\", \"linalg.matmul\"]}} attributes {{lowering_config = {lowering_config(t)}}} in %root "
+        f": {ANY} -> !transform.any_op\n"
         f'    %fill = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
         f"    %tiled, %grid = transform.structured.tile_using_forall %mm tile_sizes [{t.block_m}, {t.block_n}] "
         f"(mapping = [#gpu.block<y>, #gpu.block<x>]) : {ANY} -> (!transform.any_op, !transform.any_op)\n"
@@ -165,13 +186,13 @@ def _drop_barriers() -> str:
     return _func("%f") + f"    %g = transform.iree.eliminate_gpu_barriers %f : {ANY} -> !transform.any_op\n"
 
 
-def _hoist_accumulators() -> str:
+def _hoist_accumulators(t: MmaSyncTiles) -> str:
     return (_func("%f")
             + f"    transform.iree.hoist_static_alloc %f : {ANY} -> ()\n"
             + _apply("%f", "memref.fold_memref_alias_ops")
             + _apply("%f", "iree.prepare_vector_to_mma")
             + _apply("%f", "iree.unroll_vectors_gpu_mma_sync")
-            + f"    transform.include @{STRATEGY}_sync_loops failures(propagate) (%f) : {ANY} -> ()\n"
+            + f"    transform.include @{t.name}_sync_loops failures(propagate) (%f) : {ANY} -> ()\n"
             + _apply("%f", "memref.fold_memref_alias_ops", "canonicalization")
             + "    transform.apply_cse to %f : !transform.any_op\n"
             f"    %h = transform.structured.hoist_redundant_vector_transfers %f : {ANY} -> !transform.any_op\n"
@@ -218,37 +239,127 @@ def _pipeline(t: MmaSyncTiles) -> str:
 
 
 def strategy(t: MmaSyncTiles) -> str:
-    """The named sequences of the strategy (@mma_sync_matmul and its phases), to sit in a
-    transform library beside the @__kernel_config that names it."""
+    """The named sequences of one kernel (@<t.name> and its phases), to sit in a transform
+    library beside the @__kernel_config whose compilation_info names it."""
     phases = [("tile", _tile_and_promote(t)), ("vectorize", _vectorize_and_bufferize()), ("mark", _mark_copies()), ("threads", _map_to_threads(t)), ("barriers", _drop_barriers()),
-              ("hoist", _hoist_accumulators()), ("mma", _to_mma()), ("buffers", _multibuffer(t)),
+              ("hoist", _hoist_accumulators(t)), ("mma", _to_mma()), ("buffers", _multibuffer(t)),
               ("pipeline", _pipeline(t))]
-    entry = "".join(f"    transform.include @{STRATEGY}_{name} failures(propagate) (%root) : {ANY} -> ()\n"
+    entry = "".join(f"    transform.include @{t.name}_{name} failures(propagate) (%root) : {ANY} -> ()\n"
                     for name, _ in phases)
-    sync = (f"  transform.named_sequence @{STRATEGY}_sync_loops(%f: !transform.any_op {{transform.readonly}}) {{\n"
+    sync = (f"  transform.named_sequence @{t.name}_sync_loops(%f: !transform.any_op {{transform.readonly}}) {{\n"
             f'    %for = transform.structured.match ops{{["scf.for"]}} in %f : {ANY} -> !transform.any_op\n'
             f"    transform.iree.synchronize_loop %for : {ANY} -> ()\n    transform.yield\n  }}\n")
-    return _sequence(STRATEGY, entry) + "".join(_sequence(f"{STRATEGY}_{n}", b) for n, b in phases) + sync
+    return _sequence(t.name, entry) + "".join(_sequence(f"{t.name}_{n}", b) for n, b in phases) + sync
 
 
-def translation_info() -> str:
+def lowering_config(t: MmaSyncTiles) -> str:
+    return f"#iree_codegen.lowering_config<tile_sizes = [{t.tile_sizes()}]>"
+
+
+def translation_info(t: MmaSyncTiles) -> str:
     return (f"#iree_codegen.translation_info<pipeline = #iree_codegen.transform_dialect_codegen "
-            f"codegen_spec = @{STRATEGY}>")
+            f"codegen_spec = @{t.name}>")
+
+
+def compilation_info(t: MmaSyncTiles) -> str:
+    """What goes on the root op: the compiler moves the translation_info to the dispatch's
+    function (and the lowering_config stays on the op, where the strategy finds it)."""
+    return f"#iree_codegen.compilation_info<lowering_config = {lowering_config(t)}, translation_info = {translation_info(t)}>"
 
 
 def library_for_every_contraction(t: MmaSyncTiles) -> str:
     """A whole codegen-stage library that sends every dispatch whose root is a linalg.generic
-    down the strategy: for a program of one matmul (benchmarks/gpu_mma_sync.py), not for models."""
+    down the kernel: for a program of one matmul (benchmarks/gpu_mma_sync.py), not for models
+    (the tuner's specs match each dispatch by its own matcher)."""
     return ("module attributes {transform.with_named_sequence} {\n" + strategy(t)
             + "  transform.named_sequence @match_generic(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {\n"
             '    transform.match.operation_name %op ["linalg.generic"] : !transform.any_op\n'
             "    transform.yield %op : !transform.any_op\n  }\n"
             "  transform.named_sequence @annotate(%op: !transform.any_op {transform.readonly}) {\n"
-            '    %func = transform.get_parent_op %op <{op_name = "func.func"}> : (!transform.any_op) -> !transform.any_op\n'
-            f"    %ti = transform.param.constant {translation_info()} -> !transform.any_param\n"
-            '    transform.annotate %func "translation_info" = %ti : !transform.any_op, !transform.any_param\n'
+            f"    %ci = transform.param.constant {compilation_info(t)} -> !transform.any_param\n"
+            '    transform.annotate %op "compilation_info" = %ci : !transform.any_op, !transform.any_param\n'
             "    transform.yield\n  }\n"
             "  transform.named_sequence @__kernel_config(%variant: !transform.any_op {transform.consumed}) -> !transform.any_op "
             "attributes {iree_codegen.tuning_spec_entrypoint} {\n"
             "    %r = transform.foreach_match in %variant @match_generic -> @annotate : (!transform.any_op) -> !transform.any_op\n"
             "    transform.yield %r : !transform.any_op\n  }\n}\n")
+
+
+class LLVMGPUMmaSync(Pipeline):
+    """Knobs: `block_m`, `block_n` (the workgroup tile), `block_k` (the K step), `warps_m`,
+    `warps_n` (the warp grid; each warp holds a (block_m/warps_m) x (block_n/warps_n) tile of
+    m16n8k16 MMAs) and `stages` (A and B tiles in flight; 1: no cp.async, no pipelining).
+
+    Picked by name (`--pipeline llvmgpu_mma_sync`): TileAndFuse stays the one that tunes the
+    compiler's own choice. It takes what the strategy does: cuda, one M, N and K dim, no batch,
+    f16 x f16 -> f32, A stored M x K, B stored K x N, C M x N, the tiles dividing every dim (it
+    does not pad). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
+    so it is declined."""
+
+    name = "llvmgpu_mma_sync"
+    aliases = ("mma_sync",)
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or dispatch.batch_dims
+                or (len(dispatch.m_dims), len(dispatch.n_dims), len(dispatch.k_dims)) != (1, 1, 1)
+                or (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type) != ("f16", "f16", "f32")
+                or len(dispatch.operand_dims) != 3):
+            return False
+        m, n, k = dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0]
+        lhs, rhs, out = dispatch.operand_dims
+        return lhs == (m, k) and rhs == (k, n) and out == (m, n)
+
+    def declines(self, dispatch: Dispatch) -> str | None:
+        if self.supports(dispatch) or dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION:
+            return None
+        if len(dispatch.operand_dims) == 3 and dispatch.k_dims and dispatch.n_dims \
+                and dispatch.operand_dims[1] == (dispatch.n_dims[0], dispatch.k_dims[0]):
+            return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "
+                    "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered")
+        return "the mma.sync kernel takes only f16 x f16 -> f32 C = A B with one M, N and K dim and no batch"
+
+    def _mnk(self, dispatch: Dispatch) -> tuple[int, int, int]:
+        b = dispatch.loop_bounds
+        return b[dispatch.m_dims[0]], b[dispatch.n_dims[0]], b[dispatch.k_dims[0]]
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        m, n, k = self._mnk(dispatch)
+        p = Problem()
+        bm = p.add_knob(IntKnob.of("block_m", [128, 256, 64])).var
+        bn = p.add_knob(IntKnob.of("block_n", [256, 128, 64])).var
+        bk = p.add_knob(IntKnob.of("block_k", [32, 64, 16])).var
+        wm = p.add_knob(IntKnob.of("warps_m", [2, 4, 1])).var
+        wn = p.add_knob(IntKnob.of("warps_n", [4, 2, 1])).var
+        stages = p.add_knob(IntKnob.of("stages", [3, 4, 2, 5, 1])).var
+        threads = WARP * wm * wn
+        pad = PAD_BITS // 16
+        p.require(
+            tiling.divides(bm, m), tiling.divides(bn, n), tiling.divides(bk, k),
+            # Each warp holds whole MMAs: 16 rows, and 16 columns (two n8 tiles per ldmatrix.x4).
+            tiling.divides(wm * MMA_M, bm), tiling.divides(wn * 2 * MMA_N, bn), tiling.divides(MMA_K, bk),
+            # Each thread copies whole 16-byte vectors of the A and B tiles.
+            tiling.divides(8 * threads, bm * bk), tiling.divides(8 * threads, bk * bn),
+            tiling.within(threads, dispatch.target.max_threads_per_workgroup or 1024),
+            tiling.within(2 * (bm * (bk + pad) + bk * (bn + pad)) * stages, shared_memory_bytes(dispatch)),
+            # f32 accumulators per thread.
+            tiling.within(bm * bn, MAX_ACCUMULATOR_REGISTERS * threads),
+        )
+        # Preferences from issue 38's shapes (4096^3, Llama-7B's MLP; BENCHMARKS.md): a 128x256
+        # tile on 8 warps, 3-4 stages, a K step of 32; a grid that fills the H100's 132 SMs.
+        p.prefer("fills_the_gpu", (m / bm) * (n / bn) >= 132)
+        p.prefer("wide_tile", bm * bn >= 128 * 256)
+        p.prefer("eight_warps", wm * wn == 8)
+        p.prefer("pipelined", stages >= 3)
+        p.prefer("k_step_32", bk == 32)
+        return p
+
+    def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        from iree.compiler import ir
+
+        t = MmaSyncTiles(*(int(s[k]) for k in ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages")))
+        with ctx:  # printed by the compiler's own printer, as the read-back will print them
+            info = ir.Attribute.parse(compilation_info(t))
+            lowering, translation = ir.Attribute.parse(lowering_config(t)), ir.Attribute.parse(translation_info(t))
+        return Config(knobs=dict(s), compilation_info=str(info), summary=f"mma.sync {t.label()}",
+                      expect_lowering_config=str(lowering), expect_translation_info=str(translation),
+                      codegen_spec=True, codegen_sequences=strategy(t))

@@ -9,6 +9,7 @@ from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 from pipelines.llvmcpu_elementwise import LLVMCPUElementwise
 from pipelines.llvmcpu_mmt4d import LLVMCPUMmt4d
 from pipelines.llvmcpu_reduction import LLVMCPUReduction
+from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from pipelines.llvmgpu_tile_and_fuse_elementwise import LLVMGPUTileAndFuseElementwise
 from pipelines.llvmgpu_vector_distribute import LLVMGPUVectorDistribute
@@ -29,6 +30,8 @@ PIPELINES: dict[str, Pipeline] = {
         LLVMGPUVectorDistributeAttention(),
         LLVMGPUVectorDistributeReduction(),
         LLVMGPUTileAndFuseElementwise(),
+        # By name only, like VectorDistribute: a transform-dialect mma.sync kernel for contractions.
+        LLVMGPUMmaSync(),
     )
 }
 

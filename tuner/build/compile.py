@@ -90,7 +90,10 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
                               flags, cdir)
         bench = sources[0] if len(sources) == 1 else combine(sources, cdir / COMBINED_BENCHMARK)
         # Its configuration is dumped too: the module that is timed is checked like the full one.
-        bench_run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(bench), *target.compile_flags,
+        # A transform-dialect codegen strategy the baked-in config names lives in the spec:
+        # the benchmark's compile needs that library too.
+        strategy = (target.spec_flags(str(spec.resolve()), codegen=True) if c.config.codegen_sequences else [])
+        bench_run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(bench), *target.compile_flags, *strategy,
                               f"--iree-hal-dump-executable-configurations-to={cdir / BENCH_CONFIGS}",
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
         if not bench_run.ok:

@@ -233,6 +233,19 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
     _entrypoint(names, actions, entry)
 
 
+def _codegen_sequences(configs: list[tuple[Dispatch, Config]]) -> None:
+    """The named sequences the configs' transform-dialect codegen strategies consist of
+    (Config.codegen_sequences), parsed and copied into the spec, each symbol once."""
+    seen: set[str] = set()
+    for text in dict.fromkeys(c.codegen_sequences for _, c in configs if c.codegen_sequences):
+        library = ir.Module.parse("module attributes {transform.with_named_sequence} {\n" + text + "}")
+        for op in list(library.body.operations):
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            if name not in seen:
+                seen.add(name)
+                op.operation.clone(ip=ir.InsertionPoint.current)
+
+
 def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:
     """A spec that gives each dispatch's root op its config's compilation_info (and its other root
     attributes: attention's decomposition_config; split-K configs split the op first; reductions configure every op the
@@ -259,6 +272,7 @@ def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: s
             # Lets IREE link this spec with its own default specs; it requires a foreach_match.
             module.operation.attributes["iree_codegen.tuning_spec_with_default_entrypoint"] = ir.UnitAttr.get()
         with ir.InsertionPoint(module.body):
+            _codegen_sequences(codegen)
             _actions(configs)
             if entry == TRANSFORM_MAIN:
                 _stage(preprocessing, TRANSFORM_MAIN)

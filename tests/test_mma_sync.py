@@ -1,0 +1,106 @@
+"""The transform-dialect mma.sync kernel (pipelines/llvmgpu_mma_sync.py): its rules on
+hand-counted configs, which dispatches it takes, the spec that carries its strategy, and (slow)
+its candidates compiled for sm_80 with the kernel read back from the PTX."""
+
+import re
+from dataclasses import replace
+
+import pytest
+from iree.compiler import ir
+
+from pipelines import pipeline_for
+from constraints import enumerate_solutions
+from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync, MmaSyncTiles, strategy
+from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
+from tuner.discovery.program import discover
+from tuner.specs.transform import build_spec
+from tuner.targets import parse_target
+from tests.conftest import SAMPLES, run_cli
+
+PIPE = LLVMGPUMmaSync()
+KNOBS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages")
+
+
+@pytest.fixture(scope="module")
+def square():
+    [d] = discover(SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir", parse_target("cuda:sm_80"), ir.Context())
+    return d
+
+
+def admits(problem, *values) -> bool:
+    return problem.admits(dict(zip(KNOBS, values)))
+
+
+def test_hand_counted_configs_are_admitted_or_refused_for_their_reason(square):
+    p = PIPE.build_problem(square)
+    # 8 warps of 64x64; shared 2*(128*40 + 32*264)*3 = 81,408 bytes of 166,912.
+    assert admits(p, 128, 256, 32, 2, 4, 3)
+    # 16 warps of 64x64 (128 accumulators each); shared 2*(256*40 + 32*264)*3 = 112,128.
+    assert admits(p, 256, 256, 32, 4, 4, 3)
+    # Shared memory: 2*(128*72 + 64*264)*5 = 261,120 bytes.
+    assert not admits(p, 128, 256, 64, 2, 4, 5)
+    # Accumulators: 256*256 / (4 warps * 32 lanes) = 512 per thread, over 128.
+    assert not admits(p, 256, 256, 32, 2, 2, 3)
+    # Copies: the 64x32 A tile is 2,048 halves; 16 warps copy 4,096 at a time.
+    assert not admits(p, 64, 64, 32, 4, 4, 3)
+    # Whole MMAs: a 64-row tile over 8 warps leaves 8 rows a warp, under 16.
+    assert not admits(p, 64, 256, 32, 8, 1, 3)
+
+
+def test_a_tile_that_does_not_divide_the_shape_is_refused(square):
+    odd = replace(square, loop_bounds=(4096, 2816, 4096))  # 2816 = 11 * 256
+    p = PIPE.build_problem(odd)
+    assert admits(p, 128, 256, 32, 2, 4, 3)
+    narrow = replace(square, loop_bounds=(4096, 2688, 4096))  # 2688 = 21 * 128, not a multiple of 256
+    p = PIPE.build_problem(narrow)
+    assert not admits(p, 128, 256, 32, 2, 4, 3) and admits(p, 128, 128, 32, 2, 2, 3)
+
+
+def test_it_takes_plain_f16_matmuls_by_name_only_and_declines_a_stored_transposed_b(square):
+    assert PIPE.supports(square)
+    assert pipeline_for(square).name == "llvmgpu_tile_and_fuse"  # the compiler's choice stays the default
+    assert pipeline_for(square, "llvmgpu_mma_sync").name == "llvmgpu_mma_sync"
+    m, n, k = square.m_dims[0], square.n_dims[0], square.k_dims[0]
+    transposed = replace(square, operand_dims=((m, k), (n, k), (m, n)))
+    assert not PIPE.supports(transposed) and "wrong result" in PIPE.declines(transposed)
+    assert not PIPE.supports(replace(square, lhs_type="f32", rhs_type="f32"))
+    assert not PIPE.supports(replace(square, target=replace(square.target, backend="rocm")))
+
+
+def test_a_config_names_its_kernel_and_the_spec_carries_each_kernel_once(square, ctx):
+    solution = dict(zip(KNOBS, (128, 256, 32, 2, 4, 3)))
+    config = PIPE.to_config(square, solution, ctx)
+    name = MmaSyncTiles(128, 256, 32, 2, 4, 3).name
+    assert f"codegen_spec = @{name}" in config.expect_translation_info
+    assert config.expect_lowering_config == "#iree_codegen.lowering_config<tile_sizes = [[128, 256, 32]]>"
+    assert config.codegen_spec and config.codegen_sequences == strategy(MmaSyncTiles(128, 256, 32, 2, 4, 3))
+    other = PIPE.to_config(square, {**solution, "stages": 4}, ctx)
+    # Three dispatches of a model: two take the same kernel, one another.
+    second = replace(square, name=square.name + "_b", loop_bounds=(2048, 4096, 4096))
+    third = replace(square, name=square.name + "_c", loop_bounds=(1024, 4096, 4096))
+    text = str(build_spec([(square, config), (second, config), (third, other)], ctx))
+    assert len(re.findall(rf"transform.named_sequence @{name}\(", text)) == 1
+    assert len(re.findall(r"transform.named_sequence @mma_sync_128x256x32_w2x4_s4\(", text)) == 1
+    assert "__kernel_config" in text and "compilation_info" in text
+
+
+def test_a_spec_of_another_pipelines_config_holds_no_strategy(square, ctx):
+    tile_and_fuse = LLVMGPUTileAndFuse()
+    solution = next(iter(enumerate_solutions(tile_and_fuse.build_problem(square), 1)))
+    text = str(build_spec([(square, tile_and_fuse.to_config(square, solution, ctx))], ctx))
+    assert "compilation_info" in text and "transform_dialect_codegen" not in text and "mma_sync" not in text
+
+
+@pytest.mark.slow
+def test_candidates_compile_for_sm80_and_their_kernels_use_ldmatrix_and_cp_async(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("tune", str(SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir"), "--target", "cuda:sm_80",
+                     "--pipeline", "llvmgpu_mma_sync", "--budget", "2", "--compile-only", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "compiled 3 of 3 candidates" in result.output
+    for cid in ("0001", "0002"):
+        ptx = "\n".join(p.read_text() for p in (out / "candidates" / cid / "binaries").glob("*.ptx"))
+        # The strategy ran: its kernel, not TileAndFuse's (which has neither).
+        assert "ldmatrix" in ptx and "cp.async" in ptx and "mma.sync" in ptx
+    baseline = "\n".join(p.read_text() for p in (out / "candidates" / "0000" / "binaries").glob("*.ptx"))
+    assert "ldmatrix" not in baseline
