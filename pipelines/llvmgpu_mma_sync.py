@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 WARP = 32  # threads per warp on cuda
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
+REGISTERS_PER_SM = 65536  # 32-bit registers of one SM (sm_80 and sm_90 alike)
+OTHER_REGISTERS = 64  # a thread's registers besides its accumulators, about
 STRATEGY = "mma_sync"  # the prefix of each kernel's named sequences
 # Rows of the shared-memory tiles are padded by 16 bytes: unpadded, the 8 rows one ldmatrix
 # reads (64 or 256 bytes apart) fall on the same 4 of the 32 banks, 4- and 8-way conflicts.
@@ -343,6 +345,11 @@ class LLVMGPUMmaSync(Pipeline):
             tiling.within(2 * (bm * (bk + pad) + bk * (bn + pad)) * stages, shared_memory_bytes(dispatch)),
             # f32 accumulators per thread.
             tiling.within(bm * bn, MAX_ACCUMULATOR_REGISTERS * threads),
+            # Registers: the accumulators and about 64 more a thread (fragments, addresses) for
+            # every thread of the workgroup in one SM's 65,536. Over it, ptxas caps each thread
+            # and spills: 256x256 on 16 warps (128 accumulators each) ran 20.99 ms on 4096^3,
+            # 0.45 ms on 8 warps of 128x256.
+            tiling.within((bm * bn / threads + OTHER_REGISTERS) * threads, REGISTERS_PER_SM),
         )
         # Preferences from issue 38's shapes (4096^3, Llama-7B's MLP; BENCHMARKS.md): a 128x256
         # tile on 8 warps, 3-4 stages, a K step of 32; a grid that fills the H100's 132 SMs.

@@ -35,8 +35,10 @@ def test_hand_counted_configs_are_admitted_or_refused_for_their_reason(square):
     p = PIPE.build_problem(square)
     # 8 warps of 64x64; shared 2*(128*40 + 32*264)*3 = 81,408 bytes of 166,912.
     assert admits(p, 128, 256, 32, 2, 4, 3)
-    # 16 warps of 64x64 (128 accumulators each); shared 2*(256*40 + 32*264)*3 = 112,128.
-    assert admits(p, 256, 256, 32, 4, 4, 3)
+    # 16 warps of 64x64: (128 accumulators + 64) * 512 threads = 98,304 registers, over 65,536.
+    assert not admits(p, 256, 256, 32, 4, 4, 3)
+    # 16 warps of 32x64 on 128x256: (64 + 64) * 512 = 65,536 registers, just within.
+    assert admits(p, 128, 256, 32, 4, 4, 3)
     # Shared memory: 2*(128*72 + 64*264)*5 = 261,120 bytes.
     assert not admits(p, 128, 256, 64, 2, 4, 5)
     # Accumulators: 256*256 / (4 warps * 32 lanes) = 512 per thread, over 128.
