@@ -110,6 +110,10 @@ def _func(name: str) -> str:
     return f'    {name} = transform.structured.match ops{{["func.func"]}} in %root : (!transform.any_op) -> !transform.any_op\n'
 
 
+def _cse(target: str) -> str:
+    return f"    transform.apply_cse to {target} : !transform.any_op\n"
+
+
 def _sequence(name: str, body: str) -> str:
     return (f"  transform.named_sequence @{name}(%root: !transform.any_op {{transform.readonly}}) {{\n"
             f"{body}    transform.yield\n  }}\n")
@@ -153,8 +157,8 @@ def _vectorize_and_bufferize() -> str:
         + _apply("%func", "linalg.tiling_canonicalization", "scf.for_loop_canonicalization", "canonicalization")
         + f"    %vec = transform.structured.vectorize_children_and_apply_patterns %func : {ANY} -> !transform.any_op\n"
         + _apply("%vec", "vector.fold_arith_extension", "canonicalization")
-        + "    transform.apply_cse to %vec : !transform.any_op\n"
-        f"    transform.iree.eliminate_empty_tensors %root : {ANY} -> ()\n"
+        + _cse("%vec")
+        + f"    transform.iree.eliminate_empty_tensors %root : {ANY} -> ()\n"
         f"    %buf = transform.iree.bufferize <{{target_gpu}}> %vec : {ANY} -> (!transform.any_op)\n")
 
 
@@ -167,10 +171,10 @@ def _mark_copies() -> str:
     fold away first)."""
     return (_func("%f")
             + _apply("%f", "scf.for_loop_canonicalization", "canonicalization")
-            + "    transform.apply_cse to %f : !transform.any_op\n"
+            + _cse("%f")
             + _apply("%f", "canonicalization")
-            + "    transform.apply_cse to %f : !transform.any_op\n"
-            f'    %copies = transform.structured.match ops{{["linalg.generic"]}} in %f : {ANY} -> !transform.any_op\n'
+            + _cse("%f")
+            + f'    %copies = transform.structured.match ops{{["linalg.generic"]}} in %f : {ANY} -> !transform.any_op\n'
             '    %marker = transform.param.constant "copy_to_workgroup_memory" -> !transform.any_param\n'
             '    transform.annotate %copies "__internal_linalg_transform__" = %marker : !transform.any_op, !transform.any_param\n')
 
@@ -196,8 +200,8 @@ def _hoist_accumulators(t: MmaSyncTiles) -> str:
             + _apply("%f", "iree.unroll_vectors_gpu_mma_sync")
             + f"    transform.include @{t.name}_sync_loops failures(propagate) (%f) : {ANY} -> ()\n"
             + _apply("%f", "memref.fold_memref_alias_ops", "canonicalization")
-            + "    transform.apply_cse to %f : !transform.any_op\n"
-            f"    %h = transform.structured.hoist_redundant_vector_transfers %f : {ANY} -> !transform.any_op\n"
+            + _cse("%f")
+            + f"    %h = transform.structured.hoist_redundant_vector_transfers %f : {ANY} -> !transform.any_op\n"
             f"    transform.memref.erase_dead_alloc_and_stores %h : {ANY} -> ()\n")
 
 
@@ -225,8 +229,8 @@ def _pipeline(t: MmaSyncTiles) -> str:
     pipelined = ""
     if t.stages > 1:
         pipelined = (f"    transform.iree.create_async_groups %f <{{use_mma_sync}}> : {ANY} -> ()\n"
-                     "    transform.apply_cse to %f : !transform.any_op\n"
-                     f'    %for = transform.structured.match ops{{["scf.for"]}} in %f : {ANY} -> !transform.any_op\n'
+                     + _cse("%f")
+                     + f'    %for = transform.structured.match ops{{["scf.for"]}} in %f : {ANY} -> !transform.any_op\n'
                      f"    %piped = transform.iree.pipeline_shared_memory_copies %for <{{depth = {t.stages} : i64, use_mma_sync}}> "
                      f": {ANY} -> !transform.any_op\n")
     return (_func("%f")
@@ -237,7 +241,7 @@ def _pipeline(t: MmaSyncTiles) -> str:
             + _apply("%f", "vector.materialize_masks")
             + _apply("%f", "linalg.tiling_canonicalization", "memref.fold_memref_alias_ops", "canonicalization")
             + "    transform.iree.apply_licm %f : !transform.any_op\n"
-            "    transform.apply_cse to %f : !transform.any_op\n")
+            + _cse("%f"))
 
 
 def strategy(t: MmaSyncTiles) -> str:
