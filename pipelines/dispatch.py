@@ -152,6 +152,9 @@ class Dispatch:
     # compiler configures in the same dispatch.
     result_type: str = ""
     fused: tuple[FusedOp, ...] = ()
+    # The dispatch's compute ops besides the root and its fills, by name (a matmul's fused bias
+    # and activation: linalg.generic), whatever the kind; () where none, or where not read.
+    other_ops: tuple[str, ...] = ()
     # CPU contractions: the data-tiled op (linalg.mmt4d) the compiler forms from this one under
     # data tiling with early materialization, as discovery found it there; None where not looked for.
     data_tiled: Optional["Dispatch"] = None

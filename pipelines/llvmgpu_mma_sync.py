@@ -298,8 +298,8 @@ class LLVMGPUMmaSync(Pipeline):
 
     Picked by name (`--pipeline llvmgpu_mma_sync`): TileAndFuse stays the one that tunes the
     compiler's own choice. It takes what the strategy does: cuda, one M, N and K dim, no batch,
-    f16 x f16 -> f32, A stored M x K, B stored K x N, C M x N, the tiles dividing every dim (it
-    does not pad). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
+    f16 x f16 -> f32, A stored M x K, B stored K x N, C M x N, nothing fused with it (a bias or an
+    activation in the dispatch), the tiles dividing every dim (it does not pad). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
     so it is declined."""
 
     name = "llvmgpu_mma_sync"
@@ -309,7 +309,7 @@ class LLVMGPUMmaSync(Pipeline):
         if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or dispatch.batch_dims
                 or (len(dispatch.m_dims), len(dispatch.n_dims), len(dispatch.k_dims)) != (1, 1, 1)
                 or (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type) != ("f16", "f16", "f32")
-                or len(dispatch.operand_dims) != 3):
+                or len(dispatch.operand_dims) != 3 or dispatch.other_ops):
             return False
         m, n, k = dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0]
         lhs, rhs, out = dispatch.operand_dims
@@ -318,6 +318,9 @@ class LLVMGPUMmaSync(Pipeline):
     def declines(self, dispatch: Dispatch) -> str | None:
         if self.supports(dispatch) or dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION:
             return None
+        if dispatch.other_ops:
+            return (f"the dispatch fuses {', '.join(dispatch.other_ops)} with the contraction: the mma.sync "
+                    f"kernel tiles the contraction alone")
         if len(dispatch.operand_dims) == 3 and dispatch.k_dims and dispatch.n_dims \
                 and dispatch.operand_dims[1] == (dispatch.n_dims[0], dispatch.k_dims[0]):
             return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "

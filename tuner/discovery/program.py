@@ -283,8 +283,27 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
         conv=conv,
         decomposition_config=(str(op.attributes["decomposition_config"])
                               if "decomposition_config" in op.attributes else ""),
+        other_ops=_other_ops(func, op),
         **extra,
     )
+
+
+NOT_COMPUTE = ("linalg.fill", "linalg.yield", "linalg.index")
+
+
+def _other_ops(func: ir.Operation, root: ir.Operation) -> tuple[str, ...]:
+    """The compute ops of the dispatch besides its root (and fills): what dispatch formation fused
+    with it, a bias or an activation after a matmul, say."""
+    found: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if (op.name.startswith(("linalg.", "iree_linalg_ext.")) and op.name not in NOT_COMPUTE
+                and op != root):
+            found.append(op.name)
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    return tuple(found)
 
 
 @dataclass(frozen=True)
