@@ -106,3 +106,43 @@ def test_candidates_compile_for_sm80_and_their_kernels_use_ldmatrix_and_cp_async
         assert "ldmatrix" in ptx and "cp.async" in ptx and "mma.sync" in ptx
     baseline = "\n".join(p.read_text() for p in (out / "candidates" / "0000" / "binaries").glob("*.ptx"))
     assert "ldmatrix" not in baseline
+
+
+TWO_MATMULS = """
+func.func @main(%a: tensor<256x512xf16>, %b: tensor<512x256xf16>, %c: tensor<256x512xf16>, %d: tensor<512x256xf16>)
+    -> (tensor<256x256xf32>, tensor<256x256xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<256x256xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %plain = linalg.matmul ins(%a, %b : tensor<256x512xf16>, tensor<512x256xf16>) outs(%acc : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %other = linalg.matmul ins(%c, %d : tensor<256x512xf16>, tensor<512x256xf16>) outs(%acc : tensor<256x256xf32>) -> tensor<256x256xf32>
+  %relu = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                          iterator_types = ["parallel", "parallel"]} ins(%other : tensor<256x256xf32>) outs(%e : tensor<256x256xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %r = arith.maximumf %x, %zero : f32
+    linalg.yield %r : f32
+  } -> tensor<256x256xf32>
+  return %plain, %relu : tensor<256x256xf32>, tensor<256x256xf32>
+}
+"""
+
+
+@pytest.mark.slow
+def test_the_kernel_goes_only_on_the_dispatch_with_nothing_fused_after_its_matmul(tmp_path):
+    program = tmp_path / "two.mlir"
+    program.write_text(TWO_MATMULS)
+    dispatches = discover(program, parse_target("cuda:sm_80"), ir.Context())
+    plain = [d for d in dispatches if not d.other_ops]
+    fused = [d for d in dispatches if d.other_ops]
+    assert len(plain) == 1 and len(fused) == 1 and fused[0].other_ops == ("linalg.generic",)
+    assert PIPE.supports(plain[0]) and not PIPE.supports(fused[0])
+    assert "fuses linalg.generic" in PIPE.declines(fused[0])
+    out = tmp_path / "run"
+    result = run_cli("tune", str(program), "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sync",
+                     "--dispatch", plain[0].name, "--budget", "1", "--compile-only", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "compiled 2 of 2 candidates" in result.output
+    # The same-shaped matmul with the ReLU after it keeps the compiler's pipeline.
+    configs = {p.name: p.read_text() for p in (out / "candidates" / "0001" / "configs").glob("*.mlir")}
+    pipelines = {name: "transform_dialect_codegen" in text for name, text in configs.items()}
+    assert sorted(pipelines.values()) == [False, True], pipelines

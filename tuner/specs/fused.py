@@ -69,6 +69,17 @@ def _has_type(value: ir.Value, type_text: str) -> None:
     match.MatchCastCompatibleTypesOp(value, ir.TypeAttr.get(ir.Type.parse(type_text)))
 
 
+# What a dispatch's result goes to where nothing else is fused after its root op.
+STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
+
+
+def match_stored_directly(root: ir.Value) -> None:
+    """Checks that the root's result has a single user, the dispatch's store: nothing fused after
+    it (a bias, an activation, a narrowing cast)."""
+    (user,) = _structured(root, [transform.AnyOpType.get()], lambda op: [_step(op, ("result", 0))])
+    transform.MatchOperationNameOp(user, list(STORES))
+
+
 def match_fused(dispatch: Dispatch, root: ir.Value) -> list[ir.Value]:
     """Checks that succeed only on this dispatch's root op; returns handles to its other
     configured ops (Dispatch.fused, in order)."""

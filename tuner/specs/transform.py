@@ -8,7 +8,7 @@ from iree.compiler.dialects import iree_codegen, transform
 from iree.compiler.dialects.transform import structured
 
 from pipelines import MATCHED_BY_STRUCTURE, Config, Dispatch, DispatchKind
-from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused
+from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused, match_stored_directly
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
 TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
@@ -101,12 +101,12 @@ def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | Non
 
 
 def _matcher(dispatch: Dispatch, config: ir.Attribute, attributes: list[ir.Attribute],
-             maps: list[ir.AffineMap] | None = None, suffix: str = "", codegen: bool = False
-             ) -> transform.NamedSequenceOp:
+             maps: list[ir.AffineMap] | None = None, suffix: str = "", codegen: bool = False,
+             alone: bool = False) -> transform.NamedSequenceOp:
     """Matches the dispatch's root op (with `maps` instead of its own indexing maps, if given; as
-    the codegen stage holds it, with `codegen`) and yields it with its compilation_info and the
-    values of its config's other root attributes (Config.root_attributes: attention's
-    decomposition_config)."""
+    the codegen stage holds it, with `codegen`; with `alone`, only where nothing is fused after
+    it) and yields it with its compilation_info and the values of its config's other root
+    attributes (Config.root_attributes: attention's decomposition_config)."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
     seq = transform.NamedSequenceOp(
         f"match_{dispatch.name}{suffix}", [any_op], [any_op] + [any_param] * (1 + len(attributes)),
@@ -115,6 +115,8 @@ def _matcher(dispatch: Dispatch, config: ir.Attribute, attributes: list[ir.Attri
     with ir.InsertionPoint(seq.body):
         op = seq.bodyTarget
         _match_root(dispatch, op, maps, codegen)
+        if alone:
+            match_stored_directly(op)
         values = [transform.ParamConstantOp(any_param, value).result for value in (config, *attributes)]
         transform.YieldOp([op, *values])
     return seq
@@ -223,7 +225,10 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
         info = ir.Attribute.parse(config.compilation_info)
         action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
                   else _apply_name(_attribute_names(config)))
-        names.append(_matcher(dispatch, info, attributes, codegen=entry == KERNEL_CONFIG).sym_name.value)
+        # A codegen strategy of its own (Config.codegen_sequences) lowers the root op alone: a
+        # same-shaped contraction in another dispatch with a bias after it must not get it.
+        names.append(_matcher(dispatch, info, attributes, codegen=entry == KERNEL_CONFIG,
+                              alone=bool(config.codegen_sequences)).sym_name.value)
         actions.append(action)
         other = (_value_transposed(_maps(dispatch))
                  if dispatch.kind == DispatchKind.ATTENTION and entry == TRANSFORM_MAIN else None)
