@@ -50,7 +50,7 @@ def program(m: int, n: int, k: int) -> str:
 
 
 def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]]) -> None:
-    from pipelines.llvmgpu_mma_sync import MmaSyncTiles, library_for_every_contraction
+    from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, library_for_every_contraction
     from tuner.targets import parse_target
 
     flags = parse_target("cuda").compile_flags

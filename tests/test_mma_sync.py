@@ -10,7 +10,8 @@ from iree.compiler import ir
 
 from pipelines import pipeline_for
 from constraints import enumerate_solutions
-from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync, MmaSyncTiles, strategy
+from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
+from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, strategy
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from tuner.discovery.program import discover
 from tuner.specs.transform import build_spec
@@ -127,22 +128,42 @@ func.func @main(%a: tensor<256x512xf16>, %b: tensor<512x256xf16>, %c: tensor<256
 """
 
 
+def _kernel_dispatches(run) -> list[str]:
+    """The dispatches of candidate 1's build whose translation_info names a codegen strategy."""
+    configs = sorted((run / "candidates" / "0001" / "configs").glob("*.mlir"))
+    return [p.name for p in configs if "transform_dialect_codegen" in p.read_text()]
+
+
 @pytest.mark.slow
-def test_the_kernel_goes_only_on_the_dispatch_with_nothing_fused_after_its_matmul(tmp_path):
+def test_each_kernel_goes_only_on_a_dispatch_with_what_it_was_written_for_after_its_matmul(tmp_path):
     program = tmp_path / "two.mlir"
     program.write_text(TWO_MATMULS)
     dispatches = discover(program, parse_target("cuda:sm_80"), ir.Context())
-    plain = [d for d in dispatches if not d.other_ops]
-    fused = [d for d in dispatches if d.other_ops]
-    assert len(plain) == 1 and len(fused) == 1 and fused[0].other_ops == ("linalg.generic",)
-    assert PIPE.supports(plain[0]) and not PIPE.supports(fused[0])
-    assert "fuses linalg.generic" in PIPE.declines(fused[0])
-    out = tmp_path / "run"
-    result = run_cli("tune", str(program), "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sync",
-                     "--dispatch", plain[0].name, "--budget", "1", "--compile-only", "--output", str(out))
-    assert result.exit_code == 0, result.output
-    assert "compiled 2 of 2 candidates" in result.output
-    # The same-shaped matmul with the ReLU after it keeps the compiler's pipeline.
-    configs = {p.name: p.read_text() for p in (out / "candidates" / "0001" / "configs").glob("*.mlir")}
-    pipelines = {name: "transform_dialect_codegen" in text for name, text in configs.items()}
-    assert sorted(pipelines.values()) == [False, True], pipelines
+    [plain] = [d for d in dispatches if not d.other_ops]
+    [relu] = [d for d in dispatches if d.other_ops]
+    assert relu.other_ops == ("linalg.generic",)
+    assert PIPE.supports(plain) and PIPE.supports(relu)
+    for tuned, other in ((plain, relu), (relu, plain)):
+        out = tmp_path / ("relu" if tuned.other_ops else "plain")
+        result = run_cli("tune", str(program), "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sync",
+                         "--dispatch", tuned.name, "--budget", "1", "--compile-only", "--output", str(out))
+        assert result.exit_code == 0, result.output
+        assert "compiled 2 of 2 candidates" in result.output
+        # The same-shaped matmul in the other dispatch keeps the compiler's pipeline.
+        [configured] = _kernel_dispatches(out)
+        number = re.search(r"dispatch_\d+", tuned.name).group(0)
+        assert configured.endswith(f"{number}.mlir"), (configured, tuned.name)
+        ptx = "\n".join(p.read_text() for p in (out / "candidates" / "0001" / "binaries").glob("*.ptx"))
+        assert "ldmatrix" in ptx and "mma.sync" in ptx
+
+
+def test_the_epilogue_tile_counts_against_shared_memory_and_two_fused_ops_are_declined(square):
+    epilogue = replace(square, other_ops=("linalg.generic",))
+    p = PIPE.build_problem(epilogue)
+    # 81,408 bytes of A and B tiles + the 128x(256+4) f32 result tile, 133,120: 214,528 > 166,912.
+    assert not admits(p, 128, 256, 32, 2, 4, 3)
+    # 75,776 (4 stages of 128x32 and 32x128) + 128x(128+4) f32, 67,584: 143,360.
+    assert admits(p, 128, 128, 32, 2, 2, 4)
+    assert PIPE.to_config(epilogue, dict(zip(KNOBS, (128, 128, 32, 2, 2, 4))), ir.Context()).summary.endswith("epilogue")
+    two = replace(square, other_ops=("linalg.generic", "linalg.generic"))
+    assert not PIPE.supports(two) and "at most one elementwise op" in PIPE.declines(two)

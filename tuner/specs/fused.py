@@ -73,10 +73,15 @@ def _has_type(value: ir.Value, type_text: str) -> None:
 STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
 
 
-def match_stored_directly(root: ir.Value) -> None:
-    """Checks that the root's result has a single user, the dispatch's store: nothing fused after
-    it (a bias, an activation, a narrowing cast)."""
-    (user,) = _structured(root, [transform.AnyOpType.get()], lambda op: [_step(op, ("result", 0))])
+def match_stored_through(root: ir.Value, generics: int) -> None:
+    """Checks that the root's result reaches the dispatch's store through exactly `generics`
+    linalg.generic ops, each the single user of the one before: 0, nothing fused after the root;
+    1, one op (a bias, an activation, a narrowing cast)."""
+    op = root
+    for _ in range(generics):
+        (op,) = _structured(op, [transform.AnyOpType.get()], lambda o: [_step(o, ("result", 0))])
+        transform.MatchOperationNameOp(op, ["linalg.generic"])
+    (user,) = _structured(op, [transform.AnyOpType.get()], lambda o: [_step(o, ("result", 0))])
     transform.MatchOperationNameOp(user, list(STORES))
 
 

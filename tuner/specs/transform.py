@@ -8,7 +8,7 @@ from iree.compiler.dialects import iree_codegen, transform
 from iree.compiler.dialects.transform import structured
 
 from pipelines import MATCHED_BY_STRUCTURE, Config, Dispatch, DispatchKind
-from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused, match_stored_directly
+from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused, match_stored_through
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
 TRANSFORM_MAIN = "__transform_main"  # preprocessing spec (--iree-preprocessing-transform-spec-filename)
@@ -102,11 +102,12 @@ def _match_root(dispatch: Dispatch, op: ir.Value, maps: list[ir.AffineMap] | Non
 
 def _matcher(dispatch: Dispatch, config: ir.Attribute, attributes: list[ir.Attribute],
              maps: list[ir.AffineMap] | None = None, suffix: str = "", codegen: bool = False,
-             alone: bool = False) -> transform.NamedSequenceOp:
+             stored_through: int | None = None) -> transform.NamedSequenceOp:
     """Matches the dispatch's root op (with `maps` instead of its own indexing maps, if given; as
-    the codegen stage holds it, with `codegen`; with `alone`, only where nothing is fused after
-    it) and yields it with its compilation_info and the values of its config's other root
-    attributes (Config.root_attributes: attention's decomposition_config)."""
+    the codegen stage holds it, with `codegen`; with `stored_through`, only where its result
+    reaches the store through that many elementwise ops) and yields it with its
+    compilation_info and the values of its config's other root attributes
+    (Config.root_attributes: attention's decomposition_config)."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
     seq = transform.NamedSequenceOp(
         f"match_{dispatch.name}{suffix}", [any_op], [any_op] + [any_param] * (1 + len(attributes)),
@@ -115,8 +116,8 @@ def _matcher(dispatch: Dispatch, config: ir.Attribute, attributes: list[ir.Attri
     with ir.InsertionPoint(seq.body):
         op = seq.bodyTarget
         _match_root(dispatch, op, maps, codegen)
-        if alone:
-            match_stored_directly(op)
+        if stored_through is not None:
+            match_stored_through(op, stored_through)
         values = [transform.ParamConstantOp(any_param, value).result for value in (config, *attributes)]
         transform.YieldOp([op, *values])
     return seq
@@ -225,10 +226,12 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
         info = ir.Attribute.parse(config.compilation_info)
         action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
                   else _apply_name(_attribute_names(config)))
-        # A codegen strategy of its own (Config.codegen_sequences) lowers the root op alone: a
-        # same-shaped contraction in another dispatch with a bias after it must not get it.
+        # A codegen strategy of its own (Config.codegen_sequences) is written for what follows
+        # the root in its dispatch: a same-shaped contraction in another dispatch with other ops
+        # after it must not get it.
+        through = len(dispatch.other_ops) if config.codegen_sequences else None
         names.append(_matcher(dispatch, info, attributes, codegen=entry == KERNEL_CONFIG,
-                              alone=bool(config.codegen_sequences)).sym_name.value)
+                              stored_through=through).sym_name.value)
         actions.append(action)
         other = (_value_transposed(_maps(dispatch))
                  if dispatch.kind == DispatchKind.ATTENTION and entry == TRANSFORM_MAIN else None)

@@ -1,0 +1,330 @@
+"""An mma.sync contraction kernel for cuda written as a transform-dialect codegen strategy: the
+route IREE 3.13 offers for code its own GPU pipelines do not emit. None of 3.13's cuda pipelines
+(TileAndFuse, VectorDistribute) feeds its MMAs with `ldmatrix` or fills shared memory with
+`cp.async` under any config or flag (BENCHMARKS.md, issue 38); the ops that do both are still in
+3.13 (`transform.iree.vector.vector_to_mma_conversion`, `create_async_groups`,
+`pipeline_shared_memory_copies`, `transform.memref.multibuffer`), and a function whose
+translation_info names `#iree_codegen.transform_dialect_codegen codegen_spec = @S` is lowered by
+running the named sequence @S from the codegen-stage library
+(`--iree-codegen-transform-dialect-library=FILE@__kernel_config`).
+
+The strategy, per workgroup tile of `block_m x block_n`:
+1. tile to workgroups (scf.forall), fuse the fill (spread over all threads);
+2. tile K by `block_k` (scf.for), promote the A and B tiles to shared memory;
+3. tile the tile's matmul and the fill to `warps_m x warps_n` warps, vectorize, fold the f16->f32
+   extensions into the contraction, bufferize;
+4. map to blocks and threads, distribute the shared-memory copies over all threads;
+5. unroll to 16x8x16 MMAs, hoist the accumulators into registers across the K loop (read once
+   after the fill, written once after the loop, in the MMA layout), convert to `nvgpu.ldmatrix` +
+   `nvgpu.mma.sync`;
+6. multi-buffer the A and B tiles `stages` deep, turn their copies into `cp.async` groups and
+   software-pipeline the K loop.
+
+Each phase is its own named sequence: a phase's handles end with it, so a later rewrite (the MMA
+conversion replaces the loop's vector values) is not refused by the transform interpreter's
+tracking of a handle nobody uses again.
+
+What it takes (compiled, read back from the PTX, and checked against torch on the H100): f16 x
+f16 -> f32 `C = A B` with static M, N, K that the tiles divide, alone in its dispatch or with one
+elementwise op after it (the epilogue: the result tile passes through shared memory, where all
+threads apply the op). What it does not take yet: batch dims, B stored N x K (it compiles, but
+the result is wrong), more than one fused op, bf16, shapes the tiles do not divide (no
+padding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WARP = 32  # threads per warp on cuda
+MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
+REGISTERS_PER_SM = 65536  # 32-bit registers of one SM (sm_80 and sm_90 alike)
+OTHER_REGISTERS = 64  # a thread's registers besides its accumulators, about
+STRATEGY = "mma_sync"  # the prefix of each kernel's named sequences
+# Rows of the shared-memory tiles are padded by 16 bytes: unpadded, the 8 rows one ldmatrix
+# reads (64 or 256 bytes apart) fall on the same 4 of the 32 banks, 4- and 8-way conflicts.
+PAD_BITS = 128
+
+
+@dataclass(frozen=True)
+class MmaSyncTiles:
+    """One kernel of the strategy: the workgroup tile, the K step, the warp grid and how many
+    stages of A and B tiles are in flight."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    # An elementwise op after the contraction in the same dispatch (a bias, an activation, the
+    # narrowing to f16): the workgroup's result tile then passes through shared memory, where
+    # every thread applies the op to its share and stores it.
+    epilogue: bool = False
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps_m * self.warps_n
+
+    def shared_bytes(self) -> int:
+        """Shared memory of one workgroup: the f16 A and B tiles, `stages` deep, and with an
+        epilogue the f32 result tile; rows padded."""
+        pad = PAD_BITS // 16
+        operands = 2 * (self.block_m * (self.block_k + pad) + self.block_k * (self.block_n + pad)) * max(self.stages, 1)
+        return operands + (4 * self.block_m * (self.block_n + PAD_BITS // 32) if self.epilogue else 0)
+
+    def fits(self, m: int, n: int, k: int, shared_limit: int) -> bool:
+        """Whether the kernel lays out on an M x N x K contraction: tiles divide the problem,
+        each warp holds whole MMAs, each thread copies whole 16-byte vectors, shared memory
+        fits."""
+        warp_m, warp_n = self.block_m // self.warps_m, self.block_n // self.warps_n
+        copies = (self.block_m * self.block_k, self.block_k * self.block_n)
+        return (m % self.block_m == 0 and n % self.block_n == 0 and k % self.block_k == 0
+                and self.block_m % self.warps_m == 0 and self.block_n % self.warps_n == 0
+                and warp_m % MMA_M == 0 and warp_n % MMA_N == 0 and self.block_k % MMA_K == 0
+                and all(c % (8 * self.threads) == 0 for c in copies)
+                and self.shared_bytes() <= shared_limit)
+
+    @property
+    def name(self) -> str:
+        """The kernel's strategy symbol: several kernels can sit in one spec (a model's)."""
+        return (f"{STRATEGY}_{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}"
+                f"_s{self.stages}" + ("_epilogue" if self.epilogue else ""))
+
+    def tile_sizes(self) -> list[int]:
+        """What the root op's lowering_config carries: the strategy finds the op by it."""
+        return [self.block_m, self.block_n, self.block_k]
+
+    def label(self) -> str:
+        return (f"wg {self.block_m}x{self.block_n} k{self.block_k}, warps {self.warps_m}x{self.warps_n}, "
+                f"{self.stages} stages" + (", epilogue" if self.epilogue else ""))
+
+
+def _apply(target: str, *patterns: str) -> str:
+    body = "\n".join(f"      transform.apply_patterns.{p}" for p in patterns)
+    return f"    transform.apply_patterns to {target} {{\n{body}\n    }} : !transform.any_op\n"
+
+
+def _func(name: str) -> str:
+    return f'    {name} = transform.structured.match ops{{["func.func"]}} in %root : (!transform.any_op) -> !transform.any_op\n'
+
+
+def _cse(target: str) -> str:
+    return f"    transform.apply_cse to {target} : !transform.any_op\n"
+
+
+def _sequence(name: str, body: str) -> str:
+    return (f"  transform.named_sequence @{name}(%root: !transform.any_op {{transform.readonly}}) {{\n"
+            f"{body}    transform.yield\n  }}\n")
+
+
+ANY = "(!transform.any_op)"
+
+
+def _tile_and_promote(t: MmaSyncTiles) -> str:
+    warp_tile = f"[{t.block_m // t.warps_m}, {t.block_n // t.warps_n}]"
+    warps = "(mapping = [#gpu.warp<y>, #gpu.warp<x>])"
+    # The fill is spread over every thread, rows of 4 floats each: on warps, each lane would
+    # store its warp's whole tile (the vector is not distributed over lanes).
+    across = min(t.block_n // 4, t.threads)
+    fill_threads = f"[{t.threads // across}, {across}]"
+    blocks = f"tile_sizes [{t.block_m}, {t.block_n}] (mapping = [#gpu.block<y>, #gpu.block<x>])"
+    fuse = ": (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+    threads = "(mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>])"
+    if t.epilogue:
+        # The elementwise op is tiled to workgroups and the contraction and fill fused into it;
+        # the compiler gave both ops the lowering_config, so they are told apart by their loops.
+        par, red = "#linalg.iterator_type<parallel>", "#linalg.iterator_type<reduction>"
+        grid = (
+            f'    %mm = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = [{par}, {par}, {red}]}} '
+            f"in %root : {ANY} -> !transform.any_op\n"
+            f'    %fill = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
+            f'    %ew = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = [{par}, {par}]}} '
+            f"in %root : {ANY} -> !transform.any_op\n"
+            f"    %ew_tile, %grid = transform.structured.tile_using_forall %ew {blocks} : {ANY} -> (!transform.any_op, !transform.any_op)\n"
+            f"    transform.iree.populate_workgroup_count_region_using_num_threads_slice %grid : {ANY} -> ()\n"
+            f"    %tiled, %grid2 = transform.structured.fuse_into_containing_op %mm into %grid {fuse}"
+            f"    %fill_tile, %grid3 = transform.structured.fuse_into_containing_op %fill into %grid2 {fuse}"
+            f"    %ew_threads, %f3 = transform.structured.tile_using_forall %ew_tile num_threads {fill_threads} {threads} "
+            f": {ANY} -> (!transform.any_op, !transform.any_op)\n")
+    else:
+        grid = (
+            f"    %mm = transform.structured.match ops{{[\"linalg.generic\", \"linalg.matmul\"]}} attributes {{lowering_config = {lowering_config(t)}}} in %root "
+            f": {ANY} -> !transform.any_op\n"
+            f'    %fill = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
+            f"    %tiled, %grid = transform.structured.tile_using_forall %mm {blocks} : {ANY} -> (!transform.any_op, !transform.any_op)\n"
+            f"    transform.iree.populate_workgroup_count_region_using_num_threads_slice %grid : {ANY} -> ()\n"
+            f"    %fill_tile, %grid2 = transform.structured.fuse_into_containing_op %fill into %grid {fuse}")
+    return (
+        grid
+        + f"    %step, %loop = transform.structured.tile_using_for %tiled tile_sizes [0, 0, {t.block_k}] "
+        f": {ANY} -> (!transform.any_op, !transform.any_op)\n"
+        f"    %promoted, %a, %b = transform.iree.promote_operands %step [0, 1] "
+        f": {ANY} -> (!transform.any_op, !transform.any_op, !transform.any_op)\n"
+        f"    %warp_mm, %f1 = transform.structured.tile_using_forall %promoted tile_sizes {warp_tile} {warps} "
+        f": {ANY} -> (!transform.any_op, !transform.any_op)\n"
+        f"    %thread_fill, %f2 = transform.structured.tile_using_forall %fill_tile num_threads {fill_threads} {threads} "
+        f": {ANY} -> (!transform.any_op, !transform.any_op)\n")
+
+
+def _epilogue_loads() -> str:
+    """The thread-level loops (the fill's, the epilogue's) read and write with plain loads and
+    stores, unrolled. Left as transfer ops, the epilogue's read shares its padding constant with
+    the accumulators' reads, and the MMA conversion then takes the elementwise op into its
+    slice and fails ("unhandled vector to mma type: arith.truncf")."""
+    return (_func("%f")
+            + f'    %loops = transform.structured.match ops{{["scf.forall"]}} attributes {{mapping = '
+            f"[#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]}} in %f : {ANY} -> !transform.any_op\n"
+            + _apply("%loops", "vector.transfer_to_scf full_unroll = true")
+            + _apply("%loops", "vector.lower_transfer max_transfer_rank = 1"))
+
+
+def _vectorize_and_bufferize() -> str:
+    """In a phase of its own: vectorizing erases the ops the tiling handles point to, and a
+    handle left pointing at an erased op crashed the interpreter's invalidation check (3 of 12
+    kernels compiled, iree-compile 3.13)."""
+    return (
+        _func("%func")
+        + _apply("%func", "linalg.tiling_canonicalization", "scf.for_loop_canonicalization", "canonicalization")
+        + f"    %vec = transform.structured.vectorize_children_and_apply_patterns %func : {ANY} -> !transform.any_op\n"
+        + _apply("%vec", "vector.fold_arith_extension", "canonicalization")
+        + _cse("%vec")
+        + f"    transform.iree.eliminate_empty_tensors %root : {ANY} -> ()\n"
+        f"    %buf = transform.iree.bufferize <{{target_gpu}}> %vec : {ANY} -> (!transform.any_op)\n")
+
+
+def _mark_copies() -> str:
+    """After bufferization the copies left are those into shared memory (the A and B tiles,
+    marked by the promotion) and any other copy bufferization leaves, which nothing marks:
+    unmarked, a copy is not distributed and every thread copies all of it (seen in the PTX when
+    the accumulator was promoted: 128 threads each storing the 64 KB tile). Every copy is marked
+    so that all are spread over the workgroup's threads (the self-copies bufferization leaves
+    fold away first)."""
+    return (_func("%f")
+            + _apply("%f", "scf.for_loop_canonicalization", "canonicalization")
+            + _cse("%f")
+            + _apply("%f", "canonicalization")
+            + _cse("%f")
+            + f'    %copies = transform.structured.match ops{{["linalg.generic"]}} in %f : {ANY} -> !transform.any_op\n'
+            '    %marker = transform.param.constant "copy_to_workgroup_memory" -> !transform.any_param\n'
+            '    transform.annotate %copies "__internal_linalg_transform__" = %marker : !transform.any_op, !transform.any_param\n')
+
+
+def _map_to_threads(t: MmaSyncTiles) -> str:
+    return (_func("%f")
+            + f"    transform.iree.forall_to_workgroup %f : {ANY} -> ()\n"
+            f"    transform.iree.map_nested_forall_to_gpu_threads %f workgroup_dims = [{WARP * t.warps_n}, {t.warps_m}, 1] "
+            f": {ANY} -> ()\n"
+            f"    transform.iree.gpu_distribute_shared_memory_copy %f : {ANY} -> ()\n"
+            + _apply("%f", "canonicalization"))
+
+
+def _drop_barriers() -> str:
+    return _func("%f") + f"    %g = transform.iree.eliminate_gpu_barriers %f : {ANY} -> !transform.any_op\n"
+
+
+def _hoist_accumulators(t: MmaSyncTiles) -> str:
+    return (_func("%f")
+            + f"    transform.iree.hoist_static_alloc %f : {ANY} -> ()\n"
+            + _apply("%f", "memref.fold_memref_alias_ops")
+            + _apply("%f", "iree.prepare_vector_to_mma")
+            + _apply("%f", "iree.unroll_vectors_gpu_mma_sync")
+            + f"    transform.include @{t.name}_sync_loops failures(propagate) (%f) : {ANY} -> ()\n"
+            + _apply("%f", "memref.fold_memref_alias_ops", "canonicalization")
+            + _cse("%f")
+            + f"    %h = transform.structured.hoist_redundant_vector_transfers %f : {ANY} -> !transform.any_op\n"
+            f"    transform.memref.erase_dead_alloc_and_stores %h : {ANY} -> ()\n")
+
+
+def _to_mma() -> str:
+    return (_func("%f")
+            + f"    transform.iree.vector.vector_to_mma_conversion %f <{{use_mma_sync}}> : {ANY} -> ()\n"
+            f"    %g = transform.iree.eliminate_gpu_barriers %f : {ANY} -> !transform.any_op\n")
+
+
+def _multibuffer(t: MmaSyncTiles) -> str:
+    """The A and B tiles `stages` deep. A phase of its own: the padding after it replaces the
+    allocations the result handle points to, and a later op checking handles then read the
+    erased ops (iree-compile crashed on 6 of 10 runs before)."""
+    body = _func("%f") + _apply("%f", "memref.fold_memref_alias_ops")
+    if t.stages > 1:
+        body += (f'    %allocs = transform.structured.match ops{{["memref.alloc"]}} in %f : {ANY} -> !transform.op<"memref.alloc">\n'
+                 f"    %mb = transform.memref.multibuffer %allocs <{{factor = {t.stages} : i64, skip_analysis}}> "
+                 f': (!transform.op<"memref.alloc">) -> !transform.any_op\n')
+    return body
+
+
+def _pipeline(t: MmaSyncTiles) -> str:
+    """Pad every shared tile's rows, then (with more than one stage) turn the copies into
+    cp.async groups and software-pipeline the K loop."""
+    pipelined = ""
+    if t.stages > 1:
+        pipelined = (f"    transform.iree.create_async_groups %f <{{use_mma_sync}}> : {ANY} -> ()\n"
+                     + _cse("%f")
+                     + f'    %for = transform.structured.match ops{{["scf.for"]}} in %f : {ANY} -> !transform.any_op\n'
+                     f"    %piped = transform.iree.pipeline_shared_memory_copies %for <{{depth = {t.stages} : i64, use_mma_sync}}> "
+                     f": {ANY} -> !transform.any_op\n")
+    return (_func("%f")
+            + f"    transform.iree.reduce_shared_memory_bank_conflicts %f <{{padding_size_bits = {PAD_BITS} : i64}}> : {ANY} -> ()\n"
+            + _apply("%f", "vector.transfer_to_scf full_unroll = true")
+            + pipelined
+            + _apply("%f", "vector.lower_masks")
+            + _apply("%f", "vector.materialize_masks")
+            + _apply("%f", "linalg.tiling_canonicalization", "memref.fold_memref_alias_ops", "canonicalization")
+            + "    transform.iree.apply_licm %f : !transform.any_op\n"
+            + _cse("%f"))
+
+
+def strategy(t: MmaSyncTiles) -> str:
+    """The named sequences of one kernel (@<t.name> and its phases), to sit in a transform
+    library beside the @__kernel_config whose compilation_info names it."""
+    phases = [("tile", _tile_and_promote(t)), ("vectorize", _vectorize_and_bufferize()), ("mark", _mark_copies())]
+    if t.epilogue:
+        phases.append(("epilogue", _epilogue_loads()))
+    phases += [("threads", _map_to_threads(t)), ("barriers", _drop_barriers()),
+              ("hoist", _hoist_accumulators(t)), ("mma", _to_mma()), ("buffers", _multibuffer(t)),
+              ("pipeline", _pipeline(t))]
+    entry = "".join(f"    transform.include @{t.name}_{name} failures(propagate) (%root) : {ANY} -> ()\n"
+                    for name, _ in phases)
+    sync = (f"  transform.named_sequence @{t.name}_sync_loops(%f: !transform.any_op {{transform.readonly}}) {{\n"
+            f'    %for = transform.structured.match ops{{["scf.for"]}} in %f : {ANY} -> !transform.any_op\n'
+            f"    transform.iree.synchronize_loop %for : {ANY} -> ()\n    transform.yield\n  }}\n")
+    return _sequence(t.name, entry) + "".join(_sequence(f"{t.name}_{n}", b) for n, b in phases) + sync
+
+
+def lowering_config(t: MmaSyncTiles) -> str:
+    return f"#iree_codegen.lowering_config<tile_sizes = [{t.tile_sizes()}]>"
+
+
+def translation_info(t: MmaSyncTiles) -> str:
+    return (f"#iree_codegen.translation_info<pipeline = #iree_codegen.transform_dialect_codegen "
+            f"codegen_spec = @{t.name}>")
+
+
+def compilation_info(t: MmaSyncTiles) -> str:
+    """What goes on the root op: the compiler moves the translation_info to the dispatch's
+    function (and the lowering_config stays on the op, where the strategy finds it)."""
+    return f"#iree_codegen.compilation_info<lowering_config = {lowering_config(t)}, translation_info = {translation_info(t)}>"
+
+
+def library_for_every_contraction(t: MmaSyncTiles) -> str:
+    """A whole codegen-stage library that sends every dispatch's contraction (a linalg.generic of
+    three loops) down the kernel: for a program of one matmul (benchmarks/gpu_mma_sync.py), not
+    for models (the tuner's specs match each dispatch by its own matcher)."""
+    return ("module attributes {transform.with_named_sequence} {\n" + strategy(t)
+            + "  transform.named_sequence @match_generic(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {\n"
+            '    transform.match.operation_name %op ["linalg.generic"] : !transform.any_op\n'
+            "    %m = transform.match.structured failures(propagate) %op : (!transform.any_op) -> (!transform.any_op) {\n"
+            "    ^bb1(%s: !transform.any_op):\n"
+            "      %r = transform.match.structured.rank %s : (!transform.any_op) -> !transform.param<i64>\n"
+            "      %c3 = transform.param.constant 3 : i64 -> !transform.param<i64>\n"
+            "      transform.match.param.cmpi eq %r, %c3 : !transform.param<i64>\n"
+            "      transform.match.structured.yield %s : !transform.any_op\n    }\n"
+            "    transform.yield %op : !transform.any_op\n  }\n"
+            "  transform.named_sequence @annotate(%op: !transform.any_op {transform.readonly}) {\n"
+            f"    %ci = transform.param.constant {compilation_info(t)} -> !transform.any_param\n"
+            '    transform.annotate %op "compilation_info" = %ci : !transform.any_op, !transform.any_param\n'
+            "    transform.yield\n  }\n"
+            "  transform.named_sequence @__kernel_config(%variant: !transform.any_op {transform.consumed}) -> !transform.any_op "
+            "attributes {iree_codegen.tuning_spec_entrypoint} {\n"
+            "    %r = transform.foreach_match in %variant @match_generic -> @annotate : (!transform.any_op) -> !transform.any_op\n"
+            "    transform.yield %r : !transform.any_op\n  }\n}\n")
