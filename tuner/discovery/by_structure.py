@@ -115,3 +115,21 @@ def structural_parts(root: ir.Operation, func: ir.Operation, loops: tuple[int, .
         fused.append(FusedOp(op_name=op.name, result_type=str(op.results[0].type), path=path,
                              default_lowering_config=str(op.attributes["lowering_config"])))
     return kind, str(root.results[0].type), tuple(fused)
+
+
+NOT_COMPUTE = ("linalg.fill", "linalg.yield", "linalg.index")
+
+
+def other_compute_ops(func: ir.Operation, root: ir.Operation) -> tuple[str, ...]:
+    """The compute ops of a dispatch besides its root (and fills), by name: what dispatch
+    formation fused with it, a bias or an activation after a matmul, say."""
+    found: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if (op.name.startswith(("linalg.", "iree_linalg_ext.")) and op.name not in NOT_COMPUTE
+                and op != root):
+            found.append(op.name)
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    return tuple(found)

@@ -17,7 +17,7 @@ from tuner.discovery.entry import initializer_dispatches, entry_points
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
-from tuner.discovery.by_structure import (is_structural_root, stored_element_type,
+from tuner.discovery.by_structure import (is_structural_root, other_compute_ops, stored_element_type,
                                          structural_parts)
 from tuner.discovery.workload import Workload
 
@@ -283,27 +283,10 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
         conv=conv,
         decomposition_config=(str(op.attributes["decomposition_config"])
                               if "decomposition_config" in op.attributes else ""),
-        other_ops=_other_ops(func, op),
+        other_ops=other_compute_ops(func, op),
         **extra,
     )
 
-
-NOT_COMPUTE = ("linalg.fill", "linalg.yield", "linalg.index")
-
-
-def _other_ops(func: ir.Operation, root: ir.Operation) -> tuple[str, ...]:
-    """The compute ops of the dispatch besides its root (and fills): what dispatch formation fused
-    with it, a bias or an activation after a matmul, say."""
-    found: list[str] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if (op.name.startswith(("linalg.", "iree_linalg_ext.")) and op.name not in NOT_COMPUTE
-                and op != root):
-            found.append(op.name)
-        return ir.WalkResult.ADVANCE
-
-    func.walk(visit)
-    return tuple(found)
 
 
 @dataclass(frozen=True)
