@@ -288,7 +288,6 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
     )
 
 
-
 @dataclass(frozen=True)
 class Program:
     """What discovery found in a program: its root ops as dispatches (largest first), the ones

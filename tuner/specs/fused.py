@@ -69,7 +69,7 @@ def _has_type(value: ir.Value, type_text: str) -> None:
     match.MatchCastCompatibleTypesOp(value, ir.TypeAttr.get(ir.Type.parse(type_text)))
 
 
-# What a dispatch's result goes to where nothing else is fused after its root op.
+# The ops that store a dispatch's result (at the codegen stage, and before it).
 STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
 
 
