@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from constraints import IntKnob, Problem, tiling
+from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue, Pipeline
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmgpu_common import MAX_ACCUMULATOR_REGISTERS, shared_memory_bytes
-from pipelines.llvmgpu_mma_sync_strategy import (MMA_K, MMA_M, MMA_N, OTHER_REGISTERS, PAD_BITS, REGISTERS_PER_SM,
-                                                 WARP, MmaSyncTiles, compilation_info, lowering_config, strategy,
+from pipelines.llvmgpu_common import shared_memory_bytes
+from pipelines.llvmgpu_mma_sync_strategy import (MmaSyncTiles, compilation_info, lowering_config, strategy,
                                                  translation_info)
 
 if TYPE_CHECKING:
@@ -63,12 +62,8 @@ class LLVMGPUMmaSync(Pipeline):
                     "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered")
         return "the mma.sync kernel takes only f16 x f16 -> f32 C = A B with one M, N and K dim and no batch"
 
-    def _mnk(self, dispatch: Dispatch) -> tuple[int, int, int]:
-        b = dispatch.loop_bounds
-        return b[dispatch.m_dims[0]], b[dispatch.n_dims[0]], b[dispatch.k_dims[0]]
-
     def build_problem(self, dispatch: Dispatch) -> Problem:
-        m, n, k = self._mnk(dispatch)
+        m, n, k = dispatch.sizes((*dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims))
         p = Problem()
         bm = p.add_knob(IntKnob.of("block_m", [128, 256, 64])).var
         bn = p.add_knob(IntKnob.of("block_n", [256, 128, 64])).var
@@ -76,25 +71,8 @@ class LLVMGPUMmaSync(Pipeline):
         wm = p.add_knob(IntKnob.of("warps_m", [2, 4, 1])).var
         wn = p.add_knob(IntKnob.of("warps_n", [4, 2, 1])).var
         stages = p.add_knob(IntKnob.of("stages", [3, 4, 2, 5, 1])).var
-        threads = WARP * wm * wn
-        pad = PAD_BITS // 16
-        p.require(
-            tiling.divides(bm, m), tiling.divides(bn, n), tiling.divides(bk, k),
-            # Each warp holds whole MMAs: 16 rows, and 16 columns (two n8 tiles per ldmatrix.x4).
-            tiling.divides(wm * MMA_M, bm), tiling.divides(wn * 2 * MMA_N, bn), tiling.divides(MMA_K, bk),
-            # Each thread copies whole 16-byte vectors of the A and B tiles.
-            tiling.divides(8 * threads, bm * bk), tiling.divides(8 * threads, bk * bn),
-            tiling.within(threads, dispatch.target.max_threads_per_workgroup or 1024),
-            tiling.within(2 * (bm * (bk + pad) + bk * (bn + pad)) * stages
-                          + (4 * bm * (bn + PAD_BITS // 32) if dispatch.other_ops else 0), shared_memory_bytes(dispatch)),
-            # f32 accumulators per thread.
-            tiling.within(bm * bn, MAX_ACCUMULATOR_REGISTERS * threads),
-            # Registers: the accumulators and about 64 more a thread (fragments, addresses) for
-            # every thread of the workgroup in one SM's 65,536. Over it, ptxas caps each thread
-            # and spills: 256x256 on 16 warps (128 accumulators each) ran 20.99 ms on 4096^3,
-            # 0.45 ms on 8 warps of 128x256.
-            tiling.within((bm * bn / threads + OTHER_REGISTERS) * threads, REGISTERS_PER_SM),
-        )
+        kernel = MmaSyncTiles(bm, bn, bk, wm, wn, stages, epilogue=bool(dispatch.other_ops))
+        p.require(*kernel.rules(m, n, k, shared_memory_bytes(dispatch), dispatch.target.max_threads_per_workgroup or 1024))
         # Preferences from issue 38's shapes (4096^3, Llama-7B's MLP; BENCHMARKS.md): a grid that
         # fills the H100's 132 SMs, 3-4 stages (one stage ran 0.67x three), a 128x256 tile on 8
         # warps, a K step of 32. With an epilogue a 128x256 tile leaves room for one stage only.

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipelines.llvmgpu_common import MAX_ACCUMULATOR_REGISTERS
+
 WARP = 32  # threads per warp on cuda
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
 REGISTERS_PER_SM = 65536  # 32-bit registers of one SM (sm_80 and sm_90 alike)
@@ -69,20 +71,34 @@ class MmaSyncTiles:
         """Shared memory of one workgroup: the f16 A and B tiles, `stages` deep, and with an
         epilogue the f32 result tile; rows padded."""
         pad = PAD_BITS // 16
-        operands = 2 * (self.block_m * (self.block_k + pad) + self.block_k * (self.block_n + pad)) * max(self.stages, 1)
+        operands = 2 * (self.block_m * (self.block_k + pad) + self.block_k * (self.block_n + pad)) * self.stages
         return operands + (4 * self.block_m * (self.block_n + PAD_BITS // 32) if self.epilogue else 0)
 
-    def fits(self, m: int, n: int, k: int, shared_limit: int) -> bool:
-        """Whether the kernel lays out on an M x N x K contraction: tiles divide the problem,
-        each warp holds whole MMAs, each thread copies whole 16-byte vectors, shared memory
-        fits."""
-        warp_m, warp_n = self.block_m // self.warps_m, self.block_n // self.warps_n
-        copies = (self.block_m * self.block_k, self.block_k * self.block_n)
-        return (m % self.block_m == 0 and n % self.block_n == 0 and k % self.block_k == 0
-                and self.block_m % self.warps_m == 0 and self.block_n % self.warps_n == 0
-                and warp_m % MMA_M == 0 and warp_n % MMA_N == 0 and self.block_k % MMA_K == 0
-                and all(c % (8 * self.threads) == 0 for c in copies)
-                and self.shared_bytes() <= shared_limit)
+    def rules(self, m: int, n: int, k: int, shared_limit: int, max_threads: int) -> list:
+        """What the kernel needs to lay out on an M x N x K contraction, and to compile and not
+        spill. The one home of these quantities: with ints in the fields, plain truths (`fits`);
+        with Z3 terms, the conditions of the pipeline's problem (pipelines.llvmgpu_mma_sync)."""
+        threads = self.threads
+        bm, bn, bk = self.block_m, self.block_n, self.block_k
+        return [
+            m % bm == 0, n % bn == 0, k % bk == 0,  # no padding on this path
+            # Each warp holds whole MMAs: 16 rows, and 16 columns (two n8 tiles per ldmatrix.x4).
+            bm % (self.warps_m * MMA_M) == 0, bn % (self.warps_n * 2 * MMA_N) == 0, bk % MMA_K == 0,
+            # Each thread copies whole 16-byte vectors of the A and B tiles.
+            (bm * bk) % (8 * threads) == 0, (bk * bn) % (8 * threads) == 0,
+            threads <= max_threads,
+            self.shared_bytes() <= shared_limit,
+            bm * bn <= MAX_ACCUMULATOR_REGISTERS * threads,  # f32 accumulators per thread
+            # Registers: the accumulators and about 64 more a thread (fragments, addresses) for
+            # every thread of the workgroup in one SM's 65,536. Over it, ptxas caps each thread
+            # and spills: 256x256 on 16 warps (128 accumulators each) ran 20.99 ms on 4096^3,
+            # 0.45 ms on 8 warps of 128x256.
+            bm * bn + OTHER_REGISTERS * threads <= REGISTERS_PER_SM,
+        ]
+
+    def fits(self, m: int, n: int, k: int, shared_limit: int, max_threads: int = 1024) -> bool:
+        """Whether the kernel lays out on an M x N x K contraction (every one of `rules`)."""
+        return all(self.rules(m, n, k, shared_limit, max_threads))
 
     @property
     def name(self) -> str:

@@ -77,7 +77,7 @@ def configured_ops(func: ir.Operation) -> list[ir.Operation]:
 
 
 # The ops that write a dispatch's results (IREE 3.13 prints both, by configuration stage).
-_STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
+STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
 _BITS = {"f64": 64, "f32": 32, "i32": 32, "f16": 16, "bf16": 16, "i16": 16, "i8": 8}
 
 
@@ -88,7 +88,7 @@ def stored_element_type(func: ir.Operation, fallback: str) -> str:
     found: list[str] = []
 
     def visit(o: ir.Operation) -> ir.WalkResult:
-        if o.name in _STORES and o.operands and isinstance(o.operands[0].type, ir.ShapedType):
+        if o.name in STORES and o.operands and isinstance(o.operands[0].type, ir.ShapedType):
             found.append(str(ir.ShapedType(o.operands[0].type).element_type))
         return ir.WalkResult.ADVANCE
 

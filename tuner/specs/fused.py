@@ -15,6 +15,7 @@ from iree.compiler.dialects import preprocessing_transform as match
 from iree.compiler.dialects import transform
 
 from pipelines import Dispatch
+from tuner.discovery.by_structure import STORES
 
 APPLY_FUSED = "apply_fused_op_config"  # then _<number of other ops>
 
@@ -67,10 +68,6 @@ def _step(op: ir.Value, step: tuple[str, int]) -> ir.Value:
 
 def _has_type(value: ir.Value, type_text: str) -> None:
     match.MatchCastCompatibleTypesOp(value, ir.TypeAttr.get(ir.Type.parse(type_text)))
-
-
-# The ops that store a dispatch's result (at the codegen stage, and before it).
-STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
 
 
 def match_stored_through(root: ir.Value, generics: int) -> None:
