@@ -130,6 +130,10 @@ class Pipeline:
     constraints: str = "native"
     # Whether `admits` rejects some of the configs its space holds (--constraints both).
     filters_configs: bool = False
+    # Whether its configs' spec matchers also require the ops between the root and the store
+    # (configs carrying a codegen strategy: tuner.specs.fused.match_stored_through), so that a
+    # model's same-shaped roots with other ops after them are tuned apart, not by one config.
+    matches_ops_after: bool = False
 
     def supports(self, dispatch: Dispatch) -> bool:
         """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # (the strategy tiles it and finds it by its two parallel loops; another kind of op fails the
 # compile, which is a candidate's failure, not the run's).
 EPILOGUES = ((), ("linalg.generic",))
+# Each knob's values, in the order the preference search meets them.
+BLOCK_M, BLOCK_N, BLOCK_K = (128, 256, 64), (256, 128, 64), (32, 64, 16)
 
 
 class LLVMGPUMmaSync(Pipeline):
@@ -39,6 +41,7 @@ class LLVMGPUMmaSync(Pipeline):
 
     name = "llvmgpu_mma_sync"
     aliases = ("mma_sync",)
+    matches_ops_after = True  # each kernel is written for what follows its matmul (EPILOGUES)
 
     def supports(self, dispatch: Dispatch) -> bool:
         if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or dispatch.batch_dims
@@ -48,7 +51,13 @@ class LLVMGPUMmaSync(Pipeline):
             return False
         m, n, k = dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0]
         lhs, rhs, out = dispatch.operand_dims
-        return lhs == (m, k) and rhs == (k, n) and out == (m, n)
+        return lhs == (m, k) and rhs == (k, n) and out == (m, n) and self._tiles_divide(dispatch)
+
+    @staticmethod
+    def _tiles_divide(dispatch: Dispatch) -> bool:
+        """Whether the smallest tiles divide M, N and K (the kernel does not pad)."""
+        sizes = dispatch.sizes((*dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims))
+        return all(size > 0 and size % min(tiles) == 0 for size, tiles in zip(sizes, (BLOCK_M, BLOCK_N, BLOCK_K)))
 
     def declines(self, dispatch: Dispatch) -> str | None:
         if self.supports(dispatch) or dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION:
@@ -60,14 +69,18 @@ class LLVMGPUMmaSync(Pipeline):
                 and dispatch.operand_dims[1] == (dispatch.n_dims[0], dispatch.k_dims[0]):
             return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "
                     "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered")
+        if len(dispatch.m_dims) == len(dispatch.n_dims) == len(dispatch.k_dims) == 1 and not dispatch.batch_dims \
+                and not self._tiles_divide(dispatch):
+            return (f"the mma.sync kernel does not pad: M, N and K must be multiples of {min(BLOCK_M)}, "
+                    f"{min(BLOCK_N)} and {min(BLOCK_K)}")
         return "the mma.sync kernel takes only f16 x f16 -> f32 C = A B with one M, N and K dim and no batch"
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         m, n, k = dispatch.sizes((*dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims))
         p = Problem()
-        bm = p.add_knob(IntKnob.of("block_m", [128, 256, 64])).var
-        bn = p.add_knob(IntKnob.of("block_n", [256, 128, 64])).var
-        bk = p.add_knob(IntKnob.of("block_k", [32, 64, 16])).var
+        bm = p.add_knob(IntKnob.of("block_m", list(BLOCK_M))).var
+        bn = p.add_knob(IntKnob.of("block_n", list(BLOCK_N))).var
+        bk = p.add_knob(IntKnob.of("block_k", list(BLOCK_K))).var
         wm = p.add_knob(IntKnob.of("warps_m", [2, 4, 1])).var
         wn = p.add_knob(IntKnob.of("warps_n", [4, 2, 1])).var
         stages = p.add_knob(IntKnob.of("stages", [3, 4, 2, 5, 1])).var

@@ -64,3 +64,8 @@ def why_untunable(dispatch: Dispatch) -> str:
         if said:
             return said
     return f"no pipeline of this tuner takes it (the compiler's: {dispatch.default.pipeline})"
+
+
+def known_pipeline(name: str) -> bool:
+    """Whether `--pipeline NAME` names a pipeline (by its name or an alias)."""
+    return bool(_named(name))

@@ -167,3 +167,74 @@ def test_the_epilogue_tile_counts_against_shared_memory_and_two_fused_ops_are_de
     assert PIPE.to_config(epilogue, dict(zip(KNOBS, (128, 128, 32, 2, 2, 4))), ir.Context()).summary.endswith("epilogue")
     two = replace(square, other_ops=("linalg.generic", "linalg.generic"))
     assert not PIPE.supports(two) and "at most one elementwise op" in PIPE.declines(two)
+
+
+def test_the_smallest_tiles_must_divide_the_shape_or_it_is_declined_for_that(square):
+    # 2308 = 4 x 577 rows (ViT-L's 577 tokens at batch 4): no 64-row tile divides them.
+    vit = replace(square, loop_bounds=(2308, 4096, 1024))
+    assert not PIPE.supports(vit) and "does not pad" in PIPE.declines(vit)
+    assert pipeline_for(vit, "llvmgpu_mma_sync") is None
+    assert PIPE.supports(replace(square, loop_bounds=(2304, 4096, 1024)))  # 36 x 64
+
+
+def test_tune_model_with_the_pipeline_tunes_same_shaped_matmuls_apart_by_what_follows_them(tmp_path, ctx):
+    """Without --pipeline the two matmuls of TWO_MATMULS are one TileAndFuse tuning (one matcher
+    serves both); with llvmgpu_mma_sync they are two, each kernel written for what follows its
+    matmul, and a dispatch the pipeline does not take keeps the compiler's choice's."""
+    from tuner.discovery.program import discover_program
+    from tuner.stages.builtin import select_dispatches, tuning_pipeline
+
+    program_path = tmp_path / "two.mlir"
+    program_path.write_text(TWO_MATMULS)
+    program = discover_program(program_path, parse_target("cuda:sm_80"), ctx)
+    matmuls = [d for d in program.dispatches if d.kind.value == "contraction"]
+    workload = program.entries[matmuls[0].name]
+    together, _ = select_dispatches(program, None, workload, 0.0, None)
+    assert [tuning_pipeline(d).name for d, _ in together if d in matmuls] == ["llvmgpu_tile_and_fuse"]
+    apart, _ = select_dispatches(program, None, workload, 0.0, None, (), "llvmgpu_mma_sync")
+    assert sorted(d.name for d, _ in apart if d in matmuls) == sorted(d.name for d in matmuls)
+    assert {tuning_pipeline(d, "llvmgpu_mma_sync").name for d in matmuls} == {"llvmgpu_mma_sync"}
+    narrow = replace(matmuls[0], loop_bounds=(100, 256, 512))
+    assert tuning_pipeline(narrow, "llvmgpu_mma_sync").name == "llvmgpu_tile_and_fuse"
+
+
+def test_tune_model_refuses_an_unknown_pipeline_in_one_line(tmp_path):
+    from tests.conftest import assert_one_error_line
+
+    program = tmp_path / "two.mlir"
+    program.write_text(TWO_MATMULS)
+    result = run_cli("tune-model", program, "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sink",
+                     "--compile-only", "--output", tmp_path / "run")
+    assert_one_error_line(result, 2, "--pipeline llvmgpu_mma_sink: unknown; known: llvmcpu_double_tiling")
+
+
+@pytest.mark.slow
+def test_a_model_spec_with_two_kernels_compiles_and_each_dispatch_takes_its_own(tmp_path, ctx):
+    """The merge's spec for TWO_MATMULS tuned with the pipeline: one kernel without an epilogue,
+    one with, in one file; plain iree-compile with the flags the model's outputs name puts each
+    kernel on its own dispatch (read back from the dumped configurations)."""
+    import subprocess
+
+    from tuner.specs.transform import uses_codegen_stage
+    from tuner.tools import find_tool
+
+    target = parse_target("cuda:sm_80")
+    program = tmp_path / "two.mlir"
+    program.write_text(TWO_MATMULS)
+    dispatches = discover(program, target, ctx)
+    [plain] = [d for d in dispatches if not d.other_ops]
+    [relu] = [d for d in dispatches if d.other_ops]
+    configs = [(plain, PIPE.to_config(plain, dict(zip(KNOBS, (128, 128, 32, 2, 2, 3))), ctx)),
+               (relu, PIPE.to_config(relu, dict(zip(KNOBS, (64, 128, 32, 2, 2, 2))), ctx))]
+    spec = tmp_path / "model_spec.mlir"
+    spec.write_text(str(build_spec(configs, ctx, target.spec_entry)))
+    flags = [*target.compile_flags, *target.spec_flags(str(spec), uses_codegen_stage([c for _, c in configs]))]
+    run = subprocess.run([find_tool("iree-compile"), str(program), *flags, "-o", str(tmp_path / "m.vmfb"),
+                          f"--iree-hal-dump-executable-configurations-to={tmp_path / 'configs'}"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    texts = {p.name: p.read_text() for p in (tmp_path / "configs").glob("*.mlir")}
+    for dispatch, kernel in ((plain, "@mma_sync_128x128x32_w2x2_s3>"), (relu, "@mma_sync_64x128x32_w2x2_s2_epilogue>")):
+        number = re.search(r"dispatch_\d+", dispatch.name).group(0)
+        [text] = [t for name, t in texts.items() if name.endswith(f"{number}.mlir")]
+        assert kernel in text, (dispatch.name, text[:2000])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -83,6 +84,9 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
               help="Tune only dispatches of these kinds (contraction, convolution, attention, softmax, "
                    "normalization, reduction); default: every kind.")
 @search_options
+@click.option("--pipeline", "pipeline_name", default=None,
+              help="Codegen pipeline to tune each dispatch it takes with (e.g. llvmgpu_mma_sync on cuda); the "
+                   "others are tuned with the one for the compiler's choice.")
 @click.option("--dispatch-time", "dispatch_seconds", default=None, type=SECONDS,
               help="Seconds the dispatch stage's searches may take together: each dispatch gets the time left "
                    "in proportion to its share; the dispatches left when it is spent are not tuned (said).")
@@ -118,7 +122,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
               help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite).")
 @json_option
 def tune_model(input_file: Path, target: str, top: int | None, min_share: float, kinds: str, search,
-               dispatch_seconds: float | None, model_flags: bool,
+               pipeline_name: str | None, dispatch_seconds: float | None, model_flags: bool,
                model_rounds: int, output_dir: Path, force: bool, compile_only: bool, repetitions: int,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
@@ -135,7 +139,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                              ray_address=ray_address, reconfirm=reconfirm, quiet_wait=quiet_wait,
                              gpu_timing=gpu_timing)
     with errors_to_exit(), progress_bars(console) as on_progress:
-        tuning = run(input_file, target, output_dir, search,
+        tuning = run(input_file, target, output_dir, replace(search, pipeline=pipeline_name),
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
                                 parameters=parameters, dynamic_size=dynamic_size),
                      ModelOptions(min_share, top, model_rounds, model_flags,

@@ -88,6 +88,10 @@ class SearchSettings:
     # dispatches of the same pipeline on the same device (tuner.search.prior), where it has some.
     # Off unless asked: replayed against the recorded spaces it did not help (BENCHMARKS.md).
     warm_start: bool = False
+    # tune-model: the codegen pipeline whose space is searched for each dispatch it takes (by
+    # name, as `--pipeline`); the other dispatches, and every one where None, are tuned with the
+    # pipeline of the compiler's own choice (tuner.stages.builtin.tuning_pipeline).
+    pipeline: Optional[str] = None
 
     def checked(self) -> "SearchSettings":
         """These settings, or one clear error for a budget no run can mean."""

@@ -98,9 +98,19 @@ def default_off_host(env: StageEnv) -> str:
     return env.built.get(("reference-check", "default"), "")
 
 
-def _signature(d: Dispatch) -> tuple:
-    """What a spec's matcher sees: two dispatches alike in it are tuned once, matched by one."""
-    return (d.kind, d.op_name, d.loop_bounds, d.lhs_type, d.rhs_type, d.out_type, d.indexing_maps)
+def tuning_pipeline(dispatch: Dispatch, name: Optional[str] = None):
+    """The pipeline a model's dispatch is tuned with: the one named (`SearchSettings.pipeline`)
+    where it takes the dispatch, else the one for the compiler's own choice; None where none does."""
+    return (pipeline_for(dispatch, name) if name else None) or pipeline_for(dispatch)
+
+
+def _signature(d: Dispatch, pipeline_name: Optional[str] = None) -> tuple:
+    """What a spec's matcher sees: two dispatches alike in it are tuned once, matched by one. A
+    pipeline whose matchers also require the ops after the root (Pipeline.matches_ops_after)
+    tells same-shaped dispatches apart by them."""
+    pipeline = tuning_pipeline(d, pipeline_name)
+    after = d.other_ops if pipeline is not None and pipeline.matches_ops_after else None
+    return (d.kind, d.op_name, d.loop_bounds, d.lhs_type, d.rhs_type, d.out_type, d.indexing_maps, after)
 
 
 @dataclass
@@ -131,13 +141,16 @@ class DispatchStage:
             measured = profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
                                timeout_s=env.settings.run_timeout_s, progress=env.progress,
                                gpu_timing=env.settings.gpu_timing)
-        chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds)
+        chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds,
+                                             self.search.pipeline)
         at_once = env.strategy == CLUSTER and len(chosen) > 1
         deadline = None if self.seconds is None else time.monotonic() + self.seconds
         spent: list[float] = []  # seconds each dispatch's tuning took, for the stage's ETA
         for i, (lead, outcome) in enumerate(chosen, 1):
+            pipeline = tuning_pipeline(lead, self.search.pipeline)
             env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
-                    + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "") + ")")
+                    + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "")
+                    + (f"; {pipeline.name}" if self.search.pipeline else "") + ")")
             if not at_once:
                 start = time.monotonic()
                 seconds = None if deadline is None else search_seconds(
@@ -242,22 +255,23 @@ def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: S
     """The dispatch's pipeline, reading its valid configs from the search's constraint source."""
     from tuner.problem.sources import with_constraints
 
-    return with_constraints(search.constraints, pipeline_for(dispatch), dispatch, source or env.model, target, env.ctx,
-                            dispatch.flags, search.budget)
+    return with_constraints(search.constraints, tuning_pipeline(dispatch, search.pipeline), dispatch,
+                            source or env.model, target, env.ctx, dispatch.flags, search.budget)
 
 
-def select_dispatches(program, measured, workload, min_share: float, top: Optional[int], kinds: Sequence[str] = ()
+def select_dispatches(program, measured, workload, min_share: float, top: Optional[int], kinds: Sequence[str] = (),
+                      pipeline_name: Optional[str] = None
                       ) -> tuple[list[tuple[Dispatch, DispatchOutcome]], list[DispatchOutcome]]:
     """The dispatches to tune (one per distinct shape of the `kinds` asked for, every kind if none,
     the largest share first: `top` of them, or those with at least `min_share`), and an outcome
-    saying why for every other one."""
+    saying why for every other one. `pipeline_name`: the pipeline asked for (tuning_pipeline)."""
     share = (lambda n: measured.share(n)) if measured else (lambda n: None)
     outcomes: list[DispatchOutcome] = []
     todo: list[tuple[Dispatch, DispatchOutcome]] = []
     groups: dict[tuple, list[Dispatch]] = {}
     for d in program.dispatches:
         if program.entries.get(d.name) == workload:
-            groups.setdefault(_signature(d), []).append(d)
+            groups.setdefault(_signature(d, pipeline_name), []).append(d)
         else:
             outcomes.append(DispatchOutcome(d.name, d.shape_name, None, "not tuned: run by another function "
                                                                        f"than the model's @{workload.entry}"))
@@ -269,7 +283,7 @@ def select_dispatches(program, measured, workload, min_share: float, top: Option
         outcome = DispatchOutcome(lead.name, lead.shape_name, total, "", also_covers=others,
                                   profile_ms=sum(t.total_ms for t in profiled) if profiled else None,
                                   calls=sum(t.runs for t in profiled) if profiled else None)
-        if pipeline_for(lead) is None:
+        if tuning_pipeline(lead, pipeline_name) is None:
             outcomes.append(replace(outcome, status=f"not tuned: {why_untunable(lead)}"))
         elif kinds and lead.kind.value not in kinds:
             outcomes.append(replace(outcome, status=f"not tuned: a {lead.kind.value}, not among the kinds asked for "

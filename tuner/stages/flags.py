@@ -290,7 +290,8 @@ class FlagStage:
                      .for_running(env.workload.parameters, env.dynamic_size))
             workload = next((w for w in (found.entries.get(d.name) for d in found.dispatches)
                              if isinstance(w, Workload) and w.entry == env.workload.entry), None)
-            chosen, _ = select_dispatches(found, None, workload, 0.0, None) if workload else ([], [])
+            chosen, _ = (select_dispatches(found, None, workload, 0.0, None, (), self.search.pipeline) if workload
+                         else ([], []))
             created = sorted((c for c in chosen if c[0].kind in kinds), key=lambda c: c[0].flops,
                              reverse=True)[:self.rewrite_tunes]
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")

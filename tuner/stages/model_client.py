@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from tuner.api import PROFILE
 from tuner.driver import read_program
-from pipelines import DispatchKind
+from pipelines import PIPELINES, DispatchKind, known_pipeline
 from tuner.errors import InputError, OutputError
 from tuner.profiling.profile import profile
 from tuner.report.outputs import comment, rebuild_command, response_file
@@ -118,12 +118,14 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     directory holds (tuner.stages.two_machine) and leave DIR/model-plan.json for `benchmark DIR`
     on the device; `ModelTuning.next_plan` says what it is (None once the model is done)."""
     search, model = search.checked(), model.checked()
+    if search.pipeline is not None and not known_pipeline(search.pipeline):
+        raise InputError(f"--pipeline {search.pipeline}: unknown; known: {', '.join(PIPELINES)}")
     if run.inputs:
         raise InputError("tune-model generates the model's inputs; --input is for `tune`")
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
     say = listen.say
-    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, None), run.force):
+    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, search.pipeline), run.force):
         source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters, run.dynamic_size)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")

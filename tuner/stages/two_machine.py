@@ -31,12 +31,11 @@ from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.host_reference import host_reference
 from tuner.core.settings import RunOptions, SearchSettings
 from tuner.stages.builtin import (DISPATCHES, by_share, dispatch_candidates, finished_tuning, select_dispatches,
-                                  tuning_outcome)
+                                  tuning_outcome, tuning_pipeline)
 from tuner.stages.merge import greedy_merge
 from tuner.stages.model_timing import Comparison
 from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_path
 from tuner.stages.variants import BUILT_FROM, BuiltVariant
-from pipelines import pipeline_for
 
 
 def _rel(env: StageEnv, path: Path) -> str:
@@ -80,7 +79,8 @@ def advance(env: StageEnv, budget: int, min_share: float, top: Optional[int],
             ) -> tuple[Optional[ModelPlan], ModelState]:
     """The next plan for the device (None when the model is done) and the state so far."""
     state = ModelState()
-    chosen, untuned = select_dispatches(env.program, env.profile, env.workload, min_share, top, kinds)
+    chosen, untuned = select_dispatches(env.program, env.profile, env.workload, min_share, top, kinds,
+                                        search.pipeline)
     outcomes, pending = list(untuned), []
     for lead, outcome in chosen:
         directory = env.output_dir / DISPATCHES / lead.name
@@ -92,7 +92,7 @@ def advance(env: StageEnv, budget: int, min_share: float, top: Optional[int],
                 env.say(f"compiling {len(candidates)} candidates of {lead.name} into {directory}")
                 real_directory(directory)
                 session = Session(env.model, env.target, directory, env.ctx, env.program.workload(lead, env.model),
-                                   lead, pipeline_for(lead), env.program)
+                                   lead, tuning_pipeline(lead, search.pipeline), env.program)
                 evaluate(session, candidates, RunOptions(env.settings, store_path=env.output_dir / "results.sqlite",
                                                          compile_only=True), env.progress)
             pending.append(_rel(env, directory))
