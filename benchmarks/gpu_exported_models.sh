@@ -13,6 +13,8 @@
 #                      # install and model building; 575 was cut at 590 s on 2026-11-26)
 #                      # (CHECKS=0: not; a run near the device's per-call limit leaves them to:)
 #   bash benchmarks/gpu_exported_models.sh check NAME        # the checks of a finished tune run alone
+#   TAG=-X: the run's directory is /tmp/tm-NAMEX and its outputs tm-NAMEX*, so that two runs of one model
+#   (TUNE_ARGS="--pipeline llvmgpu_mma_sync" and without) sit side by side
 #   A tune run longer than one machine's lease: each tune step leaves what a rerun resumes from
 #   (run.json, the flag decision, the result store, each finished dispatch's results.json; no
 #   builds) in $OUT/resume-tm-NAME.tgz; carried to a fresh machine as RESUME=FILE, it seeds /tmp/tm-NAME.
@@ -38,14 +40,14 @@ if [ ! -f $M/.done ]; then
   python3 $BUILDER $M/bert_torch_layout_base.onnx --tokens 1024 --hidden 768 --heads 12 --mlp 3072
   touch $M/.done
 fi
-entry() { case $1 in bert_torch_layout*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;;
+entry() { case $1 in bert_*) echo bert_layer;; gqa*) echo gqa_block;; vit*) echo vit_layer;; llama*) echo llama_block;;
   unet_resnet*) echo unet_resnet_block;; conv*) echo conv;; unet_attention*) echo unet_attention_block;; resnet50*) echo resnet50;; resnet18*) echo resnet18;;
   *) echo "$1";; esac; }
 inputs() { for f in $(ls $1/input*.npy | sort -V); do echo --input $f; done; }  # every input, in order
 # The independent checks of a finished tune-model run in /tmp/tm-NAME: plain iree-compile of its
 # result against the default, wall time (model_check.py), then CUPTI kernel time of the same modules.
 checks() {
-  local D=/tmp/tm-$1 FN=$(entry $1)
+  local D=/tmp/tm-$1${TAG:-} FN=$(entry $1)
   python3 benchmarks/model_check.py $D --rounds 8 ${CHECK_ARGS:-}  # CHECK_ARGS=--choices-alone: a third build
   local CHOICES=(); [ -f $D/check/choices-alone.vmfb ] && CHOICES=(choices=$D/check/choices-alone.vmfb)
   python3 benchmarks/gpu_model_kernels.py --function $FN $(inputs $D/model-inputs) --rounds 8 \
@@ -90,20 +92,20 @@ dumped)
   iree-compile $P/m.mlir --iree-hal-target-device=cuda --iree-cuda-target=sm_80 --iree-hal-dump-executable-benchmarks-to=$P/bench -o $P/m.vmfb
   python3 benchmarks/dumped_benchmark_cause.py $(ls $P/bench/*.mlir | grep -E "dispatch_(0|12|15|16|10)_") ;;
 tune)
-  NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-530}; D=/tmp/tm-$NAME; FN=$(entry $NAME); start=$(date +%s)
+  NAME=$1; BUDGET=${2:-16}; LIMIT=${3:-530}; RUN=$NAME${TAG:-}; D=/tmp/tm-$RUN; FN=$(entry $NAME); start=$(date +%s)
   if [ ! -d $D ] && [ -f "${RESUME:-}" ]; then mkdir -p $D && tar xzf "$RESUME" -C $D && echo "resuming from $RESUME"; fi
   # PROFILE=1: the run under cProfile (its main thread: where it waits), the stats in $OUT/tm-NAME.prof
-  PROF=(); [ "${PROFILE:-0}" = 1 ] && PROF=(-m cProfile -o $OUT/tm-$NAME.prof)
+  PROF=(); [ "${PROFILE:-0}" = 1 ] && PROF=(-m cProfile -o $OUT/tm-$RUN.prof)
   timeout -s TERM $LIMIT python3 "${PROF[@]}" -m tuner.cli tune-model \
-    $M/$NAME.onnx --target cuda:sm_80 --device cuda --budget $BUDGET --output $D ${TUNE_ARGS:-} > $OUT/tm-$NAME.txt 2>&1
-  rc=$?; echo "tune-model $NAME: exit $rc after $(( $(date +%s) - start )) s"; grep -v "━" $OUT/tm-$NAME.txt | grep -v "nanobind\|leaked" | tail -45
-  cp $D/results.json $OUT/tm-$NAME-results.json 2>/dev/null
+    $M/$NAME.onnx --target cuda:sm_80 --device cuda --budget $BUDGET --output $D ${TUNE_ARGS:-} > $OUT/tm-$RUN.txt 2>&1
+  rc=$?; echo "tune-model $RUN: exit $rc after $(( $(date +%s) - start )) s"; grep -v "━" $OUT/tm-$RUN.txt | grep -v "nanobind\|leaked" | tail -45
+  cp $D/results.json $OUT/tm-$RUN-results.json 2>/dev/null
   (cd $D && find . \( -path ./candidates -o -path ./variants -o -path ./profile -o -path ./check \) -prune -o \
      \( -name run.json -o -name flag-decision.json -o -name results.sqlite -o -path "*dispatches/*results.json" \) \
-     -print | tar czf $OUT/resume-tm-$NAME.tgz -T -)
+     -print | tar czf $OUT/resume-tm-$RUN.tgz -T -)
   # each dispatch's tuning (its stats say where the time went)
   for r in $D/dispatches/*/results.json $D/flag-dispatches/*/*/results.json; do
-    [ -f "$r" ] && mkdir -p $OUT/tm-$NAME && cp "$r" "$OUT/tm-$NAME/$(basename $(dirname "$r") | tr '$' _).json"
+    [ -f "$r" ] && mkdir -p $OUT/tm-$RUN && cp "$r" "$OUT/tm-$RUN/$(basename $(dirname "$r") | tr '$' _).json"
   done
   [ $rc = 0 ] && [ "${CHECKS:-1}" = 1 ] && checks $NAME ;;  # CHECKS=0: leave them to `check NAME`
 check)
