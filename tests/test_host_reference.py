@@ -123,13 +123,16 @@ class _Outputs:
         return ToolRun(("run",), 0, "", "", 0.0), self.outputs[b.result.candidate_id]
 
 
-def _measure(outputs: dict[int, np.ndarray], host, out_type="f16"):
-    """Each build's result under a Measurer given `host` (the baseline, id 0, first)."""
+def _measure(outputs: dict[int, np.ndarray], host, out_type="f16", dispatch_type=None):
+    """Each build's result under a Measurer given `host` (the baseline, id 0, first); the model's
+    checked result is of `out_type`, the tuned dispatch's own result of `dispatch_type` (the same
+    where None)."""
     from tuner.evaluation.measure import Built, Measurer
     from tuner.core.results import Result, Status
 
     measurer = Measurer(ModuleRun("cuda", "f", (), checked_type=out_type), runner=_Outputs(outputs), host=host)
-    built = lambda i: Built(Result(i, f"k{i}", "c", i == 0, {}, [], Status.OK), Path(f"/m{i}.vmfb"), out_type,  # noqa: E731
+    built = lambda i: Built(Result(i, f"k{i}", "c", i == 0, {}, [], Status.OK), Path(f"/m{i}.vmfb"),  # noqa: E731
+                            dispatch_type or out_type,
                             None, (), ())
     return {i: measurer.measure(built(i), "cuda") for i in sorted(outputs)}
 
@@ -145,6 +148,17 @@ def test_a_dispatch_whose_default_is_off_the_host_gets_its_candidates_checked_ag
     assert "off llvm-cpu's on this host (relative error 1)" in base.error
     assert results[1].ok and results[1].relative_error == pytest.approx(0.02, rel=1e-3)
     assert results[2].status.value == "wrong_numerics" and "against llvm-cpu's result exceeds 1e-01" in results[2].error
+
+
+def test_a_models_f16_result_is_checked_at_f16s_tolerance_though_the_tuned_matmul_sums_in_f32():
+    # A BERT-large-sized f16 layer on the H100: the default is 0.087 off llvm-cpu's (within f16's
+    # 1e-2 x 10), and every candidate of its f16 x f16 -> f32 matmuls computed the same result.
+    # Held to f32's 1e-4 x 10, the default was called off the host and every candidate wrong.
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+    results = _measure({0: x * 1.087, 1: x * 1.087, 2: x * 1.087 * 1.02}, host=x, out_type="f16", dispatch_type="f32")
+    assert results[0].ok and not results[0].error
+    assert results[1].ok and results[1].relative_error == 0.0
+    assert results[2].status.value == "wrong_numerics" and "against the baseline's result exceeds 1e-02" in results[2].error
 
 
 def test_a_default_whose_result_is_not_finite_is_still_timed_where_the_host_gives_a_reference():

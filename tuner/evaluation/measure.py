@@ -226,7 +226,7 @@ class Measurer:
             return replace(b.result, status=Status.RUN_FAILED, error="no baseline output to check against"), output
         err = 0.0 if reference is None else relative_error(output, reference)
         against_host = reference is not None and reference is self.host
-        allowed = tolerance(b.out_type) * (HOST_SLACK if against_host else 1)
+        allowed = tolerance(_checked_type(b, settings)) * (HOST_SLACK if against_host else 1)
         if not err <= allowed:
             return replace(b.result, status=Status.WRONG_NUMERICS, relative_error=err, error=(
                 f"relative error {err:.2e} against {'llvm-cpu' if against_host else 'the baseline'}'s result "
@@ -238,7 +238,7 @@ class Measurer:
         reference as usual; where it is off it or not finite, the host's result is, and the
         baseline is still timed (it is what the candidates are timed against), its error said."""
         off = relative_error(output, self.host) if np.all(np.isfinite(output)) else float("inf")
-        if off <= tolerance(b.out_type) * HOST_SLACK:
+        if off <= tolerance(_checked_type(b, settings)) * HOST_SLACK:
             return self._timed(b.result, b, settings), output
         timed = self._timed(replace(b.result, relative_error=off), b, settings)
         if timed.ok:
@@ -256,6 +256,12 @@ class Measurer:
             return _failed_run(result, run)
         return replace(result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
                        spread_pct=timing.spread_pct)
+
+
+def _checked_type(b: Built, settings: ModuleRun) -> str:
+    """The element type of the result that is compared: the checked output's (a model's f16
+    result, where the tuned matmul's own is f32), else the dispatch's."""
+    return settings.checked_type or b.out_type
 
 
 def _failed_run(result: Result, run: ToolRun) -> Result:
