@@ -1,8 +1,8 @@
 """The transform-dialect mma.sync strategy (pipelines/llvmgpu_mma_sync.py) against IREE's default
 and torch.matmul (cuBLAS), by CUPTI kernel time, interleaved.
 
-    .venv/bin/python benchmarks/gpu_mma_sync.py compile --out DIR [--held-out | --epilogue]  # here
-    python3 benchmarks/gpu_mma_sync.py measure --out DIR --rounds 6   # on the GPU: runtime + torch
+    .venv/bin/python benchmarks/gpu_mma_sync.py compile --out DIR [--held-out | --epilogue] [--only K1,K2]  # here
+    python3 benchmarks/gpu_mma_sync.py measure --out DIR --rounds 6 [--triton]   # on the GPU: runtime + torch
 
 `compile` builds, for each shape, a program `main(f16[M,K], f16[K,N]) -> f32[M,N]` three ways:
 IREE's default, and each strategy kernel that lays out on it (through
@@ -11,7 +11,9 @@ a strategy build counts only where its kernel has `ldmatrix`, `cp.async` (when p
 `mma.sync`; the default's counts are printed beside. `measure` runs every module and torch.matmul
 (f16 out) on the same inputs in rotating order for each round: each one's kernel time per call
 is the mean of 20 calls under one torch.profiler (CUPTI) session. Each module's result is
-compared with torch's f32 matmul of the same inputs first."""
+compared with torch's f32 matmul of the same inputs first. With `--triton`, a Triton matmul
+restricted to mma.sync (benchmarks/triton_matmul.py: DISABLE_MMA_V3, its PTX read back), the
+fastest of its configs, joins the rotation: another compiler's mma.sync kernel on the same H100."""
 
 from __future__ import annotations
 
@@ -68,7 +70,12 @@ EPILOGUE = {"square_4096_trunc": (4096, 4096, 4096), "bert_ffn_up_trunc": (2048,
 EPILOGUE_KERNELS = [(128, 128, 32, 2, 2, 3), (128, 128, 32, 2, 2, 4), (128, 128, 32, 2, 4, 3), (64, 128, 32, 2, 2, 4)]
 
 
-def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], epilogue: bool = False) -> None:
+def kernel_name(kernel) -> str:
+    return f"s{kernel.block_m}x{kernel.block_n}k{kernel.block_k}w{kernel.warps_m}x{kernel.warps_n}p{kernel.stages}"
+
+
+def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], epilogue: bool = False,
+                only: tuple[str, ...] = ()) -> None:
     from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, library_for_every_contraction
     from tuner.targets import parse_target
 
@@ -80,8 +87,8 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], epilogue: bo
         (work / "main.mlir").write_text(program(m, n, k, narrowed=epilogue))
         builds = {"default": []}
         for kernel in (MmaSyncTiles(*t, epilogue=epilogue) for t in (EPILOGUE_KERNELS if epilogue else KERNELS)):
-            if kernel.fits(m, n, k, SHARED_LIMIT):
-                name = f"s{kernel.block_m}x{kernel.block_n}k{kernel.block_k}w{kernel.warps_m}x{kernel.warps_n}p{kernel.stages}"
+            name = kernel_name(kernel)
+            if kernel.fits(m, n, k, SHARED_LIMIT) and (not only or name in only):
                 (work / f"{name}.mlir").write_text(library_for_every_contraction(kernel))
                 builds[name] = [f"--iree-codegen-transform-dialect-library={work / name}.mlir@__kernel_config"]
         manifest[shape] = {"mnk": [m, n, k], "modules": {}}
@@ -103,7 +110,11 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], epilogue: bo
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-def measure(out: Path, rounds: int, calls: int = 20) -> None:
+def measure(out: Path, rounds: int, calls: int = 20, triton: bool = False) -> None:
+    import os
+    import statistics
+
+    os.environ["DISABLE_MMA_V3"] = "1"  # before Triton compiles: mma.sync, not Hopper's wgmma
     import numpy as np
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -137,6 +148,14 @@ def measure(out: Path, rounds: int, calls: int = 20) -> None:
             errors[name] = float((result - reference).abs().max()) / scale
             runs[name] = (lambda fn=fn, ad=ad, bd=bd: fn(ad, bd))
         runs["torch"] = lambda: torch.matmul(ta, tb_kn)
+        if triton and not nk:
+            from benchmarks.gpu_common import time_cuda
+            from benchmarks.triton_matmul import fastest
+
+            call, chosen, counts = fastest(ta, tb, lambda f: statistics.median(time_cuda(f, 10)))
+            print(f"  triton: fastest {chosen}, PTX " + " ".join(f"{l}={c}" for l, c in counts.items()), flush=True)
+            runs["triton_mma_sync"] = call
+            errors["triton_mma_sync"] = float((call() - reference).abs().max()) / scale
         errors["torch"] = float((torch.matmul(ta, tb_kn).float() - reference).abs().max()) / scale
         times = {name: [] for name in runs}
         names = list(runs)
@@ -149,7 +168,7 @@ def measure(out: Path, rounds: int, calls: int = 20) -> None:
                     for _ in range(calls):
                         last = runs[name]()
                     torch.cuda.synchronize()
-                    if name != "torch":
+                    if name not in ("torch", "triton_mma_sync"):
                         last.to_host()
                 times[name].append(kernel_ms(prof))
         flops = 2.0 * m * n * k
@@ -172,12 +191,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--held-out", action="store_true", help="the held-out model shapes instead of issue 38's")
     parser.add_argument("--epilogue", action="store_true", help="the matmuls narrowed to f16 in their dispatch")
+    parser.add_argument("--only", default="", help="compile: only these kernels (names as printed, by commas)")
+    parser.add_argument("--triton", action="store_true", help="measure: a Triton mma.sync matmul in the rotation")
     args = parser.parse_args()
     if args.step == "compile":
         shapes = EPILOGUE if args.epilogue else HELD_OUT if args.held_out else SHAPES
-        compile_all(args.out, shapes, epilogue=args.epilogue)
+        compile_all(args.out, shapes, epilogue=args.epilogue, only=tuple(filter(None, args.only.split(","))))
     else:
-        measure(args.out, args.rounds)
+        measure(args.out, args.rounds, triton=args.triton)
 
 
 if __name__ == "__main__":
