@@ -105,6 +105,9 @@ def test_candidates_compile_for_sm80_and_their_kernels_use_ldmatrix_and_cp_async
         ptx = "\n".join(p.read_text() for p in (out / "candidates" / cid / "binaries").glob("*.ptx"))
         # The strategy ran: its kernel, not TileAndFuse's (which has neither).
         assert "ldmatrix" in ptx and "cp.async" in ptx and "mma.sync" in ptx
+        # The accumulators start as zeros in registers: nothing is read from global memory but
+        # the A and B tiles, by cp.async (the fill spread over threads wrote C and read it back).
+        assert "ld.global" not in ptx
     baseline = "\n".join(p.read_text() for p in (out / "candidates" / "0000" / "binaries").glob("*.ptx"))
     assert "ldmatrix" not in baseline
 
