@@ -18,7 +18,7 @@ from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
 from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, gemm_features, gemm_view,
                                          igemm_convolution, tile_and_fuse_convolution, tile_sizes, workgroup_count)
 from pipelines.llvmgpu_split_k import split_factors, split_view
-from pipelines.model_flags import AGGRESSIVE_FUSION, CHANNELS_LAST, DIRECT_CONVOLUTION, O3
+from pipelines.model_flags import AGGRESSIVE_FUSION, CHANNELS_LAST, DIRECT_CONVOLUTION, GENERALIZE_MATMUL, O3
 
 __all__ = ["LLVMGPUTileAndFuse", "split_factors", "split_view"]
 
@@ -44,6 +44,12 @@ PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 SPLIT_NOT_MODELLED = "split-K: a knob the compiler's constraints do not model (they describe the op unsplit)"
 
 
+def unit_batch_contraction(dispatch: Dispatch) -> bool:
+    """A contraction whose batch dims are all 1 (`batch_matmul_1xMxNxK`)."""
+    return (dispatch.kind == DispatchKind.CONTRACTION and bool(dispatch.batch_dims)
+            and all(size == 1 for size in dispatch.sizes(dispatch.batch_dims)))
+
+
 class LLVMGPUTileAndFuse(Pipeline):
     """Knobs (IREE's names): `mma_kind`, `subgroup_m/n` (MMA tiles per subgroup, the lowering
     config's `subgroup`), `subgroups_m/n` (subgroups per workgroup; with the tiles they give the
@@ -63,10 +69,15 @@ class LLVMGPUTileAndFuse(Pipeline):
         (CHANNELS_LAST: IREE 3.13's preprocessing pass, which folds the transposes into the
         dispatch), judged with the convolutions it forms tuned first; a model with implicit-GEMM
         convolutions also as direct convolutions (DIRECT_CONVOLUTION, channels last first where
-        they are channels first), judged with the convolutions it forms tuned first too."""
+        they are channels first), judged with the convolutions it forms tuned first too; a model
+        with a batch matmul of batch 1 (a linear layer on rank-3 activations, as exporters write
+        it) also with named matmuls generalized (GENERALIZE_MATMUL: the unit batch folds away),
+        judged with the matmuls it forms tuned first."""
         return (*self.model_flags, *self.tuned_model_flags_for(dispatch))
 
     def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        if unit_batch_contraction(dispatch):
+            return (GENERALIZE_MATMUL,)
         if not igemm_convolution(dispatch):
             return ()
         return ((CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION)) if channels_first(dispatch)

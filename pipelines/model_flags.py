@@ -28,10 +28,16 @@ CHANNELS_LAST = ("--iree-preprocessing-pass-pipeline="
 # (BENCHMARKS.md). Offered as a model-wide choice, judged with the convolutions it forms tuned:
 # this pipeline configures them too (gemm_view's direct view: K the input channels).
 DIRECT_CONVOLUTION = ("--iree-codegen-llvmgpu-use-direct-convolution",)
+# Named matmuls made linalg.generic in global optimization, where unit dims fold away: the
+# batch_matmul of batch 1 that exporters write for a linear layer on rank-3 activations
+# ([1, T, H] x [1, H, N]) becomes a plain matmul (part of O3 in 3.13, alone here). Judged with
+# the matmuls it forms tuned first: a pipeline that takes no batch (llvmgpu_mma_sync) takes them.
+GENERALIZE_MATMUL = ("--iree-opt-generalize-matmul",)
 
 FLAG_NAMES = {DATA_TILING_FLAG: "data-tiling", EARLY_MATERIALIZATION[0]: "global-data-tiling",
               EARLY_MATERIALIZATION[1]: "early-materialization", O3[0]: "O3", AGGRESSIVE_FUSION[0]: "aggressive-fusion",
-              CHANNELS_LAST[0]: "channels-last", DIRECT_CONVOLUTION[0]: "direct-convolution"}
+              CHANNELS_LAST[0]: "channels-last", DIRECT_CONVOLUTION[0]: "direct-convolution",
+              GENERALIZE_MATMUL[0]: "generalize-matmul"}
 
 
 def short_flags(text: str) -> str:

@@ -241,3 +241,38 @@ def test_a_model_spec_with_two_kernels_compiles_and_each_dispatch_takes_its_own(
         number = re.search(r"dispatch_\d+", dispatch.name).group(0)
         [text] = [t for name, t in texts.items() if name.endswith(f"{number}.mlir")]
         assert kernel in text, (dispatch.name, text[:2000])
+
+
+UNIT_BATCH = """
+func.func @main(%x: tensor<1x256x512xf16>, %w: tensor<1x512x256xf16>) -> tensor<1x256x256xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x256x256xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1x256x256xf32>) -> tensor<1x256x256xf32>
+  %y = linalg.batch_matmul ins(%x, %w : tensor<1x256x512xf16>, tensor<1x512x256xf16>) outs(%acc : tensor<1x256x256xf32>) -> tensor<1x256x256xf32>
+  return %y : tensor<1x256x256xf32>
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_batch_matmul_of_batch_one_is_offered_generalized_and_then_the_kernel_takes_it(tmp_path, ctx, square):
+    """A linear layer on rank-3 activations, as exporters write it (batch_matmul 1xMxNxK): the
+    kernel takes no batch, so TileAndFuse offers the model `--iree-opt-generalize-matmul`,
+    judged with the matmuls it forms tuned first; under it the unit batch folds away and the
+    kernel takes the matmul."""
+    from pipelines.model_flags import GENERALIZE_MATMUL
+
+    program = tmp_path / "linear.mlir"
+    program.write_text(UNIT_BATCH)
+    target = parse_target("cuda:sm_80")
+    [batched] = discover(program, target, ctx)
+    assert batched.batch_dims and not PIPE.supports(batched)
+    tile_and_fuse = pipeline_for(batched)
+    assert GENERALIZE_MATMUL in tile_and_fuse.model_flags_for(batched)
+    assert tile_and_fuse.tuned_model_flags_for(batched) == (GENERALIZE_MATMUL,)
+    batch16 = replace(batched, loop_bounds=(16, *batched.loop_bounds[1:]))
+    assert GENERALIZE_MATMUL not in tile_and_fuse.model_flags_for(batch16)
+    assert GENERALIZE_MATMUL not in tile_and_fuse.model_flags_for(square)  # no batch at all
+    [plain] = discover(program, target, ctx, GENERALIZE_MATMUL)
+    assert not plain.batch_dims and plain.loop_bounds == (256, 256, 512)
+    assert PIPE.supports(plain)
