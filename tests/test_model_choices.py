@@ -694,3 +694,37 @@ def test_a_choice_joining_many_flags_has_a_directory_name_every_file_system_take
     assert long_one.directory != other.directory  # the same first 103 characters, other labels
     assert long_one.directory.startswith("flags-subsample-strided-1x1+pointwise-conv-as-matmul-iree-preprocessing")
     assert ModelOption(("--iree-opt-level=O3",)).directory == "flags-iree-opt-level=O3"  # short ones as they were
+
+
+@pytest.mark.slow
+def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_path, ctx, monkeypatch):
+    """The flag stage tunes the dispatches a flag set forms before judging it; one that another
+    flag set formed alike (the GQA block's matmuls under generalize-matmul alone and with O3:
+    four tunings of the same two shapes, 428 s on the H100) is tuned once, and its winner goes
+    on this program's dispatch by its own name."""
+    from pipelines.model_flags import GENERALIZE_MATMUL, O3
+    from tuner.stages.base import DispatchOutcome, StageEnv
+    from tuner.stages.builtin import DispatchStage
+    from tuner.stages.variants import SpecPart
+    from tests.test_mma_sync import UNIT_BATCH
+
+    program = tmp_path / "linear.mlir"
+    program.write_text(UNIT_BATCH)
+    target = parse_target("cuda:sm_80")
+    found = discover_program(program, target, ctx)
+    tuned_names: list[str] = []
+
+    def tune_or_say(self, dispatch, outcome, *args, **kwargs):
+        tuned_names.append(dispatch.name)
+        return replace(outcome, status="tuned", speedup=1.5, part=SpecPart(dispatch, None, "designed"))
+
+    monkeypatch.setattr(DispatchStage, "tune_or_say", tune_or_say)
+    said: list[str] = []
+    env = StageEnv(program, target, tmp_path / "run", ctx, found, next(iter(found.entries.values())),
+                   say=said.append)
+    stage = FlagStage(tune_budget=2)
+    first = stage._tuned_parts(env, "generalize", (DispatchKind.CONTRACTION,), program, GENERALIZE_MATMUL)
+    second = stage._tuned_parts(env, "generalize-O3", (DispatchKind.CONTRACTION,), program, (*GENERALIZE_MATMUL, *O3))
+    assert len(tuned_names) == 1 and len(first) == len(second) == 1
+    assert second[0].dispatch.flags == (*GENERALIZE_MATMUL, *O3) and first[0].dispatch.flags == GENERALIZE_MATMUL
+    assert any("its tuning there serves" in line for line in said), said

@@ -104,7 +104,7 @@ def tuning_pipeline(dispatch: Dispatch, name: Optional[str] = None):
     return (pipeline_for(dispatch, name) if name else None) or pipeline_for(dispatch)
 
 
-def _signature(d: Dispatch, pipeline_name: Optional[str] = None) -> tuple:
+def signature(d: Dispatch, pipeline_name: Optional[str] = None) -> tuple:
     """What a spec's matcher sees: two dispatches alike in it are tuned once, matched by one. A
     pipeline whose matchers also require the ops after the root (Pipeline.matches_ops_after)
     tells same-shaped dispatches apart by them."""
@@ -271,7 +271,7 @@ def select_dispatches(program, measured, workload, min_share: float, top: Option
     groups: dict[tuple, list[Dispatch]] = {}
     for d in program.dispatches:
         if program.entries.get(d.name) == workload:
-            groups.setdefault(_signature(d, pipeline_name), []).append(d)
+            groups.setdefault(signature(d, pipeline_name), []).append(d)
         else:
             outcomes.append(DispatchOutcome(d.name, d.shape_name, None, "not tuned: run by another function "
                                                                        f"than the model's @{workload.entry}"))

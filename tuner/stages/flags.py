@@ -23,7 +23,7 @@ from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
 from tuner.run_dir import write_file
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
-from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, with_flags
+from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, signature, with_flags
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/REWRITE/NAME: a created dispatch's tuning
@@ -297,12 +297,23 @@ class FlagStage:
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
                 said = short_flags(" ".join(flags)) if flags else name  # a flag set's name is its directory's
-                env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
-                        f"before judging it ({self.tune_budget} evaluations)")
-                tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
+                # A dispatch that another choice formed alike (what the spec's matcher sees, the
+                # ops after the root included) is not tuned again: its winner serves this one's
+                # judgement too (the GQA block's two matmuls were tuned under four flag sets).
+                alike = ("formed-tuned", signature(dispatch, self.search.pipeline), self.tune_budget)
+                if alike in env.built:
+                    tuned, where = env.built[alike]
+                    env.say(f"  {said}: {dispatch.name} ({dispatch.shape_name}), which it forms, as {where} "
+                            f"does: its tuning there serves")
+                else:
+                    env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
+                            f"before judging it ({self.tune_budget} evaluations)")
+                    tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
+                    env.built[alike] = (tuned, said)
                 if tuned.part is not None:
-                    parts.append(tuned.part)
-                    env.say(f"    {tuned.speedup:.2f}x its default config ({tuned.part.label})")
+                    part = replace(tuned.part, dispatch=dispatch)  # this program's dispatch, by its name
+                    parts.append(part)
+                    env.say(f"    {tuned.speedup:.2f}x its default config ({part.label})")
                 else:
                     env.say(f"    {tuned.status}")
         env.built[key] = tuple(parts)
