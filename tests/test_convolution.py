@@ -213,7 +213,7 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     from types import SimpleNamespace
 
     from pipelines.model_flags import CHANNELS_LAST, DIRECT_CONVOLUTION
-    from tuner.stages.flags import model_options
+    from tuner.stages.flag_options import model_options
 
     cuda = parse_target("cuda")
     [d] = discover(NCHW, cuda, ctx)

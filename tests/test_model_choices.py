@@ -20,7 +20,7 @@ from tuner.specs.candidates import generate_candidates
 from tuner.build.builder import LocalBuilder, build_all
 from tuner.discovery.program import discover_program
 from tuner.input.models import program_source
-from tuner.rewrite import RAISE_ATTENTION, rewrite_program
+from tuner.rewrite import RAISE_ATTENTION, REWRITES, rewrite_program
 from tuner.rewrite.attention import find_attention, raise_attention
 from tuner.evaluation.runner import ModuleRun, Timing, relative_error, run_once
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
@@ -333,11 +333,10 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
     # On the CPU no pipeline takes attention, so the rewrite here is said to create contractions;
     # the tuning itself is designed (the second valid config of the dispatch, "1.5x"): what is
     # checked is which dispatch is tuned and that the rewrite's build carries its winner.
-    from tuner.stages import flags as flag_stage
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.variants import SpecPart
 
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),))
+    monkeypatch.setitem(REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),))
     tuned = []
 
     def designed_tune(self, dispatch, outcome, program, target, env, source, seconds=None):
@@ -379,7 +378,7 @@ def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.model_timing import Comparison
 
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),))
+    monkeypatch.setitem(REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),))
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())  # the rewrite alone
@@ -431,11 +430,10 @@ def test_a_model_wide_flag_that_changes_nothing_is_reported_not_applied_and_neve
     """`--iree-llvmcpu-enable-ukernels=default` is what the compiler does anyway: its build is the
     default's module byte for byte, so it is no choice; the data-tiling flags do change it."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
-    from tuner.stages import flags as flag_stage
 
     no_op = ("--iree-llvmcpu-enable-ukernels=default",)
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", (no_op, EARLY_MATERIALIZATION))
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", ())
+    monkeypatch.setitem(REWRITES, "cpu", ())
     timer = _timer(faster="flags-" + "-".join(f.lstrip("-") for f in EARLY_MATERIALIZATION))
     state = _flag_stage(small_bert, tmp_path / "out", timer).state
     assert state.flag_trials[no_op[0]].startswith("not applied: the module is the default's")
@@ -467,10 +465,9 @@ def test_the_flag_stage_adds_another_rewrite_to_its_choice_only_where_the_model_
     so `a` is chosen first; `a+b` is then timed against `a` and kept only where it beats it."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from tests.test_tune_model import MLP
-    from tuner.stages import flags as flag_stage
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"), _marker("b")))
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
     times = {"flags-a": 0.8, "flags-a+b": together_ms}
     timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731
     model = tmp_path / "mlp.mlir"
@@ -499,7 +496,7 @@ def test_rewrites_each_wrong_alone_are_tried_together(tmp_path, monkeypatch, wro
     from tuner.stages.model_timing import Comparison
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"), _marker("b")))
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
     off = {f"flags-{name}" for name in wrong_alone}
 
     def designed_numerics(env, reference, trials, directory, rounds=None):
@@ -533,7 +530,7 @@ def test_a_right_choice_slower_than_a_wrong_default_is_chosen_and_extended(tmp_p
     from tuner.stages import builtin, flags as flag_stage
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"), _marker("b")))
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
 
     def designed_numerics(env, reference, trials, directory, rounds=None):
         right = [t for t in trials if t.variant.name != "flags-a"]
@@ -565,11 +562,10 @@ def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from pipelines.model_flags import DATA_TILING_FLAG
     from tests.test_tune_model import MLP
-    from tuner.stages import flags as flag_stage
-    from tuner.stages.flags import ModelOption
+    from tuner.stages.flag_options import ModelOption
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"),))
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"),))
     flagged = ModelOption((DATA_TILING_FLAG,)).directory
     together = ModelOption((DATA_TILING_FLAG,), _marker("a")).directory
     times = {flagged: 0.5, together: 0.8}
@@ -593,10 +589,9 @@ def test_the_flag_stage_shows_its_builds_as_a_progress_phase(tmp_path, monkeypat
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from pipelines.model_flags import DATA_TILING_FLAG
     from tests.test_tune_model import MLP
-    from tuner.stages import flags as flag_stage
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (_marker("a"),))
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"),))
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
     phases = []
@@ -618,12 +613,11 @@ def test_the_flag_stage_adds_another_flag_set_to_its_choice_only_where_the_model
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from pipelines.model_flags import DATA_TILING_FLAG
     from tests.test_tune_model import MLP
-    from tuner.stages import flags as flag_stage
-    from tuner.stages.flags import ModelOption
+    from tuner.stages.flag_options import ModelOption
 
     no_symbols = ("--iree-llvmcpu-debug-symbols=false",)
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,), no_symbols))
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", ())
+    monkeypatch.setitem(REWRITES, "cpu", ())
     both = (DATA_TILING_FLAG, *no_symbols)
     times = {ModelOption((DATA_TILING_FLAG,)).directory: 0.8, ModelOption(no_symbols).directory: 0.9,
              ModelOption(both).directory: together_ms}
@@ -659,7 +653,7 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
         return apply
 
     a, b = Rewrite("a", tagging("tuner.a"), "tags a"), Rewrite("b", tagging("tuner.b"), "tags b")
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (a, b))
+    monkeypatch.setitem(REWRITES, "cpu", (a, b))
     model, out = tmp_path / "m.mlir", tmp_path / "out"
     model.write_text("module {\n}\n")
     out.mkdir()
@@ -675,7 +669,7 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     # A rewrite that finds nothing now (its code changed since): decided again.
     program.unlink()
     env.built.clear()
-    monkeypatch.setitem(flag_stage.REWRITES, "cpu", (a, replace(b, apply=lambda module: [])))
+    monkeypatch.setitem(REWRITES, "cpu", (a, replace(b, apply=lambda module: [])))
     assert flag_stage._earlier_decision(env, options) is None
 
 
@@ -683,7 +677,7 @@ def test_a_choice_joining_many_flags_has_a_directory_name_every_file_system_take
     # ResNet-50's third flag-stage step on cuda joined two rewrites and four flag sets: a
     # 273-character directory name, ENAMETOOLONG on the H100 machine after 433 s of the stage.
     from tuner.rewrite import POINTWISE_CONV_AS_MATMUL, SUBSAMPLE_STRIDED_1X1, combined
-    from tuner.stages.flags import ModelOption
+    from tuner.stages.flag_options import ModelOption
 
     pipeline = "--iree-preprocessing-pass-pipeline=builtin.module(util.func(iree-preprocessing-convert-conv-to-channels-last))"
     rewrite = combined([SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL])
@@ -703,7 +697,7 @@ def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_p
     four tunings of the same two shapes, 428 s on the H100) is tuned once, and its winner goes
     on this program's dispatch by its own name."""
     from pipelines.model_flags import GENERALIZE_MATMUL, O3
-    from tuner.stages.base import DispatchOutcome, StageEnv
+    from tuner.stages.base import StageEnv
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.variants import SpecPart
     from tests.test_mma_sync import UNIT_BATCH

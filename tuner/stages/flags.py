@@ -14,111 +14,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from pipelines import DispatchKind, pipeline_for
+from pipelines import DispatchKind
 from pipelines.model_flags import flag_legend, short_flags
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
-from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
+from tuner.rewrite import combined
 from tuner.run_dir import write_file
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
+from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
+                                       rewritten_program)
 from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, signature, with_flags
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/REWRITE/NAME: a created dispatch's tuning
-MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
-
-
-@dataclass(frozen=True)
-class ModelOption:
-    """One model-wide choice the flag stage tries: flags for every dispatch, a rewrite of the
-    program (tuner.rewrite), or both."""
-
-    flags: tuple[str, ...] = ()
-    rewrite: Optional[Rewrite] = None
-    # Flags that form dispatches of these kinds taking configs of their own (data tiling
-    # materialized early: the mmt4d): judged with the largest of them tuned, as a rewrite's.
-    tunes: tuple[DispatchKind, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return " ".join([*([self.rewrite.name] if self.rewrite else []), *self.flags])
-
-    @property
-    def directory(self) -> str:
-        """Its builds' directory name: the label's words, cut to a length every file system takes
-        with a digest of the whole label where longer (ResNet-50's choice joining two rewrites and
-        four flag sets was 273 characters: ENAMETOOLONG on the H100 machine)."""
-        name = "flags-" + "-".join(part.lstrip("-") for part in self.label.split())
-        if len(name) <= MAX_DIRECTORY:
-            return name
-        return name[:MAX_DIRECTORY - 17] + "-" + hashlib.sha256(self.label.encode()).hexdigest()[:16]
-
-
-def model_options(env: StageEnv) -> list[ModelOption]:
-    """What the flag stage tries first: each flag set the pipelines of the model's dispatches
-    offer, and each program rewrite of the target's kind that finds something to rewrite, alone
-    and with each flag set (the stage then adds the other rewrites and flag sets to its choice
-    one at a time: FlagStage._extend). A rewrite that finds nothing is one option, reported as such."""
-    flag_sets = _flag_sets(env)
-    offered = _offered(env)
-    applying = _applying(env)
-    return (flag_sets
-            + [ModelOption((), r) for r in offered if r not in applying]
-            + [ModelOption((), r) for r in applying] + [replace(f, rewrite=r) for r in applying for f in flag_sets])
-
-
-def _flag_sets(env: StageEnv) -> list[ModelOption]:
-    """Each flag set the pipelines of the model's dispatches offer, with the kinds of dispatch it
-    forms that are tuned before it is judged."""
-    flag_sets: list[tuple[str, ...]] = []
-    tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
-    for d in env.program.dispatches:
-        p = pipeline_for(d)
-        for flags in map(tuple, p.model_flags_for(d) if p else ()):
-            if flags not in flag_sets:
-                flag_sets.append(flags)
-            if flags in p.tuned_model_flags_for(d) and d.kind not in tunes.get(flags, ()):
-                tunes[flags] = (*tunes.get(flags, ()), d.kind)
-    return [ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
-
-
-def _additions(option: ModelOption, applying: list[Rewrite], flag_sets: list[ModelOption]) -> list[ModelOption]:
-    """The choice with one more applying rewrite, or with one more flag set's flags (after its
-    own; the kinds either tunes are tuned)."""
-    have = option.rewrite.names if option.rewrite else ()
-    more = [replace(option, rewrite=combined([r for r in applying if r.name in have or r is extra]))
-            for extra in applying if extra.name not in have]
-    for f in flag_sets:
-        flags = (*option.flags, *(flag for flag in f.flags if flag not in option.flags))
-        if flags != option.flags:
-            more.append(replace(option, flags=flags, tunes=(*option.tunes, *(k for k in f.tunes if k not in option.tunes))))
-    return more
-
-
-def _offered(env: StageEnv) -> tuple[Rewrite, ...]:
-    return REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
-
-
-def _applying(env: StageEnv) -> list[Rewrite]:
-    """The offered rewrites that find something to rewrite in the model, in REWRITES order."""
-    return [r for r in _offered(env) if _rewritten(env, r) is not None]
-
-
-def _rewritten(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
-    """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run), or
-    None when the rewrite finds nothing to change."""
-    out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
-    key = ("rewrite", rewrite.name)  # (env.built also holds the run's model builds)
-    if key not in env.built:
-        changed = rewrite_program(env.model, rewrite, out)
-        env.built[key] = out if changed else None
-        if changed:
-            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({', '.join(changed)}) into {out}")
-    return env.built[key]
-
-
 @dataclass(frozen=True)
 class Judged:
     """The choice a round of the flag stage keeps: its build, its speedup over the round's
@@ -224,16 +134,16 @@ class FlagStage:
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
                 trials: dict) -> tuple[ModelOption, BuiltVariant, float]:
         """The choice with the other applying rewrites and the other flag sets added one at a
-        time (_additions), each addition kept where the model with it beats the choice so far
+        time (extensions), each addition kept where the model with it beats the choice so far
         side by side (ResNet-50 on cuda: the subsample with channels-last first, then padded rows
         on top; all rewrites together would also turn its 1x1 convolutions into batched matmuls,
         slower than channels-last; direct convolutions ran 1.035x faster with O3 on top, BENCHMARKS.md).
         Each trial's figure against the default is the product of the two comparisons."""
-        applying, flag_sets = _applying(env), _flag_sets(env)
+        applying, flag_sets = applying_rewrites(env), offered_flag_sets(env)
         for step in range(1, len(applying) + len(flag_sets) + 1):
             # One the first round tried already (a flag set chosen alone, then a rewrite with it)
             # was slower than the choice: the same build, not timed again.
-            more = [o for o in _additions(option, applying, flag_sets) if o.label not in trials]
+            more = [o for o in extensions(option, applying, flag_sets) if o.label not in trials]
             judged = (self._judge(env, default, best, more, trials, f"flag-runs-{step}", set(), scale=speedup)
                       if more else None)
             if judged is None:
@@ -249,7 +159,7 @@ class FlagStage:
         any and computes the default's result untuned), or None with the reason in `trials` (and
         its label in `wrong` where the reason is another result); `reference`: what it is judged
         against (the default, or the choice it extends)."""
-        program = _rewritten(env, option.rewrite) if option.rewrite else None
+        program = rewritten_program(env, option.rewrite) if option.rewrite else None
         if option.rewrite and program is None:
             trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
             return None
@@ -327,11 +237,11 @@ def _together(env: StageEnv, wrong: set[str]) -> list[ModelOption]:
     on cuda, raise-attention leaves the NCHW 1x1 convolutions (1.1 off llvm-cpu) and
     pointwise-conv-as-matmul the batch matmuls over heads of 40 (not finite): only together can
     the build be right (BENCHMARKS.md, "Four held-out Stable Diffusion blocks on the H100")."""
-    refused = [r for r in _applying(env) if r.name in wrong]  # REWRITES order: the joined name is stable
+    refused = [r for r in applying_rewrites(env) if r.name in wrong]  # REWRITES order: the joined name is stable
     if len(refused) < 2:
         return []
     together = combined(refused)
-    return [ModelOption((), together)] + [replace(f, rewrite=together) for f in _flag_sets(env)]
+    return [ModelOption((), together)] + [replace(f, rewrite=together) for f in offered_flag_sets(env)]
 
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
@@ -375,7 +285,7 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
         return None
     if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
         return None
-    offered = [f for o in options for f in o.flags]  # a choice may join several flag sets (_additions)
+    offered = [f for o in options for f in o.flags]  # a choice may join several flag sets (extensions)
     flags = tuple(data.get("flags", ()))
     names = [n for o in options if o.rewrite for n in o.rewrite.names]
     rewrites = tuple(data.get("rewrites", ()))
@@ -387,10 +297,10 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
     if program is not None and not program.is_file():
         # The rewritten program was removed (the decision carried to another machine's run
         # directory): the rewrites are deterministic, so it is written again where it was.
-        applying = {r.name: r for r in _applying(env)}
+        applying = {r.name: r for r in applying_rewrites(env)}
         if not set(rewrites) <= set(applying):
             return None
-        again = _rewritten(env, combined([applying[n] for n in rewrites]))
+        again = rewritten_program(env, combined([applying[n] for n in rewrites]))
         if again is None or again.resolve() != program.resolve():
             return None
     return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),

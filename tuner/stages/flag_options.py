@@ -1,0 +1,105 @@
+"""The model-wide choices tune-model's flag stage tries (tuner.stages.flags): each flag set the
+model's pipelines offer, each program rewrite that finds something to rewrite, alone and with
+each flag set, and what a choice can be extended by."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+from pipelines import DispatchKind, pipeline_for
+from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
+from tuner.stages.base import StageEnv
+
+MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
+
+
+@dataclass(frozen=True)
+class ModelOption:
+    """One model-wide choice the flag stage tries: flags for every dispatch, a rewrite of the
+    program (tuner.rewrite), or both."""
+
+    flags: tuple[str, ...] = ()
+    rewrite: Optional[Rewrite] = None
+    # Flags that form dispatches of these kinds taking configs of their own (data tiling
+    # materialized early: the mmt4d): judged with the largest of them tuned, as a rewrite's.
+    tunes: tuple[DispatchKind, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return " ".join([*([self.rewrite.name] if self.rewrite else []), *self.flags])
+
+    @property
+    def directory(self) -> str:
+        """Its builds' directory name: the label's words, cut to a length every file system takes
+        with a digest of the whole label where longer (ResNet-50's choice joining two rewrites and
+        four flag sets was 273 characters: ENAMETOOLONG on the H100 machine)."""
+        name = "flags-" + "-".join(part.lstrip("-") for part in self.label.split())
+        if len(name) <= MAX_DIRECTORY:
+            return name
+        return name[:MAX_DIRECTORY - 17] + "-" + hashlib.sha256(self.label.encode()).hexdigest()[:16]
+
+
+def model_options(env: StageEnv) -> list[ModelOption]:
+    """What the flag stage tries first: each flag set the pipelines of the model's dispatches
+    offer, and each program rewrite of the target's kind that finds something to rewrite, alone
+    and with each flag set (the stage then adds the other rewrites and flag sets to its choice
+    one at a time: FlagStage._extend). A rewrite that finds nothing is one option, reported as such."""
+    flag_sets = offered_flag_sets(env)
+    offered = offered_rewrites(env)
+    applying = applying_rewrites(env)
+    return (flag_sets
+            + [ModelOption((), r) for r in offered if r not in applying]
+            + [ModelOption((), r) for r in applying] + [replace(f, rewrite=r) for r in applying for f in flag_sets])
+
+
+def offered_flag_sets(env: StageEnv) -> list[ModelOption]:
+    """Each flag set the pipelines of the model's dispatches offer, with the kinds of dispatch it
+    forms that are tuned before it is judged."""
+    flag_sets: list[tuple[str, ...]] = []
+    tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
+    for d in env.program.dispatches:
+        p = pipeline_for(d)
+        for flags in map(tuple, p.model_flags_for(d) if p else ()):
+            if flags not in flag_sets:
+                flag_sets.append(flags)
+            if flags in p.tuned_model_flags_for(d) and d.kind not in tunes.get(flags, ()):
+                tunes[flags] = (*tunes.get(flags, ()), d.kind)
+    return [ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
+
+
+def extensions(option: ModelOption, applying: list[Rewrite], flag_sets: list[ModelOption]) -> list[ModelOption]:
+    """The choice with one more applying rewrite, or with one more flag set's flags (after its
+    own; the kinds either tunes are tuned)."""
+    have = option.rewrite.names if option.rewrite else ()
+    more = [replace(option, rewrite=combined([r for r in applying if r.name in have or r is extra]))
+            for extra in applying if extra.name not in have]
+    for f in flag_sets:
+        flags = (*option.flags, *(flag for flag in f.flags if flag not in option.flags))
+        if flags != option.flags:
+            more.append(replace(option, flags=flags, tunes=(*option.tunes, *(k for k in f.tunes if k not in option.tunes))))
+    return more
+
+
+def offered_rewrites(env: StageEnv) -> tuple[Rewrite, ...]:
+    return REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
+
+
+def applying_rewrites(env: StageEnv) -> list[Rewrite]:
+    """The offered rewrites that find something to rewrite in the model, in REWRITES order."""
+    return [r for r in offered_rewrites(env) if rewritten_program(env, r) is not None]
+
+
+def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
+    """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run), or
+    None when the rewrite finds nothing to change."""
+    out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
+    key = ("rewrite", rewrite.name)  # (env.built also holds the run's model builds)
+    if key not in env.built:
+        changed = rewrite_program(env.model, rewrite, out)
+        env.built[key] = out if changed else None
+        if changed:
+            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({', '.join(changed)}) into {out}")
+    return env.built[key]
