@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from iree.compiler import ir
 
-from pipelines import Dispatch, pipeline_for, why_untunable
+from pipelines import Dispatch, Pipeline, pipeline_for, why_untunable
 from tuner.driver import Session, search_and_evaluate
 from tuner.core.settings import Listeners, RunOptions
 from tuner.run_dir import real_directory
@@ -98,7 +98,7 @@ def default_off_host(env: StageEnv) -> str:
     return env.built.get(("reference-check", "default"), "")
 
 
-def tuning_pipeline(dispatch: Dispatch, name: Optional[str] = None):
+def tuning_pipeline(dispatch: Dispatch, name: Optional[str] = None) -> Optional[Pipeline]:
     """The pipeline a model's dispatch is tuned with: the one named (`SearchSettings.pipeline`)
     where it takes the dispatch, else the one for the compiler's own choice; None where none does."""
     return (pipeline_for(dispatch, name) if name else None) or pipeline_for(dispatch)
