@@ -722,3 +722,40 @@ def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_p
     assert len(tuned_names) == 1 and len(first) == len(second) == 1
     assert second[0].dispatch.flags == (*GENERALIZE_MATMUL, *O3) and first[0].dispatch.flags == GENERALIZE_MATMUL
     assert any("its tuning there serves" in line for line in said), said
+
+
+@pytest.mark.slow
+def test_a_rewrite_with_flags_takes_the_winners_of_the_dispatches_they_form_alike_by_their_new_names(
+        tmp_path, ctx, monkeypatch):
+    """raise-attention with another flag set was judged with the default configs: its attention,
+    tuned under the default flags, had another name under those flags (the GQA block: 0.97x). Where
+    the flags form the rewrite's dispatches alike, their winners go on them by the new names; where
+    one is not alike, nothing is reused and nothing tuned."""
+    from pipelines.model_flags import AGGRESSIVE_FUSION, GENERALIZE_MATMUL
+    from tuner.stages.base import StageEnv
+    from tuner.stages.builtin import DispatchStage
+    from tuner.stages.variants import SpecPart
+    from tests.test_mma_sync import UNIT_BATCH
+
+    program = tmp_path / "linear.mlir"
+    program.write_text(UNIT_BATCH)
+    target = parse_target("cuda:sm_80")
+    found = discover_program(program, target, ctx)
+    tuned_names: list[str] = []
+
+    def tune_or_say(self, dispatch, outcome, *args, **kwargs):
+        tuned_names.append(dispatch.name)
+        return replace(outcome, status="tuned", speedup=1.5, part=SpecPart(dispatch, None, "designed"))
+
+    monkeypatch.setattr(DispatchStage, "tune_or_say", tune_or_say)
+    env = StageEnv(program, target, tmp_path / "run", ctx, found, next(iter(found.entries.values())))
+    stage = FlagStage(tune_budget=2)
+    kinds = (DispatchKind.CONTRACTION,)
+    alone = stage._tuned_parts(env, "rewrite", kinds, program)
+    assert len(alone) == 1 and tuned_names == [alone[0].dispatch.name]
+    # Aggressive fusion forms the batch matmul alike: its winner, no tuning.
+    fused = stage._tuned_parts(env, "rewrite fused", kinds, program, AGGRESSIVE_FUSION, reuse_only=True)
+    assert len(fused) == 1 and fused[0].dispatch.flags == AGGRESSIVE_FUSION and len(tuned_names) == 1
+    # Generalized, it is another op (a plain matmul): nothing reused, nothing tuned.
+    assert stage._tuned_parts(env, "rewrite generalized", kinds, program, GENERALIZE_MATMUL, reuse_only=True) == ()
+    assert len(tuned_names) == 1

@@ -172,6 +172,11 @@ class FlagStage:
                 return None
         parts = (self._tuned_parts(env, option.rewrite.name, option.rewrite.tunes, program) if option.rewrite
                  else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
+        if option.rewrite and option.flags and parts:
+            # Under the flags the rewrite's dispatches have other names (the read-back is by name):
+            # where the flags form them alike, the winners go on them by this build's names.
+            parts = self._tuned_parts(env, option.label, option.rewrite.tunes, program, option.flags,
+                                      reuse_only=True) or parts
         b = build_once(env, Variant(option.directory, option.flags, parts, program))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")
@@ -186,12 +191,13 @@ class FlagStage:
         return b
 
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
-                     flags: tuple[str, ...] = ()) -> tuple[SpecPart, ...]:
+                     flags: tuple[str, ...] = (), reuse_only: bool = False) -> tuple[SpecPart, ...]:
         """The winning configs of the dispatches of `kinds` that a choice forms in `program` (a
         rewrite's, under the default flags; a flag set's, under those flags): the largest
         `rewrite_tunes` of them, one per shape, each tuned with `tune_budget` evaluations; once
-        per run and choice (`name`)."""
-        key = ("choice-tuned", name, flags, self.tune_budget)
+        per run and choice (`name`). `reuse_only`: only the winners of dispatches tuned alike
+        before, none tuned here, and none at all unless every one was."""
+        key = ("choice-tuned", name, flags, self.tune_budget, reuse_only)
         if key in env.built:
             return env.built[key]
         parts: list[SpecPart] = []
@@ -204,9 +210,13 @@ class FlagStage:
                          else ([], []))
             created = sorted((c for c in chosen if c[0].kind in kinds), key=lambda c: c[0].flops,
                              reverse=True)[:self.rewrite_tunes]
+            if reuse_only and any(("formed-tuned", signature(d, self.search.pipeline), self.tune_budget) not in env.built
+                                  for d, _ in created):
+                created = []
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
-                said = short_flags(" ".join(flags)) if flags else name  # a flag set's name is its directory's
+                # A flag set's name is its directory's; a rewrite with flags is said by its label.
+                said = short_flags(name) if reuse_only else short_flags(" ".join(flags)) if flags else name
                 # A dispatch that another choice formed alike (what the spec's matcher sees, the
                 # ops after the root included) is not tuned again: its winner serves this one's
                 # judgement too (the GQA block's two matmuls were tuned under four flag sets).
