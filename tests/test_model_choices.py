@@ -690,13 +690,10 @@ def test_a_choice_joining_many_flags_has_a_directory_name_every_file_system_take
     assert ModelOption(("--iree-opt-level=O3",)).directory == "flags-iree-opt-level=O3"  # short ones as they were
 
 
-@pytest.mark.slow
-def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_path, ctx, monkeypatch):
-    """The flag stage tunes the dispatches a flag set forms before judging it; one that another
-    flag set formed alike (the GQA block's matmuls under generalize-matmul alone and with O3:
-    four tunings of the same two shapes, 428 s on the H100) is tuned once, and its winner goes
-    on this program's dispatch by its own name."""
-    from pipelines.model_flags import GENERALIZE_MATMUL, O3
+def _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said: list[str]):
+    """A flag stage's world on cuda for a model of one batch matmul of batch 1 (test_mma_sync's
+    UNIT_BATCH), its dispatch tunings designed: each is 1.5x, and its dispatch's name recorded
+    in the list returned beside the env."""
     from tuner.stages.base import StageEnv
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.variants import SpecPart
@@ -713,9 +710,20 @@ def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_p
         return replace(outcome, status="tuned", speedup=1.5, part=SpecPart(dispatch, None, "designed"))
 
     monkeypatch.setattr(DispatchStage, "tune_or_say", tune_or_say)
+    env = StageEnv(program, target, tmp_path / "run", ctx, found, next(iter(found.entries.values())), say=said.append)
+    return env, program, tuned_names
+
+
+@pytest.mark.slow
+def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_path, ctx, monkeypatch):
+    """The flag stage tunes the dispatches a flag set forms before judging it; one that another
+    flag set formed alike (the GQA block's matmuls under generalize-matmul alone and with O3:
+    four tunings of the same two shapes, 428 s on the H100) is tuned once, and its winner goes
+    on this program's dispatch by its own name."""
+    from pipelines.model_flags import GENERALIZE_MATMUL, O3
+
     said: list[str] = []
-    env = StageEnv(program, target, tmp_path / "run", ctx, found, next(iter(found.entries.values())),
-                   say=said.append)
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said)
     stage = FlagStage(tune_budget=2)
     first = stage._tuned_parts(env, "generalize", (DispatchKind.CONTRACTION,), program, GENERALIZE_MATMUL)
     second = stage._tuned_parts(env, "generalize-O3", (DispatchKind.CONTRACTION,), program, (*GENERALIZE_MATMUL, *O3))
@@ -732,23 +740,8 @@ def test_a_rewrite_with_flags_takes_the_winners_of_the_dispatches_they_form_alik
     the flags form the rewrite's dispatches alike, their winners go on them by the new names; where
     one is not alike, nothing is reused and nothing tuned."""
     from pipelines.model_flags import AGGRESSIVE_FUSION, GENERALIZE_MATMUL
-    from tuner.stages.base import StageEnv
-    from tuner.stages.builtin import DispatchStage
-    from tuner.stages.variants import SpecPart
-    from tests.test_mma_sync import UNIT_BATCH
 
-    program = tmp_path / "linear.mlir"
-    program.write_text(UNIT_BATCH)
-    target = parse_target("cuda:sm_80")
-    found = discover_program(program, target, ctx)
-    tuned_names: list[str] = []
-
-    def tune_or_say(self, dispatch, outcome, *args, **kwargs):
-        tuned_names.append(dispatch.name)
-        return replace(outcome, status="tuned", speedup=1.5, part=SpecPart(dispatch, None, "designed"))
-
-    monkeypatch.setattr(DispatchStage, "tune_or_say", tune_or_say)
-    env = StageEnv(program, target, tmp_path / "run", ctx, found, next(iter(found.entries.values())))
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, [])
     stage = FlagStage(tune_budget=2)
     kinds = (DispatchKind.CONTRACTION,)
     alone = stage._tuned_parts(env, "rewrite", kinds, program)
