@@ -172,12 +172,13 @@ class FlagStage:
                 return None
         parts = (self._tuned_parts(env, option.rewrite.name, option.rewrite.tunes, program) if option.rewrite
                  else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
-        if option.rewrite and option.flags and parts:
+        b = build_once(env, Variant(option.directory, option.flags, parts, program))
+        if parts and not b.ok and option.rewrite and option.flags:
             # Under the flags the rewrite's dispatches have other names (the read-back is by name):
             # where the flags form them alike, the winners go on them by this build's names.
-            parts = self._tuned_parts(env, option.label, option.rewrite.tunes, program, option.flags,
-                                      reuse_only=True) or parts
-        b = build_once(env, Variant(option.directory, option.flags, parts, program))
+            alike = self._tuned_parts(env, option.label, option.rewrite.tunes, program, option.flags, reuse_only=True)
+            if alike:
+                b = build_once(env, Variant(option.directory, option.flags, alike, program))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")
             b = build_once(env, untuned)
