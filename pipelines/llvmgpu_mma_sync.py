@@ -33,8 +33,9 @@ class LLVMGPUMmaSync(Pipeline):
     m16n8k16 MMAs) and `stages` (A and B tiles in flight; 1: no cp.async, no pipelining).
 
     Picked by name (`--pipeline llvmgpu_mma_sync`): TileAndFuse stays the one that tunes the
-    compiler's own choice. It takes what the strategy does: cuda, one M, N and K dim, no batch,
-    f16 x f16 -> f32, A stored M x K, B stored K x N, C M x N, at most one elementwise op after it
+    compiler's own choice. It takes what the strategy does: cuda, one M, N and K dim and at
+    most one batch dim (outermost in A, B and C; one batch entry a workgroup), f16 x f16 -> f32,
+    A stored M x K, B stored K x N, C M x N, at most one elementwise op after it
     in the dispatch (a bias, an activation, the narrowing to f16), the tiles dividing every dim
     (it does not pad). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
     so it is declined."""
@@ -44,14 +45,14 @@ class LLVMGPUMmaSync(Pipeline):
     matches_ops_after = True  # each kernel is written for what follows its matmul (EPILOGUES)
 
     def supports(self, dispatch: Dispatch) -> bool:
-        if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or dispatch.batch_dims
+        if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.batch_dims) > 1
                 or (len(dispatch.m_dims), len(dispatch.n_dims), len(dispatch.k_dims)) != (1, 1, 1)
                 or (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type) != ("f16", "f16", "f32")
                 or len(dispatch.operand_dims) != 3 or dispatch.other_ops not in EPILOGUES):
             return False
-        m, n, k = dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0]
+        b, m, n, k = dispatch.batch_dims, dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0]
         lhs, rhs, out = dispatch.operand_dims
-        return lhs == (m, k) and rhs == (k, n) and out == (m, n) and self._tiles_divide(dispatch)
+        return lhs == (*b, m, k) and rhs == (*b, k, n) and out == (*b, m, n) and self._tiles_divide(dispatch)
 
     @staticmethod
     def _tiles_divide(dispatch: Dispatch) -> bool:
@@ -69,14 +70,17 @@ class LLVMGPUMmaSync(Pipeline):
                 and dispatch.operand_dims[1] == (dispatch.n_dims[0], dispatch.k_dims[0]):
             return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "
                     "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered")
-        if len(dispatch.m_dims) == len(dispatch.n_dims) == len(dispatch.k_dims) == 1 and not dispatch.batch_dims \
+        if len(dispatch.m_dims) == len(dispatch.n_dims) == len(dispatch.k_dims) == 1 and len(dispatch.batch_dims) <= 1 \
                 and not self._tiles_divide(dispatch):
             return (f"the mma.sync kernel does not pad: M, N and K must be multiples of {min(BLOCK_M)}, "
                     f"{min(BLOCK_N)} and {min(BLOCK_K)}")
-        return "the mma.sync kernel takes only f16 x f16 -> f32 C = A B with one M, N and K dim and no batch"
+        return "the mma.sync kernel takes only f16 x f16 -> f32 C = A B with one M, N and K dim and at most one batch dim"
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         m, n, k = dispatch.sizes((*dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims))
+        batch = 1
+        for size in dispatch.sizes(dispatch.batch_dims):
+            batch *= size
         p = Problem()
         bm = p.add_knob(IntKnob.of("block_m", list(BLOCK_M))).var
         bn = p.add_knob(IntKnob.of("block_n", list(BLOCK_N))).var
@@ -84,12 +88,12 @@ class LLVMGPUMmaSync(Pipeline):
         wm = p.add_knob(IntKnob.of("warps_m", [2, 4, 1])).var
         wn = p.add_knob(IntKnob.of("warps_n", [4, 2, 1])).var
         stages = p.add_knob(IntKnob.of("stages", [3, 4, 2, 5, 1])).var
-        kernel = MmaSyncTiles(bm, bn, bk, wm, wn, stages, epilogue=bool(dispatch.other_ops))
+        kernel = MmaSyncTiles(bm, bn, bk, wm, wn, stages, epilogue=bool(dispatch.other_ops), batch=bool(dispatch.batch_dims))
         p.require(*kernel.rules(m, n, k, shared_memory_bytes(dispatch), dispatch.target.max_threads_per_workgroup or 1024))
         # Preferences from issue 38's shapes (4096^3, Llama-7B's MLP; BENCHMARKS.md): a grid that
         # fills the H100's 132 SMs, 3-4 stages (one stage ran 0.67x three), a 128x256 tile on 8
         # warps, a K step of 32. With an epilogue a 128x256 tile leaves room for one stage only.
-        p.prefer("fills_the_gpu", (m / bm) * (n / bn) >= 132)
+        p.prefer("fills_the_gpu", batch * (m / bm) * (n / bn) >= 132)
         p.prefer("pipelined", stages >= 3)
         p.prefer("wide_tile", bm * bn >= 128 * 256)
         p.prefer("eight_warps", wm * wn == 8)
@@ -100,7 +104,7 @@ class LLVMGPUMmaSync(Pipeline):
         from iree.compiler import ir
 
         t = MmaSyncTiles(*(int(s[k]) for k in ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages")),
-                         epilogue=bool(dispatch.other_ops))
+                         epilogue=bool(dispatch.other_ops), batch=bool(dispatch.batch_dims))
         with ctx:  # printed by the compiler's own printer, as the read-back will print them
             info = ir.Attribute.parse(compilation_info(t))
             lowering, translation = ir.Attribute.parse(lowering_config(t)), ir.Attribute.parse(translation_info(t))

@@ -27,7 +27,9 @@ tracking of a handle nobody uses again.
 What it takes (compiled, read back from the PTX, and checked against torch on the H100): f16 x
 f16 -> f32 `C = A B` with static M, N, K that the tiles divide, alone in its dispatch or with one
 elementwise op after it (the epilogue: the result tile passes through shared memory, where all
-threads apply the op). What it does not take yet: batch dims, B stored N x K (it compiles, but
+threads apply the op), and with one batch dim before M and N (`batch`: a workgroup takes one
+batch entry's tile; the unit dim is cast away from the vectors before the MMA conversion, and the
+PTX is the 2-D kernel's). What it does not take yet: more batch dims, B stored N x K (it compiles, but
 the result is wrong), more than one fused op, bf16, shapes the tiles do not divide (no
 padding)."""
 
@@ -62,6 +64,9 @@ class MmaSyncTiles:
     # narrowing to f16): the workgroup's result tile then passes through shared memory, where
     # every thread applies the op to its share and stores it.
     epilogue: bool = False
+    # A batch dim before M and N (a batch matmul): each workgroup takes one batch entry's tile,
+    # the unit dim dropped from the vectors before the MMA conversion.
+    batch: bool = False
 
     @property
     def threads(self) -> int:
@@ -104,15 +109,20 @@ class MmaSyncTiles:
     def name(self) -> str:
         """The kernel's strategy symbol: several kernels can sit in one spec (a model's)."""
         return (f"{STRATEGY}_{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}"
-                f"_s{self.stages}" + ("_epilogue" if self.epilogue else ""))
+                f"_s{self.stages}" + ("_epilogue" if self.epilogue else "") + ("_batch" if self.batch else ""))
+
+    @property
+    def lead(self) -> list[int]:
+        """The tile of the dims before M (the batch entry, one per workgroup)."""
+        return [1] if self.batch else []
 
     def tile_sizes(self) -> list[int]:
         """What the root op's lowering_config carries: the strategy finds the op by it."""
-        return [self.block_m, self.block_n, self.block_k]
+        return [*self.lead, self.block_m, self.block_n, self.block_k]
 
     def label(self) -> str:
         return (f"wg {self.block_m}x{self.block_n} k{self.block_k}, warps {self.warps_m}x{self.warps_n}, "
-                f"{self.stages} stages" + (", epilogue" if self.epilogue else ""))
+                f"{self.stages} stages" + (", epilogue" if self.epilogue else "") + (", batch" if self.batch else ""))
 
 
 def _apply(target: str, *patterns: str) -> str:
@@ -137,7 +147,8 @@ ANY = "(!transform.any_op)"
 
 
 def _tile_and_promote(t: MmaSyncTiles) -> str:
-    warp_tile = f"[{t.block_m // t.warps_m}, {t.block_n // t.warps_n}]"
+    zeros = "0, " * len(t.lead)
+    warp_tile = f"[{zeros}{t.block_m // t.warps_m}, {t.block_n // t.warps_n}]"
     warps = "(mapping = [#gpu.warp<y>, #gpu.warp<x>])"
     # The fill is tiled to warps like the contraction: after the accumulators are hoisted, each
     # thread's read of its accumulator follows its own write of the zeros, so the read folds to
@@ -146,19 +157,22 @@ def _tile_and_promote(t: MmaSyncTiles) -> str:
     # DRAM traffic on 4096^3, ncu). The epilogue's elementwise op is spread over every thread,
     # rows of 4 elements each.
     across = min(t.block_n // 4, t.threads)
-    fill_threads = f"[{t.threads // across}, {across}]"
-    blocks = f"tile_sizes [{t.block_m}, {t.block_n}] (mapping = [#gpu.block<y>, #gpu.block<x>])"
+    fill_threads = f"[{zeros}{t.threads // across}, {across}]"
+    lead = "".join(f"{size}, " for size in t.lead)
+    block_dims = "#gpu.block<z>, " if t.batch else ""
+    blocks = f"tile_sizes [{lead}{t.block_m}, {t.block_n}] (mapping = [{block_dims}#gpu.block<y>, #gpu.block<x>])"
     fuse = ": (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
     threads = "(mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>])"
+    par, red = "#linalg.iterator_type<parallel>", "#linalg.iterator_type<reduction>"
+    parallel = ", ".join([par] * (2 + len(t.lead)))
     if t.epilogue:
         # The elementwise op is tiled to workgroups and the contraction and fill fused into it;
         # the compiler gave both ops the lowering_config, so they are told apart by their loops.
-        par, red = "#linalg.iterator_type<parallel>", "#linalg.iterator_type<reduction>"
         grid = (
-            f'    %mm = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = [{par}, {par}, {red}]}} '
+            f'    %mm = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = [{parallel}, {red}]}} '
             f"in %root : {ANY} -> !transform.any_op\n"
             f'    %fill = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
-            f'    %ew = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = [{par}, {par}]}} '
+            f'    %ew = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = [{parallel}]}} '
             f"in %root : {ANY} -> !transform.any_op\n"
             f"    %ew_tile, %grid = transform.structured.tile_using_forall %ew {blocks} : {ANY} -> (!transform.any_op, !transform.any_op)\n"
             f"    transform.iree.populate_workgroup_count_region_using_num_threads_slice %grid : {ANY} -> ()\n"
@@ -167,8 +181,9 @@ def _tile_and_promote(t: MmaSyncTiles) -> str:
             f"    %ew_threads, %f3 = transform.structured.tile_using_forall %ew_tile num_threads {fill_threads} {threads} "
             f": {ANY} -> (!transform.any_op, !transform.any_op)\n")
     else:
+        ops = '"linalg.generic", "linalg.matmul", "linalg.batch_matmul"'
         grid = (
-            f"    %mm = transform.structured.match ops{{[\"linalg.generic\", \"linalg.matmul\"]}} attributes {{lowering_config = {lowering_config(t)}}} in %root "
+            f"    %mm = transform.structured.match ops{{[{ops}]}} attributes {{lowering_config = {lowering_config(t)}}} in %root "
             f": {ANY} -> !transform.any_op\n"
             f'    %fill = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
             f"    %tiled, %grid = transform.structured.tile_using_forall %mm {blocks} : {ANY} -> (!transform.any_op, !transform.any_op)\n"
@@ -176,7 +191,7 @@ def _tile_and_promote(t: MmaSyncTiles) -> str:
             f"    %fill_tile, %grid2 = transform.structured.fuse_into_containing_op %fill into %grid {fuse}")
     return (
         grid
-        + f"    %step, %loop = transform.structured.tile_using_for %tiled tile_sizes [0, 0, {t.block_k}] "
+        + f"    %step, %loop = transform.structured.tile_using_for %tiled tile_sizes [{zeros}0, 0, {t.block_k}] "
         f": {ANY} -> (!transform.any_op, !transform.any_op)\n"
         f"    %promoted, %a, %b = transform.iree.promote_operands %step [0, 1] "
         f": {ANY} -> (!transform.any_op, !transform.any_op, !transform.any_op)\n"
@@ -206,7 +221,7 @@ def _vectorize_and_bufferize() -> str:
         _func("%func")
         + _apply("%func", "linalg.tiling_canonicalization", "scf.for_loop_canonicalization", "canonicalization")
         + f"    %vec = transform.structured.vectorize_children_and_apply_patterns %func : {ANY} -> !transform.any_op\n"
-        + _apply("%vec", "vector.fold_arith_extension", "canonicalization")
+        + _apply("%vec", "vector.cast_away_vector_leading_one_dim", "vector.fold_arith_extension", "canonicalization")
         + _cse("%vec")
         + f"    transform.iree.eliminate_empty_tensors %root : {ANY} -> ()\n"
         f"    %buf = transform.iree.bufferize <{{target_gpu}}> %vec : {ANY} -> (!transform.any_op)\n")
@@ -336,7 +351,7 @@ def library_for_every_contraction(t: MmaSyncTiles) -> str:
             "    %m = transform.match.structured failures(propagate) %op : (!transform.any_op) -> (!transform.any_op) {\n"
             "    ^bb1(%s: !transform.any_op):\n"
             "      %r = transform.match.structured.rank %s : (!transform.any_op) -> !transform.param<i64>\n"
-            "      %c3 = transform.param.constant 3 : i64 -> !transform.param<i64>\n"
+            f"      %c3 = transform.param.constant {3 + len(t.lead)} : i64 -> !transform.param<i64>\n"
             "      transform.match.param.cmpi eq %r, %c3 : !transform.param<i64>\n"
             "      transform.match.structured.yield %s : !transform.any_op\n    }\n"
             "    transform.yield %op : !transform.any_op\n  }\n"

@@ -15,6 +15,7 @@ from iree.compiler import ir
 from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
+from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
@@ -70,12 +71,19 @@ POINTWISE_CONV_AS_MATMUL = Rewrite("pointwise-conv-as-matmul", pointwise_convs_a
 # config pads the output rows (tuner.rewrite.padded_columns): the rows are padded in the program.
 PAD_CONV_COLUMNS = Rewrite("pad-conv-columns", pad_convolution_columns,
                            "convolutions computed on output rows padded to a multiple of 16 columns, then sliced")
+# Offered on GPUs: convolutions as an explicit im2col and a batch matmul
+# (tuner.rewrite.conv_im2col), which a contraction pipeline that takes no convolution (the
+# mma.sync kernel) then takes. Judged with the batch matmuls it forms tuned.
+CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls,
+                                "convolutions over a window as patches gathered in the program and a batch matmul",
+                                tunes=(DispatchKind.CONTRACTION,))
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
 # the matrix-product form takes).
 REWRITES = {"cpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1),
-            "gpu": (RAISE_ATTENTION_GPU, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS)}
+            "gpu": (RAISE_ATTENTION_GPU, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS,
+                    CONV_AS_IM2COL_MATMUL)}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
 # moves to REWRITES once it has won on a model it was not made for.
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,

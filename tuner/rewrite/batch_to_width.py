@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, keep_leading, onnx_op, pad_end,
+from tuner.rewrite.torch_ops import (group_count, ONNX_OP, element_type, int64_literal, int_list, keep_leading, onnx_op, pad_end,
                                      replace_op, rewrite_sites, si64_array, static_shape)
 
 MULTIPLE = 16  # the largest MMA tile side along the output columns among the GPU targets' intrinsics
@@ -39,7 +39,7 @@ def _taken(conv: ir.Operation) -> bool:
     ones = [1, 1]
     if ((int_list(attrs["torch.onnx.strides"]) if "torch.onnx.strides" in attrs else ones) != ones
             or (int_list(attrs["torch.onnx.dilations"]) if "torch.onnx.dilations" in attrs else ones) != ones
-            or (ir.IntegerAttr(attrs["torch.onnx.group"]).value if "torch.onnx.group" in attrs else 1) != 1
+            or group_count(conv) != 1
             or (int_list(attrs["torch.onnx.pads"]) if "torch.onnx.pads" in attrs else None) != [1, 1, 1, 1]
             or "torch.onnx.auto_pad" in attrs):
         return False

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, onnx_op, replace_op, rewrite_sites,
+from tuner.rewrite.torch_ops import (group_count, element_type, int64_literal, int_list, onnx_op, replace_op, rewrite_sites,
                                      static_shape)
 
 
@@ -41,7 +41,7 @@ def _pointwise(conv: ir.Operation) -> bool:
 
     auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
     return (ints("torch.onnx.strides", [1, 1]) == [1, 1] and not any(ints("torch.onnx.pads", [0] * 4))
-            and ints("torch.onnx.dilations", [1, 1]) == [1, 1] and ints("torch.onnx.group", [1]) == [1]
+            and ints("torch.onnx.dilations", [1, 1]) == [1, 1] and group_count(conv) == 1
             and auto_pad in ("NOTSET", "VALID"))
 
 

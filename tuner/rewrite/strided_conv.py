@@ -20,7 +20,7 @@ import math
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import element_type, int64_literal, int_list, onnx_op, rewrite_sites, si64_array, static_shape
+from tuner.rewrite.torch_ops import group_count, element_type, int64_literal, int_list, onnx_op, rewrite_sites, si64_array, static_shape
 
 
 def _strides(conv: ir.Operation) -> list[int] | None:
@@ -34,9 +34,8 @@ def _strides(conv: ir.Operation) -> list[int] | None:
     strides = int_list(attrs["torch.onnx.strides"]) if "torch.onnx.strides" in attrs else [1] * spatial
     pads = int_list(attrs["torch.onnx.pads"]) if "torch.onnx.pads" in attrs else [0] * (2 * spatial)
     dilations = int_list(attrs["torch.onnx.dilations"]) if "torch.onnx.dilations" in attrs else [1] * spatial
-    group = int_list(attrs["torch.onnx.group"]) if "torch.onnx.group" in attrs else [1]
     auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
-    if (len(strides) != spatial or any(pads) or any(d != 1 for d in dilations) or group != [1]
+    if (len(strides) != spatial or any(pads) or any(d != 1 for d in dilations) or group_count(conv) != 1
             or auto_pad != "NOTSET" or all(s == 1 for s in strides)):
         return None
     return strides

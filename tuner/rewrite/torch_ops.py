@@ -74,6 +74,11 @@ def int_list(attr: ir.Attribute) -> list[int]:
     return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
 
 
+def group_count(op: ir.Operation) -> int:
+    """An onnx.Conv's `group` (an integer attribute, 1 where absent)."""
+    return ir.IntegerAttr(op.attributes["torch.onnx.group"]).value if "torch.onnx.group" in op.attributes else 1
+
+
 def int64_literal(values: list[int], ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """A `torch.vtensor.literal` of si64 values (a shape, axes or steps an onnx op takes)."""
     dense = ir.DenseElementsAttr.get(np.array(values, np.int64), type=ir.RankedTensorType.get(

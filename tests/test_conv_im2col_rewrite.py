@@ -1,0 +1,171 @@
+"""The conv-as-im2col-matmul rewrite (tuner.rewrite.conv_im2col): which convolutions it takes,
+that the rewritten program computes the same result (padded, strided, dilated, asymmetric
+windows, with and without a bias), and that on cuda the convolutions become batch matmuls the
+mma.sync kernel takes, its candidates compiling to ldmatrix and mma.sync."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from pipelines import DispatchKind
+from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
+from tests.test_strided_conv_rewrite import CONV, T
+from tuner.rewrite import CONV_AS_IM2COL_MATMUL, REWRITES, rewrite_program
+from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
+from tuner.targets import parse_target
+
+
+def _conv(out: str, k: int, p: int, s: int) -> str:
+    size = (9 + 2 * p - k) // s + 1
+    return CONV.format(out=out, w=f"w{k}", k=k, p=p, s=s, t=T, wt=f"!torch.vtensor<[16,8,{k},{k}],f32>",
+                       ot=f"!torch.vtensor<[2,16,{size},{size}],f32>")
+
+
+GROUPED = ('%g = torch.operator "onnx.Conv"(%x, %wg, %b) {torch.onnx.group = 2 : si64, torch.onnx.kernel_shape = [3 : si64, 3 : si64], '
+           'torch.onnx.pads = [1 : si64, 1 : si64, 1 : si64, 1 : si64]} : '
+           f'({T}, !torch.vtensor<[16,4,3,3],f32>, !torch.vtensor<[16],f32>) -> !torch.vtensor<[2,16,9,9],f32>')
+# A 3x3 padded, a 3x3 strided, a 1x1 and a grouped 3x3: the first two are the rewrite's.
+PROGRAM = f"""
+func.func @f(%x: {T}, %w1: !torch.vtensor<[16,8,1,1],f32>, %w3: !torch.vtensor<[16,8,3,3],f32>,
+             %wg: !torch.vtensor<[16,4,3,3],f32>, %b: !torch.vtensor<[16],f32>)
+    -> (!torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,5,5],f32>, !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,9,9],f32>) {{
+  {_conv("a", 3, 1, 1)}
+  {_conv("c", 3, 1, 2)}
+  {_conv("d", 1, 0, 1)}
+  {GROUPED}
+  return %a, %c, %d, %g : !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,5,5],f32>, !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,9,9],f32>
+}}
+"""
+
+
+GROUPED_1X1 = f"""
+func.func @f(%x: {T}, %w: !torch.vtensor<[16,4,1,1],f32>, %b: !torch.vtensor<[16],f32>) -> !torch.vtensor<[2,16,9,9],f32> {{
+  %g = torch.operator "onnx.Conv"(%x, %w, %b) {{torch.onnx.group = 2 : si64, torch.onnx.kernel_shape = [1 : si64, 1 : si64]}} :
+      ({T}, !torch.vtensor<[16,4,1,1],f32>, !torch.vtensor<[16],f32>) -> !torch.vtensor<[2,16,9,9],f32>
+  return %g : !torch.vtensor<[2,16,9,9],f32>
+}}
+"""
+
+
+def _ops(module: ir.Module) -> list[str]:
+    block = module.body.operations[0].regions[0].blocks[0]
+    return [ir.StringAttr(op.attributes["name"]).value.removeprefix("onnx.") for op in block.operations
+            if op.name == "torch.operator"]
+
+
+def test_windowed_ungrouped_convolutions_are_rewritten_and_1x1_and_grouped_ones_are_left():
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        module = ir.Module.parse(PROGRAM)
+        assert convs_as_im2col_matmuls(module) == ["2x8x9x9 by 16x8x3x3", "2x8x9x9 by 16x8x3x3"]
+        ops = _ops(module)
+        # Two convolutions are left (the 1x1 and the grouped one); each rewritten one is a Pad, 9
+        # taps (a Slice and an Unsqueeze each), a Concat and a MatMul of the reshaped filter.
+        assert ops.count("Conv") == 2 and ops.count("Pad") == 2 and ops.count("Slice") == 18
+        assert ops.count("Concat") == 2 and ops.count("MatMul") == 2
+        text = str(module)
+    # The patches of the strided convolution: 8 channels x 9 taps over its 5x5 output pixels.
+    assert "!torch.vtensor<[2,72,25],f32>" in text and "!torch.vtensor<[2,72,81],f32>" in text
+
+
+def test_no_conv_rewrite_takes_a_grouped_1x1_convolution():
+    """`group` is an integer attribute (it was read as a list, and a grouped 1x1 convolution, as
+    ResNeXt's, stopped the pointwise and strided rewrites with a ValueError)."""
+    for rewrite in REWRITES["gpu"]:
+        with ir.Context() as c:
+            c.allow_unregistered_dialects = True
+            module = ir.Module.parse(GROUPED_1X1)
+            assert rewrite.apply(module) == [], rewrite.name
+            assert _ops(module) == ["Conv"]
+
+
+def test_it_is_offered_on_gpus_only_and_tunes_the_contractions_it_forms():
+    assert CONV_AS_IM2COL_MATMUL in REWRITES["gpu"] and CONV_AS_IM2COL_MATMUL not in REWRITES["cpu"]
+    assert CONV_AS_IM2COL_MATMUL.tunes == (DispatchKind.CONTRACTION,)
+
+
+def _convs_model(path: Path) -> None:
+    """Four convolutions of one f32 input, as an exporter writes them: 3x3 padded with a bias,
+    3x3 strided by 2 with uneven pads, a dilated 5x3 window without a bias, and a 1x1 (left)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n) for n, s in (
+        ("w1", (16, 8, 3, 3)), ("b1", (16,)), ("w2", (12, 8, 3, 3)), ("b2", (12,)), ("w3", (8, 8, 5, 3)),
+        ("w4", (4, 8, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["y1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w2", "b2"], ["y2"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 1, 0]),
+             helper.make_node("Conv", ["x", "w3"], ["y3"], kernel_shape=[5, 3], dilations=[2, 1], pads=[2, 1, 2, 1]),
+             helper.make_node("Conv", ["x", "w4"], ["y4"], kernel_shape=[1, 1])]
+    out = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "convs", [out("x", TensorProto.FLOAT, [2, 8, 11, 10])],
+                              [out("y1", TensorProto.FLOAT, [2, 16, 11, 10]), out("y2", TensorProto.FLOAT, [2, 12, 5, 5]),
+                               out("y3", TensorProto.FLOAT, [2, 8, 7, 10]), out("y4", TensorProto.FLOAT, [2, 4, 11, 10])],
+                              inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.slow
+def test_the_rewritten_convolutions_compute_the_same_results(tmp_path):
+    pytest.importorskip("onnx")
+    from tests.conftest import iree_compile
+    from tuner.evaluation.runner import ModuleRun, read_output, run_once
+    from tuner.input.models import program_source
+
+    _convs_model(tmp_path / "convs.onnx")
+    cpu = parse_target("llvm-cpu")
+    imported = program_source(tmp_path / "convs.onnx", tmp_path, cpu)
+    rewritten = tmp_path / "rewritten.mlir"
+    assert rewrite_program(imported, CONV_AS_IM2COL_MATMUL, rewritten) == [
+        "2x8x11x10 by 16x8x3x3", "2x8x11x10 by 12x8x3x3", "2x8x11x10 by 8x8x5x3"]
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(1).standard_normal((2, 8, 11, 10)).astype(np.float32))
+    results = {}
+    for name, program in {"conv": imported, "im2col": rewritten}.items():
+        iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
+        results[name] = []
+        for i in range(4):
+            run = ModuleRun("local-task", "convs", (x,), outputs=4, checked=i)
+            assert run_once(tmp_path / f"{name}.vmfb", run, tmp_path / f"{name}{i}.npy").ok
+            results[name].append(read_output(tmp_path / f"{name}{i}.npy", run))
+    for conv, im2col in zip(results["conv"], results["im2col"]):
+        np.testing.assert_allclose(im2col, conv, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_on_cuda_a_3x3_convolution_becomes_a_batch_matmul_whose_mma_sync_kernel_compiles(tmp_path, ctx):
+    """A 2x64x32x32 3x3 convolution to 128 channels, f16: rewritten, its dispatch is a batch
+    matmul (batch 2, M = 128 channels, N = 1024 pixels, K = 576) the mma.sync kernel takes, and
+    a config of the kernel compiles with ldmatrix and mma.sync in its PTX."""
+    pytest.importorskip("onnx")
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tests.conftest import run_cli
+    from tuner.discovery.program import discover_program
+    from tuner.input.models import program_source
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 64, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 128, 32, 32])],
+        [numpy_helper.from_array((rng.standard_normal(s) * 0.1).astype(np.float16), n) for n, s in
+         (("w", (128, 64, 3, 3)), ("b", (128,)))])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "conv.onnx")
+    cuda = parse_target("cuda:sm_80")
+    rewritten = tmp_path / "rewritten.mlir"
+    rewrite_program(program_source(tmp_path / "conv.onnx", tmp_path, cuda), CONV_AS_IM2COL_MATMUL, rewritten)
+    (dispatch,) = [d for d in discover_program(rewritten, cuda, ctx).dispatches if d.kind == DispatchKind.CONTRACTION]
+    assert dispatch.sizes((*dispatch.batch_dims, *dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims)) == (2, 128, 1024, 576)
+    assert LLVMGPUMmaSync().supports(dispatch)
+    out = tmp_path / "run"
+    result = run_cli("tune", str(rewritten), "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sync",
+                     "--dispatch", dispatch.name, "--budget", "1", "--compile-only", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "compiled 2 of 2 candidates" in result.output
+    ptx = "\n".join(p.read_text() for p in (out / "candidates" / "0001" / "binaries").glob("*.ptx"))
+    assert "ldmatrix" in ptx and "mma.sync.aligned.m16n8k16" in ptx
