@@ -40,6 +40,16 @@ FLAG_NAMES = {DATA_TILING_FLAG: "data-tiling", EARLY_MATERIALIZATION[0]: "global
               GENERALIZE_MATMUL[0]: "generalize-matmul"}
 
 
+def codegen_flags(flags: Iterable[str], backend: str) -> tuple[str, ...]:
+    """The flags among `flags` that change how a dispatch already formed is compiled: the codegen
+    stage's own (`--iree-codegen-...`: direct convolutions), and on llvm-cpu the optimization
+    level (3.13's CPU codegen options follow it; its GPU ones do not). Two flag sets that form a
+    dispatch alike and agree on these compile it alike, so its tuning under one serves the other;
+    a config tuned for the implicit GEMM does not serve the direct convolution (the UNet ResNet
+    block's conv was judged under direct-convolution with its igemm winner: 1.43x, not 1.69x)."""
+    return tuple(f for f in flags if f.startswith("--iree-codegen-") or (backend == "llvm-cpu" and f.startswith("--iree-opt-level")))
+
+
 def short_flags(text: str) -> str:
     """A model-wide choice's label (rewrites and flags, by spaces) with each flag by its short name."""
     return " ".join(FLAG_NAMES.get(word, word) for word in text.split())

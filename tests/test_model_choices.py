@@ -733,6 +733,35 @@ def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_p
 
 
 @pytest.mark.slow
+def test_a_dispatch_formed_alike_under_another_codegen_flag_is_tuned_again(tmp_path, ctx, monkeypatch):
+    """Direct convolutions (a codegen flag) compile the dispatch channels-last forms alike in
+    another way: its igemm winner does not serve them (the UNet ResNet block's direct choice was
+    judged with it, 1.43x for 1.69x). Flags before codegen still share the tuning."""
+    from pipelines.model_flags import AGGRESSIVE_FUSION, DIRECT_CONVOLUTION
+
+    said: list[str] = []
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said)
+    stage = FlagStage(tune_budget=2)
+    kinds = (DispatchKind.CONTRACTION,)
+    stage._tuned_parts(env, "plain", kinds, program)
+    stage._tuned_parts(env, "direct", kinds, program, DIRECT_CONVOLUTION)
+    assert len(tuned_names) == 2
+    stage._tuned_parts(env, "direct-fused", kinds, program, (*AGGRESSIVE_FUSION, *DIRECT_CONVOLUTION))
+    stage._tuned_parts(env, "fused", kinds, program, AGGRESSIVE_FUSION)
+    assert len(tuned_names) == 2  # each served by the tuning under its own codegen flags
+    assert sum("its tuning there serves" in line for line in said) == 2, said
+
+
+def test_only_codegen_flags_and_the_cpu_opt_level_decide_how_a_formed_dispatch_compiles():
+    from pipelines.model_flags import AGGRESSIVE_FUSION, CHANNELS_LAST, DIRECT_CONVOLUTION, O3, codegen_flags
+
+    flags = (*CHANNELS_LAST, *AGGRESSIVE_FUSION, *O3, *DIRECT_CONVOLUTION)
+    assert codegen_flags(flags, "cuda") == DIRECT_CONVOLUTION
+    assert codegen_flags(flags, "llvm-cpu") == (*O3, *DIRECT_CONVOLUTION)
+    assert codegen_flags(AGGRESSIVE_FUSION, "rocm") == ()
+
+
+@pytest.mark.slow
 def test_a_rewrite_with_flags_takes_the_winners_of_the_dispatches_they_form_alike_by_their_new_names(
         tmp_path, ctx, monkeypatch):
     """raise-attention with another flag set was judged with the default configs: its attention,

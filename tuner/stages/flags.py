@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from pipelines import DispatchKind
-from pipelines.model_flags import flag_legend, short_flags
+from pipelines import Dispatch, DispatchKind
+from pipelines.model_flags import codegen_flags, flag_legend, short_flags
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
@@ -211,8 +211,12 @@ class FlagStage:
                          else ([], []))
             created = sorted((c for c in chosen if c[0].kind in kinds), key=lambda c: c[0].flops,
                              reverse=True)[:self.rewrite_tunes]
-            if reuse_only and any(("formed-tuned", signature(d, self.search.pipeline), self.tune_budget) not in env.built
-                                  for d, _ in created):
+            def alike(d: Dispatch) -> tuple:
+                """What a tuning serves: dispatches formed alike, compiled under the same codegen flags."""
+                return ("formed-tuned", signature(d, self.search.pipeline), codegen_flags(flags, d.target.backend),
+                        self.tune_budget)
+
+            if reuse_only and any(alike(d) not in env.built for d, _ in created):
                 created = []
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
@@ -221,16 +225,15 @@ class FlagStage:
                 # A dispatch that another choice formed alike (what the spec's matcher sees, the
                 # ops after the root included) is not tuned again: its winner serves this one's
                 # judgement too (the GQA block's two matmuls were tuned under four flag sets).
-                alike = ("formed-tuned", signature(dispatch, self.search.pipeline), self.tune_budget)
-                if alike in env.built:
-                    tuned, where = env.built[alike]
+                if alike(dispatch) in env.built:
+                    tuned, where = env.built[alike(dispatch)]
                     env.say(f"  {said}: {dispatch.name} ({dispatch.shape_name}), which it forms, as {where} "
                             f"does: its tuning there serves")
                 else:
                     env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                             f"before judging it ({self.tune_budget} evaluations)")
                     tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
-                    env.built[alike] = (tuned, said)
+                    env.built[alike(dispatch)] = (tuned, said)
                 if tuned.part is not None:
                     part = replace(tuned.part, dispatch=dispatch)  # this program's dispatch, by its name
                     parts.append(part)
