@@ -55,17 +55,30 @@ def _ops(module: ir.Module) -> list[str]:
             if op.name == "torch.operator"]
 
 
+def _gather_indices(module: ir.Module) -> list[np.ndarray]:
+    """The constant indices of each onnx.Gather of the function, in order."""
+    block = module.body.operations[0].regions[0].blocks[0]
+    gathers = [op for op in block.operations if op.name == "torch.operator"
+               and ir.StringAttr(op.attributes["name"]).value == "onnx.Gather"]
+    return [np.array(ir.DenseIntElementsAttr(g.operands[1].owner.attributes["value"])) for g in gathers]
+
+
 def test_windowed_ungrouped_convolutions_are_rewritten_and_1x1_and_grouped_ones_are_left():
     with ir.Context() as c:
         c.allow_unregistered_dialects = True
         module = ir.Module.parse(PROGRAM)
         assert convs_as_im2col_matmuls(module) == ["2x8x9x9 by 16x8x3x3", "2x8x9x9 by 16x8x3x3"]
         ops = _ops(module)
-        # Two convolutions are left (the 1x1 and the grouped one); each rewritten one is a Pad, 9
-        # taps (a Slice and an Unsqueeze each), a Concat and a MatMul of the reshaped filter.
-        assert ops.count("Conv") == 2 and ops.count("Pad") == 2 and ops.count("Slice") == 18
-        assert ops.count("Concat") == 2 and ops.count("MatMul") == 2
+        # Two convolutions are left (the 1x1 and the grouped one); each rewritten one is a Pad,
+        # one Gather of the taps and a MatMul of the reshaped filter.
+        assert ops.count("Conv") == 2 and ops.count("Pad") == 2 and ops.count("Gather") == 2
+        assert ops.count("MatMul") == 2
+        strided = _gather_indices(module)[1]
         text = str(module)
+    # The strided one reads an 11x11 padded image: 9 taps by 5x5 output pixels. Tap (0, 0) of
+    # pixel (1, 2) is padded pixel (2, 4), 2 * 11 + 4; tap (2, 1) of pixel (4, 4) is (10, 9).
+    assert strided.shape == (9, 25)
+    assert strided[0, 1 * 5 + 2] == 26 and strided[2 * 3 + 1, 4 * 5 + 4] == 119
     # The patches of the strided convolution: 8 channels x 9 taps over its 5x5 output pixels.
     assert "!torch.vtensor<[2,72,25],f32>" in text and "!torch.vtensor<[2,72,81],f32>" in text
 

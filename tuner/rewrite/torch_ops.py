@@ -79,11 +79,13 @@ def group_count(op: ir.Operation) -> int:
     return ir.IntegerAttr(op.attributes["torch.onnx.group"]).value if "torch.onnx.group" in op.attributes else 1
 
 
-def int64_literal(values: list[int], ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
-    """A `torch.vtensor.literal` of si64 values (a shape, axes or steps an onnx op takes)."""
-    dense = ir.DenseElementsAttr.get(np.array(values, np.int64), type=ir.RankedTensorType.get(
-        [len(values)], ir.IntegerType.get_signed(64), loc=loc))
-    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{len(values)}],si64>")],
+def int64_literal(values: list, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """A `torch.vtensor.literal` of si64 values (a shape, axes or steps an onnx op takes; nested
+    lists give a tensor of their shape: a Gather's indices)."""
+    array = np.array(values, np.int64)
+    shape = list(array.shape)
+    dense = ir.DenseElementsAttr.get(array, type=ir.RankedTensorType.get(shape, ir.IntegerType.get_signed(64), loc=loc))
+    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],si64>")],
                                attributes={"value": dense}, loc=loc, ip=ip).result
 
 
