@@ -28,7 +28,7 @@ from tuner.stages.flag_options import (ModelOption, applying_rewrites, extension
 from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, signature, with_flags
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
-FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/REWRITE/NAME: a created dispatch's tuning
+FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: its variant's directory)
 @dataclass(frozen=True)
 class Judged:
     """The choice a round of the flag stage keeps: its build, its speedup over the round's
@@ -170,15 +170,15 @@ class FlagStage:
                 trials[option.label] = f"{off} with the default configs (not tuned)"
                 wrong.add(option.label)
                 return None
-        parts = (self._tuned_parts(env, option.rewrite.name, option.rewrite.tunes, program) if option.rewrite
+        # A rewrite's dispatches are tuned in its program under the option's flags: by this
+        # build's names (the read-back is by name), each one the flags form alike served by its
+        # tuning under another choice. Under the default flags alone they could be judged on a
+        # wrong model: the UNet widening block's 1x1 shortcut is wrong on cuda until channels-last
+        # or its own rewrite takes it, and every im2col candidate was refused for it.
+        parts = (self._tuned_parts(env, option.directory, option.rewrite.tunes, program, option.flags,
+                                   said=short_flags(option.label)) if option.rewrite
                  else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
         b = build_once(env, Variant(option.directory, option.flags, parts, program))
-        if parts and not b.ok and option.rewrite and option.flags:
-            # Under the flags the rewrite's dispatches have other names (the read-back is by name):
-            # where the flags form them alike, the winners go on them by this build's names.
-            alike = self._tuned_parts(env, option.label, option.rewrite.tunes, program, option.flags, reuse_only=True)
-            if alike:
-                b = build_once(env, Variant(option.directory, option.flags, alike, program))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")
             b = build_once(env, untuned)
@@ -192,15 +192,15 @@ class FlagStage:
         return b
 
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
-                     flags: tuple[str, ...] = (), reuse_only: bool = False) -> tuple[SpecPart, ...]:
-        """The winning configs of the dispatches of `kinds` that a choice forms in `program` (a
-        rewrite's, under the default flags; a flag set's, under those flags): the largest
-        `rewrite_tunes` of them, one per shape, each tuned with `tune_budget` evaluations; once
-        per run and choice (`name`). `reuse_only`: only the winners of dispatches tuned alike
-        before, none tuned here, and none at all unless every one was."""
-        key = ("choice-tuned", name, flags, self.tune_budget, reuse_only)
+                     flags: tuple[str, ...] = (), said: str = "") -> tuple[SpecPart, ...]:
+        """The winning configs of the dispatches of `kinds` that a choice forms in `program` (the
+        model's, or a rewrite's) under `flags`: the largest `rewrite_tunes` of them, one per
+        shape, each tuned with `tune_budget` evaluations; once per run and choice (`name`, its
+        directory; `said`: how the messages name it, by default its flags)."""
+        key = ("choice-tuned", name, flags, self.tune_budget)
         if key in env.built:
             return env.built[key]
+        said = said or (short_flags(" ".join(flags)) if flags else name)
         parts: list[SpecPart] = []
         if self.tune_budget > 0 and kinds:
             found = (discover_program(program, env.target, env.ctx, flags)
@@ -211,17 +211,14 @@ class FlagStage:
                          else ([], []))
             created = sorted((c for c in chosen if c[0].kind in kinds), key=lambda c: c[0].flops,
                              reverse=True)[:self.rewrite_tunes]
+
             def alike(d: Dispatch) -> tuple:
                 """What a tuning serves: dispatches formed alike, compiled under the same codegen flags."""
                 return ("formed-tuned", signature(d, self.search.pipeline), codegen_flags(flags, d.target.backend),
                         self.tune_budget)
 
-            if reuse_only and any(alike(d) not in env.built for d, _ in created):
-                created = []
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
-                # A flag set's name is its directory's; a rewrite with flags is said by its label.
-                said = short_flags(name) if reuse_only else short_flags(" ".join(flags)) if flags else name
                 # A dispatch that another choice formed alike (what the spec's matcher sees, the
                 # ops after the root included) is not tuned again: its winner serves this one's
                 # judgement too (the GQA block's two matmuls were tuned under four flag sets).
@@ -233,7 +230,8 @@ class FlagStage:
                     env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                             f"before judging it ({self.tune_budget} evaluations)")
                     tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
-                    env.built[alike(dispatch)] = (tuned, said)
+                    if tuned.part is not None:  # no winner may be the model's doing (a wrong result elsewhere)
+                        env.built[alike(dispatch)] = (tuned, said)
                 if tuned.part is not None:
                     part = replace(tuned.part, dispatch=dispatch)  # this program's dispatch, by its name
                     parts.append(part)
