@@ -31,7 +31,7 @@ DIRECT_CONVOLUTION = ("--iree-codegen-llvmgpu-use-direct-convolution",)
 # Named matmuls made linalg.generic in global optimization, where unit dims fold away: the
 # batch_matmul of batch 1 that exporters write for a linear layer on rank-3 activations
 # ([1, T, H] x [1, H, N]) becomes a plain matmul (part of O3 in 3.13, alone here). Judged with
-# the matmuls it forms tuned first: a pipeline that takes no batch (llvmgpu_mma_sync) takes them.
+# the matmuls it forms tuned first.
 GENERALIZE_MATMUL = ("--iree-opt-generalize-matmul",)
 
 FLAG_NAMES = {DATA_TILING_FLAG: "data-tiling", EARLY_MATERIALIZATION[0]: "global-data-tiling",

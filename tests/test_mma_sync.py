@@ -11,7 +11,7 @@ from iree.compiler import ir
 from pipelines import pipeline_for
 from constraints import enumerate_solutions
 from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
-from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, strategy
+from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, compilation_info, strategy
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from tuner.discovery.program import discover
 from tuner.specs.transform import build_spec
@@ -256,17 +256,17 @@ func.func @main(%x: tensor<1x256x512xf16>, %w: tensor<1x512x256xf16>) -> tensor<
 
 @pytest.mark.slow
 def test_a_batch_matmul_of_batch_one_is_offered_generalized_and_then_the_kernel_takes_it(tmp_path, ctx, square):
-    """A linear layer on rank-3 activations, as exporters write it (batch_matmul 1xMxNxK): the
-    kernel takes no batch, so TileAndFuse offers the model `--iree-opt-generalize-matmul`,
-    judged with the matmuls it forms tuned first; under it the unit batch folds away and the
-    kernel takes the matmul."""
+    """A linear layer on rank-3 activations, as exporters write it (batch_matmul 1xMxNxK):
+    TileAndFuse offers the model `--iree-opt-generalize-matmul`, judged with the matmuls it forms
+    tuned first; under it the unit batch folds away. The kernel takes it either way (one batch
+    dim, outermost in A, B and C)."""
     from pipelines.model_flags import GENERALIZE_MATMUL
 
     program = tmp_path / "linear.mlir"
     program.write_text(UNIT_BATCH)
     target = parse_target("cuda:sm_80")
     [batched] = discover(program, target, ctx)
-    assert batched.batch_dims and not PIPE.supports(batched)
+    assert batched.batch_dims and PIPE.supports(batched)
     tile_and_fuse = pipeline_for(batched)
     assert GENERALIZE_MATMUL in tile_and_fuse.model_flags_for(batched)
     assert tile_and_fuse.tuned_model_flags_for(batched) == (GENERALIZE_MATMUL,)
@@ -276,3 +276,29 @@ def test_a_batch_matmul_of_batch_one_is_offered_generalized_and_then_the_kernel_
     [plain] = discover(program, target, ctx, GENERALIZE_MATMUL)
     assert not plain.batch_dims and plain.loop_bounds == (256, 256, 512)
     assert PIPE.supports(plain)
+
+
+def test_a_batch_dim_outermost_in_every_operand_is_taken_and_tiled_by_one_entry_a_workgroup(square):
+    """The batch matmuls of conv-as-im2col-matmul (the filter broadcast over the images, the
+    patches, the NCHW result): b2 x M640 x N4096 x K5760 on the UNet ResNet block."""
+    b, m, n, k = 0, 1, 2, 3
+    batched = replace(square, op_name="linalg.batch_matmul", loop_bounds=(2, 640, 4096, 5760), batch_dims=(b,),
+                      m_dims=(m,), n_dims=(n,), k_dims=(k,), operand_dims=((b, m, k), (b, k, n), (b, m, n)))
+    assert PIPE.supports(batched)
+    # The batch not outermost in B (a transposed store), or two batch dims: declined.
+    assert not PIPE.supports(replace(batched, operand_dims=((b, m, k), (k, b, n), (b, m, n))))
+    two = replace(batched, loop_bounds=(2, 2, 640, 4096, 5760), batch_dims=(0, 1), m_dims=(2,), n_dims=(3,),
+                  k_dims=(4,), operand_dims=((0, 1, 2, 4), (0, 1, 4, 3), (0, 1, 2, 3)))
+    assert not PIPE.supports(two) and "at most one batch dim" in PIPE.declines(two)
+    kernel = MmaSyncTiles(128, 128, 32, 2, 4, 4, epilogue=True, batch=True)
+    assert kernel.tile_sizes() == [1, 128, 128, 32] and kernel.name.endswith("_epilogue_batch")
+    assert "tile_sizes = [[1, 128, 128, 32]]" in compilation_info(kernel)
+    text = strategy(kernel)
+    # One batch entry's tile a workgroup (block z), the K loop and the warps leave the batch
+    # alone, and the unit dim is cast away from the vectors before the MMA conversion.
+    assert "tile_sizes [1, 128, 128] (mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>])" in text
+    assert "tile_sizes [0, 0, 0, 32]" in text and "tile_sizes [0, 64, 32] (mapping = [#gpu.warp<y>, #gpu.warp<x>])" in text
+    assert "vector.cast_away_vector_leading_one_dim" in text
+    # The rules are the 2-D kernel's on M, N and K: 256 rows do not divide M = 640.
+    p = PIPE.build_problem(batched)
+    assert admits(p, 128, 128, 32, 2, 4, 4) and not admits(p, 256, 128, 32, 4, 2, 4)
