@@ -69,18 +69,22 @@ def test_windowed_ungrouped_convolutions_are_rewritten_and_1x1_and_grouped_ones_
         module = ir.Module.parse(PROGRAM)
         assert convs_as_im2col_matmuls(module) == ["2x8x9x9 by 16x8x3x3", "2x8x9x9 by 16x8x3x3"]
         ops = _ops(module)
-        # Two convolutions are left (the 1x1 and the grouped one); each rewritten one is a Pad,
-        # one Gather of the taps and a MatMul of the reshaped filter.
-        assert ops.count("Conv") == 2 and ops.count("Pad") == 2 and ops.count("Gather") == 2
-        assert ops.count("MatMul") == 2
+        # Two convolutions are left (the 1x1 and the grouped one); each rewritten one is three
+        # Pads (the image's, a zero after it, the filter's extra taps), one Gather of the taps and
+        # a MatMul of the reshaped filter, then a Slice dropping the extra pixels.
+        assert ops.count("Conv") == 2 and ops.count("Pad") == 6 and ops.count("Gather") == 2
+        assert ops.count("MatMul") == 2 and ops.count("Slice") == 2
         strided = _gather_indices(module)[1]
         text = str(module)
-    # The strided one reads an 11x11 padded image: 9 taps by 5x5 output pixels. Tap (0, 0) of
-    # pixel (1, 2) is padded pixel (2, 4), 2 * 11 + 4; tap (2, 1) of pixel (4, 4) is (10, 9).
-    assert strided.shape == (9, 25)
+    # The strided one reads an 11x11 padded image: 9 taps by 5x5 output pixels, padded to 10 taps
+    # (K = 8 x 10, a multiple of 16) by 64 pixels. Tap (0, 0) of pixel (1, 2) is padded pixel
+    # (2, 4), 2 * 11 + 4; tap (2, 1) of pixel (4, 4) is (10, 9); the extra ones read the zero
+    # after the image, at 121.
+    assert strided.shape == (10, 64)
     assert strided[0, 1 * 5 + 2] == 26 and strided[2 * 3 + 1, 4 * 5 + 4] == 119
-    # The patches of the strided convolution: 8 channels x 9 taps over its 5x5 output pixels.
-    assert "!torch.vtensor<[2,72,25],f32>" in text and "!torch.vtensor<[2,72,81],f32>" in text
+    assert (strided[:9, 25:] == 121).all() and (strided[9] == 121).all() and (strided[:9, :25] < 121).all()
+    # The patches: 8 channels x 10 taps over 64 pixels (the strided one) and 128 (the other).
+    assert "!torch.vtensor<[2,80,64],f32>" in text and "!torch.vtensor<[2,80,128],f32>" in text
 
 
 def test_no_conv_rewrite_takes_a_grouped_1x1_convolution():
@@ -150,9 +154,10 @@ def test_the_rewritten_convolutions_compute_the_same_results(tmp_path):
 
 @pytest.mark.slow
 def test_on_cuda_a_3x3_convolution_becomes_a_batch_matmul_whose_mma_sync_kernel_compiles(tmp_path, ctx):
-    """A 2x64x32x32 3x3 convolution to 128 channels, f16: rewritten, its dispatch is a batch
-    matmul (batch 2, M = 128 channels, N = 1024 pixels, K = 576) the mma.sync kernel takes, and
-    a config of the kernel compiles with ldmatrix and mma.sync in its PTX."""
+    """A 2x64x28x28 3x3 convolution to 128 channels, f16 (ResNet's 28x28 stage): rewritten, its
+    dispatch is a batch matmul (batch 2, M = 128 channels, N = 784 pixels padded to 832,
+    K = 576) the mma.sync kernel takes, and a config of the kernel compiles with ldmatrix and
+    mma.sync in its PTX."""
     pytest.importorskip("onnx")
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -164,8 +169,8 @@ def test_on_cuda_a_3x3_convolution_becomes_a_batch_matmul_whose_mma_sync_kernel_
     rng = np.random.default_rng(0)
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])], "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 64, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 128, 32, 32])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 64, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 128, 28, 28])],
         [numpy_helper.from_array((rng.standard_normal(s) * 0.1).astype(np.float16), n) for n, s in
          (("w", (128, 64, 3, 3)), ("b", (128,)))])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "conv.onnx")
@@ -173,7 +178,7 @@ def test_on_cuda_a_3x3_convolution_becomes_a_batch_matmul_whose_mma_sync_kernel_
     rewritten = tmp_path / "rewritten.mlir"
     rewrite_program(program_source(tmp_path / "conv.onnx", tmp_path, cuda), CONV_AS_IM2COL_MATMUL, rewritten)
     (dispatch,) = [d for d in discover_program(rewritten, cuda, ctx).dispatches if d.kind == DispatchKind.CONTRACTION]
-    assert dispatch.sizes((*dispatch.batch_dims, *dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims)) == (2, 128, 1024, 576)
+    assert dispatch.sizes((*dispatch.batch_dims, *dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims)) == (2, 128, 832, 576)
     assert LLVMGPUMmaSync().supports(dispatch)
     out = tmp_path / "run"
     result = run_cli("tune", str(rewritten), "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sync",

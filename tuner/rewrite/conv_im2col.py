@@ -21,15 +21,24 @@ laid out as the filter is (channel, then the taps in row order), so the filter i
 and the product is a batch matmul with the filter first (M = output channels, N = output
 pixels, K = C x KH x KW), its result in NCHW order as the convolution's was; the filter is
 broadcast over the batch. The sums are the same products in another order. Each patch tensor
-holds KH x KW copies of the input. Only 2-D convolutions with a filter over 1x1, one group and
-static shapes are rewritten."""
+holds KH x KW copies of the input. The pixels and K are padded to what the mma.sync kernel's
+tiles divide (PIXELS, DEPTH: extra pixels and taps read a zero added after the image, extra
+taps meet zero filter columns, extra pixels are sliced off). Only 2-D convolutions with a filter
+over 1x1, one group and static shapes are rewritten."""
 
 from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (element_type, group_count, int64_literal, int_list, onnx_op, replace_op, rewrite_sites,
-                                     static_shape)
+from tuner.rewrite.torch_ops import (element_type, group_count, int64_literal, int_list, keep_leading, onnx_op, replace_op,
+                                     rewrite_sites, static_shape)
+
+# The matmul's pixels (its N) are padded to a multiple of PIXELS and its K to one of DEPTH: the
+# mma.sync kernel does not pad, and its smallest tiles are 64 wide and 16 deep
+# (pipelines.llvmgpu_mma_sync: BLOCK_N, BLOCK_K). ResNet's 28x28, 14x14 and 7x7 stages (784, 196
+# and 49 pixels) and its stem (K = 3 x 49) would not be taken otherwise; an SD UNet's (4096, 1024,
+# 256 pixels; K = 9 x 320 and up) need none.
+PIXELS, DEPTH = 64, 16
 
 
 def _si64(value: int) -> ir.IntegerAttr:
@@ -84,11 +93,29 @@ def _as_im2col(conv: ir.Operation) -> str:
     # (r, q) reads padded pixel (i*d + r*s, j*d' + q*s'); the taps come before the pixels.
     pixels = [[(i * dilations[0] + r * strides[0]) * pw + j * dilations[1] + q * strides[1]
                for r in range(oh) for q in range(ow)] for i in range(kh) for j in range(kw)]
-    flat = op("Reshape", [padded, lit([n, c, ph * pw])], [n, c, ph * pw])
-    taps = op("Gather", [flat, int64_literal(pixels, ip, loc)], [n, c, kh * kw, oh * ow], axis=_si64(2))
-    patches = op("Reshape", [taps, lit([n, c * kh * kw, oh * ow])], [n, c * kh * kw, oh * ow])
-    y = op("MatMul", [op("Reshape", [w, lit([f, c * kh * kw])], [f, c * kh * kw]), patches], [n, f, oh * ow])
+    # The matmul's pixels and K made whole multiples of PIXELS and DEPTH: extra pixels and extra
+    # taps read a zero put after the image, the extra taps meet zero filter columns, and the
+    # extra pixels' results are dropped.
+    taps = kh * kw
+    wide_taps = next(t for t in range(taps, taps + DEPTH + 1) if (c * t) % DEPTH == 0)
+    wide_pixels = -(-oh * ow // PIXELS) * PIXELS
+    flat_size = ph * pw
+    flat = op("Reshape", [padded, lit([n, c, flat_size])], [n, c, flat_size])
+    if wide_taps > taps or wide_pixels > oh * ow:
+        zero = flat_size  # the index of the zero added after the image
+        flat = op("Pad", [flat, lit([0, 0, 0, 0, 0, 1])], [n, c, flat_size + 1])
+        pixels = [row + [zero] * (wide_pixels - oh * ow) for row in pixels]
+        pixels += [[zero] * wide_pixels] * (wide_taps - taps)
+    gathered = op("Gather", [flat, int64_literal(pixels, ip, loc)], [n, c, wide_taps, wide_pixels], axis=_si64(2))
+    k = c * wide_taps
+    patches = op("Reshape", [gathered, lit([n, k, wide_pixels])], [n, k, wide_pixels])
+    weight = op("Reshape", [w, lit([f, c, taps])], [f, c, taps])
+    if wide_taps > taps:
+        weight = op("Pad", [weight, lit([0, 0, 0, 0, 0, wide_taps - taps])], [f, c, wide_taps])
+    y = op("MatMul", [op("Reshape", [weight, lit([f, k])], [f, k]), patches], [n, f, wide_pixels])
     if len(conv.operands) > 2:
-        y = op("Add", [y, op("Reshape", [conv.operands[2], lit([f, 1])], [f, 1])], [n, f, oh * ow])
+        y = op("Add", [y, op("Reshape", [conv.operands[2], lit([f, 1])], [f, 1])], [n, f, wide_pixels])
+    if wide_pixels > oh * ow:
+        y = keep_leading(y, oh * ow, ip, loc)
     replace_op(conv, op("Reshape", [y, lit([n, f, oh, ow])], [n, f, oh, ow]))
     return f"{n}x{c}x{h}x{width} by {f}x{c}x{kh}x{kw}"
