@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (element_type, group_count, int64_literal, int_list, keep_leading, onnx_op, replace_op,
-                                     rewrite_sites, static_shape)
+from tuner.rewrite.torch_ops import (conv2d, element_type, int64_literal, keep_leading, onnx_op, replace_op, rewrite_sites,
+                                     static_shape)
 
 # The matmul's pixels (its N) are padded to a multiple of PIXELS and its K to one of DEPTH: the
 # mma.sync kernel does not pad, and its smallest tiles are 64 wide and 16 deep
@@ -48,21 +48,11 @@ def _si64(value: int) -> ir.IntegerAttr:
 def _geometry(conv: ir.Operation) -> tuple[list[int], list[int], list[int]] | None:
     """The strides, dilations and pads (top, left, bottom, right) of a convolution this rewrite
     takes, else None."""
-    attrs = {name: conv.attributes[name] for name in conv.attributes}
-    x, y = static_shape(conv.operands[0]), static_shape(conv.result)
-    weight = static_shape(conv.operands[1]) if len(conv.operands) > 1 else None
-    if x is None or y is None or weight is None or len(x) != 4 or len(weight) != 4 or weight[2:] == [1, 1]:
+    a = conv2d(conv)
+    if (a is None or static_shape(conv.result) is None or a.weight[2:] == [1, 1] or a.group != 1
+            or a.auto_pad not in ("NOTSET", "VALID") or a.weight[1] != a.x[1]):
         return None
-    if len(conv.operands) > 2 and static_shape(conv.operands[2]) != [weight[0]]:
-        return None
-
-    def ints(name: str, default: list[int]) -> list[int]:
-        return int_list(attrs[name]) if name in attrs else default
-
-    auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
-    if group_count(conv) != 1 or auto_pad not in ("NOTSET", "VALID") or weight[1] != x[1]:
-        return None
-    return ints("torch.onnx.strides", [1, 1]), ints("torch.onnx.dilations", [1, 1]), ints("torch.onnx.pads", [0] * 4)
+    return a.strides, a.dilations, a.pads
 
 
 def convs_as_im2col_matmuls(module: ir.Module) -> list[str]:

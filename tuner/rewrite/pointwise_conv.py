@@ -22,27 +22,14 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (group_count, element_type, int64_literal, int_list, onnx_op, replace_op, rewrite_sites,
-                                     static_shape)
+from tuner.rewrite.torch_ops import conv2d, element_type, int64_literal, onnx_op, replace_op, rewrite_sites, static_shape
 
 
 def _pointwise(conv: ir.Operation) -> bool:
     """Whether the convolution is one this rewrite takes."""
-    attrs = {name: conv.attributes[name] for name in conv.attributes}
-    x = static_shape(conv.operands[0])
-    weight = static_shape(conv.operands[1]) if len(conv.operands) > 1 else None
-    if x is None or weight is None or len(x) != 4 or weight[2:] != [1, 1]:
-        return False
-    if len(conv.operands) > 2 and static_shape(conv.operands[2]) != [weight[0]]:
-        return False
-
-    def ints(name: str, default: list[int]) -> list[int]:
-        return int_list(attrs[name]) if name in attrs else default
-
-    auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
-    return (ints("torch.onnx.strides", [1, 1]) == [1, 1] and not any(ints("torch.onnx.pads", [0] * 4))
-            and ints("torch.onnx.dilations", [1, 1]) == [1, 1] and group_count(conv) == 1
-            and auto_pad in ("NOTSET", "VALID"))
+    a = conv2d(conv)
+    return (a is not None and a.weight[2:] == [1, 1] and a.strides == [1, 1] and not any(a.pads)
+            and a.dilations == [1, 1] and a.group == 1 and a.auto_pad in ("NOTSET", "VALID"))
 
 
 def pointwise_convs_as_matmuls(module: ir.Module) -> list[str]:

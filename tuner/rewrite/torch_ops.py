@@ -3,6 +3,7 @@ shared by the program rewrites."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -72,6 +73,38 @@ def static_shape(value: ir.Value) -> Optional[list[int]]:
 
 def int_list(attr: ir.Attribute) -> list[int]:
     return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
+
+
+@dataclass(frozen=True)
+class Conv2d:
+    """An onnx.Conv of a static 4-d input and filter (and a bias of one value per filter, if
+    any), with its attributes as ONNX's defaults fill them in."""
+
+    x: list[int]
+    weight: list[int]
+    strides: list[int]
+    dilations: list[int]
+    pads: list[int]  # top, left, bottom, right
+    group: int
+    auto_pad: str
+
+
+def conv2d(conv: ir.Operation) -> Optional[Conv2d]:
+    """The convolution read as a Conv2d, or None where its shapes are not static and 4-d."""
+    x = static_shape(conv.operands[0])
+    weight = static_shape(conv.operands[1]) if len(conv.operands) > 1 else None
+    if x is None or weight is None or len(x) != 4 or len(weight) != 4:
+        return None
+    if len(conv.operands) > 2 and static_shape(conv.operands[2]) != [weight[0]]:
+        return None
+    attrs = {name: conv.attributes[name] for name in conv.attributes}
+
+    def ints(name: str, default: list[int]) -> list[int]:
+        return int_list(attrs[name]) if name in attrs else default
+
+    auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
+    return Conv2d(x, weight, ints("torch.onnx.strides", [1, 1]), ints("torch.onnx.dilations", [1, 1]),
+                  ints("torch.onnx.pads", [0] * 4), group_count(conv), auto_pad)
 
 
 def group_count(op: ir.Operation) -> int:
