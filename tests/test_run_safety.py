@@ -821,3 +821,29 @@ def test_tune_writes_no_candidate_through_a_planted_candidates_link(tmp_path, sm
     assert run_cli("candidates", small_matmul, "--num-candidates", "2", "--output", listed).exit_code == 0
     assert sorted(p.name for p in outside.iterdir()) == ["0001"] and (outside / "0001").read_text() == "keep"
     assert (listed / "specs" / "0000.mlir").is_file() and not (listed / "candidates.json").is_symlink()
+
+
+def test_the_ray_builder_writes_no_candidate_through_a_planted_candidates_link(tmp_path):
+    """The cluster's builder (`--strategy ray`) writes each candidate's spec in the run's
+    directory before its compile task starts: it removed the candidate's folder and wrote there
+    with plain rmtree and write_text, through a planted `DIR/candidates` link. No Ray here: the
+    compile task is a stand-in."""
+    from types import SimpleNamespace
+
+    from tuner.cluster.evaluator import RayBuilder
+
+    outside, run = tmp_path / "outside", tmp_path / "run"
+    (outside / "0001").mkdir(parents=True)
+    (outside / "0001" / "spec.mlir").write_text("theirs")
+    run.mkdir()
+    (run / "candidates").symlink_to(outside)
+    builder = object.__new__(RayBuilder)
+    started = SimpleNamespace(future=lambda: "future")
+    builder._task = SimpleNamespace(remote=lambda *args: (started, None, None))
+    builder.workdir, builder.program, builder.target = run / "candidates", None, None
+    builder.timeout_s, builder.entry, builder.pin, builder._submitted = 1.0, None, None, {}
+    with RunDirectory(run):
+        assert builder.start(SimpleNamespace(id=1, spec="// ours\n")) == "future"
+    assert (outside / "0001" / "spec.mlir").read_text() == "theirs"
+    assert not (run / "candidates").is_symlink()
+    assert (run / "candidates" / "0001" / "spec.mlir").read_text() == "// ours\n"

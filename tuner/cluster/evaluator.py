@@ -11,7 +11,6 @@ The workers and RayRunner live in tuner.cluster.workers (runtime-only).
 
 from __future__ import annotations
 
-import shutil
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Optional, Sequence, cast
@@ -30,6 +29,7 @@ from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
 from tuner.discovery.workload import Workload
+from tuner.run_dir import real_directory, remove_tree, write_file
 
 
 class RayBuilder:
@@ -50,9 +50,11 @@ class RayBuilder:
     def start(self, c: Candidate) -> Future:
         """Start `c`'s compile task; its spec is written here too (best_spec.mlir if it wins)."""
         cdir = self.workdir / f"{c.id:04d}"
-        shutil.rmtree(cdir, ignore_errors=True)  # an earlier local build there is not this one
-        cdir.mkdir(parents=True)
-        (cdir / "spec.mlir").write_text(c.spec)
+        # An earlier local build there is not this one; nothing is removed or written through a
+        # link planted in the run's directory (`DIR/candidates ->` elsewhere).
+        remove_tree(cdir)
+        real_directory(cdir)
+        write_file(cdir / "spec.mlir", c.spec)
         refs = tuple(self._task.remote(c, self.program, self.target, self.timeout_s, self.entry, self.pin))
         self._submitted[c.id] = refs
         return refs[0].future()
