@@ -6,6 +6,9 @@ blocks), then for each convolution and attention dispatch the pipeline that take
 candidates, each compiled and read back. A dispatch no pipeline takes is said with why.
 
     python benchmarks/gpu_unseen_variants.py --out /tmp/unseen [--candidates 4]
+    python benchmarks/gpu_unseen_variants.py --out /tmp/unseen --im2col   # the convolution
+        # variants (and SD 1.x's first level, ResNet-34) through conv-as-im2col-matmul and
+        # pointwise-conv-as-matmul, each batch matmul formed with the mma.sync kernel's candidates
 
 Variants (examples/onnx_models.py's builders with other arguments): SD 1.x attention (8 heads of
 40, CLIP-L's 768-wide context), SDXL attention (640 channels, 10 heads of 64, a 2048-wide context,
@@ -29,6 +32,7 @@ from iree.compiler import ir  # noqa: E402
 
 from pipelines import DispatchKind, pipeline_for  # noqa: E402
 from pipelines.model_flags import AGGRESSIVE_FUSION, CHANNELS_LAST, DIRECT_CONVOLUTION, short_flags  # noqa: E402
+from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync  # noqa: E402
 from pipelines.registry import why_untunable  # noqa: E402
 from tuner.build.builder import LocalBuilder, build_all  # noqa: E402
 from tuner.discovery.program import discover_program  # noqa: E402
@@ -61,12 +65,66 @@ def variants(m) -> dict:
     }
 
 
+def im2col_variants(m) -> dict:
+    """name -> ONNX model: the convolution blocks above, SD 1.x's first level (320 channels at
+    64x64) and ResNet-34 at batch 4 (its 56, 28, 14 and 7 pixel rows: the rewrite pads them)."""
+    return {"resnet_widen_320_640": m.unet_resnet_block(channels=320, out_channels=640, size=32),
+            "resnet_1280_b1": m.unet_resnet_block(batch=1, channels=1280, size=16),
+            "resnet_320_64x64": m.unet_resnet_block(channels=320, size=64),
+            "sampling": m.unet_sampling_block(),
+            "resnet34_b4": m.resnet_basic(blocks=(3, 4, 6, 3), batch=4, name="resnet34")}
+
+
+def check_im2col(out: Path, candidates: int) -> int:
+    """Each variant rewritten with conv-as-im2col-matmul (and pointwise-conv-as-matmul), and every
+    batch matmul it forms given to the mma.sync kernel: its first candidates compiled and read
+    back. Returns how many formed matmuls the kernel did not take or had a candidate fail."""
+    import onnx
+
+    cuda = parse_target("cuda:sm_80")
+    rewrite = combined([r for r in REWRITES["gpu"] if r.name in ("pointwise-conv-as-matmul", "conv-as-im2col-matmul")])
+    failed = 0
+    for name, model in im2col_variants(_examples()).items():
+        onnx.save(model, out / f"{name}.onnx")
+        program = out / f"{name}.im2col.mlir"
+        changed = rewrite_program(program_source(out / f"{name}.onnx", out, cuda), rewrite, program)
+        print(f"{name}: {len(changed)} rewritten", flush=True)
+        with ir.Context() as ctx:
+            formed = {}
+            for d in discover_program(program, cuda, ctx).dispatches:
+                if d.kind == DispatchKind.CONTRACTION and d.batch_dims:
+                    formed.setdefault(d.shape_name, d)
+            for shape, d in formed.items():
+                pipeline = pipeline_for(d, "llvmgpu_mma_sync")
+                if pipeline is None or pipeline.name != "llvmgpu_mma_sync":
+                    failed += 1
+                    print(f"  {shape}: not taken by the mma.sync kernel: {LLVMGPUMmaSync().declines(d)}")
+                    continue
+                start = time.time()
+                workdir = out / "builds" / f"{name}-im2col-{shape}"
+                built = build_all(LocalBuilder.of(program, cuda, workdir, ctx),
+                                  generate_candidates(d, pipeline, candidates, ctx, cuda.spec_entry))
+                bad = {b.result.label: b.result.error.splitlines()[0][:160] for b in built if not b.result.ok}
+                failed += bool(bad) or len(built) <= 1
+                print(f"  {shape}: {len(built) - len(bad)} of {len(built)} compiled and carry their config, "
+                      f"{time.time() - start:.0f} s" + (f"; failed: {bad}" if bad else ""), flush=True)
+    return failed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--candidates", type=int, default=4, help="Candidates per dispatch, the baseline besides.")
+    parser.add_argument("--im2col", action="store_true", help="The convolution variants through conv-as-im2col-matmul.")
     args = parser.parse_args()
     import onnx
+
+    if args.im2col:
+        args.out.mkdir(parents=True, exist_ok=True)
+        failed = check_im2col(args.out, args.candidates)
+        print("every formed matmul taken, every candidate compiled" if not failed
+              else f"{failed} formed matmuls not taken or with failed candidates")
+        sys.exit(1 if failed else 0)
 
     cuda = parse_target("cuda:sm_80")
     rewrite = combined([r for r in REWRITES["gpu"] if r.name in ("raise-attention", "pointwise-conv-as-matmul")])

@@ -6,6 +6,7 @@ finished decision). Timings are designed where the test is about the decision, a
 test_tune_model; compiles and numerics are real."""
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -365,6 +366,13 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
     [(mmt4d, source, evaluations, _)] = [t for t in tuned if t[3] == f"flag-dispatches/{early}"]
     assert mmt4d.op_name == "linalg.mmt4d" and mmt4d.flags == EARLY_MATERIALIZATION and evaluations == 2
     assert f"match_{mmt4d.name}" in (out / "variants" / early / "spec.mlir").read_text()
+    # The rewrite with those flags: its dispatches found in its program under the flags (under
+    # the default flags alone the model may be another: the UNet widening block on cuda).
+    # The rewrite with those flags: its dispatches are found in its program under the flags, and
+    # the mmt4d they form alike takes the flag set's winner (no search of its own).
+    joined = (out / "variants" / f"flags-raise-attention-{early.removeprefix('flags-')}" / "spec.mlir").read_text()
+    assert re.search(r"@match_\S*_mmt4d_" + "x".join(map(str, mmt4d.loop_bounds)), joined)  # by its own name there
+    assert not [t for t in tuned if t[3].startswith("flag-dispatches/flags-raise-attention-")]
 
 
 @pytest.mark.slow
