@@ -103,7 +103,7 @@ def test_it_is_offered_on_gpus_only_and_tunes_the_contractions_it_forms():
     assert CONV_AS_IM2COL_MATMUL.tunes == (DispatchKind.CONTRACTION,)
 
 
-def _convs_model(path: Path) -> None:
+def _convs_model(path: Path, batch: int) -> None:
     """Four convolutions of one f32 input, as an exporter writes them: 3x3 padded with a bias,
     3x3 strided by 2 with uneven pads, a dilated 5x3 window without a bias, and a 1x1 (left)."""
     import onnx
@@ -118,28 +118,29 @@ def _convs_model(path: Path) -> None:
              helper.make_node("Conv", ["x", "w3"], ["y3"], kernel_shape=[5, 3], dilations=[2, 1], pads=[2, 1, 2, 1]),
              helper.make_node("Conv", ["x", "w4"], ["y4"], kernel_shape=[1, 1])]
     out = helper.make_tensor_value_info
-    graph = helper.make_graph(nodes, "convs", [out("x", TensorProto.FLOAT, [2, 8, 11, 10])],
-                              [out("y1", TensorProto.FLOAT, [2, 16, 11, 10]), out("y2", TensorProto.FLOAT, [2, 12, 5, 5]),
-                               out("y3", TensorProto.FLOAT, [2, 8, 7, 10]), out("y4", TensorProto.FLOAT, [2, 4, 11, 10])],
+    graph = helper.make_graph(nodes, "convs", [out("x", TensorProto.FLOAT, [batch, 8, 11, 10])],
+                              [out("y1", TensorProto.FLOAT, [batch, 16, 11, 10]), out("y2", TensorProto.FLOAT, [batch, 12, 5, 5]),
+                               out("y3", TensorProto.FLOAT, [batch, 8, 7, 10]), out("y4", TensorProto.FLOAT, [batch, 4, 11, 10])],
                               inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 @pytest.mark.slow
-def test_the_rewritten_convolutions_compute_the_same_results(tmp_path):
+@pytest.mark.parametrize("batch", [2, 1])  # a batch matmul, and a plain matmul for one image
+def test_the_rewritten_convolutions_compute_the_same_results(tmp_path, batch):
     pytest.importorskip("onnx")
     from tests.conftest import iree_compile
     from tuner.evaluation.runner import ModuleRun, read_output, run_once
     from tuner.input.models import program_source
 
-    _convs_model(tmp_path / "convs.onnx")
+    _convs_model(tmp_path / "convs.onnx", batch)
     cpu = parse_target("llvm-cpu")
     imported = program_source(tmp_path / "convs.onnx", tmp_path, cpu)
     rewritten = tmp_path / "rewritten.mlir"
     assert rewrite_program(imported, CONV_AS_IM2COL_MATMUL, rewritten) == [
-        "2x8x11x10 by 16x8x3x3", "2x8x11x10 by 12x8x3x3", "2x8x11x10 by 8x8x5x3"]
+        f"{batch}x8x11x10 by 16x8x3x3", f"{batch}x8x11x10 by 12x8x3x3", f"{batch}x8x11x10 by 8x8x5x3"]
     x = tmp_path / "x.npy"
-    np.save(x, np.random.default_rng(1).standard_normal((2, 8, 11, 10)).astype(np.float32))
+    np.save(x, np.random.default_rng(1).standard_normal((batch, 8, 11, 10)).astype(np.float32))
     results = {}
     for name, program in {"conv": imported, "im2col": rewritten}.items():
         iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))

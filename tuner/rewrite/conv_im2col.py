@@ -98,13 +98,17 @@ def _as_im2col(conv: ir.Operation) -> str:
         pixels += [[zero] * wide_pixels] * (wide_taps - taps)
     gathered = op("Gather", [flat, int64_literal(pixels, ip, loc)], [n, c, wide_taps, wide_pixels], axis=_si64(2))
     k = c * wide_taps
-    patches = op("Reshape", [gathered, lit([n, k, wide_pixels])], [n, k, wide_pixels])
+    # One image: a plain matmul (a batch of one is folded otherwise in the module and in its
+    # dumped dispatch benchmark, whose contraction then splits K in two; and the filter is not
+    # broadcast). Several: a batch matmul, the filter broadcast over the images.
+    lead = [n] if n > 1 else []
+    patches = op("Reshape", [gathered, lit([*lead, k, wide_pixels])], [*lead, k, wide_pixels])
     weight = op("Reshape", [w, lit([f, c, taps])], [f, c, taps])
     if wide_taps > taps:
         weight = op("Pad", [weight, lit([0, 0, 0, 0, 0, wide_taps - taps])], [f, c, wide_taps])
-    y = op("MatMul", [op("Reshape", [weight, lit([f, k])], [f, k]), patches], [n, f, wide_pixels])
+    y = op("MatMul", [op("Reshape", [weight, lit([f, k])], [f, k]), patches], [*lead, f, wide_pixels])
     if len(conv.operands) > 2:
-        y = op("Add", [y, op("Reshape", [conv.operands[2], lit([f, 1])], [f, 1])], [n, f, wide_pixels])
+        y = op("Add", [y, op("Reshape", [conv.operands[2], lit([f, 1])], [f, 1])], [*lead, f, wide_pixels])
     if wide_pixels > oh * ow:
         y = keep_leading(y, oh * ow, ip, loc)
     replace_op(conv, op("Reshape", [y, lit([n, f, oh, ow])], [n, f, oh, ow]))
