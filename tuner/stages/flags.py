@@ -28,7 +28,8 @@ from tuner.stages.flag_options import (ModelOption, applying_rewrites, extension
 from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, signature, with_flags
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
-FLAG_DISPATCHES = "flag-dispatches"  # DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: its variant's directory)
+# DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: the choice's variant directory)
+FLAG_DISPATCHES = "flag-dispatches"
 @dataclass(frozen=True)
 class Judged:
     """The choice a round of the flag stage keeps: its build, its speedup over the round's
