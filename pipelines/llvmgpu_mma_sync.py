@@ -32,8 +32,8 @@ class LLVMGPUMmaSync(Pipeline):
     `warps_n` (the warp grid; each warp holds a (block_m/warps_m) x (block_n/warps_n) tile of
     m16n8k16 MMAs) and `stages` (A and B tiles in flight; 1: no cp.async, no pipelining).
 
-    Picked by name (`--pipeline llvmgpu_mma_sync`): TileAndFuse stays the one that tunes the
-    compiler's own choice. It takes what the strategy does: cuda, one M, N and K dim and at
+    Picked by name (`--pipeline llvmgpu_mma_sync`; tune-model on cuda names it by default):
+    TileAndFuse stays the one that tunes the compiler's own choice. It takes what the strategy does: cuda, one M, N and K dim and at
     most one batch dim (outermost in A, B and C; one batch entry a workgroup), f16 x f16 -> f32,
     A stored M x K, B stored K x N, C M x N, at most one elementwise op after it
     in the dispatch (a bias, an activation, the narrowing to f16), the tiles dividing every dim

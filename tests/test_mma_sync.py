@@ -302,3 +302,13 @@ def test_a_batch_dim_outermost_in_every_operand_is_taken_and_tiled_by_one_entry_
     # The rules are the 2-D kernel's on M, N and K: 256 rows do not divide M = 640.
     p = PIPE.build_problem(batched)
     assert admits(p, 128, 128, 32, 2, 4, 4) and not admits(p, 256, 128, 32, 4, 2, 4)
+
+
+def test_tune_model_takes_the_kernel_by_default_on_cuda_only_and_a_named_pipeline_first():
+    from tuner.stages.model_client import model_pipeline
+
+    assert model_pipeline(parse_target("cuda:sm_80"), None) == "llvmgpu_mma_sync"
+    assert model_pipeline(parse_target("cuda"), None) == "llvmgpu_mma_sync"
+    assert model_pipeline(parse_target("cuda:sm_80"), "llvmgpu_tile_and_fuse") == "llvmgpu_tile_and_fuse"
+    assert model_pipeline(parse_target("rocm:gfx942"), None) is None
+    assert model_pipeline(parse_target("llvm-cpu"), None) is None

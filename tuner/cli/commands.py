@@ -85,8 +85,9 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
                    "normalization, reduction); default: every kind.")
 @search_options
 @click.option("--pipeline", "pipeline_name", default=None,
-              help="Codegen pipeline to tune each dispatch it takes with (e.g. llvmgpu_mma_sync on cuda); the "
-                   "others are tuned with the one for the compiler's choice.")
+              help="Codegen pipeline to tune each dispatch it takes with; the others are tuned with the one for "
+                   "the compiler's choice. Default on cuda: llvmgpu_mma_sync (llvmgpu_tile_and_fuse: the "
+                   "compiler's for every dispatch); elsewhere the compiler's.")
 @click.option("--dispatch-time", "dispatch_seconds", default=None, type=SECONDS,
               help="Seconds the dispatch stage's searches may take together: each dispatch gets the time left "
                    "in proportion to its share; the dispatches left when it is spent are not tuned (said).")

@@ -104,6 +104,21 @@ class ModelOptions:
         return self
 
 
+# The pipeline a whole model's dispatches are tuned with where it takes them, by target kind,
+# where --pipeline names none. On cuda, the mma.sync kernel (f16 matmuls and batch matmuls, and
+# the im2col convolutions' matmuls): on the H100 every model tuned with it ran faster than with
+# TileAndFuse alone (by wall time: a BERT-large layer 1.76x against 1.53x, a Llama-style block
+# 1.87x against 1.41x, two UNet ResNet blocks 2.46x and 2.06x against 1.94x and 1.61x, the last
+# three against earlier sessions' TileAndFuse runs: BENCHMARKS.md).
+DEFAULT_MODEL_PIPELINE = {"cuda": "llvmgpu_mma_sync"}
+
+
+def model_pipeline(target: Target, named: Optional[str]) -> Optional[str]:
+    """The pipeline tune-model tunes each dispatch it takes with: the one named (--pipeline),
+    else the target kind's default (DEFAULT_MODEL_PIPELINE), else None (the compiler's)."""
+    return named if named is not None else DEFAULT_MODEL_PIPELINE.get(target.name.split(":")[0])
+
+
 def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: Path | str = "model-tuning",
                search: SearchSettings = SearchSettings(), run: RunOptions = RunOptions(),
                model: ModelOptions = ModelOptions(), listen: Listeners = Listeners(),
@@ -125,6 +140,10 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
     say = listen.say
+    if search.pipeline is None and model_pipeline(target, None):
+        search = replace(search, pipeline=model_pipeline(target, None))
+        say(f"{target.name}: each dispatch {search.pipeline} takes is tuned with it, the others with the compiler's "
+            f"pipeline (--pipeline llvmgpu_tile_and_fuse: the compiler's for every one)")
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, search.pipeline), run.force):
         source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters, run.dynamic_size)
         for name, why in program.skipped:
