@@ -65,6 +65,17 @@ def variants(m) -> dict:
     }
 
 
+def _compiled(label: str, builder: LocalBuilder, candidates) -> bool:
+    """Build the candidates and say how many compiled and carry their config; whether all did
+    (and there was one besides the baseline)."""
+    start = time.time()
+    built = build_all(builder, candidates)
+    bad = {b.result.label: b.result.error.splitlines()[0][:160] for b in built if not b.result.ok}
+    print(f"{label}: {len(built) - len(bad)} of {len(built)} compiled and carry their config, "
+          f"{time.time() - start:.0f} s" + (f"; failed: {bad}" if bad else ""), flush=True)
+    return not bad and len(built) > 1
+
+
 def im2col_variants(m) -> dict:
     """name -> ONNX model: the convolution blocks above, SD 1.x's first level (320 channels at
     64x64) and ResNet-34 at batch 4 (its 56, 28, 14 and 7 pixel rows: the rewrite pads them)."""
@@ -101,15 +112,10 @@ def check_im2col(out: Path, candidates: int) -> int:
                     failed += 1
                     print(f"  {shape}: not taken by the mma.sync kernel: {LLVMGPUMmaSync().declines(d)}")
                     continue
-                start = time.time()
-                workdir = out / "builds" / f"{name}-im2col-{shape}"
                 # Built as tune-model on the H100 builds them: timed inside the model (CUPTI).
-                built = build_all(LocalBuilder.of(program, cuda, workdir, ctx, in_model=True),
-                                  generate_candidates(d, pipeline, candidates, ctx, cuda.spec_entry))
-                bad = {b.result.label: b.result.error.splitlines()[0][:160] for b in built if not b.result.ok}
-                failed += bool(bad) or len(built) <= 1
-                print(f"  {shape}: {len(built) - len(bad)} of {len(built)} compiled and carry their config, "
-                      f"{time.time() - start:.0f} s" + (f"; failed: {bad}" if bad else ""), flush=True)
+                builder = LocalBuilder.of(program, cuda, out / "builds" / f"{name}-im2col-{shape}", ctx, in_model=True)
+                failed += not _compiled(f"  {shape}", builder,
+                                        generate_candidates(d, pipeline, candidates, ctx, cuda.spec_entry))
     return failed
 
 
@@ -151,15 +157,11 @@ def main() -> None:
                         failed += 1
                         print(f"  [{short_flags(' '.join(flags))}] {short}: not tunable: {why_untunable(d)}")
                         continue
-                    start = time.time()
                     candidates = generate_candidates(d, pipeline, args.candidates, ctx, cuda.spec_entry)
-                    workdir = args.out / "builds" / f"{name}-{len(flags)}-{short}"
-                    built = build_all(LocalBuilder.of(program, with_flags(cuda, flags), workdir, ctx), candidates)
-                    bad = {b.result.label: b.result.error.splitlines()[0][:160] for b in built if not b.result.ok}
-                    failed += bool(bad) or len(built) <= 1
-                    print(f"  [{short_flags(' '.join(flags))}] {short} ({pipeline.name}): {len(built) - len(bad)} of "
-                          f"{len(built)} compiled and carry their config, {time.time() - start:.0f} s"
-                          + (f"; failed: {bad}" if bad else ""), flush=True)
+                    builder = LocalBuilder.of(program, with_flags(cuda, flags),
+                                              args.out / "builds" / f"{name}-{len(flags)}-{short}", ctx)
+                    label = f"  [{short_flags(' '.join(flags))}] {short} ({pipeline.name})"
+                    failed += not _compiled(label, builder, candidates)
     print("every dispatch checked tunable, every candidate compiled" if not failed
           else f"{failed} dispatches not tunable or with failed candidates")
     sys.exit(1 if failed else 0)

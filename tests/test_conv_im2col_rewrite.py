@@ -11,16 +11,10 @@ from iree.compiler import ir
 
 from pipelines import DispatchKind
 from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
-from tests.test_strided_conv_rewrite import CONV, T
+from tests.test_strided_conv_rewrite import T, conv_line
 from tuner.rewrite import CONV_AS_IM2COL_MATMUL, REWRITES, rewrite_program
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
 from tuner.targets import parse_target
-
-
-def _conv(out: str, k: int, p: int, s: int) -> str:
-    size = (9 + 2 * p - k) // s + 1
-    return CONV.format(out=out, w=f"w{k}", k=k, p=p, s=s, t=T, wt=f"!torch.vtensor<[16,8,{k},{k}],f32>",
-                       ot=f"!torch.vtensor<[2,16,{size},{size}],f32>")
 
 
 GROUPED = ('%g = torch.operator "onnx.Conv"(%x, %wg, %b) {torch.onnx.group = 2 : si64, torch.onnx.kernel_shape = [3 : si64, 3 : si64], '
@@ -31,9 +25,9 @@ PROGRAM = f"""
 func.func @f(%x: {T}, %w1: !torch.vtensor<[16,8,1,1],f32>, %w3: !torch.vtensor<[16,8,3,3],f32>,
              %wg: !torch.vtensor<[16,4,3,3],f32>, %b: !torch.vtensor<[16],f32>)
     -> (!torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,5,5],f32>, !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,9,9],f32>) {{
-  {_conv("a", 3, 1, 1)}
-  {_conv("c", 3, 1, 2)}
-  {_conv("d", 1, 0, 1)}
+  {conv_line("a", 3, 1, 1)}
+  {conv_line("c", 3, 1, 2)}
+  {conv_line("d", 1, 0, 1)}
   {GROUPED}
   return %a, %c, %d, %g : !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,5,5],f32>, !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,9,9],f32>
 }}

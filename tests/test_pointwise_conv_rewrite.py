@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from iree.compiler import ir
 
-from tests.test_strided_conv_rewrite import PROGRAM, _conv, cpu_outputs, imported_block
+from tests.test_strided_conv_rewrite import PROGRAM, conv_line, cpu_outputs, imported_block
 from tuner.rewrite import POINTWISE_CONV_AS_MATMUL, REWRITES, SUBSAMPLE_STRIDED_1X1, combined, rewrite_program
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.targets import parse_target
@@ -38,14 +38,14 @@ def test_only_an_unpadded_unit_stride_1x1_convolution_becomes_a_matmul_of_the_fi
 
 
 def test_a_1x1_convolution_without_a_bias_and_a_program_without_one_are_handled():
-    no_bias = PROGRAM.replace(_conv("d", 1, 0, 1), _conv("d", 1, 0, 1).replace(", %b)", ")").replace(
+    no_bias = PROGRAM.replace(conv_line("d", 1, 0, 1), conv_line("d", 1, 0, 1).replace(", %b)", ")").replace(
         ", !torch.vtensor<[16],f32>) -> !torch.vtensor<[2,16,9,9]", ") -> !torch.vtensor<[2,16,9,9]"))
     with ir.Context() as c:
         c.allow_unregistered_dialects = True
         module = ir.Module.parse(no_bias)
         assert pointwise_convs_as_matmuls(module) == ["2x8x9x9 by 16x8x1x1"]
         assert "Add" not in _ops(module)
-        without = ir.Module.parse(PROGRAM.replace(_conv("d", 1, 0, 1), _conv("d", 3, 1, 1)).replace(
+        without = ir.Module.parse(PROGRAM.replace(conv_line("d", 1, 0, 1), conv_line("d", 3, 1, 1)).replace(
             "%w1: !torch.vtensor<[16,8,1,1],f32>, ", "%w1: !torch.vtensor<[16,8,1,1],f32>, "))
         before = str(without)
         assert pointwise_convs_as_matmuls(without) == [] and str(without) == before

@@ -22,7 +22,8 @@ CONV = ('%{out} = torch.operator "onnx.Conv"(%x, %{w}, %b) {{torch.onnx.kernel_s
         'torch.onnx.strides = [{s} : si64, {s} : si64]}} : ({t}, {wt}, !torch.vtensor<[16],f32>) -> {ot}')
 
 
-def _conv(out: str, k: int, p: int, s: int) -> str:
+def conv_line(out: str, k: int, p: int, s: int) -> str:
+    """A program line: an onnx.Conv of the 2x8x9x9 input `%x` by a KxK filter, padding p, stride s."""
     size = (9 + 2 * p - k) // s + 1
     return CONV.format(out=out, w=f"w{k}", k=k, p=p, s=s, t=T, wt=f"!torch.vtensor<[16,8,{k},{k}],f32>",
                        ot=f"!torch.vtensor<[2,16,{size},{size}],f32>")
@@ -34,10 +35,10 @@ PROGRAM = f"""
 func.func @f(%x: {T}, %w1: !torch.vtensor<[16,8,1,1],f32>, %w3: !torch.vtensor<[16,8,3,3],f32>,
              %b: !torch.vtensor<[16],f32>) -> (!torch.vtensor<[2,16,5,5],f32>, !torch.vtensor<[2,16,5,5],f32>,
                                                 !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,6,6],f32>) {{
-  {_conv("a", 1, 0, 2)}
-  {_conv("c", 3, 1, 2)}
-  {_conv("d", 1, 0, 1)}
-  {_conv("e", 1, 1, 2)}
+  {conv_line("a", 1, 0, 2)}
+  {conv_line("c", 3, 1, 2)}
+  {conv_line("d", 1, 0, 1)}
+  {conv_line("e", 1, 1, 2)}
   return %a, %c, %d, %e : !torch.vtensor<[2,16,5,5],f32>, !torch.vtensor<[2,16,5,5],f32>, !torch.vtensor<[2,16,9,9],f32>, !torch.vtensor<[2,16,6,6],f32>
 }}
 """
@@ -70,7 +71,7 @@ def test_only_an_unpadded_strided_1x1_convolution_is_rewritten_into_a_subsample_
 def test_a_program_without_strided_1x1_convolutions_is_left_alone():
     with ir.Context() as c:
         c.allow_unregistered_dialects = True
-        module = ir.Module.parse(PROGRAM.replace(_conv("a", 1, 0, 2), _conv("a", 1, 0, 1).replace("[2,16,9,9]", "[2,16,5,5]")))
+        module = ir.Module.parse(PROGRAM.replace(conv_line("a", 1, 0, 2), conv_line("a", 1, 0, 1).replace("[2,16,9,9]", "[2,16,5,5]")))
         before = str(module)
         assert subsample_strided_pointwise_convs(module) == []
         assert str(module) == before

@@ -40,7 +40,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, keep_leading, pad_end,
-                                     producer, single_use, static_shape)
+                                     producer, si64_array, single_use, static_shape)
 
 SDPA = "torch.aten.scaled_dot_product_attention"
 
@@ -203,7 +203,7 @@ def _key_operand(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -
     key = site.key
     element = str(key.type).rsplit(",", 1)[-1]
     if site.key_perm:
-        perm = ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signed(64), i) for i in site.key_perm])
+        perm = si64_array(list(site.key_perm))
         shape = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, site.key_shape))}],{element}")
         key = ir.Operation.create(ONNX_OP, results=[shape], operands=[key],
                                   attributes={"name": ir.StringAttr.get("onnx.Transpose"), "torch.onnx.perm": perm},

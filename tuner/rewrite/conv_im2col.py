@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (conv2d, element_type, int64_literal, keep_leading, onnx_op, replace_op, rewrite_sites,
-                                     static_shape)
+from tuner.rewrite.torch_ops import (conv2d, element_type, int64_literal, keep_leading, onnx_op, replace_op,
+                                     rewrite_sites, si64, static_shape)
 
 # The matmul's pixels (its N) are padded to a multiple of PIXELS and its K to one of DEPTH: the
 # mma.sync kernel does not pad, and its smallest tiles are 64 wide and 16 deep
@@ -39,10 +39,6 @@ from tuner.rewrite.torch_ops import (conv2d, element_type, int64_literal, keep_l
 # and 49 pixels) and its stem (K = 3 x 49) would not be taken otherwise; an SD UNet's (4096, 1024,
 # 256 pixels; K = 9 x 320 and up) need none.
 PIXELS, DEPTH = 64, 16
-
-
-def _si64(value: int) -> ir.IntegerAttr:
-    return ir.IntegerAttr.get(ir.IntegerType.get_signed(64), value)
 
 
 def _geometry(conv: ir.Operation) -> tuple[list[int], list[int], list[int]] | None:
@@ -96,7 +92,7 @@ def _as_im2col(conv: ir.Operation) -> str:
         flat = op("Pad", [flat, lit([0, 0, 0, 0, 0, 1])], [n, c, flat_size + 1])
         pixels = [row + [zero] * (wide_pixels - oh * ow) for row in pixels]
         pixels += [[zero] * wide_pixels] * (wide_taps - taps)
-    gathered = op("Gather", [flat, int64_literal(pixels, ip, loc)], [n, c, wide_taps, wide_pixels], axis=_si64(2))
+    gathered = op("Gather", [flat, int64_literal(pixels, ip, loc)], [n, c, wide_taps, wide_pixels], axis=si64(2))
     k = c * wide_taps
     # One image: a plain matmul (a batch of one is folded otherwise in the module and in its
     # dumped dispatch benchmark, whose contraction then splits K in two; and the filter is not

@@ -33,9 +33,14 @@ def replace_op(op: ir.Operation, value: ir.Value) -> None:
     op.erase()
 
 
+def si64(value: int) -> ir.IntegerAttr:
+    """An onnx op's integer attribute (`torch.onnx.axis`, ...)."""
+    return ir.IntegerAttr.get(ir.IntegerType.get_signed(64), value)
+
+
 def si64_array(values: list[int]) -> ir.ArrayAttr:
     """An onnx op's integer list attribute (`torch.onnx.pads`, `perm`, ...)."""
-    return ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signed(64), v) for v in values])
+    return ir.ArrayAttr.get([si64(v) for v in values])
 
 
 def onnx_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], object]) -> list[ir.Operation]:

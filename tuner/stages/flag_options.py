@@ -28,6 +28,11 @@ class ModelOption:
     tunes: tuple[DispatchKind, ...] = ()
 
     @property
+    def tuned_kinds(self) -> tuple[DispatchKind, ...]:
+        """The kinds of dispatch the choice forms that are tuned before it is judged."""
+        return self.rewrite.tunes if self.rewrite else self.tunes
+
+    @property
     def label(self) -> str:
         return " ".join([*([self.rewrite.name] if self.rewrite else []), *self.flags])
 

@@ -165,7 +165,7 @@ class FlagStage:
             trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
             return None
         untuned = Variant(option.directory + "-default-configs", option.flags, program=program)
-        if self.tune_budget > 0 and (option.rewrite.tunes if option.rewrite else option.tunes):
+        if self.tune_budget > 0 and option.tuned_kinds:
             off = _wrong_result(env, default, untuned)
             if off:  # its dispatches are not tuned: every candidate would be judged on a wrong model
                 trials[option.label] = f"{off} with the default configs (not tuned)"
@@ -176,9 +176,8 @@ class FlagStage:
         # tuning under another choice. Under the default flags alone they could be judged on a
         # wrong model: the UNet widening block's 1x1 shortcut is wrong on cuda until channels-last
         # or its own rewrite takes it, and every im2col candidate was refused for it.
-        parts = (self._tuned_parts(env, option.directory, option.rewrite.tunes, program, option.flags,
-                                   said=short_flags(option.label)) if option.rewrite
-                 else self._tuned_parts(env, option.directory, option.tunes, env.model, option.flags))
+        parts = self._tuned_parts(env, option.directory, option.tuned_kinds, program or env.model, option.flags,
+                                  said=short_flags(option.label))
         b = build_once(env, Variant(option.directory, option.flags, parts, program))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")

@@ -140,8 +140,9 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     target = parse_target(target) if isinstance(target, str) else target
     output_dir = Path(output_dir)
     say = listen.say
-    if search.pipeline is None and model_pipeline(target, None):
-        search = replace(search, pipeline=model_pipeline(target, None))
+    chosen = model_pipeline(target, search.pipeline)
+    if chosen != search.pipeline:
+        search = replace(search, pipeline=chosen)
         say(f"{target.name}: each dispatch {search.pipeline} takes is tuned with it, the others with the compiler's "
             f"pipeline (--pipeline llvmgpu_tile_and_fuse: the compiler's for every one)")
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, search.pipeline), run.force):
