@@ -591,6 +591,7 @@ def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_the_flag_stage_shows_its_builds_as_a_progress_phase(tmp_path, monkeypatch):
     """Its builds are most of its time (12 model builds on ResNet-50): a 'choices' phase counts
     them, so the progress bar gives the stage an ETA (issue 39)."""
@@ -609,6 +610,50 @@ def test_the_flag_stage_shows_its_builds_as_a_progress_phase(tmp_path, monkeypat
                stages=[FlagStage(tune_budget=0)])
     # Three options (the flag, the rewrite, both), counted one build at a time.
     assert [p for p in phases if p[0] == "choices"] == [("choices", 1, 3), ("choices", 2, 3), ("choices", 3, 3)]
+
+
+@pytest.mark.slow
+def test_the_flag_stage_compiles_its_choices_side_by_side_once_each_where_the_machine_has_cores(
+        tmp_path, monkeypatch):
+    """On a 16-core machine the first builds of the choices run in threads, each compiled once
+    (build_once then reads its configs back from the same directory); the decision is the one
+    made one build at a time."""
+    import threading
+
+    import tuner.stages.builtin as builtin
+    import tuner.stages.variants as variants
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.model_flags import DATA_TILING_FLAG
+    from tests.test_tune_model import MLP
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"),))
+    compiles = []
+    real = variants.run_tool_retrying_a_hang
+
+    def spy(command, timeout_s, cwd=None):
+        compiles.append((threading.current_thread().name, Path(cwd).name))
+        return real(command, timeout_s, cwd=cwd)
+
+    monkeypatch.setattr(variants, "run_tool_retrying_a_hang", spy)
+    decisions = {}
+    for cores in (2, 16):
+        monkeypatch.setattr(builtin.os, "cpu_count", lambda: cores)
+        compiles.clear()
+        model = tmp_path / f"mlp{cores}.mlir"
+        model.write_text(MLP)
+        state = tune_model(model, "llvm-cpu", tmp_path / f"out{cores}", run=RunOptions(FAST),
+                           model=ModelOptions(rounds=1, timer=lambda vmfb, s: Timing(
+                               (0.5 if "flags-a" in str(vmfb) else 1.0,))),
+                           stages=[FlagStage(tune_budget=0)]).state
+        decisions[cores] = (state.flags, state.rewrites)
+        built = [d for _, d in compiles]
+        assert sorted(built) == sorted(set(built)), compiles  # no build compiled twice
+        threaded = {d for t, d in compiles if t.startswith("build")}
+        # The default first, alone; then the three choices (the flag, the rewrite, both) in threads.
+        assert threaded == (set() if cores == 2 else set(built) - {"default"}), compiles
+        assert len(threaded) == (0 if cores == 2 else 3)
+    assert decisions[2] == decisions[16] and decisions[16][1] == ("a",)
 
 
 @pytest.mark.slow

@@ -2,13 +2,16 @@
 is said and left out; on the CPU, a model whose dispatches read embedded weights gets dispatch
 times that add up to the time its command buffers executed."""
 
+from types import SimpleNamespace
+
 import pytest
 
+import tuner.profiling.profile as profiling
 from tests.conftest import onnx_examples
 from tuner.discovery.program import discover_program
 from tuner.input.models import program_source
 from tuner.profiling.profile import profile
-from tuner.profiling.timing import DispatchTime, implausible
+from tuner.profiling.timing import DispatchTime, Profile, implausible
 from tuner.targets import parse_target
 
 
@@ -34,3 +37,33 @@ def test_dispatches_reading_embedded_weights_add_up_to_the_model_on_the_cpu(tmp_
     assert len(timed) == len(found.dispatches) and measured.untrusted == {}
     # The command buffers' execution is the dispatches and the hand-offs between them.
     assert 0.85 <= measured.busy_coverage("bert_layer") <= 1.1, (measured.busy_ms, measured.times)
+
+
+def test_a_rerun_reuses_the_profile_of_the_same_program_and_measures_another_again(tmp_path, monkeypatch):
+    """A resumed tune-model must choose the dispatches it chose before: the profile is kept beside
+    its directory and read back while the program, flags and dispatches are the same."""
+    timed = []
+
+    def measure(input_path, target, program, workdir, *args):
+        timed.append(input_path.name)  # each call's figures differ, as a device's do
+        return Profile({"d0": DispatchTime("d0", 1.0 + len(timed), 1, "main")}, {"main": 9.0}, {}, "designed")
+
+    monkeypatch.setattr(profiling, "profile", measure)
+    program = SimpleNamespace(dispatches=[SimpleNamespace(name="d0")])
+    source, other = tmp_path / "model.mlir", tmp_path / "other.mlir"
+    source.write_text("module {}")
+    other.write_text("module { }")
+    cpu, said = parse_target("llvm-cpu"), []
+    first = profiling.kept_profile(source, cpu, program, tmp_path / "profile", None)
+    again = profiling.kept_profile(source, cpu, program, tmp_path / "profile", None, say=said.append)
+    assert timed == ["model.mlir"] and again == first and "reusing" in said[0]
+    # Another program, other flags or other dispatches are measured again.
+    profiling.kept_profile(other, cpu, program, tmp_path / "profile", None)
+    profiling.kept_profile(other, parse_target("llvm-cpu"), SimpleNamespace(dispatches=[]), tmp_path / "profile", None)
+    flagged = SimpleNamespace(**{**cpu.__dict__, "compile_flags": (*cpu.compile_flags, "--iree-opt-level=O3")})
+    profiling.kept_profile(other, flagged, SimpleNamespace(dispatches=[]), tmp_path / "profile", None)
+    assert timed == ["model.mlir", "other.mlir", "other.mlir", "other.mlir"]
+    # A damaged file is measured again, not a traceback.
+    (tmp_path / "profile.json").write_text("{not json")
+    profiling.kept_profile(other, flagged, SimpleNamespace(dispatches=[]), tmp_path / "profile", None)
+    assert len(timed) == 5

@@ -20,6 +20,8 @@ dispatches were not timed and why."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,9 +37,10 @@ from tuner.profiling.timing import DispatchTime, Profile, ProfileJob, time_profi
 from tuner.run_dir import fresh, real_directory, remove_tree, write_file
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
+from tuner.versions import compiler_version, runtime_version
 from tuner.discovery.workload import Workload
 
-__all__ = ["DispatchTime", "Profile", "ProfileJob", "prepare_profile", "profile", "time_profile"]
+__all__ = ["DispatchTime", "Profile", "ProfileJob", "kept_profile", "prepare_profile", "profile", "time_profile"]
 
 BENCH = "dispatch-benchmarks"
 LAUNCH = "launch"  # the one-element dispatch whose batched time is the launch cost
@@ -137,3 +140,28 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
     repetitions are prepare_profile's default)."""
     job = prepare_profile(input_path, target, program, workdir, ctx, timeout_s=timeout_s, gpu_timing=gpu_timing)
     return time_profile(job, workdir, progress)
+
+
+def kept_profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
+                 timeout_s: float = 300.0, progress: Optional[Callable[[str, int, int], None]] = None,
+                 gpu_timing: str = "auto", say: Callable[[str], None] = lambda _: None) -> Profile:
+    """`profile`, kept beside `workdir` (WORKDIR.json) and reused by a rerun of the same program,
+    flags, dispatches and tools: a resumed model tuning then chooses the same dispatches. Timed
+    again, two dispatches of near-equal shares can swap places around a --top cut (ResNet-50 on
+    the H100: a resumed run chose another of two like 1x1 convolutions and tuned it from the
+    start), and profiling a large model under its choices again costs a build and its timing."""
+    kept = workdir.with_name(workdir.name + ".json")
+    key = {"program": hashlib.sha256(input_path.read_bytes()).hexdigest(), "target": target.name,
+           "flags": list(target.compile_flags), "device": target.device, "gpu_timing": gpu_timing,
+           "dispatches": [d.name for d in program.dispatches], "tools": [compiler_version(), runtime_version()]}
+    try:
+        data = json.loads(kept.read_text())
+        if data["key"] == key:
+            measured = Profile.from_json(data["profile"])
+            say(f"profile: reusing what an earlier run measured ({kept}; delete it to measure again)")
+            return measured
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none kept, another program's, or unreadable: measured again
+    measured = profile(input_path, target, program, workdir, ctx, timeout_s, progress, gpu_timing)
+    write_file(kept, json.dumps({"key": key, "profile": measured.to_json()}, indent=1))
+    return measured

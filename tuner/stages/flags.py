@@ -25,7 +25,8 @@ from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
                                        rewritten_program)
-from tuner.stages.builtin import DispatchStage, build_once, compare_on_model, select_dispatches, signature, with_flags
+from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
+                                  with_flags)
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 # DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: the choice's variant directory)
@@ -108,6 +109,7 @@ class FlagStage:
         cuda: pointwise-conv-as-matmul, right, 0.98x the wrong default, then raise-attention on top
         of it). The labels of those refused for computing another result are added to `wrong`.
         `progress`: each build counted in the "choices" phase."""
+        prebuild(env, [v for v in map(self._first_variant, [env] * len(options), options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             b = self._build(env, default, option, trials, reference, wrong)
@@ -165,7 +167,7 @@ class FlagStage:
             trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
             return None
         untuned = Variant(option.directory + "-default-configs", option.flags, program=program)
-        if self.tune_budget > 0 and option.tuned_kinds:
+        if self._tunes(option):
             off = _wrong_result(env, default, untuned)
             if off:  # its dispatches are not tuned: every candidate would be judged on a wrong model
                 trials[option.label] = f"{off} with the default configs (not tuned)"
@@ -190,6 +192,20 @@ class FlagStage:
                                     "byte for byte")
             return None
         return b
+
+    def _tunes(self, option: ModelOption) -> bool:
+        """Whether the option's formed dispatches are tuned before it is judged."""
+        return self.tune_budget > 0 and bool(option.tuned_kinds)
+
+    def _first_variant(self, env: StageEnv, option: ModelOption) -> Optional[Variant]:
+        """The option's first model build in `_build` (its numerics checked with the default
+        configs where it tunes what it forms; else the build it is judged by); None where its
+        rewrite finds nothing."""
+        program = rewritten_program(env, option.rewrite) if option.rewrite else None
+        if option.rewrite and program is None:
+            return None
+        return Variant(option.directory + ("-default-configs" if self._tunes(option) else ""), option.flags,
+                       program=program)
 
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
                      flags: tuple[str, ...] = (), said: str = "") -> tuple[SpecPart, ...]:

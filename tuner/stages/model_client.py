@@ -13,7 +13,7 @@ from tuner.api import PROFILE
 from tuner.driver import read_program
 from pipelines import PIPELINES, DispatchKind, known_pipeline
 from tuner.errors import InputError, OutputError
-from tuner.profiling.profile import profile
+from tuner.profiling.profile import kept_profile
 from tuner.report.outputs import comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
 from tuner.core.settings import Listeners, RunOptions, SearchSettings
@@ -156,8 +156,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                        listen.progress, say, None, model.rounds, strategy=run.strategy, dynamic_size=run.dynamic_size)
         if run.compile_only:
             return _compile_step(replace(env, devices=(), timer=iree_benchmark, strategy="auto"), model, search)
-        measured = profile(source, target, program, output_dir / PROFILE, ctx, timeout_s=run.settings.run_timeout_s,
-                           progress=listen.progress, gpu_timing=run.settings.gpu_timing)
+        measured = kept_profile(source, target, program, output_dir / PROFILE, ctx, timeout_s=run.settings.run_timeout_s,
+                                progress=listen.progress, gpu_timing=run.settings.gpu_timing, say=say)
         workload = model_entry(program, measured)
         say(f"model entry @{workload.entry}: {len(program.dispatches)} dispatches read, "
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")

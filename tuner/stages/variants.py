@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -73,24 +73,42 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     """Compile the model as `variant` into `directory`, then read every executable's config back
     and check that each part's config is carried by some root op (a spec that did not take
     effect is an error, not a silent default)."""
+    text = merged_spec(variant.parts, target, ctx) if variant.parts else ""
+    built = compile_variant(model, variant, target, directory, text, timeout_s)
+    if not built.ok:
+        return built
+    configured = read_configured((p.read_text() for p in sorted((directory / CONFIGS).glob("*.mlir"))), ctx)
+    for part in variant.parts:
+        if not any(not check_config(part.config, d) for d in configured):
+            return replace(built, error=f"the model compile does not carry {part.dispatch.name}'s config ({part.label})")
+    return built
+
+
+CONFIGS = "configs"  # next to a model build: the executables' configurations as compiled
+
+
+def compile_variant(model: Path, variant: Variant, target: Target, directory: Path, spec_text: str = "",
+                    timeout_s: float = 600.0) -> BuiltVariant:
+    """iree-compile of the model as `variant` (its parts merged into `spec_text`) into
+    `directory`, the executables' configurations dumped beside it; no MLIR context is used, so
+    builds may run in threads side by side (tuner.stages.builtin.prebuild)."""
     real_directory(directory)
     model = variant.program or model
     spec = None
     flags = [*target.compile_flags, *variant.flags]
-    text = merged_spec(variant.parts, target, ctx) if variant.parts else ""
     if variant.parts:
         spec = directory / "spec.mlir"
         flags += target.spec_flags(str(spec.resolve()), codegen=uses_codegen_stage([p.config for p in variant.parts]))
-    configs = directory / "configs"
+    configs = directory / CONFIGS
     vmfb = directory / "model.vmfb"
     # What built the module there: the same program, flags and spec are not compiled again (a
     # two-machine run comes back here once per device trip).
-    recipe = json.dumps({"model": hashlib.sha256(model.read_bytes()).hexdigest(), "flags": flags, "spec": text})
+    recipe = json.dumps({"model": hashlib.sha256(model.read_bytes()).hexdigest(), "flags": flags, "spec": spec_text})
     stamp = directory / BUILT_FROM
     if not (vmfb.is_file() and stamp.is_file() and stamp.read_text() == recipe):
         stamp.unlink(missing_ok=True)
         if spec is not None:
-            write_file(spec, text)
+            write_file(spec, spec_text)
         remove_tree(configs)
         # Run in `directory`, naming the dump and the module relative to it: the dump's path is
         # written into the module, and two builds of the same code must be the same bytes (a
@@ -101,11 +119,4 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
         if not run.ok:
             return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}")
         write_file(stamp, recipe)
-    configured = read_configured((p.read_text() for p in sorted(configs.glob("*.mlir"))), ctx)
-    for part in variant.parts:
-        if not any(not check_config(part.config, d) for d in configured):
-            return BuiltVariant(variant, vmfb, spec, tuple(flags),
-                                f"the model compile does not carry {part.dispatch.name}'s config ({part.label})")
     return BuiltVariant(variant, vmfb, spec, tuple(flags))
-
-
