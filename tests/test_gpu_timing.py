@@ -255,3 +255,35 @@ def test_two_machines_compile_for_timing_in_the_model_and_say_what_the_device_si
     assert len(ok) == 3 and all(b["kernels"] == ["matmul_dispatch_0"] and b["dispatch_vmfb"] is None for b in ok), ok
     assert not list(out.rglob("dispatch.vmfb"))
     assert_one_error_line(run_cli("benchmark", out), 3, "--gpu-timing model:")
+
+
+STUCK_CALL = """
+import signal, time
+from tuner.cli.options import terminate
+from tuner.evaluation.in_model import on_device_thread
+signal.signal(signal.SIGTERM, terminate)
+def stuck():
+    print("in the device call", flush=True)
+    time.sleep(300)  # a kernel that never returns
+on_device_thread("cuda", stuck)
+"""
+
+
+def test_a_stopped_run_exits_while_a_device_call_is_stuck(tmp_path):
+    """SIGTERM during an in-process device call that never returns: the run ends (the device
+    thread is a daemon and the exit waits for it a few seconds at most), instead of staying until
+    the call returns, as an H100 run under `timeout -s TERM` did."""
+    import signal
+    import subprocess
+
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_CALL)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+    try:
+        assert proc.stdout.readline().strip() == "in the device call"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)  # the stuck call lasts 300 s: waiting on it would fail here
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "Terminated" in proc.stderr.read()

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import atexit
 import math
+import queue
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Callable, Optional, Sequence, TypeVar
 
 import numpy as np
@@ -54,20 +55,53 @@ def why_not_in_model() -> Optional[str]:
     return cupti.available() or cupti.no_cuda_device()
 
 
+class DeviceThread:
+    """The one thread that runs every call on one device, a daemon: a call stuck in the device (a
+    kernel that never returns) must not keep a stopped run from exiting. A ThreadPoolExecutor's
+    workers are joined when the interpreter exits: SIGTERM was handled at once, and the process
+    stayed until the call returned (an H100 run's `timeout -s TERM` did not end it)."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: "queue.SimpleQueue[Optional[tuple[Callable[[], object], Future]]]" = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (item := self._queue.get()) is not None:
+            work, future = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as e:  # the caller's to raise
+                    future.set_exception(e)
+
+    def submit(self, work: Callable[[], T]) -> "Future[T]":
+        future: Future = Future()
+        self._queue.put((work, future))
+        return future
+
+    def stop(self, wait_s: float) -> bool:
+        """Ask the thread to end after the calls queued, and wait up to `wait_s`: whether it ended."""
+        self._queue.put(None)
+        self._thread.join(wait_s)
+        return not self._thread.is_alive()
+
+
 _DEVICES: dict[str, object] = {}
 _DEVICES_LOCK = threading.Lock()
-_THREADS: dict[str, ThreadPoolExecutor] = {}
+_THREADS: dict[str, DeviceThread] = {}
+RELEASE_WAIT_S = 5.0  # at exit, how long a device thread may take to finish its call
 
 
 def on_device_thread(device: str, work: Callable[[], T]) -> T:
     """`work()` run on the one thread that uses `device` in this process: IREE's CUDA HAL makes
     its context current on the thread that created the device, and a module loaded from another
-    thread fails (CUDA_ERROR_INVALID_CONTEXT)."""
+    thread fails (CUDA_ERROR_INVALID_CONTEXT). The wait is the caller's: a signal ends it."""
     with _DEVICES_LOCK:
         if device not in _THREADS:
-            _THREADS[device] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device-{device}")
-        pool = _THREADS[device]
-    return pool.submit(work).result()
+            _THREADS[device] = DeviceThread(f"device-{device}")
+        thread = _THREADS[device]
+    return thread.submit(work).result()
 
 
 def _device(device: str):
@@ -215,12 +249,13 @@ def _release() -> None:
     bindings report every live object as leaked when a run is stopped)."""
     MODULES.clear()
     with _DEVICES_LOCK:
-        pools = list(_THREADS.values())
+        threads = list(_THREADS.values())
         _THREADS.clear()
-    for pool in pools:  # (outside the lock: a load in progress there takes it)
-        pool.shutdown(wait=True)
-    with _DEVICES_LOCK:
-        _DEVICES.clear()
+    # (Outside the lock: a load in progress there takes it.) A thread stuck in the device keeps
+    # its device: the process goes without waiting for it.
+    if all([t.stop(RELEASE_WAIT_S) for t in threads]):
+        with _DEVICES_LOCK:
+            _DEVICES.clear()
 
 
 # What a module run in this process raises when it fails (the runtime's errors, unreadable inputs,

@@ -52,6 +52,7 @@ class DispatchOutcome:
     # What its tuning's default_ms and tuned_ms are times of: "dispatch" (its kernels, or the
     # dispatch alone) or "model call" (the whole entry function, as on a CPU).
     timed: str = ""
+    reused: bool = False  # its finished tuning of an earlier run was read back, not searched again
 
     @property
     def expected_gain(self) -> float:

@@ -189,8 +189,10 @@ class DispatchStage:
                                                             f"were spent"))
                 else:
                     outcomes.append(self.tune_or_say(lead, outcome, program, target, env, source, seconds))
-                spent.append(time.monotonic() - start)
-                env.say(f"  {lead.name}: {outcomes[-1].status}, {spent[-1]:.0f} s"
+                took = time.monotonic() - start
+                if not outcomes[-1].reused:  # the pace of the dispatches left is that of those searched
+                    spent.append(took)
+                env.say(f"  {lead.name}: {outcomes[-1].status}, {took:.0f} s"
                         + eta(spent, len(chosen) - i, None if deadline is None else deadline - time.monotonic()))
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
@@ -241,9 +243,9 @@ class DispatchStage:
             base = next((r for r in results if r.is_baseline and r.ok and r.error), None)
             if base is not None:  # the default computes it wrong (tuner.evaluation.measure.Measurer)
                 env.say(f"  {dispatch.name}: the default's {base.error.removeprefix('its ')}")
-        else:
-            env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
-        return tuning_outcome(outcome, dispatch, candidates, results)
+            return tuning_outcome(outcome, dispatch, candidates, results)
+        env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
+        return replace(tuning_outcome(outcome, dispatch, candidates, results), reused=True)
 
 
 def eta(spent: Sequence[float], left: int, limit_s: Optional[float] = None) -> str:
