@@ -30,6 +30,7 @@ from typing import Callable, Optional
 from iree.compiler import ir
 
 from tuner.build.dispatch_benchmark import benchmark_function
+from tuner.core.settings import EvalSettings
 from tuner.discovery.program import Program
 from tuner.errors import ToolError
 from tuner.evaluation.in_model import times_in_model, why_not_in_model
@@ -143,14 +144,15 @@ def profile(input_path: Path, target: Target, program: Program, workdir: Path, c
 
 
 def kept_profile(input_path: Path, target: Target, program: Program, workdir: Path, ctx: ir.Context,
-                 timeout_s: float = 300.0, progress: Optional[Callable[[str, int, int], None]] = None,
-                 gpu_timing: str = "auto", say: Callable[[str], None] = lambda _: None) -> Profile:
-    """`profile`, kept beside `workdir` (WORKDIR.json) and reused by a rerun of the same program,
+                 settings: EvalSettings = EvalSettings(), progress: Optional[Callable[[str, int, int], None]] = None,
+                 say: Callable[[str], None] = lambda _: None) -> Profile:
+    """`profile` (under the settings' run timeout and GPU timing), kept beside `workdir`
+    (WORKDIR.json) and reused by a rerun of the same program,
     flags, dispatches and tools: a resumed model tuning then chooses the same dispatches. Timed
     again, two dispatches of near-equal shares can swap places around a --top cut (ResNet-50 on
     the H100: a resumed run chose another of two like 1x1 convolutions and tuned it from the
     start), and profiling a large model under its choices again costs a build and its timing."""
-    kept = workdir.with_name(workdir.name + ".json")
+    kept, gpu_timing = workdir.with_name(workdir.name + ".json"), settings.gpu_timing
     key = {"program": hashlib.sha256(input_path.read_bytes()).hexdigest(), "target": target.name,
            "flags": list(target.compile_flags), "device": target.device, "gpu_timing": gpu_timing,
            "dispatches": [d.name for d in program.dispatches], "tools": [compiler_version(), runtime_version()]}
@@ -162,6 +164,6 @@ def kept_profile(input_path: Path, target: Target, program: Program, workdir: Pa
             return measured
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none kept, another program's, or unreadable: measured again
-    measured = profile(input_path, target, program, workdir, ctx, timeout_s, progress, gpu_timing)
+    measured = profile(input_path, target, program, workdir, ctx, settings.run_timeout_s, progress, gpu_timing)
     write_file(kept, json.dumps({"key": key, "profile": measured.to_json()}, indent=1))
     return measured

@@ -167,9 +167,8 @@ class DispatchStage:
         source = state.program_of(env.model)
         if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
             program = discover_program(source, env.target, env.ctx, state.flags).for_running(env.workload.parameters, env.dynamic_size)
-            measured = kept_profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
-                                    timeout_s=env.settings.run_timeout_s, progress=env.progress,
-                                    gpu_timing=env.settings.gpu_timing, say=env.say)
+            measured = kept_profile(source, target, program, env.output_dir / "profile-flags", env.ctx, env.settings,
+                                    env.progress, env.say)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds,
                                              self.search.pipeline)
         at_once = env.strategy == CLUSTER and len(chosen) > 1

@@ -156,8 +156,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                        listen.progress, say, None, model.rounds, strategy=run.strategy, dynamic_size=run.dynamic_size)
         if run.compile_only:
             return _compile_step(replace(env, devices=(), timer=iree_benchmark, strategy="auto"), model, search)
-        measured = kept_profile(source, target, program, output_dir / PROFILE, ctx, timeout_s=run.settings.run_timeout_s,
-                                progress=listen.progress, gpu_timing=run.settings.gpu_timing, say=say)
+        measured = kept_profile(source, target, program, output_dir / PROFILE, ctx, run.settings, listen.progress, say)
         workload = model_entry(program, measured)
         say(f"model entry @{workload.entry}: {len(program.dispatches)} dispatches read, "
             f"{measured.entry_ms.get(workload.entry, 0.0):.3f} ms per call ({measured.method})")
