@@ -854,3 +854,13 @@ def test_a_tuning_without_a_winner_is_not_served_to_another_choice(tmp_path, ctx
     assert stage._tuned_parts(env, "plain", kinds, program) == ()
     assert stage._tuned_parts(env, "fused", kinds, program, AGGRESSIVE_FUSION) == ()
     assert len(tuned_names) == 2
+
+
+def test_a_rewrite_says_each_kind_of_change_once_with_its_count_and_at_most_six_kinds():
+    from tuner.stages.flag_options import changes_text
+
+    assert changes_text(["a", "b", "a", "c", "a"]) == "a (3 times), b, c"  # in the order first met
+    many = [f"k{i}" for i in range(9)] + ["k0"]
+    assert changes_text(many) == "k0 (2 times), k1, k2, k3, k4, k5 and 3 more kinds"
+    assert changes_text(["k0"] * 2 + ["k1"] * 6 + [f"k{i}" for i in range(2, 8)]).endswith("k5 and 2 more kinds")
+    assert changes_text([f"k{i}" for i in range(7)]).endswith(" and 1 more kind")

@@ -106,5 +106,16 @@ def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
         changed = rewrite_program(env.model, rewrite, out)
         env.built[key] = out if changed else None
         if changed:
-            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({', '.join(changed)}) into {out}")
+            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({changes_text(changed)}) into {out}")
     return env.built[key]
+
+
+def changes_text(changed: list[str], most: int = 6) -> str:
+    """What a rewrite changed, each distinct change once with how many times (in the order first
+    met), the first `most` of them: ResNet-50's 33 1x1 convolutions made a line of 1,300 characters."""
+    counts: dict[str, int] = {}
+    for change in changed:
+        counts[change] = counts.get(change, 0) + 1
+    shown = [f"{c} ({n} times)" if n > 1 else c for c, n in list(counts.items())[:most]]
+    more = len(counts) - most
+    return ", ".join(shown) + (f" and {more} more kind{'s' if more > 1 else ''}" if more > 0 else "")
