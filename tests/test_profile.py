@@ -49,7 +49,7 @@ def test_a_rerun_reuses_the_profile_of_the_same_program_and_measures_another_aga
         return Profile({"d0": DispatchTime("d0", 1.0 + len(timed), 1, "main")}, {"main": 9.0}, {}, "designed")
 
     monkeypatch.setattr(profiling, "profile", measure)
-    program = SimpleNamespace(dispatches=[SimpleNamespace(name="d0")])
+    program = SimpleNamespace(dispatches=[SimpleNamespace(name="d0")], entries={"d0": "main(1024x1024xf32)"})
     source, other = tmp_path / "model.mlir", tmp_path / "other.mlir"
     source.write_text("module {}")
     other.write_text("module { }")
@@ -59,11 +59,17 @@ def test_a_rerun_reuses_the_profile_of_the_same_program_and_measures_another_aga
     assert timed == ["model.mlir"] and again == first and "reusing" in said[0]
     # Another program, other flags or other dispatches are measured again.
     profiling.kept_profile(other, cpu, program, tmp_path / "profile", None)
-    profiling.kept_profile(other, parse_target("llvm-cpu"), SimpleNamespace(dispatches=[]), tmp_path / "profile", None)
+    profiling.kept_profile(other, parse_target("llvm-cpu"), SimpleNamespace(dispatches=[], entries={}), tmp_path / "profile", None)
     flagged = SimpleNamespace(**{**cpu.__dict__, "compile_flags": (*cpu.compile_flags, "--iree-opt-level=O3")})
-    profiling.kept_profile(other, flagged, SimpleNamespace(dispatches=[]), tmp_path / "profile", None)
+    profiling.kept_profile(other, flagged, SimpleNamespace(dispatches=[], entries={}), tmp_path / "profile", None)
     assert timed == ["model.mlir", "other.mlir", "other.mlir", "other.mlir"]
+    # The same dispatches called with other sizes (--dynamic-size) are measured again.
+    resized = SimpleNamespace(dispatches=program.dispatches, entries={"d0": "main(7x1024xf32)"})
+    profiling.kept_profile(source, cpu, program, tmp_path / "sized", None)
+    profiling.kept_profile(source, cpu, resized, tmp_path / "sized", None)
+    assert timed[-2:] == ["model.mlir", "model.mlir"]
+    del timed[-2:]
     # A damaged file is measured again, not a traceback.
     (tmp_path / "profile.json").write_text("{not json")
-    profiling.kept_profile(other, flagged, SimpleNamespace(dispatches=[]), tmp_path / "profile", None)
+    profiling.kept_profile(other, flagged, SimpleNamespace(dispatches=[], entries={}), tmp_path / "profile", None)
     assert len(timed) == 5

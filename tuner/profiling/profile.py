@@ -147,15 +147,17 @@ def kept_profile(input_path: Path, target: Target, program: Program, workdir: Pa
                  settings: EvalSettings = EvalSettings(), progress: Optional[Callable[[str, int, int], None]] = None,
                  say: Callable[[str], None] = lambda _: None) -> Profile:
     """`profile` (under the settings' run timeout and GPU timing), kept beside `workdir`
-    (WORKDIR.json) and reused by a rerun of the same program,
-    flags, dispatches and tools: a resumed model tuning then chooses the same dispatches. Timed
-    again, two dispatches of near-equal shares can swap places around a --top cut (ResNet-50 on
-    the H100: a resumed run chose another of two like 1x1 convolutions and tuned it from the
-    start), and profiling a large model under its choices again costs a build and its timing."""
+    (WORKDIR.json) and reused by a rerun of the same program, flags, dispatches, entry calls and
+    tools: a resumed model tuning then chooses the same dispatches. Timed again, two dispatches
+    of near-equal shares can swap places at a --top cut (ResNet-50 on the H100: a resumed run
+    chose the other of two like contractions and tuned it from the start), and profiling a large
+    model under its choices again costs a build and its timing."""
     kept, gpu_timing = workdir.with_name(workdir.name + ".json"), settings.gpu_timing
     key = {"program": hashlib.sha256(input_path.read_bytes()).hexdigest(), "target": target.name,
            "flags": list(target.compile_flags), "device": target.device, "gpu_timing": gpu_timing,
-           "dispatches": [d.name for d in program.dispatches], "tools": [compiler_version(), runtime_version()]}
+           "dispatches": [d.name for d in program.dispatches], "tools": [compiler_version(), runtime_version()],
+           # what each entry is called with (--dynamic-size changes it, and the parameters read)
+           "entries": sorted(f"{name}: {entry!r}" for name, entry in program.entries.items())}
     try:
         data = json.loads(kept.read_text())
         if data["key"] == key:
