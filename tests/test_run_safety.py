@@ -153,6 +153,36 @@ def test_sigterm_and_sighup_end_a_run_like_sigint_and_leave_no_tool_behind(tmp_p
     assert _processes_mentioning(str(tmp_path)) == []
 
 
+STUCK_IN_C = """
+import ctypes, signal, sys
+from tuner.cli.options import terminate, watch_for_stop
+signal.signal(signal.SIGTERM, terminate)
+watch_for_stop(grace_s=1.0)
+mutex = ctypes.create_string_buffer(64)  # zeroed: a default pthread mutex, unlocked
+libc = ctypes.CDLL(None)
+libc.pthread_mutex_lock(mutex)
+print("stuck in C", flush=True)
+libc.pthread_mutex_lock(mutex)  # locked again by its holder: never returns, whatever the signals
+"""
+
+
+def test_a_run_whose_main_thread_is_stuck_in_a_c_call_still_ends_after_sigterm(tmp_path):
+    """Python runs a signal's handler only in the main thread, between bytecodes: stuck in C
+    (here a mutex that never unlocks), the run would never see SIGTERM. The stop watcher reads
+    the signal from the interpreter's wakeup fd and ends the process after its grace."""
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK_IN_C)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "stuck in C"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)  # without the watcher it never ends
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "stopped: the run did not end within 1 s of the signal" in err
+
+
 def test_a_tuner_killed_with_sigkill_leaves_no_tool_behind(tmp_path, faulty_tools):
     path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
     faulty_tools("iree-benchmark-module", "candidates/", "hang")

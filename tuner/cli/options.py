@@ -4,7 +4,11 @@ and the signals a run ends on like SIGINT."""
 from __future__ import annotations
 
 import functools
+import os
 import signal
+import socket
+import threading
+import time
 from pathlib import Path
 
 import click
@@ -67,6 +71,44 @@ RECEIVED: list[int] = []
 def terminate(signum, frame) -> None:
     RECEIVED.append(signum)
     raise Terminated(signum)
+
+
+STOP_GRACE_S = 60.0  # after a stop signal, how long the run may take to end in order
+_STOP_WATCH: list = []  # the watcher's socket pair, once per process
+
+
+def watch_for_stop(grace_s: float = STOP_GRACE_S) -> None:
+    """End the process `grace_s` after SIGTERM, SIGHUP or SIGINT where the run has not ended by
+    then. Python runs a signal's handler only when the main thread comes back to Python code: a
+    main thread stuck in a C call (a compiler binding, the solver, a driver call) never sees it,
+    and on the H100 `timeout -s TERM` left a tune-model running until the machine's own limit.
+    The signal's number reaches this watcher through the interpreter's wakeup fd, which its
+    C-level handler writes whatever the main thread is doing; the watcher then kills the run's
+    tools and exits, as the ordinary path would have. Once per process, from the main thread."""
+    if _STOP_WATCH or threading.current_thread() is not threading.main_thread():
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    try:
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    except ValueError:  # not the main thread of the main interpreter
+        return
+    _STOP_WATCH.extend((reader, writer))
+
+    def watch() -> None:
+        while True:
+            stops = [n for n in reader.recv(64) if n in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)]
+            if stops:
+                time.sleep(grace_s)
+                from tuner.tools import kill_running_tools
+
+                kill_running_tools()
+                os.write(2, f"stopped: the run did not end within {grace_s:.0f} s of the signal (its main thread "
+                            f"is in a call that does not return); every result measured so far is kept in the "
+                            f"result store\n".encode())
+                os._exit(128 + stops[0])
+
+    threading.Thread(target=watch, name="stop-watch", daemon=True).start()
 
 
 def ended_by(error: KeyboardInterrupt) -> int | None:
