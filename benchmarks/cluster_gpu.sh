@@ -14,7 +14,7 @@ chmod +x /tmp/site/iree/_runtime_libs/iree-* 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 nvidia-smi -L
 python3 -c "import ray, sys; print('ray', ray.__version__, sys.version)" || exit 1
-tuner() { python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' "$@"; }
+tuner() { python3 -m tuner.cli "$@"; }
 for mode in local1 local2 ray2 ray1; do
   rm -rf /tmp/$mode; cp -r .gpu-ray/mm4096 /tmp/$mode; rm -f /tmp/$mode/results.sqlite
   start=$(date +%s.%N)

@@ -31,7 +31,7 @@
 set -u
 source benchmarks/gpu_setup.sh
 export COLUMNS=220
-tuner() { python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' "$@"; }
+tuner() { python3 -m tuner.cli "$@"; }
 M=/tmp/models
 BUILDER=${BERT_TORCH_LAYOUT:-.gpu/bert_torch_layout.py}
 if [ ! -f $M/.done ]; then

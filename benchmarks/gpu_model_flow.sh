@@ -12,7 +12,7 @@
 set -u
 source benchmarks/gpu_setup.sh
 export COLUMNS=220
-tuner() { python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' "$@"; }
+tuner() { python3 -m tuner.cli "$@"; }
 [ -d /tmp/models ] || python3 examples/onnx_models.py --out /tmp/models > /dev/null
 T="--iree-hal-target-device=cuda --iree-cuda-target=sm_80"
 case ${1:-profile} in
@@ -33,7 +33,7 @@ profile)
     raised_aggr=/tmp/raised_aggr.vmfb raised_o3=/tmp/raised_o3.vmfb ;;
 tune)
   NAME=${2:-bert_large_layer_f16_2048}; FN=${3:-bert_layer}; BUDGET=${4:-24}; LIMIT=${5:-540}; D=/tmp/tm-$NAME
-  timeout $LIMIT python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' tune-model /tmp/models/$NAME.onnx \
+  timeout $LIMIT python3 -m tuner.cli tune-model /tmp/models/$NAME.onnx \
     --target cuda:sm_80 --budget $BUDGET --min-share 0.05 --output $D > $OUT/tm-$NAME.txt 2>&1
   rc=$?; grep -v "━" $OUT/tm-$NAME.txt | tail -40
   if [ $rc = 0 ]; then

@@ -14,7 +14,7 @@
 set -u
 source benchmarks/gpu_setup.sh
 export COLUMNS=200
-tuner() { python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' "$@"; }
+tuner() { python3 -m tuner.cli "$@"; }
 [ -d /tmp/models ] || python3 examples/onnx_models.py --out /tmp/models > /dev/null
 MODEL=${2:-bert_large_layer_f16_2048}; FN=${3:-bert_layer}; BUDGET=${4:-12}
 M=/tmp/models/$MODEL.onnx
@@ -54,7 +54,7 @@ model)
     D=${pair%%:*}; K=${pair#*:}; left=$(( LIMIT - ($(date +%s) - s) ))
     [ -f $D/model_spec.mlir ] && continue
     [ $left -gt 30 ] || { echo "out of time before $D"; exit 0; }
-    timeout $left python3 -c 'import sys; from tuner.cli import main; main(sys.argv[1:])' tune-model $M --target cuda:sm_80 \
+    timeout $left python3 -m tuner.cli tune-model $M --target cuda:sm_80 \
       --budget $BUDGET --min-share 0.02 ${K:+--kinds $K} ${EXTRA:-} --store $S --output $D > $OUT/tm-$(basename $D).txt 2>&1
     echo "$D rc=$? after $(( $(date +%s) - s )) s"; grep -v "━" $OUT/tm-$(basename $D).txt | grep -v "^skipped" | tail -30 | cut -c1-220
   done

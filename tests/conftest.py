@@ -101,13 +101,14 @@ def assert_one_error_line(result, code: int, text: str) -> None:
 
 
 def cli_process(*args, env=None):
-    """The CLI as a process of its own (its own session, so a test can kill it and its tools)."""
+    """The CLI as a process of its own, as `python -m tuner.cli` runs it (its own session, so a
+    test can kill it and its tools)."""
     import os
     import subprocess
     import sys
 
-    code = f"import sys; from tuner.cli import main; main({[str(a) for a in args]!r})"
-    return subprocess.Popen([sys.executable, "-c", code], cwd=SAMPLES.parent, env=env or dict(os.environ),
+    return subprocess.Popen([sys.executable, "-m", "tuner.cli", *map(str, args)], cwd=SAMPLES.parent,
+                            env=env or dict(os.environ),
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

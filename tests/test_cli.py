@@ -274,3 +274,16 @@ def test_report_on_a_tune_model_directory_plots_the_dispatches_and_the_model_and
     assert "names after m$async_dispatch_" in out and " 3_matmul " in out and "1.0 -> " not in out
     assert "2.000 -> 1.000" in out and "1.43x" in out and f"rebuild {tmp_path} -o OUT.vmfb" in out
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_cli_called_inside_another_program_leaves_that_programs_signals_alone():
+    """The stop watcher (which ends its process 60 s after a signal) belongs to the program
+    `iree-tuner` / `python -m tuner.cli` alone: `main` called in another process (here pytest's)
+    sets no wakeup fd, so that program's own signals stay its own."""
+    import signal
+
+    result = run_cli("report", "--help")  # the group's callback runs, then the subcommand's help
+    assert result.exit_code == 0, result.output
+    previous = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(previous)
+    assert previous == -1

@@ -154,14 +154,16 @@ def test_sigterm_and_sighup_end_a_run_like_sigint_and_leave_no_tool_behind(tmp_p
 
 
 STUCK_IN_C = """
-import ctypes, signal, sys
+import ctypes, signal, threading, time
 from tuner.cli.options import terminate, watch_for_stop
 signal.signal(signal.SIGTERM, terminate)
 watch_for_stop(grace_s=1.0)
 mutex = ctypes.create_string_buffer(64)  # zeroed: a default pthread mutex, unlocked
 libc = ctypes.CDLL(None)
 libc.pthread_mutex_lock(mutex)
-print("stuck in C", flush=True)
+# Said by another thread once the main one is in the call (said before it, a signal could come
+# while the main thread still runs Python, and its handler would end the run the ordinary way).
+threading.Thread(target=lambda: (time.sleep(1.0), print("stuck in C", flush=True)), daemon=True).start()
 libc.pthread_mutex_lock(mutex)  # locked again by its holder: never returns, whatever the signals
 """
 

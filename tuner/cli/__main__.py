@@ -1,5 +1,5 @@
 """`python -m tuner.cli`."""
 
-from tuner.cli import main
+from tuner.cli import entry
 
-main()
+entry()

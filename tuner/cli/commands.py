@@ -13,7 +13,7 @@ import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
                                gpu_timing_option, json_option, kind_list, parameters_option, print_json_result,
-                               quiet_wait_option, search_options, terminate, version_option, watch_for_stop)
+                               quiet_wait_option, search_options, terminate, version_option)
 from tuner.cli.say import (LiveResults, dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
                            say_picked, say_rebuild, say_search, say_summary)
 from tuner.errors import InputError
@@ -31,7 +31,6 @@ def main() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, terminate)
         signal.signal(signal.SIGHUP, terminate)
-        watch_for_stop()
 
 
 @main.command(short_help="Tune one dispatch: search its configs, time them, keep the best.")
