@@ -109,7 +109,7 @@ class FlagStage:
         cuda: pointwise-conv-as-matmul, right, 0.98x the wrong default, then raise-attention on top
         of it). The labels of those refused for computing another result are added to `wrong`.
         `progress`: each build counted in the "choices" phase."""
-        prebuild(env, [v for v in map(self._first_variant, [env] * len(options), options) if v is not None])
+        prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             b = self._build(env, default, option, trials, reference, wrong)
