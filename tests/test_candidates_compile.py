@@ -82,6 +82,7 @@ def test_attention_configs_carry_their_decomposition(ctx):
     assert any(p.startswith("decomposition_config is unset") for p in check_config(tiled.config, lost))
 
 
+@pytest.mark.slow
 def test_a_config_that_did_not_take_effect_is_caught(ctx, cpu, tmp_path):
     path = SAMPLES / "matmul_1024x1024x1024_f32.mlir"
     [dispatch] = discover(path, cpu, ctx)

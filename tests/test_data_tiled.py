@@ -60,6 +60,7 @@ def _data_tiled_candidates(matmul, cpu, ctx, count=6):
     return flag_alone, codegen, tiled
 
 
+@pytest.mark.slow
 def test_a_data_tiled_candidates_config_is_read_back_from_the_compiled_mmt4d(matmul, cpu, ctx, tmp_path):
     _, codegen, tiled = _data_tiled_candidates(matmul, cpu, ctx)
     assert tiled, "the contraction's space offers data-tiled configs beside its own tiles"
@@ -81,6 +82,7 @@ def test_a_data_tiled_candidates_config_is_read_back_from_the_compiled_mmt4d(mat
     assert {c.ukernels for c in generated if c.op_name == "linalg.mmt4d"} == {"none"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", ["late materialization", "no data tiling", "no codegen flag"])
 def test_a_flag_candidate_whose_flags_do_not_take_is_not_applied_and_not_timed(route, matmul, cpu, ctx, tmp_path):
     """Under --iree-opt-data-tiling a spec runs before the mmt4d exists (the config is dropped);

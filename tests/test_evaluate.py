@@ -153,6 +153,7 @@ def test_results_are_stored_and_reused(small_matmul, tmp_path, ctx, cpu):
     assert all(r.times_ms == stored_times[r.key] for r in second if not r.is_baseline)
 
 
+@pytest.mark.slow
 def test_a_failing_baseline_stops_the_run(small_matmul, tmp_path, ctx, cpu):
     _, candidates, workload = _setup(small_matmul, ctx, cpu, n=1)
     compile_to_manifest(candidates, builder_for(small_matmul, cpu, tmp_path, ctx, replace(FAST, compile_timeout_s=0.001), workload), workload, tmp_path, _store(tmp_path))

@@ -156,6 +156,7 @@ def test_two_tunings_at_once_share_one_store(tmp_path):
     assert len({r["dispatch"] for r in rows}) == 2 and len({r["run"] for r in rows}) == 2
 
 
+@pytest.mark.slow
 def test_a_crashing_baseline_ends_the_run_with_its_error(small_matmul, tmp_path, ctx, cpu, faulty_tools):
     from tuner.errors import ToolError
 

@@ -316,6 +316,7 @@ def test_a_dispatch_benchmark_file_is_tuned_with_its_baked_config_overridden(tmp
     assert all(r.binary_hash != baseline.binary_hash for r in tuned)
 
 
+@pytest.mark.slow
 def test_a_dispatch_benchmark_for_another_target_is_refused_in_one_line(tmp_path):
     path = _dispatch_benchmark(tmp_path, cuda())
     assert_one_error_line(run_cli("tune", path, "--target", "llvm-cpu", "--output", tmp_path / "out"), 2,

@@ -185,6 +185,7 @@ def test_a_run_whose_main_thread_is_stuck_in_a_c_call_still_ends_after_sigterm(t
     assert "stopped: the run did not end within 1 s of the signal" in err
 
 
+@pytest.mark.slow
 def test_a_tuner_killed_with_sigkill_leaves_no_tool_behind(tmp_path, faulty_tools):
     path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
     faulty_tools("iree-benchmark-module", "candidates/", "hang")
@@ -221,6 +222,7 @@ def _compiled_dir(tmp_path):
     return out
 
 
+@pytest.mark.slow
 def test_benchmark_opens_nothing_outside_its_directory(tmp_path):
     out = _compiled_dir(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -237,6 +239,7 @@ def test_benchmark_opens_nothing_outside_its_directory(tmp_path):
     assert_one_error_line(run_cli("benchmark", out), 2, "leads outside the directory")
 
 
+@pytest.mark.slow
 def test_malformed_manifest_values_are_one_error_line(tmp_path):
     out = _compiled_dir(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -281,6 +284,7 @@ def test_huge_knob_values_in_configs_are_one_error_line(tmp_path, small_matmul, 
         assert_one_error_line(run_cli("benchmark", small_matmul, "--configs", configs, "--output", tmp_path / "o"), 2, text)
 
 
+@pytest.mark.slow
 def test_unwritable_places_are_one_error_line(tmp_path):
     out = _compiled_dir(tmp_path)
     # A directory the benchmark stage cannot write its lock into (as a read-only one would be for
@@ -344,6 +348,7 @@ def test_the_timed_dispatch_module_must_carry_the_config(small_matmul, tmp_path,
     assert by_id[0].ok
 
 
+@pytest.mark.slow
 def test_a_manifest_of_another_input_than_the_directorys_run_is_refused(tmp_path):
     out = _compiled_dir(tmp_path)
     run = json.loads((out / "run.json").read_text())
@@ -567,6 +572,7 @@ def test_pack_refuses_its_own_directory_a_used_destination_and_a_file(tmp_path):
     assert not (tmp_path / "dest").exists() and not (tmp_path / "run" / "run").exists()
 
 
+@pytest.mark.slow
 def test_more_malformed_inputs_are_one_error_line(tmp_path):
     out = _compiled_dir(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())

@@ -103,6 +103,7 @@ def test_an_adaptive_search_across_two_machines_runs_in_rounds(tmp_path, small_m
     assert "the search has spent its budget" in _said(third)
 
 
+@pytest.mark.slow
 def test_a_search_that_does_not_learn_compiles_its_whole_budget_in_one_last_round(tmp_path, small_matmul):
     out = tmp_path / "out"
     first = run_cli("tune", small_matmul, "--search", "preference", "--budget", "3", "--compile-only", "--output", out)

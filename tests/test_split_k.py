@@ -85,6 +85,7 @@ def test_each_split_part_is_whole_k_tiles(large_k):
     assert features["workgroups"] == whole["workgroups"] + features["split_k"]  # log2: the parts launch too
 
 
+@pytest.mark.slow
 def test_split_candidates_compile_carry_their_config_and_time_both_dispatches(cuda, large_k, ctx, tmp_path):
     path, d = large_k
     configs = list(enumerate_space(PIPE.build_problem(d)))
@@ -106,6 +107,7 @@ def test_split_candidates_compile_carry_their_config_and_time_both_dispatches(cu
     assert built[2].dispatch_function.endswith(d.name)  # unsplit: the tuned dispatch alone
 
 
+@pytest.mark.slow
 def test_a_split_config_read_back_with_other_loops_is_caught(cuda, large_k, ctx, tmp_path):
     path, d = large_k
     knobs = next(c for c in enumerate_space(PIPE.build_problem(d)) if c["split_k"] == 4)
@@ -143,6 +145,7 @@ module attributes {transform.with_named_sequence} {
 """
 
 
+@pytest.mark.slow
 def test_the_combined_module_of_two_dispatches_runs_both(cpu, tmp_path):
     """The module that times a split op is built from two dumped dispatch benchmarks; it must run
     (each keeps its own buffer initializer) and call both. On the CPU, where this can run here."""
