@@ -251,8 +251,9 @@ def _release() -> None:
     with _DEVICES_LOCK:
         threads = list(_THREADS.values())
         _THREADS.clear()
-    # (Outside the lock: a load in progress there takes it.) A thread stuck in the device keeps
-    # its device: the process goes without waiting for it.
+    # (Outside the lock: a load in progress there takes it.) Every thread is asked to stop (a
+    # list, not a short-cut `all`); one stuck in the device keeps its device, and the process
+    # goes without waiting for it.
     if all([t.stop(RELEASE_WAIT_S) for t in threads]):
         with _DEVICES_LOCK:
             _DEVICES.clear()

@@ -20,7 +20,6 @@ dispatches were not timed and why."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +34,7 @@ from tuner.discovery.program import Program
 from tuner.errors import ToolError
 from tuner.evaluation.in_model import times_in_model, why_not_in_model
 from tuner.profiling.timing import DispatchTime, Profile, ProfileJob, time_profile
-from tuner.run_dir import fresh, real_directory, remove_tree, write_file
+from tuner.run_dir import fresh, input_digest, real_directory, remove_tree, write_file
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.versions import compiler_version, runtime_version
@@ -153,7 +152,7 @@ def kept_profile(input_path: Path, target: Target, program: Program, workdir: Pa
     chose the other of two like contractions and tuned it from the start), and profiling a large
     model under its choices again costs a build and its timing."""
     kept, gpu_timing = workdir.with_name(workdir.name + ".json"), settings.gpu_timing
-    key = {"program": hashlib.sha256(input_path.read_bytes()).hexdigest(), "target": target.name,
+    key = {"program": input_digest(input_path), "target": target.name,
            "flags": list(target.compile_flags), "device": target.device, "gpu_timing": gpu_timing,
            "dispatches": [d.name for d in program.dispatches], "tools": [compiler_version(), runtime_version()],
            # what each entry is called with (--dynamic-size changes it, and the parameters read)

@@ -89,15 +89,13 @@ def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") 
     todo = list({_build_key(v): v for v in variants if not v.parts and _build_key(v) not in env.built}.values())
     if workers < 2 or len(todo) < 2:
         return
-    done = 0
 
     def build(variant: Variant) -> tuple[Variant, BuiltVariant]:
         return variant, compile_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
                                         timeout_s=env.settings.compile_timeout_s)
 
     with ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="build") as pool:
-        for variant, built in pool.map(build, todo):
-            done += 1
+        for done, (variant, built) in enumerate(pool.map(build, todo), 1):
             if not built.ok:  # kept as the build's outcome: not compiled again to fail again
                 env.built[_build_key(variant)] = built
             if env.progress:

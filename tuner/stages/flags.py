@@ -166,7 +166,7 @@ class FlagStage:
         if option.rewrite and program is None:
             trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
             return None
-        untuned = Variant(option.directory + "-default-configs", option.flags, program=program)
+        untuned = self._untuned(option, program)
         if self._tunes(option):
             off = _wrong_result(env, default, untuned)
             if off:  # its dispatches are not tuned: every candidate would be judged on a wrong model
@@ -204,8 +204,13 @@ class FlagStage:
         program = rewritten_program(env, option.rewrite) if option.rewrite else None
         if option.rewrite and program is None:
             return None
-        return Variant(option.directory + ("-default-configs" if self._tunes(option) else ""), option.flags,
-                       program=program)
+        return self._untuned(option, program) if self._tunes(option) else Variant(option.directory, option.flags,
+                                                                                    program=program)
+
+    @staticmethod
+    def _untuned(option: ModelOption, program: Optional[Path]) -> Variant:
+        """The option built with the compiler's configs for what it forms (its numerics check)."""
+        return Variant(option.directory + "-default-configs", option.flags, program=program)
 
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
                      flags: tuple[str, ...] = (), said: str = "") -> tuple[SpecPart, ...]:
