@@ -3,7 +3,7 @@
 from pipelines.base import Config, ConfiguredDispatch, Pipeline, check_config
 from pipelines.dispatch import (MATCHED_BY_STRUCTURE, PARALLEL_KINDS, REDUCTION_KINDS, ConvDims, DefaultConfig, Dispatch, DispatchKind, FusedOp, MmaIntrinsic,
                                 TargetFacts)
-from pipelines.registry import PIPELINES, known_pipeline, pipeline_for, why_untunable
+from pipelines.registry import PIPELINES, flags_to_take, known_pipeline, pipeline_for, taking_flags, why_untunable
 
 __all__ = [
     "Config",
@@ -21,7 +21,9 @@ __all__ = [
     "MmaIntrinsic",
     "TargetFacts",
     "PIPELINES",
+    "flags_to_take",
     "known_pipeline",
     "pipeline_for",
+    "taking_flags",
     "why_untunable",
 ]

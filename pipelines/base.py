@@ -115,6 +115,16 @@ class Pipeline:
     def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         """Those of `model_flags_for(dispatch)` judged with the dispatches they form tuned first."""
         return self.tuned_model_flags
+
+    def flags_to_take(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        """Model-wide flag sets under which the compiler would form this dispatch, which the
+        pipeline declines as it is formed now, into one the pipeline takes (the mma.sync kernel:
+        B stored N x K, which the compiler then stores K x N). Where this pipeline tunes a whole
+        model, the flag stage tries them on a choice whose dispatches call for them, judged with
+        the contractions they form tuned. Each is one of `taking_flags`."""
+        return ()
+    # Every flag set `flags_to_take` may give (what a reused flag decision may hold).
+    taking_flags: tuple[tuple[str, ...], ...] = ()
     # Flags under which the compiler turns the dispatch into another op whose configs this
     # pipeline's problem also offers (llvm-cpu contractions: the data-tiled linalg.mmt4d);
     # `tune` has discovery find that op under them (Dispatch.data_tiled). () where none.

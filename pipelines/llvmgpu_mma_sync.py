@@ -6,12 +6,14 @@ and each config as a compilation_info naming its kernel, whose named sequences t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
 from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue, Pipeline
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import shared_memory_bytes
+from pipelines.model_flags import KEEP_TRANSPOSES
 from pipelines.llvmgpu_mma_sync_strategy import (MmaSyncTiles, compilation_info, lowering_config, strategy,
                                                  translation_info)
 
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
 # compile, which is a candidate's failure, not the run's).
 EPILOGUES = ((), ("linalg.generic",))
 # Each knob's values, in the order the preference search meets them.
-BLOCK_M, BLOCK_N, BLOCK_K = (128, 256, 64), (256, 128, 64), (32, 64, 16)
+# M tiles of 32 take ResNet's 14x14 stage (M = 8 x 196 = 1568, 49 tiles of 32), which no larger
+# power of two divides.
+BLOCK_M, BLOCK_N, BLOCK_K = (128, 256, 64, 32), (256, 128, 64), (32, 64, 16)
 
 
 class LLVMGPUMmaSync(Pipeline):
@@ -38,7 +42,7 @@ class LLVMGPUMmaSync(Pipeline):
     A stored M x K, B stored K x N, C M x N, at most one elementwise op after it
     in the dispatch (a bias, an activation, the narrowing to f16), the tiles dividing every dim
     (it does not pad). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
-    so it is declined."""
+    so it is declined; the flag stage then tries the model with KEEP_TRANSPOSES (`flags_to_take`)."""
 
     name = "llvmgpu_mma_sync"
     aliases = ("mma_sync",)
@@ -60,6 +64,20 @@ class LLVMGPUMmaSync(Pipeline):
         sizes = dispatch.sizes((*dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims))
         return all(size > 0 and size % min(tiles) == 0 for size, tiles in zip(sizes, (BLOCK_M, BLOCK_N, BLOCK_K)))
 
+    taking_flags = (KEEP_TRANSPOSES,)
+
+    def flags_to_take(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        """B stored N x K, all else as the kernel takes it: with transposes kept where the
+        program has them (KEEP_TRANSPOSES) the compiler stores a constant B K x N once, at compile
+        time (ResNet-50's channels-last 1x1 convolutions: the filter [F, C] becomes [C, F])."""
+        if self.supports(dispatch) or len(dispatch.operand_dims) != 3 or not dispatch.n_dims or not dispatch.k_dims:
+            return ()
+        lhs, rhs, out = dispatch.operand_dims
+        b, n, k = rhs[:-2], dispatch.n_dims[0], dispatch.k_dims[0]
+        if rhs[-2:] != (n, k) or not self.supports(replace(dispatch, operand_dims=(lhs, (*b, k, n), out))):
+            return ()
+        return (KEEP_TRANSPOSES,)
+
     def declines(self, dispatch: Dispatch) -> str | None:
         if self.supports(dispatch) or dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION:
             return None
@@ -69,7 +87,8 @@ class LLVMGPUMmaSync(Pipeline):
         if len(dispatch.operand_dims) == 3 and dispatch.k_dims and dispatch.n_dims \
                 and dispatch.operand_dims[1] == (dispatch.n_dims[0], dispatch.k_dims[0]):
             return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "
-                    "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered")
+                    "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered (tune-model tries "
+                    "the model with its transposes kept, which stores a constant B K x N)")
         if len(dispatch.m_dims) == len(dispatch.n_dims) == len(dispatch.k_dims) == 1 and len(dispatch.batch_dims) <= 1 \
                 and not self._tiles_divide(dispatch):
             return (f"the mma.sync kernel does not pad: M, N and K must be multiples of {min(BLOCK_M)}, "

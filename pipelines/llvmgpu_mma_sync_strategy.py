@@ -99,6 +99,11 @@ class MmaSyncTiles:
             # and spills: 256x256 on 16 warps (128 accumulators each) ran 20.99 ms on 4096^3,
             # 0.45 ms on 8 warps of 128x256.
             bm * bn + OTHER_REGISTERS * threads <= REGISTERS_PER_SM,
+            # The pipelined loop's prologue loads `stages - 1` K steps unguarded: more than the
+            # loop has read past K, a wrong or non-finite result (25088x256x64 with an epilogue
+            # on the H100: 4 and 5 stages of k32, two steps, were 0.2-0.3 off or inf; 3 right;
+            # 6272x512x128, four steps, right with 5).
+            (self.stages - 1) * bk <= k,
         ]
 
     def fits(self, m: int, n: int, k: int, shared_limit: int, max_threads: int = 1024) -> bool:

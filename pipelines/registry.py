@@ -66,6 +66,17 @@ def why_untunable(dispatch: Dispatch) -> str:
     return f"no pipeline of this tuner takes it (the compiler's: {dispatch.default.pipeline})"
 
 
+def flags_to_take(dispatch: Dispatch, name: str) -> tuple[tuple[str, ...], ...]:
+    """The model-wide flag sets under which a pipeline `name` stands for would take the dispatch
+    (Pipeline.flags_to_take), each once."""
+    return tuple(dict.fromkeys(f for p in _named(name) for f in p.flags_to_take(dispatch)))
+
+
+def taking_flags() -> set[tuple[str, ...]]:
+    """Every flag set a pipeline's `flags_to_take` may give."""
+    return {f for p in PIPELINES.values() for f in p.taking_flags}
+
+
 def known_pipeline(name: str) -> bool:
     """Whether `--pipeline NAME` names a pipeline (by its name or an alias)."""
     return bool(_named(name))

@@ -312,3 +312,101 @@ def test_tune_model_takes_the_kernel_by_default_on_cuda_only_and_a_named_pipelin
     assert model_pipeline(parse_target("cuda:sm_80"), "llvmgpu_tile_and_fuse") == "llvmgpu_tile_and_fuse"
     assert model_pipeline(parse_target("rocm:gfx942"), None) is None
     assert model_pipeline(parse_target("llvm-cpu"), None) is None
+
+
+def test_a_pipelined_loop_never_loads_more_k_steps_ahead_than_it_has(square):
+    """The prologue loads `stages - 1` K steps unguarded: ResNet-50's 25088x256x64 expand
+    convolution (two steps of k32) computed wrong with 4 and 5 stages on the H100, right with 3."""
+    expand = replace(square, loop_bounds=(25088, 256, 64), other_ops=("linalg.generic",))
+    p = PIPE.build_problem(expand)
+    assert admits(p, 128, 64, 32, 4, 2, 3)  # 2 steps loaded ahead of a loop of 2
+    assert not admits(p, 128, 64, 32, 4, 2, 4)  # 3 ahead of 2
+    assert admits(p, 128, 128, 16, 4, 2, 5)  # four steps of k16: 4 ahead of 4
+    # 6272x512x128 (four steps of k32) was right with 5 stages.
+    assert admits(PIPE.build_problem(replace(expand, loop_bounds=(6272, 512, 128))), 128, 64, 32, 4, 2, 5)
+
+
+def test_tiles_of_32_rows_take_resnets_14x14_stage(square):
+    """M = 8 images x 196 pixels = 1568 = 49 x 32: no tile of 64 or more rows divides it."""
+    stage = replace(square, loop_bounds=(1568, 1024, 256), other_ops=("linalg.generic",))
+    assert PIPE.supports(stage)
+    p = PIPE.build_problem(stage)
+    # 4 warps of 16x64; each thread copies 16 bytes of the 32x32 A tile (1,024 halves, 128 threads).
+    assert admits(p, 32, 128, 32, 2, 2, 3)
+    assert not admits(p, 64, 128, 32, 2, 2, 3)  # 1568 = 24.5 x 64
+    assert not admits(p, 32, 128, 32, 4, 1, 3)  # 8 rows a warp, under one MMA's 16
+
+
+def test_a_stored_transposed_b_asks_for_the_transposes_kept_where_the_kernel_would_take_it_then(square):
+    from pipelines import flags_to_take
+    from pipelines.model_flags import KEEP_TRANSPOSES
+
+    m, n, k = square.m_dims[0], square.n_dims[0], square.k_dims[0]
+    transposed = replace(square, operand_dims=((m, k), (n, k), (m, n)))
+    assert PIPE.flags_to_take(transposed) == (KEEP_TRANSPOSES,)
+    assert flags_to_take(transposed, "mma_sync") == (KEEP_TRANSPOSES,)  # by its alias too
+    assert flags_to_take(transposed, "llvmgpu_tile_and_fuse") == ()
+    assert PIPE.flags_to_take(square) == ()  # taken already
+    # Transposed, but what else the kernel needs is missing: no flag makes it take it.
+    assert PIPE.flags_to_take(replace(transposed, loop_bounds=(4096, 1000, 4096))) == ()  # N = 1000
+    assert PIPE.flags_to_take(replace(transposed, lhs_type="f32", rhs_type="f32")) == ()
+    assert PIPE.flags_to_take(replace(transposed, operand_dims=((k, m), (n, k), (m, n)))) == ()  # A stored K x M
+
+
+def _pointwise_conv_nchw() -> str:
+    """A 1x1 NCHW convolution with a constant filter, bias, ReLU and the narrowing to f16, as an
+    ONNX Conv -> Relu imports: 2 x 64 x 16 x 16 by 128 x 64; between channels-last neighbours
+    (its input and output transposed from and to NHWC, as a convolution inside a CNN sits between
+    others), so that under channels-last no transpose is left at its edges."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((128, 64, 1, 1)).astype(np.float16)
+    hexed = "0x" + w.tobytes().hex().upper()
+    return f"""
+func.func @main(%x_nhwc: tensor<2x16x16x64xf16>, %b: tensor<128xf32>) -> tensor<2x16x16x128xf16> {{
+  %xe = tensor.empty() : tensor<2x64x16x16xf16>
+  %x = linalg.transpose ins(%x_nhwc : tensor<2x16x16x64xf16>) outs(%xe : tensor<2x64x16x16xf16>) permutation = [0, 3, 1, 2]
+  %w = arith.constant dense<"{hexed}"> : tensor<128x64x1x1xf16>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x128x16x16xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<2x128x16x16xf32>) -> tensor<2x128x16x16xf32>
+  %y = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}}
+      ins(%x, %w : tensor<2x64x16x16xf16>, tensor<128x64x1x1xf16>) outs(%acc : tensor<2x128x16x16xf32>) -> tensor<2x128x16x16xf32>
+  %h = tensor.empty() : tensor<2x128x16x16xf16>
+  %r = linalg.generic {{indexing_maps = [affine_map<(n, c, i, j) -> (n, c, i, j)>, affine_map<(n, c, i, j) -> (c)>,
+                                         affine_map<(n, c, i, j) -> (n, c, i, j)>],
+                       iterator_types = ["parallel", "parallel", "parallel", "parallel"]}}
+      ins(%y, %b : tensor<2x128x16x16xf32>, tensor<128xf32>) outs(%h : tensor<2x128x16x16xf16>) {{
+  ^bb0(%v: f32, %bias: f32, %o: f16):
+    %s = arith.addf %v, %bias : f32
+    %m = arith.maximumf %s, %zero : f32
+    %t = arith.truncf %m : f32 to f16
+    linalg.yield %t : f16
+  }} -> tensor<2x128x16x16xf16>
+  %re = tensor.empty() : tensor<2x16x16x128xf16>
+  %out = linalg.transpose ins(%r : tensor<2x128x16x16xf16>) outs(%re : tensor<2x16x16x128xf16>) permutation = [0, 2, 3, 1]
+  return %out : tensor<2x16x16x128xf16>
+}}
+"""
+
+
+def test_channels_last_pointwise_convolutions_read_their_filter_k_by_n_with_the_transposes_kept(tmp_path, ctx):
+    """Under channels-last a 1x1 convolution is a matmul over the pixels whose B is the filter as
+    stored, [F, C]: N x K, which the kernel declines and asks KEEP_TRANSPOSES for. Under both
+    flags the compiler stores the constant filter transposed once (a hoisted global) and the
+    dispatch reads B K x N, which the kernel takes, its bias and ReLU as the epilogue."""
+    from pipelines.model_flags import CHANNELS_LAST, KEEP_TRANSPOSES
+
+    program = tmp_path / "pointwise.mlir"
+    program.write_text(_pointwise_conv_nchw())
+    target = parse_target("cuda:sm_80")
+    [cl] = [d for d in discover(program, target, ctx, CHANNELS_LAST) if d.kind.value == "contraction"]
+    m, n, k = cl.m_dims[0], cl.n_dims[0], cl.k_dims[0]
+    assert cl.sizes((m, n, k)) == (512, 128, 64) and cl.operand_dims[1] == (n, k)
+    assert not PIPE.supports(cl) and PIPE.flags_to_take(cl) == (KEEP_TRANSPOSES,)
+    [kept] = [d for d in discover(program, target, ctx, (*CHANNELS_LAST, *KEEP_TRANSPOSES))
+              if d.kind.value == "contraction"]
+    m, n, k = kept.m_dims[0], kept.n_dims[0], kept.k_dims[0]
+    assert kept.sizes((m, n, k)) == (512, 128, 64) and kept.operand_dims[1] == (k, n)
+    assert PIPE.supports(kept) and kept.other_ops == ("linalg.generic",)

@@ -687,6 +687,55 @@ def test_the_flag_stage_adds_another_flag_set_to_its_choice_only_where_the_model
     assert again.flags == state.flags and any("reusing the decision" in line for line in said), said
 
 
+@pytest.mark.slow
+def test_a_flag_set_the_choices_own_dispatches_call_for_is_tried_on_it_and_on_a_reused_decision(tmp_path, monkeypatch):
+    """Designed times. The model's pipeline (llvmcpu_mmt4d by name, here) asks for a flag set (no
+    debug symbols) for the dispatches early materialization forms (mmt4d), as the mma.sync kernel
+    asks for the transposes kept for what channels-last forms: the default's dispatches do not
+    call for it, so the first round does not try it alone; on top of the choice it is tried and
+    kept where it beats it; a decision recorded before the pipeline asked for it is reused and
+    extended by it, and once tried it is not tried again."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.llvmcpu_mmt4d import LLVMCPUMmt4d
+    from tests.test_tune_model import MLP
+    from tuner.core.settings import SearchSettings
+    from tuner.stages.flag_options import ModelOption
+
+    no_symbols = ("--iree-llvmcpu-debug-symbols=false",)
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", (EARLY_MATERIALIZATION,))
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "tuned_model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", ())
+    asks = {"on": False}
+    monkeypatch.setattr(LLVMCPUMmt4d, "taking_flags", (no_symbols,))
+    monkeypatch.setattr(LLVMCPUMmt4d, "flags_to_take",
+                        lambda self, d: (no_symbols,) if asks["on"] and "mmt4d" in d.name else ())
+    both = (*EARLY_MATERIALIZATION, *no_symbols)
+    times = {ModelOption(EARLY_MATERIALIZATION).directory: 0.8, ModelOption(both).directory: 0.5}
+    timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+
+    def flag_stage(out: Path, said: list):
+        return tune_model(model, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(rounds=2, timer=timer),
+                          listen=Listeners(say=said.append),
+                          stages=[FlagStage(tune_budget=0, search=SearchSettings(pipeline="llvmcpu_mmt4d"))]).state
+
+    first = flag_stage(tmp_path / "out", [])
+    assert first.flags == EARLY_MATERIALIZATION
+    asks["on"] = True
+    said: list = []
+    again = flag_stage(tmp_path / "out", said)
+    assert any("reusing the decision" in line for line in said), said
+    assert any("not tried on it" in line and "debug-symbols" in line for line in said), said
+    assert again.flags == both
+    assert again.flag_trials[" ".join(both)] == pytest.approx(1.25 * 1.6, rel=1e-3)  # 1/0.8, then 0.8/0.5
+    fresh = flag_stage(tmp_path / "fresh", [])
+    assert fresh.flags == both and no_symbols[0] not in fresh.flag_trials
+    said.clear()
+    third = flag_stage(tmp_path / "out", said)
+    assert third.flags == both and not any("not tried" in line for line in said), said
+
+
 def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed(tmp_path, monkeypatch):
     # A decision carried to another machine's run directory without its rewritten program (the
     # joined rewrites' program is written only when that choice is built): written again where
@@ -864,3 +913,18 @@ def test_a_rewrite_says_each_kind_of_change_once_with_its_count_and_at_most_six_
     assert changes_text(many) == "k0 (2 times), k1, k2, k3, k4, k5 and 3 more kinds"
     assert changes_text(["k0"] * 2 + ["k1"] * 6 + [f"k{i}" for i in range(2, 8)]).endswith("k5 and 2 more kinds")
     assert changes_text([f"k{i}" for i in range(7)]).endswith(" and 1 more kind")
+
+
+def test_a_rewrite_with_a_flag_set_is_judged_with_what_either_forms_tuned():
+    # Subsample + channels-last on ResNet-50: the rewrite tunes nothing, channels-last the
+    # convolutions; the two together tune the convolutions (the rewrite's kinds alone left them
+    # at the compiler's configs).
+    from tuner.rewrite import Rewrite
+    from tuner.stages.flag_options import ModelOption
+
+    plain = Rewrite("plain", lambda module: [], "tunes nothing")
+    forming = Rewrite("forming", lambda module: [], "forms matmuls", tunes=(DispatchKind.CONTRACTION,))
+    flags = ModelOption(("--x",), tunes=(DispatchKind.CONVOLUTION,))
+    assert replace(flags, rewrite=plain).tuned_kinds == (DispatchKind.CONVOLUTION,)
+    assert replace(flags, rewrite=forming).tuned_kinds == (DispatchKind.CONTRACTION, DispatchKind.CONVOLUTION)
+    assert ModelOption((), forming).tuned_kinds == (DispatchKind.CONTRACTION,)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-from pipelines import DispatchKind, pipeline_for
+from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
 from tuner.stages.base import StageEnv
 
@@ -29,8 +29,9 @@ class ModelOption:
 
     @property
     def tuned_kinds(self) -> tuple[DispatchKind, ...]:
-        """The kinds of dispatch the choice forms that are tuned before it is judged."""
-        return self.rewrite.tunes if self.rewrite else self.tunes
+        """The kinds of dispatch the choice forms that are tuned before it is judged: its
+        rewrite's and its flags' (a rewrite with channels-last tunes the convolutions too)."""
+        return tuple(dict.fromkeys((*(self.rewrite.tunes if self.rewrite else ()), *self.tunes)))
 
     @property
     def label(self) -> str:
@@ -47,12 +48,13 @@ class ModelOption:
         return name[:MAX_DIRECTORY - 17] + "-" + hashlib.sha256(self.label.encode()).hexdigest()[:16]
 
 
-def model_options(env: StageEnv) -> list[ModelOption]:
+def model_options(env: StageEnv, pipeline: Optional[str] = None) -> list[ModelOption]:
     """What the flag stage tries first: each flag set the pipelines of the model's dispatches
-    offer, and each program rewrite of the target's kind that finds something to rewrite, alone
-    and with each flag set (the stage then adds the other rewrites and flag sets to its choice
-    one at a time: FlagStage._extend). A rewrite that finds nothing is one option, reported as such."""
-    flag_sets = offered_flag_sets(env)
+    offer (`pipeline`: the one the model is tuned with), and each program rewrite of the
+    target's kind that finds something to rewrite, alone and with each flag set (the stage then
+    adds the other rewrites and flag sets to its choice one at a time: FlagStage._extend). A
+    rewrite that finds nothing is one option, reported as such."""
+    flag_sets = offered_flag_sets(env, pipeline)
     offered = offered_rewrites(env)
     applying = applying_rewrites(env)
     return (flag_sets
@@ -60,19 +62,40 @@ def model_options(env: StageEnv) -> list[ModelOption]:
             + [ModelOption((), r) for r in applying] + [replace(f, rewrite=r) for r in applying for f in flag_sets])
 
 
-def offered_flag_sets(env: StageEnv) -> list[ModelOption]:
-    """Each flag set the pipelines of the model's dispatches offer, with the kinds of dispatch it
-    forms that are tuned before it is judged."""
+def offered_flag_sets(env: StageEnv, pipeline: Optional[str] = None,
+                      dispatches: Optional[Sequence[Dispatch]] = None) -> list[ModelOption]:
+    """Each flag set the pipelines of the dispatches (default: the model's under the default
+    flags) offer, with the kinds of dispatch it forms that are tuned before it is judged; and
+    those under which `pipeline`, the one the model is tuned with, would take a dispatch it
+    declines as formed now (Pipeline.flags_to_take), judged with that dispatch's kind tuned."""
     flag_sets: list[tuple[str, ...]] = []
     tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
-    for d in env.program.dispatches:
+
+    def offer(flags: tuple[str, ...], tuned_kind: Optional[DispatchKind]) -> None:
+        if flags not in flag_sets:
+            flag_sets.append(flags)
+        if tuned_kind is not None and tuned_kind not in tunes.get(flags, ()):
+            tunes[flags] = (*tunes.get(flags, ()), tuned_kind)
+
+    for d in (env.program.dispatches if dispatches is None else dispatches):
         p = pipeline_for(d)
         for flags in map(tuple, p.model_flags_for(d) if p else ()):
-            if flags not in flag_sets:
-                flag_sets.append(flags)
-            if flags in p.tuned_model_flags_for(d) and d.kind not in tunes.get(flags, ()):
-                tunes[flags] = (*tunes.get(flags, ()), d.kind)
+            offer(flags, d.kind if flags in p.tuned_model_flags_for(d) else None)
+    for option in taking_flag_sets(env.program.dispatches if dispatches is None else dispatches, pipeline):
+        for kind in option.tunes:
+            offer(option.flags, kind)
     return [ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
+
+
+def taking_flag_sets(dispatches: Sequence[Dispatch], pipeline: Optional[str]) -> list[ModelOption]:
+    """The flag sets under which `pipeline` would take dispatches it declines as formed now
+    (Pipeline.flags_to_take), each with the kinds of those dispatches, tuned before it is judged."""
+    tunes: dict[tuple[str, ...], tuple[DispatchKind, ...]] = {}
+    for d in dispatches if pipeline else ():
+        for flags in map(tuple, flags_to_take(d, pipeline)):
+            if d.kind not in tunes.get(flags, ()):
+                tunes[flags] = (*tunes.get(flags, ()), d.kind)
+    return [ModelOption(flags, tunes=kinds) for flags, kinds in tunes.items()]
 
 
 def extensions(option: ModelOption, applying: list[Rewrite], flag_sets: list[ModelOption]) -> list[ModelOption]:

@@ -9,12 +9,13 @@ once tuned would be thrown away."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from pipelines import Dispatch, DispatchKind
+from pipelines import Dispatch, DispatchKind, pipeline_for, taking_flags
 from pipelines.model_flags import codegen_flags, flag_legend, short_flags
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
@@ -24,7 +25,7 @@ from tuner.run_dir import write_file
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
-                                       rewritten_program)
+                                       rewritten_program, taking_flag_sets)
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
                                   with_flags)
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
@@ -62,18 +63,47 @@ class FlagStage:
     search: SearchSettings = SearchSettings()
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        options = model_options(env)
+        options = model_options(env, self.search.pipeline)
         if not options:
             return state.note("no model-wide flags or rewrites on this target")
         earlier = _earlier_decision(env, options)
         if earlier is not None:
             env.say(f"model-wide choices: reusing the decision of an earlier run in {env.output_dir} "
                     f"({_decision_text(earlier)})")
-            return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
-                           program=earlier.program)
-        decided = self._decide(state, env, options)
+            decided = self._extend_earlier(replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials,
+                                                   rewrites=earlier.rewrites, program=earlier.program), env)
+            if decided is None:
+                return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
+                               program=earlier.program)
+        else:
+            decided = self._decide(state, env, options)
         _record_decision(env, options, decided)
         return decided
+
+    def _extend_earlier(self, state: ModelState, env: StageEnv) -> Optional[ModelState]:
+        """A reused decision extended by what it did not try (a flag set its choice's own
+        dispatches call for, offered since), as the stage extends its own choice; None where
+        there is nothing untried (the decision stands as it was, with no build)."""
+        applying = {r.name: r for r in applying_rewrites(env)}
+        if not (state.flags or state.rewrites) or not set(state.rewrites) <= set(applying):
+            return None
+        option = ModelOption(state.flags, combined([applying[n] for n in state.rewrites]) if state.rewrites else None)
+        trials = dict(state.flag_trials)
+        untried = [o for o in extensions(option, list(applying.values()), self._flag_sets(env, option, state.program))
+                   if o.label not in trials]
+        if not untried:
+            return None
+        env.say(f"  not tried on it: {', '.join(short_flags(o.label) for o in untried)}")
+        default = build_once(env, Variant("default"))
+        best = self._build(env, default, option, trials, default, set())
+        if not default.ok or best is None or not best.ok:
+            return None
+        figure = state.flag_trials.get(option.label)
+        option, best, speedup = self._extend(env, default, option, best, figure if isinstance(figure, float) else 1.0,
+                                             trials)
+        env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model)")
+        return replace(state, flags=option.flags, flag_trials=trials,
+                       rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
     def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption]) -> ModelState:
         default = build_once(env, Variant("default"))
@@ -82,7 +112,7 @@ class FlagStage:
         trials: dict = {}
         wrong: set[str] = set()
         judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, progress=True)
-        together = _together(env, wrong) if judged is None else []
+        together = _together(env, wrong, self.search.pipeline) if judged is None else []
         if together:
             env.say(f"  {' and '.join(together[0].rewrite.names)} each compute another result alone: "
                     "trying them together")
@@ -142,11 +172,13 @@ class FlagStage:
         on top; all rewrites together would also turn its 1x1 convolutions into batched matmuls,
         slower than channels-last; direct convolutions ran 1.035x faster with O3 on top, BENCHMARKS.md).
         Each trial's figure against the default is the product of the two comparisons."""
-        applying, flag_sets = applying_rewrites(env), offered_flag_sets(env)
-        for step in range(1, len(applying) + len(flag_sets) + 1):
+        applying = applying_rewrites(env)
+        # Each step's choice has one rewrite or flag set more than the last: the steps end.
+        for step in itertools.count(1):
             # One the first round tried already (a flag set chosen alone, then a rewrite with it)
             # was slower than the choice: the same build, not timed again.
-            more = [o for o in extensions(option, applying, flag_sets) if o.label not in trials]
+            more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.program))
+                    if o.label not in trials]
             judged = (self._judge(env, default, best, more, trials, f"flag-runs-{step}", set(), scale=speedup)
                       if more else None)
             if judged is None:
@@ -155,6 +187,21 @@ class FlagStage:
             speedup *= gain
             env.say(f"  {short_flags(option.label)}: {gain:.2f}x the choice before it")
         return option, best, speedup
+
+    def _flag_sets(self, env: StageEnv, option: ModelOption, program: Optional[Path]) -> list[ModelOption]:
+        """The flag sets a choice can be extended by: those the model's dispatches offer, and
+        those under which the model's pipeline would take a dispatch of the choice's own, as its
+        flags and rewrites form them (under channels-last ResNet-50's 1x1 convolutions read their
+        filter N x K, which the mma.sync kernel takes with the transposes kept: KEEP_TRANSPOSES)."""
+        sets = offered_flag_sets(env, self.search.pipeline)
+        if not self.search.pipeline or not (option.flags or program):
+            return sets
+        program = program or env.model
+        key = ("choice-dispatches", program, option.flags)
+        if key not in env.built:
+            env.built[key] = discover_program(program, env.target, env.ctx, option.flags).dispatches
+        have = {s.flags for s in sets}
+        return sets + [s for s in taking_flag_sets(env.built[key], self.search.pipeline) if s.flags not in have]
 
     def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict,
                reference: BuiltVariant, wrong: set[str]) -> Optional[BuiltVariant]:
@@ -207,6 +254,10 @@ class FlagStage:
         return self._untuned(option, program) if self._tunes(option) else Variant(option.directory, option.flags,
                                                                                     program=program)
 
+    def _takes(self, dispatch: Dispatch) -> bool:
+        """Whether the pipeline the model is tuned with takes the dispatch."""
+        return self.search.pipeline is not None and pipeline_for(dispatch, self.search.pipeline) is not None
+
     @staticmethod
     def _untuned(option: ModelOption, program: Optional[Path]) -> Variant:
         """The option built with the compiler's configs for what it forms (its numerics check)."""
@@ -230,8 +281,10 @@ class FlagStage:
                              if isinstance(w, Workload) and w.entry == env.workload.entry), None)
             chosen, _ = (select_dispatches(found, None, workload, 0.0, None, (), self.search.pipeline) if workload
                          else ([], []))
-            created = sorted((c for c in chosen if c[0].kind in kinds), key=lambda c: c[0].flops,
-                             reverse=True)[:self.rewrite_tunes]
+            # Those the model's pipeline takes first (what a flag set that has it take more
+            # dispatches is for: KEEP_TRANSPOSES), then the largest.
+            created = sorted((c for c in chosen if c[0].kind in kinds),
+                             key=lambda c: (self._takes(c[0]), c[0].flops), reverse=True)[:self.rewrite_tunes]
 
             def alike(d: Dispatch) -> tuple:
                 """What a tuning serves: dispatches formed alike, compiled under the same codegen flags."""
@@ -263,7 +316,7 @@ class FlagStage:
         return env.built[key]
 
 
-def _together(env: StageEnv, wrong: set[str]) -> list[ModelOption]:
+def _together(env: StageEnv, wrong: set[str], pipeline: Optional[str] = None) -> list[ModelOption]:
     """The applying rewrites that were each refused alone for computing another result, joined
     into one, alone and with each flag set; none where fewer than two were. Each rewrite may take
     away one part that the compiler computes wrong and leave another: in an SD 1.x attention block
@@ -274,7 +327,7 @@ def _together(env: StageEnv, wrong: set[str]) -> list[ModelOption]:
     if len(refused) < 2:
         return []
     together = combined(refused)
-    return [ModelOption((), together)] + [replace(f, rewrite=together) for f in offered_flag_sets(env)]
+    return [ModelOption((), together)] + [replace(f, rewrite=together) for f in offered_flag_sets(env, pipeline)]
 
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
@@ -318,7 +371,8 @@ def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mod
         return None
     if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
         return None
-    offered = [f for o in options for f in o.flags]  # a choice may join several flag sets (extensions)
+    # A choice may join several flag sets (extensions), and those its dispatches called for.
+    offered = [f for o in options for f in o.flags] + [f for flags in taking_flags() for f in flags]
     flags = tuple(data.get("flags", ()))
     names = [n for o in options if o.rewrite for n in o.rewrite.names]
     rewrites = tuple(data.get("rewrites", ()))
