@@ -101,7 +101,8 @@ tune)
   rc=$?; echo "tune-model $RUN: exit $rc after $(( $(date +%s) - start )) s"; grep -v "━" $OUT/tm-$RUN.txt | grep -v "nanobind\|leaked" | tail -45
   cp $D/results.json $OUT/tm-$RUN-results.json 2>/dev/null
   (cd $D && find . \( -path ./candidates -o -path ./variants -o -path ./profile -o -path ./check \) -prune -o \
-     \( -name run.json -o -name flag-decision.json -o -name results.sqlite -o -path "*dispatches/*results.json" \) \
+     \( -name run.json -o -name flag-decision.json -o -name results.sqlite -o -name profile.json -o -name profile-flags.json \
+        -o -path "*dispatches/*results.json" \) \
      -print | tar czf $OUT/resume-tm-$RUN.tgz -T -)
   # each dispatch's tuning (its stats say where the time went)
   for r in $D/dispatches/*/results.json $D/flag-dispatches/*/*/results.json; do
