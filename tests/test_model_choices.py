@@ -861,6 +861,9 @@ def test_only_codegen_flags_and_the_cpu_opt_level_decide_how_a_formed_dispatch_c
     assert codegen_flags(flags, "cuda") == DIRECT_CONVOLUTION
     assert codegen_flags(flags, "llvm-cpu") == (*O3, *DIRECT_CONVOLUTION)
     assert codegen_flags(AGGRESSIVE_FUSION, "rocm") == ()
+    # Direct convolutions change how a convolution compiles, not a matmul (im2col's).
+    assert codegen_flags(flags, "cuda", convolution=False) == ()
+    assert codegen_flags((*flags, "--iree-codegen-other"), "cuda", convolution=False) == ("--iree-codegen-other",)
 
 
 @pytest.mark.slow

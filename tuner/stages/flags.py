@@ -288,8 +288,8 @@ class FlagStage:
 
             def alike(d: Dispatch) -> tuple:
                 """What a tuning serves: dispatches formed alike, compiled under the same codegen flags."""
-                return ("formed-tuned", signature(d, self.search.pipeline), codegen_flags(flags, d.target.backend),
-                        self.tune_budget)
+                return ("formed-tuned", signature(d, self.search.pipeline),
+                        codegen_flags(flags, d.target.backend, d.kind == DispatchKind.CONVOLUTION), self.tune_budget)
 
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
