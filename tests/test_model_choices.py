@@ -816,6 +816,36 @@ def _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said: list[str]):
     return env, program, tuned_names
 
 
+BIG_AND_TINY = """
+func.func @main(%a: tensor<512x1024xf16>, %b: tensor<1024x512xf16>, %c: tensor<1x1024xf16>) -> (tensor<512x512xf32>, tensor<1x512xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<512x512xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<512x512xf32>) -> tensor<512x512xf32>
+  %big = linalg.matmul ins(%a, %b : tensor<512x1024xf16>, tensor<1024x512xf16>) outs(%acc : tensor<512x512xf32>) -> tensor<512x512xf32>
+  %e1 = tensor.empty() : tensor<1x512xf32>
+  %acc1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1x512xf32>) -> tensor<1x512xf32>
+  %tiny = linalg.matmul ins(%c, %b : tensor<1x1024xf16>, tensor<1024x512xf16>) outs(%acc1 : tensor<1x512xf32>) -> tensor<1x512xf32>
+  return %big, %tiny : tensor<512x512xf32>, tensor<1x512xf32>
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_formed_dispatch_far_smaller_than_the_largest_is_not_tuned_before_the_judgement(tmp_path, ctx, monkeypatch):
+    """The UNet block's time-embedding projection (1 x 1280 x 1280) was tuned under each choice:
+    here a 1 x 512 x 1024 matmul beside a 512 x 512 x 1024 one (1/512 of its FLOPs) is not."""
+    said: list[str] = []
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said)
+    program.write_text(BIG_AND_TINY)
+    env.program = discover_program(program, env.target, ctx)
+    env.workload = next(iter(env.program.entries.values()))
+    contractions = [d for d in env.program.dispatches if d.kind == DispatchKind.CONTRACTION]
+    assert len(contractions) == 2
+    FlagStage(tune_budget=2, rewrite_tunes=2)._tuned_parts(env, "both", (DispatchKind.CONTRACTION,), program)
+    [big] = [d.name for d in contractions if d.flops == max(c.flops for c in contractions)]
+    assert tuned_names == [big], said
+
+
 @pytest.mark.slow
 def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_path, ctx, monkeypatch):
     """The flag stage tunes the dispatches a flag set forms before judging it; one that another
