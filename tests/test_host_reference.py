@@ -256,3 +256,38 @@ def test_a_right_tuned_model_slower_than_a_wrong_default_is_the_result(default_o
     else:
         assert state.flags == () and state.rewrites == () and state.program is None
         assert "the default is the result" in state.verdict
+
+
+class _Slow(_Outputs):
+    """A runner whose tool runs take `seconds` by candidate id, recording the timeout each got."""
+
+    def __init__(self, outputs, seconds):
+        super().__init__(outputs)
+        self.seconds, self.timeouts = seconds, {}
+
+    def output(self, b, settings):
+        from tuner.tools import ToolRun
+
+        i = b.result.candidate_id
+        self.timeouts[i] = settings.timeout_s
+        hung = self.seconds[i] > settings.timeout_s
+        return (ToolRun(("iree-run-module",), -9 if hung else 0, "", "", min(self.seconds[i], settings.timeout_s),
+                        timed_out=hung), None if hung else self.outputs[i])
+
+
+def test_a_candidate_runs_at_most_twenty_times_the_baselines_run_and_never_under_half_a_minute():
+    # The held-out UNet block on the H100: a candidate's iree-run-module ran past the 120 s
+    # timeout where the baseline's run took seconds. Baseline 2 s: candidates get 40 s; 0.1 s:
+    # the 30 s floor; 10 s: the run's own 120 s timeout, which is lower than 200 s.
+    from tuner.evaluation.measure import Built, Measurer
+    from tuner.core.results import Result, Status
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    for baseline_s, bound in ((2.0, 40.0), (0.1, 30.0), (10.0, 120.0)):
+        runner = _Slow({0: x, 1: x, 2: x}, {0: baseline_s, 1: 1.0, 2: 500.0})
+        measurer = Measurer(ModuleRun("cuda", "f", (), timeout_s=120.0, checked_type="f32"), runner=runner)
+        built = lambda i: Built(Result(i, f"k{i}", "c", i == 0, {}, [], Status.OK), Path(f"/m{i}.vmfb"),  # noqa: E731
+                                "f32", None, (), ())
+        results = {i: measurer.measure(built(i), "cuda") for i in range(3)}
+        assert runner.timeouts == {0: 120.0, 1: bound, 2: bound}
+        assert results[1].ok and results[2].status == Status.RUN_TIMEOUT, results[2]

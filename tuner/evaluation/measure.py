@@ -71,6 +71,15 @@ class LocalRunner:
 LOCAL = LocalRunner()
 
 
+# A candidate's run or timing is stopped after this many times the baseline's own (its slowest
+# tool run), and never before CANDIDATE_FLOOR_S, where that is under the run's timeout: a
+# candidate of the held-out UNet block (an elementwise dispatch, 1% of its time) ran past
+# iree-run-module's 120 s timeout on the H100 where the baseline's run took seconds, and a batch of
+# eight such would have held the dispatch stage 16 minutes.
+CANDIDATE_FACTOR = 20
+CANDIDATE_FLOOR_S = 30.0
+
+
 # How far a GPU build's result may be from the host's (llvm-cpu) for the same program, as a
 # multiple of the element type's tolerance: the two backends sum in different orders and
 # precisions throughout the model, not in one dispatch (tuner.stages.model_timing uses the same).
@@ -101,9 +110,25 @@ class Measurer:
         self._claimed: dict[str, int] = {}  # executable hash -> the candidate measured for it
         self.log: list[BaselineTiming] = []  # every timing of the baseline, on every device
         self._since: dict[str, int] = {}  # per device: candidates timed since its last baseline timing
+        self._baseline_s = 0.0  # the baseline's slowest tool run (its output run, its timings)
 
     def settings(self, device: str) -> ModuleRun:
         return replace(self.module_run, device=device)
+
+    def candidate_settings(self, device: str) -> ModuleRun:
+        """A candidate's settings on `device`: its tool runs stopped after CANDIDATE_FACTOR times
+        the baseline's slowest (not before CANDIDATE_FLOOR_S), once the baseline has run."""
+        settings = self.settings(device)
+        with self._lock:
+            baseline_s = self._baseline_s
+        if baseline_s <= 0:
+            return settings
+        return replace(settings, timeout_s=min(settings.timeout_s, max(CANDIDATE_FLOOR_S, CANDIDATE_FACTOR * baseline_s)))
+
+    def _note_baseline(self, b: Built, run: ToolRun) -> None:
+        if b.result.is_baseline and run.ok:
+            with self._lock:
+                self._baseline_s = max(self._baseline_s, run.seconds)
 
     def identity(self, b: Built, device: str) -> dict:
         """The conditions a timing of `b` on `device` is taken under (see tuner.evaluation.device_identity)."""
@@ -126,7 +151,7 @@ class Measurer:
         if not result.is_baseline and device not in self._since:
             self.time_baseline(device)  # this device's first reference
         start = time.perf_counter()
-        measured, output = self._measure(b, self.settings(device))
+        measured, output = self._measure(b, self.settings(device) if result.is_baseline else self.candidate_settings(device))
         measured = replace(measured, benchmark_s=time.perf_counter() - start, timed_at=time.time(),
                            **self.identity(b, device))
         if result.is_baseline and measured.ok:
@@ -141,7 +166,7 @@ class Measurer:
     def retime(self, r: Result, b: Built) -> Result:
         """Time a measured candidate once more on the device that measured it (its numerics were
         checked already), as the first pass would, baseline timings included."""
-        timed = self._timed(r, b, self.settings(r.device))
+        timed = self._timed(r, b, self.candidate_settings(r.device))
         if timed.ok:
             self._counted(r.device)
         return replace(timed, timed_at=time.time(), retimed=True)
@@ -247,11 +272,14 @@ class Measurer:
         return timed, self.host
 
     def _output(self, b: Built, settings: ModuleRun) -> tuple[ToolRun, Optional[np.ndarray]]:
-        return self._guarded(lambda: self.runner.output(b, settings))
+        run, output = self._guarded(lambda: self.runner.output(b, settings))
+        self._note_baseline(b, run)
+        return run, output
 
     def _timed(self, result: Result, b: Built, settings: ModuleRun) -> Result:
         """`result` with the times of one timing of `b` under `settings`, or the failure of it."""
         timing, run = self._guarded(lambda: self.runner.benchmark(b, settings))
+        self._note_baseline(b, run)
         if timing is None:
             return _failed_run(result, run)
         return replace(result, times_ms=list(timing.times_ms), median_ms=timing.median_ms,
