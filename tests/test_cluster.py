@@ -339,3 +339,60 @@ def test_rays_token_notice_is_kept_out_of_the_output_and_its_warning_that_auth_i
     quiet = NoTokenNotice()
     assert not quiet.filter(record("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled"))
     assert quiet.filter(record("Token authentication is disabled for this Ray cluster. Anyone with access ..."))
+
+
+def _raylet_of(parent: int) -> int | None:
+    """The raylet a process started (its local cluster's), or None yet."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"raylet/raylet" in cmdline:
+            return int(pid)
+    return None
+
+
+def _alive_under(raylet: int) -> list[str]:
+    """The processes running (not zombies) with `raylet` as their RAY_RAYLET_PID: its agents,
+    workers and what they started."""
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if f"RAY_RAYLET_PID={raylet}".encode() in env and state != "Z":
+            alive.append(f"{pid} {name}")
+    return alive
+
+
+@pytest.mark.slow  # starts Ray (and compiles for real)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_local_cluster_leaves_nothing_running_after_its_run_is_killed_with_sigkill(matmul, tmp_path):
+    # Ray ties its head processes to the driver; the raylet's agents stayed up to a minute after
+    # `kill -9` of the run (their parent gone), until the reaper (tuner.cluster.reaper). After
+    # the module's other tests the fixture's cluster runs on this machine too: the run starts a
+    # cluster of its own all the same (Ray joined that one and refused the CPU count before).
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    run = cli_process("tune", matmul, "--num-candidates", "2", "--output", tmp_path / "out", "--strategy", "ray",
+                      env=env)
+    deadline = time.monotonic() + 180
+    raylet = None
+    while time.monotonic() < deadline and not (raylet and len(_alive_under(raylet)) >= 2):
+        assert run.poll() is None, run.stdout.read()
+        raylet = raylet or _raylet_of(run.pid)
+        time.sleep(0.5)
+    assert raylet and len(_alive_under(raylet)) >= 2, "the local cluster's agents never came up"
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _alive_under(raylet):
+        time.sleep(0.5)
+    assert _alive_under(raylet) == []

@@ -2,7 +2,7 @@
 
 A run connects to the cluster at `--ray-address` (or $RAY_ADDRESS); with neither, it starts a
 local one for itself (this machine's CPUs, `compile_workers` compile slots) and stops it when the
-process ends. The IREE tools override ($IREE_TUNER_TOOLS) travels to every worker.
+process ends, what Ray leaves of it after a SIGKILL too (tuner.cluster.reaper). The IREE tools override ($IREE_TUNER_TOOLS) travels to every worker.
 
 A node takes compile tasks only if it declares the custom resource `iree_compile`, as many as it
 runs compiles at once (`ray start ... --resources='{"iree_compile": 8}'`); it needs
@@ -20,6 +20,7 @@ import socket
 import threading
 from typing import Callable, Optional
 
+from tuner.cluster.reaper import reap_after_exit, reap_now
 from tuner.errors import InputError
 from tuner.tools import TOOLS_ENV
 
@@ -72,7 +73,11 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
             if address:
                 ray.init(address=address, **common)
             else:
-                ray.init(num_cpus=os.cpu_count(),
+                reap_after_exit()
+                # "local": a new cluster even where one runs on this machine already (without
+                # it Ray joins that one and refuses the CPU count: "When connecting to an
+                # existing cluster, num_cpus and num_gpus must not be provided").
+                ray.init(address="local", num_cpus=os.cpu_count(),
                          resources={COMPILE_RESOURCE: max(1, compile_workers)}, **common)
                 _started_here = True
         except (ConnectionError, RuntimeError, ValueError) as e:
@@ -134,6 +139,7 @@ def shutdown() -> None:
         if ray.is_initialized():
             ray.shutdown()
         _started_here = False
+    reap_now()
 
 
 def compile_slots(ray) -> int:
