@@ -26,7 +26,8 @@ from tuner.rewrite.attention import find_attention, raise_attention
 from tuner.evaluation.runner import ModuleRun, Timing, relative_error, run_once
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import ModelOptions, tune_model
-from tuner.stages.flags import FLAG_DECISION, FlagStage
+from tuner.stages.flag_decision import FLAG_DECISION
+from tuner.stages.flags import FlagStage
 from tuner.targets import parse_target
 
 REPO = Path(__file__).resolve().parent.parent
@@ -727,6 +728,8 @@ def test_a_flag_set_the_choices_own_dispatches_call_for_is_tried_on_it_and_on_a_
     again = flag_stage(tmp_path / "out", said)
     assert any("reusing the decision" in line for line in said), said
     assert any("not tried on it" in line and "debug-symbols" in line for line in said), said
+    assert any("tried on it: global-data-tiling early-materialization --iree-llvmcpu-debug-symbols=false 2.00x" in line
+               for line in said), said
     assert again.flags == both
     assert again.flag_trials[" ".join(both)] == pytest.approx(1.25 * 1.6, rel=1e-3)  # 1/0.8, then 0.8/0.5
     fresh = flag_stage(tmp_path / "fresh", [])
@@ -743,8 +746,9 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     from types import SimpleNamespace
 
     from tuner.rewrite import Rewrite
-    from tuner.stages import flags as flag_stage
+    from tuner.stages import flag_decision
     from tuner.stages.base import ModelState
+    from tuner.stages.flag_options import ModelOption
 
     def tagging(tag):
         def apply(module):
@@ -760,11 +764,11 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     model.write_text("module {\n}\n")
     out.mkdir()
     env = SimpleNamespace(model=model, output_dir=out, target=parse_target("llvm-cpu"), built={}, say=lambda t: None)
-    options = [flag_stage.ModelOption((), a), flag_stage.ModelOption((), b)]
+    options = [ModelOption((), a), ModelOption((), b)]
     program = out / "imported" / "m.a+b.mlir"
-    flag_stage._record_decision(env, options, ModelState(rewrites=("a", "b"), program=program))
+    flag_decision.record_decision(env, options, ModelState(rewrites=("a", "b"), program=program))
     assert not program.exists()
-    earlier = flag_stage._earlier_decision(env, options)
+    earlier = flag_decision.earlier_decision(env, options)
     assert earlier is not None and earlier.rewrites == ("a", "b") and earlier.program == program
     text = program.read_text()
     assert "tuner.a" in text and "tuner.b" in text
@@ -772,7 +776,7 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     program.unlink()
     env.built.clear()
     monkeypatch.setitem(REWRITES, "cpu", (a, replace(b, apply=lambda module: [])))
-    assert flag_stage._earlier_decision(env, options) is None
+    assert flag_decision.earlier_decision(env, options) is None
 
 
 def test_a_choice_joining_many_flags_has_a_directory_name_every_file_system_takes():

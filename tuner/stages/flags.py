@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from pipelines import Dispatch, DispatchKind, pipeline_for, taking_flags
-from pipelines.model_flags import codegen_flags, flag_legend, short_flags
+from pipelines import Dispatch, DispatchKind, pipeline_for
+from pipelines.model_flags import codegen_flags, short_flags
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
 from tuner.errors import ToolError
 from tuner.rewrite import combined
-from tuner.run_dir import write_file
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
+from tuner.stages.flag_decision import decision_text, earlier_decision, record_decision, trials_text
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
                                        rewritten_program, taking_flag_sets)
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
@@ -37,6 +36,8 @@ FLAG_DISPATCHES = "flag-dispatches"
 # projection (1 x 1280 x 1280, 0.01% of its 3x3 convolution's FLOPs) was tuned under each of
 # eight choices on the H100, 8 evaluations each, never with a winner.
 FORMED_FLOPS_FRACTION = 0.1
+
+
 @dataclass(frozen=True)
 class Judged:
     """The choice a round of the flag stage keeps: its build, its speedup over the round's
@@ -71,10 +72,10 @@ class FlagStage:
         options = model_options(env, self.search.pipeline)
         if not options:
             return state.note("no model-wide flags or rewrites on this target")
-        earlier = _earlier_decision(env, options)
+        earlier = earlier_decision(env, options)
         if earlier is not None:
             env.say(f"model-wide choices: reusing the decision of an earlier run in {env.output_dir} "
-                    f"({_decision_text(earlier)})")
+                    f"({decision_text(earlier)})")
             decided = self._extend_earlier(replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials,
                                                    rewrites=earlier.rewrites, program=earlier.program), env)
             if decided is None:
@@ -82,7 +83,7 @@ class FlagStage:
                                program=earlier.program)
         else:
             decided = self._decide(state, env, options)
-        _record_decision(env, options, decided)
+        record_decision(env, options, decided)
         return decided
 
     def _extend_earlier(self, state: ModelState, env: StageEnv) -> Optional[ModelState]:
@@ -106,7 +107,9 @@ class FlagStage:
         figure = state.flag_trials.get(option.label)
         option, best, speedup = self._extend(env, default, option, best, figure if isinstance(figure, float) else 1.0,
                                              trials)
-        env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model)")
+        tried = {k: v for k, v in trials.items() if k not in state.flag_trials}
+        env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model; "
+                f"tried on it: {trials_text(tried)})")
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
@@ -123,13 +126,13 @@ class FlagStage:
                     "trying them together")
             judged = self._judge(env, default, default, together, trials, "flag-runs-together", wrong)
         if judged is None:
-            env.say(f"model-wide choices: none beats the default ({_trials_text(trials)})")
+            env.say(f"model-wide choices: none beats the default ({trials_text(trials)})")
             return replace(state, flag_trials=trials)
         option, best, speedup = self._extend(env, default, judged.option, judged.best, judged.speedup, trials)
         why = ("; the default's result is off llvm-cpu's, so the fastest choice that computes it right is kept"
                if judged.over_wrong_default else "")
         env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model{why}; "
-                f"tried: {_trials_text(trials)})")
+                f"tried: {trials_text(trials)})")
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
@@ -354,62 +357,3 @@ def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Opt
 def _same_module(a: BuiltVariant, b: BuiltVariant) -> bool:
     """Whether two builds wrote the same module file, byte for byte."""
     return hashlib.sha256(a.vmfb.read_bytes()).digest() == hashlib.sha256(b.vmfb.read_bytes()).digest()
-
-
-FLAG_DECISION = "flag-decision.json"  # DIR/: the flag stage's finished decision, reused by a rerun
-
-
-def _decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
-    return {"model": hashlib.sha256(env.model.read_bytes()).hexdigest(), "target": env.target.name,
-            "options": [o.label for o in options]}
-
-
-def _record_decision(env: StageEnv, options: list[ModelOption], state: ModelState) -> None:
-    data = {**_decision_key(env, options), "flags": list(state.flags), "rewrites": list(state.rewrites),
-            "program": str(state.program) if state.program else None, "trials": state.flag_trials}
-    write_file(env.output_dir / FLAG_DECISION, json.dumps(data, indent=1))
-
-
-def _earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[ModelState]:
-    """A finished decision of an earlier run on this model, target and options (a rerun after an
-    interruption would otherwise decide again, on other timings, and tune other dispatches)."""
-    try:
-        data = json.loads((env.output_dir / FLAG_DECISION).read_text())
-    except (OSError, ValueError):
-        return None
-    if {k: data.get(k) for k in ("model", "target", "options")} != _decision_key(env, options):
-        return None
-    # A choice may join several flag sets (extensions), and those its dispatches called for.
-    offered = [f for o in options for f in o.flags] + [f for flags in taking_flags() for f in flags]
-    flags = tuple(data.get("flags", ()))
-    names = [n for o in options if o.rewrite for n in o.rewrite.names]
-    rewrites = tuple(data.get("rewrites", ()))
-    program = Path(data["program"]) if data.get("program") else None
-    if (not set(flags) <= set(offered) or len(set(flags)) != len(flags) or not set(rewrites) <= set(names)
-            or list(rewrites) != sorted(rewrites, key=names.index) or bool(rewrites) != (program is not None)
-            or (program is not None and not program.resolve().is_relative_to(env.output_dir.resolve()))):
-        return None  # not a decision this stage could have made: decided again
-    if program is not None and not program.is_file():
-        # The rewritten program was removed (the decision carried to another machine's run
-        # directory): the rewrites are deterministic, so it is written again where it was.
-        applying = {r.name: r for r in applying_rewrites(env)}
-        if not set(rewrites) <= set(applying):
-            return None
-        again = rewritten_program(env, combined([applying[n] for n in rewrites]))
-        if again is None or again.resolve() != program.resolve():
-            return None
-    return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),
-                      rewrites=tuple(data.get("rewrites", ())), program=program)
-
-
-def _decision_text(state: ModelState) -> str:
-    chosen = " ".join([*state.rewrites, *state.flags])
-    return f"chose {short_flags(chosen)}" if chosen else "kept the default"
-
-
-def _trials_text(trials: dict) -> str:
-    """Each choice tried and its figure, flags by their short names, then what the names stand for."""
-    text = "; ".join(f"{short_flags(k)} {v:.2f}x" if isinstance(v, float) else f"{short_flags(k)}: {v}"
-                     for k, v in trials.items())
-    legend = flag_legend(trials)
-    return text + (f" (where {legend})" if legend else "")
