@@ -4,6 +4,7 @@ kill -9, SIGTERM leaves no tool behind, the benchmark stage opens nothing outsid
 and bad values are one error line."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -885,3 +886,45 @@ def test_the_ray_builder_writes_no_candidate_through_a_planted_candidates_link(t
     assert (outside / "0001" / "spec.mlir").read_text() == "theirs"
     assert not (run / "candidates").is_symlink()
     assert (run / "candidates" / "0001" / "spec.mlir").read_text() == "// ours\n"
+
+
+# Every place in tuner/ that writes, removes or makes a file or directory without
+# tuner.run_dir's helpers (write_file, real_directory, remove_tree, fresh), each with why that is
+# safe; any other is a defect of the kind issue 36's hostile probe found (writes through planted
+# links). Removing a path (`unlink`) removes a link itself, never its target.
+RAW_WRITES = {
+    "tuner/api.py": ["output_dir.mkdir(",  # the user's named output directory, before the lock
+                     "probe.write_text(",  # `fresh` cleared a planted link there first
+                     "probe.unlink("],
+    "tuner/cluster/compile_task.py": ["path.parent.mkdir(", "path.write_bytes(",  # the node's own temp dir
+                                      "shutil.rmtree(job.directory"],
+    "tuner/cluster/worker.py": ["shutil.rmtree(self.root", "path.parent.mkdir(", "path.write_bytes("],
+    "tuner/discovery/workload.py": ["np.save(f, array)", "np.save(f, array))"],  # inside write_file
+    "tuner/driver.py": [".unlink(missing_ok=True)"],
+    "tuner/evaluation/runner.py": ["output.unlink("],  # a planted link at the output, removed
+    "tuner/input/dispatch_benchmarks.py": ["probe.write_text("],  # a TemporaryDirectory of its own
+    "tuner/profiling/timing.py": ["bundle.unlink("],
+    "tuner/stages/host_reference.py": ["np.save(f, out)"],  # inside write_file
+    "tuner/stages/model_client.py": [".unlink(missing_ok=True)"],
+    "tuner/stages/plan.py": ["shutil.copy2("],  # into a new, empty DEST made of real directories
+    "tuner/stages/variants.py": ["stamp.unlink("],
+}
+_WRITE = re.compile(r"write_text\(|write_bytes\(|open\([^)]*[\"']w|\.mkdir\(|rmtree\(|\.unlink\(|os\.replace|"
+                    r"shutil\.copy|shutil\.move|np\.save\(")
+
+
+def test_every_write_of_the_tuner_goes_through_the_run_directory_helpers_or_is_listed_with_why():
+    root = Path(__file__).resolve().parent.parent
+    found: dict[str, list[str]] = {}
+    for path in sorted((root / "tuner").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "tuner/run_dir.py":
+            continue
+        for line in path.read_text().splitlines():
+            if _WRITE.search(line) and not line.lstrip().startswith("#"):
+                found.setdefault(rel, []).append(line.strip())
+    unlisted = {rel: [line for line in lines if not any(site in line for site in RAW_WRITES.get(rel, []))]
+                for rel, lines in found.items()}
+    assert {rel: lines for rel, lines in unlisted.items() if lines} == {}
+    gone = {rel: [s for s in sites if not any(s in line for line in found.get(rel, []))] for rel, sites in RAW_WRITES.items()}
+    assert {rel: sites for rel, sites in gone.items() if sites} == {}  # the list stays true to the code
