@@ -704,14 +704,19 @@ def test_a_flag_set_the_choices_own_dispatches_call_for_is_tried_on_it_and_on_a_
 
     no_symbols = ("--iree-llvmcpu-debug-symbols=false",)
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", (EARLY_MATERIALIZATION,))
-    monkeypatch.setattr(LLVMCPUDoubleTiling, "tuned_model_flags", ())
     monkeypatch.setitem(REWRITES, "cpu", ())
+    # What each build is judged with tuned, by the choice's directory (no search runs here).
+    tuned: list[tuple[str, tuple]] = []
+    monkeypatch.setattr(FlagStage, "_tuned_parts",
+                        lambda self, env, name, kinds, *args, **kwargs: tuned.append((name, kinds)) or ())
     asks = {"on": False}
     monkeypatch.setattr(LLVMCPUMmt4d, "taking_flags", (no_symbols,))
     monkeypatch.setattr(LLVMCPUMmt4d, "flags_to_take",
                         lambda self, d: (no_symbols,) if asks["on"] and "mmt4d" in d.name else ())
     both = (*EARLY_MATERIALIZATION, *no_symbols)
-    times = {ModelOption(EARLY_MATERIALIZATION).directory: 0.8, ModelOption(both).directory: 0.5}
+    # Nothing tuned, a choice's build is its build with the default configs (its directory's).
+    times = {ModelOption(EARLY_MATERIALIZATION).directory + "-default-configs": 0.8,
+             ModelOption(both).directory + "-default-configs": 0.5}
     timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
@@ -719,13 +724,18 @@ def test_a_flag_set_the_choices_own_dispatches_call_for_is_tried_on_it_and_on_a_
     def flag_stage(out: Path, said: list):
         return tune_model(model, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(rounds=2, timer=timer),
                           listen=Listeners(say=said.append),
-                          stages=[FlagStage(tune_budget=0, search=SearchSettings(pipeline="llvmcpu_mmt4d"))]).state
+                          stages=[FlagStage(tune_budget=1, search=SearchSettings(pipeline="llvmcpu_mmt4d"))]).state
 
     first = flag_stage(tmp_path / "out", [])
-    assert first.flags == EARLY_MATERIALIZATION
+    assert first.flags == EARLY_MATERIALIZATION, first.flag_trials
+    assert (ModelOption(EARLY_MATERIALIZATION).directory, (DispatchKind.CONTRACTION,)) in tuned
     asks["on"] = True
     said: list = []
+    tuned.clear()
     again = flag_stage(tmp_path / "out", said)
+    # The reused choice is built again as it was judged (its mmt4d tuned), and so is the flag on it.
+    assert tuned == [(ModelOption(EARLY_MATERIALIZATION).directory, (DispatchKind.CONTRACTION,)),
+                     (ModelOption(both).directory, (DispatchKind.CONTRACTION,))], tuned
     assert any("reusing the decision" in line for line in said), said
     assert any("not tried on it" in line and "debug-symbols" in line for line in said), said
     assert any("tried on it: global-data-tiling early-materialization --iree-llvmcpu-debug-symbols=false 2.00x" in line

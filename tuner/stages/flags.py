@@ -93,7 +93,11 @@ class FlagStage:
         applying = {r.name: r for r in applying_rewrites(env)}
         if not (state.flags or state.rewrites) or not set(state.rewrites) <= set(applying):
             return None
-        option = ModelOption(state.flags, combined([applying[n] for n in state.rewrites]) if state.rewrites else None)
+        # The choice as the stage judged it: with the kinds its flag sets tune.
+        tunes = tuple(dict.fromkeys(k for f in offered_flag_sets(env, self.search.pipeline)
+                                    if f.flags and set(f.flags) <= set(state.flags) for k in f.tunes))
+        option = ModelOption(state.flags, combined([applying[n] for n in state.rewrites]) if state.rewrites else None,
+                             tunes)
         trials = dict(state.flag_trials)
         untried = [o for o in extensions(option, list(applying.values()), self._flag_sets(env, option, state.program))
                    if o.label not in trials]
