@@ -860,6 +860,46 @@ def test_a_formed_dispatch_far_smaller_than_the_largest_is_not_tuned_before_the_
     assert tuned_names == [big], said
 
 
+TAKEN_AND_TRANSPOSED = """
+func.func @main(%a: tensor<512x1024xf16>, %b: tensor<1024x512xf16>, %w: tensor<768x1024xf16>) -> (tensor<512x512xf32>, tensor<512x768xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<512x512xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<512x512xf32>) -> tensor<512x512xf32>
+  %taken = linalg.matmul ins(%a, %b : tensor<512x1024xf16>, tensor<1024x512xf16>) outs(%acc : tensor<512x512xf32>) -> tensor<512x512xf32>
+  %e2 = tensor.empty() : tensor<512x768xf32>
+  %acc2 = linalg.fill ins(%zero : f32) outs(%e2 : tensor<512x768xf32>) -> tensor<512x768xf32>
+  %declined = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>,
+                                             affine_map<(m, n, k) -> (m, n)>]
+      ins(%a, %w : tensor<512x1024xf16>, tensor<768x1024xf16>) outs(%acc2 : tensor<512x768xf32>) -> tensor<512x768xf32>
+  return %taken, %declined : tensor<512x512xf32>, tensor<512x768xf32>
+}
+"""
+
+
+@pytest.mark.slow
+def test_the_dispatches_a_choice_is_judged_with_tuned_are_first_those_the_models_pipeline_takes(tmp_path, ctx,
+                                                                                                monkeypatch):
+    """What a flag set that has the model's pipeline take more dispatches is for (KEEP_TRANSPOSES
+    and the mma.sync kernel): with one tuning before the judgement, the 512 x 512 x 1024 matmul
+    the kernel takes goes before the larger 512 x 768 x 1024 one it declines (B stored N x K);
+    without a model pipeline, the larger."""
+    from tuner.core.settings import SearchSettings
+
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, [])
+    program.write_text(TAKEN_AND_TRANSPOSED)
+    env.program = discover_program(program, env.target, ctx)
+    env.workload = next(iter(env.program.entries.values()))
+    contractions = {d.loop_bounds: d.name for d in env.program.dispatches if d.kind == DispatchKind.CONTRACTION}
+    assert set(contractions) == {(512, 512, 1024), (512, 768, 1024)}
+    kinds = (DispatchKind.CONTRACTION,)
+    FlagStage(tune_budget=2, rewrite_tunes=1, search=SearchSettings(pipeline="llvmgpu_mma_sync"))._tuned_parts(
+        env, "mma", kinds, program)
+    assert tuned_names == [contractions[(512, 512, 1024)]]
+    tuned_names.clear()
+    FlagStage(tune_budget=2, rewrite_tunes=1)._tuned_parts(env, "compilers", kinds, program)
+    assert tuned_names == [contractions[(512, 768, 1024)]]
+
+
 @pytest.mark.slow
 def test_a_dispatch_two_flag_sets_form_alike_is_tuned_once_and_serves_both(tmp_path, ctx, monkeypatch):
     """The flag stage tunes the dispatches a flag set forms before judging it; one that another
