@@ -66,17 +66,22 @@ class LLVMGPUMmaSync(Pipeline):
 
     taking_flags = (KEEP_TRANSPOSES,)
 
+    @staticmethod
+    def _b_stored_k_by_n(dispatch: Dispatch) -> Dispatch | None:
+        """The dispatch as it would be with its B stored K x N, where B is stored N x K (after
+        any batch dims); else None."""
+        if len(dispatch.operand_dims) != 3 or not dispatch.n_dims or not dispatch.k_dims:
+            return None
+        lhs, rhs, out = dispatch.operand_dims
+        n, k = dispatch.n_dims[0], dispatch.k_dims[0]
+        return replace(dispatch, operand_dims=(lhs, (*rhs[:-2], k, n), out)) if rhs[-2:] == (n, k) else None
+
     def flags_to_take(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         """B stored N x K, all else as the kernel takes it: with transposes kept where the
         program has them (KEEP_TRANSPOSES) the compiler stores a constant B K x N once, at compile
         time (ResNet-50's channels-last 1x1 convolutions: the filter [F, C] becomes [C, F])."""
-        if self.supports(dispatch) or len(dispatch.operand_dims) != 3 or not dispatch.n_dims or not dispatch.k_dims:
-            return ()
-        lhs, rhs, out = dispatch.operand_dims
-        b, n, k = rhs[:-2], dispatch.n_dims[0], dispatch.k_dims[0]
-        if rhs[-2:] != (n, k) or not self.supports(replace(dispatch, operand_dims=(lhs, (*b, k, n), out))):
-            return ()
-        return (KEEP_TRANSPOSES,)
+        flipped = self._b_stored_k_by_n(dispatch)
+        return (KEEP_TRANSPOSES,) if flipped is not None and self.supports(flipped) else ()
 
     def declines(self, dispatch: Dispatch) -> str | None:
         if self.supports(dispatch) or dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION:
@@ -84,8 +89,7 @@ class LLVMGPUMmaSync(Pipeline):
         if dispatch.other_ops not in EPILOGUES:
             return (f"the dispatch fuses {', '.join(dispatch.other_ops)} with the contraction: the mma.sync "
                     f"kernel takes at most one elementwise op after it")
-        if len(dispatch.operand_dims) == 3 and dispatch.k_dims and dispatch.n_dims \
-                and dispatch.operand_dims[1] == (dispatch.n_dims[0], dispatch.k_dims[0]):
+        if self._b_stored_k_by_n(dispatch) is not None:
             return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "
                     "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered (tune-model tries "
                     "the model with its transposes kept, which stores a constant B K x N)")

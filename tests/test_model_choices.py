@@ -806,17 +806,17 @@ def test_a_choice_joining_many_flags_has_a_directory_name_every_file_system_take
     assert ModelOption(("--iree-opt-level=O3",)).directory == "flags-iree-opt-level=O3"  # short ones as they were
 
 
-def _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said: list[str]):
+def _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said: list[str], text: str = ""):
     """A flag stage's world on cuda for a model of one batch matmul of batch 1 (test_mma_sync's
-    UNIT_BATCH), its dispatch tunings designed: each is 1.5x, and its dispatch's name recorded
-    in the list returned beside the env."""
+    UNIT_BATCH; `text`: another program), its dispatch tunings designed: each is 1.5x, and its
+    dispatch's name recorded in the list returned beside the env."""
     from tuner.stages.base import StageEnv
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.variants import SpecPart
     from tests.test_mma_sync import UNIT_BATCH
 
     program = tmp_path / "linear.mlir"
-    program.write_text(UNIT_BATCH)
+    program.write_text(text or UNIT_BATCH)
     target = parse_target("cuda:sm_80")
     found = discover_program(program, target, ctx)
     tuned_names: list[str] = []
@@ -849,10 +849,7 @@ def test_a_formed_dispatch_far_smaller_than_the_largest_is_not_tuned_before_the_
     """The UNet block's time-embedding projection (1 x 1280 x 1280) was tuned under each choice:
     here a 1 x 512 x 1024 matmul beside a 512 x 512 x 1024 one (1/512 of its FLOPs) is not."""
     said: list[str] = []
-    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said)
-    program.write_text(BIG_AND_TINY)
-    env.program = discover_program(program, env.target, ctx)
-    env.workload = next(iter(env.program.entries.values()))
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said, BIG_AND_TINY)
     contractions = [d for d in env.program.dispatches if d.kind == DispatchKind.CONTRACTION]
     assert len(contractions) == 2
     FlagStage(tune_budget=2, rewrite_tunes=2)._tuned_parts(env, "both", (DispatchKind.CONTRACTION,), program)
@@ -885,10 +882,7 @@ def test_the_dispatches_a_choice_is_judged_with_tuned_are_first_those_the_models
     without a model pipeline, the larger."""
     from tuner.core.settings import SearchSettings
 
-    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, [])
-    program.write_text(TAKEN_AND_TRANSPOSED)
-    env.program = discover_program(program, env.target, ctx)
-    env.workload = next(iter(env.program.entries.values()))
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, [], TAKEN_AND_TRANSPOSED)
     contractions = {d.loop_bounds: d.name for d in env.program.dispatches if d.kind == DispatchKind.CONTRACTION}
     assert set(contractions) == {(512, 512, 1024), (512, 768, 1024)}
     kinds = (DispatchKind.CONTRACTION,)

@@ -77,11 +77,12 @@ def offered_flag_sets(env: StageEnv, pipeline: Optional[str] = None,
         if tuned_kind is not None and tuned_kind not in tunes.get(flags, ()):
             tunes[flags] = (*tunes.get(flags, ()), tuned_kind)
 
-    for d in (env.program.dispatches if dispatches is None else dispatches):
+    dispatches = env.program.dispatches if dispatches is None else dispatches
+    for d in dispatches:
         p = pipeline_for(d)
         for flags in map(tuple, p.model_flags_for(d) if p else ()):
             offer(flags, d.kind if flags in p.tuned_model_flags_for(d) else None)
-    for option in taking_flag_sets(env.program.dispatches if dispatches is None else dispatches, pipeline):
+    for option in taking_flag_sets(dispatches, pipeline):
         for kind in option.tunes:
             offer(option.flags, kind)
     return [ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
