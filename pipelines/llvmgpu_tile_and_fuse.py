@@ -151,8 +151,11 @@ class LLVMGPUTileAndFuse(Pipeline):
                       z3.Or(padded_row * 4 <= view.columns * 5, padded_row == mma_side))
         else:
             # Tiles that do not divide the problem are padded (the lowering config's `padding`);
-            # padding may add at most a quarter of the work.
-            p.require(padded(m, wg_m) * 4 <= m * 5, padded(n, wg_n) * 4 <= n * 5)
+            # padding may add at most a quarter of the work, or make a side shorter than one MMA
+            # tile one MMA tile (the compiler pads a classifier's batch of 8 rows to 16 so; without
+            # it ResNet-50's 8x1000x2048 had no config in the space).
+            p.require(z3.Or(padded(m, wg_m) * 4 <= m * 5, z3.And(wg_m == mma_m, m < mma_m)),
+                      z3.Or(padded(n, wg_n) * 4 <= n * 5, z3.And(wg_n == mma_n, n < mma_n)))
         p.require(
             padded(k, k_tile) * 4 <= k * 5,
             tiling.within(threads, t.max_threads_per_workgroup or 1024),

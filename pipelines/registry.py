@@ -12,6 +12,7 @@ from pipelines.llvmcpu_reduction import LLVMCPUReduction
 from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from pipelines.llvmgpu_tile_and_fuse_elementwise import LLVMGPUTileAndFuseElementwise
+from pipelines.llvmgpu_tile_and_fuse_pooling import LLVMGPUTileAndFusePooling
 from pipelines.llvmgpu_vector_distribute import LLVMGPUVectorDistribute
 from pipelines.llvmgpu_vector_distribute_attention import LLVMGPUVectorDistributeAttention
 from pipelines.llvmgpu_vector_distribute_reduction import LLVMGPUVectorDistributeReduction
@@ -30,6 +31,7 @@ PIPELINES: dict[str, Pipeline] = {
         LLVMGPUVectorDistributeAttention(),
         LLVMGPUVectorDistributeReduction(),
         LLVMGPUTileAndFuseElementwise(),
+        LLVMGPUTileAndFusePooling(),
         # By name only, like VectorDistribute: a transform-dialect mma.sync kernel for contractions.
         LLVMGPUMmaSync(),
     )

@@ -181,3 +181,24 @@ def test_contraction_configs_take_effect_under_o3_through_the_codegen_stage(cuda
     built = build_all(LocalBuilder.of(GPU_SAMPLE, o3, tmp_path, ctx), candidates)
     assert {b.result.label: b.result.error for b in built if not b.result.ok} == {}
     assert any("--iree-codegen-transform-dialect-library=" in f for f in built[1].result.flags)
+
+
+def test_a_side_shorter_than_one_mma_tile_is_padded_to_one_tile_and_no_further(cuda, ctx, tmp_path):
+    """A classifier over a batch of 8 (ResNet-50's 8x1000x2048): M = 8 is padded to the MMA's 16
+    rows, as the compiler's own config does; 32 rows would be 4x the work. Before, the space
+    held no config for it."""
+    from tests.conftest import write_matmul
+
+    [d] = discover(write_matmul(tmp_path / "fc.mlir", 8, 1000, 2048, "f16"), cuda, ctx)
+    problem = PIPE.build_problem(d)
+    # NV_MMA_SYNC_F32_16x8x16_F16: 16 rows; N 32 = 1 subgroup of 4 tiles of 8 (1000 pads to 1024).
+    one_tile = {"mma_kind": 0, "subgroup_m": 1, "subgroups_m": 1, "subgroup_n": 4, "subgroups_n": 1,
+                "reduction_k": 4, "prefetch_num_stages": 2, "reorder_workgroups": 0, "split_k": 1}
+    assert problem.admits(one_tile)
+    assert not problem.admits({**one_tile, "subgroup_m": 2})  # 32 rows
+    assert not problem.admits({**one_tile, "subgroups_m": 2})  # 2 subgroups of 16 rows
+    solutions = list(enumerate_solutions(problem, 4))
+    assert solutions and all(s["subgroup_m"] * s["subgroups_m"] == 1 for s in solutions)
+    # A side as long as one MMA tile or longer keeps the quarter rule: 20 rows may not pad to 32.
+    twenty = replace(d, loop_bounds=(20, 1000, 2048))
+    assert not PIPE.build_problem(twenty).admits(one_tile)
