@@ -50,6 +50,20 @@ def unit_batch_contraction(dispatch: Dispatch) -> bool:
             and all(size == 1 for size in dispatch.sizes(dispatch.batch_dims)))
 
 
+# Workgroups that fill the GPU: a preference, not a rule. Where even the smallest tiles launch
+# fewer, half as many as those do (a classifier over a batch of 8, 8x1000x2048: one MMA tile of
+# rows, at most 125 workgroups of 8 columns; asked for 128 the preference could not hold, and
+# the next ones, a full register tile first, chose 4-16 workgroups of 64-256 columns).
+ENOUGH_WORKGROUPS = 128
+
+
+def enough_workgroups(dispatch: Dispatch, view, intrinsics, split: int) -> int:
+    """ENOUGH_WORKGROUPS, or half what the smallest tiles of any intrinsic launch where those
+    launch fewer (split `split` ways)."""
+    most = split * max(workgroup_count(dispatch, view, i.m, i.n, i.m, i.n) for i in intrinsics)
+    return ENOUGH_WORKGROUPS if most >= ENOUGH_WORKGROUPS else max(1, most // 2)
+
+
 class LLVMGPUTileAndFuse(Pipeline):
     """Knobs (IREE's names): `mma_kind`, `subgroup_m/n` (MMA tiles per subgroup, the lowering
     config's `subgroup`), `subgroups_m/n` (subgroups per workgroup; with the tiles they give the
@@ -180,7 +194,7 @@ class LLVMGPUTileAndFuse(Pipeline):
         # dispatch; the best 4x4 or 2x8 tiles 0.72 ms; 8x1 tiles 3-4.7 ms); 4 to 8 subgroups; a
         # K step of at least 32; then the intrinsic the compiler lists first.
         p.prefer("whole_tiles", z3.And(m % wg_m == 0, n % wg_n == 0, k % k_tile == 0))
-        p.prefer("enough_workgroups", workgroups >= 128)
+        p.prefer("enough_workgroups", workgroups >= enough_workgroups(dispatch, view, intrinsics, max(splits)))
         p.prefer("full_register_tile", acc_regs * 4 >= MAX_ACCUMULATOR_REGISTERS * 3)
         p.prefer("busy_subgroups", acc_regs * 2 >= MAX_ACCUMULATOR_REGISTERS)
         p.prefer("four_to_eight_subgroups", z3.And(sg_m.var * sg_n.var >= 4, sg_m.var * sg_n.var <= 8))

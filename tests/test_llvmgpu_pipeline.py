@@ -202,3 +202,21 @@ def test_a_side_shorter_than_one_mma_tile_is_padded_to_one_tile_and_no_further(c
     # A side as long as one MMA tile or longer keeps the quarter rule: 20 rows may not pad to 32.
     twenty = replace(d, loop_bounds=(20, 1000, 2048))
     assert not PIPE.build_problem(twenty).admits(one_tile)
+
+
+def test_where_no_tiles_fill_the_gpu_the_first_configs_launch_half_what_the_smallest_do(cuda, ctx, tmp_path):
+    """ResNet-50's classifier under O3 (no split-K there): one MMA tile of 16 rows, and at most
+    1000 / 8 = 125 workgroups of 8 columns, so 128 cannot be had; asked for half of 125 (62),
+    the first configs take 8 or 16 columns (125 or 63 workgroups), not 32 (32) or more."""
+    from pipelines.llvmgpu_tile_and_fuse import enough_workgroups
+    from pipelines.llvmgpu_gemm_view import gemm_view
+    from tests.conftest import write_matmul
+
+    [d] = discover(write_matmul(tmp_path / "fc.mlir", 8, 1000, 2048, "f16"), cuda, ctx)
+    o3 = replace(d, flags=("--iree-opt-level=O3",))
+    assert enough_workgroups(o3, gemm_view(o3), compatible_intrinsics(o3), 1) == 62
+    first = generate_candidates(o3, PIPE, 4, ctx, cuda.spec_entry)[1:]
+    widths = {c.config.knobs["subgroups_n"] * c.config.knobs["subgroup_n"] * 8 for c in first}
+    assert widths and widths <= {8, 16}
+    # A shape the smallest tiles fill the GPU with keeps 128 (the 4096^3 sample).
+    assert enough_workgroups(o3, gemm_view(replace(o3, loop_bounds=(4096, 4096, 4096))), compatible_intrinsics(o3), 1) == 128
