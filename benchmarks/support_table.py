@@ -41,6 +41,10 @@ ROWS = [
     ("LayerNorm: the normalization", "other_kinds.mlir#normalization", "other_kinds.mlir#normalization"),
     ("transpose", "other_kinds.mlir#transpose", "other_kinds.mlir#transpose"),
     ("elementwise (a GELU)", "other_kinds.mlir#elementwise", "other_kinds.mlir#elementwise"),
+    # Pooling windows, from the tests' fixtures: ResNet's stem max pooling as exporters write it
+    # (NCHW; the file's other form, as the channels-last pass leaves it, is tuned the same way).
+    ("max pooling 3x3, stride 2 (2x64x28x28 f16)", "maxpool_3x3s2_f16.mlir#convolution",
+     "maxpool_3x3s2_f16.mlir#convolution"),
     # FILE@early: the file's linalg.mmt4d under data tiling materialized early (CPU only).
     ("data-tiled matmul (linalg.mmt4d, encodings materialized early)", "matmul_1024x1024x1024_f32.mlir@early", None),
 ]
