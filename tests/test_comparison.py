@@ -90,3 +90,49 @@ def test_a_claim_is_an_interval_from_the_order_statistics_of_its_rounds():
     four = Paired((1.1, 0.9, 1.3, 1.2)).interval()
     assert (four.low, four.high, four.coverage) == (0.9, 1.3, pytest.approx(0.875))
     assert Paired((1.2,)).interval() is None
+
+
+def test_whole_model_rounds_chain_each_variant_between_two_reference_timings(tmp_path):
+    """tune-model's interleaved rounds (the flag stage, each merge step, the verdict) time one
+    chain R v R v R v R: each variant between the reference timings just before and after it,
+    the reference timing that closes a round opening the next. Three rounds of one variant are
+    7 timing runs, not 9 (each a process that loads the whole model on a GPU). The load rises
+    steadily here (the reference 10, 12, 14, 16 ms); the variant always runs at half the
+    geometric mean of its brackets, so every ratio is 2."""
+    import math
+
+    from tuner.core.running import ModuleRun
+    from tuner.evaluation.runner import Timing
+    from tuner.stages.model_timing import compare
+
+    reference_ms = iter([10.0, 12.0, 14.0, 16.0])
+    calls: list[str] = []
+    last = {}
+
+    def timer(vmfb, settings):
+        calls.append(vmfb.name)
+        if vmfb.name == "reference.vmfb":
+            last["ref"] = next(reference_ms)
+            return Timing((last["ref"],))
+        upcoming = {10.0: 12.0, 12.0: 14.0, 14.0: 16.0}[last["ref"]]
+        return Timing((math.sqrt(last["ref"] * upcoming) / 2,))
+
+    settings = ModuleRun("local-task", "f", (), checked=None)
+    cmp = compare(("ref", tmp_path / "reference.vmfb"), [("v", tmp_path / "variant.vmfb")], settings, 3,
+                  tmp_path / "runs", timer=timer)
+    assert calls == ["reference.vmfb", "variant.vmfb"] * 3 + ["reference.vmfb"]
+    assert cmp.reference_ms == (10.0, 12.0, 14.0, 16.0)
+    assert cmp.paired["v"].ratios == pytest.approx((2.0, 2.0, 2.0))
+    # Two variants: rotated each round, still one chain (1 + 2 x 2 x 2 = 9 runs for two rounds).
+    reference_ms = iter([10.0, 12.0, 14.0, 16.0, 18.0])
+    calls.clear()
+
+    def flat(vmfb, settings):
+        calls.append(vmfb.name)
+        return Timing((next(reference_ms),)) if vmfb.name == "reference.vmfb" else Timing((5.0,))
+
+    cmp = compare(("ref", tmp_path / "reference.vmfb"), [("a", tmp_path / "a.vmfb"), ("b", tmp_path / "b.vmfb")],
+                  settings, 2, tmp_path / "runs2", timer=flat)
+    assert calls == ["reference.vmfb", "a.vmfb", "reference.vmfb", "b.vmfb", "reference.vmfb",
+                     "b.vmfb", "reference.vmfb", "a.vmfb", "reference.vmfb"]
+    assert len(cmp.paired["a"].ratios) == len(cmp.paired["b"].ratios) == 2

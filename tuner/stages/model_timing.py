@@ -118,12 +118,18 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
     ref_ms: list[float] = []
     var_ms: dict[str, list[float]] = {name: [] for name, _ in timed}
     ratios: dict[str, list[float]] = {name: [] for name, _ in timed}
-    steps, done = rounds * (2 * len(timed) + 1), 0
+    # One chain R v1 R v2 R ... across the rounds: a round opens with the reference timing that
+    # closed the one before (each variant still sits between two reference timings), so a merge
+    # step of 3 rounds starts 7 timing runs, not 9 (on the H100 each is a process that loads the
+    # whole model: ResNet-50's merge took 345 s for 13 winners).
+    steps, done = (1 + 2 * len(timed) * rounds if timed else rounds) if rounds else 0, 0
+    before: Optional[float] = None
     for r in range(rounds):
         order = timed[r % len(timed):] + timed[:r % len(timed)] if timed else []
-        before = _time(reference[1], settings, timer)
-        ref_ms.append(before or 0.0)
-        done += 1
+        if r == 0 or not timed:
+            before = _time(reference[1], settings, timer)
+            ref_ms.append(before or 0.0)
+            done += 1
         for name, vmfb in order:
             ms = _time(vmfb, settings, timer)
             after = _time(reference[1], settings, timer)
