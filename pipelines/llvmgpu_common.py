@@ -72,3 +72,28 @@ def i64_array(values: list[int]) -> ir.ArrayAttr:
 
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
+
+
+def retiled_default(dispatch: Dispatch, workgroup: list[int], thread: list[int], ctx: ir.Context,
+                    **entries: ir.Attribute) -> tuple[ir.Attribute, ir.Attribute, ir.Attribute, int]:
+    """The compiler's own TileAndFuse config of the dispatch with its `workgroup` and `thread`
+    tiles (and any other `entries`) replaced, and a workgroup of as many threads as the tiles
+    make (workgroup tile / thread tile over every loop), linearized ([threads, 1, 1], as IREE's
+    own configs have it): (lowering config, translation info, compilation info, threads).
+    Lowering only: imports IREE."""
+    from iree.compiler import ir
+    from iree.compiler.dialects import iree_codegen, iree_gpu
+
+    threads = 1
+    for w, t in zip(workgroup, thread):
+        threads *= w // t if t else 1
+    with ctx:
+        default = iree_gpu.LoweringConfigAttr(ir.Attribute.parse(dispatch.default.lowering_config))
+        fields = {n.name: n.attr for n in default.attributes}
+        fields.update(workgroup=i64_array(workgroup), thread=i64_array(thread), **entries)
+        lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get(fields))
+        info = iree_codegen.TranslationInfoAttr(ir.Attribute.parse(dispatch.default.translation_info))
+        translation = iree_codegen.TranslationInfoAttr.get(info.pass_pipeline, None, [threads, 1, 1],
+                                                           info.subgroup_size, info.configuration)
+        compilation = iree_codegen.CompilationInfoAttr.get(lowering, translation)
+    return lowering, translation, compilation, threads

@@ -26,7 +26,7 @@ import z3
 from constraints import BoolKnob, IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import PARALLEL_KINDS, Dispatch
-from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array
+from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array, retiled_default
 from pipelines.printed_config import tiling_level
 
 if TYPE_CHECKING:
@@ -153,9 +153,6 @@ class LLVMGPUTileAndFuseElementwise(Pipeline):
 
     # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        from iree.compiler import ir
-        from iree.compiler.dialects import iree_codegen, iree_gpu
-
         tiles = _tiles(dispatch)
         assert tiles is not None
         wg, th = list(tiles[0]), list(tiles[1])
@@ -165,20 +162,9 @@ class LLVMGPUTileAndFuseElementwise(Pipeline):
             wg[loops["outer"]] = int(s["workgroup_outer"])
         if "write" in loops:
             wg[loops["write"]], th[loops["write"]] = int(s["workgroup_write"]), int(s["thread_write"])
-        threads = 1
-        for w, t in zip(wg, th):
-            threads *= w // t if t else 1
         with ctx:
-            default = iree_gpu.LoweringConfigAttr(ir.Attribute.parse(dispatch.default.lowering_config))
-            entries = {n.name: n.attr for n in default.attributes}
-            entries["workgroup"], entries["thread"] = i64_array(wg), i64_array(th)
-            if s.get("promote_input"):
-                entries["promote_operands"] = i64_array([_transposed_input(dispatch)])
-            lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get(entries))
-            info = iree_codegen.TranslationInfoAttr(ir.Attribute.parse(dispatch.default.translation_info))
-            translation = iree_codegen.TranslationInfoAttr.get(info.pass_pipeline, None, [threads, 1, 1],
-                                                               info.subgroup_size, info.configuration)
-            compilation = iree_codegen.CompilationInfoAttr.get(lowering, translation)
+            promoted = {"promote_operands": i64_array([_transposed_input(dispatch)])} if s.get("promote_input") else {}
+        lowering, translation, compilation, threads = retiled_default(dispatch, wg, th, ctx, **promoted)
         tile = "x".join(str(wg[d]) for d in sorted(loops.values()))
         per_thread = f"{s['thread_inner']}" + (f"x{s['thread_write']}" if "write" in loops else "")
         return Config(knobs=dict(s), compilation_info=str(compilation),

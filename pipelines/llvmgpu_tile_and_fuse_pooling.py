@@ -30,7 +30,7 @@ import z3
 from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array
+from pipelines.llvmgpu_common import ELEMENT_BYTES, retiled_default
 from pipelines.printed_config import mma_kind, tiling_level
 
 if TYPE_CHECKING:
@@ -143,26 +143,12 @@ class LLVMGPUTileAndFusePooling(Pipeline):
 
     # The lowering: the only part that imports IREE.
     def to_config(self, dispatch: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        from iree.compiler import ir
-        from iree.compiler.dialects import iree_codegen, iree_gpu
-
         loops, tiles = _loops(dispatch), _tiles(dispatch)
         assert loops is not None and tiles is not None
         wg, th = list(tiles[0]), list(tiles[1])
         for role, d in loops.items():
             wg[d], th[d] = int(s[f"workgroup_{role}"]), int(s.get(f"thread_{role}", 1))
-        threads = 1
-        for w, t in zip(wg, th):
-            threads *= w // t if t else 1
-        with ctx:
-            default = iree_gpu.LoweringConfigAttr(ir.Attribute.parse(dispatch.default.lowering_config))
-            entries = {n.name: n.attr for n in default.attributes}
-            entries["workgroup"], entries["thread"] = i64_array(wg), i64_array(th)
-            lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get(entries))
-            info = iree_codegen.TranslationInfoAttr(ir.Attribute.parse(dispatch.default.translation_info))
-            translation = iree_codegen.TranslationInfoAttr.get(info.pass_pipeline, None, [threads, 1, 1],
-                                                               info.subgroup_size, info.configuration)
-            compilation = iree_codegen.CompilationInfoAttr.get(lowering, translation)
+        lowering, translation, compilation, threads = retiled_default(dispatch, wg, th, ctx)
         tile = "x".join(str(s[f"workgroup_{role}"]) for role in ("channels", "rows", "columns"))
         return Config(knobs=dict(s), compilation_info=str(compilation),
                       summary=(f"wg {tile} (c x rows x cols), {s['thread_channels']}x{s['thread_columns']} "
