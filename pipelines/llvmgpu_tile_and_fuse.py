@@ -11,11 +11,11 @@ import z3
 
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, default_pipeline_is, tiled_config
-from pipelines.dispatch import Dispatch, DispatchKind
+from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape, shared_memory_bytes, subgroup_size)
 from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
-from pipelines.llvmgpu_gemm_view import (GemmTiles, channels_first, column_tiles_fit, gemm_features, gemm_view,
+from pipelines.llvmgpu_gemm_view import (GemmTiles, GemmView, channels_first, column_tiles_fit, gemm_features, gemm_view,
                                          igemm_convolution, tile_and_fuse_convolution, tile_sizes, workgroup_count)
 from pipelines.llvmgpu_split_k import split_factors, split_view
 from pipelines.model_flags import AGGRESSIVE_FUSION, CHANNELS_LAST, DIRECT_CONVOLUTION, GENERALIZE_MATMUL, O3
@@ -57,7 +57,7 @@ def unit_batch_contraction(dispatch: Dispatch) -> bool:
 ENOUGH_WORKGROUPS = 128
 
 
-def enough_workgroups(dispatch: Dispatch, view, intrinsics, split: int) -> int:
+def enough_workgroups(dispatch: Dispatch, view: GemmView, intrinsics: list[MmaIntrinsic], split: int) -> int:
     """ENOUGH_WORKGROUPS, or half what the smallest tiles of any intrinsic launch where those
     launch fewer (split `split` ways)."""
     most = split * max(workgroup_count(dispatch, view, i.m, i.n, i.m, i.n) for i in intrinsics)
