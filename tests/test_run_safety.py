@@ -928,3 +928,24 @@ def test_every_write_of_the_tuner_goes_through_the_run_directory_helpers_or_is_l
     assert {rel: lines for rel, lines in unlisted.items() if lines} == {}
     gone = {rel: [s for s in sites if not any(s in line for line in found.get(rel, []))] for rel, sites in RAW_WRITES.items()}
     assert {rel: sites for rel, sites in gone.items() if sites} == {}  # the list stays true to the code
+
+
+@pytest.mark.parametrize("field, value", [("median_ms", "1.5"), ("round_ratios", ["2.0", 1.9]), ("candidate_id", "x"),
+                                          ("times_ms", "1.0")])
+def test_a_results_file_with_a_number_edited_into_text_is_one_error_line_and_tuned_again(tmp_path, field, value):
+    """The hostile probe's `report` on a results.json whose medians or ratios are strings ended in
+    a traceback; a tune-model run resuming from such a dispatch result would too."""
+    from tuner.core.results import Result, Status
+    from tuner.stages.builtin import finished_tuning
+
+    good = [Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=i == 0, knobs={}, flags=[],
+                   status=Status.OK, times_ms=[1.0], median_ms=1.0, round_ratios=[1.2] if i else []).to_json()
+            for i in range(2)]
+    good[1][field] = value
+    (tmp_path / "results.json").write_text(json.dumps({"dispatch": "d", "input_digest": "x", "candidates": good}))
+    result = run_cli("report", tmp_path)
+    assert_one_error_line(result, 2, "not a readable results file")
+    assert repr(value) in result.output
+    dispatch = type("D", (), {"source_digest": "x"})()
+    candidates = [type("C", (), {"key": f"k{i}"})() for i in range(2)]
+    assert finished_tuning(tmp_path, dispatch, candidates) is None

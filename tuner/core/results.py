@@ -123,9 +123,34 @@ class Result:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Result":
+        """A result as `to_json` wrote it (results.json, a manifest, the store): ValueError where a
+        field a person could have edited is not what this tuner writes (a time as a string)."""
         data = dict(data)
         data["status"] = Status(data["status"])
+        if not _integer(data.get("candidate_id")):
+            raise ValueError(f"candidate_id {data.get('candidate_id')!r} is not an integer")
+        for name in _NUMBERS:
+            if data.get(name) is not None and not _number(data[name]):
+                raise ValueError(f"candidate {data['candidate_id']}: {name} {data[name]!r} is not a number")
+        for name in _NUMBER_LISTS:
+            values = data.get(name, [])
+            if not isinstance(values, list) or not all(_number(v) for v in values):
+                raise ValueError(f"candidate {data['candidate_id']}: {name} {values!r} is not a list of numbers")
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+# The fields of a Result that hold a number (or None), and those that hold lists of numbers.
+_NUMBERS = ("median_ms", "spread_pct", "relative_error", "compile_s", "benchmark_s", "timed_at", "baseline_ms",
+            "first_pass_speedup", "load_change")
+_NUMBER_LISTS = ("times_ms", "rounds_ms", "round_ratios", "holdout_ratios")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

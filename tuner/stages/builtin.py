@@ -341,10 +341,13 @@ def finished_tuning(directory: Path, dispatch: Dispatch, candidates) -> Optional
     except (OSError, ValueError):
         return None
     keys = {c.key for c in candidates}
-    if data.get("input_digest") != dispatch.source_digest or \
-            {r.get("key") for r in data.get("candidates", [])} != keys:
+    try:
+        if data.get("input_digest") != dispatch.source_digest or \
+                {r.get("key") for r in data.get("candidates", [])} != keys:
+            return None
+        return [Result.from_json(r) for r in data["candidates"]]
+    except (AttributeError, KeyError, TypeError, ValueError):  # not as this tuner wrote it: tuned again
         return None
-    return [Result.from_json(r) for r in data["candidates"]]
 
 
 def tuning_outcome(outcome: DispatchOutcome, dispatch: Dispatch, candidates, results: list[Result]) -> DispatchOutcome:
