@@ -72,6 +72,9 @@ def test_report_redraws_table_and_plot(tmp_path):
     assert "3/4" in result.output and "compile_failed" in result.output and "0.67x" in result.output
     assert "best: candidate 1 (cfg 1) is 1.83x the default" in " ".join(result.output.split())
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Named by its results.json, the directory is meant (it said "DIR/results.json: no results.json").
+    again = run_cli("report", str(tmp_path / "results.json"))
+    assert again.exit_code == 0 and "best: candidate 1 (cfg 1)" in " ".join(again.output.split())
     from tuner.run_dir import UMASK
     assert (tmp_path / "results.png").stat().st_mode & 0o777 == 0o666 & ~UMASK  # as every output, not 0600
     assert_one_error_line(run_cli("report", str(tmp_path / "nothing")), 2, "no results.json")

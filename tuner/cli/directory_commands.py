@@ -29,6 +29,8 @@ def report(directory: Path, top: int) -> None:
 
     console = make_console()
     with errors_to_exit():
+        if directory.name == "results.json" and directory.is_file():
+            directory = directory.parent  # the file named instead of its directory
         path = directory / "results.json"
         if not path.is_file():
             raise InputError(f"{directory}: no results.json; run `iree-tuner tune` or `iree-tuner benchmark` first")
