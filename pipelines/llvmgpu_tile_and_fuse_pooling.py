@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import z3
 
-from constraints import IntKnob, Problem
+from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import ELEMENT_BYTES, retiled_default
@@ -53,20 +53,21 @@ def _loops(dispatch: Dispatch) -> dict[str, int] | None:
     return {"channels": conv.batch[1], "rows": conv.output_image[0], "columns": conv.output_image[1]}
 
 
-def _tiles(dispatch: Dispatch) -> tuple[list[int], list[int], list[int]] | None:
-    """The compiler's workgroup, thread and reduction tiles where they are the kind described
-    above: every tile given, the batch loop one thread's work, the window reduced whole, no MMA."""
+def _tiles(dispatch: Dispatch) -> tuple[list[int], list[int]] | None:
+    """The compiler's workgroup and thread tiles where its config is the kind described above:
+    every tile given, the batch loop one thread's work, the window reduced whole (its MMA-free
+    kind: _its_kind)."""
     text = dispatch.default.lowering_config
     wg, th, red = (tiling_level(text, level) for level in ("workgroup", "thread", "reduction"))
     rank = len(dispatch.loop_bounds)
-    if mma_kind(text) or dispatch.fused or any(len(t) != rank for t in (wg, th, red)):
+    if dispatch.fused or any(len(t) != rank for t in (wg, th, red)):
         return None
     conv = dispatch.conv
     if conv is None or any(red[d] != dispatch.loop_bounds[d] for d in conv.filter):
         return None
     if wg[conv.batch[0]] != 1:
         return None
-    return wg, th, red
+    return wg, th
 
 
 def _its_kind(dispatch: Dispatch) -> bool:
@@ -81,10 +82,6 @@ def _written_role(dispatch: Dispatch, loops: Mapping[str, int]) -> str | None:
     for NHWC)."""
     output = dispatch.operand_dims[-1] if dispatch.operand_dims else ()
     return next((role for role, d in loops.items() if output and output[-1] == d), None)
-
-
-def _divisors(extent: int, most: int) -> list[int]:
-    return [d for d in range(1, min(extent, most) + 1) if extent % d == 0]
 
 
 class LLVMGPUTileAndFusePooling(Pipeline):
@@ -110,7 +107,7 @@ class LLVMGPUTileAndFusePooling(Pipeline):
                                               ELEMENT_BYTES.get(dispatch.out_type, 4)))
 
         p = Problem()
-        wg = {role: p.add_knob(IntKnob.of(f"workgroup_{role}", _divisors(b[d], MAX_TILE))).var
+        wg = {role: p.add_knob(IntKnob.of(f"workgroup_{role}", [t for t in tiling.divisors(b[d]) if t <= MAX_TILE])).var
               for role, d in loops.items()}
         th = {role: p.add_knob(IntKnob.of(f"thread_{role}", [v for v in (1, 2, 4, 8) if v <= lanes])).var
               for role in ("channels", "columns")}
@@ -118,12 +115,11 @@ class LLVMGPUTileAndFusePooling(Pipeline):
         p.require(*(wg[role] % th[role] == 0 for role in loops))
         threads = z3.Product(*(wg[role] / th[role] for role in loops))
         p.require(threads % subgroup == 0, threads <= max_threads)
+        # One image a workgroup: the tiles of the channels, rows and columns, times the images.
         workgroups = 1
         for role, d in loops.items():
             workgroups = workgroups * (b[d] / wg[role])
-        for d, extent in enumerate(b):
-            if d not in loops.values() and d not in (dispatch.conv.filter if dispatch.conv else ()):
-                workgroups = workgroups * extent
+        workgroups = workgroups * b[dispatch.conv.batch[0]]
         # Most important first: enough workgroups to fill the GPU; 64 to 256 threads a workgroup
         # (the compiler's 32 leave a multiprocessor's schedulers idle); a thread's outputs a vector
         # along the loop the output is contiguous in (16 bytes of f16 along the columns for NCHW).

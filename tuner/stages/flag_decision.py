@@ -60,8 +60,7 @@ def earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mode
         again = rewritten_program(env, combined([applying[n] for n in rewrites]))
         if again is None or again.resolve() != program.resolve():
             return None
-    return ModelState(flags=tuple(data["flags"]), flag_trials=data.get("trials", {}),
-                      rewrites=tuple(data.get("rewrites", ())), program=program)
+    return ModelState(flags=flags, flag_trials=data.get("trials", {}), rewrites=rewrites, program=program)
 
 
 def decision_text(state: ModelState) -> str:
