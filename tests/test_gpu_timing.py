@@ -257,6 +257,48 @@ def test_two_machines_compile_for_timing_in_the_model_and_say_what_the_device_si
     assert_one_error_line(run_cli("benchmark", out), 3, "--gpu-timing model:")
 
 
+def test_a_manifest_built_both_ways_is_timed_in_the_model_only_where_cupti_loads(monkeypatch, tmp_path):
+    """`benchmark DIR` on a manifest compiled with `--gpu-timing auto` (kernels named and the
+    dispatch benchmark built) times in the model where CUPTI loads and the timing allows it, and
+    alone elsewhere; one compiled for the model alone has no other way."""
+    from tuner.benchmark_dir import in_model_here
+
+    result = Result(candidate_id=1, key="k", label="x", is_baseline=False, knobs={}, flags=[], status=Status.OK)
+    vmfb, bench = tmp_path / "0001" / "candidate.vmfb", tmp_path / "0001" / "dispatch.vmfb"
+    both = [Built(result, vmfb, "f32", None, (), (), bench, "main_dispatch_0_benchmark", kernels=("m_dispatch_0",))]
+    model_only = [Built(result, vmfb, "f32", None, (), (), kernels=("m_dispatch_0",))]
+    alone_only = [Built(result, vmfb, "f32", None, (), (), bench, "main_dispatch_0_benchmark")]
+    monkeypatch.setattr(in_model, "why_not_in_model", lambda: None)  # CUPTI loads
+    assert in_model_here(both, "auto", "cuda", "auto")
+    assert not in_model_here(both, "auto", "cuda", "alone")
+    assert not in_model_here(both, "ray", "cuda", "auto")  # a cluster's workers time alone
+    assert not in_model_here(alone_only, "auto", "cuda", "auto")
+    assert in_model_here(model_only, "auto", "cuda", "alone")  # nothing else to time
+    monkeypatch.setattr(in_model, "why_not_in_model", lambda: "CUPTI could not be loaded: no libcupti found")
+    assert not in_model_here(both, "auto", "cuda", "auto")
+    assert in_model_here(model_only, "auto", "cuda", "auto")  # and _runner says CUPTI is missing
+    with pytest.raises(TargetError, match="--gpu-timing model: CUPTI"):
+        in_model_here(both, "auto", "cuda", "model")
+
+
+@pytest.mark.slow
+def test_two_machines_compile_both_timings_by_default_on_cuda(tmp_path):
+    """`tune --compile-only --target cuda:...` with the default `--gpu-timing auto` names each
+    candidate's kernels and builds its dispatch benchmark too: the benchmark side times inside the
+    model where CUPTI loads (the claim is then of the module's call), alone elsewhere."""
+    from tests.conftest import SAMPLES, run_cli
+
+    out = tmp_path / "out"
+    compiled = run_cli("tune", SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir", "--target", "cuda:sm_80",
+                       "--compile-only", "--budget", "1", "--output", out)
+    assert compiled.exit_code == 0, compiled.output
+    built = json.loads((out / "manifest.json").read_text())["candidates"]
+    ok = [b for b in built if b["result"]["status"] == "ok"]
+    assert len(ok) == 2, built
+    assert all(b["kernels"] == ["matmul_dispatch_0"] and b["dispatch_vmfb"] for b in ok), ok
+    assert all((out / b["dispatch_vmfb"]).is_file() for b in ok)
+
+
 STUCK_CALL = """
 import signal, time
 from tuner.cli.options import terminate

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 from tuner.evaluation.devices import distinct_devices, measure_built
 from tuner.errors import InputError
 from tuner.build.manifest import MANIFEST, Manifest
+from tuner.core.built import Built
 from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress
 from tuner.evaluation.passes import PassSetup, measure_pass
@@ -46,10 +47,22 @@ def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSetting
         return _benchmark_dir(root, devices, settings, progress, store_path, strategy, tuple(parameters))
 
 
+def in_model_here(built: Sequence[Built], strategy: str, device: str, gpu_timing: str) -> bool:
+    """Whether this manifest's candidates are timed by their kernels inside the model here: where
+    they were compiled for that alone (`--gpu-timing model`), always (an error where CUPTI does not
+    load); where their dispatch benchmarks were built too (`auto`), where `gpu_timing` and this
+    machine allow (CUPTI loads, not a Ray cluster), else alone."""
+    if not any(b.kernels for b in built):
+        return False
+    if not any(b.dispatch_vmfb is not None for b in built):
+        return True
+    return strategy != "ray" and times_in_model(gpu_timing, device)
+
+
 def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSettings, in_model: bool = False
             ) -> tuple[ModuleRunner, tuple[str, ...]]:
     """Where the manifest is timed: this machine's devices (by the candidates' kernels inside
-    their model where it was compiled so, `in_model`), or the cluster's workers."""
+    their model, `in_model`: see in_model_here), or the cluster's workers."""
     if in_model:
         if strategy == "ray":
             raise InputError("this manifest is timed inside the model (compiled with --gpu-timing model), which a "
@@ -80,7 +93,11 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
     baseline = next((b for b in manifest.built if b.result.is_baseline), None)
     if baseline is None:
         raise InputError(f"{root / MANIFEST}: no baseline candidate in it")
-    runner, devices = _runner(strategy, manifest.device, devices, settings, any(b.kernels for b in manifest.built))
+    in_model = in_model_here(manifest.built, strategy, (devices or (manifest.device,))[0], settings.gpu_timing)
+    if not in_model:  # timed alone: each candidate's dispatch benchmark, where it has one
+        manifest = replace(manifest, built=tuple(replace(b, kernels=()) if b.dispatch_vmfb is not None else b
+                                                 for b in manifest.built))
+    runner, devices = _runner(strategy, manifest.device, devices, settings, in_model)
     conditions = (runner.identity(devices[0]),
                   runner.timing_identity(devices[0], baseline.dispatch_benchmark is not None, DISPATCH_BATCH))
     with ResultStore(store_path or root / STORE, manifest.meta.get("compiler", "unknown"), runtime_version()) as store:

@@ -241,11 +241,12 @@ def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, pro
     store = open_store(session, run.store_path)
     try:
         if run.compile_only:
-            # `--gpu-timing model` on the compile machine: the device side will time in the model.
-            in_model = (settings.gpu_timing == "model" and target.time_dispatch_only and target.device.startswith("cuda")
-                        and not session.workload.dispatch_benchmark)
+            # CUDA: the device side times in the model (`--gpu-timing model`), or alone from the
+            # dumped benchmarks (`alone`), or chooses by whether CUPTI loads there (`auto`: both built).
+            in_model = (settings.gpu_timing != "alone" and target.time_dispatch_only
+                        and target.device.startswith("cuda") and not session.workload.dispatch_benchmark)
             builder = builder_for(session.input_path, target, output_dir, session.ctx, settings, session.workload,
-                                  in_model)
+                                  in_model, alone_too=in_model and settings.gpu_timing == "auto")
             manifest = compile_to_manifest(candidates, builder, session.workload, output_dir, store, meta, progress)
             says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)

@@ -62,7 +62,7 @@ def build_all(builder: "Builder", candidates: list[Candidate], progress: Optiona
 class LocalBuilder:
     """Compiles with iree-compile on this machine, `workers` at once, into `workdir`/NNNN.
     `entry`: build the dispatch benchmark of that function too; `in_model`: no dispatch benchmark
-    (each candidate timed inside its whole-model module): see compile_candidate."""
+    (each candidate timed inside its whole-model module), unless `alone_too`: see compile_candidate."""
 
     @classmethod
     def of(cls, input_path: Path, target: Target, workdir: Path, ctx: ir.Context,
@@ -71,9 +71,10 @@ class LocalBuilder:
         return cls(input_path, target, workdir, ctx, settings.compile_timeout_s, workers=settings.compile_workers, **kw)
 
     def __init__(self, input_path: Path, target: Target, workdir: Path, ctx: ir.Context, timeout_s: float,
-                 entry: Optional[str] = None, in_model: bool = False, workers: int = 1) -> None:
+                 entry: Optional[str] = None, in_model: bool = False, workers: int = 1, alone_too: bool = False
+                 ) -> None:
         self.input_path, self.target, self.workdir, self.ctx = input_path, target, workdir, ctx
-        self.timeout_s, self.entry, self.in_model = timeout_s, entry, in_model
+        self.timeout_s, self.entry, self.in_model, self.alone_too = timeout_s, entry, in_model, alone_too
         self.workers = max(1, workers)
         self._pool: Optional[ThreadPoolExecutor] = None
 
@@ -81,7 +82,7 @@ class LocalBuilder:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="compile")
         return self._pool.submit(compile_candidate, c, self.input_path, self.target, self.workdir, self.timeout_s,
-                                 self.entry, self.in_model)
+                                 self.entry, self.in_model, self.alone_too)
 
     def land(self, c: Candidate, started: Future) -> Built:
         return verify_build(started.result(), self.target, self.ctx)

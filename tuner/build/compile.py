@@ -56,17 +56,20 @@ class CompileJob:
     # Where the target times dispatches alone: the benchmark module source compiled into
     # DISPATCH_VMFB (a dumped one, or for split-K the two combined).
     timed_source: Optional[Path] = None
-    # The dispatch is timed inside the model (tuner.evaluation.in_model): no benchmark is dumped.
+    # The dispatch is timed inside the model (tuner.evaluation.in_model): its kernels are named.
     in_model: bool = False
 
 
 def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: Path, timeout_s: float,
-                      benchmark_entry: Optional[str] = None, in_model: bool = False) -> CompileJob:
+                      benchmark_entry: Optional[str] = None, in_model: bool = False,
+                      alone_too: bool = False) -> CompileJob:
     """Build the candidate's module (and, where the target times dispatches alone, the dispatch
     benchmark module IREE dumps for the tuned dispatch), in processes of their own. Touches no
     MLIR context, so any number of threads may call it at once. `benchmark_entry`: the program
     is itself an IREE dispatch benchmark, whose function of that name is timed. `in_model`: the
-    dispatch is timed by its kernels inside the candidate's module, so no benchmark is dumped."""
+    dispatch is timed by its kernels inside the candidate's module, so no benchmark is dumped,
+    unless `alone_too`: the side that times it (another machine) chooses, in the model where CUPTI
+    loads there, else alone."""
     cdir = workdir / f"{c.id:04d}"
     remove_tree(cdir)
     real_directory(cdir)
@@ -76,7 +79,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
     # Dumps go to paths relative to the candidate's directory (the compile runs there): CPU
     # binaries embed the dumped configuration's path, and equal code must give equal binaries.
     dumps = ["--iree-hal-dump-executable-configurations-to=configs", "--iree-hal-dump-executable-binaries-to=binaries"]
-    dump_benchmark = target.time_dispatch_only and benchmark_entry is None and not in_model
+    dump_benchmark = target.time_dispatch_only and benchmark_entry is None and (alone_too or not in_model)
     if dump_benchmark:
         dumps.append("--iree-hal-dump-executable-benchmarks-to=bench")
     cmd = [find_tool("iree-compile"), str(input_path.resolve()), *flags, TUNER_ATTRIBUTES_FLAG, *dumps,
@@ -98,7 +101,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
         if not bench_run.ok:
             return CompileJob(c, replace(bench_run, seconds=run.seconds + bench_run.seconds), flags, cdir)
-        return CompileJob(c, run, flags, cdir, benchmark_entry, bench)
+        return CompileJob(c, run, flags, cdir, benchmark_entry, bench, in_model=in_model)
     return CompileJob(c, run, flags, cdir, benchmark_entry, in_model=in_model)
 
 
@@ -168,7 +171,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
         detail = "; ".join(m[0] for m in mismatches if m) or "no root op found in the configured dispatches"
         return built(Status.CONFIG_NOT_APPLIED, error=detail)
     function = job.benchmark_entry
-    if target.time_dispatch_only and function is None and not job.in_model:
+    if target.time_dispatch_only and function is None and job.timed_source is not None:
         timed_text = job.timed_source.read_text()
         function = benchmark_function(timed_text, ctx)
         if function is None:

@@ -19,11 +19,13 @@ CANDIDATES = "candidates"  # DIR/candidates/NNNN: each candidate's build
 
 
 def builder_for(input_path: Path, target, root: Path, ctx, settings, workload: Workload,
-                in_model: bool = False) -> LocalBuilder:
+                in_model: bool = False, alone_too: bool = False) -> LocalBuilder:
     """The builder of a compile stage into `root`: a dispatch benchmark's function gets its
-    benchmark built too, unless the device times candidates inside the model (`in_model`)."""
+    benchmark built too, unless the device times candidates inside the model (`in_model`;
+    with `alone_too` both are built, and the device side chooses)."""
     return LocalBuilder.of(input_path, target, root / CANDIDATES, ctx, settings,
-                           entry=workload.entry if workload.dispatch_benchmark else None, in_model=in_model)
+                           entry=workload.entry if workload.dispatch_benchmark else None, in_model=in_model,
+                           alone_too=alone_too)
 
 
 def compile_to_manifest(candidates: list[Candidate], builder: LocalBuilder, workload: Workload, root: Path,
@@ -35,7 +37,9 @@ def compile_to_manifest(candidates: list[Candidate], builder: LocalBuilder, work
     timed out or was interrupted is tried again). Candidates that compiled before are built again
     only if their module is gone: the benchmark stage confirms the most promising ones, stored
     results included. With `builder.in_model` the device side times each candidate by its kernels
-    inside its whole-model module (`--gpu-timing model`), so no dispatch benchmark is dumped."""
+    inside its whole-model module (`--gpu-timing model`), so no dispatch benchmark is dumped; with
+    `builder.alone_too` as well (`--gpu-timing auto`) it is, and the device side times each
+    candidate in the model where CUPTI loads there, else alone."""
     target = builder.target
     meta = {**(meta or {}), "compiler": store.compiler}
     previous = Manifest.read_existing(root)
