@@ -8,15 +8,18 @@ only when called."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Mapping, Optional, TypeVar, Union
 
 from constraints import Problem
 from pipelines.dispatch import Dispatch
+from pipelines.configured import ConfiguredDispatch
+from pipelines.parts import ConfigPart, SplitReduction
 
 if TYPE_CHECKING:
     from iree.compiler import ir
 
 KnobValue = Union[int, bool]
+P = TypeVar("P", bound=ConfigPart)
 
 
 @dataclass(frozen=True)
@@ -36,26 +39,22 @@ class Config:
     # attribute's text), and reads back like it: attention's decomposition_config (the lowering
     # configs of its QK and PV matmuls) is one.
     root_attributes: tuple[tuple[str, str], ...] = ()
-    # Split-K: the root op's reduction is split this many ways before the compilation_info goes
-    # on the split op (a GPU preprocessing spec does both); a second dispatch adds the parts.
-    split_reduction: int = 1
-    # The loop extents the configured root op must have (the split op's, for split-K).
-    expect_loop_bounds: tuple[int, ...] | None = None
-    # Reduction kinds on GPUs: the lowering_config of each of the dispatch's other configured
-    # ops (Dispatch.fused, in its order), annotated with the root's compilation_info.
-    fused_lowering_configs: tuple[str, ...] = ()
     # The config goes in at the codegen stage (a @__kernel_config entry, where the dispatch's
     # ops are those the compiler configures) even on targets whose specs are preprocessing specs.
     codegen_spec: bool = False
-    # Transform named sequences the spec must hold beside its entry: a transform-dialect codegen
-    # strategy that the compilation_info's translation_info names (`codegen_spec = @name`).
-    codegen_sequences: str = ""
-    # The dispatch whose root op the config goes on, where it is not the tuned dispatch's own:
-    # a contraction's data-tiled linalg.mmt4d (Dispatch.data_tiled), which exists under `flags`.
-    applies_to: Optional[Dispatch] = None
-    # llvm-cpu: the microkernels the compiled executable's target must name (a flag candidate's
-    # `--iree-llvmcpu-enable-ukernels=...` read back), or None: not checked.
-    expect_ukernels: Optional[str] = None
+    # What only some pipelines ask for, one typed part each (pipelines.parts: split-K, a
+    # reduction's other ops, a codegen strategy, data tiling, microkernels, the ops after the root).
+    parts: tuple[ConfigPart, ...] = ()
+
+    def part(self, kind: type[P]) -> Optional[P]:
+        """This config's part of that type, or None."""
+        return next((p for p in self.parts if isinstance(p, kind)), None)
+
+    @property
+    def split_ways(self) -> int:
+        """How many ways the root op's reduction is split (pipelines.parts.SplitReduction; 1: not)."""
+        split = self.part(SplitReduction)
+        return split.ways if split else 1
 
 
 def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, translation: ir.Attribute,
@@ -68,22 +67,6 @@ def tiled_config(knobs: Mapping[str, KnobValue], lowering: ir.Attribute, transla
         info = iree_codegen.CompilationInfoAttr.get(lowering, translation)
     return Config(knobs=dict(knobs), compilation_info=str(info), summary=summary, expect_root_op=expect_root_op,
                   expect_lowering_config=str(lowering), expect_translation_info=str(translation))
-
-
-@dataclass(frozen=True)
-class ConfiguredDispatch:
-    """A root op as the compiler configured it, read back from executable-configurations."""
-
-    op_name: str
-    lowering_config: str
-    translation_info: str
-    # The root op's attributes by name, as the compiler left them (what Config.root_attributes
-    # are read back from).
-    attributes: tuple[tuple[str, str], ...] = ()
-    loop_bounds: tuple[int, ...] = ()  # static loop extents, where the reader knows them
-    # Reduction roots: the lowering_configs of the dispatch's other configured ops, in program order.
-    fused_lowering_configs: tuple[str, ...] = ()
-    ukernels: str = ""  # llvm-cpu: the executable target's `ukernels` ("" where it names none)
 
 
 class NotInCompilerKnobs(ValueError):
@@ -141,8 +124,10 @@ class Pipeline:
     # Whether `admits` rejects some of the configs its space holds (--constraints both).
     filters_configs: bool = False
     # Whether its configs' spec matchers also require the ops between the root and the store
-    # (configs carrying a codegen strategy: tuner.specs.fused.match_stored_through), so that a
-    # model's same-shaped roots with other ops after them are tuned apart, not by one config.
+    # (tuner.specs.fused.match_stored_through), so that a model's same-shaped roots with other
+    # ops after them are tuned apart, not by one config. The one home of that rule: read where
+    # a model's dispatches are grouped (tuner.stages.builtin.signature) and where each config
+    # gets its pipelines.parts.StoredThrough (tuner.specs.candidates.as_matched).
     matches_ops_after: bool = False
 
     def supports(self, dispatch: Dispatch) -> bool:
@@ -204,18 +189,12 @@ def check_config(config: Config, configured: ConfiguredDispatch) -> list[str]:
         problems.append(
             f"lowering_config is {configured.lowering_config}, expected {config.expect_lowering_config}"
         )
-    if config.expect_loop_bounds and configured.loop_bounds != tuple(config.expect_loop_bounds):
-        problems.append(f"loops are {list(configured.loop_bounds)}, expected {list(config.expect_loop_bounds)}")
     carried = dict(configured.attributes)
     for name, text in config.root_attributes:
         if carried.get(name) != text:
             problems.append(f"{name} is {carried.get(name) or 'unset'}, expected {text}")
-    if config.fused_lowering_configs and configured.fused_lowering_configs != config.fused_lowering_configs:
-        problems.append(f"the dispatch's other ops carry {list(configured.fused_lowering_configs)}, "
-                        f"expected {list(config.fused_lowering_configs)}")
-    if config.expect_ukernels is not None and configured.ukernels != config.expect_ukernels:
-        problems.append(f"the executable's ukernels are {configured.ukernels or 'unset (the default)'}, "
-                        f"expected {config.expect_ukernels}")
+    for part in config.parts:
+        problems.extend(part.problems(configured))
     if config.expect_translation_info and configured.translation_info != config.expect_translation_info:
         problems.append(
             f"translation_info is {configured.translation_info}, expected {config.expect_translation_info}"

@@ -12,6 +12,7 @@ import z3
 from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue
 from pipelines.dispatch import ELEMENT_BYTES, Dispatch  # noqa: F401 (ELEMENT_BYTES: theirs)
+from pipelines.parts import FusedOps
 from pipelines.printed_config import levels, retiled, tiling_level
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def retiled_config(dispatch: Dispatch, s: Mapping[str, KnobValue], new: dict[tup
         info = iree_codegen.CompilationInfoAttr.get(configs[0], translation)
     return Config(knobs=dict(s), compilation_info=str(info), summary=summary, expect_root_op=dispatch.op_name,
                   expect_lowering_config=str(configs[0]), expect_translation_info=str(translation),
-                  fused_lowering_configs=tuple(str(c) for c in configs[1:]), codegen_spec=True)
+                  parts=(FusedOps(tuple(str(c) for c in configs[1:])),), codegen_spec=True)
 
 
 def levels_span_loops(dispatch: Dispatch, root_levels: tuple[str, ...]) -> bool:

@@ -13,6 +13,7 @@ from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmcpu_common import ELEMENT_BYTES, MAX_WORKGROUP_TILE_BYTES, MIN_WORKGROUPS, vector_registers
 from pipelines.llvmcpu_mmt4d import CODEGEN, CODEGEN_FLAG, add_outer_tiles, outer_tiles_config
 from pipelines.model_flags import DATA_TILING_FLAG, EARLY_MATERIALIZATION
+from pipelines.parts import Microkernels
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -175,13 +176,13 @@ class LLVMCPUDoubleTiling(Pipeline):
         if solution.get(MMT4D_TILES):
             # Our outer tiles on the mmt4d, which exists for a spec only under early materialization.
             return outer_tiles_config(dispatch.data_tiled, solution, ctx, MMT4D_PREFIX, flags=EARLY_MATERIALIZATION,
-                                      applies_to=dispatch.data_tiled)
+                                      on=dispatch.data_tiled)
         if solution["data_tiling"]:
             # The contraction becomes linalg.mmt4d in its own dispatch; the compiler configures it.
             return Config(knobs=dict(solution), compilation_info=None, flags=(DATA_TILING_FLAG, *codegen),
                           summary="data tiling (mmt4d)" + (", no ukernel" if codegen else ""),
                           expect_root_op="linalg.batch_mmt4d" if dispatch.batch_dims else "linalg.mmt4d",
-                          expect_ukernels=CODEGEN if codegen else None)
+                          parts=(Microkernels(CODEGEN),) if codegen else ())
         lowering = self._lowering_config(dispatch, solution, ctx)
         with ctx:
             translation = iree_codegen.TranslationInfoAttr.get(

@@ -23,6 +23,7 @@ from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, til
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmcpu_common import ELEMENT_BYTES, MIN_WORKGROUPS, vector_registers
 from pipelines.model_flags import EARLY_MATERIALIZATION
+from pipelines.parts import DataTiled
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -115,9 +116,10 @@ def outer_tiles_summary(s: Mapping[str, KnobValue], prefix: str = "") -> str:
 
 
 def outer_tiles_config(d: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context, prefix: str = "",
-                       flags: tuple[str, ...] = (), applies_to: Optional[Dispatch] = None) -> Config:
+                       flags: tuple[str, ...] = (), on: Optional[Dispatch] = None) -> Config:
     """The compilation_info of the mmt4d `d` with the outer tiles of `s` (Mmt4dTilingExpert),
-    expected back unchanged from the compiled dispatch. Lowering only: imports IREE."""
+    expected back unchanged from the compiled dispatch; `on`: the data-tiled mmt4d of the tuned
+    contraction, which the config goes on (pipelines.parts.DataTiled). Lowering only: imports IREE."""
     from iree.compiler import ir
     from iree.compiler.dialects import iree_codegen
 
@@ -133,7 +135,7 @@ def outer_tiles_config(d: Dispatch, s: Mapping[str, KnobValue], ctx: ir.Context,
                                       f"vector_common_parallel = {vec}, vector_reduction = {red}>")
         translation = iree_codegen.TranslationInfoAttr.get(ir.Attribute.parse("#iree_cpu.pipeline<Mmt4dTilingExpert>"))
     config = tiled_config(s, lowering, translation, outer_tiles_summary(s, prefix), expect_root_op=d.op_name)
-    return replace(config, flags=flags, applies_to=applies_to)
+    return replace(config, flags=flags, parts=(DataTiled(on),) if on is not None else ())
 
 
 class LLVMCPUMmt4d(Pipeline):

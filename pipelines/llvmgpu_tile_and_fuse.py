@@ -12,6 +12,7 @@ import z3
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, NotInCompilerKnobs, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind, MmaIntrinsic
+from pipelines.parts import SplitReduction
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape, shared_memory_bytes, subgroup_size)
 from pipelines.llvmgpu_default_knobs import compiler_knobs_of_default
@@ -317,4 +318,4 @@ class LLVMGPUTileAndFuse(Pipeline):
             # spec's is not taken under --iree-opt-level=O3 (BENCHMARKS.md), the codegen stage's is.
             return replace(config, codegen_spec=dispatch.target.backend == "cuda")
         # Read back from the split op: its loops must be the ones the config's positions index.
-        return replace(config, split_reduction=split, expect_loop_bounds=tuned.loop_bounds)
+        return replace(config, parts=(SplitReduction(split, tuned.loop_bounds),))

@@ -28,6 +28,7 @@ import z3
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import REDUCTION_KINDS, Dispatch
+from pipelines.parts import FusedOps
 from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array, subgroup_size
 from pipelines.printed_config import basis, tiling_level
 
@@ -158,7 +159,7 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
                               f"loads ({row_tile}/row pass)",
                       expect_root_op=dispatch.op_name, expect_lowering_config=str(configs[0]),
                       expect_translation_info=str(translation),
-                      fused_lowering_configs=tuple(str(c) for c in configs[1:]), codegen_spec=True)
+                      parts=(FusedOps(tuple(str(c) for c in configs[1:])),), codegen_spec=True)
 
 
 def _rescaled(text: str, lay: Layout, groups: int, loads: int) -> "ir.Attribute":

@@ -13,7 +13,10 @@ from constraints import enumerate_solutions
 from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
 from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, compilation_info, strategy
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
+from pipelines.parts import CodegenStrategy, StoredThrough
+from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from tuner.discovery.program import discover
+from tuner.specs.candidates import candidate_for
 from tuner.specs.transform import build_spec
 from tuner.targets import parse_target
 from tests.conftest import SAMPLES, run_cli
@@ -76,7 +79,8 @@ def test_a_config_names_its_kernel_and_the_spec_carries_each_kernel_once(square,
     name = MmaSyncTiles(128, 256, 32, 2, 4, 3).name
     assert f"codegen_spec = @{name}" in config.expect_translation_info
     assert config.expect_lowering_config == "#iree_codegen.lowering_config<tile_sizes = [[128, 256, 32]]>"
-    assert config.codegen_spec and config.codegen_sequences == strategy(MmaSyncTiles(128, 256, 32, 2, 4, 3))
+    assert config.codegen_spec
+    assert config.part(CodegenStrategy).sequences == strategy(MmaSyncTiles(128, 256, 32, 2, 4, 3))
     other = PIPE.to_config(square, {**solution, "stages": 4}, ctx)
     # Three dispatches of a model: two take the same kernel, one another.
     second = replace(square, name=square.name + "_b", loop_bounds=(2048, 4096, 4096))
@@ -211,6 +215,27 @@ def test_tune_model_refuses_an_unknown_pipeline_in_one_line(tmp_path):
     assert_one_error_line(result, 2, "--pipeline llvmgpu_mma_sink: unknown; known: llvmcpu_double_tiling")
 
 
+def test_a_kernel_config_is_matched_only_through_the_ops_after_the_root_it_was_made_for(square, ctx):
+    """The kernel's matchers require the ops between the root and the store
+    (Pipeline.matches_ops_after, the rule that also groups a model's dispatches): each candidate's
+    config says how many (StoredThrough), and its spec walks from the root to the store through
+    them. TileAndFuse's configs carry no such part and their matchers stop at the root."""
+    cuda = parse_target("cuda:sm_80")
+    epilogue = replace(square, other_ops=("linalg.generic",))
+    knobs = dict(zip(KNOBS, (128, 128, 32, 2, 2, 4)))
+    alone, fused = (candidate_for(1, d, PIPE, knobs, ctx, cuda.spec_entry) for d in (square, epilogue))
+    assert alone.config.part(StoredThrough) == StoredThrough(0)
+    assert fused.config.part(StoredThrough) == StoredThrough(1)
+    store = '"iree_tensor_ext.dispatch.tensor.store"]'
+    assert store in alone.spec and store in fused.spec
+    step = re.compile(r'transform.match.operation_name %\d+ \["linalg.generic"\]')  # an op after the root
+    assert len(step.findall(fused.spec)) == 1 and not step.findall(alone.spec)
+    tile_and_fuse = LLVMGPUTileAndFuse()
+    solution = next(iter(enumerate_solutions(tile_and_fuse.build_problem(square), 1)))
+    other = candidate_for(1, square, tile_and_fuse, solution, ctx, cuda.spec_entry)
+    assert other.config.part(StoredThrough) is None and store not in other.spec
+
+
 @pytest.mark.slow
 def test_a_model_spec_with_two_kernels_compiles_and_each_dispatch_takes_its_own(tmp_path, ctx):
     """The merge's spec for TWO_MATMULS tuned with the pipeline: one kernel without an epilogue,
@@ -227,8 +252,8 @@ def test_a_model_spec_with_two_kernels_compiles_and_each_dispatch_takes_its_own(
     dispatches = discover(program, target, ctx)
     [plain] = [d for d in dispatches if not d.other_ops]
     [relu] = [d for d in dispatches if d.other_ops]
-    configs = [(plain, PIPE.to_config(plain, dict(zip(KNOBS, (128, 128, 32, 2, 2, 3))), ctx)),
-               (relu, PIPE.to_config(relu, dict(zip(KNOBS, (64, 128, 32, 2, 2, 2))), ctx))]
+    configs = [(d, candidate_for(1, d, PIPE, dict(zip(KNOBS, knobs)), ctx, target.spec_entry).config)
+               for d, knobs in ((plain, (128, 128, 32, 2, 2, 3)), (relu, (64, 128, 32, 2, 2, 2)))]
     spec = tmp_path / "model_spec.mlir"
     spec.write_text(str(build_spec(configs, ctx, target.spec_entry)))
     flags = [*target.compile_flags, *target.spec_flags(str(spec), uses_codegen_stage([c for _, c in configs]))]

@@ -11,6 +11,7 @@ import pytest
 
 from pipelines import DispatchKind, check_config, pipeline_for
 from pipelines.base import ConfiguredDispatch
+from pipelines.parts import FusedOps
 from tuner.build.builder import LocalBuilder, build_all
 from tuner.build.compile import EvalSettings
 from tuner.build.compile_stage import builder_for, compile_to_manifest
@@ -82,9 +83,10 @@ def test_a_reduction_config_whose_other_ops_lost_theirs_is_caught(ctx):
     d = _of_kind(SOFTMAX_F16, "cuda", "softmax", ctx)
     tiled = generate_candidates(d, pipeline_for(d), 2, ctx, parse_target("cuda").spec_entry)[1]
     c = tiled.config
-    assert len(c.fused_lowering_configs) == 2 and c.codegen_spec
+    fused = c.part(FusedOps).lowering_configs
+    assert len(fused) == 2 and c.codegen_spec
     applied = ConfiguredDispatch(d.op_name, c.expect_lowering_config, c.expect_translation_info,
-                                 fused_lowering_configs=c.fused_lowering_configs)
+                                 fused_lowering_configs=fused)
     assert check_config(c, applied) == []
     defaults = replace(applied, fused_lowering_configs=tuple(f.default_lowering_config for f in d.fused))
     assert any("other ops carry" in p for p in check_config(c, defaults))
@@ -128,7 +130,8 @@ def test_a_sample_of_candidates_of_each_kind_compiles_and_carries_its_config(tar
         assert len(candidates) >= 3 and candidates[0].is_baseline
         for c in candidates[1:3]:
             # Every op the compiler configures gets its config (on the CPU too: the vector tiles).
-            assert len(c.config.fused_lowering_configs) == len(d.fused)
+            fused = c.config.part(FusedOps)
+            assert len(fused.lowering_configs if fused else ()) == len(d.fused)
             assert (c.config.expect_lowering_config, c.config.expect_translation_info) != \
                 (d.default.lowering_config, d.default.translation_info)
         picks.append(candidates[1:3])

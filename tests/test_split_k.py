@@ -10,6 +10,7 @@ from iree.compiler import ir
 
 from constraints.fast_enumerate import enumerate_space
 from pipelines import DispatchKind
+from pipelines.parts import SplitReduction
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse, split_factors
 from tuner.specs.candidates import candidate_for
 from tuner.build.builder import LocalBuilder, build_all
@@ -112,7 +113,7 @@ def test_a_split_config_read_back_with_other_loops_is_caught(cuda, large_k, ctx,
     path, d = large_k
     knobs = next(c for c in enumerate_space(PIPE.build_problem(d)) if c["split_k"] == 4)
     c = candidate_for(1, d, PIPE, knobs, ctx, cuda.spec_entry)
-    wrong = replace(c, config=replace(c.config, expect_loop_bounds=(64, 128, 4, 1024)))
+    wrong = replace(c, config=replace(c.config, parts=(SplitReduction(4, (64, 128, 4, 1024)),)))
     [b] = build_all(LocalBuilder.of(path, cuda, tmp_path, ctx), [wrong])
     assert b.result.status == Status.CONFIG_NOT_APPLIED and "loops are [4, 64, 128, 1024]" in b.result.error
 

@@ -12,6 +12,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from pipelines import check_config
+from pipelines.parts import CodegenStrategy
 from tuner.run_dir import real_directory, remove_tree, write_file
 from tuner.specs.candidates import Candidate
 from tuner.specs.transform import uses_codegen_stage
@@ -88,14 +89,14 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
     if run.ok and dump_benchmark:
         sources = benchmark_sources(cdir / "bench", c.dispatch.name, c.config)
         if not sources:
-            what = "the split op and the dispatch adding its parts" if c.config.split_reduction > 1 else c.dispatch.name
+            what = "the split op and the dispatch adding its parts" if c.config.split_ways > 1 else c.dispatch.name
             return CompileJob(c, replace(run, returncode=1, stderr=f"no dispatch benchmark dumped for {what}"),
                               flags, cdir)
         bench = sources[0] if len(sources) == 1 else combine(sources, cdir / COMBINED_BENCHMARK)
         # Its configuration is dumped too: the module that is timed is checked like the full one.
         # A transform-dialect codegen strategy the baked-in config names lives in the spec:
         # the benchmark's compile needs that library too.
-        strategy = (target.spec_flags(str(spec.resolve()), codegen=True) if c.config.codegen_sequences else [])
+        strategy = (target.spec_flags(str(spec.resolve()), codegen=True) if c.config.part(CodegenStrategy) else [])
         bench_run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(bench), *target.compile_flags, *strategy,
                               f"--iree-hal-dump-executable-configurations-to={cdir / BENCH_CONFIGS}",
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)
@@ -176,7 +177,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
         function = benchmark_function(timed_text, ctx)
         if function is None:
             return built(Status.COMPILE_FAILED, error="the dispatch benchmark module has no benchmark function")
-        if c.config.split_reduction > 1:
+        if c.config.split_ways > 1:
             why = check_split(c.config, timed_text, ctx)
             if why:
                 return built(Status.CONFIG_NOT_APPLIED, error=f"the split-K benchmark module (what is timed): {why}")
@@ -189,7 +190,7 @@ def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
     result = c.result(flags, Status.OK, compile_s=run.seconds, command=_command(run, cdir),
                       binary_hash=_binary_hash(cdir))
     vmfb = cdir / "candidate.vmfb"
-    kernels = kernel_names(c.dispatch.name, c.config.split_reduction) if job.in_model else ()
+    kernels = kernel_names(c.dispatch.name, c.config.split_ways) if job.in_model else ()
     return built_candidate(c, target, cdir, result, vmfb, function, vmfb if job.benchmark_entry else None, kernels)
 
 

@@ -12,6 +12,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from pipelines import Config
+from pipelines.parts import SplitReduction
 from tuner.discovery.entry import is_dispatch_benchmark_function
 from tuner.run_dir import write_file
 
@@ -25,7 +26,7 @@ def benchmark_sources(directory: Path, dispatch_name: str, config: Config) -> li
     the next dispatch of the program, which adds the parts (checked by `check_split`). Empty
     where none is found. Reads file text only (no MLIR context: any thread may call it)."""
     paths = sorted(directory.glob("*.mlir"))
-    if config.split_reduction == 1:  # (a model dumps one per dispatch: read up to the one)
+    if config.split_ways == 1:  # (a model dumps one per dispatch: read up to the one)
         return next(([p] for p in paths if f"@{dispatch_name}" in p.read_text()), [])
     texts = {path: path.read_text() for path in paths}
     split = next((p for p, text in texts.items() if f"lowering_config = {config.expect_lowering_config}" in text), None)
@@ -90,9 +91,10 @@ def combine(sources: list[Path], out: Path) -> Path:
 def check_split(config: Config, text: str, ctx: ir.Context) -> Optional[str]:
     """Why the combined module of a split-K candidate does not time its op (None: it does): the
     second dispatch must add up the split op's parts, a linalg op with one reduction loop, of
-    `config.split_reduction` iterations, whose result has as many elements as the op's."""
-    parts = config.split_reduction
-    bounds = config.expect_loop_bounds or ()
+    `config.split_ways` iterations, whose result has as many elements as the op's."""
+    split = config.part(SplitReduction)
+    parts = config.split_ways
+    bounds = split.loop_bounds if split else ()
     whole = 1
     for b in bounds[1:]:
         whole *= b

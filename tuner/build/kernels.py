@@ -17,12 +17,12 @@ def executable_of(dispatch: str) -> Optional[str]:
     return found.group(1) if found else None
 
 
-def kernel_names(dispatch_name: str, split_reduction: int = 1) -> tuple[str, ...]:
+def kernel_names(dispatch_name: str, split_ways: int = 1) -> tuple[str, ...]:
     """The kernels whose time is a candidate's time: its dispatch's executable, and for a split-K
     config the next one (the dispatch that adds the parts, as tuner.build.dispatch_benchmark
     finds it)."""
     executable = executable_of(dispatch_name) or dispatch_name
-    if split_reduction <= 1 or executable == dispatch_name:
+    if split_ways <= 1 or executable == dispatch_name:
         return (executable,)
     stem, _, number = executable.rpartition("_")
     return (executable, f"{stem}_{int(number) + 1}")

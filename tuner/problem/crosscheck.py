@@ -17,7 +17,7 @@ from iree.compiler import ir
 from constraints.fast_enumerate import enumerate_space
 from pipelines import Dispatch, MmaIntrinsic, Pipeline
 from pipelines.base import NotInCompilerKnobs
-from tuner.specs.candidates import Candidate, spec_text, candidate_for
+from tuner.specs.candidates import Candidate, as_matched, candidate_for, spec_text
 from tuner.build.builder import LocalBuilder, build_all
 from tuner.problem.compiler import EmittedProblem, materialized_config
 
@@ -81,7 +81,7 @@ def _settle(examples: list[Candidate], builder: LocalBuilder) -> list[str]:
 def materialized_candidate(id: int, dispatch: Dispatch, pipeline: Pipeline, problem: EmittedProblem,
                            assignment: Mapping[str, int], ctx: ir.Context, spec_entry: str) -> Candidate:
     """The candidate for a compiler config (built by the compiler's materializer)."""
-    config = materialized_config(problem, assignment, ctx)
+    config = as_matched(dispatch, pipeline, materialized_config(problem, assignment, ctx))
     return Candidate(id, dispatch, pipeline.name, config, spec_text(dispatch, config, ctx, spec_entry))
 
 

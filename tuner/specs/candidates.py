@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Optional
 
 from iree.compiler import ir
@@ -12,6 +12,7 @@ from iree.compiler import ir
 from constraints import BoolKnob, enumerate_solutions
 from pipelines import Config, Dispatch, Pipeline
 from pipelines.base import KnobValue
+from pipelines.parts import StoredThrough
 from tuner.errors import InputError
 from tuner.core.results import Result, Status
 from tuner.specs.transform import KERNEL_CONFIG, build_spec
@@ -117,8 +118,18 @@ def default_identity(dispatch: Dispatch) -> tuple:
 def candidate_for(id: int, dispatch: Dispatch, pipeline: Pipeline, knobs: Mapping[str, KnobValue], ctx: ir.Context,
                   spec_entry: str = KERNEL_CONFIG) -> Candidate:
     """The candidate (config and spec) a knob assignment stands for."""
-    config = pipeline.to_config(dispatch, knobs, ctx)
+    config = as_matched(dispatch, pipeline, pipeline.to_config(dispatch, knobs, ctx))
     return Candidate(id, dispatch, pipeline.name, config, spec_text(dispatch, config, ctx, spec_entry))
+
+
+def as_matched(dispatch: Dispatch, pipeline: Pipeline, config: Config) -> Config:
+    """The config with what its spec's matcher must see: where the pipeline's matchers require
+    the ops after the root (`Pipeline.matches_ops_after`, which also keeps a model's same-shaped
+    dispatches apart: tuner.stages.builtin.signature), the part saying how many
+    (pipelines.parts.StoredThrough)."""
+    if not (pipeline.native.matches_ops_after and config.compilation_info) or config.part(StoredThrough):
+        return config
+    return replace(config, parts=(*config.parts, StoredThrough(len(dispatch.other_ops))))
 
 
 def spec_text(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str) -> str:

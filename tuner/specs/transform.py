@@ -8,6 +8,7 @@ from iree.compiler.dialects import iree_codegen, transform
 from iree.compiler.dialects.transform import structured
 
 from pipelines import MATCHED_BY_STRUCTURE, Config, Dispatch, DispatchKind
+from pipelines.parts import CodegenStrategy, DataTiled, FusedOps, StoredThrough
 from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused, match_stored_through
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
@@ -127,7 +128,9 @@ def _fused_matcher(dispatch: Dispatch, config: Config) -> transform.NamedSequenc
     """Matches a dispatch's root op by structure (tuner.specs.fused) and yields it and its other
     configured ops with the root's compilation_info and each other op's lowering_config."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
-    others = len(config.fused_lowering_configs)
+    fused = config.part(FusedOps)
+    lowering_configs = fused.lowering_configs if fused else ()
+    others = len(lowering_configs)
     seq = transform.NamedSequenceOp(f"match_{dispatch.name}", [any_op], [any_op] * (1 + others) + [any_param] * (1 + others),
                                     arg_attrs=[_readonly()])
     with ir.InsertionPoint(seq.body):
@@ -136,7 +139,7 @@ def _fused_matcher(dispatch: Dispatch, config: Config) -> transform.NamedSequenc
         if len(handles) != others:
             raise ValueError(f"{dispatch.name}: a config for {others} other ops, the dispatch has {len(handles)}")
         params = [transform.ParamConstantOp(any_param, ir.Attribute.parse(text)).result
-                  for text in (config.compilation_info, *config.fused_lowering_configs)]
+                  for text in (config.compilation_info, *lowering_configs)]
         transform.YieldOp([op, *handles, *params])
     return seq
 
@@ -204,13 +207,19 @@ def _entrypoint(matchers: list[str], actions: list[str], entry: str) -> transfor
 
 def _actions(configs: list[tuple[Dispatch, Config]]) -> None:
     """Every action sequence the configs' matchers lead to, once each."""
-    plain = [c for d, c in configs if c.split_reduction == 1 and d.kind not in MATCHED_BY_STRUCTURE]
+    plain = [c for d, c in configs if c.split_ways == 1 and d.kind not in MATCHED_BY_STRUCTURE]
     for names in sorted({_attribute_names(c) for c in plain}):
         _apply(names)
-    for factor in sorted({c.split_reduction for _, c in configs if c.split_reduction > 1}):
+    for factor in sorted({c.split_ways for _, c in configs if c.split_ways > 1}):
         _apply_split(factor)
-    for others in sorted({len(c.fused_lowering_configs) for d, c in configs if d.kind in MATCHED_BY_STRUCTURE}):
+    for others in sorted({_fused_ops(c) for d, c in configs if d.kind in MATCHED_BY_STRUCTURE}):
         apply_fused(others)
+
+
+def _fused_ops(config: Config) -> int:
+    """How many other ops of its dispatch a config configures (pipelines.parts.FusedOps)."""
+    fused = config.part(FusedOps)
+    return len(fused.lowering_configs) if fused else 0
 
 
 def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
@@ -220,16 +229,16 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
     for dispatch, config in configs:
         if dispatch.kind in MATCHED_BY_STRUCTURE:
             names.append(_fused_matcher(dispatch, config).sym_name.value)
-            actions.append(f"{APPLY_FUSED}_{len(config.fused_lowering_configs)}")
+            actions.append(f"{APPLY_FUSED}_{_fused_ops(config)}")
             continue
         attributes = [ir.Attribute.parse(text) for _, text in config.root_attributes]
         info = ir.Attribute.parse(config.compilation_info)
-        action = (f"{APPLY_SPLIT}_{config.split_reduction}" if config.split_reduction > 1
+        action = (f"{APPLY_SPLIT}_{config.split_ways}" if config.split_ways > 1
                   else _apply_name(_attribute_names(config)))
-        # A codegen strategy of its own (Config.codegen_sequences) is written for what follows
-        # the root in its dispatch: a same-shaped contraction in another dispatch with other ops
-        # after it must not get it.
-        through = len(dispatch.other_ops) if config.codegen_sequences else None
+        # Matched only where the ops after the root are the ones its config was made for
+        # (pipelines.parts.StoredThrough: a codegen strategy written for them).
+        stored = config.part(StoredThrough)
+        through = stored.ops if stored else None
         names.append(_matcher(dispatch, info, attributes, codegen=entry == KERNEL_CONFIG,
                               stored_through=through).sym_name.value)
         actions.append(action)
@@ -243,9 +252,10 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
 
 def _codegen_sequences(configs: list[tuple[Dispatch, Config]]) -> None:
     """The named sequences the configs' transform-dialect codegen strategies consist of
-    (Config.codegen_sequences), parsed and copied into the spec, each symbol once."""
+    (pipelines.parts.CodegenStrategy), parsed and copied into the spec, each symbol once."""
     seen: set[str] = set()
-    for text in dict.fromkeys(c.codegen_sequences for _, c in configs if c.codegen_sequences):
+    strategies = (c.part(CodegenStrategy) for _, c in configs)
+    for text in dict.fromkeys(s.sequences for s in strategies if s):
         library = ir.Module.parse("module attributes {transform.with_named_sequence} {\n" + text + "}")
         for op in list(library.body.operations):
             name = ir.StringAttr(op.attributes["sym_name"]).value
@@ -266,12 +276,12 @@ def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: s
     """
     if entry not in (KERNEL_CONFIG, TRANSFORM_MAIN):
         raise ValueError(f"unknown spec entry {entry!r}")
-    configs = [(c.applies_to or d, c) for d, c in configs]  # a data-tiled config goes on the mmt4d
+    configs = [(_on(d, c), c) for d, c in configs]  # a data-tiled config goes on the mmt4d
     codegen = [(d, c) for d, c in configs if entry == KERNEL_CONFIG or c.codegen_spec]
     preprocessing = [(d, c) for d, c in configs if entry == TRANSFORM_MAIN and not c.codegen_spec]
-    if any(c.split_reduction > 1 and c.root_attributes for _, c in configs):
+    if any(c.split_ways > 1 and c.root_attributes for _, c in configs):
         raise ValueError("a split-K config sets the split op's compilation_info only")
-    if any(c.split_reduction > 1 for _, c in codegen):
+    if any(c.split_ways > 1 for _, c in codegen):
         raise ValueError("split-K configs need a preprocessing spec (the op is split before dispatches are formed)")
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
@@ -288,6 +298,13 @@ def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: s
                 _stage(codegen, KERNEL_CONFIG)
         module.operation.verify()
         return module
+
+
+def _on(dispatch: Dispatch, config: Config) -> Dispatch:
+    """The dispatch whose root op a config goes on: the tuned one's, or its data-tiled mmt4d
+    (pipelines.parts.DataTiled)."""
+    tiled = config.part(DataTiled)
+    return tiled.dispatch if tiled else dispatch
 
 
 def uses_codegen_stage(configs: list[Config]) -> bool:

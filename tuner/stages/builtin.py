@@ -133,8 +133,9 @@ def tuning_pipeline(dispatch: Dispatch, name: Optional[str] = None) -> Optional[
 
 def signature(d: Dispatch, pipeline_name: Optional[str] = None) -> tuple:
     """What a spec's matcher sees: two dispatches alike in it are tuned once, matched by one. A
-    pipeline whose matchers also require the ops after the root (Pipeline.matches_ops_after)
-    tells same-shaped dispatches apart by them."""
+    pipeline whose matchers also require the ops after the root (Pipeline.matches_ops_after,
+    which gives its configs their StoredThrough part: tuner.specs.candidates.as_matched) tells
+    same-shaped dispatches apart by them."""
     pipeline = tuning_pipeline(d, pipeline_name)
     after = d.other_ops if pipeline is not None and pipeline.matches_ops_after else None
     return (d.kind, d.op_name, d.loop_bounds, d.lhs_type, d.rhs_type, d.out_type, d.indexing_maps, after)
