@@ -129,6 +129,10 @@ class Pipeline:
     # a model's dispatches are grouped (tuner.stages.builtin.signature) and where each config
     # gets its pipelines.parts.StoredThrough (tuner.specs.candidates.as_matched).
     matches_ops_after: bool = False
+    # A boolean knob that splits its space into two families a user compares, with the name of
+    # each (llvm-cpu contractions: data tiling, or the contraction's own tiles): the report says
+    # which family won and the best of the other (tuner.report.outputs.family_verdict). None: none.
+    families: Optional[tuple[str, str, str]] = None  # (knob, its name when true, when false)
 
     def supports(self, dispatch: Dispatch) -> bool:
         """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""

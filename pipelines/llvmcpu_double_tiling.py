@@ -61,6 +61,7 @@ class LLVMCPUDoubleTiling(Pipeline):
     tuned_model_flags = (EARLY_MATERIALIZATION,)
     # Knobs that stand for such flags: a model's tuning leaves them to the model (tune-model).
     flag_knobs = ("data_tiling",)
+    families = ("data_tiling", "data tiling", "its own tiles")
     # Under these flags discovery also finds the contraction's data-tiled op (Dispatch.data_tiled),
     # whose outer tiles this pipeline's problem offers beside its own (`tune` on one contraction).
     data_tiling_flags = EARLY_MATERIALIZATION

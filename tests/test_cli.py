@@ -40,6 +40,34 @@ def test_bad_candidate_count(tmp_path, small_matmul):
                     2, "at least 1")
 
 
+def test_report_says_which_family_of_the_pipeline_won_as_the_run_recorded_them(tmp_path):
+    """A run whose pipeline has a family knob (llvm-cpu contractions: data tiling or their own
+    tiles) records it in results.json; `report` says which family won and the best of the other,
+    and an edited "families" is one error line."""
+    from tuner.core.results import Result, Status
+
+    def r(i, ms, knobs, ratios=()):
+        return Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=i == 0, knobs=knobs, flags=[],
+                      status=Status.OK, times_ms=[ms] * 3, median_ms=ms, spread_pct=1.0,
+                      first_pass_speedup=2.0 / ms, round_ratios=list(ratios))
+
+    results = [r(0, 2.0, {}), r(1, 1.0, {"data_tiling": True}, (1.9, 1.8, 1.85, 1.9)),
+               r(2, 1.6, {"data_tiling": False}, (1.2, 1.3, 1.25, 1.2))]
+    data = {"dispatch": "d", "target": "llvm-cpu", "families": ["data_tiling", "data tiling", "its own tiles"],
+            "candidates": [x.to_json() for x in results]}
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    result = run_cli("report", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert ("data tiling or not: data tiling won (cfg 1); the best of its own tiles: cfg 2, 1.25x in its first "
+            "pass") in said
+    (tmp_path / "results.json").write_text(json.dumps({**data, "families": ["data_tiling"]}))
+    assert_one_error_line(run_cli("report", str(tmp_path)), 2, "families is ['data_tiling']")
+    (tmp_path / "results.json").write_text(json.dumps({k: v for k, v in data.items() if k != "families"}))
+    plain = run_cli("report", str(tmp_path))
+    assert plain.exit_code == 0 and "or not:" not in plain.output  # a pipeline without families says nothing
+
+
 @pytest.mark.slow
 def test_a_small_tuning_end_to_end(tmp_path, small_matmul):
     out = tmp_path / "o"

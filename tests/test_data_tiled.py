@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from pipelines import pipeline_for, why_untunable
-from pipelines.llvmcpu_double_tiling import MMT4D_TILES, MMT4D_CODEGEN
+from pipelines.llvmcpu_double_tiling import MMT4D_TILES, MMT4D_CODEGEN, LLVMCPUDoubleTiling
 from pipelines.llvmcpu_mmt4d import CODEGEN_FLAG, LLVMCPUMmt4d
 from pipelines.model_flags import DATA_TILING_FLAG, EARLY_MATERIALIZATION
 from tests.conftest import write_matmul
@@ -124,7 +124,10 @@ def _result(cid, label, knobs, first_pass):
 
 def test_tune_says_whether_data_tiling_or_the_contractions_own_tiles_won():
     from tuner.ranking import Ranking
-    from tuner.report.outputs import data_tiling_verdict
+    from tuner.report.outputs import family_verdict
+
+    def data_tiling_verdict(ranking, results):
+        return family_verdict(ranking, results, LLVMCPUDoubleTiling.families)
 
     results = [_result(0, "baseline", {}, None),
                _result(1, "data tiling (mmt4d)", {"data_tiling": True}, 1.9),

@@ -125,6 +125,8 @@ def run_meta(session: Session, given: bool) -> dict:
         "shape": session.dispatch.shape_name,
         "pipeline": session.pipeline.name,
         "constraints": session.pipeline.constraints,
+        # The pipeline's family knob and its families' names (Pipeline.families), for the report.
+        **({"families": list(session.pipeline.families)} if session.pipeline.families else {}),
         "input_digest": session.dispatch.source_digest,
         "entry": session.workload.entry,  # the function that runs the dispatch: what is run and timed
         **({"parameters": list(session.workload.parameters)} if session.workload.parameters else {}),

@@ -43,11 +43,15 @@ def report(directory: Path, top: int) -> None:
                 render_model(data, console)
             else:
                 results = [Result.from_json(c) for c in data["candidates"]]
+                families = data.get("families")
+                if families is not None and not (isinstance(families, list) and len(families) == 3
+                                                 and all(isinstance(f, str) for f in families)):
+                    raise ValueError(f"families is {families!r}, not a knob and the names of its two families")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(f"{path}: not a readable results file ({e})") from None
         if not model:
             ranking = rank(results)
-            render_table(ranking, results, console, top)
+            render_table(ranking, results, console, top, families)
             if data.get("evaluation"):
                 console.print(stats_line(data["evaluation"]))
             console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)

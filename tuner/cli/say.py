@@ -4,6 +4,7 @@ failed tool as one line and an exit code, never a traceback."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 import time
@@ -128,7 +129,9 @@ def say_failures(console: Console, results, says: dict) -> bool:
 def say_summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
     from tuner.report.outputs import render_table
 
-    render_table(ranking, results, console)
+    written = output_dir / "results.json"  # the run's record, as `report` reads it again
+    families = json.loads(written.read_text()).get("families") if written.is_file() else None
+    render_table(ranking, results, console, families=families)
     if stats is not None:
         console.print(stats_line(stats.to_json()))
     console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)

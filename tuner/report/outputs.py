@@ -106,7 +106,8 @@ def _least_width(columns, rows: list[dict], wrapping: dict[str, int]) -> int:
 _NARROW_DROPS = ("err", "±%", "base ms", "ms")
 
 
-def render_table(ranking: Ranking, results: list[Result], console: Optional[Console] = None, top: int = 15) -> None:
+def render_table(ranking: Ranking, results: list[Result], console: Optional[Console] = None, top: int = 15,
+                 families: Optional[Sequence[str]] = None) -> None:
     """Confirmed candidates first (the winner, then by their side-by-side figure), then the others
     by their first-pass figure, then the failures. Each column is one measurement: the first pass
     (the candidate's ms and the baseline's timed nearest to it, so a row reads on its own when
@@ -162,17 +163,19 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     close = ranking.within_noise_of_best()
     if close:
         console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
-    said = data_tiling_verdict(ranking, results)
+    said = family_verdict(ranking, results, families) if families else ""
     if said:
         console.print(said)
 
 
-def data_tiling_verdict(ranking, results) -> str:
-    """Where a contraction's space held data-tiled and tiled configs (llvm-cpu), which kind won
-    and the best of the other kind by its first-pass speedup; "" where it held one kind only."""
-    kinds = {"data tiling": [r for r in results if r.ok and r.knobs.get("data_tiling")],
-             "its own tiles": [r for r in results if r.ok and not r.is_baseline and "data_tiling" in r.knobs
-                               and not r.knobs.get("data_tiling")]}
+def family_verdict(ranking: Ranking, results: Sequence[Result], families: Sequence[str]) -> str:
+    """Where the results hold configs of both families of the tuned pipeline's family knob
+    (`Pipeline.families`: (knob, name when true, name when false); llvm-cpu contractions: data
+    tiling or their own tiles; a run's results.json says them under "families"), which family
+    won and the best of the other by its first-pass speedup; "" where they hold one only."""
+    knob, yes, no = families
+    kinds = {yes: [r for r in results if r.ok and r.knobs.get(knob)],
+             no: [r for r in results if r.ok and not r.is_baseline and knob in r.knobs and not r.knobs.get(knob)]}
     if not all(kinds.values()):
         return ""
 
@@ -180,12 +183,12 @@ def data_tiling_verdict(ranking, results) -> str:
         return max(rs, key=lambda r: r.first_pass_speedup or 0.0)
 
     if ranking.best is None:
-        return ("data tiling or not: neither beat the default; best first passes: "
+        return (f"{yes} or not: neither beat the default; best first passes: "
                 + "; ".join(f"{k}: {best(v).label}, {best(v).first_pass_speedup or 0:.2f}x" for k, v in kinds.items()))
-    won = "data tiling" if ranking.best.knobs.get("data_tiling") else "its own tiles"
-    other = "its own tiles" if won == "data tiling" else "data tiling"
+    won = yes if ranking.best.knobs.get(knob) else no
+    other = no if won == yes else yes
     o = best(kinds[other])
-    return (f"data tiling or not: {won} won ({ranking.best.label}); the best of {other}: {o.label}, "
+    return (f"{yes} or not: {won} won ({ranking.best.label}); the best of {other}: {o.label}, "
             f"{o.first_pass_speedup or 0:.2f}x in its first pass")
 
 
