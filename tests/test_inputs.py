@@ -13,6 +13,7 @@ from tests.conftest import assert_one_error_line, run_cli, iree_compile
 from tuner import api
 from tuner.discovery.read_back import read_configured
 from tuner.core.settings import EvalSettings, RunOptions, SearchSettings
+from tuner.errors import InputError
 from tuner.targets import cuda, parse_target
 
 FAST = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=1, confirm_top=1, quiet_wait_s=0.0)
@@ -552,3 +553,44 @@ def test_a_dispatch_name_cut_at_its_dollar_by_the_shell_is_said_with_the_quoting
                                      "(--dispatch 'main$async_dispatch_1_matmul_64x96x128_f32')")
     listed = run_cli("dispatches", path, "--output", tmp_path / "listed")
     assert "--dispatch 'NAME' (single-quoted: the names hold `$`)" in " ".join(listed.output.split())
+
+
+UNREAD_ARGUMENT = """
+func.func @main(%a: tensor<64x64xf32>, %lengths: tensor<1xi64>) -> tensor<64x64xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x64xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %r = linalg.matmul ins(%a, %a : tensor<64x64xf32>, tensor<64x64xf32>) outs(%f : tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %r : tensor<64x64xf32>
+}
+"""
+
+
+def test_an_argument_the_function_never_reads_takes_any_input(tmp_path):
+    """An argument dead in the compiled program (the toy Llama's prefill never reads its sequence
+    lengths) has no import to read its type from: the function is still runnable, with a
+    one-element placeholder generated for it and any --input passed as it is (it said "an
+    argument or result whose type could not be read", and the function could not be run)."""
+    import numpy as np
+
+    from tuner.discovery.program import discover_program
+    from tuner.discovery.workload import Workload
+
+    path = tmp_path / "unread.mlir"
+    path.write_text(UNREAD_ARGUMENT)
+    program = discover_program(path, parse_target("llvm-cpu"), ir.Context())
+    workload = next(iter(program.entries.values()))  # the one dispatch's entry, or why it cannot run
+    assert isinstance(workload, Workload), workload
+    read, unread = workload.inputs
+    assert not read.unread and read.shape == (64, 64) and unread.unread
+    assert unread.mlir == "never read (any array)"
+    assert [p.name for p in workload.write_inputs(tmp_path / "generated")] == ["input0.npy", "input1.npy"]
+    assert Workload.from_json(workload.to_json()).inputs[1].unread  # a manifest keeps it
+    np.save(tmp_path / "a.npy", np.ones((64, 64), np.float32))
+    np.save(tmp_path / "lengths.npy", np.array([40, 2], np.int64))
+    given = workload.given_inputs([tmp_path / "a.npy", tmp_path / "lengths.npy"], tmp_path / "given")
+    assert given.inputs[1].shape == (2,) and given.inputs[1].element_type == "i64"
+    assert np.load(tmp_path / "given" / "input1.npy").tolist() == [40, 2]
+    np.save(tmp_path / "wrong.npy", np.ones((3, 3), np.float32))  # the argument read is still checked
+    with pytest.raises(InputError, match="argument 0 of @main is 64x64xf32"):
+        workload.given_inputs([tmp_path / "wrong.npy", tmp_path / "lengths.npy"], tmp_path / "given2")

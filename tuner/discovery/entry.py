@@ -103,6 +103,8 @@ def _imported(func: ir.Operation, index: int, functions: dict[str, ir.Operation]
         elif len(op.operands) and op.operands[0] == arg:
             encoding = op.attributes["result_encoding"] if "result_encoding" in op.attributes else None
             return _tensor(ir.TypeAttr(encoding).value if encoding is not None else op.results[0].type)
+    if not list(arg.uses):  # never read (dead: the toy Llama's prefill and its sequence lengths)
+        return TensorSpec((1,), "i8", unread=True)
     return None
 
 

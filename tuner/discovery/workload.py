@@ -146,6 +146,10 @@ class TensorSpec:
     # The dimensions the program leaves dynamic, with what it assumes of each: `shape` holds the
     # size chosen for them (`sized`), -1 until one is.
     dynamic: tuple[DimHint, ...] = ()
+    # An argument the function never reads (dead in the compiled program: no import, no use), so
+    # its type is unknown there and never checked: a one-element placeholder is generated, and a
+    # given --input of any shape and type is passed as it is.
+    unread: bool = False
 
     def sized(self, wanted: int) -> "TensorSpec":
         """This argument with each dynamic dimension given `wanted`, as its hint allows."""
@@ -159,6 +163,8 @@ class TensorSpec:
     def fits(self, shape: tuple[int, ...]) -> bool:
         """Whether a given array's shape is one this argument takes (where dynamic, any size its
         hint allows)."""
+        if self.unread:
+            return True
         hints = {h.dim: h for h in self.dynamic}
         return len(shape) == len(self.shape) and all(
             hints[i].allows(n) if i in hints else n == d for i, (n, d) in enumerate(zip(shape, self.shape)))
@@ -166,6 +172,8 @@ class TensorSpec:
     @property
     def mlir(self) -> str:
         """The type as the program spells it (`?` where dynamic)."""
+        if self.unread:
+            return "never read (any array)"
         free = {h.dim for h in self.dynamic}
         dims = ["?" if d < 0 or i in free else str(d) for i, d in enumerate(self.shape)]
         return self.element_type if self.scalar else "x".join([*dims, self.element_type])
@@ -216,7 +224,8 @@ class TensorSpec:
     def to_json(self) -> dict:
         return {"shape": list(self.shape), "element_type": self.element_type, "scalar": self.scalar,
                 **({"value": self.value} if self.value is not None else {}),
-                **({"dynamic": [h.__dict__ for h in self.dynamic]} if self.dynamic else {})}
+                **({"dynamic": [h.__dict__ for h in self.dynamic]} if self.dynamic else {}),
+                **({"unread": True} if self.unread else {})}
 
 
 @dataclass(frozen=True)
@@ -280,6 +289,14 @@ class Workload:
                 array = np.load(path, allow_pickle=False)
             except (OSError, ValueError) as e:
                 raise InputError(f"--input {path}: not a readable .npy file ({e})") from None
+            if spec.unread:  # never read by the function: passed as it is
+                known = next((t for t, d in NUMPY_DTYPES.items() if np.dtype(d) == array.dtype), None)
+                if known is None:
+                    raise InputError(f"--input {path}: {array.dtype}, a type the IREE tools do not take")
+                spec = replace(spec, shape=tuple(array.shape), element_type=known)
+                write_file(directory / f"input{i}.npy", lambda f: np.save(f, array))
+                specs.append(spec)
+                continue
             want = (np.dtype(RAW_TYPES[spec.element_type]) if spec.element_type in RAW_TYPES
                     else np.dtype(NUMPY_DTYPES.get(spec.element_type, np.float32)))
             if spec.element_type in RAW_TYPES and array.dtype == np.float32:
@@ -367,7 +384,10 @@ class Workload:
             value = item.get("value")
             if value is not None and not (scalar and isinstance(value, str)):
                 raise InputError(f"workload {what} {i}: a fixed value belongs to a scalar and is a string (got {value!r})")
-            return TensorSpec(tuple(shape), element_type, scalar, value, hints)
+            unread = item.get("unread", False)
+            if not isinstance(unread, bool):
+                raise InputError(f"workload {what} {i}: unread is {unread!r}, not true or false")
+            return TensorSpec(tuple(shape), element_type, scalar, value, hints, unread)
 
         outputs = data.get("outputs", [{"shape": [], "element_type": "f32"}])
         parameters = data.get("parameters", [])
