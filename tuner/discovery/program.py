@@ -111,7 +111,8 @@ def _loop_bounds(op: ir.Operation) -> tuple[int, ...]:
     n = maps[0].n_dims
     if len(bounds) != n or any(b < 0 for b in bounds.values()):
         raise InputError(f"{op.name}: dynamic shapes (its loop bounds are not all static); not tunable (an ONNX "
-                         "model's symbolic dimensions are fixed at import by --dynamic-size N)")
+                         "model's symbolic dimensions are fixed at import by --dynamic-size N; an MLIR "
+                         "program's must be made static before it is given)")
     return tuple(bounds[d] for d in range(n))
 
 
