@@ -143,6 +143,11 @@ class Pipeline:
         one (a limit of the compiler, say), or None: what `dispatches` and `tune` say of it."""
         return None
 
+    def untimed_alone(self, dispatch: Dispatch) -> str | None:
+        """Why this dispatch cannot be timed alone, from the dispatch benchmark IREE dumps for it
+        (GPUs), so that only timing inside the model (CUDA with CUPTI) tunes it; None: it can."""
+        return None
+
     def build_problem(self, dispatch: Dispatch) -> Problem:
         """The Z3 problem whose solutions are this pipeline's valid configs for the dispatch."""
         raise NotImplementedError

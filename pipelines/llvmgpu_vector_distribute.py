@@ -14,6 +14,7 @@ from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape, shared_memory_bytes, subgroup_size)
 from pipelines.llvmgpu_gemm_view import GemmTiles
+from pipelines.llvmgpu_vector_distribute_reduction import matrix_vector
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -33,9 +34,11 @@ class LLVMGPUVectorDistribute(Pipeline):
     def supports(self, dispatch: Dispatch) -> bool:
         # Contractions on cuda too (by name: TileAndFuse is the compiler's choice there): on sm_80
         # a sample of 4096^3 f16 configs (mma.sync 16x8x16) compiled and carried their config.
+        # Not a matrix-vector product the compiler configures as a reduction (no MMA there): the
+        # reduction pipeline takes it (its space here was empty: M = 1 is no multiple of a tile).
         return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind == DispatchKind.CONTRACTION
                 and bool(dispatch.m_dims and dispatch.n_dims and dispatch.k_dims)
-                and bool(compatible_intrinsics(dispatch)))
+                and bool(compatible_intrinsics(dispatch)) and not matrix_vector(dispatch))
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
         t = dispatch.target

@@ -27,10 +27,10 @@ import z3
 
 from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
-from pipelines.dispatch import REDUCTION_KINDS, Dispatch
+from pipelines.dispatch import REDUCTION_KINDS, Dispatch, DispatchKind
 from pipelines.parts import FusedOps
 from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array, subgroup_size
-from pipelines.printed_config import basis, tiling_level
+from pipelines.printed_config import basis, mma_kind, tiling_level
 
 if TYPE_CHECKING:
     from iree.compiler import ir
@@ -83,10 +83,22 @@ def _layouts(dispatch: Dispatch) -> list[Layout] | None:
     return found  # type: ignore[return-value]
 
 
+def matrix_vector(dispatch: Dispatch) -> bool:
+    """A contraction the compiler configures as a reduction (a matrix-vector product: a decoder's
+    projections for one token, 1x4096x4096): on VectorDistribute with a lane basis and a
+    `partial_reduction` over K, no MMA intrinsic."""
+    text = dispatch.default.lowering_config
+    return (dispatch.kind == DispatchKind.CONTRACTION and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute")
+            and mma_kind(text) is None and bool(basis(text, "lane_basis")[0])
+            and bool(tiling_level(text, "partial_reduction")))
+
+
 def _its_kind(dispatch: Dispatch) -> bool:
-    """A reduction the compiler gives VectorDistribute on a GPU target."""
-    return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind in REDUCTION_KINDS
-            and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute"))
+    """A reduction the compiler gives VectorDistribute on a GPU target, or a contraction it
+    configures as one (matrix_vector)."""
+    return (dispatch.target.backend in ("cuda", "rocm")
+            and ((dispatch.kind in REDUCTION_KINDS and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute"))
+                 or matrix_vector(dispatch)))
 
 
 class LLVMGPUVectorDistributeReduction(Pipeline):
@@ -100,6 +112,12 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
         if _its_kind(dispatch) and _layouts(dispatch) is None:
             return ("the compiler's reduction config of this dispatch is not one subgroup basis over one "
                     "reduced dimension shared by its ops; not tunable yet")
+        return None
+
+    def untimed_alone(self, dispatch: Dispatch) -> str | None:
+        if matrix_vector(dispatch):
+            return ("a matrix-vector product is timed inside the model only (--gpu-timing model: CUDA with CUPTI): "
+                    "IREE 3.13's dumped dispatch benchmark of one does not compile (iree-compile grew to 24 GB)")
         return None
 
     def build_problem(self, dispatch: Dispatch) -> Problem:

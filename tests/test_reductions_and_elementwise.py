@@ -22,7 +22,7 @@ from tuner.specs.candidates import generate_candidates
 from tuner.store import ResultStore
 from tuner.targets import parse_target
 from tuner.versions import compiler_version, runtime_version
-from tests.conftest import corrupt_output
+from tests.conftest import SAMPLES, corrupt_output
 
 KINDS = Path(__file__).parent / "fixtures" / "kinds"
 TORCH_KINDS = KINDS / "other_kinds.mlir"  # softmax 8x128x128, LayerNorm 256x512 (two dispatches), row sum,
@@ -273,3 +273,78 @@ def test_the_cpu_transpose_rules_on_hand_counted_configs(ctx):
     assert not problem.admits({**ok, "vector_common_parallel_inner": 32})
     # The vector tile inside the workgroup tile: 16 columns per step in a tile of 8 do not fit.
     assert not problem.admits({**ok, "distribution_inner": 8})
+
+
+def test_a_matrix_vector_product_is_tuned_as_a_reduction_over_k(ctx, tmp_path):
+    """A decoder's projection for one token (1x4096x4096 f16): IREE 3.13 configures it on
+    VectorDistribute as a reduction (a lane basis and a partial_reduction over K, no MMA), and
+    the contraction pipeline that claimed it had an empty space (M = 1 is no multiple of an MMA
+    tile). The reduction pipeline takes it: subgroups per output and loads per thread over K."""
+    from tests.conftest import write_matmul
+
+    [d] = discover(write_matmul(tmp_path / "mv.mlir", 1, 4096, 4096, "f16"), parse_target("cuda"), ctx)
+    assert d.kind == DispatchKind.CONTRACTION and "partial_reduction = [0, 0, 256]" in d.default.lowering_config
+    p = pipeline_for(d)
+    assert p.name == "llvmgpu_vector_distribute_reduction"
+    assert pipeline_for(d, "llvmgpu_vector_distribute") is p  # named by the alias, still this one
+    problem = p.build_problem(d)
+    # K = 4096 in passes of S subgroups x 32 lanes x V loads: 16 x 32 x 8 = 4096 divides it,
+    # 32 x 32 x 8 = 8192 does not (though 32 x 32 = 1024 threads is within the limit).
+    assert problem.admits({"subgroups": 16, "thread_loads": 8})
+    assert not problem.admits({"subgroups": 32, "thread_loads": 8})
+    config = p.to_config(d, {"subgroups": 4, "thread_loads": 8}, ctx)
+    assert "partial_reduction = [0, 0, 1024]" in config.expect_lowering_config  # 4 x 32 x 8
+    assert "subgroup_basis = [[1, 1, 4], [0, 1, 2]]" in config.expect_lowering_config
+    assert "workgroup_size = [128, 1, 1]" in config.expect_translation_info
+    # A contraction the compiler gives MMA tiles stays the contraction pipelines' (4096^3 on rocm).
+    [mma] = discover(SAMPLES / "matmul_4096x4096x4096_f16f16f32.mlir", parse_target("rocm"), ctx)
+    assert pipeline_for(mma, "llvmgpu_vector_distribute").name == "llvmgpu_vector_distribute"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target_name", ["cuda", "rocm:gfx942"])
+def test_matrix_vector_candidates_compile_and_carry_their_configs(target_name, ctx, tmp_path):
+    from tests.conftest import write_matmul
+    from tuner.stages.variants import SpecPart, Variant, build_variant
+
+    target = parse_target(target_name)
+    path = write_matmul(tmp_path / "mv.mlir", 1, 4096, 4096, "f16")
+    [d] = discover(path, target, ctx)
+    candidates = generate_candidates(d, pipeline_for(d), 3, ctx, target.spec_entry)
+    assert len(candidates) >= 3 and candidates[0].is_baseline
+    for i, c in enumerate(candidates[1:3]):
+        built = build_variant(path, Variant(f"mv-{i}", parts=(SpecPart(d, c.config, c.label),)), target,
+                              tmp_path / f"v{i}", ctx)
+        assert built.ok, built.error
+
+
+def test_a_matrix_vector_product_is_never_timed_alone(tmp_path):
+    """IREE 3.13's dumped dispatch benchmark of a matvec does not compile (iree-compile grew to
+    24 GB and was killed): a run that would time it alone (rocm, `--gpu-timing alone`) stops with
+    one line before compiling anything, and one that may time it in the model builds no dump."""
+    from tests.conftest import assert_one_error_line, run_cli, write_matmul
+
+    path = write_matmul(tmp_path / "mv.mlir", 1, 4096, 4096, "f16")
+    for target, extra in (("rocm:gfx942", ()), ("cuda:sm_80", ("--gpu-timing", "alone"))):
+        out = tmp_path / f"out-{target.replace(':', '-')}"
+        result = run_cli("tune", path, "--target", target, "--compile-only", "--budget", "2", "--output", out, *extra)
+        assert_one_error_line(result, 2, "a matrix-vector product is timed inside the model only")
+        assert not (out / "candidates").exists()
+
+
+@pytest.mark.slow
+def test_a_matrix_vector_product_compiles_for_timing_in_the_model_without_a_dump(tmp_path):
+    """On cuda with the default timing the compile-only run builds each candidate for timing
+    inside the model (its kernels named) and dumps no dispatch benchmark for the matvec."""
+    import json
+
+    from tests.conftest import run_cli, write_matmul
+
+    path = write_matmul(tmp_path / "mv.mlir", 1, 4096, 4096, "f16")
+    out = tmp_path / "out"
+    result = run_cli("tune", path, "--target", "cuda:sm_80", "--compile-only", "--budget", "2", "--output", out)
+    assert result.exit_code == 0, result.output
+    built = json.loads((out / "manifest.json").read_text())["candidates"]
+    ok = [b for b in built if b["result"]["status"] == "ok"]
+    assert len(ok) >= 2 and all(b["kernels"] and b["dispatch_vmfb"] is None for b in ok), built
+    assert not list(out.rglob("dispatch.vmfb")) and not list(out.rglob("bench"))

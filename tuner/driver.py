@@ -21,7 +21,7 @@ from tuner.core.settings import HostReference, Listeners, RunOptions
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.discovery.program import Program, discover_program, parse_input, read_input_text
 from tuner.discovery.workload import Workload
-from tuner.errors import InputError
+from tuner.errors import InputError, NotTimedAlone
 from tuner.store import STORE
 from tuner.evaluation.evaluator import Evaluation
 from tuner.strategies import evaluator_class
@@ -247,16 +247,34 @@ def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, pro
             # dumped benchmarks (`alone`), or chooses by whether CUPTI loads there (`auto`: both built).
             in_model = (settings.gpu_timing != "alone" and target.time_dispatch_only
                         and target.device.startswith("cuda") and not session.workload.dispatch_benchmark)
+            alone = not in_model or (settings.gpu_timing == "auto" and not untimed_alone(session))
+            if not in_model:
+                refuse_alone(session)
             builder = builder_for(session.input_path, target, output_dir, session.ctx, settings, session.workload,
-                                  in_model, alone_too=in_model and settings.gpu_timing == "auto")
+                                  in_model, alone_too=in_model and alone)
             manifest = compile_to_manifest(candidates, builder, session.workload, output_dir, store, meta, progress)
             says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
         evaluator = session_evaluator(session, store, settings, progress, run.strategy, run.devices, given)
+        if not getattr(evaluator, "in_model", False):
+            refuse_alone(session)
         evaluation = evaluator.evaluate(candidates)
     finally:
         store.close()
     return write_tuning(session, candidates, evaluation, list(evaluator.devices), given, search_meta)
+
+
+def untimed_alone(session: Session) -> Optional[str]:
+    """Why the session's dispatch cannot be timed alone (Pipeline.untimed_alone), or None."""
+    return session.pipeline.native.untimed_alone(session.dispatch)
+
+
+def refuse_alone(session: Session) -> None:
+    """NotTimedAlone where this run would time the dispatch alone (a GPU's dumped dispatch
+    benchmark, or a dispatch benchmark given as the input) and it cannot be."""
+    why = untimed_alone(session)
+    if why and (session.target.time_dispatch_only or session.workload.dispatch_benchmark):
+        raise NotTimedAlone(f"{session.dispatch.name}: {why}")
 
 
 def write_tuning(session: Session, candidates: list[Candidate], evaluation: Evaluation, devices: list[str], given: bool,

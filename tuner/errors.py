@@ -22,6 +22,12 @@ class UnusableBaseline(InputError):
     the whole run stops for `tune`; in a model's tuning, only that dispatch goes untuned."""
 
 
+class NotTimedAlone(InputError):
+    """The dispatch cannot be timed alone, from IREE's dumped dispatch benchmark
+    (Pipeline.untimed_alone: a matrix-vector product's does not compile), and this run would time
+    it so: `tune` stops with one line; in a model's tuning, only that dispatch goes untuned."""
+
+
 class TargetError(TunerError):
     """The target is unknown or its tools are missing."""
 

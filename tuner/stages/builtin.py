@@ -35,7 +35,7 @@ from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tuner.core.comparison import WIN_SHARE, Paired
 from tuner.discovery.program import discover_program
-from tuner.errors import ToolError, UnusableBaseline
+from tuner.errors import NotTimedAlone, ToolError, UnusableBaseline
 from tuner.strategies import CLUSTER
 from tuner.store import STORE
 from tuner.profiling.profile import kept_profile
@@ -207,11 +207,11 @@ class DispatchStage:
     def tune_or_say(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target, env: StageEnv,
                     source: Path, seconds: Optional[float] = None) -> DispatchOutcome:
         """`tune`, with a tuning that cannot go on (its baseline failed to build, run or be timed,
-        or gives a result that is not finite) as the dispatch's outcome: the model's other
-        dispatches are still tuned."""
+        or gives a result that is not finite; or it cannot be timed as this run times it) as the
+        dispatch's outcome: the model's other dispatches are still tuned."""
         try:
             return self.tune(dispatch, outcome, program, target, env, source, seconds)
-        except (ToolError, UnusableBaseline) as e:
+        except (ToolError, UnusableBaseline, NotTimedAlone) as e:
             return replace(outcome, status=f"not tuned: {e}")
 
     def tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
