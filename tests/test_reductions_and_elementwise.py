@@ -348,3 +348,31 @@ def test_a_matrix_vector_product_compiles_for_timing_in_the_model_without_a_dump
     ok = [b for b in built if b["result"]["status"] == "ok"]
     assert len(ok) >= 2 and all(b["kernels"] and b["dispatch_vmfb"] is None for b in ok), built
     assert not list(out.rglob("dispatch.vmfb")) and not list(out.rglob("bench"))
+
+
+MATVEC_WEIGHT_N_BY_K = """
+func.func @main(%a: tensor<1x4096xf16>, %w: tensor<4096x4096xf16>) -> tensor<1x4096xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x4096xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<1x4096xf32>) -> tensor<1x4096xf32>
+  %r = linalg.matmul indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>,
+                                      affine_map<(m, n, k) -> (m, n)>]
+       ins(%a, %w : tensor<1x4096xf16>, tensor<4096x4096xf16>) outs(%f : tensor<1x4096xf32>) -> tensor<1x4096xf32>
+  return %r : tensor<1x4096xf32>
+}
+"""
+
+
+def test_a_matrix_vector_product_with_its_weight_stored_n_by_k_is_taken_too(ctx, tmp_path):
+    """A linear layer's weight as a model stores it (`x @ W^T`, K contiguous), one token: the
+    layout decode runs. IREE 3.13 configures it as a reduction too, and the reduction pipeline
+    takes it, its space not empty."""
+    from pipelines.llvmgpu_vector_distribute_reduction import matrix_vector
+
+    path = tmp_path / "mvt.mlir"
+    path.write_text(MATVEC_WEIGHT_N_BY_K)
+    [d] = discover(path, parse_target("cuda"), ctx)
+    assert matrix_vector(d) and pipeline_for(d).name == "llvmgpu_vector_distribute_reduction"
+    assert pipeline_for(d).untimed_alone(d).startswith("a matrix-vector product is timed inside the model only")
+    candidates = generate_candidates(d, pipeline_for(d), 4, ctx, parse_target("cuda").spec_entry)
+    assert candidates[0].is_baseline and len(candidates) >= 4  # the default config itself is not offered again
