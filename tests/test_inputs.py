@@ -382,7 +382,8 @@ def test_a_bf16_result_is_read_as_raw_bits_and_widened_to_its_values(tmp_path):
     bits and is widened to f32, equal (to bf16's precision) to numpy's product of the same inputs."""
     import numpy as np
 
-    from tuner.discovery.workload import TensorSpec, Workload, raw_to_f32
+    from tuner.discovery.raw_types import raw_to_f32
+    from tuner.discovery.workload import TensorSpec, Workload
     from tuner.evaluation.runner import ModuleRun, read_output, run_once
 
     (tmp_path / "m.mlir").write_text(BF16_RESULT)
@@ -408,7 +409,7 @@ def test_f8_raw_bits_widen_to_their_values():
     """Hand-counted bit patterns of the 8-bit floats (OCP FP8 and the FNUZ variants)."""
     import numpy as np
 
-    from tuner.discovery.workload import f32_to_raw, raw_to_f32
+    from tuner.discovery.raw_types import f32_to_raw, raw_to_f32
 
     def values(element_type, *bits):
         return raw_to_f32(np.array(bits, dtype=np.uint8), element_type).tolist()
