@@ -16,7 +16,7 @@ from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress
 from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.ranking import Ranking, rank
-from tuner.report.outputs import write_outputs
+from tuner.report.outputs import read_families, write_outputs
 from tuner.core.results import EvaluationStats, Result
 from tuner.input.parameters import on_this_machine
 from tuner.run_dir import RunDirectory
@@ -32,6 +32,7 @@ class Measured:
     results: tuple[Result, ...]
     ranking: Ranking
     stats: EvaluationStats
+    families: tuple[str, ...] = ()  # as the compile stage recorded them (Pipeline.families)
 
 
 def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSettings = EvalSettings(),
@@ -81,6 +82,10 @@ def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSe
 def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, progress: Optional[Progress],
                    store_path: Optional[Path], strategy: str, parameters: tuple[str, ...]) -> Measured:
     manifest = Manifest.read(root)
+    try:
+        families = read_families(manifest.meta.get("families"))
+    except ValueError as e:
+        raise InputError(f"{root / MANIFEST}: {e}") from None
     if parameters or manifest.workload.parameters:
         here = on_this_machine(manifest.workload.parameters, parameters, f"{root / MANIFEST}'s model")
         manifest = replace(manifest, workload=replace(manifest.workload, parameters=here),
@@ -123,4 +128,4 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
         flags=chosen.rebuild_flags(best_spec_path),
         meta={**manifest.meta, "devices": list(devices), "evaluation": stats.to_json()},
     )
-    return Measured(tuple(results), ranking, stats)
+    return Measured(tuple(results), ranking, stats, families)

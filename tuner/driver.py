@@ -51,6 +51,7 @@ class Tuning:
     manifest: Optional[Manifest] = None  # written by a compile-only run
     # Candidate id -> what IREE's own constraints say of a config that failed to build or take.
     compiler_says: Optional[dict] = None
+    families: tuple[str, ...] = ()  # the pipeline's family knob and names (Pipeline.families), for the table
 
 
 
@@ -247,16 +248,17 @@ def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, pro
             # dumped benchmarks (`alone`), or chooses by whether CUPTI loads there (`auto`: both built).
             in_model = (settings.gpu_timing != "alone" and target.time_dispatch_only
                         and target.device.startswith("cuda") and not session.workload.dispatch_benchmark)
-            alone = not in_model or (settings.gpu_timing == "auto" and not untimed_alone(session))
             if not in_model:
                 refuse_alone(session)
+            # `auto`: the dispatch benchmark is built too, unless the dispatch cannot be timed alone.
+            alone_too = in_model and settings.gpu_timing == "auto" and not untimed_alone(session)
             builder = builder_for(session.input_path, target, output_dir, session.ctx, settings, session.workload,
-                                  in_model, alone_too=in_model and alone)
+                                  in_model, alone_too)
             manifest = compile_to_manifest(candidates, builder, session.workload, output_dir, store, meta, progress)
             says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
         evaluator = session_evaluator(session, store, settings, progress, run.strategy, run.devices, given)
-        if not getattr(evaluator, "in_model", False):
+        if not evaluator.in_model:
             refuse_alone(session)
         evaluation = evaluator.evaluate(candidates)
     finally:
@@ -298,7 +300,7 @@ def write_tuning(session: Session, candidates: list[Candidate], evaluation: Eval
         annotations=annotations,
     )
     return Tuning(session.dispatch, tuple(candidates), evaluation.results, ranking, evaluation.stats, output_dir,
-                  compiler_says=says)
+                  compiler_says=says, families=tuple(session.pipeline.families or ()))
 
 
 def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],

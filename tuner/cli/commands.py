@@ -66,7 +66,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
                       + ("; the search has spent its budget: that measurement is the last" if done else
                          "; then run this command again for the search's next batch (it reads what was measured)"))
     else:
-        say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+        say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir, tuning.families)
         if as_json:
             print_json_result(output_dir)
     if none_took:
@@ -203,7 +203,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
             with progress_bars(console) as on_progress:
                 measured = benchmark_dir(path, run.devices, run.settings, on_progress, run.store_path, run.strategy,
                                          run.parameters)
-            say_summary(console, measured.ranking, list(measured.results), measured.stats, path)
+            say_summary(console, measured.ranking, list(measured.results), measured.stats, path, measured.families)
             return
         if not path.exists():
             raise InputError(f"{path}: no such file or directory")
@@ -221,7 +221,7 @@ def benchmark(path: Path, configs_file: Path | None, output_dir: Path | None, ta
                                            Listeners(on_progress, on_candidates=say_candidates(console),
                                                      on_warning=lambda w: console.print(f"[yellow]warning:[/yellow] {w}")))
     none_took = say_failures(console, tuning.results, tuning.compiler_says or {})
-    say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir)
+    say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir, tuning.families)
     if none_took:
         raise SystemExit(NONE_TOOK)
 

@@ -11,7 +11,7 @@ import click
 
 from tuner.cli.say import errors_to_exit, stats_line
 from tuner.errors import InputError, OutputError
-from tuner.report.outputs import make_console
+from tuner.report.outputs import make_console, read_families
 from tuner.report.rebuild import rebuild_line
 
 
@@ -43,10 +43,7 @@ def report(directory: Path, top: int) -> None:
                 render_model(data, console)
             else:
                 results = [Result.from_json(c) for c in data["candidates"]]
-                families = data.get("families")
-                if families is not None and not (isinstance(families, list) and len(families) == 3
-                                                 and all(isinstance(f, str) for f in families)):
-                    raise ValueError(f"families is {families!r}, not a knob and the names of its two families")
+                families = read_families(data.get("families"))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(f"{path}: not a readable results file ({e})") from None
         if not model:

@@ -4,7 +4,6 @@ failed tool as one line and an exit code, never a traceback."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import sys
 import time
@@ -126,11 +125,9 @@ def say_failures(console: Console, results, says: dict) -> bool:
     return none_took
 
 
-def say_summary(console: Console, ranking, results, stats, output_dir: Path) -> None:
+def say_summary(console: Console, ranking, results, stats, output_dir: Path, families: tuple[str, ...] = ()) -> None:
     from tuner.report.outputs import render_table
 
-    written = output_dir / "results.json"  # the run's record, as `report` reads it again
-    families = json.loads(written.read_text()).get("families") if written.is_file() else None
     render_table(ranking, results, console, families=families)
     if stats is not None:
         console.print(stats_line(stats.to_json()))

@@ -168,6 +168,16 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
         console.print(said)
 
 
+def read_families(value: object) -> tuple[str, ...]:
+    """A run's recorded "families" (results.json, a manifest's meta) as family_verdict takes them:
+    () where none is recorded; ValueError where it is not a knob and its two families' names."""
+    if value is None:
+        return ()
+    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(f, str) for f in value)):
+        raise ValueError(f"families is {value!r}, not a knob and the names of its two families")
+    return tuple(value)
+
+
 def family_verdict(ranking: Ranking, results: Sequence[Result], families: Sequence[str]) -> str:
     """Where the results hold configs of both families of the tuned pipeline's family knob
     (`Pipeline.families`: (knob, name when true, name when false); llvm-cpu contractions: data

@@ -128,8 +128,7 @@ def _fused_matcher(dispatch: Dispatch, config: Config) -> transform.NamedSequenc
     """Matches a dispatch's root op by structure (tuner.specs.fused) and yields it and its other
     configured ops with the root's compilation_info and each other op's lowering_config."""
     any_op, any_param = transform.AnyOpType.get(), transform.AnyParamType.get()
-    fused = config.part(FusedOps)
-    lowering_configs = fused.lowering_configs if fused else ()
+    lowering_configs = _fused_configs(config)
     others = len(lowering_configs)
     seq = transform.NamedSequenceOp(f"match_{dispatch.name}", [any_op], [any_op] * (1 + others) + [any_param] * (1 + others),
                                     arg_attrs=[_readonly()])
@@ -212,14 +211,14 @@ def _actions(configs: list[tuple[Dispatch, Config]]) -> None:
         _apply(names)
     for factor in sorted({c.split_ways for _, c in configs if c.split_ways > 1}):
         _apply_split(factor)
-    for others in sorted({_fused_ops(c) for d, c in configs if d.kind in MATCHED_BY_STRUCTURE}):
+    for others in sorted({len(_fused_configs(c)) for d, c in configs if d.kind in MATCHED_BY_STRUCTURE}):
         apply_fused(others)
 
 
-def _fused_ops(config: Config) -> int:
-    """How many other ops of its dispatch a config configures (pipelines.parts.FusedOps)."""
+def _fused_configs(config: Config) -> tuple[str, ...]:
+    """The lowering_configs a config gives its dispatch's other ops (pipelines.parts.FusedOps)."""
     fused = config.part(FusedOps)
-    return len(fused.lowering_configs) if fused else 0
+    return fused.lowering_configs if fused else ()
 
 
 def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
@@ -229,7 +228,7 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
     for dispatch, config in configs:
         if dispatch.kind in MATCHED_BY_STRUCTURE:
             names.append(_fused_matcher(dispatch, config).sym_name.value)
-            actions.append(f"{APPLY_FUSED}_{_fused_ops(config)}")
+            actions.append(f"{APPLY_FUSED}_{len(_fused_configs(config))}")
             continue
         attributes = [ir.Attribute.parse(text) for _, text in config.root_attributes]
         info = ir.Attribute.parse(config.compilation_info)
