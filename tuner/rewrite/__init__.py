@@ -16,6 +16,7 @@ from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
+from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
@@ -49,6 +50,13 @@ def combined(rewrites: Sequence[Rewrite]) -> Rewrite:
                    tuple(dict.fromkeys(k for r in rewrites for k in r.tunes)))
 
 
+# Linear layers on NHWC activations (ConvNeXt's and Swin's MLPs, as torch exports nn.Linear on a
+# rank-4 tensor): IREE 3.13 broadcasts the weight once per batch row before a batch matmul
+# (tuner.rewrite.nd_linear); as a 2-D MatMul the weight is read once. Judged with the matmuls it
+# forms tuned.
+ND_LINEAR_AS_MATMUL = Rewrite("nd-linear-as-matmul", nd_linears_as_matmuls,
+                              "linear layers on activations of rank 4 or more as 2-D matrix products",
+                              tunes=(DispatchKind.CONTRACTION,))
 RAISE_ATTENTION = Rewrite("raise-attention", raise_attention,
                           "MatMul -> Softmax -> MatMul attention raised into one attention op",
                           tunes=(DispatchKind.ATTENTION,))
@@ -81,8 +89,8 @@ CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
 # the matrix-product form takes).
-REWRITES = {"cpu": (RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1),
-            "gpu": (RAISE_ATTENTION_GPU, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS,
+REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1),
+            "gpu": (ND_LINEAR_AS_MATMUL, RAISE_ATTENTION_GPU, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS,
                     CONV_AS_IM2COL_MATMUL)}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
 # moves to REWRITES once it has won on a model it was not made for.

@@ -23,6 +23,17 @@ dispatch of its own unless a flag fuses it into the attention (aggressive fusion
 which the flag stage tries with the rewrite. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
 Only matches where every intermediate has no other use are rewritten.
 
+torch.onnx.export (dynamo, torch 2.11) writes `F.scaled_dot_product_attention` (transformers' SDPA
+attention: Llama, Qwen2, BERT, ViT, Whisper) in its own form, which the rewrite takes too:
+Kᵀ as `Reshape(Transpose(Reshape(K, [-1, s, d]), [0, 2, 1]), [..., d, s])` (a rank-3 transpose of
+the heads flattened), √scale multiplied into Q and into Kᵀ each, and the probabilities guarded by
+`Where(IsNaN(P), 0, P)` (a row whose every score is masked to -inf gives NaN, which SDPA makes 0).
+The guard is dropped: the attention op gives such a row no NaN-free meaning either, so the raised
+model matches the exported one wherever no row is wholly masked (a causal mask, a padding mask
+over some keys; checked on the model's own output by the flag stage). Keys and values repeated
+for grouped-query heads (`Unsqueeze`, `Expand`, `Reshape`) stay as the model writes them: the
+attention op reads the repeated operands.
+
 With `pad_heads` (the GPU rewrite), a head dim that is not a power of two (Stable Diffusion
 1.x's 40, or 80 or 96) is padded with zeros in Q, K and V up to the next one and the result sliced
 back: IREE 3.13 lays out a promoted tile only when its rows are whole 16-byte vectors over lanes
@@ -34,13 +45,14 @@ added value columns are dropped, so the result is the same to rounding."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, keep_leading, pad_end,
-                                     producer, si64_array, single_use, static_shape)
+from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, keep_leading, onnx_op,
+                                     pad_end, producer, si64_array, single_use, static_shape)
 
 SDPA = "torch.aten.scaled_dot_product_attention"
 
@@ -55,16 +67,20 @@ class AttentionSite:
     mask: Optional[ir.Operation]  # Add of a mask between the (scaled) scores and the softmax
     mask_value: Optional[ir.Value]  # the operand of `mask` that is the mask
     scores: ir.Operation  # MatMul(Q, K^T)
-    transpose: ir.Operation  # Transpose(K0) giving K^T (perhaps scaled by key_scale)
+    transpose: ir.Operation  # Transpose(K0) giving K^T (perhaps scaled by key_scale), or the export's Reshape of it
     query: ir.Value
-    key: ir.Value  # K0: K is it under `key_perm`
+    key: ir.Value  # K0: K is it under `key_perm`, or reshaped to `key_reshape`
     value: ir.Value
     key_perm: tuple[int, ...] = ()  # the permutation of K0 that gives K (empty: K is K0)
     key_scale: Optional[ir.Operation] = None  # Mul or Div of K^T by a scalar
     casts: tuple[ir.Operation, ...] = ()  # the Casts around an f32 softmax
+    guard: tuple[ir.Operation, ...] = ()  # IsNaN and Where of the export's Where(IsNaN(P), 0, P)
+    key_reshape: tuple[int, ...] = ()  # K's shape where K0 has other leading dims (GQA's repeated heads)
 
     @property
     def key_shape(self) -> list[int]:
+        if self.key_reshape:
+            return list(self.key_reshape)
         k0 = static_shape(self.key)
         return [k0[i] for i in self.key_perm] if self.key_perm else k0
 
@@ -79,6 +95,9 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     if not is_onnx(op, "MatMul"):
         return None
     probs, value = op.operands[0], op.operands[1]
+    guard = _nan_guard(probs)
+    if guard:
+        probs = guard[1].operands[2]
     softmax, casts = producer(probs), ()
     if is_onnx(softmax, "Cast") and single_use(probs):  # an f32 softmax: Cast -> Softmax -> Cast back
         inner = producer(softmax.operands[0])
@@ -87,7 +106,7 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
                 and str(before.operands[0].type) == str(probs.type)):
             return None
         casts, softmax = (softmax, before), inner
-    if not is_onnx(softmax, "Softmax") or not single_use(probs):
+    if not is_onnx(softmax, "Softmax") or len(list(probs.uses)) != (2 if guard else 1):
         return None
     rank = len(static_shape(probs) or [])
     axis = ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes else -1
@@ -122,17 +141,23 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
         if scalar is None or not single_use(transpose.operands[1 - scalar]):
             return None
         key_scale, transpose = transpose, producer(transpose.operands[1 - scalar])
-    if not is_onnx(transpose, "Transpose") or "torch.onnx.perm" not in transpose.attributes:
+    flattened, key_reshape = _flattened_transpose(transpose, rank), ()
+    if flattened is not None:
+        perm, key = list(range(rank - 2)) + [rank - 1, rank - 2], flattened
+        if len(static_shape(key)) != rank:  # K0 [b, kv, rep, s, d] flattened as [b*kv*rep, s, d]
+            out = static_shape(transpose.results[0])
+            key_reshape = (*out[:-2], out[-1], out[-2])
+    elif is_onnx(transpose, "Transpose") and "torch.onnx.perm" in transpose.attributes:
+        perm, key = int_list(transpose.attributes["torch.onnx.perm"]), transpose.operands[0]
+    else:
         return None
-    perm = int_list(transpose.attributes["torch.onnx.perm"])
     if sorted(perm) != list(range(rank)):
         return None
     key_perm = (*perm[:-2], perm[-1], perm[-2])  # K0 -> K
-    key = transpose.operands[0]
     key_perm = () if key_perm == tuple(range(rank)) else key_perm
     k0 = static_shape(key)
     q, v = static_shape(query), static_shape(value)
-    k = [k0[i] for i in key_perm] if key_perm and k0 is not None else k0
+    k = list(key_reshape) if key_reshape else [k0[i] for i in key_perm] if key_perm and k0 is not None else k0
     if None in (q, k, v) or not (len(q) == len(k) == len(v) == rank) or q[:-2] != k[:-2] or k[:-2] != v[:-2] \
             or q[-1] != k[-1] or k[-2] != v[-2]:
         return None
@@ -142,7 +167,43 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     if mask_value is not None and str(mask_value.type).rsplit(",", 1)[-1] not in dtypes:
         return None
     return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value, key_perm,
-                         key_scale, casts)
+                         key_scale, casts, guard, key_reshape)
+
+
+def _nan_guard(probs: ir.Value) -> tuple[ir.Operation, ...]:
+    """(IsNaN, Where) where `probs` is the export's `Where(IsNaN(P), c, P)` (c a scalar, 0 as the
+    exporter writes it) and both read the same P, which nothing else reads; else (). What c is
+    does not matter: the guard is dropped only where P holds no NaN, and then it returns P."""
+    where = producer(probs)
+    if not (is_onnx(where, "Where") and single_use(probs) and len(where.operands) == 3):
+        return ()
+    isnan, zero, p = producer(where.operands[0]), where.operands[1], where.operands[2]
+    if not (is_onnx(isnan, "IsNaN") and isnan.operands[0] == p and single_use(where.operands[0])
+            and static_shape(zero) in ([], [1])):
+        return ()
+    return isnan, where
+
+
+def _flattened_transpose(op: Optional[ir.Operation], rank: int) -> Optional[ir.Value]:
+    """K0 where `op` is the export's Kᵀ: Reshape(Transpose(Reshape(K0, [p, s, d]), [0, 2, 1]),
+    [..., d, s]) with K0 of shape [..., s, d] and p the product of its leading dims, which are
+    those of Kᵀ or (grouped-query heads repeated, [b, kv, rep, s, d]) hold as many entries; else None."""
+    if not is_onnx(op, "Reshape") or not single_use(op.operands[0]):
+        return None
+    inner = producer(op.operands[0])
+    if not (is_onnx(inner, "Transpose") and "torch.onnx.perm" in inner.attributes
+            and int_list(inner.attributes["torch.onnx.perm"]) == [0, 2, 1] and single_use(inner.operands[0])):
+        return None
+    first = producer(inner.operands[0])
+    if not is_onnx(first, "Reshape"):
+        return None
+    k0, flat, out = static_shape(first.operands[0]), static_shape(first.results[0]), static_shape(op.results[0])
+    if k0 is None or flat is None or out is None or len(k0) < rank or len(out) != rank or len(flat) != 3:
+        return None
+    if flat != [math.prod(k0[:-2]), *k0[-2:]] or out[-2:] != [k0[-1], k0[-2]] or math.prod(out[:-2]) != flat[0] \
+            or (len(k0) == rank and out[:-2] != k0[:-2]):
+        return None
+    return first.operands[0]
 
 
 def _scalar_side(op: ir.Operation) -> Optional[int]:
@@ -202,7 +263,10 @@ def _key_operand(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -
     that is not the identity), scaled as K^T was."""
     key = site.key
     element = str(key.type).rsplit(",", 1)[-1]
-    if site.key_perm:
+    if site.key_reshape:
+        key = onnx_op("Reshape", [key, int64_literal(list(site.key_reshape), ip, loc)], list(site.key_reshape),
+                      element_type(key), ip, loc)
+    elif site.key_perm:
         perm = si64_array(list(site.key_perm))
         shape = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, site.key_shape))}],{element}")
         key = ir.Operation.create(ONNX_OP, results=[shape], operands=[key],
@@ -213,6 +277,15 @@ def _key_operand(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -
         key = ir.Operation.create(ONNX_OP, results=[key.type], operands=[key, scalar],
                                   attributes={"name": site.key_scale.attributes["name"]}, loc=loc, ip=ip).result
     return key
+
+
+def _erase_unused_chain(op: ir.Operation) -> None:
+    """`op` erased if nothing reads it, then the op making its first operand likewise, while that is
+    a Transpose or Reshape (the export's Kᵀ chain)."""
+    while op is not None and not list(op.results[0].uses):
+        before = producer(op.operands[0])
+        op.erase()
+        op = before if is_onnx(before, "Transpose") or is_onnx(before, "Reshape") else None
 
 
 def padded_width(width: int) -> int:
@@ -262,12 +335,11 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
             result = keep_leading(result, static_shape(site.output.results[0])[-1], ip, loc)
         site.output.results[0].replace_all_uses_with(result)
         done.append(site.shape + padded)
-        for op in (site.output, *site.casts[:1], site.softmax, *site.casts[1:], site.mask, site.scale, site.scores,
-                   site.key_scale):
+        for op in (site.output, *site.guard[::-1], *site.casts[:1], site.softmax, *site.casts[1:], site.mask,
+                   site.scale, site.scores, site.key_scale):
             if op is not None:
                 op.erase()
-        if not list(site.transpose.results[0].uses):
-            site.transpose.erase()
+        _erase_unused_chain(site.transpose)
     if done:
         module.operation.verify()
     return done

@@ -1,0 +1,256 @@
+"""Real exports: modules from transformers, torchvision and timm (random weights) exported by
+`torch.onnx.export(model, args, path, dynamo=True)` with the exporter's defaults, and the same
+module timed by torch eager and torch.compile on the same GPU (issue 58). Runs where torch and
+those libraries are installed (the GPU machine); the tuner never imports this.
+
+    python benchmarks/torch_exports.py --out DIR [--size tiny|real] [--family NAME ...] [--time]
+        [--rounds 6] [--calls 20] [--dtype f16|f32]
+
+For each family it writes DIR/NAME/model.onnx (external data beside it where the exporter puts
+it there), DIR/NAME/input0.npy ... (the arguments, in order), DIR/NAME/torch_output0.npy (eager's
+first output, for checking IREE's), and with --time DIR/NAME/torch.json: the kernel time per
+call (the sum of CUDA kernel durations in one call, read by CUPTI through torch.profiler) and the
+wall time per call of torch eager and of torch.compile, interleaved round by round.
+
+`tiny` builds each family with a few channels and tokens (the same ops, the exporter's same
+graph structure): test fixtures that compile in seconds on a CPU. `real` builds the sizes the
+issue names (a Llama decoder layer at 1024 tokens, ConvNeXt-T and Swin-T at batch 8, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+def _llama(size: str, qwen: bool = False):
+    from transformers import LlamaConfig, LlamaModel, Qwen2Config, Qwen2Model
+
+    if size == "tiny":
+        dims = dict(hidden_size=64, intermediate_size=160, num_attention_heads=4, num_key_value_heads=2,
+                    vocab_size=128)
+        tokens = 16
+    elif qwen:  # Qwen2-0.5B's block widths
+        dims = dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2,
+                    vocab_size=32000)
+        tokens = 512
+    else:  # TinyLlama-1.1B's block widths (the issue's Llama layer)
+        dims = dict(hidden_size=2048, intermediate_size=5632, num_attention_heads=32, num_key_value_heads=4,
+                    vocab_size=32000)
+        tokens = 1024
+    config = (Qwen2Config if qwen else LlamaConfig)(num_hidden_layers=1, max_position_embeddings=4096, use_cache=False,
+                                                    **dims)
+    model = (Qwen2Model if qwen else LlamaModel)(config)
+    import torch
+    ids = torch.randint(0, dims["vocab_size"], (1, tokens))
+    return model, (ids,)
+
+
+def _bert(size: str):
+    import torch
+    from transformers import BertConfig, BertModel
+
+    if size == "tiny":
+        config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                            vocab_size=128)
+        tokens = 16
+    else:
+        config = BertConfig(num_hidden_layers=2)
+        tokens = 512
+    model = BertModel(config, add_pooling_layer=False)
+    ids = torch.randint(0, config.vocab_size, (1, tokens))
+    return model, (ids,)
+
+
+def _vit(size: str):
+    import torch
+    from transformers import ViTConfig, ViTModel
+
+    if size == "tiny":
+        config, batch = ViTConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+                                  image_size=32, patch_size=8), 2
+    else:
+        config, batch = ViTConfig(num_hidden_layers=4), 8
+    model = ViTModel(config, add_pooling_layer=False)
+    return model, (torch.randn(batch, 3, config.image_size, config.image_size),)
+
+
+def _convnext(size: str):
+    import torch
+    from torchvision.models import convnext_tiny
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    if size == "tiny":
+        model = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], num_classes=10)
+        return model, (torch.randn(2, 3, 32, 32),)
+    return convnext_tiny(), (torch.randn(8, 3, 224, 224),)
+
+
+def _swin(size: str):
+    import torch
+    from torchvision.models import swin_t
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    if size == "tiny":
+        model = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[2, 4], window_size=[4, 4],
+                                num_classes=10)
+        return model, (torch.randn(2, 3, 32, 32),)
+    return swin_t(), (torch.randn(8, 3, 224, 224),)
+
+
+def _resnet(size: str):
+    import torch
+    from torchvision.models import resnet50
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    if size == "tiny":
+        return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10), (torch.randn(2, 3, 32, 32),)
+    return resnet50(), (torch.randn(8, 3, 224, 224),)
+
+
+def _mobilenet(size: str):
+    import timm
+    import torch
+
+    if size == "tiny":
+        return timm.create_model("mobilenetv3_small_050", num_classes=10), (torch.randn(2, 3, 32, 32),)
+    return timm.create_model("mobilenetv3_large_100"), (torch.randn(8, 3, 224, 224),)
+
+
+def _whisper(size: str):
+    import torch
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    if size == "tiny":
+        config = WhisperConfig(d_model=64, encoder_layers=1, encoder_attention_heads=4, encoder_ffn_dim=128,
+                               num_mel_bins=16, max_source_positions=16)
+    else:  # whisper-base's encoder widths, two layers
+        config = WhisperConfig(d_model=512, encoder_layers=2, encoder_attention_heads=8, encoder_ffn_dim=2048,
+                               num_mel_bins=80, max_source_positions=1500)
+    model = WhisperEncoder(config)
+    return model, (torch.randn(1, config.num_mel_bins, 2 * config.max_source_positions),)
+
+
+FAMILIES: dict[str, Callable] = {
+    "llama": _llama,
+    "qwen2": lambda size: _llama(size, qwen=True),
+    "bert": _bert,
+    "vit": _vit,
+    "convnext": _convnext,
+    "swin": _swin,
+    "resnet": _resnet,
+    "mobilenet": _mobilenet,
+    "whisper": _whisper,
+}
+
+
+class _FirstOutput:
+    """The module's first tensor output, so that export and timing see one tensor (transformers
+    modules return a ModelOutput)."""
+
+    def __new__(cls, model):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, *args):
+                out = self.model(*args)
+                if isinstance(out, torch.Tensor):
+                    return out
+                return out[0]
+
+        return Wrapped()
+
+
+def _kernel_and_wall(torch, fn, args, calls: int) -> tuple[float, float]:
+    """One round: the summed CUDA kernel time per call (CUPTI, torch.profiler) and the wall time
+    per call (synchronized), in ms."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - start) * 1e3 / calls
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    kernel = sum(e.device_time_total for e in prof.events()
+                 if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3 / calls
+    return kernel, wall
+
+
+def _time(torch, model, args, rounds: int, calls: int) -> dict:
+    compiled = torch.compile(model)
+    runners = {"eager": model, "compile": compiled}
+    with torch.inference_mode():
+        for fn in runners.values():  # warm-up, and torch.compile's compilation
+            for _ in range(3):
+                fn(*args)
+        samples = {name: [] for name in runners}
+        for r in range(rounds):  # interleaved, the order rotated each round
+            for name in (list(runners) if r % 2 == 0 else list(runners)[::-1]):
+                samples[name].append(_kernel_and_wall(torch, runners[name], args, calls))
+    return {name: {"kernel_ms": statistics.median(k for k, _ in s), "wall_ms": statistics.median(w for _, w in s),
+                   "kernel_rounds": [k for k, _ in s]} for name, s in samples.items()}
+
+
+def main() -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--size", choices=("tiny", "real"), default="real")
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="default: every family")
+    parser.add_argument("--dtype", choices=("f16", "f32"), default="f16")
+    parser.add_argument("--time", action="store_true", help="time torch eager and torch.compile (needs a GPU)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=20)
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.float16 if args.dtype == "f16" else torch.float32
+    torch.manual_seed(0)
+    for name in args.family or sorted(FAMILIES):
+        folder = args.out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            module, inputs = FAMILIES[name](args.size)
+            model = _FirstOutput(module.eval()).to(device=device, dtype=dtype)
+            inputs = tuple(x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype) for x in inputs)
+            with torch.inference_mode():
+                reference = model(*inputs)
+            for i, x in enumerate(inputs):
+                np.save(folder / f"input{i}.npy", x.cpu().numpy())
+            np.save(folder / "torch_output0.npy", reference.float().cpu().numpy())
+            start = time.perf_counter()
+            program = torch.onnx.export(model, inputs, dynamo=True)
+            program.save(str(folder / "model.onnx"))
+            record = {"family": name, "size": args.size, "dtype": args.dtype, "torch": torch.__version__,
+                      "export_s": round(time.perf_counter() - start, 1),
+                      "inputs": [list(x.shape) for x in inputs], "output": list(reference.shape)}
+            if args.time and device == "cuda":
+                record["device"] = torch.cuda.get_device_name()
+                record.update(_time(torch, model, inputs, args.rounds, args.calls))
+            (folder / "torch.json").write_text(json.dumps(record, indent=1))
+            print(name, json.dumps({k: v for k, v in record.items() if k not in ("eager", "compile")}),
+                  *(f"{k} {record[k]['kernel_ms']:.3f} ms kernels {record[k]['wall_ms']:.3f} ms wall"
+                    for k in ("eager", "compile") if k in record), flush=True)
+        except Exception as error:  # one family's failure is reported, the others still built
+            print(f"{name}: FAILED {type(error).__name__}: {str(error)[:2000]}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""The model rewrites on real exports (tests/fixtures/exports: transformers and torchvision modules
+exported by torch.onnx's dynamo exporter at a tiny size): which sites each rewrite takes in each
+family and which it leaves, what it declines in the exporter's own form, that IREE then forms the
+dispatches the rewrite is for (2-D matmuls and no broadcast weight; one attention dispatch and
+no softmax), and that each rewritten model computes what the export computed (llvm-cpu against
+the unrewritten build and against torch eager's output)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from pipelines import DispatchKind
+from tests.conftest import iree_compile
+from tuner.rewrite import ND_LINEAR_AS_MATMUL, RAISE_ATTENTION, REWRITES, combined, rewrite_program
+from tuner.rewrite.attention import find_attention, raise_attention
+from tuner.rewrite.nd_linear import nd_linears_as_matmuls
+from tuner.rewrite.torch_ops import ONNX_OP
+from tuner.targets import parse_target
+
+EXPORTS = Path(__file__).parent / "fixtures" / "exports"
+FAMILIES = ("llama", "qwen2", "bert", "vit", "whisper", "swin", "convnext")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict[str, Path]:
+    """Each export imported as the tuner imports an ONNX model (iree-import-onnx)."""
+    pytest.importorskip("onnx")
+    from tuner.input.models import program_source
+
+    root = tmp_path_factory.mktemp("exports")
+    return {name: program_source(EXPORTS / name / "model.onnx", root / name, parse_target("llvm-cpu"))
+            for name in FAMILIES}
+
+
+def _applied(program: Path, rewrite) -> tuple[list[str], list[str]]:
+    """What `rewrite` changes in the program, and the onnx op names of the rewritten function."""
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        module = ir.Module.parse(program.read_text())
+        changed = rewrite(module)
+        ops = []
+
+        def visit(op):
+            if op.name == ONNX_OP:
+                ops.append(ir.StringAttr(op.attributes["name"]).value.removeprefix("onnx."))
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+    return changed, ops
+
+
+# The tiny configs of benchmarks/torch_exports.py: ConvNeXt's two stages (16 then 32 channels,
+# 8x8 then 4x4 pixels, MLPs 4x wide, batch 2); Swin's patch merging adds a 64 -> 32 linear.
+ND_LINEARS = {
+    "convnext": ["2x8x8x16 by 16x64", "2x8x8x64 by 64x16", "2x4x4x32 by 32x128", "2x4x4x128 by 128x32"],
+    "swin": ["2x8x8x16 by 16x64", "2x8x8x64 by 64x16", "2x4x4x64 by 64x32", "2x4x4x32 by 32x128",
+             "2x4x4x128 by 128x32"],
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nd_linear_takes_the_rank_4_linears_of_each_family_and_leaves_rank_3_ones(imported, family):
+    changed, ops = _applied(imported[family], nd_linears_as_matmuls)
+    assert changed == ND_LINEARS.get(family, [])
+    if changed:  # each MatMul taken reads a Reshape of its activation and is read by a Reshape back
+        assert ops.count("Reshape") >= 2 * len(changed)
+
+
+# batch x heads x queries x keys x head dim x value head dim, per attention of each export: the
+# decoders' 4 query heads over 2 KV heads (repeated by the export), BERT's two layers, ViT's 16
+# patches and a class token, Swin's 8 windows of 16 tokens (2 heads) then 2 windows (4 heads).
+ATTENTIONS = {
+    "llama": ["1x4x16x16x16x16"], "qwen2": ["1x4x16x16x16x16"], "bert": ["1x4x16x16x16x16"] * 2,
+    "vit": ["2x4x17x17x16x16"], "whisper": ["1x4x16x16x16x16"], "swin": ["8x2x16x16x8x8", "2x4x16x16x8x8"],
+    "convnext": [],
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_raise_attention_takes_every_attention_the_exporter_writes_and_leaves_no_softmax(imported, family):
+    changed, ops = _applied(imported[family], raise_attention)
+    assert changed == ATTENTIONS[family]
+    assert "Softmax" not in ops and "IsNaN" not in ops
+    if family in ("llama", "qwen2", "bert", "vit"):  # the SDPA guard gone; the mask still added by the op
+        assert "Where" not in ops
+
+
+def test_both_rewrites_are_offered_first_on_every_target_kind():
+    for kind in ("cpu", "gpu"):
+        names = [r.name for r in REWRITES[kind]]
+        assert names[0] == "nd-linear-as-matmul" and "raise-attention" in names
+    assert ND_LINEAR_AS_MATMUL.tunes == (DispatchKind.CONTRACTION,)
+
+
+# The dynamo exporter's SDPA, as the Llama export writes it (4 query heads, keys flattened to
+# [4, s, d] and transposed, sqrt(scale) on Q and on K^T, a causal mask, the NaN guard).
+def _sdpa(guard_reads: str = "%p", extra_result: bool = False, kt_perm: str = "0 : si64, 2 : si64, 1 : si64",
+          flat: str = "4,16,8") -> str:
+    t = "!torch.vtensor<[1,4,16,8],f32>"
+    s = "!torch.vtensor<[1,4,16,16],f32>"
+    extra = (", %p", f", {s}") if extra_result else ("", "")
+    return f"""
+func.func @f(%q: {t}, %k: {t}, %v: {t}, %mask: !torch.vtensor<[1,1,16,16],f32>, %c: !torch.vtensor<[],f32>,
+             %zero: !torch.vtensor<[],f32>) -> ({t}{extra[1]}) {{
+  %shape3 = torch.vtensor.literal(dense<[4, 16, 8]> : tensor<3xsi64>) : !torch.vtensor<[3],si64>
+  %shape4 = torch.vtensor.literal(dense<[1, 4, 8, 16]> : tensor<4xsi64>) : !torch.vtensor<[4],si64>
+  %k3 = torch.operator "onnx.Reshape"(%k, %shape3) : ({t}, !torch.vtensor<[3],si64>) -> !torch.vtensor<[{flat}],f32>
+  %kt3 = torch.operator "onnx.Transpose"(%k3) {{torch.onnx.perm = [{kt_perm}]}} : (!torch.vtensor<[{flat}],f32>) -> !torch.vtensor<[4,8,16],f32>
+  %kt = torch.operator "onnx.Reshape"(%kt3, %shape4) : (!torch.vtensor<[4,8,16],f32>, !torch.vtensor<[4],si64>) -> !torch.vtensor<[1,4,8,16],f32>
+  %qs = torch.operator "onnx.Mul"(%q, %c) : ({t}, !torch.vtensor<[],f32>) -> {t}
+  %kts = torch.operator "onnx.Mul"(%kt, %c) : (!torch.vtensor<[1,4,8,16],f32>, !torch.vtensor<[],f32>) -> !torch.vtensor<[1,4,8,16],f32>
+  %scores = torch.operator "onnx.MatMul"(%qs, %kts) : ({t}, !torch.vtensor<[1,4,8,16],f32>) -> {s}
+  %masked = torch.operator "onnx.Add"(%scores, %mask) : ({s}, !torch.vtensor<[1,1,16,16],f32>) -> {s}
+  %p = torch.operator "onnx.Softmax"(%masked) {{torch.onnx.axis = -1 : si64}} : ({s}) -> {s}
+  %nan = torch.operator "onnx.IsNaN"({guard_reads}) : ({s}) -> !torch.vtensor<[1,4,16,16],i1>
+  %g = torch.operator "onnx.Where"(%nan, %zero, %p) : (!torch.vtensor<[1,4,16,16],i1>, !torch.vtensor<[],f32>, {s}) -> {s}
+  %o = torch.operator "onnx.MatMul"(%g, %v) : ({s}, {t}) -> {t}
+  return %o{extra[0]} : {t}{extra[1]}
+}}
+"""
+
+
+def _sdpa_sites(text: str) -> list[str]:
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)  # held while the sites' ops are read
+        return [s.shape for s in find_attention(module)]
+
+
+def test_the_exporters_sdpa_form_is_raised_and_what_breaks_it_is_declined():
+    assert _sdpa_sites(_sdpa()) == ["1x4x16x16x8x8"]
+    # The probabilities read by something else (here returned): the softmax must stay.
+    assert _sdpa_sites(_sdpa(extra_result=True)) == []
+    # A guard that tests another tensor than the one it passes on is not SDPA's guard.
+    assert _sdpa_sites(_sdpa(guard_reads="%masked")) == []
+    # The flattened keys not transposed (perm 0, 1, 2 with a [4, 8, 16] reshape): not K^T.
+    assert _sdpa_sites(_sdpa(kt_perm="0 : si64, 1 : si64, 2 : si64", flat="4,8,16").replace(
+        "dense<[4, 16, 8]>", "dense<[4, 8, 16]>")) == []
+
+
+def _cpu_output(program: Path, inputs: Path, tmp_path: Path) -> np.ndarray:
+    from tuner.evaluation.runner import ModuleRun, run_once
+
+    vmfb = tmp_path / f"{program.stem}.vmfb"
+    iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
+    run = run_once(vmfb, ModuleRun("local-task", "main_graph", (inputs,)), tmp_path / f"{program.stem}.npy")
+    assert run.ok, run.stderr
+    return np.load(tmp_path / f"{program.stem}.npy").astype(np.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ("llama", "bert", "swin", "convnext"))
+def test_each_rewritten_export_computes_what_the_export_and_torch_computed(imported, family, tmp_path):
+    rewritten = tmp_path / "rewritten.mlir"
+    changed = rewrite_program(imported[family], combined([ND_LINEAR_AS_MATMUL, RAISE_ATTENTION]), rewritten)
+    assert changed == ND_LINEARS.get(family, []) + ATTENTIONS[family]
+    inputs = EXPORTS / family / "input0.npy"
+    before, after = _cpu_output(imported[family], inputs, tmp_path), _cpu_output(rewritten, inputs, tmp_path)
+    torch_output = np.load(EXPORTS / family / "torch_output0.npy")
+    scale = float(np.abs(torch_output).max())
+    assert scale > 0.01
+    # f32 throughout: the same sums in another order (the attention op's online softmax).
+    np.testing.assert_allclose(after, before, rtol=0, atol=2e-6 * scale)
+    np.testing.assert_allclose(after, torch_output, rtol=0, atol=5e-6 * scale)
+
+
+@pytest.mark.slow
+def test_iree_forms_2d_matmuls_without_a_broadcast_weight_and_one_attention_dispatch(imported, tmp_path, ctx):
+    from tuner.discovery.program import discover_program
+
+    cuda = parse_target("cuda:sm_80")
+    convnext = tmp_path / "convnext.mlir"
+    rewrite_program(imported["convnext"], ND_LINEAR_AS_MATMUL, convnext)
+    before = [d.name for d in discover_program(imported["convnext"], cuda, ctx).dispatches]
+    after = [d.name for d in discover_program(convnext, cuda, ctx).dispatches]
+    assert any("batch_matmul_16x8x64x16" in n for n in before), before
+    assert any("_matmul_128x64x16_" in n for n in after) and not any("batch_matmul" in n for n in after), after
+    llama = tmp_path / "llama.mlir"
+    rewrite_program(imported["llama"], RAISE_ATTENTION, llama)
+    program = discover_program(llama, cuda, ctx)
+    assert [d.kind for d in program.dispatches].count(DispatchKind.ATTENTION) == 1
+    assert not any("softmax" in kind.kind for kind in program.other_kinds.values())
