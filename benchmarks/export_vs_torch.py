@@ -1,0 +1,159 @@
+"""Real exports on one GPU, IREE beside torch: each export of benchmarks/torch_exports.py built by
+plain iree-compile as IREE imports it (the default) and with each model rewrite of the tuner that
+applies to it (alone, then all of them together), every build's output checked against torch
+eager's, and all builds timed in interleaved rounds by CUPTI kernel time per call inside the
+module's own call (gpu_model_kernels.py), printed beside torch eager's and torch.compile's kernel
+time of the same module on the same GPU (torch.json, written by torch_exports.py --time).
+
+    python benchmarks/export_vs_torch.py DIR/NAME [DIR/NAME ...] [--target cuda:sm_80] [--jobs 8]
+        [--rounds 6] [--calls 20] [--compile-only] [--json OUT.json]
+
+DIR/NAME holds model.onnx, input*.npy, torch_output0.npy and torch.json. The builds are the
+compiler's default configs (no tuning): what the rewrites change in the program alone. Needs the
+tuner's packages (iree-base-compiler, z3-solver); torch and CUDA for the timing (not with
+--compile-only, which builds and stops: a CPU check of this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tuner.input.models import program_source  # noqa: E402
+from tuner.rewrite import REWRITES, combined, rewrite_program  # noqa: E402
+from tuner.targets import parse_target  # noqa: E402
+from tuner.tools import find_tool  # noqa: E402
+
+
+def variants(model: Path, work: Path, target) -> dict[str, tuple[Path, list[str]]]:
+    """The default program and one per rewrite of the target's kind that changes it, then all of
+    those together: name -> (program, what changed)."""
+    imported = program_source(model, work, target)
+    found = {"default": (imported, [])}
+    taken = []
+    for rewrite in REWRITES["cpu" if target.device.startswith("local") else "gpu"]:  # as the flag stage offers them
+        out = work / f"{rewrite.name}.mlir"
+        changed = rewrite_program(imported, rewrite, out)
+        if changed:
+            found[rewrite.name] = (out, changed)
+            taken.append(rewrite)
+    if len(taken) > 1:
+        every = combined(taken)
+        out = work / "rewrites.mlir"
+        found["rewrites"] = (out, rewrite_program(imported, every, out))
+    return found
+
+
+def build(program: Path, target, vmfb: Path) -> tuple[bool, str, float]:
+    start = time.perf_counter()
+    run = subprocess.run([find_tool("iree-compile"), str(program), *target.compile_flags, "-o", str(vmfb)],
+                         capture_output=True, text=True)
+    error = next((line for line in run.stderr.splitlines() if "error" in line), run.stderr[-300:])
+    return run.returncode == 0, error, time.perf_counter() - start
+
+
+def check(vmfb: Path, inputs: list[Path], reference: np.ndarray, function: str) -> tuple[bool, float, str]:
+    """Load on the GPU, run once: (loaded, relative error of the first output against torch's)."""
+    import iree.runtime as rt
+
+    try:
+        config = rt.Config("cuda")
+        ctx = rt.SystemContext(config=config)
+        ctx.add_vm_module(rt.VmModule.mmap(ctx.instance, str(vmfb)))
+        fn = ctx.modules.module[function]
+        out = fn(*[rt.asdevicearray(config.device, np.load(p)) for p in inputs])
+        first = (out[0] if isinstance(out, (tuple, list)) else out).to_host().astype(np.float32)
+    except Exception as error:  # a module the driver refuses at load is a result, not a stop
+        return False, float("nan"), str(error).splitlines()[0][:300]
+    scale = float(np.abs(reference).max()) or 1.0
+    return True, float(np.abs(first - reference).max()) / scale, ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--target", default="cuda:sm_80")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    target = parse_target(args.target)
+    report = {}
+    for folder in args.models:
+        work = folder / "iree"
+        found = variants(folder / "model.onnx", work, target)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            built = dict(zip(found, pool.map(lambda name: build(found[name][0], target, work / f"{name}.vmfb"), found)))
+        record = {"variants": {name: {"changed": found[name][1], "built": ok, "error": error, "compile_s": round(s, 1)}
+                               for name, (ok, error, s) in built.items()}}
+        torch_json = folder / "torch.json"
+        torch_figures = json.loads(torch_json.read_text()) if torch_json.exists() else {}
+        record["torch"] = {k: torch_figures[k] for k in ("eager", "compile") if k in torch_figures}
+        report[folder.name] = record
+        for name, (ok, error, s) in built.items():
+            print(f"{folder.name} {name}: {'built' if ok else 'FAILED ' + error} in {s:.0f} s; {found[name][1]}", flush=True)
+        if args.compile_only:
+            continue
+        inputs = sorted(folder.glob("input*.npy"), key=lambda p: int(p.stem[5:]))
+        reference = np.load(folder / "torch_output0.npy")
+        timed = []
+        for name, entry in record["variants"].items():
+            if entry["built"]:
+                entry["loaded"], entry["rel_error"], entry["load_error"] = check(work / f"{name}.vmfb", inputs, reference,
+                                                                                 "main_graph")
+                print(f"{folder.name} {name}: {'loaded' if entry['loaded'] else 'REFUSED ' + entry['load_error']}, "
+                      f"relative error against torch eager {entry['rel_error']:.2e}", flush=True)
+                if entry["loaded"]:
+                    timed.append(f"{name}={work / f'{name}.vmfb'}")
+        if timed:
+            out = work / "kernels.json"
+            subprocess.run([sys.executable, str(Path(__file__).parent / "gpu_model_kernels.py"), "--function",
+                            "main_graph", *[a for p in inputs for a in ("--input", str(p))], "--rounds", str(args.rounds),
+                            "--calls", str(args.calls), "--json", str(out), *timed], check=False)
+            if out.exists():
+                for name, figures in json.loads(out.read_text()).items():
+                    record["variants"][name].update(kernel_ms=figures["kernel_ms"], wall_ms=figures["wall_ms"],
+                                                    kernel_ms_rounds=figures["kernel_ms_rounds"],
+                                                    dispatch_ms=figures["dispatch_ms"])
+        _summary(folder.name, record)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def _summary(name: str, record: dict) -> None:
+    """One line per build: kernel ms, against the default (median of per-round ratios), against
+    torch eager and torch.compile (their medians)."""
+    default = record["variants"].get("default", {}).get("kernel_ms_rounds")
+    eager = record["torch"].get("eager", {}).get("kernel_ms")
+    compiled = record["torch"].get("compile", {}).get("kernel_ms")
+    if eager:
+        print(f"{name} torch eager {eager:.3f} ms, torch.compile {compiled:.3f} ms (kernels per call)")
+    for variant, entry in record["variants"].items():
+        if "kernel_ms" not in entry:
+            continue
+        vs_default = statistics.median(d / v for d, v in zip(default, entry["kernel_ms_rounds"])) if default else None
+        print(f"{name} {variant:<28} {entry['kernel_ms']:.3f} ms"
+              + (f"  {vs_default:.2f}x the default" if vs_default else "")
+              + (f"  {eager / entry['kernel_ms']:.2f}x eager" if eager else "")
+              + (f"  {compiled / entry['kernel_ms']:.2f}x torch.compile" if compiled else "")
+              + f"  err {entry.get('rel_error', float('nan')):.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+    sys.stdout.flush()
+    os._exit(0)  # as gpu_model_kernels.py: torch's CUPTI and IREE's CUDA runtime both loaded
