@@ -88,6 +88,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--only", help="comma-separated builds to make (default, a rewrite's name, rewrites); "
+                        "default: every one")
+    parser.add_argument("--top", type=int, default=0, help="print each build's N costliest dispatches")
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -96,6 +99,8 @@ def main() -> None:
     for folder in args.models:
         work = folder / "iree"
         found = variants(folder / "model.onnx", work, target)
+        if args.only:
+            found = {name: built for name, built in found.items() if name in args.only.split(",")}
         with ThreadPoolExecutor(args.jobs) as pool:
             built = dict(zip(found, pool.map(lambda name: build(found[name][0], target, work / f"{name}.vmfb"), found)))
         record = {"variants": {name: {"changed": found[name][1], "built": ok, "error": error, "compile_s": round(s, 1)}
@@ -123,20 +128,20 @@ def main() -> None:
             out = work / "kernels.json"
             subprocess.run([sys.executable, str(Path(__file__).parent / "gpu_model_kernels.py"), "--function",
                             "main_graph", *[a for p in inputs for a in ("--input", str(p))], "--rounds", str(args.rounds),
-                            "--calls", str(args.calls), "--json", str(out), *timed], check=False)
+                            "--calls", str(args.calls), "--json", str(out), "--names", *timed], check=False)
             if out.exists():
                 for name, figures in json.loads(out.read_text()).items():
                     record["variants"][name].update(kernel_ms=figures["kernel_ms"], wall_ms=figures["wall_ms"],
                                                     kernel_ms_rounds=figures["kernel_ms_rounds"],
                                                     dispatch_ms=figures["dispatch_ms"])
-        _summary(folder.name, record)
+        _summary(folder.name, record, args.top)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 
 
-def _summary(name: str, record: dict) -> None:
+def _summary(name: str, record: dict, top: int) -> None:
     """One line per build: kernel ms, against the default (median of per-round ratios), against
-    torch eager and torch.compile (their medians)."""
+    torch eager and torch.compile (their medians); then its `top` costliest dispatches."""
     default = record["variants"].get("default", {}).get("kernel_ms_rounds")
     eager = record["torch"].get("eager", {}).get("kernel_ms")
     compiled = record["torch"].get("compile", {}).get("kernel_ms")
@@ -151,6 +156,8 @@ def _summary(name: str, record: dict) -> None:
               + (f"  {eager / entry['kernel_ms']:.2f}x eager" if eager else "")
               + (f"  {compiled / entry['kernel_ms']:.2f}x torch.compile" if compiled else "")
               + f"  err {entry.get('rel_error', float('nan')):.1e}", flush=True)
+        for dispatch, ms in sorted(entry["dispatch_ms"].items(), key=lambda kv: -kv[1])[:top]:
+            print(f"    {ms:8.3f} ms  {dispatch}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 _DISPATCH = re.compile(r"(dispatch_\d+)")
+_NAMED = re.compile(r"(dispatch_\d+\w*)")  # with --names: dispatch_N_KIND_SHAPE, as IREE names the kernel
 
 
 def _load(path: Path):
@@ -43,8 +44,9 @@ def _call(fn, args):
     return first
 
 
-def kernel_times(fn, args, calls: int) -> tuple[dict[str, float], float]:
-    """Device ms per call of each dispatch's kernels (by `dispatch_N`) and wall ms per call."""
+def kernel_times(fn, args, calls: int, names: bool = False) -> tuple[dict[str, float], float]:
+    """Device ms per call of each dispatch's kernels (by `dispatch_N`, or with `names` by the
+    kernel's whole name from `dispatch_N` on) and wall ms per call."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -59,7 +61,7 @@ def kernel_times(fn, args, calls: int) -> tuple[dict[str, float], float]:
     per: dict[str, float] = defaultdict(float)
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            found = _DISPATCH.search(e.name)
+            found = (_NAMED if names else _DISPATCH).search(e.name)
             us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
             per[found.group(1) if found else e.name] += us / 1e3 / calls
     return dict(per), wall
@@ -73,6 +75,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--names", action="store_true", help="key each dispatch by its kernel's whole name "
+                        "(dispatch_N_KIND_SHAPE), not dispatch_N")
     args = parser.parse_args()
     import iree.runtime as rt
 
@@ -88,7 +92,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             fn, inputs, _ = loaded[name]
-            samples[name].append(kernel_times(fn, inputs, args.calls))
+            samples[name].append(kernel_times(fn, inputs, args.calls, args.names))
     report = {}
     for name in names:
         kernels = defaultdict(list)
