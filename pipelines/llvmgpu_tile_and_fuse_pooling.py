@@ -1,8 +1,10 @@
-"""LLVMGPU TileAndFuse for pooling windows on cuda and rocm (max or average pooling over a 2-D
-window, NCHW or NHWC, as a `linalg.pooling_*` op or the `linalg.generic` IREE forms when the
-channels-last pass reads the input NHWC and the output stays NCHW): the workgroup tile over the
-channels, the output rows and the output columns, and the elements one thread computes along the
-channels and the columns.
+"""LLVMGPU TileAndFuse for 2-D windows on cuda and rocm: pooling (max or average over a window,
+NCHW or NHWC, as a `linalg.pooling_*` op or the `linalg.generic` IREE forms when the
+channels-last pass reads the input NHWC and the output stays NCHW) and depthwise convolutions
+(a filter window per channel, no channel contraction: ConvNeXt's 7x7, MobileNet's and
+EfficientNet's 3x3 and 5x5, as `onnx.Conv` with `group` = channels imports). The knobs: the
+workgroup tile over the channels, the output rows and the output columns, and the elements one
+thread computes along the channels and the columns.
 
 IREE 3.13 configures such a dispatch with `workgroup`, `thread` and `reduction` tiles: one
 output element a thread, a small workgroup (32 threads on cuda: [1, 1, 4, 8] over n, c, oh, ow
@@ -17,7 +19,14 @@ with these knobs changed:
 - `thread_channels`, `thread_columns`: the elements a thread computes along the channels and
   along the columns (a vector load or store where that loop is contiguous in memory).
 
-The window is reduced whole in one step, as the compiler does; the workgroup size follows,
+For a depthwise convolution IREE 3.13's config is worse: a workgroup of 32 threads over 32
+channels of one output pixel (workgroup [1, 1, 1, 32] over n, oh, ow, c for ConvNeXt-T's first
+7x7, 8x96x56x56), so a subgroup reads and writes 32 channels a plane apart: the four 7x7
+depthwise shapes of ConvNeXt-T took 2.3 ms of its 4.7 ms on an H200 (the 2-D linear layers
+rewritten; BENCHMARKS.md), where cuDNN's take a fraction of that.
+
+The window is reduced as the compiler does (whole, in one step, for pooling; a depthwise
+convolution keeps its reduction tiles); the workgroup size follows,
 linearized ([threads, 1, 1], as IREE's own configs have it). Which order the threads take the
 tile in decides which accesses coalesce; the search times both kinds of tile."""
 
@@ -44,26 +53,38 @@ ENOUGH_WORKGROUPS = 256
 
 def _loops(dispatch: Dispatch) -> dict[str, int] | None:
     """The loops the knobs tile, by role: "channels", "rows", "columns"; None for a dispatch that
-    is not a 2-D pooling window (a batch loop, one channel loop, a 2-D output image, a window
-    and nothing else)."""
+    is not a 2-D window: a pooling window (a batch loop, one channel loop that the window does
+    not read, a 2-D output image, a window and nothing else) or a depthwise convolution (one
+    batch loop, one depth loop: the channel the filter is read at, a 2-D output image and window)."""
     conv = dispatch.conv
-    if (conv is None or conv.input_channel or conv.output_channel or conv.depth or len(conv.batch) != 2
-            or len(conv.output_image) != 2 or len(conv.filter) != 2):
+    if (conv is None or conv.input_channel or conv.output_channel or len(conv.output_image) != 2
+            or len(conv.filter) != 2):
         return None
-    return {"channels": conv.batch[1], "rows": conv.output_image[0], "columns": conv.output_image[1]}
+    if len(conv.batch) == 2 and not conv.depth:
+        channels = conv.batch[1]
+    elif _depthwise(dispatch):
+        channels = conv.depth[0]
+    else:
+        return None
+    return {"channels": channels, "rows": conv.output_image[0], "columns": conv.output_image[1]}
+
+
+def _depthwise(dispatch: Dispatch) -> bool:
+    conv = dispatch.conv
+    return conv is not None and len(conv.batch) == 1 and len(conv.depth) == 1
 
 
 def _tiles(dispatch: Dispatch) -> tuple[list[int], list[int]] | None:
     """The compiler's workgroup and thread tiles where its config is the kind described above:
-    every tile given, the batch loop one thread's work, the window reduced whole (its MMA-free
-    kind: _its_kind)."""
+    every tile given, the batch loop one thread's work, a pooling window reduced whole (a
+    depthwise convolution's reduction tiles are kept as they are; its MMA-free kind: _its_kind)."""
     text = dispatch.default.lowering_config
     wg, th, red = (tiling_level(text, level) for level in ("workgroup", "thread", "reduction"))
     rank = len(dispatch.loop_bounds)
     if dispatch.fused or any(len(t) != rank for t in (wg, th, red)):
         return None
     conv = dispatch.conv
-    if conv is None or any(red[d] != dispatch.loop_bounds[d] for d in conv.filter):
+    if conv is None or (not _depthwise(dispatch) and any(red[d] != dispatch.loop_bounds[d] for d in conv.filter)):
         return None
     if wg[conv.batch[0]] != 1:
         return None
@@ -71,7 +92,7 @@ def _tiles(dispatch: Dispatch) -> tuple[list[int], list[int]] | None:
 
 
 def _its_kind(dispatch: Dispatch) -> bool:
-    """A pooling window the compiler gives TileAndFuse on a GPU target."""
+    """A pooling window or depthwise convolution the compiler gives TileAndFuse on a GPU target."""
     return (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind == DispatchKind.CONVOLUTION
             and _loops(dispatch) is not None and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse")
             and not mma_kind(dispatch.default.lowering_config))
@@ -93,8 +114,8 @@ class LLVMGPUTileAndFusePooling(Pipeline):
 
     def declines(self, dispatch: Dispatch) -> str | None:
         if _its_kind(dispatch) and _tiles(dispatch) is None:
-            return ("the compiler's TileAndFuse config of this pooling window tiles the batch or the window, "
-                    "or configures several ops; not tunable yet")
+            return ("the compiler's TileAndFuse config of this window tiles the batch (or a pooling window's "
+                    "window), or configures several ops; not tunable yet")
         return None
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
