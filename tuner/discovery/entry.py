@@ -23,6 +23,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.discovery.workload import DimHint, TensorSpec, Workload
+from tuner.names import shown, why_not_a_file_name
 
 _DISPATCH = "stream.cmd.dispatch"
 _CALL = "util.call"
@@ -219,7 +220,10 @@ def entry_points(module: ir.Module) -> tuple[dict[str, Workload | str], dict[str
             continue
         inputs, outputs = _signature(func, functions)
         workload: Workload | str
-        if is_dispatch_benchmark_function(func):
+        unnamed = why_not_a_file_name(name)
+        if unnamed:  # its inputs and profile would be files named after it
+            workload = f"@{shown(name)}: {unnamed}, and the function's name becomes file names; rename it"
+        elif is_dispatch_benchmark_function(func):
             # Its one argument is how many times to dispatch: once per call; no results.
             workload = Workload(name, (TensorSpec((), "i32", scalar=True, value="1"),), (), dispatch_benchmark=True)
         elif any(s is None for s in inputs + outputs):

@@ -15,6 +15,7 @@ from pipelines import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrin
 from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import initializer_dispatches, entry_points
 from tuner.targets import Target
+from tuner.names import why_not_a_file_name
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
 from tuner.discovery.by_structure import (is_structural_root, other_compute_ops, stored_element_type,
@@ -352,6 +353,10 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
         module = ir.Module.parse(configured)
         for op in iree_codegen.get_tuner_root_ops(module):
             name = ir.StringAttr(enclosing_op(op, "func.func").attributes["sym_name"]).value
+            unnamed = why_not_a_file_name(name)
+            if unnamed:  # the tuner's files and IREE's own dumps are named after the dispatch
+                raise InputError(f"{input_path}: dispatch {unnamed}, and a dispatch's name becomes file names "
+                                 "(the tuner's and IREE's dumps); rename the function that holds it")
             try:
                 d = _dispatch(op, flags)
             except InputError as e:

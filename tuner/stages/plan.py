@@ -25,6 +25,7 @@ import numpy as np
 from tuner.benchmark_dir import benchmark_dir
 from tuner.store import STORE
 from tuner.errors import InputError, OutputError
+from tuner.names import is_file_name
 from tuner.input.parameters import on_this_machine
 from tuner.profiling.timing import ProfileJob, time_profile
 from tuner.run_dir import RunDirectory, real_directory, write_file
@@ -44,12 +45,6 @@ def measured_path(step: str, index: int = 0) -> str:
 
 STEPS = ("profile", "dispatches", "merge", "validate")
 MAX_ROUNDS = 1000  # interleaved rounds of a whole-model step, at most
-
-
-def _plain_name(name) -> bool:
-    """A name that is one file name (a dispatch's may hold '$'): no separator, not '.' or '..'."""
-    return (isinstance(name, str) and bool(name) and name not in (".", "..") and "/" not in name
-            and "\\" not in name and "\0" not in name)
 
 
 @dataclass(frozen=True)
@@ -111,7 +106,7 @@ class ModelPlan:
         job = self.profile or {}
         names += [*job.get("inputs", {}), *job.get("alone", {})]
         for name in names:
-            if not _plain_name(name):
+            if not is_file_name(name):
                 raise bad("the name", name)
 
     def paths(self) -> list[str]:
