@@ -949,3 +949,21 @@ def test_a_results_file_with_a_number_edited_into_text_is_one_error_line_and_tun
     dispatch = type("D", (), {"source_digest": "x"})()
     candidates = [type("C", (), {"key": f"k{i}"})() for i in range(2)]
     assert finished_tuning(tmp_path, dispatch, candidates) is None
+
+
+def test_run_files_and_the_store_are_never_written_through_a_link_planted_in_the_directory(tmp_path, small_matmul):
+    # Issue 60: run.tmp was written through (the run identity into the victim), results.sqlite
+    # opened through (a 45 KB store made where the link pointed).
+    out = tmp_path / "out"
+    out.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planted = ["run.tmp", "results.sqlite", "results.sqlite-wal", "results.sqlite-shm"]
+    for name in planted:
+        (outside / name).write_text("not yours")
+        (out / name).symlink_to(outside / name)
+    result = run_cli("tune", small_matmul, "--budget", "2", "--compile-only", "--output", out)
+    assert result.exit_code == 0, result.output
+    assert all((outside / name).read_text() == "not yours" for name in planted)
+    assert json.loads((out / "run.json").read_text())["input"] and not (out / "run.json").is_symlink()
+    assert (out / "results.sqlite").is_file() and not (out / "results.sqlite").is_symlink()

@@ -111,6 +111,13 @@ def fresh(path: Path) -> Path:
     return path
 
 
+def fresh_in_run(path: Path) -> Path:
+    """`path` cleared of a symbolic link (fresh) where it lies in a run directory this process
+    holds, where any link was planted, not made by the user; elsewhere as it is (a `--store` the
+    user named may be a link of theirs)."""
+    return fresh(path) if _held_root(Path(os.path.abspath(path))) is not None else path
+
+
 LOCK = ".iree-tuner.lock"
 RUN = "run.json"
 # What a run writes into its directory, removed by --force (the result store is not among them).
@@ -209,9 +216,7 @@ class RunDirectory:
             self._fresh = True
             if self.force:
                 self.clear()
-        tmp = run_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.identity, indent=2))
-        tmp.replace(run_file)
+        write_file(run_file, json.dumps(self.identity, indent=2))  # never through a link planted there
 
     def clear(self) -> None:
         """Remove the run files of whatever run the directory held (not the result store)."""

@@ -21,7 +21,7 @@ from typing import Optional
 
 from tuner.errors import OutputError, StoreError
 from tuner.core.results import Result, Status
-from tuner.run_dir import real_directory
+from tuner.run_dir import fresh_in_run, real_directory
 
 STORE = "results.sqlite"  # DIR/results.sqlite: a run's result store, unless another is given
 
@@ -121,6 +121,8 @@ class ResultStore:
             real_directory(self.path.parent)
         except OSError as e:
             raise OutputError(f"cannot create the result store's directory {self.path.parent}: {e.strerror or e}") from None
+        for companion in ("", "-wal", "-shm", "-journal"):  # SQLite's own files beside it too
+            fresh_in_run(self.path.with_name(self.path.name + companion))
         try:
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             self._check_schema()
