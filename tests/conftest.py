@@ -197,6 +197,8 @@ for tool, needle, action in json.load(open({rules!r})):
         elif action == "disk-full":
             sys.stderr.write("LLVM ERROR: IO failure on output stream: No space left on device\\n")
             sys.exit(1)
+        elif action == "linker-killed":  # the real compile, its linker killed as the out-of-memory killer does
+            args = [*args, "--iree-llvmcpu-embedded-linker-path=" + os.path.join(os.path.dirname({rules!r}), "killed-lld")]
         elif action == "slow":
             time.sleep(1.0)
         elif action.startswith("swap:"):  # run for real on other files: "swap:/0000/" puts 0000 for the needle
@@ -213,8 +215,8 @@ os.execv(real, [real, *args])
 
 @pytest.fixture
 def faulty_tools(tmp_path, monkeypatch):
-    """IREE tools that hang, crash, are killed, find the disk full, run slowly or spoil their
-    output where told to:
+    """IREE tools that hang, crash, are killed (or their linker is), find the disk full, run
+    slowly or spoil their output where told to:
     `fault("iree-benchmark-module", "/0003/", "hang")` makes every call of that tool whose
     arguments (or working directory) contain "/0003/" hang ("hang-once": the first such call). Set through $IREE_TUNER_TOOLS, so
     subprocesses of the test (the CLI) see the same tools."""
@@ -234,6 +236,9 @@ def faulty_tools(tmp_path, monkeypatch):
         tool = directory / name
         tool.write_text(_FAULTY_TOOL.format(python=sys.executable, real=real, rules=str(rules_path)))
         tool.chmod(0o755)
+    killed_lld = directory / "killed-lld"  # a linker the out-of-memory killer takes
+    killed_lld.write_text("#!/bin/sh\nkill -9 $$\n")
+    killed_lld.chmod(0o755)
     monkeypatch.setenv(TOOLS_ENV, str(directory))
 
     def fault(tool: str, needle: str, action: str) -> None:

@@ -120,19 +120,21 @@ def test_compile_only_keeps_every_build_through_kill_9_and_the_rerun_builds_only
 def test_a_compile_killed_or_out_of_disk_is_not_stored_as_a_fact_and_the_next_run_compiles_it(tmp_path, faulty_tools):
     path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
     out = tmp_path / "out"
-    args = ["tune", path, "--num-candidates", "3", "--compile-only", "--output", out]
+    args = ["tune", path, "--num-candidates", "4", "--compile-only", "--output", out]
     faulty_tools("iree-compile", "candidates/0001", "killed")
     faulty_tools("iree-compile", "candidates/0002", "disk-full")
+    faulty_tools("iree-compile", "candidates/0003", "linker-killed")  # iree-compile exits 1, its linker killed
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
     statuses = {e["result"]["candidate_id"]: e["result"]["status"]
                 for e in json.loads((out / "manifest.json").read_text())["candidates"]}
-    assert statuses == {0: "ok", 1: "compile_interrupted", 2: "compile_interrupted", 3: "ok"}, first.output
+    assert statuses == {0: "ok", 1: "compile_interrupted", 2: "compile_interrupted", 3: "compile_interrupted",
+                        4: "ok"}, first.output
     faulty_tools.clear()
     run_cli(*args)
     statuses = {e["result"]["candidate_id"]: e["result"]["status"]
                 for e in json.loads((out / "manifest.json").read_text())["candidates"]}
-    assert statuses == {0: "ok", 1: "ok", 2: "ok", 3: "ok"}
+    assert statuses == {0: "ok", 1: "ok", 2: "ok", 3: "ok", 4: "ok"}
 
 
 @pytest.mark.slow

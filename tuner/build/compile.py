@@ -5,6 +5,7 @@ into the manifest that the benchmark stage measures elsewhere."""
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -139,11 +140,29 @@ MACHINE_ERRORS = ("No space left on device", "IO failure", "Cannot allocate memo
                   "out of memory", "Input/output error")
 
 
+# iree-compile links through `sh` and iree-lld; when the linker dies it exits 1 saying
+# "Linking failed; escaped command line returned exit code N" (N a wait status: a signal's
+# number plus 128, shifted left by 8, 35072 for SIGKILL), after the shell's "Killed" line.
+_LINKER_EXIT = re.compile(r"Linking failed; escaped command line returned exit code (-?\d+)")
+_SHELL_SIGNAL_LINES = ("Killed", "Terminated", "Segmentation fault", "Aborted", "Bus error")
+
+
+def _child_killed(stderr: str) -> bool:
+    """Whether a tool's child (the linker) was killed by a signal, from what the tool printed."""
+    for found in _LINKER_EXIT.finditer(stderr):
+        code = int(found.group(1))
+        code = code >> 8 if code > 255 else code
+        if code < 0 or code > 128:
+            return True
+    return any(line.strip().split(" (core dumped)")[0] in _SHELL_SIGNAL_LINES for line in stderr.splitlines())
+
+
 def interrupted(run: ToolRun) -> bool:
     """A failed compile that says nothing about its config: killed by a signal (the
     out-of-memory killer's SIGKILL, a crash; also as an exit code past 128, as a wrapper reports
-    it), or stopped by an I/O or memory error."""
-    return run.returncode < 0 or run.returncode > 128 or any(marker in run.stderr for marker in MACHINE_ERRORS)
+    it), its linker killed so, or stopped by an I/O or memory error."""
+    return (run.returncode < 0 or run.returncode > 128 or any(marker in run.stderr for marker in MACHINE_ERRORS)
+            or _child_killed(run.stderr))
 
 
 def verify_build(job: CompileJob, target: Target, ctx: ir.Context) -> Built:
