@@ -291,3 +291,31 @@ def test_a_candidate_runs_at_most_twenty_times_the_baselines_run_and_never_under
         results = {i: measurer.measure(built(i), "cuda") for i in range(3)}
         assert runner.timeouts == {0: 120.0, 1: bound, 2: bound}
         assert results[1].ok and results[2].status == Status.RUN_TIMEOUT, results[2]
+
+
+@pytest.mark.parametrize("tuned, choices, result", [(1.16, 1.46, "choices"), (1.6, 1.2, "tuned")])
+def test_the_conclusion_keeps_the_fastest_of_the_default_the_choices_alone_and_the_tuned_model(tuned, choices, result):
+    """Issue 60: the tuned model 1.16x the default and the model-wide choices alone 1.46x in the
+    same 2 rounds (the dispatch configs 0.79x on top, slower in both) left the configs in the
+    spec. The merge's own rule now applies to what it kept: the choices alone are the result, the
+    configs dropped and said so; where the configs add to the choices, the tuned model stays."""
+    from tuner.core.comparison import Paired
+    from tuner.stages.base import DispatchOutcome, ModelState
+    from tuner.stages.merge import conclude
+    from tuner.stages.model_timing import Comparison
+
+    final = Comparison((1.0,) * 3, {"tuned": Paired((tuned,) * 2), "flags": Paired((choices,) * 2)},
+                       {"tuned": (1 / tuned,) * 2, "flags": (1 / choices,) * 2}, {"tuned": 1e-6, "flags": 1e-6})
+    before = ModelState(flags=("--x",), rewrites=("r",), program=Path("p.mlir"), kept=("part",),
+                        dispatches=(DispatchOutcome("d0", "m8", 0.5, "kept"),))
+    state = conclude(before, final, "tuned", "flags")
+    assert state.flags == ("--x",) and state.rewrites == ("r",)
+    if result == "choices":
+        assert state.kept == () and state.figure.speedup == pytest.approx(1.46)
+        assert state.figure.configs_speedup == pytest.approx(1.16 / 1.46)
+        assert state.verdict.startswith("the model-wide choices alone (the compiler's configs) are the result: 1.46x")
+        assert "so none is kept" in state.verdict
+        assert state.dispatches[0].status.startswith("dropped: the model-wide choices were faster without")
+    else:
+        assert state.kept == ("part",) and state.figure.speedup == pytest.approx(1.6)
+        assert state.dispatches[0].status == "kept"

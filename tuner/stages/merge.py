@@ -96,6 +96,12 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
         why = final.failed.get(name, "could not be timed")
         return replace(state, flags=(), kept=(), rewrites=(), program=None,
                        verdict=f"the tuned model failed its check ({why}): the default is the result")
+    alone = final.paired.get(choices) if choices else None
+    if alone is not None and alone.ratios and len(alone.ratios) == len(p.ratios):
+        on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios)))  # per round: choices / tuned
+        alone_wins = final.reference_check or not (alone.speedup <= 1.0 or slower_beyond_noise(alone))
+        if slower_beyond_noise(on_top) and alone_wins:  # the merge's own rule, applied to what it kept
+            return _choices_alone(state, final, choices, alone, on_top)
     interval = p.interval()
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
                          speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name),
@@ -107,7 +113,6 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
                                f"{len(p.ratios)} rounds): the default is the result")
     won = sum(r > 1.0 for r in p.ratios)
     split = ""
-    alone = final.paired.get(choices) if choices else None
     if alone is not None and len(alone.ratios) == len(p.ratios) and alone.ratios:
         on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios)))  # per round: choices / tuned
         figure = replace(figure, choices_speedup=alone.speedup, configs_speedup=on_top.speedup)
@@ -128,6 +133,32 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
                    verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
                            f"interleaved rounds, faster in {won}" + (f"; {interval.text()}" if interval else "") + ")"
                            + ("" if p.beats_baseline else "; within the noise") + split
+                           + (f"; numerics {final.numerics}" if final.numerics else "")
+                           + (f"; {final.reference_check}" if final.reference_check else ""))
+
+
+def _choices_alone(state: ModelState, final: Comparison, choices: str, alone: Paired, on_top: Paired) -> ModelState:
+    """The model-wide choices with the compiler's configs as the result: timed in the same rounds,
+    the tuned model (the choices with the kept dispatch configs) was slower than they were beyond
+    the noise, so no dispatch config is kept."""
+    interval = alone.interval()
+    rounds = len(on_top.ratios)
+    figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms.get(choices, ())),
+                         speedup=alone.speedup, lower=alone.lower, rounds=len(alone.ratios),
+                         relative_error=final.errors.get(choices), interval=interval.to_json() if interval else None,
+                         choices_speedup=alone.speedup, configs_speedup=on_top.speedup)
+    slower = sum(r < 1.0 for r in on_top.ratios)
+    dropped = (f"dropped: the model-wide choices were faster without the dispatch configs ({on_top.speedup:.2f}x "
+               f"with them, slower in {slower} of {rounds} rounds)")
+    dispatches = tuple(replace(o, status=dropped) if o.status == "kept" else o for o in state.dispatches)
+    won = sum(r > 1.0 for r in alone.ratios)
+    return replace(state, kept=(), dispatches=dispatches, figure=figure,
+                   verdict=f"the model-wide choices alone (the compiler's configs) are the result: {alone.speedup:.2f}x "
+                           f"the default (median of {len(alone.ratios)} interleaved rounds, faster in {won}"
+                           + (f"; {interval.text()}" if interval else "") + ")"
+                           + ("" if alone.beats_baseline else "; within the noise")
+                           + f"; with the dispatch configs they were {on_top.speedup:.2f}x (slower in {slower} of "
+                             f"{rounds} rounds), so none is kept"
                            + (f"; numerics {final.numerics}" if final.numerics else "")
                            + (f"; {final.reference_check}" if final.reference_check else ""))
 
