@@ -969,3 +969,19 @@ def test_run_files_and_the_store_are_never_written_through_a_link_planted_in_the
     assert all((outside / name).read_text() == "not yours" for name in planted)
     assert json.loads((out / "run.json").read_text())["input"] and not (out / "run.json").is_symlink()
     assert (out / "results.sqlite").is_file() and not (out / "results.sqlite").is_symlink()
+
+
+@pytest.mark.slow
+def test_rounds_forged_in_a_manifest_never_rank(tmp_path):
+    # Issue 60: after a compile step, every candidate given 9x in 4 rounds and 8 fresh ones: the
+    # benchmark named one "9.00x the default (9.00-9.00)" that had run 0.81x in its first pass.
+    out = _compiled_dir(tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    for entry in manifest["candidates"]:
+        entry["result"].update({"round_ratios": [9.0] * 4, "holdout_ratios": [9.0] * 8, "rounds_ms": [0.001] * 4})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("benchmark", out, "--repetitions", "1", "--confirm-rounds", "1")
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    ratios = [r for c in data["candidates"] for r in c.get("round_ratios", []) + c.get("holdout_ratios", [])]
+    assert 9.0 not in ratios and "9.00x" not in result.output

@@ -4,7 +4,7 @@ A directory with manifest.json, the inputs, and each candidate's module and spec
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 from pathlib import Path
 
@@ -62,7 +62,11 @@ class Manifest:
                 workload = Workload.from_json(data["workload"])
             except InputError as e:
                 raise InputError(f"{path}: {e}") from None
-            built = tuple(Built.from_json(b, root) for b in data["candidates"])
+            # Rounds and ratios are never taken from a manifest: what ranks is timed here (or held
+            # by this run's store); a manifest's rounds could be anyone's (issue 60: forged 9x rounds
+            # named a winner that ran 0.81x).
+            built = tuple(replace(b, result=b.result.unconfirmed()) for b in
+                          (Built.from_json(b, root) for b in data["candidates"]))
             ids = [b.result.candidate_id for b in built]
             if len(set(ids)) != len(ids):
                 raise InputError(f"{path}: candidate ids appear twice ({sorted({i for i in ids if ids.count(i) > 1})}); "
