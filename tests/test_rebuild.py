@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_error_line, run_cli
+from tests.conftest import assert_one_error_line, run_cli, write_matmul
 from tuner.report.rebuild import read_rebuild, rebuild_line
 
 
@@ -24,6 +24,9 @@ def _run_dir(tmp_path: Path, kind: str = "", parameters=()) -> Path:
     (out / flags).write_text(f'--iree-hal-target-device=local\n"--iree-codegen-tuning-spec-path={out / "model_spec.mlir"}"\n')
     (out / "results.json").write_text(json.dumps({"kind": kind, "input": str(program), "entry": "f",
                                                   "parameters": list(parameters)}))
+    from tuner.run_dir import input_digest
+
+    (out / "run.json").write_text(json.dumps({"input": str(program), "input_digest": input_digest(program)}))
     return out
 
 
@@ -82,3 +85,32 @@ def test_a_rebuild_whose_compile_hangs_once_is_killed_when_idle_and_run_again(tm
     faulty_tools("iree-compile", "model.mlir", "hang-once")
     rebuild(out, tmp_path / "o.vmfb", timeout_s=120.0)
     assert (tmp_path / "o.vmfb").is_file() and list(tmp_path.glob("faulty-tools/rules.json.hung-*"))
+
+
+@pytest.mark.slow
+def test_flags_and_a_program_a_directory_did_not_get_from_its_run_are_refused(tmp_path, small_matmul):
+    # Issue 60: a dump flag in best_flags.txt made `rebuild` write outside the directory, a
+    # results.json naming another file had it compiled, a manifest's base flags reached
+    # best_flags.txt unchecked.
+    out = tmp_path / "out"
+    assert run_cli("tune", small_matmul, "--budget", "2", "--output", out).exit_code == 0
+    flags = (out / "best_flags.txt").read_text()
+    elsewhere = tmp_path / "elsewhere"
+    for bad, said in ((f"--iree-hal-dump-executable-sources-to={elsewhere}", "makes the compiler write files"),
+                      (f"--iree-codegen-tuning-spec-path={tmp_path / 'other.mlir'}", "outside"),
+                      ("-o", "not an IREE compiler flag")):
+        (out / "best_flags.txt").write_text(flags + bad + "\n")
+        assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path / "x.vmfb"), 2, said)
+    assert not elsewhere.exists() and not (tmp_path / "x.vmfb").exists()
+    (out / "best_flags.txt").write_text(flags)
+    results = json.loads((out / "results.json").read_text())
+    other = write_matmul(tmp_path / "other.mlir", 16, 16, 16)
+    (out / "results.json").write_text(json.dumps({**results, "input": str(other)}))
+    assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path / "x.vmfb"), 2, "not the input this directory's run")
+    compiled = tmp_path / "compiled"
+    assert run_cli("tune", small_matmul, "--budget", "1", "--compile-only", "--output", compiled).exit_code == 0
+    manifest = json.loads((compiled / "manifest.json").read_text())
+    manifest["candidates"][0]["base_flags"].append(f"--iree-hal-dump-executable-sources-to={elsewhere}")
+    (compiled / "manifest.json").write_text(json.dumps(manifest))
+    assert_one_error_line(run_cli("benchmark", compiled), 2, "makes the compiler write files")
+    assert not elsewhere.exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tuner.run_dir import write_file
 from tuner.store import BUILD_FAILURES
+from tuner.trusted_flags import checked_flags
 from tuner.errors import InputError
 from tuner.core.built import Built, inside
 from tuner.discovery.workload import Workload
@@ -67,6 +68,8 @@ class Manifest:
             # named a winner that ran 0.81x).
             built = tuple(replace(b, result=b.result.unconfirmed()) for b in
                           (Built.from_json(b, root) for b in data["candidates"]))
+            for b in built:  # they go into best_flags.txt, and rebuild compiles with them
+                checked_flags((*b.base_flags, *b.spec_flags), root, str(path))
             ids = [b.result.candidate_id for b in built]
             if len(set(ids)) != len(ids):
                 raise InputError(f"{path}: candidate ids appear twice ({sorted({i for i in ids if ids.count(i) > 1})}); "

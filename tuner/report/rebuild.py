@@ -19,6 +19,7 @@ from pathlib import Path
 from tuner.errors import InputError, OutputError, TargetError, ToolError
 from tuner.input.parameters import runtime_flags
 from tuner.tools import find_tool, run_tool_retrying_a_hang
+from tuner.trusted_flags import checked_flags
 
 FLAG_FILES = {"model": "model_flags.txt"}  # by results.json's `kind`; any other: best_flags.txt
 
@@ -60,12 +61,27 @@ def read_rebuild(directory: Path) -> Rebuild:
     program = Path(meta["input"])
     if not program.is_file():
         raise InputError(f"{path} names the program {program}, which is gone (was the directory moved?)")
-    for flag in _flags(flags_file):
+    _check_program(directory, program, path)
+    for flag in checked_flags(_flags(flags_file), directory, str(flags_file)):
         value = flag.split("=", 1)[1] if "=" in flag else ""
         if value.endswith(".mlir") and not Path(value).is_file():
             raise InputError(f"{flags_file.name} names {value}, which is gone (was the directory moved?)")
     return Rebuild(program, flags_file, str(meta.get("entry", "")), tuple(meta.get("parameters", ())),
                    _device(meta.get("target")))
+
+
+def _check_program(directory: Path, program: Path, results: Path) -> None:
+    """The program results.json names is one the run compiled: inside its directory (an imported
+    or rewritten program), or the run's own input, whose digest run.json holds (issue 60: a
+    results.json naming /etc/hostname had it compiled)."""
+    from tuner.run_dir import RunDirectory, input_digest
+
+    if program.resolve().is_relative_to(directory.resolve()):
+        return
+    owner = RunDirectory.owner(directory) or {}
+    if not owner.get("input_digest") or owner["input_digest"] != input_digest(program):
+        raise InputError(f"{results} names the program {program}, which is not the input this directory's run "
+                         "tuned (its digest differs from run.json's); refusing to compile it")
 
 
 def _device(target) -> str:
