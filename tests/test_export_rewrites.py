@@ -182,3 +182,17 @@ def test_iree_forms_2d_matmuls_without_a_broadcast_weight_and_one_attention_disp
     program = discover_program(llama, cuda, ctx)
     assert [d.kind for d in program.dispatches].count(DispatchKind.ATTENTION) == 1
     assert not any("softmax" in kind.kind for kind in program.other_kinds.values())
+
+
+def test_a_softmax_without_an_axis_is_read_by_its_opset():
+    # ONNX Softmax's default axis is -1 from opset 13 on and 1 before: over a rank-4 score the
+    # default of opset 12 is not an attention's softmax (issue 60, minor).
+    text = _sdpa().replace(" {torch.onnx.axis = -1 : si64}", "")
+
+    def at(opset: int) -> str:
+        return text.replace("%zero: !torch.vtensor<[],f32>) -> (", "%zero: !torch.vtensor<[],f32>) -> (", 1).replace(
+            "{\n  %shape3", f"attributes {{torch.onnx_meta.opset_version = {opset} : si64}} {{\n  %shape3", 1)
+
+    assert "opset_version = 12" in at(12)
+    assert _sdpa_sites(at(20)) == ["1x4x16x16x8x8"] and _sdpa_sites(text) == ["1x4x16x16x8x8"]
+    assert _sdpa_sites(at(12)) == []

@@ -109,7 +109,8 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     if not is_onnx(softmax, "Softmax") or len(list(probs.uses)) != (2 if guard else 1):
         return None
     rank = len(static_shape(probs) or [])
-    axis = ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes else -1
+    axis = (ir.IntegerAttr(softmax.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in softmax.attributes
+            else _default_softmax_axis(softmax))
     if rank < 3 or axis not in (-1, rank - 1):
         return None
     logits = casts[1].operands[0] if casts else softmax.operands[0]  # what the softmax reads, in the model's type
@@ -168,6 +169,20 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
         return None
     return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value, key_perm,
                          key_scale, casts, guard, key_reshape)
+
+
+def _default_softmax_axis(softmax: ir.Operation) -> int:
+    """ONNX Softmax's axis where the op names none: -1 from opset 13 on, 1 before (softmax over the
+    flattened dims from axis 1 on: an attention's last dim only where the scores are rank 2),
+    by the opset its function was imported at (`torch.onnx_meta.opset_version`; 13 or later
+    where it names none)."""
+    op = softmax
+    while op is not None and op.name != "func.func":
+        op = op.parent
+    attrs = op.attributes if op is not None else None
+    opset = (ir.IntegerAttr(attrs["torch.onnx_meta.opset_version"]).value
+             if attrs is not None and "torch.onnx_meta.opset_version" in attrs else 13)
+    return -1 if opset >= 13 else 1
 
 
 def _nan_guard(probs: ir.Value) -> tuple[ir.Operation, ...]:
