@@ -319,3 +319,18 @@ def test_the_conclusion_keeps_the_fastest_of_the_default_the_choices_alone_and_t
     else:
         assert state.kept == ("part",) and state.figure.speedup == pytest.approx(1.6)
         assert state.dispatches[0].status == "kept"
+
+
+def test_when_the_default_is_the_result_no_dispatch_is_said_kept():
+    # Issue 60 (minor): "dispatch configs: 1 of 1 tuned kept" beside an empty spec.
+    from tuner.core.comparison import Paired
+    from tuner.report.outputs import kept_line
+    from tuner.stages.base import DispatchOutcome, ModelState
+    from tuner.stages.merge import conclude
+    from tuner.stages.model_timing import Comparison
+
+    final = Comparison((1.0,) * 5, {"tuned": Paired((0.95,) * 4)}, {"tuned": (1.05,) * 4}, {"tuned": 1e-6})
+    state = conclude(ModelState(kept=("part",), dispatches=(DispatchOutcome("d0", "m8", 0.5, "kept"),)), final, "tuned")
+    assert state.kept == () and state.dispatches[0].status == "dropped: the tuned model was not faster than the default"
+    line = kept_line({"dispatches": [{"name": o.name, "status": o.status} for o in state.dispatches]})
+    assert "dispatch configs: 0 of 1 tuned kept" in line

@@ -94,7 +94,7 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
     p = final.paired.get(name)
     if p is None or not p.ratios:
         why = final.failed.get(name, "could not be timed")
-        return replace(state, flags=(), kept=(), rewrites=(), program=None,
+        return replace(_unkept(state, "the tuned model failed its check"), flags=(), kept=(), rewrites=(), program=None,
                        verdict=f"the tuned model failed its check ({why}): the default is the result")
     alone = final.paired.get(choices) if choices else None
     if alone is not None and alone.ratios and len(alone.ratios) == len(p.ratios):
@@ -108,7 +108,8 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
                          interval=interval.to_json() if interval else None)
     not_faster = p.speedup <= 1.0 or slower_beyond_noise(p)
     if not_faster and not final.reference_check:
-        return replace(state, flags=(), kept=(), rewrites=(), program=None, figure=figure,
+        return replace(_unkept(state, "the tuned model was not faster than the default"), flags=(), kept=(),
+                       rewrites=(), program=None, figure=figure,
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
                                f"{len(p.ratios)} rounds): the default is the result")
     won = sum(r > 1.0 for r in p.ratios)
@@ -135,6 +136,13 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
                            + ("" if p.beats_baseline else "; within the noise") + split
                            + (f"; numerics {final.numerics}" if final.numerics else "")
                            + (f"; {final.reference_check}" if final.reference_check else ""))
+
+
+def _unkept(state: ModelState, why: str) -> ModelState:
+    """The state with every dispatch the merge kept said dropped, and why: the default is the
+    result, so no config is in it (issue 60: "1 of 1 tuned kept" was printed beside an empty spec)."""
+    return replace(state, dispatches=tuple(replace(o, status=f"dropped: {why}") if o.status == "kept" else o
+                                           for o in state.dispatches))
 
 
 def _choices_alone(state: ModelState, final: Comparison, choices: str, alone: Paired, on_top: Paired) -> ModelState:
