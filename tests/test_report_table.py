@@ -122,3 +122,13 @@ def test_tune_names_three_other_dispatches_and_points_to_dispatches_for_the_rest
     assert [line for line in lines if line.startswith("skipped")] == [
         f"skipped m$async_dispatch_{i}_copy: why" for i in (30, 31, 32)]
     assert "24 other dispatches, 5 skipped: `iree-tuner dispatches` lists each" in lines[-1]
+
+
+def test_labels_from_a_results_file_reach_the_terminal_as_text_not_as_escapes_or_markup():
+    # Issue 60 (minor): a label with a terminal escape, a right-to-left override and rich markup.
+    from dataclasses import replace
+
+    hostile = replace(_row(1, 1.0, 2.0, 2.0), label="wg [bold]4x4[/bold] \x1b[31mred\u202e")
+    rows, text = _table([_row(0, 2.0, 2.0, 1.0, baseline=True), hostile])
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "[bold]4x4[/bold]" in text and "\\x1b[31mred\\u202e" in text

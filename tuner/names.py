@@ -32,3 +32,13 @@ def shown(name: str) -> str:
     """`name` as it is printed: itself where it is a file name, else its repr (no control
     characters reach the terminal)."""
     return name if is_file_name(name) else repr(name)
+
+
+def printable(text: str) -> str:
+    """`text` (a label read from a results file, say) as the terminal gets it: control and
+    right-to-left characters written as escapes, and rich's markup (`[bold]`) shown as it is,
+    never interpreted."""
+    from rich.markup import escape
+
+    return escape("".join(c if c.isprintable() and not 0x202A <= ord(c) <= 0x202E and not 0x2066 <= ord(c) <= 0x2069
+                          else c.encode("unicode_escape").decode("ascii") for c in text))

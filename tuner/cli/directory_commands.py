@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from tuner.names import printable
 from tuner.cli.say import errors_to_exit, stats_line
 from tuner.errors import InputError, OutputError
 from tuner.report.outputs import make_console, read_families
@@ -51,7 +52,7 @@ def report(directory: Path, top: int) -> None:
             render_table(ranking, results, console, top, families)
             if data.get("evaluation"):
                 console.print(stats_line(data["evaluation"]))
-            console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
+            console.print(("best: " if ranking.best else "no winner: ") + printable(ranking.verdict))
         title = f"{data.get('dispatch', '')} on {', '.join(data.get('devices', [])) or data.get('target', '')}".strip()
         try:
             png = (plot_model(data, directory / "results.png") if model

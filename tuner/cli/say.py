@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from tuner.names import printable
 from tuner.cli.options import ended_by
 from tuner.discovery.workload import Workload
 from tuner.errors import InputError, StoreError, TunerError
@@ -131,7 +132,7 @@ def say_summary(console: Console, ranking, results, stats, output_dir: Path, fam
     render_table(ranking, results, console, families=families)
     if stats is not None:
         console.print(stats_line(stats.to_json()))
-    console.print(("best: " if ranking.best else "no winner: ") + ranking.verdict)
+    console.print(("best: " if ranking.best else "no winner: ") + printable(ranking.verdict))
     console.print(f"wrote {output_dir}/best_spec.mlir, best_flags.txt, results.json")
     say_rebuild(console, output_dir)
 

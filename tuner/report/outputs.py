@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
+from tuner.names import printable
 from tuner.errors import OutputError
 from tuner.input.parameters import runtime_flags
 from tuner.run_dir import write_file
@@ -128,7 +129,7 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
         interval = after.interval() if after else None
         rows.append((r, {
             "#": str(r.candidate_id),
-            "config": r.label if len(r.label) < 90 else r.label[:87] + "...",
+            "config": printable(r.label if len(r.label) < 90 else r.label[:87] + "..."),
             "status": r.status.value,
             "ms": _ms(r.median_ms),
             "base ms": _ms(r.baseline_ms) if not r.is_baseline else "-",
@@ -162,7 +163,7 @@ def render_table(ranking: Ranking, results: list[Result], console: Optional[Cons
     console.print(TABLE_LEGEND)
     close = ranking.within_noise_of_best()
     if close:
-        console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({r.label})' for r in close)}")
+        console.print(f"within noise of the best: {', '.join(f'{r.candidate_id} ({printable(r.label)})' for r in close)}")
     said = family_verdict(ranking, results, families) if families else ""
     if said:
         console.print(said)
