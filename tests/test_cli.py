@@ -318,3 +318,16 @@ def test_the_cli_called_inside_another_program_leaves_that_programs_signals_alon
     previous = signal.set_wakeup_fd(-1)
     signal.set_wakeup_fd(previous)
     assert previous == -1
+
+
+@pytest.mark.slow
+def test_json_with_compile_only_prints_what_the_step_left_for_the_device(tmp_path, small_matmul):
+    # Issue 60 (minor): both exited 0 with nothing on stdout.
+    import json as json_module
+
+    tuned = run_cli("tune", small_matmul, "--budget", "2", "--compile-only", "--json", "--output", tmp_path / "t")
+    step = json_module.loads(tuned.stdout)
+    assert step["compile_only"] and step["step"] == "candidates" and step["candidates"] == 3
+    assert step["next"] == f"iree-tuner benchmark {(tmp_path / 't').resolve()}"
+    model = run_cli("tune-model", small_matmul, "--budget", "2", "--compile-only", "--json", "--output", tmp_path / "m")
+    assert json_module.loads(model.stdout)["step"] == "profile"

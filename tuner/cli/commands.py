@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
-                               gpu_timing_option, json_option, kind_list, parameters_option, print_json_result,
+                               gpu_timing_option, json_option, kind_list, parameters_option, print_json_result, print_json_step,
                                quiet_wait_option, search_options, terminate, version_option)
 from tuner.cli.say import (LiveResults, dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
                            say_picked, say_rebuild, say_search, say_summary)
@@ -65,6 +65,8 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
                       f"measure them with: iree-tuner benchmark {output_dir}"
                       + ("; the search has spent its budget: that measurement is the last" if done else
                          "; then run this command again for the search's next batch (it reads what was measured)"))
+        if as_json:
+            print_json_step(output_dir, "candidates", bool(done), compiled=ok, candidates=len(tuning.manifest.built))
     else:
         say_summary(console, tuning.ranking, list(tuning.results), tuning.stats, output_dir, tuning.families)
         if as_json:
@@ -148,6 +150,8 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                                   dispatch_seconds=dispatch_seconds),
                      Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
+        if as_json:
+            print_json_step(output_dir, tuning.next_plan.step, False)
         return
     render_model(json.loads((output_dir / "results.json").read_text()), console)
     console.print(f"wrote {output_dir}/model_spec.mlir, model_flags.txt, results.json")

@@ -54,6 +54,15 @@ def print_json_result(output_dir) -> None:
     click.echo(json.dumps({**data, "rebuild": rebuild_line(output_dir)}, indent=1))
 
 
+def print_json_step(output_dir, step: str, done: bool, **figures) -> None:
+    """`--json` with `--compile-only`: what the compile step left for the device, on stdout (the
+    step, the directory, the command that measures it, and whether the search is done)."""
+    import json
+
+    click.echo(json.dumps({"compile_only": True, "step": step, "directory": str(output_dir.resolve()),
+                           "next": f"iree-tuner benchmark {output_dir.resolve()}", "done": done, **figures}, indent=1))
+
+
 def kind_list(text: str) -> tuple[str, ...]:
     """--kinds as a list; given, it names at least one kind (`--kinds ,` is not every kind)."""
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
