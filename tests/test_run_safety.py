@@ -516,6 +516,11 @@ def test_model_plan_values_a_compile_step_never_writes_are_refused_before_anythi
         "a path variant": (ModelPlan("merge", "local-task", {}, [], variants=[["../../../../x/evil", "m.vmfb"]]), "evil"),
         "a path entry": (ModelPlan("profile", "local-task", {}, [], profile=job), "../../../x/y"),
         "an unknown step": (ModelPlan("explode", "local-task", {}, []), "explode"),
+        # Issue 60 (minor): each was a traceback; the last said DIR was in use by another run (its own pid).
+        "a number as a file": (ModelPlan("validate", "local-task", {}, [], files=[1], reference=["d", "m.vmfb"]), "[1]"),
+        "a list as the workload": (ModelPlan("validate", "local-task", [], [], reference=["d", "m.vmfb"]), "[]"),
+        "no reference": (ModelPlan("validate", "local-task", {}, []), "None"),
+        "DIR as a dispatch": (ModelPlan("dispatches", "local-task", {}, [], dispatches=["."]), "'.'"),
     }
     for what, (plan, named) in plans.items():
         run = tmp_path / what.replace(" ", "_")

@@ -77,6 +77,7 @@ class ModelPlan:
         try:
             data = json.loads((root / PLAN).read_text())
             plan = cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+            plan._check_types(root)
             if plan.step == "profile":
                 ProfileJob.from_json(plan.profile)  # every field there
             outside = ([p for p in plan.paths() if not _inside(root, p)]
@@ -88,6 +89,23 @@ class ModelPlan:
                              "inside its directory")
         plan._check_values(root)
         return plan
+
+    def _check_types(self, root: Path) -> None:
+        """Each field of the kind a compile step writes (a list of strings, a workload object,
+        a [name, module] pair): anything else is one error line, not a traceback later."""
+        def strings(value) -> bool:
+            return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+        pair = lambda v: strings(v) and len(v) == 2  # noqa: E731
+        wrong = next((name for name, ok in (
+            ("files", strings(self.files)), ("inputs", strings(self.inputs)), ("dispatches", strings(self.dispatches)),
+            ("workload", isinstance(self.workload, dict)), ("profile", self.profile is None or isinstance(self.profile, dict)),
+            ("reference", self.reference is None or pair(self.reference)),
+            ("variants", isinstance(self.variants, list) and all(pair(v) for v in self.variants)),
+            ("host", isinstance(self.host, str)), ("key", isinstance(self.key, str))) if not ok), None)
+        if wrong is not None:
+            raise InputError(f"{root / PLAN}: the {wrong} {getattr(self, wrong)!r} is not one a compile step writes; "
+                             "compile the step again")
 
     def _check_values(self, root: Path) -> None:
         """The plan's values that are not paths, as a compile step writes them: a known step,
@@ -108,6 +126,11 @@ class ModelPlan:
         for name in names:
             if not is_file_name(name):
                 raise bad("the name", name)
+        for directory in self.dispatches:  # each a directory below DIR, never DIR itself
+            if (root / directory).resolve() == root.resolve():
+                raise bad("the dispatch directory", directory)
+        if self.step in ("merge", "validate") and self.reference is None:  # what the builds are timed against
+            raise bad("the reference", self.reference)
 
     def paths(self) -> list[str]:
         """Every path the plan names relative to its directory (the profile job's: profile_paths)."""
