@@ -938,7 +938,7 @@ def test_every_write_of_the_tuner_goes_through_the_run_directory_helpers_or_is_l
 
 
 @pytest.mark.parametrize("field, value", [("median_ms", "1.5"), ("round_ratios", ["2.0", 1.9]), ("candidate_id", "x"),
-                                          ("times_ms", "1.0")])
+                                          ("times_ms", "1.0"), ("knobs", "wg 4x4"), ("label", 3)])
 def test_a_results_file_with_a_number_edited_into_text_is_one_error_line_and_tuned_again(tmp_path, field, value):
     """The hostile probe's `report` on a results.json whose medians or ratios are strings ended in
     a traceback; a tune-model run resuming from such a dispatch result would too."""
@@ -990,3 +990,13 @@ def test_rounds_forged_in_a_manifest_never_rank(tmp_path):
     data = json.loads((out / "results.json").read_text())
     ratios = [r for c in data["candidates"] for r in c.get("round_ratios", []) + c.get("holdout_ratios", [])]
     assert 9.0 not in ratios and "9.00x" not in result.output
+
+
+def test_a_results_file_whose_evaluation_is_not_an_object_is_one_error_line(tmp_path):
+    # Issue 60 (minor): a traceback in `report`.
+    from tuner.core.results import Result, Status
+
+    good = [Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=i == 0, knobs={}, flags=[],
+                   status=Status.OK, times_ms=[1.0], median_ms=1.0).to_json() for i in range(2)]
+    (tmp_path / "results.json").write_text(json.dumps({"dispatch": "d", "candidates": good, "evaluation": "fast"}))
+    assert_one_error_line(run_cli("report", tmp_path), 2, "its evaluation 'fast' is not an object")

@@ -45,6 +45,8 @@ def report(directory: Path, top: int) -> None:
             else:
                 results = [Result.from_json(c) for c in data["candidates"]]
                 families = read_families(data.get("families"))
+                if data.get("evaluation") is not None and not isinstance(data["evaluation"], dict):
+                    raise ValueError(f"its evaluation {data['evaluation']!r} is not an object")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise InputError(f"{path}: not a readable results file ({e})") from None
         if not model:

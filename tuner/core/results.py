@@ -136,6 +136,9 @@ class Result:
             values = data.get(name, [])
             if not isinstance(values, list) or not all(_number(v) for v in values):
                 raise ValueError(f"candidate {data['candidate_id']}: {name} {values!r} is not a list of numbers")
+        for name, kind in (("knobs", dict), ("flags", list), ("label", str), ("key", str)):
+            if name in data and not isinstance(data[name], kind):
+                raise ValueError(f"candidate {data['candidate_id']}: {name} {data[name]!r} is not a {kind.__name__}")
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
