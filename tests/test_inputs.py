@@ -595,3 +595,19 @@ def test_an_argument_the_function_never_reads_takes_any_input(tmp_path):
     np.save(tmp_path / "wrong.npy", np.ones((3, 3), np.float32))  # the argument read is still checked
     with pytest.raises(InputError, match="argument 0 of @main is 64x64xf32"):
         workload.given_inputs([tmp_path / "wrong.npy", tmp_path / "lengths.npy"], tmp_path / "given2")
+
+
+def test_inputs_are_drawn_in_chunks_with_the_values_of_one_draw(monkeypatch):
+    # Issue 60 (minor): a 65536x65536 f32 input was drawn as 32 GiB of float64 first; drawn in
+    # chunks, an input is the same values as before (results and stores stay comparable).
+    import numpy as np
+
+    from tuner.discovery import workload
+    from tuner.discovery.workload import TensorSpec
+
+    monkeypatch.setattr(workload, "CHUNK", 7)  # every array below crosses chunk boundaries
+    f32 = TensorSpec((5, 9), "f32").random(np.random.default_rng(3))
+    assert f32.dtype == np.float32
+    np.testing.assert_array_equal(f32, np.random.default_rng(3).uniform(-1.0, 1.0, size=(5, 9)).astype(np.float32))
+    i64 = TensorSpec((4, 6), "i64").random(np.random.default_rng(3))
+    np.testing.assert_array_equal(i64, np.random.default_rng(3).integers(0, 5, size=(4, 6), dtype=np.int64))

@@ -73,6 +73,20 @@ class DimHint:
         return f"{size} ({self.source()})"
 
 
+CHUNK = 1 << 24  # elements drawn at a time: what an input costs beyond itself in memory
+
+
+def _chunked(shape, dtype, draw) -> np.ndarray:
+    """An array of `shape` and `dtype` filled by `draw(n)` n elements at a time, in order: the
+    same values as one draw of the whole (the generator's stream is consumed alike), without a
+    float64 copy of the whole (a 65536x65536 f32 input was 32 GiB of float64 first)."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, CHUNK):
+        flat[start:start + CHUNK] = draw(min(CHUNK, flat.size - start))
+    return out
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """A tensor argument or result (or, with `scalar`, a scalar of `element_type`)."""
@@ -141,13 +155,14 @@ class TensorSpec:
         """Random data in a range where products and sums stay well inside the type, and where
         integers are valid indices into anything of 5 or more elements."""
         if self.element_type in RAW_TYPES:
-            return f32_to_raw(rng.uniform(-1.0, 1.0, size=self.shape), self.element_type)
+            return _chunked(self.shape, np.uint8 if self.element_type != "bf16" else np.uint16,
+                            lambda n: f32_to_raw(rng.uniform(-1.0, 1.0, size=n), self.element_type))
         dtype = NUMPY_DTYPES[self.element_type]
         if dtype is np.bool_:
-            return rng.integers(0, 2, size=self.shape).astype(np.bool_)
+            return _chunked(self.shape, np.bool_, lambda n: rng.integers(0, 2, size=n).astype(np.bool_))
         if np.issubdtype(dtype, np.integer):
-            return rng.integers(0, 5, size=self.shape, dtype=dtype)
-        return rng.uniform(-1.0, 1.0, size=self.shape).astype(dtype)
+            return _chunked(self.shape, dtype, lambda n: rng.integers(0, 5, size=n, dtype=dtype))
+        return _chunked(self.shape, dtype, lambda n: rng.uniform(-1.0, 1.0, size=n))
 
     def literal(self, rng: np.random.Generator) -> str:
         """The scalar as iree-run-module reads it: its fixed value, else a random one."""
