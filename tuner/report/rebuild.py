@@ -95,9 +95,10 @@ def _device(target) -> str:
 
 
 def _flags(flags_file: Path) -> list[str]:
-    """The flags of a response file as iree-compile reads it (one per line, GNU-quoted)."""
+    """The flags of a response file as iree-compile reads it (GNU-quoted; a quoted flag may hold a
+    newline, as an output directory's path may, so the file is read whole, not line by line)."""
     try:
-        return [f for line in flags_file.read_text().splitlines() for f in shlex.split(line)]
+        return shlex.split(flags_file.read_text())
     except ValueError as e:
         raise InputError(f"{flags_file}: not a readable flags file ({e})") from None
 
