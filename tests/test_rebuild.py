@@ -114,3 +114,20 @@ def test_flags_and_a_program_a_directory_did_not_get_from_its_run_are_refused(tm
     (compiled / "manifest.json").write_text(json.dumps(manifest))
     assert_one_error_line(run_cli("benchmark", compiled), 2, "makes the compiler write files")
     assert not elsewhere.exists()
+
+
+def test_a_flags_file_naming_a_path_with_a_newline_is_read_as_iree_compile_reads_it(tmp_path):
+    # Issue 60 (minor): the file was split into lines before its quoting was read ("not a
+    # readable flags file (No closing quotation)"); iree-compile reads it whole.
+    from tuner.report.outputs import response_file
+
+    out = _run_dir(tmp_path)
+    odd = out / 'spec "dir"\nsecond line'
+    odd.mkdir()
+    (odd / "model_spec.mlir").write_text("module {}\n")
+    flag = f"--iree-codegen-tuning-spec-path={odd / 'model_spec.mlir'}"
+    (out / "best_flags.txt").write_text(response_file(["--iree-hal-target-device=local", flag]))
+    from tuner.report.rebuild import _flags
+
+    assert _flags(out / "best_flags.txt") == ["--iree-hal-target-device=local", flag]
+    assert read_rebuild(out).flags_file == (out / "best_flags.txt").resolve()
