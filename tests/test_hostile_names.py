@@ -1,13 +1,13 @@
 """Names from a program never become paths (issue 60): a function whose name holds a path
 separator, `..` or a control character is refused in one line by every command that reads the
-program, before anything is written; and the one rule (tuner.names) on hand-picked names."""
+program, before anything is written; and the one rule (tuner.core.names) on hand-picked names."""
 
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import assert_one_error_line, run_cli
-from tuner.names import shown, why_not_a_file_name
+from tuner.core.names import shown, why_not_a_file_name
 
 MATMUL = """
 func.func @{name}(%a: tensor<{n}x{n}xf32>, %b: tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32> {{

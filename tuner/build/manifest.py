@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tuner.run_dir import write_file
 from tuner.store import BUILD_FAILURES
-from tuner.trusted_flags import checked_flags
+from tuner.core.trusted_flags import checked_flags
 from tuner.errors import InputError
 from tuner.core.built import Built, inside
 from tuner.discovery.workload import Workload

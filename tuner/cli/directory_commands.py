@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from tuner.names import printable
+from tuner.core.names import printable
 from tuner.cli.say import errors_to_exit, stats_line
 from tuner.errors import InputError, OutputError
 from tuner.report.outputs import make_console, read_families

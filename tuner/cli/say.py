@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from tuner.names import printable
+from tuner.core.names import printable
 from tuner.cli.options import ended_by
 from tuner.discovery.workload import Workload
 from tuner.errors import InputError, StoreError, TunerError

@@ -23,7 +23,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.discovery.workload import DimHint, TensorSpec, Workload
-from tuner.names import shown, why_not_a_file_name
+from tuner.core.names import shown, why_not_a_file_name
 
 _DISPATCH = "stream.cmd.dispatch"
 _CALL = "util.call"

@@ -15,7 +15,7 @@ from pipelines import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrin
 from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import initializer_dispatches, entry_points
 from tuner.targets import Target
-from tuner.names import why_not_a_file_name
+from tuner.core.names import why_not_a_file_name
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
 from tuner.discovery.by_structure import (is_structural_root, other_compute_ops, stored_element_type,

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from tuner.names import printable
+from tuner.core.names import printable
 from tuner.errors import OutputError
 from tuner.input.parameters import runtime_flags
 from tuner.run_dir import write_file

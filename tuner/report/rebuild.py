@@ -19,7 +19,7 @@ from pathlib import Path
 from tuner.errors import InputError, OutputError, TargetError, ToolError
 from tuner.input.parameters import runtime_flags
 from tuner.tools import find_tool, run_tool_retrying_a_hang
-from tuner.trusted_flags import checked_flags
+from tuner.core.trusted_flags import checked_flags
 
 FLAG_FILES = {"model": "model_flags.txt"}  # by results.json's `kind`; any other: best_flags.txt
 

@@ -25,7 +25,7 @@ import numpy as np
 from tuner.benchmark_dir import benchmark_dir
 from tuner.store import STORE
 from tuner.errors import InputError, OutputError
-from tuner.names import is_file_name
+from tuner.core.names import is_file_name
 from tuner.input.parameters import on_this_machine
 from tuner.profiling.timing import ProfileJob, time_profile
 from tuner.run_dir import RunDirectory, real_directory, write_file
