@@ -2,6 +2,7 @@
 separator, `..` or a control character is refused in one line by every command that reads the
 program, before anything is written; and the one rule (tuner.core.names) on hand-picked names."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,10 @@ def test_a_public_function_named_dot_dot_runs_nothing_and_says_so(tmp_path):
     # (the larger), stops in one line naming the function.
     program = tmp_path / "dots.mlir"
     program.write_text(MATMUL.format(name='".."', n=64) + MATMUL.format(name="ok", n=32))
-    listed = run_cli("dispatches", program, "--output", tmp_path / "D")
-    assert listed.exit_code == 0 and "'..' names a directory" in listed.output
+    listed = run_cli("dispatches", program, "--json", "--output", tmp_path / "D")
+    entries = {d["name"]: d["entry"] for d in json.loads(listed.stdout)["dispatches"]}
+    assert "'..' names a directory" in entries[".._dispatch_0_matmul_64x64x64_f32"]
+    assert entries["ok_dispatch_0_matmul_32x32x32_f32"] == "ok"
     assert_one_error_line(run_cli("tune", program, "--budget", "2", "--output", tmp_path / "T"), 2,
                           "'..' names a directory")
     assert not [p for p in tmp_path.iterdir() if p.name not in ("dots.mlir", "D", "T")]
