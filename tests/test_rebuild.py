@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_one_error_line, run_cli, write_matmul
+from tests.conftest import assert_one_error_line, run_cli
 from tuner.report.rebuild import read_rebuild, rebuild_line
 
 
@@ -87,13 +87,10 @@ def test_a_rebuild_whose_compile_hangs_once_is_killed_when_idle_and_run_again(tm
     assert (tmp_path / "o.vmfb").is_file() and list(tmp_path.glob("faulty-tools/rules.json.hung-*"))
 
 
-@pytest.mark.slow
-def test_flags_and_a_program_a_directory_did_not_get_from_its_run_are_refused(tmp_path, small_matmul):
-    # Issue 60: a dump flag in best_flags.txt made `rebuild` write outside the directory, a
-    # results.json naming another file had it compiled, a manifest's base flags reached
-    # best_flags.txt unchecked.
-    out = tmp_path / "out"
-    assert run_cli("tune", small_matmul, "--budget", "2", "--output", out).exit_code == 0
+def test_flags_and_a_program_a_directory_did_not_get_from_its_run_are_refused(tmp_path):
+    # Issue 60: a dump flag in best_flags.txt made `rebuild` write outside the directory, and a
+    # results.json naming another file had it compiled.
+    out = _run_dir(tmp_path)
     flags = (out / "best_flags.txt").read_text()
     elsewhere = tmp_path / "elsewhere"
     for bad, said in ((f"--iree-hal-dump-executable-sources-to={elsewhere}", "makes the compiler write files"),
@@ -103,17 +100,25 @@ def test_flags_and_a_program_a_directory_did_not_get_from_its_run_are_refused(tm
         assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path / "x.vmfb"), 2, said)
     assert not elsewhere.exists() and not (tmp_path / "x.vmfb").exists()
     (out / "best_flags.txt").write_text(flags)
+    assert read_rebuild(out).program == tmp_path / "model.mlir"  # the run's own input: taken
     results = json.loads((out / "results.json").read_text())
-    other = write_matmul(tmp_path / "other.mlir", 16, 16, 16)
+    other = tmp_path / "other.mlir"
+    other.write_text("func.func @g() { return }\n")
     (out / "results.json").write_text(json.dumps({**results, "input": str(other)}))
     assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path / "x.vmfb"), 2, "not the input this directory's run")
+
+
+@pytest.mark.slow
+def test_a_manifest_whose_flags_would_make_the_compiler_write_elsewhere_is_refused(tmp_path, small_matmul):
+    # Issue 60: a manifest's base flags reached best_flags.txt unchecked.
+    elsewhere = tmp_path / "elsewhere"
     compiled = tmp_path / "compiled"
     assert run_cli("tune", small_matmul, "--budget", "1", "--compile-only", "--output", compiled).exit_code == 0
     manifest = json.loads((compiled / "manifest.json").read_text())
     manifest["candidates"][0]["base_flags"].append(f"--iree-hal-dump-executable-sources-to={elsewhere}")
     (compiled / "manifest.json").write_text(json.dumps(manifest))
     assert_one_error_line(run_cli("benchmark", compiled), 2, "makes the compiler write files")
-    assert not elsewhere.exists()
+    assert not elsewhere.exists() and not (compiled / "best_flags.txt").exists()
 
 
 def test_a_flags_file_naming_a_path_with_a_newline_is_read_as_iree_compile_reads_it(tmp_path):
