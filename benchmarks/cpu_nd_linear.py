@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from side_by_side import interleaved  # noqa: E402
 from tuner.core.running import ModuleRun  # noqa: E402
+from tuner.evaluation.runner import run_once  # noqa: E402
 from tuner.input.models import program_source  # noqa: E402
 from tuner.rewrite import ND_LINEAR_AS_MATMUL, rewrite_program  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
@@ -76,7 +77,17 @@ def main() -> None:
             modules[name + suffix] = vmfb
     x = args.work / "input0.npy"
     np.save(x, np.random.default_rng(1).standard_normal(shape).astype(np.float32))
-    times = interleaved(modules, ModuleRun("local-task", "main_graph", (x,)), args.rounds)
+    settings = ModuleRun("local-task", "main_graph", (x,))
+    outputs = {}
+    for name, vmfb in modules.items():  # every build computes the same result
+        run = run_once(vmfb, settings, args.work / f"{name}.npy")
+        if not run.ok:
+            raise SystemExit(f"{name} did not run: {run.stderr}")
+        outputs[name] = np.load(args.work / f"{name}.npy")
+    scale = float(np.abs(outputs["imported"]).max())
+    for name, out in outputs.items():
+        print(f"{name:<26} relative error against imported: {float(np.abs(out - outputs['imported']).max()) / scale:.1e}")
+    times = interleaved(modules, settings, args.rounds)
     for name, rounds in times.items():
         print(f"{name:<26} {statistics.median(rounds):8.3f} ms")
     for suffix in ("", "+data-tiling"):
