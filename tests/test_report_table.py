@@ -132,3 +132,13 @@ def test_labels_from_a_results_file_reach_the_terminal_as_text_not_as_escapes_or
     rows, text = _table([_row(0, 2.0, 2.0, 1.0, baseline=True), hostile])
     assert "\x1b" not in text and "\u202e" not in text
     assert "[bold]4x4[/bold]" in text and "\\x1b[31mred\\u202e" in text
+
+
+def test_a_plot_of_figures_too_large_for_a_range_is_drawn_without_one(tmp_path):
+    # Issue 60 (minor): ratios of 1e308 in a results file gave matplotlib's "'yerr' must not
+    # contain negative values" (their median of two overflows to inf).
+    from tuner.report.plot import plot_ranking
+
+    huge = _row(1, 1.0, 2.0, 2.0, rounds=(1e308,) * 4, after=(1e308, 1e308))
+    plot_ranking(rank([_row(0, 2.0, 2.0, 1.0, baseline=True), huge]), tmp_path / "results.png")
+    assert (tmp_path / "results.png").stat().st_size > 1000

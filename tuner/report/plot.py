@@ -4,6 +4,7 @@ run each dispatch's gain beside the model's."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from tuner.ranking import Ranking
@@ -48,11 +49,14 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
         colors = [WINNER if r is ranking.best else CONFIRMED if r.confirmed else FIRST_PASS for r in ranked]
         ax.bar(xs, heights, color=colors)
         # The range of the rounds each confirmed height is the median of (a winner's: its fresh rounds).
-        confirmed = [(x, h, r) for x, h, r in zip(xs, heights, ranked) if r.confirmed and r.speedup_ratios]
+        # Figures a results file may hold that no range can be drawn for (1e308: a median of two
+        # is inf) are drawn without one; a range never goes below zero by rounding.
+        confirmed = [(x, h, r) for x, h, r in zip(xs, heights, ranked) if r.confirmed and r.speedup_ratios
+                     and all(math.isfinite(v) for v in (h, *r.speedup_ratios))]
         if confirmed:
             ax.errorbar([x for x, _, _ in confirmed], [h for _, h, _ in confirmed],
-                        yerr=[[h - min(r.speedup_ratios) for _, h, r in confirmed],
-                              [max(r.speedup_ratios) - h for _, h, r in confirmed]],
+                        yerr=[[max(0.0, h - min(r.speedup_ratios)) for _, h, r in confirmed],
+                              [max(0.0, max(r.speedup_ratios) - h) for _, h, r in confirmed]],
                         fmt="none", ecolor="black", capsize=2, linewidth=0.8)
         ax.set_xticks(xs, _ticks(ranked), fontsize=6, rotation=90)
     ax.axhline(1.0, color=DEFAULT, linestyle="--", linewidth=1)
