@@ -25,6 +25,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -37,13 +38,15 @@ from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool  # noqa: E402
 
 
-def variants(model: Path, work: Path, target) -> dict[str, tuple[Path, list[str]]]:
+def variants(model: Path, work: Path, target, only: Optional[set[str]] = None) -> dict[str, tuple[Path, list[str]]]:
     """The default program and one per rewrite of the target's kind that changes it, then all of
-    those together: name -> (program, what changed)."""
+    those together (`only`: just those named): name -> (program, what changed)."""
     imported = program_source(model, work, target)
     found = {"default": (imported, [])}
     taken = []
     for rewrite in REWRITES["cpu" if target.device.startswith("local") else "gpu"]:  # as the flag stage offers them
+        if only is not None and rewrite.name not in only and "rewrites" not in only:
+            continue
         out = work / f"{rewrite.name}.mlir"
         changed = rewrite_program(imported, rewrite, out)
         if changed:
@@ -98,9 +101,10 @@ def main() -> None:
     report = {}
     for folder in args.models:
         work = folder / "iree"
-        found = variants(folder / "model.onnx", work, target)
-        if args.only:
-            found = {name: built for name, built in found.items() if name in args.only.split(",")}
+        only = set(args.only.split(",")) if args.only else None
+        found = variants(folder / "model.onnx", work, target, only)
+        if only:
+            found = {name: built for name, built in found.items() if name in only}
         with ThreadPoolExecutor(args.jobs) as pool:
             built = dict(zip(found, pool.map(lambda name: build(found[name][0], target, work / f"{name}.vmfb"), found)))
         record = {"variants": {name: {"changed": found[name][1], "built": ok, "error": error, "compile_s": round(s, 1)}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_one_error_line, run_cli
-from tuner.report.rebuild import read_rebuild, rebuild_line
+from tuner.report.rebuild import read_flags, read_rebuild, rebuild_line
 
 
 def _run_dir(tmp_path: Path, kind: str = "", parameters=()) -> Path:
@@ -132,7 +132,5 @@ def test_a_flags_file_naming_a_path_with_a_newline_is_read_as_iree_compile_reads
     (odd / "model_spec.mlir").write_text("module {}\n")
     flag = f"--iree-codegen-tuning-spec-path={odd / 'model_spec.mlir'}"
     (out / "best_flags.txt").write_text(response_file(["--iree-hal-target-device=local", flag]))
-    from tuner.report.rebuild import _flags
-
-    assert _flags(out / "best_flags.txt") == ["--iree-hal-target-device=local", flag]
+    assert read_flags(out / "best_flags.txt") == ["--iree-hal-target-device=local", flag]
     assert read_rebuild(out).flags_file == (out / "best_flags.txt").resolve()

@@ -62,7 +62,7 @@ def read_rebuild(directory: Path) -> Rebuild:
     if not program.is_file():
         raise InputError(f"{path} names the program {program}, which is gone (was the directory moved?)")
     _check_program(directory, program, path)
-    for flag in checked_flags(_flags(flags_file), directory, str(flags_file)):
+    for flag in checked_flags(read_flags(flags_file), directory, str(flags_file)):
         value = flag.split("=", 1)[1] if "=" in flag else ""
         if value.endswith(".mlir") and not Path(value).is_file():
             raise InputError(f"{flags_file.name} names {value}, which is gone (was the directory moved?)")
@@ -94,7 +94,7 @@ def _device(target) -> str:
         return ""
 
 
-def _flags(flags_file: Path) -> list[str]:
+def read_flags(flags_file: Path) -> list[str]:
     """The flags of a response file as iree-compile reads it (GNU-quoted; a quoted flag may hold a
     newline, as an output directory's path may, so the file is read whole, not line by line)."""
     try:

@@ -97,11 +97,12 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
         return replace(_unkept(state, "the tuned model failed its check"), flags=(), kept=(), rewrites=(), program=None,
                        verdict=f"the tuned model failed its check ({why}): the default is the result")
     alone = final.paired.get(choices) if choices else None
-    if alone is not None and alone.ratios and len(alone.ratios) == len(p.ratios):
-        on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios)))  # per round: choices / tuned
-        alone_wins = final.reference_check or not (alone.speedup <= 1.0 or slower_beyond_noise(alone))
-        if slower_beyond_noise(on_top) and alone_wins:  # the merge's own rule, applied to what it kept
-            return _choices_alone(state, final, choices, alone, on_top)
+    if alone is not None and not (alone.ratios and len(alone.ratios) == len(p.ratios)):
+        alone = None  # the choices alone were not timed in the same rounds
+    on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios))) if alone else None  # per round: choices / tuned
+    if alone and slower_beyond_noise(on_top) and (  # the merge's own rule, applied to what it kept
+            final.reference_check or not (alone.speedup <= 1.0 or slower_beyond_noise(alone))):
+        return _choices_alone(state, final, choices, alone, on_top)
     interval = p.interval()
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
                          speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name),
@@ -114,8 +115,7 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
                                f"{len(p.ratios)} rounds): the default is the result")
     won = sum(r > 1.0 for r in p.ratios)
     split = ""
-    if alone is not None and len(alone.ratios) == len(p.ratios) and alone.ratios:
-        on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios)))  # per round: choices / tuned
+    if alone:
         figure = replace(figure, choices_speedup=alone.speedup, configs_speedup=on_top.speedup)
         won_on_top = f"faster in {sum(r > 1.0 for r in on_top.ratios)} of {len(on_top.ratios)} rounds"
         split = (f"; the model-wide choices alone (the compiler's configs) {alone.speedup:.2f}x the default, the "
@@ -156,11 +156,10 @@ def _choices_alone(state: ModelState, final: Comparison, choices: str, alone: Pa
                          relative_error=final.errors.get(choices), interval=interval.to_json() if interval else None,
                          choices_speedup=alone.speedup, configs_speedup=on_top.speedup)
     slower = sum(r < 1.0 for r in on_top.ratios)
-    dropped = (f"dropped: the model-wide choices were faster without the dispatch configs ({on_top.speedup:.2f}x "
-               f"with them, slower in {slower} of {rounds} rounds)")
-    dispatches = tuple(replace(o, status=dropped) if o.status == "kept" else o for o in state.dispatches)
     won = sum(r > 1.0 for r in alone.ratios)
-    return replace(state, kept=(), dispatches=dispatches, figure=figure,
+    unkept = _unkept(state, f"the model-wide choices were faster without the dispatch configs ({on_top.speedup:.2f}x "
+                            f"with them, slower in {slower} of {rounds} rounds)")
+    return replace(unkept, kept=(), figure=figure,
                    verdict=f"the model-wide choices alone (the compiler's configs) are the result: {alone.speedup:.2f}x "
                            f"the default (median of {len(alone.ratios)} interleaved rounds, faster in {won}"
                            + (f"; {interval.text()}" if interval else "") + ")"
