@@ -6,7 +6,11 @@ module's own call (gpu_model_kernels.py), printed beside torch eager's and torch
 time of the same module on the same GPU (torch.json, written by torch_exports.py --time).
 
     python benchmarks/export_vs_torch.py DIR/NAME [DIR/NAME ...] [--target cuda:sm_80] [--jobs 8]
-        [--rounds 6] [--calls 20] [--compile-only] [--json OUT.json]
+        [--rounds 6] [--calls 20] [--compile-only] [--json OUT.json] [--tuned DIR]
+
+`--tuned DIR` (one model): a `tune-model` run's result as a further build, plain iree-compile of
+the program it names (results.json's `input`) with @DIR/model_flags.txt, checked and timed in the
+same rounds; the tuner's claim (results.json's figure) is printed beside it.
 
 DIR/NAME holds model.onnx, input*.npy, torch_output0.npy and torch.json. The builds are the
 compiler's default configs (no tuning): what the rewrites change in the program alone. Needs the
@@ -59,9 +63,9 @@ def variants(model: Path, work: Path, target, only: Optional[set[str]] = None) -
     return found
 
 
-def build(program: Path, target, vmfb: Path) -> tuple[bool, str, float]:
+def build(program: Path, flags: list[str], vmfb: Path) -> tuple[bool, str, float]:
     start = time.perf_counter()
-    run = subprocess.run([find_tool("iree-compile"), str(program), *target.compile_flags, "-o", str(vmfb)],
+    run = subprocess.run([find_tool("iree-compile"), str(program), *flags, "-o", str(vmfb)],
                          capture_output=True, text=True)
     error = next((line for line in run.stderr.splitlines() if "error" in line), run.stderr[-300:])
     return run.returncode == 0, error, time.perf_counter() - start
@@ -96,7 +100,10 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=0, help="print each build's N costliest dispatches")
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--tuned", type=Path, help="a tune-model run's directory (one model): its result built too")
     args = parser.parse_args()
+    if args.tuned and len(args.models) != 1:
+        parser.error("--tuned takes one model")
     target = parse_target(args.target)
     report = {}
     for folder in args.models:
@@ -105,9 +112,17 @@ def main() -> None:
         found = variants(folder / "model.onnx", work, target, only)
         if only:
             found = {name: built for name, built in found.items() if name in only}
+        flags = {name: list(target.compile_flags) for name in found}
+        claim = None
+        if args.tuned:  # the tuner's result, as a user rebuilds it
+            result = json.loads((args.tuned / "results.json").read_text())
+            found["tuned"] = (Path(result["input"]), [f"rewrites: {', '.join(result.get('rewrites') or []) or 'none'}"])
+            flags["tuned"] = [f"@{(args.tuned / 'model_flags.txt').resolve()}"]
+            claim = (result.get("figure") or {}).get("speedup", 1.0)
         with ThreadPoolExecutor(args.jobs) as pool:
-            built = dict(zip(found, pool.map(lambda name: build(found[name][0], target, work / f"{name}.vmfb"), found)))
-        record = {"variants": {name: {"changed": found[name][1], "built": ok, "error": error, "compile_s": round(s, 1)}
+            built = dict(zip(found, pool.map(lambda name: build(found[name][0], flags[name], work / f"{name}.vmfb"),
+                                             found)))
+        record = {"claim": claim, "variants": {name: {"changed": found[name][1], "built": ok, "error": error, "compile_s": round(s, 1)}
                                for name, (ok, error, s) in built.items()}}
         torch_json = folder / "torch.json"
         torch_figures = json.loads(torch_json.read_text()) if torch_json.exists() else {}
@@ -149,6 +164,8 @@ def _summary(name: str, record: dict, top: int) -> None:
     default = record["variants"].get("default", {}).get("kernel_ms_rounds")
     eager = record["torch"].get("eager", {}).get("kernel_ms")
     compiled = record["torch"].get("compile", {}).get("kernel_ms")
+    if record.get("claim") is not None:
+        print(f"{name} tune-model's claim for its result: {record['claim']:.2f}x the default")
     if eager:
         print(f"{name} torch eager {eager:.3f} ms, torch.compile {compiled:.3f} ms (kernels per call)")
     for variant, entry in record["variants"].items():
