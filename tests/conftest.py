@@ -199,6 +199,8 @@ for tool, needle, action in json.load(open({rules!r})):
             sys.exit(1)
         elif action == "linker-killed":  # the real compile, its linker killed as the out-of-memory killer does
             args = [*args, "--iree-llvmcpu-embedded-linker-path=" + os.path.join(os.path.dirname({rules!r}), "killed-lld")]
+        elif action == "linker-hangs":  # the real compile, its linker writing a temporary file and never ending
+            args = [*args, "--iree-llvmcpu-embedded-linker-path=" + os.path.join(os.path.dirname({rules!r}), "hanging-lld")]
         elif action == "slow":
             time.sleep(1.0)
         elif action.startswith("swap:"):  # run for real on other files: "swap:/0000/" puts 0000 for the needle
@@ -215,7 +217,7 @@ os.execv(real, [real, *args])
 
 @pytest.fixture
 def faulty_tools(tmp_path, monkeypatch):
-    """IREE tools that hang, crash, are killed (or their linker is), find the disk full, run
+    """IREE tools that hang, crash, are killed (or their linker is, or it hangs), find the disk full, run
     slowly or spoil their output where told to:
     `fault("iree-benchmark-module", "/0003/", "hang")` makes every call of that tool whose
     arguments (or working directory) contain "/0003/" hang ("hang-once": the first such call). Set through $IREE_TUNER_TOOLS, so
@@ -239,6 +241,9 @@ def faulty_tools(tmp_path, monkeypatch):
     killed_lld = directory / "killed-lld"  # a linker the out-of-memory killer takes
     killed_lld.write_text("#!/bin/sh\nkill -9 $$\n")
     killed_lld.chmod(0o755)
+    hanging_lld = directory / "hanging-lld"  # a linker that writes its object where TMPDIR says and waits
+    hanging_lld.write_text('#!/bin/sh\ntouch "${TMPDIR:-/tmp}/lld-temp-$$.o"\nwhile true; do sleep 1; done\n')
+    hanging_lld.chmod(0o755)
     monkeypatch.setenv(TOOLS_ENV, str(directory))
 
     def fault(tool: str, needle: str, action: str) -> None:

@@ -396,3 +396,26 @@ def test_a_local_cluster_leaves_nothing_running_after_its_run_is_killed_with_sig
     while time.monotonic() < deadline and _alive_under(raylet):
         time.sleep(0.5)
     assert _alive_under(raylet) == []
+
+
+@pytest.mark.slow  # starts Ray (and compiles for real)
+def test_a_run_on_a_local_cluster_leaves_no_directory_of_its_workers_behind(matmul, tmp_path):
+    # The compile tasks' copies of the program (and the weights with it) and the benchmark
+    # workers' files stayed in the temporary directory after every run, successful ones too.
+    import shutil
+    import tempfile
+    import time
+
+    temp = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))  # short: Ray's socket paths are limited in length
+    try:
+        env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "TMPDIR": str(temp)}
+        run = cli_process("tune", matmul, "--num-candidates", "2", "--output", tmp_path / "out", "--strategy", "ray",
+                          "--repetitions", "1", env=env)
+        output, _ = run.communicate(timeout=600)
+        assert run.returncode == 0, output
+        deadline = time.monotonic() + 15  # the reapers act once the processes that started them have ended
+        while time.monotonic() < deadline and list(temp.glob("iree-tuner-*")):
+            time.sleep(0.2)
+        assert sorted(p.name for p in temp.glob("iree-tuner-*")) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -205,6 +205,32 @@ def test_a_tuner_killed_with_sigkill_leaves_no_tool_behind(tmp_path, faulty_tool
     assert _processes_mentioning(str(tmp_path)) == []
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_tuner_killed_with_sigkill_leaves_no_linker_and_no_linker_files_behind(tmp_path, faulty_tools):
+    # iree-compile starts its linker as a child; the parent-death signal reaches iree-compile
+    # alone, and a hostile probe found `sh` and `iree-lld` running with parent 1 after kill -9,
+    # their objects left in /tmp. Here the linker writes a file where TMPDIR says and waits.
+    path = write_matmul(tmp_path / "mm.mlir", 128, 256, 64)
+    faulty_tools("iree-compile", "candidates/", "linker-hangs")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    run = cli_process("tune", path, "--num-candidates", "2", "--output", tmp_path / "out", "--repetitions", "1",
+                      env={**os.environ, "TMPDIR": str(temp)})
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list(temp.rglob("lld-temp-*")):  # the linker's own file
+        assert run.poll() is None, run.stdout.read()
+        time.sleep(0.1)
+    assert list(temp.rglob("lld-temp-*")), "the linker never started"
+    os.kill(run.pid, signal.SIGKILL)  # the tuner alone: no handler runs
+    run.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (_processes_mentioning(str(tmp_path)) or list(temp.rglob("lld-temp-*"))):
+        time.sleep(0.1)
+    assert _processes_mentioning(str(tmp_path)) == []
+    assert list(temp.rglob("lld-temp-*")) == []
+
+
 @pytest.mark.parametrize("name", ["iree-compile", "iree-benchmark-module", "iree-run-module"])
 def test_the_tools_run_are_the_wheels_executables_not_the_venvs_python_scripts(name, monkeypatch):
     # A venv's console script is a Python process that starts the executable as its own child:
@@ -907,6 +933,7 @@ RAW_WRITES = {
                                       "shutil.rmtree(job.directory"],
     "tuner/cluster/worker.py": ["shutil.rmtree(self.root", "path.parent.mkdir(", "path.write_bytes("],
     "tuner/discovery/workload.py": ["np.save(f, array)", "np.save(f, array))"],  # inside write_file
+    "tuner/core/reaper.py": ["shutil.rmtree(path"],  # the reaper's: directories named after its run's token
     "tuner/driver.py": [".unlink(missing_ok=True)"],
     "tuner/evaluation/runner.py": ["output.unlink("],  # a planted link at the output, removed
     "tuner/input/dispatch_benchmarks.py": ["probe.write_text("],  # a TemporaryDirectory of its own
@@ -915,6 +942,7 @@ RAW_WRITES = {
     "tuner/stages/model_client.py": [".unlink(missing_ok=True)"],
     "tuner/stages/plan.py": ["shutil.copy2("],  # into a new, empty DEST made of real directories
     "tuner/stages/variants.py": ["stamp.unlink("],
+    "tuner/tools.py": ["_scratch.mkdir("],  # the tools' TMPDIR, made by mkdtemp in the system's temp dir
 }
 _WRITE = re.compile(r"write_text\(|write_bytes\(|open\([^)]*[\"']w|\.mkdir\(|rmtree\(|\.unlink\(|os\.replace|"
                     r"shutil\.copy|shutil\.move|np\.save\(")

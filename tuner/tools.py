@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shutil
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.core.reaper import Reaper, start_reaper
 from tuner.errors import TargetError
 
 # A directory of IREE tools to use instead of the installed wheels' (a source build, a wrapper).
@@ -31,6 +33,31 @@ _LAUNCHER = ("import ctypes, os, sys\n"
 
 def _launched(command: list[str]) -> list[str]:
     return [sys.executable, "-S", "-c", _LAUNCHER, str(os.getpid()), *command] if sys.platform == "linux" else command
+
+
+# The parent-death signal reaches the tool alone, not what it starts: after `kill -9` of the tuner,
+# iree-compile's `sh` and `iree-lld` ran on with parent 1 and left their objects in /tmp. Every
+# tool carries this process's mark in its environment, with TMPDIR a directory of the mark's
+# own, and the reaper (tuner.core.reaper) kills what carries the mark and removes the directory
+# when this process ends, however it ends.
+TOOLS_MARK = "IREE_TUNER_TOOLS_RUN"
+_reaper: Reaper | None = None
+_scratch: Path | None = None
+_reaper_lock = threading.Lock()
+
+
+def _tool_environment() -> dict[str, str]:
+    """The environment a tool starts in: this process's, marked, its temporary files in the
+    mark's directory (the reaper and its directory made at the first tool of the process)."""
+    global _reaper, _scratch
+    with _reaper_lock:
+        if _reaper is None or (_reaper.process is not None and not _reaper.alive):
+            _reaper = start_reaper(TOOLS_MARK)
+            _scratch = _reaper.temp_dir("tools")
+            if _reaper.process is None:  # no reaper here: the directory goes at a normal exit
+                atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
+        _scratch.mkdir(parents=True, exist_ok=True)  # removed under a long-lived process: made again
+        return {**os.environ, TOOLS_MARK: _reaper.token, "TMPDIR": str(_scratch)}
 
 
 @dataclass(frozen=True)
@@ -238,6 +265,7 @@ def run_tool(command: list[str], timeout_s: float, cwd: Path | None = None, idle
                 raise ToolsStopped(f"not started after the run was interrupted: {command[0]}")
             proc = subprocess.Popen(
                 _launched(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                env=_tool_environment(),
                 errors="replace",  # a tool's bytes that are not UTF-8 are shown, never a traceback
                 start_new_session=True,
             )

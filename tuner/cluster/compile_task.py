@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -16,6 +15,7 @@ from typing import Optional
 from tuner.specs.candidates import Candidate
 from tuner.cluster.worker import FileRef, compile_cores
 from tuner.core.built import Built
+from tuner.cluster.reaper import temp_dir
 from tuner.targets import Target
 
 _root: Optional[Path] = None
@@ -35,7 +35,7 @@ class RemoteBuild:
 def _workdir() -> Path:
     global _root
     if _root is None:
-        _root = Path(tempfile.mkdtemp(prefix="iree-tuner-compile-"))
+        _root = temp_dir("compile")
     return _root
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -20,6 +19,7 @@ import numpy as np
 
 from tuner.evaluation.device_identity import device_identity, timing_identity
 from tuner.core.running import DispatchBenchmark, ModuleRun, Timing
+from tuner.cluster.reaper import temp_dir
 from tuner.evaluation.runner import benchmark, read_output, run_once
 from tuner.tools import ToolRun
 
@@ -55,7 +55,7 @@ class BenchmarkWorker:
             os.sched_setaffinity(0, self.cores)  # the tools it starts inherit it
         self.flags = (f"--task_topology_cpu_ids={','.join(map(str, self.cores))}",) \
             if self.cores and device.startswith("local-task") else ()
-        self.root = Path(tempfile.mkdtemp(prefix="iree-tuner-worker-"))
+        self.root = temp_dir("worker")
         self.files: dict[str, Path] = {}
 
     def describe(self) -> dict:
