@@ -1028,3 +1028,26 @@ def test_a_results_file_whose_evaluation_is_not_an_object_is_one_error_line(tmp_
                    status=Status.OK, times_ms=[1.0], median_ms=1.0).to_json() for i in range(2)]
     (tmp_path / "results.json").write_text(json.dumps({"dispatch": "d", "candidates": good, "evaluation": "fast"}))
     assert_one_error_line(run_cli("report", tmp_path), 2, "its evaluation 'fast' is not an object")
+
+
+def test_a_full_disk_under_the_output_directory_is_one_error_line(tmp_path, small_matmul, monkeypatch):
+    # The hostile probe's run with its output on a full disk and its store elsewhere ended in an
+    # OSError traceback (ENOSPC) at the first file written into the output.
+    import errno
+    import tempfile
+    import types
+
+    from tuner import run_dir
+
+    out = tmp_path / "out"
+
+    def mkstemp(dir, prefix, suffix):
+        if Path(dir).resolve().is_relative_to(out.resolve()):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(dir) / prefix))
+        return tempfile.mkstemp(dir=dir, prefix=prefix, suffix=suffix)
+
+    monkeypatch.setattr(run_dir, "tempfile", types.SimpleNamespace(mkstemp=mkstemp))
+    result = run_cli("tune", small_matmul, "--output", out, "--store", tmp_path / "elsewhere.sqlite",
+                     "--num-candidates", "1", "--compile-only")
+    assert_one_error_line(result, 4, "No space left on device")
+    assert str(out) in result.output

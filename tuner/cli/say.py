@@ -4,6 +4,7 @@ failed tool as one line and an exit code, never a traceback."""
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import sys
 import time
@@ -16,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tuner.core.names import printable
 from tuner.cli.options import ended_by
 from tuner.discovery.workload import Workload
-from tuner.errors import InputError, StoreError, TunerError
+from tuner.errors import InputError, OutputError, StoreError, TunerError
 from tuner.core.results import Status
 from tuner.store import BUILD_FAILURES
 from tuner.tools import kill_running_tools
@@ -167,6 +168,11 @@ def store_error_text(error: sqlite3.DatabaseError) -> str:
     return f"the result store is damaged ({error}); delete it or give --store a new file"
 
 
+# Where a file cannot be written for the machine's reasons, not the program's: a full disk or
+# quota, a read-only file system, no permission.
+UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
+
+
 class errors_to_exit:
     """Bad input and failed tools end in one line and a non-zero exit, never a traceback."""
 
@@ -181,6 +187,12 @@ class errors_to_exit:
             kill_running_tools()
             click.echo(f"error: {store_error_text(error)}", err=True)
             sys.exit(StoreError.exit_code)
+        if isinstance(error, OSError) and error.errno in UNWRITABLE:
+            kill_running_tools()
+            where = f" {printable(str(error.filename))}" if error.filename else ""
+            click.echo(f"error: cannot write{where}: {error.strerror}; every result measured so far is kept in the "
+                       "result store: make room (or name another --output) and run the same command again", err=True)
+            sys.exit(OutputError.exit_code)
         if isinstance(error, KeyboardInterrupt):
             kill_running_tools()  # nothing this run started outlives it
             signum = ended_by(error)
