@@ -331,3 +331,24 @@ def test_json_with_compile_only_prints_what_the_step_left_for_the_device(tmp_pat
     assert step["next"] == f"iree-tuner benchmark {(tmp_path / 't').resolve()}"
     model = run_cli("tune-model", small_matmul, "--budget", "2", "--compile-only", "--json", "--output", tmp_path / "m")
     assert json_module.loads(model.stdout)["step"] == "profile"
+
+
+@pytest.mark.slow
+def test_a_search_of_one_batch_says_each_candidates_result_before_its_confirmation_rounds(tmp_path, small_matmul):
+    """Issue 60: with a budget of 8 or less the search is one batch, and its per-candidate lines
+    came only when the batch ended, after the confirmation rounds (a SIGTERM there lost them)."""
+    from tuner import api
+    from tuner.core.settings import EvalSettings, Listeners, RunOptions, SearchSettings
+
+    events: list[tuple] = []
+    listen = Listeners(progress=lambda phase, done, total: events.append(("progress", phase)),
+                       on_result=lambda r: events.append(("result", r.candidate_id)),
+                       on_results=lambda results: events.append(("batch", len(results))))
+    settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=2, confirm_top=2)
+    api.tune(small_matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=3),
+             run=RunOptions(settings, strategy="sequential"), listen=listen)
+    said = [e[1] for e in events if e[0] == "result"]
+    assert sorted(said) == [0, 1, 2, 3]  # the baseline and the three candidates, each once
+    first_confirm = next(i for i, e in enumerate(events) if e == ("progress", "confirm"))
+    last_said = max(i for i, e in enumerate(events) if e[0] == "result")
+    assert last_said < first_confirm < events.index(next(e for e in events if e[0] == "batch"))

@@ -10,7 +10,7 @@ import os
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from iree.compiler import ir
 
@@ -137,7 +137,8 @@ def run_meta(session: Session, given: bool) -> dict:
 
 
 def session_evaluator(session: Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
-                      strategy: str, devices: Sequence[str], given: bool, host: Optional[HostReference] = None):
+                      strategy: str, devices: Sequence[str], given: bool, host: Optional[HostReference] = None,
+                      on_result: Optional[Callable] = None):
     """The evaluator `strategy` names ("auto": the target's default) for the session, building
     into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt).
     `host`: the host's result to check against (on the inputs it ran on) where the default's is off it."""
@@ -148,7 +149,7 @@ def session_evaluator(session: Session, store: ResultStore, settings: EvalSettin
     return evaluator(session.input_path, target, session.workload, output_dir / "candidates", store, settings=settings,
                      devices=devices, progress=progress, ctx=session.ctx,
                      given_inputs=output_dir / GIVEN_INPUTS if given else (host.inputs if host else None),
-                     host_reference=host.result if host else None)
+                     host_reference=host.result if host else None, on_result=on_result)
 
 
 def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, listen: Listeners = Listeners()) -> Tuning:
@@ -176,7 +177,7 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
 
     try:
         evaluator = session_evaluator(session, store, settings, batch_progress, run.strategy, run.devices, given,
-                                      run.host_reference)
+                                      run.host_reference, listen.on_result)
         passes: list[EvaluationStats] = []
 
         def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:

@@ -51,11 +51,12 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
     from tuner.core.settings import Listeners
 
     console = make_console(stderr=as_json)
+    live = LiveResults(console)
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = api.tune(input_file, target, output_dir, dispatch_name, pipeline_name, search,
                           replace(run, compile_only=compile_only),
                           Listeners(on_progress, on_discovered=say_picked(console), on_search=say_search(console),
-                                    on_candidates=say_candidates(console), on_results=LiveResults(console)))
+                                    on_candidates=say_candidates(console), on_results=live, on_result=live.one))
     none_took = say_failures(console, tuning.results if tuning.manifest is None else
                              [b.result for b in tuning.manifest.built], tuning.compiler_says or {})
     if tuning.manifest is not None:

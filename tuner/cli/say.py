@@ -227,9 +227,12 @@ class progress_bars:
 
 
 class LiveResults:
-    """The search as it runs (Listeners.on_results): the best first-pass figure so far, said when
-    it changes; where the output is not a terminal (a log, CI), each candidate's result as a line
-    too, since no progress bar shows there."""
+    """The search as it runs: the best first-pass figure so far, said when it changes; where the
+    output is not a terminal (a log, CI), each candidate's result as a line too, since no progress
+    bar shows there. `one` hears each candidate's result as it is stored (Listeners.on_result),
+    so that a search of one batch streams too; the instance itself hears each batch's results as
+    it ends (Listeners.on_results), and says those not heard one by one (results reused from the
+    store)."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -237,6 +240,12 @@ class LiveResults:
         self.best: tuple[float, int] | None = None
 
     def __call__(self, results: list) -> None:
+        self._say(results)
+
+    def one(self, result) -> None:
+        self._say([result])
+
+    def _say(self, results: list) -> None:
         new = [r for r in results if r.candidate_id not in self.seen and not r.is_baseline]
         self.seen.update(r.candidate_id for r in new)
         if not self.console.is_terminal:

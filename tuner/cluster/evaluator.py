@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Optional, Sequence, cast
+from typing import Callable, Optional, Sequence, cast
 
 from iree.compiler import ir
 
@@ -24,7 +24,7 @@ from tuner.cluster.workers import RayRunner, cluster_devices
 from tuner.build.compile import built_candidate, candidate_flags
 from tuner.evaluation.evaluator import Overlapped
 from tuner.core.built import Built, Progress
-from tuner.core.results import Status
+from tuner.core.results import Result, Status
 from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
@@ -95,12 +95,13 @@ class RayEvaluator(Overlapped):
     def __init__(self, input_path: Path, target: Target, workload: Workload, workdir: Path, store: ResultStore,
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                  progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
-                 given_inputs: Optional[Path] = None, host_reference: Optional[Path] = None) -> None:
+                 given_inputs: Optional[Path] = None, host_reference: Optional[Path] = None,
+                 on_result: Optional[Callable[[Result], None]] = None) -> None:
         runner = cluster_devices(settings, target.device, devices)
         compile_slots(runner.ray)
         pin = settings.benchmark_cores if target.device.startswith("local") else None
         entry = workload.entry if workload.dispatch_benchmark else None
         builder = RayBuilder(runner, input_path, target, workdir, settings.compile_timeout_s, entry, pin)
         super().__init__(input_path, target, workload, workdir, store, settings, runner.devices, progress, ctx,
-                         given_inputs, runner, host_reference, builder)
+                         given_inputs, runner, host_reference, builder, on_result)
         self.cluster: RayRunner = runner

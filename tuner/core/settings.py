@@ -142,7 +142,9 @@ class Listeners:
     `on_search(summary)`, what the search starts from; `on_candidates(dispatch, candidates)`, the
     candidates made; `on_warning(text)`, a warning about the input (a given config outside the
     constraints, say); `on_results(results)`, each search batch's results as it ends (first-pass
-    figures: the search's progress, shown live)."""
+    figures: the search's progress, shown live); `on_result(result)`, each candidate's first-pass
+    result as it is stored (its figure against the nearest baseline timing so far), so that a
+    search of one batch is seen as it goes."""
 
     progress: Optional[Callable[[str, int, int], None]] = None
     say: Callable[[str], None] = lambda text: None
@@ -151,3 +153,4 @@ class Listeners:
     on_candidates: Optional[Callable] = None
     on_warning: Optional[Callable[[str], None]] = None
     on_results: Optional[Callable[[list], None]] = None
+    on_result: Optional[Callable] = None

@@ -74,7 +74,8 @@ class BaseEvaluator:
                  settings: EvalSettings = EvalSettings(), devices: Sequence[str] = (),
                  progress: Optional[Progress] = None, ctx: Optional[ir.Context] = None,
                  given_inputs: Optional[Path] = None, runner: ModuleRunner = LOCAL,
-                 host_reference: Optional[Path] = None, builder: Optional[Builder] = None) -> None:
+                 host_reference: Optional[Path] = None, builder: Optional[Builder] = None,
+                 on_result: Optional[Callable[[Result], None]] = None) -> None:
         self.input_path = input_path
         self.target = target
         self.workload = workload
@@ -83,6 +84,7 @@ class BaseEvaluator:
         self.settings = settings
         self.devices = distinct_devices(devices, target.device)
         self.progress = progress
+        self.on_result = on_result  # each first-pass result as it arrives (the CLI streams them)
         self.ctx = ctx or ir.Context()
         inputs = tuple(workload.write_inputs(workdir / "inputs", given=given_inputs))
         self.module_run = settings.module_run(self.devices[0], workload, inputs)
@@ -126,7 +128,7 @@ class BaseEvaluator:
             results, stats = measure_pass(
                 self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
                 lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-                PassSetup(measurer, settings, self.store, self.devices, self.progress, prepare))
+                PassSetup(measurer, settings, self.store, self.devices, self.progress, prepare, self.on_result))
         finally:
             self.builder.close()
         return Evaluation(tuple(results), stats)

@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 
@@ -306,8 +306,10 @@ class Recorder:
     ends the run (nothing can be checked without it)."""
 
     def __init__(self, store: ResultStore, total: int, progress: Optional[Progress] = None,
-                 phase: str = "benchmark", log: Optional[list[BaselineTiming]] = None) -> None:
+                 phase: str = "benchmark", log: Optional[list[BaselineTiming]] = None,
+                 on_result: Optional[Callable[[Result], None]] = None) -> None:
         self.store = store
+        self.on_result = on_result
         self.total = total
         self.progress = progress
         self.phase = phase
@@ -321,6 +323,8 @@ class Recorder:
         self.results.append(result)
         if self.progress:
             self.progress(self.phase, len(self.results), self.total)
+        if self.on_result:
+            self.on_result(result)
         if result.is_baseline and result.status == Status.WRONG_NUMERICS:
             raise UnusableBaseline(f"the baseline (the compiler's default) cannot serve as the reference: {result.error}")
         if result.is_baseline and not result.ok:

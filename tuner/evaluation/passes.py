@@ -42,6 +42,7 @@ class PassSetup:
     devices: tuple[str, ...]
     progress: Optional[Progress] = None
     prepare: Optional[Prepare] = None
+    on_result: Optional[Callable[[Result], None]] = None  # each first-pass result as it is stored
 
 
 def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[Measurer, Recorder], None],
@@ -61,7 +62,7 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     Results come back in candidate order, with where the time went and the drifts seen."""
     measurer, settings, store, devices = setup.measurer, setup.settings, setup.store, setup.devices
     progress, prepare = setup.progress, setup.prepare
-    recorder = Recorder(store, todo, progress, log=measurer.log)
+    recorder = Recorder(store, todo, progress, log=measurer.log, on_result=setup.on_result)
     start = time.perf_counter()
     try:
         run(measurer, recorder)
