@@ -107,6 +107,13 @@ class LLVMGPUTileAndFuse(Pipeline):
             and bool(compatible_intrinsics(dispatch))
         )
 
+    def declines(self, dispatch: Dispatch) -> str | None:
+        if (dispatch.target.backend in ("cuda", "rocm") and dispatch.kind == DispatchKind.CONTRACTION
+                and default_pipeline_is(dispatch, "iree_gpu.TileAndFuse") and not compatible_intrinsics(dispatch)):
+            return (f"no MMA intrinsic of {dispatch.target.arch} takes {dispatch.lhs_type} x {dispatch.rhs_type} -> "
+                    f"{dispatch.out_type}: the compiler's config runs it on plain threads, which this tuner does not tune")
+        return None
+
     def build_problem(self, dispatch: Dispatch) -> Problem:
         t = dispatch.target
         view = gemm_view(dispatch)

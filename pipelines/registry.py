@@ -58,14 +58,15 @@ def pipeline_for(dispatch: Dispatch, name: str | None = None) -> Pipeline | None
     return None
 
 
-def why_untunable(dispatch: Dispatch) -> str:
-    """Why no pipeline of this tuner takes the dispatch: what one that tunes its kind says of it
-    (Pipeline.declines), else that none takes it."""
-    for pipeline in PIPELINES.values():
-        said = pipeline.declines(dispatch)
-        if said:
-            return said
-    return f"no pipeline of this tuner takes it (the compiler's: {dispatch.default.pipeline})"
+def why_untunable(dispatch: Dispatch, name: str | None = None) -> str:
+    """Why no pipeline of this tuner (or the one named `name`) takes the dispatch: what each that
+    tunes its kind says of it (Pipeline.declines), else that none takes it."""
+    pipelines = _named(name) if name is not None else PIPELINES.values()
+    said = list(dict.fromkeys(r for r in (p.declines(dispatch) for p in pipelines) if r))
+    if said:
+        return "; ".join(said)
+    return (f"{name} does not take it" if name is not None
+            else f"no pipeline of this tuner takes it (the compiler's: {dispatch.default.pipeline})")
 
 
 def flags_to_take(dispatch: Dispatch, name: str) -> tuple[tuple[str, ...], ...]:

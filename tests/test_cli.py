@@ -28,11 +28,15 @@ def test_unknown_target(tmp_path):
                          "--output", str(tmp_path / "o")), 3, "unknown target")
 
 
-def test_unwritable_output(tmp_path):
+def test_an_output_path_that_is_a_file_or_under_one_says_so(tmp_path):
+    # Issue 63: both said "cannot write to output directory ...: File exists".
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert_one_error_line(run_cli("tune", str(SAMPLES / "matmul_1024x1024x1024_f32.mlir"), "--output", str(blocker / "sub")),
-                    4, "cannot write to output directory")
+    sample = str(SAMPLES / "matmul_1024x1024x1024_f32.mlir")
+    assert_one_error_line(run_cli("tune", sample, "--output", str(blocker / "sub")), 4,
+                          f"output directory {blocker / 'sub'} is under {blocker}, which is a file, not a directory")
+    assert_one_error_line(run_cli("tune", sample, "--output", str(blocker)), 4,
+                          f"output directory {blocker} is a file, not a directory: name a directory for --output")
 
 
 def test_bad_candidate_count(tmp_path, small_matmul):
@@ -105,7 +109,9 @@ def test_report_redraws_table_and_plot(tmp_path):
     assert again.exit_code == 0 and "best: candidate 1 (cfg 1)" in " ".join(again.output.split())
     from tuner.run_dir import UMASK
     assert (tmp_path / "results.png").stat().st_mode & 0o777 == 0o666 & ~UMASK  # as every output, not 0600
-    assert_one_error_line(run_cli("report", str(tmp_path / "nothing")), 2, "no results.json")
+    assert_one_error_line(run_cli("report", str(tmp_path / "nothing")), 2, "nothing: no such directory")
+    (tmp_path / "empty").mkdir()
+    assert_one_error_line(run_cli("report", str(tmp_path / "empty")), 2, "empty: no results.json")
 
 
 def test_the_plot_of_a_winner_whose_fresh_rounds_lie_outside_its_choosing_rounds(tmp_path):
@@ -352,3 +358,48 @@ def test_a_search_of_one_batch_says_each_candidates_result_before_its_confirmati
     first_confirm = next(i for i, e in enumerate(events) if e == ("progress", "confirm"))
     last_said = max(i for i, e in enumerate(events) if e[0] == "result")
     assert last_said < first_confirm < events.index(next(e for e in events if e[0] == "batch"))
+
+
+def test_progress_in_a_log_is_a_line_per_phase_with_its_own_elapsed_time_and_nothing_before_the_first():
+    """Issue 63: in a log every bar was printed at the end, with elapsed times that matched no
+    stage ("re-time 8/8 0:21:37"); a run that failed before any progress printed a blank line."""
+    import io
+
+    from rich.console import Console
+
+    from tuner.cli.say import progress_bars
+
+    now = [100.0]
+    out = io.StringIO()
+    with progress_bars(Console(file=out, force_terminal=False, width=200), clock=lambda: now[0]):
+        pass
+    assert out.getvalue() == ""  # nothing happened: nothing said
+    with progress_bars(Console(file=out, force_terminal=False, width=200), clock=lambda: now[0]) as progress:
+        progress("compile", 0, 4)
+        now[0] += 10
+        progress("compile", 2, 4)  # 10 s in: not yet worth a line
+        now[0] += 25
+        progress("compile", 3, 4)  # 35 s in: a line
+        now[0] += 5
+        progress("compile", 4, 4)
+        now[0] += 100  # a later phase counts from its own start
+        progress("re-time", 1, 2)
+        now[0] += 8
+        progress("re-time", 2, 2)
+        progress("re-time", 2, 2)  # told again: not said again
+    assert out.getvalue().splitlines() == ["compile: 3/4, 35 s", "compile: 4/4 done, 40 s", "re-time: 2/2 done, 8 s"]
+    terminal = io.StringIO()
+    with progress_bars(Console(file=terminal, force_terminal=True, width=120)):
+        pass
+    assert terminal.getvalue() == ""
+
+
+def test_a_device_that_cannot_run_the_targets_modules_is_refused_before_anything_is_made(tmp_path, small_matmul):
+    # Issue 63: `--device cuda` with the llvm-cpu target compiled first and failed 8 s later on libcuda.
+    for command in ("tune", "tune-model"):
+        result = run_cli(command, small_matmul, "--device", "cuda", "--output", tmp_path / command)
+        assert_one_error_line(result, 3, "--device cuda does not run llvm-cpu modules: name a local-task or "
+                                         "local-sync device")
+        assert not (tmp_path / command).exists()
+    assert_one_error_line(run_cli("tune", small_matmul, "--target", "cuda:sm_80", "--device", "local-task",
+                                  "--output", tmp_path / "o"), 3, "--device local-task does not run cuda:sm_80 modules")

@@ -220,3 +220,18 @@ def test_where_no_tiles_fill_the_gpu_the_first_configs_launch_half_what_the_smal
     assert widths and widths <= {8, 16}
     # A shape the smallest tiles fill the GPU with keeps 128 (the 4096^3 sample).
     assert enough_workgroups(o3, gemm_view(replace(o3, loop_bounds=(4096, 4096, 4096))), compatible_intrinsics(o3), 1) == 128
+
+
+def test_an_f32_matmul_on_cuda_is_said_untunable_for_its_types_not_for_the_mma_sync_kernels_shape(cuda, tmp_path):
+    # Issue 63's kind of message: it said only what the mma.sync kernel takes, also where
+    # `--pipeline llvmgpu_tile_and_fuse` was named, though the reason is that no MMA intrinsic
+    # of sm_80 takes f32 operands and the compiler runs it on plain threads.
+    from pipelines.registry import why_untunable
+    from tests.conftest import write_matmul
+
+    [d] = discover(write_matmul(tmp_path / "mm.mlir", 128, 256, 64), cuda, ir.Context())
+    named = why_untunable(d, "llvmgpu_tile_and_fuse")
+    assert named == ("no MMA intrinsic of sm_80 takes f32 x f32 -> f32: the compiler's config runs it on plain "
+                     "threads, which this tuner does not tune")
+    assert why_untunable(d).startswith(named + "; the mma.sync kernel takes only f16 x f16 -> f32")
+    assert PIPE.declines(gpu_f16 := discover(GPU_SAMPLE, cuda, ir.Context())[0]) is None and PIPE.supports(gpu_f16)

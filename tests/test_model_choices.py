@@ -387,7 +387,10 @@ def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.model_timing import Comparison
 
-    monkeypatch.setitem(REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),))
+    from tuner.rewrite import ND_LINEAR_AS_MATMUL
+
+    # nd-linear-as-matmul finds nothing in the model: a trial with its reason, and no build.
+    monkeypatch.setitem(REWRITES, "cpu", (ND_LINEAR_AS_MATMUL, replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,))))
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())  # the rewrite alone
@@ -412,6 +415,8 @@ def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_
     assert checked == ["flags-raise-attention-default-configs"] and tuned == []
     assert state.rewrites == () and state.flag_trials["raise-attention"] == (
         "a different result (relative error 0.97) with the default configs (not tuned)")
+    # Said once, not "nd-linear-as-matmul: nd-linear-as-matmul: nothing ..." (issue 63).
+    assert state.flag_trials["nd-linear-as-matmul"] == "nothing in the model to rewrite"
 
 
 def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():

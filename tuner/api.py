@@ -16,10 +16,10 @@ from tuner.build.builder import LocalBuilder
 from tuner.build.compile import Progress
 from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, read_program,
                           search_and_evaluate)
-from tuner.errors import InputError, OutputError
+from tuner.errors import InputError
 from tuner.profiling.profile import Profile, profile
-from tuner.run_dir import RunDirectory, fresh, remove_tree, run_identity
-from tuner.targets import Target, parse_target
+from tuner.run_dir import RunDirectory, fresh, remove_tree, run_identity, unwritable_output
+from tuner.targets import Target, check_devices, parse_target
 
 if TYPE_CHECKING:
     from tuner.problem.crosscheck import CrossCheck, CrossCheckLimits
@@ -33,7 +33,7 @@ def prepare_output(output_dir: Path) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as e:
-        raise OutputError(f"cannot write to output directory {output_dir}: {e.strerror or e}") from None
+        raise unwritable_output(output_dir, e) from None
     return output_dir
 
 
@@ -44,7 +44,7 @@ def select_dispatch(dispatches: list[Dispatch], name: Optional[str], input_path:
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     if not tunable:
-        found = ", ".join([f"{d.op_name} ({why_untunable(d)})" for d in dispatches]
+        found = ", ".join([f"{d.op_name} ({why_untunable(d, pipeline_name)})" for d in dispatches]
                           + [f"{n} ({why})" for n, why in skipped]) or "no root ops"
         through = f" with {pipeline_name}" if pipeline_name else ""
         raise InputError(f"{input_path}: nothing this tuner can tune on this target{through} (found: {found})")
@@ -86,6 +86,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
     generated). `listen` hears the dispatch picked, the search's start and the candidates."""
     search = search.checked()
     target = parse_target(target) if isinstance(target, str) else target
+    check_devices(target, run.devices)
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       run.force):
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,
@@ -211,6 +212,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
     `run.compile_only`, compile and verify them into a manifest for `benchmark_dir`.
     `listen.on_warning` hears of a config outside the constraints or repeated."""
     target = parse_target(target) if isinstance(target, str) else target
+    check_devices(target, run.devices)
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       run.force):
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,

@@ -59,6 +59,16 @@ def write_file(path: Path, content: str | bytes | Callable[[BinaryIO], object]) 
     return path
 
 
+def unwritable_output(path: Path, error: OSError) -> OutputError:
+    """The one line for an output directory that cannot be made or written: where the path (or a
+    directory above it) is a file, said so ("File exists" said nothing a user could act on)."""
+    blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        what = "is a file" if blocking == path else f"is under {blocking}, which is a file"
+        return OutputError(f"output directory {path} {what}, not a directory: name a directory for --output")
+    return OutputError(f"cannot write to output directory {path}: {error.strerror or error}")
+
+
 # The run directories this process holds (RunDirectory), as given: below them, no directory is
 # ever reached through a symbolic link (real_directory, remove_tree).
 _HELD: list[Path] = []
@@ -164,7 +174,7 @@ class RunDirectory:
             fresh(self.path / LOCK)  # the holder's line is written into it: never through a link
             self._fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
-            raise OutputError(f"cannot write to output directory {self.path}: {e.strerror or e}") from None
+            raise unwritable_output(self.path, e) from None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -130,3 +130,18 @@ def parse_target(text: str) -> Target:
         return rocm(arch)
     raise TargetError(f"unknown target {text!r}; known targets: llvm-cpu, cuda[:{'|'.join(CUDA_ARCHS)}], "
                       f"rocm[:{'|'.join(ROCM_ARCHS)}]")
+
+
+# The runtime drivers that run each kind of target's executables (a device is named DRIVER,
+# DRIVER://N or DRIVER:N, as IREE's tools take it).
+_DRIVERS = {"local": ("local-task", "local-sync"), "cuda": ("cuda",), "hip": ("hip",)}
+
+
+def check_devices(target: Target, devices: tuple[str, ...] | list[str]) -> None:
+    """Refuse, before anything is compiled, a device that cannot run the target's modules
+    (`--device cuda` with the llvm-cpu target compiled the model, then failed on libcuda)."""
+    drivers = next((d for d in _DRIVERS.values() if target.device.split(":")[0] in d), (target.device,))
+    for device in devices:
+        if device.split(":")[0] not in drivers:
+            raise TargetError(f"--device {device} does not run {target.name} modules: name a "
+                              f"{' or '.join(drivers)} device, or a --target that {device} runs")

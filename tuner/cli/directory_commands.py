@@ -33,6 +33,8 @@ def report(directory: Path, top: int) -> None:
         if directory.name == "results.json" and directory.is_file():
             directory = directory.parent  # the file named instead of its directory
         path = directory / "results.json"
+        if not directory.is_dir():
+            raise InputError(f"{directory}: no such directory; name the --output directory of a `tune` or `tune-model` run")
         if not path.is_file():
             raise InputError(f"{directory}: no results.json; run `iree-tuner tune` or `iree-tuner benchmark` first")
         try:

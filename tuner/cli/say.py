@@ -4,6 +4,7 @@ failed tool as one line and an exit code, never a traceback."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import errno
 import sqlite3
 import sys
@@ -204,26 +205,65 @@ class errors_to_exit:
 
 
 class progress_bars:
-    """A progress bar per phase (compile, benchmark, confirm), with ETA; yields the callback."""
+    """Progress per phase (compile, benchmark, confirm, ...); yields the callback. On a terminal, a
+    bar per phase with its elapsed time and ETA, drawn from the first update on (a run that ends
+    before any, on an error say, prints nothing: it printed a blank line on stdout before). In a
+    log (not a terminal), where a bar is only drawn once at the end with elapsed times that match
+    no stage, a line per phase as it completes, and at most every LOG_EVERY_S seconds while it
+    runs, each with the time since the phase began."""
 
-    def __init__(self, console: Console) -> None:
-        self.bar = Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+    LOG_EVERY_S = 30.0
+
+    def __init__(self, console: Console, clock=time.monotonic) -> None:
+        self.console = console
+        self.clock = clock
+        self.bar: Progress | None = None
         self.tasks: dict[str, int] = {}
+        self.logs: dict[str, _PhaseLog] = {}
 
     def __enter__(self):
-        self.bar.__enter__()
         return self.update
 
     def __exit__(self, *exc) -> None:
-        self.bar.__exit__(*exc)
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
 
     def update(self, phase: str, done: int, total: int) -> None:
+        if self.console.is_terminal:
+            self._draw(phase, done, total)
+        else:
+            self._log(phase, done, total)
+
+    def _draw(self, phase: str, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
+            self.bar.__enter__()
         if phase not in self.tasks:
             self.tasks[phase] = self.bar.add_task(phase, total=total)
         self.bar.update(self.tasks[phase], completed=done, total=total)
 
+    def _log(self, phase: str, done: int, total: int) -> None:
+        now = self.clock()
+        log = self.logs.get(phase)
+        if log is None or (log.finished and done < total):  # its first update, or it runs again (a second batch)
+            log = self.logs[phase] = _PhaseLog(began=now, said_at=now)
+        finished = total > 0 and done >= total
+        if log.finished or done == log.said_done or not (finished or now - log.said_at >= self.LOG_EVERY_S):
+            return
+        log.said_at, log.said_done, log.finished = now, done, finished
+        self.console.print(f"{phase}: {done}/{total}{' done' if finished else ''}, {now - log.began:.0f} s",
+                           markup=False, highlight=False, soft_wrap=True)
 
+
+@dataclass
+class _PhaseLog:
+    """A phase's lines in a log: when it began, when its last line was said and at what count."""
+
+    began: float
+    said_at: float
+    said_done: int = -1
+    finished: bool = False
 
 
 class LiveResults:

@@ -47,6 +47,8 @@ def read_rebuild(directory: Path) -> Rebuild:
     """The rebuild of the finished run in `directory`; one clear line where it cannot be (no
     results.json, a program or spec that is gone: a directory moved after the run, say)."""
     path = directory / "results.json"
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such directory; name the --output directory of a `tune` or `tune-model` run")
     try:
         meta = json.loads(path.read_text())
     except FileNotFoundError:

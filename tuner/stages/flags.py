@@ -223,7 +223,7 @@ class FlagStage:
         against (the default, or the choice it extends)."""
         program = rewritten_program(env, option.rewrite) if option.rewrite else None
         if option.rewrite and program is None:
-            trials[option.label] = f"{option.rewrite.name}: nothing in the model to rewrite"
+            trials[option.label] = "nothing in the model to rewrite"
             return None
         untuned = self._untuned(option, program)
         if self._tunes(option):

@@ -26,7 +26,7 @@ from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.plan import PLAN, ModelPlan
 from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile
 from tuner.stages.variants import merged_spec
-from tuner.targets import Target, parse_target
+from tuner.targets import Target, check_devices, parse_target
 from tuner.discovery.workload import Workload
 
 MODEL_SPEC = "model_spec.mlir"
@@ -138,6 +138,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     if run.inputs:
         raise InputError("tune-model generates the model's inputs; --input is for `tune`")
     target = parse_target(target) if isinstance(target, str) else target
+    check_devices(target, run.devices)
     output_dir = Path(output_dir)
     say = listen.say
     chosen = model_pipeline(target, search.pipeline)
