@@ -92,16 +92,16 @@ def test_report_redraws_table_and_plot(tmp_path):
                       status=status, times_ms=[ms] * 3 if ms else [], median_ms=ms, spread_pct=1.0 if ms else None,
                       first_pass_speedup=2.0 / ms if ms else None, round_ratios=list(ratios))
 
-    results = [r(0, 2.0, baseline=True), r(1, 1.0, ratios=(1.9, 1.8, 1.85, 0.9)), r(2, 3.0),
+    results = [r(0, 2.0, baseline=True), r(1, 1.0, ratios=(1.9, 1.8, 1.86, 1.2)), r(2, 3.0),
                r(3, None, Status.COMPILE_FAILED)]
     (tmp_path / "results.json").write_text(json.dumps({"dispatch": "d", "target": "llvm-cpu",
                                                        "candidates": [x.to_json() for x in results]}))
     result = run_cli("report", str(tmp_path))
     assert result.exit_code == 0, result.output
-    # Candidate 1: 2.00x in its first pass, 1.83x paired (the median of 1.9, 1.8, 1.85, 0.9), faster
-    # in 3 rounds of 4: the winner. Candidate 2 was only in the first pass: 0.67x, no paired figure.
+    # Candidate 1: 2.00x in its first pass, 1.83x paired (the median of 1.9, 1.8, 1.86, 1.2), faster
+    # in 4 rounds of 4: the winner. Candidate 2 was only in the first pass: 0.67x, no paired figure.
     assert "cfg 1" in result.output and "2.00x" in result.output and "1.83x" in result.output
-    assert "3/4" in result.output and "compile_failed" in result.output and "0.67x" in result.output
+    assert "4/4" in result.output and "compile_failed" in result.output and "0.67x" in result.output
     assert "best: candidate 1 (cfg 1) is 1.83x the default" in " ".join(result.output.split())
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Named by its results.json, the directory is meant (it said "DIR/results.json: no results.json").

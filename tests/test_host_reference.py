@@ -334,3 +334,25 @@ def test_when_the_default_is_the_result_no_dispatch_is_said_kept():
     assert state.kept == () and state.dispatches[0].status == "dropped: the tuned model was not faster than the default"
     line = kept_line({"dispatches": [{"name": o.name, "status": o.status} for o in state.dispatches]})
     assert "dispatch configs: 0 of 1 tuned kept" in line
+
+
+@pytest.mark.parametrize("ratios, kept", [((1.4, 1.3, 1.02, 0.95), False), ((1.4, 1.3, 1.02, 1.05), True)])
+def test_a_tuned_model_whose_interval_holds_one_is_no_gain_and_the_default_stays(ratios, kept):
+    """Issue 63: a small CNN's "1.21x (0.98-1.49), faster in 3 of 4" was kept and claimed. From four
+    rounds the interval is the smallest to the largest ratio: 0.95-1.40 holds 1.0, 1.02-1.40 does not."""
+    from tuner.core.comparison import Paired
+    from tuner.stages.base import DispatchOutcome, ModelState
+    from tuner.stages.merge import conclude
+    from tuner.stages.model_timing import Comparison
+
+    final = Comparison((1.0,) * 5, {"tuned": Paired(ratios)}, {"tuned": tuple(1 / r for r in ratios)}, {"tuned": 1e-6})
+    before = ModelState(flags=("--x",), rewrites=("r",), program=Path("p.mlir"), kept=("part",),
+                        dispatches=(DispatchOutcome("d0", "m8", 0.5, "kept"),))
+    state = conclude(before, final, "tuned")
+    if kept:
+        assert state.flags == ("--x",) and state.kept == ("part",) and "within the noise" not in state.verdict
+    else:
+        assert state.flags == () and state.rewrites == () and state.program is None and state.kept == ()
+        assert state.verdict == ("the tuned model is 1.16x the default (0.95-1.40, a 88% interval from 4 rounds), an "
+                                 "interval that holds 1.0: the gain is within the noise, so the default is the result")
+        assert state.dispatches[0].status == "dropped: the tuned model's gain was within the noise"

@@ -74,7 +74,11 @@ def rank(results: Iterable[Result]) -> Ranking:
     if lead is not None:
         lead, preferred = simpler_within_noise(lead, winners, lambda r: r.paired)
     held = lead is not None and (not lead.holdout_ratios or Paired(tuple(lead.holdout_ratios)).beats_baseline)
-    best = lead if held else None
+    # A claim whose interval holds 1.0 is no measured gain, however its rounds fell (a small CNN's
+    # "1.21x (0.98-1.49), faster in 3 of 4", issue 63): the default stays.
+    claim = lead.speedup_interval if lead is not None else None
+    noisy = held and claim is not None and claim.low <= 1.0
+    best = lead if held and not noisy else None
     share = f"{WIN_SHARE:.0%}"
     if best is not None:
         ok = [r for r in ok if r is not best]
@@ -91,6 +95,10 @@ def rank(results: Iterable[Result]) -> Ranking:
             verdict += (f"; a wide interval: the rounds scatter on this machine (a short dispatch, or a load that "
                         f"comes and goes), so the gain is known only to within {interval.low:.2f}-{interval.high:.2f}x; "
                         "more --confirm-rounds narrow it")
+    elif noisy:
+        verdict = (f"no candidate beat the default beyond the noise: candidate {lead.candidate_id} was "
+                   f"{lead.speedup:.2f}x ({claim.text()}), an interval that holds 1.0, so the gain is within the "
+                   f"noise: keeping the compiler's default")
     elif lead is not None:
         verdict = (f"no candidate beat the default beyond the noise: candidate {lead.candidate_id} was "
                    f"{lead.paired.speedup:.2f}x in the rounds that chose it, but faster in only "

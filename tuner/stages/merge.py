@@ -101,18 +101,26 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
         alone = None  # the choices alone were not timed in the same rounds
     on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios))) if alone else None  # per round: choices / tuned
     if alone and slower_beyond_noise(on_top) and (  # the merge's own rule, applied to what it kept
-            final.reference_check or not (alone.speedup <= 1.0 or slower_beyond_noise(alone))):
+            final.reference_check or not (alone.speedup <= 1.0 or slower_beyond_noise(alone) or holds_one(alone))):
         return _choices_alone(state, final, choices, alone, on_top)
     interval = p.interval()
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
                          speedup=p.speedup, lower=p.lower, rounds=len(p.ratios), relative_error=final.errors.get(name),
                          interval=interval.to_json() if interval else None)
     not_faster = p.speedup <= 1.0 or slower_beyond_noise(p)
+    # A figure whose interval holds 1.0 is no measured gain (issue 63: a small CNN claimed
+    # "1.21x (0.98-1.49), faster in 3 of 4"): the default stays, and the verdict says why.
+    noisy = not not_faster and holds_one(p)
     if not_faster and not final.reference_check:
         return replace(_unkept(state, "the tuned model was not faster than the default"), flags=(), kept=(),
                        rewrites=(), program=None, figure=figure,
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
                                f"{len(p.ratios)} rounds): the default is the result")
+    if noisy and not final.reference_check:
+        return replace(_unkept(state, "the tuned model's gain was within the noise"), flags=(), kept=(),
+                       rewrites=(), program=None, figure=figure,
+                       verdict=f"the tuned model is {p.speedup:.2f}x the default ({interval.text()}), an interval "
+                               f"that holds 1.0: the gain is within the noise, so the default is the result")
     won = sum(r > 1.0 for r in p.ratios)
     split = ""
     if alone:
@@ -133,9 +141,15 @@ def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[
     return replace(state, figure=figure,
                    verdict=f"the tuned model is {p.speedup:.2f}x the default (median of {len(p.ratios)} "
                            f"interleaved rounds, faster in {won}" + (f"; {interval.text()}" if interval else "") + ")"
-                           + ("" if p.beats_baseline else "; within the noise") + split
+                           + ("" if p.beats_baseline and not noisy else "; within the noise") + split
                            + (f"; numerics {final.numerics}" if final.numerics else "")
                            + (f"; {final.reference_check}" if final.reference_check else ""))
+
+
+def holds_one(p: Paired) -> bool:
+    """Whether the interval of the paired rounds' median (Paired.interval) holds 1.0: no gain measured."""
+    interval = p.interval()
+    return interval is not None and interval.low <= 1.0
 
 
 def _unkept(state: ModelState, why: str) -> ModelState:
