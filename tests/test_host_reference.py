@@ -356,3 +356,24 @@ def test_a_tuned_model_whose_interval_holds_one_is_no_gain_and_the_default_stays
         assert state.verdict == ("the tuned model is 1.16x the default (0.95-1.40, a 88% interval from 4 rounds), an "
                                  "interval that holds 1.0: the gain is within the noise, so the default is the result")
         assert state.dispatches[0].status == "dropped: the tuned model's gain was within the noise"
+
+
+def test_a_conclusion_timed_while_the_default_ran_far_slower_than_earlier_in_the_run_says_it_was_under_load():
+    """Issue 63: the README's BERT-base layer claimed 1.61x on a loaded machine (the default at
+    241.7 ms in the claim's rounds, 42-44 ms quiet) and results.json said nothing of the load."""
+    from tuner.core.comparison import Paired
+    from tuner.stages.base import ModelState
+    from tuner.stages.merge import conclude
+    from tuner.stages.model_timing import Comparison
+
+    final = Comparison((241.7, 240.0, 243.0, 242.0, 241.0), {"tuned": Paired((1.5, 1.6, 1.62, 1.7))},
+                       {"tuned": (160.0,) * 4}, {"tuned": 1e-6})
+    earlier = [42.0, 44.0, 43.0, 60.0, 250.0, 42.5, 43.5, 44.0]  # the flag stage's and the merge's rounds
+    state = conclude(ModelState(flags=("--x",)), final, "tuned", earlier_ms=earlier)
+    assert state.flags == ("--x",) and state.figure.load_change == pytest.approx(241.7 / 42.5 - 1, rel=1e-3)
+    assert state.verdict.endswith("; measured under load: the default ran 5.7x its quiet time in this run (241.700 ms "
+                                  "against 42.500 ms), so the figure holds for that load only: time it again on a "
+                                  "quiet machine")
+    quiet = conclude(ModelState(flags=("--x",)), final, "tuned", earlier_ms=[230.0, 240.0, 250.0, 245.0])
+    assert quiet.figure.load_change is None and "under load" not in quiet.verdict
+    assert conclude(ModelState(flags=("--x",)), final, "tuned", earlier_ms=[42.0, 43.0]).figure.load_change is None

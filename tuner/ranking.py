@@ -1,6 +1,7 @@
 """Ranking: a pure function of the results. A winner is named only among candidates timed side
 by side with the baseline in this run's interleaved rounds, and only if it beat the baseline
-beyond the noise (tuner.core.comparison.Paired.beats_baseline); otherwise the default stays."""
+beyond the noise (tuner.core.comparison.Paired.beats_baseline) and the interval of its claimed
+speedup excludes 1.0; otherwise the default stays."""
 
 from __future__ import annotations
 

@@ -236,6 +236,26 @@ def load_change(first_pass: Sequence[BaselineTiming], rounds_ms: Sequence[float]
     return change if change > load_threshold(first_pass) else None
 
 
+def model_quiet_ms(earlier_ms: Sequence[float]) -> Optional[float]:
+    """A whole model's reference time at its quietest in a run: the lower quartile of its timings
+    (QUIET_TIMINGS of them at least; else None)."""
+    earlier = sorted(t for t in earlier_ms if t)
+    return earlier[(len(earlier) - 1) // 4] if len(earlier) >= QUIET_TIMINGS else None
+
+
+def model_load_change(earlier_ms: Sequence[float], rounds_ms: Sequence[float]) -> Optional[float]:
+    """How much slower a whole model's reference ran in a comparison's rounds (`rounds_ms`) than at
+    its quiet level earlier in the run (model_quiet_ms of `earlier_ms`), where that is beyond
+    LOAD_CHANGE; else None. (The README's BERT-base layer on a loaded 2-core machine: the default
+    timed 241.7 ms in the rounds of a claim, 42-44 ms quiet.)"""
+    quiet = model_quiet_ms(earlier_ms)
+    rounds = [t for t in rounds_ms if t]
+    if quiet is None or not rounds:
+        return None
+    change = statistics.median(rounds) / quiet - 1.0
+    return change if change > LOAD_CHANGE else None
+
+
 def drifted(a: BaselineTiming, b: BaselineTiming) -> bool:
     """Whether two baseline timings differ beyond their measured noise."""
     noise = max(DRIFT_FLOOR, (a.spread_pct + b.spread_pct) / 100.0)

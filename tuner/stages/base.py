@@ -86,6 +86,9 @@ class ModelFigure:
     # their median ratio to the default, and the tuned model's over them (per round).
     choices_speedup: Optional[float] = None
     configs_speedup: Optional[float] = None
+    # How much slower the default ran in these rounds than at its quietest earlier in the run
+    # (comparison.model_load_change); None where it did not run beyond the noise slower.
+    load_change: Optional[float] = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -134,6 +137,9 @@ class StageEnv:
     profile: Optional[Profile] = None  # the model's dispatch times under the default flags
     rounds: int = 4  # model-level interleaved rounds
     built: dict = field(default_factory=dict)  # variants built in this run, by what builds them
+    # The default build's timings in this run's comparisons, in order (ms): its quiet level, which
+    # the last comparison's is judged against (a claim made under load says so).
+    default_ms: list = field(default_factory=list)
     # How dispatch candidates are evaluated (tuner.evaluation.evaluator): "auto", or "ray" to compile and time
     # them on a Ray cluster, every dispatch at once.
     strategy: str = "auto"

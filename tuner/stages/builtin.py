@@ -115,6 +115,8 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
         env.built[("reference-check", reference.variant.name)] = cmp.reference_check
         env.say(f"numerics: {cmp.reference_check}")
     cmp.failed.update({t.variant.name: t.error or "did not build" for t in trials if not t.ok})
+    if reference.variant.name == "default":
+        env.default_ms.extend(t for t in cmp.reference_ms if t)
     return cmp
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
-from tuner.core.comparison import Paired
+from tuner.core.comparison import Paired, model_load_change, model_quiet_ms
 from tuner.errors import ToolError
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.builtin import build_once, compare_on_model, default_off_host, slower_beyond_noise
@@ -77,20 +77,42 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
         off = f" (but {off_host(check)}, and no build tried computes it right)" if check else ""
         return None, replace(state, verdict=f"nothing to merge beat the default: the default is the result{off}")
     beside = (choices,) if choices is not default and choices is not current and choices.ok else ()
+    earlier = list(env.default_ms)  # the default's timings before the last rounds: its quiet level
     final = measure("validate", default, current, 0, beside)
     if final is None:
         return ("validate", default, current, 0), state
-    return None, conclude(state, final, current.variant.name, choices.variant.name if beside else None)
+    return None, conclude(state, final, current.variant.name, choices.variant.name if beside else None, earlier)
 
 
-def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[str] = None) -> ModelState:
+def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[str] = None,
+             earlier_ms: Sequence[float] = ()) -> ModelState:
     """The verdict on the tuned model (`name`) timed against the default side by side: kept if it
     is faster (median of the paired rounds above 1 and not slower in 3 of 4 rounds), else the
     default is the result (no flags, no spec). Where the model-wide choices alone (`choices`:
     the compiler's configs) were timed in the same rounds, the verdict splits the figure: what
     the choices give, and what the dispatch configs add to them, per round. Where the default's
     result is off llvm-cpu's (`final.reference_check`) and the tuned model's is not (it was
-    timed), the tuned model is the result however it compares: a right model before a fast wrong one."""
+    timed), the tuned model is the result however it compares: a right model before a fast wrong one.
+    `earlier_ms`: the default's timings earlier in the run; where it ran beyond the noise slower in
+    these rounds than at its quietest there, the verdict says the figure was measured under load."""
+    return _under_load(conclude_figure(state, final, name, choices), final, earlier_ms)
+
+
+def _under_load(state: ModelState, final: Comparison, earlier_ms: Sequence[float]) -> ModelState:
+    """The conclusion, said to be measured under load where the default ran beyond the noise slower
+    in the last rounds than at its quietest earlier in the run."""
+    change = model_load_change(earlier_ms, final.reference_ms)
+    if change is None or state.figure is None:
+        return state
+    quiet = model_quiet_ms(earlier_ms)
+    return replace(state, figure=replace(state.figure, load_change=round(change, 4)),
+                   verdict=state.verdict + f"; measured under load: the default ran {1 + change:.1f}x its quiet time "
+                                           f"in this run ({_median(final.reference_ms):.3f} ms against {quiet:.3f} ms), "
+                                           "so the figure holds for that load only: time it again on a quiet machine")
+
+
+def conclude_figure(state: ModelState, final: Comparison, name: str, choices: Optional[str] = None) -> ModelState:
+    """conclude's decision and figure, before what the load says of it."""
     p = final.paired.get(name)
     if p is None or not p.ratios:
         why = final.failed.get(name, "could not be timed")
