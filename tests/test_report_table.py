@@ -1,9 +1,10 @@
-"""tune's table: each column is one measurement, so rows read on their own and side by side."""
+"""tune's table: each column is one measurement, so rows read on their own and side by side; and tune-model's gain in one line."""
 
 import re
 from io import StringIO
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from tuner.ranking import rank
@@ -142,3 +143,20 @@ def test_a_plot_of_figures_too_large_for_a_range_is_drawn_without_one(tmp_path):
     huge = _row(1, 1.0, 2.0, 2.0, rounds=(1e308,) * 4, after=(1e308, 1e308))
     plot_ranking(rank([_row(0, 2.0, 2.0, 1.0, baseline=True), huge]), tmp_path / "results.png")
     assert (tmp_path / "results.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("flags, kept, figure, line", [
+    ((), 0, {"speedup": 1.0}, "none: the compiler's default is the result"),
+    (("--iree-opt-data-tiling",), 0, {"speedup": 1.32},
+     "1.32x the default, all from the model-wide choices (data-tiling); no dispatch config kept"),
+    ((), 2, {"speedup": 1.2}, "1.20x the default, all from 2 dispatch configs (no model-wide choice kept)"),
+    (("--iree-opt-data-tiling",), 1, {"speedup": 1.5, "choices_speedup": 1.25, "configs_speedup": 1.2},
+     "1.50x the default: the model-wide choices (data-tiling) 1.25x, 1 dispatch config 1.20x on top of them"),
+])
+def test_the_gain_is_said_in_one_line_with_where_it_came_from(flags, kept, figure, line):
+    # Issue 63: in the MLP and BERT walk-throughs the whole gain was data tiling, said only at the
+    # end as "dispatch configs: 0 of ... tuned kept".
+    from tuner.report.outputs import gain_line
+
+    dispatches = [{"name": f"d{i}", "status": "kept" if i < kept else "dropped: slower"} for i in range(3)]
+    assert gain_line({"flags": list(flags), "rewrites": [], "dispatches": dispatches, "figure": figure}) == line
