@@ -160,3 +160,13 @@ def test_the_gain_is_said_in_one_line_with_where_it_came_from(flags, kept, figur
 
     dispatches = [{"name": f"d{i}", "status": "kept" if i < kept else "dropped: slower"} for i in range(3)]
     assert gain_line({"flags": list(flags), "rewrites": [], "dispatches": dispatches, "figure": figure}) == line
+
+
+def test_the_rebuild_line_names_the_program_by_its_absolute_path(tmp_path, monkeypatch):
+    # Issue 63: model_spec.mlir's header held the program as given (relative to where the run
+    # started), while the screen showed an absolute rebuild line.
+    from tuner.report.outputs import rebuild_command
+
+    monkeypatch.chdir(tmp_path)
+    line = rebuild_command(Path("out"), "imported/model.mlir", "model_flags.txt")
+    assert line == f"iree-compile {tmp_path / 'imported' / 'model.mlir'} @{tmp_path / 'out' / 'model_flags.txt'} -o OUT.vmfb"

@@ -47,9 +47,11 @@ def rebuild_command(output_dir: Path, program: str, flags_file: str = "best_flag
                     parameters: Sequence[str] = ()) -> str:
     """How plain iree-compile rebuilds the result: the program the tuner compiled (the user's
     MLIR, or what an ONNX model was imported to, or a dispatch benchmark without its baked
-    config, in the run's directory) with the flags in best_flags.txt; paths quoted for a shell.
+    config, in the run's directory) with the flags in best_flags.txt; paths absolute (model_spec.mlir's
+    header held a relative program where the screen showed an absolute one) and quoted for a shell.
     A model with external parameters is run with them (the compiler needs none)."""
     flags = shlex.quote("@" + str((output_dir / flags_file).resolve()))
+    program = str(Path(program).resolve())
     run = f"\nrun it with: iree-run-module --module=OUT.vmfb {' '.join(map(shlex.quote, runtime_flags(parameters)))}" \
         if parameters else ""
     return f"iree-compile {shlex.quote(str(program))} {flags} -o OUT.vmfb{run}"
