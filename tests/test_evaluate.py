@@ -201,7 +201,11 @@ def test_dispatch_only_timing_on_the_cpu(small_matmul, tmp_path, ctx, cpu):
     # A dispatch alone takes less than a whole call of the entry function.
     from tuner.evaluation.runner import ModuleRun, benchmark
 
+    # Each timed three times, interleaved, and the quickest of each compared: a load that comes
+    # and goes on a shared machine made one timing of each disagree (1.34 against 0.096 ms, issue 63).
     settings = ModuleRun("local-task", workload.entry, Manifest.read(tmp_path).inputs(tmp_path), 3, 0.05)
-    whole, _ = benchmark(built[0].vmfb, settings)
-    alone, _ = benchmark(built[0].vmfb, settings, built[0].dispatch_benchmark)
-    assert 0 < alone.median_ms < whole.median_ms * 1.5
+    whole, alone = [], []
+    for _ in range(3):
+        whole.append(benchmark(built[0].vmfb, settings)[0].median_ms)
+        alone.append(benchmark(built[0].vmfb, settings, built[0].dispatch_benchmark)[0].median_ms)
+    assert 0 < min(alone) < min(whole) * 1.5
