@@ -574,35 +574,38 @@ def _resnet(name: str, blocks, bottleneck: bool, batch: int, size: int, classes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def write_models(out: Path, large: bool = True) -> list[Path]:
-    """Every model above into OUT; LARGE=False leaves out ResNet-50 (51 MB of weights)."""
+def write_models(out: Path, large: bool = True, only: tuple[str, ...] = ()) -> list[Path]:
+    """Every model above into OUT (`only`: those named); LARGE=False leaves out ResNet-50 (51 MB
+    of weights)."""
     import onnx
 
-    heavy = (("resnet50_f16_b8", resnet50()), ("resnet18_f16_b8", resnet_basic())) if large else ()
+    heavy = (("resnet50_f16_b8", resnet50), ("resnet18_f16_b8", resnet_basic)) if large else ()
 
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, model in (("bert_layer", bert_layer()), ("bert_base_layer", bert_layer(384, 768, 12, 3072)),
-                        ("cnn_b1", small_cnn(1)), ("cnn_b4", small_cnn(4)), ("cnn_b4_224", small_cnn(4, 224)),
-                        ("bert_base_layer_f16_1024", bert_layer(1024, 768, 12, 3072, dtype=np.float16)),
-                        ("bert_large_layer_f16_2048", bert_layer(2048, 1024, 16, 4096, dtype=np.float16)),
-                        ("vit_large_layer_f16", vit_layer()), ("llama_block_f16_2048", llama_block()),
-                        ("gqa_block_f16_1024", gqa_block()),
-                        ("gqa_block_32x8_f16_1024", gqa_block(1024, 2048, 32, 8, 8192, seed=4)),
-                        ("unet_resnet_block_f16", unet_resnet_block()),
-                        ("unet_attention_block_f16", unet_attention_block()),
+    for name, make in (("bert_layer", lambda: bert_layer()), ("bert_base_layer", lambda: bert_layer(384, 768, 12, 3072)),
+                        ("cnn_b1", lambda: small_cnn(1)), ("cnn_b4", lambda: small_cnn(4)), ("cnn_b4_224", lambda: small_cnn(4, 224)),
+                        ("bert_base_layer_f16_1024", lambda: bert_layer(1024, 768, 12, 3072, dtype=np.float16)),
+                        ("bert_large_layer_f16_2048", lambda: bert_layer(2048, 1024, 16, 4096, dtype=np.float16)),
+                        ("vit_large_layer_f16", lambda: vit_layer()), ("llama_block_f16_2048", lambda: llama_block()),
+                        ("gqa_block_f16_1024", lambda: gqa_block()),
+                        ("gqa_block_32x8_f16_1024", lambda: gqa_block(1024, 2048, 32, 8, 8192, seed=4)),
+                        ("unet_resnet_block_f16", lambda: unet_resnet_block()),
+                        ("unet_attention_block_f16", lambda: unet_attention_block()),
                         # Held out (not run on a GPU when the tuner's choices were made): SD 1.x's
                         # 8 heads of 40 and CLIP-L's 768-wide text context; a block that widens
                         # 320 -> 640 channels through a 1x1 shortcut, as a UNet level's first does.
-                        ("unet_attention_block_sd15_f16", unet_attention_block(heads=8, context_dim=768)),
-                        ("unet_resnet_block_widen_f16", unet_resnet_block(channels=320, out_channels=640, size=32)),
+                        ("unet_attention_block_sd15_f16", lambda: unet_attention_block(heads=8, context_dim=768)),
+                        ("unet_resnet_block_widen_f16", lambda: unet_resnet_block(channels=320, out_channels=640, size=32)),
                         # SDXL's 640-channel attention at 32x32 (10 heads of 64, a 2048-wide
                         # context) and a 1280-channel block at 16x16, batch 1 (a UNet's deepest level).
-                        ("unet_attention_block_sdxl_f16",
-                         unet_attention_block(channels=640, size=32, heads=10, context_dim=2048)),
-                        ("unet_resnet_block_1280_b1_f16", unet_resnet_block(batch=1, channels=1280, size=16)),
-                        ("unet_sampling_block_f16", unet_sampling_block())
+                        ("unet_attention_block_sdxl_f16", lambda: unet_attention_block(channels=640, size=32, heads=10, context_dim=2048)),
+                        ("unet_resnet_block_1280_b1_f16", lambda: unet_resnet_block(batch=1, channels=1280, size=16)),
+                        ("unet_sampling_block_f16", lambda: unet_sampling_block())
                         ) + heavy:
+        if only and name not in only:
+            continue
+        model = make()
         onnx.checker.check_model(model)
         path = out / f"{name}.onnx"
         onnx.save(model, path)
@@ -613,7 +616,13 @@ def write_models(out: Path, large: bool = True) -> list[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("onnx-models"))
-    for path in write_models(parser.parse_args().out):
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="write only this model (repeat for more; e.g. bert_base_layer); default: all (about 600 MB)")
+    args = parser.parse_args()
+    paths = write_models(args.out, only=tuple(args.only))
+    if args.only and len(paths) < len(set(args.only)):
+        parser.error(f"unknown model name among {', '.join(args.only)}")
+    for path in paths:
         print(path)
 
 
