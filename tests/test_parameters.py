@@ -120,6 +120,11 @@ def test_a_model_with_a_parameter_archive_is_tuned_on_two_machines_and_runs_rebu
     assert ran.exit_code == 5 and "iree-run-module did not run" in ran.output, ran.output
     ran = run_cli("run", out, "-m", tmp_path / "tuned.vmfb", "--input", f"@{tmp_path / 'x.npy'}")
     assert ran.exit_code == 0 and "EXEC @linear" in ran.output and "64x96xf32" in ran.output, ran.output
+    # Without --input, on the inputs the tuning ran on (it failed with IREE's "expected 1 arguments
+    # but passed 0", issue 63).
+    ran = run_cli("run", out, "-m", tmp_path / "tuned.vmfb")
+    assert ran.exit_code == 0 and "EXEC @linear" in ran.output and "64x96xf32" in ran.output, ran.output
+    assert "no --input given: running it on the inputs the tuning ran on (1 in" in ran.output
 
 
 @pytest.mark.slow

@@ -89,15 +89,37 @@ def rebuild(directory: Path, out: Path) -> None:
                       + " ".join(map(shlex.quote, target.run_command(out.resolve()))), markup=False, soft_wrap=True)
 
 
+# Where a run keeps the inputs it generated and ran on: tune-model's, tune's, a two-machine tune's.
+INPUT_DIRECTORIES = ("model-inputs", "candidates/inputs", "inputs")  # "inputs": a two-machine run's manifest
+
+
+def _tuners_inputs(directory: Path) -> tuple[str, ...]:
+    """The --input values of the inputs the run in `directory` generated, in order (none where
+    it kept none); only files inside the directory, never through a link out of it."""
+    from tuner.discovery.workload import input_flag
+
+    root = directory.resolve()
+    for name in INPUT_DIRECTORIES:
+        folder = directory / name
+        files = sorted((f for f in folder.glob("input*") if f.name[len("input"):].split(".")[0].isdigit()
+                        and f.is_file() and f.resolve().is_relative_to(root)),
+                       key=lambda p: int(p.name[len("input"):].split(".")[0]))
+        if files:
+            return tuple(input_flag(f) for f in files)
+    return ()
+
+
 @click.command("run", short_help="Run a rebuilt result with its parameters and your inputs.")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("-m", "--module", "module", required=True, type=click.Path(path_type=Path),
               help="The module `rebuild` wrote.")
-@click.option("--input", "inputs", multiple=True, help="An input as iree-run-module takes it (@FILE.npy, ...), in order.")
+@click.option("--input", "inputs", multiple=True, help="An input as iree-run-module takes it (@FILE.npy, ...), in order; "
+                   "default: the inputs the tuning ran on.")
 def run(directory: Path, module: Path, inputs: tuple[str, ...]) -> None:
     """Run MODULE, rebuilt from the run in DIRECTORY, with iree-run-module of the tuner's
     environment: the entry the run tuned, on its target's device, with the model's external
-    parameters as the run recorded them, and the --input values given (passed on as they are)."""
+    parameters as the run recorded them, and the --input values given (passed on as they are), or
+    else the inputs the tuning generated and ran on."""
     from tuner.errors import ToolError
     from tuner.report.rebuild import read_rebuild
     from tuner.tools import run_tool
@@ -105,7 +127,13 @@ def run(directory: Path, module: Path, inputs: tuple[str, ...]) -> None:
     with errors_to_exit():
         if not module.is_file():
             raise InputError(f"-m {module}: no such module; write it with `iree-tuner rebuild {directory} -o {module}`")
-        command = [*read_rebuild(directory).run_command(module), *(f"--input={i}" for i in inputs)]
+        rebuilt = read_rebuild(directory)
+        if not inputs:
+            inputs = _tuners_inputs(directory)
+            if inputs:
+                click.echo(f"no --input given: running it on the inputs the tuning ran on ({len(inputs)} in "
+                           f"{Path(inputs[0][1:]).parent})", err=True)
+        command = [*rebuilt.run_command(module), *(f"--input={i}" for i in inputs)]
         done = run_tool(command, 3600)
         if not done.ok:
             raise ToolError(f"iree-run-module did not run {module}: {done.first_error()}", command, done.stderr)
