@@ -170,3 +170,13 @@ def test_the_rebuild_line_names_the_program_by_its_absolute_path(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     line = rebuild_command(Path("out"), "imported/model.mlir", "model_flags.txt")
     assert line == f"iree-compile {tmp_path / 'imported' / 'model.mlir'} @{tmp_path / 'out' / 'model_flags.txt'} -o OUT.vmfb"
+
+
+def test_a_dispatch_is_labelled_by_its_number_kind_and_shape_where_iree_names_it_dispatch_twice():
+    # Issue 63: the softmax dispatch appeared as `tensor_store` in the table and the plot.
+    from tuner.report.outputs import common_dispatch_prefix, short_dispatch_name
+
+    softmax = "bert_layer$async_dispatch_6_softmax_12x384x384xf32_dispatch_tensor_store"
+    matmul = "bert_layer$async_dispatch_2_matmul_384x768x768_f32"
+    assert short_dispatch_name(softmax) == "6_softmax_12x384x384xf32_dispatch_tensor_store"
+    assert common_dispatch_prefix([softmax, matmul]) == "bert_layer$async_dispatch_"

@@ -292,8 +292,10 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
 
 def short_dispatch_name(name: str) -> str:
     """A dispatch's name less what every dispatch of its model shares (`main$async_dispatch_`):
-    its number, kind and shape."""
-    return name.split("_dispatch_")[-1]
+    its number, kind and shape. Cut at the first `_dispatch_`: IREE names a softmax dispatch
+    `..._dispatch_6_softmax_12x384x384xf32_dispatch_tensor_store`, which the last one cut to
+    `tensor_store` (issue 63)."""
+    return name.split("_dispatch_", 1)[-1]
 
 
 def common_dispatch_prefix(names: Sequence[str]) -> str:

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from tuner.ranking import Ranking
+from tuner.report.outputs import short_dispatch_name
 
 WINNER, CONFIRMED, FIRST_PASS, DEFAULT = "#2a9d8f", "#577590", "#c9d1dc", "#e76f51"
 
@@ -113,7 +114,7 @@ def plot_model(data: dict, path: Path) -> Path:
     ax.bar([x - 0.2 for x in xs], [d.get("speedup") or 0.0 for d in rows], width=0.4, color=CONFIRMED)
     ax.bar([x + 0.2 for x in xs], [d.get("model_speedup") or 0.0 for d in rows], width=0.4, color=WINNER)
     share = lambda d: f" ({100 * d['share']:.0f}%)" if d.get("share") else ""  # noqa: E731
-    labels = [d["name"].split("_dispatch_")[-1][:30] + share(d) for d in rows]
+    labels = [short_dispatch_name(d["name"])[:30] + share(d) for d in rows]
     if figure:
         ax.bar([len(rows)], [figure], width=0.4, color="black")
         labels.append("the model")
