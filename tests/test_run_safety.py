@@ -1051,3 +1051,22 @@ def test_a_full_disk_under_the_output_directory_is_one_error_line(tmp_path, smal
                      "--num-candidates", "1", "--compile-only")
     assert_one_error_line(result, 4, "No space left on device")
     assert str(out) in result.output
+
+
+def test_a_run_refused_before_it_measured_anything_leaves_no_partial_directory(tmp_path):
+    # Issue 63: a failed run left its directory with `imported/` (the ONNX model's import) in it.
+    pytest.importorskip("onnx")
+    model = Path(__file__).parent / "fixtures" / "exports" / "bert" / "model.onnx"
+    out = tmp_path / "out"
+    assert_one_error_line(run_cli("tune", model, "--dispatch", "no_such_dispatch", "--output", out), 2,
+                          "no_such_dispatch")
+    assert not out.exists()
+    # A directory that holds a measurement (here a profile) or was there before is left as it is.
+    from tuner.run_dir import holds_measurements
+
+    (out / "profile").mkdir(parents=True)
+    (out / "profile" / "profile.json").write_text("{}")
+    assert holds_measurements(out)
+    assert_one_error_line(run_cli("tune", model, "--dispatch", "no_such_dispatch", "--output", out), 2,
+                          "no_such_dispatch")
+    assert (out / "profile" / "profile.json").exists()

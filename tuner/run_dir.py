@@ -13,12 +13,14 @@ result store stays: its keys carry the input's digest, so nothing in it is mista
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import shutil
 import socket
+import sqlite3
 import sys
 import tempfile
 import time
@@ -155,6 +157,26 @@ def _same(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in ("input_digest", "target", "dispatch", "pipeline"))
 
 
+# What a run keeps that a later run resumes from or a person reads: where any of these is in a
+# directory, a refused run leaves the directory as it is.
+MEASURED = ("profile/profile.json", "profile.json", "manifest.json", "results.json", "flag-decision.json", "model-plan.json")
+
+
+def holds_measurements(path: Path) -> bool:
+    """Whether a run directory holds anything measured or planned: a result store with a result
+    in it, a profile, a manifest, results, a decision (an unreadable store counts: kept)."""
+    if any((path / name).exists() for name in MEASURED):
+        return True
+    store = path / "results.sqlite"
+    if not store.exists():
+        return False
+    try:
+        with contextlib.closing(sqlite3.connect(f"{store.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT EXISTS (SELECT 1 FROM results)").fetchone()[0] == 1
+    except sqlite3.Error:
+        return True
+
+
 class RunDirectory:
     """`with RunDirectory(DIR, identity, force):` creates DIR, takes its lock (or fails with one
     line naming the holder) and checks that DIR holds no other run; the lock is released on exit."""
@@ -248,11 +270,9 @@ class RunDirectory:
             os.close(self._fd)
             self._fd = None
             _HELD.remove(Path(os.path.abspath(self.path)))
-        if self._created and refused:
-            # A directory this run made and left empty but for its lock is removed with it: a
-            # refused `tune` leaves no ./tuning-output behind.
-            try:
-                (self.path / LOCK).unlink(missing_ok=True)
-                self.path.rmdir()
-            except OSError:
-                pass
+        if self._created and refused and not holds_measurements(self.path):
+            # A directory this run made, refused before it measured anything (bad input, a tool
+            # that cannot run), is removed with what it wrote there (an ONNX model's import, the
+            # generated inputs): a refused run leaves no ./tuning-output and no partial
+            # imported/ or candidates/ behind (issue 63).
+            remove_tree(self.path)
