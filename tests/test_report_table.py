@@ -180,3 +180,30 @@ def test_a_dispatch_is_labelled_by_its_number_kind_and_shape_where_iree_names_it
     matmul = "bert_layer$async_dispatch_2_matmul_384x768x768_f32"
     assert short_dispatch_name(softmax) == "6_softmax_12x384x384xf32_dispatch_tensor_store"
     assert common_dispatch_prefix([softmax, matmul]) == "bert_layer$async_dispatch_"
+
+
+def test_the_search_history_leaves_a_figure_timed_beside_a_drifted_baseline_out_of_the_best(tmp_path):
+    # Issue 63: the history panel was dominated by a 10.4x taken against a baseline that had
+    # drifted from 29.7 to 292 ms. Baselines here: 30, 31, 29 ms, and 292 ms beside candidate 3.
+    from tuner.report.plot import history_points, plot_ranking
+
+    rows = [_row(0, 30.0, None, 1.0, baseline=True), _row(1, 21.0, 30.0, 1.43, rounds=(1.42, 1.40, 1.45, 1.41)),
+            _row(2, 25.0, 31.0, 1.24), _row(3, 28.0, 292.0, 10.4), _row(4, 30.0, 29.0, 0.97)]
+    ranking = rank(rows)
+    kept, drifted = history_points(ranking)
+    assert kept == [(1, 1.43), (2, 1.24), (4, 0.97)] and drifted == [(3, 10.4)]
+    assert plot_ranking(ranking, tmp_path / "results.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_model_plot_shows_every_model_wide_choice_tried_and_marks_the_kept_one(tmp_path):
+    # Issue 63: the BERT plot had 3 bars and none of the model-wide choices that made the gain.
+    from tuner.report.plot import model_choice_bars, plot_model
+
+    data = {"entry": "bert", "target": "llvm-cpu", "flags": ["--iree-opt-data-tiling"], "rewrites": [],
+            "flag_trials": {"--iree-opt-data-tiling": 1.32, "raise-attention": 0.34,
+                            "nd-linear-as-matmul": "nothing in the model to rewrite"},
+            "dispatches": [{"name": "bert$async_dispatch_2_matmul_384x768x768_f32", "speedup": 1.1,
+                            "model_speedup": 1.0, "share": 0.3, "status": "kept"}],
+            "figure": {"speedup": 1.33}}
+    assert model_choice_bars(data) == [("data-tiling", 1.32, True), ("raise-attention", 0.34, False)]
+    assert plot_model(data, tmp_path / "model.png").read_bytes()[:4] == b"\x89PNG"

@@ -10,7 +10,11 @@ from pathlib import Path
 from tuner.ranking import Ranking
 from tuner.report.outputs import short_dispatch_name
 
-WINNER, CONFIRMED, FIRST_PASS, DEFAULT = "#2a9d8f", "#577590", "#c9d1dc", "#e76f51"
+WINNER, CONFIRMED, FIRST_PASS, DEFAULT, CHOSEN = "#2a9d8f", "#577590", "#c9d1dc", "#e76f51", "#264653"
+# A first-pass bar taller than this many times the tallest confirmed one is cut at that height,
+# its figure written on it: one timing beside a drifted baseline (10.4x) squeezed a 1.42x
+# winner to the bottom of the panel (issue 63).
+FIRST_PASS_HEADROOM = 2.0
 
 
 def _ticks(results, width: int = 34) -> list[str]:
@@ -48,7 +52,9 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
         xs = list(range(len(ranked)))
         heights = [r.speedup if r.confirmed else r.first_pass_speedup for r in ranked]
         colors = [WINNER if r is ranking.best else CONFIRMED if r.confirmed else FIRST_PASS for r in ranked]
-        ax.bar(xs, heights, color=colors)
+        # One timing each, beside the nearest baseline's: not a claim (hatched, so that a tall pale
+        # bar does not read as a result above the winner's, issue 63).
+        ax.bar(xs, heights, color=colors, hatch=["" if r.confirmed else "///" for r in ranked], edgecolor="white")
         # The range of the rounds each confirmed height is the median of (a winner's: its fresh rounds).
         # Figures a results file may hold that no range can be drawn for (1e308: a median of two
         # is inf) are drawn without one; a range never goes below zero by rounding.
@@ -60,12 +66,21 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
                               [max(0.0, max(r.speedup_ratios) - h) for _, h, r in confirmed]],
                         fmt="none", ecolor="black", capsize=2, linewidth=0.8)
         ax.set_xticks(xs, _ticks(ranked), fontsize=6, rotation=90)
+        top = FIRST_PASS_HEADROOM * max([1.0] + [h for h, r in zip(heights, ranked) if r.confirmed and math.isfinite(h)])
+        cut = [(x, h) for x, h, r in zip(xs, heights, ranked) if not r.confirmed and h > top]
+        if cut:
+            ax.set_ylim(0, top)
+            for x, h in cut:
+                ax.text(x, 0.97 * top, f"{h:.1f}x", ha="center", va="top", fontsize=6, rotation=90)
     ax.axhline(1.0, color=DEFAULT, linestyle="--", linewidth=1)
-    verdict = (f"best: #{ranking.best.candidate_id}, {ranking.best.speedup:.2f}x" if ranking.best
-               else "no winner: the default stays")
+    claim = ranking.best.speedup_interval if ranking.best else None
+    verdict = (f"best: #{ranking.best.candidate_id}, {ranking.best.speedup:.2f}x"
+               + (f" ({claim.low:.2f}-{claim.high:.2f}, {100 * claim.coverage:.0f}%)" if claim else "")
+               if ranking.best else "no winner: the default stays")
     handles = [Patch(color=WINNER, label=verdict),
                Patch(color=CONFIRMED, label="confirmed: median of paired rounds (bar: their range)"),
-               Patch(color=FIRST_PASS, label="first pass only: vs the nearest baseline timing"),
+               Patch(facecolor=FIRST_PASS, hatch="///", edgecolor="white",
+                     label="first pass only: one timing vs the nearest baseline's (not a claim)"),
                Line2D([], [], color=DEFAULT, linestyle="--", label="the compiler's default (1.0x)")]
     if ranking.failed:
         handles.append(Patch(color="white", label=f"{len(ranking.failed)} not timed (failed or duplicate)"))
@@ -78,18 +93,48 @@ def plot_ranking(ranking: Ranking, path: Path, title: str = "") -> Path:
     return _save(fig, plt, path)
 
 
+def history_points(ranking: Ranking) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """The search's history as (evaluation, first-pass figure) points: those timed beside a
+    baseline near its usual time, and those whose nearest baseline timing ran beyond LOAD_CHANGE
+    slower than the baselines' median (a load came: a 10.4x against a baseline that had drifted
+    from 29.7 to 292 ms dominated a plot, issue 63), which the best-so-far line leaves out.
+    Failed candidates are points at 0."""
+    import statistics
+
+    from tuner.core.comparison import LOAD_CHANGE
+
+    tried = sorted((r for r in (*ranking.ranked, *ranking.failed) if not r.is_baseline), key=lambda r: r.candidate_id)
+    bases = [r.baseline_ms for r in tried if r.baseline_ms]
+    usual = statistics.median(bases) if bases else None
+    kept, drifted = [], []
+    for i, r in enumerate(tried, 1):
+        point = (i, r.first_pass_speedup or 0.0)
+        off = usual is not None and r.baseline_ms is not None and r.baseline_ms > usual * (1 + LOAD_CHANGE)
+        (drifted if off else kept).append(point)
+    return kept, drifted
+
+
 def _history(ax, ranking: Ranking) -> None:
     """The search as it went: each evaluated candidate's first-pass figure by evaluation (the
-    candidates' ids are the order they were proposed in), failed ones at 0, and the best so far."""
-    tried = sorted((r for r in (*ranking.ranked, *ranking.failed) if not r.is_baseline), key=lambda r: r.candidate_id)
-    figures = [r.first_pass_speedup or 0.0 for r in tried]
-    best, so_far = 0.0, []
-    for f in figures:
+    candidates' ids are the order they were proposed in), failed ones at 0, and the best so far;
+    figures timed beside a drifted baseline hollow, and out of the best so far."""
+    kept, drifted = history_points(ranking)
+    best, steps = 0.0, []
+    for x, f in kept:
         best = max(best, f)
-        so_far.append(best)
-    xs = list(range(1, len(tried) + 1))
-    ax.scatter(xs, figures, s=10, color=CONFIRMED, label="each candidate (first pass; 0: failed)")
-    ax.step(xs, so_far, where="post", color=WINNER, label="best so far")
+        steps.append((x, best))
+    ax.scatter([x for x, _ in kept], [f for _, f in kept], s=10, color=CONFIRMED,
+               label="each candidate (first pass; 0: failed)")
+    top = FIRST_PASS_HEADROOM * max([1.0] + [f for _, f in kept])
+    if drifted:  # drawn at most at `top`, its figure written beside it where it is higher
+        ax.scatter([x for x, _ in drifted], [min(f, top) for _, f in drifted], s=14, facecolors="none",
+                   edgecolors=CONFIRMED, label="beside a drifted baseline (left out of the best)")
+        for x, f in drifted:
+            if f > top:
+                ax.text(x, top, f" {f:.1f}x", fontsize=6, va="center")
+        ax.set_ylim(0, top * 1.05)
+    if steps:
+        ax.step([x for x, _ in steps], [b for _, b in steps], where="post", color=WINNER, label="best so far")
     ax.axhline(1.0, color=DEFAULT, linestyle="--", linewidth=1)
     ax.set_xlabel("evaluations")
     ax.set_ylabel("first-pass speedup (x)")
@@ -109,18 +154,24 @@ def plot_model(data: dict, path: Path) -> Path:
 
     rows = [d for d in data.get("dispatches", []) if d.get("speedup") or d.get("model_speedup")]
     figure = (data.get("figure") or {}).get("speedup")
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 3), 5.0), dpi=110)
-    xs = list(range(len(rows)))
+    choices = model_choice_bars(data)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * (len(rows) + len(choices)) + 3) + 3.5, 5.0), dpi=110)
+    # The model-wide choices tried, each against the default on the whole model (the kept one
+    # marked), first: a gain made by data tiling alone was not in the picture (issue 63).
+    cx = list(range(len(choices)))
+    ax.bar(cx, [v for _, v, _ in choices], width=0.6, color=[CHOSEN if kept else FIRST_PASS for _, _, kept in choices])
+    xs = [len(choices) + x for x in range(len(rows))]
     ax.bar([x - 0.2 for x in xs], [d.get("speedup") or 0.0 for d in rows], width=0.4, color=CONFIRMED)
     ax.bar([x + 0.2 for x in xs], [d.get("model_speedup") or 0.0 for d in rows], width=0.4, color=WINNER)
     share = lambda d: f" ({100 * d['share']:.0f}%)" if d.get("share") else ""  # noqa: E731
-    labels = [short_dispatch_name(d["name"])[:30] + share(d) for d in rows]
+    labels = [label for label, _, _ in choices] + [short_dispatch_name(d["name"])[:30] + share(d) for d in rows]
     if figure:
-        ax.bar([len(rows)], [figure], width=0.4, color="black")
+        ax.bar([len(labels)], [figure], width=0.4, color="black")
         labels.append("the model")
     ax.set_xticks(list(range(len(labels))), labels, fontsize=6, rotation=60, ha="right")
     ax.set_xlim(-0.75, max(len(labels), 2) - 0.25)
-    values = [v for d in rows for v in (d.get("speedup"), d.get("model_speedup")) if v] + ([figure] if figure else [])
+    values = ([v for d in rows for v in (d.get("speedup"), d.get("model_speedup")) if v] + ([figure] if figure else [])
+              + [v for _, v, _ in choices])
     if values and max(values) / max(min(values), 1e-9) > 10:
         ax.set_yscale("log")
     ax.axhline(1.0, color=DEFAULT, linestyle="--", linewidth=1)
@@ -131,14 +182,30 @@ def plot_model(data: dict, path: Path) -> Path:
     title = (f"@{data.get('entry', '')} on {data.get('target', '')}" + (f"; model-wide: {kept}" if kept else "")
              + ("" if rows else "; no dispatch kept a config"))
     ax.set_title("\n".join(textwrap.wrap(title, 90)[:3]), fontsize=7)
-    ax.legend(handles=[Patch(color=CONFIRMED, label="the dispatch, in its tuning (as the table's 'timed' says)"),
+    ax.legend(handles=[Patch(color=FIRST_PASS, label="a model-wide choice tried, against the default"),
+                       Patch(color=CHOSEN, label="the model-wide choice kept"),
+                       Patch(color=CONFIRMED, label="the dispatch, in its tuning (as the table's 'timed' says)"),
                        Patch(color=WINNER, label="the model with its winner against without it"),
                        Patch(color="black", label="the tuned model against the default"
                                                   + (f": {figure:.2f}x" if figure else "")),
                        plt.Line2D([], [], color=DEFAULT, linestyle="--", label="the default (1.0x)")],
-              loc="best", fontsize=7, framealpha=0.8)
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     fig.tight_layout()
     return _save(fig, plt, path)
+
+
+def model_choice_bars(data: dict) -> list[tuple[str, float, bool]]:
+    """Each model-wide choice a tune-model run timed (results.json's flag_trials with a figure),
+    as (its short label, its speedup over the default on the whole model, whether it is the
+    one kept), in the order tried."""
+    try:
+        from pipelines.model_flags import short_flags
+    except ImportError:  # a runtime-only machine: the flags as they are
+        short_flags = str  # noqa: E731
+    kept = " ".join([*data.get("rewrites", []), *data.get("flags", [])])
+    return [(short_flags(choice)[:30], float(figure), choice == kept)
+            for choice, figure in (data.get("flag_trials") or {}).items()
+            if isinstance(figure, (int, float)) and math.isfinite(figure) and figure > 0]
 
 
 def _save(fig, plt, path: Path) -> Path:
