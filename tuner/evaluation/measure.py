@@ -321,10 +321,10 @@ class Recorder:
             result = first_pass_speedup(result, list(self.log))
         self.store.put(result)
         self.results.append(result)
+        if self.on_result:  # before the count: in a log, the candidate's line before its phase's "done"
+            self.on_result(result)
         if self.progress:
             self.progress(self.phase, len(self.results), self.total)
-        if self.on_result:
-            self.on_result(result)
         if result.is_baseline and result.status == Status.WRONG_NUMERICS:
             raise UnusableBaseline(f"the baseline (the compiler's default) cannot serve as the reference: {result.error}")
         if result.is_baseline and not result.ok:
