@@ -136,18 +136,18 @@ def run_meta(session: Session, given: bool) -> dict:
     }
 
 
-def session_evaluator(session: Session, store: ResultStore, settings: EvalSettings, progress: Optional[Progress],
-                      strategy: str, devices: Sequence[str], given: bool, host: Optional[HostReference] = None,
-                      on_result: Optional[Callable] = None):
-    """The evaluator `strategy` names ("auto": the target's default) for the session, building
-    into DIR/candidates (a manifest there is removed: its modules are about to be rebuilt).
-    `host`: the host's result to check against (on the inputs it ran on) where the default's is off it."""
-    output_dir, target = session.output_dir, session.target
+def session_evaluator(session: Session, store: ResultStore, run: RunOptions, progress: Optional[Progress],
+                      host: Optional[HostReference] = None, on_result: Optional[Callable] = None):
+    """The evaluator `run.strategy` names ("auto": the target's default) for the session, with
+    the run's settings and devices, building into DIR/candidates (a manifest there is removed:
+    its modules are about to be rebuilt). `host`: the host's result to check against (on the
+    inputs it ran on) where the default's is off it; `on_result` hears each result as it is stored."""
+    output_dir, target, given = session.output_dir, session.target, bool(run.inputs)
     (output_dir / MANIFEST).unlink(missing_ok=True)
-    strategy = target.default_strategy if strategy == "auto" else strategy
+    strategy = target.default_strategy if run.strategy == "auto" else run.strategy
     evaluator = evaluator_class(strategy)
-    return evaluator(session.input_path, target, session.workload, output_dir / "candidates", store, settings=settings,
-                     devices=devices, progress=progress, ctx=session.ctx,
+    return evaluator(session.input_path, target, session.workload, output_dir / "candidates", store,
+                     settings=run.settings, devices=run.devices, progress=progress, ctx=session.ctx,
                      given_inputs=output_dir / GIVEN_INPUTS if given else (host.inputs if host else None),
                      host_reference=host.result if host else None, on_result=on_result)
 
@@ -176,8 +176,7 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
             progress(phase, done, of)
 
     try:
-        evaluator = session_evaluator(session, store, settings, batch_progress, run.strategy, run.devices, given,
-                                      run.host_reference, listen.on_result)
+        evaluator = session_evaluator(session, store, run, batch_progress, run.host_reference, listen.on_result)
         passes: list[EvaluationStats] = []
 
         def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
@@ -258,7 +257,7 @@ def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, pro
             manifest = compile_to_manifest(candidates, builder, session.workload, output_dir, store, meta, progress)
             says = compiler_says_of_failures(session, candidates, [b.result for b in manifest.built])
             return Tuning(session.dispatch, tuple(candidates), (), None, None, output_dir, manifest, says)
-        evaluator = session_evaluator(session, store, settings, progress, run.strategy, run.devices, given)
+        evaluator = session_evaluator(session, store, run, progress)
         if not evaluator.in_model:
             refuse_alone(session)
         evaluation = evaluator.evaluate(candidates)
