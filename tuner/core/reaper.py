@@ -49,10 +49,11 @@ def _is_mark(variable: str) -> bool:
     return variable.startswith("IREE_TUNER_") and variable.endswith("_RUN")
 
 
-# The reaper's own environment carries no run's mark: a reaper started by a process that carries
-# another run's mark (a Ray worker's, for its tools) would be killed by that run's reaper before
-# it had done its work.
-_REAPER_ENVIRONMENT = {"PATH": os.defpath}
+def _reaper_environment() -> dict[str, str]:
+    """The reaper's environment: this process's without any run's mark. A reaper started by a
+    process that carries another run's mark (a Ray worker's, for its tools) would be killed by
+    that run's reaper before it had done its work."""
+    return {k: v for k, v in os.environ.items() if not _is_mark(k)}
 
 
 @dataclass
@@ -97,5 +98,5 @@ def start_reaper(variable: str) -> Reaper:
     if sys.platform.startswith("linux"):
         process = subprocess.Popen([sys.executable, "-S", "-c", _REAPER, f"{variable}={token}", tempfile.gettempdir()],
                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True, env=_REAPER_ENVIRONMENT)
+                                   start_new_session=True, env=_reaper_environment())
     return Reaper(variable, token, process)
