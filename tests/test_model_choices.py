@@ -1023,3 +1023,36 @@ def test_a_rewrite_with_a_flag_set_is_judged_with_what_either_forms_tuned():
     assert replace(flags, rewrite=plain).tuned_kinds == (DispatchKind.CONVOLUTION,)
     assert replace(flags, rewrite=forming).tuned_kinds == (DispatchKind.CONTRACTION, DispatchKind.CONVOLUTION)
     assert ModelOption((), forming).tuned_kinds == (DispatchKind.CONTRACTION,)
+
+
+@pytest.mark.slow
+def test_the_flag_stage_times_a_choice_far_behind_after_one_round_no_further(tmp_path, monkeypatch):
+    """Issue 62, successive halving on designed times (default 1.0 ms, 4 rounds): `a` 0.5 ms (2x),
+    `b` 0.6 ms (1.67x: within a quarter of the fastest) and `c` 1.6 ms (0.62x: far behind after its
+    first round). `c` is timed once and said left behind; `a` and `b` in every round; `a` wins."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b"), _marker("c")))
+    times = {"flags-a": 0.5, "flags-b": 0.6, "flags-c": 1.6}
+    timed = []
+
+    def timer(vmfb, settings):
+        timed.append(vmfb.parent.name)
+        return Timing((times.get(vmfb.parent.name, 1.0),))
+
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    said = []
+    state = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                       model=ModelOptions(rounds=4, timer=timer), stages=[FlagStage(tune_budget=0)],
+                       listen=Listeners(say=said.append)).state
+    assert state.rewrites == ("a",)
+    # The choices' round: every timing before the extension's (`a+b`, `a+c`, against `a`, whose
+    # own timing opens it).
+    first_round = timed[:next((i for i, n in enumerate(timed) if "+" in n), len(timed)) - 1]
+    assert first_round.count("flags-a") == first_round.count("flags-b") == 4 and first_round.count("flags-c") == 1
+    assert any("c: 0.62x in its first round, more than 25% behind the fastest (2.00x): not timed further" in line
+               for line in said), said
+    assert state.flag_trials["c"] == pytest.approx(0.625)

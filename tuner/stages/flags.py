@@ -27,6 +27,7 @@ from tuner.stages.flag_options import (ModelOption, applying_rewrites, extension
                                        rewritten_program, taking_flag_sets)
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
                                   with_flags)
+from tuner.stages.model_timing import Comparison
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 # DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: the choice's variant directory)
@@ -161,7 +162,10 @@ class FlagStage:
                 env.progress("choices", i, len(options))
         if not built:
             return None
-        cmp = compare_on_model(env, reference, [b for _, b in built], directory)
+        cmp, behind = _compare_halving(env, reference, [b for _, b in built], directory)
+        for option, b in built:
+            if b.variant.name in behind:
+                env.say(f"  {short_flags(option.label)}: {behind[b.variant.name]}")
         for option, b in built:
             name = b.variant.name
             trials[option.label] = (round(scale * cmp.paired[name].speedup, 4) if name in cmp.paired
@@ -170,7 +174,7 @@ class FlagStage:
                 wrong.add(option.label)
         over_wrong = reference is default and bool(cmp.reference_check)
         winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].ratios
-                   and (over_wrong or cmp.paired[b.variant.name].beats_baseline)]
+                   and b.variant.name not in behind and (over_wrong or cmp.paired[b.variant.name].beats_baseline)]
         if not winners:
             return None
         option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup)
@@ -329,6 +333,40 @@ class FlagStage:
                     env.say(f"    {tuned.status}")
         env.built[key] = tuple(parts)
         return env.built[key]
+
+
+# Successive halving of a round of choices (_compare_halving): one whose first round is this far
+# behind the round's fastest (the reference included) is timed no further. A round's ratio moves
+# by about a tenth on a quiet machine (comparison.DRIFT_FLOOR): a choice a quarter behind after
+# one round does not become the fastest in the next three.
+HALVING_BEHIND = 0.25
+
+
+def _compare_halving(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant], directory: str
+                     ) -> tuple[Comparison, dict[str, str]]:
+    """compare_on_model in the run's rounds by successive halving: every trial in one round, then
+    only those within HALVING_BEHIND of the round's fastest in the rounds left (issue 62: every
+    choice was timed in every round). Returns the comparison (a trial left behind keeps its one
+    round) and, for each trial left behind, why. Where the reference's result is off the host's,
+    it does not count among the fastest: the fastest right choice is then the result however it
+    compares (_judge), and none is left behind for the reference."""
+    rounds = env.rounds
+    if rounds <= 1 or len(trials) < 2:
+        return compare_on_model(env, reference, trials, directory), {}
+    first = compare_on_model(env, reference, trials, directory, rounds=1)
+    timed = {n: p for n, p in first.paired.items() if p.ratios}
+    fastest = max([*(p.speedup for p in timed.values()), *(() if first.reference_check else (1.0,))], default=1.0)
+    ahead = {n for n, p in timed.items() if p.speedup >= (1 - HALVING_BEHIND) * fastest}
+    behind = {n: (f"{p.speedup:.2f}x in its first round, more than {HALVING_BEHIND:.0%} behind the fastest "
+                  f"({fastest:.2f}x): not timed further") for n, p in timed.items() if n not in ahead}
+    rest_of = [t for t in trials if t.variant.name in ahead]
+    if not rest_of:
+        return first, behind
+    rest = compare_on_model(env, reference, rest_of, f"{directory}-rounds", rounds=rounds - 1)
+    paired = {n: (p.then(rest.paired[n]) if n in rest.paired else p) for n, p in first.paired.items()}
+    variant_ms = {n: first.variant_ms.get(n, ()) + rest.variant_ms.get(n, ()) for n in first.variant_ms}
+    return replace(first, reference_ms=first.reference_ms + rest.reference_ms, paired=paired,
+                   variant_ms=variant_ms, failed={**first.failed, **rest.failed}), behind
 
 
 def _together(env: StageEnv, wrong: set[str], pipeline: Optional[str] = None) -> list[ModelOption]:
