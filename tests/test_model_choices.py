@@ -275,10 +275,20 @@ def _timer(faster: str = "", slower: str = ""):
     return timer
 
 
-def _flag_stage(model: Path, out: Path, timer, say=lambda text: None):
+def _flag_stage(model: Path, out: Path, timer, say=lambda text: None, rounds: int = 2):
     """tune-model with the flag stage alone, timed by `timer`."""
-    return tune_model(model, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(rounds=2, timer=timer),
+    return tune_model(model, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(rounds=rounds, timer=timer),
                       listen=Listeners(say=say), stages=[FlagStage(tune_budget=0)])
+
+
+def _recording_timer(times: dict, timed: list):
+    """A designed timer: each build's time by its directory's name (1.0 ms where not named), each
+    timing's directory appended to `timed`."""
+    def timer(vmfb, settings):
+        timed.append(vmfb.parent.name)
+        return Timing((times.get(vmfb.parent.name, 1.0),))
+
+    return timer
 
 
 @pytest.fixture
@@ -582,13 +592,8 @@ def test_a_rewrite_the_first_round_tried_with_the_chosen_flag_is_not_timed_again
     monkeypatch.setitem(REWRITES, "cpu", (_marker("a"),))
     flagged = ModelOption((DATA_TILING_FLAG,)).directory
     together = ModelOption((DATA_TILING_FLAG,), _marker("a")).directory
-    times = {flagged: 0.5, together: 0.8}
     timed = []
-
-    def timer(vmfb, settings):
-        timed.append(vmfb.parent.name)
-        return Timing((times.get(vmfb.parent.name, 1.0),))
-
+    timer = _recording_timer({flagged: 0.5, together: 0.8}, timed)
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
     state = _flag_stage(model, tmp_path / "out", timer).state
@@ -1035,19 +1040,12 @@ def test_the_flag_stage_times_a_choice_far_behind_after_one_round_no_further(tmp
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
     monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b"), _marker("c")))
-    times = {"flags-a": 0.5, "flags-b": 0.6, "flags-c": 1.6}
     timed = []
-
-    def timer(vmfb, settings):
-        timed.append(vmfb.parent.name)
-        return Timing((times.get(vmfb.parent.name, 1.0),))
-
+    timer = _recording_timer({"flags-a": 0.5, "flags-b": 0.6, "flags-c": 1.6}, timed)
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
     said = []
-    state = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
-                       model=ModelOptions(rounds=4, timer=timer), stages=[FlagStage(tune_budget=0)],
-                       listen=Listeners(say=said.append)).state
+    state = _flag_stage(model, tmp_path / "out", timer, say=said.append, rounds=4).state
     assert state.rewrites == ("a",)
     # The choices' round: every timing before the extension's (`a+b`, `a+c`, against `a`, whose
     # own timing opens it).

@@ -78,7 +78,7 @@ def rank(results: Iterable[Result]) -> Ranking:
     # A claim whose interval holds 1.0 is no measured gain, however its rounds fell (a small CNN's
     # "1.21x (0.98-1.49), faster in 3 of 4", issue 63): the default stays.
     claim = lead.speedup_interval if lead is not None else None
-    noisy = held and claim is not None and claim.low <= 1.0
+    noisy = held and Paired(tuple(lead.speedup_ratios)).holds_one
     best = lead if held and not noisy else None
     share = f"{WIN_SHARE:.0%}"
     if best is not None:

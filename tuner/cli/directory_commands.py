@@ -96,14 +96,11 @@ INPUT_DIRECTORIES = ("model-inputs", "candidates/inputs", "inputs")  # "inputs":
 def _tuners_inputs(directory: Path) -> tuple[str, ...]:
     """The --input values of the inputs the run in `directory` generated, in order (none where
     it kept none); only files inside the directory, never through a link out of it."""
-    from tuner.discovery.workload import input_flag
+    from tuner.discovery.workload import input_files, input_flag
 
     root = directory.resolve()
     for name in INPUT_DIRECTORIES:
-        folder = directory / name
-        files = sorted((f for f in folder.glob("input*") if f.name[len("input"):].split(".")[0].isdigit()
-                        and f.is_file() and f.resolve().is_relative_to(root)),
-                       key=lambda p: int(p.name[len("input"):].split(".")[0]))
+        files = [f for f in input_files(directory / name) if f.is_file() and f.resolve().is_relative_to(root)]
         if files:
             return tuple(input_flag(f) for f in files)
     return ()

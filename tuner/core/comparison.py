@@ -54,6 +54,13 @@ class Paired:
         """Faster than the baseline in some rounds and slower in others."""
         return bool(self.ratios) and min(self.ratios) < 1.0 < max(self.ratios)
 
+    @property
+    def holds_one(self) -> bool:
+        """Whether the interval of the median (`interval`) holds 1.0: no gain measured, however
+        the rounds fell (issue 63: "1.21x (0.98-1.49), faster in 3 of 4")."""
+        interval = self.interval()
+        return interval is not None and interval.low <= 1.0
+
     def then(self, later: "Paired") -> "Paired":
         """These rounds followed by `later`'s."""
         return Paired(self.ratios + later.ratios)

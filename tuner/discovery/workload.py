@@ -274,7 +274,7 @@ class Workload:
         directory `given_inputs` wrote) and return their paths; see `input_flag` for how each is
         passed to the IREE tools."""
         if given is not None:
-            files = sorted(given.glob("input*"), key=lambda p: int(p.name[len("input"):].split(".")[0]))
+            files = input_files(given)
             if len(files) != len(self.inputs):
                 raise InputError(f"{given}: {len(files)} input files for the {len(self.inputs)} arguments of @{self.entry}")
             real_directory(directory)
@@ -349,6 +349,13 @@ class Workload:
         return cls(entry, tuple(spec(i, s, "input") for i, s in enumerate(inputs)),
                    tuple(spec(i, s, "output") for i, s in enumerate(outputs)), bool(data.get("dispatch_benchmark", False)),
                    tuple(parameters))
+
+
+def input_files(directory: Path) -> list[Path]:
+    """The input files `Workload.write_inputs` wrote in `directory` (input0..., input1...), in
+    argument order."""
+    numbered = [p for p in directory.glob("input*") if p.name[len("input"):].split(".")[0].isdigit()]
+    return sorted(numbered, key=lambda p: int(p.name[len("input"):].split(".")[0]))
 
 
 def input_flag(path: Path) -> str:

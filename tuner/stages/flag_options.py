@@ -111,6 +111,20 @@ def extensions(option: ModelOption, applying: list[Rewrite], flag_sets: list[Mod
     return more
 
 
+def together_options(env: StageEnv, wrong: set[str], pipeline: Optional[str] = None) -> list[ModelOption]:
+    """The applying rewrites that were each refused alone for computing another result, joined
+    into one, alone and with each flag set; none where fewer than two were. Each rewrite may take
+    away one part that the compiler computes wrong and leave another: in an SD 1.x attention block
+    on cuda, raise-attention leaves the NCHW 1x1 convolutions (1.1 off llvm-cpu) and
+    pointwise-conv-as-matmul the batch matmuls over heads of 40 (not finite): only together can
+    the build be right (BENCHMARKS.md, "Four held-out Stable Diffusion blocks on the H100")."""
+    refused = [r for r in applying_rewrites(env) if r.name in wrong]  # REWRITES order: the joined name is stable
+    if len(refused) < 2:
+        return []
+    together = combined(refused)
+    return [ModelOption((), together)] + [replace(f, rewrite=together) for f in offered_flag_sets(env, pipeline)]
+
+
 def offered_rewrites(env: StageEnv) -> tuple[Rewrite, ...]:
     return REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
 

@@ -24,7 +24,7 @@ from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_decision import decision_text, earlier_decision, record_decision, trials_text
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
-                                       rewritten_program, taking_flag_sets)
+                                       rewritten_program, taking_flag_sets, together_options)
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
                                   with_flags)
 from tuner.stages.model_timing import Comparison
@@ -125,7 +125,7 @@ class FlagStage:
         trials: dict = {}
         wrong: set[str] = set()
         judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, progress=True)
-        together = _together(env, wrong, self.search.pipeline) if judged is None else []
+        together = together_options(env, wrong, self.search.pipeline) if judged is None else []
         if together:
             env.say(f"  {' and '.join(together[0].rewrite.names)} each compute another result alone: "
                     "trying them together")
@@ -367,20 +367,6 @@ def _compare_halving(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     variant_ms = {n: first.variant_ms.get(n, ()) + rest.variant_ms.get(n, ()) for n in first.variant_ms}
     return replace(first, reference_ms=first.reference_ms + rest.reference_ms, paired=paired,
                    variant_ms=variant_ms, failed={**first.failed, **rest.failed}), behind
-
-
-def _together(env: StageEnv, wrong: set[str], pipeline: Optional[str] = None) -> list[ModelOption]:
-    """The applying rewrites that were each refused alone for computing another result, joined
-    into one, alone and with each flag set; none where fewer than two were. Each rewrite may take
-    away one part that the compiler computes wrong and leave another: in an SD 1.x attention block
-    on cuda, raise-attention leaves the NCHW 1x1 convolutions (1.1 off llvm-cpu) and
-    pointwise-conv-as-matmul the batch matmuls over heads of 40 (not finite): only together can
-    the build be right (BENCHMARKS.md, "Four held-out Stable Diffusion blocks on the H100")."""
-    refused = [r for r in applying_rewrites(env) if r.name in wrong]  # REWRITES order: the joined name is stable
-    if len(refused) < 2:
-        return []
-    together = combined(refused)
-    return [ModelOption((), together)] + [replace(f, rewrite=together) for f in offered_flag_sets(env, pipeline)]
 
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:

@@ -123,7 +123,7 @@ def conclude_figure(state: ModelState, final: Comparison, name: str, choices: Op
         alone = None  # the choices alone were not timed in the same rounds
     on_top = Paired(tuple(t / c for t, c in zip(p.ratios, alone.ratios))) if alone else None  # per round: choices / tuned
     if alone and slower_beyond_noise(on_top) and (  # the merge's own rule, applied to what it kept
-            final.reference_check or not (alone.speedup <= 1.0 or slower_beyond_noise(alone) or holds_one(alone))):
+            final.reference_check or not (alone.speedup <= 1.0 or slower_beyond_noise(alone) or alone.holds_one)):
         return _choices_alone(state, final, choices, alone, on_top)
     interval = p.interval()
     figure = ModelFigure(default_ms=_median(final.reference_ms), tuned_ms=_median(final.variant_ms[name]),
@@ -132,7 +132,7 @@ def conclude_figure(state: ModelState, final: Comparison, name: str, choices: Op
     not_faster = p.speedup <= 1.0 or slower_beyond_noise(p)
     # A figure whose interval holds 1.0 is no measured gain (issue 63: a small CNN claimed
     # "1.21x (0.98-1.49), faster in 3 of 4"): the default stays, and the verdict says why.
-    noisy = not not_faster and holds_one(p)
+    noisy = not not_faster and p.holds_one
     if not_faster and not final.reference_check:
         return replace(_unkept(state, "the tuned model was not faster than the default"), flags=(), kept=(),
                        rewrites=(), program=None, figure=figure,
@@ -166,12 +166,6 @@ def conclude_figure(state: ModelState, final: Comparison, name: str, choices: Op
                            + ("" if p.beats_baseline and not noisy else "; within the noise") + split
                            + (f"; numerics {final.numerics}" if final.numerics else "")
                            + (f"; {final.reference_check}" if final.reference_check else ""))
-
-
-def holds_one(p: Paired) -> bool:
-    """Whether the interval of the paired rounds' median (Paired.interval) holds 1.0: no gain measured."""
-    interval = p.interval()
-    return interval is not None and interval.low <= 1.0
 
 
 def _unkept(state: ModelState, why: str) -> ModelState:
