@@ -6,6 +6,7 @@ and each config as a compilation_info naming its kernel, whose named sequences t
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
@@ -77,12 +78,37 @@ class LLVMGPUMmaSync(Pipeline):
         n, k = dispatch.n_dims[0], dispatch.k_dims[0]
         return replace(dispatch, operand_dims=(lhs, (*rhs[:-2], k, n), out)) if rhs[-2:] == (n, k) else None
 
+    @staticmethod
+    def _linear_around_transposes(dispatch: Dispatch) -> bool:
+        """Whether the dispatch is a linear layer with a transpose folded into it: no batch dim,
+        one K dim, and several M or N dims (the head-split projections of an exported attention,
+        C stored (heads, tokens, head dim) from A (tokens, K) and B (K, heads, head dim): the heads
+        are an N dim; ConvNeXt's second MLP matmul writing NCHW, C (images, N, pixels) from A
+        (images, pixels, K): the images are an M dim), whose M, N and K as one dim each the
+        smallest tiles divide. With the transposes kept where the program has them, the compiler
+        forms the 2-D matmul and leaves the transpose to the op after it (the rotary embedding's,
+        the residual add's): seen in tests/test_mma_sync.py on both forms."""
+        if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or dispatch.batch_dims
+                or len(dispatch.k_dims) != 1 or not dispatch.m_dims or not dispatch.n_dims
+                or (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type) != ("f16", "f16", "f32")
+                or len(dispatch.operand_dims) != 3 or dispatch.other_ops not in EPILOGUES):
+            return False
+        m, n, k = (math.prod(dispatch.sizes(dims)) for dims in (dispatch.m_dims, dispatch.n_dims, dispatch.k_dims))
+        several = len(dispatch.m_dims) > 1 or len(dispatch.n_dims) > 1
+        return several and all(size % min(tiles) == 0 for size, tiles in zip((m, n, k), (BLOCK_M, BLOCK_N, BLOCK_K)))
+
     def flags_to_take(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
-        """B stored N x K, all else as the kernel takes it: with transposes kept where the
-        program has them (KEEP_TRANSPOSES) the compiler stores a constant B K x N once, at compile
-        time (ResNet-50's channels-last 1x1 convolutions: the filter [F, C] becomes [C, F])."""
+        """With transposes kept where the program has them (KEEP_TRANSPOSES): B stored N x K, all
+        else as the kernel takes it (the compiler stores a constant B K x N once, at compile time:
+        ResNet-50's channels-last 1x1 convolutions, the filter [F, C] becomes [C, F]); and a
+        linear layer with a transpose folded into it (`_linear_around_transposes`), which becomes
+        a 2-D matmul."""
+        if self.supports(dispatch):
+            return ()
         flipped = self._b_stored_k_by_n(dispatch)
-        return (KEEP_TRANSPOSES,) if flipped is not None and self.supports(flipped) else ()
+        if (flipped is not None and self.supports(flipped)) or self._linear_around_transposes(dispatch):
+            return (KEEP_TRANSPOSES,)
+        return ()
 
     def declines(self, dispatch: Dispatch) -> str | None:
         if self.supports(dispatch) or dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION:
@@ -90,6 +116,9 @@ class LLVMGPUMmaSync(Pipeline):
         if dispatch.other_ops not in EPILOGUES:
             return (f"the dispatch fuses {', '.join(dispatch.other_ops)} with the contraction: the mma.sync "
                     f"kernel takes at most one elementwise op after it")
+        if self._linear_around_transposes(dispatch):
+            return ("a linear layer with a transpose folded into it (several M or N dims): the mma.sync kernel "
+                    "takes the 2-D matmul the compiler forms with the transposes kept, which tune-model tries")
         if self._b_stored_k_by_n(dispatch) is not None:
             return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "
                     "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered (tune-model tries "

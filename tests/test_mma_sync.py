@@ -435,3 +435,87 @@ def test_channels_last_pointwise_convolutions_read_their_filter_k_by_n_with_the_
     m, n, k = kept.m_dims[0], kept.n_dims[0], kept.k_dims[0]
     assert kept.sizes((m, n, k)) == (512, 128, 64) and kept.operand_dims[1] == (k, n)
     assert PIPE.supports(kept) and kept.other_ops == ("linalg.generic",)
+
+
+def _linear_then_transpose_onnx(path, kind: str) -> None:
+    """The two ways an export folds a transpose into a linear layer, in the exporter's ops (f16):
+    `heads`, an attention's projection split into heads ([1, 64, 256] x [256, 256] -> Reshape
+    [1, 64, 4, 64] -> Transpose (0, 2, 1, 3), then a rotary-like Mul); `nchw`, ConvNeXt's MLP on
+    channels-last pixels whose second matmul goes back to NCHW before the residual add (its rank-4
+    MatMuls as the nd-linear rewrite leaves them, 2-D, as tune-model keeps them on ConvNeXt)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float16), name)
+
+    f16 = TensorProto.FLOAT16
+    if kind == "heads":
+        inits = [weight("W", 256, 256), weight("cos", 1, 1, 64, 64),
+                 numpy_helper.from_array(np.array([1, 64, 4, 64], np.int64), "shape")]
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["lin"]), helper.make_node("Reshape", ["lin", "shape"], ["view"]),
+                 helper.make_node("Transpose", ["view"], ["t"], perm=[0, 2, 1, 3]),
+                 helper.make_node("Mul", ["t", "cos"], ["y"])]
+        x, y = [1, 64, 256], [1, 4, 64, 64]
+    else:
+        inits = [weight("W1", 64, 256), weight("W2", 256, 64)]
+        nodes = [helper.make_node("Transpose", ["x"], ["nhwc"], perm=[0, 2, 3, 1]),
+                 helper.make_node("MatMul", ["nhwc", "W1"], ["l1"]), helper.make_node("Relu", ["l1"], ["r"]),
+                 helper.make_node("MatMul", ["r", "W2"], ["l2"]),
+                 helper.make_node("Transpose", ["l2"], ["back"], perm=[0, 3, 1, 2]),
+                 helper.make_node("Add", ["back", "x"], ["y"])]
+        x = y = [2, 64, 4, 4]
+    graph = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", f16, x)],
+                              [helper.make_tensor_value_info("y", f16, y)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+
+
+@pytest.mark.parametrize("kind", ["heads", "nchw"])
+def test_a_linear_with_a_transpose_folded_in_asks_for_the_transposes_kept_and_is_then_taken(kind, tmp_path, ctx):
+    """Under O3 the compiler folds the head split (or the way back to NCHW) into the linear layer:
+    the heads become a second N dim (the images a second M dim), which the kernel declines; it
+    asks for KEEP_TRANSPOSES, under which the same program's linear is a 2-D matmul the kernel
+    takes (the transpose left to the op after it)."""
+    pytest.importorskip("onnx")
+    from pipelines.model_flags import KEEP_TRANSPOSES, O3
+    from tuner.input.models import program_source
+    from tuner.rewrite import ND_LINEAR_AS_MATMUL, rewrite_program
+
+    model = tmp_path / f"{kind}.onnx"
+    _linear_then_transpose_onnx(model, kind)
+    target = parse_target("cuda:sm_80")
+    program = program_source(model, tmp_path, target)
+    if kind == "nchw":
+        assert rewrite_program(program, ND_LINEAR_AS_MATMUL, tmp_path / "nchw.nd-linear.mlir")
+        program = tmp_path / "nchw.nd-linear.mlir"
+    contractions = [d for d in discover(program, target, ctx, O3) if d.kind.value == "contraction"]
+    folded = [d for d in contractions if len(d.m_dims) + len(d.n_dims) > 2]
+    assert len(folded) == 1, [d.name for d in contractions]
+    [d] = folded
+    assert not PIPE.supports(d) and PIPE.flags_to_take(d) == (KEEP_TRANSPOSES,)
+    assert "transposes kept" in PIPE.declines(d)
+    kept = [d for d in discover(program, target, ctx, (*O3, *KEEP_TRANSPOSES)) if d.kind.value == "contraction"]
+    # heads: 64 tokens x 256 (4 heads of 64) x 256; nchw: both MLP matmuls, 32 pixels x 256 x 64 and back.
+    sizes = {"heads": [(64, 256, 256)], "nchw": [(32, 256, 64), (32, 64, 256)]}[kind]
+    assert sorted(x.sizes((*x.m_dims, *x.n_dims, *x.k_dims)) for x in kept) == sorted(sizes)
+    assert all(PIPE.supports(x) and PIPE.flags_to_take(x) == () for x in kept), [x.name for x in kept]
+
+
+def test_a_linear_with_a_transpose_folded_in_is_not_offered_flags_where_no_tile_divides_it(square):
+    from pipelines.model_flags import KEEP_TRANSPOSES
+
+    m, n, k = square.m_dims[0], square.n_dims[0], square.k_dims[0]
+    # C (heads, tokens, head dim) from A (tokens, K), B (K, heads, head dim): loops (h, m, n, k).
+    heads = replace(square, loop_bounds=(32, 1024, 64, 2048), batch_dims=(), m_dims=(1,), n_dims=(0, 2), k_dims=(3,),
+                    operand_dims=((1, 3), (3, 0, 2), (0, 1, 2)))
+    assert not PIPE.supports(heads) and PIPE.flags_to_take(heads) == (KEEP_TRANSPOSES,)
+    assert PIPE.flags_to_take(replace(heads, loop_bounds=(32, 1000, 64, 2048))) == ()  # 1000 tokens: no M tile
+    assert PIPE.flags_to_take(replace(heads, lhs_type="f32", rhs_type="f32")) == ()
+    assert PIPE.flags_to_take(replace(heads, other_ops=("linalg.generic", "linalg.generic"))) == ()
+    # A true batch dim (in A, B and C) is not a folded transpose: attention's Q Kᵀ is not offered it.
+    batched = replace(heads, batch_dims=(0,), n_dims=(2,), operand_dims=((0, 1, 3), (0, 3, 2), (0, 1, 2)))
+    assert PIPE.flags_to_take(batched) == ()
+    del m, n, k
