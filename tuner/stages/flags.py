@@ -282,9 +282,10 @@ class FlagStage:
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
                      flags: tuple[str, ...] = (), said: str = "") -> tuple[SpecPart, ...]:
         """The winning configs of the dispatches of `kinds` that a choice forms in `program` (the
-        model's, or a rewrite's) under `flags`: the largest `rewrite_tunes` of them, one per
-        shape, each tuned with `tune_budget` evaluations; once per run and choice (`name`, its
-        directory; `said`: how the messages name it, by default its flags)."""
+        model's, or a rewrite's) under `flags`: each that another choice formed alike, by its
+        tuning there, and `rewrite_tunes` more, one per shape, each tuned with `tune_budget`
+        evaluations; once per run and choice (`name`, its directory; `said`: how the messages
+        name it, by default its flags)."""
         key = ("choice-tuned", name, flags, self.tune_budget)
         if key in env.built:
             return env.built[key]
@@ -297,18 +298,27 @@ class FlagStage:
                              if isinstance(w, Workload) and w.entry == env.workload.entry), None)
             chosen, _ = (select_dispatches(found, None, workload, 0.0, None, (), self.search.pipeline) if workload
                          else ([], []))
-            # Those the model's pipeline takes first (what a flag set that has it take more
-            # dispatches is for: KEEP_TRANSPOSES), then the largest; none far smaller than the
-            # largest (FORMED_FLOPS_FRACTION).
-            formed = [c for c in chosen if c[0].kind in kinds]
-            largest = max((c[0].flops for c in formed), default=0)
-            created = sorted((c for c in formed if c[0].flops >= FORMED_FLOPS_FRACTION * largest),
-                             key=lambda c: (self._takes(c[0]), c[0].flops), reverse=True)[:self.rewrite_tunes]
 
             def alike(d: Dispatch) -> tuple:
                 """What a tuning serves: dispatches formed alike, compiled under the same codegen flags."""
                 return ("formed-tuned", signature(d, self.search.pipeline),
                         codegen_flags(flags, d.target.backend, d.kind == DispatchKind.CONVOLUTION), self.tune_budget)
+
+            # Every one another choice formed alike serves at no cost; the `rewrite_tunes` tunings
+            # go to those not tuned yet: first those the model's pipeline takes (what a flag set
+            # that has it take more dispatches is for: KEEP_TRANSPOSES), then the largest; none far
+            # smaller than the largest (FORMED_FLOPS_FRACTION). Llama's and BERT's head-split
+            # projections, 2-D matmuls under O3 with the transposes kept, went untuned behind the
+            # MLP matmuls that O3 had tuned already, and the choice lost by 1-2% (H200).
+            formed = [c for c in chosen if c[0].kind in kinds]
+            largest = max((c[0].flops for c in formed), default=0)
+            formed = [c for c in formed if c[0].flops >= FORMED_FLOPS_FRACTION * largest]
+            served = [c for c in formed if alike(c[0]) in env.built]
+            fresh: dict[tuple, tuple] = {}
+            for c in sorted(formed, key=lambda c: (self._takes(c[0]), c[0].flops), reverse=True):
+                if alike(c[0]) not in env.built:
+                    fresh.setdefault(alike(c[0]), c)
+            created = served + list(fresh.values())[:self.rewrite_tunes]
 
             stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
             for dispatch, outcome in created:
