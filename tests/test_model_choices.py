@@ -517,7 +517,7 @@ def test_rewrites_each_wrong_alone_are_tried_together(tmp_path, monkeypatch, wro
     refused and the other was merely no faster, nothing joins them."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from tests.test_tune_model import MLP
-    from tuner.stages import builtin, flags as flag_stage
+    from tuner.stages import builtin, flags as flag_stage, halving
     from tuner.stages.model_timing import Comparison
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
@@ -530,7 +530,8 @@ def test_rewrites_each_wrong_alone_are_tried_together(tmp_path, monkeypatch, wro
         return replace(cmp, failed={**cmp.failed, **{n: "a different result (relative error 1.1)" for n in off}},
                        errors={**cmp.errors, **{n: 1.1 for n in off}})
 
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)  # the numerics check
+    monkeypatch.setattr(halving, "compare_on_model", designed_numerics)  # the timed rounds
     timer = lambda vmfb, settings: Timing(({"flags-a+b": 0.5}.get(vmfb.parent.name, 1.0),))  # noqa: E731
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
@@ -552,7 +553,7 @@ def test_a_right_choice_slower_than_a_wrong_default_is_chosen_and_extended(tmp_p
     to it and kept for beating it."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from tests.test_tune_model import MLP
-    from tuner.stages import builtin, flags as flag_stage
+    from tuner.stages import builtin, flags as flag_stage, halving
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
     monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
@@ -566,7 +567,8 @@ def test_a_right_choice_slower_than_a_wrong_default_is_chosen_and_extended(tmp_p
         return replace(cmp, failed={**cmp.failed, **{n: "a different result (relative error 1.1)" for n in wrong}},
                        errors={**cmp.errors, **{n: 1.1 for n in wrong}}, reference_check=off)
 
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)  # the numerics check
+    monkeypatch.setattr(halving, "compare_on_model", designed_numerics)  # the timed rounds
     times = {"flags-b": 1.1, "flags-a+b": 0.5}
     timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731
     model = tmp_path / "mlp.mlir"
@@ -762,6 +764,60 @@ def test_a_flag_set_the_choices_own_dispatches_call_for_is_tried_on_it_and_on_a_
     said.clear()
     third = flag_stage(tmp_path / "out", said)
     assert third.flags == both and not any("not tried" in line for line in said), said
+
+
+class _Stopped(BaseException):
+    """What a device's per-call limit does to a run: it ends where it is."""
+
+
+@pytest.mark.slow
+def test_a_flag_stage_stopped_in_its_second_step_resumes_there_without_timing_the_first_again(tmp_path, monkeypatch):
+    """Designed times: data tiling 0.8 ms and no debug symbols 0.9 ms alone (the default 1.0), so
+    the first step keeps data tiling and the second tries both on it. The run is stopped while
+    the second step is timed; the rerun takes the first step as it was judged (neither choice
+    alone is timed again) and times the second, and decides as a run never stopped does."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from pipelines.model_flags import DATA_TILING_FLAG
+    from tests.test_tune_model import MLP
+    from tuner.stages.flag_decision import FLAG_STEPS
+    from tuner.stages.flag_options import ModelOption
+
+    no_symbols = ("--iree-llvmcpu-debug-symbols=false",)
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,), no_symbols))
+    monkeypatch.setitem(REWRITES, "cpu", ())
+    tiling, symbols = ModelOption((DATA_TILING_FLAG,)).directory, ModelOption(no_symbols).directory
+    both = ModelOption((DATA_TILING_FLAG, *no_symbols)).directory
+    times = {tiling: 0.8, symbols: 0.9, both: 0.6}
+    timed: list[str] = []
+    stop = {"at": both}
+
+    def timer(vmfb, settings):
+        if vmfb.parent.name == stop["at"]:
+            stop["at"] = None
+            raise _Stopped()
+        timed.append(vmfb.parent.name)
+        return Timing((times.get(vmfb.parent.name, 1.0),))
+
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+
+    def flag_stage(out: Path, said: list):
+        return tune_model(model, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(rounds=2, timer=timer),
+                          listen=Listeners(say=said.append), stages=[FlagStage(tune_budget=0)]).state
+
+    with pytest.raises(_Stopped):
+        flag_stage(tmp_path / "out", [])
+    assert symbols in timed and (tmp_path / "out" / FLAG_STEPS).is_file()
+    timed.clear()
+    said: list[str] = []
+    resumed = flag_stage(tmp_path / "out", said)
+    assert symbols not in timed and both in timed, timed
+    assert any("flag-runs: as an earlier run judged it" in line for line in said), said
+    assert resumed.flags == (DATA_TILING_FLAG, *no_symbols)
+    assert not (tmp_path / "out" / FLAG_STEPS).exists()  # the decision holds it now
+    never_stopped = flag_stage(tmp_path / "never", [])
+    assert never_stopped.flags == resumed.flags
+    assert never_stopped.flag_trials == pytest.approx(resumed.flag_trials)
 
 
 def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed(tmp_path, monkeypatch):

@@ -1,14 +1,16 @@
 """The flag stage's finished decision (DIR/flag-decision.json): recorded when the stage ends,
 reused by a rerun on the same model, target and first-round choices (a rerun after an
-interruption would otherwise decide again, on other timings, and tune other dispatches), and
-how a decision and its trials are said."""
+interruption would otherwise decide again, on other timings, and tune other dispatches); the
+judged steps of a stage not finished (DIR/flag-steps.json, StepLog), reused alike; and how a
+decision and its trials are said."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from pipelines import taking_flags
 from pipelines.model_flags import flag_legend, short_flags
@@ -18,6 +20,7 @@ from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_options import ModelOption, applying_rewrites, rewritten_program
 
 FLAG_DECISION = "flag-decision.json"  # DIR/: the flag stage's finished decision, reused by a rerun
+FLAG_STEPS = "flag-steps.json"  # DIR/: the judged steps of a flag stage not finished, reused by a rerun
 
 
 def decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
@@ -61,6 +64,55 @@ def earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mode
         if again is None or again.resolve() != program.resolve():
             return None
     return ModelState(flags=flags, flag_trials=data.get("trials", {}), rewrites=rewrites, program=program)
+
+
+@dataclass
+class StepLog:
+    """The judged steps of a flag stage not finished yet (DIR/flag-steps.json), each by its
+    directory: the choices it timed, against which reference, their figures, which it kept. A
+    rerun of the stage on the same model, target and first-round choices takes a step it finds
+    with the same choices against the same reference as judged, and times from the first step it
+    does not find (issue 62: tune-model stopped by a device's per-call limit inside the flag stage
+    timed every step again when resumed; builds and dispatch tunings were already reused). The
+    log is removed when the stage records its decision. `path` None: nothing is read or kept."""
+
+    path: Optional[Path] = None
+    key: dict = field(default_factory=dict)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of_run(cls, env: StageEnv, options: list[ModelOption]) -> "StepLog":
+        """The run's log, with the steps of an earlier run on the same model, target and options."""
+        path, key = env.output_dir / FLAG_STEPS, decision_key(env, options)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        steps = data.get("steps") if isinstance(data, dict) and data.get("key") == key else None
+        return cls(path, key, steps if isinstance(steps, dict) else {})
+
+    def earlier(self, directory: str, labels: list[str], reference: str) -> Optional[dict[str, Any]]:
+        """The step judged in `directory` by an earlier run, where it timed the same choices
+        against the same reference; else None."""
+        step = self.steps.get(directory)
+        if (isinstance(step, dict) and step.get("labels") == labels and step.get("reference") == reference
+                and (step.get("judged") is None or step.get("judged") in labels)):
+            return step
+        return None
+
+    def record(self, directory: str, labels: list[str], reference: str, trials: dict, wrong: set[str],
+               judged: Optional[str] = None, speedup: float = 1.0, over_wrong: bool = False) -> None:
+        if self.path is None:
+            return
+        self.steps[directory] = {"labels": labels, "reference": reference, "judged": judged, "speedup": speedup,
+                                 "over_wrong": over_wrong, "trials": {k: trials[k] for k in labels if k in trials},
+                                 "wrong": sorted(w for w in wrong if w in labels)}
+        write_file(self.path, json.dumps({"key": self.key, "steps": self.steps}, indent=1))
+
+    def close(self) -> None:
+        """The stage finished: its decision holds what the steps were for."""
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 def decision_text(state: ModelState) -> str:

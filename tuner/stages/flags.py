@@ -22,12 +22,12 @@ from tuner.errors import ToolError
 from tuner.rewrite import combined
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
-from tuner.stages.flag_decision import decision_text, earlier_decision, record_decision, trials_text
+from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision, record_decision, trials_text
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
                                        rewritten_program, taking_flag_sets, together_options)
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
                                   with_flags)
-from tuner.stages.model_timing import Comparison
+from tuner.stages.halving import compare_halving
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 # DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: the choice's variant directory)
@@ -83,7 +83,9 @@ class FlagStage:
                 return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
                                program=earlier.program)
         else:
-            decided = self._decide(state, env, options)
+            steps = StepLog.of_run(env, options)
+            decided = self._decide(state, env, options, steps)
+            steps.close()
         record_decision(env, options, decided)
         return decided
 
@@ -111,29 +113,29 @@ class FlagStage:
             return None
         figure = state.flag_trials.get(option.label)
         option, best, speedup = self._extend(env, default, option, best, figure if isinstance(figure, float) else 1.0,
-                                             trials)
+                                             trials, StepLog())
         tried = {k: v for k, v in trials.items() if k not in state.flag_trials}
         env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model; "
                 f"tried on it: {trials_text(tried)})")
         return replace(state, flags=option.flags, flag_trials=trials,
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
-    def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption]) -> ModelState:
+    def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption], steps: StepLog) -> ModelState:
         default = build_once(env, Variant("default"))
         if not default.ok:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         trials: dict = {}
         wrong: set[str] = set()
-        judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, progress=True)
+        judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, steps, progress=True)
         together = together_options(env, wrong, self.search.pipeline) if judged is None else []
         if together:
             env.say(f"  {' and '.join(together[0].rewrite.names)} each compute another result alone: "
                     "trying them together")
-            judged = self._judge(env, default, default, together, trials, "flag-runs-together", wrong)
+            judged = self._judge(env, default, default, together, trials, "flag-runs-together", wrong, steps)
         if judged is None:
             env.say(f"model-wide choices: none beats the default ({trials_text(trials)})")
             return replace(state, flag_trials=trials)
-        option, best, speedup = self._extend(env, default, judged.option, judged.best, judged.speedup, trials)
+        option, best, speedup = self._extend(env, default, judged.option, judged.best, judged.speedup, trials, steps)
         why = ("; the default's result is off llvm-cpu's, so the fastest choice that computes it right is kept"
                if judged.over_wrong_default else "")
         env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model{why}; "
@@ -142,7 +144,7 @@ class FlagStage:
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
     def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
-               trials: dict, directory: str, wrong: set[str], scale: float = 1.0,
+               trials: dict, directory: str, wrong: set[str], steps: StepLog, scale: float = 1.0,
                progress: bool = False) -> Optional[Judged]:
         """Each option built (`_build`) and timed on the model against `reference`, its figure in
         `trials` (times `scale`: against the default where the reference is not it); the fastest
@@ -151,7 +153,21 @@ class FlagStage:
         compares: a right model is the result before a fast wrong one (an SDXL attention block on
         cuda: pointwise-conv-as-matmul, right, 0.98x the wrong default, then raise-attention on top
         of it). The labels of those refused for computing another result are added to `wrong`.
-        `progress`: each build counted in the "choices" phase."""
+        `progress`: each build counted in the "choices" phase. A step an earlier run judged
+        (`steps`) is taken as it was judged, untimed: its choices are built again as they were
+        (from the builds and finished tunings the run left, each tuning serving the choices after
+        it as it did), and the one it kept is kept."""
+        labels = [o.label for o in options]
+        earlier = steps.earlier(directory, labels, reference.variant.name)
+        if earlier is not None:
+            env.say(f"  {directory}: as an earlier run judged it, not timed again")
+            built = {o.label: self._build(env, default, o, trials, reference, wrong) for o in options}
+            trials.update(earlier["trials"])
+            wrong.update(earlier["wrong"])
+            best = built.get(earlier["judged"])
+            if best is None or not best.ok:
+                return None
+            return Judged(options[labels.index(earlier["judged"])], best, earlier["speedup"], earlier["over_wrong"])
         prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
@@ -161,8 +177,9 @@ class FlagStage:
             if progress and env.progress:
                 env.progress("choices", i, len(options))
         if not built:
+            steps.record(directory, labels, reference.variant.name, trials, wrong)
             return None
-        cmp, behind = _compare_halving(env, reference, [b for _, b in built], directory)
+        cmp, behind = compare_halving(env, reference, [b for _, b in built], directory)
         for option, b in built:
             if b.variant.name in behind:
                 env.say(f"  {short_flags(option.label)}: {behind[b.variant.name]}")
@@ -175,13 +192,13 @@ class FlagStage:
         over_wrong = reference is default and bool(cmp.reference_check)
         winners = [(o, b) for o, b in built if b.variant.name in cmp.paired and cmp.paired[b.variant.name].ratios
                    and b.variant.name not in behind and (over_wrong or cmp.paired[b.variant.name].beats_baseline)]
-        if not winners:
-            return None
-        option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup)
-        return Judged(option, best, cmp.paired[best.variant.name].speedup, over_wrong)
+        option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup) if winners else (None, None)
+        speedup = cmp.paired[best.variant.name].speedup if best else 1.0
+        steps.record(directory, labels, reference.variant.name, trials, wrong, option and option.label, speedup, over_wrong)
+        return Judged(option, best, speedup, over_wrong) if best else None
 
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
-                trials: dict) -> tuple[ModelOption, BuiltVariant, float]:
+                trials: dict, steps: StepLog) -> tuple[ModelOption, BuiltVariant, float]:
         """The choice with the other applying rewrites and the other flag sets added one at a
         time (extensions), each addition kept where the model with it beats the choice so far
         side by side (ResNet-50 on cuda: the subsample with channels-last first, then padded rows
@@ -195,7 +212,7 @@ class FlagStage:
             # was slower than the choice: the same build, not timed again.
             more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.program))
                     if o.label not in trials]
-            judged = (self._judge(env, default, best, more, trials, f"flag-runs-{step}", set(), scale=speedup)
+            judged = (self._judge(env, default, best, more, trials, f"flag-runs-{step}", set(), steps, scale=speedup)
                       if more else None)
             if judged is None:
                 break
@@ -343,40 +360,6 @@ class FlagStage:
                     env.say(f"    {tuned.status}")
         env.built[key] = tuple(parts)
         return env.built[key]
-
-
-# Successive halving of a round of choices (_compare_halving): one whose first round is this far
-# behind the round's fastest (the reference included) is timed no further. A round's ratio moves
-# by about a tenth on a quiet machine (comparison.DRIFT_FLOOR): a choice a quarter behind after
-# one round does not become the fastest in the next three.
-HALVING_BEHIND = 0.25
-
-
-def _compare_halving(env: StageEnv, reference: BuiltVariant, trials: list[BuiltVariant], directory: str
-                     ) -> tuple[Comparison, dict[str, str]]:
-    """compare_on_model in the run's rounds by successive halving: every trial in one round, then
-    only those within HALVING_BEHIND of the round's fastest in the rounds left (issue 62: every
-    choice was timed in every round). Returns the comparison (a trial left behind keeps its one
-    round) and, for each trial left behind, why. Where the reference's result is off the host's,
-    it does not count among the fastest: the fastest right choice is then the result however it
-    compares (_judge), and none is left behind for the reference."""
-    rounds = env.rounds
-    if rounds <= 1 or len(trials) < 2:
-        return compare_on_model(env, reference, trials, directory), {}
-    first = compare_on_model(env, reference, trials, directory, rounds=1)
-    timed = {n: p for n, p in first.paired.items() if p.ratios}
-    fastest = max([*(p.speedup for p in timed.values()), *(() if first.reference_check else (1.0,))], default=1.0)
-    ahead = {n for n, p in timed.items() if p.speedup >= (1 - HALVING_BEHIND) * fastest}
-    behind = {n: (f"{p.speedup:.2f}x in its first round, more than {HALVING_BEHIND:.0%} behind the fastest "
-                  f"({fastest:.2f}x): not timed further") for n, p in timed.items() if n not in ahead}
-    rest_of = [t for t in trials if t.variant.name in ahead]
-    if not rest_of:
-        return first, behind
-    rest = compare_on_model(env, reference, rest_of, f"{directory}-rounds", rounds=rounds - 1)
-    paired = {n: (p.then(rest.paired[n]) if n in rest.paired else p) for n, p in first.paired.items()}
-    variant_ms = {n: first.variant_ms.get(n, ()) + rest.variant_ms.get(n, ()) for n in first.variant_ms}
-    return replace(first, reference_ms=first.reference_ms + rest.reference_ms, paired=paired,
-                   variant_ms=variant_ms, failed={**first.failed, **rest.failed}), behind
 
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
