@@ -112,7 +112,9 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
               help="Time a dispatch's confirmation rounds again where an earlier run confirmed the same candidates.")
 @click.option("--compile-timeout", default=300.0, show_default=True, type=SECONDS, help="Seconds per compile.")
 @click.option("--run-timeout", default=120.0, show_default=True, type=SECONDS, help="Seconds per benchmark run.")
-@click.option("--device", "devices", multiple=True, help="Runtime device to benchmark on.")
+@click.option("--device", "devices", multiple=True,
+              help="Runtime device to benchmark on; repeat for several GPUs (cuda://0, cuda://1): candidates and "
+                   "whole-model variants are timed on all, each against the baseline on its own device.")
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(["auto", "ray"]),
               help="ray: tune every dispatch at once on a Ray cluster, its candidates compiled and timed there "
                    "(docs/reference.md); auto: one dispatch after another on this machine.")

@@ -158,7 +158,8 @@ def run_plan(root: Path, devices: Sequence[str] = (), settings: EvalSettings = E
              parameters: Sequence[str] = ()) -> ModelPlan:
     """Measure what DIR's model plan asks for, on `devices` (default: the plan's device). With
     `strategy` "ray", a dispatch step's dispatches are timed at once on the Ray cluster's benchmark
-    workers; a profile or a whole-model comparison is one device's work and stays on this machine.
+    workers; a profile or a whole-model comparison stays on this machine (the comparison's variants
+    dealt over `devices` where they are several GPUs).
     The model reads the external parameters the plan records, or `parameters` (parsed) in place
     of those of the same scope."""
     with RunDirectory(root):  # one run at a time in DIR
@@ -199,7 +200,8 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
         module_run = replace(settings, check_numerics=True).module_run(
             device, Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs))
         cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants], module_run, plan.rounds,
-                      root / "variants" / f"runs-{plan.step}", progress=progress, host=_host_result(root, plan))
+                      root / "variants" / f"runs-{plan.step}", progress=progress, host=_host_result(root, plan),
+                      devices=devices)
         _write(root / plan.measured, {**cmp.to_json(), "key": plan.key})
     else:
         raise InputError(f"{root / PLAN}: unknown step {plan.step!r}")
