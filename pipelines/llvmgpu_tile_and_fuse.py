@@ -37,8 +37,9 @@ PREFETCH_STAGES = (0, 2, 3)
 FIXED_PREFETCH_BACKENDS = ("cuda",)
 # On rocm (gfx942) prefetch stages do change the executable, but the workgroup reorder does not
 # either: of 25 candidates for 4096^3, 10 pairs compiled to identical binaries and each pair
-# differed only in reorder_workgroups_strategy. So the order stays at the default everywhere.
-REORDER_TAKES_EFFECT_BACKENDS: tuple[str, ...] = ()
+# differed only in reorder_workgroups_strategy. So the order stays at the default everywhere: the
+# knob `reorder_workgroups` has the one value 0 (kept so that the spaces recorded with it,
+# tests/fixtures/spaces, still replay).
 PIPELINE = "#iree_gpu.pipeline<TileAndFuse>"
 
 
@@ -131,10 +132,8 @@ class LLVMGPUTileAndFuse(Pipeline):
         red_k = p.add_knob(IntKnob.of("reduction_k", [1, 2, 4, 8]))
         fixed = t.backend in FIXED_PREFETCH_BACKENDS
         prefetch = p.add_knob(IntKnob.of("prefetch_num_stages", (2,) if fixed else PREFETCH_STAGES))
-        # Workgroup order: 0 launches in the default order, 1 transposes it (better L2 reuse of
-        # B tiles when there are many workgroups along M), where the compiler acts on it.
-        reorder = p.add_knob(IntKnob.of("reorder_workgroups",
-                                        [0, 1] if t.backend in REORDER_TAKES_EFFECT_BACKENDS else [0]))
+        # Workgroup order: the default's on every backend (no compiler here acts on another).
+        p.add_knob(IntKnob.of("reorder_workgroups", [0]))
         splits = split_factors(dispatch)
         split: z3.ArithRef | int = 1
         if len(splits) > 1:
@@ -208,10 +207,10 @@ class LLVMGPUTileAndFuse(Pipeline):
         p.prefer("four_to_eight_subgroups", z3.And(sg_m.var * sg_n.var >= 4, sg_m.var * sg_n.var <= 8))
         p.prefer("deep_k_step", k_tile >= 32)
         p.prefer("first_intrinsic", mma.var == 0)
-        # Within those, cycle through K steps, prefetch depths, workgroup orders and tile shapes.
+        # Within those, cycle through K steps, prefetch depths and tile shapes.
         # (no_reduce_shared_memory_bank_conflicts stays at the compiler's default: on the H100,
         # 100 configs of 4096^3 without the padding ran 1.75-3 ms, their twins with it 1.06-2 ms.)
-        p.diversify(red_k.name, prefetch.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, reorder.name, mma.name,
+        p.diversify(red_k.name, prefetch.name, tile_m.name, tile_n.name, sg_m.name, sg_n.name, mma.name,
                     *(["split_k"] if len(splits) > 1 else []))
         return p
 
@@ -305,9 +304,7 @@ class LLVMGPUTileAndFuse(Pipeline):
                     if isinstance(named.attr, ir.UnitAttr):
                         fields[named.name] = named.attr
             lowering = iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get(fields))
-            reorder = iree_gpu.ReorderWorkgroupsStrategyAttr.get(
-                iree_gpu.ReorderWorkgroupsStrategy.Transpose if s["reorder_workgroups"]
-                else iree_gpu.ReorderWorkgroupsStrategy.None_)
+            reorder = iree_gpu.ReorderWorkgroupsStrategyAttr.get(iree_gpu.ReorderWorkgroupsStrategy.None_)
             options = iree_gpu.PipelineOptionsAttr.get(prefetch_num_stages=int(s["prefetch_num_stages"]),
                                                        reorder_workgroups_strategy=reorder,
                                                        use_igemm_convolution=(not view.direct) if tuned.conv else None)
@@ -318,7 +315,7 @@ class LLVMGPUTileAndFuse(Pipeline):
         summary = (f"{intrinsic.name.removeprefix('NV_')} wg {wg_m}x{wg_n} "
                    f"subgroups {s['subgroups_m']}x{s['subgroups_n']} of {s['subgroup_m']}x{s['subgroup_n']} "
                    f"k{s['reduction_k']} prefetch {s['prefetch_num_stages']}"
-                   + (" transposed" if s["reorder_workgroups"] else "") + (f" split-K {split}" if split > 1 else ""))
+                   + (f" split-K {split}" if split > 1 else ""))
         config = tiled_config(s, lowering, translation, summary)
         if split == 1:
             # On cuda the config goes in where the compiler configures the dispatch: a preprocessing

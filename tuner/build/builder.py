@@ -33,11 +33,6 @@ class Builder(Protocol):
         """Stop what was started and has not landed (its compiles killed or cancelled)."""
 
 
-def build_now(builder: Builder, c: Candidate) -> Built:
-    """Build one candidate and wait for it."""
-    return builder.land(c, builder.start(c))
-
-
 def build_all(builder: "Builder", candidates: list[Candidate], progress: Optional[Progress] = None,
               on_built: Optional[Callable[[Built], None]] = None) -> list[Built]:
     """Every candidate built at once as the builder allows, each landed (checked) in this thread
