@@ -113,21 +113,27 @@ def wide_functions(path: Path, name: str) -> list[str]:
     return wide
 
 
-def main() -> int:
-    known = modules()
-    top = [n for n in known if n.startswith("tuner.") and n.count(".") == 1 and not (known[n].name == "__init__.py")]
-    long = [f"{n}: {len(p.read_text().splitlines())} lines" for n, p in known.items()
-            if len(p.read_text().splitlines()) > LINES_LIMIT]
-    private, graph, wide = [], {}, []
+def module_graph(known: dict[str, Path]) -> tuple[list[str], dict[str, set[str]]]:
+    """The private names imported across the `known` modules ("a imports b._x"), and the import
+    graph between them (a package's __init__ importing its own submodules is not an edge of the
+    design)."""
+    private, graph = [], {}
     for name, path in known.items():
         for target, taken in imports(path, name, known):
             if target != name:
                 graph.setdefault(name, set()).add(target)
             private += [f"{name} imports {target}.{t}" for t in taken if t.startswith("_") and not t.startswith("__")]
-        if not name.startswith("tuner.cli"):
-            wide += wide_functions(path, name)
-    # A package's __init__ importing its own submodules is not a cycle of the design.
-    graph = {k: {v for v in vs if not v.startswith(k + ".") and not k.startswith(v + ".")} for k, vs in graph.items()}
+    return private, {k: {v for v in vs if not v.startswith(k + ".") and not k.startswith(v + ".")}
+                     for k, vs in graph.items()}
+
+
+def main() -> int:
+    known = modules()
+    top = [n for n in known if n.startswith("tuner.") and n.count(".") == 1 and not (known[n].name == "__init__.py")]
+    long = [f"{n}: {len(p.read_text().splitlines())} lines" for n, p in known.items()
+            if len(p.read_text().splitlines()) > LINES_LIMIT]
+    private, graph = module_graph(known)
+    wide = [w for name, path in known.items() if not name.startswith("tuner.cli") for w in wide_functions(path, name)]
     found = cycles(graph)
     folder_cycles = cycles(folder_graph(graph))
     report = [

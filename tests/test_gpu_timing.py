@@ -360,9 +360,8 @@ def test_whole_model_variants_on_several_gpus_are_each_paired_with_the_reference
         return Timing(((0.5 if vmfb.name.startswith("v") else 1.0) * scale[settings.device],))
 
     variants = [(f"v{i}", tmp_path / f"v{i}.vmfb") for i in range(4)]
-    settings = ModuleRun("cuda://0", "main", (), checked=None)
-    cmp = compare(("default", tmp_path / "ref.vmfb"), variants, settings, 3, tmp_path / "cmp", timer,
-                  devices=("cuda://0", "cuda://1"))
+    settings = ModuleRun("cuda://0", "main", (), checked=None, spread_over=("cuda://0", "cuda://1"))
+    cmp = compare(("default", tmp_path / "ref.vmfb"), variants, settings, 3, tmp_path / "cmp", timer)
     assert set(cmp.paired) == {name for name, _ in variants}
     assert all(p.ratios == (2.0, 2.0, 2.0) for p in cmp.paired.values()), cmp.paired
     on = {name: {d for d, v, _ in timed if v == f"{name}.vmfb"} for name, _ in variants}
@@ -371,6 +370,6 @@ def test_whole_model_variants_on_several_gpus_are_each_paired_with_the_reference
     assert cmp.reference_ms == (1.0,) * 7  # one device's chain: 1 + 2 variants x 3 rounds
     # One device, or the host's own cores: one chain, as before.
     timed.clear()
-    single = compare(("default", tmp_path / "ref.vmfb"), variants, replace(settings, device="local-task"), 1,
-                     tmp_path / "cpu", lambda vmfb, s: Timing((1.0,)), devices=("local-task", "local-sync"))
+    cpu = replace(settings, device="local-task", spread_over=("local-task", "local-sync"))
+    single = compare(("default", tmp_path / "ref.vmfb"), variants, cpu, 1, tmp_path / "cpu", lambda vmfb, s: Timing((1.0,)))
     assert set(single.paired) == {name for name, _ in variants} and len(single.reference_ms) == 5

@@ -157,11 +157,12 @@ def test_the_lead_is_the_candidate_whose_rounds_hold_up_not_one_lucky_round():
     # Candidate 1: one round at 3x and three near 1.1x (median 1.15x); candidate 2: four rounds at
     # 1.3-1.4x (median 1.35x, lower 1.3x). Candidate 3 has the higher median of the two lucky ones
     # (1.78x) but its second-smallest round is 1.06x: the lead is candidate 2.
-    from tuner.core.comparison import Paired, leading
+    from tuner.core.comparison import Paired
 
     rounds = {1: (3.0, 1.1, 1.12, 1.18), 2: (1.3, 1.35, 1.35, 1.4), 3: (2.9, 2.5, 1.05, 1.06)}
-    lead = max(rounds, key=lambda i: leading(Paired(rounds[i]), i))
-    assert lead == 2
+    ranking = rank([_r(0, 10.0, baseline=True, first=1.0),
+                    *(_r(i, 5.0, first=r[0], ratios=r) for i, r in rounds.items())])
+    assert ranking.best.candidate_id == 2
     assert Paired(rounds[3]).speedup > Paired(rounds[2]).speedup  # the median alone would pick 3
 
 

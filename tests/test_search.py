@@ -188,12 +188,16 @@ def _small_fixture(tmp_path: Path) -> Path:
     return path
 
 
-def test_replay_of_a_recorded_space_finds_its_known_best(tmp_path):
+def test_replay_of_a_recorded_space_finds_its_known_best_and_evaluates_no_point_twice(tmp_path):
     recording = load_recording(_small_fixture(tmp_path))
     assert recording.best == pytest.approx(2.0)
     for name in SEARCHES:
+        # A budget of the whole space: a search that proposed a point twice would run out of it
+        # before it met the best, or show the repeat among its steps.
         steps = replay(recording, name, seed=0, budget=Budget(len(recording.space)), stop_at=recording.best)
-        assert evaluations_to_reach(steps, recording.best) is not None, name
+        reached = evaluations_to_reach(steps, recording.best)
+        assert reached is not None and len(steps) - reached < 8, name  # it stopped with the batch that met it
+        assert len({s.index for s in steps}) == len(steps), name
     # The model search gets there well before the end of the space.
     steps = replay(recording, "model", seed=0, budget=Budget(len(recording.space)), stop_at=recording.best)
     assert evaluations_to_reach(steps, recording.best) <= len(recording.space) // 4

@@ -16,15 +16,18 @@ def _structure():
 
 def test_no_private_name_is_imported_across_modules_and_no_import_cycle():
     s = _structure()
-    known = s.modules()
-    private, graph = [], {}
-    for name, path in known.items():
-        for target, taken in s.imports(path, name, known):
-            graph.setdefault(name, set()).add(target)
-            private += [f"{name}: {target}.{t}" for t in taken if t.startswith("_") and not t.startswith("__")]
-    graph = {k: {v for v in vs if v != k and not v.startswith(k + ".") and not k.startswith(v + ".")}
-             for k, vs in graph.items()}
+    private, graph = s.module_graph(s.modules())
     assert private == [] and s.cycles(graph) == []
+    assert "tuner.driver" in graph and "constraints" in {t.split(".")[0] for vs in graph.values() for t in vs}
+
+
+def test_the_module_graph_finds_a_private_import_made_inside_a_function(tmp_path):
+    s = _structure()
+    (tmp_path / "a.py").write_text("from b import public\n\ndef f():\n    from b import _hidden\n")
+    (tmp_path / "b.py").write_text("import a\n\ndef public():\n    pass\n\ndef _hidden():\n    pass\n")
+    private, graph = s.module_graph({"a": tmp_path / "a.py", "b": tmp_path / "b.py"})
+    assert private == ["a imports b._hidden"] and graph == {"a": {"b"}, "b": {"a"}}
+    assert s.cycles(graph) == [["a", "b"]]
 
 
 def test_the_cycle_finder_finds_a_lazy_cycle():

@@ -48,6 +48,9 @@ class ModuleRun:
     # More runtime flags for both tools, e.g. `--task_topology_cpu_ids=` where a cluster's CPU
     # benchmark worker times on cores that compiles do not use (tuner.cluster).
     runtime_flags: tuple[str, ...] = ()
+    # The devices a comparison of several whole-model builds deals them over, each timing its
+    # share against the reference (tuner.stages.model_timing.compare); () or one: `device` alone.
+    spread_over: tuple[str, ...] = ()
 
 
 DISPATCH_BATCH = 50

@@ -108,10 +108,11 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     in `rounds` rounds (default: the run's; 0: their numerics only), dealt over the run's GPUs
     where it has several; one that did not build is named in `failed`."""
     built = [t for t in trials if t.ok]
-    settings = replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs())
+    settings = replace(replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs()),
+                       spread_over=tuple(env.devices))
     cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
                   env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress,
-                  host=host_output(env), devices=env.devices)
+                  host=host_output(env))
     if cmp.reference_check and ("reference-check", reference.variant.name) not in env.built:
         env.built[("reference-check", reference.variant.name)] = cmp.reference_check
         env.say(f"numerics: {cmp.reference_check}")

@@ -74,11 +74,13 @@ def off_host(reference_check: str) -> str:
 def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: ModuleRun, rounds: int,
             directory: Path, timer: ModelBenchmark = iree_benchmark,
             progress: Optional[Callable[[str, int, int], None]] = None,
-            host: Optional[np.ndarray] = None, devices: Sequence[str] = ()) -> Comparison:
-    """`compare_on_device` on `settings.device`; with several `devices` (GPUs, not the host's own
-    cores, which timings would share) and several variants, the variants dealt over the devices,
+            host: Optional[np.ndarray] = None) -> Comparison:
+    """`compare_on_device` on `settings.device`; with several `settings.spread_over` (GPUs, not
+    the host's own cores, which timings would share) and several variants, the variants dealt
+    over those devices,
     each device timing its share against the reference in a chain of its own, side by side: a
     ratio is always of two timings on one device (issue 62)."""
+    devices = settings.spread_over
     gpus = [d for d in dict.fromkeys(devices) if not d.startswith("local")]
     spread = gpus[:len(variants)] if len(gpus) == len(set(devices)) else []
     if len(spread) < 2:
