@@ -46,9 +46,13 @@ def test_a_sample_of_candidates_compiles_and_carries_its_config(sample, target_n
     assert len(candidates) == count + 1 and candidates[0].is_baseline
     built = build_all(LocalBuilder.of(SAMPLES / sample, target, tmp_path, ctx), candidates)
     failures = {b.result.label: b.result.error for b in built if not b.result.ok}
-    assert not failures
+    assert not failures  # OK: compiled, and the config was read back from the compiled dispatch
     for b in built:
         assert b.vmfb is not None and b.vmfb.stat().st_size > 0
+    # Each config made its own code: no candidate's binary is the compiler's default's.
+    [base] = [b.result.binary_hash for b in built if b.result.is_baseline]
+    assert all(b.result.binary_hash != base for b in built if not b.result.is_baseline), \
+        [b.result.label for b in built if b.result.binary_hash == base]
 
 
 @pytest.mark.parametrize("sample,target_name", UNSUPPORTED, ids=lambda v: str(v))

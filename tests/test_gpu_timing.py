@@ -8,7 +8,6 @@ import json
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -330,46 +329,3 @@ def test_a_stopped_run_exits_while_a_device_call_is_stuck(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode != 0 and "Terminated" in proc.stderr.read()
-
-
-def test_whole_model_variants_on_several_gpus_are_each_paired_with_the_reference_on_their_own_device(tmp_path):
-    """Designed times: on cuda://0 every build runs in 1.0 ms (the reference) or 0.5 ms (a
-    variant), on cuda://1 in 4.0 or 2.0 ms. Dealt over both devices, each variant is timed on one
-    of them, side by side, and its ratios are of timings on its own device: 2.0 in every round. A
-    ratio across devices would read 0.5 or 8.0."""
-    import threading
-
-    from tuner.core.running import ModuleRun, Timing
-    from tuner.stages.model_timing import compare
-
-    scale = {"cuda://0": 1.0, "cuda://1": 4.0}
-    timed: list[tuple[str, str, str]] = []
-    busy: dict[str, int] = {}
-    overlapped = threading.Event()
-    lock = threading.Lock()
-
-    def timer(vmfb: Path, settings: ModuleRun) -> Timing:
-        with lock:
-            busy[settings.device] = busy.get(settings.device, 0) + 1
-            if len([d for d, n in busy.items() if n]) > 1:
-                overlapped.set()
-            timed.append((settings.device, vmfb.name, threading.current_thread().name))
-        overlapped.wait(0.05)  # long enough for the other device's chain to be timing too
-        with lock:
-            busy[settings.device] -= 1
-        return Timing(((0.5 if vmfb.name.startswith("v") else 1.0) * scale[settings.device],))
-
-    variants = [(f"v{i}", tmp_path / f"v{i}.vmfb") for i in range(4)]
-    settings = ModuleRun("cuda://0", "main", (), checked=None, spread_over=("cuda://0", "cuda://1"))
-    cmp = compare(("default", tmp_path / "ref.vmfb"), variants, settings, 3, tmp_path / "cmp", timer)
-    assert set(cmp.paired) == {name for name, _ in variants}
-    assert all(p.ratios == (2.0, 2.0, 2.0) for p in cmp.paired.values()), cmp.paired
-    on = {name: {d for d, v, _ in timed if v == f"{name}.vmfb"} for name, _ in variants}
-    assert all(len(devices) == 1 for devices in on.values()) and set.union(*on.values()) == set(scale)
-    assert overlapped.is_set()  # the two devices timed side by side
-    assert cmp.reference_ms == (1.0,) * 7  # one device's chain: 1 + 2 variants x 3 rounds
-    # One device, or the host's own cores: one chain, as before.
-    timed.clear()
-    cpu = replace(settings, device="local-task", spread_over=("local-task", "local-sync"))
-    single = compare(("default", tmp_path / "ref.vmfb"), variants, cpu, 1, tmp_path / "cpu", lambda vmfb, s: Timing((1.0,)))
-    assert set(single.paired) == {name for name, _ in variants} and len(single.reference_ms) == 5

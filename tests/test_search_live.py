@@ -7,6 +7,8 @@ import json
 import pytest
 
 from conftest import run_cli
+from tuner.core.settings import SearchSettings
+from tuner.search.heuristics import PreferenceHead
 
 
 def _said(result) -> str:
@@ -32,12 +34,13 @@ def test_a_search_tunes_within_its_budget_and_confirms_its_best_against_the_base
     assert result.exit_code == 0, result.output
     assert "search: model over" in _said(result)
     data = _results(out)
-    assert data["search"]["seeds"] == {"preference_head": 3}
+    head = PreferenceHead().count  # the heuristic's seeds, proposed first
+    assert data["search"]["seeds"] == {"preference_head": head}
     candidates = data["candidates"]
-    assert len(candidates) == 11 and sum(c["is_baseline"] for c in candidates) == 1
+    assert len(candidates) == 10 + 1 and sum(c["is_baseline"] for c in candidates) == 1  # the budget and the baseline
     assert data["search"]["budget"] == 10 and data["search"]["evaluations"] == 10
     proposed = [c.get("proposed_by") for c in sorted(candidates, key=lambda c: c["candidate_id"]) if not c["is_baseline"]]
-    assert proposed == ["preference_head"] * 3 + ["model"] * 7
+    assert proposed == ["preference_head"] * head + ["model"] * (10 - head)
     assert data["best"] == 6
     best = next(c for c in candidates if c["candidate_id"] == 6)
     assert best["speedup"] == 2.5 and len(best["round_ratios"]) == 4  # confirmed, paired with the baseline
@@ -53,7 +56,8 @@ def test_a_time_budget_stops_the_search_between_batches(tmp_path, small_matmul, 
                      "--repetitions", "1", "--confirm-rounds", "1", "--output", out)
     assert result.exit_code == 0, result.output
     data = _results(out)
-    assert data["search"]["evaluations"] == 8  # the first batch starts; no second one after the time is up
+    # The first batch starts; no second one after the time is up.
+    assert data["search"]["evaluations"] == SearchSettings().batch_size
     assert all(c.get("proposed_by") == "random" for c in data["candidates"] if not c["is_baseline"])
 
 

@@ -44,7 +44,9 @@ def test_a_load_change_mid_run_does_not_change_the_winner_or_its_speedup(small_m
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     [drift] = data["evaluation"]["drifts"]
     assert drift["change_pct"] == pytest.approx(200.0, rel=0.05)
-    # The candidates timed between the last calm and the first slow baseline timing were timed again.
+    # The candidates timed between the last calm and the first slow baseline timing were timed again:
+    # in the timing order (the baseline, candidates 1-5, the baseline every 5th, candidates 6-8) the
+    # slowdown starts at the 11th timing, the baseline after candidate 8.
     assert {i for i, r in by_id.items() if r.retimed} == {6, 7, 8}
     assert data["best"] == 7 and "2.00x the default" in data["verdict"]
     assert "hold only for that load" in data["verdict"]  # the ratio held, but the machine never got quiet again
