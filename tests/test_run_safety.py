@@ -582,7 +582,7 @@ def test_links_planted_in_the_directory_are_replaced_never_written_through(tmp_p
         assert (out / name).is_file() and not (out / name).is_symlink(), name
 
 
-def test_pack_refuses_its_own_directory_a_used_destination_and_a_file(tmp_path):
+def test_pack_writes_only_into_a_fresh_directory_outside_the_run_and_never_out_of_it(tmp_path):
     from tuner.stages.plan import ModelPlan
 
     run = tmp_path / "run"
