@@ -19,7 +19,7 @@ from tuner.discovery.program import discover
 from tuner.specs.candidates import candidate_for
 from tuner.specs.transform import build_spec
 from tuner.targets import parse_target
-from tests.conftest import SAMPLES, run_cli
+from tests.conftest import SAMPLES, iree_compile, run_cli
 
 PIPE = LLVMGPUMmaSync()
 KNOBS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages")
@@ -241,10 +241,7 @@ def test_a_model_spec_with_two_kernels_compiles_and_each_dispatch_takes_its_own(
     """The merge's spec for TWO_MATMULS tuned with the pipeline: one kernel without an epilogue,
     one with, in one file; plain iree-compile with the flags the model's outputs name puts each
     kernel on its own dispatch (read back from the dumped configurations)."""
-    import subprocess
-
     from tuner.specs.transform import uses_codegen_stage
-    from tuner.tools import find_tool
 
     target = parse_target("cuda:sm_80")
     program = tmp_path / "two.mlir"
@@ -257,10 +254,8 @@ def test_a_model_spec_with_two_kernels_compiles_and_each_dispatch_takes_its_own(
     spec = tmp_path / "model_spec.mlir"
     spec.write_text(str(build_spec(configs, ctx, target.spec_entry)))
     flags = [*target.compile_flags, *target.spec_flags(str(spec), uses_codegen_stage([c for _, c in configs]))]
-    run = subprocess.run([find_tool("iree-compile"), str(program), *flags, "-o", str(tmp_path / "m.vmfb"),
-                          f"--iree-hal-dump-executable-configurations-to={tmp_path / 'configs'}"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
+    # Retried where it hangs at exit (IREE 3.13 does now and then: this test once stalled CI 300 s).
+    iree_compile(program, *flags, "-o", tmp_path / "m.vmfb", f"--iree-hal-dump-executable-configurations-to={tmp_path / 'configs'}")
     texts = {p.name: p.read_text() for p in (tmp_path / "configs").glob("*.mlir")}
     for dispatch, kernel in ((plain, "@mma_sync_128x128x32_w2x2_s3>"), (relu, "@mma_sync_64x128x32_w2x2_s2_epilogue>")):
         number = re.search(r"dispatch_\d+", dispatch.name).group(0)

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from pipelines import taking_flags
 from pipelines.model_flags import flag_legend, short_flags
 from tuner.rewrite import combined
-from tuner.run_dir import write_file
+from tuner.run_dir import remove_tree, write_file
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_options import ModelOption, applying_rewrites, rewritten_program
 
@@ -112,7 +112,7 @@ class StepLog:
     def close(self) -> None:
         """The stage finished: its decision holds what the steps were for."""
         if self.path is not None:
-            self.path.unlink(missing_ok=True)
+            remove_tree(self.path)
 
 
 def decision_text(state: ModelState) -> str:
