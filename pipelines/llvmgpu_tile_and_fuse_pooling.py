@@ -40,6 +40,7 @@ from constraints import IntKnob, Problem, tiling
 from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import ELEMENT_BYTES, retiled_default
+from pipelines.model_flags import PAD_INTO_CONSUMER, PAD_INTO_PRODUCER
 from pipelines.printed_config import mma_kind, tiling_level
 
 if TYPE_CHECKING:
@@ -111,6 +112,20 @@ class LLVMGPUTileAndFusePooling(Pipeline):
 
     def supports(self, dispatch: Dispatch) -> bool:
         return _its_kind(dispatch) and bool(dispatch.default.subgroup_size) and _tiles(dispatch) is not None
+
+    def model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        """A model with a depthwise convolution over a window is also tried with the input's
+        padding fused into the op that produces it, and into the convolution (PAD_INTO_PRODUCER,
+        PAD_INTO_CONSUMER: no `slow_memcpy` dispatch copying the input into a padded buffer),
+        each judged with the convolutions it forms tuned first."""
+        return self.tuned_model_flags_for(dispatch)
+
+    def tuned_model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
+        conv = dispatch.conv
+        if _its_kind(dispatch) and _depthwise(dispatch) and conv is not None \
+                and any(dispatch.loop_bounds[d] > 1 for d in conv.filter):
+            return (PAD_INTO_PRODUCER, PAD_INTO_CONSUMER)
+        return ()
 
     def declines(self, dispatch: Dispatch) -> str | None:
         if _its_kind(dispatch) and _tiles(dispatch) is None:

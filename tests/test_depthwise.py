@@ -80,3 +80,34 @@ def test_depthwise_candidates_compile_on_cuda_and_carry_their_configs(depthwise,
         built = build_variant(depthwise, Variant(f"c{c.id}", parts=(SpecPart(d, c.config, c.label),)), target,
                               tmp_path / f"c{c.id}", ctx)
         assert built.ok, built.error
+
+
+def test_the_padding_of_convnexts_depthwise_convolutions_is_offered_fused_away_and_the_convolutions_stay_tuned(
+        tmp_path, ctx):
+    """The tiny ConvNeXt export (tests/fixtures/exports) with its linears 2-D, as tune-model keeps
+    it: under O3 each 7x7 depthwise convolution's input padding is a `slow_memcpy` dispatch of its
+    own. The window pipeline offers the padding fused into its producer and into the convolution;
+    under either flag no such copy is left and the convolutions are still the pipeline's."""
+    pytest.importorskip("onnx")
+    from pipelines.model_flags import O3, PAD_INTO_CONSUMER, PAD_INTO_PRODUCER
+    from tuner.discovery.program import discover_program
+    from tuner.input.models import program_source
+    from tuner.rewrite import ND_LINEAR_AS_MATMUL, rewrite_program
+
+    cuda = parse_target("cuda:sm_80")
+    exported = Path(__file__).parent / "fixtures" / "exports" / "convnext" / "model.onnx"
+    program = tmp_path / "convnext.nd-linear.mlir"
+    assert rewrite_program(program_source(exported, tmp_path, cuda), ND_LINEAR_AS_MATMUL, program)
+
+    def formed(flags):
+        found = discover_program(program, cuda, ctx, flags)
+        windows = [d for d in found.dispatches if d.kind == DispatchKind.CONVOLUTION and pipeline_for(d) is not None
+                   and pipeline_for(d).name == "llvmgpu_tile_and_fuse_pooling"]
+        return [name for name in found.other_kinds if "slow_memcpy" in name], windows
+
+    copies, windows = formed(O3)
+    assert len(copies) == 2 and len(windows) == 2  # one a stage: 16 and 32 channels
+    assert all(pipeline_for(d).model_flags_for(d) == (PAD_INTO_PRODUCER, PAD_INTO_CONSUMER) for d in windows)
+    for pad in (PAD_INTO_PRODUCER, PAD_INTO_CONSUMER):
+        copies, fused = formed((*O3, *pad))
+        assert copies == [] and sorted(d.loop_bounds for d in fused) == sorted(d.loop_bounds for d in windows), pad
