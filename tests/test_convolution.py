@@ -227,8 +227,10 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     assert DIRECT_CONVOLUTION in pipeline_for(nhwc).model_flags_for(nhwc)
     assert pipeline.tuned_model_flags_for(d) == (CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION))
     assert pipeline_for(nhwc).tuned_model_flags_for(nhwc) == (DIRECT_CONVOLUTION,)
-    env = SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda, model=NCHW, output_dir=tmp_path, built={},
-                          say=print)
+    from tuner.stages.base import RunCache
+
+    env = SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda, model=NCHW, output_dir=tmp_path,
+                          cache=RunCache(), say=print)
     options = model_options(env)
     for flags in (CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION)):
         [option] = [o for o in options if o.flags == flags and o.rewrite is None]

@@ -844,7 +844,10 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     model, out = tmp_path / "m.mlir", tmp_path / "out"
     model.write_text("module {\n}\n")
     out.mkdir()
-    env = SimpleNamespace(model=model, output_dir=out, target=parse_target("llvm-cpu"), built={}, say=lambda t: None)
+    from tuner.stages.base import RunCache
+
+    env = SimpleNamespace(model=model, output_dir=out, target=parse_target("llvm-cpu"), cache=RunCache(),
+                          say=lambda t: None)
     options = [ModelOption((), a), ModelOption((), b)]
     program = out / "imported" / "m.a+b.mlir"
     flag_decision.record_decision(env, options, ModelState(rewrites=("a", "b"), program=program))
@@ -855,7 +858,7 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     assert "tuner.a" in text and "tuner.b" in text
     # A rewrite that finds nothing now (its code changed since): decided again.
     program.unlink()
-    env.built.clear()
+    env.cache = RunCache()
     monkeypatch.setitem(REWRITES, "cpu", (a, replace(b, apply=lambda module: [])))
     assert flag_decision.earlier_decision(env, options) is None
 

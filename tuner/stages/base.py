@@ -16,13 +16,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence
 
+import numpy as np
 from iree.compiler import ir
 
+from pipelines import Dispatch
 from tuner.discovery.program import Program
 from tuner.profiling.profile import Profile
 from tuner.core.settings import EvalSettings
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
-from tuner.stages.variants import SpecPart
+from tuner.stages.variants import BuiltVariant, SpecPart
 from tuner.targets import Target
 from tuner.discovery.workload import Workload
 from tuner.core.built import Progress  # noqa: F401 (the one progress callback type; theirs)
@@ -119,6 +121,29 @@ class ModelState:
 
 
 @dataclass
+class RunCache:
+    """What a tune-model run builds, finds or decides once and reuses across its stages, each kind
+    of value in a field of its own, keyed by what defines it."""
+
+    # Whole-model builds, by flags, program and spec parts (tuner.stages.builtin.build_once).
+    builds: dict[tuple, BuiltVariant] = field(default_factory=dict)
+    # The dispatches a model-wide choice forms: by its program and flags.
+    choice_dispatches: dict[tuple[Path, tuple[str, ...]], tuple[Dispatch, ...]] = field(default_factory=dict)
+    # The flag stage's tuned parts of a choice: by its directory name, flags and tuning budget.
+    choice_parts: dict[tuple[str, tuple[str, ...], int], tuple[SpecPart, ...]] = field(default_factory=dict)
+    # A formed dispatch's tuning and the choice that made it: by what its spec's matcher sees, the
+    # codegen flags it compiles under and the budget (tuner.stages.flags, FlagStage._tuned_parts).
+    formed_tunings: dict[tuple, tuple[DispatchOutcome, str]] = field(default_factory=dict)
+    # Where a reference build's result is off the host's: by the reference's name.
+    reference_checks: dict[str, str] = field(default_factory=dict)
+    # A rewrite's program (None: it finds nothing to rewrite), by the rewrite's name.
+    rewritten: dict[str, Optional[Path]] = field(default_factory=dict)
+    # The model's result on this host (llvm-cpu), once a run asked for it: (result,), the result
+    # None where none could be had (tuner.stages.host_reference).
+    host_result: Optional[tuple[Optional[np.ndarray]]] = None
+
+
+@dataclass
 class StageEnv:
     """What every stage may use: the model and where the run writes."""
 
@@ -136,7 +161,7 @@ class StageEnv:
     say: Callable[[str], None] = lambda text: None  # one line for the user
     profile: Optional[Profile] = None  # the model's dispatch times under the default flags
     rounds: int = 4  # model-level interleaved rounds
-    built: dict = field(default_factory=dict)  # variants built in this run, by what builds them
+    cache: RunCache = field(default_factory=RunCache)  # what the run built, found or decided once
     # The default build's timings in this run's comparisons, in order (ms): its quiet level, which
     # the last comparison's is judged against (a claim made under load says so).
     default_ms: list = field(default_factory=list)

@@ -73,10 +73,10 @@ def _build_key(variant: Variant) -> tuple:
 def build_once(env: StageEnv, variant: Variant) -> BuiltVariant:
     """The model built as `variant`, once per run (the stages share the default's build)."""
     key = _build_key(variant)
-    if key not in env.built:
-        env.built[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
+    if key not in env.cache.builds:
+        env.cache.builds[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
                                        env.ctx, env.settings.compile_timeout_s)
-    return env.built[key]
+    return env.cache.builds[key]
 
 
 def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") -> None:
@@ -86,7 +86,7 @@ def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") 
     them busy. ResNet-50's flag stage on the H100 machine (16 cores) built its 25 first choices
     one at a time, about 12 s each with their numerics."""
     workers = (os.cpu_count() or 1) // 4
-    todo = list({_build_key(v): v for v in variants if not v.parts and _build_key(v) not in env.built}.values())
+    todo = list({_build_key(v): v for v in variants if not v.parts and _build_key(v) not in env.cache.builds}.values())
     if workers < 2 or len(todo) < 2:
         return
 
@@ -97,7 +97,7 @@ def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") 
     with ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="build") as pool:
         for done, (variant, built) in enumerate(pool.map(build, todo), 1):
             if not built.ok:  # kept as the build's outcome: not compiled again to fail again
-                env.built[_build_key(variant)] = built
+                env.cache.builds[_build_key(variant)] = built
             if env.progress:
                 env.progress(phase, done, len(todo))
 
@@ -113,8 +113,8 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
                   env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress,
                   host=host_output(env))
-    if cmp.reference_check and ("reference-check", reference.variant.name) not in env.built:
-        env.built[("reference-check", reference.variant.name)] = cmp.reference_check
+    if cmp.reference_check and reference.variant.name not in env.cache.reference_checks:
+        env.cache.reference_checks[reference.variant.name] = cmp.reference_check
         env.say(f"numerics: {cmp.reference_check}")
     cmp.failed.update({t.variant.name: t.error or "did not build" for t in trials if not t.ok})
     if reference.variant.name == "default":
@@ -126,7 +126,7 @@ def default_off_host(env: StageEnv) -> str:
     """What compare_on_model found this run where the default's result is off llvm-cpu's (IREE
     3.13's CUDA builds of NCHW 1x1 convolutions, of batch matmuls over heads of 40): "" where it
     was not, or not compared."""
-    return env.built.get(("reference-check", "default"), "")
+    return env.cache.reference_checks.get("default", "")
 
 
 def tuning_pipeline(dispatch: Dispatch, name: Optional[str] = None) -> Optional[Pipeline]:

@@ -138,13 +138,12 @@ def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
     """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run), or
     None when the rewrite finds nothing to change."""
     out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
-    key = ("rewrite", rewrite.name)  # (env.built also holds the run's model builds)
-    if key not in env.built:
+    if rewrite.name not in env.cache.rewritten:
         changed = rewrite_program(env.model, rewrite, out)
-        env.built[key] = out if changed else None
+        env.cache.rewritten[rewrite.name] = out if changed else None
         if changed:
             env.say(f"  {rewrite.name}: {len(changed)} rewritten ({changes_text(changed)}) into {out}")
-    return env.built[key]
+    return env.cache.rewritten[rewrite.name]
 
 
 def changes_text(changed: list[str], most: int = 6) -> str:

@@ -230,11 +230,12 @@ class FlagStage:
         if not self.search.pipeline or not (option.flags or program):
             return sets
         program = program or env.model
-        key = ("choice-dispatches", program, option.flags)
-        if key not in env.built:
-            env.built[key] = discover_program(program, env.target, env.ctx, option.flags).dispatches
+        key = (program, option.flags)
+        if key not in env.cache.choice_dispatches:
+            env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx,
+                                                                      option.flags).dispatches)
         have = {s.flags for s in sets}
-        return sets + [s for s in taking_flag_sets(env.built[key], self.search.pipeline) if s.flags not in have]
+        return sets + [s for s in taking_flag_sets(env.cache.choice_dispatches[key], self.search.pipeline) if s.flags not in have]
 
     def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict,
                reference: BuiltVariant, wrong: set[str]) -> Optional[BuiltVariant]:
@@ -303,9 +304,9 @@ class FlagStage:
         tuning there, and `rewrite_tunes` more, one per shape, each tuned with `tune_budget`
         evaluations; once per run and choice (`name`, its directory; `said`: how the messages
         name it, by default its flags)."""
-        key = ("choice-tuned", name, flags, self.tune_budget)
-        if key in env.built:
-            return env.built[key]
+        key = (name, flags, self.tune_budget)
+        if key in env.cache.choice_parts:
+            return env.cache.choice_parts[key]
         said = said or (short_flags(" ".join(flags)) if flags else name)
         parts: list[SpecPart] = []
         if self.tune_budget > 0 and kinds:
@@ -318,7 +319,7 @@ class FlagStage:
 
             def alike(d: Dispatch) -> tuple:
                 """What a tuning serves: dispatches formed alike, compiled under the same codegen flags."""
-                return ("formed-tuned", signature(d, self.search.pipeline),
+                return (signature(d, self.search.pipeline),
                         codegen_flags(flags, d.target.backend, d.kind == DispatchKind.CONVOLUTION), self.tune_budget)
 
             # Every one another choice formed alike serves at no cost; the `rewrite_tunes` tunings
@@ -330,10 +331,10 @@ class FlagStage:
             formed = [c for c in chosen if c[0].kind in kinds]
             largest = max((c[0].flops for c in formed), default=0)
             formed = [c for c in formed if c[0].flops >= FORMED_FLOPS_FRACTION * largest]
-            served = [c for c in formed if alike(c[0]) in env.built]
+            served = [c for c in formed if alike(c[0]) in env.cache.formed_tunings]
             fresh: dict[tuple, tuple] = {}
             for c in sorted(formed, key=lambda c: (self._takes(c[0]), c[0].flops), reverse=True):
-                if alike(c[0]) not in env.built:
+                if alike(c[0]) not in env.cache.formed_tunings:
                     fresh.setdefault(alike(c[0]), c)
             created = served + list(fresh.values())[:self.rewrite_tunes]
 
@@ -342,8 +343,8 @@ class FlagStage:
                 # A dispatch that another choice formed alike (what the spec's matcher sees, the
                 # ops after the root included) is not tuned again: its winner serves this one's
                 # judgement too (the GQA block's two matmuls were tuned under four flag sets).
-                if alike(dispatch) in env.built:
-                    tuned, where = env.built[alike(dispatch)]
+                if alike(dispatch) in env.cache.formed_tunings:
+                    tuned, where = env.cache.formed_tunings[alike(dispatch)]
                     env.say(f"  {said}: {dispatch.name} ({dispatch.shape_name}), which it forms, as {where} "
                             f"does: its tuning there serves")
                 else:
@@ -351,15 +352,15 @@ class FlagStage:
                             f"before judging it ({self.tune_budget} evaluations)")
                     tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
                     if tuned.part is not None:  # no winner may be the model's doing (a wrong result elsewhere)
-                        env.built[alike(dispatch)] = (tuned, said)
+                        env.cache.formed_tunings[alike(dispatch)] = (tuned, said)
                 if tuned.part is not None:
                     part = replace(tuned.part, dispatch=dispatch)  # this program's dispatch, by its name
                     parts.append(part)
                     env.say(f"    {tuned.speedup:.2f}x its default config ({part.label})")
                 else:
                     env.say(f"    {tuned.status}")
-        env.built[key] = tuple(parts)
-        return env.built[key]
+        env.cache.choice_parts[key] = tuple(parts)
+        return env.cache.choice_parts[key]
 
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:

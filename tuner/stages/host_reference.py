@@ -29,7 +29,6 @@ from tuner.targets import parse_target
 
 HOST_REFERENCE = "host-reference"  # DIR/host-reference/: its build and result
 RESULT = "result.npy"  # its checked result, as the numerics check reads it (f32 for raw types)
-_KEY = ("host-reference",)
 
 
 def host_reference(env: StageEnv) -> Optional[HostReference]:
@@ -46,9 +45,9 @@ def host_output(env: StageEnv) -> Optional[np.ndarray]:
     build or run failed (said once)."""
     if env.target.device.startswith("local") or env.workload.checked_output is None:
         return None
-    if _KEY not in env.built:
-        env.built[_KEY] = _build_and_run(env)
-    return env.built[_KEY]
+    if env.cache.host_result is None:
+        env.cache.host_result = (_build_and_run(env),)
+    return env.cache.host_result[0]
 
 
 def _build_and_run(env: StageEnv) -> Optional[np.ndarray]:
