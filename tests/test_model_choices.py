@@ -294,11 +294,14 @@ def _recording_timer(times: dict, timed: list):
 @pytest.fixture
 def late_data_tiling_only(monkeypatch):
     """The CPU's model-wide flags cut to late data tiling, for tests whose subject is the rewrite
-    (each flag set is a whole-model build, twice with the rewrite)."""
+    (each flag set is a whole-model build, twice with the rewrite), and raise-attention offered
+    on the CPU as the rewrite that applies to the small BERT layer (the flag stage's logic is the
+    same on every target; the tuner offers it on GPUs only, where a pipeline tunes attention)."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from pipelines.model_flags import DATA_TILING_FLAG
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ((DATA_TILING_FLAG,),))
+    monkeypatch.setitem(REWRITES, "cpu", (*REWRITES["cpu"], RAISE_ATTENTION))
 
 
 @pytest.mark.slow
