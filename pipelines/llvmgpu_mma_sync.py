@@ -51,19 +51,26 @@ class LLVMGPUMmaSync(Pipeline):
     matches_ops_after = True  # each kernel is written for what follows its matmul (EPILOGUES)
 
     def supports(self, dispatch: Dispatch) -> bool:
-        if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or len(dispatch.batch_dims) > 1
-                or (len(dispatch.m_dims), len(dispatch.n_dims), len(dispatch.k_dims)) != (1, 1, 1)
-                or (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type) != ("f16", "f16", "f32")
-                or len(dispatch.operand_dims) != 3 or dispatch.other_ops not in EPILOGUES):
+        if (not self._its_types(dispatch) or len(dispatch.batch_dims) > 1
+                or (len(dispatch.m_dims), len(dispatch.n_dims), len(dispatch.k_dims)) != (1, 1, 1)):
             return False
         b, m, n, k = dispatch.batch_dims, dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0]
         lhs, rhs, out = dispatch.operand_dims
         return lhs == (*b, m, k) and rhs == (*b, k, n) and out == (*b, m, n) and self._tiles_divide(dispatch)
 
     @staticmethod
+    def _its_types(dispatch: Dispatch) -> bool:
+        """A cuda contraction of f16 x f16 -> f32 with three operands and at most one elementwise
+        op after it: what the kernel needs of any dispatch, whatever its dims."""
+        return (dispatch.target.backend == "cuda" and dispatch.kind == DispatchKind.CONTRACTION
+                and (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type) == ("f16", "f16", "f32")
+                and len(dispatch.operand_dims) == 3 and dispatch.other_ops in EPILOGUES)
+
+    @staticmethod
     def _tiles_divide(dispatch: Dispatch) -> bool:
-        """Whether the smallest tiles divide M, N and K (the kernel does not pad)."""
-        sizes = dispatch.sizes((*dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims))
+        """Whether the smallest tiles divide M, N and K, each the product of its dims (the kernel
+        does not pad)."""
+        sizes = (math.prod(dispatch.sizes(dims)) for dims in (dispatch.m_dims, dispatch.n_dims, dispatch.k_dims))
         return all(size > 0 and size % min(tiles) == 0 for size, tiles in zip(sizes, (BLOCK_M, BLOCK_N, BLOCK_K)))
 
     taking_flags = (KEEP_TRANSPOSES,)
@@ -88,14 +95,9 @@ class LLVMGPUMmaSync(Pipeline):
         smallest tiles divide. With the transposes kept where the program has them, the compiler
         forms the 2-D matmul and leaves the transpose to the op after it (the rotary embedding's,
         the residual add's): seen in tests/test_mma_sync.py on both forms."""
-        if (dispatch.target.backend != "cuda" or dispatch.kind != DispatchKind.CONTRACTION or dispatch.batch_dims
-                or len(dispatch.k_dims) != 1 or not dispatch.m_dims or not dispatch.n_dims
-                or (dispatch.lhs_type, dispatch.rhs_type, dispatch.out_type) != ("f16", "f16", "f32")
-                or len(dispatch.operand_dims) != 3 or dispatch.other_ops not in EPILOGUES):
-            return False
-        m, n, k = (math.prod(dispatch.sizes(dims)) for dims in (dispatch.m_dims, dispatch.n_dims, dispatch.k_dims))
-        several = len(dispatch.m_dims) > 1 or len(dispatch.n_dims) > 1
-        return several and all(size % min(tiles) == 0 for size, tiles in zip((m, n, k), (BLOCK_M, BLOCK_N, BLOCK_K)))
+        return (LLVMGPUMmaSync._its_types(dispatch) and not dispatch.batch_dims and len(dispatch.k_dims) == 1
+                and bool(dispatch.m_dims and dispatch.n_dims) and (len(dispatch.m_dims) > 1 or len(dispatch.n_dims) > 1)
+                and LLVMGPUMmaSync._tiles_divide(dispatch))
 
     def flags_to_take(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         """With transposes kept where the program has them (KEEP_TRANSPOSES): B stored N x K, all

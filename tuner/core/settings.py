@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol, Sequence
 
 from tuner.core.running import ModuleRun, runtime_flags
 from tuner.errors import InputError
@@ -55,14 +55,16 @@ class EvalSettings:
     # dispatch benchmarks; "model" or "alone" to insist on one.
     gpu_timing: str = "auto"
 
-    def module_run(self, device: str, workload: Entry, inputs: tuple[Path, ...]) -> ModuleRun:
-        """How each candidate is run and timed on `device` under these settings."""
+    def module_run(self, device: str, workload: Entry, inputs: tuple[Path, ...],
+                   spread_over: Sequence[str] = ()) -> ModuleRun:
+        """How each candidate is run and timed on `device` under these settings (`spread_over`:
+        the devices a comparison of several whole-model builds is dealt over)."""
         checked = workload.checked_output if self.check_numerics else None
         return ModuleRun(device=device, entry=workload.entry, inputs=inputs, repetitions=self.repetitions,
                          min_time_s=self.min_time_s, timeout_s=self.run_timeout_s, outputs=len(workload.outputs),
                          checked=checked,
                          checked_type=workload.outputs[checked].element_type if checked is not None else "",
-                         runtime_flags=runtime_flags(workload.parameters))
+                         runtime_flags=runtime_flags(workload.parameters), spread_over=tuple(spread_over))
 
 
 # The search `tune` and `tune-model` use unless told: the one that did best in the replay of the

@@ -108,8 +108,8 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     in `rounds` rounds (default: the run's; 0: their numerics only), dealt over the run's GPUs
     where it has several; one that did not build is named in `failed`."""
     built = [t for t in trials if t.ok]
-    settings = replace(replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs()),
-                       spread_over=tuple(env.devices))
+    settings = replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs(),
+                                                                     env.devices)
     cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
                   env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress,
                   host=host_output(env))

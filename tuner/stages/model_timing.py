@@ -56,6 +56,17 @@ class Comparison:
                 "failed": self.failed, "numerics": self.numerics, "reference_check": self.reference_check}
 
     @classmethod
+    def joined(cls, chains: Sequence["Comparison"]) -> "Comparison":
+        """Comparisons of disjoint variants, each on a device of its own, as one: the reference's
+        times are the first's (the load check reads one device's, never mixed)."""
+        return cls(chains[0].reference_ms, {n: p for c in chains for n, p in c.paired.items()},
+                   {n: t for c in chains for n, t in c.variant_ms.items()},
+                   {n: e for c in chains for n, e in c.errors.items()},
+                   {n: f for c in chains for n, f in c.failed.items()},
+                   next((c.numerics for c in chains if c.numerics), ""),
+                   next((c.reference_check for c in chains if c.reference_check), ""))
+
+    @classmethod
     def from_json(cls, data: dict) -> "Comparison":
         return cls(tuple(data["reference_ms"]), {n: Paired(tuple(r)) for n, r in data["ratios"].items()},
                    {n: tuple(t) for n, t in data["variant_ms"].items()}, dict(data.get("errors", {})),
@@ -77,9 +88,8 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
             host: Optional[np.ndarray] = None) -> Comparison:
     """`compare_on_device` on `settings.device`; with several `settings.spread_over` (GPUs, not
     the host's own cores, which timings would share) and several variants, the variants dealt
-    over those devices,
-    each device timing its share against the reference in a chain of its own, side by side: a
-    ratio is always of two timings on one device (issue 62)."""
+    over those devices, each device timing its share against the reference in a chain of its
+    own, side by side: a ratio is always of two timings on one device (issue 62)."""
     devices = settings.spread_over
     gpus = [d for d in dict.fromkeys(devices) if not d.startswith("local")]
     spread = gpus[:len(variants)] if len(gpus) == len(set(devices)) else []
@@ -99,13 +109,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
         chains = [pool.submit(compare_on_device, reference, variants[i::len(spread)], replace(settings, device=d),
                               rounds, directory / f"device-{i}", timer, chain_progress(i), host)
                   for i, d in enumerate(spread)]
-        done = [c.result() for c in chains]
-    first = done[0]  # the load check reads the reference's times: one device's, never mixed
-    return Comparison(first.reference_ms, {n: p for c in done for n, p in c.paired.items()},
-                      {n: t for c in done for n, t in c.variant_ms.items()},
-                      {n: e for c in done for n, e in c.errors.items()}, {n: f for c in done for n, f in c.failed.items()},
-                      next((c.numerics for c in done if c.numerics), ""),
-                      next((c.reference_check for c in done if c.reference_check), ""))
+        return Comparison.joined([c.result() for c in chains])
 
 
 def compare_on_device(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: ModuleRun,

@@ -197,8 +197,8 @@ def _run_plan(root: Path, devices: Sequence[str], settings: EvalSettings,
                 benchmark_dir(root / d, devices, unchecked, progress, root / STORE, parameters=parameters)
     elif plan.step in ("merge", "validate"):
         name, module = plan.reference
-        module_run = replace(replace(settings, check_numerics=True).module_run(
-            device, Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs)), spread_over=tuple(devices))
+        module_run = replace(settings, check_numerics=True).module_run(
+            device, Workload.from_json(plan.workload), tuple(root / p for p in plan.inputs), devices)
         cmp = compare((name, root / module), [(n, root / m) for n, m in plan.variants], module_run, plan.rounds,
                       root / "variants" / f"runs-{plan.step}", progress=progress, host=_host_result(root, plan))
         _write(root / plan.measured, {**cmp.to_json(), "key": plan.key})
