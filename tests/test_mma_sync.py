@@ -514,3 +514,91 @@ def test_a_linear_with_a_transpose_folded_in_is_not_offered_flags_where_no_tile_
     batched = replace(heads, batch_dims=(0,), n_dims=(2,), operand_dims=((0, 1, 3), (0, 3, 2), (0, 1, 2)))
     assert PIPE.flags_to_take(batched) == ()
     del m, n, k
+
+
+def test_an_unaligned_matmul_asks_for_its_contractions_padded_where_the_padded_one_is_taken(square):
+    """A ViT's 8 x 197 = 1576 rows: no M tile divides them, so the kernel declines the matmul and
+    asks for PAD_CONTRACTIONS, under which the compiler forms a 1600-row matmul (its epilogue split
+    off) that it takes; a matmul the tiles divide, another element type, or B stored N x K is not
+    offered it."""
+    from pipelines.model_flags import PAD_CONTRACTIONS
+
+    vit = replace(square, loop_bounds=(1576, 3072, 768), other_ops=("linalg.generic",))
+    assert not PIPE.supports(vit) and PIPE.flags_to_take(vit) == (PAD_CONTRACTIONS,)
+    assert "padded" in PIPE.declines(vit)
+    assert PIPE.supports(replace(vit, loop_bounds=(1600, 3072, 768), other_ops=()))
+    assert PIPE.flags_to_take(replace(vit, loop_bounds=(1600, 3072, 768))) == ()  # taken as it is
+    assert PIPE.flags_to_take(replace(vit, lhs_type="f32", rhs_type="f32")) == ()
+    lhs, rhs, out = vit.operand_dims
+    stored_n_by_k = replace(vit, operand_dims=(lhs, rhs[::-1], out))
+    assert PIPE.flags_to_take(stored_n_by_k) == () and "padded" not in PIPE.declines(stored_n_by_k)
+
+
+def test_preprocessing_pipelines_are_joined_into_one_flag_in_their_order():
+    from pipelines.model_flags import CHANNELS_LAST, PAD_CONTRACTIONS, compiled_flags
+
+    joined = compiled_flags(["--a", *PAD_CONTRACTIONS, "--b", *CHANNELS_LAST])
+    assert joined == ["--a", "--iree-preprocessing-pass-pipeline=builtin.module("
+                      "util.func(iree-preprocessing-pad-linalg-ops{pad-size=64}),"
+                      "util.func(iree-preprocessing-convert-conv-to-channels-last))", "--b"]
+    assert compiled_flags(["--a", *CHANNELS_LAST]) == ["--a", *CHANNELS_LAST]  # one: as it is
+    odd = ["--iree-preprocessing-pass-pipeline=util.func(x)", *CHANNELS_LAST]
+    assert compiled_flags(odd) == odd  # not written builtin.module(...): not joined
+
+
+def _unaligned_linear_onnx(path, dtype) -> tuple:
+    """A linear layer of 100 rows as an export writes it (MatMul, bias Add, Relu): M = 100, which
+    no tile of the mma.sync kernel divides."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((256, 192)) * 0.05).astype(dtype)
+    bias = (rng.standard_normal(192) * 0.05).astype(dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["l"]), helper.make_node("Add", ["l", "b"], ["a"]),
+         helper.make_node("Relu", ["a"], ["y"])], "linear",
+        [helper.make_tensor_value_info("x", elem, [100, 256])], [helper.make_tensor_value_info("y", elem, [100, 192])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+    return w, bias
+
+
+@pytest.mark.slow
+def test_a_linear_of_unaligned_rows_is_taken_padded_and_the_padded_model_computes_the_same(tmp_path, ctx):
+    """On cuda the 100-row linear asks for PAD_CONTRACTIONS; under it (joined with another
+    preprocessing pipeline given after it, which alone would replace it) the compiler forms a
+    128-row matmul the kernel takes. On llvm-cpu the padded build computes the numpy result."""
+    pytest.importorskip("onnx")
+    import numpy as np
+
+    from pipelines.model_flags import CHANNELS_LAST, PAD_CONTRACTIONS, compiled_flags
+    from tuner.evaluation.runner import ModuleRun, run_once
+    from tuner.input.models import program_source
+
+    model = tmp_path / "linear16.onnx"
+    _unaligned_linear_onnx(model, np.float16)
+    target = parse_target("cuda:sm_80")
+    program = program_source(model, tmp_path, target)
+    [d] = [d for d in discover(program, target, ctx) if d.kind.value == "contraction"]
+    assert d.sizes((*d.m_dims, *d.n_dims, *d.k_dims)) == (100, 192, 256)
+    assert PIPE.flags_to_take(d) == (PAD_CONTRACTIONS,)
+    [p] = [d for d in discover(program, target, ctx, (*PAD_CONTRACTIONS, *CHANNELS_LAST))
+           if d.kind.value == "contraction"]
+    assert p.sizes((*p.m_dims, *p.n_dims, *p.k_dims)) == (128, 192, 256) and PIPE.supports(p), p.name
+
+    cpu_model = tmp_path / "cpu" / "linear32.onnx"
+    cpu_model.parent.mkdir()
+    w, bias = _unaligned_linear_onnx(cpu_model, np.float32)
+    cpu = parse_target("llvm-cpu")
+    cpu_program = program_source(cpu_model, cpu_model.parent, cpu)
+    x = np.random.default_rng(1).uniform(-1, 1, (100, 256)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    vmfb = tmp_path / "padded.vmfb"
+    iree_compile(cpu_program, *compiled_flags([*cpu.compile_flags, *PAD_CONTRACTIONS]), "-o", vmfb)
+    entry = next(line.split("@")[1].split("(")[0] for line in cpu_program.read_text().splitlines() if "func.func @" in line)
+    run = run_once(vmfb, ModuleRun("local-task", entry, (tmp_path / "x.npy",)), tmp_path / "y.npy")
+    assert run.ok, run.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), np.maximum(x @ w + bias, 0), rtol=1e-4, atol=1e-4)
