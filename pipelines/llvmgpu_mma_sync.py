@@ -15,7 +15,7 @@ from pipelines.base import Config, KnobValue, Pipeline
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.parts import CodegenStrategy
 from pipelines.llvmgpu_common import shared_memory_bytes
-from pipelines.model_flags import KEEP_TRANSPOSES, PAD_CONTRACTIONS, PAD_SIZE
+from pipelines.model_flags import KEEP_TRANSPOSES
 from pipelines.llvmgpu_mma_sync_strategy import (MmaSyncTiles, compilation_info, lowering_config, strategy,
                                                  translation_info)
 
@@ -44,9 +44,7 @@ class LLVMGPUMmaSync(Pipeline):
     A stored M x K, B stored K x N, C M x N, at most one elementwise op after it
     in the dispatch (a bias, an activation, the narrowing to f16), the tiles dividing every dim
     (it does not pad). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
-    so it is declined; the flag stage then tries the model with KEEP_TRANSPOSES (`flags_to_take`).
-    Where the tiles do not divide M, N or K, it tries the model with the contractions padded to
-    whole tiles before dispatches are formed (PAD_CONTRACTIONS)."""
+    so it is declined; the flag stage then tries the model with KEEP_TRANSPOSES (`flags_to_take`)."""
 
     name = "llvmgpu_mma_sync"
     aliases = ("mma_sync",)
@@ -75,23 +73,7 @@ class LLVMGPUMmaSync(Pipeline):
         sizes = (math.prod(dispatch.sizes(dims)) for dims in (dispatch.m_dims, dispatch.n_dims, dispatch.k_dims))
         return all(size > 0 and size % min(tiles) == 0 for size, tiles in zip(sizes, (BLOCK_M, BLOCK_N, BLOCK_K)))
 
-    taking_flags = (KEEP_TRANSPOSES, PAD_CONTRACTIONS)
-
-    @staticmethod
-    def _padded(dispatch: Dispatch) -> Dispatch | None:
-        """The dispatch as the compiler forms it with the contractions padded (PAD_CONTRACTIONS):
-        each of M, N and K rounded up to a multiple of PAD_SIZE, and whatever followed the
-        contraction split off (the slice back to the model's size sits between them); None where
-        nothing would be padded or the dispatch is not one contraction of one M, N and K dim."""
-        if len(dispatch.operand_dims) != 3 or (len(dispatch.m_dims), len(dispatch.n_dims), len(dispatch.k_dims)) != (1, 1, 1):
-            return None
-        dims = (dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0])
-        bounds = list(dispatch.loop_bounds)
-        for d in dims:
-            bounds[d] = -(-bounds[d] // PAD_SIZE) * PAD_SIZE
-        if tuple(bounds) == dispatch.loop_bounds:
-            return None
-        return replace(dispatch, loop_bounds=tuple(bounds), other_ops=())
+    taking_flags = (KEEP_TRANSPOSES,)
 
     @staticmethod
     def _b_stored_k_by_n(dispatch: Dispatch) -> Dispatch | None:
@@ -122,16 +104,12 @@ class LLVMGPUMmaSync(Pipeline):
         else as the kernel takes it (the compiler stores a constant B K x N once, at compile time:
         ResNet-50's channels-last 1x1 convolutions, the filter [F, C] becomes [C, F]); and a
         linear layer with a transpose folded into it (`_linear_around_transposes`), which becomes
-        a 2-D matmul; with the contractions padded (PAD_CONTRACTIONS) where the tiles do not
-        divide M, N or K (a ViT's 8 x 197 = 1576 rows)."""
+        a 2-D matmul."""
         if self.supports(dispatch):
             return ()
         flipped = self._b_stored_k_by_n(dispatch)
         if (flipped is not None and self.supports(flipped)) or self._linear_around_transposes(dispatch):
             return (KEEP_TRANSPOSES,)
-        padded = self._padded(dispatch)
-        if padded is not None and self._its_types(dispatch) and self.supports(padded):
-            return (PAD_CONTRACTIONS,)
         return ()
 
     def declines(self, dispatch: Dispatch) -> str | None:
@@ -149,9 +127,8 @@ class LLVMGPUMmaSync(Pipeline):
                     "the model with its transposes kept, which stores a constant B K x N)")
         if len(dispatch.m_dims) == len(dispatch.n_dims) == len(dispatch.k_dims) == 1 and len(dispatch.batch_dims) <= 1 \
                 and not self._tiles_divide(dispatch):
-            tried = " (tune-model tries the model with its contractions padded)" if self.flags_to_take(dispatch) else ""
             return (f"the mma.sync kernel does not pad: M, N and K must be multiples of {min(BLOCK_M)}, "
-                    f"{min(BLOCK_N)} and {min(BLOCK_K)}{tried}")
+                    f"{min(BLOCK_N)} and {min(BLOCK_K)}")
         return "the mma.sync kernel takes only f16 x f16 -> f32 C = A B with one M, N and K dim and at most one batch dim"
 
     def build_problem(self, dispatch: Dispatch) -> Problem:

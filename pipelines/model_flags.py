@@ -50,40 +50,11 @@ KEEP_TRANSPOSES = ("--iree-global-opt-propagate-transposes=false",)
 PAD_INTO_PRODUCER = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-producer-ops",)
 PAD_INTO_CONSUMER = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
 
-# Contractions padded to whole tiles before dispatches are formed (IREE's own preprocessing pass):
-# each of M, N and K not a multiple of PAD_SIZE is padded with zeros to the next multiple, the
-# result sliced back. A ViT's 8 x 197 = 1576 rows or Whisper's 1500 frames then form a 1600- or
-# 1536-row matmul that the mma.sync kernel takes (it does not pad: issue 58). The cost is the
-# operand's padding copy and the epilogue split off into a dispatch of its own (the slice sits
-# between them): judged on the model with the contractions it forms tuned. The pass assumes the
-# plain matmul's operand maps: on a linalg.matmul whose maps transpose B, iree-compile 3.13 fails
-# (a failing choice, not a failing run).
-PAD_SIZE = 64
-PREPROCESSING = "--iree-preprocessing-pass-pipeline="
-PAD_CONTRACTIONS = (f"{PREPROCESSING}builtin.module(util.func(iree-preprocessing-pad-linalg-ops{{pad-size={PAD_SIZE}}}))",)
-
 FLAG_NAMES = {DATA_TILING_FLAG: "data-tiling", EARLY_MATERIALIZATION[0]: "global-data-tiling",
               EARLY_MATERIALIZATION[1]: "early-materialization", O3[0]: "O3", AGGRESSIVE_FUSION[0]: "aggressive-fusion",
               CHANNELS_LAST[0]: "channels-last", DIRECT_CONVOLUTION[0]: "direct-convolution",
               GENERALIZE_MATMUL[0]: "generalize-matmul", KEEP_TRANSPOSES[0]: "keep-transposes",
-              PAD_INTO_PRODUCER[0]: "pad-into-producer", PAD_INTO_CONSUMER[0]: "pad-into-consumer",
-              PAD_CONTRACTIONS[0]: f"pad-contractions-{PAD_SIZE}"}
-
-
-def compiled_flags(flags: Iterable[str]) -> list[str]:
-    """The flags as iree-compile must be given them: every preprocessing pipeline joined into one
-    (`builtin.module(A, B)`, in their order, where the first stood). Given two, iree-compile 3.13
-    runs the last alone and says nothing, so channels-last with padded contractions would lose
-    the channels-last. A pipeline not written `builtin.module(...)` is left as it is."""
-    flags = list(flags)
-    pipelines = [f for f in flags if f.startswith(PREPROCESSING)]
-    bodies = [f[len(PREPROCESSING):] for f in pipelines]
-    if len(pipelines) < 2 or not all(b.startswith("builtin.module(") and b.endswith(")") for b in bodies):
-        return flags
-    joined = PREPROCESSING + "builtin.module(" + ",".join(b[len("builtin.module("):-1] for b in bodies) + ")"
-    first = flags.index(pipelines[0])
-    rest = [f for f in flags if not f.startswith(PREPROCESSING)]
-    return [*rest[:first], joined, *rest[first:]]
+              PAD_INTO_PRODUCER[0]: "pad-into-producer", PAD_INTO_CONSUMER[0]: "pad-into-consumer"}
 
 
 def codegen_flags(flags: Iterable[str], backend: str, convolution: bool = True) -> tuple[str, ...]:

@@ -13,7 +13,6 @@ from typing import Optional
 from iree.compiler import ir
 
 from pipelines import check_config
-from pipelines.model_flags import compiled_flags
 from pipelines.parts import CodegenStrategy
 from tuner.run_dir import real_directory, remove_tree, write_file
 from tuner.specs.candidates import Candidate
@@ -34,7 +33,7 @@ __all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile
 
 def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> list[str]:
     """Every iree-compile flag that builds this candidate (the baseline: the target's alone)."""
-    flags = compiled_flags([*target.compile_flags, *candidate.config.flags])
+    flags = [*target.compile_flags, *candidate.config.flags]
     if candidate.config.compilation_info:
         flags += target.spec_flags(str(spec_path.resolve()), codegen=uses_codegen_stage([candidate.config]))
     return flags

@@ -11,7 +11,6 @@ from typing import Iterable, Optional
 from iree.compiler import ir
 from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
-from pipelines.model_flags import compiled_flags
 from pipelines import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError, unreadable_input
 from tuner.discovery.entry import initializer_dispatches, entry_points
@@ -50,7 +49,7 @@ def parse_input(path: Path, ctx: ir.Context, text: Optional[str] = None) -> ir.M
 
 def configure(input_path: Path, target: Target, flags: Iterable[str], timeout_s: float = 300) -> str:
     """The input compiled to executable configurations with tuner attributes, as text."""
-    cmd = [find_tool("iree-compile"), str(input_path), *compiled_flags([*target.compile_flags, *flags]),
+    cmd = [find_tool("iree-compile"), str(input_path), *target.compile_flags, *flags,
            TUNER_ATTRIBUTES_FLAG, "--compile-to=executable-configurations"]
     run = run_tool_retrying_a_hang(cmd, timeout_s)
     if run.timed_out:

@@ -25,7 +25,6 @@ from typing import Optional, Sequence
 from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline, pipeline_for, why_untunable
-from pipelines.model_flags import compiled_flags
 from tuner.driver import Session, search_and_evaluate
 from tuner.core.settings import Listeners, RunOptions
 from tuner.run_dir import real_directory
@@ -56,8 +55,8 @@ VARIANTS = "variants"  # DIR/variants/NAME: each whole-model build
 
 
 def with_flags(target: Target, flags: tuple[str, ...]) -> Target:
-    """The target compiling with the model-wide flags too (preprocessing pipelines joined)."""
-    return replace(target, compile_flags=tuple(compiled_flags((*target.compile_flags, *flags)))) if flags else target
+    """The target compiling with the model-wide flags too."""
+    return replace(target, compile_flags=(*target.compile_flags, *flags)) if flags else target
 
 
 def slower_beyond_noise(p: Paired) -> bool:

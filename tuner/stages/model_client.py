@@ -12,7 +12,6 @@ from typing import Optional, Sequence
 from tuner.api import PROFILE
 from tuner.driver import read_program
 from pipelines import PIPELINES, DispatchKind, known_pipeline
-from pipelines.model_flags import compiled_flags
 from tuner.errors import InputError, OutputError
 from tuner.profiling.profile import kept_profile
 from tuner.report.outputs import comment, rebuild_command, response_file
@@ -192,7 +191,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     model_flags.txt (every flag that rebuilds the tuned model) and results.json."""
     out = env.output_dir
     spec_path = out / MODEL_SPEC
-    flags = compiled_flags([*env.target.compile_flags, *state.flags])
+    flags = [*env.target.compile_flags, *state.flags]
     program = state.program_of(env.model)
     header = comment(f"iree-tuner tune-model: {state.verdict}") + comment(
         f"rebuild: {rebuild_command(out, str(program), MODEL_FLAGS, env.workload.parameters)}")

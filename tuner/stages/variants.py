@@ -12,7 +12,6 @@ from typing import Optional, Sequence
 from iree.compiler import ir
 
 from pipelines import Config, Dispatch, check_config
-from pipelines.model_flags import compiled_flags
 from tuner.discovery.read_back import read_configured
 from tuner.run_dir import fresh, real_directory, remove_tree, write_file
 from tuner.specs.transform import build_spec, uses_codegen_stage
@@ -96,7 +95,7 @@ def compile_variant(model: Path, variant: Variant, target: Target, directory: Pa
     real_directory(directory)
     model = variant.program or model
     spec = None
-    flags = compiled_flags([*target.compile_flags, *variant.flags])
+    flags = [*target.compile_flags, *variant.flags]
     if variant.parts:
         spec = directory / "spec.mlir"
         flags += target.spec_flags(str(spec.resolve()), codegen=uses_codegen_stage([p.config for p in variant.parts]))
