@@ -88,3 +88,78 @@ def test_whole_model_variants_on_several_gpus_are_each_paired_with_the_reference
     cpu = replace(settings, device="local-task", spread_over=("local-task", "local-sync"))
     single = compare(("default", tmp_path / "ref.vmfb"), variants, cpu, 1, tmp_path / "cpu", lambda vmfb, s: Timing((1.0,)))
     assert set(single.paired) == {name for name, _ in variants} and len(single.reference_ms) == 5
+
+
+class _Driver:
+    def __init__(self, count: int):
+        self.count = count
+
+    def query_available_devices(self):
+        return [{"device_id": i, "path": f"GPU-{i}", "name": "NVIDIA H200"} for i in range(self.count)]
+
+
+def test_a_gpu_driver_named_without_an_index_means_every_device_the_host_has(monkeypatch):
+    import iree.runtime as rt
+
+    from tuner.evaluation.device_identity import host_devices
+
+    monkeypatch.setattr(rt, "get_driver", lambda name: _Driver(3))
+    assert host_devices("cuda") == ("cuda://0", "cuda://1", "cuda://2")
+    assert host_devices("cuda://1") == ("cuda://1",)  # one named: that one
+    assert host_devices("local-task") == ("local-task",)
+    monkeypatch.setattr(rt, "get_driver", lambda name: _Driver(1))
+    assert host_devices("cuda") == ("cuda",)  # one device (CUDA_VISIBLE_DEVICES=1): as it was
+
+    def missing(name):
+        raise ValueError(f"no driver {name}")
+
+    monkeypatch.setattr(rt, "get_driver", missing)
+    assert host_devices("cuda") == ("cuda",)  # none here: the run fails on it with the runtime's error
+
+
+def test_a_run_times_on_every_gpu_unless_devices_are_named_or_it_does_not_time_here(monkeypatch):
+    from tuner.core.settings import RunOptions
+    from tuner.evaluation import devices
+
+    monkeypatch.setattr(devices, "host_devices", lambda d: ("cuda://0", "cuda://1") if d == "cuda" else (d,))
+    assert devices.on_every_gpu(RunOptions(), "cuda").devices == ("cuda://0", "cuda://1")
+    assert devices.on_every_gpu(RunOptions(), "local-task").devices == ()
+    assert devices.on_every_gpu(RunOptions(devices=("cuda://1",)), "cuda").devices == ("cuda://1",)
+    assert devices.on_every_gpu(RunOptions(compile_only=True), "cuda").devices == ()
+    assert devices.on_every_gpu(RunOptions(strategy="ray"), "cuda").devices == ()
+
+
+def test_tune_model_says_it_times_on_every_gpu_of_the_host_and_tune_passes_them_on(monkeypatch, tmp_path):
+    """The default reaches both entry points: tune-model says which devices it times on before
+    it reads the model, and tune's evaluation gets them (both stopped there: no GPU here)."""
+    from tuner import api
+    from tuner.core.settings import Listeners
+    from tuner.evaluation import devices
+    from tuner.stages import model_client
+
+    class Reached(Exception):
+        pass
+
+    monkeypatch.setattr(devices, "host_devices", lambda d: ("cuda://0", "cuda://1"))
+    said = []
+
+    def stop(*args, **kwargs):
+        raise Reached()
+
+    monkeypatch.setattr(model_client, "read_program", stop)
+    (tmp_path / "m.mlir").write_text("module {}\n")
+    with pytest.raises(Reached):
+        model_client.tune_model(tmp_path / "m.mlir", "cuda:sm_80", tmp_path / "o", listen=Listeners(say=said.append))
+    assert any("timing on 2 devices: cuda://0, cuda://1" in s for s in said), said
+    class Picked(Exception):
+        pass
+
+    monkeypatch.setattr(api, "open_session", lambda *a, **k: None)
+
+    def pick(session, pipeline_name, run, progress):
+        raise Picked(run.devices)
+
+    monkeypatch.setattr(api, "_pick_by_time", pick)
+    with pytest.raises(Picked) as picked:
+        api.tune(tmp_path / "m.mlir", "cuda:sm_80", tmp_path / "t")
+    assert picked.value.args[0] == ("cuda://0", "cuda://1")

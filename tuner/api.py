@@ -17,6 +17,7 @@ from tuner.build.compile import Progress
 from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, read_program,
                           search_and_evaluate)
 from tuner.errors import InputError
+from tuner.evaluation.devices import on_every_gpu
 from tuner.profiling.profile import Profile, profile
 from tuner.run_dir import RunDirectory, fresh, remove_tree, run_identity, unwritable_output
 from tuner.targets import Target, check_devices, parse_target
@@ -87,6 +88,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
     search = search.checked()
     target = parse_target(target) if isinstance(target, str) else target
     check_devices(target, run.devices)
+    run = on_every_gpu(run, target.device)
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
                       run.force):
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,

@@ -51,6 +51,23 @@ def device_identity(device: str) -> str:
     return f"{driver}: {chosen.get('name', 'unknown')}"
 
 
+def host_devices(device: str) -> tuple[str, ...]:
+    """Every device of a GPU driver named without an index (`cuda`, `hip`) that the runtime finds
+    on this host, by index (`cuda://0`, `cuda://1`, ...), where it finds more than one; else
+    (`device` names one, a local driver, one device or none, no such driver) `(device,)`. The
+    runtime sees only those CUDA_VISIBLE_DEVICES leaves."""
+    driver, sep, _ = device.partition("://")
+    if sep or ":" in driver or driver.startswith("local"):
+        return (device,)
+    try:
+        import iree.runtime as rt
+
+        found = rt.get_driver(driver).query_available_devices()
+    except Exception:  # no such driver or no device: the run fails on it with the tool's error
+        return (device,)
+    return tuple(f"{driver}://{i}" for i in range(len(found))) if len(found) > 1 else (device,)
+
+
 def timing_identity(device: str, dispatch_only: bool, batch: int, cores: tuple[int, ...] = ()) -> str:
     """What a time is a time of, as far as it changes the figure: the whole entry function or the
     dispatch alone (how many dispatches per timed batch), and the runtime's thread count (`cores`:

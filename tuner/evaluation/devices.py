@@ -10,6 +10,8 @@ from dataclasses import replace
 from typing import Optional, Sequence, cast
 
 from tuner.errors import InputError, ToolError
+from tuner.core.settings import RunOptions
+from tuner.evaluation.device_identity import host_devices
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Recorder
 from tuner.core.results import Result, Status
 from tuner.tools import ToolsStopped
@@ -24,6 +26,17 @@ def distinct_devices(devices: Sequence[str], default: str) -> tuple[str, ...]:
     if len(set(devices)) != len(devices):
         raise InputError(f"devices must be distinct: {', '.join(devices)}")
     return devices
+
+
+def on_every_gpu(run: RunOptions, device: str) -> RunOptions:
+    """The run timing on every GPU of this host (issue 62: a host of several GPUs timed on one)
+    where no device is named, `device` (the target's) names a GPU driver with several devices
+    here, and the run times here: not with compile_only (the device is another machine) nor on a
+    Ray cluster (whose workers hold their own devices)."""
+    if run.devices or run.compile_only or run.strategy == "ray":
+        return run
+    every = host_devices(device)
+    return replace(run, devices=every) if len(every) > 1 else run
 
 
 class DevicePool:

@@ -13,6 +13,7 @@ from tuner.api import PROFILE
 from tuner.driver import read_program
 from pipelines import PIPELINES, DispatchKind, known_pipeline
 from tuner.errors import InputError, OutputError
+from tuner.evaluation.devices import on_every_gpu
 from tuner.profiling.profile import kept_profile
 from tuner.report.outputs import comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
@@ -139,8 +140,12 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         raise InputError("tune-model generates the model's inputs; --input is for `tune`")
     target = parse_target(target) if isinstance(target, str) else target
     check_devices(target, run.devices)
+    run = on_every_gpu(run, target.device)
     output_dir = Path(output_dir)
     say = listen.say
+    if len(run.devices) > 1:
+        say(f"timing on {len(run.devices)} devices: {', '.join(run.devices)} (each candidate against the baseline "
+            f"on its own device)")
     chosen = model_pipeline(target, search.pipeline)
     if chosen != search.pipeline:
         search = replace(search, pipeline=chosen)
