@@ -114,7 +114,8 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
 @click.option("--run-timeout", default=120.0, show_default=True, type=SECONDS, help="Seconds per benchmark run.")
 @click.option("--device", "devices", multiple=True,
               help="Runtime device to benchmark on; repeat for several GPUs (cuda://0, cuda://1): candidates and "
-                   "whole-model variants are timed on all, each against the baseline on its own device.")
+                   "whole-model variants are timed on all, each against the baseline on its own device. Default: "
+                   "the target's; on cuda, every GPU of the host where it has several.")
 @click.option("--strategy", default="auto", show_default=True, type=click.Choice(["auto", "ray"]),
               help="ray: tune every dispatch at once on a Ray cluster, its candidates compiled and timed there "
                    "(docs/reference.md); auto: one dispatch after another on this machine.")

@@ -154,7 +154,8 @@ def evaluation_options(f):
     f = click.option("--store", "store_path", default=None, type=click.Path(path_type=Path),
                      help="SQLite result store to reuse and fill (default: OUTPUT/results.sqlite); may be shared by runs.")(f)
     f = click.option("--device", "devices", multiple=True,
-                     help="Runtime device to benchmark on; repeat for several (e.g. cuda://0 cuda://1).")(f)
+                     help="Runtime device to benchmark on; repeat for several (e.g. cuda://0 cuda://1). Default: the "
+                          "target's; on cuda, every GPU of the host where it has several.")(f)
     f = click.option("--ray-address", default=None,
                      help="With --strategy ray: the cluster (default: $RAY_ADDRESS, else a local one for the run).")(f)
     f = click.option("--strategy", default="auto", show_default=True,
