@@ -1141,3 +1141,134 @@ def test_the_flag_stage_times_a_choice_far_behind_after_one_round_no_further(tmp
     assert any("c: 0.62x in its first round, more than 25% behind the fastest (2.00x): not timed further" in line
                for line in said), said
     assert state.flag_trials["c"] == pytest.approx(0.625)
+
+
+class _Clock:
+    """A designed clock: `now` seconds, moved by the test (by each timing, say)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _budget_clock(monkeypatch, clock: _Clock) -> None:
+    """tune-model's time budget read from `clock`."""
+    from functools import partial
+
+    from tuner.stages import model_client
+    from tuner.stages.time_budget import TimeBudget
+
+    monkeypatch.setattr(model_client, "TimeBudget", partial(TimeBudget, clock=clock))
+
+
+def test_the_time_budget_gives_the_flag_stage_its_share_and_keeps_the_merges():
+    from tuner.stages.time_budget import FLAG_SHARE, MERGE_SHARE, TimeBudget
+
+    clock = _Clock()
+    budget = TimeBudget(600.0, clock=clock)
+    clock.now = 100.0
+    assert budget.flag_stage_left() == pytest.approx(600.0 * FLAG_SHARE - 100.0)
+    assert budget.dispatch_stage_seconds() == pytest.approx(600.0 * (1 - MERGE_SHARE) - 100.0)
+    clock.now = 590.0  # past the merge's reserve: no dispatch time, the merge still runs
+    assert budget.flag_stage_left() < 0 and budget.dispatch_stage_seconds() == 0.0
+    assert budget.verdict_text() == ""  # nothing left undone: nothing said
+    budget.skip("tuning d1")
+    budget.skip("tuning d1")
+    assert budget.verdict_text() == "; within the time budget of 600 s (590 s spent) not done: tuning d1"
+
+
+@pytest.mark.slow
+def test_the_flag_stage_stops_extending_its_choice_once_its_share_of_the_time_budget_is_spent(tmp_path, monkeypatch):
+    """Designed rewrites, times and clock (each timing 10 s; a budget of 100 s gives the flag stage
+    40 s): the first round (the default and `a`, `b`, `c`, 2 rounds) takes more than 40 s, so `a`,
+    the fastest, is kept and not extended by `b` or `c`: said on the screen and in results.json."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b"), _marker("c")))
+    clock = _Clock()
+    _budget_clock(monkeypatch, clock)
+    times = {"flags-a": 0.5, "flags-b": 0.8, "flags-c": 0.9}
+
+    def timer(vmfb, settings):
+        clock.now += 10.0
+        return Timing((times.get(vmfb.parent.name, 1.0),))
+
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    said = []
+    tuning = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                        model=ModelOptions(rounds=2, timer=timer, time_budget_s=100.0),
+                        listen=Listeners(say=said.append), stages=[FlagStage(tune_budget=0)])
+    assert tuning.state.rewrites == ("a",)
+    assert any("share of the time budget is spent: not tried on a: a+b, a+c" in line for line in said), said
+    assert not any("a+b" in label for label in tuning.state.flag_trials)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["time_budget"]["undone"] == ["model-wide choice a+b", "model-wide choice a+c"]
+    assert "within the time budget of 100 s" in results["verdict"]
+
+
+@pytest.mark.slow
+def test_a_flag_stage_whose_share_is_spent_before_it_starts_builds_no_choice(tmp_path, monkeypatch):
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tuner.stages.flags import NOT_TRIED
+    from tests.test_tune_model import MLP
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
+    clock = _Clock()
+    _budget_clock(monkeypatch, clock)
+
+    def profile_then_timer(vmfb, settings):
+        clock.now += 1000.0  # the default's own timing alone outlasts the budget
+        return Timing((1.0,))
+
+    from tuner.stages import flags as flag_stage
+
+    real_build_once = flag_stage.build_once
+
+    def slow_default(env, variant):
+        clock.now += 50.0  # the default's build: past the flag stage's 40 of 100 s
+        return real_build_once(env, variant)
+
+    monkeypatch.setattr(flag_stage, "build_once", slow_default)
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    tuning = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                        model=ModelOptions(rounds=2, timer=profile_then_timer, time_budget_s=100.0),
+                        stages=[FlagStage(tune_budget=0)])
+    assert tuning.state.rewrites == () and tuning.state.flag_trials == {"a": NOT_TRIED, "b": NOT_TRIED}
+    assert not (tmp_path / "out" / "variants" / "flags-a").exists()  # not even built
+
+
+def test_the_dispatch_stage_takes_what_the_time_budget_leaves_less_the_merges_share(tmp_path, ctx, monkeypatch):
+    """On a designed clock, a budget of 100 s: at 20 s the dispatch stage's one dispatch is searched
+    for the 65 s left before the merge's 15; at 95 s it is not tuned, and the budget says so."""
+    from tuner.stages.base import ModelState
+    from tuner.stages.builtin import DispatchStage
+    from tuner.stages.time_budget import TimeBudget
+
+    said: list[str] = []
+    env, _, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said)
+    seconds = []
+    designed = DispatchStage.tune_or_say
+
+    def recording(self, dispatch, outcome, program, target, env, source, seconds_given=None):
+        seconds.append(seconds_given)
+        return designed(self, dispatch, outcome, program, target, env, source)
+
+    monkeypatch.setattr(DispatchStage, "tune_or_say", recording)
+    clock = _Clock()
+    budget = TimeBudget(100.0, clock=clock)
+    clock.now = 20.0
+    state = DispatchStage(budget=2, top=1).run(ModelState(), replace(env, budget=budget))
+    [outcome] = state.dispatches
+    assert outcome.status == "tuned" and seconds == [pytest.approx(65.0)] and budget.undone == []
+    clock.now = 95.0
+    state = DispatchStage(budget=2, top=1).run(ModelState(), replace(env, budget=budget))
+    [outcome] = state.dispatches
+    assert outcome.status == "not tuned: the dispatch stage's 0 s were spent" and len(seconds) == 1
+    assert budget.undone == [f"tuning {outcome.name}"]

@@ -403,3 +403,23 @@ def test_the_kept_choice_names_its_flags_whole_where_the_pipelines_cannot_be_imp
     monkeypatch.setitem(sys.modules, "pipelines.model_flags", None)  # importing it raises ImportError
     data = {"rewrites": [], "flags": ["--iree-opt-level=O3"], "dispatches": []}
     assert kept_line(data).startswith("model-wide choices: --iree-opt-level=O3;")
+
+
+def test_tune_models_time_budget_bounds_the_whole_run_not_each_search(tmp_path, monkeypatch):
+    from tuner.errors import InputError
+    from tuner.stages import model_client
+
+    seen = {}
+
+    def capture(input_path, target, output_dir, search, run, model, listen):
+        seen.update(search=search, model=model)
+        raise InputError("stopped by the test")
+
+    monkeypatch.setattr(model_client, "tune_model", capture)
+    result = run_cli("tune-model", str(tmp_path / "model.mlir"), "--time-budget", "300", "--output", str(tmp_path / "o"))
+    assert result.exit_code == 2 and "stopped by the test" in result.output  # bad input's code
+    assert seen["model"].time_budget_s == 300.0 and seen["search"].seconds is None
+    refused = run_cli("tune-model", str(tmp_path / "model.mlir"), "--time-budget", "0", "--output", str(tmp_path / "o"))
+    assert refused.exit_code == 2 and "'--time-budget': '0': a positive, finite number of seconds" in refused.output
+    with pytest.raises(InputError, match="--time-budget -1.0: a number of seconds above 0"):
+        model_client.ModelOptions(time_budget_s=-1.0).checked()

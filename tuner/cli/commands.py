@@ -86,7 +86,8 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
 @click.option("--kinds", default="", metavar="KIND[,KIND...]",
               help="Tune only dispatches of these kinds (contraction, convolution, attention, softmax, "
                    "normalization, reduction); default: every kind.")
-@search_options
+@search_options(time_budget_help="Seconds the whole run may take: the flag stage up to 40% of them, the dispatch "
+                                 "stage what is left less 15% kept for the merge; the verdict says what was not done.")
 @click.option("--pipeline", "pipeline_name", default=None,
               help="Codegen pipeline to tune each dispatch it takes with; the others are tuned with the one for "
                    "the compiler's choice. Default on cuda: llvmgpu_mma_sync (llvmgpu_tile_and_fuse: the "
@@ -146,12 +147,13 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                              ray_address=ray_address, reconfirm=reconfirm, quiet_wait=quiet_wait,
                              gpu_timing=gpu_timing)
     with errors_to_exit(), progress_bars(console) as on_progress:
-        tuning = run(input_file, target, output_dir, replace(search, pipeline=pipeline_name),
+        # tune-model's --time-budget is the whole run's (ModelOptions), not each dispatch's search's.
+        tuning = run(input_file, target, output_dir, replace(search, pipeline=pipeline_name, seconds=None),
                      RunOptions(settings, strategy, devices, store_path, force, compile_only=compile_only,
                                 parameters=parameters, dynamic_size=dynamic_size),
                      ModelOptions(min_share, top, model_rounds, model_flags,
                                   kinds=kind_list(kinds),
-                                  dispatch_seconds=dispatch_seconds),
+                                  dispatch_seconds=dispatch_seconds, time_budget_s=search.seconds),
                      Listeners(on_progress, console.print))
     if tuning.next_plan is not None:
         if as_json:

@@ -226,10 +226,17 @@ def constraints_option(f):
                              "IREE's materializer), or this tuner's less those IREE's reject.")(f)
 
 
-def search_options(f):
-    """--search, --budget (alias --num-candidates), --time-budget, --seed, --seeds, --warm-start,
-    --constraints: the command gets them as one `search: SearchSettings`."""
+SEARCH_SECONDS_HELP = "Seconds the search may run; no new batch starts after them."
+
+
+def search_options(f=None, *, time_budget_help: str = SEARCH_SECONDS_HELP):
+    """--search, --budget (alias --num-candidates), --time-budget (`time_budget_help` says what
+    it bounds), --seed, --seeds, --warm-start, --constraints: the command gets them as one
+    `search: SearchSettings` (its `seconds` from --time-budget)."""
     from tuner.search import DEFAULT_SEARCH, SEARCHES
+
+    if f is None:
+        return functools.partial(search_options, time_budget_help=time_budget_help)
 
     f = as_search(f)
     f = constraints_option(f)
@@ -241,7 +248,7 @@ def search_options(f):
                      help="JSON seed entries (configs found by benchmarking) tried first where they fit.")(f)
     f = click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the search.")(f)
     f = click.option("--time-budget", "time_budget", default=None, type=SECONDS,
-                     help="Seconds the search may run; no new batch starts after them.")(f)
+                     help=time_budget_help)(f)
     f = click.option("--budget", "--num-candidates", "budget", default=30, show_default=True, type=int,
                      help="Configs to evaluate besides the baseline (failed and duplicate ones count).")(f)
     f = click.option("--search", "search_name", default=DEFAULT_SEARCH, show_default=True,

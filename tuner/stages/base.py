@@ -24,6 +24,7 @@ from tuner.discovery.program import Program
 from tuner.profiling.profile import Profile
 from tuner.core.settings import EvalSettings
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
+from tuner.stages.time_budget import TimeBudget
 from tuner.stages.variants import BuiltVariant, SpecPart
 from tuner.targets import Target
 from tuner.discovery.workload import Workload
@@ -169,6 +170,8 @@ class StageEnv:
     # them on a Ray cluster, every dispatch at once.
     strategy: str = "auto"
     dynamic_size: Optional[int] = None  # for each dynamic dimension of the entry's arguments (None: the hints')
+    # The whole run's time budget (tuner.stages.time_budget), or None: no limit.
+    budget: Optional[TimeBudget] = None
     _inputs: Optional[tuple[Path, ...]] = field(default=None, init=False, repr=False)
 
     @property

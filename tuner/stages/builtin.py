@@ -175,7 +175,10 @@ class DispatchStage:
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds,
                                              self.search.pipeline)
         at_once = env.strategy == CLUSTER and len(chosen) > 1
-        deadline = None if self.seconds is None else time.monotonic() + self.seconds
+        stage_seconds = self.seconds
+        if env.budget is not None:  # the whole run's budget: what is left of it, less the merge's share
+            stage_seconds = min(env.budget.dispatch_stage_seconds(), stage_seconds or float("inf"))
+        deadline = None if stage_seconds is None else time.monotonic() + stage_seconds
         spent: list[float] = []  # seconds each dispatch's tuning took, for the stage's ETA
         for i, (lead, outcome) in enumerate(chosen, 1):
             pipeline = tuning_pipeline(lead, self.search.pipeline)
@@ -187,8 +190,10 @@ class DispatchStage:
                 seconds = None if deadline is None else search_seconds(
                     deadline - start, [o.share for _, o in chosen[i - 1:]])
                 if seconds is not None and seconds <= 0:
-                    outcomes.append(replace(outcome, status=f"not tuned: the dispatch stage's {self.seconds:.0f} s "
+                    outcomes.append(replace(outcome, status=f"not tuned: the dispatch stage's {stage_seconds:.0f} s "
                                                             f"were spent"))
+                    if env.budget is not None:
+                        env.budget.skip(f"tuning {lead.name}")
                 else:
                     outcomes.append(self.tune_or_say(lead, outcome, program, target, env, source, seconds))
                 took = time.monotonic() - start

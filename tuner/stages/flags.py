@@ -50,6 +50,15 @@ class Judged:
     over_wrong_default: bool = False
 
 
+# A choice's figure where the flag stage's share of the run's time budget ran out before it.
+NOT_TRIED = "not tried: the flag stage's share of the time budget was spent"
+
+
+def _out_of_time(env: StageEnv) -> bool:
+    """Whether the flag stage's share of the run's time budget (tuner.stages.time_budget) is spent."""
+    return env.budget is not None and env.budget.flag_stage_left() <= 0
+
+
 @dataclass
 class FlagStage:
     """Model-wide choices (model_options): flags that change every dispatch (data tiling on the
@@ -168,9 +177,14 @@ class FlagStage:
             if best is None or not best.ok:
                 return None
             return Judged(options[labels.index(earlier["judged"])], best, earlier["speedup"], earlier["over_wrong"])
-        prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
+        if not _out_of_time(env):
+            prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
+            if _out_of_time(env):
+                trials[option.label] = NOT_TRIED
+                env.budget.skip(f"model-wide choice {short_flags(option.label)}")
+                continue
             b = self._build(env, default, option, trials, reference, wrong)
             if b is not None:
                 built.append((option, b))
@@ -212,6 +226,12 @@ class FlagStage:
             # was slower than the choice: the same build, not timed again.
             more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.program))
                     if o.label not in trials]
+            if more and _out_of_time(env):
+                env.say(f"  the flag stage's share of the time budget is spent: not tried on "
+                        f"{short_flags(option.label)}: {', '.join(short_flags(o.label) for o in more)}")
+                for o in more:
+                    env.budget.skip(f"model-wide choice {short_flags(o.label)}")
+                break
             judged = (self._judge(env, default, best, more, trials, f"flag-runs-{step}", set(), steps, scale=speedup)
                       if more else None)
             if judged is None:

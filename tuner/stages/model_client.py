@@ -25,6 +25,7 @@ from tuner.stages.merge import MergeStage
 from tuner.stages.flags import FlagStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.plan import PLAN, ModelPlan
+from tuner.stages.time_budget import TimeBudget
 from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile
 from tuner.stages.variants import merged_spec
 from tuner.targets import Target, check_devices, parse_target
@@ -90,6 +91,8 @@ class ModelOptions:
     timer: ModelBenchmark = iree_benchmark
     kinds: tuple[str, ...] = ()  # the dispatch kinds to tune (DispatchKind values); empty: every kind
     dispatch_seconds: Optional[float] = None  # the dispatch stage's searches together, at most (None: no limit)
+    # The whole run, at most, spread over the stages (tuner.stages.time_budget; None: no limit).
+    time_budget_s: Optional[float] = None
 
     def checked(self) -> "ModelOptions":
         if not 0.0 <= self.min_share <= 1.0:
@@ -98,6 +101,8 @@ class ModelOptions:
             raise InputError("--top must be at least 1")
         if self.dispatch_seconds is not None and self.dispatch_seconds <= 0:
             raise InputError(f"--dispatch-time {self.dispatch_seconds}: a number of seconds above 0")
+        if self.time_budget_s is not None and not 0 < self.time_budget_s < float("inf"):
+            raise InputError(f"--time-budget {self.time_budget_s}: a number of seconds above 0")
         known = [k.value for k in DispatchKind]
         unknown = [k for k in self.kinds if k not in known]
         if unknown:
@@ -134,10 +139,13 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     directory holds (tuner.stages.two_machine) and leave DIR/model-plan.json for `benchmark DIR`
     on the device; `ModelTuning.next_plan` says what it is (None once the model is done)."""
     search, model = search.checked(), model.checked()
+    budget = TimeBudget(model.time_budget_s) if model.time_budget_s is not None else None
     if search.pipeline is not None and not known_pipeline(search.pipeline):
         raise InputError(f"--pipeline {search.pipeline}: unknown; known: {', '.join(PIPELINES)}")
     if run.inputs:
         raise InputError("tune-model generates the model's inputs; --input is for `tune`")
+    if run.compile_only and budget is not None:
+        raise InputError("--time-budget bounds a run done on one machine, not a --compile-only step")
     target = parse_target(target) if isinstance(target, str) else target
     check_devices(target, run.devices)
     run = on_every_gpu(run, target.device)
@@ -159,7 +167,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
             say(program.fixed_text())
         env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
                        Path(run.store_path) if run.store_path else None, tuple(run.devices), model.timer,
-                       listen.progress, say, None, model.rounds, strategy=run.strategy, dynamic_size=run.dynamic_size)
+                       listen.progress, say, None, model.rounds, strategy=run.strategy, dynamic_size=run.dynamic_size,
+                       budget=budget)
         if run.compile_only:
             return _compile_step(replace(env, devices=(), timer=iree_benchmark, strategy="auto"), model, search)
         measured = kept_profile(source, target, program, output_dir / PROFILE, ctx, run.settings, listen.progress, say)
@@ -170,6 +179,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         state = run_stages(stages if stages is not None else
                            default_stages(search.budget, model.min_share, model.top, model.model_flags, search,
                                           model.kinds, model.dispatch_seconds), env)
+        if budget is not None and budget.undone:
+            state = replace(state, verdict=state.verdict + budget.verdict_text())
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, state.program_of(source), workload.entry, parameters=workload.parameters)
 
@@ -218,6 +229,8 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
             **({"parameters": list(env.workload.parameters)} if env.workload.parameters else {}),
             "flags": list(state.flags),
             "flag_trials": state.flag_trials,
+            **({"time_budget": {"seconds": env.budget.seconds, "spent": round(env.budget.spent(), 1),
+                                "undone": list(env.budget.undone)}} if env.budget is not None else {}),
             "dispatches": [o.to_json() for o in state.dispatches],
             "kept": [p.dispatch.name for p in state.kept],
             "figure": state.figure.to_json() if state.figure else None,
