@@ -227,7 +227,7 @@ def faulty_tools(tmp_path, monkeypatch):
 
     from tuner.tools import TOOLS_ENV, find_tool
 
-    names = ("iree-compile", "iree-run-module", "iree-benchmark-module")
+    names = ("iree-compile", "iree-run-module", "iree-benchmark-module", "iree-profile")
     real = {n: find_tool(n) for n in names}
     directory = tmp_path / "faulty-tools"
     directory.mkdir()

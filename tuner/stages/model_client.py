@@ -26,6 +26,7 @@ from tuner.stages.flags import FlagStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.plan import PLAN, ModelPlan
 from tuner.stages.time_budget import TimeBudget
+from tuner.stages.unbuildable import buildable_start
 from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile
 from tuner.stages.variants import merged_spec
 from tuner.targets import Target, check_devices, parse_target
@@ -171,6 +172,9 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                        budget=budget)
         if run.compile_only:
             return _compile_step(replace(env, devices=(), timer=iree_benchmark, strategy="auto"), model, search)
+        # A model IREE's defaults cannot build or run starts from a model-wide choice that can.
+        env, start = buildable_start(env, search.pipeline)
+        source, target, program = env.model, env.target, env.program
         measured = kept_profile(source, target, program, output_dir / PROFILE, ctx, run.settings, listen.progress, say)
         workload = model_entry(program, measured)
         say(f"model entry @{workload.entry}: {len(program.dispatches)} dispatches read, "
@@ -181,6 +185,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
                                           model.kinds, model.dispatch_seconds), env)
         if budget is not None and budget.undone:
             state = replace(state, verdict=state.verdict + budget.verdict_text())
+        if start:
+            state = replace(state, verdict=f"{start}; {state.verdict}")
         write_model_outputs(env, state)
     return ModelTuning(state, output_dir, state.program_of(source), workload.entry, parameters=workload.parameters)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
@@ -63,6 +64,17 @@ class BuiltVariant:
         return self.vmfb is not None and not self.error
 
 
+# The dispatch function a compiler diagnostic is about: its "see current operation" dump names it
+# (`sym_name = "main_dispatch_3_..."`), as does the executable's symbol (`@main_dispatch_3`).
+_DISPATCH = re.compile(r'(?:sym_name = "|@)([\w$.-]*?_dispatch_\d+[\w$.-]*)')
+
+
+def failing_dispatch(stderr: str) -> Optional[str]:
+    """The dispatch a compiler's diagnostics name first (the function it was lowering), or None."""
+    found = _DISPATCH.search(stderr)
+    return found.group(1) if found else None
+
+
 def merged_spec(parts: Sequence[SpecPart], target: Target, ctx: ir.Context) -> str:
     """One spec with every part's matcher and config under the target's one entry point."""
     return str(build_spec([p.entry for p in parts], ctx, target.spec_entry))
@@ -117,6 +129,8 @@ def compile_variant(model: Path, variant: Variant, target: Target, directory: Pa
                                         f"--iree-hal-dump-executable-configurations-to={configs.name}",
                                         "-o", fresh(vmfb).name], timeout_s, cwd=directory)
         if not run.ok:
-            return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}")
+            dispatch = failing_dispatch(run.stderr)
+            return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}"
+                                + (f" (in {dispatch})" if dispatch else ""))
         write_file(stamp, recipe)
     return BuiltVariant(variant, vmfb, spec, tuple(flags))

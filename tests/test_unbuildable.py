@@ -1,0 +1,81 @@
+"""A model IREE's defaults cannot build or run (tuner/stages/unbuildable.py): the dispatch the
+compiler names, the model-wide choice the run starts from, and one line where none helps. The
+failing defaults are designed with the faulty tools (tests/conftest.py) where the subject is
+what tune-model does with a failure; the dispatch is read from a real compiler failure."""
+
+import pytest
+
+from tuner.core.settings import Listeners, RunOptions
+from tuner.stages import ModelOptions, tune_model
+from tuner.stages.variants import failing_dispatch
+from tests.conftest import assert_one_error_line, run_cli
+from tests.test_tune_model import FAST, MLP
+
+BAD_STRATEGY = """
+func.func @mm(%a: tensor<128x64xf16>, %b: tensor<64x256xf16>) -> tensor<128x256xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<128x256xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<128x256xf32>) -> tensor<128x256xf32>
+  %m = linalg.matmul {compilation_info = #iree_codegen.compilation_info<
+      lowering_config = #iree_codegen.lowering_config<tile_sizes = [[64, 64, 32]]>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_codegen.transform_dialect_codegen
+                                                        codegen_spec = @nowhere>>}
+      ins(%a, %b : tensor<128x64xf16>, tensor<64x256xf16>) outs(%f : tensor<128x256xf32>) -> tensor<128x256xf32>
+  return %m : tensor<128x256xf32>
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_dispatch_that_fails_in_codegen_is_named_from_the_compilers_diagnostics(tmp_path):
+    """A real failure in the codegen stage (a transform strategy that is not there), on cuda."""
+    from tuner.targets import parse_target
+    from tuner.tools import find_tool, run_tool
+
+    program = tmp_path / "bad.mlir"
+    program.write_text(BAD_STRATEGY)
+    run = run_tool([find_tool("iree-compile"), str(program), *parse_target("cuda:sm_80").compile_flags,
+                    "-o", str(tmp_path / "bad.vmfb")], 300.0)
+    assert not run.ok
+    assert failing_dispatch(run.stderr) == "mm_dispatch_0_matmul_128x256x64_f16xf16xf32"
+    assert failing_dispatch("error: failed to legalize operation") is None  # none named: none said
+
+
+def _mlp(tmp_path):
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    return model
+
+
+@pytest.mark.slow
+def test_a_model_whose_default_does_not_build_starts_from_the_first_choice_that_builds_and_runs(tmp_path,
+                                                                                                  faulty_tools):
+    """The default's build fails (a designed compile error); the CPU's first model-wide choice
+    (data tiling) builds and runs: the run starts from it, says so in its verdict, and
+    model_flags.txt carries its flag."""
+    faulty_tools("iree-compile", "variants/default", "fail")
+    said = []
+    tuning = tune_model(_mlp(tmp_path), "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                        model=ModelOptions(rounds=1), listen=Listeners(say=said.append), stages=[])
+    line = next(s for s in said if s.startswith("IREE's defaults do not build and run the model ("))
+    assert "failed to legalize operation (simulated)" in line and "the run tunes from there" in line
+    assert tuning.state.verdict.startswith(line)
+    flag = line.split("; with ")[1].split(" it does")[0]
+    flags_file = (tmp_path / "out" / "model_flags.txt").read_text()
+    assert flag in ("data-tiling",) and "--iree-opt-data-tiling" in flags_file, (line, flags_file)
+
+
+@pytest.mark.slow
+def test_a_model_no_choice_makes_build_is_one_line_naming_the_compilers_message(tmp_path, faulty_tools):
+    faulty_tools("iree-compile", "/variants/", "fail")
+    result = run_cli("tune-model", _mlp(tmp_path), "--output", tmp_path / "out")
+    assert_one_error_line(result, 5, "does not build and run with IREE's defaults (iree-compile failed: error: "
+                                     "failed to legalize operation (simulated)), nor with any of the")
+
+
+@pytest.mark.slow
+def test_a_model_that_builds_and_runs_nowhere_alike_blames_the_device_not_the_model(tmp_path, faulty_tools):
+    """Every build compiles and none runs, with one error: the device is said to be the cause."""
+    faulty_tools("iree-run-module", "load-check", "fail")
+    result = run_cli("tune-model", _mlp(tmp_path), "--output", tmp_path / "out")
+    assert_one_error_line(result, 5, "and so does every model-wide choice: the device, not the model")
