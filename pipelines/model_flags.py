@@ -50,11 +50,17 @@ KEEP_TRANSPOSES = ("--iree-global-opt-propagate-transposes=false",)
 PAD_INTO_PRODUCER = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-producer-ops",)
 PAD_INTO_CONSUMER = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
 
+# No constant inlined into a dispatch's code (IREE inlines small ones): on cuda a large weight
+# inlined as constant data made a kernel the driver refused at load (over PTX's limit on a real
+# export, issue 58). Tried only where the default does not build or run (tuner.stages.unbuildable).
+NO_INLINED_CONSTANTS = ("--iree-flow-inline-constants-max-byte-length=0",)
+
 FLAG_NAMES = {DATA_TILING_FLAG: "data-tiling", EARLY_MATERIALIZATION[0]: "global-data-tiling",
               EARLY_MATERIALIZATION[1]: "early-materialization", O3[0]: "O3", AGGRESSIVE_FUSION[0]: "aggressive-fusion",
               CHANNELS_LAST[0]: "channels-last", DIRECT_CONVOLUTION[0]: "direct-convolution",
               GENERALIZE_MATMUL[0]: "generalize-matmul", KEEP_TRANSPOSES[0]: "keep-transposes",
-              PAD_INTO_PRODUCER[0]: "pad-into-producer", PAD_INTO_CONSUMER[0]: "pad-into-consumer"}
+              PAD_INTO_PRODUCER[0]: "pad-into-producer", PAD_INTO_CONSUMER[0]: "pad-into-consumer",
+              NO_INLINED_CONSTANTS[0]: "no-inlined-constants"}
 
 
 def codegen_flags(flags: Iterable[str], backend: str, convolution: bool = True) -> tuple[str, ...]:

@@ -71,6 +71,9 @@ def test_a_model_no_choice_makes_build_is_one_line_naming_the_compilers_message(
     result = run_cli("tune-model", _mlp(tmp_path), "--output", tmp_path / "out")
     assert_one_error_line(result, 5, "does not build and run with IREE's defaults (iree-compile failed: error: "
                                      "failed to legalize operation (simulated)), nor with any of the")
+    # The choices tried, said one by one: the flag stage's, then no constants inlined into dispatches.
+    assert "data-tiling: iree-compile failed" in result.output
+    assert "no-inlined-constants: iree-compile failed" in result.output
 
 
 @pytest.mark.slow

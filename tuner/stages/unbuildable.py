@@ -3,7 +3,8 @@ failure on one dispatch ("failed to distribute" on a reduction over integers, on
 the driver refuses at load (a large weight inlined as constant data, over PTX's limit). Before
 tune-model profiles the model, its default build is compiled and run once on the device; where it
 fails, the dispatch the compiler names and its message are said, and the model-wide choices
-(flag sets and rewrites, tuner.stages.flag_options) are built and run in turn: the first that
+(flag sets and rewrites, tuner.stages.flag_options), then no constant inlined into dispatches
+(NO_INLINED_CONSTANTS), are built and run in turn: the first that
 builds and runs is where the run starts, as if the user had given it (its flags in every build and
 in model_flags.txt, its rewritten program the one tuned). Where none does, one line names the
 dispatch and the compiler's message."""
@@ -13,13 +14,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from pipelines.model_flags import short_flags
+from pipelines.model_flags import NO_INLINED_CONSTANTS, short_flags
 from tuner.discovery.program import discover_program
 from tuner.errors import ToolError
 from tuner.evaluation.runner import run_once
 from tuner.stages.base import RunCache, StageEnv
 from tuner.stages.builtin import build_once, with_flags
-from tuner.stages.flag_options import model_options, rewritten_program
+from tuner.stages.flag_options import ModelOption, model_options, rewritten_program
 from tuner.stages.variants import BuiltVariant, Variant
 
 LOAD_CHECK = "load-check"  # DIR/variants/NAME/load-check: the output of a build's one run
@@ -46,7 +47,7 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
     env.say(f"IREE's defaults do not build and run the model: {failure}; trying the model-wide choices")
     run_errors = []
     tried = 0
-    for option in model_options(env, pipeline):
+    for option in [*model_options(env, pipeline), ModelOption(NO_INLINED_CONSTANTS)]:
         program = rewritten_program(env, option.rewrite) if option.rewrite else None
         if option.rewrite and program is None:
             continue
