@@ -1214,7 +1214,7 @@ def test_the_flag_stage_stops_extending_its_choice_once_its_share_of_the_time_bu
 @pytest.mark.slow
 def test_a_flag_stage_whose_share_is_spent_before_it_starts_builds_no_choice(tmp_path, monkeypatch):
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
-    from tuner.stages.flags import NOT_TRIED
+    from tuner.stages.time_budget import NOT_TRIED
     from tests.test_tune_model import MLP
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())

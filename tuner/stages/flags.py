@@ -28,6 +28,7 @@ from tuner.stages.flag_options import (ModelOption, applying_rewrites, extension
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
                                   with_flags)
 from tuner.stages.halving import compare_halving
+from tuner.stages.time_budget import NOT_TRIED, flag_share_spent
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 # DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: the choice's variant directory)
@@ -48,15 +49,6 @@ class Judged:
     best: BuiltVariant
     speedup: float
     over_wrong_default: bool = False
-
-
-# A choice's figure where the flag stage's share of the run's time budget ran out before it.
-NOT_TRIED = "not tried: the flag stage's share of the time budget was spent"
-
-
-def _out_of_time(env: StageEnv) -> bool:
-    """Whether the flag stage's share of the run's time budget (tuner.stages.time_budget) is spent."""
-    return env.budget is not None and env.budget.flag_stage_left() <= 0
 
 
 @dataclass
@@ -177,11 +169,11 @@ class FlagStage:
             if best is None or not best.ok:
                 return None
             return Judged(options[labels.index(earlier["judged"])], best, earlier["speedup"], earlier["over_wrong"])
-        if not _out_of_time(env):
+        if not flag_share_spent(env.budget):
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
-            if _out_of_time(env):
+            if flag_share_spent(env.budget):
                 trials[option.label] = NOT_TRIED
                 env.budget.skip(f"model-wide choice {short_flags(option.label)}")
                 continue
@@ -226,7 +218,7 @@ class FlagStage:
             # was slower than the choice: the same build, not timed again.
             more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.program))
                     if o.label not in trials]
-            if more and _out_of_time(env):
+            if more and flag_share_spent(env.budget):
                 env.say(f"  the flag stage's share of the time budget is spent: not tried on "
                         f"{short_flags(option.label)}: {', '.join(short_flags(o.label) for o in more)}")
                 for o in more:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional
 
 # The flag stage's most, and what is kept for the merge, as shares of the whole budget. On the
 # H200 (docs/benchmarks/real-exports.md) the flag stage took 300-430 s of 600-1100 s runs and made
 # most of the gain on transformer exports; a merge of 4 dispatches took 60-170 s.
 FLAG_SHARE = 0.4
 MERGE_SHARE = 0.15
+# A choice's figure where the flag stage's share of the budget ran out before it was built.
+NOT_TRIED = "not tried: the flag stage's share of the time budget was spent"
 
 
 @dataclass
@@ -56,3 +58,8 @@ class TimeBudget:
             return ""
         return (f"; within the time budget of {self.seconds:.0f} s ({self.spent():.0f} s spent) not done: "
                 + "; ".join(self.undone))
+
+
+def flag_share_spent(budget: Optional[TimeBudget]) -> bool:
+    """Whether the flag stage's share of the run's budget is spent (never, without a budget)."""
+    return budget is not None and budget.flag_stage_left() <= 0
