@@ -82,3 +82,35 @@ def test_a_model_that_builds_and_runs_nowhere_alike_blames_the_device_not_the_mo
     faulty_tools("iree-run-module", "load-check", "fail")
     result = run_cli("tune-model", _mlp(tmp_path), "--output", tmp_path / "out")
     assert_one_error_line(result, 5, "and so does every model-wide choice: the device, not the model")
+
+
+@pytest.mark.slow
+def test_a_default_that_builds_where_the_device_is_missing_says_so_without_trying_any_choice(tmp_path, faulty_tools,
+                                                                                             monkeypatch):
+    from tuner.stages import unbuildable
+
+    faulty_tools("iree-run-module", "load-check", "fail")
+    monkeypatch.setattr(unbuildable, "device_available", lambda device: False)
+    result = run_cli("tune-model", _mlp(tmp_path), "--output", tmp_path / "out")
+    assert_one_error_line(result, 5, "the runtime finds no local-task on this machine")
+    assert "trying the model-wide choices" not in result.output  # no choice built
+
+
+def test_a_device_is_available_by_what_its_driver_finds(monkeypatch):
+    import iree.runtime as rt
+
+    from tuner.evaluation.device_identity import device_available
+
+    class Two:
+        def query_available_devices(self):
+            return [{"device_id": 1}, {"device_id": 2}]
+
+    monkeypatch.setattr(rt, "get_driver", lambda name: Two())
+    assert device_available("cuda") and device_available("cuda://1") and not device_available("cuda://2")
+    assert device_available("local-task")
+
+    def missing(name):
+        raise ValueError(f"no driver {name}")
+
+    monkeypatch.setattr(rt, "get_driver", missing)
+    assert not device_available("cuda")

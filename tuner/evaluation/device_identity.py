@@ -68,6 +68,22 @@ def host_devices(device: str) -> tuple[str, ...]:
     return tuple(f"{driver}://{i}" for i in range(len(found))) if len(found) > 1 else (device,)
 
 
+def device_available(device: str) -> bool:
+    """Whether the runtime finds `device` on this host (a local driver always; a GPU driver's
+    device by its index, or any where none is given)."""
+    driver, _, which = device.partition("://")
+    driver = driver.split(":")[0]
+    if driver.startswith("local"):
+        return True
+    try:
+        import iree.runtime as rt
+
+        found = rt.get_driver(driver).query_available_devices()
+    except Exception:  # no such driver here, or it cannot be started
+        return False
+    return bool(found) and (not which.isdigit() or int(which) < len(found))
+
+
 def timing_identity(device: str, dispatch_only: bool, batch: int, cores: tuple[int, ...] = ()) -> str:
     """What a time is a time of, as far as it changes the figure: the whole entry function or the
     dispatch alone (how many dispatches per timed batch), and the runtime's thread count (`cores`:

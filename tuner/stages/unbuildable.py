@@ -17,6 +17,7 @@ from typing import Optional
 from pipelines.model_flags import NO_INLINED_CONSTANTS, short_flags
 from tuner.discovery.program import discover_program
 from tuner.errors import ToolError
+from tuner.evaluation.device_identity import device_available
 from tuner.evaluation.runner import run_once
 from tuner.stages.base import RunCache, StageEnv
 from tuner.stages.builtin import build_once, with_flags
@@ -41,9 +42,13 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
     target, program and discovery of the first model-wide choice that builds and runs, and the
     line that says so. Raises ToolError (one line) where none does; where every build compiles
     and none runs alike, the device is said to be the cause, not the model."""
-    failure = why_not(env, build_once(env, Variant("default")))
+    default = build_once(env, Variant("default"))
+    failure = why_not(env, default)
     if not failure:
         return env, ""
+    if default.ok and not device_available(env.device):  # nothing would run: no choice is tried
+        raise ToolError(f"the model builds but {failure[len('it '):]}: the runtime finds no {env.device} on this "
+                        f"machine (name another with --device, or run where the device is)")
     env.say(f"IREE's defaults do not build and run the model: {failure}; trying the model-wide choices")
     run_errors = []
     tried = 0
