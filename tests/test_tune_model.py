@@ -287,10 +287,13 @@ def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, 
         run_plan(device, settings=FAST)
         shutil.copytree(device, out, dirs_exist_ok=True)
     assert steps[:2] == [("merge", 1), ("merge", 2)], steps
-    assert steps[2:] in ([], [("validate", 0)]), steps  # validated unless both configs were dropped
     assert state.verdict and all(o.status == "kept" or o.status.startswith("dropped") for o in state.dispatches)
-    if steps[2:]:
-        assert state.figure is not None and state.figure.rounds == 1
+    # Which configs the timings keep varies with the machine; what follows from it does not: a
+    # third trip validates the tuned model exactly where a config was kept, and its figure is
+    # of the one round asked for.
+    kept = [o.name for o in state.dispatches if o.status == "kept"]
+    assert steps[2:] == ([("validate", 0)] if kept else []), (steps, kept)
+    assert (state.figure is not None and state.figure.rounds == 1) == bool(kept), (state.figure, kept)
 
 
 def test_the_dispatch_stage_gives_each_dispatch_the_time_left_by_its_share():
