@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.side_by_side import claimed, claimed_interval, default_and_choice, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.evaluation.runner import ModuleRun  # noqa: E402
+from tuner.evaluation.runtime_tools import ModuleRun  # noqa: E402
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
 
 # (name, M, N, K)

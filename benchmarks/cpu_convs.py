@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from tuner.discovery.workload import TensorSpec, Workload  # noqa: E402
 from benchmarks.side_by_side import claimed, default_and_choice, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.evaluation.runner import ModuleRun  # noqa: E402
+from tuner.evaluation.runtime_tools import ModuleRun  # noqa: E402
 
 # (name, output H=W, input channels, output channels, filter, stride)
 CONVS = [

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tuner import api  # noqa: E402
 from tuner.core.settings import EvalSettings, RunOptions, SearchSettings  # noqa: E402
-from tuner.evaluation.runner import ModuleRun, benchmark  # noqa: E402
+from tuner.evaluation.runtime_tools import ModuleRun, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from side_by_side import interleaved  # noqa: E402
 from tuner.core.running import ModuleRun  # noqa: E402
-from tuner.evaluation.runner import run_once  # noqa: E402
+from tuner.evaluation.runtime_tools import run_once  # noqa: E402
 from tuner.input.models import program_source  # noqa: E402
 from tuner.rewrite import ND_LINEAR_AS_MATMUL, rewrite_program  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402

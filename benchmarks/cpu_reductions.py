@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.side_by_side import claimed, interleaved  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
-from tuner.evaluation.runner import ModuleRun  # noqa: E402
+from tuner.evaluation.runtime_tools import ModuleRun  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 

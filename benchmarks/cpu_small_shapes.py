@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.cpu_data_tiled import layer_mlir, time_numpy, write_weights  # noqa: E402
 from benchmarks.cpu_matmul import mlir_for  # noqa: E402
-from tuner.evaluation.runner import ModuleRun, benchmark  # noqa: E402
+from tuner.evaluation.runtime_tools import ModuleRun, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 

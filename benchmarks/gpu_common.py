@@ -59,7 +59,7 @@ def default_tuned_torch(data: dict, manifest, work: Path, torch_fn: Callable[[],
     """Median ms of the baseline's and the winner's dispatch alone (as the tuner times them) and
     of `torch_fn`, over rotating interleaved rounds: whatever runs first after a pause can see
     lower clocks, so no one always goes first."""
-    from tuner.evaluation.runner import ModuleRun, benchmark
+    from tuner.evaluation.runtime_tools import ModuleRun, benchmark
 
     built = {b.result.candidate_id: b for b in manifest.built}
     chosen = {"default": next(b for b in manifest.built if b.result.is_baseline), "tuned": built[chosen_id(data)]}

@@ -66,7 +66,7 @@ def torch_matmul(inputs: tuple[Path, ...]):
 
 def measure_step(args: argparse.Namespace) -> None:
     from benchmarks.gpu_common import time_cuda
-    from tuner.evaluation.runner import ModuleRun, benchmark
+    from tuner.evaluation.runtime_tools import ModuleRun, benchmark
     from tuner.discovery.workload import Workload
 
     plan = json.loads((args.dir / "plan.json").read_text())

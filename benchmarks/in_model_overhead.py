@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tuner.evaluation import cupti
 from tuner.evaluation.in_model import LoadedModule, on_device_thread
-from tuner.evaluation.runner import ModuleRun
+from tuner.evaluation.runtime_tools import ModuleRun
 
 
 def _loop(module: LoadedModule, calls: int, read_every: bool) -> float:

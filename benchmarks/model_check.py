@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tuner.evaluation.device_identity import device_identity  # noqa: E402
-from tuner.evaluation.runner import ModuleRun, benchmark  # noqa: E402
+from tuner.evaluation.runtime_tools import ModuleRun, benchmark  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 

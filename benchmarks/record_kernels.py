@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from tuner.evaluation import cupti  # noqa: E402
 from tuner.evaluation.in_model import LoadedModule  # noqa: E402
-from tuner.evaluation.runner import ModuleRun  # noqa: E402
+from tuner.evaluation.runtime_tools import ModuleRun  # noqa: E402
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typing import Optional
 
-from tuner.evaluation.runner import DispatchBenchmark, ModuleRun, benchmark
+from tuner.evaluation.runtime_tools import DispatchBenchmark, ModuleRun, benchmark
 
 
 def interleaved(modules: dict[str, Path], settings: ModuleRun, rounds: int,

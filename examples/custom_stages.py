@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from tuner.evaluation.runner import ModuleRun, Timing
+from tuner.evaluation.runtime_tools import ModuleRun, Timing
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import DispatchStage, MergeStage, ModelOptions, ModelState, StageEnv, tune_model
 from tuner.tools import find_tool

@@ -366,7 +366,7 @@ def cpu_results(programs, shapes, tmp_path: Path, function: str = "f") -> dict:
     inputs of `shapes`: its single result by the program's stem (the rewrites' exactness tests)."""
     import numpy as np
 
-    from tuner.evaluation.runner import ModuleRun, run_once
+    from tuner.evaluation.runtime_tools import ModuleRun, run_once
     from tuner.targets import parse_target
 
     rng = np.random.default_rng(0)

@@ -11,7 +11,7 @@ from pipelines.llvmgpu_vector_distribute_attention import lays_out
 from tests.conftest import iree_compile, onnx_examples
 from tuner.build.builder import LocalBuilder, build_all
 from tuner.discovery.program import discover_program
-from tuner.evaluation.runner import ModuleRun, relative_error, run_once
+from tuner.evaluation.runtime_tools import ModuleRun, relative_error, run_once
 from tuner.input.models import program_source
 from tuner.rewrite import RAISE_ATTENTION, REWRITES, rewrite_program
 from tuner.rewrite.attention import padded_width, raise_attention

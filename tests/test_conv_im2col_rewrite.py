@@ -124,7 +124,7 @@ def _convs_model(path: Path, batch: int) -> None:
 def test_the_rewritten_convolutions_compute_the_same_results(tmp_path, batch):
     pytest.importorskip("onnx")
     from tests.conftest import iree_compile
-    from tuner.evaluation.runner import ModuleRun, read_output, run_once
+    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
     from tuner.input.models import program_source
 
     _convs_model(tmp_path / "convs.onnx", batch)

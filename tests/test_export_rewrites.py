@@ -150,7 +150,7 @@ def test_the_exporters_sdpa_form_is_raised_and_what_breaks_it_is_declined():
 
 
 def _cpu_output(program: Path, inputs: Path, tmp_path: Path) -> np.ndarray:
-    from tuner.evaluation.runner import ModuleRun, run_once
+    from tuner.evaluation.runtime_tools import ModuleRun, run_once
 
     vmfb = tmp_path / f"{program.stem}.vmfb"
     iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))

@@ -20,7 +20,7 @@ from tuner.build.kernels import executable_of, kernel_names
 from tuner.evaluation.in_model import time_calls, time_kernels, times_in_model
 from tuner.evaluation.kernel_times import belongs, per_call
 from tuner.evaluation.measure import Built
-from tuner.evaluation.runner import ModuleRun
+from tuner.evaluation.runtime_tools import ModuleRun
 from tuner.profiling.timing import ProfileJob, time_profile
 from tuner.core.results import Result, Status
 
@@ -221,7 +221,7 @@ def test_no_dumped_benchmark_starts_after_the_profiles_wall_bound(scripted_gpu_t
 def test_a_module_loaded_in_process_computes_what_iree_run_module_computes(tmp_path):
     """The in-process loader (used on CUDA with CUPTI) on the CPU: the same inputs, the same result."""
     from tests.conftest import iree_compile, write_matmul
-    from tuner.evaluation.runner import read_output, run_once
+    from tuner.evaluation.runtime_tools import read_output, run_once
 
     source = write_matmul(tmp_path / "mm.mlir", 64, 32, 16)
     iree_compile(source, "--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import iree_compile
-from tuner.evaluation.runner import ModuleRun, Timing
+from tuner.evaluation.runtime_tools import ModuleRun, Timing
 from tuner.stages.model_timing import compare
 from tuner.targets import parse_target
 
@@ -84,7 +84,7 @@ def test_a_gpu_targets_model_is_built_and_run_on_the_host_once_and_a_cpu_target_
     assert out is not None and np.all(np.isfinite(out)) and (tmp_path / "cuda" / HOST_REFERENCE / "model.vmfb").is_file()
     # It is the model's own result on its inputs, as a plain llvm-cpu build computes it.
     iree_compile(str(model), *parse_target("llvm-cpu").compile_flags, "-o", str(tmp_path / "plain.vmfb"))
-    from tuner.evaluation.runner import ModuleRun, run_once
+    from tuner.evaluation.runtime_tools import ModuleRun, run_once
 
     inputs = tuple(sorted((tmp_path / "cuda" / "model-inputs").glob("*.npy")))
     entry = model_entry(discover_program(model, parse_target("cuda"), ctx), None).entry

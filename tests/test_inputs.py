@@ -384,7 +384,7 @@ def test_a_bf16_result_is_read_as_raw_bits_and_widened_to_its_values(tmp_path):
 
     from tuner.discovery.raw_types import raw_to_f32
     from tuner.discovery.workload import TensorSpec, Workload
-    from tuner.evaluation.runner import ModuleRun, read_output, run_once
+    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
 
     (tmp_path / "m.mlir").write_text(BF16_RESULT)
     iree_compile(tmp_path / "m.mlir", "--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",

@@ -23,7 +23,7 @@ from tuner.discovery.program import discover_program
 from tuner.input.models import program_source
 from tuner.rewrite import RAISE_ATTENTION, REWRITES, rewrite_program
 from tuner.rewrite.attention import find_attention, raise_attention
-from tuner.evaluation.runner import ModuleRun, Timing, relative_error, run_once
+from tuner.evaluation.runtime_tools import ModuleRun, Timing, relative_error, run_once
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import ModelOptions, tune_model
 from tuner.stages.flag_decision import FLAG_DECISION

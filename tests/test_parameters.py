@@ -133,7 +133,7 @@ def test_a_model_reading_a_parameter_archive_runs_in_process_as_iree_run_module_
     CPU: the archive mounted under its scope, the same result as the runtime tool's."""
     pytest.importorskip("onnx")
     from tuner.evaluation.in_model import LoadedModule
-    from tuner.evaluation.runner import ModuleRun, read_output, run_once
+    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
     from tuner.input.parameters import runtime_flags
 
     model, archive = _externalized_onnx(tmp_path)

@@ -7,12 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from tuner.evaluation.runner import Timing, relative_error, tolerance
+from tuner.evaluation.runtime_tools import Timing, relative_error, tolerance
 from tuner.tools import run_tool
 
 
 def test_runner_needs_neither_the_compiler_nor_z3():
-    code = ("import sys, tuner.evaluation.runner, tuner.store, tuner.ranking, tuner.core.comparison, tuner.evaluation.device_identity, "
+    code = ("import sys, tuner.evaluation.runtime_tools, tuner.store, tuner.ranking, tuner.core.comparison, tuner.evaluation.device_identity, "
             "tuner.run_dir, tuner.benchmark_dir, tuner.profiling.timing, tuner.stages.model_timing, "
             "tuner.stages.plan, tuner.cli, tuner.cluster.workers, tuner.cluster.worker, tuner.cluster.connect, "
             "tuner.evaluation.measure, tuner.evaluation.passes, tuner.evaluation.in_model, tuner.evaluation.cupti, "

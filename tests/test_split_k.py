@@ -151,7 +151,7 @@ def test_the_combined_module_of_two_dispatches_runs_both(cpu, tmp_path):
     """The module that times a split op is built from two dumped dispatch benchmarks; it must run
     (each keeps its own buffer initializer) and call both. On the CPU, where this can run here."""
     from tuner.build.dispatch_benchmark import combine
-    from tuner.evaluation.runner import DispatchBenchmark, ModuleRun, benchmark
+    from tuner.evaluation.runtime_tools import DispatchBenchmark, ModuleRun, benchmark
     from tuner.tools import find_tool, run_tool
 
     path = _large_k(tmp_path / "mm.mlir", 16, 32, 2048)

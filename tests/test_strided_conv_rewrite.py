@@ -11,7 +11,7 @@ from iree.compiler import ir
 from pipelines import DispatchKind
 from tests.conftest import iree_compile
 from tuner.discovery.program import discover_program
-from tuner.evaluation.runner import ModuleRun, run_once
+from tuner.evaluation.runtime_tools import ModuleRun, run_once
 from tuner.rewrite import RAISE_ATTENTION, SUBSAMPLE_STRIDED_1X1, combined, rewrite_program
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
 from tuner.targets import parse_target

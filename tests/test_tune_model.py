@@ -22,7 +22,7 @@ from pipelines import check_config, pipeline_for
 from tests.conftest import corrupt_output, run_cli, iree_compile
 from tuner.specs.candidates import generate_candidates
 from tuner.discovery.read_back import read_configured
-from tuner.evaluation.runner import Timing
+from tuner.evaluation.runtime_tools import Timing
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import (DispatchOutcome, DispatchStage, MergeStage, ModelOptions, ModelState, SpecPart,
                           StageEnv, tune_model)

@@ -1,5 +1,5 @@
 """The benchmark worker: a Ray actor owning one device, which runs the modules it is sent with
-IREE's runtime tools. Runtime-only (no compiler, no z3), like tuner.evaluation.runner.
+IREE's runtime tools. Runtime-only (no compiler, no z3), like tuner.evaluation.runtime_tools.
 
 Files (modules, inputs) arrive as `FileRef`s: a name and the object holding the bytes, fetched
 from Ray's object store the first time the worker needs them and kept in its own temporary
@@ -20,7 +20,7 @@ import numpy as np
 from tuner.evaluation.device_identity import device_identity, timing_identity
 from tuner.core.running import DispatchBenchmark, ModuleRun, Timing
 from tuner.cluster.reaper import temp_dir
-from tuner.evaluation.runner import benchmark, read_output, run_once
+from tuner.evaluation.runtime_tools import benchmark, read_output, run_once
 from tuner.tools import ToolRun
 
 # (name, [object ref]): the ref is boxed in a list so that Ray hands it over unresolved, and the

@@ -1,6 +1,6 @@
 """What a run of a compiled module is given and gives back, as plain data: its settings, its
 timing, a dispatch-only benchmark module, and the runtime flags of a model's parameters. The
-runner (tuner.evaluation.runner) runs modules with these; everything else only carries them."""
+runner (tuner.evaluation.runtime_tools) runs modules with these; everything else only carries them."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from tuner.errors import TargetError
 from tuner.evaluation import cupti
 from tuner.evaluation.kernel_times import KernelTime, per_call, repetition_times
 from tuner.evaluation.measure import Built, LocalRunner
-from tuner.evaluation.runner import ModuleRun, Timing
+from tuner.evaluation.runtime_tools import ModuleRun, Timing
 from tuner.discovery.raw_types import RAW_TYPES
 from tuner.tools import ToolRun
 

@@ -16,7 +16,7 @@ from tuner.core.comparison import BaselineTiming, nearest_baseline
 from tuner.evaluation.device_identity import device_identity, timing_identity
 from tuner.errors import ToolError, UnusableBaseline
 from tuner.core.results import Result, Status
-from tuner.evaluation.runner import (ModuleRun, Timing, benchmark, read_output, relative_error, run_once,
+from tuner.evaluation.runtime_tools import (ModuleRun, Timing, benchmark, read_output, relative_error, run_once,
                           tolerance)
 from tuner.tools import ToolRun
 from tuner.store import ResultStore

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from tuner.errors import ToolError
 from tuner.evaluation.in_model import METHOD as IN_MODEL, MODULES, RUN_ERRORS, on_device_thread, time_calls
 from tuner.core.running import DispatchBenchmark, ModuleRun
-from tuner.evaluation.runner import benchmark, module_flag, time_one_call
+from tuner.evaluation.runtime_tools import benchmark, module_flag, time_one_call
 from tuner.tools import find_tool, run_tool
 from tuner.discovery.workload import input_flag
 from tuner.input.parameters import check_present, runtime_flags

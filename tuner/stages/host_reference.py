@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from tuner.evaluation.runner import read_output, run_once
+from tuner.evaluation.runtime_tools import read_output, run_once
 from tuner.core.settings import HostReference
 from tuner.run_dir import write_file
 from tuner.stages.base import MODEL_INPUTS, StageEnv

@@ -20,7 +20,7 @@ from tuner.core.comparison import Paired, bracketing
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
 from tuner.core.running import ModuleRun, Timing
-from tuner.evaluation.runner import benchmark, read_output, relative_error, run_once, tolerance
+from tuner.evaluation.runtime_tools import benchmark, read_output, relative_error, run_once, tolerance
 from tuner.run_dir import real_directory
 
 

@@ -18,7 +18,7 @@ from pipelines.model_flags import NO_INLINED_CONSTANTS, short_flags
 from tuner.discovery.program import discover_program
 from tuner.errors import ToolError
 from tuner.evaluation.device_identity import device_available
-from tuner.evaluation.runner import run_once
+from tuner.evaluation.runtime_tools import run_once
 from tuner.stages.base import RunCache, StageEnv
 from tuner.stages.builtin import build_once, with_flags
 from tuner.stages.flag_options import ModelOption, model_options, rewritten_program

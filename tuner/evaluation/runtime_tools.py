@@ -1,4 +1,6 @@
-"""The benchmark side: run compiled candidates and time them. Needs only the IREE runtime and
+"""IREE's runtime tools on a compiled module: run its entry once for the checked output
+(iree-run-module) and time it (iree-benchmark-module), as tool runs with timeouts. The runners
+(tuner.evaluation.measure, in_model) time candidates with these. Needs only the IREE runtime and
 numpy (no compiler, no z3), so it can run on a machine that only has iree-base-runtime."""
 
 from __future__ import annotations
