@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichBars  # rich's bars; `Progress` is the tuner's callback (tuner.core.built)
 
 from tuner.core.names import printable
 from tuner.cli.options import ended_by
@@ -217,7 +218,7 @@ class progress_bars:
     def __init__(self, console: Console, clock=time.monotonic) -> None:
         self.console = console
         self.clock = clock
-        self.bar: Progress | None = None
+        self.bar: RichBars | None = None
         self.tasks: dict[str, int] = {}
         self.logs: dict[str, _PhaseLog] = {}
 
@@ -236,7 +237,7 @@ class progress_bars:
 
     def _draw(self, phase: str, done: int, total: int) -> None:
         if self.bar is None:
-            self.bar = Progress(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
+            self.bar = RichBars(TextColumn("{task.description:>9}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
             self.bar.__enter__()
         if phase not in self.tasks:
