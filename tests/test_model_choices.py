@@ -1272,3 +1272,27 @@ def test_the_dispatch_stage_takes_what_the_time_budget_leaves_less_the_merges_sh
     [outcome] = state.dispatches
     assert outcome.status == "not tuned: the dispatch stage's 0 s were spent" and len(seconds) == 1
     assert budget.undone == [f"tuning {outcome.name}"]
+
+
+@pytest.mark.slow
+def test_a_choice_is_judged_without_tuning_what_it_forms_once_the_flag_stages_share_is_spent(tmp_path, ctx,
+                                                                                             monkeypatch):
+    """With time left, the matmul a choice forms is tuned before the choice is judged (as in the
+    test above); with the flag stage's share of the budget spent, it is not, and the budget says so."""
+    from tuner.stages.time_budget import TimeBudget
+
+    said: list[str] = []
+    env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said, BIG_AND_TINY)
+    clock = _Clock()
+    budget = TimeBudget(100.0, clock=clock)
+    clock.now = 50.0  # past the flag stage's 40 s
+    parts = FlagStage(tune_budget=2, rewrite_tunes=2)._tuned_parts(replace(env, budget=budget), "spent",
+                                                                    (DispatchKind.CONTRACTION,), program)
+    assert parts == () and tuned_names == []
+    [big] = [d.name for d in env.program.dispatches if d.kind == DispatchKind.CONTRACTION
+             and d.flops == max(c.flops for c in env.program.dispatches)]
+    assert budget.undone == [f"tuning {big} before judging spent"]
+    clock.now = 10.0
+    FlagStage(tune_budget=2, rewrite_tunes=2)._tuned_parts(replace(env, budget=budget), "in-time",
+                                                           (DispatchKind.CONTRACTION,), program)
+    assert tuned_names == [big]

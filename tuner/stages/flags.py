@@ -359,6 +359,11 @@ class FlagStage:
                     tuned, where = env.cache.formed_tunings[alike(dispatch)]
                     env.say(f"  {said}: {dispatch.name} ({dispatch.shape_name}), which it forms, as {where} "
                             f"does: its tuning there serves")
+                elif flag_share_spent(env.budget):
+                    env.budget.skip(f"tuning {dispatch.name} before judging {said}")
+                    env.say(f"  {said}: {dispatch.name} is judged with its default config: the flag stage's "
+                            f"share of the time budget is spent")
+                    continue
                 else:
                     env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                             f"before judging it ({self.tune_budget} evaluations)")

@@ -1,8 +1,9 @@
 """tune-model's time budget for the whole run (`--time-budget`, ModelOptions.time_budget_s): how
 its seconds are spread over the stages, and what was left undone for lack of them.
 
-The flag stage may take up to FLAG_SHARE of the budget: past it, no further choice is built and
-no further step is judged (the best choice so far stands). The dispatch stage takes what is left
+The flag stage may take up to FLAG_SHARE of the budget: past it, no further choice is built, no
+dispatch a choice forms is tuned before the choice is judged (it is judged with the compiler's
+config there), and no further step is judged (the best choice so far stands). The dispatch stage takes what is left
 then, less MERGE_SHARE of the budget kept for the merge; within it each dispatch's search gets the
 time left in proportion to its share of the model's time (tuner.stages.builtin.search_seconds), so
 the seconds go where the gain is. The merge always runs (it validates the result on the whole
