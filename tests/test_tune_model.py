@@ -288,12 +288,18 @@ def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, 
         shutil.copytree(device, out, dirs_exist_ok=True)
     assert steps[:2] == [("merge", 1), ("merge", 2)], steps
     assert state.verdict and all(o.status == "kept" or o.status.startswith("dropped") for o in state.dispatches)
-    # Which configs the timings keep varies with the machine; what follows from it does not: a
-    # third trip validates the tuned model exactly where a config was kept, and its figure is
-    # of the one round asked for.
+    # Which configs the timings keep varies with the machine; what follows from it does not. A
+    # third trip validates the tuned model where a merge step kept a config: its figure is of the
+    # one round asked for, and a kept config the validation does not keep says it dropped it.
+    # Without one, nothing is validated and the default is the result.
     kept = [o.name for o in state.dispatches if o.status == "kept"]
-    assert steps[2:] == ([("validate", 0)] if kept else []), (steps, kept)
-    assert (state.figure is not None and state.figure.rounds == 1) == bool(kept), (state.figure, kept)
+    if steps[2:]:
+        assert steps[2:] == [("validate", 0)], steps
+        assert state.figure is not None and state.figure.rounds == 1, state.figure
+        assert kept or any(o.status.startswith("dropped: the tuned model") for o in state.dispatches), \
+            [o.status for o in state.dispatches]
+    else:
+        assert not kept and state.figure is None and "nothing to merge beat the default" in state.verdict
 
 
 def test_the_dispatch_stage_gives_each_dispatch_the_time_left_by_its_share():
