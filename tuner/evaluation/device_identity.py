@@ -29,6 +29,16 @@ def cpu_identity() -> str:
     return f"cpu: {model}{' ' + isa if isa else ''}, {os.cpu_count()} cores"
 
 
+def _found(driver: str) -> list | Exception:
+    """The devices the runtime's `driver` lists on this host, or the exception asking raised."""
+    try:
+        import iree.runtime as rt
+
+        return list(rt.get_driver(driver).query_available_devices())
+    except Exception as e:
+        return e
+
+
 @functools.lru_cache(maxsize=None)
 def device_identity(device: str) -> str:
     """The identity of a runtime device (`local-task`, `cuda`, `cuda://1`, `hip://0`, ...): the CPU
@@ -37,12 +47,9 @@ def device_identity(device: str) -> str:
     driver = driver.split(":")[0]
     if driver.startswith("local"):
         return cpu_identity()
-    try:
-        import iree.runtime as rt
-
-        found = rt.get_driver(driver).query_available_devices()
-    except Exception as e:  # no such driver or no device: the run will fail on it with the tool's error
-        return f"{driver}: unknown device ({type(e).__name__})"
+    found = _found(driver)
+    if isinstance(found, Exception):  # no such driver or no device: the run will fail on it with the tool's error
+        return f"{driver}: unknown device ({type(found).__name__})"
     if not found:
         return f"{driver}: no device"
     chosen = found[0]
@@ -59,13 +66,8 @@ def host_devices(device: str) -> tuple[str, ...]:
     driver, sep, _ = device.partition("://")
     if sep or ":" in driver or driver.startswith("local"):
         return (device,)
-    try:
-        import iree.runtime as rt
-
-        found = rt.get_driver(driver).query_available_devices()
-    except Exception:  # no such driver or no device: the run fails on it with the tool's error
-        return (device,)
-    return tuple(f"{driver}://{i}" for i in range(len(found))) if len(found) > 1 else (device,)
+    found = _found(driver)  # none (no such driver): the run fails on it with the tool's error
+    return tuple(f"{driver}://{i}" for i in range(len(found))) if isinstance(found, list) and len(found) > 1 else (device,)
 
 
 def device_available(device: str) -> bool:
@@ -75,13 +77,8 @@ def device_available(device: str) -> bool:
     driver = driver.split(":")[0]
     if driver.startswith("local"):
         return True
-    try:
-        import iree.runtime as rt
-
-        found = rt.get_driver(driver).query_available_devices()
-    except Exception:  # no such driver here, or it cannot be started
-        return False
-    return bool(found) and (not which.isdigit() or int(which) < len(found))
+    found = _found(driver)  # an exception: no such driver here, or it cannot be started
+    return isinstance(found, list) and bool(found) and (not which.isdigit() or int(which) < len(found))
 
 
 def timing_identity(device: str, dispatch_only: bool, batch: int, cores: tuple[int, ...] = ()) -> str:

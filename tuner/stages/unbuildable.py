@@ -34,7 +34,7 @@ def why_not(env: StageEnv, built: BuiltVariant) -> str:
         return built.error
     settings = replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs())
     run = run_once(built.vmfb, settings, built.vmfb.parent / LOAD_CHECK)
-    return "" if run.ok else f"it does not run on {env.device}: {run.first_error()}"
+    return "" if run.ok else f"does not run on {env.device}: {run.first_error()}"
 
 
 def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, str]:
@@ -47,7 +47,7 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
     if not failure:
         return env, ""
     if default.ok and not device_available(env.device):  # nothing would run: no choice is tried
-        raise ToolError(f"the model builds but {failure[len('it '):]}: the runtime finds no {env.device} on this "
+        raise ToolError(f"the model builds but {failure}: the runtime finds no {env.device} on this "
                         f"machine (name another with --device, or run where the device is)")
     env.say(f"IREE's defaults do not build and run the model: {failure}; trying the model-wide choices")
     run_errors = []
@@ -71,7 +71,7 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
         if built.ok:
             run_errors.append(why)
     if tried and len(run_errors) == tried and set(run_errors) == {failure}:
-        raise ToolError(f"the model builds but {failure[len('it '):]}, and so does every model-wide choice: "
+        raise ToolError(f"the model builds but {failure}, and so does every model-wide choice: "
                         f"the device, not the model")
     raise ToolError(f"the model does not build and run with IREE's defaults ({failure}), nor with any of the "
                     f"{tried} model-wide choices")
