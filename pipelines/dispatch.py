@@ -46,6 +46,8 @@ class FusedOp:
     op_name: str
     result_type: str  # e.g. "tensor<16x2048xf32>"
     path: tuple[tuple[str, int], ...]
+    # "" for an op the compiler leaves bare where it should configure it (a GPU reduction's
+    # stored elementwise op: tuner.discovery.by_structure.left_unconfigured).
     default_lowering_config: str
     loop_bounds: tuple[int, ...] = ()
 

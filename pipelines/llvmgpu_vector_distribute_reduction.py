@@ -9,7 +9,10 @@ the reduced dimension, and the root a `workgroup` tile; the translation_info's w
 the subgroups times the subgroup size (`setReductionConfig`). A dispatch where the root alone is
 configured fails to compile ("failed to distribute"). So a config here is the compiler's own
 config of every op, read from the dispatch (Dispatch.fused), with the two knobs changed
-consistently in all of them:
+consistently in all of them. An op the compiler should configure and leaves bare (a LayerNorm's
+centred values stored as a result of their own: the dispatch then fails to compile, "failed to
+distribute") is given the config the compiler gives a softmax's division, so that every config
+here, the knobs at the compiler's values included, builds a dispatch the compiler's own does not:
 
 - `subgroups` S: the subgroup basis over the reduced dimension (the workgroup has S subgroups);
 - `thread_loads` V: the elements a thread loads at once (its `thread` tile).
@@ -73,14 +76,31 @@ def layout(lowering_config: str) -> Layout | None:
 
 def _layouts(dispatch: Dispatch) -> list[Layout] | None:
     """The root's layout, then each fused op's; None where one is unreadable or they disagree
-    on the lanes or the thread tile (the compiler gives all the same)."""
-    found = [layout(dispatch.default.lowering_config), *(layout(f.default_lowering_config) for f in dispatch.fused)]
+    on the lanes or the thread tile (the compiler gives all the same). An op the compiler left
+    unconfigured (Dispatch.fused, "") takes the root's."""
+    root = layout(dispatch.default.lowering_config)
+    found = [root, *(layout(f.default_lowering_config) if f.default_lowering_config else root for f in dispatch.fused)]
     if any(x is None for x in found):
         return None
     first = found[0]
     if any((x.lanes, x.thread_loads, x.subgroups) != (first.lanes, first.thread_loads, first.subgroups) for x in found):
         return None
     return found  # type: ignore[return-value]
+
+
+def _elementwise_like(root_text: str) -> str:
+    """The config the compiler gives an elementwise op after a dispatch's reductions (a
+    softmax's division), from the root's: its lanes, subgroups and thread tile, the row tile as
+    `serial`, no workgroup tile (the root's alone distributes the rows)."""
+    from iree.compiler import ir
+    from iree.compiler.dialects import iree_gpu
+
+    entries = {n.name: n.attr for n in iree_gpu.LoweringConfigAttr(ir.Attribute.parse(root_text)).attributes}
+    row = next(level for level in ROW_LEVELS if level in entries)
+    kept = {name: value for name, value in entries.items()
+            if name in ("lane_basis", "subgroup_basis", "thread")}
+    kept["serial"] = entries[row]
+    return str(iree_gpu.LoweringConfigAttr.get(ir.DictAttr.get(kept)))
 
 
 def matrix_vector(dispatch: Dispatch) -> bool:
@@ -163,8 +183,9 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
         layouts = _layouts(dispatch)
         assert layouts is not None
         groups, loads = int(s["subgroups"]), int(s["thread_loads"])
-        texts = [dispatch.default.lowering_config, *(f.default_lowering_config for f in dispatch.fused)]
         with ctx:
+            root = dispatch.default.lowering_config
+            texts = [root, *(f.default_lowering_config or _elementwise_like(root) for f in dispatch.fused)]
             configs = [_rescaled(text, lay, groups, loads) for text, lay in zip(texts, layouts)]
             default = iree_codegen.TranslationInfoAttr(ir.Attribute.parse(dispatch.default.translation_info))
             subgroup = default.subgroup_size

@@ -1,7 +1,8 @@
 """Dispatches a spec matches by structure, read as tunable dispatches: reductions (softmax,
 normalizations, row sums) and all-parallel ones (transposes, elementwise work). The root op's
 loops (parallel ones as M, reduced ones as K), its result type, and the dispatch's other ops
-that the compiler configures, each with the path a spec takes from the root to reach it."""
+that the compiler configures (and those of a GPU reduction it should configure and leaves bare,
+left_unconfigured), each with the path a spec takes from the root to reach it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from pipelines import MATCHED_BY_STRUCTURE, DispatchKind, FusedOp
+from pipelines import MATCHED_BY_STRUCTURE, REDUCTION_KINDS, DispatchKind, FusedOp
 from tuner.discovery.other_kinds import classify, iterators
 
 Step = tuple[str, int]
@@ -76,6 +77,29 @@ def configured_ops(func: ir.Operation) -> list[ir.Operation]:
     return found
 
 
+def left_unconfigured(func: ir.Operation, root: ir.Operation) -> list[ir.Operation]:
+    """The ops of a GPU reduction dispatch that the compiler should configure and does not: an
+    all-parallel linalg.generic over the root's loops whose result the dispatch stores. IREE 3.13
+    leaves one so in a LayerNorm whose centred values are a result of their own (Swin-T's under
+    O3 or aggressive fusion, `reduction_25088x96_f32`), and the dispatch then fails to compile
+    ("failed to distribute"); given the reductions' layout as a `serial` tile, it compiles
+    (pipelines.llvmgpu_vector_distribute_reduction)."""
+    if "#iree_gpu.lowering_config" not in str(root.attributes["lowering_config"]):
+        return []
+    rank = len(iterators(root))
+    found: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        its = iterators(o) if o.name == "linalg.generic" else []
+        if (its and set(its) == {"parallel"} and len(its) == rank and "lowering_config" not in o.attributes
+                and len(o.results) == 1 and any(use.owner.name in STORES for use in o.results[0].uses)):
+            found.append(o)
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    return found
+
+
 # The ops that write a dispatch's results (IREE 3.13 prints both, by configuration stage).
 STORES = ("iree_codegen.store_to_buffer", "iree_tensor_ext.dispatch.tensor.store")
 _BITS = {"f64": 64, "f32": 32, "i32": 32, "f16": 16, "bf16": 16, "i16": 16, "i8": 8}
@@ -105,16 +129,31 @@ def structural_parts(root: ir.Operation, func: ir.Operation, loops: tuple[int, .
         return f"a {named} dispatch"
     kind = DispatchKind(named)
     paths = _paths(root)
+    unconfigured = left_unconfigured(func, root) if kind in REDUCTION_KINDS else []
     fused = []
-    for op in configured_ops(func):
+    for op in _in_program_order(func, [*configured_ops(func), *unconfigured]):
         if op == root:
             continue
         path: Optional[tuple[Step, ...]] = paths.get(op)
         if path is None:
             return f"its {op.name} is configured but no matcher step from the root reaches it"
         fused.append(FusedOp(op_name=op.name, result_type=str(op.results[0].type), path=path,
-                             default_lowering_config=str(op.attributes["lowering_config"])))
+                             default_lowering_config=(str(op.attributes["lowering_config"])
+                                                      if "lowering_config" in op.attributes else "")))
     return kind, str(root.results[0].type), tuple(fused)
+
+
+def _in_program_order(func: ir.Operation, ops: list[ir.Operation]) -> list[ir.Operation]:
+    """`ops` in the order the func holds them (the order the read-back lists configured ops in)."""
+    order: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o in ops:
+            order.append(o)
+        return ir.WalkResult.ADVANCE
+
+    func.walk(visit)
+    return order
 
 
 NOT_COMPUTE = ("linalg.fill", "linalg.yield", "linalg.index")

@@ -12,7 +12,7 @@ from iree.compiler import ir
 from constraints import BoolKnob, enumerate_solutions
 from pipelines import Config, Dispatch, Pipeline
 from pipelines.base import KnobValue
-from pipelines.parts import StoredThrough
+from pipelines.parts import FusedOps, StoredThrough
 from tuner.errors import InputError
 from tuner.core.results import Result, Status
 from tuner.specs.transform import KERNEL_CONFIG, build_spec
@@ -54,7 +54,8 @@ class Candidate:
     def identity(self) -> tuple:
         """What the compiler is asked to build: two candidates alike here build the same."""
         c = self.config
-        return (c.expect_lowering_config or "", c.expect_translation_info or "", c.flags, c.root_attributes)
+        return (c.expect_lowering_config or "", c.expect_translation_info or "", c.flags, c.root_attributes,
+                _bare_ops_configs(self.dispatch, c))
 
     def result(self, flags: list[str], status: Status, **fields) -> Result:
         """A result for this candidate, with the identity the result store keys it by."""
@@ -112,7 +113,16 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
 def default_identity(dispatch: Dispatch) -> tuple:
     d = dispatch.default
     return (d.lowering_config, d.translation_info, (),
-            (("decomposition_config", dispatch.decomposition_config),) if dispatch.decomposition_config else ())
+            (("decomposition_config", dispatch.decomposition_config),) if dispatch.decomposition_config else (), ())
+
+
+def _bare_ops_configs(dispatch: Dispatch, config: Config) -> tuple[str, ...]:
+    """The configs a candidate gives the ops the compiler leaves bare (Dispatch.fused, ""): with
+    them, a config equal to the compiler's elsewhere builds what the compiler's does not."""
+    fused = config.part(FusedOps)
+    if fused is None:
+        return ()
+    return tuple(text for op, text in zip(dispatch.fused, fused.lowering_configs) if not op.default_lowering_config)
 
 
 def candidate_for(id: int, dispatch: Dispatch, pipeline: Pipeline, knobs: Mapping[str, KnobValue], ctx: ir.Context,
