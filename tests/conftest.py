@@ -192,6 +192,11 @@ for tool, needle, action in json.load(open({rules!r})):
         elif action == "fail":  # a compile error, as for a config the compiler rejects
             sys.stderr.write("error: failed to legalize operation (simulated)\\n")
             sys.exit(1)
+        elif action.startswith("fail-in:"):  # a codegen failure in that dispatch, unless a spec configures it
+            if any(a.endswith(".vmfb") for a in args) and not any(a.endswith("spec.mlir") or "spec.mlir@" in a for a in args):
+                sys.stderr.write("error: 'func.func' op failed to distribute (simulated)\\n"
+                                 '"func.func"() <{{sym_name = "' + action[len("fail-in:"):] + '"}}>\\n')
+                sys.exit(1)
         elif action == "killed":  # as the out-of-memory killer does
             os.kill(os.getpid(), signal.SIGKILL)
         elif action == "disk-full":

@@ -92,3 +92,34 @@ def test_a_bare_op_is_given_the_config_the_compiler_gives_a_softmaxs_division(ct
     with ctx:
         assert _elementwise_like(root) == ("#iree_gpu.lowering_config<{lane_basis = [[1, 32], [0, 1]], serial = [0, 64], "
                                            "subgroup_basis = [[1, 2], [0, 1]], thread = [0, 1]}>")
+
+
+@pytest.mark.slow
+def test_a_choice_that_fails_in_one_dispatch_is_repaired_with_a_config_that_every_build_of_it_carries(ctx, tmp_path):
+    """tune-model's repair (tuner.stages.repair) on the same model, compile only: O3 fails in the
+    LayerNorm's dispatch; the dispatch is found as O3 forms it and a config of the tuner's
+    pinned; the choice's builds with it compile, and a target carrying it builds the model too."""
+    from tuner.stages.model_client import model_entry
+    from tuner.stages.base import StageEnv
+    from tuner.stages.builtin import build_once, with_flags
+    from tuner.stages.repair import pins_for
+
+    cuda = parse_target("cuda")
+    from tuner.input.models import program_source
+
+    program = program_source(_swin_stem(tmp_path / "stem.onnx"), tmp_path, cuda)
+    found = discover_program(program, cuda, ctx)
+    said: list[str] = []
+    env = StageEnv(program, cuda, tmp_path / "run", ctx, found, model_entry(found, None), say=said.append)
+    failed = build_once(env, Variant("o3", O3))
+    assert not failed.ok
+    (pin,) = pins_for(env, Variant("o3", O3))
+    assert pin.dispatch.name == failed.failing and "reduction_3136x96" in pin.dispatch.name
+    assert pin.dispatch.name in said[0] and "pinned" in said[0]
+    pins = (pin,)
+    assert build_once(env, Variant("o3-tuned-later", O3, pinned=pins)).ok
+    # As the dispatch stage and the merge see it: a target whose every build carries the pin.
+    pinned_env = StageEnv(program, with_flags(cuda, (), pins), tmp_path / "run2", ctx, found, model_entry(found, None))
+    assert build_once(pinned_env, Variant("o3", O3)).ok
+    # A choice that builds as it is needs nothing pinned.
+    assert pins_for(env, Variant("default")) == ()

@@ -114,3 +114,30 @@ def test_a_device_is_available_by_what_its_driver_finds(monkeypatch):
 
     monkeypatch.setattr(rt, "get_driver", missing)
     assert not device_available("cuda")
+
+
+@pytest.mark.slow
+def test_a_model_whose_default_fails_in_one_dispatch_is_built_with_a_config_for_it_in_every_build(tmp_path,
+                                                                                                   faulty_tools):
+    """The default fails in codegen in one dispatch (designed: every module build of the model
+    without a spec fails there, as Swin-T's LayerNorm does under O3 on cuda); a config of the
+    tuner's for that dispatch builds it, so the run starts from the default with that config
+    pinned: the dispatch stage's candidates, the merge and the tuned model's spec carry it."""
+    failing = "mlp_dispatch_0_matmul_128x192x256_f32"
+    faulty_tools("iree-compile", "mlp.mlir", f"fail-in:{failing}")
+    said = []
+    tuning = tune_model(_mlp(tmp_path), "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                        model=ModelOptions(rounds=1, top=2), listen=Listeners(say=said.append))
+    line = next(s for s in said if s.startswith("IREE's defaults do not build the model ("))
+    assert failing in line and "every build of the run carries it" in line
+    assert tuning.state.verdict.startswith(line)
+    spec = (tmp_path / "out" / "model_spec.mlir").read_text()
+    flags = (tmp_path / "out" / "model_flags.txt").read_text()
+    # The rebuild carries the pinned config (the matcher of the failing dispatch's matmul).
+    assert "model_spec.mlir" in flags and "compilation_info" in spec and "128" in spec and "192" in spec
+    results = __import__("json").loads((tmp_path / "out" / "results.json").read_text())
+    assert [p["dispatch"] for p in results["pinned"]] == [failing]
+    # Both dispatches were tuned: their baselines, whole-model builds on the CPU (each fails
+    # without the pin), built and were timed (the pinned dispatch's baseline is its pinned config).
+    for o in tuning.state.dispatches:
+        assert o.default_ms is not None and not o.status.startswith("not tuned"), o

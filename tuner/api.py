@@ -109,7 +109,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
             store = open_store(session, run.store_path)
             try:
                 candidates, done = next_round(plan, session.dispatch, session.pipeline, session.ctx,
-                                              session.target.spec_entry, store)
+                                              session.target.spec_entry, store, session.target.pinned)
             finally:
                 store.close()
             if listen.on_candidates:
@@ -203,7 +203,8 @@ def list_candidates(input_path: Path | str, target: Target | str = "llvm-cpu", n
     session = _with_constraints(_with_data_tiled(open_session(input_path, target, None, dispatch_name, pipeline_name,
                                                               None)), constraints, num_candidates)
     return session.dispatch, generate_candidates(session.dispatch, session.pipeline, num_candidates, session.ctx,
-                                                 session.target.spec_entry, progress=progress)
+                                                 session.target.spec_entry, progress=progress,
+                                                 pinned=session.target.pinned)
 
 
 def benchmark_configs(input_path: Path | str, configs: list[dict], target: Target | str = "llvm-cpu",
@@ -221,7 +222,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
                                run.dynamic_size)
         session = _take_inputs(_with_data_tiled(session), run.inputs)
         candidates, warnings = candidates_from_knobs(session.dispatch, session.pipeline, configs, session.ctx,
-                                                     session.target.spec_entry)
+                                                     session.target.spec_entry, session.target.pinned)
         for warning in warnings:
             if listen.on_warning:
                 listen.on_warning(warning)

@@ -187,8 +187,9 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
             return evaluation
 
         batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
-                              baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry),
-                              session.ctx, target.spec_entry, evaluate_batch, settings)
+                              baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry,
+                                       target.pinned),
+                              session.ctx, target.spec_entry, evaluate_batch, settings, pinned=target.pinned)
         # What a later model search of another dispatch may learn from (whatever searched here).
         batches.on_made = lambda index, c: store.put_features(c.key, session.pipeline.name, session.dispatch.name,
                                                               *plan.space.named(index))

@@ -34,6 +34,9 @@ class Target:
     # codegen tuning specs in 3.13, but runs the same entry as a transform library.
     codegen_spec_flag: str = ""
     spec_suffix: str = ""  # what follows the spec's path in `spec_flag` (e.g. "@__kernel_config")
+    # (Dispatch, Config) pairs every build for this target carries in its spec besides its own
+    # configs: dispatches the compiler's own configs cannot compile, repaired (tuner.stages.repair).
+    pinned: tuple = ()
 
     def spec_flags(self, spec_path: str, codegen: bool = False) -> tuple[str, ...]:
         """The flags that hand the compiler a spec file; `codegen`: the spec also has configs

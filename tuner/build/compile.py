@@ -32,10 +32,12 @@ __all__ = ["CompileJob", "EvalSettings", "Progress", "candidate_flags", "compile
 
 
 def candidate_flags(candidate: Candidate, target: Target, spec_path: Path) -> list[str]:
-    """Every iree-compile flag that builds this candidate (the baseline: the target's alone)."""
+    """Every iree-compile flag that builds this candidate (the baseline: the target's alone, and
+    the spec where it carries pinned configs of other dispatches)."""
     flags = [*target.compile_flags, *candidate.config.flags]
-    if candidate.config.compilation_info:
-        flags += target.spec_flags(str(spec_path.resolve()), codegen=uses_codegen_stage([candidate.config]))
+    configs = [c for _, c in candidate.pinned] + ([candidate.config] if candidate.config.compilation_info else [])
+    if configs:
+        flags += target.spec_flags(str(spec_path.resolve()), codegen=uses_codegen_stage(configs))
     return flags
 
 

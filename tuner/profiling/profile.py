@@ -36,6 +36,7 @@ from tuner.evaluation.in_model import times_in_model, why_not_in_model
 from tuner.profiling.timing import DispatchTime, Profile, ProfileJob, time_profile
 from tuner.run_dir import fresh, input_digest, real_directory, remove_tree, write_file
 from tuner.targets import Target
+from tuner.specs.transform import build_spec, uses_codegen_stage
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.versions import compiler_version, runtime_version
 from tuner.discovery.workload import Workload
@@ -94,6 +95,10 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
         f"{target.device} has no kernel records here" if not target.device.startswith("cuda") else
         why_not_in_model() or "")
     dump = [f"--iree-hal-dump-executable-benchmarks-to={bench_dir}"] if mode == "alone" else []
+    if target.pinned:  # configs without which the model does not build (tuner.stages.repair)
+        spec = workdir / "spec.mlir"
+        write_file(spec, str(build_spec(list(target.pinned), ctx, target.spec_entry)))
+        dump += target.spec_flags(str(spec.resolve()), codegen=uses_codegen_stage([c for _, c in target.pinned]))
     run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(input_path.resolve()), *target.compile_flags, *dump,
                     "-o", str(fresh(vmfb))], timeout_s)
     if not run.ok:

@@ -14,6 +14,7 @@ from constraints import enumerate_solutions
 from constraints.fast_enumerate import Unsupported, compile_check, enumerate_space
 from pipelines import Dispatch, Pipeline
 from tuner.specs.candidates import Candidate, candidate_for, default_identity
+from tuner.specs.transform import Pinned
 from tuner.evaluation.evaluator import Evaluation
 from tuner.core.results import Result, Status
 from tuner.search import Outcome, Proposal, SearchSpace, knob_features
@@ -70,13 +71,13 @@ def seed_context(dispatch: Dispatch, pipeline: Pipeline, space: SearchSpace) -> 
 
 def add_candidates(batch: Sequence[Proposal], space: SearchSpace, dispatch: Dispatch, pipeline: Pipeline,
                    ctx: ir.Context, spec_entry: str, candidates: list[Candidate],
-                   proposed_by: dict[int, str]) -> list[tuple[Proposal, Optional[Candidate]]]:
+                   proposed_by: dict[int, str], pinned: Pinned = ()) -> list[tuple[Proposal, Optional[Candidate]]]:
     """Each proposal's candidate, appended to `candidates` (ids in order) with who proposed it;
     None for a config that is the compiler's own (the baseline again: nothing to build)."""
     default = default_identity(dispatch)
     made: list[tuple[Proposal, Optional[Candidate]]] = []
     for p in batch:
-        c = candidate_for(len(candidates), dispatch, pipeline, space.points[p.index], ctx, spec_entry)
+        c = candidate_for(len(candidates), dispatch, pipeline, space.points[p.index], ctx, spec_entry, pinned)
         if c.identity == default:
             made.append((p, None))
             continue
@@ -127,13 +128,14 @@ class LiveBatches:
     budget: Optional[int] = None
     final: Optional[Evaluation] = None
     _proposed: int = 0
+    pinned: Pinned = ()  # other dispatches' configs every candidate's spec carries (Target.pinned)
 
     def __post_init__(self) -> None:
         self.candidates = [self.baseline]
 
     def __call__(self, batch: Sequence[Proposal]) -> list[Outcome]:
         made = add_candidates(batch, self.space, self.dispatch, self.pipeline, self.ctx, self.spec_entry,
-                              self.candidates, self.proposed_by)
+                              self.candidates, self.proposed_by, self.pinned)
         new = [c for _, c in made if c is not None]
         if self.on_made:
             for p, c in made:

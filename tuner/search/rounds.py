@@ -13,17 +13,18 @@ from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
 from tuner.specs.candidates import Candidate, baseline
+from tuner.specs.transform import Pinned
 from tuner.search.live import SearchPlan, add_candidates, outcomes
 from tuner.search.loop import Step
 from tuner.store import ResultStore
 
 
 def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir.Context, spec_entry: str,
-               store: ResultStore) -> tuple[list[Candidate], bool]:
+               store: ResultStore, pinned: Pinned = ()) -> tuple[list[Candidate], bool]:
     """The baseline and every candidate the search has proposed up to and including its next
     unmeasured batch, and whether that batch is the search's last (budget or space spent). The
     batches already measured are recorded in `plan.steps`."""
-    candidates = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
+    candidates = [baseline(dispatch, pipeline.name, ctx, spec_entry, pinned)]
     search, budget = plan.search, plan.settings.budget
     # A search that does not learn proposes the same whatever it is told: one round will do.
     size = plan.settings.batch_size if search.adaptive else budget
@@ -32,7 +33,8 @@ def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir
         batch = search.propose(min(size, budget - len(plan.steps)))
         if not batch:
             break
-        made = add_candidates(batch, plan.space, dispatch, pipeline, ctx, spec_entry, candidates, plan.proposed_by)
+        made = add_candidates(batch, plan.space, dispatch, pipeline, ctx, spec_entry, candidates, plan.proposed_by,
+                              pinned)
         found = {c.id: store.latest(c.key) for _, c in made if c is not None}
         if any(r is None for r in found.values()):
             return candidates, len(plan.steps) + len(batch) >= budget or search.exhausted

@@ -15,7 +15,7 @@ from pipelines.base import KnobValue
 from pipelines.parts import FusedOps, StoredThrough
 from tuner.errors import InputError
 from tuner.core.results import Result, Status
-from tuner.specs.transform import KERNEL_CONFIG, build_spec
+from tuner.specs.transform import KERNEL_CONFIG, Pinned, build_spec, with_pinned
 
 BASELINE_LABEL = "baseline"
 
@@ -30,6 +30,9 @@ class Candidate:
     config: Config
     spec: str  # the tuning spec's text (an empty spec for the baseline and flag-only configs)
     is_baseline: bool = False
+    # Configs of other dispatches that its spec carries too (Target.pinned): what the compiler's
+    # own configs cannot build there (tuner.stages.repair).
+    pinned: Pinned = ()
 
     @property
     def label(self) -> str:
@@ -45,7 +48,8 @@ class Candidate:
              self.config.compilation_info, list(self.config.flags), self.is_baseline]
             + [text for _, text in self.config.root_attributes]
             # Model-wide flags it was discovered and is compiled under (tune-model).
-            + ([list(self.dispatch.flags)] if self.dispatch.flags else []),
+            + ([list(self.dispatch.flags)] if self.dispatch.flags else [])
+            + ([[d.name, c.compilation_info] for d, c in self.pinned] if self.pinned else []),
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -67,25 +71,31 @@ class Candidate:
                       config_flags=list(self.config.flags), **fields)
 
 
-def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context, spec_entry: str = KERNEL_CONFIG) -> Candidate:
-    """The compiler's own config, expected to be read back unchanged."""
-    config = Config(
+def baseline(dispatch: Dispatch, pipeline: str, ctx: ir.Context, spec_entry: str = KERNEL_CONFIG,
+             pinned: Pinned = ()) -> Candidate:
+    """The compiler's own config, expected to be read back unchanged (its spec holds only the
+    `pinned` configs of other dispatches). Of a pinned dispatch, its pinned config: the compiler's
+    own does not build it (tuner.stages.repair)."""
+    own = next((c for d, c in pinned if d.name == dispatch.name), None)
+    config = own if own is not None else Config(
         knobs={},
         compilation_info=None,
         expect_root_op=dispatch.op_name,
         expect_lowering_config=dispatch.default.lowering_config or None,
     )
-    return Candidate(0, dispatch, pipeline, config, str(build_spec([], ctx, spec_entry)), is_baseline=True)
+    return Candidate(0, dispatch, pipeline, config, str(build_spec(with_pinned(pinned, ()), ctx, spec_entry)),
+                     is_baseline=True, pinned=pinned)
 
 
 def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx: ir.Context,
                         spec_entry: str = KERNEL_CONFIG, check_timeout_ms: int = 5000,
-                        progress: Optional[Callable[[str, int, int], None]] = None) -> list[Candidate]:
+                        progress: Optional[Callable[[str, int, int], None]] = None,
+                        pinned: Pinned = ()) -> list[Candidate]:
     """The baseline, then up to `limit` distinct configs from the pipeline, most promising first,
     each with a spec whose entry point is `spec_entry` (the target's; see tuner.targets). Fewer
     when the space holds fewer: enumeration stops when it is exhausted. `progress("enumerate",
     done, total)` follows it."""
-    out = [baseline(dispatch, pipeline.name, ctx, spec_entry)]
+    out = [baseline(dispatch, pipeline.name, ctx, spec_entry, pinned)]
     # What the compiler would build: a config equal to the default is the baseline again.
     seen = {default_identity(dispatch)}
     own = pipeline.space_points(dispatch)  # --constraints compiler: the solver's order
@@ -98,7 +108,7 @@ def generate_candidates(dispatch: Dispatch, pipeline: Pipeline, limit: int, ctx:
             break
         if filtered and not pipeline.admits(dispatch, solution):
             continue
-        candidate = candidate_for(len(out), dispatch, pipeline, solution, ctx, spec_entry)
+        candidate = candidate_for(len(out), dispatch, pipeline, solution, ctx, spec_entry, pinned)
         if candidate.identity in seen:
             continue
         seen.add(candidate.identity)
@@ -126,10 +136,11 @@ def _bare_ops_configs(dispatch: Dispatch, config: Config) -> tuple[str, ...]:
 
 
 def candidate_for(id: int, dispatch: Dispatch, pipeline: Pipeline, knobs: Mapping[str, KnobValue], ctx: ir.Context,
-                  spec_entry: str = KERNEL_CONFIG) -> Candidate:
+                  spec_entry: str = KERNEL_CONFIG, pinned: Pinned = ()) -> Candidate:
     """The candidate (config and spec) a knob assignment stands for."""
     config = as_matched(dispatch, pipeline, pipeline.to_config(dispatch, knobs, ctx))
-    return Candidate(id, dispatch, pipeline.name, config, spec_text(dispatch, config, ctx, spec_entry))
+    return Candidate(id, dispatch, pipeline.name, config, spec_text(dispatch, config, ctx, spec_entry, pinned),
+                     pinned=pinned)
 
 
 def as_matched(dispatch: Dispatch, pipeline: Pipeline, config: Config) -> Config:
@@ -142,22 +153,21 @@ def as_matched(dispatch: Dispatch, pipeline: Pipeline, config: Config) -> Config
     return replace(config, parts=(*config.parts, StoredThrough(len(dispatch.other_ops))))
 
 
-def spec_text(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str) -> str:
-    """The tuning spec that applies `config` (an empty spec for flag-only configs)."""
-    if not config.compilation_info:
-        return str(build_spec([], ctx, spec_entry))
-    return str(build_spec([(dispatch, config)], ctx, spec_entry))
+def spec_text(dispatch: Dispatch, config: Config, ctx: ir.Context, spec_entry: str, pinned: Pinned = ()) -> str:
+    """The tuning spec that applies `config` (none for flag-only configs) and the `pinned` ones."""
+    return str(build_spec(with_pinned(pinned, [(dispatch, config)] if config.compilation_info else []), ctx, spec_entry))
 
 
 
 def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: list[Mapping[str, KnobValue]],
-                          ctx: ir.Context, spec_entry: str = KERNEL_CONFIG) -> tuple[list[Candidate], list[str]]:
+                          ctx: ir.Context, spec_entry: str = KERNEL_CONFIG,
+                          pinned: Pinned = ()) -> tuple[list[Candidate], list[str]]:
     """The baseline, then one candidate per given knob assignment (no search), and warnings for
     assignments outside the pipeline's constraints: those are still evaluated, since a failing
     candidate is data and the constraints may be stricter than the compiler."""
     problem = pipeline.build_problem(dispatch)
     names = {k.name: k for k in problem.knobs}
-    out, warnings = [baseline(dispatch, pipeline.name, ctx, spec_entry)], []
+    out, warnings = [baseline(dispatch, pipeline.name, ctx, spec_entry, pinned)], []
     seen = {default_identity(dispatch)}
     for i, knobs in enumerate(assignments):
         knobs = {**{k: v for k, v in pipeline.optional_knobs.items() if k in names}, **knobs}
@@ -172,7 +182,7 @@ def candidates_from_knobs(dispatch: Dispatch, pipeline: Pipeline, assignments: l
                 raise InputError(f"config {i}: knob {name} takes {'true/false' if isinstance(names[name], BoolKnob) else 'an integer'}")
         if not problem.admits(knobs):
             warnings.append(f"config {i} is outside the {pipeline.name} constraints for this dispatch; evaluating it anyway")
-        candidate = candidate_for(len(out), dispatch, pipeline, knobs, ctx, spec_entry)
+        candidate = candidate_for(len(out), dispatch, pipeline, knobs, ctx, spec_entry, pinned)
         if candidate.identity in seen:
             warnings.append(f"config {i} repeats an earlier one (or the compiler's default); evaluated once")
             continue

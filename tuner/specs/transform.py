@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from iree.compiler import ir
 from iree.compiler.dialects import preprocessing_transform as match
 from iree.compiler.dialects import iree_codegen, transform
@@ -261,6 +263,18 @@ def _codegen_sequences(configs: list[tuple[Dispatch, Config]]) -> None:
             if name not in seen:
                 seen.add(name)
                 op.operation.clone(ip=ir.InsertionPoint.current)
+
+
+# Configs of dispatches that every build for a target carries besides a candidate's own
+# (Target.pinned): one the compiler's own config cannot compile, repaired (tuner.stages.repair).
+Pinned = tuple[tuple[Dispatch, Config], ...]
+
+
+def with_pinned(pinned: Pinned, configs: Sequence[tuple[Dispatch, Config]]) -> list[tuple[Dispatch, Config]]:
+    """`configs` and the pinned ones of the other dispatches (a config given for a pinned
+    dispatch replaces its pinned one)."""
+    mine = {d.name for d, _ in configs}
+    return [*(p for p in pinned if p[0].name not in mine), *configs]
 
 
 def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:

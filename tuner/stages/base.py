@@ -106,6 +106,9 @@ class ModelState:
     # the model as given): what later stages discover, tune and build.
     rewrites: tuple[str, ...] = ()
     program: Optional[Path] = None
+    # Configs the chosen flags need to build at all (tuner.stages.repair): in every later build
+    # and in the tuned model's spec.
+    pinned: tuple[SpecPart, ...] = ()
     flag_trials: dict = field(default_factory=dict)  # flag set -> paired speedup over the default
     dispatches: tuple[DispatchOutcome, ...] = ()
     kept: tuple[SpecPart, ...] = ()  # what the merged spec holds

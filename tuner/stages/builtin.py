@@ -44,7 +44,7 @@ from tuner.core.results import Result
 from tuner.stages.base import DispatchOutcome, ModelState, StageEnv
 from tuner.stages.host_reference import host_output, host_reference
 from tuner.stages.model_timing import Comparison, compare
-from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant, compile_variant
+from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant, carried, compile_variant
 from tuner.targets import Target
 
 DISPATCHES = "dispatches"  # DIR/dispatches/NAME: each dispatch's own tuning
@@ -54,9 +54,12 @@ _PLANNING = threading.Lock()
 VARIANTS = "variants"  # DIR/variants/NAME: each whole-model build
 
 
-def with_flags(target: Target, flags: tuple[str, ...]) -> Target:
-    """The target compiling with the model-wide flags too."""
-    return replace(target, compile_flags=(*target.compile_flags, *flags)) if flags else target
+def with_flags(target: Target, flags: tuple[str, ...], pinned: Sequence[SpecPart] = ()) -> Target:
+    """The target compiling with the model-wide flags too, and every build carrying the `pinned`
+    configs (dispatches the compiler's own configs cannot build: tuner.stages.repair)."""
+    if flags:
+        target = replace(target, compile_flags=(*target.compile_flags, *flags))
+    return replace(target, pinned=(*target.pinned, *(p.entry for p in pinned))) if pinned else target
 
 
 def slower_beyond_noise(p: Paired) -> bool:
@@ -67,11 +70,13 @@ def slower_beyond_noise(p: Paired) -> bool:
 
 
 def _build_key(variant: Variant) -> tuple:
-    return (variant.flags, variant.program, tuple((p.dispatch.name, p.config.compilation_info) for p in variant.parts))
+    return (variant.flags, variant.program,
+            tuple((p.dispatch.name, p.config.compilation_info) for p in variant.spec_parts))
 
 
 def build_once(env: StageEnv, variant: Variant) -> BuiltVariant:
     """The model built as `variant`, once per run (the stages share the default's build)."""
+    variant = carried(variant, env.target)
     key = _build_key(variant)
     if key not in env.cache.builds:
         env.cache.builds[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
@@ -86,7 +91,7 @@ def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") 
     them busy. ResNet-50's flag stage on the H100 machine (16 cores) built its 25 first choices
     one at a time, about 12 s each with their numerics."""
     workers = (os.cpu_count() or 1) // 4
-    todo = list({_build_key(v): v for v in variants if not v.parts and _build_key(v) not in env.cache.builds}.values())
+    todo = list({_build_key(v): v for v in variants if not v.spec_parts and _build_key(v) not in env.cache.builds}.values())
     if workers < 2 or len(todo) < 2:
         return
 
@@ -165,7 +170,7 @@ class DispatchStage:
     seconds: Optional[float] = None
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        target = with_flags(env.target, state.flags)
+        target = with_flags(env.target, state.flags, state.pinned)
         program, measured = env.program, env.profile
         source = state.program_of(env.model)
         if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
@@ -285,7 +290,7 @@ def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Targ
     pipeline = _pipeline(dispatch, search, target, env, source)
     plan = plan_search(dispatch, pipeline, search, without_flags=True)
     with ResultStore(store_path, compiler_version(), runtime_version()) as store:
-        return next_round(plan, dispatch, pipeline, env.ctx, target.spec_entry, store)
+        return next_round(plan, dispatch, pipeline, env.ctx, target.spec_entry, store, target.pinned)
 
 
 def _pipeline(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,

@@ -8,7 +8,6 @@ once tuned would be thrown away."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +28,8 @@ from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, p
                                   with_flags)
 from tuner.stages.halving import compare_halving
 from tuner.stages.time_budget import NOT_TRIED, flag_share_spent
-from tuner.stages.variants import BuiltVariant, SpecPart, Variant
+from tuner.stages.repair import pins_for
+from tuner.stages.variants import BuiltVariant, SpecPart, Variant, same_module
 
 # DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: the choice's variant directory)
 FLAG_DISPATCHES = "flag-dispatches"
@@ -81,8 +81,10 @@ class FlagStage:
             decided = self._extend_earlier(replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials,
                                                    rewrites=earlier.rewrites, program=earlier.program), env)
             if decided is None:
+                chosen = Variant("chosen", earlier.flags, program=earlier.program)
                 return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
-                               program=earlier.program)
+                               program=earlier.program, pinned=pins_for(env, chosen, self.search.pipeline)
+                               if earlier.flags or earlier.program else ())
         else:
             steps = StepLog.of_run(env, options)
             decided = self._decide(state, env, options, steps)
@@ -118,7 +120,7 @@ class FlagStage:
         tried = {k: v for k, v in trials.items() if k not in state.flag_trials}
         env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model; "
                 f"tried on it: {trials_text(tried)})")
-        return replace(state, flags=option.flags, flag_trials=trials,
+        return replace(state, flags=option.flags, flag_trials=trials, pinned=best.variant.pinned,
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
     def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption], steps: StepLog) -> ModelState:
@@ -141,7 +143,7 @@ class FlagStage:
                if judged.over_wrong_default else "")
         env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model{why}; "
                 f"tried: {trials_text(trials)})")
-        return replace(state, flags=option.flags, flag_trials=trials,
+        return replace(state, flags=option.flags, flag_trials=trials, pinned=best.variant.pinned,
                        rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
 
     def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
@@ -259,7 +261,9 @@ class FlagStage:
         if option.rewrite and program is None:
             trials[option.label] = "nothing in the model to rewrite"
             return None
-        untuned = self._untuned(option, program)
+        # A dispatch the choice forms that the compiler cannot compile gets a config that can.
+        pins = pins_for(env, self._untuned(option, program), self.search.pipeline)
+        untuned = self._untuned(option, program, pins)
         if self._tunes(option):
             off = _wrong_result(env, default, untuned)
             if off:  # its dispatches are not tuned: every candidate would be judged on a wrong model
@@ -272,13 +276,13 @@ class FlagStage:
         # wrong model: the UNet widening block's 1x1 shortcut is wrong on cuda until channels-last
         # or its own rewrite takes it, and every im2col candidate was refused for it.
         parts = self._tuned_parts(env, option.directory, option.tuned_kinds, program or env.model, option.flags,
-                                  said=short_flags(option.label))
-        b = build_once(env, Variant(option.directory, option.flags, parts, program))
+                                  said=short_flags(option.label), pins=pins)
+        b = build_once(env, Variant(option.directory, option.flags, parts, program, pins))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")
             b = build_once(env, untuned)
         extending = reference is not default
-        if b.ok and ((option.flags and not option.rewrite) or extending) and _same_module(b, reference):
+        if b.ok and ((option.flags and not option.rewrite) or extending) and same_module(b, reference):
             # A flag that changes nothing is no choice: reported, never timed as if it were one
             # (nor one added to a choice whose module it leaves as it was).
             trials[option.label] = (f"not applied: the module is the {'choice' if extending else 'default'}'s, "
@@ -305,17 +309,18 @@ class FlagStage:
         return self.search.pipeline is not None and pipeline_for(dispatch, self.search.pipeline) is not None
 
     @staticmethod
-    def _untuned(option: ModelOption, program: Optional[Path]) -> Variant:
+    def _untuned(option: ModelOption, program: Optional[Path], pins: tuple[SpecPart, ...] = ()) -> Variant:
         """The option built with the compiler's configs for what it forms (its numerics check)."""
-        return Variant(option.directory + "-default-configs", option.flags, program=program)
+        return Variant(option.directory + "-default-configs", option.flags, program=program, pinned=pins)
 
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
-                     flags: tuple[str, ...] = (), said: str = "") -> tuple[SpecPart, ...]:
+                     flags: tuple[str, ...] = (), said: str = "", pins: tuple[SpecPart, ...] = ()
+                     ) -> tuple[SpecPart, ...]:
         """The winning configs of the dispatches of `kinds` that a choice forms in `program` (the
         model's, or a rewrite's) under `flags`: each that another choice formed alike, by its
         tuning there, and `rewrite_tunes` more, one per shape, each tuned with `tune_budget`
         evaluations; once per run and choice (`name`, its directory; `said`: how the messages
-        name it, by default its flags)."""
+        name it, by default its flags; `pins`: configs its builds need, tuner.stages.repair)."""
         key = (name, flags, self.tune_budget)
         if key in env.cache.choice_parts:
             return env.cache.choice_parts[key]
@@ -367,7 +372,8 @@ class FlagStage:
                 else:
                     env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                             f"before judging it ({self.tune_budget} evaluations)")
-                    tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags), env, program)
+                    tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags, pins), env,
+                                              program)
                     if tuned.part is not None:  # no winner may be the model's doing (a wrong result elsewhere)
                         env.cache.formed_tunings[alike(dispatch)] = (tuned, said)
                 if tuned.part is not None:
@@ -392,7 +398,3 @@ def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Opt
         return None
     return compare_on_model(env, default, [built], "flag-numerics", rounds=0).failed.get(built.variant.name)
 
-
-def _same_module(a: BuiltVariant, b: BuiltVariant) -> bool:
-    """Whether two builds wrote the same module file, byte for byte."""
-    return hashlib.sha256(a.vmfb.read_bytes()).digest() == hashlib.sha256(b.vmfb.read_bytes()).digest()

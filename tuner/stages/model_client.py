@@ -28,7 +28,7 @@ from tuner.stages.plan import PLAN, ModelPlan
 from tuner.stages.time_budget import TimeBudget
 from tuner.stages.unbuildable import buildable_start
 from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile
-from tuner.stages.variants import merged_spec
+from tuner.stages.variants import Variant, carried, merged_spec
 from tuner.targets import Target, check_devices, parse_target
 from tuner.discovery.workload import Workload
 
@@ -218,10 +218,12 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     header = comment(f"iree-tuner tune-model: {state.verdict}") + comment(
         f"rebuild: {rebuild_command(out, str(program), MODEL_FLAGS, env.workload.parameters)}")
     try:
-        if state.kept:
-            write_file(spec_path, header + merged_spec(state.kept, env.target, env.ctx))
+        # The kept configs, and those the model needs to build at all (tuner.stages.repair).
+        parts = carried(Variant("tuned", parts=state.kept, pinned=state.pinned), env.target).spec_parts
+        if parts:
+            write_file(spec_path, header + merged_spec(parts, env.target, env.ctx))
             flags += env.target.spec_flags(str(spec_path.resolve()),
-                                           codegen=uses_codegen_stage([p.config for p in state.kept]))
+                                           codegen=uses_codegen_stage([p.config for p in parts]))
         else:
             write_file(spec_path, header + str(build_spec([], env.ctx, env.target.spec_entry)))
         write_file(out / MODEL_FLAGS, response_file(flags))
@@ -239,6 +241,8 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
                                 "undone": list(env.budget.undone)}} if env.budget is not None else {}),
             "dispatches": [o.to_json() for o in state.dispatches],
             "kept": [p.dispatch.name for p in state.kept],
+            **({"pinned": [{"dispatch": p.dispatch.name, "config": p.label} for p in parts if p not in state.kept]}
+               if len(parts) > len(state.kept) else {}),
             "figure": state.figure.to_json() if state.figure else None,
             "verdict": state.verdict,
             "notes": list(state.notes),

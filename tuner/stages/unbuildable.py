@@ -22,6 +22,7 @@ from tuner.evaluation.runtime_tools import run_once
 from tuner.stages.base import RunCache, StageEnv
 from tuner.stages.builtin import build_once, with_flags
 from tuner.stages.flag_options import ModelOption, model_options, rewritten_program
+from tuner.stages.repair import pins_for
 from tuner.stages.variants import BuiltVariant, Variant
 
 LOAD_CHECK = "load-check"  # DIR/variants/NAME/load-check: the output of a build's one run
@@ -49,6 +50,15 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
     if default.ok and not device_available(env.device):  # nothing would run: no choice is tried
         raise ToolError(f"the model builds but {failure}: the runtime finds no {env.device} on this "
                         f"machine (name another with --device, or run where the device is)")
+    pins = pins_for(env, Variant("default"), pipeline) if not default.ok else ()
+    if pins:  # one dispatch the compiler cannot compile, given a config of the tuner's that can
+        repaired = replace(env, target=with_flags(env.target, (), pins), cache=RunCache())
+        why = why_not(repaired, build_once(repaired, Variant("default")))
+        if not why:
+            line = (f"IREE's defaults do not build the model ({failure}); with a config of the tuner's for "
+                    f"{pins[0].dispatch.name} ({pins[0].label}) they do, and every build of the run carries it")
+            env.say(line)
+            return repaired, line
     env.say(f"IREE's defaults do not build and run the model: {failure}; trying the model-wide choices")
     run_errors = []
     tried = 0

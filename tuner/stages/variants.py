@@ -46,9 +46,20 @@ class Variant:
     flags: tuple[str, ...] = ()
     parts: tuple[SpecPart, ...] = ()
     program: Optional[Path] = None
+    # Configs without which it does not build: a dispatch the compiler's own config cannot
+    # compile under these flags, given one that can (tuner.stages.repair); carried by every build
+    # of the choice, tuned or not, and by the tuned model's spec.
+    pinned: tuple[SpecPart, ...] = ()
 
     def with_part(self, part: SpecPart, name: str) -> "Variant":
-        return Variant(name, self.flags, (*self.parts, part), self.program)
+        return replace(self, name=name, parts=(*self.parts, part))
+
+    @property
+    def spec_parts(self) -> tuple[SpecPart, ...]:
+        """What its spec holds: the pinned configs (but where a part configures the same
+        dispatch), then the parts."""
+        mine = {p.dispatch.name for p in self.parts}
+        return (*(p for p in self.pinned if p.dispatch.name not in mine), *self.parts)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class BuiltVariant:
     spec: Optional[Path]  # the merged spec file (None: no spec)
     flags: tuple[str, ...]  # every iree-compile flag that builds it
     error: str = ""  # why it did not build, or which config the compile did not carry
+    failing: str = ""  # the dispatch the compiler's diagnostics name, where it did not compile
 
     @property
     def ok(self) -> bool:
@@ -85,15 +97,25 @@ def build_variant(model: Path, variant: Variant, target: Target, directory: Path
     """Compile the model as `variant` into `directory`, then read every executable's config back
     and check that each part's config is carried by some root op (a spec that did not take
     effect is an error, not a silent default)."""
-    text = merged_spec(variant.parts, target, ctx) if variant.parts else ""
+    variant = carried(variant, target)
+    text = merged_spec(variant.spec_parts, target, ctx) if variant.spec_parts else ""
     built = compile_variant(model, variant, target, directory, text, timeout_s)
     if not built.ok:
         return built
     configured = read_configured((p.read_text() for p in sorted((directory / CONFIGS).glob("*.mlir"))), ctx)
-    for part in variant.parts:
+    for part in variant.spec_parts:
         if not any(not check_config(part.config, d) for d in configured):
             return replace(built, error=f"the model compile does not carry {part.dispatch.name}'s config ({part.label})")
     return built
+
+
+def carried(variant: Variant, target: Target) -> Variant:
+    """The variant with the configs every build for `target` carries (Target.pinned) pinned too."""
+    if not target.pinned:
+        return variant
+    mine = {p.dispatch.name for p in variant.pinned}
+    return replace(variant, pinned=(*(SpecPart(d, c, "pinned") for d, c in target.pinned if d.name not in mine),
+                                    *variant.pinned))
 
 
 CONFIGS = "configs"  # next to a model build: the executables' configurations as compiled
@@ -104,13 +126,15 @@ def compile_variant(model: Path, variant: Variant, target: Target, directory: Pa
     """iree-compile of the model as `variant` (its parts merged into `spec_text`) into
     `directory`, the executables' configurations dumped beside it; no MLIR context is used, so
     builds may run in threads side by side (tuner.stages.builtin.prebuild)."""
+    variant = carried(variant, target)
     real_directory(directory)
     model = variant.program or model
     spec = None
     flags = [*target.compile_flags, *variant.flags]
-    if variant.parts:
+    if variant.spec_parts:
         spec = directory / "spec.mlir"
-        flags += target.spec_flags(str(spec.resolve()), codegen=uses_codegen_stage([p.config for p in variant.parts]))
+        flags += target.spec_flags(str(spec.resolve()),
+                                   codegen=uses_codegen_stage([p.config for p in variant.spec_parts]))
     configs = directory / CONFIGS
     vmfb = directory / "model.vmfb"
     # What built the module there: the same program, flags and spec are not compiled again (a
@@ -131,6 +155,11 @@ def compile_variant(model: Path, variant: Variant, target: Target, directory: Pa
         if not run.ok:
             dispatch = failing_dispatch(run.stderr)
             return BuiltVariant(variant, None, spec, tuple(flags), f"iree-compile failed: {run.first_error()}"
-                                + (f" (in {dispatch})" if dispatch else ""))
+                                + (f" (in {dispatch})" if dispatch else ""), failing=dispatch or "")
         write_file(stamp, recipe)
     return BuiltVariant(variant, vmfb, spec, tuple(flags))
+
+
+def same_module(a: BuiltVariant, b: BuiltVariant) -> bool:
+    """Whether two builds wrote the same module file, byte for byte."""
+    return hashlib.sha256(a.vmfb.read_bytes()).digest() == hashlib.sha256(b.vmfb.read_bytes()).digest()

@@ -1,0 +1,70 @@
+"""A model build that fails on one dispatch, repaired by a config for it (issue 58, item 3).
+
+IREE 3.13 cannot compile some dispatches with its own config: Swin-T's first LayerNorm under O3
+or aggressive fusion ("failed to distribute" in `reduction_25088x96_f32`, H200), which dropped
+both choices from its flag stage whole. Where the compiler's diagnostics name the dispatch, it is
+found in the program as the choice forms it, and the configs of the pipeline that tunes it are
+built into the model in the pipeline's order of preference, REPAIR_TRIES at most; the first that
+builds is pinned (Variant.pinned, Target.pinned): every later build of the choice carries it, the
+tuned model's spec too, and a tuning of that dispatch replaces it. Nothing is timed here: the
+repaired choice is judged like any other."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from pipelines import pipeline_for
+from tuner.discovery.program import discover_program
+from tuner.specs.candidates import generate_candidates
+from tuner.stages.base import StageEnv
+from tuner.stages.builtin import build_once
+from tuner.stages.variants import BuiltVariant, SpecPart, Variant
+
+# Configs tried on the failing dispatch, each a whole-model compile.
+REPAIR_TRIES = 3
+
+
+def failing_one(built: BuiltVariant) -> str:
+    """The dispatch a failed build failed on, "" where it built or the compiler named none."""
+    return "" if built.ok else built.failing
+
+
+def repaired(env: StageEnv, variant: Variant, built: BuiltVariant, pipeline: Optional[str] = None
+             ) -> Optional[BuiltVariant]:
+    """`variant` built with a config for the dispatch its build (`built`) failed on, pinned; or
+    None where the compiler named no dispatch, no pipeline takes it, or none of REPAIR_TRIES of
+    its configs builds the model either."""
+    name = failing_one(built)
+    if not name:
+        return None
+    program = variant.program or env.model
+    key = (program, variant.flags)
+    if key not in env.cache.choice_dispatches:
+        env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx, variant.flags).dispatches)
+    # The diagnostics name the dispatch's function, or only its executable (`@main_dispatch_3`).
+    dispatch = next((d for d in env.cache.choice_dispatches[key] if d.name == name or d.name.startswith(name + "_")),
+                    None)
+    chosen = pipeline_for(dispatch, pipeline) if dispatch is not None else None
+    if chosen is None:
+        return None
+    # Only a config a spec carries can be pinned (not one that is a flag: data tiling on the CPU).
+    configs = [c for c in generate_candidates(dispatch, chosen, 3 * REPAIR_TRIES, env.ctx, env.target.spec_entry,
+                                              pinned=env.target.pinned)[1:]
+               if c.config.compilation_info and not c.config.flags]
+    for c in configs[:REPAIR_TRIES]:
+        part = SpecPart(dispatch, c.config, c.label)
+        b = build_once(env, replace(variant, name=f"{variant.name}-repaired-{c.id}", pinned=(*variant.pinned, part)))
+        if b.ok:
+            env.say(f"  {dispatch.name} does not compile with the compiler's config under {' '.join(variant.flags) or 'the default flags'}; "
+                    f"with the {chosen.name} config {c.label} it does: pinned")
+            return b
+    return None
+
+
+def pins_for(env: StageEnv, variant: Variant, pipeline: Optional[str] = None) -> tuple[SpecPart, ...]:
+    """What `variant` needs pinned to build: () where it builds as it is (or cannot be repaired:
+    its build then fails where it is judged, as before)."""
+    built = build_once(env, variant)
+    fixed = repaired(env, variant, built, pipeline) if failing_one(built) else None
+    return fixed.variant.pinned if fixed is not None else variant.pinned
