@@ -1217,8 +1217,11 @@ def test_a_flag_stage_whose_share_is_spent_before_it_starts_builds_no_choice(tmp
     from tuner.stages.time_budget import NOT_TRIED
     from tests.test_tune_model import MLP
 
+    from tuner.rewrite import Rewrite
+
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
-    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
+    # `none` finds nothing to rewrite in the model: said so, not "not tried", with no time left.
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b"), Rewrite("none", lambda module: [], "nothing")))
     clock = _Clock()
     _budget_clock(monkeypatch, clock)
 
@@ -1240,8 +1243,36 @@ def test_a_flag_stage_whose_share_is_spent_before_it_starts_builds_no_choice(tmp
     tuning = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
                         model=ModelOptions(rounds=2, timer=profile_then_timer, time_budget_s=100.0),
                         stages=[FlagStage(tune_budget=0)])
-    assert tuning.state.rewrites == () and tuning.state.flag_trials == {"a": NOT_TRIED, "b": NOT_TRIED}
+    assert tuning.state.rewrites == () and tuning.state.flag_trials == {
+        "a": NOT_TRIED, "b": NOT_TRIED, "none": "nothing in the model to rewrite"}
+    assert tuning.state.verdict.count("model-wide choice") == 2  # a and b are what the budget cut
     assert not (tmp_path / "out" / "variants" / "flags-a").exists()  # not even built
+
+
+def test_a_stopped_run_resumed_goes_on_with_what_it_left_of_its_time_budget(tmp_path):
+    """A run with 600 s stopped after 300 s (its record written when the budget was last
+    consulted); the run resumed in the same directory starts 300 s in, says so where it leaves
+    something undone, and once finished leaves no record: the next run has a budget of its own."""
+    from tuner.stages.time_budget import FLAG_SHARE, RECORD, TimeBudget
+
+    record = tmp_path / RECORD
+    clock = _Clock()
+    first = TimeBudget(600.0, clock=clock, record=record)
+    clock.now = 300.0
+    first.dispatch_stage_seconds()  # consulted: 300 s written
+    later = _Clock()  # the resumed process's clock starts anywhere
+    later.now = 5000.0
+    resumed = TimeBudget(600.0, clock=later, record=record)
+    assert resumed.spent() == pytest.approx(300.0)
+    assert resumed.flag_stage_left() == pytest.approx(600.0 * FLAG_SHARE - 300.0)
+    later.now += 100.0
+    resumed.skip("tuning d1")
+    assert resumed.verdict_text() == ("; within the time budget of 600 s (400 s spent, 300 s of them by the run this "
+                                      "one resumed) not done: tuning d1")
+    resumed.finish()
+    assert not record.exists() and TimeBudget(600.0, clock=later, record=record).spent() == 0.0
+    record.write_text("not json")  # a record that cannot be read: the budget starts whole
+    assert TimeBudget(600.0, clock=later, record=record).spent() == 0.0
 
 
 def test_the_dispatch_stage_takes_what_the_time_budget_leaves_less_the_merges_share(tmp_path, ctx, monkeypatch):

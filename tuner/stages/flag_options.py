@@ -146,6 +146,12 @@ def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
     return env.cache.rewritten[rewrite.name]
 
 
+def rewrites_nothing(env: StageEnv, option: ModelOption) -> bool:
+    """Whether the option is a rewrite that finds nothing in the model to change (found without
+    a build: such an option is said so, and not "not tried", however little time is left)."""
+    return option.rewrite is not None and rewritten_program(env, option.rewrite) is None
+
+
 def changes_text(changed: list[str], most: int = 6) -> str:
     """What a rewrite changed, each distinct change once with how many times (in the order first
     met), the first `most` of them: ResNet-50's 33 1x1 convolutions made a line of 1,300 characters."""

@@ -23,7 +23,7 @@ from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision, record_decision, trials_text
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
-                                       rewritten_program, taking_flag_sets, together_options)
+                                       rewrites_nothing, rewritten_program, taking_flag_sets, together_options)
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
                                   with_flags)
 from tuner.stages.halving import compare_halving
@@ -175,7 +175,7 @@ class FlagStage:
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
-            if flag_share_spent(env.budget):
+            if flag_share_spent(env.budget) and not rewrites_nothing(env, option):
                 trials[option.label] = NOT_TRIED
                 env.budget.skip(f"model-wide choice {short_flags(option.label)}")
                 continue
@@ -262,7 +262,7 @@ class FlagStage:
             trials[option.label] = "nothing in the model to rewrite"
             return None
         # A dispatch the choice forms that the compiler cannot compile gets a config that can.
-        pins = pins_for(env, self._untuned(option, program), self.search.pipeline)
+        pins = pins_for(env, self._first_variant(env, option), self.search.pipeline)
         untuned = self._untuned(option, program, pins)
         if self._tunes(option):
             off = _wrong_result(env, default, untuned)

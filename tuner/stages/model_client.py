@@ -25,7 +25,7 @@ from tuner.stages.merge import MergeStage
 from tuner.stages.flags import FlagStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.plan import PLAN, ModelPlan
-from tuner.stages.time_budget import TimeBudget
+from tuner.stages.time_budget import RECORD as BUDGET_RECORD, TimeBudget
 from tuner.stages.unbuildable import buildable_start
 from tuner.stages.two_machine import advance, next_step_message, profile_step, read_profile
 from tuner.stages.variants import Variant, carried, merged_spec
@@ -140,12 +140,11 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
     directory holds (tuner.stages.two_machine) and leave DIR/model-plan.json for `benchmark DIR`
     on the device; `ModelTuning.next_plan` says what it is (None once the model is done)."""
     search, model = search.checked(), model.checked()
-    budget = TimeBudget(model.time_budget_s) if model.time_budget_s is not None else None
     if search.pipeline is not None and not known_pipeline(search.pipeline):
         raise InputError(f"--pipeline {search.pipeline}: unknown; known: {', '.join(PIPELINES)}")
     if run.inputs:
         raise InputError("tune-model generates the model's inputs; --input is for `tune`")
-    if run.compile_only and budget is not None:
+    if run.compile_only and model.time_budget_s is not None:
         raise InputError("--time-budget bounds a run done on one machine, not a --compile-only step")
     target = parse_target(target) if isinstance(target, str) else target
     check_devices(target, run.devices)
@@ -161,6 +160,9 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         say(f"{target.name}: each dispatch {search.pipeline} takes is tuned with it, the others with the compiler's "
             f"pipeline (--pipeline llvmgpu_tile_and_fuse: the compiler's for every one)")
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, search.pipeline), run.force):
+        # The whole run's seconds; a stopped run resumed here goes on with what it left of them.
+        budget = (TimeBudget(model.time_budget_s, record=output_dir / BUDGET_RECORD)
+                  if model.time_budget_s is not None else None)
         source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters, run.dynamic_size)
         for name, why in program.skipped:
             say(f"skipped {name}: {why}")
@@ -188,6 +190,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         if start:
             state = replace(state, verdict=f"{start}; {state.verdict}")
         write_model_outputs(env, state)
+        if budget is not None:
+            budget.finish()
     return ModelTuning(state, output_dir, state.program_of(source), workload.entry, parameters=workload.parameters)
 
 

@@ -7,13 +7,22 @@ config there), and no further step is judged (the best choice so far stands). Th
 then, less MERGE_SHARE of the budget kept for the merge; within it each dispatch's search gets the
 time left in proportion to its share of the model's time (tuner.stages.builtin.search_seconds), so
 the seconds go where the gain is. The merge always runs (it validates the result on the whole
-model) and may overrun; the verdict says what was not done."""
+model) and may overrun; the verdict says what was not done.
+
+A run stopped before it finished (a machine's time limit, say) and resumed in the same directory
+goes on with what is left of the same budget, not a new one: the seconds spent are written to
+DIR/time-budget.json whenever the budget is consulted (RECORD) and counted by the resumed run
+(Swin-T on the H200, stopped once, took 1,000 s of tune-model under a 420 s budget before)."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
+
+from tuner.run_dir import write_file
 
 # The flag stage's most, and what is kept for the merge, as shares of the whole budget. On the
 # H200 (docs/benchmarks/real-exports.md) the flag stage took 300-430 s of 600-1100 s runs and made
@@ -22,27 +31,40 @@ FLAG_SHARE = 0.4
 MERGE_SHARE = 0.15
 # A choice's figure where the flag stage's share of the budget ran out before it was built.
 NOT_TRIED = "not tried: the flag stage's share of the time budget was spent"
+RECORD = "time-budget.json"  # DIR/: the seconds spent so far, while the run is not finished
 
 
 @dataclass
 class TimeBudget:
-    """`seconds` for the whole run from `start` (on `clock`), and what was not done (`undone`)."""
+    """`seconds` for the whole run from `start` (on `clock`), and what was not done (`undone`).
+    `record`: where the seconds spent are kept for a resumed run (RECORD in the run's directory;
+    None: nowhere), and `earlier` what a stopped run there had spent (read from it)."""
 
     seconds: float
     clock: Callable[[], float] = time.monotonic
     start: float = field(default=-1.0)
     undone: list[str] = field(default_factory=list)
+    record: Optional[Path] = None
+    earlier: float = 0.0
 
     def __post_init__(self) -> None:
         if self.start < 0:
             self.start = self.clock()
+        if self.record is not None and self.record.is_file():
+            try:
+                self.earlier = max(0.0, float(json.loads(self.record.read_text())["spent"]))
+            except (ValueError, KeyError, TypeError, OSError):
+                self.earlier = 0.0  # unreadable: this run's budget starts whole
+        self.start -= self.earlier
 
     def flag_stage_left(self) -> float:
         """Seconds the flag stage may still take."""
+        self._keep()
         return self.start + FLAG_SHARE * self.seconds - self.clock()
 
     def dispatch_stage_seconds(self) -> float:
         """Seconds the dispatch stage may take from now: the budget left, less the merge's share."""
+        self._keep()
         return max(0.0, self.start + (1.0 - MERGE_SHARE) * self.seconds - self.clock())
 
     def spent(self) -> float:
@@ -50,14 +72,26 @@ class TimeBudget:
 
     def skip(self, what: str) -> None:
         """Say that `what` was not done for lack of time (once)."""
+        self._keep()
         if what not in self.undone:
             self.undone.append(what)
+
+    def _keep(self) -> None:
+        """The seconds spent so far, written where a resumed run reads them."""
+        if self.record is not None:
+            write_file(self.record, json.dumps({"seconds": self.seconds, "spent": round(self.spent(), 1)}))
+
+    def finish(self) -> None:
+        """The run is done: a later run in the directory has a budget of its own."""
+        if self.record is not None:
+            self.record.unlink(missing_ok=True)
 
     def verdict_text(self) -> str:
         """The verdict's words on the budget: what was not done, or "" where all was."""
         if not self.undone:
             return ""
-        return (f"; within the time budget of {self.seconds:.0f} s ({self.spent():.0f} s spent) not done: "
+        resumed = f", {self.earlier:.0f} s of them by the run this one resumed" if self.earlier else ""
+        return (f"; within the time budget of {self.seconds:.0f} s ({self.spent():.0f} s spent{resumed}) not done: "
                 + "; ".join(self.undone))
 
 
