@@ -941,6 +941,7 @@ RAW_WRITES = {
     "tuner/stages/host_reference.py": ["np.save(f, out)"],  # inside write_file
     "tuner/stages/model_client.py": [".unlink(missing_ok=True)"],
     "tuner/stages/plan.py": ["shutil.copy2("],  # into a new, empty DEST made of real directories
+    "tuner/stages/time_budget.py": ["self.record.unlink("],  # the run's own record, in its directory
     "tuner/stages/variants.py": ["stamp.unlink("],
     "tuner/tools.py": ["_scratch.mkdir("],  # the tools' TMPDIR, made by mkdtemp in the system's temp dir
 }

@@ -5,7 +5,7 @@ what tune-model does with a failure; the dispatch is read from a real compiler f
 
 import pytest
 
-from tuner.core.settings import Listeners, RunOptions
+from tuner.core.settings import Listeners, RunOptions, SearchSettings
 from tuner.stages import ModelOptions, tune_model
 from tuner.stages.variants import failing_dispatch
 from tests.conftest import assert_one_error_line, run_cli
@@ -126,8 +126,8 @@ def test_a_model_whose_default_fails_in_one_dispatch_is_built_with_a_config_for_
     failing = "mlp_dispatch_0_matmul_128x192x256_f32"
     faulty_tools("iree-compile", "mlp.mlir", f"fail-in:{failing}")
     said = []
-    tuning = tune_model(_mlp(tmp_path), "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
-                        model=ModelOptions(rounds=1, top=2), listen=Listeners(say=said.append))
+    tuning = tune_model(_mlp(tmp_path), "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=2),
+                        run=RunOptions(FAST), model=ModelOptions(rounds=1, top=2), listen=Listeners(say=said.append))
     line = next(s for s in said if s.startswith("IREE's defaults do not build the model ("))
     assert failing in line and "every build of the run carries it" in line
     assert tuning.state.verdict.startswith(line)
@@ -136,7 +136,11 @@ def test_a_model_whose_default_fails_in_one_dispatch_is_built_with_a_config_for_
     # The rebuild carries the pinned config (the matcher of the failing dispatch's matmul).
     assert "model_spec.mlir" in flags and "compilation_info" in spec and "128" in spec and "192" in spec
     results = __import__("json").loads((tmp_path / "out" / "results.json").read_text())
-    assert [p["dispatch"] for p in results["pinned"]] == [failing]
+    # The failing dispatch is configured in the spec: by its pin, or by its own tuning's winner.
+    assert [p["dispatch"] for p in results.get("pinned", [])] + results["kept"].count(failing) * [failing] == [failing]
+    # Where the run's time went, by stage.
+    assert list(results["stage_seconds"]) == ["flags", "dispatches", "merge"]
+    assert all(s >= 0 for s in results["stage_seconds"].values())
     # Both dispatches were tuned: their baselines, whole-model builds on the CPU (each fails
     # without the pin), built and were timed (the pinned dispatch's baseline is its pinned config).
     for o in tuning.state.dispatches:

@@ -71,9 +71,10 @@ def seed_context(dispatch: Dispatch, pipeline: Pipeline, space: SearchSpace) -> 
 
 def add_candidates(batch: Sequence[Proposal], space: SearchSpace, dispatch: Dispatch, pipeline: Pipeline,
                    ctx: ir.Context, spec_entry: str, candidates: list[Candidate],
-                   proposed_by: dict[int, str], pinned: Pinned = ()) -> list[tuple[Proposal, Optional[Candidate]]]:
-    """Each proposal's candidate, appended to `candidates` (ids in order) with who proposed it;
-    None for a config that is the compiler's own (the baseline again: nothing to build)."""
+                   pinned: Pinned = ()) -> list[tuple[Proposal, Optional[Candidate]]]:
+    """Each proposal's candidate, appended to `candidates` (ids in order); None for a config
+    that is the compiler's own (the baseline again: nothing to build). Each spec carries the
+    `pinned` configs too (Target.pinned)."""
     default = default_identity(dispatch)
     made: list[tuple[Proposal, Optional[Candidate]]] = []
     for p in batch:
@@ -82,9 +83,13 @@ def add_candidates(batch: Sequence[Proposal], space: SearchSpace, dispatch: Disp
             made.append((p, None))
             continue
         candidates.append(c)
-        proposed_by[c.id] = p.source
         made.append((p, c))
     return made
+
+
+def note_proposers(made: list[tuple[Proposal, Optional[Candidate]]], proposed_by: dict[int, str]) -> None:
+    """Who proposed each candidate made, by its id."""
+    proposed_by.update({c.id: p.source for p, c in made if c is not None})
 
 
 def outcomes(made: list[tuple[Proposal, Optional[Candidate]]], results: Mapping[int, Result]) -> list[Outcome]:
@@ -135,7 +140,8 @@ class LiveBatches:
 
     def __call__(self, batch: Sequence[Proposal]) -> list[Outcome]:
         made = add_candidates(batch, self.space, self.dispatch, self.pipeline, self.ctx, self.spec_entry,
-                              self.candidates, self.proposed_by, self.pinned)
+                              self.candidates, self.pinned)
+        note_proposers(made, self.proposed_by)
         new = [c for _, c in made if c is not None]
         if self.on_made:
             for p, c in made:

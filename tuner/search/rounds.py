@@ -14,7 +14,7 @@ from iree.compiler import ir
 from pipelines import Dispatch, Pipeline
 from tuner.specs.candidates import Candidate, baseline
 from tuner.specs.transform import Pinned
-from tuner.search.live import SearchPlan, add_candidates, outcomes
+from tuner.search.live import SearchPlan, add_candidates, note_proposers, outcomes
 from tuner.search.loop import Step
 from tuner.store import ResultStore
 
@@ -33,8 +33,8 @@ def next_round(plan: SearchPlan, dispatch: Dispatch, pipeline: Pipeline, ctx: ir
         batch = search.propose(min(size, budget - len(plan.steps)))
         if not batch:
             break
-        made = add_candidates(batch, plan.space, dispatch, pipeline, ctx, spec_entry, candidates, plan.proposed_by,
-                              pinned)
+        made = add_candidates(batch, plan.space, dispatch, pipeline, ctx, spec_entry, candidates, pinned)
+        note_proposers(made, plan.proposed_by)
         found = {c.id: store.latest(c.key) for _, c in made if c is not None}
         if any(r is None for r in found.values()):
             return candidates, len(plan.steps) + len(batch) >= budget or search.exhausted

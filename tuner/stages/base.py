@@ -115,6 +115,7 @@ class ModelState:
     figure: Optional[ModelFigure] = None
     verdict: str = ""
     notes: tuple[str, ...] = ()
+    stage_seconds: dict = field(default_factory=dict)  # each stage's wall seconds in this run, by name
 
     def note(self, text: str) -> "ModelState":
         return replace(self, notes=(*self.notes, text))
@@ -204,5 +205,7 @@ def run_stages(stages: Sequence[Stage], env: StageEnv, state: Optional[ModelStat
         env.say(f"stage {stage.name}")
         start = time.monotonic()
         state = stage.run(state, env)
-        env.say(f"stage {stage.name}: {time.monotonic() - start:.0f} s")  # where a run's time went
+        seconds = time.monotonic() - start
+        env.say(f"stage {stage.name}: {seconds:.0f} s")  # where a run's time went
+        state = replace(state, stage_seconds={**state.stage_seconds, stage.name: round(seconds, 1)})
     return state

@@ -250,6 +250,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
             "figure": state.figure.to_json() if state.figure else None,
             "verdict": state.verdict,
             "notes": list(state.notes),
+            "stage_seconds": state.stage_seconds,
             "profile_method": env.profile.method if env.profile else "",
         }
         write_file(out / "results.json", json.dumps(payload, indent=2))
