@@ -145,3 +145,26 @@ def test_a_model_whose_default_fails_in_one_dispatch_is_built_with_a_config_for_
     # without the pin), built and were timed (the pinned dispatch's baseline is its pinned config).
     for o in tuning.state.dispatches:
         assert o.default_ms is not None and not o.status.startswith("not tuned"), o
+
+
+def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_why(tmp_path, monkeypatch):
+    """Where the dispatch the compiler names cannot be discovered again (here a designed tool
+    error), the build stays failed (nothing pinned) and the run says why; nothing is raised."""
+    from types import SimpleNamespace
+
+    from tuner.errors import ToolError
+    from tuner.stages import repair
+    from tuner.stages.base import RunCache
+    from tuner.stages.variants import BuiltVariant, Variant
+
+    failed = BuiltVariant(Variant("o3"), None, None, (), "iree-compile failed: failed to distribute", failing="m_dispatch_2_x")
+    monkeypatch.setattr(repair, "build_once", lambda env, variant: failed)
+
+    def unreadable(*args, **kwargs):
+        raise ToolError("iree-compile failed reading the program (designed)")
+
+    monkeypatch.setattr(repair, "discover_program", unreadable)
+    said: list[str] = []
+    env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append)
+    assert repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",))) == ()
+    assert said == ["  m_dispatch_2_x: not repaired (iree-compile failed reading the program (designed))"]

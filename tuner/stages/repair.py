@@ -16,6 +16,7 @@ from typing import Optional
 
 from pipelines import pipeline_for
 from tuner.discovery.program import discover_program
+from tuner.errors import InputError, ToolError
 from tuner.specs.candidates import generate_candidates
 from tuner.stages.base import StageEnv
 from tuner.stages.builtin import build_once
@@ -66,5 +67,11 @@ def pins_for(env: StageEnv, variant: Variant, pipeline: Optional[str] = None) ->
     """What `variant` needs pinned to build: () where it builds as it is (or cannot be repaired:
     its build then fails where it is judged, as before)."""
     built = build_once(env, variant)
-    fixed = repaired(env, variant, built, pipeline) if failing_one(built) else None
+    if not failing_one(built):
+        return variant.pinned
+    try:
+        fixed = repaired(env, variant, built, pipeline)
+    except (ToolError, InputError) as e:  # the dispatch not read or its configs not made: not repaired
+        env.say(f"  {built.failing}: not repaired ({e})")
+        fixed = None
     return fixed.variant.pinned if fixed is not None else variant.pinned
