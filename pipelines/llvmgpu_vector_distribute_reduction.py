@@ -88,7 +88,7 @@ def _layouts(dispatch: Dispatch) -> list[Layout] | None:
     return found  # type: ignore[return-value]
 
 
-def _elementwise_like(root_text: str) -> str:
+def elementwise_like(root_text: str) -> str:
     """The config the compiler gives an elementwise op after a dispatch's reductions (a
     softmax's division), from the root's: its lanes, subgroups and thread tile, the row tile as
     `serial`, no workgroup tile (the root's alone distributes the rows)."""
@@ -185,7 +185,7 @@ class LLVMGPUVectorDistributeReduction(Pipeline):
         groups, loads = int(s["subgroups"]), int(s["thread_loads"])
         with ctx:
             root = dispatch.default.lowering_config
-            texts = [root, *(f.default_lowering_config or _elementwise_like(root) for f in dispatch.fused)]
+            texts = [root, *(f.default_lowering_config or elementwise_like(root) for f in dispatch.fused)]
             configs = [_rescaled(text, lay, groups, loads) for text, lay in zip(texts, layouts)]
             default = iree_codegen.TranslationInfoAttr(ir.Attribute.parse(dispatch.default.translation_info))
             subgroup = default.subgroup_size

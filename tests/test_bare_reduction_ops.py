@@ -85,12 +85,12 @@ def test_a_reduction_the_compiler_leaves_an_op_of_bare_builds_with_the_tuners_co
 def test_a_bare_op_is_given_the_config_the_compiler_gives_a_softmaxs_division(ctx):
     """The serial tile is the root's row tile, the lanes, subgroups and thread tile its own, and
     no workgroup tile (the root's distributes the rows)."""
-    from pipelines.llvmgpu_vector_distribute_reduction import _elementwise_like
+    from pipelines.llvmgpu_vector_distribute_reduction import elementwise_like
 
     root = ("#iree_gpu.lowering_config<{lane_basis = [[1, 32], [0, 1]], partial_reduction = [0, 64], "
             "subgroup_basis = [[1, 2], [0, 1]], thread = [0, 1], workgroup = [1, 0]}>")
     with ctx:
-        assert _elementwise_like(root) == ("#iree_gpu.lowering_config<{lane_basis = [[1, 32], [0, 1]], serial = [0, 64], "
+        assert elementwise_like(root) == ("#iree_gpu.lowering_config<{lane_basis = [[1, 32], [0, 1]], serial = [0, 64], "
                                            "subgroup_basis = [[1, 2], [0, 1]], thread = [0, 1]}>")
 
 

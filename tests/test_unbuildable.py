@@ -153,7 +153,7 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
     from types import SimpleNamespace
 
     from tuner.errors import ToolError
-    from tuner.stages import repair
+    from tuner.stages import flag_options, repair
     from tuner.stages.base import RunCache
     from tuner.stages.variants import BuiltVariant, Variant
 
@@ -163,7 +163,7 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
     def unreadable(*args, **kwargs):
         raise ToolError("iree-compile failed reading the program (designed)")
 
-    monkeypatch.setattr(repair, "discover_program", unreadable)
+    monkeypatch.setattr(flag_options, "discover_program", unreadable)
     said: list[str] = []
     env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append)
     assert repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",))) == ()

@@ -1,13 +1,13 @@
 """Dispatches a spec matches by structure, read as tunable dispatches: reductions (softmax,
 normalizations, row sums) and all-parallel ones (transposes, elementwise work). The root op's
 loops (parallel ones as M, reduced ones as K), its result type, and the dispatch's other ops
-that the compiler configures (and those of a GPU reduction it should configure and leaves bare,
+that the compiler configures (and those of a GPU reduction it should configure and leaves bare:
 left_unconfigured), each with the path a spec takes from the root to reach it."""
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional
+from typing import Callable, Optional
 
 from iree.compiler import ir
 
@@ -64,12 +64,13 @@ def _paths(root: ir.Operation) -> dict[ir.Operation, tuple[Step, ...]]:
     return paths
 
 
-def configured_ops(func: ir.Operation) -> list[ir.Operation]:
-    """The func's linalg ops that carry a lowering_config, in program order."""
+def configured_ops(func: ir.Operation, also: Callable[[ir.Operation], bool] = lambda op: False) -> list[ir.Operation]:
+    """The func's linalg ops that carry a lowering_config (and those `also` takes), in program
+    order: the order the read-back lists a dispatch's configured ops in."""
     found: list[ir.Operation] = []
 
     def visit(o: ir.Operation) -> ir.WalkResult:
-        if o.name.startswith("linalg.") and o.name != "linalg.fill" and "lowering_config" in o.attributes:
+        if o.name.startswith("linalg.") and o.name != "linalg.fill" and ("lowering_config" in o.attributes or also(o)):
             found.append(o)
         return ir.WalkResult.ADVANCE
 
@@ -77,27 +78,18 @@ def configured_ops(func: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def left_unconfigured(func: ir.Operation, root: ir.Operation) -> list[ir.Operation]:
-    """The ops of a GPU reduction dispatch that the compiler should configure and does not: an
-    all-parallel linalg.generic over the root's loops whose result the dispatch stores. IREE 3.13
-    leaves one so in a LayerNorm whose centred values are a result of their own (Swin-T's under
-    O3 or aggressive fusion, `reduction_25088x96_f32`), and the dispatch then fails to compile
-    ("failed to distribute"); given the reductions' layout as a `serial` tile, it compiles
-    (pipelines.llvmgpu_vector_distribute_reduction)."""
-    if "#iree_gpu.lowering_config" not in str(root.attributes["lowering_config"]):
-        return []
-    rank = len(iterators(root))
-    found: list[ir.Operation] = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        its = iterators(o) if o.name == "linalg.generic" else []
-        if (its and set(its) == {"parallel"} and len(its) == rank and "lowering_config" not in o.attributes
-                and len(o.results) == 1 and any(use.owner.name in STORES for use in o.results[0].uses)):
-            found.append(o)
-        return ir.WalkResult.ADVANCE
-
-    func.walk(visit)
-    return found
+def left_unconfigured(op: ir.Operation, root: ir.Operation) -> bool:
+    """Whether `op` is one the compiler should configure in a GPU reduction dispatch and does
+    not: an all-parallel linalg.generic over the root's loops whose result the dispatch stores.
+    IREE 3.13 leaves one so in a LayerNorm whose centred values are a result of their own
+    (Swin-T's under O3 or aggressive fusion, `reduction_25088x96_f32`), and the dispatch then
+    fails to compile ("failed to distribute"); given the reductions' layout as a `serial` tile,
+    it compiles (pipelines.llvmgpu_vector_distribute_reduction)."""
+    its = iterators(op) if op.name == "linalg.generic" else []
+    return (bool(its) and set(its) == {"parallel"} and len(its) == len(iterators(root))
+            and "lowering_config" not in op.attributes and len(op.results) == 1
+            and "#iree_gpu.lowering_config" in str(root.attributes["lowering_config"])
+            and any(use.owner.name in STORES for use in op.results[0].uses))
 
 
 # The ops that write a dispatch's results (IREE 3.13 prints both, by configuration stage).
@@ -129,9 +121,9 @@ def structural_parts(root: ir.Operation, func: ir.Operation, loops: tuple[int, .
         return f"a {named} dispatch"
     kind = DispatchKind(named)
     paths = _paths(root)
-    unconfigured = left_unconfigured(func, root) if kind in REDUCTION_KINDS else []
+    reduction = kind in REDUCTION_KINDS
     fused = []
-    for op in _in_program_order(func, [*configured_ops(func), *unconfigured]):
+    for op in configured_ops(func, lambda o: reduction and left_unconfigured(o, root)):
         if op == root:
             continue
         path: Optional[tuple[Step, ...]] = paths.get(op)
@@ -141,19 +133,6 @@ def structural_parts(root: ir.Operation, func: ir.Operation, loops: tuple[int, .
                              default_lowering_config=(str(op.attributes["lowering_config"])
                                                       if "lowering_config" in op.attributes else "")))
     return kind, str(root.results[0].type), tuple(fused)
-
-
-def _in_program_order(func: ir.Operation, ops: list[ir.Operation]) -> list[ir.Operation]:
-    """`ops` in the order the func holds them (the order the read-back lists configured ops in)."""
-    order: list[ir.Operation] = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if o in ops:
-            order.append(o)
-        return ir.WalkResult.ADVANCE
-
-    func.walk(visit)
-    return order
 
 
 NOT_COMPUTE = ("linalg.fill", "linalg.yield", "linalg.index")

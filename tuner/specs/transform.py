@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from iree.compiler import ir
 from iree.compiler.dialects import preprocessing_transform as match
@@ -270,11 +270,16 @@ def _codegen_sequences(configs: list[tuple[Dispatch, Config]]) -> None:
 Pinned = tuple[tuple[Dispatch, Config], ...]
 
 
-def with_pinned(pinned: Pinned, configs: Sequence[tuple[Dispatch, Config]]) -> list[tuple[Dispatch, Config]]:
-    """`configs` and the pinned ones of the other dispatches (a config given for a pinned
-    dispatch replaces its pinned one)."""
-    mine = {d.name for d, _ in configs}
-    return [*(p for p in pinned if p[0].name not in mine), *configs]
+T = TypeVar("T")
+
+
+def with_pinned(pinned: Sequence[T], configs: Sequence[T],
+                dispatch_of: Callable[[T], Dispatch] = lambda pair: pair[0]) -> list[T]:
+    """The pinned configs of the dispatches `configs` leaves alone, then `configs` (a config
+    given for a pinned dispatch replaces its pinned one). `dispatch_of`: an item's dispatch
+    ((Dispatch, Config) pairs by default; tuner.stages.variants passes SpecParts)."""
+    mine = {dispatch_of(c).name for c in configs}
+    return [*(p for p in pinned if dispatch_of(p).name not in mine), *configs]
 
 
 def build_spec(configs: list[tuple[Dispatch, Config]], ctx: ir.Context, entry: str = KERNEL_CONFIG) -> ir.Module:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
+from tuner.discovery.program import discover_program
 from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
 from tuner.stages.base import StageEnv
 
@@ -144,6 +145,14 @@ def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
         if changed:
             env.say(f"  {rewrite.name}: {len(changed)} rewritten ({changes_text(changed)}) into {out}")
     return env.cache.rewritten[rewrite.name]
+
+
+def formed_dispatches(env: StageEnv, program: Path, flags: tuple[str, ...]) -> tuple[Dispatch, ...]:
+    """The dispatches `program` forms under the model-wide `flags`, discovered once per run."""
+    key = (program, flags)
+    if key not in env.cache.choice_dispatches:
+        env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx, flags).dispatches)
+    return env.cache.choice_dispatches[key]
 
 
 def rewrites_nothing(env: StageEnv, option: ModelOption) -> bool:

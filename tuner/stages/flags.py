@@ -22,7 +22,8 @@ from tuner.rewrite import combined
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision, record_decision, trials_text
-from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, model_options, offered_flag_sets,
+from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, formed_dispatches, model_options,
+                                       offered_flag_sets,
                                        rewrites_nothing, rewritten_program, taking_flag_sets, together_options)
 from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
                                   with_flags)
@@ -243,13 +244,9 @@ class FlagStage:
         sets = offered_flag_sets(env, self.search.pipeline)
         if not self.search.pipeline or not (option.flags or program):
             return sets
-        program = program or env.model
-        key = (program, option.flags)
-        if key not in env.cache.choice_dispatches:
-            env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx,
-                                                                      option.flags).dispatches)
+        formed = formed_dispatches(env, program or env.model, option.flags)
         have = {s.flags for s in sets}
-        return sets + [s for s in taking_flag_sets(env.cache.choice_dispatches[key], self.search.pipeline) if s.flags not in have]
+        return sets + [s for s in taking_flag_sets(formed, self.search.pipeline) if s.flags not in have]
 
     def _build(self, env: StageEnv, default: BuiltVariant, option: ModelOption, trials: dict,
                reference: BuiltVariant, wrong: set[str]) -> Optional[BuiltVariant]:

@@ -224,6 +224,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     try:
         # The kept configs, and those the model needs to build at all (tuner.stages.repair).
         parts = carried(Variant("tuned", parts=state.kept, pinned=state.pinned), env.target).spec_parts
+        pinned = [{"dispatch": p.dispatch.name, "config": p.label} for p in parts if p not in state.kept]
         if parts:
             write_file(spec_path, header + merged_spec(parts, env.target, env.ctx))
             flags += env.target.spec_flags(str(spec_path.resolve()),
@@ -245,8 +246,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
                                 "undone": list(env.budget.undone)}} if env.budget is not None else {}),
             "dispatches": [o.to_json() for o in state.dispatches],
             "kept": [p.dispatch.name for p in state.kept],
-            **({"pinned": [{"dispatch": p.dispatch.name, "config": p.label} for p in parts if p not in state.kept]}
-               if len(parts) > len(state.kept) else {}),
+            **({"pinned": pinned} if pinned else {}),
             "figure": state.figure.to_json() if state.figure else None,
             "verdict": state.verdict,
             "notes": list(state.notes),

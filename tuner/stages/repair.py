@@ -15,37 +15,23 @@ from dataclasses import replace
 from typing import Optional
 
 from pipelines import pipeline_for
-from tuner.discovery.program import discover_program
 from tuner.errors import InputError, ToolError
 from tuner.specs.candidates import generate_candidates
 from tuner.stages.base import StageEnv
 from tuner.stages.builtin import build_once
+from tuner.stages.flag_options import formed_dispatches
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 # Configs tried on the failing dispatch, each a whole-model compile.
 REPAIR_TRIES = 3
 
 
-def failing_one(built: BuiltVariant) -> str:
-    """The dispatch a failed build failed on, "" where it built or the compiler named none."""
-    return "" if built.ok else built.failing
-
-
-def repaired(env: StageEnv, variant: Variant, built: BuiltVariant, pipeline: Optional[str] = None
-             ) -> Optional[BuiltVariant]:
-    """`variant` built with a config for the dispatch its build (`built`) failed on, pinned; or
-    None where the compiler named no dispatch, no pipeline takes it, or none of REPAIR_TRIES of
-    its configs builds the model either."""
-    name = failing_one(built)
-    if not name:
-        return None
-    program = variant.program or env.model
-    key = (program, variant.flags)
-    if key not in env.cache.choice_dispatches:
-        env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx, variant.flags).dispatches)
+def repaired(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str] = None) -> Optional[BuiltVariant]:
+    """`variant` built with a config for the dispatch `name` its build failed in, pinned; or None
+    where no pipeline takes it, or none of REPAIR_TRIES of its configs builds the model either."""
     # The diagnostics name the dispatch's function, or only its executable (`@main_dispatch_3`).
-    dispatch = next((d for d in env.cache.choice_dispatches[key] if d.name == name or d.name.startswith(name + "_")),
-                    None)
+    dispatch = next((d for d in formed_dispatches(env, variant.program or env.model, variant.flags)
+                     if d.name == name or d.name.startswith(name + "_")), None)
     chosen = pipeline_for(dispatch, pipeline) if dispatch is not None else None
     if chosen is None:
         return None
@@ -67,10 +53,10 @@ def pins_for(env: StageEnv, variant: Variant, pipeline: Optional[str] = None) ->
     """What `variant` needs pinned to build: () where it builds as it is (or cannot be repaired:
     its build then fails where it is judged, as before)."""
     built = build_once(env, variant)
-    if not failing_one(built):
+    if not built.failing:  # built, or the compiler named no dispatch
         return variant.pinned
     try:
-        fixed = repaired(env, variant, built, pipeline)
+        fixed = repaired(env, variant, built.failing, pipeline)
     except (ToolError, InputError) as e:  # the dispatch not read or its configs not made: not repaired
         env.say(f"  {built.failing}: not repaired ({e})")
         fixed = None

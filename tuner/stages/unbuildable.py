@@ -50,7 +50,7 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
     if default.ok and not device_available(env.device):  # nothing would run: no choice is tried
         raise ToolError(f"the model builds but {failure}: the runtime finds no {env.device} on this "
                         f"machine (name another with --device, or run where the device is)")
-    pins = pins_for(env, Variant("default"), pipeline) if not default.ok else ()
+    pins = pins_for(env, Variant("default"), pipeline)
     if pins:  # one dispatch the compiler cannot compile, given a config of the tuner's that can
         repaired = replace(env, target=with_flags(env.target, (), pins), cache=RunCache())
         why = why_not(repaired, build_once(repaired, Variant("default")))

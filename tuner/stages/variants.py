@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from operator import attrgetter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
@@ -15,7 +16,7 @@ from iree.compiler import ir
 from pipelines import Config, Dispatch, check_config
 from tuner.discovery.read_back import read_configured
 from tuner.run_dir import fresh, real_directory, remove_tree, write_file
-from tuner.specs.transform import build_spec, uses_codegen_stage
+from tuner.specs.transform import build_spec, uses_codegen_stage, with_pinned
 from tuner.targets import Target
 from tuner.tools import find_tool, run_tool_retrying_a_hang
 
@@ -58,8 +59,7 @@ class Variant:
     def spec_parts(self) -> tuple[SpecPart, ...]:
         """What its spec holds: the pinned configs (but where a part configures the same
         dispatch), then the parts."""
-        mine = {p.dispatch.name for p in self.parts}
-        return (*(p for p in self.pinned if p.dispatch.name not in mine), *self.parts)
+        return tuple(with_pinned(self.pinned, self.parts, attrgetter("dispatch")))
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,8 @@ def carried(variant: Variant, target: Target) -> Variant:
     """The variant with the configs every build for `target` carries (Target.pinned) pinned too."""
     if not target.pinned:
         return variant
-    mine = {p.dispatch.name for p in variant.pinned}
-    return replace(variant, pinned=(*(SpecPart(d, c, "pinned") for d, c in target.pinned if d.name not in mine),
-                                    *variant.pinned))
+    return replace(variant, pinned=tuple(with_pinned([SpecPart(d, c, "pinned") for d, c in target.pinned],
+                                                     variant.pinned, attrgetter("dispatch"))))
 
 
 CONFIGS = "configs"  # next to a model build: the executables' configurations as compiled
