@@ -1,7 +1,8 @@
 """The conv-as-im2col-matmul rewrite (tuner.rewrite.conv_im2col): which convolutions it takes,
 that the rewritten program computes the same result (padded, strided, dilated, asymmetric
-windows, with and without a bias), and that on cuda the convolutions become batch matmuls the
-mma.sync kernel takes, its candidates compiling to ldmatrix and mma.sync."""
+windows, with and without a bias, one image and several), and that on cuda the convolutions
+become 2-D matmuls over every image's pixels that the mma.sync kernel takes, its candidates
+compiling to ldmatrix and mma.sync, with no copy of the filter per image."""
 
 from pathlib import Path
 
@@ -64,21 +65,25 @@ def test_windowed_ungrouped_convolutions_are_rewritten_and_1x1_and_grouped_ones_
         assert convs_as_im2col_matmuls(module) == ["2x8x9x9 by 16x8x3x3", "2x8x9x9 by 16x8x3x3"]
         ops = _ops(module)
         # Two convolutions are left (the 1x1 and the grouped one); each rewritten one is three
-        # Pads (the image's, a zero after it, the filter's extra taps), one Gather of the taps and
-        # a MatMul of the reshaped filter, then a Slice dropping the extra pixels.
+        # Pads (the image's, a zero after it, the filter's extra taps), one Gather of the taps,
+        # a Transpose putting the two images side by side, a MatMul of the reshaped filter, a
+        # Transpose back to each image's channels, then a Slice dropping the extra pixels.
         assert ops.count("Conv") == 2 and ops.count("Pad") == 6 and ops.count("Gather") == 2
-        assert ops.count("MatMul") == 2 and ops.count("Slice") == 2
+        assert ops.count("MatMul") == 2 and ops.count("Slice") == 2 and ops.count("Transpose") == 4
         strided = _gather_indices(module)[1]
         text = str(module)
     # The strided one reads an 11x11 padded image: 9 taps by 5x5 output pixels, padded to 10 taps
-    # (K = 8 x 10, a multiple of 16) by 64 pixels. Tap (0, 0) of pixel (1, 2) is padded pixel
-    # (2, 4), 2 * 11 + 4; tap (2, 1) of pixel (4, 4) is (10, 9); the extra ones read the zero
-    # after the image, at 121.
-    assert strided.shape == (10, 64)
+    # (K = 8 x 10, a multiple of 16) by 32 pixels (two images' 32 make 64 columns). Tap (0, 0) of
+    # pixel (1, 2) is padded pixel (2, 4), 2 * 11 + 4; tap (2, 1) of pixel (4, 4) is (10, 9); the
+    # extra ones read the zero after the image, at 121.
+    assert strided.shape == (10, 32)
     assert strided[0, 1 * 5 + 2] == 26 and strided[2 * 3 + 1, 4 * 5 + 4] == 119
     assert (strided[:9, 25:] == 121).all() and (strided[9] == 121).all() and (strided[:9, :25] < 121).all()
-    # The patches: 8 channels x 10 taps over 64 pixels (the strided one) and 128 (the other).
-    assert "!torch.vtensor<[2,80,64],f32>" in text and "!torch.vtensor<[2,80,128],f32>" in text
+    # The patches: 8 channels x 10 taps over two images of 32 pixels (the strided one) and of 96
+    # (the other: 81 pixels, the fewest over 81 that two images make a multiple of 64 of); the
+    # filter is a plain 2-D operand, never broadcast over the images.
+    assert "!torch.vtensor<[80,64],f32>" in text and "!torch.vtensor<[80,192],f32>" in text
+    assert "!torch.vtensor<[16,192],f32>" in text and "[2,16,80]" not in text
 
 
 def test_no_conv_rewrite_takes_a_grouped_1x1_convolution():
@@ -148,9 +153,9 @@ def test_the_rewritten_convolutions_compute_the_same_results(tmp_path, batch):
 
 
 @pytest.mark.slow
-def test_on_cuda_a_3x3_convolution_becomes_a_batch_matmul_whose_mma_sync_kernel_compiles(tmp_path, ctx):
+def test_on_cuda_a_3x3_convolution_becomes_one_matmul_over_both_images_whose_mma_sync_kernel_compiles(tmp_path, ctx):
     """A 2x64x28x28 3x3 convolution to 128 channels, f16 (ResNet's 28x28 stage): rewritten, its
-    dispatch is a batch matmul (batch 2, M = 128 channels, N = 784 pixels padded to 832,
+    dispatch is one 2-D matmul (M = 128 channels, N = two images of 784 pixels padded to 800,
     K = 576) the mma.sync kernel takes, and a config of the kernel compiles with ldmatrix and
     mma.sync in its PTX."""
     pytest.importorskip("onnx")
@@ -173,7 +178,8 @@ def test_on_cuda_a_3x3_convolution_becomes_a_batch_matmul_whose_mma_sync_kernel_
     rewritten = tmp_path / "rewritten.mlir"
     rewrite_program(program_source(tmp_path / "conv.onnx", tmp_path, cuda), CONV_AS_IM2COL_MATMUL, rewritten)
     (dispatch,) = [d for d in discover_program(rewritten, cuda, ctx).dispatches if d.kind == DispatchKind.CONTRACTION]
-    assert dispatch.sizes((*dispatch.batch_dims, *dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims)) == (2, 128, 832, 576)
+    assert not dispatch.batch_dims
+    assert dispatch.sizes((*dispatch.m_dims, *dispatch.n_dims, *dispatch.k_dims)) == (128, 1600, 576)
     assert LLVMGPUMmaSync().supports(dispatch)
     out = tmp_path / "run"
     result = run_cli("tune", str(rewritten), "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sync",

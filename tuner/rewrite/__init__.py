@@ -79,11 +79,11 @@ POINTWISE_CONV_AS_MATMUL = Rewrite("pointwise-conv-as-matmul", pointwise_convs_a
 # config pads the output rows (tuner.rewrite.padded_columns): the rows are padded in the program.
 PAD_CONV_COLUMNS = Rewrite("pad-conv-columns", pad_convolution_columns,
                            "convolutions computed on output rows padded to a multiple of 16 columns, then sliced")
-# Offered on GPUs: convolutions as an explicit im2col and a batch matmul
+# Offered on GPUs: convolutions as an explicit im2col and a matmul of every image's patches
 # (tuner.rewrite.conv_im2col), which a contraction pipeline that takes no convolution (the
-# mma.sync kernel) then takes. Judged with the batch matmuls it forms tuned.
+# mma.sync kernel) then takes. Judged with the matmuls it forms tuned.
 CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls,
-                                "convolutions over a window as patches gathered in the program and a batch matmul",
+                                "convolutions over a window as patches gathered in the program and a matmul",
                                 tunes=(DispatchKind.CONTRACTION,))
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
