@@ -1,7 +1,9 @@
 """The pointwise-conv-as-matmul rewrite (tuner.rewrite.pointwise_conv): which convolutions it
-takes, the form it writes (the filter as the MatMul's first operand), that the rewritten program
-computes what the convolutions did, and that IREE then forms a contraction whose M is the output
-channels (the form CUDA computes right) where it formed one whose M was the pixels."""
+takes, the form it writes (the filter as the MatMul's first operand; the images side by side
+where the filter outweighs the pixels), that the rewritten program computes what the
+convolutions did, and that IREE then forms a contraction whose M is the output channels (the
+form CUDA computes right) where it formed one whose M was the pixels, with no copy of a large
+filter per image."""
 
 import numpy as np
 import pytest
@@ -35,6 +37,30 @@ def test_only_an_unpadded_unit_stride_1x1_convolution_becomes_a_matmul_of_the_fi
     assert "(!torch.vtensor<[16,8],f32>, !torch.vtensor<[2,8,81],f32>) -> !torch.vtensor<[2,16,81],f32>" in matmul
     assert "-> !torch.vtensor<[2,16,9,9],f32>" in text.splitlines()[[i for i, line in enumerate(text.splitlines())
                                                                        if '"onnx.Add"' in line][0] + 2]
+
+
+SMALL_IMAGE = """
+func.func @f(%x: !torch.vtensor<[2,64,3,3],f32>, %w: !torch.vtensor<[96,64,1,1],f32>, %b: !torch.vtensor<[96],f32>)
+    -> !torch.vtensor<[2,96,3,3],f32> {
+  %y = torch.operator "onnx.Conv"(%x, %w, %b) {torch.onnx.kernel_shape = [1 : si64, 1 : si64]} :
+      (!torch.vtensor<[2,64,3,3],f32>, !torch.vtensor<[96,64,1,1],f32>, !torch.vtensor<[96],f32>) -> !torch.vtensor<[2,96,3,3],f32>
+  return %y : !torch.vtensor<[2,96,3,3],f32>
+}
+"""
+
+
+def test_a_filter_larger_than_the_pixels_is_not_copied_per_image_the_images_go_side_by_side():
+    # 96 x 64 filter values against 9 pixels of 64 + 96 channels: one 2-D matmul over both
+    # images' pixels, between a transpose of the input and one of the result.
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        module = ir.Module.parse(SMALL_IMAGE)
+        assert pointwise_convs_as_matmuls(module) == ["2x64x3x3 by 96x64x1x1"]
+        assert _ops(module) == ["Reshape", "Transpose", "Reshape", "Reshape", "MatMul", "Reshape", "Add", "Reshape",
+                                "Transpose", "Reshape"]
+        text = str(module)
+    matmul = next(line for line in text.splitlines() if '"onnx.MatMul"' in line)
+    assert "(!torch.vtensor<[96,64],f32>, !torch.vtensor<[64,18],f32>) -> !torch.vtensor<[96,18],f32>" in matmul
 
 
 def test_a_1x1_convolution_without_a_bias_and_a_program_without_one_are_handled():
@@ -77,6 +103,29 @@ def test_the_rewritten_block_computes_what_the_convolutions_did_and_cuda_forms_t
     assert any(s.startswith("b2_m16_n225_k32") for s in after), after
     outputs = cpu_outputs({"convolutions": imported, "matmuls": rewritten}, tmp_path)
     # Both sum in f32 and round to f16 once per convolution, in other orders: within f16's rounding.
+    scale = float(np.abs(outputs["convolutions"]).max())
+    assert scale > 0.1
+    np.testing.assert_allclose(outputs["matmuls"], outputs["convolutions"], rtol=0, atol=4e-3 * scale)
+
+
+@pytest.mark.slow
+def test_a_last_stage_block_computes_the_same_result_with_the_images_side_by_side_and_no_filter_copy(tmp_path, ctx):
+    """A bottleneck of 64 channels at 3x3 pixels (as a ResNet's last stage, smaller): every 1x1
+    filter outweighs its pixels, so each becomes one 2-D matmul over both images' pixels."""
+    pytest.importorskip("onnx")
+    from tuner.discovery.program import discover_program
+
+    cuda = parse_target("cuda:sm_80")
+    imported = imported_block(tmp_path, (2, 64, 3))
+    rewritten = tmp_path / "rewritten.mlir"
+    assert rewrite_program(imported, combined([SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL]), rewritten) == [
+        "2x64x3x3 stride 2x2", "2x64x3x3 by 32x64x1x1", "2x32x2x2 by 128x32x1x1", "2x64x2x2 by 128x64x1x1"]
+    names = [d.name for d in discover_program(rewritten, cuda, ctx).dispatches]
+    # The 32x64 filter over both images' 9 pixels, the 128x32 one over their 4: one matmul each,
+    # no batch; nothing broadcast.
+    assert any("_matmul_32x18x64_" in n for n in names) and any("_matmul_128x8x32_" in n for n in names), names
+    assert not any("batch_matmul" in n or "broadcast" in n for n in names), names
+    outputs = cpu_outputs({"convolutions": imported, "matmuls": rewritten}, tmp_path, (2, 64, 3, 3))
     scale = float(np.abs(outputs["convolutions"]).max())
     assert scale > 0.1
     np.testing.assert_allclose(outputs["matmuls"], outputs["convolutions"], rtol=0, atol=4e-3 * scale)

@@ -109,21 +109,23 @@ def _downsample_block(batch: int, channels: int, size: int):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def imported_block(tmp_path: Path) -> Path:
-    """_downsample_block(2, 32, 15) saved and imported as the tuner imports an ONNX model."""
+def imported_block(tmp_path: Path, shape: tuple[int, int, int] = (2, 32, 15)) -> Path:
+    """_downsample_block(*shape) (batch, channels, size) saved and imported as the tuner imports
+    an ONNX model."""
     import onnx
 
     from tuner.input.models import program_source
 
-    onnx.save(_downsample_block(2, 32, 15), tmp_path / "block.onnx")
+    onnx.save(_downsample_block(*shape), tmp_path / "block.onnx")
     return program_source(tmp_path / "block.onnx", tmp_path, parse_target("llvm-cpu"))
 
 
-def cpu_outputs(programs: dict[str, Path], tmp_path: Path) -> dict[str, np.ndarray]:
-    """Each program of the block built for llvm-cpu and run on the same input (f32 results)."""
+def cpu_outputs(programs: dict[str, Path], tmp_path: Path, shape: tuple[int, ...] = (2, 32, 15, 15)) -> dict[str, np.ndarray]:
+    """Each program of the block (input `shape`) built for llvm-cpu and run on the same input
+    (f32 results)."""
     cpu = parse_target("llvm-cpu")
     x = tmp_path / "x.npy"
-    np.save(x, np.random.default_rng(1).standard_normal((2, 32, 15, 15)).astype(np.float16))
+    np.save(x, np.random.default_rng(1).standard_normal(shape).astype(np.float16))
     outputs = {}
     for name, program in programs.items():
         iree_compile(str(program), *cpu.compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
