@@ -207,6 +207,38 @@ def test_a_killed_tune_model_resumes_after_the_dispatches_it_finished(mlp, tmp_p
 
 
 @pytest.mark.slow
+def test_a_resumed_run_with_no_dispatch_time_left_still_takes_the_tunings_it_finished(mlp, tmp_path, monkeypatch):
+    """Swin-T on the H200, stopped in its merge and resumed past its dispatch stage's time, threw
+    its three finished tunings away and kept the default. A tuning on disk costs nothing: it is
+    taken; the dispatch never tuned is said to be not tuned for lack of time."""
+    import itertools
+    from functools import partial
+
+    from tuner.stages import model_client
+    from tuner.stages.time_budget import TimeBudget
+
+    out = tmp_path / "out"
+
+    def say(line):
+        if line.startswith("dispatch 2/2"):
+            raise Killed()
+
+    with pytest.raises(Killed):
+        tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), listen=Listeners(say=say), stages=[DispatchStage(1, top=2)])
+    [finished] = [p.parent.name for p in (out / "dispatches").glob("*/results.json")]
+    ticks = itertools.chain([0.0], itertools.repeat(99.0))  # started at 0; 99 of 100 s spent ever after
+    monkeypatch.setattr(model_client, "TimeBudget", partial(TimeBudget, clock=lambda: next(ticks)))
+    said = []
+    tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(time_budget_s=100.0),
+                        listen=Listeners(say=said.append), stages=[DispatchStage(1, top=2)])
+    outcomes = {o.name: o for o in tuning.state.dispatches}
+    assert outcomes[finished].reused and outcomes[finished].status in ("tuned", "no winner"), said
+    [other] = [o for name, o in outcomes.items() if name != finished]
+    assert other.status.startswith("not tuned: the dispatch stage's 0 s were spent"), other.status
+    assert len(list((out / "dispatches").glob("*/results.json"))) == 1
+
+
+@pytest.mark.slow
 def test_tune_model_from_the_command_line_writes_a_spec_plain_iree_compile_uses(mlp, tmp_path):
     out = tmp_path / "out"
     result = run_cli("tune-model", mlp, "--top", "1", "--num-candidates", "1", "--repetitions", "1",

@@ -194,7 +194,18 @@ class DispatchStage:
                 start = time.monotonic()
                 seconds = None if deadline is None else search_seconds(
                     deadline - start, [o.share for _, o in chosen[i - 1:]])
+                # A tuning an earlier run finished costs nothing: it is taken whatever the time left
+                # (Swin-T resumed on the H200 past its dispatch stage's time threw its three
+                # finished tunings away and kept the default).
+                earlier = None
                 if seconds is not None and seconds <= 0:
+                    try:
+                        earlier = self.finished(lead, outcome, target, env, source)
+                    except ToolError:  # not readable as this tuning's: not tuned, as any other
+                        earlier = None
+                if earlier is not None:
+                    outcomes.append(earlier)
+                elif seconds is not None and seconds <= 0:
                     outcomes.append(replace(outcome, status=f"not tuned: the dispatch stage's {stage_seconds:.0f} s "
                                                             f"were spent"))
                     if env.budget is not None:
@@ -228,6 +239,19 @@ class DispatchStage:
         except (ToolError, UnusableBaseline, NotTimedAlone) as e:
             return replace(outcome, status=f"not tuned: {e}")
 
+    def finished(self, dispatch: Dispatch, outcome: DispatchOutcome, target: Target, env: StageEnv,
+                 source: Path) -> Optional[DispatchOutcome]:
+        """The dispatch's tuning as an earlier run in the directory finished it, or None (none
+        finished, or not readable as this tuning's: the search never runs here)."""
+        with _PLANNING:
+            candidates, done = dispatch_candidates(dispatch, replace(self.search, budget=self.budget), target, env,
+                                                   env.store_path or env.output_dir / STORE, source)
+        results = finished_tuning(env.output_dir / self.directory / dispatch.name, dispatch, candidates) if done else None
+        if results is None:
+            return None
+        env.say(f"  {dispatch.name}: reusing its finished tuning in {env.output_dir / self.directory / dispatch.name}")
+        return replace(tuning_outcome(outcome, dispatch, candidates, results), reused=True)
+
     def tune(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target,
              env: StageEnv, source: Path, seconds: Optional[float] = None) -> DispatchOutcome:
         """Tune one dispatch of `program` (discovered in `source`) under `target`'s flags, or reuse
@@ -235,29 +259,26 @@ class DispatchStage:
         its search's time, at most (the search's own limit holds too)."""
         directory = env.output_dir / self.directory / dispatch.name
         real_directory(directory)
+        earlier = self.finished(dispatch, outcome, target, env, source)
+        if earlier is not None:
+            return earlier
         search = replace(self.search, budget=self.budget)
         if seconds is not None:
             search = replace(search, seconds=min(seconds, search.seconds or seconds))
         store_path = env.store_path or env.output_dir / STORE
         with _PLANNING:
-            candidates, done = dispatch_candidates(dispatch, search, target, env, store_path, source)
-            results = finished_tuning(directory, dispatch, candidates) if done else None
-            if results is None:
-                pipeline = _pipeline(dispatch, search, target, env, source)
-                plan = plan_search(dispatch, pipeline, search, without_flags=True)
-        if results is None:
-            session = Session(source, target, directory, env.ctx, program.workload(dispatch, source),
-                               dispatch, pipeline, program)
-            tuning = search_and_evaluate(session, plan, RunOptions(env.settings, env.strategy, tuple(env.devices),
-                                                                   store_path, host_reference=host_reference(env)),
-                                         Listeners(env.progress))
-            candidates, results = list(tuning.candidates), list(tuning.results)
-            base = next((r for r in results if r.is_baseline and r.ok and r.error), None)
-            if base is not None:  # the default computes it wrong (tuner.evaluation.measure.Measurer)
-                env.say(f"  {dispatch.name}: the default's {base.error.removeprefix('its ')}")
-            return tuning_outcome(outcome, dispatch, candidates, results)
-        env.say(f"  {dispatch.name}: reusing its finished tuning in {directory}")
-        return replace(tuning_outcome(outcome, dispatch, candidates, results), reused=True)
+            pipeline = _pipeline(dispatch, search, target, env, source)
+            plan = plan_search(dispatch, pipeline, search, without_flags=True)
+        session = Session(source, target, directory, env.ctx, program.workload(dispatch, source),
+                          dispatch, pipeline, program)
+        tuning = search_and_evaluate(session, plan, RunOptions(env.settings, env.strategy, tuple(env.devices),
+                                                               store_path, host_reference=host_reference(env)),
+                                     Listeners(env.progress))
+        candidates, results = list(tuning.candidates), list(tuning.results)
+        base = next((r for r in results if r.is_baseline and r.ok and r.error), None)
+        if base is not None:  # the default computes it wrong (tuner.evaluation.measure.Measurer)
+            env.say(f"  {dispatch.name}: the default's {base.error.removeprefix('its ')}")
+        return tuning_outcome(outcome, dispatch, candidates, results)
 
 
 def eta(spent: Sequence[float], left: int, limit_s: Optional[float] = None) -> str:
