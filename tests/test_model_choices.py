@@ -1168,9 +1168,11 @@ def test_the_time_budget_gives_the_flag_stage_its_share_and_keeps_the_merges():
 
     clock = _Clock()
     budget = TimeBudget(600.0, clock=clock)
-    clock.now = 100.0
-    assert budget.flag_stage_left() == pytest.approx(600.0 * FLAG_SHARE - 100.0)
-    assert budget.dispatch_stage_seconds() == pytest.approx(600.0 * (1 - MERGE_SHARE) - 100.0)
+    clock.now = 100.0  # the import and the profile took 100 s: the flag stage has its share of the 500 left
+    budget.begin_flag_stage()
+    clock.now = 150.0
+    assert budget.flag_stage_left() == pytest.approx(500.0 * FLAG_SHARE - 50.0)
+    assert budget.dispatch_stage_seconds() == pytest.approx(600.0 * (1 - MERGE_SHARE) - 150.0)
     clock.now = 590.0  # past the merge's reserve: no dispatch time, the merge still runs
     assert budget.flag_stage_left() < 0 and budget.dispatch_stage_seconds() == 0.0
     assert budget.verdict_text() == ""  # nothing left undone: nothing said
@@ -1249,25 +1251,65 @@ def test_a_flag_stage_whose_share_is_spent_before_it_starts_builds_no_choice(tmp
     assert not (tmp_path / "out" / "variants" / "flags-a").exists()  # not even built
 
 
+@pytest.mark.slow
+def test_choices_built_before_the_flag_stages_share_ran_out_are_still_timed_and_the_rest_not_tried(tmp_path,
+                                                                                                    monkeypatch):
+    """Swin-T on the H200: its choices were compiled side by side, then the share ran out while
+    the first was judged, and nd-linear-as-matmul, built, went untimed: the run kept the default.
+    Here `a` and `b` are built side by side (taking the share's 40 s of 100); each is timed as
+    built and `a` kept; `c`, never built, is not tried."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.stages import flags as flag_stage
+    from tuner.stages.time_budget import NOT_TRIED
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b"), _marker("c")))
+    clock = _Clock()
+    _budget_clock(monkeypatch, clock)
+
+    def side_by_side(env, variants, phase="builds"):
+        for variant in variants:
+            if variant.name != "flags-c":  # `c` was still compiling when the share ran out
+                flag_stage.build_once(env, variant)
+        clock.now += 50.0
+
+    monkeypatch.setattr(flag_stage, "prebuild", side_by_side)
+    times = {"flags-a": 0.5, "flags-b": 0.8}
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    tuning = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                        model=ModelOptions(rounds=2, timer=lambda vmfb, s: Timing((times.get(vmfb.parent.name, 1.0),)),
+                                           time_budget_s=100.0),
+                        stages=[FlagStage(tune_budget=0)])
+    trials = tuning.state.flag_trials
+    assert tuning.state.rewrites == ("a",) and trials["c"] == NOT_TRIED
+    assert trials["a"] == pytest.approx(2.0) and trials["b"] == pytest.approx(1.25)
+
+
 def test_a_stopped_run_resumed_goes_on_with_what_it_left_of_its_time_budget(tmp_path):
-    """A run with 600 s stopped after 300 s (its record written when the budget was last
-    consulted); the run resumed in the same directory starts 300 s in, says so where it leaves
-    something undone, and once finished leaves no record: the next run has a budget of its own."""
+    """A run with 600 s whose flag stage began at 50 s, stopped after 150 s (its record written
+    when the budget was last consulted); the run resumed in the same directory starts 150 s in,
+    its flag stage with the share it began with, says so where it leaves something undone, and
+    once finished leaves no record: the next run has a budget of its own."""
     from tuner.stages.time_budget import FLAG_SHARE, RECORD, TimeBudget
 
     record = tmp_path / RECORD
     clock = _Clock()
     first = TimeBudget(600.0, clock=clock, record=record)
-    clock.now = 300.0
-    first.dispatch_stage_seconds()  # consulted: 300 s written
+    clock.now = 50.0
+    first.begin_flag_stage()
+    clock.now = 150.0
+    first.dispatch_stage_seconds()  # consulted: 150 s written
     later = _Clock()  # the resumed process's clock starts anywhere
     later.now = 5000.0
     resumed = TimeBudget(600.0, clock=later, record=record)
-    assert resumed.spent() == pytest.approx(300.0)
-    assert resumed.flag_stage_left() == pytest.approx(600.0 * FLAG_SHARE - 300.0)
-    later.now += 100.0
+    assert resumed.spent() == pytest.approx(150.0)
+    resumed.begin_flag_stage()  # its flag stage goes on with the share it began with at 50 s
+    assert resumed.flag_stage_left() == pytest.approx(50.0 + 550.0 * FLAG_SHARE - 150.0)
+    later.now += 250.0
     resumed.skip("tuning d1")
-    assert resumed.verdict_text() == ("; within the time budget of 600 s (400 s spent, 300 s of them by the run this "
+    assert resumed.verdict_text() == ("; within the time budget of 600 s (400 s spent, 150 s of them by the run this "
                                       "one resumed) not done: tuning d1")
     resumed.finish()
     assert not record.exists() and TimeBudget(600.0, clock=later, record=record).spent() == 0.0
@@ -1316,6 +1358,7 @@ def test_a_choice_is_judged_without_tuning_what_it_forms_once_the_flag_stages_sh
     env, program, tuned_names = _unit_batch_flag_env(tmp_path, ctx, monkeypatch, said, BIG_AND_TINY)
     clock = _Clock()
     budget = TimeBudget(100.0, clock=clock)
+    budget.begin_flag_stage()
     clock.now = 50.0  # past the flag stage's 40 s
     parts = FlagStage(tune_budget=2, rewrite_tunes=2)._tuned_parts(replace(env, budget=budget), "spent",
                                                                     (DispatchKind.CONTRACTION,), program)

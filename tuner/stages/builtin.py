@@ -44,7 +44,8 @@ from tuner.core.results import Result
 from tuner.stages.base import DispatchOutcome, ModelState, StageEnv
 from tuner.stages.host_reference import host_output, host_reference
 from tuner.stages.model_timing import Comparison, compare
-from tuner.stages.variants import BuiltVariant, SpecPart, Variant, build_variant, carried, compile_variant
+from tuner.stages.variants import (BuiltVariant, SpecPart, Variant, build_variant, carried, compile_variant,
+                                   compiled_already)
 from tuner.targets import Target
 
 DISPATCHES = "dispatches"  # DIR/dispatches/NAME: each dispatch's own tuning
@@ -82,6 +83,13 @@ def build_once(env: StageEnv, variant: Variant) -> BuiltVariant:
         env.cache.builds[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
                                        env.ctx, env.settings.compile_timeout_s)
     return env.cache.builds[key]
+
+
+def built_already(env: StageEnv, variant: Variant) -> bool:
+    """Whether the model is built as `variant` in this run already: `build_once` would only
+    read it back (a build `prebuild` made, or one `build_once` made or refused)."""
+    return (_build_key(carried(variant, env.target)) in env.cache.builds
+            or compiled_already(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name))
 
 
 def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") -> None:

@@ -25,8 +25,8 @@ from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision,
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, formed_dispatches, model_options,
                                        offered_flag_sets,
                                        rewrites_nothing, rewritten_program, taking_flag_sets, together_options)
-from tuner.stages.builtin import (DispatchStage, build_once, compare_on_model, prebuild, select_dispatches, signature,
-                                  with_flags)
+from tuner.stages.builtin import (DispatchStage, build_once, built_already, compare_on_model, prebuild, select_dispatches,
+                                  signature, with_flags)
 from tuner.stages.halving import compare_halving
 from tuner.stages.time_budget import NOT_TRIED, flag_share_spent
 from tuner.stages.repair import pins_for
@@ -72,6 +72,8 @@ class FlagStage:
     search: SearchSettings = SearchSettings()
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        if env.budget is not None:
+            env.budget.begin_flag_stage()
         options = model_options(env, self.search.pipeline)
         if not options:
             return state.note("no model-wide flags or rewrites on this target")
@@ -176,7 +178,12 @@ class FlagStage:
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
-            if flag_share_spent(env.budget) and not rewrites_nothing(env, option):
+            # Past the share a choice not built yet is not tried; one built already (prebuild) is
+            # timed as built, what it forms untuned (Swin-T's nd-linear-as-matmul, built in the
+            # first batch, went untimed on the H200 and the run kept the default).
+            first = self._first_variant(env, option)
+            if (flag_share_spent(env.budget) and not rewrites_nothing(env, option)
+                    and not (first is not None and built_already(env, first))):
                 trials[option.label] = NOT_TRIED
                 env.budget.skip(f"model-wide choice {short_flags(option.label)}")
                 continue

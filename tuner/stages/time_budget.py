@@ -1,9 +1,11 @@
 """tune-model's time budget for the whole run (`--time-budget`, ModelOptions.time_budget_s): how
 its seconds are spread over the stages, and what was left undone for lack of them.
 
-The flag stage may take up to FLAG_SHARE of the budget: past it, no further choice is built, no
-dispatch a choice forms is tuned before the choice is judged (it is judged with the compiler's
-config there), and no further step is judged (the best choice so far stands). The dispatch stage takes what is left
+The flag stage may take up to FLAG_SHARE of the budget left when it starts (the import, the
+profile and the default's build come before it: 100 s of Swin-T's 420 on the H200, which left
+its flag stage 68 s): past it, no further choice is built, no dispatch a choice forms is tuned
+before the choice is judged (it is judged with the compiler's config there; a choice already
+built is still timed), and no further step is judged (the best choice so far stands). The dispatch stage takes what is left
 then, less MERGE_SHARE of the budget kept for the merge; within it each dispatch's search gets the
 time left in proportion to its share of the model's time (tuner.stages.builtin.search_seconds), so
 the seconds go where the gain is. The merge always runs (it validates the result on the whole
@@ -24,7 +26,8 @@ from typing import Callable, Optional
 
 from tuner.run_dir import write_file
 
-# The flag stage's most, and what is kept for the merge, as shares of the whole budget. On the
+# The flag stage's most, as a share of the budget left when it starts, and what is kept for the
+# merge, as a share of the whole budget. On the
 # H200 (docs/benchmarks/real-exports.md) the flag stage took 300-430 s of 600-1100 s runs and made
 # most of the gain on transformer exports; a merge of 4 dispatches took 60-170 s.
 FLAG_SHARE = 0.4
@@ -46,21 +49,32 @@ class TimeBudget:
     undone: list[str] = field(default_factory=list)
     record: Optional[Path] = None
     earlier: float = 0.0
+    # Seconds into the run the flag stage started at (begin_flag_stage), kept for a resumed run.
+    flags_from: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.start < 0:
             self.start = self.clock()
         if self.record is not None and self.record.is_file():
             try:
-                self.earlier = max(0.0, float(json.loads(self.record.read_text())["spent"]))
-            except (ValueError, KeyError, TypeError, OSError):
-                self.earlier = 0.0  # unreadable: this run's budget starts whole
+                data = json.loads(self.record.read_text())
+                self.earlier = max(0.0, float(data["spent"]))
+                self.flags_from = None if data.get("flags_from") is None else float(data["flags_from"])
+            except (ValueError, KeyError, TypeError, OSError, AttributeError):
+                self.earlier, self.flags_from = 0.0, None  # unreadable: this run's budget starts whole
         self.start -= self.earlier
 
-    def flag_stage_left(self) -> float:
-        """Seconds the flag stage may still take."""
+    def begin_flag_stage(self) -> None:
+        """The flag stage starts now (once: a resumed run's flag stage goes on with its share)."""
+        if self.flags_from is None:
+            self.flags_from = self.spent()
         self._keep()
-        return self.start + FLAG_SHARE * self.seconds - self.clock()
+
+    def flag_stage_left(self) -> float:
+        """Seconds the flag stage may still take: FLAG_SHARE of what was left when it began."""
+        self._keep()
+        began = self.spent() if self.flags_from is None else self.flags_from
+        return began + FLAG_SHARE * (self.seconds - began) - self.spent()
 
     def dispatch_stage_seconds(self) -> float:
         """Seconds the dispatch stage may take from now: the budget left, less the merge's share."""
@@ -79,7 +93,8 @@ class TimeBudget:
     def _keep(self) -> None:
         """The seconds spent so far, written where a resumed run reads them."""
         if self.record is not None:
-            write_file(self.record, json.dumps({"seconds": self.seconds, "spent": round(self.spent(), 1)}))
+            write_file(self.record, json.dumps({"seconds": self.seconds, "spent": round(self.spent(), 1),
+                                                "flags_from": self.flags_from}))
 
     def finish(self) -> None:
         """The run is done: a later run in the directory has a budget of its own."""

@@ -138,9 +138,9 @@ def compile_variant(model: Path, variant: Variant, target: Target, directory: Pa
     vmfb = directory / "model.vmfb"
     # What built the module there: the same program, flags and spec are not compiled again (a
     # two-machine run comes back here once per device trip).
-    recipe = json.dumps({"model": hashlib.sha256(model.read_bytes()).hexdigest(), "flags": flags, "spec": spec_text})
+    recipe = _recipe(model, flags, spec_text)
     stamp = directory / BUILT_FROM
-    if not (vmfb.is_file() and stamp.is_file() and stamp.read_text() == recipe):
+    if not _built_from(directory, recipe):
         stamp.unlink(missing_ok=True)
         if spec is not None:
             write_file(spec, spec_text)
@@ -157,6 +157,23 @@ def compile_variant(model: Path, variant: Variant, target: Target, directory: Pa
                                 + (f" (in {dispatch})" if dispatch else ""), failing=dispatch or "")
         write_file(stamp, recipe)
     return BuiltVariant(variant, vmfb, spec, tuple(flags))
+
+
+def compiled_already(model: Path, variant: Variant, target: Target, directory: Path) -> bool:
+    """Whether `directory` holds the variant's module (one without spec parts), as compile_variant
+    would find it and not compile it again."""
+    variant = carried(variant, target)
+    return not variant.spec_parts and _built_from(
+        directory, _recipe(variant.program or model, [*target.compile_flags, *variant.flags], ""))
+
+
+def _recipe(model: Path, flags: list[str], spec_text: str) -> str:
+    return json.dumps({"model": hashlib.sha256(model.read_bytes()).hexdigest(), "flags": flags, "spec": spec_text})
+
+
+def _built_from(directory: Path, recipe: str) -> bool:
+    stamp = directory / BUILT_FROM
+    return (directory / "model.vmfb").is_file() and stamp.is_file() and stamp.read_text() == recipe
 
 
 def same_module(a: BuiltVariant, b: BuiltVariant) -> bool:
