@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from pipelines import pipeline_for
 from tuner.errors import InputError, ToolError
 from tuner.specs.candidates import generate_candidates
 from tuner.stages.base import StageEnv
-from tuner.stages.builtin import build_once
+from tuner.stages.builtin import build_once, tuning_pipeline
 from tuner.stages.flag_options import formed_dispatches
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
@@ -26,19 +25,27 @@ from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 REPAIR_TRIES = 3
 
 
-def repaired(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str] = None) -> Optional[BuiltVariant]:
-    """`variant` built with a config for the dispatch `name` its build failed in, pinned; or None
-    where no pipeline takes it, or none of REPAIR_TRIES of its configs builds the model either."""
+def repaired(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str] = None) -> BuiltVariant:
+    """`variant` built with a config for the dispatch `name` its build failed in, pinned, by the
+    pipeline the dispatch is tuned with (`pipeline` where it takes the dispatch, else the one for
+    the compiler's choice: Swin-T's LayerNorm under the mma.sync kernel's name went unrepaired);
+    NotRepaired where the dispatch is not found, no pipeline takes it, or none of REPAIR_TRIES of
+    its configs builds the model either."""
     # The diagnostics name the dispatch's function, or only its executable (`@main_dispatch_3`).
     dispatch = next((d for d in formed_dispatches(env, variant.program or env.model, variant.flags)
                      if d.name == name or d.name.startswith(name + "_")), None)
-    chosen = pipeline_for(dispatch, pipeline) if dispatch is not None else None
+    if dispatch is None:
+        raise NotRepaired("not found among the dispatches the choice forms")
+    chosen = tuning_pipeline(dispatch, pipeline)
     if chosen is None:
-        return None
+        raise NotRepaired("no pipeline of the tuner takes it")
     # Only a config a spec carries can be pinned (not one that is a flag: data tiling on the CPU).
     configs = [c for c in generate_candidates(dispatch, chosen, 3 * REPAIR_TRIES, env.ctx, env.target.spec_entry,
                                               pinned=env.target.pinned)[1:]
                if c.config.compilation_info and not c.config.flags]
+    if not configs:
+        raise NotRepaired(f"{chosen.name} has no config for it but the compiler's")
+    error = ""
     for c in configs[:REPAIR_TRIES]:
         part = SpecPart(dispatch, c.config, c.label)
         b = build_once(env, replace(variant, name=f"{variant.name}-repaired-{c.id}", pinned=(*variant.pinned, part)))
@@ -46,7 +53,13 @@ def repaired(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str]
             env.say(f"  {dispatch.name} does not compile with the compiler's config under {' '.join(variant.flags) or 'the default flags'}; "
                     f"with the {chosen.name} config {c.label} it does: pinned")
             return b
-    return None
+        error = b.error
+    raise NotRepaired(f"none of {min(len(configs), REPAIR_TRIES)} {chosen.name} configs builds the model either "
+                      f"(the last: {error})")
+
+
+class NotRepaired(Exception):
+    """Why a dispatch that fails to compile was not repaired."""
 
 
 def pins_for(env: StageEnv, variant: Variant, pipeline: Optional[str] = None) -> tuple[SpecPart, ...]:
@@ -56,8 +69,7 @@ def pins_for(env: StageEnv, variant: Variant, pipeline: Optional[str] = None) ->
     if not built.failing:  # built, or the compiler named no dispatch
         return variant.pinned
     try:
-        fixed = repaired(env, variant, built.failing, pipeline)
-    except (ToolError, InputError) as e:  # the dispatch not read or its configs not made: not repaired
+        return repaired(env, variant, built.failing, pipeline).variant.pinned
+    except (NotRepaired, ToolError, InputError) as e:  # (the last two: the dispatch not read, or its configs not made)
         env.say(f"  {built.failing}: not repaired ({e})")
-        fixed = None
-    return fixed.variant.pinned if fixed is not None else variant.pinned
+        return variant.pinned
