@@ -112,6 +112,63 @@ def test_the_merged_spec_carries_each_kept_config_into_the_model_compile(mlp, tm
 
 
 @dataclass
+class LargestTuned:
+    """A client's stage as the dispatch stage under a time budget: the largest matmul tuned (a
+    config of its pipeline that the other matmul's constraints admit too, claimed 1.5x), the
+    other left "below the top 1"."""
+
+    name: str = "largest-tuned"
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        from tuner.stages.builtin import UNTUNED_FOR_RANK
+
+        big, small = sorted(env.program.dispatches, key=lambda d: d.flops, reverse=True)
+        pipeline = pipeline_for(big)
+        problem = pipeline.build_problem(small)
+        donor = next(c for c in generate_candidates(big, pipeline, 12, env.ctx, env.target.spec_entry)
+                     if not c.is_baseline and not c.config.flags and c.config.compilation_info
+                     and problem.admits(c.config.knobs))
+        return replace(state, dispatches=(
+            DispatchOutcome(big.name, big.shape_name, 0.6, "tuned", speedup=1.5, part=SpecPart(big, donor.config, donor.label)),
+            DispatchOutcome(small.name, small.shape_name, 0.4, f"{UNTUNED_FOR_RANK} the top 1")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("carried_ms, kept", [(0.6, True), (0.85, False)])
+def test_a_winners_config_is_carried_over_to_the_untuned_dispatch_and_kept_only_if_the_model_gets_faster(
+        mlp, tmp_path, carried_ms, kept):
+    """ResNet-50 under seven minutes had two of its twenty matmuls tuned. Here the merge builds the
+    tuned winner (merge-1, 0.8 ms against the default's 1 ms), then the model with the winner's
+    knobs on the untuned matmul too (merge-2): kept where that is faster beyond the noise (0.6 ms),
+    its config then read back from plain iree-compile with model_flags.txt; else (0.85 ms, slower
+    than the winner alone) dropped and said."""
+    out = tmp_path / "out"
+
+    def timer(vmfb: Path, settings) -> Timing:
+        name = vmfb.parent.name
+        return Timing((carried_ms if name == "merge-2" else 0.8 if name == "merge-1" else 1.0,))
+
+    tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(timer=timer, rounds=4),
+                        stages=[LargestTuned(), MergeStage()])
+    state = tuning.state
+    big, small = state.dispatches
+    assert big.status == "kept"
+    if not kept:
+        assert small.status.startswith("not tuned: below the top 1; a winner's config carried over was dropped: "
+                                       f"the model was {0.8 / carried_ms:.3f}x with them"), small.status
+        assert [p.dispatch.name for p in state.kept] == [big.name]
+        return
+    assert small.status == "kept" and f"(carried from {big.name})" in small.part.label
+    assert small.part.config.knobs == big.part.config.knobs and small.part.dispatch.name == small.name
+    assert state.figure.speedup == pytest.approx(1 / 0.6)
+    with ir.Context() as ctx:
+        configured = _configured(mlp, out / "model_flags.txt", tmp_path, ctx)
+    # The small matmul's own loop bounds, configured as the winner's knobs make them for it.
+    assert any(d.loop_bounds == small.part.dispatch.loop_bounds and not check_config(small.part.config, d)
+               for d in configured)
+
+
+@dataclass
 class ChosenProgram:
     """A client's stage that keeps a program rewrite (a copy of the model: the same dispatches)."""
 

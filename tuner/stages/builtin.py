@@ -142,6 +142,13 @@ def default_off_host(env: StageEnv) -> str:
     return env.cache.reference_checks.get("default", "")
 
 
+# How an outcome's status begins where a dispatch the stage could tune was left untuned: ranked
+# below what was asked (--top, --min-share), or past the stage's time (tuner.stages.carry_over
+# gives such dispatches a tuned winner's config).
+UNTUNED_FOR_RANK = "not tuned: below"
+UNTUNED_FOR_TIME = "not tuned: the dispatch stage's"
+
+
 def tuning_pipeline(dispatch: Dispatch, name: Optional[str] = None) -> Optional[Pipeline]:
     """The pipeline a model's dispatch is tuned with: the one named (`SearchSettings.pipeline`)
     where it takes the dispatch, else the one for the compiler's own choice; None where none does."""
@@ -214,8 +221,7 @@ class DispatchStage:
                 if earlier is not None:
                     outcomes.append(earlier)
                 elif seconds is not None and seconds <= 0:
-                    outcomes.append(replace(outcome, status=f"not tuned: the dispatch stage's {stage_seconds:.0f} s "
-                                                            f"were spent"))
+                    outcomes.append(replace(outcome, status=f"{UNTUNED_FOR_TIME} {stage_seconds:.0f} s were spent"))
                     if env.budget is not None:
                         env.budget.skip(f"tuning {lead.name}")
                 else:
@@ -369,7 +375,7 @@ def select_dispatches(program, measured, workload, min_share: float, top: Option
     for lead, outcome in todo:
         if (lead, outcome) not in chosen:
             what = f"the top {top}" if top is not None else f"{100 * min_share:.0f}% of the time"
-            outcomes.append(replace(outcome, status=f"not tuned: below {what}"))
+            outcomes.append(replace(outcome, status=f"{UNTUNED_FOR_RANK} {what}"))
     return chosen, outcomes
 
 

@@ -13,6 +13,7 @@ from tuner.core.comparison import Paired, model_load_change, model_quiet_ms
 from tuner.errors import ToolError
 from tuner.stages.base import DispatchOutcome, ModelFigure, ModelState, StageEnv
 from tuner.stages.builtin import build_once, compare_on_model, default_off_host, slower_beyond_noise
+from tuner.stages.carry_over import carried_over
 from tuner.stages.model_timing import Comparison, off_host
 from tuner.stages.variants import BuiltVariant, Variant
 
@@ -27,9 +28,11 @@ class MergeStage:
 
     name: str = "merge"
 
+    pipeline: Optional[str] = None  # the pipeline the dispatches were tuned with (SearchSettings.pipeline)
+
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         _, state = greedy_merge(env, state, lambda step, reference, trial, index, beside=():
-                                compare_on_model(env, reference, [trial, *beside], "runs"))
+                                compare_on_model(env, reference, [trial, *beside], "runs"), self.pipeline)
         return state
 
 
@@ -40,11 +43,14 @@ Measure = Callable[..., Optional[Comparison]]
 Pending = tuple[str, BuiltVariant, BuiltVariant, int]
 
 
-def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Optional[Pending], ModelState]:
+def greedy_merge(env: StageEnv, state: ModelState, measure: Measure,
+                 pipeline: Optional[str] = None) -> tuple[Optional[Pending], ModelState]:
     """The merge, on one machine or across two: the winners in order of expected gain, each built
-    onto what is kept so far and kept unless the model gets slower with it, then the result
-    against the default. Returns the first step `measure` has no figures for (None when done)
-    and the state so far."""
+    onto what is kept so far and kept unless the model gets slower with it; then the kept
+    winners' configs carried over to the dispatches left untuned (tuner.stages.carry_over, by
+    `pipeline`'s), all in one step, kept only where the model is faster with them beyond the
+    noise; then the result against the default. Returns the first step `measure` has no figures
+    for (None when done) and the state so far."""
     default = build_once(env, Variant("default"))
     if not default.ok:
         raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
@@ -71,6 +77,9 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
                 kept.append(o.part)
                 current = trial
         env.say(f"  {o.name}: {outcomes[o.name].status}")
+    pending, current = _carry_over(env, so_far(), kept, current, len(parts) + 1, measure, pipeline, outcomes)
+    if pending is not None:
+        return pending, so_far()
     state = so_far()
     if current is default:
         check = default_off_host(env)
@@ -82,6 +91,36 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure) -> tuple[Op
     if final is None:
         return ("validate", default, current, 0), state
     return None, conclude(state, final, current.variant.name, choices.variant.name if beside else None, earlier)
+
+
+def _carry_over(env: StageEnv, state: ModelState, kept: list, current: BuiltVariant, step: int, measure: Measure,
+                pipeline: Optional[str], outcomes: dict) -> tuple[Optional[Pending], BuiltVariant]:
+    """The merge's step for the dispatches left untuned (tuner.stages.carry_over): the kept
+    winners' configs carried over to them, built onto `current` all at once and kept (added to
+    `kept`, their outcomes said) only where the model is faster with them beyond the noise.
+    Returns the step where `measure` has no figures for it yet, and what is current after it."""
+    carried = carried_over(env, state, kept, pipeline)
+    if not carried:
+        return None, current
+    trial = build_once(env, replace(current.variant, name=f"merge-{step}",
+                                    parts=(*current.variant.parts, *(p for _, p in carried))))
+    cmp = measure("merge", current, trial, step) if trial.ok else None
+    if trial.ok and cmp is None:
+        return ("merge", current, trial, step), current
+    paired = cmp.paired.get(trial.variant.name) if cmp else None
+    faster = paired is not None and paired.beats_baseline and not paired.holds_one
+    why = (trial.error if not trial.ok else cmp.failed.get(trial.variant.name, "could not be timed")
+           if paired is None or not paired.ratios
+           else f"the model was {paired.speedup:.3f}x with them, not faster beyond the noise")
+    for o, part in carried:  # a carried part's label names the winner it came from
+        outcomes[o.name] = (replace(o, status="kept", part=part, model_speedup=paired.speedup) if faster
+                            else replace(o, status=f"{o.status}; a winner's config carried over was dropped: {why}"))
+    env.say(f"  {len(carried)} untuned dispatches with the configs of the nearest kept winners: "
+            + (f"kept ({paired.speedup:.3f}x the model)" if faster else f"dropped ({why})"))
+    if not faster:
+        return None, current
+    kept.extend(part for _, part in carried)
+    return None, trial
 
 
 def conclude(state: ModelState, final: Comparison, name: str, choices: Optional[str] = None,

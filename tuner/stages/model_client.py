@@ -55,7 +55,7 @@ def default_stages(budget: int = 30, min_share: float = 0.02, top: Optional[int]
     `budget` evaluations, all of them within `dispatch_seconds`), then the merge."""
     return [*([FlagStage(tune_budget=min(FlagStage.tune_budget, budget), search=search)] if model_flags else []),
             DispatchStage(budget, min_share, top, search=search, kinds=kinds, seconds=dispatch_seconds),
-            MergeStage()]
+            MergeStage(pipeline=search.pipeline)]
 
 
 def model_entry(program, measured) -> Workload:

@@ -103,7 +103,7 @@ def advance(env: StageEnv, budget: int, min_share: float, top: Optional[int],
     if pending:
         files = [f for d in pending for f in _manifest_files(env.output_dir / d, env)]
         return _plan(env, "dispatches", dispatches=pending, files=files), state
-    return merge_step(env, state)
+    return merge_step(env, state, search.pipeline)
 
 
 def _stale(directory: Path, dispatch, candidates) -> bool:
@@ -129,7 +129,8 @@ def _manifest_files(directory: Path, env: StageEnv) -> list[str]:
     return files
 
 
-def merge_step(env: StageEnv, state: ModelState) -> tuple[Optional[ModelPlan], ModelState]:
+def merge_step(env: StageEnv, state: ModelState, pipeline: Optional[str] = None
+               ) -> tuple[Optional[ModelPlan], ModelState]:
     """The greedy merge (tuner.stages.merge.greedy_merge) one device trip per step: a step's
     figures are the device's if they are of these very builds, else the step is the next plan."""
     def measured(step: str, reference: BuiltVariant, trial: BuiltVariant, index: int,
@@ -141,7 +142,7 @@ def merge_step(env: StageEnv, state: ModelState) -> tuple[Optional[ModelPlan], M
         # Figures of other builds (a rerun with other winners) are measured again.
         return Comparison.from_json(data) if data.get("key") == _pair_key(reference, trial) else None
 
-    pending, state = greedy_merge(env, state, measured)
+    pending, state = greedy_merge(env, state, measured, pipeline)
     if pending is None:
         return None, state
     step, reference, trial, index = pending
