@@ -132,7 +132,7 @@ class FlagStage:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         trials: dict = {}
         wrong: set[str] = set()
-        judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, steps, progress=True)
+        judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, steps, first_round=True)
         together = together_options(env, wrong, self.search.pipeline) if judged is None else []
         if together:
             env.say(f"  {' and '.join(together[0].rewrite.names)} each compute another result alone: "
@@ -151,7 +151,7 @@ class FlagStage:
 
     def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
                trials: dict, directory: str, wrong: set[str], steps: StepLog, scale: float = 1.0,
-               progress: bool = False) -> Optional[Judged]:
+               first_round: bool = False) -> Optional[Judged]:
         """Each option built (`_build`) and timed on the model against `reference`, its figure in
         `trials` (times `scale`: against the default where the reference is not it); the fastest
         that beats the reference with its speedup over it, or None. Where the reference is the
@@ -159,7 +159,8 @@ class FlagStage:
         compares: a right model is the result before a fast wrong one (an SDXL attention block on
         cuda: pointwise-conv-as-matmul, right, 0.98x the wrong default, then raise-attention on top
         of it). The labels of those refused for computing another result are added to `wrong`.
-        `progress`: each build counted in the "choices" phase. A step an earlier run judged
+        `first_round`: each build counted in the "choices" phase, and past the flag stage's share
+        the choices built already still timed. A step an earlier run judged
         (`steps`) is taken as it was judged, untimed: its choices are built again as they were
         (from the builds and finished tunings the run left, each tuning serving the choices after
         it as it did), and the one it kept is kept."""
@@ -178,10 +179,12 @@ class FlagStage:
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
-            # Past the share a choice not built yet is not tried; one built already (prebuild) is
-            # timed as built, what it forms untuned (Swin-T's nd-linear-as-matmul, built in the
-            # first batch, went untimed on the H200 and the run kept the default).
-            first = self._first_variant(env, option)
+            # Past the share a choice not built yet is not tried; in the first round one built
+            # already (prebuild) is timed as built, what it forms untuned (Swin-T's
+            # nd-linear-as-matmul, built in the first batch, went untimed on the H200 and the run
+            # kept the default). A later step's are not: ResNet-50's extensions, six built ones
+            # timed past the share, held its flag stage past the whole run's budget.
+            first = self._first_variant(env, option) if first_round else None
             if (flag_share_spent(env.budget) and not rewrites_nothing(env, option)
                     and not (first is not None and built_already(env, first))):
                 trials[option.label] = NOT_TRIED
@@ -190,7 +193,7 @@ class FlagStage:
             b = self._build(env, default, option, trials, reference, wrong)
             if b is not None:
                 built.append((option, b))
-            if progress and env.progress:
+            if first_round and env.progress:
                 env.progress("choices", i, len(options))
         if not built:
             steps.record(directory, labels, reference.variant.name, trials, wrong)
