@@ -10,15 +10,19 @@ accumulate in f32. Written in the program instead, for an NCHW convolution of a 
 
     Conv(X, W, B)  ->  Reshape(Transpose(Reshape(
                            MatMul(Reshape(W, [F, C*KH*KW]),
-                                  Reshape(Transpose(Gather(Reshape(Pad(X), [N, C, PH*PW]), TAPS, axis=2)),
+                                  Reshape(Transpose(Where(INSIDE, Gather(Reshape(X, [N, C, H*W]), TAPS, axis=2), 0)),
                                           [C*KH*KW, N*OH*OW])) + Reshape(B, [F, 1]),
                            [F, N, OH*OW])), [N, F, OH, OW])
 
-TAPS is a constant [KH*KW, OH*OW] of padded-pixel indices (tap (i, j) of output pixel (r, q)
-reads padded pixel (i*dh + r*sh, j*dw + q*sw)): one gather, which IREE forms into one dispatch
-(a `linalg.generic` of `tensor.extract`s; the pad is written by the dispatch before it). Nine
-slices joined by a Concat cost nine strided copies a convolution instead: on the H100 the UNet
-ResNet block with them ran 1.24x the default against 1.46x without the rewrite. The patches are
+TAPS is a constant [KH*KW, OH*OW] of pixel indices (tap (i, j) of output pixel (r, q) reads
+pixel (i*dh - top + r*sh, j*dw - left + q*sw)) and INSIDE a constant mask of the taps that fall
+inside the image: a tap in the padding reads pixel 0 and is zeroed by the Where. IREE forms the
+gather and the mask into one dispatch (a `linalg.generic` of `tensor.extract`s) that reads the
+image as it is; a Pad of the image before the gather made IREE copy the image into a padded
+one first, where the producer could not write it in place (a `slow_memcpy` dispatch: ResNet-50's
+tuned build on the H200 spent 0.28 ms of its 2.62 in dispatches of that name). Nine slices joined by a
+Concat cost nine strided copies a convolution instead: on the H100 the UNet ResNet block with
+them ran 1.24x the default against 1.46x without the rewrite. The patches are
 laid out as the filter is (channel, then the taps in row order), so the filter is only reshaped;
 the images stand side by side in the patches' columns, so the product is one 2-D matmul with the
 filter first (M = output channels, N = every image's output pixels, K = C x KH x KW), its result
@@ -27,16 +31,16 @@ the filter once per image on every call (ResNet-50 at batch 8 on the H200:
 `elementwise_broadcast_8x2359296_f16` 0.137 ms, 4% of the tuned model). The sums are the same
 products in another order. Each patch tensor holds KH x KW copies of the input. The columns
 and K are padded to what the mma.sync kernel's tiles divide (PIXELS, DEPTH: extra pixels and
-taps read a zero added after the image, extra taps meet zero filter columns, extra pixels are
-sliced off). Only 2-D convolutions with a filter over 1x1, one group and static shapes are
+taps are masked like the padding, extra taps meet zero filter columns, extra pixels are sliced
+off). Only 2-D convolutions with a filter over 1x1, one group and static shapes are
 rewritten."""
 
 from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (conv2d, element_type, int64_literal, keep_leading, onnx_op, replace_op,
-                                     rewrite_sites, si64, si64_array, static_shape)
+from tuner.rewrite.torch_ops import (bool_literal, conv2d, element_type, int64_literal, keep_leading, onnx_op, replace_op,
+                                     rewrite_sites, si64, si64_array, static_shape, zero_literal)
 
 # The matmul's columns (its N) are padded to a multiple of PIXELS and its K to one of DEPTH: the
 # mma.sync kernel does not pad, and its smallest tiles are 64 wide and 16 deep
@@ -77,27 +81,27 @@ def _as_im2col(conv: ir.Operation) -> str:
     def lit(values: list[int]) -> ir.Value:
         return int64_literal(values, ip, loc)
 
-    padded, (ph, pw) = x, (h + pads[0] + pads[2], width + pads[1] + pads[3])
-    if any(pads):  # ONNX: every dim's start, then every end
-        padded = op("Pad", [x, lit([0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]])], [n, c, ph, pw])
-    # One gather from the padded input's pixels by constant indices: tap (i, j) of output pixel
-    # (r, q) reads padded pixel (i*d + r*s, j*d' + q*s'); the taps come before the pixels.
-    pixels = [[(i * dilations[0] + r * strides[0]) * pw + j * dilations[1] + q * strides[1]
-               for r in range(oh) for q in range(ow)] for i in range(kh) for j in range(kw)]
     # The matmul's columns (every image's pixels) and K made whole multiples of PIXELS and
-    # DEPTH: extra pixels and extra taps read a zero put after the image, the extra taps meet
-    # zero filter columns, and the extra pixels' results are dropped.
+    # DEPTH: the extra taps meet zero filter columns, the extra pixels' results are dropped.
     taps = kh * kw
     wide_taps = next(t for t in range(taps, taps + DEPTH + 1) if (c * t) % DEPTH == 0)
     wide_pixels = next(p for p in range(oh * ow, oh * ow + PIXELS + 1) if (n * p) % PIXELS == 0)
-    flat_size = ph * pw
-    flat = op("Reshape", [padded, lit([n, c, flat_size])], [n, c, flat_size])
-    if wide_taps > taps or wide_pixels > oh * ow:
-        zero = flat_size  # the index of the zero added after the image
-        flat = op("Pad", [flat, lit([0, 0, 0, 0, 0, 1])], [n, c, flat_size + 1])
-        pixels = [row + [zero] * (wide_pixels - oh * ow) for row in pixels]
-        pixels += [[zero] * wide_pixels] * (wide_taps - taps)
+    # One gather from the image's own pixels by constant indices: tap (i, j) of output pixel
+    # (r, q) reads pixel (i*d - top + r*s, j*d' - left + q*s'); the taps come before the pixels.
+    # A tap in the padding (or an extra tap or pixel) reads pixel 0 and is masked to zero after:
+    # the image is never copied into a padded one.
+    rows = [[(i * dilations[0] - pads[0] + r * strides[0], j * dilations[1] - pads[1] + q * strides[1])
+             for r in range(oh) for q in range(ow)] for i in range(kh) for j in range(kw)]
+    inside = [[0 <= y < h and 0 <= x_ < width for y, x_ in row] + [False] * (wide_pixels - oh * ow) for row in rows]
+    inside += [[False] * wide_pixels] * (wide_taps - taps)
+    pixels = [[y * width + x_ if ok else 0 for (y, x_), ok in zip(row, keep)] + [0] * (wide_pixels - oh * ow)
+              for row, keep in zip(rows, inside)]
+    pixels += [[0] * wide_pixels] * (wide_taps - taps)
+    flat = op("Reshape", [x, lit([n, c, h * width])], [n, c, h * width])
     gathered = op("Gather", [flat, int64_literal(pixels, ip, loc)], [n, c, wide_taps, wide_pixels], axis=si64(2))
+    if not all(all(row) for row in inside):
+        gathered = op("Where", [bool_literal(inside, ip, loc), gathered, zero_literal(element, ip, loc)],
+                      [n, c, wide_taps, wide_pixels])
     k, columns = c * wide_taps, n * wide_pixels
     if n > 1:  # the images side by side: K = (channel, tap) on the rows, (image, pixel) the columns
         gathered = op("Transpose", [gathered], [c, wide_taps, n, wide_pixels], perm=si64_array([1, 2, 0, 3]))

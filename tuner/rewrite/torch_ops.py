@@ -127,6 +127,23 @@ def int64_literal(values: list, ip: ir.InsertionPoint, loc: ir.Location) -> ir.V
                                attributes={"value": dense}, loc=loc, ip=ip).result
 
 
+def bool_literal(values: list, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """A `torch.vtensor.literal` of booleans (an onnx.Where's condition), of the nested lists' shape."""
+    array = np.array(values, np.bool_)
+    shape = list(array.shape)
+    dense = ir.DenseElementsAttr.get(array)  # numpy's booleans: an i1 tensor of their shape
+    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],i1>")],
+                               attributes={"value": dense}, loc=loc, ip=ip).result
+
+
+def zero_literal(element: str, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """A `torch.vtensor.literal` of one zero of the element type ("f16", "f32", "bf16")."""
+    scalar = {"f16": ir.F16Type, "f32": ir.F32Type, "bf16": ir.BF16Type, "f64": ir.F64Type}[element].get()
+    dense = ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], scalar, loc=loc), ir.FloatAttr.get(scalar, 0.0, loc=loc))
+    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[],{element}>")],
+                               attributes={"value": dense}, loc=loc, ip=ip).result
+
+
 def element_type(value: ir.Value) -> str:
     """The element type of a `!torch.vtensor<[...],TYPE>` value ("f16")."""
     return str(value.type).rsplit(",", 1)[-1].rstrip(">")
