@@ -1,10 +1,10 @@
 """Tuned configs carried over to the dispatches the dispatch stage did not tune.
 
 Under a time budget the dispatch stage tunes the few dispatches with the largest shares, and a
-CNN's time is spread over many: ResNet-50 at batch 8 on the H200 formed 20 matmuls of 1-6% of
-its time each, seven minutes tuned two of them, and the rest ran with the compiler's configs,
-some at 6 TFLOP/s (docs/benchmarks/real-exports.md). A winner's knobs often suit a dispatch of
-the same kind under the same pipeline: each dispatch left untuned for lack of rank or time is
+CNN's time is spread over many: ResNet-50 at batch 8 on the H200 formed 20 matmul shapes of
+1-6% of its time each, seven minutes tuned two of them, and the rest ran with the compiler's
+configs (docs/benchmarks/real-exports.md). A winner's knobs often suit a dispatch of the same
+kind under the same pipeline: each dispatch left untuned for lack of rank or time is
 given the knobs of the kept winner nearest to it in shape (the log of its loop bounds) that its
 own constraints admit. The merge builds them onto its result all at once and keeps them only
 where the model is faster with them beyond the noise (tuner.stages.merge); nothing is searched
