@@ -1181,6 +1181,22 @@ def test_the_time_budget_gives_the_flag_stage_its_share_and_keeps_the_merges():
     assert budget.verdict_text() == "; within the time budget of 600 s (590 s spent) not done: tuning d1"
 
 
+def test_a_flag_stage_step_is_begun_only_where_it_should_end_within_the_share_at_the_pace_so_far():
+    from tuner.stages.time_budget import TimeBudget, flag_step_fits
+
+    clock = _Clock()
+    budget = TimeBudget(600.0, clock=clock)
+    clock.now = 100.0
+    budget.begin_flag_stage()  # a share of 200 s of the 500 left: until 300 s
+    assert budget.flag_step_fits(50)  # no pace yet: any step while the share lasts
+    clock.now = 160.0
+    budget.note_flag_step(60.0, 3)  # 20 s a choice; 140 s of the share left
+    assert budget.flag_step_fits(7) and not budget.flag_step_fits(8)
+    clock.now = 300.0
+    assert not budget.flag_step_fits(1)
+    assert flag_step_fits(None, 1000)  # no budget: every step
+
+
 @pytest.mark.slow
 def test_the_flag_stage_stops_extending_its_choice_once_its_share_of_the_time_budget_is_spent(tmp_path, monkeypatch):
     """Designed rewrites, times and clock (each timing 10 s; a budget of 100 s gives the flag stage
@@ -1211,6 +1227,37 @@ def test_the_flag_stage_stops_extending_its_choice_once_its_share_of_the_time_bu
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["time_budget"]["undone"] == ["model-wide choice a+b", "model-wide choice a+c"]
     assert "within the time budget of 100 s" in results["verdict"]
+
+
+@pytest.mark.slow
+def test_the_flag_stage_begins_no_step_that_its_share_left_would_not_hold(tmp_path, monkeypatch):
+    """Designed rewrites, times and clock: each timing 2.5 s, a budget of 100 s gives the flag
+    stage 40 s. The first round (the default and `a`, `b`, `c`) takes most of it but not all;
+    the step that would add `b` and `c` to `a` would need more than is left at the first
+    round's pace: not begun, and said (ResNet-50 under 190 s on the H200 began such a step of
+    six choices and held its flag stage past the whole run's budget)."""
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b"), _marker("c")))
+    clock = _Clock()
+    _budget_clock(monkeypatch, clock)
+    times = {"flags-a": 0.5, "flags-b": 0.8, "flags-c": 0.9}
+
+    def timer(vmfb, settings):
+        clock.now += 2.5
+        return Timing((times.get(vmfb.parent.name, 1.0),))
+
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    said = []
+    tuning = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                        model=ModelOptions(rounds=2, timer=timer, time_budget_s=100.0),
+                        listen=Listeners(say=said.append), stages=[FlagStage(tune_budget=0)])
+    assert tuning.state.rewrites == ("a",)
+    assert any("would be spent before 2 more choices are judged at the pace so far: not tried on a: a+b, a+c" in line
+               for line in said), said
 
 
 @pytest.mark.slow

@@ -392,7 +392,7 @@ def test_the_merge_takes_one_device_trip_per_dispatch_then_one_to_validate(mlp, 
 
 
 def test_the_dispatch_stage_gives_each_dispatch_the_time_left_by_its_share():
-    from tuner.stages.builtin import search_seconds
+    from tuner.stages.time_budget import search_seconds
 
     assert search_seconds(100.0, [0.5, 0.3, 0.2]) == pytest.approx(50.0)  # 0.5 of the 1.0 left
     assert search_seconds(40.0, [0.3, 0.2]) == pytest.approx(24.0)  # 0.3 of the 0.5 left
@@ -483,7 +483,7 @@ def test_the_kept_choice_is_said_in_one_line():
 
 
 def test_the_dispatch_stage_says_the_time_left_at_its_pace_within_its_limit():
-    from tuner.stages.builtin import eta
+    from tuner.stages.time_budget import eta
 
     assert eta([30.0, 50.0], 3) == "; about 120 s left for the 3 dispatches to go"  # 3 x the mean of 40 s
     assert eta([30.0, 50.0], 3, limit_s=75.0) == "; about 75 s left for the 3 dispatches to go"

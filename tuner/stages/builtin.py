@@ -47,6 +47,7 @@ from tuner.stages.model_timing import Comparison, compare
 from tuner.stages.variants import (BuiltVariant, SpecPart, Variant, build_variant, carried, compile_variant,
                                    compiled_already)
 from tuner.targets import Target
+from tuner.stages.time_budget import eta, search_seconds
 
 DISPATCHES = "dispatches"  # DIR/dispatches/NAME: each dispatch's own tuning
 # Z3's default context is one per process and not thread-safe: where dispatches are tuned at once,
@@ -293,28 +294,6 @@ class DispatchStage:
         if base is not None:  # the default computes it wrong (tuner.evaluation.measure.Measurer)
             env.say(f"  {dispatch.name}: the default's {base.error.removeprefix('its ')}")
         return tuning_outcome(outcome, dispatch, candidates, results)
-
-
-def eta(spent: Sequence[float], left: int, limit_s: Optional[float] = None) -> str:
-    """The stage's time left, said after a dispatch: the dispatches left at the pace of those
-    tuned so far (their mean), no more than the stage's own limit where it has one; "" when none
-    is left."""
-    if left <= 0 or not spent:
-        return ""
-    guess = left * sum(spent) / len(spent)
-    if limit_s is not None:
-        guess = min(guess, max(0.0, limit_s))
-    return f"; about {guess:.0f} s left for the {left} dispatch{'es' if left > 1 else ''} to go"
-
-
-def search_seconds(left_s: float, shares: Sequence[Optional[float]]) -> float:
-    """The first of the dispatches left's time: `left_s` in proportion to its share among theirs
-    (equal parts where the shares are unknown); 0 or less once nothing is left."""
-    if left_s <= 0:
-        return 0.0
-    known = [s or 0.0 for s in shares]
-    total = sum(known)
-    return left_s * (known[0] / total if total > 0 else 1.0 / len(known))
 
 
 def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,

@@ -13,10 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
-from pipelines import Dispatch, DispatchKind, pipeline_for
-from pipelines.model_flags import codegen_flags, short_flags
-from tuner.discovery.program import discover_program
-from tuner.discovery.workload import Workload
+from pipelines import DispatchKind
+from pipelines.model_flags import short_flags
 from tuner.errors import ToolError
 from tuner.rewrite import combined
 from tuner.core.settings import SearchSettings
@@ -25,20 +23,13 @@ from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision,
 from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, formed_dispatches, model_options,
                                        offered_flag_sets,
                                        rewrites_nothing, rewritten_program, taking_flag_sets, together_options)
-from tuner.stages.builtin import (DispatchStage, build_once, built_already, compare_on_model, prebuild, select_dispatches,
-                                  signature, with_flags)
+from tuner.stages.builtin import build_once, built_already, compare_on_model, prebuild
+from tuner.stages.formed_tuning import FormedTuning
 from tuner.stages.halving import compare_halving
-from tuner.stages.time_budget import NOT_TRIED, flag_share_spent
+from tuner.stages.time_budget import NOT_TRIED, flag_share_spent, flag_step_fits
 from tuner.stages.repair import pins_for
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant, same_module
 
-# DIR/flag-dispatches/CHOICE/NAME: a created dispatch's tuning (CHOICE: the choice's variant directory)
-FLAG_DISPATCHES = "flag-dispatches"
-# A dispatch a choice forms with under this fraction of the FLOPs of the largest it forms is not
-# tuned before the choice is judged: the held-out 1280-channel UNet block's time-embedding
-# projection (1 x 1280 x 1280, 0.01% of its 3x3 convolution's FLOPs) was tuned under each of
-# eight choices on the H100, 8 evaluations each, never with a winner.
-FORMED_FLOPS_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -175,6 +166,7 @@ class FlagStage:
             if best is None or not best.ok:
                 return None
             return Judged(options[labels.index(earlier["judged"])], best, earlier["speedup"], earlier["over_wrong"])
+        began = env.budget.spent() if env.budget is not None else 0.0
         if not flag_share_spent(env.budget):
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
         built = []
@@ -199,6 +191,8 @@ class FlagStage:
             steps.record(directory, labels, reference.variant.name, trials, wrong)
             return None
         cmp, behind = compare_halving(env, reference, [b for _, b in built], directory)
+        if env.budget is not None:
+            env.budget.note_flag_step(env.budget.spent() - began, len(built))
         for option, b in built:
             if b.variant.name in behind:
                 env.say(f"  {short_flags(option.label)}: {behind[b.variant.name]}")
@@ -231,8 +225,10 @@ class FlagStage:
             # was slower than the choice: the same build, not timed again.
             more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.program))
                     if o.label not in trials]
-            if more and flag_share_spent(env.budget):
-                env.say(f"  the flag stage's share of the time budget is spent: not tried on "
+            if more and not flag_step_fits(env.budget, len(more)):
+                why = ("is spent" if flag_share_spent(env.budget) else
+                       f"would be spent before {len(more)} more choices are judged at the pace so far")
+                env.say(f"  the flag stage's share of the time budget {why}: not tried on "
                         f"{short_flags(option.label)}: {', '.join(short_flags(o.label) for o in more)}")
                 for o in more:
                     env.budget.skip(f"model-wide choice {short_flags(o.label)}")
@@ -311,10 +307,6 @@ class FlagStage:
         return self._untuned(option, program) if self._tunes(option) else Variant(option.directory, option.flags,
                                                                                     program=program)
 
-    def _takes(self, dispatch: Dispatch) -> bool:
-        """Whether the pipeline the model is tuned with takes the dispatch."""
-        return self.search.pipeline is not None and pipeline_for(dispatch, self.search.pipeline) is not None
-
     @staticmethod
     def _untuned(option: ModelOption, program: Optional[Path], pins: tuple[SpecPart, ...] = ()) -> Variant:
         """The option built with the compiler's configs for what it forms (its numerics check)."""
@@ -323,75 +315,9 @@ class FlagStage:
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
                      flags: tuple[str, ...] = (), said: str = "", pins: tuple[SpecPart, ...] = ()
                      ) -> tuple[SpecPart, ...]:
-        """The winning configs of the dispatches of `kinds` that a choice forms in `program` (the
-        model's, or a rewrite's) under `flags`: each that another choice formed alike, by its
-        tuning there, and `rewrite_tunes` more, one per shape, each tuned with `tune_budget`
-        evaluations; once per run and choice (`name`, its directory; `said`: how the messages
-        name it, by default its flags; `pins`: configs its builds need, tuner.stages.repair)."""
-        key = (name, flags, self.tune_budget)
-        if key in env.cache.choice_parts:
-            return env.cache.choice_parts[key]
-        said = said or (short_flags(" ".join(flags)) if flags else name)
-        parts: list[SpecPart] = []
-        if self.tune_budget > 0 and kinds:
-            found = (discover_program(program, env.target, env.ctx, flags)
-                     .for_running(env.workload.parameters, env.dynamic_size))
-            workload = next((w for w in (found.entries.get(d.name) for d in found.dispatches)
-                             if isinstance(w, Workload) and w.entry == env.workload.entry), None)
-            chosen, _ = (select_dispatches(found, None, workload, 0.0, None, (), self.search.pipeline) if workload
-                         else ([], []))
-
-            def alike(d: Dispatch) -> tuple:
-                """What a tuning serves: dispatches formed alike, compiled under the same codegen flags."""
-                return (signature(d, self.search.pipeline),
-                        codegen_flags(flags, d.target.backend, d.kind == DispatchKind.CONVOLUTION), self.tune_budget)
-
-            # Every one another choice formed alike serves at no cost; the `rewrite_tunes` tunings
-            # go to those not tuned yet: first those the model's pipeline takes (what a flag set
-            # that has it take more dispatches is for: KEEP_TRANSPOSES), then the largest; none far
-            # smaller than the largest (FORMED_FLOPS_FRACTION). Llama's and BERT's head-split
-            # projections, 2-D matmuls under O3 with the transposes kept, went untuned behind the
-            # MLP matmuls that O3 had tuned already, and the choice lost by 1-2% (H200).
-            formed = [c for c in chosen if c[0].kind in kinds]
-            largest = max((c[0].flops for c in formed), default=0)
-            formed = [c for c in formed if c[0].flops >= FORMED_FLOPS_FRACTION * largest]
-            served = [c for c in formed if alike(c[0]) in env.cache.formed_tunings]
-            fresh: dict[tuple, tuple] = {}
-            for c in sorted(formed, key=lambda c: (self._takes(c[0]), c[0].flops), reverse=True):
-                if alike(c[0]) not in env.cache.formed_tunings:
-                    fresh.setdefault(alike(c[0]), c)
-            created = served + list(fresh.values())[:self.rewrite_tunes]
-
-            stage = DispatchStage(self.tune_budget, search=self.search, directory=f"{FLAG_DISPATCHES}/{name}")
-            for dispatch, outcome in created:
-                # A dispatch that another choice formed alike (what the spec's matcher sees, the
-                # ops after the root included) is not tuned again: its winner serves this one's
-                # judgement too (the GQA block's two matmuls were tuned under four flag sets).
-                if alike(dispatch) in env.cache.formed_tunings:
-                    tuned, where = env.cache.formed_tunings[alike(dispatch)]
-                    env.say(f"  {said}: {dispatch.name} ({dispatch.shape_name}), which it forms, as {where} "
-                            f"does: its tuning there serves")
-                elif flag_share_spent(env.budget):
-                    env.budget.skip(f"tuning {dispatch.name} before judging {said}")
-                    env.say(f"  {said}: {dispatch.name} is judged with its default config: the flag stage's "
-                            f"share of the time budget is spent")
-                    continue
-                else:
-                    env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
-                            f"before judging it ({self.tune_budget} evaluations)")
-                    tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags, pins), env,
-                                              program)
-                    if tuned.part is not None:  # no winner may be the model's doing (a wrong result elsewhere)
-                        env.cache.formed_tunings[alike(dispatch)] = (tuned, said)
-                if tuned.part is not None:
-                    part = replace(tuned.part, dispatch=dispatch)  # this program's dispatch, by its name
-                    parts.append(part)
-                    env.say(f"    {tuned.speedup:.2f}x its default config ({part.label})")
-                else:
-                    env.say(f"    {tuned.status}")
-        env.cache.choice_parts[key] = tuple(parts)
-        return env.cache.choice_parts[key]
-
+        """tuner.stages.formed_tuning.FormedTuning.parts with this stage's budgets and search."""
+        return FormedTuning(self.tune_budget, self.rewrite_tunes, self.search).parts(env, name, kinds, program, flags,
+                                                                                   said, pins)
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
     """Why a model-wide choice with the compiler's default configs computes another result than
