@@ -1198,10 +1198,17 @@ def test_a_flag_stage_step_is_begun_only_where_it_should_end_within_the_share_at
 
 
 @pytest.mark.slow
-def test_the_flag_stage_stops_extending_its_choice_once_its_share_of_the_time_budget_is_spent(tmp_path, monkeypatch):
-    """Designed rewrites, times and clock (each timing 10 s; a budget of 100 s gives the flag stage
-    40 s): the first round (the default and `a`, `b`, `c`, 2 rounds) takes more than 40 s, so `a`,
-    the fastest, is kept and not extended by `b` or `c`: said on the screen and in results.json."""
+@pytest.mark.parametrize("timing_s, why", [
+    (10.0, "is spent"),
+    (2.5, "would be spent before 2 more choices are judged at the pace so far")])
+def test_the_flag_stage_extends_its_choice_only_while_its_share_of_the_time_budget_holds_the_step(
+        tmp_path, monkeypatch, timing_s, why):
+    """Designed rewrites, times and clock (a budget of 100 s gives the flag stage 40 s). Each
+    timing 10 s: the first round (the default and `a`, `b`, `c`, 2 rounds) takes more than 40 s.
+    Each 2.5 s: it takes most of the 40 s but not all, and the step that would add `b` and `c` to
+    `a` would need more than is left at the first round's pace (ResNet-50 under 190 s on the H200
+    began such a step of six choices and held its flag stage past the whole run's budget). Either
+    way `a`, the fastest, is kept and not extended: said on the screen and in results.json."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from tests.test_tune_model import MLP
 
@@ -1212,7 +1219,7 @@ def test_the_flag_stage_stops_extending_its_choice_once_its_share_of_the_time_bu
     times = {"flags-a": 0.5, "flags-b": 0.8, "flags-c": 0.9}
 
     def timer(vmfb, settings):
-        clock.now += 10.0
+        clock.now += timing_s
         return Timing((times.get(vmfb.parent.name, 1.0),))
 
     model = tmp_path / "mlp.mlir"
@@ -1222,42 +1229,11 @@ def test_the_flag_stage_stops_extending_its_choice_once_its_share_of_the_time_bu
                         model=ModelOptions(rounds=2, timer=timer, time_budget_s=100.0),
                         listen=Listeners(say=said.append), stages=[FlagStage(tune_budget=0)])
     assert tuning.state.rewrites == ("a",)
-    assert any("share of the time budget is spent: not tried on a: a+b, a+c" in line for line in said), said
+    assert any(f"share of the time budget {why}: not tried on a: a+b, a+c" in line for line in said), said
     assert not any("a+b" in label for label in tuning.state.flag_trials)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["time_budget"]["undone"] == ["model-wide choice a+b", "model-wide choice a+c"]
     assert "within the time budget of 100 s" in results["verdict"]
-
-
-@pytest.mark.slow
-def test_the_flag_stage_begins_no_step_that_its_share_left_would_not_hold(tmp_path, monkeypatch):
-    """Designed rewrites, times and clock: each timing 2.5 s, a budget of 100 s gives the flag
-    stage 40 s. The first round (the default and `a`, `b`, `c`) takes most of it but not all;
-    the step that would add `b` and `c` to `a` would need more than is left at the first
-    round's pace: not begun, and said (ResNet-50 under 190 s on the H200 began such a step of
-    six choices and held its flag stage past the whole run's budget)."""
-    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
-    from tests.test_tune_model import MLP
-
-    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
-    monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b"), _marker("c")))
-    clock = _Clock()
-    _budget_clock(monkeypatch, clock)
-    times = {"flags-a": 0.5, "flags-b": 0.8, "flags-c": 0.9}
-
-    def timer(vmfb, settings):
-        clock.now += 2.5
-        return Timing((times.get(vmfb.parent.name, 1.0),))
-
-    model = tmp_path / "mlp.mlir"
-    model.write_text(MLP)
-    said = []
-    tuning = tune_model(model, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
-                        model=ModelOptions(rounds=2, timer=timer, time_budget_s=100.0),
-                        listen=Listeners(say=said.append), stages=[FlagStage(tune_budget=0)])
-    assert tuning.state.rewrites == ("a",)
-    assert any("would be spent before 2 more choices are judged at the pace so far: not tried on a: a+b, a+c" in line
-               for line in said), said
 
 
 @pytest.mark.slow
