@@ -115,3 +115,23 @@ def test_a_search_that_does_not_learn_compiles_its_whole_budget_in_one_last_roun
     manifest = json.loads((out / "manifest.json").read_text())
     assert len(manifest["candidates"]) == 4 and manifest["meta"]["search"]["done"] is True
     assert "that measurement is the last" in _said(first)
+
+
+def test_a_searchs_compiles_and_first_timings_count_against_its_whole_budget_across_batches():
+    """Batches of 4 of a budget of 10: the second batch's compiles go on from 4 of 10, never past
+    10; the confirmation rounds count on their own."""
+    from tuner.driver import BudgetProgress
+
+    seen = []
+    progress = BudgetProgress(lambda phase, done, of: seen.append((phase, done, of)), 10)
+    progress("compile", 2, 4)
+    progress.batch_done(4)
+    progress("compile", 3, 4)
+    progress("benchmark", 4, 4)
+    progress.batch_done(4)
+    progress.batch_done(4)
+    progress("benchmark", 4, 4)
+    progress("confirm", 1, 3)
+    assert seen == [("compile", 2, 10), ("compile", 7, 10), ("benchmark", 8, 10), ("benchmark", 10, 10),
+                    ("confirm", 1, 3)]
+    BudgetProgress(None, 10)("compile", 1, 4)  # no listener: nothing to tell

@@ -163,18 +163,7 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
     settings, progress, given = run.settings, listen.progress, bool(run.inputs)
     target = session.target
     store = open_store(session, run.store_path)
-    total = plan.settings.budget
-    offset = [0]
-
-    def batch_progress(phase: str, done: int, of: int) -> None:
-        """Compiles and first-pass timings count against the whole budget; the rest per call."""
-        if progress is None:
-            return
-        if phase in ("compile", "benchmark"):
-            progress(phase, min(total, offset[0] + done), total)
-        else:
-            progress(phase, done, of)
-
+    batch_progress = BudgetProgress(progress, plan.settings.budget)
     try:
         evaluator = session_evaluator(session, store, run, batch_progress, run.host_reference, listen.on_result)
         passes: list[EvaluationStats] = []
@@ -186,23 +175,21 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
                 listen.on_results(list(evaluation.results))
             return evaluation
 
+        # Each candidate made is what a later model search of another dispatch may learn from
+        # (whatever searched here): its features go to the store.
         batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
                               baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry,
                                        target.pinned),
-                              session.ctx, target.spec_entry, evaluate_batch, settings, pinned=target.pinned)
-        # What a later model search of another dispatch may learn from (whatever searched here).
-        batches.on_made = lambda index, c: store.put_features(c.key, session.pipeline.name, session.dispatch.name,
-                                                              *plan.space.named(index))
+                              session.ctx, target.spec_entry, evaluate_batch, settings,
+                              on_batch=batch_progress.batch_done,
+                              on_made=lambda index, c: store.put_features(c.key, session.pipeline.name,
+                                                                          session.dispatch.name, *plan.space.named(index)),
+                              budget=plan.settings.budget, pinned=target.pinned)
         if plan.settings.warm_start:
             warm_start(plan, store, session.pipeline.name, session.dispatch.name, evaluator.conditions)
         if listen.on_search:
             listen.on_search(plan.summary())
 
-        def advance(n: int) -> None:
-            offset[0] += n
-
-        batches.on_batch = advance
-        batches.budget = plan.settings.budget
         plan.steps = run_search(plan.search, batches, Budget(plan.settings.budget, plan.settings.seconds),
                                 plan.settings.batch_size)
         plan.proposed_by = batches.proposed_by
@@ -219,6 +206,25 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
     finally:
         store.close()
     return write_tuning(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))
+
+
+class BudgetProgress:
+    """A search's progress: compiles and first-pass timings counted against its whole budget
+    (the batches done before the one under way added in), the other phases per call."""
+
+    def __init__(self, progress: Optional[Progress], total: int) -> None:
+        self.progress, self.total, self.before = progress, total, 0
+
+    def __call__(self, phase: str, done: int, of: int) -> None:
+        if self.progress is None:
+            return
+        if phase in ("compile", "benchmark"):
+            self.progress(phase, min(self.total, self.before + done), self.total)
+        else:
+            self.progress(phase, done, of)
+
+    def batch_done(self, size: int) -> None:
+        self.before += size
 
 
 def warm_start(plan: SearchPlan, store: ResultStore, pipeline: str, dispatch: str, conditions: tuple[str, str]) -> None:
