@@ -148,17 +148,25 @@ def test_a_winners_config_is_carried_over_to_the_untuned_dispatch_and_kept_only_
         name = vmfb.parent.name
         return Timing((carried_ms if name == "merge-2" else 0.8 if name == "merge-1" else 1.0,))
 
+    said = []
     tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(timer=timer, rounds=4),
-                        stages=[LargestTuned(), MergeStage()])
+                        listen=Listeners(say=said.append), stages=[LargestTuned(), MergeStage()])
     state = tuning.state
     big, small = state.dispatches
     assert big.status == "kept"
     if not kept:
-        assert small.status.startswith("not tuned: below the top 1; a winner's config carried over was dropped: "
-                                       f"the model was {0.8 / carried_ms:.3f}x with them"), small.status
+        assert small.status == "not tuned: below the top 1" and not small.carried_from
+        assert ("  1 untuned dispatches with the configs of the nearest kept winners: dropped (the model was "
+                f"{0.8 / carried_ms:.3f}x with them, not faster beyond the noise)") in said, said
         assert [p.dispatch.name for p in state.kept] == [big.name]
         return
-    assert small.status == "kept" and f"(carried from {big.name})" in small.part.label
+    assert small.status == "kept" and small.carried_from == big.name and f"(carried from {big.name})" in small.part.label
+    data = json.loads((out / "results.json").read_text())
+    assert [d.get("carried_from") for d in data["dispatches"]] == [None, big.name]
+    from tuner.report.outputs import kept_line
+
+    assert "dispatch configs: 1 of 1 tuned kept (" in kept_line(data)
+    assert kept_line(data).endswith(", and a winner's config carried over to 1 untuned")
     assert small.part.config.knobs == big.part.config.knobs and small.part.dispatch.name == small.name
     assert state.figure.speedup == pytest.approx(1 / 0.6)
     with ir.Context() as ctx:

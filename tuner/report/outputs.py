@@ -345,13 +345,15 @@ def kept_line(data: dict) -> str:
 
     rows = data.get("dispatches", [])
     choices = _flag_names()[0](" ".join([*data.get("rewrites", []), *data.get("flags", [])])) or "none"
-    kept = [d["name"] for d in rows if d.get("status") == "kept"]
-    tuned = [d for d in rows if not d.get("status", "").startswith("not tuned")]
+    carried = [d["name"] for d in rows if d.get("status") == "kept" and d.get("carried_from")]
+    kept = [d["name"] for d in rows if d.get("status") == "kept" and not d.get("carried_from")]
+    tuned = [d for d in rows if not d.get("status", "").startswith("not tuned") and not d.get("carried_from")]
     why = collections.Counter(d["status"].removeprefix("not tuned: ").split(" (")[0]
                               for d in rows if d.get("status", "").startswith("not tuned"))
     parts = [f"model-wide choices: {choices}",
              f"dispatch configs: {len(kept)} of {len(tuned)} tuned kept"
-             + (f" ({', '.join(short_dispatch_name(n) for n in kept)})" if kept else "")]
+             + (f" ({', '.join(short_dispatch_name(n) for n in kept)})" if kept else "")
+             + (f", and a winner's config carried over to {len(carried)} untuned" if carried else "")]
     if why:
         parts.append("not tuned: " + "; ".join(f"{n} {reason}" for reason, n in why.most_common()))
     return "; ".join(parts)

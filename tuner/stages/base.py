@@ -56,6 +56,8 @@ class DispatchOutcome:
     # dispatch alone) or "model call" (the whole entry function, as on a CPU).
     timed: str = ""
     reused: bool = False  # its finished tuning of an earlier run was read back, not searched again
+    # Untuned, and kept with the config of this tuned dispatch's winner (tuner.stages.carry_over).
+    carried_from: str = ""
 
     @property
     def expected_gain(self) -> float:
@@ -69,7 +71,7 @@ class DispatchOutcome:
                 "default_ms": self.default_ms, "tuned_ms": self.tuned_ms, "speedup": self.speedup,
                 "config": self.part.label if self.part else None, "also_covers": list(self.also_covers),
                 "model_speedup": self.model_speedup, "profile_ms": self.profile_ms, "calls": self.calls,
-                "timed": self.timed}
+                "timed": self.timed, **({"carried_from": self.carried_from} if self.carried_from else {})}
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ CARRIED = "carried from"  # a carried part's label: "LABEL (carried from DISPATC
 
 
 def carried_over(env: StageEnv, state: ModelState, kept: Sequence[SpecPart],
-                 pipeline_name: Optional[str] = None) -> list[tuple[DispatchOutcome, SpecPart]]:
+                 pipeline_name: Optional[str] = None) -> list[tuple[DispatchOutcome, SpecPart, str]]:
     """Each dispatch of the model the dispatch stage left untuned for lack of rank or time that a
     pipeline takes, with the config of the nearest `kept` winner of its kind and pipeline whose
-    knobs its constraints admit (none where no winner's do)."""
+    knobs its constraints admit, and that winner's dispatch (none where no winner's do)."""
     untuned = [o for o in state.dispatches if o.part is None and o.status.startswith((UNTUNED_FOR_RANK, UNTUNED_FOR_TIME))]
     if not untuned or not kept:
         return []
@@ -44,9 +44,11 @@ def carried_over(env: StageEnv, state: ModelState, kept: Sequence[SpecPart],
         donors = sorted((p for p in kept if p.dispatch.kind == dispatch.kind and p.config.knobs
                          and _same_pipeline(tuning_pipeline(p.dispatch, pipeline_name), pipeline)),
                         key=lambda p: _distance(p.dispatch, dispatch))
-        part = next((c for c in (_carried(dispatch, pipeline, p, env) for p in donors) if c is not None), None)
-        if part is not None:
-            carried.append((outcome, part))
+        for donor in donors:
+            part = _carried(dispatch, pipeline, donor, env)
+            if part is not None:
+                carried.append((outcome, part, donor.dispatch.name))
+                break
     return carried
 
 

@@ -103,7 +103,7 @@ def _carry_over(env: StageEnv, state: ModelState, kept: list, current: BuiltVari
     if not carried:
         return None, current
     trial = build_once(env, replace(current.variant, name=f"merge-{step}",
-                                    parts=(*current.variant.parts, *(p for _, p in carried))))
+                                    parts=(*current.variant.parts, *(p for _, p, _ in carried))))
     cmp = measure("merge", current, trial, step) if trial.ok else None
     if trial.ok and cmp is None:
         return ("merge", current, trial, step), current
@@ -112,14 +112,13 @@ def _carry_over(env: StageEnv, state: ModelState, kept: list, current: BuiltVari
     why = (trial.error if not trial.ok else cmp.failed.get(trial.variant.name, "could not be timed")
            if paired is None or not paired.ratios
            else f"the model was {paired.speedup:.3f}x with them, not faster beyond the noise")
-    for o, part in carried:  # a carried part's label names the winner it came from
-        outcomes[o.name] = (replace(o, status="kept", part=part, model_speedup=paired.speedup) if faster
-                            else replace(o, status=f"{o.status}; a winner's config carried over was dropped: {why}"))
     env.say(f"  {len(carried)} untuned dispatches with the configs of the nearest kept winners: "
             + (f"kept ({paired.speedup:.3f}x the model)" if faster else f"dropped ({why})"))
-    if not faster:
+    if not faster:  # each stays as it was: not tuned, and why
         return None, current
-    kept.extend(part for _, part in carried)
+    for o, part, donor in carried:
+        outcomes[o.name] = replace(o, status="kept", part=part, model_speedup=paired.speedup, carried_from=donor)
+    kept.extend(part for _, part, _ in carried)
     return None, trial
 
 
