@@ -15,8 +15,12 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+import z3
+
+from constraints import Problem
 from pipelines import Dispatch
 from pipelines.base import Pipeline
+from tuner.errors import TunerError
 from tuner.specs.candidates import as_matched
 from tuner.stages.base import DispatchOutcome, ModelState, StageEnv
 from tuner.stages.builtin import UNTUNED_FOR_RANK, UNTUNED_FOR_TIME, tuning_pipeline
@@ -44,22 +48,28 @@ def carried_over(env: StageEnv, state: ModelState, kept: Sequence[SpecPart],
         donors = sorted((p for p in kept if p.dispatch.kind == dispatch.kind and p.config.knobs
                          and _same_pipeline(tuning_pipeline(p.dispatch, pipeline_name), pipeline)),
                         key=lambda p: _distance(p.dispatch, dispatch))
+        try:
+            problem = pipeline.build_problem(dispatch) if donors else None
+        except (TunerError, ValueError, z3.Z3Exception):  # no constraints for it: nothing carried
+            continue
         for donor in donors:
-            part = _carried(dispatch, pipeline, donor, env)
+            part = _carried(dispatch, pipeline, problem, donor, env)
             if part is not None:
                 carried.append((outcome, part, donor.dispatch.name))
                 break
     return carried
 
 
-def _carried(dispatch: Dispatch, pipeline: Pipeline, donor: SpecPart, env: StageEnv) -> Optional[SpecPart]:
-    """The donor's knobs as a config of `dispatch`, or None where its constraints refuse them."""
+def _carried(dispatch: Dispatch, pipeline: Pipeline, problem: Problem, donor: SpecPart,
+             env: StageEnv) -> Optional[SpecPart]:
+    """The donor's knobs as a config of `dispatch`, or None where its constraints (`problem`)
+    refuse them."""
     knobs = donor.config.knobs
     try:
-        if not (pipeline.build_problem(dispatch).admits(knobs) and pipeline.admits(dispatch, knobs)):
+        if not (problem.admits(knobs) and pipeline.admits(dispatch, knobs)):
             return None
         config = as_matched(dispatch, pipeline, pipeline.to_config(dispatch, knobs, env.ctx))
-    except (KeyError, ValueError):  # a knob of one problem that the other lacks
+    except (KeyError, ValueError, TypeError, TunerError, z3.Z3Exception):  # a knob the other problem lacks, say
         return None
     if not config.compilation_info or config.flags:  # only a config a spec carries (not a flag)
         return None
