@@ -63,16 +63,18 @@ def _as_matmul(conv: ir.Operation) -> str:
         return op("Reshape", [value, int64_literal(shape, ip, loc)], shape)
 
     pixels = h * width
-    if _side_by_side(n, c, o, pixels):
-        flat = op("Transpose", [reshape(x, [n, c, pixels])], [c, n, pixels], perm=si64_array([1, 0, 2]))
-        y = op("MatMul", [reshape(w, [o, c]), reshape(flat, [c, n * pixels])], [o, n * pixels])
-        if len(conv.operands) > 2:
-            y = op("Add", [y, reshape(conv.operands[2], [o, 1])], [o, n * pixels])
+    side_by_side = _side_by_side(n, c, o, pixels)
+    if side_by_side:  # [C, N*P]: every image's pixels in the columns
+        columns = reshape(op("Transpose", [reshape(x, [n, c, pixels])], [c, n, pixels], perm=si64_array([1, 0, 2])),
+                          [c, n * pixels])
+        shape = [o, n * pixels]
+    else:  # [N, C, P]: a batch matmul, the filter broadcast over the images
+        columns, shape = reshape(x, [n, c, pixels]), [n, o, pixels]
+    y = op("MatMul", [reshape(w, [o, c]), columns], shape)
+    if len(conv.operands) > 2:
+        y = op("Add", [y, reshape(conv.operands[2], [o, 1])], shape)
+    if side_by_side:
         y = op("Transpose", [reshape(y, [o, n, pixels])], [n, o, pixels], perm=si64_array([1, 0, 2]))
-    else:
-        y = op("MatMul", [reshape(w, [o, c]), reshape(x, [n, c, pixels])], [n, o, pixels])
-        if len(conv.operands) > 2:
-            y = op("Add", [y, reshape(conv.operands[2], [o, 1])], [n, o, pixels])
     replace_op(conv, reshape(y, [n, o, h, width]))
     return f"{n}x{c}x{h}x{width} by {o}x{c}x1x1"
 

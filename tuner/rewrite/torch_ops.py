@@ -121,26 +121,28 @@ def int64_literal(values: list, ip: ir.InsertionPoint, loc: ir.Location) -> ir.V
     """A `torch.vtensor.literal` of si64 values (a shape, axes or steps an onnx op takes; nested
     lists give a tensor of their shape: a Gather's indices)."""
     array = np.array(values, np.int64)
-    shape = list(array.shape)
-    dense = ir.DenseElementsAttr.get(array, type=ir.RankedTensorType.get(shape, ir.IntegerType.get_signed(64), loc=loc))
-    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],si64>")],
-                               attributes={"value": dense}, loc=loc, ip=ip).result
+    return _literal(ir.DenseElementsAttr.get(array, type=ir.RankedTensorType.get(
+        list(array.shape), ir.IntegerType.get_signed(64), loc=loc)), list(array.shape), "si64", ip, loc)
 
 
 def bool_literal(values: list, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """A `torch.vtensor.literal` of booleans (an onnx.Where's condition), of the nested lists' shape."""
     array = np.array(values, np.bool_)
-    shape = list(array.shape)
-    dense = ir.DenseElementsAttr.get(array)  # numpy's booleans: an i1 tensor of their shape
-    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],i1>")],
-                               attributes={"value": dense}, loc=loc, ip=ip).result
+    # numpy's booleans: an i1 tensor of their shape
+    return _literal(ir.DenseElementsAttr.get(array), list(array.shape), "i1", ip, loc)
 
 
 def zero_literal(element: str, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """A `torch.vtensor.literal` of one zero of the element type ("f16", "f32", "bf16")."""
     scalar = {"f16": ir.F16Type, "f32": ir.F32Type, "bf16": ir.BF16Type, "f64": ir.F64Type}[element].get()
     dense = ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], scalar, loc=loc), ir.FloatAttr.get(scalar, 0.0, loc=loc))
-    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[],{element}>")],
+    return _literal(dense, [], element, ip, loc)
+
+
+def _literal(dense: ir.DenseElementsAttr, shape: list[int], element: str, ip: ir.InsertionPoint,
+             loc: ir.Location) -> ir.Value:
+    """A `torch.vtensor.literal` of `dense`, typed `!torch.vtensor<[shape],element>`."""
+    return ir.Operation.create("torch.vtensor.literal", results=[ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}>")],
                                attributes={"value": dense}, loc=loc, ip=ip).result
 
 

@@ -210,21 +210,8 @@ class DispatchStage:
                 start = time.monotonic()
                 seconds = None if deadline is None else search_seconds(
                     deadline - start, [o.share for _, o in chosen[i - 1:]])
-                # A tuning an earlier run finished costs nothing: it is taken whatever the time left
-                # (Swin-T resumed on the H200 past its dispatch stage's time threw its three
-                # finished tunings away and kept the default).
-                earlier = None
                 if seconds is not None and seconds <= 0:
-                    try:
-                        earlier = self.finished(lead, outcome, target, env, source)
-                    except ToolError:  # not readable as this tuning's: not tuned, as any other
-                        earlier = None
-                if earlier is not None:
-                    outcomes.append(earlier)
-                elif seconds is not None and seconds <= 0:
-                    outcomes.append(replace(outcome, status=f"{UNTUNED_FOR_TIME} {stage_seconds:.0f} s were spent"))
-                    if env.budget is not None:
-                        env.budget.skip(f"tuning {lead.name}")
+                    outcomes.append(self._out_of_time(lead, outcome, target, env, source, stage_seconds))
                 else:
                     outcomes.append(self.tune_or_say(lead, outcome, program, target, env, source, seconds))
                 took = time.monotonic() - start
@@ -253,6 +240,22 @@ class DispatchStage:
             return self.tune(dispatch, outcome, program, target, env, source, seconds)
         except (ToolError, UnusableBaseline, NotTimedAlone) as e:
             return replace(outcome, status=f"not tuned: {e}")
+
+    def _out_of_time(self, dispatch: Dispatch, outcome: DispatchOutcome, target: Target, env: StageEnv,
+                     source: Path, stage_seconds: float) -> DispatchOutcome:
+        """A dispatch reached once the stage's time is spent: its tuning as an earlier run
+        finished it, which costs nothing (Swin-T resumed on the H200 past its dispatch stage's
+        time threw its three finished tunings away and kept the default); else not tuned, said
+        in the budget's verdict."""
+        try:
+            earlier = self.finished(dispatch, outcome, target, env, source)
+        except ToolError:  # not readable as this tuning's: not tuned, as any other
+            earlier = None
+        if earlier is not None:
+            return earlier
+        if env.budget is not None:
+            env.budget.skip(f"tuning {dispatch.name}")
+        return replace(outcome, status=f"{UNTUNED_FOR_TIME} {stage_seconds:.0f} s were spent")
 
     def finished(self, dispatch: Dispatch, outcome: DispatchOutcome, target: Target, env: StageEnv,
                  source: Path) -> Optional[DispatchOutcome]:

@@ -176,9 +176,8 @@ class FlagStage:
             # nd-linear-as-matmul, built in the first batch, went untimed on the H200 and the run
             # kept the default). A later step's are not: ResNet-50's extensions, six built ones
             # timed past the share, held its flag stage past the whole run's budget.
-            first = self._first_variant(env, option) if first_round else None
             if (flag_share_spent(env.budget) and not rewrites_nothing(env, option)
-                    and not (first is not None and built_already(env, first))):
+                    and not (first_round and self._built(env, option))):
                 trials[option.label] = NOT_TRIED
                 env.budget.skip(f"model-wide choice {short_flags(option.label)}")
                 continue
@@ -306,6 +305,11 @@ class FlagStage:
             return None
         return self._untuned(option, program) if self._tunes(option) else Variant(option.directory, option.flags,
                                                                                     program=program)
+
+    def _built(self, env: StageEnv, option: ModelOption) -> bool:
+        """Whether the option's first build (`_first_variant`) is made already."""
+        first = self._first_variant(env, option)
+        return first is not None and built_already(env, first)
 
     @staticmethod
     def _untuned(option: ModelOption, program: Optional[Path], pins: tuple[SpecPart, ...] = ()) -> Variant:

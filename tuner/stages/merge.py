@@ -108,14 +108,19 @@ def _carry_over(env: StageEnv, state: ModelState, kept: list, current: BuiltVari
     if trial.ok and cmp is None:
         return ("merge", current, trial, step), current
     paired = cmp.paired.get(trial.variant.name) if cmp else None
-    faster = paired is not None and paired.beats_baseline and not paired.holds_one
-    why = (trial.error if not trial.ok else cmp.failed.get(trial.variant.name, "could not be timed")
-           if paired is None or not paired.ratios
-           else f"the model was {paired.speedup:.3f}x with them, not faster beyond the noise")
-    env.say(f"  {len(carried)} untuned dispatches with the configs of the nearest kept winners: "
-            + (f"kept ({paired.speedup:.3f}x the model)" if faster else f"dropped ({why})"))
-    if not faster:  # each stays as it was: not tuned, and why
+    said = f"  {len(carried)} untuned dispatches with the configs of the nearest kept winners: "
+    if not trial.ok:
+        why = trial.error
+    elif paired is None or not paired.ratios:
+        why = cmp.failed.get(trial.variant.name, "could not be timed")
+    elif not paired.beats_baseline or paired.holds_one:
+        why = f"the model was {paired.speedup:.3f}x with them, not faster beyond the noise"
+    else:
+        why = ""
+    if why:  # each stays as it was: not tuned, and why
+        env.say(said + f"dropped ({why})")
         return None, current
+    env.say(said + f"kept ({paired.speedup:.3f}x the model)")
     for o, part, donor in carried:
         outcomes[o.name] = replace(o, status="kept", part=part, model_speedup=paired.speedup, carried_from=donor)
     kept.extend(part for _, part, _ in carried)
