@@ -1164,7 +1164,7 @@ def _budget_clock(monkeypatch, clock: _Clock) -> None:
 
 
 def test_the_time_budget_gives_the_flag_stage_its_share_and_keeps_the_merges():
-    from tuner.stages.time_budget import FLAG_SHARE, MERGE_SHARE, TimeBudget
+    from tuner.stages.time_budget import DISPATCH_FLOOR, FLAG_SHARE, MERGE_SHARE, TimeBudget
 
     clock = _Clock()
     budget = TimeBudget(600.0, clock=clock)
@@ -1173,12 +1173,17 @@ def test_the_time_budget_gives_the_flag_stage_its_share_and_keeps_the_merges():
     clock.now = 150.0
     assert budget.flag_stage_left() == pytest.approx(500.0 * FLAG_SHARE - 50.0)
     assert budget.dispatch_stage_seconds() == pytest.approx(600.0 * (1 - MERGE_SHARE) - 150.0)
-    clock.now = 590.0  # past the merge's reserve: no dispatch time, the merge still runs
-    assert budget.flag_stage_left() < 0 and budget.dispatch_stage_seconds() == 0.0
     assert budget.verdict_text() == ""  # nothing left undone: nothing said
+    clock.now = 480.0  # 30 s before the merge's reserve: the dispatch stage still gets its floor
+    assert budget.dispatch_stage_seconds() == pytest.approx(600.0 * DISPATCH_FLOOR)
+    assert "the dispatch stage began with 30 s left of its share, and was given 60 s" in budget.verdict_text()
+    clock.now = 590.0  # past the reserve: the floor, the merge still runs after it
+    assert budget.flag_stage_left() < 0 and budget.dispatch_stage_seconds() == pytest.approx(600.0 * DISPATCH_FLOOR)
     budget.skip("tuning d1")
     budget.skip("tuning d1")
-    assert budget.verdict_text() == "; within the time budget of 600 s (590 s spent) not done: tuning d1"
+    assert budget.verdict_text().startswith("; within the time budget of 600 s (590 s spent) not done: ")
+    assert budget.verdict_text().endswith("; tuning d1")
+    assert budget.verdict_text().count("tuning d1") == 1
 
 
 def test_a_flag_stage_step_is_begun_only_where_it_should_end_within_the_share_at_the_pace_so_far():
@@ -1342,7 +1347,9 @@ def test_a_stopped_run_resumed_goes_on_with_what_it_left_of_its_time_budget(tmp_
 
 def test_the_dispatch_stage_takes_what_the_time_budget_leaves_less_the_merges_share(tmp_path, ctx, monkeypatch):
     """On a designed clock, a budget of 100 s: at 20 s the dispatch stage's one dispatch is searched
-    for the 65 s left before the merge's 15; at 95 s it is not tuned, and the budget says so."""
+    for the 65 s left before the merge's 15; at 95 s for the stage's floor (10 s), the overrun
+    said; with no floor it is not tuned, and the budget says so."""
+    from tuner.stages import time_budget
     from tuner.stages.base import ModelState
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.time_budget import TimeBudget
@@ -1364,11 +1371,16 @@ def test_the_dispatch_stage_takes_what_the_time_budget_leaves_less_the_merges_sh
     [outcome] = state.dispatches
     # The stage reads the real clock twice: a little real time passes between the readings.
     assert outcome.status == "tuned" and seconds == [pytest.approx(65.0, abs=1.0)] and budget.undone == []
-    clock.now = 95.0
+    clock.now = 95.0  # past the merge's reserve: the stage still gets its floor, 10 s, and the verdict says so
     state = DispatchStage(budget=2, top=1).run(ModelState(), replace(env, budget=budget))
     [outcome] = state.dispatches
-    assert outcome.status == "not tuned: the dispatch stage's 0 s were spent" and len(seconds) == 1
-    assert budget.undone == [f"tuning {outcome.name}"]
+    assert outcome.status == "tuned" and seconds[1] == pytest.approx(10.0, abs=1.0)
+    assert budget.undone == ["keeping to the budget: the dispatch stage began with 0 s left of its share, and was given 10 s"]
+    monkeypatch.setattr(time_budget, "DISPATCH_FLOOR", 0.0)  # no floor: nothing is tuned
+    state = DispatchStage(budget=2, top=1).run(ModelState(), replace(env, budget=budget))
+    [outcome] = state.dispatches
+    assert outcome.status == "not tuned: the dispatch stage's 0 s were spent" and len(seconds) == 2
+    assert budget.undone[-1] == f"tuning {outcome.name}"
 
 
 @pytest.mark.slow

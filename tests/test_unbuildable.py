@@ -168,3 +168,45 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
     env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append)
     assert repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",))) == ()
     assert said == ["  m_dispatch_2_x: not repaired (iree-compile failed reading the program (designed))"]
+
+
+def test_a_build_that_fails_in_one_dispatch_after_another_is_repaired_dispatch_by_dispatch(tmp_path, monkeypatch):
+    """Swin-T under O3 on the H200 failed in its first LayerNorm, and with that one pinned in the
+    next stage's: each dispatch the build fails in next gets a config pinned in turn, the build
+    that compiles carries all of them; where a dispatch's configs leave the build failing in the
+    same dispatch, nothing is pinned and the run says which one. Designed builds: a build fails in
+    the first of the failing dispatches that no pin covers (or compiles)."""
+    from types import SimpleNamespace
+
+    from tuner.stages import repair
+    from tuner.stages.base import RunCache
+    from tuner.stages.variants import BuiltVariant, Variant
+
+    failing = ["m_dispatch_2_reduction", "m_dispatch_51_reduction", "m_dispatch_53_reduction"]
+    unrepairable: set[str] = set()
+
+    def build(env, variant):
+        pinned = {p.dispatch.name for p in variant.pinned}
+        left = [d for d in failing if d not in pinned or d in unrepairable]
+        if not left:
+            return BuiltVariant(variant, tmp_path / "m.vmfb", None, ())
+        return BuiltVariant(variant, None, None, (), f"failed to distribute (in {left[0]})", failing=left[0])
+
+    dispatches = [SimpleNamespace(name=n) for n in failing]
+    config = SimpleNamespace(compilation_info="#config", flags=())
+    candidates = [SimpleNamespace(config=config, label=f"c{i}", id=i) for i in range(4)]
+    monkeypatch.setattr(repair, "build_once", build)
+    monkeypatch.setattr(repair, "formed_dispatches", lambda env, program, flags: dispatches)
+    monkeypatch.setattr(repair, "tuning_pipeline", lambda dispatch, pipeline: SimpleNamespace(name="reduction"))
+    monkeypatch.setattr(repair, "generate_candidates", lambda *a, **k: candidates)
+    said: list[str] = []
+    env = SimpleNamespace(model=tmp_path / "m.mlir", target=SimpleNamespace(spec_entry="e", pinned=()), ctx=None,
+                          cache=RunCache(), say=said.append)
+    pins = repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",)))
+    assert [p.dispatch.name for p in pins] == failing
+    assert len(said) == 1 and "pinned" in said[0] and all(d in said[0] for d in failing)
+    # The second one's configs all fail in it again: not repaired, the reason names it.
+    unrepairable.add(failing[1])
+    said.clear()
+    assert repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",))) == ()
+    assert said[0].startswith(f"  {failing[0]}: not repaired (none of 3 reduction configs builds {failing[1]}")

@@ -266,7 +266,10 @@ class FlagStage:
         # A dispatch the choice forms that the compiler cannot compile gets a config that can.
         pins = pins_for(env, self._first_variant(env, option), self.search.pipeline)
         untuned = self._untuned(option, program, pins)
-        if self._tunes(option):
+        # Past the flag stage's share nothing it forms is tuned: its build is checked where it is
+        # judged, and a check here first would run the model once more (Swin-T on the H200: the
+        # first round's checks ran its flag stage 130 s past its share).
+        if self._tunes(option) and not flag_share_spent(env.budget):
             off = _wrong_result(env, default, untuned)
             if off:  # its dispatches are not tuned: every candidate would be judged on a wrong model
                 trials[option.label] = f"{off} with the default configs (not tuned)"

@@ -11,7 +11,7 @@ repaired choice is judged like any other."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from tuner.errors import InputError, ToolError
@@ -21,40 +21,66 @@ from tuner.stages.builtin import build_once, tuning_pipeline
 from tuner.stages.flag_options import formed_dispatches
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
-# Configs tried on the failing dispatch, each a whole-model compile.
+# Configs tried on a failing dispatch, each a whole-model compile, and the most dispatches
+# repaired in one build.
 REPAIR_TRIES = 3
+REPAIR_DISPATCHES = 6
 
 
 def repaired(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str] = None) -> BuiltVariant:
-    """`variant` built with a config for the dispatch `name` its build failed in, pinned, by the
-    pipeline the dispatch is tuned with (`pipeline` where it takes the dispatch, else the one for
-    the compiler's choice: Swin-T's LayerNorm under the mma.sync kernel's name went unrepaired);
-    NotRepaired where the dispatch is not found, no pipeline takes it, or none of REPAIR_TRIES of
-    its configs builds the model either."""
+    """`variant` built with a config pinned for the dispatch `name` its build failed in, and for
+    each dispatch the build then fails in next (REPAIR_DISPATCHES at most: Swin-T under O3 failed
+    in its first LayerNorm, and with that one repaired in the next stage's, `reduction_6272x192`),
+    by the pipeline each dispatch is tuned with (`pipeline` where it takes the dispatch, else the
+    one for the compiler's choice: Swin-T's LayerNorm under the mma.sync kernel's name went
+    unrepaired); NotRepaired where a dispatch is not found, no pipeline takes it, or none of
+    REPAIR_TRIES of its configs builds the model past it."""
+    done: list[str] = []
+    for _ in range(REPAIR_DISPATCHES):
+        built = _repaired_once(env, variant, name, pipeline)
+        done.append(built.said)
+        if built.result.ok:
+            env.say(f"  does not compile with the compiler's configs under {' '.join(variant.flags) or 'the default flags'}; "
+                    f"it does with {'; '.join(done)}: pinned")
+            return built.result
+        variant, name = built.result.variant, built.result.failing
+    raise NotRepaired(f"after {'; '.join(done)}, the build still fails in {name}")
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One dispatch repaired: the build with its config pinned (which may fail in another
+    dispatch) and what to say of it."""
+
+    result: BuiltVariant
+    said: str
+
+
+def _repaired_once(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str]) -> _Step:
+    """`variant` with a config pinned for the dispatch `name`: the first of REPAIR_TRIES that
+    builds the model, or that moves its failure to another dispatch (that one is repaired next)."""
     # The diagnostics name the dispatch's function, or only its executable (`@main_dispatch_3`).
     dispatch = next((d for d in formed_dispatches(env, variant.program or env.model, variant.flags)
                      if d.name == name or d.name.startswith(name + "_")), None)
     if dispatch is None:
-        raise NotRepaired("not found among the dispatches the choice forms")
+        raise NotRepaired(f"{name} is not found among the dispatches the choice forms")
     chosen = tuning_pipeline(dispatch, pipeline)
     if chosen is None:
-        raise NotRepaired("no pipeline of the tuner takes it")
+        raise NotRepaired(f"no pipeline of the tuner takes {name}")
     # Only a config a spec carries can be pinned (not one that is a flag: data tiling on the CPU).
     configs = [c for c in generate_candidates(dispatch, chosen, 3 * REPAIR_TRIES, env.ctx, env.target.spec_entry,
                                               pinned=env.target.pinned)[1:]
                if c.config.compilation_info and not c.config.flags]
     if not configs:
-        raise NotRepaired(f"{chosen.name} has no config for it but the compiler's")
+        raise NotRepaired(f"{chosen.name} has no config for {name} but the compiler's")
     error = ""
     for c in configs[:REPAIR_TRIES]:
         part = SpecPart(dispatch, c.config, c.label)
         b = build_once(env, replace(variant, name=f"{variant.name}-repaired-{c.id}", pinned=(*variant.pinned, part)))
-        if b.ok:
-            env.say(f"  {dispatch.name} does not compile with the compiler's config under {' '.join(variant.flags) or 'the default flags'}; "
-                    f"with the {chosen.name} config {c.label} it does: pinned")
-            return b
+        if b.ok or (b.failing and b.failing != name and not dispatch.name.startswith(b.failing + "_")):
+            return _Step(b, f"{dispatch.name} on the {chosen.name} config {c.label}")
         error = b.error
-    raise NotRepaired(f"none of {min(len(configs), REPAIR_TRIES)} {chosen.name} configs builds the model either "
+    raise NotRepaired(f"none of {min(len(configs), REPAIR_TRIES)} {chosen.name} configs builds {dispatch.name} "
                       f"(the last: {error})")
 
 

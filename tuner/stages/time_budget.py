@@ -32,6 +32,11 @@ from tuner.run_dir import write_file
 # most of the gain on transformer exports; a merge of 4 dispatches took 60-170 s.
 FLAG_SHARE = 0.4
 MERGE_SHARE = 0.15
+# The dispatch stage's least, as a share of the whole budget, however late it starts: Swin-T's
+# flag stage on the H200 ran 130 s past its share, left the dispatch stage nothing, and the run
+# kept 2.46x where one that tuned four matmuls had 2.76x. The run may then overrun its budget by
+# as much; the verdict says so.
+DISPATCH_FLOOR = 0.1
 # A choice's figure where the flag stage's share of the budget ran out before it was built.
 NOT_TRIED = "not tried: the flag stage's share of the time budget was spent"
 RECORD = "time-budget.json"  # DIR/: the seconds spent so far, while the run is not finished
@@ -94,9 +99,15 @@ class TimeBudget:
         return self.flag_step_seconds / self.flag_step_choices * choices <= left
 
     def dispatch_stage_seconds(self) -> float:
-        """Seconds the dispatch stage may take from now: the budget left, less the merge's share."""
+        """Seconds the dispatch stage may take from now: the budget left, less the merge's share,
+        and no less than DISPATCH_FLOOR of the budget (said in the verdict where it overruns)."""
         self._keep()
-        return max(0.0, self.start + (1.0 - MERGE_SHARE) * self.seconds - self.clock())
+        left = self.start + (1.0 - MERGE_SHARE) * self.seconds - self.clock()
+        floor = DISPATCH_FLOOR * self.seconds
+        if left < floor:
+            self.skip(f"keeping to the budget: the dispatch stage began with {max(0.0, left):.0f} s left "
+                      f"of its share, and was given {floor:.0f} s")
+        return max(left, floor)
 
     def spent(self) -> float:
         return self.clock() - self.start

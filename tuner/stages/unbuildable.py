@@ -56,7 +56,8 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
         why = why_not(repaired, build_once(repaired, Variant("default")))
         if not why:
             line = (f"IREE's defaults do not build the model ({failure}); with a config of the tuner's for "
-                    f"{pins[0].dispatch.name} ({pins[0].label}) they do, and every build of the run carries it")
+                    + ", ".join(f"{p.dispatch.name} ({p.label})" for p in pins)
+                    + f" they do, and every build of the run carries {'them' if len(pins) > 1 else 'it'}")
             env.say(line)
             return repaired, line
     env.say(f"IREE's defaults do not build and run the model: {failure}; trying the model-wide choices")
