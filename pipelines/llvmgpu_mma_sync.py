@@ -42,8 +42,9 @@ class LLVMGPUMmaSync(Pipeline):
     TileAndFuse stays the one that tunes the compiler's own choice. It takes what the strategy does: cuda, one M, N and K dim and at
     most one batch dim (outermost in A, B and C; one batch entry a workgroup), f16 x f16 -> f32,
     A stored M x K, B stored K x N, C M x N, at most one elementwise op after it
-    in the dispatch (a bias, an activation, the narrowing to f16), the tiles dividing every dim
-    (it does not pad). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
+    in the dispatch (a bias, an activation, the narrowing to f16), the tiles dividing N and K, and
+    M too unless that op follows and there is no batch dim (then the last row of tiles is padded:
+    pipelines.llvmgpu_mma_sync_padded). B stored N x K (a linear layer's weight) compiles but computes a wrong result,
     so it is declined; the flag stage then tries the model with KEEP_TRANSPOSES (`flags_to_take`)."""
 
     name = "llvmgpu_mma_sync"
@@ -56,7 +57,16 @@ class LLVMGPUMmaSync(Pipeline):
             return False
         b, m, n, k = dispatch.batch_dims, dispatch.m_dims[0], dispatch.n_dims[0], dispatch.k_dims[0]
         lhs, rhs, out = dispatch.operand_dims
-        return lhs == (*b, m, k) and rhs == (*b, k, n) and out == (*b, m, n) and self._tiles_divide(dispatch)
+        return (lhs == (*b, m, k) and rhs == (*b, k, n) and out == (*b, m, n)
+                and self._tiles_divide(dispatch, rows=not self._pads_rows(dispatch)))
+
+    @staticmethod
+    def _pads_rows(dispatch: Dispatch) -> bool:
+        """Whether the kernel pads the dispatch's rows (pipelines.llvmgpu_mma_sync_padded): M is
+        no multiple of the smallest tile, an elementwise op follows the contraction and there
+        is no batch dim (ViT's 1576 rows, Whisper's 1500)."""
+        m = math.prod(dispatch.sizes(dispatch.m_dims))
+        return m % min(BLOCK_M) != 0 and dispatch.other_ops == EPILOGUES[1] and not dispatch.batch_dims
 
     @staticmethod
     def _its_types(dispatch: Dispatch) -> bool:
@@ -67,11 +77,12 @@ class LLVMGPUMmaSync(Pipeline):
                 and len(dispatch.operand_dims) == 3 and dispatch.other_ops in EPILOGUES)
 
     @staticmethod
-    def _tiles_divide(dispatch: Dispatch) -> bool:
-        """Whether the smallest tiles divide M, N and K, each the product of its dims (the kernel
-        does not pad)."""
-        sizes = (math.prod(dispatch.sizes(dims)) for dims in (dispatch.m_dims, dispatch.n_dims, dispatch.k_dims))
-        return all(size > 0 and size % min(tiles) == 0 for size, tiles in zip(sizes, (BLOCK_M, BLOCK_N, BLOCK_K)))
+    def _tiles_divide(dispatch: Dispatch, rows: bool = True) -> bool:
+        """Whether the smallest tiles divide N and K, and M where `rows` (the padded kernel takes
+        any M), each the product of its dims."""
+        sizes = [math.prod(dispatch.sizes(dims)) for dims in (dispatch.m_dims, dispatch.n_dims, dispatch.k_dims)]
+        return all(size > 0 and (size % min(tiles) == 0 or (i == 0 and not rows))
+                   for i, (size, tiles) in enumerate(zip(sizes, (BLOCK_M, BLOCK_N, BLOCK_K))))
 
     taking_flags = (KEEP_TRANSPOSES,)
 
@@ -125,10 +136,14 @@ class LLVMGPUMmaSync(Pipeline):
             return ("B stored N x K: the mma.sync kernel compiles for it but computes a wrong result "
                     "(error 1.0 of max|C|, 2048x5120x5120 on the H100), so it is not offered (tune-model tries "
                     "the model with its transposes kept, which stores a constant B K x N)")
-        if len(dispatch.m_dims) == len(dispatch.n_dims) == len(dispatch.k_dims) == 1 and len(dispatch.batch_dims) <= 1 \
-                and not self._tiles_divide(dispatch):
-            return (f"the mma.sync kernel does not pad: M, N and K must be multiples of {min(BLOCK_M)}, "
-                    f"{min(BLOCK_N)} and {min(BLOCK_K)}")
+        if len(dispatch.m_dims) == len(dispatch.n_dims) == len(dispatch.k_dims) == 1 and len(dispatch.batch_dims) <= 1:
+            if not self._tiles_divide(dispatch, rows=False):
+                return (f"the mma.sync kernel does not pad N or K: they must be multiples of {min(BLOCK_N)} "
+                        f"and {min(BLOCK_K)}")
+            if not self._tiles_divide(dispatch):
+                return (f"M is no multiple of {min(BLOCK_M)}: the mma.sync kernel pads rows only where an elementwise "
+                        "op follows the contraction and there is no batch dim (without one its padded result "
+                        "tile was copied back wrong on the H200)")
         return "the mma.sync kernel takes only f16 x f16 -> f32 C = A B with one M, N and K dim and at most one batch dim"
 
     def build_problem(self, dispatch: Dispatch) -> Problem:
@@ -143,7 +158,8 @@ class LLVMGPUMmaSync(Pipeline):
         wm = p.add_knob(IntKnob.of("warps_m", [2, 4, 1])).var
         wn = p.add_knob(IntKnob.of("warps_n", [4, 2, 1])).var
         stages = p.add_knob(IntKnob.of("stages", [3, 4, 2, 5, 1])).var
-        kernel = MmaSyncTiles(bm, bn, bk, wm, wn, stages, epilogue=bool(dispatch.other_ops), batch=bool(dispatch.batch_dims))
+        kernel = MmaSyncTiles(bm, bn, bk, wm, wn, stages, epilogue=bool(dispatch.other_ops), batch=bool(dispatch.batch_dims),
+                              padded=self._pads_rows(dispatch))
         p.require(*kernel.rules(m, n, k, shared_memory_bytes(dispatch), dispatch.target.max_threads_per_workgroup or 1024))
         # Preferences from issue 38's shapes (4096^3, Llama-7B's MLP; BENCHMARKS.md): a grid that
         # fills the H100's 132 SMs, 3-4 stages (one stage ran 0.67x three), a 128x256 tile on 8
@@ -160,6 +176,8 @@ class LLVMGPUMmaSync(Pipeline):
 
         t = MmaSyncTiles(*(int(s[k]) for k in ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages")),
                          epilogue=bool(dispatch.other_ops), batch=bool(dispatch.batch_dims))
+        # Rows padded where the tile does not divide M (the problem allowed it: _pads_rows).
+        t = replace(t, padded=math.prod(dispatch.sizes(dispatch.m_dims)) % t.block_m != 0)
         with ctx:  # printed by the compiler's own printer, as the read-back will print them
             info = ir.Attribute.parse(compilation_info(t))
             lowering, translation = ir.Attribute.parse(lowering_config(t)), ir.Attribute.parse(translation_info(t))

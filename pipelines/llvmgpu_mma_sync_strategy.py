@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipelines import llvmgpu_mma_sync_padded as padded
 from pipelines.llvmgpu_common import MAX_ACCUMULATOR_REGISTERS
 
 WARP = 32  # threads per warp on cuda
@@ -67,6 +68,9 @@ class MmaSyncTiles:
     # A batch dim before M and N (a batch matmul): each workgroup takes one batch entry's tile,
     # the unit dim dropped from the vectors before the MMA conversion.
     batch: bool = False
+    # M not a multiple of block_m: the last row of workgroup tiles is padded with zero rows
+    # (pipelines.llvmgpu_mma_sync_padded; with an epilogue, no batch dim).
+    padded: bool = False
 
     @property
     def threads(self) -> int:
@@ -86,7 +90,8 @@ class MmaSyncTiles:
         threads = self.threads
         bm, bn, bk = self.block_m, self.block_n, self.block_k
         return [
-            m % bm == 0, n % bn == 0, k % bk == 0,  # no padding on this path
+            # Rows are padded where `padded` says so (the last tile's); N and K never are.
+            *([] if self.padded else [m % bm == 0]), n % bn == 0, k % bk == 0,
             # Each warp holds whole MMAs: 16 rows, and 16 columns (two n8 tiles per ldmatrix.x4).
             bm % (self.warps_m * MMA_M) == 0, bn % (self.warps_n * 2 * MMA_N) == 0, bk % MMA_K == 0,
             # Each thread copies whole 16-byte vectors of the A and B tiles.
@@ -114,7 +119,8 @@ class MmaSyncTiles:
     def name(self) -> str:
         """The kernel's strategy symbol: several kernels can sit in one spec (a model's)."""
         return (f"{STRATEGY}_{self.block_m}x{self.block_n}x{self.block_k}_w{self.warps_m}x{self.warps_n}"
-                f"_s{self.stages}" + ("_epilogue" if self.epilogue else "") + ("_batch" if self.batch else ""))
+                f"_s{self.stages}" + ("_epilogue" if self.epilogue else "") + ("_batch" if self.batch else "")
+                + ("_padded" if self.padded else ""))
 
     @property
     def lead(self) -> list[int]:
@@ -127,7 +133,8 @@ class MmaSyncTiles:
 
     def label(self) -> str:
         return (f"wg {self.block_m}x{self.block_n} k{self.block_k}, warps {self.warps_m}x{self.warps_n}, "
-                f"{self.stages} stages" + (", epilogue" if self.epilogue else "") + (", batch" if self.batch else ""))
+                f"{self.stages} stages" + (", epilogue" if self.epilogue else "") + (", batch" if self.batch else "")
+                + (", rows padded" if self.padded else ""))
 
 
 def _apply(target: str, *patterns: str) -> str:
@@ -297,11 +304,14 @@ def _pipeline(t: MmaSyncTiles) -> str:
     """Pad every shared tile's rows, then (with more than one stage) turn the copies into
     cp.async groups and software-pipeline the K loop."""
     pipelined = ""
+    # The tensor-core schedule takes one copy group a stage; the padded kernel's A and B are two
+    # (pipelines.llvmgpu_mma_sync_padded), which the simple schedule takes.
+    schedule = "" if t.padded else ", use_mma_sync"
     if t.stages > 1:
         pipelined = (f"    transform.iree.create_async_groups %f <{{use_mma_sync}}> : {ANY} -> ()\n"
                      + _cse("%f")
                      + f'    %for = transform.structured.match ops{{["scf.for"]}} in %f : {ANY} -> !transform.any_op\n'
-                     f"    %piped = transform.iree.pipeline_shared_memory_copies %for <{{depth = {t.stages} : i64, use_mma_sync}}> "
+                     f"    %piped = transform.iree.pipeline_shared_memory_copies %for <{{depth = {t.stages} : i64{schedule}}}> "
                      f": {ANY} -> !transform.any_op\n")
     return (_func("%f")
             + f"    transform.iree.reduce_shared_memory_bank_conflicts %f <{{padding_size_bits = {PAD_BITS} : i64}}> : {ANY} -> ()\n"
@@ -317,12 +327,17 @@ def _pipeline(t: MmaSyncTiles) -> str:
 def strategy(t: MmaSyncTiles) -> str:
     """The named sequences of one kernel (@<t.name> and its phases), to sit in a transform
     library beside the @__kernel_config whose compilation_info names it."""
-    phases = [("tile", _tile_and_promote(t)), ("vectorize", _vectorize_and_bufferize()), ("mark", _mark_copies())]
-    if t.epilogue:
-        phases.append(("epilogue", _epilogue_loads()))
-    phases += [("threads", _map_to_threads(t)), ("barriers", _drop_barriers()),
-              ("hoist", _hoist_accumulators(t)), ("mma", _to_mma()), ("buffers", _multibuffer(t)),
-              ("pipeline", _pipeline(t))]
+    if t.padded:
+        phases = [("tile", padded.tile_and_pad(t)), ("vectorize", padded.vectorize_and_bufferize()),
+                  ("mark", _mark_copies()), ("epilogue", padded.epilogue_loads()),
+                  ("threads", padded.map_to_threads(t, WARP))]
+    else:
+        phases = [("tile", _tile_and_promote(t)), ("vectorize", _vectorize_and_bufferize()), ("mark", _mark_copies())]
+        if t.epilogue:
+            phases.append(("epilogue", _epilogue_loads()))
+        phases.append(("threads", _map_to_threads(t)))
+    phases += [("barriers", _drop_barriers()), ("hoist", _hoist_accumulators(t)), ("mma", _to_mma()),
+               ("buffers", _multibuffer(t)), ("pipeline", _pipeline(t))]
     entry = "".join(f"    transform.include @{t.name}_{name} failures(propagate) (%root) : {ANY} -> ()\n"
                     for name, _ in phases)
     sync = (f"  transform.named_sequence @{t.name}_sync_loops(%f: !transform.any_op {{transform.readonly}}) {{\n"

@@ -116,6 +116,46 @@ def test_candidates_compile_for_sm80_and_their_kernels_use_ldmatrix_and_cp_async
     assert "ldmatrix" not in baseline
 
 
+VIT_MLP_UP = """
+func.func @main(%x: tensor<1576x768xf16>, %w: tensor<768x3072xf16>) -> tensor<1576x3072xf16> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1576x3072xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1576x3072xf32>) -> tensor<1576x3072xf32>
+  %y = linalg.matmul ins(%x, %w : tensor<1576x768xf16>, tensor<768x3072xf16>) outs(%acc : tensor<1576x3072xf32>) -> tensor<1576x3072xf32>
+  %e16 = tensor.empty() : tensor<1576x3072xf16>
+  %n = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                       iterator_types = ["parallel", "parallel"]} ins(%y : tensor<1576x3072xf32>) outs(%e16 : tensor<1576x3072xf16>) {
+  ^bb0(%v: f32, %o: f16):
+    %t = arith.truncf %v : f32 to f16
+    linalg.yield %t : f16
+  } -> tensor<1576x3072xf16>
+  return %n : tensor<1576x3072xf16>
+}
+"""
+
+
+@pytest.mark.slow
+def test_candidates_for_rows_no_tile_divides_compile_to_the_padded_kernel(tmp_path):
+    """ViT-B's MLP at batch 8 (1576 rows), narrowed to f16 in its dispatch: each candidate's
+    kernel is the padded one, with ldmatrix, mma.sync, and A's tiles copied by cp.async with a
+    source size (zero fill for the rows past M) and the loop pipelined (the wait lets groups stay
+    in flight). Its results were checked on the H200 (docs/benchmarks/mma-sync-kernel.md)."""
+    program = tmp_path / "vit.mlir"
+    program.write_text(VIT_MLP_UP)
+    out = tmp_path / "run"
+    result = run_cli("tune", str(program), "--target", "cuda:sm_80", "--pipeline", "llvmgpu_mma_sync",
+                     "--budget", "2", "--compile-only", "--output", str(out))
+    assert result.exit_code == 0, result.output
+    assert "compiled 3 of 3 candidates" in result.output
+    for cid in ("0001", "0002"):
+        config = "\n".join(p.read_text() for p in (out / "candidates" / cid / "configs").glob("*.mlir"))
+        assert re.search(r"codegen_spec = @mma_sync_\w+_epilogue_padded>", config), config[:3000]
+        ptx = "\n".join(p.read_text() for p in (out / "candidates" / cid / "binaries").glob("*.ptx"))
+        assert "ldmatrix" in ptx and "mma.sync" in ptx
+        assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %r\d+;", ptx)  # zero fill
+        assert re.search(r"cp\.async\.wait_group\s+[1-9]", ptx)  # pipelined: groups left in flight
+
+
 TWO_MATMULS = """
 func.func @main(%a: tensor<256x512xf16>, %b: tensor<512x256xf16>, %c: tensor<256x512xf16>, %d: tensor<512x256xf16>)
     -> (tensor<256x256xf32>, tensor<256x256xf32>) {
@@ -176,12 +216,50 @@ def test_the_epilogue_tile_counts_against_shared_memory_and_two_fused_ops_are_de
     assert not PIPE.supports(two) and "at most one elementwise op" in PIPE.declines(two)
 
 
-def test_the_smallest_tiles_must_divide_the_shape_or_it_is_declined_for_that(square):
-    # 2308 = 4 x 577 rows (ViT-L's 577 tokens at batch 4): no 64-row tile divides them.
+def test_rows_no_tile_divides_are_padded_only_with_an_epilogue_and_n_and_k_never(square):
+    # 2308 = 4 x 577 rows (ViT-L's 577 tokens at batch 4): no 32-row tile divides them.
     vit = replace(square, loop_bounds=(2308, 4096, 1024))
-    assert not PIPE.supports(vit) and "does not pad" in PIPE.declines(vit)
+    assert not PIPE.supports(vit) and "pads rows only where an elementwise op follows" in PIPE.declines(vit)
     assert pipeline_for(vit, "llvmgpu_mma_sync") is None
     assert PIPE.supports(replace(square, loop_bounds=(2304, 4096, 1024)))  # 36 x 64
+    # With the narrowing to f16 after it (every exported linear layer's dispatch): taken, any
+    # tile admitted for M, each config's kernel padded where its tile does not divide M.
+    narrowed = replace(vit, other_ops=("linalg.generic",))
+    assert PIPE.supports(narrowed) and PIPE.declines(narrowed) is None
+    p = PIPE.build_problem(narrowed)
+    assert admits(p, 128, 128, 32, 2, 2, 3) and admits(p, 64, 128, 32, 2, 2, 3)
+    config = PIPE.to_config(narrowed, dict(zip(KNOBS, (128, 128, 32, 2, 2, 3))), ir.Context())
+    assert "@mma_sync_128x128x32_w2x2_s3_epilogue_padded>" in config.expect_translation_info
+    # Rows a tile divides keep the aligned kernel, under the same problem.
+    aligned = PIPE.to_config(replace(narrowed, loop_bounds=(2304, 4096, 1024)), dict(zip(KNOBS, (128, 128, 32, 2, 2, 3))),
+                             ir.Context())
+    assert "@mma_sync_128x128x32_w2x2_s3_epilogue>" in aligned.expect_translation_info
+    # N or K no tile divides: declined for that, epilogue or not.
+    odd_n = replace(narrowed, loop_bounds=(2308, 4100, 1024))
+    assert not PIPE.supports(odd_n) and "does not pad N or K" in PIPE.declines(odd_n)
+    # A batch dim: not padded.
+    b, m, n, k = 0, 1, 2, 3
+    batched = replace(narrowed, op_name="linalg.batch_matmul", loop_bounds=(2, 577, 4096, 1024), batch_dims=(b,),
+                      m_dims=(m,), n_dims=(n,), k_dims=(k,), operand_dims=((b, m, k), (b, k, n), (b, m, n)))
+    assert not PIPE.supports(batched)
+
+
+def test_the_padded_kernel_pads_the_contraction_rows_masks_a_and_pipelines_two_copy_groups():
+    """The padded kernel's strategy (pipelines.llvmgpu_mma_sync_padded): the contraction padded
+    on its rows alone with A's pad kept (nofold) and fused into the K loop, A's copy spread over
+    the threads as [4, 8] pieces and vectorized with masks, the epilogue's loop marked, and the
+    simple pipelining schedule (the tensor-core one takes one copy group a stage)."""
+    kernel = MmaSyncTiles(128, 128, 32, 2, 2, 3, epilogue=True, padded=True)
+    text = strategy(kernel)
+    assert "padding_dimensions = [0], nofold_flags = [1, 0, 0]" in text
+    assert "fuse_into_containing_op %a_pad into %loop" in text
+    assert "num_threads [32, 4]" in text and "vectorize %a_t vector_sizes [4, 8]" in text
+    assert 'transform.annotate %e_forall "mma_sync_epilogue"' in text
+    assert "<{depth = 3 : i64}>" in text and "use_mma_sync}>" not in text.split("pipeline_shared_memory_copies")[1]
+    assert "depth = 3 : i64, use_mma_sync" in strategy(replace(kernel, padded=False))
+    # Its rules drop M's divisibility alone.
+    assert kernel.fits(1576, 3072, 768, 166912) and not replace(kernel, padded=False).fits(1576, 3072, 768, 166912)
+    assert not kernel.fits(1576, 3000, 768, 166912)
 
 
 def test_tune_model_with_the_pipeline_tunes_same_shaped_matmuls_apart_by_what_follows_them(tmp_path, ctx):

@@ -1,0 +1,145 @@
+"""The mma.sync kernel's phases for rows the workgroup tile does not divide (issue 58, item 4):
+M = 1576 (ViT-B's 8 x 197 tokens) or 1500 (Whisper's frames), which no tile of 32 rows or more
+divides. Without them such a matmul fell back to TileAndFuse, at 80 TFLOP/s on the H200 where the
+padded kernel runs 130-160 (docs/benchmarks/mma-sync-kernel.md).
+
+Per workgroup (block_m x block_n), where the last row of tiles is partial:
+1. the elementwise op after the contraction (the epilogue) is tiled to workgroups and the
+   contraction and its fill fused into it, as in the aligned kernel;
+2. the workgroup's contraction is padded to block_m rows (`transform.structured.pad`, rows only):
+   A's rows past M are zeros, the accumulator is a fill of the whole padded tile
+   (`iree.fold_fill_into_pad`), and the epilogue reads the rows that exist;
+3. K is tiled, the pad of A fused into the K loop: each step's A tile is the pad of a slice
+   that may be short; it is spread over the threads (a [rows, 8] piece each) and vectorized with
+   masks, which become `cp.async` with a source size (zero fill) for the rows past M;
+4. B is promoted to shared memory as in the aligned kernel; the epilogue is spread over the
+   threads with masks on its rows and its forall marked (EPILOGUE_MARK) so that only its
+   transfers are unrolled to loads and stores;
+5. the rest is the aligned kernel's: bufferize, map to threads (a barrier after each mapped
+   loop), hoist the accumulators, mma.sync, multi-buffer, `cp.async` groups and pipelining, with
+   the pipeliner's simple schedule (A and B are two copy groups a stage; the tensor-core schedule
+   takes one).
+
+What it takes (checked on the H200 by CUPTI, 20 runs each, every output equal to torch's within
+the default's error): f16 x f16 -> f32 C = A B stored M x K, K x N, M x N, no batch dim, with an
+elementwise op after it; N and K divided by the tiles as in the aligned kernel. Without an
+epilogue the result tile's copy back to C computed a wrong result (every config, H200), so that
+form is not offered. Without the barrier after each mapped loop, three of five configs raced
+(outputs differing from run to run)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles
+
+ANY = "(!transform.any_op)"
+PAIR = f": {ANY} -> (!transform.any_op, !transform.any_op)\n"
+FUSE = ": (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+THREADS = "(mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>])"
+WARPS = "(mapping = [#gpu.warp<y>, #gpu.warp<x>])"
+EPILOGUE_MARK = "mma_sync_epilogue"  # the attribute on the epilogue's thread-level loop
+PARALLEL, REDUCTION = "#linalg.iterator_type<parallel>", "#linalg.iterator_type<reduction>"
+VECTOR = 8  # f16 elements a thread copies at once (16 bytes: one cp.async)
+
+
+def _apply(target: str, *patterns: str) -> str:
+    body = "\n".join(f"      transform.apply_patterns.{p}" for p in patterns)
+    return f"    transform.apply_patterns to {target} {{\n{body}\n    }} : !transform.any_op\n"
+
+
+def _func(name: str) -> str:
+    return f'    {name} = transform.structured.match ops{{["func.func"]}} in %root : {ANY} -> !transform.any_op\n'
+
+
+def a_copy_threads(t: MmaSyncTiles) -> tuple[int, int]:
+    """The thread grid of A's copy (rows, columns): each thread a [rows, VECTOR] piece."""
+    cols = t.block_k // VECTOR
+    return t.threads // cols, cols
+
+
+def epilogue_threads(t: MmaSyncTiles) -> tuple[int, int]:
+    """The thread grid of the epilogue (rows, columns), each thread 4 columns of its rows."""
+    cols = min(t.block_n // 4, t.threads)
+    return t.threads // cols, cols
+
+
+def tile_and_pad(t: MmaSyncTiles) -> str:
+    """Phase 1: workgroups, the padded contraction, the K loop, A's masked copy, B's promotion,
+    the epilogue's masked loop, warps."""
+    bm, bn, bk = t.block_m, t.block_n, t.block_k
+    a_rows, a_cols = a_copy_threads(t)
+    e_rows, e_cols = epilogue_threads(t)
+    return (
+        f'    %mm = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = '
+        f"[{PARALLEL}, {PARALLEL}, {REDUCTION}]}} in %root : {ANY} -> !transform.any_op\n"
+        f'    %fill = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
+        f'    %ew = transform.structured.match ops{{["linalg.generic"]}} attributes {{iterator_types = '
+        f"[{PARALLEL}, {PARALLEL}]}} in %root : {ANY} -> !transform.any_op\n"
+        f"    %ew_tile, %grid = transform.structured.tile_using_forall %ew tile_sizes [{bm}, {bn}] "
+        f"(mapping = [#gpu.block<y>, #gpu.block<x>]) {PAIR}"
+        f"    transform.iree.populate_workgroup_count_region_using_num_threads_slice %grid : {ANY} -> ()\n"
+        f"    %tiled, %grid2 = transform.structured.fuse_into_containing_op %mm into %grid {FUSE}"
+        f"    %fill_tile, %grid3 = transform.structured.fuse_into_containing_op %fill into %grid2 {FUSE}"
+        f"    %padded, %pad, %copy = transform.structured.pad %tiled <padding_values = [0.0 : f16, 0.0 : f16, 0.0 : f32], "
+        f'padding_dimensions = [0], nofold_flags = [1, 0, 0], copy_back_op = "none"> '
+        f": {ANY} -> (!transform.any_op, !transform.any_op, !transform.any_op)\n"
+        f"    %a_pad = transform.get_producer_of_operand %padded[0] : {ANY} -> !transform.any_op\n"
+        + _func("%f0")
+        + _apply("%f0", "iree.fold_fill_into_pad", "linalg.tiling_canonicalization", "canonicalization")
+        + f"    %step, %loop = transform.structured.tile_using_for %padded tile_sizes [0, 0, {bk}] {PAIR}"
+        f"    %a_step, %loop2 = transform.structured.fuse_into_containing_op %a_pad into %loop {FUSE}"
+        f'    %fills = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
+        f"    %a_t, %a_forall = transform.structured.tile_using_forall %a_step num_threads [{a_rows}, {a_cols}] {THREADS} {PAIR}"
+        # The tiled pad guards a slice that could be empty; none is (every thread's rows start
+        # inside the tile, and a masked read of none is zeros).
+        f'    %a_if = transform.structured.match ops{{["scf.if"]}} in %loop2 : {ANY} -> !transform.any_op\n'
+        f"    transform.scf.take_assumed_branch %a_if take_else_branch : {ANY} -> ()\n"
+        f"    %promoted, %b = transform.iree.promote_operands %step [1] {PAIR}"
+        f"    %e_t, %e_forall = transform.structured.tile_using_forall %ew_tile num_threads [{e_rows}, {e_cols}] {THREADS} {PAIR}"
+        f'    transform.annotate %e_forall "{EPILOGUE_MARK}" : !transform.any_op\n'
+        f"    %warp_mm, %w1 = transform.structured.tile_using_forall %promoted tile_sizes "
+        f"[{bm // t.warps_m}, {bn // t.warps_n}] {WARPS} {PAIR}"
+        f"    %warp_fill, %w2 = transform.structured.tile_using_forall %fills tile_sizes "
+        f"[{bm // t.warps_m}, {bn // t.warps_n}] {WARPS} {PAIR}"
+        + _func("%f1")
+        + _apply("%f1", "linalg.tiling_canonicalization", "canonicalization")
+        # Masked vectorization before anything else canonicalizes: each piece's largest size.
+        + f"    transform.structured.vectorize %a_t vector_sizes [{bm // a_rows}, {VECTOR}] : !transform.any_op\n"
+        f"    transform.structured.vectorize %e_t vector_sizes [{bm // e_rows}, 4] : !transform.any_op\n"
+        + _func("%f2")
+        + _apply("%f2", "vector.lower_masked_transfers"))
+
+
+def vectorize_and_bufferize() -> str:
+    """Phase 2: what is not vectorized yet (the contraction, B's copy), then bufferization."""
+    return (_func("%func")
+            + f"    %vec = transform.structured.vectorize_children_and_apply_patterns %func : {ANY} -> !transform.any_op\n"
+            + _apply("%vec", "vector.cast_away_vector_leading_one_dim", "vector.fold_arith_extension", "canonicalization")
+            + f"    transform.apply_cse to %vec : !transform.any_op\n"
+            f"    transform.iree.eliminate_empty_tensors %root : {ANY} -> ()\n"
+            f"    %buf = transform.iree.bufferize <{{target_gpu}}> %vec : {ANY} -> (!transform.any_op)\n")
+
+
+def epilogue_loads() -> str:
+    """The epilogue's masked transfers unrolled to loads and stores (as the aligned kernel's
+    `_epilogue_loads`), on the marked loop alone: A's copy keeps its transfers, which become
+    cp.async (unrolled with the rest, A's copies became plain masked loads and stores)."""
+    return (_func("%f")
+            + f'    %loops = transform.structured.match ops{{["scf.forall"]}} attributes {{{EPILOGUE_MARK}}} in %f '
+            f": {ANY} -> !transform.any_op\n"
+            + _apply("%loops", "vector.transfer_to_scf full_unroll = true")
+            + _apply("%loops", "vector.lower_transfer max_transfer_rank = 1"))
+
+
+def map_to_threads(t: MmaSyncTiles, warp: int) -> str:
+    """Blocks and threads, each mapped loop followed by a barrier (the default), then B's copy
+    spread over the threads."""
+    return (_func("%f")
+            + _apply("%f", "canonicalization")
+            + f"    transform.iree.forall_to_workgroup %f : {ANY} -> ()\n"
+            f"    transform.iree.map_nested_forall_to_gpu_threads %f workgroup_dims = [{warp * t.warps_n}, {t.warps_m}, 1] "
+            f": {ANY} -> ()\n"
+            f"    transform.iree.gpu_distribute_shared_memory_copy %f : {ANY} -> ()\n"
+            + _apply("%f", "canonicalization"))
