@@ -29,10 +29,21 @@ form is not offered. Without the barrier after each mapped loop, three of five c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles
+
+class MmaSyncTiles(Protocol):
+    """What these phases read of a kernel (pipelines.llvmgpu_mma_sync_strategy.MmaSyncTiles,
+    which imports this module)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warps_m: int
+    warps_n: int
+
+    @property
+    def threads(self) -> int: ...
 
 ANY = "(!transform.any_op)"
 PAIR = f": {ANY} -> (!transform.any_op, !transform.any_op)\n"
