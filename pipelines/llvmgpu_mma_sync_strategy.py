@@ -109,6 +109,9 @@ class MmaSyncTiles:
             # on the H100: 4 and 5 stages of k32, two steps, were 0.2-0.3 off or inf; 3 right;
             # 6272x512x128, four steps, right with 5).
             (self.stages - 1) * bk <= k,
+            # Padded, each thread copies two rows of A or more: with one (64x32 or 32x32 on 8 or 4
+            # warps) iree-compile 3.13 crashed on every shape tried.
+            *([(bm * bk) % (16 * threads) == 0] if self.padded else []),
         ]
 
     def fits(self, m: int, n: int, k: int, shared_limit: int, max_threads: int = 1024) -> bool:
