@@ -43,7 +43,7 @@ from tuner.rewrite.torch_ops import (bool_literal, conv2d, element_type, int64_l
                                      rewrite_sites, si64, si64_array, static_shape, zero_literal)
 
 # The matmul's columns (its N) are padded to a multiple of PIXELS and its K to one of DEPTH: the
-# mma.sync kernel does not pad, and its smallest tiles are 64 wide and 16 deep
+# mma.sync kernel pads neither (rows only), and its smallest tiles are 64 wide and 16 deep
 # (pipelines.llvmgpu_mma_sync: BLOCK_N, BLOCK_K). ResNet's 28x28, 14x14 and 7x7 stages (784, 196
 # and 49 pixels) and its stem (K = 3 x 49) would not be taken otherwise; an SD UNet's (4096, 1024,
 # 256 pixels; K = 9 x 320 and up) need none.
