@@ -16,6 +16,7 @@ from tests.conftest import iree_compile
 from tuner.rewrite import ND_LINEAR_AS_MATMUL, RAISE_ATTENTION, REWRITES, combined, rewrite_program
 from tuner.rewrite.attention import find_attention, raise_attention
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
+from tuner.rewrite.sibling_linears import fuse_sibling_linears
 from tuner.rewrite.torch_ops import ONNX_OP
 from tuner.targets import parse_target
 
@@ -87,6 +88,34 @@ def test_raise_attention_takes_every_attention_the_exporter_writes_and_leaves_no
         assert "Where" not in ops
 
 
+# The tiny exports' linear layers that read one activation: each layer's Q, K and V (biased in
+# BERT, ViT and Whisper, Whisper's key without one; GQA's narrower K and V in Llama and Qwen2), and
+# the gated MLP's gate and up projections; Swin's QKV is one Linear already, ConvNeXt has none.
+SIBLINGS = {
+    "bert": ["1x16x64 by 64x64 + 64x64 + 64x64"] * 2,
+    "llama": ["1x16x64 by 64x64 + 64x32 + 64x32", "1x16x64 by 64x160 + 64x160"],
+    "qwen2": ["1x16x64 by 64x64 + 64x32 + 64x32", "1x16x64 by 64x160 + 64x160"],
+    "vit": ["2x17x64 by 64x64 + 64x64 + 64x64"],
+    "whisper": ["1x16x64 by 64x64 + 64x64 + 64x64"],
+    "swin": [], "convnext": [],
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sibling_linears_are_joined_into_one_matmul_per_group_with_their_biases_where_all_have_one(imported, family):
+    before = _applied(imported[family], lambda m: [])[1]
+    changed, ops = _applied(imported[family], fuse_sibling_linears)
+    assert changed == SIBLINGS[family]
+    joined = sum(len(c.split(" + ")) for c in changed)
+    assert ops.count("MatMul") == before.count("MatMul") - joined + len(changed)
+    assert ops.count("Slice") - before.count("Slice") == joined
+    # Biases joined where every sibling has one: BERT's and ViT's Adds go from three to one a group.
+    if family in ("bert", "vit"):
+        assert before.count("Add") - ops.count("Add") == 2 * len(changed)
+    if family == "whisper":  # the key projection has no bias: each Add stays after its slice
+        assert ops.count("Add") == before.count("Add")
+
+
 def test_nd_linear_is_offered_first_everywhere_and_raise_attention_only_where_a_pipeline_tunes_attention(ctx):
     from pipelines import pipeline_for
     from tests.conftest import SAMPLES
@@ -98,6 +127,11 @@ def test_nd_linear_is_offered_first_everywhere_and_raise_attention_only_where_a_
     # Its attention is tuned on a GPU; on the CPU no pipeline takes one, so it is not tried there.
     assert "raise-attention" in [r.name for r in REWRITES["gpu"]]
     assert "raise-attention" not in [r.name for r in REWRITES["cpu"]]
+    # Joined sibling linears are for the mma.sync kernel (cuda's model pipeline), which takes one
+    # matmul, not several sharing A; judged with the matmul they form tuned.
+    from tuner.rewrite import JOIN_SIBLING_LINEARS
+    assert JOIN_SIBLING_LINEARS in REWRITES["gpu"] and JOIN_SIBLING_LINEARS not in REWRITES["cpu"]
+    assert JOIN_SIBLING_LINEARS.tunes == (DispatchKind.CONTRACTION,)
     for target, taken in (("llvm-cpu", False), ("cuda", True)):
         [attention] = discover(SAMPLES / "attention_8x1024x1024x64_f16.mlir", parse_target(target), ctx)
         assert (pipeline_for(attention) is not None) == taken, target
@@ -157,6 +191,23 @@ def _cpu_output(program: Path, inputs: Path, tmp_path: Path) -> np.ndarray:
     run = run_once(vmfb, ModuleRun("local-task", "main_graph", (inputs,)), tmp_path / f"{program.stem}.npy")
     assert run.ok, run.stderr
     return np.load(tmp_path / f"{program.stem}.npy").astype(np.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ("bert", "whisper"))
+def test_sibling_linears_joined_compute_what_the_export_and_torch_computed(imported, family, tmp_path):
+    """BERT (every bias joined) and Whisper (a key without a bias: the Adds stay after the
+    slices): the joined program's output on llvm-cpu equals the export's and torch's."""
+    rewritten = tmp_path / "joined.mlir"
+    from tuner.rewrite import JOIN_SIBLING_LINEARS
+    assert rewrite_program(imported[family], JOIN_SIBLING_LINEARS, rewritten) == SIBLINGS[family]
+    inputs = EXPORTS / family / "input0.npy"
+    before, after = _cpu_output(imported[family], inputs, tmp_path), _cpu_output(rewritten, inputs, tmp_path)
+    torch_output = np.load(EXPORTS / family / "torch_output0.npy")
+    scale = float(np.abs(torch_output).max())
+    assert scale > 0.01
+    np.testing.assert_allclose(after, before, rtol=0, atol=2e-6 * scale)
+    np.testing.assert_allclose(after, torch_output, rtol=0, atol=5e-6 * scale)
 
 
 @pytest.mark.slow

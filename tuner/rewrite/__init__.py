@@ -19,6 +19,7 @@ from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
+from tuner.rewrite.sibling_linears import fuse_sibling_linears
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
 from tuner.run_dir import real_directory, write_file
 
@@ -57,6 +58,13 @@ def combined(rewrites: Sequence[Rewrite]) -> Rewrite:
 ND_LINEAR_AS_MATMUL = Rewrite("nd-linear-as-matmul", nd_linears_as_matmuls,
                               "linear layers on activations of rank 4 or more as 2-D matrix products",
                               tunes=(DispatchKind.CONTRACTION,))
+# Offered on GPUs: linear layers that read one activation (query, key and value projections; a
+# gated MLP's gate and up) as one MatMul by their weights side by side (tuner.rewrite.sibling_linears):
+# IREE 3.13 fuses them into one dispatch of several contractions, which the mma.sync kernel does
+# not take; joined, it takes the one matmul. Judged with the matmuls it forms tuned.
+JOIN_SIBLING_LINEARS = Rewrite("join-sibling-linears", fuse_sibling_linears,
+                               "linear layers reading one activation as one matrix product, each result a slice",
+                               tunes=(DispatchKind.CONTRACTION,))
 RAISE_ATTENTION = Rewrite("raise-attention", raise_attention,
                           "MatMul -> Softmax -> MatMul attention raised into one attention op",
                           tunes=(DispatchKind.ATTENTION,))
@@ -92,8 +100,8 @@ CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls
 # attention it forms, so it could only be judged at the compiler's config, and the README's BERT
 # walk-through spent its flag stage there, three choices at 0.34-0.77x the model (issue 62).
 REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, SUBSAMPLE_STRIDED_1X1),
-            "gpu": (ND_LINEAR_AS_MATMUL, RAISE_ATTENTION_GPU, SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS,
-                    CONV_AS_IM2COL_MATMUL)}
+            "gpu": (ND_LINEAR_AS_MATMUL, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
+                    POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL)}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
 # moves to REWRITES once it has won on a model it was not made for.
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
