@@ -47,6 +47,33 @@ def time_cuda(fn: Callable[[], object], reps: int) -> list[float]:
     return times
 
 
+def interleaved_kernel_ms(runs: dict[str, Callable[[], object]], rounds: int, calls: int,
+                          on_device: tuple[str, ...] = ()) -> dict[str, list[float]]:
+    """Each run's CUPTI kernel milliseconds per call, a figure a round: in each round every run in
+    turn (the order rotated by one each round), 3 calls of warm-up, then `calls` calls under one
+    torch.profiler session. Runs not named in `on_device` return an IREE buffer, read back to the
+    host after their calls so that they are complete."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for _ in range(3):
+                runs[name]()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    last = runs[name]()
+                torch.cuda.synchronize()
+                if name not in on_device:
+                    last.to_host()
+            times[name].append(sum(e.device_time_total for e in prof.events()
+                                   if e.device_type == torch.autograd.DeviceType.CUDA) / 1000.0 / calls)
+    return times
+
+
 def chosen_id(data: dict) -> int:
     """The candidate the tuning chose: its winner, or the baseline when none beat the default
     beyond the noise (then "tuned" is the default again)."""

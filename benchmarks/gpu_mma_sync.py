@@ -117,13 +117,10 @@ def measure(out: Path, rounds: int, calls: int = 20, triton: bool = False) -> No
     os.environ["DISABLE_MMA_V3"] = "1"  # before Triton compiles: mma.sync, not Hopper's wgmma
     import numpy as np
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     import iree.runtime as rt
 
-    def kernel_ms(prof) -> float:
-        return sum(e.device_time_total for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA) / 1000.0 / calls
+    from benchmarks.gpu_common import interleaved_kernel_ms
 
     manifest = json.loads((out / "manifest.json").read_text())
     config = rt.Config("cuda")
@@ -157,20 +154,7 @@ def measure(out: Path, rounds: int, calls: int = 20, triton: bool = False) -> No
             runs["triton_mma_sync"] = call
             errors["triton_mma_sync"] = float((call() - reference).abs().max()) / scale
         errors["torch"] = float((torch.matmul(ta, tb_kn).float() - reference).abs().max()) / scale
-        times = {name: [] for name in runs}
-        names = list(runs)
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                for _ in range(3):
-                    runs[name]()
-                torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(calls):
-                        last = runs[name]()
-                    torch.cuda.synchronize()
-                    if name not in ("torch", "triton_mma_sync"):
-                        last.to_host()
-                times[name].append(kernel_ms(prof))
+        times = interleaved_kernel_ms(runs, rounds, calls, on_device=("torch", "triton_mma_sync"))
         flops = 2.0 * m * n * k
         report[shape] = {}
         base = float(np.median(times["default"]))

@@ -109,13 +109,10 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]]) -> None:
 def measure(out: Path, rounds: int) -> None:
     import numpy as np
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     import iree.runtime as rt
 
-    def kernel_ms(prof) -> float:
-        return sum(e.device_time_total for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA) / 1000.0 / CALLS
+    from benchmarks.gpu_common import interleaved_kernel_ms
 
     manifest = json.loads((out / "manifest.json").read_text())
     config = rt.Config("cuda")
@@ -141,20 +138,7 @@ def measure(out: Path, rounds: int) -> None:
             runs[name] = (lambda fn=fn, args=args: fn(*args))
         runs["torch"] = lambda: torch.nn.functional.gelu(torch.addmm(tbias, ta, tb))
         errors["torch"] = float((runs["torch"]().float() - reference).abs().max()) / scale
-        times = {name: [] for name in runs}
-        names = list(runs)
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                for _ in range(3):
-                    runs[name]()
-                torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(CALLS):
-                        last = runs[name]()
-                    torch.cuda.synchronize()
-                    if name != "torch":
-                        last.to_host()
-                times[name].append(kernel_ms(prof))
+        times = interleaved_kernel_ms(runs, rounds, CALLS, on_device=("torch",))
         base = float(np.median(times["default"]))
         print(f"\n{shape} ({m}x{n}x{k}, bias + GELU): median CUPTI kernel ms of {rounds} rounds")
         report[shape] = {}

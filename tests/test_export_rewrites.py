@@ -201,8 +201,14 @@ def test_sibling_linears_joined_compute_what_the_export_and_torch_computed(impor
     rewritten = tmp_path / "joined.mlir"
     from tuner.rewrite import JOIN_SIBLING_LINEARS
     assert rewrite_program(imported[family], JOIN_SIBLING_LINEARS, rewritten) == SIBLINGS[family]
+    _assert_computes_what_the_export_and_torch_computed(imported[family], rewritten, family, tmp_path)
+
+
+def _assert_computes_what_the_export_and_torch_computed(program: Path, rewritten: Path, family: str, tmp_path: Path):
+    """The rewritten program's output on llvm-cpu equals the export's and torch's (f32
+    throughout: the same sums, at most in another order, as the attention op's online softmax)."""
     inputs = EXPORTS / family / "input0.npy"
-    before, after = _cpu_output(imported[family], inputs, tmp_path), _cpu_output(rewritten, inputs, tmp_path)
+    before, after = _cpu_output(program, inputs, tmp_path), _cpu_output(rewritten, inputs, tmp_path)
     torch_output = np.load(EXPORTS / family / "torch_output0.npy")
     scale = float(np.abs(torch_output).max())
     assert scale > 0.01
@@ -216,14 +222,7 @@ def test_each_rewritten_export_computes_what_the_export_and_torch_computed(impor
     rewritten = tmp_path / "rewritten.mlir"
     changed = rewrite_program(imported[family], combined([ND_LINEAR_AS_MATMUL, RAISE_ATTENTION]), rewritten)
     assert changed == ND_LINEARS.get(family, []) + ATTENTIONS[family]
-    inputs = EXPORTS / family / "input0.npy"
-    before, after = _cpu_output(imported[family], inputs, tmp_path), _cpu_output(rewritten, inputs, tmp_path)
-    torch_output = np.load(EXPORTS / family / "torch_output0.npy")
-    scale = float(np.abs(torch_output).max())
-    assert scale > 0.01
-    # f32 throughout: the same sums in another order (the attention op's online softmax).
-    np.testing.assert_allclose(after, before, rtol=0, atol=2e-6 * scale)
-    np.testing.assert_allclose(after, torch_output, rtol=0, atol=5e-6 * scale)
+    _assert_computes_what_the_export_and_torch_computed(imported[family], rewritten, family, tmp_path)
 
 
 @pytest.mark.slow
