@@ -279,7 +279,7 @@ def test_a_resumed_run_with_no_dispatch_time_left_still_takes_the_tunings_it_fin
     import itertools
     from functools import partial
 
-    from tuner.stages import model_client
+    from tuner.stages import model_client, time_budget
     from tuner.stages.time_budget import TimeBudget
 
     out = tmp_path / "out"
@@ -293,6 +293,7 @@ def test_a_resumed_run_with_no_dispatch_time_left_still_takes_the_tunings_it_fin
     [finished] = [p.parent.name for p in (out / "dispatches").glob("*/results.json")]
     ticks = itertools.chain([0.0], itertools.repeat(99.0))  # started at 0; 99 of 100 s spent ever after
     monkeypatch.setattr(model_client, "TimeBudget", partial(TimeBudget, clock=lambda: next(ticks)))
+    monkeypatch.setattr(time_budget, "DISPATCH_FLOOR", 0.0)  # no time at all left (the floor would give 10 s)
     said = []
     tuning = tune_model(mlp, "llvm-cpu", out, run=RunOptions(FAST), model=ModelOptions(time_budget_s=100.0),
                         listen=Listeners(say=said.append), stages=[DispatchStage(1, top=2)])
