@@ -112,6 +112,8 @@ def test_sibling_linears_are_joined_into_one_matmul_per_group_with_their_biases_
     # Biases joined where every sibling has one: BERT's and ViT's Adds go from three to one a group.
     if family in ("bert", "vit"):
         assert before.count("Add") - ops.count("Add") == 2 * len(changed)
+        # Q, K and V split into heads: the product is split once and each one sliced by whole heads.
+        assert before.count("Reshape") - ops.count("Reshape") == 2 * len(changed)
     if family == "whisper":  # the key projection has no bias: each Add stays after its slice
         assert ops.count("Add") == before.count("Add")
 

@@ -9,6 +9,11 @@ by the weights side by side, each result a slice of it:
 
     MatMul(X, Wi) (+ Bi)  ->  Slice(MatMul(X, Concat(W1, ..., Wn, axis=1)) (+ Concat(B1, ..., Bn)), Ni columns)
 
+Where a result is split into heads right after (an attention's `Reshape([.., N] -> [.., N/d, d])`),
+the product is split into heads once and that result is a slice of whole heads: a slice of the
+product's columns was copied in a dispatch of its own (`slow_memcpy`), one of whole heads is
+read by the transpose that follows it (compile only, a BERT-base-sized QKV on cuda).
+
 The concatenated weights are constants IREE folds at compile time; each column of the product is
 the same sum in the same order as before, so the rewritten program computes the same result (the
 tests compare both with torch's output). The biases are joined only where every sibling has one
@@ -74,15 +79,52 @@ def _join(matmuls: list[ir.Operation]) -> str:
         product = onnx_op("Add", [product, joined], [*lead, sum(widths)], element, ip, loc)
         outputs = [b[0] for b in biases]
     starts = [sum(widths[:i]) for i in range(len(widths))]
-    pieces = [onnx_op("Slice", [product, int64_literal([start], ip, loc), int64_literal([start + width], ip, loc),
-                                int64_literal([len(lead)], ip, loc), int64_literal([1], ip, loc)],
-                      [*lead, width], element, ip, loc) for start, width in zip(starts, widths)]
-    for out, piece in zip(outputs, pieces):  # made first: the insertion point is before the first MatMul
-        replace_op(out, piece)
+    heads: dict[int, ir.Value] = {}  # the product with its columns split into heads of each width
+    replaced = []
+    for out, start, width in zip(outputs, starts, widths):
+        split = _head_split(out, lead, width)
+        if split is not None and start % split == 0:
+            # The product split into heads first, each result a slice of whole heads: a slice of
+            # the columns before the split was copied in a dispatch of its own (BERT-base on the
+            # H200, three `slow_memcpy`s); of whole heads it is read by the transpose after it.
+            if split not in heads:
+                heads[split] = _reshape(product, [*lead, sum(widths) // split, split], ip, loc)
+            piece = _slice(heads[split], start // split, width // split, len(lead), ip, loc)
+            replaced.append((next(iter(out.result.uses)).owner, piece, out))  # the split, then its input
+        else:
+            replaced.append((out, _slice(product, start, width, len(lead), ip, loc), None))
+    for old, piece, split_input in replaced:  # all made first: the insertion point is before the first MatMul
+        replace_op(old, piece)
+        if split_input is not None:
+            split_input.erase()
     if outputs is not matmuls:  # the bias Adds were replaced: their MatMuls are left without a use
         for m in matmuls:
             m.erase()
     return f"{'x'.join(map(str, [*lead, k]))} by {' + '.join(f'{k}x{w}' for w in widths)}"
+
+
+def _head_split(out: ir.Operation, lead: list[int], width: int) -> int | None:
+    """The head size where `out`'s one use is a Reshape of its columns into heads,
+    [*lead, width] -> [*lead, width // size, size] (an attention's Q, K or V); else None."""
+    if not single_use(out.result):
+        return None
+    reshape = next(iter(out.result.uses)).owner
+    shape = static_shape(reshape.result) if is_onnx(reshape, "Reshape") else None
+    if shape is None or len(shape) != len(lead) + 2 or shape[:len(lead)] != lead or shape[-2] * shape[-1] != width:
+        return None
+    return shape[-1]
+
+
+def _reshape(value: ir.Value, shape: list[int], ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    return onnx_op("Reshape", [value, int64_literal(shape, ip, loc)], shape, element_type(value), ip, loc)
+
+
+def _slice(value: ir.Value, start: int, size: int, axis: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """`size` entries of `value` from `start` along `axis`."""
+    shape = static_shape(value)
+    shape[axis] = size
+    return onnx_op("Slice", [value, int64_literal([start], ip, loc), int64_literal([start + size], ip, loc),
+                             int64_literal([axis], ip, loc), int64_literal([1], ip, loc)], shape, element_type(value), ip, loc)
 
 
 def _bias(matmul: ir.Operation) -> tuple[ir.Operation, ir.Value] | None:
