@@ -257,3 +257,58 @@ def test_a_softmax_without_an_axis_is_read_by_its_opset():
     assert "opset_version = 12" in at(12)
     assert _sdpa_sites(at(20)) == ["1x4x16x16x8x8"] and _sdpa_sites(text) == ["1x4x16x16x8x8"]
     assert _sdpa_sites(at(12)) == []
+
+
+def _three_linears(path: Path) -> tuple[Path, np.ndarray, list[np.ndarray]]:
+    """An ONNX graph of three linear layers reading one activation X[1, 4, 8]: widths 8 (split
+    into 2 heads of 4 after it), 8 (into 4 heads of 2) and 6 (no split); its input and numpy's
+    outputs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4, 8)).astype(np.float32)
+    weights = [rng.standard_normal((8, w)).astype(np.float32) for w in (8, 8, 6)]
+    heads = [[1, 4, 2, 4], [1, 4, 4, 2], None]
+    nodes, inits, outputs, expected = [], [], [], []
+    for i, (w, split) in enumerate(zip(weights, heads)):
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", ["x", f"w{i}"], [f"m{i}" if split else f"y{i}"]))
+        product = x @ w
+        if split:
+            inits.append(numpy_helper.from_array(np.array(split, np.int64), f"s{i}"))
+            nodes.append(helper.make_node("Reshape", [f"m{i}", f"s{i}"], [f"y{i}"]))
+            product = product.reshape(split)
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, list(product.shape)))
+        expected.append(product)
+    graph = helper.make_graph(nodes, "three", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+                              outputs, inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path, x, expected
+
+
+@pytest.mark.slow
+def test_joined_linears_split_into_heads_of_different_sizes_or_not_at_all_compute_what_numpy_does(tmp_path):
+    """Each result is sliced from the product by its own form: whole heads of 4, whole heads of 2
+    (the product split twice), plain columns; on llvm-cpu all three equal numpy's products."""
+    pytest.importorskip("onnx")
+    from tuner.input.models import program_source
+    from tuner.rewrite import JOIN_SIBLING_LINEARS
+
+    model, x, expected = _three_linears(tmp_path / "three.onnx")
+    program = program_source(model, tmp_path / "imported", parse_target("llvm-cpu"))
+    joined = tmp_path / "joined.mlir"
+    assert rewrite_program(program, JOIN_SIBLING_LINEARS, joined) == ["1x4x8 by 8x8 + 8x8 + 8x6"]
+    text = joined.read_text()
+    # Heads of 2 over all 22 columns; 22 is no multiple of 4, so the first result is plain columns.
+    assert "[1,4,11,2]" in text and "[1,4,5,4]" not in text
+    vmfb = tmp_path / "joined.vmfb"
+    iree_compile(str(joined), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
+    import iree.runtime as rt
+
+    config = rt.Config("local-task")
+    ctx = rt.SystemContext(config=config)
+    ctx.add_vm_module(rt.VmModule.mmap(ctx.instance, str(vmfb)))
+    results = ctx.modules.module["three"](x)
+    for got, want in zip(results, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(got.to_host()), want, rtol=1e-5, atol=1e-5)

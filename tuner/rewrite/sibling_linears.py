@@ -83,7 +83,7 @@ def _join(matmuls: list[ir.Operation]) -> str:
     replaced = []
     for out, start, width in zip(outputs, starts, widths):
         split = _head_split(out, lead, width)
-        if split is not None and start % split == 0:
+        if split is not None and start % split == 0 and sum(widths) % split == 0:
             # The product split into heads first, each result a slice of whole heads: a slice of
             # the columns before the split was copied in a dispatch of its own (BERT-base on the
             # H200, three `slow_memcpy`s); of whole heads it is read by the transpose after it.
