@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Protocol
 
 
-class MmaSyncTiles(Protocol):
+class Tiles(Protocol):
     """What these phases read of a kernel (pipelines.llvmgpu_mma_sync_strategy.MmaSyncTiles,
     which imports this module)."""
 
@@ -64,19 +64,19 @@ def _func(name: str) -> str:
     return f'    {name} = transform.structured.match ops{{["func.func"]}} in %root : {ANY} -> !transform.any_op\n'
 
 
-def a_copy_threads(t: MmaSyncTiles) -> tuple[int, int]:
+def a_copy_threads(t: Tiles) -> tuple[int, int]:
     """The thread grid of A's copy (rows, columns): each thread a [rows, VECTOR] piece."""
     cols = t.block_k // VECTOR
     return t.threads // cols, cols
 
 
-def epilogue_threads(t: MmaSyncTiles) -> tuple[int, int]:
+def epilogue_threads(t: Tiles) -> tuple[int, int]:
     """The thread grid of the epilogue (rows, columns), each thread 4 columns of its rows."""
     cols = min(t.block_n // 4, t.threads)
     return t.threads // cols, cols
 
 
-def tile_and_pad(t: MmaSyncTiles) -> str:
+def tile_and_pad(t: Tiles) -> str:
     """Phase 1: workgroups, the padded contraction, the K loop, A's masked copy, B's promotion,
     the epilogue's masked loop, warps."""
     bm, bn, bk = t.block_m, t.block_n, t.block_k
@@ -144,7 +144,7 @@ def epilogue_loads() -> str:
             + _apply("%loops", "vector.lower_transfer max_transfer_rank = 1"))
 
 
-def map_to_threads(t: MmaSyncTiles, warp: int) -> str:
+def map_to_threads(t: Tiles, warp: int) -> str:
     """Blocks and threads, each mapped loop followed by a barrier (the default), then B's copy
     spread over the threads."""
     return (_func("%f")
