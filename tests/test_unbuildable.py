@@ -205,6 +205,15 @@ def test_a_build_that_fails_in_one_dispatch_after_another_is_repaired_dispatch_b
     pins = repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",)))
     assert [p.dispatch.name for p in pins] == failing
     assert len(said) == 1 and "pinned" in said[0] and all(d in said[0] for d in failing)
+    # The flag stage's share of the time budget spent: one dispatch is repaired, then it stops.
+    from tuner.stages.time_budget import TimeBudget
+
+    ticks = iter([0.0] + [1000.0] * 100)
+    spent = TimeBudget(100.0, clock=lambda: next(ticks))
+    spent.begin_flag_stage()
+    said.clear()
+    assert repair.pins_for(SimpleNamespace(**vars(env), budget=spent), Variant("o3-late", ("--iree-opt-level=O3",))) == ()
+    assert "the flag stage's share of the time budget is spent" in said[0] and failing[1] in said[0]
     # The second one's configs all fail in it again: not repaired, the reason names it.
     unrepairable.add(failing[1])
     said.clear()

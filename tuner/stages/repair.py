@@ -19,6 +19,7 @@ from tuner.specs.candidates import generate_candidates
 from tuner.stages.base import StageEnv
 from tuner.stages.builtin import build_once, tuning_pipeline
 from tuner.stages.flag_options import formed_dispatches
+from tuner.stages.time_budget import flag_share_spent
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant
 
 # Configs tried on a failing dispatch, each a whole-model compile, and the most dispatches
@@ -37,6 +38,10 @@ def repaired(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str]
     REPAIR_TRIES of its configs builds the model past it."""
     done: list[str] = []
     for _ in range(REPAIR_DISPATCHES):
+        if done and flag_share_spent(getattr(env, "budget", None)):
+            # Each further dispatch is up to REPAIR_TRIES whole-model builds more.
+            raise NotRepaired(f"after {'; '.join(done)}, the build fails in {name} and the flag stage's share of "
+                              "the time budget is spent")
         built = _repaired_once(env, variant, name, pipeline)
         done.append(built.said)
         if built.result.ok:
