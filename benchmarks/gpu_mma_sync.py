@@ -70,6 +70,16 @@ EPILOGUE = {"square_4096_trunc": (4096, 4096, 4096), "bert_ffn_up_trunc": (2048,
 EPILOGUE_KERNELS = [(128, 128, 32, 2, 2, 3), (128, 128, 32, 2, 2, 4), (128, 128, 32, 2, 4, 3), (64, 128, 32, 2, 2, 4)]
 
 
+def compile_counting_ptx(program: Path, flags: list[str], vmfb: Path) -> tuple[subprocess.CompletedProcess, dict[str, int]]:
+    """`iree-compile` of `program` to `vmfb` with `flags`, and how often each PTX pattern
+    (ldmatrix, cp.async, ...) occurs in the binaries it dumps."""
+    with tempfile.TemporaryDirectory() as dump:
+        run = subprocess.run(["iree-compile", str(program), *flags, f"--iree-hal-dump-executable-binaries-to={dump}",
+                              "-o", str(vmfb)], capture_output=True, text=True)
+        ptx = "\n".join(p.read_text() for p in Path(dump).glob("*.ptx"))
+    return run, {label: len(re.findall(pattern, ptx)) for label, pattern in PTX.items()}
+
+
 def kernel_name(kernel) -> str:
     return f"s{kernel.block_m}x{kernel.block_n}k{kernel.block_k}w{kernel.warps_m}x{kernel.warps_n}p{kernel.stages}"
 
@@ -93,12 +103,7 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], epilogue: bo
                 builds[name] = [f"--iree-codegen-transform-dialect-library={work / name}.mlir@__kernel_config"]
         manifest[shape] = {"mnk": [m, n, k], "modules": {}}
         for name, extra in builds.items():
-            with tempfile.TemporaryDirectory() as dump:
-                run = subprocess.run(["iree-compile", str(work / "main.mlir"), *flags, *extra,
-                                      f"--iree-hal-dump-executable-binaries-to={dump}", "-o", str(work / f"{name}.vmfb")],
-                                     capture_output=True, text=True)
-                ptx = "\n".join(p.read_text() for p in Path(dump).glob("*.ptx"))
-            counts = {label: len(re.findall(pattern, ptx)) for label, pattern in PTX.items()}
+            run, counts = compile_counting_ptx(work / "main.mlir", [*flags, *extra], work / f"{name}.vmfb")
             took = name == "default" or (counts["ldmatrix"] > 0 and counts["mma.sync"] > 0
                                          and (counts["cp.async"] > 0 or name.endswith("p1")))
             status = "ok" if run.returncode == 0 and took else ("failed" if run.returncode else "not taken")

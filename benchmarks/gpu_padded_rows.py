@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,7 +67,7 @@ func.func @main(%a: tensor<{m}x{k}xf16>, %b: tensor<{k}x{n}xf16>, %bias: tensor<
 
 
 def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]]) -> None:
-    from benchmarks.gpu_mma_sync import PTX
+    from benchmarks.gpu_mma_sync import compile_counting_ptx
     from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, library_for_every_contraction
     from tuner.targets import parse_target
 
@@ -90,12 +87,7 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]]) -> None:
                 builds[name] = [f"--iree-codegen-transform-dialect-library={work / name}.mlir@__kernel_config"]
         manifest[shape] = {"mnk": [m, n, k], "modules": {}}
         for name, extra in builds.items():
-            with tempfile.TemporaryDirectory() as dump:
-                run = subprocess.run(["iree-compile", str(work / "main.mlir"), *flags, *extra,
-                                      f"--iree-hal-dump-executable-binaries-to={dump}", "-o", str(work / f"{name}.vmfb")],
-                                     capture_output=True, text=True)
-                ptx = "\n".join(p.read_text() for p in Path(dump).glob("*.ptx"))
-            counts = {label: len(re.findall(pattern, ptx)) for label, pattern in PTX.items()}
+            run, counts = compile_counting_ptx(work / "main.mlir", [*flags, *extra], work / f"{name}.vmfb")
             ok = run.returncode == 0 and (name == "default" or (counts["ldmatrix"] > 0 and counts["cp.async"] > 0))
             print(f"{shape:28s} {name:20s} {'ok' if ok else 'failed':7s} " + " ".join(f"{l}={c}" for l, c in counts.items()),
                   flush=True)

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from pipelines.transform_text import ANY, apply_patterns as _apply, match_func as _func
+
 
 class Tiles(Protocol):
     """What these phases read of a kernel (pipelines.llvmgpu_mma_sync_strategy.MmaSyncTiles,
@@ -45,7 +47,6 @@ class Tiles(Protocol):
     @property
     def threads(self) -> int: ...
 
-ANY = "(!transform.any_op)"
 PAIR = f": {ANY} -> (!transform.any_op, !transform.any_op)\n"
 FUSE = ": (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
 THREADS = "(mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>])"
@@ -53,15 +54,6 @@ WARPS = "(mapping = [#gpu.warp<y>, #gpu.warp<x>])"
 EPILOGUE_MARK = "mma_sync_epilogue"  # the attribute on the epilogue's thread-level loop
 PARALLEL, REDUCTION = "#linalg.iterator_type<parallel>", "#linalg.iterator_type<reduction>"
 VECTOR = 8  # f16 elements a thread copies at once (16 bytes: one cp.async)
-
-
-def _apply(target: str, *patterns: str) -> str:
-    body = "\n".join(f"      transform.apply_patterns.{p}" for p in patterns)
-    return f"    transform.apply_patterns to {target} {{\n{body}\n    }} : !transform.any_op\n"
-
-
-def _func(name: str) -> str:
-    return f'    {name} = transform.structured.match ops{{["func.func"]}} in %root : {ANY} -> !transform.any_op\n'
 
 
 def a_copy_threads(t: Tiles) -> tuple[int, int]:
@@ -121,36 +113,3 @@ def tile_and_pad(t: Tiles) -> str:
         f"    transform.structured.vectorize %e_t vector_sizes [{bm // e_rows}, 4] : !transform.any_op\n"
         + _func("%f2")
         + _apply("%f2", "vector.lower_masked_transfers"))
-
-
-def vectorize_and_bufferize() -> str:
-    """Phase 2: what is not vectorized yet (the contraction, B's copy), then bufferization."""
-    return (_func("%func")
-            + f"    %vec = transform.structured.vectorize_children_and_apply_patterns %func : {ANY} -> !transform.any_op\n"
-            + _apply("%vec", "vector.cast_away_vector_leading_one_dim", "vector.fold_arith_extension", "canonicalization")
-            + f"    transform.apply_cse to %vec : !transform.any_op\n"
-            f"    transform.iree.eliminate_empty_tensors %root : {ANY} -> ()\n"
-            f"    %buf = transform.iree.bufferize <{{target_gpu}}> %vec : {ANY} -> (!transform.any_op)\n")
-
-
-def epilogue_loads() -> str:
-    """The epilogue's masked transfers unrolled to loads and stores (as the aligned kernel's
-    `_epilogue_loads`), on the marked loop alone: A's copy keeps its transfers, which become
-    cp.async (unrolled with the rest, A's copies became plain masked loads and stores)."""
-    return (_func("%f")
-            + f'    %loops = transform.structured.match ops{{["scf.forall"]}} attributes {{{EPILOGUE_MARK}}} in %f '
-            f": {ANY} -> !transform.any_op\n"
-            + _apply("%loops", "vector.transfer_to_scf full_unroll = true")
-            + _apply("%loops", "vector.lower_transfer max_transfer_rank = 1"))
-
-
-def map_to_threads(t: Tiles, warp: int) -> str:
-    """Blocks and threads, each mapped loop followed by a barrier (the default), then B's copy
-    spread over the threads."""
-    return (_func("%f")
-            + _apply("%f", "canonicalization")
-            + f"    transform.iree.forall_to_workgroup %f : {ANY} -> ()\n"
-            f"    transform.iree.map_nested_forall_to_gpu_threads %f workgroup_dims = [{warp * t.warps_n}, {t.warps_m}, 1] "
-            f": {ANY} -> ()\n"
-            f"    transform.iree.gpu_distribute_shared_memory_copy %f : {ANY} -> ()\n"
-            + _apply("%f", "canonicalization"))

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from pipelines import llvmgpu_mma_sync_padded as padded
 from pipelines.llvmgpu_common import MAX_ACCUMULATOR_REGISTERS
+from pipelines.transform_text import ANY, apply_patterns as _apply, match_func as _func
 
 WARP = 32  # threads per warp on cuda
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
@@ -140,15 +141,6 @@ class MmaSyncTiles:
                 + (", rows padded" if self.padded else ""))
 
 
-def _apply(target: str, *patterns: str) -> str:
-    body = "\n".join(f"      transform.apply_patterns.{p}" for p in patterns)
-    return f"    transform.apply_patterns to {target} {{\n{body}\n    }} : !transform.any_op\n"
-
-
-def _func(name: str) -> str:
-    return f'    {name} = transform.structured.match ops{{["func.func"]}} in %root : (!transform.any_op) -> !transform.any_op\n'
-
-
 def _cse(target: str) -> str:
     return f"    transform.apply_cse to {target} : !transform.any_op\n"
 
@@ -157,8 +149,6 @@ def _sequence(name: str, body: str) -> str:
     return (f"  transform.named_sequence @{name}(%root: !transform.any_op {{transform.readonly}}) {{\n"
             f"{body}    transform.yield\n  }}\n")
 
-
-ANY = "(!transform.any_op)"
 
 
 def _tile_and_promote(t: MmaSyncTiles) -> str:
@@ -216,25 +206,34 @@ def _tile_and_promote(t: MmaSyncTiles) -> str:
         f": {ANY} -> (!transform.any_op, !transform.any_op)\n")
 
 
-def _epilogue_loads() -> str:
+THREAD_LOOPS = "mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]"
+
+
+def _epilogue_loads(loops: str = THREAD_LOOPS) -> str:
     """The thread-level loops (the fill's, the epilogue's) read and write with plain loads and
     stores, unrolled. Left as transfer ops, the epilogue's read shares its padding constant with
     the accumulators' reads, and the MMA conversion then takes the elementwise op into its
-    slice and fails ("unhandled vector to mma type: arith.truncf")."""
+    slice and fails ("unhandled vector to mma type: arith.truncf"). `loops`: the attribute the
+    loops are matched by (the padded kernel's epilogue alone: its A copies stay transfers, which
+    become cp.async; unrolled with the rest, they became plain masked loads and stores)."""
     return (_func("%f")
-            + f'    %loops = transform.structured.match ops{{["scf.forall"]}} attributes {{mapping = '
-            f"[#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]}} in %f : {ANY} -> !transform.any_op\n"
+            + f'    %loops = transform.structured.match ops{{["scf.forall"]}} attributes {{{loops}}} '
+            f"in %f : {ANY} -> !transform.any_op\n"
             + _apply("%loops", "vector.transfer_to_scf full_unroll = true")
             + _apply("%loops", "vector.lower_transfer max_transfer_rank = 1"))
 
 
-def _vectorize_and_bufferize() -> str:
+def _vectorize_and_bufferize(canonicalize_first: bool = True) -> str:
     """In a phase of its own: vectorizing erases the ops the tiling handles point to, and a
     handle left pointing at an erased op crashed the interpreter's invalidation check (3 of 12
-    kernels compiled, iree-compile 3.13)."""
+    kernels compiled, iree-compile 3.13). Not canonicalized first in the padded kernel (its
+    masked vectorization ran already, and canonicalization before the masks are lowered
+    breaks them)."""
+    first = (_apply("%func", "linalg.tiling_canonicalization", "scf.for_loop_canonicalization", "canonicalization")
+             if canonicalize_first else "")
     return (
         _func("%func")
-        + _apply("%func", "linalg.tiling_canonicalization", "scf.for_loop_canonicalization", "canonicalization")
+        + first
         + f"    %vec = transform.structured.vectorize_children_and_apply_patterns %func : {ANY} -> !transform.any_op\n"
         + _apply("%vec", "vector.cast_away_vector_leading_one_dim", "vector.fold_arith_extension", "canonicalization")
         + _cse("%vec")
@@ -259,8 +258,11 @@ def _mark_copies() -> str:
             '    transform.annotate %copies "__internal_linalg_transform__" = %marker : !transform.any_op, !transform.any_param\n')
 
 
-def _map_to_threads(t: MmaSyncTiles) -> str:
+def _map_to_threads(t: MmaSyncTiles, canonicalize_first: bool = False) -> str:
+    """Blocks and threads (a barrier after each mapped loop: the padded kernel's masked A copies
+    raced without one), then the shared-memory copies spread over the threads."""
     return (_func("%f")
+            + (_apply("%f", "canonicalization") if canonicalize_first else "")
             + f"    transform.iree.forall_to_workgroup %f : {ANY} -> ()\n"
             f"    transform.iree.map_nested_forall_to_gpu_threads %f workgroup_dims = [{WARP * t.warps_n}, {t.warps_m}, 1] "
             f": {ANY} -> ()\n"
@@ -331,9 +333,9 @@ def strategy(t: MmaSyncTiles) -> str:
     """The named sequences of one kernel (@<t.name> and its phases), to sit in a transform
     library beside the @__kernel_config whose compilation_info names it."""
     if t.padded:
-        phases = [("tile", padded.tile_and_pad(t)), ("vectorize", padded.vectorize_and_bufferize()),
-                  ("mark", _mark_copies()), ("epilogue", padded.epilogue_loads()),
-                  ("threads", padded.map_to_threads(t, WARP))]
+        phases = [("tile", padded.tile_and_pad(t)), ("vectorize", _vectorize_and_bufferize(canonicalize_first=False)),
+                  ("mark", _mark_copies()), ("epilogue", _epilogue_loads(padded.EPILOGUE_MARK)),
+                  ("threads", _map_to_threads(t, canonicalize_first=True))]
     else:
         phases = [("tile", _tile_and_promote(t)), ("vectorize", _vectorize_and_bufferize()), ("mark", _mark_copies())]
         if t.epilogue:

@@ -165,7 +165,7 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
 
     monkeypatch.setattr(flag_options, "discover_program", unreadable)
     said: list[str] = []
-    env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append)
+    env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append, budget=None)
     assert repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",))) == ()
     assert said == ["  m_dispatch_2_x: not repaired (iree-compile failed reading the program (designed))"]
 
@@ -201,7 +201,7 @@ def test_a_build_that_fails_in_one_dispatch_after_another_is_repaired_dispatch_b
     monkeypatch.setattr(repair, "generate_candidates", lambda *a, **k: candidates)
     said: list[str] = []
     env = SimpleNamespace(model=tmp_path / "m.mlir", target=SimpleNamespace(spec_entry="e", pinned=()), ctx=None,
-                          cache=RunCache(), say=said.append)
+                          cache=RunCache(), say=said.append, budget=None)
     pins = repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",)))
     assert [p.dispatch.name for p in pins] == failing
     assert len(said) == 1 and "pinned" in said[0] and all(d in said[0] for d in failing)
@@ -212,7 +212,7 @@ def test_a_build_that_fails_in_one_dispatch_after_another_is_repaired_dispatch_b
     spent = TimeBudget(100.0, clock=lambda: next(ticks))
     spent.begin_flag_stage()
     said.clear()
-    assert repair.pins_for(SimpleNamespace(**vars(env), budget=spent), Variant("o3-late", ("--iree-opt-level=O3",))) == ()
+    assert repair.pins_for(SimpleNamespace(**{**vars(env), "budget": spent}), Variant("o3-late", ("--iree-opt-level=O3",))) == ()
     assert "the flag stage's share of the time budget is spent" in said[0] and failing[1] in said[0]
     # The second one's configs all fail in it again: not repaired, the reason names it.
     unrepairable.add(failing[1])

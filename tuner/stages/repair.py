@@ -38,7 +38,7 @@ def repaired(env: StageEnv, variant: Variant, name: str, pipeline: Optional[str]
     REPAIR_TRIES of its configs builds the model past it."""
     done: list[str] = []
     for _ in range(REPAIR_DISPATCHES):
-        if done and flag_share_spent(getattr(env, "budget", None)):
+        if done and flag_share_spent(env.budget):
             # Each further dispatch is up to REPAIR_TRIES whole-model builds more.
             raise NotRepaired(f"after {'; '.join(done)}, the build fails in {name} and the flag stage's share of "
                               "the time budget is spent")
