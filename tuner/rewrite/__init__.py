@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -16,6 +17,7 @@ from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
+from tuner.rewrite.external_gemm import external_gemms
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
@@ -93,6 +95,11 @@ PAD_CONV_COLUMNS = Rewrite("pad-conv-columns", pad_convolution_columns,
 CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls,
                                 "convolutions over a window as patches gathered in the program and a matmul",
                                 tunes=(DispatchKind.CONTRACTION,))
+# Offered on GPUs where Triton is installed: linear layers as Triton's Hopper (sm_90a, wgmma)
+# kernels, external to IREE's codegen (tuner.rewrite.external_gemm). On any other GPU the driver
+# refuses the PTX at load and the flag stage, which runs every variant, drops it.
+EXTERNAL_GEMM = Rewrite("external-hopper-gemm", external_gemms,
+                        "linear layers as external Hopper (wgmma) kernels compiled by Triton")
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
@@ -101,7 +108,8 @@ CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls
 # walk-through spent its flag stage there, three choices at 0.34-0.77x the model (issue 62).
 REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, SUBSAMPLE_STRIDED_1X1),
             "gpu": (ND_LINEAR_AS_MATMUL, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
-                    POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL)}
+                    POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL,
+                    *((EXTERNAL_GEMM,) if find_spec("triton") else ()))}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
 # moves to REWRITES once it has won on a model it was not made for.
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
