@@ -1,0 +1,155 @@
+"""External Hopper kernels (tuner.external, tuner.rewrite.external_gemm): Triton's PTX brought to
+IREE's launch ABI, the tiles chosen per problem, which MatMuls the rewrite takes, and (slow) that
+plain iree-compile of the rewritten program embeds the kernel's PTX as a dispatch of its own.
+
+The fixture is the PTX Triton 3.9 wrote for `tuner.external.triton_gemm`'s kernel at 16x128x64
+(64x64x64 tiles, 4 warps, 2 stages) for sm_90a: five pointer parameters, the last two Triton's
+scratch buffers, unread. Nothing here needs Triton or a GPU; the kernels ran on the H200
+(docs/benchmarks/external-kernels.md)."""
+
+import re
+from pathlib import Path
+
+import pytest
+from iree.compiler import ir
+
+from tuner.external.gemm_kernel import (ExternKernel, GemmProblem, GemmTiles, KernelAbiError, for_iree,
+                                        tiles_for)
+from tuner.rewrite import EXTERNAL_GEMM, REWRITES, rewrite_program
+from tuner.rewrite.external_gemm import external_gemms
+
+PTX = (Path(__file__).parent / "fixtures" / "external" / "triton_gemm_16x128x64.ptx").read_text()
+
+
+def _params(ptx: str, entry: str) -> list[str]:
+    header = re.search(r"\.entry\s+" + entry + r"\s*\((.*?)\)", ptx, re.S).group(1)
+    return [p.split()[-1] for p in header.split(",")]
+
+
+def test_for_iree_renames_the_entry_and_keeps_only_the_binding_parameters():
+    assert _params(PTX, "gemm") == [f"gemm_param_{i}" for i in range(5)]
+    out = for_iree(PTX, "gemm", "gemm_16x128x64_f16", 3)
+    assert re.findall(r"\.entry\s+(\w+)", out) == ["gemm_16x128x64_f16"]
+    assert _params(out, "gemm_16x128x64_f16") == [f"gemm_16x128x64_f16_param_{i}" for i in range(3)]
+    assert "gemm_param_" not in out
+    # every load of a parameter reads one that is still declared
+    loaded = set(re.findall(r"\[(gemm_16x128x64_f16_param_\d+)\]", out))
+    assert loaded == {f"gemm_16x128x64_f16_param_{i}" for i in range(3)}
+    assert out.count("wgmma.mma_async") == PTX.count("wgmma.mma_async") > 0
+
+
+def test_for_iree_refuses_a_kernel_that_reads_a_parameter_beyond_its_bindings():
+    reads_scratch = PTX.replace("ld.param.b64", "ld.param.b64 \t%rd99, [gemm_param_3];\n\tld.param.b64", 1)
+    with pytest.raises(KernelAbiError, match="gemm_param_3"):
+        for_iree(reads_scratch, "gemm", "k", 3)
+    with pytest.raises(KernelAbiError, match="expected one entry"):
+        for_iree(PTX, "other", "k", 3)
+    with pytest.raises(KernelAbiError, match="fewer than its 6 bindings"):
+        for_iree(PTX, "gemm", "k", 6)
+
+
+@pytest.mark.parametrize("mnk, expected", [
+    ((1500, 3072, 768), GemmTiles(128, 128, 64, 8, 3)),  # 12 x 24 = 288 workgroups: a wave
+    ((1576, 768, 3072), GemmTiles(64, 128, 64, 4, 4)),   # 13 x 6 = 78 at 128x128; 25 x 6 = 150
+    ((512, 768, 768), GemmTiles(64, 64, 64, 4, 4)),      # no tiles fill a wave: the most workgroups, 8 x 12
+    ((100, 192, 64), GemmTiles(64, 64, 64, 4, 4)),       # N = 192: no 128-wide column tile; 2 x 3 beats 1 x 3
+    ((16, 128, 64), GemmTiles(128, 64, 64, 4, 4)),       # 1 x 2 workgroups, as many as 64x64's: the earlier
+])
+def test_tiles_fill_a_wave_of_workgroups_where_they_can(mnk, expected):
+    assert tiles_for(GemmProblem(*mnk)) == expected
+
+
+def test_no_tiles_where_n_or_k_is_not_a_multiple_of_64():
+    assert tiles_for(GemmProblem(256, 100, 64)) is None
+    assert tiles_for(GemmProblem(256, 128, 48)) is None
+
+
+def _program(x: str, w: str, element: str = "f16", n: int = 128) -> str:
+    xt, wt = f"!torch.vtensor<[{x}],{element}>", f"!torch.vtensor<[{w}],{element}>"
+    out = f"!torch.vtensor<[{x.rsplit(',', 1)[0]},{n}],{element}>"
+    return f"""
+func.func @f(%x: {xt}, %w: {wt}, %b: !torch.vtensor<[{n}],{element}>) -> {out}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %y = torch.operator "onnx.MatMul"(%x, %w) : ({xt}, {wt}) -> {out}
+  %z = torch.operator "onnx.Add"(%y, %b) : ({out}, !torch.vtensor<[{n}],{element}>) -> {out}
+  return %z : {out}
+}}
+"""
+
+
+def _fixture_kernel(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
+    """The fixture's kernel for any problem (its PTX is never run here)."""
+    return ExternKernel(problem.name, for_iree(PTX, "gemm", problem.name, 3), 3, 128, 16384,
+                        (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1), tiles)
+
+
+def test_a_rank_3_linear_becomes_a_call_of_one_extern_dispatch_between_reshapes():
+    with ir.Context():
+        module = ir.Module.parse(_program("2,8,64", "64,128"))
+        assert external_gemms(module, _fixture_kernel) == ["16x128x64 f16 (128x64x64 w4 s4)"]
+        text = str(module)
+    assert '"onnx.MatMul"' not in text and text.count('"onnx.Reshape"') == 2
+    assert text.count("hal.dispatch.extern") == 1 and "call @gemm_16x128x64_f16" in text
+    assert "workgroup_size = [128 : index, 1 : index, 1 : index], workgroup_local_memory = 16384" in text
+    assert '"onnx.Add"' in text  # what follows the MatMul stays in the program
+    # the function carries the ONNX input's opset, as the import's functions do
+    assert re.search(r"func.func private @gemm_16x128x64_f16\(.*torch.onnx_meta.opset_version = 20", text)
+
+
+def test_layers_of_one_shape_call_one_function():
+    t = "!torch.vtensor<[16,64],f16>"
+    program = f"""
+func.func @f(%x: {t}, %w: !torch.vtensor<[64,64],f16>) -> {t}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %y = torch.operator "onnx.MatMul"(%x, %w) : ({t}, !torch.vtensor<[64,64],f16>) -> {t}
+  %z = torch.operator "onnx.MatMul"(%y, %w) : ({t}, !torch.vtensor<[64,64],f16>) -> {t}
+  return %z : {t}
+}}
+"""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        assert len(external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))) == 2
+        text = str(module)
+    assert made == [GemmProblem(16, 64, 64)]
+    assert text.count("hal.dispatch.extern") == 1 and text.count("call @gemm_16x64x64_f16") == 2
+
+
+@pytest.mark.parametrize("x, w, element, n, why", [
+    ("16,64", "64,128", "f32", 128, "f32: the kernel is f16 or bf16"),
+    ("16,64", "64,100", "f16", 100, "N = 100: no tiles divide it"),
+    ("?,64", "64,128", "f16", 128, "a dynamic row count"),
+    ("16,64", "2,64,128", "f16", 128, "a batched weight (not a linear layer)"),
+])
+def test_matmuls_the_kernel_does_not_take_are_left_alone(x, w, element, n, why):
+    with ir.Context():
+        module = ir.Module.parse(_program(x, w, element, n))
+        before = str(module)
+        assert external_gemms(module, _fixture_kernel) == [], why
+        assert str(module) == before
+
+
+def test_the_rewrite_is_offered_on_gpus_exactly_where_triton_is_installed():
+    from importlib.util import find_spec
+    assert (EXTERNAL_GEMM in REWRITES["gpu"]) == (find_spec("triton") is not None)
+    assert EXTERNAL_GEMM not in REWRITES["cpu"]
+
+
+@pytest.mark.slow
+def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path):
+    from tuner.rewrite import Rewrite
+    from tuner.targets import parse_target
+    from tuner.tools import find_tool
+    import subprocess
+
+    program = tmp_path / "model.mlir"
+    program.write_text(_program("2,8,64", "64,128"))
+    rewrite = Rewrite("external-hopper-gemm", lambda m: external_gemms(m, _fixture_kernel), "")
+    assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
+    binaries = tmp_path / "binaries"
+    run = subprocess.run([find_tool("iree-compile"), str(tmp_path / "rewritten.mlir"), *parse_target("cuda").compile_flags,
+                          "-o", str(tmp_path / "m.vmfb"), f"--iree-hal-dump-executable-binaries-to={binaries}"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    extern = [p.read_text() for p in binaries.glob("*.ptx") if ".entry gemm_16x128x64_f16(" in p.read_text()]
+    assert len(extern) == 1 and extern[0] == for_iree(PTX, "gemm", "gemm_16x128x64_f16", 3)
