@@ -153,3 +153,31 @@ def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     extern = [p.read_text() for p in binaries.glob("*.ptx") if ".entry gemm_16x128x64_f16(" in p.read_text()]
     assert len(extern) == 1 and extern[0] == for_iree(PTX, "gemm", "gemm_16x128x64_f16", 3)
+
+
+def test_a_kernel_that_cannot_be_made_leaves_its_layers_as_they_were_and_says_why():
+    t, u = "!torch.vtensor<[16,64],f16>", "!torch.vtensor<[16,128],f16>"
+    program = f"""
+func.func @f(%x: {t}, %w: !torch.vtensor<[64,64],f16>, %v: !torch.vtensor<[64,128],f16>) -> ({t}, {u})
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %y = torch.operator "onnx.MatMul"(%x, %w) : ({t}, !torch.vtensor<[64,64],f16>) -> {t}
+  %z = torch.operator "onnx.MatMul"(%x, %v) : ({t}, !torch.vtensor<[64,128],f16>) -> {u}
+  return %y, %z : {t}, {u}
+}}
+"""
+
+    def source(problem, tiles):
+        if problem.n == 64:
+            raise KernelAbiError("gemm reads parameters beyond its bindings: gemm_param_3")
+        return _fixture_kernel(problem, tiles)
+
+    with ir.Context():
+        module = ir.Module.parse(program)
+        changes = external_gemms(module, source)
+        text = str(module)
+        assert changes == ["16x128x64 f16 (128x64x64 w4 s4)", "16x64x64 f16 left as it was: gemm reads parameters "
+                           "beyond its bindings: gemm_param_3"]
+        assert text.count('"onnx.MatMul"') == 1 and text.count("hal.dispatch.extern") == 1
+        # where no kernel can be made, nothing is rewritten
+        only_failing = ir.Module.parse(program.replace("64,128", "64,64").replace("16,128", "16,64"))
+        assert external_gemms(only_failing, source) == []

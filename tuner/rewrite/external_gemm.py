@@ -47,22 +47,31 @@ def problem_of(matmul: ir.Operation) -> Optional[GemmProblem]:
 def external_gemms(module: ir.Module, source: Optional[KernelSource] = None) -> list[str]:
     """Rewrite every linear `onnx.MatMul` of `module` that an external kernel takes (in place,
     inside its context) as a call of that kernel; `source` makes the kernels (Triton's by
-    default). Returns each rewritten MatMul's problem and tiles."""
+    default). Returns each rewritten MatMul's problem and tiles, then each problem whose kernel
+    could not be made (its layers left as they were; nothing is rewritten where no kernel was)."""
     if source is None:
         from tuner.external.triton_gemm import triton_gemm as source
     sites = [(op, p) for op in onnx_sites(module, "MatMul", problem_of) if (p := problem_of(op)) and tiles_for(p)]
-    if not sites:
-        return []
-    functions: dict[GemmProblem, ExternKernel] = {}
-    done = []
+    functions: dict[GemmProblem, Optional[ExternKernel]] = {}
+    done, failed = [], []
     for op, problem in sites:
         if problem not in functions:
-            functions[problem] = source(problem, tiles_for(problem))
+            try:
+                functions[problem] = source(problem, tiles_for(problem))
+            except Exception as error:  # a kernel that cannot be made leaves its layers as they were
+                functions[problem] = None
+                failed.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} left as it was: "
+                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__}")
+                continue
             _define(module, functions[problem], problem, _onnx_meta(op))
+        if functions[problem] is None:
+            continue
         _call(op, problem)
         done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} ({functions[problem].tiles.label})")
+    if not done:
+        return []
     module.operation.verify()
-    return done
+    return done + failed
 
 
 def _tensor(shape: list[int], element: str) -> ir.Type:
