@@ -27,11 +27,11 @@ def _params(ptx: str, entry: str) -> list[str]:
 
 
 def test_for_iree_renames_the_entry_and_keeps_only_the_binding_parameters():
-    assert _params(PTX, "gemm") == [f"gemm_param_{i}" for i in range(5)]
-    out = for_iree(PTX, "gemm", "gemm_16x128x64_f16", 3)
+    assert _params(PTX, "_gemm") == [f"_gemm_param_{i}" for i in range(5)]
+    out = for_iree(PTX, "_gemm", "gemm_16x128x64_f16", 3)
     assert re.findall(r"\.entry\s+(\w+)", out) == ["gemm_16x128x64_f16"]
     assert _params(out, "gemm_16x128x64_f16") == [f"gemm_16x128x64_f16_param_{i}" for i in range(3)]
-    assert "gemm_param_" not in out
+    assert "_gemm_param_" not in out
     # every load of a parameter reads one that is still declared
     loaded = set(re.findall(r"\[(gemm_16x128x64_f16_param_\d+)\]", out))
     assert loaded == {f"gemm_16x128x64_f16_param_{i}" for i in range(3)}
@@ -39,13 +39,13 @@ def test_for_iree_renames_the_entry_and_keeps_only_the_binding_parameters():
 
 
 def test_for_iree_refuses_a_kernel_that_reads_a_parameter_beyond_its_bindings():
-    reads_scratch = PTX.replace("ld.param.b64", "ld.param.b64 \t%rd99, [gemm_param_3];\n\tld.param.b64", 1)
-    with pytest.raises(KernelAbiError, match="gemm_param_3"):
-        for_iree(reads_scratch, "gemm", "k", 3)
+    reads_scratch = PTX.replace("ld.param.b64", "ld.param.b64 \t%rd99, [_gemm_param_3];\n\tld.param.b64", 1)
+    with pytest.raises(KernelAbiError, match="_gemm_param_3"):
+        for_iree(reads_scratch, "_gemm", "k", 3)
     with pytest.raises(KernelAbiError, match="expected one entry"):
         for_iree(PTX, "other", "k", 3)
     with pytest.raises(KernelAbiError, match="fewer than its 6 bindings"):
-        for_iree(PTX, "gemm", "k", 6)
+        for_iree(PTX, "_gemm", "k", 6)
 
 
 @pytest.mark.parametrize("mnk, expected", [
@@ -79,7 +79,7 @@ func.func @f(%x: {xt}, %w: {wt}, %b: !torch.vtensor<[{n}],{element}>) -> {out}
 
 def _fixture_kernel(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     """The fixture's kernel for any problem (its PTX is never run here)."""
-    return ExternKernel(problem.name, for_iree(PTX, "gemm", problem.name, 3), 3, 128, 16384,
+    return ExternKernel(problem.name, for_iree(PTX, "_gemm", problem.name, 3), 3, 128, 16384,
                         (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1), tiles)
 
 
@@ -152,7 +152,7 @@ def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path)
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     extern = [p.read_text() for p in binaries.glob("*.ptx") if ".entry gemm_16x128x64_f16(" in p.read_text()]
-    assert len(extern) == 1 and extern[0] == for_iree(PTX, "gemm", "gemm_16x128x64_f16", 3)
+    assert len(extern) == 1 and extern[0] == for_iree(PTX, "_gemm", "gemm_16x128x64_f16", 3)
 
 
 def test_a_kernel_that_cannot_be_made_leaves_its_layers_as_they_were_and_says_why():

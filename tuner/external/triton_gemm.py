@@ -32,7 +32,7 @@ def _kernel():
     triton, tl = _language()
 
     @triton.jit
-    def gemm(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+    def _gemm(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (N/BN, ceil(M/BM)), rows masked.
         pid_n = tl.program_id(0)
@@ -49,7 +49,7 @@ def _kernel():
             b += BK * N
         tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty), mask=rows[:, None] < M)
 
-    return triton, gemm
+    return triton, _gemm
 
 
 def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
