@@ -115,3 +115,45 @@ def arguments(doc: str, out: str, candidates: int) -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repetitions", type=int, default=3)
     return parser
+
+
+def checked_iree_runs(out: Path, modules: dict[str, dict], function: str, host_args: list, reference, scale: float,
+                      runs: dict, errors: dict) -> None:
+    """Each module of `modules` (name -> {"vmfb": path under `out`}) loaded on the GPU, run 5
+    times on `host_args` and its error against the torch tensor `reference` (relative to
+    `scale`) put in `errors` (infinite where the outputs differ from run to run: a race), its
+    call put in `runs` for interleaved_kernel_ms."""
+    import numpy as np
+    import torch
+
+    import iree.runtime as rt
+
+    config = rt.Config("cuda")
+    for name, module in modules.items():
+        ctx = rt.SystemContext(config=config)
+        ctx.add_vm_module(rt.VmModule.mmap(ctx.instance, str(out / module["vmfb"])))
+        fn = ctx.modules.module[function]
+        args = [rt.asdevicearray(config.device, x) for x in host_args]
+        outputs = [np.asarray(fn(*args).to_host()).astype(np.float32) for _ in range(5)]
+        errors[name] = max(float((torch.from_numpy(o).cuda() - reference).abs().max()) / scale for o in outputs)
+        if any(not np.array_equal(outputs[0], o) for o in outputs[1:]):
+            errors[name] = float("inf")  # differs from run to run: a race
+        runs[name] = (lambda fn=fn, args=args: fn(*args))
+
+
+def report_shape(title: str, mnk: tuple[int, int, int], times: dict[str, list[float]], errors: dict[str, float],
+                 rounds: int) -> dict:
+    """Print each run's median kernel time, TFLOP/s, speedup over "default" and error; return them."""
+    import numpy as np
+
+    m, n, k = mnk
+    flops = 2.0 * m * n * k
+    base = float(np.median(times["default"]))
+    print(f"\n{title}: median CUPTI kernel ms of {rounds} rounds")
+    report = {}
+    for name, t in times.items():
+        med = float(np.median(t))
+        report[name] = {"ms": med, "all_ms": t, "error": errors[name], "tflops": flops / med / 1e9, "vs_default": base / med}
+        print(f"  {name:22s} {med:8.4f} ms  {flops / med / 1e9:6.1f} TFLOP/s  {base / med:5.2f}x default  "
+              f"max err {errors[name]:.1e} of max|C|")
+    return report

@@ -27,7 +27,6 @@ sys.path.insert(0, str(REPO))
 from benchmarks.gpu_padded_rows import HELD_OUT, REPORTED  # noqa: E402
 
 TILES = [(128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4)]
-CALLS = 20
 
 
 def write_linear(path: Path, m: int, n: int, k: int) -> None:
@@ -90,47 +89,18 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]]) -> None:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-def measure(out: Path, rounds: int) -> None:
+def saved_operands(out: Path, shape: str, m: int, n: int, k: int) -> tuple:
+    """X[m, k] uniform in [-1, 1) and the W and B compile wrote for the shape."""
     import numpy as np
-    import torch
 
-    import iree.runtime as rt
+    return (np.random.default_rng(1).uniform(-1, 1, (m, k)).astype(np.float16), np.load(out / shape / "w.npy"),
+            np.load(out / shape / "b.npy"))
 
-    from benchmarks.gpu_common import interleaved_kernel_ms
 
-    manifest = json.loads((out / "manifest.json").read_text())
-    config = rt.Config("cuda")
-    report = {}
-    for shape, entry in manifest.items():
-        m, n, k = entry["mnk"]
-        x = np.random.default_rng(1).uniform(-1, 1, (m, k)).astype(np.float16)
-        w, b = np.load(out / shape / "w.npy"), np.load(out / shape / "b.npy")
-        tx, tw, tb = (torch.from_numpy(v).cuda() for v in (x, w, b))
-        reference = torch.nn.functional.gelu(tx.float() @ tw.float() + tb.float())
-        scale = float(reference.abs().max())
-        runs, errors = {}, {}
-        for name, module in entry["modules"].items():
-            ctx = rt.SystemContext(config=config)
-            ctx.add_vm_module(rt.VmModule.mmap(ctx.instance, str(out / module["vmfb"])))
-            fn = ctx.modules.module["linear"]
-            args = [rt.asdevicearray(config.device, v) for v in (x, w, b)]
-            outputs = [np.asarray(fn(*args).to_host()).astype(np.float32) for _ in range(5)]
-            errors[name] = max(float((torch.from_numpy(o).cuda() - reference).abs().max()) / scale for o in outputs)
-            if any(not np.array_equal(outputs[0], o) for o in outputs[1:]):
-                errors[name] = float("inf")  # differs from run to run: a race
-            runs[name] = (lambda fn=fn, args=args: fn(*args))
-        runs["torch"] = lambda: torch.nn.functional.gelu(torch.addmm(tb, tx, tw))
-        errors["torch"] = float((runs["torch"]().float() - reference).abs().max()) / scale
-        times = interleaved_kernel_ms(runs, rounds, CALLS, on_device=("torch",))
-        base = float(np.median(times["default"]))
-        print(f"\n{shape} ({m}x{n}x{k}, bias + GELU): median CUPTI kernel ms of {rounds} rounds")
-        report[shape] = {}
-        for name, t in times.items():
-            med = float(np.median(t))
-            report[shape][name] = {"ms": med, "all_ms": t, "vs_default": base / med, "error": errors[name]}
-            print(f"  {name:22s} {med:8.4f} ms  {2.0 * m * n * k / med / 1e9:6.1f} TFLOP/s  {base / med:5.2f}x default  "
-                  f"max err {errors[name]:.1e} of max|C|")
-    (out / "measured.json").write_text(json.dumps(report, indent=1))
+def measure(out: Path, rounds: int) -> None:
+    from benchmarks.gpu_padded_rows import measure as measure_linear_layers
+
+    measure_linear_layers(out, rounds, "linear", saved_operands)
 
 
 def main() -> None:

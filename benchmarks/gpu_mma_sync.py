@@ -123,12 +123,9 @@ def measure(out: Path, rounds: int, calls: int = 20, triton: bool = False) -> No
     import numpy as np
     import torch
 
-    import iree.runtime as rt
-
-    from benchmarks.gpu_common import interleaved_kernel_ms
+    from benchmarks.gpu_common import checked_iree_runs, interleaved_kernel_ms, report_shape
 
     manifest = json.loads((out / "manifest.json").read_text())
-    config = rt.Config("cuda")
     report = {}
     for shape, entry in manifest.items():
         m, n, k = entry["mnk"]
@@ -141,14 +138,7 @@ def measure(out: Path, rounds: int, calls: int = 20, triton: bool = False) -> No
         reference = torch.matmul(ta.float(), tb_kn.float())
         scale = float(reference.abs().max())
         runs, errors = {}, {}
-        for name, module in entry["modules"].items():
-            ctx = rt.SystemContext(config=config)
-            ctx.add_vm_module(rt.VmModule.mmap(ctx.instance, str(out / module["vmfb"])))
-            fn = ctx.modules.module[entry.get("function", "main")]
-            ad, bd = rt.asdevicearray(config.device, a), rt.asdevicearray(config.device, b)
-            result = torch.from_numpy(np.asarray(fn(ad, bd).to_host())).cuda()
-            errors[name] = float((result - reference).abs().max()) / scale
-            runs[name] = (lambda fn=fn, ad=ad, bd=bd: fn(ad, bd))
+        checked_iree_runs(out, entry["modules"], entry.get("function", "main"), [a, b], reference, scale, runs, errors)
         runs["torch"] = lambda: torch.matmul(ta, tb_kn)
         if triton and not nk:
             from benchmarks.gpu_common import time_cuda
@@ -160,16 +150,7 @@ def measure(out: Path, rounds: int, calls: int = 20, triton: bool = False) -> No
             errors["triton_mma_sync"] = float((call() - reference).abs().max()) / scale
         errors["torch"] = float((torch.matmul(ta, tb_kn).float() - reference).abs().max()) / scale
         times = interleaved_kernel_ms(runs, rounds, calls, on_device=("torch", "triton_mma_sync"))
-        flops = 2.0 * m * n * k
-        report[shape] = {}
-        base = float(np.median(times["default"]))
-        print(f"\n{shape} ({m}x{n}x{k}): median CUPTI kernel ms of {rounds} rounds")
-        for name, t in times.items():
-            med = float(np.median(t))
-            report[shape][name] = {"ms": med, "all_ms": t, "error": errors[name],
-                                   "tflops": flops / med / 1e9, "vs_default": base / med}
-            print(f"  {name:22s} {med:8.4f} ms  {flops / med / 1e9:6.1f} TFLOP/s  {base / med:5.2f}x default  "
-                  f"max err {errors[name]:.1e} of max|C|")
+        report[shape] = report_shape(f"{shape} ({m}x{n}x{k})", (m, n, k), times, errors, rounds)
     (out / "measured.json").write_text(json.dumps(report, indent=1))
 
 

@@ -98,47 +98,36 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]]) -> None:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
-def measure(out: Path, rounds: int) -> None:
+def uniform_operands(out: Path, shape: str, m: int, n: int, k: int) -> tuple:
+    """A[m, k], B[k, n] and bias[n], f16 uniform in [-1, 1), the same for every module."""
     import numpy as np
+
+    rng = np.random.default_rng(0)
+    return (rng.uniform(-1, 1, (m, k)).astype(np.float16), rng.uniform(-1, 1, (k, n)).astype(np.float16),
+            rng.uniform(-1, 1, (n,)).astype(np.float16))
+
+
+def measure(out: Path, rounds: int, function: str = "main", operands=uniform_operands) -> None:
+    """Every module of DIR/manifest.json checked and timed beside torch's gelu(addmm) on
+    `operands(out, shape, m, n, k)` -> (A, B, bias); measured.json written."""
     import torch
 
-    import iree.runtime as rt
-
-    from benchmarks.gpu_common import interleaved_kernel_ms
+    from benchmarks.gpu_common import checked_iree_runs, interleaved_kernel_ms, report_shape
 
     manifest = json.loads((out / "manifest.json").read_text())
-    config = rt.Config("cuda")
     report = {}
     for shape, entry in manifest.items():
         m, n, k = entry["mnk"]
-        rng = np.random.default_rng(0)
-        a, b = rng.uniform(-1, 1, (m, k)).astype(np.float16), rng.uniform(-1, 1, (k, n)).astype(np.float16)
-        bias = rng.uniform(-1, 1, (n,)).astype(np.float16)
+        a, b, bias = operands(out, shape, m, n, k)
         ta, tb, tbias = (torch.from_numpy(x).cuda() for x in (a, b, bias))
         reference = torch.nn.functional.gelu(ta.float() @ tb.float() + tbias.float())
         scale = float(reference.abs().max())
         runs, errors = {}, {}
-        for name, module in entry["modules"].items():
-            ctx = rt.SystemContext(config=config)
-            ctx.add_vm_module(rt.VmModule.mmap(ctx.instance, str(out / module["vmfb"])))
-            fn = ctx.modules.module["main"]
-            args = [rt.asdevicearray(config.device, x) for x in (a, b, bias)]
-            outputs = [np.asarray(fn(*args).to_host()).astype(np.float32) for _ in range(5)]
-            errors[name] = max(float((torch.from_numpy(o).cuda() - reference).abs().max()) / scale for o in outputs)
-            if any(not np.array_equal(outputs[0], o) for o in outputs[1:]):
-                errors[name] = float("inf")  # differs from run to run: a race
-            runs[name] = (lambda fn=fn, args=args: fn(*args))
+        checked_iree_runs(out, entry["modules"], function, [a, b, bias], reference, scale, runs, errors)
         runs["torch"] = lambda: torch.nn.functional.gelu(torch.addmm(tbias, ta, tb))
         errors["torch"] = float((runs["torch"]().float() - reference).abs().max()) / scale
         times = interleaved_kernel_ms(runs, rounds, CALLS, on_device=("torch",))
-        base = float(np.median(times["default"]))
-        print(f"\n{shape} ({m}x{n}x{k}, bias + GELU): median CUPTI kernel ms of {rounds} rounds")
-        report[shape] = {}
-        for name, t in times.items():
-            med = float(np.median(t))
-            report[shape][name] = {"ms": med, "all_ms": t, "vs_default": base / med, "error": errors[name]}
-            print(f"  {name:22s} {med:8.4f} ms  {2.0 * m * n * k / med / 1e9:6.1f} TFLOP/s  {base / med:5.2f}x default  "
-                  f"max err {errors[name]:.1e} of max|C|")
+        report[shape] = report_shape(f"{shape} ({m}x{n}x{k}, bias + GELU)", (m, n, k), times, errors, rounds)
     (out / "measured.json").write_text(json.dumps(report, indent=1))
 
 
