@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tuner.input.models import program_source  # noqa: E402
-from tuner.rewrite import REWRITES, combined, rewrite_program  # noqa: E402
+from tuner.rewrite import combined, rewrite_program, rewrites_for  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool  # noqa: E402
 
@@ -48,7 +48,7 @@ def variants(model: Path, work: Path, target, only: Optional[set[str]] = None) -
     imported = program_source(model, work, target)
     found = {"default": (imported, [])}
     taken = []
-    for rewrite in REWRITES["cpu" if target.device.startswith("local") else "gpu"]:  # as the flag stage offers them
+    for rewrite in rewrites_for(target):  # as the flag stage offers them
         if only is not None and rewrite.name not in only and "rewrites" not in only:
             continue
         out = work / f"{rewrite.name}.mlir"

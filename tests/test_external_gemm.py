@@ -129,9 +129,15 @@ def test_matmuls_the_kernel_does_not_take_are_left_alone(x, w, element, n, why):
         assert str(module) == before
 
 
-def test_the_rewrite_is_offered_on_gpus_exactly_where_triton_is_installed():
+def test_the_rewrite_is_offered_on_cuda_exactly_where_triton_is_installed():
     from importlib.util import find_spec
-    assert (EXTERNAL_GEMM in REWRITES["gpu"]) == (find_spec("triton") is not None)
+
+    from tuner.rewrite import rewrites_for
+    from tuner.targets import parse_target
+
+    assert (EXTERNAL_GEMM in rewrites_for(parse_target("cuda:sm_80"))) == (find_spec("triton") is not None)
+    assert EXTERNAL_GEMM not in rewrites_for(parse_target("rocm:gfx942"))  # its PTX is no HIP object
+    assert EXTERNAL_GEMM not in rewrites_for(parse_target("llvm-cpu"))
     assert EXTERNAL_GEMM not in REWRITES["cpu"]
 
 

@@ -37,6 +37,7 @@ class Rewrite:
     apply: Callable[[ir.Module], list[str]]
     description: str
     tunes: tuple[DispatchKind, ...] = ()
+    devices: tuple[str, ...] = ()  # the runtime devices it is offered on (none named: every one of its kind)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -99,7 +100,7 @@ CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls
 # kernels, external to IREE's codegen (tuner.rewrite.external_gemm). On any other GPU the driver
 # refuses the PTX at load and the flag stage, which runs every variant, drops it.
 EXTERNAL_GEMM = Rewrite("external-hopper-gemm", external_gemms,
-                        "linear layers as external Hopper (wgmma) kernels compiled by Triton")
+                        "linear layers as external Hopper (wgmma) kernels compiled by Triton", devices=("cuda",))
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
@@ -115,6 +116,13 @@ REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, SUBSAMPLE_STRIDED_1X1),
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
                          "a batch of narrow images convolved side by side as one wide image")
 EXPERIMENTS = (BATCH_TO_WIDTH,)
+
+
+def rewrites_for(target) -> tuple[Rewrite, ...]:
+    """The rewrites the flag stage offers on `target` (a tuner.targets.Target), in REWRITES order."""
+    device = target.device.split(":")[0]
+    offered = REWRITES["cpu" if device.startswith("local") else "gpu"]
+    return tuple(r for r in offered if not r.devices or device in r.devices)
 
 
 def rewrite_program(program: Path, rewrite: Rewrite, out: Path) -> list[str]:

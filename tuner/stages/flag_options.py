@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from tuner.discovery.program import discover_program
-from tuner.rewrite import REWRITES, Rewrite, combined, rewrite_program
+from tuner.rewrite import Rewrite, combined, rewrite_program, rewrites_for
 from tuner.stages.base import StageEnv
 
 MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
@@ -127,7 +127,7 @@ def together_options(env: StageEnv, wrong: set[str], pipeline: Optional[str] = N
 
 
 def offered_rewrites(env: StageEnv) -> tuple[Rewrite, ...]:
-    return REWRITES.get("cpu" if env.target.device.startswith("local") else "gpu", ())
+    return rewrites_for(env.target)
 
 
 def applying_rewrites(env: StageEnv) -> list[Rewrite]:
