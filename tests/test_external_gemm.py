@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from iree.compiler import ir
 
-from tuner.external.gemm_kernel import (ExternKernel, GemmProblem, GemmTiles, KernelAbiError, for_iree,
-                                        tiles_for)
+from tuner.external.abi import ExternKernel, KernelAbiError, for_iree
+from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite import EXTERNAL_GEMM, REWRITES, rewrite_program
 from tuner.rewrite.external_gemm import external_gemms
 
@@ -80,7 +80,7 @@ func.func @f(%x: {xt}, %w: {wt}, %b: !torch.vtensor<[{n}],{element}>) -> {out}
 def _fixture_kernel(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     """The fixture's kernel for any problem (its PTX is never run here)."""
     return ExternKernel(problem.name, for_iree(PTX, "_gemm", problem.name, 3), 3, 128, 16384,
-                        (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1), tiles)
+                        (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1), tiles.label)
 
 
 def test_a_rank_3_linear_becomes_a_call_of_one_extern_dispatch_between_reshapes():

@@ -1,14 +1,7 @@
-"""A matrix product as an external kernel: the problem, its tiles, and the kernel IREE launches.
-
-IREE's CUDA runtime launches a `hal.dispatch.extern` kernel with one parameter per binding, a
-device pointer each, in the layout's order (then one 32-bit value per push constant; these
-kernels take none), a block of `workgroup_size` threads, a grid from the dispatch's count region,
-and `workgroup_local_memory` bytes of dynamic shared memory (over 48 KiB is opted in at load).
-A kernel made elsewhere is brought to that ABI by `for_iree`."""
+"""A matrix product as an external kernel: the problem and the tiles it is computed with."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 
@@ -69,43 +62,3 @@ def tiles_for(problem: GemmProblem) -> GemmTiles | None:
     if filling:
         return filling[0]
     return max(fitting, key=lambda t: t.blocks(problem), default=None)
-
-
-@dataclass(frozen=True)
-class ExternKernel:
-    """A compiled kernel as IREE launches it: PTX whose one entry is `name` and takes exactly
-    `bindings` pointer parameters, `threads` per block, `shared_bytes` of dynamic shared memory
-    and a grid of `grid` blocks (x, y, z)."""
-
-    name: str
-    ptx: str
-    bindings: int
-    threads: int
-    shared_bytes: int
-    grid: tuple[int, int, int]
-    tiles: GemmTiles
-
-
-class KernelAbiError(ValueError):
-    """The kernel's PTX cannot be brought to IREE's launch ABI."""
-
-
-def for_iree(ptx: str, entry: str, name: str, bindings: int) -> str:
-    """`ptx` with its entry `entry` renamed `name` and cut to its first `bindings` parameters.
-
-    Triton appends scratch-buffer pointers to every kernel's parameters (global and profile
-    scratch), which IREE would not pass; they are dropped where the kernel's body never loads
-    them (no scratch was allocated), and KernelAbiError says so where it does."""
-    entries = re.findall(r"\.entry\s+([\w$]+)\s*\(", ptx)
-    if entries != [entry]:
-        raise KernelAbiError(f"expected one entry {entry!r} in the PTX, found {entries}")
-    header = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\((.*?)\)", ptx, re.S)
-    params = [p.strip() for p in header.group(1).split(",") if p.strip()]
-    names = [p.split()[-1] for p in params]
-    if len(params) < bindings:
-        raise KernelAbiError(f"{entry} takes {len(params)} parameters, fewer than its {bindings} bindings")
-    used = [n for n in names[bindings:] if re.search(r"\[\s*" + re.escape(n) + r"\s*\]", ptx)]
-    if used:
-        raise KernelAbiError(f"{entry} reads parameters beyond its bindings: {', '.join(used)}")
-    body = ptx[:header.start()] + f".entry {name}(\n\t" + ",\n\t".join(params[:bindings]) + "\n)" + ptx[header.end():]
-    return re.sub(r"\b" + re.escape(entry) + r"_param_", f"{name}_param_", body)

@@ -20,16 +20,13 @@ from typing import Callable, Optional
 
 from iree.compiler import ir
 
-from tuner.external.gemm_kernel import ExternKernel, GemmProblem, GemmTiles, tiles_for
+from tuner.external.abi import ExternKernel
+from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
+from tuner.rewrite.extern_call import call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.torch_ops import element_type, int64_literal, onnx_op, onnx_sites, replace_op, static_shape
 
 KernelSource = Callable[[GemmProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
-# The executable target the objects are given for: the CUDA backend's format, which every cuda
-# target of the program matches (the driver, not IREE, compiles the PTX for the GPU at hand).
-TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
-LAYOUT = ("#hal.pipeline.layout<bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, "
-          "#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>")
 
 
 def problem_of(matmul: ir.Operation) -> Optional[GemmProblem]:
@@ -63,60 +60,17 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None) -> 
                 failed.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} left as it was: "
                               f"{str(error).splitlines()[0] if str(error) else type(error).__name__}")
                 continue
-            _define(module, functions[problem], problem, _onnx_meta(op))
+            define_extern(module, functions[problem], [tensor_type([problem.m, problem.k], problem.element),
+                                                       tensor_type([problem.k, problem.n], problem.element)],
+                          tensor_type([problem.m, problem.n], problem.element), onnx_meta(op))
         if functions[problem] is None:
             continue
         _call(op, problem)
-        done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} ({functions[problem].tiles.label})")
+        done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} ({functions[problem].label})")
     if not done:
         return []
     module.operation.verify()
     return done + failed
-
-
-def _tensor(shape: list[int], element: str) -> ir.Type:
-    return ir.Type.parse(f"tensor<{'x'.join(map(str, shape))}x{element}>")
-
-
-def _onnx_meta(op: ir.Operation) -> dict[str, ir.Attribute]:
-    """The `torch.onnx_meta.*` attributes of the function holding `op` (the ONNX input conversion
-    requires an opset version on every function)."""
-    func = op.parent
-    while func.name != "func.func":
-        func = func.parent
-    return {name: func.attributes[name] for name in func.attributes if name.startswith("torch.onnx_meta.")}
-
-
-def _define(module: ir.Module, kernel: ExternKernel, problem: GemmProblem, meta: dict[str, ir.Attribute]) -> None:
-    """`func.func private @NAME(A, B) -> C` whose body is the kernel's `hal.dispatch.extern`."""
-    a, b, c = ([problem.m, problem.k], [problem.k, problem.n], [problem.m, problem.n])
-    types = [_tensor(s, problem.element) for s in (a, b, c)]
-    index = ir.IndexType.get()
-    ptx = kernel.ptx.encode()
-    obj = ir.Attribute.parse(f'#hal.executable.object<{{path = "{kernel.name}.ptx", data = dense<"0x{ptx.hex().upper()}"> : vector<{len(ptx)}xi8>}}>')
-    with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown():
-        function_type = ir.FunctionType.get(types[:2], types[2:])
-        func = ir.Operation.create("func.func", regions=1, attributes={
-            "sym_name": ir.StringAttr.get(kernel.name), "sym_visibility": ir.StringAttr.get("private"),
-            "function_type": ir.TypeAttr.get(function_type), **meta})
-        body = func.regions[0].blocks.append(*types[:2])
-        with ir.InsertionPoint(body):
-            extern = ir.Operation.create("hal.dispatch.extern", results=types[2:], operands=list(body.arguments), regions=2,
-                                         attributes={
-                "export_name": ir.StringAttr.get(kernel.name), "layout": ir.Attribute.parse(LAYOUT),
-                "operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 2, 0, 0]),
-                "targets": ir.ArrayAttr.get([ir.Attribute.parse(TARGET)]),
-                "target_ordinals": ir.ArrayAttr.get([ir.IntegerAttr.get(index, 0)]),
-                "target_objects": ir.ArrayAttr.get([ir.ArrayAttr.get([obj])]),
-                "tied_operands": ir.ArrayAttr.get([ir.IntegerAttr.get(index, -1)]),
-                "workgroup_size": ir.ArrayAttr.get([ir.IntegerAttr.get(index, v) for v in (kernel.threads, 1, 1)]),
-                "workgroup_local_memory": ir.IntegerAttr.get(index, kernel.shared_bytes)})
-            count = extern.regions[0].blocks.append(ir.Type.parse("!hal.device"))
-            with ir.InsertionPoint(count):
-                grid = [ir.Operation.create("arith.constant", results=[index],
-                                            attributes={"value": ir.IntegerAttr.get(index, g)}).result for g in kernel.grid]
-                ir.Operation.create("hal.return", operands=grid)
-            ir.Operation.create("func.return", operands=list(extern.results))
 
 
 def _call(matmul: ir.Operation, problem: GemmProblem) -> None:
@@ -125,16 +79,7 @@ def _call(matmul: ir.Operation, problem: GemmProblem) -> None:
     lead, element = static_shape(x)[:-1], problem.element
     if len(lead) > 1:
         x = onnx_op("Reshape", [x, int64_literal([problem.m, problem.k], ip, loc)], [problem.m, problem.k], element, ip, loc)
-
-    def builtin(value: ir.Value, shape: list[int]) -> ir.Value:
-        return ir.Operation.create("torch_c.to_builtin_tensor", results=[_tensor(shape, element)], operands=[value],
-                                   loc=loc, ip=ip).result
-
-    product = ir.Operation.create("func.call", results=[_tensor([problem.m, problem.n], element)], loc=loc, ip=ip,
-                                  operands=[builtin(x, [problem.m, problem.k]), builtin(w, [problem.k, problem.n])],
-                                  attributes={"callee": ir.FlatSymbolRefAttr.get(problem.name)}).result
-    y = ir.Operation.create("torch_c.from_builtin_tensor", operands=[product], loc=loc, ip=ip,
-                            results=[ir.Type.parse(f"!torch.vtensor<[{problem.m},{problem.n}],{element}>")]).result
+    y = call_extern(problem.name, [x, w], ir.Type.parse(f"!torch.vtensor<[{problem.m},{problem.n}],{element}>"), ip, loc)
     if len(lead) > 1:
         y = onnx_op("Reshape", [y, int64_literal([*lead, problem.n], ip, loc)], [*lead, problem.n], element, ip, loc)
     replace_op(matmul, y)

@@ -1,0 +1,51 @@
+"""Triton kernels compiled for Hopper without the GPU, brought to IREE's launch ABI (tuner.external).
+
+Triton compiles for a GPU target it does not see (`GPUTarget("cuda", 90, 32)`): its PTX for
+sm_90a carries `wgmma.mma_async` where the kernel's `tl.dot` allows it. The pointers are declared
+16-byte aligned (`tt.divisibility`), as IREE's bindings are, so Triton loads with 16-byte
+`cp.async`. The PTX is written at ISA 8.5 (CUDA 12.5) so that a driver of CUDA 12.5 or newer
+compiles it (Triton 3.9's own default, 9.4, is newer than CUDA 13.0's driver takes). Triton is
+an optional dependency (`pip install triton`, on the machine that builds the model);
+`TritonMissing` says so in one line."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tuner.external.abi import ExternKernel, for_iree
+
+PTX_VERSION = 85
+ARCH = 90
+
+
+class TritonMissing(RuntimeError):
+    pass
+
+
+def language():
+    """(triton, triton.language), or TritonMissing."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError as e:  # an optional dependency
+        raise TritonMissing("external Hopper kernels need Triton: pip install triton") from e
+    return triton, tl
+
+
+def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict[str, object], warps: int,
+                     stages: int, name: str, grid: tuple[int, int, int], label: str) -> ExternKernel:
+    """`kernel` (a triton.jit function whose parameters are `pointers`, name -> Triton pointer
+    type such as "*fp16", in IREE's binding order, then `constants`, every one a tl.constexpr)
+    compiled for sm_90a with `warps` warps and `stages` pipeline stages, its entry named `name`,
+    launched on `grid`."""
+    triton, _ = language()
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source = ASTSource(fn=kernel, signature={**pointers, **{c: "constexpr" for c in constants}}, constexprs=constants,
+                       attrs={(i,): [["tt.divisibility", 16]] for i in range(len(pointers))})
+    compiled = triton.compile(source, target=GPUTarget("cuda", ARCH, 32),
+                              options={"num_warps": warps, "num_stages": stages, "ptx_version": PTX_VERSION})
+    meta = compiled.metadata
+    return ExternKernel(name, for_iree(compiled.asm["ptx"], meta.name, name, len(pointers)), len(pointers),
+                        32 * meta.num_warps, meta.shared, grid, label)

@@ -1,0 +1,86 @@
+"""An external kernel in an ONNX model's import: a private function whose body is one
+`hal.dispatch.extern` of the kernel (its PTX embedded), and calls of it from the torch program
+(tuner.external; used by tuner.rewrite.external_gemm and tuner.rewrite.external_attention).
+
+The op is built through the bindings: its `workgroup_size` and `workgroup_local_memory` are
+properties IREE 3.13's custom assembly cannot carry. The object names a path that is never read
+(`data` wins) because 3.13 prints an object with data and no path as `<{, data = ...}>`, which
+does not parse. The function carries the import's `torch.onnx_meta.*` attributes: the ONNX input
+conversion wants an opset on every function."""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from tuner.external.abi import ExternKernel
+
+# The executable target the objects are given for: the CUDA backend's format, which every cuda
+# target of the program matches (the driver, not IREE, compiles the PTX for the GPU at hand).
+TARGET = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
+
+
+def tensor_type(shape: list[int], element: str) -> ir.Type:
+    return ir.Type.parse(f"tensor<{'x'.join(map(str, shape))}x{element}>")
+
+
+def _layout(bindings: int) -> ir.Attribute:
+    """Every binding read-only but the last, the result."""
+    read = ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * (bindings - 1)
+    return ir.Attribute.parse(f"#hal.pipeline.layout<bindings = [{', '.join([*read, '#hal.pipeline.binding<storage_buffer>'])}]>")
+
+
+def onnx_meta(op: ir.Operation) -> dict[str, ir.Attribute]:
+    """The `torch.onnx_meta.*` attributes of the function holding `op`."""
+    func = op.parent
+    while func.name != "func.func":
+        func = func.parent
+    return {name: func.attributes[name] for name in func.attributes if name.startswith("torch.onnx_meta.")}
+
+
+def define_extern(module: ir.Module, kernel: ExternKernel, arguments: list[ir.Type], result: ir.Type,
+                  meta: dict[str, ir.Attribute]) -> None:
+    """`func.func private @KERNEL(arguments...) -> result` at the top of `module`, whose body is
+    the kernel's `hal.dispatch.extern` (one binding per argument, then the result's)."""
+    index = ir.IndexType.get()
+    ptx = kernel.ptx.encode()
+    obj = ir.Attribute.parse(f'#hal.executable.object<{{path = "{kernel.name}.ptx", '
+                             f'data = dense<"0x{ptx.hex().upper()}"> : vector<{len(ptx)}xi8>}}>')
+    with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown():
+        func = ir.Operation.create("func.func", regions=1, attributes={
+            "sym_name": ir.StringAttr.get(kernel.name), "sym_visibility": ir.StringAttr.get("private"),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get(arguments, [result])), **meta})
+        body = func.regions[0].blocks.append(*arguments)
+        with ir.InsertionPoint(body):
+            extern = ir.Operation.create("hal.dispatch.extern", results=[result], operands=list(body.arguments), regions=2,
+                                         attributes={
+                "export_name": ir.StringAttr.get(kernel.name), "layout": _layout(kernel.bindings),
+                "operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, len(arguments), 0, 0]),
+                "targets": ir.ArrayAttr.get([ir.Attribute.parse(TARGET)]),
+                "target_ordinals": ir.ArrayAttr.get([ir.IntegerAttr.get(index, 0)]),
+                "target_objects": ir.ArrayAttr.get([ir.ArrayAttr.get([obj])]),
+                "tied_operands": ir.ArrayAttr.get([ir.IntegerAttr.get(index, -1)]),
+                "workgroup_size": ir.ArrayAttr.get([ir.IntegerAttr.get(index, v) for v in (kernel.threads, 1, 1)]),
+                "workgroup_local_memory": ir.IntegerAttr.get(index, kernel.shared_bytes)})
+            count = extern.regions[0].blocks.append(ir.Type.parse("!hal.device"))
+            with ir.InsertionPoint(count):
+                grid = [ir.Operation.create("arith.constant", results=[index],
+                                            attributes={"value": ir.IntegerAttr.get(index, g)}).result for g in kernel.grid]
+                ir.Operation.create("hal.return", operands=grid)
+            ir.Operation.create("func.return", operands=list(extern.results))
+
+
+def call_extern(name: str, operands: list[ir.Value], result: ir.Type, ip: ir.InsertionPoint,
+                loc: ir.Location) -> ir.Value:
+    """A call of the function `name` on the torch values `operands` (each made a builtin tensor
+    of its static shape), its builtin result made the torch value of type `result`."""
+    from tuner.rewrite.torch_ops import element_type, static_shape
+
+    def builtin(value: ir.Value) -> ir.Value:
+        return ir.Operation.create("torch_c.to_builtin_tensor", operands=[value], loc=loc, ip=ip,
+                                   results=[tensor_type(static_shape(value), element_type(value))]).result
+
+    shape = str(result).split("[", 1)[1].split("]", 1)[0]
+    out = tensor_type([int(d) for d in shape.split(",")], str(result).rsplit(",", 1)[-1].rstrip(">"))
+    product = ir.Operation.create("func.call", results=[out], operands=[builtin(v) for v in operands], loc=loc, ip=ip,
+                                  attributes={"callee": ir.FlatSymbolRefAttr.get(name)}).result
+    return ir.Operation.create("torch_c.from_builtin_tensor", operands=[product], results=[result], loc=loc, ip=ip).result
