@@ -33,11 +33,13 @@ def language():
 
 
 def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict[str, object], warps: int,
-                     stages: int, name: str, grid: tuple[int, int, int], label: str) -> ExternKernel:
+                     stages: int, name: str, grid: tuple[int, int, int], label: str,
+                     bindings: int | None = None) -> ExternKernel:
     """`kernel` (a triton.jit function whose parameters are `pointers`, name -> Triton pointer
-    type such as "*fp16", in IREE's binding order, then `constants`, every one a tl.constexpr)
-    compiled for sm_90a with `warps` warps and `stages` pipeline stages, its entry named `name`,
-    launched on `grid`."""
+    type such as "*fp16", then `constants`, every one a tl.constexpr) compiled for sm_90a with
+    `warps` warps and `stages` pipeline stages, its entry named `name`, launched on `grid`. The
+    first `bindings` pointers (default: all) are IREE's bindings in order; any after them must
+    be unread."""
     triton, _ = language()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -47,5 +49,6 @@ def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict
     compiled = triton.compile(source, target=GPUTarget("cuda", ARCH, 32),
                               options={"num_warps": warps, "num_stages": stages, "ptx_version": PTX_VERSION})
     meta = compiled.metadata
-    return ExternKernel(name, for_iree(compiled.asm["ptx"], meta.name, name, len(pointers)), len(pointers),
+    bindings = len(pointers) if bindings is None else bindings
+    return ExternKernel(name, for_iree(compiled.asm["ptx"], meta.name, name, bindings), bindings,
                         32 * meta.num_warps, meta.shared, grid, label)

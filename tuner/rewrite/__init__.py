@@ -17,6 +17,7 @@ from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
+from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.external_gemm import external_gemms
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.padded_columns import pad_convolution_columns
@@ -101,6 +102,11 @@ CONV_AS_IM2COL_MATMUL = Rewrite("conv-as-im2col-matmul", convs_as_im2col_matmuls
 # refuses the PTX at load and the flag stage, which runs every variant, drops it.
 EXTERNAL_GEMM = Rewrite("external-hopper-gemm", external_gemms,
                         "linear layers as external Hopper (wgmma) kernels compiled by Triton", devices=("cuda",))
+# Likewise attention (tuner.rewrite.external_attention): the model's attentions raised, then each
+# one the kernel takes a call of Triton's flash attention for sm_90a.
+EXTERNAL_ATTENTION = Rewrite("external-flash-attention", external_attentions,
+                             "attention raised, then computed by an external Hopper flash-attention kernel compiled "
+                             "by Triton", devices=("cuda",))
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
@@ -110,7 +116,7 @@ EXTERNAL_GEMM = Rewrite("external-hopper-gemm", external_gemms,
 REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, SUBSAMPLE_STRIDED_1X1),
             "gpu": (ND_LINEAR_AS_MATMUL, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
                     POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL,
-                    *((EXTERNAL_GEMM,) if find_spec("triton") else ()))}
+                    *((EXTERNAL_GEMM, EXTERNAL_ATTENTION) if find_spec("triton") else ()))}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
 # moves to REWRITES once it has won on a model it was not made for.
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,

@@ -1,0 +1,141 @@
+"""Attention as an external Hopper kernel (tuner.rewrite.external_attention): which attentions the
+kernel takes, its tiles, its launch ABI without a mask (Triton's PTX, the result the fourth
+binding and the fifth pointer unread), the rewrite of a spelled-out attention into a call of one
+extern dispatch (raised first), and (slow) what plain iree-compile embeds. Nothing here needs
+Triton or a GPU; the kernels ran on the H200 (docs/benchmarks/external-kernels.md).
+
+The PTX fixture is what Triton 3.9 wrote for tuner.external.triton_attention's kernel without a
+mask (1 x 2 heads of 64 queries and keys, head 64, 64x64 tiles, 4 warps, 2 stages, sm_90a)."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from iree.compiler import ir
+
+from tuner.external.abi import ExternKernel, for_iree
+from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
+from tuner.rewrite import EXTERNAL_ATTENTION, rewrites_for
+from tuner.rewrite.external_attention import external_attentions
+
+FIXTURES = Path(__file__).parent / "fixtures" / "external"
+NO_MASK = (FIXTURES / "triton_attention_1x2x64x64x64_nomask.ptx").read_text()
+
+
+def test_without_a_mask_the_result_is_the_fourth_binding_and_the_fifth_pointer_is_dropped_unread():
+    out = for_iree(NO_MASK, "_attention", "attention_k", 4)
+    header = re.search(r"\.entry\s+attention_k\s*\((.*?)\)", out, re.S).group(1)
+    assert [p.split()[-1] for p in header.split(",")] == [f"attention_k_param_{i}" for i in range(4)]
+    # the kernel stores through its fourth parameter: the result
+    stored = re.findall(r"st\.global[^\n]*", out)
+    assert stored and "ld.param.b64" in out and "[attention_k_param_3]" in out
+    assert out.count("wgmma.mma_async") == NO_MASK.count("wgmma.mma_async") > 0
+
+
+@pytest.mark.parametrize("problem, why", [
+    (AttentionProblem(1, 12, 512, 512, 80, 80), "head widths 80/80"),
+    (AttentionProblem(1, 12, 512, 512, 64, 64, "bf16"), "bf16"),
+    (AttentionProblem(2, 12, 512, 512, 64, 64, mask=(3, 1, 512)), "no broadcast"),
+    (AttentionProblem(1, 12, 512, 512, 64, 64, mask=(1, 1, 512), mask_element="i1"), "i1 mask"),
+])
+def test_attentions_the_kernel_does_not_take_say_why(problem, why):
+    assert why in problem.why_not()
+
+
+def test_a_broadcast_additive_mask_and_a_causal_flag_are_taken():
+    assert AttentionProblem(2, 12, 512, 512, 64, 64, mask=(1, 12, 512), causal=True).why_not() is None
+
+
+@pytest.mark.parametrize("problem, bm", [
+    (AttentionProblem(8, 12, 197, 197, 64, 64), 128),  # 2 x 96 = 192 workgroups
+    (AttentionProblem(1, 12, 512, 512, 64, 64), 64),   # 4 x 12 = 48 at 128 rows: 8 x 12 at 64
+    (AttentionProblem(1, 32, 1024, 1024, 64, 64), 128),  # 8 x 32 = 256
+])
+def test_128_query_rows_a_workgroup_where_they_make_a_wave(problem, bm):
+    assert attention_tiles_for(problem).bm == bm
+
+
+def _t(*dims: int, element: str = "f16") -> str:
+    return f"!torch.vtensor<[{','.join(map(str, dims))}],{element}>"
+
+
+def _attention(d: int = 64, element: str = "f16", mask: bool = True) -> str:
+    """A spelled-out attention as an ONNX import writes one: 2 images x 4 heads of 100 tokens."""
+    e = element
+    added = (f'  %a = torch.operator "onnx.Add"(%t, %m) : ({_t(2, 4, 100, 100, element=e)}, '
+             f'{_t(2, 1, 100, 100, element=e)}) -> {_t(2, 4, 100, 100, element=e)}\n') if mask else ""
+    return f"""
+func.func @f(%q: {_t(2, 4, 100, d, element=e)}, %k0: {_t(2, 100, 4, d, element=e)}, %v: {_t(2, 4, 100, d, element=e)},
+             %c: {_t(element=e)}, %m: {_t(2, 1, 100, 100, element=e)}) -> {_t(2, 4, 100, d, element=e)}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %kt = torch.operator "onnx.Transpose"(%k0) {{torch.onnx.perm = [0 : si64, 2 : si64, 3 : si64, 1 : si64]}} : ({_t(2, 100, 4, d, element=e)}) -> {_t(2, 4, d, 100, element=e)}
+  %s = torch.operator "onnx.MatMul"(%q, %kt) : ({_t(2, 4, 100, d, element=e)}, {_t(2, 4, d, 100, element=e)}) -> {_t(2, 4, 100, 100, element=e)}
+  %t = torch.operator "onnx.Mul"(%s, %c) : ({_t(2, 4, 100, 100, element=e)}, {_t(element=e)}) -> {_t(2, 4, 100, 100, element=e)}
+{added}  %p = torch.operator "onnx.Softmax"({'%a' if mask else '%t'}) {{torch.onnx.axis = -1 : si64}} : ({_t(2, 4, 100, 100, element=e)}) -> {_t(2, 4, 100, 100, element=e)}
+  %o = torch.operator "onnx.MatMul"(%p, %v) : ({_t(2, 4, 100, 100, element=e)}, {_t(2, 4, 100, d, element=e)}) -> {_t(2, 4, 100, d, element=e)}
+  return %o : {_t(2, 4, 100, d, element=e)}
+}}
+"""
+
+
+def _stand_in(problem: AttentionProblem, tiles: AttentionTiles) -> ExternKernel:
+    """The no-mask fixture's PTX under the problem's name (compiled here, never run)."""
+    bindings = 5 if problem.mask else 4
+    return ExternKernel(problem.name, for_iree(NO_MASK, "_attention", problem.name, 4), bindings, 128, 32768,
+                        (-(-problem.m // tiles.bm), problem.z * problem.h, 1), tiles.label)
+
+
+def test_a_masked_attention_is_raised_and_becomes_one_extern_dispatch_of_q_k_v_and_the_mask():
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_attention())
+        changes = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made == [AttentionProblem(2, 4, 100, 100, 64, 64, mask=(2, 1, 100))]
+    assert changes == ["2x4x100x100x64x64_f16_mask2x1x100 (64x64 w4 s3)"]
+    for gone in ("onnx.Softmax", "onnx.MatMul", "scaled_dot_product_attention"):
+        assert gone not in text
+    call = next(line for line in text.splitlines() if "call @attention_2x4x100x100x64x64_f16_mask2x1x100" in line)
+    assert call.count("tensor<2x4x100x64xf16>") == 4 and "tensor<2x1x100x100xf16>" in call
+    assert text.count("hal.dispatch.extern") == 1 and "workgroup_size = [128 : index, 1 : index, 1 : index]" in text
+    assert '"onnx.Mul"(%arg0, %arg3)' in text  # the scale, carried into Q as raise-attention does
+
+
+def test_a_program_whose_attentions_the_kernel_does_not_take_is_not_rewritten(tmp_path):
+    from tuner.rewrite import Rewrite, rewrite_program
+
+    with ir.Context():
+        assert external_attentions(ir.Module.parse(_attention(element="f32")), _stand_in) == []
+    (tmp_path / "model.mlir").write_text(_attention(element="f32"))
+    rewrite = Rewrite("external-flash-attention", lambda m: external_attentions(m, _stand_in), "")
+    assert rewrite_program(tmp_path / "model.mlir", rewrite, tmp_path / "rewritten.mlir") == []
+    assert not (tmp_path / "rewritten.mlir").exists()
+
+
+def test_the_rewrite_is_offered_on_cuda_exactly_where_triton_is_installed():
+    from importlib.util import find_spec
+
+    from tuner.targets import parse_target
+
+    assert (EXTERNAL_ATTENTION in rewrites_for(parse_target("cuda:sm_80"))) == (find_spec("triton") is not None)
+    assert EXTERNAL_ATTENTION not in rewrites_for(parse_target("rocm:gfx942"))
+
+
+@pytest.mark.slow
+def test_plain_iree_compile_embeds_the_attention_kernel_as_a_dispatch_of_its_own(tmp_path):
+    from tuner.rewrite import Rewrite, rewrite_program
+    from tuner.targets import parse_target
+    from tuner.tools import find_tool
+
+    (tmp_path / "model.mlir").write_text(_attention(mask=False))
+    rewrite = Rewrite("external-flash-attention", lambda m: external_attentions(m, _stand_in), "")
+    assert rewrite_program(tmp_path / "model.mlir", rewrite, tmp_path / "rewritten.mlir")
+    binaries = tmp_path / "binaries"
+    run = subprocess.run([find_tool("iree-compile"), str(tmp_path / "rewritten.mlir"), *parse_target("cuda").compile_flags,
+                          "-o", str(tmp_path / "m.vmfb"), f"--iree-hal-dump-executable-binaries-to={binaries}"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    name = "attention_2x4x100x100x64x64_f16"
+    assert [p.read_text() for p in binaries.glob("*.ptx") if f".entry {name}(" in p.read_text()] == \
+        [for_iree(NO_MASK, "_attention", name, 4)]

@@ -1,0 +1,72 @@
+"""An attention as an external kernel: the problem and the tiles it is computed with.
+
+softmax(scale * Q K^T + mask) V over heads (z, h), Q [z, h, m, d], K [z, h, n, d], V [z, h, n, dv],
+f16, the statistics and the products' sums in f32, the result rounded once. The mask is
+additive, of shape [mz, mh, mm, n] with each leading dim 1 (broadcast) or the problem's; a
+causal problem also drops every key after its query's position (SDPA's is_causal)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+# The head widths the kernel takes (tl.arange needs a power of two; 16 is wgmma's least K).
+HEAD_WIDTHS = (16, 32, 64, 128)
+WAVE = 132  # workgroups in one wave on an H100 or H200: one per SM
+
+
+@dataclass(frozen=True)
+class AttentionProblem:
+    z: int
+    h: int
+    m: int
+    n: int
+    d: int
+    dv: int
+    element: str = "f16"
+    mask: Optional[tuple[int, int, int]] = None  # the mask's (mz, mh, mm); its last dim is n
+    mask_element: str = "f16"
+    causal: bool = False
+    scale: float = 1.0
+
+    @property
+    def name(self) -> str:
+        extra = ("_mask" + "x".join(map(str, self.mask)) if self.mask else "") + ("_causal" if self.causal else "")
+        return f"attention_{self.z}x{self.h}x{self.m}x{self.n}x{self.d}x{self.dv}_{self.element}{extra}"
+
+    def why_not(self) -> Optional[str]:
+        """Why the kernel does not take the problem (None: it does)."""
+        if self.element != "f16":
+            return f"{self.element} (the kernel is f16)"
+        if self.d not in HEAD_WIDTHS or self.dv not in HEAD_WIDTHS:
+            return f"head widths {self.d}/{self.dv} (the kernel takes {', '.join(map(str, HEAD_WIDTHS))})"
+        if self.mask and any(x not in (1, full) for x, full in zip(self.mask, (self.z, self.h, self.m))):
+            return f"a mask of leading dims {self.mask} that is no broadcast of {(self.z, self.h, self.m)}"
+        if self.mask and self.mask_element not in ("f16", "f32"):
+            return f"a {self.mask_element} mask (the kernel adds f16 or f32 masks)"
+        return None
+
+
+@dataclass(frozen=True)
+class AttentionTiles:
+    """A workgroup's query rows (bm) and the keys it takes per step (bn), its warps and stages."""
+
+    bm: int
+    bn: int
+    warps: int
+    stages: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn} w{self.warps} s{self.stages}"
+
+    def blocks(self, problem: AttentionProblem) -> int:
+        return -(-problem.m // self.bm) * problem.z * problem.h
+
+
+# 128 query rows a workgroup where that makes a wave of workgroups, else 64 (BERT's 12 heads of 512).
+PREFERRED = (AttentionTiles(128, 64, 4, 3), AttentionTiles(64, 64, 4, 3))
+
+
+def attention_tiles_for(problem: AttentionProblem) -> AttentionTiles:
+    return next((t for t in PREFERRED if t.blocks(problem) >= WAVE), PREFERRED[-1])

@@ -1,0 +1,91 @@
+"""Flash attention compiled by Triton for Hopper, for `hal.dispatch.extern` (tuner.external).
+
+One workgroup per bm query rows of one head: the keys in steps of bn, the running row maximum and
+sum in f32 (exp2 of scores taken in log2 units), both products by `tl.dot` (wgmma on sm_90a),
+rows and keys past the problem's masked. A row whose every key is masked out gives zeros (the
+exporter's `Where(IsNaN(P), 0, P)` guard gives the same). The bindings are Q, K, V, then the
+mask where there is one, then the result."""
+
+from __future__ import annotations
+
+from tuner.external.abi import ExternKernel
+from tuner.external.attention_kernel import AttentionProblem, AttentionTiles
+from tuner.external.triton_build import compile_for_iree, language
+
+
+def _kernel():
+    triton, tl = language()
+
+    @triton.jit
+    def _attention(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, H: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
+                   D: tl.constexpr, DV: tl.constexpr, MSZ: tl.constexpr, MSH: tl.constexpr, MSM: tl.constexpr,
+                   HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SCALE: tl.constexpr, BM: tl.constexpr,
+                   BN: tl.constexpr):
+        # x_ptr is the mask and y_ptr the result where HAS_MASK, else x_ptr is the result.
+        log2e: tl.constexpr = 1.4426950408889634
+        start = tl.program_id(0)
+        zh = tl.program_id(1)
+        rows = start * BM + tl.arange(0, BM)
+        keys = tl.arange(0, BN)
+        dk = tl.arange(0, D)
+        dv = tl.arange(0, DV)
+        q = tl.load(q_ptr + zh * M * D + rows[:, None] * D + dk[None, :], mask=rows[:, None] < M, other=0.0)
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+        acc = tl.zeros([BM, DV], tl.float32)
+        hi = N
+        if CAUSAL:
+            hi = tl.minimum(N, (start + 1) * BM)
+        for first in range(0, hi, BN):
+            cols = first + keys
+            k = tl.load(k_ptr + zh * N * D + cols[None, :] * D + dk[:, None], mask=cols[None, :] < N, other=0.0)
+            s = tl.dot(q, k) * (SCALE * log2e)
+            if HAS_MASK:
+                z = zh // H
+                h = zh % H
+                extra = tl.load(x_ptr + z * MSZ + h * MSH + rows[:, None] * MSM + cols[None, :],
+                                mask=(rows[:, None] < M) & (cols[None, :] < N), other=0.0)
+                s += extra.to(tl.float32) * log2e
+            keep = cols[None, :] < N
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None])
+            s = tl.where(keep, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_use[:, None])
+            alpha = tl.math.exp2(m_i - m_use)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_ptr + zh * N * DV + cols[:, None] * DV + dv[None, :], mask=cols[:, None] < N, other=0.0)
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
+        acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        if HAS_MASK:
+            out = y_ptr
+        else:
+            out = x_ptr
+        tl.store(out + zh * M * DV + rows[:, None] * DV + dv[None, :], acc.to(out.dtype.element_ty),
+                 mask=rows[:, None] < M)
+
+    return _attention
+
+
+def triton_attention(problem: AttentionProblem, tiles: AttentionTiles) -> ExternKernel:
+    """The Hopper kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
+    why = problem.why_not()
+    if why:
+        raise ValueError(f"no external attention kernel for {why}")
+    pointers = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16"}
+    if problem.mask:
+        pointers["x_ptr"] = "*fp16" if problem.mask_element == "f16" else "*fp32"
+        pointers["y_ptr"] = "*fp16"
+        mz, mh, mm = problem.mask
+        strides = (mh * mm * problem.n if mz > 1 else 0, mm * problem.n if mh > 1 else 0, problem.n if mm > 1 else 0)
+    else:  # the result is x_ptr; y_ptr is unread and not a binding
+        pointers["x_ptr"] = pointers["y_ptr"] = "*fp16"
+        strides = (0, 0, 0)
+    constants = {"H": problem.h, "M": problem.m, "N": problem.n, "D": problem.d, "DV": problem.dv, "MSZ": strides[0],
+                 "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask), "CAUSAL": problem.causal,
+                 "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn}
+    grid = (-(-problem.m // tiles.bm), problem.z * problem.h, 1)
+    return compile_for_iree(_kernel(), pointers, constants, tiles.warps, tiles.stages, problem.name, grid,
+                            tiles.label, bindings=5 if problem.mask else 4)
