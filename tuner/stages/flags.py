@@ -26,7 +26,7 @@ from tuner.stages.flag_options import (ModelOption, applying_rewrites, extension
 from tuner.stages.builtin import build_once, built_already, compare_on_model, prebuild
 from tuner.stages.formed_tuning import FormedTuning
 from tuner.stages.halving import compare_halving
-from tuner.stages.time_budget import NOT_TRIED, flag_share_spent, flag_step_fits
+from tuner.stages.time_budget import NOT_TRIED, flag_share_spent, flag_step_room
 from tuner.stages.repair import pins_for
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant, same_module
 
@@ -224,14 +224,23 @@ class FlagStage:
             # was slower than the choice: the same build, not timed again.
             more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.program))
                     if o.label not in trials]
-            if more and not flag_step_fits(env.budget, len(more)):
+            # The most promising first (what each adds, as it did alone in the first round): where
+            # the share holds only some of them, those are tried (the Llama layer's two external
+            # kernels on the H200: neither added to the other, the step of eight not fitting).
+            more.sort(key=lambda o: -_alone_gain(trials, option, o))
+            room = flag_step_room(env.budget)
+            if more and room is not None and room < len(more):
                 why = ("is spent" if flag_share_spent(env.budget) else
                        f"would be spent before {len(more)} more choices are judged at the pace so far")
-                env.say(f"  the flag stage's share of the time budget {why}: not tried on "
-                        f"{short_flags(option.label)}: {', '.join(short_flags(o.label) for o in more)}")
-                for o in more:
+                left_out = more[room:]
+                env.say(f"  the flag stage's share of the time budget {why}: "
+                        + (f"trying {', '.join(short_flags(o.label) for o in more[:room])}; " if room else "")
+                        + f"not tried on {short_flags(option.label)}: {', '.join(short_flags(o.label) for o in left_out)}")
+                for o in left_out:
                     env.budget.skip(f"model-wide choice {short_flags(o.label)}")
-                break
+                more = more[:room]
+                if not more:
+                    break
             judged = (self._judge(env, default, best, more, trials, f"flag-runs-{step}", set(), steps, scale=speedup)
                       if more else None)
             if judged is None:
@@ -325,6 +334,16 @@ class FlagStage:
         """tuner.stages.formed_tuning.FormedTuning.parts with this stage's budgets and search."""
         return FormedTuning(self.tune_budget, self.rewrite_tunes, self.search).parts(env, name, kinds, program, flags,
                                                                                    said, pins)
+
+def _alone_gain(trials: dict, option: ModelOption, extension: ModelOption) -> float:
+    """What `extension` adds to `option` (a rewrite or flags), as its first-round figure alone
+    against the default (0 where it has none: failed, wrong or not tried)."""
+    have = set(option.rewrite.names) if option.rewrite else set()
+    added = [n for n in (extension.rewrite.names if extension.rewrite else ()) if n not in have]
+    added.append(" ".join(f for f in extension.flags if f not in option.flags))
+    figure = trials.get(" ".join(a for a in added if a))
+    return figure if isinstance(figure, (int, float)) else 0.0
+
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
     """Why a model-wide choice with the compiler's default configs computes another result than

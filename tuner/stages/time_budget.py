@@ -89,14 +89,13 @@ class TimeBudget:
         self.flag_step_seconds += seconds
         self.flag_step_choices += choices
 
-    def flag_step_fits(self, choices: int) -> bool:
-        """Whether a step of `choices` more choices should end within the flag stage's share, at
-        the pace of its steps so far (ResNet-50 under 190 s on the H200: a step of six choices
-        begun near the end of the share held the flag stage past the whole run's budget)."""
+    def flag_step_room(self) -> Optional[int]:
+        """How many choices a step may take and still end within the flag stage's share, at the
+        pace of its steps so far (None: any number, no step having set a pace while the share lasts)."""
         left = self.flag_stage_left()
         if self.flag_step_choices == 0:
-            return left > 0
-        return self.flag_step_seconds / self.flag_step_choices * choices <= left
+            return None if left > 0 else 0
+        return max(0, int(left // (self.flag_step_seconds / self.flag_step_choices)))
 
     def dispatch_stage_seconds(self) -> float:
         """Seconds the dispatch stage may take from now: the budget left, less the merge's share,
@@ -138,10 +137,9 @@ class TimeBudget:
                 + "; ".join(self.undone))
 
 
-def flag_step_fits(budget: Optional[TimeBudget], choices: int) -> bool:
-    """Whether a flag-stage step of `choices` choices should end within its share (always,
-    without a budget)."""
-    return budget is None or budget.flag_step_fits(choices)
+def flag_step_room(budget: Optional[TimeBudget]) -> Optional[int]:
+    """How many choices a flag-stage step may take (None: any number; always, without a budget)."""
+    return None if budget is None else budget.flag_step_room()
 
 
 def flag_share_spent(budget: Optional[TimeBudget]) -> bool:
