@@ -87,5 +87,5 @@ def triton_attention(problem: AttentionProblem, tiles: AttentionTiles) -> Extern
                  "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask), "CAUSAL": problem.causal,
                  "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn}
     grid = (-(-problem.m // tiles.bm), problem.z * problem.h, 1)
-    return compile_for_iree(_kernel(), pointers, constants, tiles.warps, tiles.stages, problem.name, grid,
-                            tiles.label, bindings=5 if problem.mask else 4)
+    return compile_for_iree(_kernel(), pointers, constants, tiles, problem.name, grid,
+                            bindings=5 if problem.mask else 4)

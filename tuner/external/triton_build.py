@@ -32,14 +32,13 @@ def language():
     return triton, tl
 
 
-def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict[str, object], warps: int,
-                     stages: int, name: str, grid: tuple[int, int, int], label: str,
-                     bindings: int | None = None) -> ExternKernel:
+def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict[str, object], tiles,
+                     name: str, grid: tuple[int, int, int], bindings: int | None = None) -> ExternKernel:
     """`kernel` (a triton.jit function whose parameters are `pointers`, name -> Triton pointer
-    type such as "*fp16", then `constants`, every one a tl.constexpr) compiled for sm_90a with
-    `warps` warps and `stages` pipeline stages, its entry named `name`, launched on `grid`. The
-    first `bindings` pointers (default: all) are IREE's bindings in order; any after them must
-    be unread."""
+    type such as "*fp16", then `constants`, every one a tl.constexpr) compiled for sm_90a with the
+    `tiles`' warps and pipeline stages (GemmTiles, AttentionTiles: `.warps`, `.stages`, `.label`),
+    its entry named `name`, launched on `grid`. The first `bindings` pointers (default: all) are
+    IREE's bindings in order; any after them must be unread."""
     triton, _ = language()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -47,8 +46,8 @@ def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict
     source = ASTSource(fn=kernel, signature={**pointers, **{c: "constexpr" for c in constants}}, constexprs=constants,
                        attrs={(i,): [["tt.divisibility", 16]] for i in range(len(pointers))})
     compiled = triton.compile(source, target=GPUTarget("cuda", ARCH, 32),
-                              options={"num_warps": warps, "num_stages": stages, "ptx_version": PTX_VERSION})
+                              options={"num_warps": tiles.warps, "num_stages": tiles.stages, "ptx_version": PTX_VERSION})
     meta = compiled.metadata
     bindings = len(pointers) if bindings is None else bindings
     return ExternKernel(name, for_iree(compiled.asm["ptx"], meta.name, name, bindings), bindings,
-                        32 * meta.num_warps, meta.shared, grid, label)
+                        32 * meta.num_warps, meta.shared, grid, tiles.label)

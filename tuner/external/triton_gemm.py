@@ -41,5 +41,4 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
     return compile_for_iree(_kernel(), {"a_ptr": pointer, "b_ptr": pointer, "c_ptr": pointer},
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
-                             "BK": tiles.bk}, tiles.warps, tiles.stages, problem.name,
-                            (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1), tiles.label)
+                             "BK": tiles.bk}, tiles, problem.name, (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1))
