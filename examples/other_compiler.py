@@ -36,7 +36,7 @@ MADE_UP_GPU = gpu_target(
 
 def matmul_configs(target: TargetFacts, m: int, n: int, k: int) -> list[dict]:
     """Every valid TileAndFuse config of an f16 x f16 -> f32 matmul on `target`."""
-    problem = LLVMGPUTileAndFuse().build_problem(contraction(m, n, k, "f16", "f16", "f32", target))
+    problem = LLVMGPUTileAndFuse().build_problem(contraction(m, n, k, ("f16", "f16", "f32"), target))
     return list(enumerate_space(problem))
 
 
@@ -49,7 +49,7 @@ def attention_configs(target: TargetFacts, batch: int, queries: int, keys: int, 
 
 def workgroup_tile(target: TargetFacts, config: dict) -> tuple[int, int, int]:
     """The M x N x K a TileAndFuse config's workgroup computes per K step."""
-    shape = compatible_intrinsics(contraction(1, 1, 1, "f16", "f16", "f32", target))[config["mma_kind"]]
+    shape = compatible_intrinsics(contraction(1, 1, 1, ("f16", "f16", "f32"), target))[config["mma_kind"]]
     return (config["subgroups_m"] * config["subgroup_m"] * shape.m,
             config["subgroups_n"] * config["subgroup_n"] * shape.n, config["reduction_k"] * shape.k)
 

@@ -4,7 +4,7 @@ is not IREE fills in to build a pipeline's constraint problem and enumerate its 
     from pipelines.describe import contraction, gpu_target, mma
     gpu = gpu_target("my-gpu", subgroup_size=32, max_threads=1024, shared_memory_bytes=65536,
                      mma=[mma("MMA_16x8x16_F16", 16, 8, 16, "f16", "f16", "f32")])
-    problem = LLVMGPUTileAndFuse().build_problem(contraction(4096, 4096, 4096, "f16", "f16", "f32", gpu))
+    problem = LLVMGPUTileAndFuse().build_problem(contraction(4096, 4096, 4096, ("f16", "f16", "f32"), gpu))
     configs = list(constraints.fast_enumerate.enumerate_space(problem))
 
 The dims follow IREE's loop order for each kind (contraction: batch, M, N, K; attention: batch,
@@ -38,9 +38,11 @@ def gpu_target(name: str, *, subgroup_size: int, max_threads: int, shared_memory
                        max_workgroup_memory_bytes=shared_memory_bytes, mma_intrinsics=tuple(mma))
 
 
-def contraction(m: int, n: int, k: int, lhs_type: str, rhs_type: str, out_type: str, target: TargetFacts,
+def contraction(m: int, n: int, k: int, types: tuple[str, str, str], target: TargetFacts,
                 batch: int | None = None, transpose_b: bool = False, name: str = "matmul") -> Dispatch:
-    """C[b, m, n] += A[b, m, k] * B[b, k, n] (B[b, n, k] with `transpose_b`); loops (b,) m, n, k."""
+    """C[b, m, n] += A[b, m, k] * B[b, k, n] (B[b, n, k] with `transpose_b`); loops (b,) m, n, k;
+    `types`: A's, B's and C's element types ("f16", "f16", "f32")."""
+    lhs_type, rhs_type, out_type = types
     b = (batch,) if batch else ()
     nb = len(b)
     md, nd, kd = nb, nb + 1, nb + 2
