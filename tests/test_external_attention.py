@@ -60,14 +60,15 @@ def _t(*dims: int, element: str = "f16") -> str:
     return f"!torch.vtensor<[{','.join(map(str, dims))}],{element}>"
 
 
-def _attention(d: int = 64, element: str = "f16", mask: bool = True) -> str:
-    """A spelled-out attention as an ONNX import writes one: 2 images x 4 heads of 100 tokens."""
+def _attention(d: int = 64, element: str = "f16", mask: bool = True, mask_rows: int = 100) -> str:
+    """A spelled-out attention as an ONNX import writes one: 2 images x 4 heads of 100 tokens,
+    an additive mask [2, 1, mask_rows, 100] (100: causal-like, 1: a padding mask)."""
     e = element
     added = (f'  %a = torch.operator "onnx.Add"(%t, %m) : ({_t(2, 4, 100, 100, element=e)}, '
-             f'{_t(2, 1, 100, 100, element=e)}) -> {_t(2, 4, 100, 100, element=e)}\n') if mask else ""
+             f'{_t(2, 1, mask_rows, 100, element=e)}) -> {_t(2, 4, 100, 100, element=e)}\n') if mask else ""
     return f"""
 func.func @f(%q: {_t(2, 4, 100, d, element=e)}, %k0: {_t(2, 100, 4, d, element=e)}, %v: {_t(2, 4, 100, d, element=e)},
-             %c: {_t(element=e)}, %m: {_t(2, 1, 100, 100, element=e)}) -> {_t(2, 4, 100, d, element=e)}
+             %c: {_t(element=e)}, %m: {_t(2, 1, mask_rows, 100, element=e)}) -> {_t(2, 4, 100, d, element=e)}
     attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
   %kt = torch.operator "onnx.Transpose"(%k0) {{torch.onnx.perm = [0 : si64, 2 : si64, 3 : si64, 1 : si64]}} : ({_t(2, 100, 4, d, element=e)}) -> {_t(2, 4, d, 100, element=e)}
   %s = torch.operator "onnx.MatMul"(%q, %kt) : ({_t(2, 4, 100, d, element=e)}, {_t(2, 4, d, 100, element=e)}) -> {_t(2, 4, 100, 100, element=e)}
@@ -100,6 +101,30 @@ def test_a_masked_attention_is_raised_and_becomes_one_extern_dispatch_of_q_k_v_a
     assert call.count("tensor<2x4x100x64xf16>") == 4 and "tensor<2x1x100x100xf16>" in call
     assert text.count("hal.dispatch.extern") == 1 and "workgroup_size = [128 : index, 1 : index, 1 : index]" in text
     assert '"onnx.Mul"(%arg0, %arg3)' in text  # the scale, carried into Q as raise-attention does
+
+
+def test_a_padding_mask_is_passed_to_the_kernel_broadcast_over_the_queries():
+    with ir.Context():
+        module = ir.Module.parse(_attention(mask_rows=1))
+        assert external_attentions(module, _stand_in) == ["2x4x100x100x64x64_f16_mask2x1x1 (64x64 w4 s3)"]
+        assert "tensor<2x1x1x100xf16>" in str(module)
+
+
+@pytest.mark.slow
+def test_raise_attention_takes_a_padding_mask_and_computes_the_spelled_out_result_on_llvm_cpu(tmp_path):
+    """A mask [2, 1, 1, 100] (a padding mask, as BERT's attention_mask exports) broadcast over the
+    queries by IREE's lowering of the raised op: the same result as the spelled-out attention."""
+    import numpy as np
+
+    from tests.conftest import cpu_results
+    from tuner.rewrite import RAISE_ATTENTION, Rewrite, rewrite_program
+
+    source = tmp_path / "spelled.mlir"
+    source.write_text(_attention(element="f32", mask_rows=1))
+    assert rewrite_program(source, RAISE_ATTENTION, tmp_path / "raised.mlir") == ["2x4x100x100x64x64"]
+    results = cpu_results((source, tmp_path / "raised.mlir"), [(2, 4, 100, 64), (2, 100, 4, 64), (2, 4, 100, 64), (),
+                                                                (2, 1, 1, 100)], tmp_path)
+    assert np.abs(results["raised"] - results["spelled"]).max() <= 1e-5 * np.abs(results["spelled"]).max()
 
 
 def test_a_program_whose_attentions_the_kernel_does_not_take_is_not_rewritten(tmp_path):

@@ -16,9 +16,10 @@ same permutation with the last two dims swapped back, a transpose of its own unl
 identity; a scale on K^T (torch's export of scaled_dot_product_attention splits the scale over Q
 and K^T) is applied to K. A softmax taken in f32 between two casts (as transformers' eager
 attention exports) is taken in the attention op's own precision (IREE's attention keeps f32
-statistics); the numerics at the model's output are compared by the flag stage. An additive mask (a causal mask, say) is passed as the op's float mask, reshaped to
-the scores' rank with leading 1s where it has fewer dims (the lowering takes a mask of the same
-rank only); a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
+statistics); the numerics at the model's output are compared by the flag stage. An additive mask (a causal mask [.., M, N], or a padding mask [.., 1, N] broadcast
+over the queries: IREE's lowering broadcasts it, right on llvm-cpu) is passed as the op's float
+mask, reshaped to the scores' rank with leading 1s where it has fewer dims (the lowering takes a
+mask of the same rank only); a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
 dispatch of its own unless a flag fuses it into the attention (aggressive fusion, O3: measured),
 which the flag stage tries with the rewrite. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
 Only matches where every intermediate has no other use are rewritten.
@@ -231,12 +232,13 @@ def _scalar_side(op: ir.Operation) -> Optional[int]:
 
 def _mask_side(add: ir.Operation, scores: Optional[list[int]]) -> Optional[int]:
     """Which operand of an Add before the softmax is the scores (the other is the mask): the one
-    of the scores' full shape made by a MatMul, Mul or Div; the mask must broadcast to it."""
+    of the scores' full shape made by a MatMul, Mul or Div; the mask must broadcast to it, over
+    every key (a causal mask [.., M, N], a padding mask [.., 1, N])."""
     for side in (0, 1):
         made_by = producer(add.operands[side])
         mask = static_shape(add.operands[1 - side])
         if scores and static_shape(add.operands[side]) == scores and mask is not None and 2 <= len(mask) <= len(scores) \
-                and mask[-2:] == scores[-2:] and all(m in (1, s) for m, s in zip(mask[::-1], scores[::-1])) \
+                and mask[-1] == scores[-1] and all(m in (1, s) for m, s in zip(mask[::-1], scores[::-1])) \
                 and any(is_onnx(made_by, n) for n in ("MatMul", "Mul", "Div")):
             return side
     return None
