@@ -340,6 +340,7 @@ def test_json_with_compile_only_prints_what_the_step_left_for_the_device(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_a_search_of_one_batch_says_each_candidates_result_before_its_confirmation_rounds(tmp_path, small_matmul):
     """Issue 60: with a budget of 8 or less the search is one batch, and its per-candidate lines
     came only when the batch ended, after the confirmation rounds (a SIGTERM there lost them)."""
