@@ -6,7 +6,8 @@ and torch (cuBLAS + GELU), by CUPTI kernel time, interleaved; every output check
 
 `compile` writes, for each shape, an ONNX linear layer as torch exports one, `Gelu(MatMul(X, W) +
 B)` in f16 (W and B arguments, not initializers, so that the modules travel without weights), imports it with iree-import-onnx and builds it with
-IREE's default and, for each of TILES, with its MatMul rewritten as Triton's sm_90a kernel (the
+IREE's default and, for each of TILES, with its MatMul rewritten as Triton's sm_90a kernel, and
+once more with the bias and GELU in the kernel too (`fused`, the rewrite's own tiles; the
 program's extern PTX read back: it must hold wgmma). `measure` runs each module 5 times (outputs
 that differ between runs are a race, reported as an infinite error), compares them with torch's
 f32 result, then times every module and torch's `gelu(addmm(B, X, W))` in rotating order, 20 calls
@@ -76,6 +77,10 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]]) -> None:
                 continue
             if changed:
                 programs[name] = work / f"{name}.mlir"
+        # The bias and GELU in the kernel too, the tiles by the rewrite's own rule.
+        fused = Rewrite("fused", lambda module: external_gemms(module, fuse=True), "")
+        if rewrite_program(work / "default.mlir", fused, work / "fused.mlir"):
+            programs["fused"] = work / "fused.mlir"
         manifest[shape] = {"mnk": [m, n, k], "modules": {}}
         for name, program in programs.items():
             binaries = work / f"{name}-binaries"

@@ -3,8 +3,8 @@ IREE's launch ABI, the tiles chosen per problem, which MatMuls the rewrite takes
 plain iree-compile of the rewritten program embeds the kernel's PTX as a dispatch of its own.
 
 The fixture is the PTX Triton 3.9 wrote for `tuner.external.triton_gemm`'s kernel at 16x128x64
-(64x64x64 tiles, 4 warps, 2 stages) for sm_90a: five pointer parameters, the last two Triton's
-scratch buffers, unread. Nothing here needs Triton or a GPU; the kernels ran on the H200
+without an epilogue (64x64x64 tiles, 4 warps, 2 stages) for sm_90a: six pointer parameters, A, B,
+C, the bias slot (unread without a bias) and Triton's two scratch buffers, unread. Nothing here needs Triton or a GPU; the kernels ran on the H200
 (docs/benchmarks/external-kernels.md)."""
 
 import re
@@ -27,7 +27,7 @@ def _params(ptx: str, entry: str) -> list[str]:
 
 
 def test_for_iree_renames_the_entry_and_keeps_only_the_binding_parameters():
-    assert _params(PTX, "_gemm") == [f"_gemm_param_{i}" for i in range(5)]
+    assert _params(PTX, "_gemm") == [f"_gemm_param_{i}" for i in range(6)]
     out = for_iree(PTX, "_gemm", "gemm_16x128x64_f16", 3)
     assert re.findall(r"\.entry\s+(\w+)", out) == ["gemm_16x128x64_f16"]
     assert _params(out, "gemm_16x128x64_f16") == [f"gemm_16x128x64_f16_param_{i}" for i in range(3)]
@@ -44,8 +44,8 @@ def test_for_iree_refuses_a_kernel_that_reads_a_parameter_beyond_its_bindings():
         for_iree(reads_scratch, "_gemm", "k", 3)
     with pytest.raises(KernelAbiError, match="expected one entry"):
         for_iree(PTX, "other", "k", 3)
-    with pytest.raises(KernelAbiError, match="fewer than its 6 bindings"):
-        for_iree(PTX, "_gemm", "k", 6)
+    with pytest.raises(KernelAbiError, match="fewer than its 7 bindings"):
+        for_iree(PTX, "_gemm", "k", 7)
 
 
 @pytest.mark.parametrize("mnk, expected", [
@@ -187,3 +187,61 @@ func.func @f(%x: {t}, %w: !torch.vtensor<[64,64],f16>, %v: !torch.vtensor<[64,12
         # where no kernel can be made, nothing is rewritten
         only_failing = ir.Module.parse(program.replace("64,128", "64,64").replace("16,128", "16,64"))
         assert external_gemms(only_failing, source) == []
+
+
+def _linear_with(after: str) -> str:
+    """A linear layer [16, 64] x [64, 128] and what follows it (`after`: ops reading %y, the last
+    one's result %out)."""
+    t, b = "!torch.vtensor<[16,128],f16>", "!torch.vtensor<[128],f16>"
+    return f"""
+func.func @f(%x: !torch.vtensor<[16,64],f16>, %w: !torch.vtensor<[64,128],f16>, %b: {b}, %r: {t}) -> {t}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %y = torch.operator "onnx.MatMul"(%x, %w) : (!torch.vtensor<[16,64],f16>, !torch.vtensor<[64,128],f16>) -> {t}
+{after}
+  return %out : {t}
+}}
+"""
+
+
+_T = "!torch.vtensor<[16,128],f16>"
+_B = "!torch.vtensor<[128],f16>"
+
+
+@pytest.mark.parametrize("after, steps", [
+    (f'  %z = torch.operator "onnx.Add"(%y, %b) : ({_T}, {_B}) -> {_T}\n'
+     f'  %out = torch.operator "onnx.Gelu"(%z) : ({_T}) -> {_T}', ("bias", "gelu")),
+    (f'  %z = torch.operator "onnx.Add"(%b, %y) : ({_B}, {_T}) -> {_T}\n'
+     f'  %out = torch.operator "onnx.Gelu"(%z) {{torch.onnx.approximate = "tanh"}} : ({_T}) -> {_T}', ("bias", "gelu_tanh")),
+    (f'  %out = torch.operator "onnx.Relu"(%y) : ({_T}) -> {_T}', ("relu",)),
+    # a residual Add (a full [16, 128] operand) is no bias: the MatMul alone
+    (f'  %out = torch.operator "onnx.Add"(%y, %r) : ({_T}, {_T}) -> {_T}', ()),
+])
+def test_the_kernel_takes_a_bias_of_one_value_per_column_then_a_gelu_or_relu_into_its_epilogue(after, steps):
+    with ir.Context():
+        module = ir.Module.parse(_linear_with(after))
+        matmul = next(op for op in module.body.operations[0].regions[0].blocks[0].operations
+                      if "onnx.MatMul" in str(op))
+        from tuner.rewrite.external_gemm import epilogue_of
+        ops, found, bias = epilogue_of(matmul)
+        assert found == steps and len(ops) == len(steps) and (bias is not None) == ("bias" in steps)
+
+
+def test_a_fused_linear_layer_is_one_call_of_a_b_and_the_bias_and_its_ops_are_gone():
+    after = (f'  %z = torch.operator "onnx.Add"(%y, %b) : ({_T}, {_B}) -> {_T}\n'
+             f'  %out = torch.operator "onnx.Gelu"(%z) : ({_T}) -> {_T}')
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_linear_with(after))
+        assert external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t), fuse=True) == \
+            ["16x128x64 f16 + bias + gelu (128x64x64 w4 s4)"]
+        text = str(module)
+    assert made == [GemmProblem(16, 128, 64, "f16", ("bias", "gelu"))]
+    assert not any(f'"onnx.{name}"' in text for name in ("MatMul", "Add", "Gelu"))
+    call = next(line for line in text.splitlines() if "call @gemm_16x128x64_f16_bias_gelu" in line)
+    assert "tensor<128xf16>" in call
+
+
+def test_the_fused_form_waits_among_the_experiments():
+    from tuner.rewrite import EXPERIMENTS, EXTERNAL_GEMM_FUSED
+
+    assert EXTERNAL_GEMM_FUSED in EXPERIMENTS and all(EXTERNAL_GEMM_FUSED not in rs for rs in REWRITES.values())

@@ -5,19 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+# What a kernel may compute on its f32 sums before it rounds them once: a bias of one value per
+# column, then one activation (GELU exact, GELU's tanh form, ReLU).
+EPILOGUE_STEPS = ("bias", "gelu", "gelu_tanh", "relu")
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     """C[m, n] = A[m, k] B[k, n], all row-major, A and B of `element`, accumulated in f32 and
-    stored as `element` (what an exported linear layer's MatMul computes)."""
+    stored as `element` (what an exported linear layer's MatMul computes), with the `epilogue`
+    (EPILOGUE_STEPS, in order) applied to the sums first."""
 
     m: int
     n: int
     k: int
     element: str = "f16"
+    epilogue: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
-        return f"gemm_{self.m}x{self.n}x{self.k}_{self.element}"
+        return f"gemm_{self.m}x{self.n}x{self.k}_{self.element}" + "".join(f"_{e}" for e in self.epilogue)
 
 
 @dataclass(frozen=True)

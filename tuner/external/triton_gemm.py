@@ -1,20 +1,25 @@
 """Hopper matrix products compiled by Triton, for `hal.dispatch.extern` (tuner.external): each
-block computes a bm x bn tile of C = A B with `tl.dot` (wgmma on sm_90a), rows past m masked."""
+block computes a bm x bn tile of C = A B with `tl.dot` (wgmma on sm_90a), rows past m masked,
+then the problem's epilogue on the f32 sums (a bias, an activation) before the one rounding. The
+bindings are A, B, then the bias where there is one, then C."""
 
 from __future__ import annotations
 
 from tuner.external.abi import ExternKernel
-from tuner.external.gemm_kernel import GemmProblem, GemmTiles
+from tuner.external.gemm_kernel import EPILOGUE_STEPS, GemmProblem, GemmTiles
 from tuner.external.triton_build import compile_for_iree, language
+
+ACTIVATIONS = {"relu": 1, "gelu": 2, "gelu_tanh": 3}
 
 
 def _kernel():
     triton, tl = language()
 
     @triton.jit
-    def _gemm(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    def _gemm(a_ptr, b_ptr, x_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
         # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (N/BN, ceil(M/BM)), rows masked.
+        # x_ptr is the bias and y_ptr C where HAS_BIAS, else x_ptr is C.
         pid_n = tl.program_id(0)
         pid_m = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
@@ -27,7 +32,19 @@ def _kernel():
             acc = tl.dot(tl.load(a, mask=rows[:, None] < M, other=0.0), tl.load(b), acc)
             a += BK
             b += BK * N
-        tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty), mask=rows[:, None] < M)
+        if HAS_BIAS:
+            acc += tl.load(x_ptr + cols)[None, :].to(tl.float32)
+            out = y_ptr
+        else:
+            out = x_ptr
+        if ACT == 1:
+            acc = tl.maximum(acc, 0.0)
+        if ACT == 2:
+            acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+        if ACT == 3:  # tanh(u) = 2 sigmoid(2u) - 1
+            u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+            acc = 0.5 * acc * (2.0 / (1.0 + tl.exp(-2.0 * u)))
+        tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
 
     return _gemm
 
@@ -38,7 +55,14 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
         raise ValueError(f"no external kernel for {problem.element} matrix products")
     if not tiles.lays_out(problem):
         raise ValueError(f"tiles {tiles.label} do not lay out on {problem.name}")
+    steps = list(problem.epilogue)
+    has_bias = steps[:1] == ["bias"]
+    activation = steps[1:] if has_bias else steps
+    if any(s not in EPILOGUE_STEPS for s in steps) or len(activation) > 1 or "bias" in activation:
+        raise ValueError(f"no external kernel for the epilogue {'+'.join(steps)}")
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
-    return compile_for_iree(_kernel(), {"a_ptr": pointer, "b_ptr": pointer, "c_ptr": pointer},
+    return compile_for_iree(_kernel(), {"a_ptr": pointer, "b_ptr": pointer, "x_ptr": pointer, "y_ptr": pointer},
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
-                             "BK": tiles.bk}, tiles, problem.name, (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1))
+                             "BK": tiles.bk, "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0},
+                            tiles, problem.name, (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1),
+                            bindings=4 if has_bias else 3)

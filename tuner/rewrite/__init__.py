@@ -121,7 +121,11 @@ REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, SUBSAMPLE_STRIDED_1X1),
 # moves to REWRITES once it has won on a model it was not made for.
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
                          "a batch of narrow images convolved side by side as one wide image")
-EXPERIMENTS = (BATCH_TO_WIDTH,)
+# Linear layers as external kernels with their bias and GELU or ReLU computed in the kernel too
+# (tuner.rewrite.external_gemm, fuse): compiled, not yet run on a GPU.
+EXTERNAL_GEMM_FUSED = Rewrite("external-hopper-gemm-fused", partial(external_gemms, fuse=True),
+                              "linear layers with their bias and activation as external Hopper kernels", devices=("cuda",))
+EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_GEMM_FUSED)
 
 
 def rewrites_for(target) -> tuple[Rewrite, ...]:

@@ -16,6 +16,7 @@ Only static shapes whose N and K the kernel's tiles divide are taken (tuner.exte
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Optional
 
 from iree.compiler import ir
@@ -23,7 +24,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.torch_ops import element_type, int64_literal, onnx_op, onnx_sites, replace_op, static_shape
+from tuner.rewrite.torch_ops import element_type, int64_literal, is_onnx, onnx_op, onnx_sites, replace_op, static_shape
 
 KernelSource = Callable[[GemmProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
@@ -41,17 +42,54 @@ def problem_of(matmul: ir.Operation) -> Optional[GemmProblem]:
     return GemmProblem(math.prod(x[:-1]), w[1], w[0], element)
 
 
-def external_gemms(module: ir.Module, source: Optional[KernelSource] = None) -> list[str]:
+def _only_user(value: ir.Value) -> Optional[ir.Operation]:
+    uses = list(value.uses)
+    return uses[0].owner if len(uses) == 1 else None
+
+
+def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ...], Optional[ir.Value]]:
+    """What after a linear MatMul the kernel can compute before it rounds: an `onnx.Add` of a
+    bias of one value per column (the MatMul's only use), then an `onnx.Gelu` or `onnx.Relu` (the
+    last one's only use). Returns those ops, their EPILOGUE_STEPS and the bias (or None)."""
+    ops, steps, bias = [], [], None
+    y, element = matmul.result, element_type(matmul.result)
+    n, user = static_shape(y)[-1], _only_user(matmul.result)
+    if is_onnx(user, "Add") and len(user.operands) == 2:
+        other = user.operands[1] if user.operands[0] == y else user.operands[0]
+        shape = static_shape(other)
+        if shape and shape[-1] == n and all(d == 1 for d in shape[:-1]) and element_type(other) == element \
+                and static_shape(user.result) == static_shape(y):
+            ops, steps, bias, y = [user], ["bias"], other, user.result
+            user = _only_user(y)
+    if is_onnx(user, "Relu"):
+        ops.append(user)
+        steps.append("relu")
+    elif is_onnx(user, "Gelu"):
+        approximate = str(user.attributes["torch.onnx.approximate"]).strip('"') if "torch.onnx.approximate" in user.attributes else "none"
+        if approximate in ("none", "tanh"):
+            ops.append(user)
+            steps.append("gelu" if approximate == "none" else "gelu_tanh")
+    return ops, tuple(steps), bias
+
+
+def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fuse: bool = False) -> list[str]:
     """Rewrite every linear `onnx.MatMul` of `module` that an external kernel takes (in place,
     inside its context) as a call of that kernel; `source` makes the kernels (Triton's by
-    default). Returns each rewritten MatMul's problem and tiles, then each problem whose kernel
-    could not be made (its layers left as they were; nothing is rewritten where no kernel was)."""
+    default); `fuse`: the bias and activation after it (epilogue_of) computed by the kernel too.
+    Returns each rewritten MatMul's problem and tiles, then each problem whose kernel could not
+    be made (its layers left as they were; nothing is rewritten where no kernel was)."""
     if source is None:
         from tuner.external.triton_gemm import triton_gemm as source
-    sites = [(op, p) for op in onnx_sites(module, "MatMul", problem_of) if (p := problem_of(op)) and tiles_for(p)]
+    sites = []
+    for op in onnx_sites(module, "MatMul", problem_of):
+        problem = problem_of(op)
+        if problem is None or tiles_for(problem) is None:
+            continue
+        after, steps, bias = epilogue_of(op) if fuse else ([], (), None)
+        sites.append((op, replace(problem, epilogue=steps), after, bias))
     functions: dict[GemmProblem, Optional[ExternKernel]] = {}
     done, failed = [], []
-    for op, problem in sites:
+    for op, problem, after, bias in sites:
         if problem not in functions:
             try:
                 functions[problem] = source(problem, tiles_for(problem))
@@ -60,26 +98,36 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None) -> 
                 failed.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} left as it was: "
                               f"{str(error).splitlines()[0] if str(error) else type(error).__name__}")
                 continue
-            define_extern(module, functions[problem], [tensor_type([problem.m, problem.k], problem.element),
-                                                       tensor_type([problem.k, problem.n], problem.element)],
+            arguments = [tensor_type([problem.m, problem.k], problem.element),
+                         tensor_type([problem.k, problem.n], problem.element)]
+            define_extern(module, functions[problem], arguments + ([tensor_type([problem.n], problem.element)] if bias else []),
                           tensor_type([problem.m, problem.n], problem.element), onnx_meta(op))
         if functions[problem] is None:
             continue
-        _call(op, problem)
-        done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} ({functions[problem].label})")
+        _call(op, problem, after, bias)
+        epilogue = f" + {' + '.join(problem.epilogue)}" if problem.epilogue else ""
+        done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element}{epilogue} ({functions[problem].label})")
     if not done:
         return []
     module.operation.verify()
     return done + failed
 
 
-def _call(matmul: ir.Operation, problem: GemmProblem) -> None:
-    ip, loc = ir.InsertionPoint(matmul), matmul.location
+def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation], bias: Optional[ir.Value]) -> None:
+    """The MatMul and the ops `after` it (its epilogue, taken into the kernel) replaced by a call."""
+    last = after[-1] if after else matmul
+    ip, loc = ir.InsertionPoint(last), matmul.location
     x, w = matmul.operands
     lead, element = static_shape(x)[:-1], problem.element
     if len(lead) > 1:
         x = onnx_op("Reshape", [x, int64_literal([problem.m, problem.k], ip, loc)], [problem.m, problem.k], element, ip, loc)
-    y = call_extern(problem.name, [x, w], ir.Type.parse(f"!torch.vtensor<[{problem.m},{problem.n}],{element}>"), ip, loc)
+    operands = [x, w]
+    if bias is not None:
+        operands.append(bias if len(static_shape(bias)) == 1 else
+                        onnx_op("Reshape", [bias, int64_literal([problem.n], ip, loc)], [problem.n], element, ip, loc))
+    y = call_extern(problem.name, operands, ir.Type.parse(f"!torch.vtensor<[{problem.m},{problem.n}],{element}>"), ip, loc)
     if len(lead) > 1:
         y = onnx_op("Reshape", [y, int64_literal([*lead, problem.n], ip, loc)], [*lead, problem.n], element, ip, loc)
-    replace_op(matmul, y)
+    replace_op(last, y)
+    for op in [*after[:-1][::-1], *([matmul] if after else [])]:
+        op.erase()
