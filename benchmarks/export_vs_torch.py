@@ -37,16 +37,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tuner.input.models import program_source  # noqa: E402
-from tuner.rewrite import combined, rewrite_program, rewrites_for  # noqa: E402
+from tuner.rewrite import EXPERIMENTS, combined, rewrite_program, rewrites_for  # noqa: E402
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool  # noqa: E402
 
 
 def variants(model: Path, work: Path, target, only: Optional[set[str]] = None) -> dict[str, tuple[Path, list[str]]]:
     """The default program and one per rewrite of the target's kind that changes it, then all of
-    those together (`only`: just those named): name -> (program, what changed)."""
+    those together (`only`: just those named; a name "a+b" is rewrites a and b one after the
+    other, any of the target's or of EXPERIMENTS): name -> (program, what changed)."""
     imported = program_source(model, work, target)
     found = {"default": (imported, [])}
+    known = {r.name: r for r in (*rewrites_for(target), *EXPERIMENTS)}
+    for name in sorted(n for n in (only or ()) if "+" in n or (n in known and known[n] not in rewrites_for(target))):
+        parts = name.split("+")
+        if all(p in known for p in parts):
+            out = work / f"{name}.mlir"
+            changed = rewrite_program(imported, combined([known[p] for p in parts]), out)
+            if changed:
+                found[name] = (out, changed)
     taken = []
     for rewrite in rewrites_for(target):  # as the flag stage offers them
         if only is not None and rewrite.name not in only and "rewrites" not in only:
@@ -95,8 +104,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--only", help="comma-separated builds to make (default, a rewrite's name, rewrites); "
-                        "default: every one")
+    parser.add_argument("--only", help="comma-separated builds to make (default, a rewrite's name, rewrites, "
+                        "a+b for rewrites one after the other, an experiment's name); default: every one")
     parser.add_argument("--top", type=int, default=0, help="print each build's N costliest dispatches")
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--json", type=Path)
