@@ -159,6 +159,14 @@ def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     extern = [p.read_text() for p in binaries.glob("*.ptx") if ".entry gemm_16x128x64_f16(" in p.read_text()]
     assert len(extern) == 1 and extern[0] == for_iree(PTX, "_gemm", "gemm_16x128x64_f16", 3)
+    # The tuner's discovery lists it with why it is not tuned, run by the model's function like
+    # its dispatches (so the profile times it and tune-model's table shows it).
+    from tuner.discovery.program import EXTERNAL_KERNEL, discover_program
+
+    found = discover_program(tmp_path / "rewritten.mlir", parse_target("cuda"), ir.Context())
+    assert ("gemm_16x128x64_f16", EXTERNAL_KERNEL) in found.skipped
+    assert found.entries["gemm_16x128x64_f16"].entry == "f"
+    assert all(d.name != "gemm_16x128x64_f16" for d in found.dispatches)
 
 
 def test_a_kernel_that_cannot_be_made_leaves_its_layers_as_they_were_and_says_why():

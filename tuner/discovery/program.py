@@ -13,7 +13,7 @@ from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
 from pipelines import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError, unreadable_input
-from tuner.discovery.entry import initializer_dispatches, entry_points
+from tuner.discovery.entry import entry_points, initializer_dispatches, walk_ops
 from tuner.targets import Target
 from tuner.core.names import why_not_a_file_name
 from tuner.tools import find_tool, run_tool_retrying_a_hang
@@ -372,11 +372,28 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
         # What only an initializer runs is done once when the module loads, not in the model's
         # calls: listed apart with why, never tuned (nothing that runs it could be timed).
         loading = {name for name in initializer_dispatches(module) if name not in entries}
+        # Kernels made outside IREE's codegen (tuner.rewrite.external_gemm, a user's own): listed
+        # with why, their time in the profile like any dispatch's, never tuned.
+        skipped += [(name, EXTERNAL_KERNEL) for name in external_exports(module)]
     seen = [d.name for d in found] + [name for name, _ in skipped]
     skipped = [(name, why) for name, why in skipped if name not in loading]
     skipped += [(name, INITIALIZER_ONLY) for name in seen if name in loading]
     found = [d for d in found if d.name not in loading]
     return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries, runs, kinds)
+
+
+EXTERNAL_KERNEL = "an external kernel (hal.dispatch.extern), compiled outside IREE's codegen: no config of IREE's to tune"
+
+
+def external_exports(module: ir.Module) -> list[str]:
+    """The exports of the module's external executable variants: objects, and no code of IREE's."""
+    names = []
+    for export in walk_ops(module.operation, ("hal.executable.export",)):
+        variant = export.parent
+        if variant.name == "hal.executable.variant" and "objects" in variant.attributes \
+                and not any(op.name == "builtin.module" for op in variant.regions[0].blocks[0].operations):
+            names.append(ir.StringAttr(export.attributes["sym_name"]).value)
+    return names
 
 
 INITIALIZER_ONLY = ("run only by the module's initializer (util.initializer), once when the module loads, not by "
