@@ -313,6 +313,74 @@ def test_report_on_a_tune_model_directory_plots_the_dispatches_and_the_model_and
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _page_sections(page: str) -> dict[str, str]:
+    """The text of each <section id=...> of a page, read by the standard library's HTML parser."""
+    from html.parser import HTMLParser
+
+    class Sections(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.current, self.text, self.images = None, {}, {}
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "section":
+                self.current = dict(attrs)["id"]
+            elif tag == "img" and self.current:
+                self.images[self.current] = dict(attrs)["src"]
+
+        def handle_endtag(self, tag):
+            if tag == "section":
+                self.current = None
+
+        def handle_data(self, data):
+            if self.current:
+                self.text[self.current] = self.text.get(self.current, "") + " " + data
+
+    parser = Sections()
+    parser.feed(page)
+    return {**{k: " ".join(v.split()) for k, v in parser.text.items()}, **{f"{k}:img": v for k, v in parser.images.items()}}
+
+
+def test_report_html_writes_one_self_contained_page_of_the_table_verdict_plot_and_rebuild(tmp_path, monkeypatch):
+    """Issue 63: `report DIR --html`: the report as printed, the verdict first, the plot embedded
+    (nothing fetched), the rebuild command; for a tune run and for a tune-model run."""
+    import base64
+
+    from tuner.core.results import Result, Status
+
+    monkeypatch.setenv("COLUMNS", "400")
+    results = [Result(candidate_id=i, key=f"k{i}", label=f"cfg {i}", is_baseline=i == 0, knobs={}, flags=[],
+                      status=Status.OK, times_ms=[ms] * 3, median_ms=ms, spread_pct=1.0, first_pass_speedup=2.0 / ms,
+                      round_ratios=list(ratios)) for i, ms, ratios in ((0, 2.0, ()), (1, 1.0, (1.9, 1.8, 1.86, 1.2)))]
+    tuned = tmp_path / "tune"
+    tuned.mkdir()
+    (tuned / "results.json").write_text(json.dumps({"dispatch": "d", "target": "llvm-cpu",
+                                                    "candidates": [x.to_json() for x in results]}))
+    result = run_cli("report", str(tuned), "--html")
+    assert result.exit_code == 0, result.output
+    assert f"wrote {tuned / 'report.html'}" in result.output
+    page = _page_sections((tuned / "report.html").read_text())
+    assert page["verdict"].startswith("Verdict candidate 1 (cfg 1) is 1.83x the default")
+    assert "cfg 1" in page["report"] and "1.83x" in page["report"] and "best: candidate 1" in page["report"]
+    assert base64.b64decode(page["plot:img"].removeprefix("data:image/png;base64,")) == (tuned / "results.png").read_bytes()
+    assert page["rebuild"].endswith(f"rebuild {tuned} -o OUT.vmfb")
+    assert "http" not in (tuned / "report.html").read_text().split("<body>")[1]  # nothing to fetch
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "results.json").write_text(json.dumps({
+        "kind": "model", "entry": "m", "target": "cuda:sm_80", "input": str(tmp_path / "m.mlir"),
+        "dispatches": [{"name": "m$async_dispatch_3_matmul", "shape": "m", "share": 0.6, "status": "kept",
+                        "default_ms": 2.0, "tuned_ms": 1.0, "speedup": 2.0, "model_speedup": 1.4, "timed": "dispatch"}],
+        "figure": {"default_ms": 2.0, "tuned_ms": 1.4, "speedup": 1.43, "lower": 1.4, "rounds": 4, "relative_error": 0.0},
+        "verdict": "the tuned model is 1.43x the default"}))
+    assert run_cli("report", str(model), "--html").exit_code == 0
+    page = _page_sections((model / "report.html").read_text())
+    assert page["verdict"] == "Verdict the tuned model is 1.43x the default"
+    assert "3_matmul" in page["report"] and "2.000 -> 1.000" in page["report"]
+    assert page["plot:img"].startswith("data:image/png;base64,") and page["rebuild"].endswith(f"rebuild {model} -o OUT.vmfb")
+
+
 def test_the_cli_called_inside_another_program_leaves_that_programs_signals_alone():
     """The stop watcher (which ends its process 60 s after a signal) belongs to the program
     `iree-tuner` / `python -m tuner.cli` alone: `main` called in another process (here pytest's)

@@ -19,16 +19,22 @@ from tuner.report.rebuild import rebuild_line
 @click.command(short_help="Print a finished tuning's table again, and plot it.")
 @click.argument("directory", type=click.Path(path_type=Path))
 @click.option("--top", default=15, show_default=True, type=click.IntRange(min=1), help="Rows of the table.")
-def report(directory: Path, top: int) -> None:
+@click.option("--html", "as_html", is_flag=True,
+              help="Also write DIRECTORY/report.html: the report, the plot and the rebuild command in one "
+                   "self-contained page.")
+def report(directory: Path, top: int, as_html: bool) -> None:
     """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png:
     the candidates against the default and the search's history (for a tune-model directory: its
-    per-dispatch table, each dispatch's gain beside the model's); then the rebuild command."""
+    per-dispatch table, each dispatch's gain beside the model's); then the rebuild command. With
+    --html, the same in DIRECTORY/report.html."""
+    from tuner.report.html import recording_console, write_page
     from tuner.report.plot import plot_model, plot_ranking
     from tuner.ranking import rank
     from tuner.report.outputs import render_model, render_table
     from tuner.core.results import Result
 
     console = make_console()
+    consoles = [console, recording_console()] if as_html else [console]
     with errors_to_exit():
         if directory.name == "results.json" and directory.is_file():
             directory = directory.parent  # the file named instead of its directory
@@ -43,7 +49,8 @@ def report(directory: Path, top: int) -> None:
                 raise ValueError(f"a {type(data).__name__}, not the object this tuner writes")
             model = data.get("kind") == "model"
             if model:
-                render_model(data, console)
+                for c in consoles:
+                    render_model(data, c)
             else:
                 results = [Result.from_json(c) for c in data["candidates"]]
                 families = read_families(data.get("families"))
@@ -53,10 +60,11 @@ def report(directory: Path, top: int) -> None:
             raise InputError(f"{path}: not a readable results file ({e})") from None
         if not model:
             ranking = rank(results)
-            render_table(ranking, results, console, top, families)
-            if data.get("evaluation"):
-                console.print(stats_line(data["evaluation"]))
-            console.print(("best: " if ranking.best else "no winner: ") + printable(ranking.verdict))
+            for c in consoles:
+                render_table(ranking, results, c, top, families)
+                if data.get("evaluation"):
+                    c.print(stats_line(data["evaluation"]))
+                c.print(("best: " if ranking.best else "no winner: ") + printable(ranking.verdict))
         title = f"{data.get('dispatch', '')} on {', '.join(data.get('devices', [])) or data.get('target', '')}".strip()
         try:
             png = (plot_model(data, directory / "results.png") if model
@@ -65,7 +73,16 @@ def report(directory: Path, top: int) -> None:
             raise InputError(f"{path}: not a readable results file ({e})") from None
         except OSError as e:
             raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
-    console.print(f"wrote {png}")
+        console.print(f"wrote {png}")
+        if as_html:
+            verdict = printable(str(data.get("verdict") or (ranking.verdict if not model else "")))
+            heading = (f"tune-model {Path(str(data.get('input', ''))).name} on {data.get('target', '')}" if model
+                       else f"tune {title}")
+            try:
+                page = write_page(directory / "report.html", heading, verdict, consoles[1], png, rebuild_line(directory))
+            except OSError as e:
+                raise OutputError(f"cannot write {directory / 'report.html'}: {e.strerror or e}") from None
+            console.print(f"wrote {page}")
     console.print(f"rebuild with: {rebuild_line(directory)}")
 
 
