@@ -13,7 +13,8 @@ from iree.compiler.dialects import iree_codegen, iree_gpu, linalg
 
 from pipelines import ConvDims, DefaultConfig, Dispatch, DispatchKind, MmaIntrinsic, TargetFacts
 from tuner.errors import InputError, ToolError, unreadable_input
-from tuner.discovery.entry import entry_points, initializer_dispatches, walk_ops
+from tuner.discovery.entry import entry_points, initializer_dispatches
+from tuner.discovery.external import EXTERNAL_KERNEL, external_exports
 from tuner.targets import Target
 from tuner.core.names import why_not_a_file_name
 from tuner.tools import find_tool, run_tool_retrying_a_hang
@@ -380,20 +381,6 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
     skipped += [(name, INITIALIZER_ONLY) for name in seen if name in loading]
     found = [d for d in found if d.name not in loading]
     return Program(tuple(sorted(found, key=lambda d: d.flops, reverse=True)), tuple(skipped), entries, runs, kinds)
-
-
-EXTERNAL_KERNEL = "an external kernel (hal.dispatch.extern), compiled outside IREE's codegen: no config of IREE's to tune"
-
-
-def external_exports(module: ir.Module) -> list[str]:
-    """The exports of the module's external executable variants: objects, and no code of IREE's."""
-    names = []
-    for export in walk_ops(module.operation, ("hal.executable.export",)):
-        variant = export.parent
-        if variant.name == "hal.executable.variant" and "objects" in variant.attributes \
-                and not any(op.name == "builtin.module" for op in variant.regions[0].blocks[0].operations):
-            names.append(ir.StringAttr(export.attributes["sym_name"]).value)
-    return names
 
 
 INITIALIZER_ONLY = ("run only by the module's initializer (util.initializer), once when the module loads, not by "

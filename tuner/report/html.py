@@ -12,6 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from tuner.run_dir import write_file
+
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -43,6 +45,6 @@ def write_page(out: Path, title: str, verdict: str, console: Console, plot: Path
     picture = (f'<img alt="{html.escape(title)}" src="data:image/png;base64,'
                f'{base64.b64encode(plot.read_bytes()).decode()}">' if plot is not None and plot.is_file()
                else "<p>no plot</p>")
-    out.write_text(PAGE.format(title=html.escape(title), verdict=html.escape(verdict), report=report, plot=picture,
-                               rebuild=html.escape(rebuild)))
+    write_file(out, PAGE.format(title=html.escape(title), verdict=html.escape(verdict), report=report, plot=picture,
+                                rebuild=html.escape(rebuild)))
     return out
