@@ -161,7 +161,8 @@ def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path)
     assert len(extern) == 1 and extern[0] == for_iree(PTX, "_gemm", "gemm_16x128x64_f16", 3)
     # The tuner's discovery lists it with why it is not tuned, run by the model's function like
     # its dispatches (so the profile times it and tune-model's table shows it).
-    from tuner.discovery.program import EXTERNAL_KERNEL, discover_program
+    from tuner.discovery.external import EXTERNAL_KERNEL
+    from tuner.discovery.program import discover_program
 
     found = discover_program(tmp_path / "rewritten.mlir", parse_target("cuda"), ir.Context())
     assert ("gemm_16x128x64_f16", EXTERNAL_KERNEL) in found.skipped
