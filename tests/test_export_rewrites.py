@@ -17,7 +17,7 @@ from tuner.rewrite import ND_LINEAR_AS_MATMUL, RAISE_ATTENTION, REWRITES, combin
 from tuner.rewrite.attention import find_attention, raise_attention
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.sibling_linears import fuse_sibling_linears
-from tuner.rewrite.torch_ops import ONNX_OP
+from tuner.rewrite.torch_ops import ONNX_OP, onnx_sites, static_shape
 from tuner.targets import parse_target
 
 EXPORTS = Path(__file__).parent / "fixtures" / "exports"
@@ -312,3 +312,19 @@ def test_joined_linears_split_into_heads_of_different_sizes_or_not_at_all_comput
     results = ctx.modules.module["three"](x)
     for got, want in zip(results, expected, strict=True):
         np.testing.assert_allclose(np.asarray(got.to_host()), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, epilogues", [
+    # ViT: every linear has a bias; the MLP's first is followed by GELU (q, k, v, out, up, down)
+    ("vit", [("bias",)] * 4 + [("bias", "gelu"), ("bias",)]),
+    # Llama: no linear has a bias, and SiLU is no activation the kernel takes
+    ("llama", [()] * 7),
+])
+def test_the_fused_gemm_kernel_takes_each_linears_bias_and_gelu_as_the_export_writes_them(imported, family, epilogues):
+    from tuner.rewrite.external_gemm import epilogue_of
+
+    with ir.Context():
+        module = ir.Module.parse(imported[family].read_text())
+        linears = [op for op in onnx_sites(module, "MatMul", lambda op: len(static_shape(op.operands[1]) or []) == 2)]
+        assert [epilogue_of(op)[1] for op in linears] == epilogues
