@@ -9,7 +9,12 @@ wgmma kernel for sm_90a, tuner.external.triton_gemm), its PTX embedded in the pr
 One function per problem (rows x N x K), called by every layer of that shape. The kernel sums
 in f32 and rounds once to the element type, as IREE's matmul and its narrowing do; what follows
 the MatMul (a bias Add, a GELU) stays in the program, an elementwise dispatch of its own (IREE
-cannot fuse into an external kernel). The PTX names its target, sm_90a: the driver of any other
+cannot fuse into an external kernel), unless `fuse` (the experiment external-hopper-gemm-fused):
+then a bias of one value per column and a Gelu or Relu after it are computed by the kernel on
+its f32 sums (epilogue_of), the whole linear layer one dispatch:
+
+    Gelu(Add(MatMul(X, W), B))  ->  Reshape(gemm_bias_gelu(Reshape(X, [rows, K]), W, B), [d0, ..., N])
+ The PTX names its target, sm_90a: the driver of any other
 GPU refuses it at load, and the flag stage, which builds and runs every variant, drops it there.
 Only static shapes whose N and K the kernel's tiles divide are taken (tuner.external.gemm_kernel)."""
 
