@@ -139,6 +139,12 @@ def test_the_rewrite_is_offered_on_cuda_exactly_where_triton_is_installed():
     assert EXTERNAL_GEMM not in rewrites_for(parse_target("rocm:gfx942"))  # its PTX is no HIP object
     assert EXTERNAL_GEMM not in rewrites_for(parse_target("llvm-cpu"))
     assert EXTERNAL_GEMM not in REWRITES["cpu"]
+    # where they are not offered on cuda, the flag stage says why (once, at its start)
+    from tuner.rewrite import unoffered_for
+    said = unoffered_for(parse_target("cuda:sm_80"))
+    assert (said is None) == (find_spec("triton") is not None)
+    assert said is None or "Triton is not installed (pip install triton)" in said
+    assert unoffered_for(parse_target("llvm-cpu")) is None and unoffered_for(parse_target("rocm:gfx942")) is None
 
 
 @pytest.mark.slow
@@ -254,3 +260,15 @@ def test_the_fused_form_waits_among_the_experiments():
     from tuner.rewrite import EXPERIMENTS, EXTERNAL_GEMM_FUSED
 
     assert EXTERNAL_GEMM_FUSED in EXPERIMENTS and all(EXTERNAL_GEMM_FUSED not in rs for rs in REWRITES.values())
+
+
+def test_without_triton_the_external_kernels_are_said_to_be_not_offered_and_why(monkeypatch):
+    import tuner.rewrite as rewrite
+    from tuner.targets import parse_target
+
+    monkeypatch.setattr(rewrite, "find_spec", lambda name: None)
+    said = rewrite.unoffered_for(parse_target("cuda:sm_80"))
+    assert said == ("external-hopper-gemm and external-flash-attention (Hopper kernels compiled by Triton) not "
+                    "offered: Triton is not installed (pip install triton)")
+    monkeypatch.setattr(rewrite, "find_spec", lambda name: object())
+    assert rewrite.unoffered_for(parse_target("cuda:sm_80")) is None

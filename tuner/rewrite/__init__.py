@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from iree.compiler import ir
 
@@ -126,6 +126,15 @@ BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
 EXTERNAL_GEMM_FUSED = Rewrite("external-hopper-gemm-fused", partial(external_gemms, fuse=True),
                               "linear layers with their bias and activation as external Hopper kernels", devices=("cuda",))
 EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_GEMM_FUSED)
+
+
+def unoffered_for(target) -> Optional[str]:
+    """Why rewrites this target could take are not offered here (None: every one is): the
+    external Hopper kernels on cuda where Triton is not installed."""
+    if target.device.split(":")[0] == "cuda" and find_spec("triton") is None:
+        return (f"{EXTERNAL_GEMM.name} and {EXTERNAL_ATTENTION.name} (Hopper kernels compiled by Triton) not offered: "
+                "Triton is not installed (pip install triton)")
+    return None
 
 
 def rewrites_for(target) -> tuple[Rewrite, ...]:

@@ -16,7 +16,7 @@ from typing import Optional
 from pipelines import DispatchKind
 from pipelines.model_flags import short_flags
 from tuner.errors import ToolError
-from tuner.rewrite import combined
+from tuner.rewrite import combined, unoffered_for
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision, record_decision, trials_text
@@ -68,6 +68,9 @@ class FlagStage:
         options = model_options(env, self.search.pipeline)
         if not options:
             return state.note("no model-wide flags or rewrites on this target")
+        unoffered = unoffered_for(env.target)
+        if unoffered:
+            env.say(f"  {unoffered}")
         earlier = earlier_decision(env, options)
         if earlier is not None:
             env.say(f"model-wide choices: reusing the decision of an earlier run in {env.output_dir} "
