@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pipelines.transform_text import ANY, apply_patterns as _apply, match_func as _func
+from pipelines.transform_text import ANY, apply_patterns, match_func
 
 
 class Tiles(Protocol):
@@ -89,8 +89,8 @@ def tile_and_pad(t: Tiles) -> str:
         f'padding_dimensions = [0], nofold_flags = [1, 0, 0], copy_back_op = "none"> '
         f": {ANY} -> (!transform.any_op, !transform.any_op, !transform.any_op)\n"
         f"    %a_pad = transform.get_producer_of_operand %padded[0] : {ANY} -> !transform.any_op\n"
-        + _func("%f0")
-        + _apply("%f0", "iree.fold_fill_into_pad", "linalg.tiling_canonicalization", "canonicalization")
+        + match_func("%f0")
+        + apply_patterns("%f0", "iree.fold_fill_into_pad", "linalg.tiling_canonicalization", "canonicalization")
         + f"    %step, %loop = transform.structured.tile_using_for %padded tile_sizes [0, 0, {bk}] {PAIR}"
         f"    %a_step, %loop2 = transform.structured.fuse_into_containing_op %a_pad into %loop {FUSE}"
         f'    %fills = transform.structured.match ops{{["linalg.fill"]}} in %root : {ANY} -> !transform.any_op\n'
@@ -106,10 +106,10 @@ def tile_and_pad(t: Tiles) -> str:
         f"[{bm // t.warps_m}, {bn // t.warps_n}] {WARPS} {PAIR}"
         f"    %warp_fill, %w2 = transform.structured.tile_using_forall %fills tile_sizes "
         f"[{bm // t.warps_m}, {bn // t.warps_n}] {WARPS} {PAIR}"
-        + _func("%f1")
-        + _apply("%f1", "linalg.tiling_canonicalization", "canonicalization")
+        + match_func("%f1")
+        + apply_patterns("%f1", "linalg.tiling_canonicalization", "canonicalization")
         # Masked vectorization before anything else canonicalizes: each piece's largest size.
         + f"    transform.structured.vectorize %a_t vector_sizes [{bm // a_rows}, {VECTOR}] : !transform.any_op\n"
         f"    transform.structured.vectorize %e_t vector_sizes [{bm // e_rows}, 4] : !transform.any_op\n"
-        + _func("%f2")
-        + _apply("%f2", "vector.lower_masked_transfers"))
+        + match_func("%f2")
+        + apply_patterns("%f2", "vector.lower_masked_transfers"))

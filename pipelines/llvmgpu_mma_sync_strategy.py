@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from pipelines import llvmgpu_mma_sync_padded as padded
 from pipelines.llvmgpu_common import MAX_ACCUMULATOR_REGISTERS
-from pipelines.transform_text import ANY, apply_patterns as _apply, match_func as _func
+from pipelines.transform_text import ANY, apply_patterns, match_func
 
 WARP = 32  # threads per warp on cuda
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync.m16n8k16
@@ -216,11 +216,11 @@ def _epilogue_loads(loops: str = THREAD_LOOPS) -> str:
     slice and fails ("unhandled vector to mma type: arith.truncf"). `loops`: the attribute the
     loops are matched by (the padded kernel's epilogue alone: its A copies stay transfers, which
     become cp.async; unrolled with the rest, they became plain masked loads and stores)."""
-    return (_func("%f")
+    return (match_func("%f")
             + f'    %loops = transform.structured.match ops{{["scf.forall"]}} attributes {{{loops}}} '
             f"in %f : {ANY} -> !transform.any_op\n"
-            + _apply("%loops", "vector.transfer_to_scf full_unroll = true")
-            + _apply("%loops", "vector.lower_transfer max_transfer_rank = 1"))
+            + apply_patterns("%loops", "vector.transfer_to_scf full_unroll = true")
+            + apply_patterns("%loops", "vector.lower_transfer max_transfer_rank = 1"))
 
 
 def _vectorize_and_bufferize(canonicalize_first: bool = True) -> str:
@@ -229,13 +229,13 @@ def _vectorize_and_bufferize(canonicalize_first: bool = True) -> str:
     kernels compiled, iree-compile 3.13). Not canonicalized first in the padded kernel (its
     masked vectorization ran already, and canonicalization before the masks are lowered
     breaks them)."""
-    first = (_apply("%func", "linalg.tiling_canonicalization", "scf.for_loop_canonicalization", "canonicalization")
+    first = (apply_patterns("%func", "linalg.tiling_canonicalization", "scf.for_loop_canonicalization", "canonicalization")
              if canonicalize_first else "")
     return (
-        _func("%func")
+        match_func("%func")
         + first
         + f"    %vec = transform.structured.vectorize_children_and_apply_patterns %func : {ANY} -> !transform.any_op\n"
-        + _apply("%vec", "vector.cast_away_vector_leading_one_dim", "vector.fold_arith_extension", "canonicalization")
+        + apply_patterns("%vec", "vector.cast_away_vector_leading_one_dim", "vector.fold_arith_extension", "canonicalization")
         + _cse("%vec")
         + f"    transform.iree.eliminate_empty_tensors %root : {ANY} -> ()\n"
         f"    %buf = transform.iree.bufferize <{{target_gpu}}> %vec : {ANY} -> (!transform.any_op)\n")
@@ -248,10 +248,10 @@ def _mark_copies() -> str:
     the accumulator was promoted: 128 threads each storing the 64 KB tile). Every copy is marked
     so that all are spread over the workgroup's threads (the self-copies bufferization leaves
     fold away first)."""
-    return (_func("%f")
-            + _apply("%f", "scf.for_loop_canonicalization", "canonicalization")
+    return (match_func("%f")
+            + apply_patterns("%f", "scf.for_loop_canonicalization", "canonicalization")
             + _cse("%f")
-            + _apply("%f", "canonicalization")
+            + apply_patterns("%f", "canonicalization")
             + _cse("%f")
             + f'    %copies = transform.structured.match ops{{["linalg.generic"]}} in %f : {ANY} -> !transform.any_op\n'
             '    %marker = transform.param.constant "copy_to_workgroup_memory" -> !transform.any_param\n'
@@ -261,34 +261,34 @@ def _mark_copies() -> str:
 def _map_to_threads(t: MmaSyncTiles, canonicalize_first: bool = False) -> str:
     """Blocks and threads (a barrier after each mapped loop: the padded kernel's masked A copies
     raced without one), then the shared-memory copies spread over the threads."""
-    return (_func("%f")
-            + (_apply("%f", "canonicalization") if canonicalize_first else "")
+    return (match_func("%f")
+            + (apply_patterns("%f", "canonicalization") if canonicalize_first else "")
             + f"    transform.iree.forall_to_workgroup %f : {ANY} -> ()\n"
             f"    transform.iree.map_nested_forall_to_gpu_threads %f workgroup_dims = [{WARP * t.warps_n}, {t.warps_m}, 1] "
             f": {ANY} -> ()\n"
             f"    transform.iree.gpu_distribute_shared_memory_copy %f : {ANY} -> ()\n"
-            + _apply("%f", "canonicalization"))
+            + apply_patterns("%f", "canonicalization"))
 
 
 def _drop_barriers() -> str:
-    return _func("%f") + f"    %g = transform.iree.eliminate_gpu_barriers %f : {ANY} -> !transform.any_op\n"
+    return match_func("%f") + f"    %g = transform.iree.eliminate_gpu_barriers %f : {ANY} -> !transform.any_op\n"
 
 
 def _hoist_accumulators(t: MmaSyncTiles) -> str:
-    return (_func("%f")
+    return (match_func("%f")
             + f"    transform.iree.hoist_static_alloc %f : {ANY} -> ()\n"
-            + _apply("%f", "memref.fold_memref_alias_ops")
-            + _apply("%f", "iree.prepare_vector_to_mma")
-            + _apply("%f", "iree.unroll_vectors_gpu_mma_sync")
+            + apply_patterns("%f", "memref.fold_memref_alias_ops")
+            + apply_patterns("%f", "iree.prepare_vector_to_mma")
+            + apply_patterns("%f", "iree.unroll_vectors_gpu_mma_sync")
             + f"    transform.include @{t.name}_sync_loops failures(propagate) (%f) : {ANY} -> ()\n"
-            + _apply("%f", "memref.fold_memref_alias_ops", "canonicalization")
+            + apply_patterns("%f", "memref.fold_memref_alias_ops", "canonicalization")
             + _cse("%f")
             + f"    %h = transform.structured.hoist_redundant_vector_transfers %f : {ANY} -> !transform.any_op\n"
             f"    transform.memref.erase_dead_alloc_and_stores %h : {ANY} -> ()\n")
 
 
 def _to_mma() -> str:
-    return (_func("%f")
+    return (match_func("%f")
             + f"    transform.iree.vector.vector_to_mma_conversion %f <{{use_mma_sync}}> : {ANY} -> ()\n"
             f"    %g = transform.iree.eliminate_gpu_barriers %f : {ANY} -> !transform.any_op\n")
 
@@ -297,7 +297,7 @@ def _multibuffer(t: MmaSyncTiles) -> str:
     """The A and B tiles `stages` deep. A phase of its own: the padding after it replaces the
     allocations the result handle points to, and a later op checking handles then read the
     erased ops (iree-compile crashed on 6 of 10 runs before)."""
-    body = _func("%f") + _apply("%f", "memref.fold_memref_alias_ops")
+    body = match_func("%f") + apply_patterns("%f", "memref.fold_memref_alias_ops")
     if t.stages > 1:
         body += (f'    %allocs = transform.structured.match ops{{["memref.alloc"]}} in %f : {ANY} -> !transform.op<"memref.alloc">\n'
                  f"    %mb = transform.memref.multibuffer %allocs <{{factor = {t.stages} : i64, skip_analysis}}> "
@@ -318,13 +318,13 @@ def _pipeline(t: MmaSyncTiles) -> str:
                      + f'    %for = transform.structured.match ops{{["scf.for"]}} in %f : {ANY} -> !transform.any_op\n'
                      f"    %piped = transform.iree.pipeline_shared_memory_copies %for <{{depth = {t.stages} : i64{schedule}}}> "
                      f": {ANY} -> !transform.any_op\n")
-    return (_func("%f")
+    return (match_func("%f")
             + f"    transform.iree.reduce_shared_memory_bank_conflicts %f <{{padding_size_bits = {PAD_BITS} : i64}}> : {ANY} -> ()\n"
-            + _apply("%f", "vector.transfer_to_scf full_unroll = true")
+            + apply_patterns("%f", "vector.transfer_to_scf full_unroll = true")
             + pipelined
-            + _apply("%f", "vector.lower_masks")
-            + _apply("%f", "vector.materialize_masks")
-            + _apply("%f", "linalg.tiling_canonicalization", "memref.fold_memref_alias_ops", "canonicalization")
+            + apply_patterns("%f", "vector.lower_masks")
+            + apply_patterns("%f", "vector.materialize_masks")
+            + apply_patterns("%f", "linalg.tiling_canonicalization", "memref.fold_memref_alias_ops", "canonicalization")
             + "    transform.iree.apply_licm %f : !transform.any_op\n"
             + _cse("%f"))
 
