@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,3 +157,23 @@ def report_shape(title: str, mnk: tuple[int, int, int], times: dict[str, list[fl
         print(f"  {name:22s} {med:8.4f} ms  {flops / med / 1e9:6.1f} TFLOP/s  {base / med:5.2f}x default  "
               f"max err {errors[name]:.1e} of max|C|")
     return report
+
+
+def compile_or_measure(doc: str, default_out: str, compile_all: Callable[..., None], measure: Callable[[Path, int], None],
+                       sets: Optional[dict[str, object]] = None) -> None:
+    """The command line of a two-step GPU benchmark: `compile --out DIR [--set NAME]` here
+    (`compile_all(out)`, or `compile_all(out, sets[NAME])`), `measure --out DIR --rounds N` on the
+    GPU."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=["compile", "measure"])
+    parser.add_argument("--out", type=Path, default=Path(default_out))
+    if sets:
+        parser.add_argument("--set", choices=list(sets), default=next(iter(sets)))
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if args.step == "measure":
+        measure(args.out, args.rounds)
+    elif sets:
+        compile_all(args.out, sets[args.set])
+    else:
+        compile_all(args.out)

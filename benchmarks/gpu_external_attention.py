@@ -13,7 +13,6 @@ tiles (128 query rows where that makes a wave of workgroups, else 64)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -127,15 +126,9 @@ def measure(out: Path, rounds: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["compile", "measure"])
-    parser.add_argument("--out", type=Path, default=Path(".gpu-external-attention"))
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    if args.step == "compile":
-        compile_all(args.out)
-    else:
-        measure(args.out, args.rounds)
+    from benchmarks.gpu_common import compile_or_measure
+
+    compile_or_measure(__doc__, ".gpu-external-attention", compile_all, measure)
 
 
 if __name__ == "__main__":

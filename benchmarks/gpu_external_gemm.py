@@ -16,7 +16,6 @@ plus the elementwise dispatch of the bias and GELU, which IREE cannot fuse into 
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -109,16 +108,9 @@ def measure(out: Path, rounds: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["compile", "measure"])
-    parser.add_argument("--out", type=Path, default=Path(".gpu-external-gemm"))
-    parser.add_argument("--set", choices=["held-out", "reported"], default="held-out")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    if args.step == "compile":
-        compile_all(args.out, HELD_OUT if args.set == "held-out" else REPORTED)
-    else:
-        measure(args.out, args.rounds)
+    from benchmarks.gpu_common import compile_or_measure
+
+    compile_or_measure(__doc__, ".gpu-external-gemm", compile_all, measure, sets={"held-out": HELD_OUT, "reported": REPORTED})
 
 
 if __name__ == "__main__":

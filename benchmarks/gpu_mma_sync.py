@@ -73,8 +73,10 @@ EPILOGUE_KERNELS = [(128, 128, 32, 2, 2, 3), (128, 128, 32, 2, 2, 4), (128, 128,
 def compile_counting_ptx(program: Path, flags: list[str], vmfb: Path) -> tuple[subprocess.CompletedProcess, dict[str, int]]:
     """`iree-compile` of `program` to `vmfb` with `flags`, and how often each PTX pattern
     (ldmatrix, cp.async, ...) occurs in the binaries it dumps."""
+    from tuner.tools import find_tool
+
     with tempfile.TemporaryDirectory() as dump:
-        run = subprocess.run(["iree-compile", str(program), *flags, f"--iree-hal-dump-executable-binaries-to={dump}",
+        run = subprocess.run([find_tool("iree-compile"), str(program), *flags, f"--iree-hal-dump-executable-binaries-to={dump}",
                               "-o", str(vmfb)], capture_output=True, text=True)
         ptx = "\n".join(p.read_text() for p in Path(dump).glob("*.ptx"))
     return run, {label: len(re.findall(pattern, ptx)) for label, pattern in PTX.items()}

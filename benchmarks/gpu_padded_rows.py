@@ -17,7 +17,6 @@ ViT-B/16's and Whisper-base's own shapes, which the preferences were not chosen 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -132,16 +131,9 @@ def measure(out: Path, rounds: int, function: str = "main", operands=uniform_ope
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["compile", "measure"])
-    parser.add_argument("--out", type=Path, default=Path(".gpu-padded-rows"))
-    parser.add_argument("--set", choices=["held-out", "reported"], default="held-out")
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-    if args.step == "compile":
-        compile_all(args.out, HELD_OUT if args.set == "held-out" else REPORTED)
-    else:
-        measure(args.out, args.rounds)
+    from benchmarks.gpu_common import compile_or_measure
+
+    compile_or_measure(__doc__, ".gpu-padded-rows", compile_all, measure, sets={"held-out": HELD_OUT, "reported": REPORTED})
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ by Triton, `tuner.external.triton_gemm`) enters the program as a `hal.dispatch.e
 object is the kernel's PTX (`tuner.rewrite.external_gemm`); IREE compiles everything around it
 and the CUDA driver compiles the PTX at load.
 
-`gemm_kernel` holds what both sides share: the problem, the tiles, and the kernel as IREE's CUDA
-runtime launches it (bindings as pointer parameters in order, the grid and block from the
-dispatch, the dynamic shared memory from `workgroup_local_memory`)."""
+`abi` is the kernel as IREE's CUDA runtime launches it (bindings as pointer parameters in order,
+the grid and block from the dispatch, the dynamic shared memory from `workgroup_local_memory`);
+`gemm_kernel` and `attention_kernel` the problems and their tiles; `triton_build` Triton's
+compile for sm_90a, brought to that ABI; `triton_gemm` and `triton_attention` the kernels. The
+rewrites that put them in a program are tuner.rewrite.external_gemm and external_attention."""

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# Workgroups in one wave on an H100 or H200 (one per SM): tile rules prefer grids that fill one.
+WAVE = 132
+
 
 @dataclass(frozen=True)
 class ExternKernel:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from tuner.external.abi import WAVE
+
 # The head widths the kernel takes (tl.arange needs a power of two; 16 is wgmma's least K).
 HEAD_WIDTHS = (16, 32, 64, 128)
-WAVE = 132  # workgroups in one wave on an H100 or H200: one per SM
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuner.external.abi import WAVE
+
 
 # What a kernel may compute on its f32 sums before it rounds them once: a bias of one value per
 # column, then one activation (GELU exact, GELU's tanh form, ReLU).
@@ -45,7 +47,6 @@ class GemmTiles:
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}"
 
-
     def blocks(self, problem: GemmProblem) -> int:
         """The workgroups of the grid: row tiles (the last one masked) times column tiles."""
         return -(-problem.m // self.bm) * (problem.n // self.bn)
@@ -59,7 +60,6 @@ class GemmTiles:
 # workgroups (BERT's 512x768 products, DeiT-S's 1576x384).
 PREFERRED = (GemmTiles(128, 128, 64, 8, 3), GemmTiles(64, 128, 64, 4, 4), GemmTiles(128, 64, 64, 4, 4),
              GemmTiles(64, 64, 64, 4, 4))
-WAVE = 132
 
 
 def tiles_for(problem: GemmProblem) -> GemmTiles | None:

@@ -8,12 +8,15 @@ mask where there is one, then the result."""
 
 from __future__ import annotations
 
+from functools import cache
+
 from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles
 from tuner.external.triton_build import compile_for_iree, language
 
 
-def _kernel():
+@cache
+def _kernel():  # jitted once a process
     triton, tl = language()
 
     @triton.jit

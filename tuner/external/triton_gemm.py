@@ -5,6 +5,8 @@ bindings are A, B, then the bias where there is one, then C."""
 
 from __future__ import annotations
 
+from functools import cache
+
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import EPILOGUE_STEPS, GemmProblem, GemmTiles
 from tuner.external.triton_build import compile_for_iree, language
@@ -12,7 +14,8 @@ from tuner.external.triton_build import compile_for_iree, language
 ACTIVATIONS = {"relu": 1, "gelu": 2, "gelu_tanh": 3}
 
 
-def _kernel():
+@cache
+def _kernel():  # jitted once a process
     triton, tl = language()
 
     @triton.jit

@@ -10,6 +10,8 @@ conversion wants an opset on every function."""
 
 from __future__ import annotations
 
+from typing import Callable, Hashable, Optional
+
 from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
@@ -69,18 +71,44 @@ def define_extern(module: ir.Module, kernel: ExternKernel, arguments: list[ir.Ty
             ir.Operation.create("func.return", operands=list(extern.results))
 
 
-def call_extern(name: str, operands: list[ir.Value], result: ir.Type, ip: ir.InsertionPoint,
+def call_extern(name: str, operands: list[ir.Value], shape: list[int], element: str, ip: ir.InsertionPoint,
                 loc: ir.Location) -> ir.Value:
     """A call of the function `name` on the torch values `operands` (each made a builtin tensor
-    of its static shape), its builtin result made the torch value of type `result`."""
+    of its static shape), its builtin result made a `!torch.vtensor<[shape],element>`."""
     from tuner.rewrite.torch_ops import element_type, static_shape
 
     def builtin(value: ir.Value) -> ir.Value:
         return ir.Operation.create("torch_c.to_builtin_tensor", operands=[value], loc=loc, ip=ip,
                                    results=[tensor_type(static_shape(value), element_type(value))]).result
 
-    shape = str(result).split("[", 1)[1].split("]", 1)[0]
-    out = tensor_type([int(d) for d in shape.split(",")], str(result).rsplit(",", 1)[-1].rstrip(">"))
-    product = ir.Operation.create("func.call", results=[out], operands=[builtin(v) for v in operands], loc=loc, ip=ip,
+    product = ir.Operation.create("func.call", results=[tensor_type(shape, element)], loc=loc, ip=ip,
+                                  operands=[builtin(v) for v in operands],
                                   attributes={"callee": ir.FlatSymbolRefAttr.get(name)}).result
-    return ir.Operation.create("torch_c.from_builtin_tensor", operands=[product], results=[result], loc=loc, ip=ip).result
+    torch_type = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}>")
+    return ir.Operation.create("torch_c.from_builtin_tensor", operands=[product], results=[torch_type], loc=loc,
+                               ip=ip).result
+
+
+class Kernels:
+    """Each problem's kernel, made once by `make(problem, tiles)` and its function defined once;
+    a kernel that cannot be made is data: its problem's sites are left as they were, and
+    `failed` says why (a Triton error, a kernel its ABI refuses)."""
+
+    def __init__(self, make: Callable[[Hashable, object], ExternKernel]):
+        self.make = make
+        self.made: dict[Hashable, Optional[ExternKernel]] = {}
+        self.failed: list[str] = []
+
+    def get(self, problem: Hashable, tiles: object, define: Callable[[ExternKernel], None],
+            what: str) -> Optional[ExternKernel]:
+        """The problem's kernel (None: it cannot be made; `what` names it in `failed`)."""
+        if problem not in self.made:
+            try:
+                kernel = self.make(problem, tiles)
+            except Exception as error:  # a failing kernel is data, never a traceback
+                self.made[problem] = None
+                self.failed.append(f"{what}: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
+                return None
+            define(kernel)
+            self.made[problem] = kernel
+        return self.made[problem]

@@ -22,7 +22,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
 from tuner.rewrite.attention import SDPA, raise_attention
-from tuner.rewrite.extern_call import call_extern, define_extern, onnx_meta, tensor_type
+from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.torch_ops import element_type, producer, replace_op, static_shape
 
 KernelSource = Callable[[AttentionProblem, AttentionTiles], ExternKernel]
@@ -89,31 +89,26 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
-    functions: dict[AttentionProblem, Optional[ExternKernel]] = {}
-    done, left = [], []
+    kernels, done, left = Kernels(source), [], []
     for op in sites:
         problem, why = problem_of(op)
         if problem is None:
             left.append(f"{'x'.join(map(str, static_shape(op.operands[0]) or ['?']))} left raised: {why}")
             continue
-        if problem not in functions:
-            try:
-                functions[problem] = source(problem, attention_tiles_for(problem))
-            except Exception as error:  # a kernel that cannot be made leaves its attentions raised
-                functions[problem] = None
-                left.append(f"{problem.name} left raised: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
-                continue
-            _define(module, functions[problem], problem, op)
-        if functions[problem] is None:
+        kernel = kernels.get(problem, attention_tiles_for(problem),
+                             lambda k, op=op, problem=problem: _define(module, k, problem, op),
+                             f"{problem.name} left raised")
+        if kernel is None:
             continue
         q, k, v, mask = op.operands[:4]
-        operands = [q, k, v] + ([mask] if problem.mask else [])
-        replace_op(op, call_extern(problem.name, operands, op.results[0].type, ir.InsertionPoint(op), op.location))
-        done.append(f"{problem.name.removeprefix('attention_')} ({functions[problem].label})")
+        out = op.results[0]
+        replace_op(op, call_extern(problem.name, [q, k, v] + ([mask] if problem.mask else []), static_shape(out),
+                                   element_type(out), ir.InsertionPoint(op), op.location))
+        done.append(f"{problem.name.removeprefix('attention_')} ({kernel.label})")
     if not done:
         return []
     module.operation.verify()
-    return done + left
+    return done + left + kernels.failed
 
 
 def _define(module: ir.Module, kernel: ExternKernel, problem: AttentionProblem, op: ir.Operation) -> None:

@@ -28,7 +28,7 @@ from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
-from tuner.rewrite.extern_call import call_extern, define_extern, onnx_meta, tensor_type
+from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.torch_ops import element_type, int64_literal, is_onnx, onnx_op, onnx_sites, replace_op, static_shape
 
 KernelSource = Callable[[GemmProblem, GemmTiles], ExternKernel]
@@ -92,30 +92,23 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
             continue
         after, steps, bias = epilogue_of(op) if fuse else ([], (), None)
         sites.append((op, replace(problem, epilogue=steps), after, bias))
-    functions: dict[GemmProblem, Optional[ExternKernel]] = {}
-    done, failed = [], []
+    kernels, done = Kernels(source), []
     for op, problem, after, bias in sites:
-        if problem not in functions:
-            try:
-                functions[problem] = source(problem, tiles_for(problem))
-            except Exception as error:  # a kernel that cannot be made leaves its layers as they were
-                functions[problem] = None
-                failed.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element} left as it was: "
-                              f"{str(error).splitlines()[0] if str(error) else type(error).__name__}")
-                continue
-            arguments = [tensor_type([problem.m, problem.k], problem.element),
-                         tensor_type([problem.k, problem.n], problem.element)]
-            define_extern(module, functions[problem], arguments + ([tensor_type([problem.n], problem.element)] if bias else []),
-                          tensor_type([problem.m, problem.n], problem.element), onnx_meta(op))
-        if functions[problem] is None:
+        arguments = [tensor_type([problem.m, problem.k], problem.element),
+                     tensor_type([problem.k, problem.n], problem.element)]
+        arguments += [tensor_type([problem.n], problem.element)] if bias else []
+        kernel = kernels.get(problem, tiles_for(problem), lambda k, op=op, arguments=arguments: define_extern(
+            module, k, arguments, tensor_type([problem.m, problem.n], problem.element), onnx_meta(op)),
+            f"{problem.m}x{problem.n}x{problem.k} {problem.element} left as it was")
+        if kernel is None:
             continue
         _call(op, problem, after, bias)
         epilogue = f" + {' + '.join(problem.epilogue)}" if problem.epilogue else ""
-        done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element}{epilogue} ({functions[problem].label})")
+        done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element}{epilogue} ({kernel.label})")
     if not done:
         return []
     module.operation.verify()
-    return done + failed
+    return done + kernels.failed
 
 
 def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation], bias: Optional[ir.Value]) -> None:
@@ -130,7 +123,7 @@ def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation],
     if bias is not None:
         operands.append(bias if len(static_shape(bias)) == 1 else
                         onnx_op("Reshape", [bias, int64_literal([problem.n], ip, loc)], [problem.n], element, ip, loc))
-    y = call_extern(problem.name, operands, ir.Type.parse(f"!torch.vtensor<[{problem.m},{problem.n}],{element}>"), ip, loc)
+    y = call_extern(problem.name, operands, [problem.m, problem.n], element, ip, loc)
     if len(lead) > 1:
         y = onnx_op("Reshape", [y, int64_literal([*lead, problem.n], ip, loc)], [*lead, problem.n], element, ip, loc)
     replace_op(last, y)
