@@ -59,7 +59,14 @@ def test_tiles_fill_a_wave_of_workgroups_where_they_can(mnk, expected):
     assert tiles_for(GemmProblem(*mnk)) == expected
 
 
-def test_no_tiles_where_n_or_k_is_not_a_multiple_of_64():
+def test_narrow_tiles_only_where_n_or_k_is_a_multiple_of_32_and_not_of_64():
+    assert tiles_for(GemmProblem(25088, 384, 96)) == GemmTiles(128, 128, 32, 8, 3)  # Swin-T's first MLP up
+    assert tiles_for(GemmProblem(25088, 96, 384)) == GemmTiles(128, 32, 32, 4, 4)   # ... and down
+    assert tiles_for(GemmProblem(256, 96, 64)) == GemmTiles(64, 32, 32, 4, 4)      # 4 x 3 workgroups, the most
+    assert tiles_for(GemmProblem(512, 768, 768)).bk == 64                           # aligned: the measured tiles
+
+
+def test_no_tiles_where_n_or_k_is_not_a_multiple_of_32():
     assert tiles_for(GemmProblem(256, 100, 64)) is None
     assert tiles_for(GemmProblem(256, 128, 48)) is None
 
@@ -86,12 +93,12 @@ def _fixture_kernel(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
 def test_a_rank_3_linear_becomes_a_call_of_one_extern_dispatch_between_reshapes():
     with ir.Context():
         module = ir.Module.parse(_program("2,8,64", "64,128"))
-        assert external_gemms(module, _fixture_kernel) == ["16x128x64 f16 (128x64x64 w4 s4)"]
+        assert external_gemms(module, _fixture_kernel, fuse=False) == ["16x128x64 f16 (128x64x64 w4 s4)"]
         text = str(module)
     assert '"onnx.MatMul"' not in text and text.count('"onnx.Reshape"') == 2
     assert text.count("hal.dispatch.extern") == 1 and "call @gemm_16x128x64_f16" in text
     assert "workgroup_size = [128 : index, 1 : index, 1 : index], workgroup_local_memory = 16384" in text
-    assert '"onnx.Add"' in text  # what follows the MatMul stays in the program
+    assert '"onnx.Add"' in text  # fuse=False: what follows the MatMul stays in the program
     # the function carries the ONNX input's opset, as the import's functions do
     assert re.search(r"func.func private @gemm_16x128x64_f16\(.*torch.onnx_meta.opset_version = 20", text)
 
@@ -256,10 +263,20 @@ def test_a_fused_linear_layer_is_one_call_of_a_b_and_the_bias_and_its_ops_are_go
     assert "tensor<128xf16>" in call
 
 
-def test_the_fused_form_waits_among_the_experiments():
-    from tuner.rewrite import EXPERIMENTS, EXTERNAL_GEMM_FUSED
+def test_the_offered_rewrite_takes_the_epilogue_into_the_kernel_and_fuse_false_leaves_it():
+    from tuner.rewrite import EXTERNAL_GEMM
 
-    assert EXTERNAL_GEMM_FUSED in EXPERIMENTS and all(EXTERNAL_GEMM_FUSED not in rs for rs in REWRITES.values())
+    after = (f'  %z = torch.operator "onnx.Add"(%y, %b) : ({_T}, {_B}) -> {_T}\n'
+             f'  %out = torch.operator "onnx.Relu"(%z) : ({_T}) -> {_T}')
+    assert EXTERNAL_GEMM.apply is external_gemms  # offered with its defaults
+    for options, names in (({}, {"Add": False, "Relu": False}), ({"fuse": False}, {"Add": True, "Relu": True})):
+        made = []
+        with ir.Context():
+            module = ir.Module.parse(_linear_with(after))
+            external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t), **options)
+            text = str(module)
+        assert made[0].epilogue == (("bias", "relu") if not options else ())
+        assert {n: f'"onnx.{n}"' in text for n in names} == names
 
 
 def test_without_triton_the_external_kernels_are_said_to_be_not_offered_and_why(monkeypatch):

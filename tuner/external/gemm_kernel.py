@@ -60,12 +60,21 @@ class GemmTiles:
 # workgroups (BERT's 512x768 products, DeiT-S's 1576x384).
 PREFERRED = (GemmTiles(128, 128, 64, 8, 3), GemmTiles(64, 128, 64, 4, 4), GemmTiles(128, 64, 64, 4, 4),
              GemmTiles(64, 64, 64, 4, 4))
+# Where N or K is a multiple of 32 and not of 64 (the 96 channels of Swin-T's and ConvNeXt-T's
+# first stage), by the same rule: the K step and, where N needs it, the column tile halved. Not
+# chosen on any measurement: the same tiles' shapes at half the width.
+NARROW = (GemmTiles(128, 128, 32, 8, 3), GemmTiles(64, 128, 32, 4, 4), GemmTiles(128, 64, 32, 4, 4),
+          GemmTiles(64, 64, 32, 4, 4), GemmTiles(128, 32, 32, 4, 4), GemmTiles(64, 32, 32, 4, 4))
 
 
 def tiles_for(problem: GemmProblem) -> GemmTiles | None:
-    """The tiles of PREFERRED the problem is computed with (None: none lays out on it)."""
-    fitting = [t for t in PREFERRED if t.lays_out(problem)]
-    filling = [t for t in fitting if t.blocks(problem) >= WAVE]
-    if filling:
-        return filling[0]
-    return max(fitting, key=lambda t: t.blocks(problem), default=None)
+    """The tiles the problem is computed with: of PREFERRED, or of NARROW where none of those
+    lays out on it (None: none of either does)."""
+    for tier in (PREFERRED, NARROW):
+        fitting = [t for t in tier if t.lays_out(problem)]
+        filling = [t for t in fitting if t.blocks(problem) >= WAVE]
+        if filling:
+            return filling[0]
+        if fitting:
+            return max(fitting, key=lambda t: t.blocks(problem))
+    return None

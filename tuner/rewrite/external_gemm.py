@@ -2,21 +2,19 @@
 
 Each linear `onnx.MatMul` of an f16 (or bf16) activation by a rank-2 weight becomes a call of a
 function whose body is one `hal.dispatch.extern` of a kernel made outside IREE's codegen (Triton's
-wgmma kernel for sm_90a, tuner.external.triton_gemm), its PTX embedded in the program:
-
-    MatMul(X[d0, ..., K], W[K, N])  ->  Reshape(gemm(Reshape(X, [rows, K]), W), [d0, ..., N])
-
-One function per problem (rows x N x K), called by every layer of that shape. The kernel sums
-in f32 and rounds once to the element type, as IREE's matmul and its narrowing do; what follows
-the MatMul (a bias Add, a GELU) stays in the program, an elementwise dispatch of its own (IREE
-cannot fuse into an external kernel), unless `fuse` (the experiment external-hopper-gemm-fused):
-then a bias of one value per column and a Gelu or Relu after it are computed by the kernel on
-its f32 sums (epilogue_of), the whole linear layer one dispatch:
+wgmma kernel for sm_90a, tuner.external.triton_gemm), its PTX embedded in the program, and with it
+a bias of one value per column and a Gelu or Relu after it (epilogue_of), computed by the kernel
+on its f32 sums before it rounds once to the element type (IREE cannot fuse into an external
+kernel; elsewhere they would be a dispatch of their own):
 
     Gelu(Add(MatMul(X, W), B))  ->  Reshape(gemm_bias_gelu(Reshape(X, [rows, K]), W, B), [d0, ..., N])
+
+One function per problem (rows x N x K and epilogue), called by every layer of that shape.
+`fuse=False` leaves the epilogue in the program (benchmarks/gpu_external_gemm.py times both).
  The PTX names its target, sm_90a: the driver of any other
 GPU refuses it at load, and the flag stage, which builds and runs every variant, drops it there.
-Only static shapes whose N and K the kernel's tiles divide are taken (tuner.external.gemm_kernel)."""
+Only static shapes whose N and K the kernel's tiles divide (multiples of 32) are taken
+(tuner.external.gemm_kernel)."""
 
 from __future__ import annotations
 
@@ -77,10 +75,11 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
     return ops, tuple(steps), bias
 
 
-def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fuse: bool = False) -> list[str]:
+def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fuse: bool = True) -> list[str]:
     """Rewrite every linear `onnx.MatMul` of `module` that an external kernel takes (in place,
     inside its context) as a call of that kernel; `source` makes the kernels (Triton's by
-    default); `fuse`: the bias and activation after it (epilogue_of) computed by the kernel too.
+    default); `fuse`: the bias and activation after it (epilogue_of) computed by the kernel too
+    (else left in the program).
     Returns each rewritten MatMul's problem and tiles, then each problem whose kernel could not
     be made (its layers left as they were; nothing is rewritten where no kernel was)."""
     if source is None:
