@@ -163,7 +163,7 @@ def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path)
 
     program = tmp_path / "model.mlir"
     program.write_text(_program("2,8,64", "64,128"))
-    rewrite = Rewrite("external-hopper-gemm", lambda m: external_gemms(m, _fixture_kernel), "")
+    rewrite = Rewrite("external-hopper-gemm", lambda m: external_gemms(m, _fixture_kernel, fuse=False), "")
     assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
     binaries = tmp_path / "binaries"
     run = subprocess.run([find_tool("iree-compile"), str(tmp_path / "rewritten.mlir"), *parse_target("cuda").compile_flags,
@@ -285,7 +285,7 @@ def test_without_triton_the_external_kernels_are_said_to_be_not_offered_and_why(
 
     monkeypatch.setattr(rewrite, "find_spec", lambda name: None)
     said = rewrite.unoffered_for(parse_target("cuda:sm_80"))
-    assert said == ("external-hopper-gemm and external-flash-attention (Hopper kernels compiled by Triton) not "
-                    "offered: Triton is not installed (pip install triton)")
+    assert said == ("external-hopper-gemm, external-flash-attention, external-depthwise-conv (Hopper kernels "
+                    "compiled by Triton) not offered: Triton is not installed (pip install triton)")
     monkeypatch.setattr(rewrite, "find_spec", lambda name: object())
     assert rewrite.unoffered_for(parse_target("cuda:sm_80")) is None

@@ -18,6 +18,7 @@ from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
 from tuner.rewrite.external_attention import external_attentions
+from tuner.rewrite.external_depthwise import external_depthwise_convs
 from tuner.rewrite.external_gemm import external_gemms
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.padded_columns import pad_convolution_columns
@@ -111,6 +112,11 @@ EXTERNAL_GEMM = Rewrite("external-hopper-gemm", external_gemms,
 EXTERNAL_ATTENTION = Rewrite("external-flash-attention", external_attentions,
                              "attention raised, then computed by an external Hopper flash-attention kernel compiled "
                              "by Triton", devices=("cuda",))
+# Likewise depthwise convolutions (tuner.rewrite.external_depthwise): a stencil kernel of Triton's,
+# every tap unrolled, the bias in it.
+EXTERNAL_DEPTHWISE = Rewrite("external-depthwise-conv", external_depthwise_convs,
+                             "depthwise convolutions as an external kernel compiled by Triton", devices=("cuda",))
+EXTERNAL = (EXTERNAL_GEMM, EXTERNAL_ATTENTION, EXTERNAL_DEPTHWISE)
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
@@ -120,7 +126,7 @@ EXTERNAL_ATTENTION = Rewrite("external-flash-attention", external_attentions,
 REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, SUBSAMPLE_STRIDED_1X1),
             "gpu": (ND_LINEAR_AS_MATMUL, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
                     POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL,
-                    *((EXTERNAL_GEMM, EXTERNAL_ATTENTION) if find_spec("triton") else ()))}
+                    *(EXTERNAL if find_spec("triton") else ()))}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
 # moves to REWRITES once it has won on a model it was not made for.
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
@@ -132,7 +138,7 @@ def unoffered_for(target) -> Optional[str]:
     """Why rewrites this target could take are not offered here (None: every one is): the
     external Hopper kernels on cuda where Triton is not installed."""
     if target.device.split(":")[0] == "cuda" and find_spec("triton") is None:
-        return (f"{EXTERNAL_GEMM.name} and {EXTERNAL_ATTENTION.name} (Hopper kernels compiled by Triton) not offered: "
+        return (f"{', '.join(r.name for r in EXTERNAL)} (Hopper kernels compiled by Triton) not offered: "
                 "Triton is not installed (pip install triton)")
     return None
 

@@ -1,0 +1,60 @@
+"""A depthwise convolution as an external kernel: the problem and the tiles it is computed with.
+
+Y[n, c, oh, ow] = B[c] + sum over (i, j) of X[n, c, oh*sh - pt + i*dh, ow*sw - pl + j*dw] W[c, 0, i, j],
+NCHW as ONNX's Conv with `group` = channels writes it (every filter one channel), taps outside
+the image read as zeros, the sums in f32 and the result rounded once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DepthwiseProblem:
+    n: int
+    c: int
+    h: int
+    w: int
+    kh: int
+    kw: int
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    dilations: tuple[int, int] = (1, 1)
+    element: str = "f16"
+    bias: bool = False
+
+    @property
+    def out(self) -> tuple[int, int]:
+        """The output's rows and columns."""
+        (sh, sw), (pt, pl, pb, pr), (dh, dw) = self.strides, self.pads, self.dilations
+        return ((self.h + pt + pb - dh * (self.kh - 1) - 1) // sh + 1,
+                (self.w + pl + pr - dw * (self.kw - 1) - 1) // sw + 1)
+
+    @property
+    def name(self) -> str:
+        extra = "".join(f"_{label}{'x'.join(map(str, v))}" for label, v, plain in (
+            ("s", self.strides, (1, 1)), ("p", self.pads, (0, 0, 0, 0)), ("d", self.dilations, (1, 1))) if v != plain)
+        return (f"depthwise_{self.n}x{self.c}x{self.h}x{self.w}_{self.kh}x{self.kw}{extra}_{self.element}"
+                + ("_bias" if self.bias else ""))
+
+
+@dataclass(frozen=True)
+class DepthwiseTiles:
+    """A workgroup's output pixels of one image's channel (flattened rows x columns) and warps."""
+
+    pixels: int
+    warps: int
+    stages: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.pixels} pixels w{self.warps}"
+
+
+def depthwise_tiles_for(problem: DepthwiseProblem) -> DepthwiseTiles:
+    """The whole output plane in one workgroup where it is at most 512 pixels (a power of two over
+    it), else 512 a workgroup; 64 pixels a warp, four warps at most. Not chosen on any
+    measurement: the plane is what one filter reads, the warps' loads are then consecutive."""
+    oh, ow = problem.out
+    pixels = min(512, 1 << max(5, (oh * ow - 1).bit_length()))
+    return DepthwiseTiles(pixels, max(1, min(4, pixels // 64)))
