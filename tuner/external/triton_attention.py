@@ -72,6 +72,7 @@ def _kernel():  # jitted once a process
     return _attention
 
 
+@cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
 def triton_attention(problem: AttentionProblem, tiles: AttentionTiles) -> ExternKernel:
     """The Hopper kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
     why = problem.why_not()

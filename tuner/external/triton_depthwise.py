@@ -50,6 +50,7 @@ def _kernel():  # jitted once a process
     return _depthwise
 
 
+@cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
 def triton_depthwise(problem: DepthwiseProblem, tiles: DepthwiseTiles) -> ExternKernel:
     """The kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
     if problem.element not in ("f16", "bf16", "f32"):

@@ -52,6 +52,7 @@ def _kernel():  # jitted once a process
     return _gemm
 
 
+@cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
 def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     """The Hopper kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
     if problem.element not in ("f16", "bf16"):
