@@ -366,6 +366,17 @@ def iree_compile(*args) -> None:
     assert run.ok, run.first_error() or f"iree-compile timed out ({'hung' if run.hung else 'busy'})"
 
 
+def extern_ptx(program: Path, tmp_path: Path, entry: str) -> list[str]:
+    """`program` built by plain iree-compile for cuda (sm_80), its executables' binaries dumped:
+    the PTX of each that has the entry `entry` (an external kernel's, embedded as it was given)."""
+    from tuner.targets import parse_target
+
+    binaries = tmp_path / "binaries"
+    iree_compile(program, *parse_target("cuda").compile_flags, "-o", tmp_path / "m.vmfb",
+                 f"--iree-hal-dump-executable-binaries-to={binaries}")
+    return [p.read_text() for p in binaries.glob("*.ptx") if f".entry {entry}(" in p.read_text()]
+
+
 def cpu_results(programs, shapes, tmp_path: Path, function: str = "f") -> dict:
     """Each program (an MLIR file) built for llvm-cpu and run on the same uniform(-1, 1) f32
     inputs of `shapes`: its single result by the program's stem (the rewrites' exactness tests)."""

@@ -8,7 +8,6 @@ The PTX fixture is what Triton 3.9 wrote for tuner.external.triton_attention's k
 mask (1 x 2 heads of 64 queries and keys, head 64, 64x64 tiles, 4 warps, 2 stages, sm_90a)."""
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -117,7 +116,7 @@ def test_raise_attention_takes_a_padding_mask_and_computes_the_spelled_out_resul
     import numpy as np
 
     from tests.conftest import cpu_results
-    from tuner.rewrite import RAISE_ATTENTION, Rewrite, rewrite_program
+    from tuner.rewrite import RAISE_ATTENTION, rewrite_program
 
     source = tmp_path / "spelled.mlir"
     source.write_text(_attention(element="f32", mask_rows=1))
@@ -149,18 +148,12 @@ def test_the_rewrite_is_offered_on_cuda_exactly_where_triton_is_installed():
 
 @pytest.mark.slow
 def test_plain_iree_compile_embeds_the_attention_kernel_as_a_dispatch_of_its_own(tmp_path):
+    from tests.conftest import extern_ptx
     from tuner.rewrite import Rewrite, rewrite_program
-    from tuner.targets import parse_target
-    from tuner.tools import find_tool
 
     (tmp_path / "model.mlir").write_text(_attention(mask=False))
     rewrite = Rewrite("external-flash-attention", lambda m: external_attentions(m, _stand_in), "")
     assert rewrite_program(tmp_path / "model.mlir", rewrite, tmp_path / "rewritten.mlir")
-    binaries = tmp_path / "binaries"
-    run = subprocess.run([find_tool("iree-compile"), str(tmp_path / "rewritten.mlir"), *parse_target("cuda").compile_flags,
-                          "-o", str(tmp_path / "m.vmfb"), f"--iree-hal-dump-executable-binaries-to={binaries}"],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
     name = "attention_2x4x100x100x64x64_f16"
-    assert [p.read_text() for p in binaries.glob("*.ptx") if f".entry {name}(" in p.read_text()] == \
+    assert extern_ptx(tmp_path / "rewritten.mlir", tmp_path, name) == \
         [for_iree(NO_MASK, "_attention", name, 4)]

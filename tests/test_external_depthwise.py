@@ -163,62 +163,12 @@ def test_the_rewrite_is_offered_on_cuda_exactly_where_triton_is_installed():
 
 @pytest.mark.slow
 def test_plain_iree_compile_embeds_the_depthwise_kernel_as_a_dispatch_of_its_own(tmp_path):
-    import subprocess
-
+    from tests.conftest import extern_ptx
     from tuner.rewrite import Rewrite
-    from tuner.tools import find_tool
 
     program = tmp_path / "model.mlir"
     program.write_text(_conv([1, 8, 8, 8], [8, 1, 3, 3], [1, 8, 8, 8], pads=[1, 1, 1, 1]))
     rewrite = Rewrite("external-depthwise-conv", lambda m: external_depthwise_convs(m, _fixture_kernel), "")
     assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
-    binaries = tmp_path / "binaries"
-    run = subprocess.run([find_tool("iree-compile"), str(tmp_path / "rewritten.mlir"), *parse_target("cuda").compile_flags,
-                          "-o", str(tmp_path / "m.vmfb"), f"--iree-hal-dump-executable-binaries-to={binaries}"],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
     name = "depthwise_1x8x8x8_3x3_p1x1x1x1_f16_bias"
-    extern = [p.read_text() for p in binaries.glob("*.ptx") if f".entry {name}(" in p.read_text()]
-    assert len(extern) == 1 and extern[0] == for_iree(PTX, "_depthwise", name, 4)
-
-
-def test_the_flag_stage_offers_the_external_kernels_that_apply_together_as_well_as_alone(tmp_path, monkeypatch):
-    """ConvNeXt-T on the H200: the depthwise kernel 1.24x the model alone, the GEMM 2.89x; judged
-    alone the first was cut behind the second and the pair never built in the run's share."""
-    from types import SimpleNamespace
-
-    import tuner.stages.flag_options as flag_options
-    from tests.test_external_gemm import _fixture_kernel as gemm_kernel
-    from tuner.rewrite import EXTERNAL_ATTENTION, EXTERNAL_GEMM, Rewrite
-    from tuner.rewrite.external_gemm import external_gemms
-    from tuner.stages.base import RunCache
-
-    x, w, y = "!torch.vtensor<[1,8,8,8],f16>", "!torch.vtensor<[8,1,3,3],f16>", "!torch.vtensor<[16,32],f16>"
-    b, v, out = "!torch.vtensor<[8],f16>", "!torch.vtensor<[32,128],f16>", "!torch.vtensor<[16,128],f16>"
-    program = tmp_path / "model.mlir"
-    program.write_text(f"""
-func.func @f(%x: {x}, %w: {w}, %b: {b}, %v: {v}) -> {out}
-    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
-  %c = torch.operator "onnx.Conv"(%x, %w, %b) {{torch.onnx.group = 8 : si64, torch.onnx.pads = [1 : si64, 1 : si64, 1 : si64, 1 : si64]}} : ({x}, {w}, {b}) -> {x}
-  %shape = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[16, 32]> : tensor<2xsi64>}} : () -> !torch.vtensor<[2],si64>
-  %r = torch.operator "onnx.Reshape"(%c, %shape) : ({x}, !torch.vtensor<[2],si64>) -> {y}
-  %m = torch.operator "onnx.MatMul"(%r, %v) : ({y}, {v}) -> {out}
-  return %m : {out}
-}}
-""")
-
-    # The offered rewrites under their own names, with the fixtures' kernels (no Triton here).
-    gemm = Rewrite(EXTERNAL_GEMM.name, lambda m: external_gemms(m, gemm_kernel, fuse=False), "")
-    depthwise = Rewrite(EXTERNAL_DEPTHWISE.name, lambda m: external_depthwise_convs(m, _fixture_kernel), "")
-    attention = Rewrite(EXTERNAL_ATTENTION.name, lambda m: [], "")  # nothing to take here
-    monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: (gemm, attention, depthwise))
-    env = SimpleNamespace(target=parse_target("cuda"), model=program, output_dir=tmp_path, cache=RunCache(),
-                          say=lambda *a: None)
-    [together] = flag_options.external_together(env)
-    assert together.rewrite.names == (EXTERNAL_GEMM.name, EXTERNAL_DEPTHWISE.name)  # the one that applies nowhere left out
-    rewritten = flag_options.rewritten_program(env, together.rewrite).read_text()
-    assert '"onnx.Conv"' not in rewritten and '"onnx.MatMul"' not in rewritten
-    assert rewritten.count("hal.dispatch.extern") == 2
-    # Where one external kernel applies, there is nothing to join.
-    monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: (attention, depthwise))
-    assert flag_options.external_together(SimpleNamespace(**{**vars(env), "cache": RunCache()})) == []
+    assert extern_ptx(tmp_path / "rewritten.mlir", tmp_path, name) == [for_iree(PTX, "_depthwise", name, 4)]

@@ -156,21 +156,15 @@ def test_the_rewrite_is_offered_on_cuda_exactly_where_triton_is_installed():
 
 @pytest.mark.slow
 def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path):
+    from tests.conftest import extern_ptx
     from tuner.rewrite import Rewrite
     from tuner.targets import parse_target
-    from tuner.tools import find_tool
-    import subprocess
 
     program = tmp_path / "model.mlir"
     program.write_text(_program("2,8,64", "64,128"))
     rewrite = Rewrite("external-hopper-gemm", lambda m: external_gemms(m, _fixture_kernel, fuse=False), "")
     assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
-    binaries = tmp_path / "binaries"
-    run = subprocess.run([find_tool("iree-compile"), str(tmp_path / "rewritten.mlir"), *parse_target("cuda").compile_flags,
-                          "-o", str(tmp_path / "m.vmfb"), f"--iree-hal-dump-executable-binaries-to={binaries}"],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    extern = [p.read_text() for p in binaries.glob("*.ptx") if ".entry gemm_16x128x64_f16(" in p.read_text()]
+    extern = extern_ptx(tmp_path / "rewritten.mlir", tmp_path, "gemm_16x128x64_f16")
     assert len(extern) == 1 and extern[0] == for_iree(PTX, "_gemm", "gemm_16x128x64_f16", 3)
     # The tuner's discovery lists it with why it is not tuned, run by the model's function like
     # its dispatches (so the profile times it and tune-model's table shows it).
