@@ -73,8 +73,9 @@ def test_nd_linear_takes_the_rank_4_linears_of_each_family_and_leaves_rank_3_one
 # decoders' 4 query heads over 2 KV heads (repeated by the export), BERT's two layers, ViT's 16
 # patches and a class token, Swin's 8 windows of 16 tokens (2 heads) then 2 windows (4 heads).
 ATTENTIONS = {
-    "llama": ["1x4x16x16x16x16"], "qwen2": ["1x4x16x16x16x16"], "bert": ["1x4x16x16x16x16"] * 2,
-    "vit": ["2x4x17x17x16x16"], "whisper": ["1x4x16x16x16x16"], "swin": ["8x2x16x16x8x8", "2x4x16x16x8x8"],
+    # BERT's and ViT's exports (no attention_mask given) add a constant mask of zeros: dropped
+    "llama": ["1x4x16x16x16x16"], "qwen2": ["1x4x16x16x16x16"], "bert": ["1x4x16x16x16x16 (a zero mask dropped)"] * 2,
+    "vit": ["2x4x17x17x16x16 (a zero mask dropped)"], "whisper": ["1x4x16x16x16x16"], "swin": ["8x2x16x16x8x8", "2x4x16x16x8x8"],
     "convnext": [],
 }
 
@@ -86,6 +87,27 @@ def test_raise_attention_takes_every_attention_the_exporter_writes_and_leaves_no
     assert "Softmax" not in ops and "IsNaN" not in ops
     if family in ("llama", "qwen2", "bert", "vit"):  # the SDPA guard gone; the mask still added by the op
         assert "Where" not in ops
+
+
+@pytest.mark.parametrize("family, masked", [("llama", True), ("bert", False), ("vit", False)])
+def test_a_mask_of_constant_zeros_is_dropped_and_a_causal_mask_is_kept(imported, family, masked):
+    from tuner.rewrite.attention import SDPA
+    from tuner.rewrite.torch_ops import producer, zero_constant
+
+    with ir.Context():
+        module = ir.Module.parse(imported[family].read_text())
+        [site] = find_attention(module)[:1]
+        assert zero_constant(site.mask_value) != masked  # the export's own mask, read from its blob
+        raise_attention(module)
+        masks = []
+
+        def visit(op):
+            if op.name == SDPA:
+                masks.append(producer(op.operands[3]).name)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+    assert masks and all((name != "torch.constant.none") == masked for name in masks)
 
 
 # The tiny exports' linear layers that read one activation: each layer's Q, K and V (biased in
@@ -219,7 +241,7 @@ def _assert_computes_what_the_export_and_torch_computed(program: Path, rewritten
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ("llama", "bert", "swin", "convnext"))
+@pytest.mark.parametrize("family", ("llama", "bert", "vit", "swin", "convnext"))
 def test_each_rewritten_export_computes_what_the_export_and_torch_computed(imported, family, tmp_path):
     rewritten = tmp_path / "rewritten.mlir"
     changed = rewrite_program(imported[family], combined([ND_LINEAR_AS_MATMUL, RAISE_ATTENTION]), rewritten)

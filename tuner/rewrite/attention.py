@@ -19,7 +19,9 @@ attention exports) is taken in the attention op's own precision (IREE's attentio
 statistics); the numerics at the model's output are compared by the flag stage. An additive mask (a causal mask [.., M, N], or a padding mask [.., 1, N] broadcast
 over the queries: IREE's lowering broadcasts it, right on llvm-cpu) is passed as the op's float
 mask, reshaped to the scores' rank with leading 1s where it has fewer dims (the lowering takes a
-mask of the same rank only); a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
+mask of the same rank only); a mask that is a constant of zeros (what the exporter bakes in for
+a model exported without an attention mask: ViT's and BERT's from transformers) is no mask and
+is dropped; a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
 dispatch of its own unless a flag fuses it into the attention (aggressive fusion, O3: measured),
 which the flag stage tries with the rewrite. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
 Only matches where every intermediate has no other use are rewritten.
@@ -53,7 +55,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, keep_leading, onnx_op,
-                                     pad_end, producer, si64_array, single_use, static_shape)
+                                     pad_end, producer, si64_array, single_use, static_shape, zero_constant)
 
 SDPA = "torch.aten.scaled_dot_product_attention"
 
@@ -333,7 +335,8 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         key = _key_operand(site, ip, loc)
         none = _constant("torch.constant.none", "!torch.none", ip, loc)
         rank = len(static_shape(site.output.results[0]))
-        mask = none if site.mask_value is None else _mask_operand(site.mask_value, rank, ip, loc)
+        zero_mask = site.mask_value is not None and zero_constant(site.mask_value)
+        mask = none if site.mask_value is None or zero_mask else _mask_operand(site.mask_value, rank, ip, loc)
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
@@ -351,7 +354,7 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         if padded:  # the added value columns dropped
             result = keep_leading(result, static_shape(site.output.results[0])[-1], ip, loc)
         site.output.results[0].replace_all_uses_with(result)
-        done.append(site.shape + padded)
+        done.append(site.shape + padded + (" (a zero mask dropped)" if zero_mask else ""))
         for op in (site.output, *site.guard[::-1], *site.casts[:1], site.softmax, *site.casts[1:], site.mask,
                    site.scale, site.scores, site.key_scale):
             if op is not None:

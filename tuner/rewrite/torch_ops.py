@@ -3,6 +3,7 @@ shared by the program rewrites."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -61,6 +62,28 @@ def producer(value: ir.Value) -> Optional[ir.Operation]:
     owner = value.owner
     return owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None) \
         if not isinstance(owner, ir.Block) else None
+
+
+def zero_constant(value: ir.Value) -> bool:
+    """Whether `value` is an `onnx.Constant` whose every element is +0 (every byte zero): a dense
+    splat, or a `dense_resource` blob read by printing the constant alone (the printer writes
+    the blobs an op refers to, and only those)."""
+    op = producer(value)
+    if not is_onnx(op, "Constant") or "torch.onnx.value" not in op.attributes:
+        return False
+    attr = op.attributes["torch.onnx.value"]
+    text = str(attr)
+    if text.startswith("dense<"):  # a splat prints one value
+        return text.startswith(("dense<0.000000e+00>", "dense<0>"))
+    if not text.startswith("dense_resource<"):
+        return False
+    key = text[len("dense_resource<"):].split(">", 1)[0]
+    alone = ir.Module.create(loc=ir.Location.unknown(op.context))
+    with ir.InsertionPoint(alone.body):
+        op.clone()
+    blob = re.search(r"\b" + re.escape(key) + r'"?\s*:\s*"0x([0-9A-Fa-f]*)"', str(alone))
+    # The blob's first four bytes are its alignment; the elements follow.
+    return blob is not None and len(blob.group(1)) > 8 and set(blob.group(1)[8:]) == {"0"}
 
 
 def single_use(value: ir.Value) -> bool:
