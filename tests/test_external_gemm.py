@@ -66,7 +66,15 @@ def test_narrow_tiles_only_where_n_or_k_is_a_multiple_of_32_and_not_of_64():
     assert tiles_for(GemmProblem(512, 768, 768)).bk == 64                           # aligned: the measured tiles
 
 
-def test_no_tiles_where_n_or_k_is_not_a_multiple_of_32():
+def test_a_column_count_no_tile_divides_is_masked_in_its_last_tile():
+    # A classifier's 1000 classes (ResNet-50's, MobileNet's heads): the aligned tiles' rule, the
+    # last column tile masked; 8 x 16 workgroups at 128x64 fill no wave, the most of the four.
+    assert tiles_for(GemmProblem(8, 1000, 1280)) == GemmTiles(128, 64, 64, 4, 4)
+    assert GemmTiles(128, 64, 64, 4, 4).blocks(GemmProblem(8, 1000, 1280)) == 16
+    assert not GemmTiles(128, 64, 64, 4, 4).lays_out(GemmProblem(8, 1000, 1280))  # unmasked, it does not
+
+
+def test_no_tiles_where_n_is_no_whole_16_byte_row_or_k_no_multiple_of_32():
     assert tiles_for(GemmProblem(256, 100, 64)) is None
     assert tiles_for(GemmProblem(256, 128, 48)) is None
 
@@ -86,7 +94,8 @@ func.func @f(%x: {xt}, %w: {wt}, %b: !torch.vtensor<[{n}],{element}>) -> {out}
 
 def _fixture_kernel(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     """The fixture's kernel for any problem (its PTX is never run here)."""
-    return ExternKernel(problem.name, for_iree(PTX, "_gemm", problem.name, 3), 3, 128, 16384,
+    bindings = 4 if "bias" in problem.epilogue else 3
+    return ExternKernel(problem.name, for_iree(PTX, "_gemm", problem.name, bindings), bindings, 128, 16384,
                         (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1), tiles.label)
 
 
@@ -124,7 +133,7 @@ func.func @f(%x: {t}, %w: !torch.vtensor<[64,64],f16>) -> {t}
 
 @pytest.mark.parametrize("x, w, element, n, why", [
     ("16,64", "64,128", "f32", 128, "f32: the kernel is f16 or bf16"),
-    ("16,64", "64,100", "f16", 100, "N = 100: no tiles divide it"),
+    ("16,64", "64,100", "f16", 100, "N = 100: no whole 16-byte rows of B"),
     ("?,64", "64,128", "f16", 128, "a dynamic row count"),
     ("16,64", "2,64,128", "f16", 128, "a batched weight (not a linear layer)"),
 ])
@@ -283,3 +292,61 @@ def test_without_triton_the_external_kernels_are_said_to_be_not_offered_and_why(
                     "compiled by Triton) not offered: Triton is not installed (pip install triton)")
     monkeypatch.setattr(rewrite, "find_spec", lambda name: object())
     assert rewrite.unoffered_for(parse_target("cuda:sm_80")) is None
+
+
+def _gemm_program(w: str, bias: str, attributes: str, after: str = "") -> str:
+    """`func.func @f` of one onnx.Gemm of X[16, 64] by W (and C), as the exporter writes addmm."""
+    x, y = "!torch.vtensor<[16,64],f16>", "!torch.vtensor<[16,128],f16>"
+    wt, bt = f"!torch.vtensor<[{w}],f16>", f"!torch.vtensor<[{bias}],f16>"
+    result = "%y" if not after else "%out"
+    return f"""
+func.func @f(%x: {x}, %w: {wt}, %b: {bt}) -> {y}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %y = torch.operator "onnx.Gemm"(%x, %w, %b) {{{attributes}}} : ({x}, {wt}, {bt}) -> {y}
+{after}
+  return {result} : {y}
+}}
+"""
+
+
+@pytest.mark.parametrize("w, bias, attributes, transposed", [
+    ("64,128", "128", "", False),                                 # GPT-2's Conv1D: addmm(b, x, W[K, N])
+    ("128,64", "1,128", "torch.onnx.transB = 1 : si64", True),    # a 2-D nn.Linear: W[N, K], given transposed
+])
+def test_a_gemm_is_one_call_with_its_bias_in_the_kernel(w, bias, attributes, transposed):
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_gemm_program(w, bias, attributes))
+        done = external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
+        text = str(module)
+    assert done == ["16x128x64 f16 + bias (128x64x64 w4 s4)"]
+    assert made == [GemmProblem(16, 128, 64, "f16", ("bias",))]
+    assert '"onnx.Gemm"' not in text and text.count("hal.dispatch.extern") == 1
+    assert ('"onnx.Transpose"' in text) == transposed and text.count('"onnx.Reshape"') == (bias == "1,128")
+    call = next(line for line in text.splitlines() if "call @gemm_16x128x64_f16_bias" in line)
+    assert "tensor<64x128xf16>" in call and "tensor<128xf16>" in call
+
+
+def test_a_gemm_takes_the_relu_after_it_and_leaves_a_residual_add():
+    relu = '  %out = torch.operator "onnx.Relu"(%y) : (!torch.vtensor<[16,128],f16>) -> !torch.vtensor<[16,128],f16>'
+    add = ('  %out = torch.operator "onnx.Add"(%y, %y) : (!torch.vtensor<[16,128],f16>, !torch.vtensor<[16,128],f16>)'
+           ' -> !torch.vtensor<[16,128],f16>')
+    for after, steps in ((relu, ("bias", "relu")), (add, ("bias",))):
+        made = []
+        with ir.Context():
+            module = ir.Module.parse(_gemm_program("64,128", "128", "", after))
+            external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
+        assert made[0].epilogue == steps
+
+
+@pytest.mark.parametrize("attributes, why", [
+    ("torch.onnx.transA = 1 : si64", "A given transposed"),
+    ("torch.onnx.alpha = 2.000000e+00 : f32", "a product scaled by alpha"),
+    ("torch.onnx.beta = 5.000000e-01 : f32", "a bias scaled by beta"),
+])
+def test_gemms_that_are_no_linear_layer_are_left_alone(attributes, why):
+    with ir.Context():
+        module = ir.Module.parse(_gemm_program("64,128", "128", attributes))
+        before = str(module)
+        assert external_gemms(module, _fixture_kernel) == [], why
+        assert str(module) == before

@@ -39,17 +39,18 @@ class GemmTiles:
     warps: int
     stages: int
 
-    def lays_out(self, problem: GemmProblem) -> bool:
-        """Whether the tiles cover the problem with only rows masked: n and k whole tiles."""
-        return problem.n % self.bn == 0 and problem.k % self.bk == 0
+    def lays_out(self, problem: GemmProblem, masked: bool = False) -> bool:
+        """Whether the tiles cover the problem with only rows masked (k whole steps, n whole
+        tiles), or with columns masked too (`masked`: n any multiple of 8, whole 16-byte rows)."""
+        return problem.k % self.bk == 0 and (problem.n % self.bn == 0 or masked and problem.n % 8 == 0)
 
     @property
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}"
 
     def blocks(self, problem: GemmProblem) -> int:
-        """The workgroups of the grid: row tiles (the last one masked) times column tiles."""
-        return -(-problem.m // self.bm) * (problem.n // self.bn)
+        """The workgroups of the grid: row tiles times column tiles (the last of each masked)."""
+        return -(-problem.m // self.bm) * -(-problem.n // self.bn)
 
 
 # In order of preference: the first that lays out and fills a wave of workgroups (one per SM of
@@ -69,12 +70,14 @@ NARROW = (GemmTiles(128, 128, 32, 8, 3), GemmTiles(64, 128, 32, 4, 4), GemmTiles
 
 def tiles_for(problem: GemmProblem) -> GemmTiles | None:
     """The tiles the problem is computed with: of PREFERRED, or of NARROW where none of those
-    lays out on it (None: none of either does)."""
-    for tier in (PREFERRED, NARROW):
-        fitting = [t for t in tier if t.lays_out(problem)]
-        filling = [t for t in fitting if t.blocks(problem) >= WAVE]
-        if filling:
-            return filling[0]
-        if fitting:
-            return max(fitting, key=lambda t: t.blocks(problem))
+    lays out on it, then the same with the last column tile masked where N is no multiple of 32
+    (a classifier's 1000 classes; None: none of them lays out)."""
+    for masked in (False, True):
+        for tier in (PREFERRED, NARROW):
+            fitting = [t for t in tier if t.lays_out(problem, masked)]
+            filling = [t for t in fitting if t.blocks(problem) >= WAVE]
+            if filling:
+                return filling[0]
+            if fitting:
+                return max(fitting, key=lambda t: t.blocks(problem))
     return None

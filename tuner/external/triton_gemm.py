@@ -1,5 +1,6 @@
 """Hopper matrix products compiled by Triton, for `hal.dispatch.extern` (tuner.external): each
-block computes a bm x bn tile of C = A B with `tl.dot` (wgmma on sm_90a), rows past m masked,
+block computes a bm x bn tile of C = A B with `tl.dot` (wgmma on sm_90a), rows past m masked
+(and columns past n where the tile does not divide it),
 then the problem's epilogue on the f32 sums (a bias, an activation) before the one rounding. The
 bindings are A, B, then the bias where there is one, then C."""
 
@@ -20,8 +21,10 @@ def _kernel():  # jitted once a process
 
     @triton.jit
     def _gemm(a_ptr, b_ptr, x_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
-        # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (N/BN, ceil(M/BM)), rows masked.
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+              EVEN_N: tl.constexpr):
+        # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (ceil(N/BN), ceil(M/BM)), rows
+        # masked, and columns too unless EVEN_N (BN divides N: the loads of B unmasked).
         # x_ptr is the bias and y_ptr C where HAS_BIAS, else x_ptr is C.
         pid_n = tl.program_id(0)
         pid_m = tl.program_id(1)
@@ -32,11 +35,19 @@ def _kernel():  # jitted once a process
         b = b_ptr + ks[:, None] * N + cols[None, :]
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for _ in range(0, K, BK):
-            acc = tl.dot(tl.load(a, mask=rows[:, None] < M, other=0.0), tl.load(b), acc)
+            x = tl.load(a, mask=rows[:, None] < M, other=0.0)
+            if EVEN_N:
+                w = tl.load(b)
+            else:
+                w = tl.load(b, mask=cols[None, :] < N, other=0.0)
+            acc = tl.dot(x, w, acc)
             a += BK
             b += BK * N
         if HAS_BIAS:
-            acc += tl.load(x_ptr + cols)[None, :].to(tl.float32)
+            if EVEN_N:
+                acc += tl.load(x_ptr + cols)[None, :].to(tl.float32)
+            else:
+                acc += tl.load(x_ptr + cols, mask=cols < N, other=0.0)[None, :].to(tl.float32)
             out = y_ptr
         else:
             out = x_ptr
@@ -47,7 +58,11 @@ def _kernel():  # jitted once a process
         if ACT == 3:  # tanh(u) = 2 sigmoid(2u) - 1
             u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
             acc = 0.5 * acc * (2.0 / (1.0 + tl.exp(-2.0 * u)))
-        tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
+        if EVEN_N:
+            tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
+        else:
+            tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty),
+                     mask=(rows[:, None] < M) & (cols[None, :] < N))
 
     return _gemm
 
@@ -57,7 +72,7 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     """The Hopper kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
     if problem.element not in ("f16", "bf16"):
         raise ValueError(f"no external kernel for {problem.element} matrix products")
-    if not tiles.lays_out(problem):
+    if not tiles.lays_out(problem, masked=True):
         raise ValueError(f"tiles {tiles.label} do not lay out on {problem.name}")
     steps = list(problem.epilogue)
     has_bias = steps[:1] == ["bias"]
@@ -67,6 +82,7 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
     return compile_for_iree(_kernel(), {"a_ptr": pointer, "b_ptr": pointer, "x_ptr": pointer, "y_ptr": pointer},
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
-                             "BK": tiles.bk, "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0},
-                            tiles, problem.name, (problem.n // tiles.bn, -(-problem.m // tiles.bm), 1),
+                             "BK": tiles.bk, "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0,
+                             "EVEN_N": problem.n % tiles.bn == 0},
+                            tiles, problem.name, (-(-problem.n // tiles.bn), -(-problem.m // tiles.bm), 1),
                             bindings=4 if has_bias else 3)

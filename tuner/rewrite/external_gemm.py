@@ -9,12 +9,17 @@ kernel; elsewhere they would be a dispatch of their own):
 
     Gelu(Add(MatMul(X, W), B))  ->  Reshape(gemm_bias_gelu(Reshape(X, [rows, K]), W, B), [d0, ..., N])
 
+An `onnx.Gemm` that is a linear layer (torch's addmm and a 2-D nn.Linear as the exporter writes
+them: GPT-2's Conv1D, classifier heads; `gemm_form`) is taken the same way, its C the kernel's
+bias, its B transposed first where the Gemm reads it transposed (a constant: IREE folds the
+transpose into the module's initializer).
+
 One function per problem (rows x N x K and epilogue), called by every layer of that shape.
 `fuse=False` leaves the epilogue in the program (benchmarks/gpu_external_gemm.py times both).
  The PTX names its target, sm_90a: the driver of any other
 GPU refuses it at load, and the flag stage, which builds and runs every variant, drops it there.
-Only static shapes whose N and K the kernel's tiles divide (multiples of 32) are taken
-(tuner.external.gemm_kernel)."""
+Only static shapes whose K is a multiple of 32 and N of 8 are taken (the last column tile
+masked where no tile divides N; tuner.external.gemm_kernel)."""
 
 from __future__ import annotations
 
@@ -27,22 +32,56 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.torch_ops import element_type, int64_literal, is_onnx, onnx_op, onnx_sites, replace_op, static_shape
+from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, onnx_op, onnx_sites, replace_op, si64_array,
+                                     static_shape)
 
 KernelSource = Callable[[GemmProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
 
 
 def problem_of(matmul: ir.Operation) -> Optional[GemmProblem]:
-    """The matrix product a linear MatMul computes (its activation's leading dims as rows), or
-    None where it is not one an external kernel takes."""
-    x, w = (static_shape(v) for v in matmul.operands)
+    """The matrix product a linear MatMul (or Gemm, `gemm_form`) computes (its activation's
+    leading dims as rows), or None where it is not one an external kernel takes."""
+    if is_onnx(matmul, "Gemm"):
+        form = gemm_form(matmul)
+        if form is None:
+            return None
+        x, w = static_shape(matmul.operands[0]), static_shape(matmul.operands[1])
+        w = w[::-1] if form[0] else w
+    else:
+        x, w = (static_shape(v) for v in matmul.operands)
     element = element_type(matmul.result)
     if x is None or w is None or len(w) != 2 or len(x) < 2 or x[-1] != w[0] or element not in ELEMENTS:
         return None
     if {element_type(v) for v in matmul.operands} != {element}:
         return None
     return GemmProblem(math.prod(x[:-1]), w[1], w[0], element)
+
+
+def gemm_form(gemm: ir.Operation) -> Optional[tuple[bool, Optional[ir.Value]]]:
+    """An `onnx.Gemm` as a linear layer (torch's addmm and 2-D nn.Linear as the exporter writes
+    them: GPT-2's Conv1D, classifier heads): (whether B is given transposed, the bias C or None)
+    where A is not transposed, alpha and beta are 1 and C has one value per column; else None."""
+    def attribute(name: str, default: float) -> float:
+        attr = gemm.attributes[f"torch.onnx.{name}"] if f"torch.onnx.{name}" in gemm.attributes else None
+        if attr is None:
+            return default
+        try:
+            return ir.FloatAttr(attr).value
+        except ValueError:  # transA, transB: integers
+            return ir.IntegerAttr(attr).value
+
+    if attribute("transA", 0) != 0 or attribute("alpha", 1.0) != 1.0 or attribute("beta", 1.0) != 1.0:
+        return None
+    trans_b = attribute("transB", 0) != 0
+    shapes = [static_shape(v) for v in gemm.operands]
+    if any(s is None or len(s) != 2 for s in shapes[:2]):
+        return None
+    bias = gemm.operands[2] if len(gemm.operands) > 2 else None
+    n = shapes[1][0 if trans_b else 1]
+    if bias is not None and (len(shapes[2]) not in (1, 2) or shapes[2][-1] != n or math.prod(shapes[2]) != n):
+        return None
+    return trans_b, bias
 
 
 def _only_user(value: ir.Value) -> Optional[ir.Operation]:
@@ -53,10 +92,13 @@ def _only_user(value: ir.Value) -> Optional[ir.Operation]:
 def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ...], Optional[ir.Value]]:
     """What after a linear MatMul the kernel can compute before it rounds: an `onnx.Add` of a
     bias of one value per column (the MatMul's only use), then an `onnx.Gelu` or `onnx.Relu` (the
-    last one's only use). Returns those ops, their EPILOGUE_STEPS and the bias (or None)."""
+    last one's only use). Returns those ops, their EPILOGUE_STEPS and the bias (or None). After
+    a Gemm, the activation only (its bias is its own C)."""
     ops, steps, bias = [], [], None
     y, element = matmul.result, element_type(matmul.result)
     n, user = static_shape(y)[-1], _only_user(matmul.result)
+    if is_onnx(matmul, "Gemm"):
+        user = None if not is_onnx(user, "Relu") and not is_onnx(user, "Gelu") else user
     if is_onnx(user, "Add") and len(user.operands) == 2:
         other = user.operands[1] if user.operands[0] == y else user.operands[0]
         shape = static_shape(other)
@@ -85,11 +127,13 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
     if source is None:
         from tuner.external.triton_gemm import triton_gemm as source
     sites = []
-    for op in onnx_sites(module, "MatMul", problem_of):
+    for op in [*onnx_sites(module, "MatMul", problem_of), *onnx_sites(module, "Gemm", problem_of)]:
         problem = problem_of(op)
         if problem is None or tiles_for(problem) is None:
             continue
         after, steps, bias = epilogue_of(op) if fuse else ([], (), None)
+        if is_onnx(op, "Gemm") and gemm_form(op)[1] is not None:  # its own bias, fused or not
+            steps, bias = ("bias", *steps), gemm_form(op)[1]
         sites.append((op, replace(problem, epilogue=steps), after, bias))
     kernels, done = Kernels(source), []
     for op, problem, after, bias in sites:
@@ -114,8 +158,10 @@ def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation],
     """The MatMul and the ops `after` it (its epilogue, taken into the kernel) replaced by a call."""
     last = after[-1] if after else matmul
     ip, loc = ir.InsertionPoint(last), matmul.location
-    x, w = matmul.operands
+    x, w = matmul.operands[:2]
     lead, element = static_shape(x)[:-1], problem.element
+    if is_onnx(matmul, "Gemm") and gemm_form(matmul)[0]:  # B given [N, K]: transposed (a constant, folded)
+        w = onnx_op("Transpose", [w], [problem.k, problem.n], element, ip, loc, perm=si64_array([1, 0]))
     if len(lead) > 1:
         x = onnx_op("Reshape", [x, int64_literal([problem.m, problem.k], ip, loc)], [problem.m, problem.k], element, ip, loc)
     operands = [x, w]
