@@ -139,6 +139,40 @@ def _whisper(size: str):
     return model, (torch.randn(1, config.num_mel_bins, 2 * config.max_source_positions),)
 
 
+def _gpt2(size: str):
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    if size == "tiny":
+        config, tokens = GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=128, n_positions=64), 16
+    else:  # GPT-2 small's widths, two layers
+        config, tokens = GPT2Config(n_layer=2), 1024
+    return GPT2Model(config), (torch.randint(0, config.vocab_size, (1, tokens)),)
+
+
+def _efficientnet(size: str):
+    import timm
+    import torch
+
+    if size == "tiny":
+        return timm.create_model("efficientnet_b0", num_classes=10, width_multiplier=0.25), (torch.randn(2, 3, 32, 32),)
+    return timm.create_model("efficientnet_b0"), (torch.randn(8, 3, 224, 224),)
+
+
+def _wav2vec2(size: str):
+    import torch
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    if size == "tiny":
+        config = Wav2Vec2Config(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+                                conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+                                num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+        samples = 1600
+    else:  # wav2vec2-base's widths, two layers, one second of 16 kHz audio
+        config, samples = Wav2Vec2Config(num_hidden_layers=2), 16000
+    return Wav2Vec2Model(config), (torch.randn(1, samples),)
+
+
 FAMILIES: dict[str, Callable] = {
     "llama": _llama,
     "qwen2": lambda size: _llama(size, qwen=True),
@@ -149,6 +183,12 @@ FAMILIES: dict[str, Callable] = {
     "resnet": _resnet,
     "mobilenet": _mobilenet,
     "whisper": _whisper,
+    # Not yet exported or run (added 2026-11-29 for the next GPU session): GPT-2's Conv1D linears
+    # are onnx.Gemm, EfficientNet is depthwise and squeeze-excitation, wav2vec2 has 1-D and
+    # grouped convolutions.
+    "gpt2": _gpt2,
+    "efficientnet": _efficientnet,
+    "wav2vec2": _wav2vec2,
 }
 
 
