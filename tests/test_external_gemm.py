@@ -74,9 +74,9 @@ def test_a_column_count_no_tile_divides_is_masked_in_its_last_tile():
     assert not GemmTiles(128, 64, 64, 4, 4).lays_out(GemmProblem(8, 1000, 1280))  # unmasked, it does not
 
 
-def test_no_tiles_where_n_is_no_whole_16_byte_row_or_k_no_multiple_of_32():
-    assert tiles_for(GemmProblem(256, 100, 64)) is None
+def test_no_tiles_where_k_is_no_multiple_of_32():
     assert tiles_for(GemmProblem(256, 128, 48)) is None
+    assert tiles_for(GemmProblem(256, 100, 64)) == GemmTiles(64, 64, 64, 4, 4)  # 4 x 2, the last 36 wide
 
 
 def _program(x: str, w: str, element: str = "f16", n: int = 128) -> str:
@@ -133,9 +133,9 @@ func.func @f(%x: {t}, %w: !torch.vtensor<[64,64],f16>) -> {t}
 
 @pytest.mark.parametrize("x, w, element, n, why", [
     ("16,64", "64,128", "f32", 128, "f32: the kernel is f16 or bf16"),
-    ("16,64", "64,100", "f16", 100, "N = 100: no whole 16-byte rows of B"),
+    ("16,48", "48,128", "f16", 128, "K = 48: no K step divides it"),
     ("?,64", "64,128", "f16", 128, "a dynamic row count"),
-    ("16,64", "2,64,128", "f16", 128, "a batched weight (not a linear layer)"),
+    ("2,16,64", "2,64,128", "f16", 128, "both operands batched (attention's products)"),
 ])
 def test_matmuls_the_kernel_does_not_take_are_left_alone(x, w, element, n, why):
     with ir.Context():
@@ -350,3 +350,31 @@ def test_gemms_that_are_no_linear_layer_are_left_alone(attributes, why):
         before = str(module)
         assert external_gemms(module, _fixture_kernel) == [], why
         assert str(module) == before
+
+
+def test_a_pointwise_convolution_as_a_matmul_becomes_one_batched_call_with_its_bias_per_filter():
+    """pointwise-conv-as-matmul writes a 1x1 convolution as MatMul(W[O, C], X[N, C, H*W]) +
+    Reshape(B, [O, 1]): the filter shared by every image, a bias per filter (row); the kernel
+    takes the batch on its grid and the bias into its epilogue."""
+    from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
+
+    x, w, b, y = ("!torch.vtensor<[2,64,8,8],f16>", "!torch.vtensor<[32,64,1,1],f16>", "!torch.vtensor<[32],f16>",
+                  "!torch.vtensor<[2,32,8,8],f16>")
+    program = f"""
+func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %y = torch.operator "onnx.Conv"(%x, %w, %b) : ({x}, {w}, {b}) -> {y}
+  return %y : {y}
+}}
+"""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        assert pointwise_convs_as_matmuls(module) == ["2x64x8x8 by 32x64x1x1"]
+        done = external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
+        text = str(module)
+    assert made == [GemmProblem(32, 64, 64, "f16", ("row_bias",), batch=2)]
+    assert done == ["2x32x64x64 f16 + row_bias (128x64x64 w4 s4)"]  # 2 workgroups, as 64x64: the earlier
+    assert '"onnx.MatMul"' not in text and '"onnx.Add"' not in text
+    call = next(line for line in text.splitlines() if "call @gemm_2x32x64x64_f16_row_bias" in line)
+    assert "(tensor<32x64xf16>, tensor<2x64x64xf16>, tensor<32xf16>) -> tensor<2x32x64xf16>" in call

@@ -8,25 +8,36 @@ from tuner.external.abi import WAVE
 
 
 # What a kernel may compute on its f32 sums before it rounds them once: a bias of one value per
-# column, then one activation (GELU exact, GELU's tanh form, ReLU).
-EPILOGUE_STEPS = ("bias", "gelu", "gelu_tanh", "relu")
+# column (a linear layer's) or per row (a convolution's, one per filter, where the filter is A),
+# then one activation (GELU exact, GELU's tanh form, ReLU).
+EPILOGUE_STEPS = ("bias", "row_bias", "gelu", "gelu_tanh", "relu")
 
 
 @dataclass(frozen=True)
 class GemmProblem:
     """C[m, n] = A[m, k] B[k, n], all row-major, A and B of `element`, accumulated in f32 and
     stored as `element` (what an exported linear layer's MatMul computes), with the `epilogue`
-    (EPILOGUE_STEPS, in order) applied to the sums first."""
+    (EPILOGUE_STEPS, in order) applied to the sums first. With a `batch`, C[b] = A B[b] for each
+    of `batch` B[b] and C[b], A shared (a 1x1 convolution's filter by each image's pixels)."""
 
     m: int
     n: int
     k: int
     element: str = "f16"
     epilogue: tuple[str, ...] = ()
+    batch: int = 1
 
     @property
     def name(self) -> str:
-        return f"gemm_{self.m}x{self.n}x{self.k}_{self.element}" + "".join(f"_{e}" for e in self.epilogue)
+        batch = f"{self.batch}x" if self.batch > 1 else ""
+        return f"gemm_{batch}{self.m}x{self.n}x{self.k}_{self.element}" + "".join(f"_{e}" for e in self.epilogue)
+
+    @property
+    def label(self) -> str:
+        """The problem as a rewrite reports it: [batch x] m x n x k, element, epilogue."""
+        batch = f"{self.batch}x" if self.batch > 1 else ""
+        epilogue = f" + {' + '.join(self.epilogue)}" if self.epilogue else ""
+        return f"{batch}{self.m}x{self.n}x{self.k} {self.element}{epilogue}"
 
 
 @dataclass(frozen=True)
@@ -41,16 +52,18 @@ class GemmTiles:
 
     def lays_out(self, problem: GemmProblem, masked: bool = False) -> bool:
         """Whether the tiles cover the problem with only rows masked (k whole steps, n whole
-        tiles), or with columns masked too (`masked`: n any multiple of 8, whole 16-byte rows)."""
-        return problem.k % self.bk == 0 and (problem.n % self.bn == 0 or masked and problem.n % 8 == 0)
+        tiles), or with columns masked too (`masked`: any n; where n is no multiple of 8, B's
+        rows are no whole 16-byte vectors and its loads narrower)."""
+        return problem.k % self.bk == 0 and (problem.n % self.bn == 0 or masked)
 
     @property
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}"
 
     def blocks(self, problem: GemmProblem) -> int:
-        """The workgroups of the grid: row tiles times column tiles (the last of each masked)."""
-        return -(-problem.m // self.bm) * -(-problem.n // self.bn)
+        """The workgroups of the grid: row tiles times column tiles (the last of each masked),
+        times the batch."""
+        return -(-problem.m // self.bm) * -(-problem.n // self.bn) * problem.batch
 
 
 # In order of preference: the first that lays out and fills a wave of workgroups (one per SM of
@@ -71,7 +84,7 @@ NARROW = (GemmTiles(128, 128, 32, 8, 3), GemmTiles(64, 128, 32, 4, 4), GemmTiles
 def tiles_for(problem: GemmProblem) -> GemmTiles | None:
     """The tiles the problem is computed with: of PREFERRED, or of NARROW where none of those
     lays out on it, then the same with the last column tile masked where N is no multiple of 32
-    (a classifier's 1000 classes; None: none of them lays out)."""
+    (a classifier's 1000 classes, a 7x7 image's 49 pixels; None: K is no multiple of 32)."""
     for masked in (False, True):
         for tier in (PREFERRED, NARROW):
             fitting = [t for t in tier if t.lays_out(problem, masked)]

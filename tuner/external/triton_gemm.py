@@ -1,8 +1,9 @@
 """Hopper matrix products compiled by Triton, for `hal.dispatch.extern` (tuner.external): each
 block computes a bm x bn tile of C = A B with `tl.dot` (wgmma on sm_90a), rows past m masked
 (and columns past n where the tile does not divide it),
-then the problem's epilogue on the f32 sums (a bias, an activation) before the one rounding. The
-bindings are A, B, then the bias where there is one, then C."""
+then the problem's epilogue on the f32 sums (a bias, an activation) before the one rounding; a
+batch of B and C on the grid's z, A shared. The bindings are A, B, then the bias where there is
+one, then C."""
 
 from __future__ import annotations
 
@@ -22,12 +23,20 @@ def _kernel():  # jitted once a process
     @triton.jit
     def _gemm(a_ptr, b_ptr, x_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-              EVEN_N: tl.constexpr):
+              EVEN_N: tl.constexpr, ROW_BIAS: tl.constexpr, BATCHED: tl.constexpr):
         # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (ceil(N/BN), ceil(M/BM)), rows
         # masked, and columns too unless EVEN_N (BN divides N: the loads of B unmasked).
-        # x_ptr is the bias and y_ptr C where HAS_BIAS, else x_ptr is C.
+        # x_ptr is the bias (one per column, or per row where ROW_BIAS) and y_ptr C where
+        # HAS_BIAS, else x_ptr is C. BATCHED: B and C are the grid's z-th of a batch, A shared.
         pid_n = tl.program_id(0)
         pid_m = tl.program_id(1)
+        if BATCHED:
+            image = tl.program_id(2).to(tl.int64)
+            b_ptr += image * (K * N)
+            if HAS_BIAS:
+                y_ptr += image * (M * N)
+            else:
+                x_ptr += image * (M * N)
         rows = pid_m * BM + tl.arange(0, BM)
         cols = pid_n * BN + tl.arange(0, BN)
         ks = tl.arange(0, BK)
@@ -43,7 +52,10 @@ def _kernel():  # jitted once a process
             acc = tl.dot(x, w, acc)
             a += BK
             b += BK * N
-        if HAS_BIAS:
+        if HAS_BIAS and ROW_BIAS:
+            acc += tl.load(x_ptr + rows, mask=rows < M, other=0.0)[:, None].to(tl.float32)
+            out = y_ptr
+        elif HAS_BIAS:
             if EVEN_N:
                 acc += tl.load(x_ptr + cols)[None, :].to(tl.float32)
             else:
@@ -75,14 +87,15 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     if not tiles.lays_out(problem, masked=True):
         raise ValueError(f"tiles {tiles.label} do not lay out on {problem.name}")
     steps = list(problem.epilogue)
-    has_bias = steps[:1] == ["bias"]
+    has_bias = steps[:1] in (["bias"], ["row_bias"])
     activation = steps[1:] if has_bias else steps
-    if any(s not in EPILOGUE_STEPS for s in steps) or len(activation) > 1 or "bias" in activation:
+    if any(s not in EPILOGUE_STEPS for s in steps) or len(activation) > 1 or {"bias", "row_bias"} & set(activation):
         raise ValueError(f"no external kernel for the epilogue {'+'.join(steps)}")
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
     return compile_for_iree(_kernel(), {"a_ptr": pointer, "b_ptr": pointer, "x_ptr": pointer, "y_ptr": pointer},
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
                              "BK": tiles.bk, "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0,
-                             "EVEN_N": problem.n % tiles.bn == 0},
-                            tiles, problem.name, (-(-problem.n // tiles.bn), -(-problem.m // tiles.bm), 1),
+                             "EVEN_N": problem.n % tiles.bn == 0, "ROW_BIAS": steps[:1] == ["row_bias"],
+                             "BATCHED": problem.batch > 1},
+                            tiles, problem.name, (-(-problem.n // tiles.bn), -(-problem.m // tiles.bm), problem.batch),
                             bindings=4 if has_bias else 3)

@@ -14,6 +14,10 @@ them: GPT-2's Conv1D, classifier heads; `gemm_form`) is taken the same way, its 
 bias, its B transposed first where the Gemm reads it transposed (a constant: IREE folds the
 transpose into the module's initializer).
 
+A 2-D filter by a batch, `MatMul(W[O, C], X[N, C, P])` (a 1x1 convolution as
+pointwise-conv-as-matmul writes it), is one call of the kernel with the images on its grid and
+the convolution's bias, `Add(., B[O, 1])`, in its epilogue (one value per row).
+
 One function per problem (rows x N x K and epilogue), called by every layer of that shape.
 `fuse=False` leaves the epilogue in the program (benchmarks/gpu_external_gemm.py times both).
  The PTX names its target, sm_90a: the driver of any other
@@ -51,9 +55,12 @@ def problem_of(matmul: ir.Operation) -> Optional[GemmProblem]:
     else:
         x, w = (static_shape(v) for v in matmul.operands)
     element = element_type(matmul.result)
-    if x is None or w is None or len(w) != 2 or len(x) < 2 or x[-1] != w[0] or element not in ELEMENTS:
+    if {element_type(v) for v in matmul.operands} != {element} or element not in ELEMENTS or x is None or w is None:
         return None
-    if {element_type(v) for v in matmul.operands} != {element}:
+    if len(x) == 2 and len(w) == 3 and x[1] == w[1] and not is_onnx(matmul, "Gemm"):
+        # A 2-D filter by a batch (pointwise-conv-as-matmul's W[O, C] by each image's X[C, P])
+        return GemmProblem(x[0], w[2], x[1], element, batch=w[0])
+    if len(w) != 2 or len(x) < 2 or x[-1] != w[0]:
         return None
     return GemmProblem(math.prod(x[:-1]), w[1], w[0], element)
 
@@ -99,7 +106,17 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
     n, user = static_shape(y)[-1], _only_user(matmul.result)
     if is_onnx(matmul, "Gemm"):
         user = None if not is_onnx(user, "Relu") and not is_onnx(user, "Gelu") else user
-    if is_onnx(user, "Add") and len(user.operands) == 2:
+    problem = problem_of(matmul)
+    if problem is not None and problem.batch > 1:  # a filter by images: a bias per filter, [O, 1]
+        if is_onnx(user, "Add") and len(user.operands) == 2:
+            other = user.operands[1] if user.operands[0] == y else user.operands[0]
+            shape = static_shape(other)
+            if shape and shape[-2:] == [problem.m, 1] and math.prod(shape) == problem.m \
+                    and element_type(other) == element and static_shape(user.result) == static_shape(y):
+                ops, steps, bias, y = [user], ["row_bias"], other, user.result
+                user = _only_user(y)
+        user = user if is_onnx(user, "Relu") else None
+    elif is_onnx(user, "Add") and len(user.operands) == 2:
         other = user.operands[1] if user.operands[0] == y else user.operands[0]
         shape = static_shape(other)
         if shape and shape[-1] == n and all(d == 1 for d in shape[:-1]) and element_type(other) == element \
@@ -137,17 +154,17 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
         sites.append((op, replace(problem, epilogue=steps), after, bias))
     kernels, done = Kernels(source), []
     for op, problem, after, bias in sites:
+        batch = [problem.batch] if problem.batch > 1 else []
         arguments = [tensor_type([problem.m, problem.k], problem.element),
-                     tensor_type([problem.k, problem.n], problem.element)]
-        arguments += [tensor_type([problem.n], problem.element)] if bias else []
-        kernel = kernels.get(problem, tiles_for(problem), lambda k, op=op, arguments=arguments: define_extern(
-            module, k, arguments, tensor_type([problem.m, problem.n], problem.element), onnx_meta(op)),
-            f"{problem.m}x{problem.n}x{problem.k} {problem.element} left as it was")
+                     tensor_type([*batch, problem.k, problem.n], problem.element)]
+        arguments += [tensor_type([problem.m if batch else problem.n], problem.element)] if bias else []
+        kernel = kernels.get(problem, tiles_for(problem), lambda k, op=op, arguments=arguments, batch=batch: define_extern(
+            module, k, arguments, tensor_type([*batch, problem.m, problem.n], problem.element), onnx_meta(op)),
+            f"{problem.label} left as it was")
         if kernel is None:
             continue
         _call(op, problem, after, bias)
-        epilogue = f" + {' + '.join(problem.epilogue)}" if problem.epilogue else ""
-        done.append(f"{problem.m}x{problem.n}x{problem.k} {problem.element}{epilogue} ({kernel.label})")
+        done.append(f"{problem.label} ({kernel.label})")
     if not done:
         return []
     module.operation.verify()
@@ -166,10 +183,12 @@ def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation],
         x = onnx_op("Reshape", [x, int64_literal([problem.m, problem.k], ip, loc)], [problem.m, problem.k], element, ip, loc)
     operands = [x, w]
     if bias is not None:
+        width = problem.m if problem.batch > 1 else problem.n
         operands.append(bias if len(static_shape(bias)) == 1 else
-                        onnx_op("Reshape", [bias, int64_literal([problem.n], ip, loc)], [problem.n], element, ip, loc))
-    y = call_extern(problem.name, operands, [problem.m, problem.n], element, ip, loc)
-    if len(lead) > 1:
+                        onnx_op("Reshape", [bias, int64_literal([width], ip, loc)], [width], element, ip, loc))
+    batch = [problem.batch] if problem.batch > 1 else []
+    y = call_extern(problem.name, operands, [*batch, problem.m, problem.n], element, ip, loc)
+    if len(lead) > 1:  # rows of a rank-3 or more activation (not the filter of a batch: rank 2)
         y = onnx_op("Reshape", [y, int64_literal([*lead, problem.n], ip, loc)], [*lead, problem.n], element, ip, loc)
     replace_op(last, y)
     for op in [*after[:-1][::-1], *([matmul] if after else [])]:
