@@ -74,8 +74,9 @@ def test_a_column_count_no_tile_divides_is_masked_in_its_last_tile():
     assert not GemmTiles(128, 64, 64, 4, 4).lays_out(GemmProblem(8, 1000, 1280))  # unmasked, it does not
 
 
-def test_no_tiles_where_k_is_no_multiple_of_32():
-    assert tiles_for(GemmProblem(256, 128, 48)) is None
+def test_k_steps_of_16_where_k_is_no_multiple_of_32_and_no_tiles_where_it_is_none_of_16():
+    assert tiles_for(GemmProblem(256, 128, 48)) == GemmTiles(64, 32, 16, 4, 4)  # 4 x 4 workgroups, the most
+    assert tiles_for(GemmProblem(256, 128, 40)) is None
     assert tiles_for(GemmProblem(256, 100, 64)) == GemmTiles(64, 64, 64, 4, 4)  # 4 x 2, the last 36 wide
 
 
@@ -133,7 +134,7 @@ func.func @f(%x: {t}, %w: !torch.vtensor<[64,64],f16>) -> {t}
 
 @pytest.mark.parametrize("x, w, element, n, why", [
     ("16,64", "64,128", "f32", 128, "f32: the kernel is f16 or bf16"),
-    ("16,48", "48,128", "f16", 128, "K = 48: no K step divides it"),
+    ("16,40", "40,128", "f16", 128, "K = 40: no K step divides it"),
     ("?,64", "64,128", "f16", 128, "a dynamic row count"),
     ("2,16,64", "2,64,128", "f16", 128, "both operands batched (attention's products)"),
 ])
@@ -378,3 +379,33 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
     assert '"onnx.MatMul"' not in text and '"onnx.Add"' not in text
     call = next(line for line in text.splitlines() if "call @gemm_2x32x64x64_f16_row_bias" in line)
     assert "(tensor<32x64xf16>, tensor<2x64x64xf16>, tensor<32xf16>) -> tensor<2x32x64xf16>" in call
+
+
+@pytest.mark.parametrize("x, w, y, called, converted", [
+    # per image: the filter (32x64) is smaller than the pixels it would transpose
+    ("2,64,8,8", "32,64,1,1", "2,32,8,8", "gemm_2x32x64x64_f16_row_bias", True),
+    # one image: a 2-D product of its 4 pixels
+    ("1,64,2,2", "256,64,1,1", "1,256,2,2", "gemm_256x4x64_f16_row_bias", True),
+    # the images side by side (a 256x64 filter holds more than the 2 x 4 pixels it would
+    # transpose): one 2-D product of every image's pixels, 8 columns
+    ("2,64,2,2", "256,64,1,1", "2,256,2,2", "gemm_256x8x64_f16_row_bias", True),
+    # 40 channels: no K step divides them; the convolution stays as it was
+    ("2,40,8,8", "32,40,1,1", "2,32,8,8", None, False),
+])
+def test_the_rewrite_takes_1x1_convolutions_itself_with_their_bias_per_filter(x, w, y, called, converted):
+    xt, wt, yt = (f"!torch.vtensor<[{s}],f16>" for s in (x, w, y))
+    bt = f"!torch.vtensor<[{w.split(',')[0]}],f16>"
+    program = f"""
+func.func @f(%x: {xt}, %w: {wt}, %b: {bt}) -> {yt}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %y = torch.operator "onnx.Conv"(%x, %w, %b) : ({xt}, {wt}, {bt}) -> {yt}
+  return %y : {yt}
+}}
+"""
+    with ir.Context():
+        module = ir.Module.parse(program)
+        done = external_gemms(module, _fixture_kernel)
+        text = str(module)
+    assert bool(done) == converted and ('"onnx.Conv"' not in text) == converted
+    if called:
+        assert f"call @{called}" in text and '"onnx.MatMul"' not in text and '"onnx.Add"' not in text

@@ -79,14 +79,18 @@ PREFERRED = (GemmTiles(128, 128, 64, 8, 3), GemmTiles(64, 128, 64, 4, 4), GemmTi
 # chosen on any measurement: the same tiles' shapes at half the width.
 NARROW = (GemmTiles(128, 128, 32, 8, 3), GemmTiles(64, 128, 32, 4, 4), GemmTiles(128, 64, 32, 4, 4),
           GemmTiles(64, 64, 32, 4, 4), GemmTiles(128, 32, 32, 4, 4), GemmTiles(64, 32, 32, 4, 4))
+# Where K is a multiple of 16 and not of 32 (MobileNet's and EfficientNet's 80, 112 and 240
+# channels): one wgmma step of 16 a stage. Not chosen on any measurement either.
+NARROWEST = tuple(GemmTiles(t.bm, t.bn, 16, t.warps, t.stages) for t in NARROW)
+TIERS = (PREFERRED, NARROW, NARROWEST)
 
 
 def tiles_for(problem: GemmProblem) -> GemmTiles | None:
-    """The tiles the problem is computed with: of PREFERRED, or of NARROW where none of those
-    lays out on it, then the same with the last column tile masked where N is no multiple of 32
-    (a classifier's 1000 classes, a 7x7 image's 49 pixels; None: K is no multiple of 32)."""
+    """The tiles the problem is computed with: of the first of TIERS that lays out on it (K a
+    multiple of 64, 32, 16), then the same with the last column tile masked where no tile divides
+    N (a classifier's 1000 classes, a 7x7 image's 49 pixels; None: K is no multiple of 16)."""
     for masked in (False, True):
-        for tier in (PREFERRED, NARROW):
+        for tier in TIERS:
             fitting = [t for t in tier if t.lays_out(problem, masked)]
             filling = [t for t in fitting if t.blocks(problem) >= WAVE]
             if filling:

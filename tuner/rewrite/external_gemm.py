@@ -14,9 +14,11 @@ them: GPT-2's Conv1D, classifier heads; `gemm_form`) is taken the same way, its 
 bias, its B transposed first where the Gemm reads it transposed (a constant: IREE folds the
 transpose into the module's initializer).
 
-A 2-D filter by a batch, `MatMul(W[O, C], X[N, C, P])` (a 1x1 convolution as
-pointwise-conv-as-matmul writes it), is one call of the kernel with the images on its grid and
-the convolution's bias, `Add(., B[O, 1])`, in its epilogue (one value per row).
+A 1x1 convolution (f16 or bf16, channels a multiple of 16) is first written as
+pointwise-conv-as-matmul writes it, `MatMul(W[O, C], X[N, C, P])` (or, the images side by side, a
+2-D `MatMul(W[O, C], X'[C, N*P])`): a 2-D filter by a batch is one call of the kernel with the
+images on its grid, and the convolution's bias, `Add(., B[O, 1])`, is in its epilogue (one value
+per row) in either form.
 
 One function per problem (rows x N x K and epilogue), called by every layer of that shape.
 `fuse=False` leaves the epilogue in the program (benchmarks/gpu_external_gemm.py times both).
@@ -36,6 +38,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
+from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, onnx_op, onnx_sites, replace_op, si64_array,
                                      static_shape)
 
@@ -98,31 +101,25 @@ def _only_user(value: ir.Value) -> Optional[ir.Operation]:
 
 def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ...], Optional[ir.Value]]:
     """What after a linear MatMul the kernel can compute before it rounds: an `onnx.Add` of a
-    bias of one value per column (the MatMul's only use), then an `onnx.Gelu` or `onnx.Relu` (the
+    bias of one value per column (the MatMul's only use), or per row where the product is 2-D or
+    a filter by a batch (a convolution's bias, [O, 1]), then an `onnx.Gelu` or `onnx.Relu` (the
     last one's only use). Returns those ops, their EPILOGUE_STEPS and the bias (or None). After
     a Gemm, the activation only (its bias is its own C)."""
     ops, steps, bias = [], [], None
     y, element = matmul.result, element_type(matmul.result)
     n, user = static_shape(y)[-1], _only_user(matmul.result)
+    problem = problem_of(matmul)
     if is_onnx(matmul, "Gemm"):
         user = None if not is_onnx(user, "Relu") and not is_onnx(user, "Gelu") else user
-    problem = problem_of(matmul)
-    if problem is not None and problem.batch > 1:  # a filter by images: a bias per filter, [O, 1]
-        if is_onnx(user, "Add") and len(user.operands) == 2:
-            other = user.operands[1] if user.operands[0] == y else user.operands[0]
-            shape = static_shape(other)
-            if shape and shape[-2:] == [problem.m, 1] and math.prod(shape) == problem.m \
-                    and element_type(other) == element and static_shape(user.result) == static_shape(y):
-                ops, steps, bias, y = [user], ["row_bias"], other, user.result
-                user = _only_user(y)
-        user = user if is_onnx(user, "Relu") else None
-    elif is_onnx(user, "Add") and len(user.operands) == 2:
+    if is_onnx(user, "Add") and len(user.operands) == 2 and static_shape(user.result) == static_shape(y):
         other = user.operands[1] if user.operands[0] == y else user.operands[0]
-        shape = static_shape(other)
-        if shape and shape[-1] == n and all(d == 1 for d in shape[:-1]) and element_type(other) == element \
-                and static_shape(user.result) == static_shape(y):
+        shape = static_shape(other) if element_type(other) == element else None
+        by_rows = problem is not None and (_filter_by_batch(matmul) or len(static_shape(y)) == 2)
+        if shape and not _filter_by_batch(matmul) and shape[-1] == n and all(d == 1 for d in shape[:-1]):
             ops, steps, bias, y = [user], ["bias"], other, user.result
-            user = _only_user(y)
+        elif shape and by_rows and shape[-2:] == [problem.m, 1] and math.prod(shape) == problem.m:
+            ops, steps, bias, y = [user], ["row_bias"], other, user.result
+        user = _only_user(y) if ops else user
     if is_onnx(user, "Relu"):
         ops.append(user)
         steps.append("relu")
@@ -143,6 +140,10 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
     be made (its layers left as they were; nothing is rewritten where no kernel was)."""
     if source is None:
         from tuner.external.triton_gemm import triton_gemm as source
+    # 1x1 convolutions the kernel takes, as matrix products first (pointwise-conv-as-matmul's
+    # exact form, which IREE also computes right on CUDA where it computes NCHW 1x1 f16 ones wrong)
+    pointwise_convs_as_matmuls(module, only=lambda conv: element_type(conv.result) in ELEMENTS
+                               and static_shape(conv.operands[0])[1] % 16 == 0)
     sites = []
     for op in [*onnx_sites(module, "MatMul", problem_of), *onnx_sites(module, "Gemm", problem_of)]:
         problem = problem_of(op)
@@ -157,7 +158,7 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
         batch = [problem.batch] if problem.batch > 1 else []
         arguments = [tensor_type([problem.m, problem.k], problem.element),
                      tensor_type([*batch, problem.k, problem.n], problem.element)]
-        arguments += [tensor_type([problem.m if batch else problem.n], problem.element)] if bias else []
+        arguments += [tensor_type([_bias_width(problem)], problem.element)] if bias else []
         kernel = kernels.get(problem, tiles_for(problem), lambda k, op=op, arguments=arguments, batch=batch: define_extern(
             module, k, arguments, tensor_type([*batch, problem.m, problem.n], problem.element), onnx_meta(op)),
             f"{problem.label} left as it was")
@@ -169,6 +170,17 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
         return []
     module.operation.verify()
     return done + kernels.failed
+
+
+def _filter_by_batch(matmul: ir.Operation) -> bool:
+    """Whether the product is a 2-D filter by a batch of images (A shared, B and C batched)."""
+    shapes = [static_shape(v) for v in matmul.operands[:2]]
+    return is_onnx(matmul, "MatMul") and None not in shapes and [len(s) for s in shapes] == [2, 3]
+
+
+def _bias_width(problem: GemmProblem) -> int:
+    """How many values the problem's bias has: one per row or one per column."""
+    return problem.m if problem.epilogue[:1] == ("row_bias",) else problem.n
 
 
 def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation], bias: Optional[ir.Value]) -> None:
@@ -183,13 +195,19 @@ def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation],
         x = onnx_op("Reshape", [x, int64_literal([problem.m, problem.k], ip, loc)], [problem.m, problem.k], element, ip, loc)
     operands = [x, w]
     if bias is not None:
-        width = problem.m if problem.batch > 1 else problem.n
+        width = _bias_width(problem)
         operands.append(bias if len(static_shape(bias)) == 1 else
                         onnx_op("Reshape", [bias, int64_literal([width], ip, loc)], [width], element, ip, loc))
     batch = [problem.batch] if problem.batch > 1 else []
+    if _filter_by_batch(matmul) and not batch:  # a batch of one image: a 2-D product
+        operands[1] = onnx_op("Reshape", [w, int64_literal([problem.k, problem.n], ip, loc)], [problem.k, problem.n],
+                              element, ip, loc)
     y = call_extern(problem.name, operands, [*batch, problem.m, problem.n], element, ip, loc)
     if len(lead) > 1:  # rows of a rank-3 or more activation (not the filter of a batch: rank 2)
         y = onnx_op("Reshape", [y, int64_literal([*lead, problem.n], ip, loc)], [*lead, problem.n], element, ip, loc)
+    if _filter_by_batch(matmul) and not batch:
+        y = onnx_op("Reshape", [y, int64_literal([1, problem.m, problem.n], ip, loc)], [1, problem.m, problem.n],
+                    element, ip, loc)
     replace_op(last, y)
     for op in [*after[:-1][::-1], *([matmul] if after else [])]:
         op.erase()

@@ -30,6 +30,8 @@ rewritten."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from iree.compiler import ir
 
 from tuner.rewrite.torch_ops import (conv2d, element_type, int64_literal, onnx_op, replace_op, rewrite_sites, si64_array,
@@ -43,10 +45,10 @@ def _pointwise(conv: ir.Operation) -> bool:
             and a.dilations == [1, 1] and a.group == 1 and a.auto_pad in ("NOTSET", "VALID"))
 
 
-def pointwise_convs_as_matmuls(module: ir.Module) -> list[str]:
-    """Rewrite every 1x1 unit-stride `onnx.Conv` of `module` in place (inside its context) as a
-    MatMul; returns each rewritten convolution's input and filter shapes."""
-    return rewrite_sites(module, "Conv", _pointwise, _as_matmul)
+def pointwise_convs_as_matmuls(module: ir.Module, only: Callable[[ir.Operation], bool] = lambda conv: True) -> list[str]:
+    """Rewrite every 1x1 unit-stride `onnx.Conv` of `module` (that `only` takes) in place (inside
+    its context) as a MatMul; returns each rewritten convolution's input and filter shapes."""
+    return rewrite_sites(module, "Conv", lambda conv: _pointwise(conv) and only(conv), _as_matmul)
 
 
 def _as_matmul(conv: ir.Operation) -> str:
