@@ -33,7 +33,8 @@ the heads flattened), √scale multiplied into Q and into Kᵀ each, and the pro
 `Where(IsNaN(P), 0, P)` (a row whose every score is masked to -inf gives NaN, which SDPA makes 0).
 The guard is dropped: the attention op gives such a row no NaN-free meaning either, so the raised
 model matches the exported one wherever no row is wholly masked (a causal mask, a padding mask
-over some keys; checked on the model's own output by the flag stage). Keys and values repeated
+over some keys; checked on the model's own output by the flag stage). A shifted window's second
+mask between the mask and the softmax (Swin's) is folded into the first (tuner.rewrite.window_mask). Keys and values repeated
 for grouped-query heads (`Unsqueeze`, `Expand`, `Reshape`) stay as the model writes them: the
 attention op reads the repeated operands.
 
@@ -56,6 +57,7 @@ from iree.compiler import ir
 
 from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, int_list, is_onnx, keep_leading, onnx_op,
                                      pad_end, producer, si64_array, single_use, static_shape, zero_constant)
+from tuner.rewrite.window_mask import WindowChain, folded_mask, window_chain
 
 SDPA = "torch.aten.scaled_dot_product_attention"
 
@@ -79,6 +81,7 @@ class AttentionSite:
     casts: tuple[ir.Operation, ...] = ()  # the Casts around an f32 softmax
     guard: tuple[ir.Operation, ...] = ()  # IsNaN and Where of the export's Where(IsNaN(P), 0, P)
     key_reshape: tuple[int, ...] = ()  # K's shape where K0 has other leading dims (GQA's repeated heads)
+    window: Optional[WindowChain] = None  # a shifted window's second mask, between the mask and the softmax
 
     @property
     def key_shape(self) -> list[int]:
@@ -117,6 +120,8 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     if rank < 3 or axis not in (-1, rank - 1):
         return None
     logits = casts[1].operands[0] if casts else softmax.operands[0]  # what the softmax reads, in the model's type
+    window = window_chain(logits)
+    logits = window.inner if window is not None else logits
     scores, mask, mask_value = producer(logits), None, None
     if is_onnx(scores, "Add") and single_use(logits):
         found = _mask_side(scores, static_shape(probs))
@@ -171,7 +176,7 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     if mask_value is not None and str(mask_value.type).rsplit(",", 1)[-1] not in dtypes:
         return None
     return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value, key_perm,
-                         key_scale, casts, guard, key_reshape)
+                         key_scale, casts, guard, key_reshape, window)
 
 
 def _default_softmax_axis(softmax: ir.Operation) -> int:
@@ -335,8 +340,10 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         key = _key_operand(site, ip, loc)
         none = _constant("torch.constant.none", "!torch.none", ip, loc)
         rank = len(static_shape(site.output.results[0]))
-        zero_mask = site.mask_value is not None and zero_constant(site.mask_value)
+        zero_mask = site.mask_value is not None and site.window is None and zero_constant(site.mask_value)
         mask = none if site.mask_value is None or zero_mask else _mask_operand(site.mask_value, rank, ip, loc)
+        if site.window is not None:
+            mask = folded_mask(site.window, site.mask_value, ip, loc)
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
@@ -354,9 +361,10 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         if padded:  # the added value columns dropped
             result = keep_leading(result, static_shape(site.output.results[0])[-1], ip, loc)
         site.output.results[0].replace_all_uses_with(result)
-        done.append(site.shape + padded + (" (a zero mask dropped)" if zero_mask else ""))
-        for op in (site.output, *site.guard[::-1], *site.casts[:1], site.softmax, *site.casts[1:], site.mask,
-                   site.scale, site.scores, site.key_scale):
+        done.append(site.shape + padded + (" (a zero mask dropped)" if zero_mask else "")
+                    + (" (shifted windows' mask folded)" if site.window else ""))
+        for op in (site.output, *site.guard[::-1], *site.casts[:1], site.softmax, *site.casts[1:],
+                   *(site.window.ops if site.window else ()), site.mask, site.scale, site.scores, site.key_scale):
             if op is not None:
                 op.erase()
         _erase_unused_chain(site.transpose)
