@@ -68,10 +68,13 @@ def test_narrow_tiles_only_where_n_or_k_is_a_multiple_of_32_and_not_of_64():
 
 def test_a_column_count_no_tile_divides_is_masked_in_its_last_tile():
     # A classifier's 1000 classes (ResNet-50's, MobileNet's heads): the aligned tiles' rule, the
-    # last column tile masked; 8 x 16 workgroups at 128x64 fill no wave, the most of the four.
-    assert tiles_for(GemmProblem(8, 1000, 1280)) == GemmTiles(128, 64, 64, 4, 4)
+    # last column tile masked; 16 workgroups at 64x64 or 128x64 fill no wave, the most of the
+    # four; of those two, 64x64 pads the 8 rows least.
+    assert tiles_for(GemmProblem(8, 1000, 1280)) == GemmTiles(64, 64, 64, 4, 4)
     assert GemmTiles(128, 64, 64, 4, 4).blocks(GemmProblem(8, 1000, 1280)) == 16
-    assert not GemmTiles(128, 64, 64, 4, 4).lays_out(GemmProblem(8, 1000, 1280))  # unmasked, it does not
+    assert not GemmTiles(64, 64, 64, 4, 4).lays_out(GemmProblem(8, 1000, 1280))  # unmasked, it does not
+    # 16 columns: of the tiles with the most workgroups, the narrowest (Swin's 16-channel layers)
+    assert tiles_for(GemmProblem(512, 16, 16)) == GemmTiles(64, 32, 16, 4, 4)
 
 
 def test_k_steps_of_16_where_k_is_no_multiple_of_32_and_no_tiles_where_it_is_none_of_16():

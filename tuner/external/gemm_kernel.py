@@ -60,6 +60,10 @@ class GemmTiles:
     def label(self) -> str:
         return f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}"
 
+    def padded(self, problem: GemmProblem) -> int:
+        """The entries of C the grid covers past the problem's (masked rows and columns)."""
+        return self.blocks(problem) * self.bm * self.bn - problem.batch * problem.m * problem.n
+
     def blocks(self, problem: GemmProblem) -> int:
         """The workgroups of the grid: row tiles times column tiles (the last of each masked),
         times the batch."""
@@ -88,11 +92,15 @@ TIERS = (PREFERRED, NARROW, NARROWEST)
 def tiles_for(problem: GemmProblem) -> GemmTiles | None:
     """The tiles the problem is computed with: of the first of TIERS that lays out on it (K a
     multiple of 64, 32, 16), then the same with the last column tile masked where no tile divides
-    N (a classifier's 1000 classes, a 7x7 image's 49 pixels; None: K is no multiple of 16)."""
+    N (a classifier's 1000 classes, a 7x7 image's 49 pixels; None: K is no multiple of 16), the
+    least padded grid first where several fill a wave or have the most workgroups."""
     for masked in (False, True):
         for tier in TIERS:
             fitting = [t for t in tier if t.lays_out(problem, masked)]
             filling = [t for t in fitting if t.blocks(problem) >= WAVE]
+            if masked:  # the least padded first, then as unmasked: a tile far wider than N wastes its columns
+                fitting.sort(key=lambda t: t.padded(problem))
+                filling.sort(key=lambda t: t.padded(problem))
             if filling:
                 return filling[0]
             if fitting:

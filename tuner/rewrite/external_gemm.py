@@ -104,12 +104,13 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
     bias of one value per column (the MatMul's only use), or per row where the product is 2-D or
     a filter by a batch (a convolution's bias, [O, 1]), then an `onnx.Gelu` or `onnx.Relu` (the
     last one's only use). Returns those ops, their EPILOGUE_STEPS and the bias (or None). After
-    a Gemm, the activation only (its bias is its own C)."""
+    a Gemm with a C, the activation only (its bias is its C); after one without, as a MatMul
+    (GPT-2's Conv1D as torch 2.13 exports it: Gemm, then Add of the bias)."""
     ops, steps, bias = [], [], None
     y, element = matmul.result, element_type(matmul.result)
     n, user = static_shape(y)[-1], _only_user(matmul.result)
     problem = problem_of(matmul)
-    if is_onnx(matmul, "Gemm"):
+    if is_onnx(matmul, "Gemm") and gemm_form(matmul)[1] is not None:  # its own C: no other bias
         user = None if not is_onnx(user, "Relu") and not is_onnx(user, "Gelu") else user
     if is_onnx(user, "Add") and len(user.operands) == 2 and static_shape(user.result) == static_shape(y):
         other = user.operands[1] if user.operands[0] == y else user.operands[0]
