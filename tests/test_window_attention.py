@@ -3,6 +3,8 @@ the window mask added through a 5-D view between the relative-position bias and 
 folded into one mask of the scores' shape; the raised program computes the spelled-out one's
 result on llvm-cpu, and the external kernel takes the folded mask (each leading dim full)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from iree.compiler import ir
@@ -88,3 +90,47 @@ def test_the_external_kernel_takes_the_folded_mask_whole():
     # the heads of 8 padded to 16 (pad_heads), the mask's every leading dim the scores'
     assert made == [AttentionProblem(B * W, H, N, N, 16, 16, mask=(B * W, H, N))]
     assert len(changes) == 1
+
+
+EXPORT = Path(__file__).parent / "fixtures" / "exports" / "swin_shifted"
+
+
+@pytest.fixture(scope="module")
+def swin(tmp_path_factory) -> Path:
+    """torchvision's Swin with a shifted block (two stages of two blocks, windows of 4x4 over
+    8x8 then 4x4 patches: the first stage's second block shifts) as torch.onnx.export writes it,
+    imported as the tuner imports it."""
+    pytest.importorskip("onnx")
+    from tuner.input.models import program_source
+    from tuner.targets import parse_target
+
+    return program_source(EXPORT / "model.onnx", tmp_path_factory.mktemp("swin"), parse_target("llvm-cpu"))
+
+
+def test_the_exporters_shifted_window_attention_is_raised_with_its_mask_folded(swin):
+    with ir.Context():
+        module = ir.Module.parse(swin.read_text())
+        assert raise_attention(module) == ["8x2x16x16x8x8", "8x2x16x16x8x8 (shifted windows' mask folded)",
+                                           "2x4x16x16x8x8", "2x4x16x16x8x8"]
+        assert "onnx.Softmax" not in str(module)
+
+
+@pytest.mark.slow
+def test_the_raised_swin_export_computes_torchs_output_on_llvm_cpu(swin, tmp_path):
+    from tests.conftest import iree_compile
+    from tuner.evaluation.runtime_tools import ModuleRun, run_once
+    from tuner.targets import parse_target
+
+    raised = tmp_path / "raised.mlir"
+    assert rewrite_program(swin, RAISE_ATTENTION, raised)
+    outputs = {}
+    for program in (swin, raised):
+        vmfb = tmp_path / f"{program.stem}.vmfb"
+        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
+        run = run_once(vmfb, ModuleRun("local-task", "main_graph", (EXPORT / "input0.npy",)), tmp_path / f"{program.stem}.npy")
+        assert run.ok, run.stderr
+        outputs[program.stem] = np.load(tmp_path / f"{program.stem}.npy")
+    torch_output = np.load(EXPORT / "torch_output0.npy")
+    scale = float(np.abs(torch_output).max())
+    np.testing.assert_allclose(outputs["raised"], outputs[swin.stem], rtol=0, atol=2e-5 * scale)
+    np.testing.assert_allclose(outputs["raised"], torch_output, rtol=0, atol=2e-5 * scale)
