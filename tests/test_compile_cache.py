@@ -63,14 +63,4 @@ def test_only_iree_compile_is_identified_and_files_count_by_content(tmp_path):
     spec.write_text("two")
     assert compile_cache._identity(base, 10, tmp_path)[0] != key  # what the spec holds: a part
     assert compile_cache._identity([find_tool("iree-run-module"), "--module=x"], 10, tmp_path) is None
-    # the input by its content and its path: the module's locations name it
-    (tmp_path / "a.mlir").write_text("same")
-    (tmp_path / "b.mlir").write_text("same")
-    assert compile_cache._identity([tool, "a.mlir"], 10, tmp_path)[0] != compile_cache._identity([tool, "b.mlir"], 10, tmp_path)[0]
     assert os.environ.get(compile_cache.ENV)  # the suite runs with one (conftest)
-
-
-def test_a_compiler_named_by_iree_tuner_tools_is_never_reused(tmp_path, monkeypatch):
-    tool = find_tool("iree-compile")
-    monkeypatch.setenv("IREE_TUNER_TOOLS", str(tmp_path))  # the tests' fakes: they may fail on purpose
-    assert compile_cache._identity([tool, "-o", "x.vmfb"], 10, tmp_path) is None

@@ -932,10 +932,6 @@ RAW_WRITES = {
     "tuner/cluster/compile_task.py": ["path.parent.mkdir(", "path.write_bytes(",  # the node's own temp dir
                                       "shutil.rmtree(job.directory"],
     "tuner/cluster/worker.py": ["shutil.rmtree(self.root", "path.parent.mkdir(", "path.write_bytes("],
-    # $IREE_TUNER_COMPILE_CACHE, a directory the user named; a reuse writes the outputs the
-    # compile's own command names (its -o and dump directories), nothing else
-    "tuner/compile_cache.py": ["target.parent.mkdir(", "target.write_bytes(", "Path(root).mkdir(",
-                               ".write_bytes(", ".write_text(json.dumps(", "f.unlink(", "mode=\"w\")"],
     "tuner/discovery/workload.py": ["np.save(f, array)", "np.save(f, array))"],  # inside write_file
     "tuner/core/reaper.py": ["shutil.rmtree(path"],  # the reaper's: directories named after its run's token
     "tuner/driver.py": [".unlink(missing_ok=True)"],

@@ -2,12 +2,11 @@
 (`IREE_TUNER_COMPILE_CACHE=DIR`; off unless set).
 
 A compile is identified by the iree-compile it runs (its path, size and time of change), its
-time limit, and each argument with every file it names read for its content: the input (and its
-path, which the module's locations carry), a `@flags` file, a tuning spec behind `--flag=PATH`. What it writes is not part of it: the module
+time limit, and each argument with every file it names read for its content: the input, a
+`@flags` file, a tuning spec behind `--flag=PATH`. What it writes is not part of it: the module
 behind `-o` and the directories behind `--iree-hal-dump-*-to=`, which a reuse writes again where
 the new command asks (relative to its own directory), with the compile's stdout and stderr. Only
-compiles that succeeded are kept; a tool other than the installed iree-compile (another one
-named by $IREE_TUNER_TOOLS, as the tests' fakes are) is never reused. The test suite
+compiles that succeeded are kept; a tool other than iree-compile is never reused. The test suite
 sets it (tests/conftest.py): its tests compile the same small programs under the same flags again
 and again. Written for that and for a rerun on one machine: entries are never evicted."""
 
@@ -41,8 +40,8 @@ def _named_file(value: str, cwd: Optional[Path]) -> Optional[Path]:
 def _identity(command: Sequence[str], timeout_s: float, cwd: Optional[Path]) -> Optional[tuple[str, list[str], list[str]]]:
     """(key, output files, dump directories) of a compile, or None where it is none to keep."""
     tool = Path(command[0])
-    if tool.name != "iree-compile" or not tool.is_file() or os.environ.get("IREE_TUNER_TOOLS"):
-        return None  # another compiler than the installed one (the tests' fakes) is never reused
+    if tool.name != "iree-compile" or not tool.is_file():
+        return None
     stat = tool.stat()
     h = hashlib.sha256(f"{tool}|{stat.st_size}|{stat.st_mtime_ns}|{timeout_s}".encode())
     outputs: list[str] = []
@@ -64,9 +63,8 @@ def _identity(command: Sequence[str], timeout_s: float, cwd: Optional[Path]) -> 
             h.update(b"\0@" + _file_digest(_named_file(arg[1:], cwd)).encode())
         elif "=" in arg and arg.startswith("-") and _named_file(arg.split("=", 1)[1], cwd):
             h.update(f"\0{arg.split('=', 1)[0]}=".encode() + _file_digest(_named_file(arg.split("=", 1)[1], cwd)).encode())
-        elif not arg.startswith("-") and _named_file(arg, cwd):  # the input: its path too (its locations name it)
-            path = _named_file(arg, cwd)
-            h.update(f"\0{path.resolve()}:".encode() + _file_digest(path).encode())
+        elif not arg.startswith("-") and _named_file(arg, cwd):
+            h.update(b"\0<file>" + _file_digest(_named_file(arg, cwd)).encode())
         else:
             h.update(b"\0" + arg.encode())
         i += 1
