@@ -20,27 +20,6 @@ os.environ.setdefault("IREE_TUNER_QUIET_WAIT", "0")
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dispatches"
 
 
-def pytest_configure(config):
-    """One compile cache for the whole run (tuner.compile_cache), its workers' and their tools'
-    subprocesses included: the suite compiles the same small programs under the same flags in
-    many tests. Made by the process that starts the run (xdist's workers inherit it)."""
-    from tuner.compile_cache import ENV
-
-    if ENV not in os.environ and not hasattr(config, "workerinput"):
-        import tempfile
-
-        os.environ[ENV] = tempfile.mkdtemp(prefix="iree-tuner-test-compiles-")
-        config._compile_cache_made = os.environ[ENV]
-
-
-def pytest_unconfigure(config):
-    made = getattr(config, "_compile_cache_made", None)
-    if made:
-        import shutil
-
-        shutil.rmtree(made, ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
 def ctx() -> ir.Context:
     return ir.Context()

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner import compile_cache
 from tuner.core.reaper import Reaper, start_reaper
 from tuner.errors import TargetError
 
@@ -243,17 +242,12 @@ COMPILE_IDLE_S = 20.0
 def run_tool_retrying_a_hang(command: list[str], timeout_s: float, cwd: Path | None = None) -> ToolRun:
     """run_tool for a compile, and once more if it hung (no CPU gained for COMPILE_IDLE_S, or no
     CPU to speak of until its timeout): one hang inside IREE decides nothing. The second try
-    says it is one (`retried`). Where IREE_TUNER_COMPILE_CACHE names a directory, an identical
-    compile that succeeded before is given back from it (tuner.compile_cache)."""
-    kept = compile_cache.reuse(command, timeout_s, cwd)
-    if kept is not None:
-        return ToolRun(tuple(command), 0, *kept)
+    says it is one (`retried`)."""
     run = run_tool(command, timeout_s, cwd, idle_s=COMPILE_IDLE_S)
     if run.timed_out and run.hung:
         second = run_tool(command, timeout_s, cwd, idle_s=COMPILE_IDLE_S)
-        run = ToolRun(second.command, second.returncode, second.stdout, second.stderr, run.seconds + second.seconds,
-                      second.timed_out, second.hung, retried=True)
-    compile_cache.keep(command, timeout_s, cwd, run.ok and not run.timed_out, run.stdout, run.stderr, run.seconds)
+        return ToolRun(second.command, second.returncode, second.stdout, second.stderr, run.seconds + second.seconds,
+                       second.timed_out, second.hung, retried=True)
     return run
 
 
