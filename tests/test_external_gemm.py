@@ -412,3 +412,25 @@ func.func @f(%x: {xt}, %w: {wt}, %b: {bt}) -> {yt}
     assert bool(done) == converted and ('"onnx.Conv"' not in text) == converted
     if called:
         assert f"call @{called}" in text and '"onnx.MatMul"' not in text and '"onnx.Add"' not in text
+
+
+def test_a_1d_convolution_is_the_filter_by_its_gathered_taps_with_its_bias_and_gelu_in_the_kernel():
+    """Whisper's first convolution, narrowed: [1, 80, 64] by a 3-tap filter to 32 channels, then
+    GELU; K = 80 x 3 = 240 (steps of 16)."""
+    x, w, b, y = ("!torch.vtensor<[1,80,64],f16>", "!torch.vtensor<[32,80,3],f16>", "!torch.vtensor<[32],f16>",
+                  "!torch.vtensor<[1,32,64],f16>")
+    program = f"""
+func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %c = torch.operator "onnx.Conv"(%x, %w, %b) {{torch.onnx.group = 1 : si64, torch.onnx.kernel_shape = [3 : si64], torch.onnx.pads = [1 : si64, 1 : si64]}} : ({x}, {w}, {b}) -> {y}
+  %g = torch.operator "onnx.Gelu"(%c) : ({y}) -> {y}
+  return %g : {y}
+}}
+"""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
+        text = str(module)
+    assert made == [GemmProblem(32, 64, 240, "f16", ("row_bias", "gelu"))]
+    assert not any(f'"onnx.{name}"' in text for name in ("Conv", "MatMul", "Gelu"))

@@ -18,7 +18,9 @@ A 1x1 convolution (f16 or bf16, channels a multiple of 16) is first written as
 pointwise-conv-as-matmul writes it, `MatMul(W[O, C], X[N, C, P])` (or, the images side by side, a
 2-D `MatMul(W[O, C], X'[C, N*P])`): a 2-D filter by a batch is one call of the kernel with the
 images on its grid, and the convolution's bias, `Add(., B[O, 1])`, is in its epilogue (one value
-per row) in either form.
+per row) in either form. A 1-D convolution (Whisper's, wav2vec2's; K = channels x taps a
+multiple of 16) is first written as the filter by its gathered taps (tuner.rewrite.conv1d), then
+taken the same way, a GELU after it in the epilogue too.
 
 One function per problem (rows x N x K and epilogue), called by every layer of that shape.
 `fuse=False` leaves the epilogue in the program (benchmarks/gpu_external_gemm.py times both).
@@ -38,6 +40,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
+from tuner.rewrite.conv1d import conv1ds_as_matmuls
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, onnx_op, onnx_sites, replace_op, si64_array,
                                      static_shape)
@@ -145,6 +148,9 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
     # exact form, which IREE also computes right on CUDA where it computes NCHW 1x1 f16 ones wrong)
     pointwise_convs_as_matmuls(module, only=lambda conv: element_type(conv.result) in ELEMENTS
                                and static_shape(conv.operands[0])[1] % 16 == 0)
+    # and 1-D convolutions (Whisper's, wav2vec2's) as the filter by their gathered taps
+    conv1ds_as_matmuls(module, only=lambda conv: element_type(conv.result) in ELEMENTS
+                       and math.prod(static_shape(conv.operands[1])[1:]) % 16 == 0)
     sites = []
     for op in [*onnx_sites(module, "MatMul", problem_of), *onnx_sites(module, "Gemm", problem_of)]:
         problem = problem_of(op)
