@@ -97,10 +97,9 @@ def tiles_for(problem: GemmProblem) -> GemmTiles | None:
     for masked in (False, True):
         for tier in TIERS:
             fitting = [t for t in tier if t.lays_out(problem, masked)]
-            filling = [t for t in fitting if t.blocks(problem) >= WAVE]
             if masked:  # the least padded first, then as unmasked: a tile far wider than N wastes its columns
                 fitting.sort(key=lambda t: t.padded(problem))
-                filling.sort(key=lambda t: t.padded(problem))
+            filling = [t for t in fitting if t.blocks(problem) >= WAVE]
             if filling:
                 return filling[0]
             if fitting:

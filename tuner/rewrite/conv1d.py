@@ -18,12 +18,8 @@ from typing import Callable
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import (element_type, group_count, int64_literal, int_list, onnx_op, replace_op,
-                                     rewrite_sites, static_shape)
-
-
-def _attribute(conv: ir.Operation, name: str, default: list[int]) -> list[int]:
-    return int_list(conv.attributes[f"torch.onnx.{name}"]) if f"torch.onnx.{name}" in conv.attributes else default
+from tuner.rewrite.torch_ops import (element_type, group_count, int64_literal, onnx_ints, onnx_op, onnx_string,
+                                     replace_op, rewrite_sites, static_shape)
 
 
 def conv1d_taken(conv: ir.Operation) -> bool:
@@ -31,8 +27,7 @@ def conv1d_taken(conv: ir.Operation) -> bool:
     x, w = static_shape(conv.operands[0]), static_shape(conv.operands[1]) if len(conv.operands) > 1 else None
     if x is None or w is None or len(x) != 3 or len(w) != 3 or w[1] != x[1] or group_count(conv) != 1:
         return False
-    auto_pad = str(conv.attributes["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in conv.attributes else "NOTSET"
-    if auto_pad not in ("NOTSET", "VALID") or _attribute(conv, "dilations", [1]) != [1]:
+    if onnx_string(conv, "auto_pad", "NOTSET") not in ("NOTSET", "VALID") or onnx_ints(conv, "dilations", [1]) != [1]:
         return False
     return static_shape(conv.result) is not None and (len(conv.operands) < 3 or static_shape(conv.operands[2]) == [w[0]])
 
@@ -48,7 +43,7 @@ def _as_matmul(conv: ir.Operation) -> str:
     x, w = conv.operands[0], conv.operands[1]
     (n, c, length), (o, _, k) = static_shape(x), static_shape(w)
     out = static_shape(conv.result)[-1]
-    stride, (before, after) = _attribute(conv, "strides", [1])[0], _attribute(conv, "pads", [0, 0])
+    stride, (before, after) = onnx_ints(conv, "strides", [1])[0], onnx_ints(conv, "pads", [0, 0])
     element = element_type(conv.result)
 
     def op(name: str, operands: list[ir.Value], shape: list[int], **attributes: ir.Attribute) -> ir.Value:

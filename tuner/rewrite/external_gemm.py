@@ -26,8 +26,8 @@ One function per problem (rows x N x K and epilogue), called by every layer of t
 `fuse=False` leaves the epilogue in the program (benchmarks/gpu_external_gemm.py times both).
  The PTX names its target, sm_90a: the driver of any other
 GPU refuses it at load, and the flag stage, which builds and runs every variant, drops it there.
-Only static shapes whose K is a multiple of 32 and N of 8 are taken (the last column tile
-masked where no tile divides N; tuner.external.gemm_kernel)."""
+Only static shapes whose K is a multiple of 16 are taken (the last column tile masked where
+no tile divides N; tuner.external.gemm_kernel)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.conv1d import conv1ds_as_matmuls
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
-from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, onnx_op, onnx_sites, replace_op, si64_array,
-                                     static_shape)
+from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, onnx_op, onnx_sites, onnx_string, replace_op,
+                                     si64_array, static_shape)
 
 KernelSource = Callable[[GemmProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
@@ -118,8 +118,9 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
     if is_onnx(user, "Add") and len(user.operands) == 2 and static_shape(user.result) == static_shape(y):
         other = user.operands[1] if user.operands[0] == y else user.operands[0]
         shape = static_shape(other) if element_type(other) == element else None
-        by_rows = problem is not None and (_filter_by_batch(matmul) or len(static_shape(y)) == 2)
-        if shape and not _filter_by_batch(matmul) and shape[-1] == n and all(d == 1 for d in shape[:-1]):
+        batched = _filter_by_batch(matmul)
+        by_rows = problem is not None and (batched or len(static_shape(y)) == 2)
+        if shape and not batched and shape[-1] == n and all(d == 1 for d in shape[:-1]):
             ops, steps, bias, y = [user], ["bias"], other, user.result
         elif shape and by_rows and shape[-2:] == [problem.m, 1] and math.prod(shape) == problem.m:
             ops, steps, bias, y = [user], ["row_bias"], other, user.result
@@ -128,7 +129,7 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
         ops.append(user)
         steps.append("relu")
     elif is_onnx(user, "Gelu"):
-        approximate = str(user.attributes["torch.onnx.approximate"]).strip('"') if "torch.onnx.approximate" in user.attributes else "none"
+        approximate = onnx_string(user, "approximate", "none")
         if approximate in ("none", "tanh"):
             ops.append(user)
             steps.append("gelu" if approximate == "none" else "gelu_tanh")
@@ -157,8 +158,9 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
         if problem is None or tiles_for(problem) is None:
             continue
         after, steps, bias = epilogue_of(op) if fuse else ([], (), None)
-        if is_onnx(op, "Gemm") and gemm_form(op)[1] is not None:  # its own bias, fused or not
-            steps, bias = ("bias", *steps), gemm_form(op)[1]
+        own = gemm_form(op)[1] if is_onnx(op, "Gemm") else None
+        if own is not None:  # a Gemm's C: its bias, fused or not
+            steps, bias = ("bias", *steps), own
         sites.append((op, replace(problem, epilogue=steps), after, bias))
     kernels, done = Kernels(source), []
     for op, problem, after, bias in sites:

@@ -103,6 +103,18 @@ def int_list(attr: ir.Attribute) -> list[int]:
     return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
 
 
+def onnx_ints(op: ir.Operation, name: str, default: list[int]) -> list[int]:
+    """An onnx op's integer list attribute `torch.onnx.NAME` (strides, pads, ...), or `default`."""
+    key = f"torch.onnx.{name}"
+    return int_list(op.attributes[key]) if key in op.attributes else default
+
+
+def onnx_string(op: ir.Operation, name: str, default: str) -> str:
+    """An onnx op's string attribute `torch.onnx.NAME` (auto_pad, approximate), or `default`."""
+    key = f"torch.onnx.{name}"
+    return str(op.attributes[key]).strip('"') if key in op.attributes else default
+
+
 @dataclass(frozen=True)
 class Conv2d:
     """An onnx.Conv of a static 4-d input and filter (and a bias of one value per filter, if
@@ -125,14 +137,8 @@ def conv2d(conv: ir.Operation) -> Optional[Conv2d]:
         return None
     if len(conv.operands) > 2 and static_shape(conv.operands[2]) != [weight[0]]:
         return None
-    attrs = {name: conv.attributes[name] for name in conv.attributes}
-
-    def ints(name: str, default: list[int]) -> list[int]:
-        return int_list(attrs[name]) if name in attrs else default
-
-    auto_pad = str(attrs["torch.onnx.auto_pad"]).strip('"') if "torch.onnx.auto_pad" in attrs else "NOTSET"
-    return Conv2d(x, weight, ints("torch.onnx.strides", [1, 1]), ints("torch.onnx.dilations", [1, 1]),
-                  ints("torch.onnx.pads", [0] * 4), group_count(conv), auto_pad)
+    return Conv2d(x, weight, onnx_ints(conv, "strides", [1, 1]), onnx_ints(conv, "dilations", [1, 1]),
+                  onnx_ints(conv, "pads", [0] * 4), group_count(conv), onnx_string(conv, "auto_pad", "NOTSET"))
 
 
 def group_count(op: ir.Operation) -> int:
