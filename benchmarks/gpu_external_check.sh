@@ -2,9 +2,11 @@
 # The external Hopper kernels on real exports, untuned, beside the default and torch (issue 58;
 # docs/benchmarks/external-kernels.md). For each family of benchmarks/torch_exports.py at its real
 # size, on one GPU: the export and torch eager's and torch.compile's kernel time (once, kept in
-# /tmp/exports while the machine is warm), then export_vs_torch.py with the default and every
-# external rewrite joined (or $ONLY_FAMILY, e.g. ONLY_mobilenet=pointwise-conv-as-matmul+external-
-# depthwise-conv), every output checked against torch's, CUPTI kernel time in interleaved rounds.
+# /tmp/exports while the machine is warm), then export_vs_torch.py with the default, every
+# external rewrite joined, and the same after the rewrites that feed them (the flag stage's two
+# joined options, tuner.stages.flag_options.external_together; or $ONLY_FAMILY, e.g.
+# ONLY_mobilenet=pointwise-conv-as-matmul+external-depthwise-conv), every output checked against
+# torch's, CUPTI kernel time in interleaved rounds.
 # Wheels as benchmarks/gpu_setup.sh says; Triton must be importable there.
 #
 #   bash benchmarks/gpu_external_check.sh FAMILY...      # LIMIT_S=170 a family, ROUNDS=4, TOP=8
@@ -15,13 +17,14 @@ source benchmarks/gpu_setup.sh
 export TRITON_DEFAULT_FP_FUSION=1 COLUMNS=200
 D=/tmp/exports
 EXTERNAL=external-hopper-gemm+external-flash-attention+external-depthwise-conv
+FED=subsample-strided-1x1+pointwise-conv-as-matmul+conv-as-im2col-matmul+$EXTERNAL  # tuner.rewrite.FEEDERS first
 for F in "$@"; do
   if [ ! -f $D/$F/torch.json ]; then
     python3 benchmarks/torch_exports.py --out $D --size real --family $F --time --rounds ${ROUNDS:-4} \
       --calls 20 2>&1 | grep -E "^$F |FAILED" | cut -c1-300 >> $OUT/ext.log
   fi
   only=ONLY_$F
-  timeout ${LIMIT_S:-170} python3 benchmarks/export_vs_torch.py $D/$F --only default,${!only:-$EXTERNAL} \
+  timeout ${LIMIT_S:-170} python3 benchmarks/export_vs_torch.py $D/$F --only default,${!only:-$EXTERNAL,$FED} \
     --jobs $(nproc) --rounds ${ROUNDS:-4} --calls 20 --top ${TOP:-8} --json $OUT/ext-$F.json 2>&1 \
     | grep -v -i warning | grep -A80 "torch eager .* torch.compile" >> $OUT/ext.log
 done

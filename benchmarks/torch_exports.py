@@ -173,6 +173,34 @@ def _wav2vec2(size: str):
     return Wav2Vec2Model(config), (torch.randn(1, samples),)
 
 
+def _densenet(size: str):
+    import torch
+    from torchvision.models import DenseNet, densenet121
+
+    if size == "tiny":
+        return DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, num_classes=10), \
+            (torch.randn(2, 3, 32, 32),)
+    return densenet121(), (torch.randn(8, 3, 224, 224),)
+
+
+def _regnet(size: str):
+    import torch
+    from torchvision.models import regnet_y_400mf, regnet_y_800mf
+
+    if size == "tiny":
+        return regnet_y_400mf(num_classes=10), (torch.randn(2, 3, 32, 32),)  # its full widths
+    return regnet_y_800mf(), (torch.randn(8, 3, 224, 224),)
+
+
+def _mixer(size: str):
+    import timm
+    import torch
+
+    if size == "tiny":
+        return timm.create_model("mixer_s32_224", num_classes=10, img_size=64), (torch.randn(2, 3, 64, 64),)
+    return timm.create_model("mixer_b16_224"), (torch.randn(8, 3, 224, 224),)
+
+
 FAMILIES: dict[str, Callable] = {
     "llama": _llama,
     "qwen2": lambda size: _llama(size, qwen=True),
@@ -183,12 +211,17 @@ FAMILIES: dict[str, Callable] = {
     "resnet": _resnet,
     "mobilenet": _mobilenet,
     "whisper": _whisper,
-    # Not yet exported or run (added 2026-11-29 for the next GPU session): GPT-2's Conv1D linears
-    # are onnx.Gemm, EfficientNet is depthwise and squeeze-excitation, wav2vec2 has 1-D and
-    # grouped convolutions.
+    # GPT-2's Conv1D linears are onnx.Gemm, EfficientNet is depthwise and squeeze-excitation,
+    # wav2vec2 has 1-D and grouped convolutions.
     "gpt2": _gpt2,
     "efficientnet": _efficientnet,
     "wav2vec2": _wav2vec2,
+    # Added 2026-11-29 (twenty-second session) as held-out checks of the external kernels and the
+    # rewrites that feed them: DenseNet's concatenations and 1x1 bottlenecks, RegNetY's grouped
+    # convolutions and squeeze-excitation, MLP-Mixer's token-mixing linears (on transposed activations).
+    "densenet": _densenet,
+    "regnet": _regnet,
+    "mixer": _mixer,
 }
 
 

@@ -434,3 +434,27 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
         text = str(module)
     assert made == [GemmProblem(32, 64, 240, "f16", ("row_bias", "gelu"))]
     assert not any(f'"onnx.{name}"' in text for name in ("Conv", "MatMul", "Gelu"))
+
+
+@pytest.mark.parametrize("applies, expected", [
+    # two kernels apply: joined; a feeder too: the feeder first, then the kernels, judged untuned
+    (("external-hopper-gemm", "external-depthwise-conv", "subsample-strided-1x1", "nd-linear-as-matmul"),
+     [("external-hopper-gemm+external-depthwise-conv", ()),
+      ("subsample-strided-1x1+external-hopper-gemm+external-depthwise-conv", ())]),
+    # one kernel and the feeders that apply, in FEEDERS order whatever order they were offered in
+    (("conv-as-im2col-matmul", "external-hopper-gemm", "pointwise-conv-as-matmul"),
+     [("pointwise-conv-as-matmul+conv-as-im2col-matmul+external-hopper-gemm", ())]),
+    (("external-hopper-gemm",), []),                          # one kernel alone is its own option
+    (("subsample-strided-1x1", "conv-as-im2col-matmul"), []),  # no kernel applies: nothing joined
+])
+def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_feed_them(monkeypatch, applies,
+                                                                                          expected):
+    import tuner.rewrite as rewrite
+    import tuner.stages.flag_options as flag_options
+
+    offered = [*rewrite.EXTERNAL[::-1], *(r for r in rewrite.REWRITES["gpu"] if r not in rewrite.EXTERNAL)][::-1]
+    monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: offered)
+    monkeypatch.setattr(flag_options, "rewritten_program",
+                        lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
+    options = flag_options.external_together(object())
+    assert [(o.rewrite.name, o.tuned_kinds) for o in options] == expected

@@ -117,6 +117,12 @@ EXTERNAL_ATTENTION = Rewrite("external-flash-attention", external_attentions,
 EXTERNAL_DEPTHWISE = Rewrite("external-depthwise-conv", external_depthwise_convs,
                              "depthwise convolutions as an external kernel compiled by Triton", devices=("cuda",))
 EXTERNAL = (EXTERNAL_GEMM, EXTERNAL_ATTENTION, EXTERNAL_DEPTHWISE)
+# The rewrites that put convolutions in a form the external GEMM takes, applied before the
+# external kernels in the flag stage's joined option (tuner.stages.flag_options.external_together):
+# a strided 1x1 convolution subsampled, every 1x1 one a matrix product (those the kernel does not
+# take are then IREE matmuls, which it computes right on CUDA where it computes NCHW f16 1x1
+# convolutions wrong), and a convolution over a window as patches and a matrix product.
+FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, CONV_AS_IM2COL_MATMUL)
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from tuner.discovery.program import discover_program
-from tuner.rewrite import EXTERNAL, Rewrite, combined, rewrite_program, rewrites_for
+from tuner.rewrite import EXTERNAL, FEEDERS, Rewrite, combined, rewrite_program, rewrites_for
 from tuner.stages.base import StageEnv
 
 MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
@@ -64,14 +64,24 @@ def model_options(env: StageEnv, pipeline: Optional[str] = None) -> list[ModelOp
 
 def external_together(env: StageEnv) -> list[ModelOption]:
     """The external-kernel rewrites (tuner.rewrite.EXTERNAL) that apply to the model, joined into
-    one option where two or more do. Each replaces ops no other one takes (linear layers,
-    attentions, depthwise convolutions), so their gains multiply; judged alone, one that takes a
-    small part of the model is cut behind another in the first round and its pair with it left
-    for an extension step the share may not reach (ConvNeXt-T on the H200: the depthwise kernel
-    1.24x alone, the GEMM 2.89x, the pair never built in a 380 s run; built, 8.28x untuned)."""
-    names = {r.name for r in EXTERNAL}
-    external = [r for r in offered_rewrites(env) if r.name in names and rewritten_program(env, r) is not None]
-    return [ModelOption((), combined(external))] if len(external) > 1 else []
+    one option where two or more do; and, where a rewrite of FEEDERS applies too, those feeders
+    followed by the external kernels as another. Each kernel replaces ops no other one takes
+    (linear layers, attentions, depthwise convolutions), so their gains multiply; judged alone, one
+    that takes a small part of the model is cut behind another in the first round and its pair with
+    it left for an extension step the share may not reach (ConvNeXt-T on the H200: the depthwise
+    kernel 1.24x alone, the GEMM 2.89x, the pair never built in a 380 s run; built, 8.28x
+    untuned). The feeders turn convolutions into matrix products the GEMM kernel takes; alone,
+    each forms IREE matmuls and is judged as such. Both options are judged at the compiler's
+    configs for what IREE still compiles (the dispatch stage tunes those after)."""
+    offered = offered_rewrites(env)
+    applies = [r for r in offered if r.name in {e.name for e in (*EXTERNAL, *FEEDERS)}
+               and rewritten_program(env, r) is not None]
+    external = [r for r in applies if r in EXTERNAL]
+    feeders = [r for r in FEEDERS if r in applies]  # in the order they feed one another
+    options = [ModelOption((), combined(external))] if len(external) > 1 else []
+    if external and feeders:
+        options.append(ModelOption((), replace(combined([*feeders, *external]), tunes=())))
+    return options
 
 
 def offered_flag_sets(env: StageEnv, pipeline: Optional[str] = None,
