@@ -17,6 +17,7 @@ from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
+from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.external_depthwise import external_depthwise_convs
 from tuner.rewrite.external_gemm import external_gemms
@@ -116,7 +117,12 @@ EXTERNAL_ATTENTION = Rewrite("external-flash-attention", external_attentions,
 # every tap unrolled, the bias in it.
 EXTERNAL_DEPTHWISE = Rewrite("external-depthwise-conv", external_depthwise_convs,
                              "depthwise convolutions as an external kernel compiled by Triton", devices=("cuda",))
-EXTERNAL = (EXTERNAL_GEMM, EXTERNAL_ATTENTION, EXTERNAL_DEPTHWISE)
+# Likewise every other convolution (tuner.rewrite.external_conv): an implicit-GEMM kernel of
+# Triton's that gathers the patches as it goes, the bias and a Relu or Gelu in it. Last: the GEMM
+# takes the 1x1 convolutions it can first (a plain matrix product, no gather).
+EXTERNAL_CONV = Rewrite("external-hopper-conv", external_convs,
+                        "convolutions as external Hopper implicit-GEMM kernels compiled by Triton", devices=("cuda",))
+EXTERNAL = (EXTERNAL_GEMM, EXTERNAL_ATTENTION, EXTERNAL_DEPTHWISE, EXTERNAL_CONV)
 # The rewrites that put convolutions in a form the external GEMM takes, applied before the
 # external kernels in the flag stage's joined option (tuner.stages.flag_options.external_together):
 # a strided 1x1 convolution subsampled, every 1x1 one a matrix product (those the kernel does not

@@ -42,8 +42,8 @@ from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.conv1d import conv1ds_as_matmuls
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
-from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, onnx_op, onnx_sites, onnx_string, replace_op,
-                                     si64_array, static_shape)
+from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, only_user, onnx_op, onnx_sites, onnx_string,
+                                     replace_op, si64_array, static_shape)
 
 KernelSource = Callable[[GemmProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
@@ -97,11 +97,6 @@ def gemm_form(gemm: ir.Operation) -> Optional[tuple[bool, Optional[ir.Value]]]:
     return trans_b, bias
 
 
-def _only_user(value: ir.Value) -> Optional[ir.Operation]:
-    uses = list(value.uses)
-    return uses[0].owner if len(uses) == 1 else None
-
-
 def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ...], Optional[ir.Value]]:
     """What after a linear MatMul the kernel can compute before it rounds: an `onnx.Add` of a
     bias of one value per column (the MatMul's only use), or per row where the product is 2-D or
@@ -111,7 +106,7 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
     (GPT-2's Conv1D as torch 2.13 exports it: Gemm, then Add of the bias)."""
     ops, steps, bias = [], [], None
     y, element = matmul.result, element_type(matmul.result)
-    n, user = static_shape(y)[-1], _only_user(matmul.result)
+    n, user = static_shape(y)[-1], only_user(matmul.result)
     problem = problem_of(matmul)
     if is_onnx(matmul, "Gemm") and gemm_form(matmul)[1] is not None:  # its own C: no other bias
         user = None if not is_onnx(user, "Relu") and not is_onnx(user, "Gelu") else user
@@ -124,7 +119,7 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
             ops, steps, bias, y = [user], ["bias"], other, user.result
         elif shape and by_rows and shape[-2:] == [problem.m, 1] and math.prod(shape) == problem.m:
             ops, steps, bias, y = [user], ["row_bias"], other, user.result
-        user = _only_user(y) if ops else user
+        user = only_user(y) if ops else user
     if is_onnx(user, "Relu"):
         ops.append(user)
         steps.append("relu")

@@ -28,6 +28,12 @@ def rewrite_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], 
     return done
 
 
+def only_user(value: ir.Value) -> Optional[ir.Operation]:
+    """The one op that uses `value`, or None where none or several do."""
+    uses = list(value.uses)
+    return uses[0].owner if len(uses) == 1 else None
+
+
 def replace_op(op: ir.Operation, value: ir.Value) -> None:
     """Every use of `op`'s result made a use of `value`, and `op` erased."""
     op.result.replace_all_uses_with(value)

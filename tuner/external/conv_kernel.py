@@ -1,0 +1,83 @@
+"""A convolution as an external implicit-GEMM kernel: the problem and the tiles it is computed with.
+
+Y[n, g*fg + f, oh, ow] = B[g*fg + f] + sum over (c, i, j) of W[g*fg + f, c, i, j]
+                                            X[n, g*cg + c, oh*sh - pt + i*dh, ow*sw - pl + j*dw]
+
+NCHW and OIHW as ONNX's Conv writes them (`group` g of cg input channels and fg filters each),
+taps outside the image read as zeros, the sums in f32, then the epilogue (the bias, an
+activation) and one rounding. Per group it is a matrix product C[m, n] = A[m, k] B[k, n] with
+m = fg filters, n = images x output pixels (the images side by side) and k = cg x taps: A is the
+filter as it lies in memory, B the patches, gathered by the kernel as it goes and never written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.external.abi import WAVE
+from tuner.external.gemm_kernel import GemmTiles
+
+# What the kernel computes on its f32 sums before it rounds them: the convolution's bias (one value
+# per filter), then one activation.
+EPILOGUE_STEPS = ("row_bias", "relu", "gelu")
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    n: int
+    c: int
+    h: int
+    w: int
+    f: int
+    kh: int
+    kw: int
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    dilations: tuple[int, int] = (1, 1)
+    group: int = 1
+    element: str = "f16"
+    epilogue: tuple[str, ...] = ()
+
+    @property
+    def out(self) -> tuple[int, int]:
+        """The output's rows and columns."""
+        (sh, sw), (pt, pl, pb, pr), (dh, dw) = self.strides, self.pads, self.dilations
+        return ((self.h + pt + pb - dh * (self.kh - 1) - 1) // sh + 1,
+                (self.w + pl + pr - dw * (self.kw - 1) - 1) // sw + 1)
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """The matrix product of one group: (m, n, k) = (filters, images x pixels, channels x taps)."""
+        oh, ow = self.out
+        return self.f // self.group, self.n * oh * ow, self.c // self.group * self.kh * self.kw
+
+    @property
+    def name(self) -> str:
+        extra = "".join(f"_{label}{'x'.join(map(str, v))}" for label, v, plain in (
+            ("s", self.strides, (1, 1)), ("p", self.pads, (0, 0, 0, 0)), ("d", self.dilations, (1, 1))) if v != plain)
+        group = f"_g{self.group}" if self.group > 1 else ""
+        return (f"conv_{self.n}x{self.c}x{self.h}x{self.w}_{self.f}x{self.kh}x{self.kw}{extra}{group}_{self.element}"
+                + "".join(f"_{e}" for e in self.epilogue))
+
+
+# In order of preference, as the GEMM's (tuner.external.gemm_kernel.PREFERRED): the first whose
+# grid fills a wave of workgroups, else the one with the most. K steps of 32: a 3x3 filter over
+# 32 channels or more is 288 and up (the last step masked where 32 does not divide k); rows of
+# 32 where a group has that few filters (DenseNet's 32-filter 3x3 layers: a 64-row tile would
+# compute zeros for half of them). Not chosen on any measurement.
+CONV_TILES = (GemmTiles(128, 128, 32, 8, 3), GemmTiles(64, 128, 32, 4, 3), GemmTiles(128, 64, 32, 4, 3),
+              GemmTiles(64, 64, 32, 4, 3), GemmTiles(32, 128, 32, 4, 3), GemmTiles(32, 64, 32, 4, 3))
+
+
+def conv_tiles_for(problem: ConvProblem) -> GemmTiles:
+    """Tiles of CONV_TILES 32 rows tall where a group has at most 32 filters, else at least 64 (a
+    warpgroup's wgmma is 64 rows) and no taller than the filters round up to: the first whose grid
+    fills a wave, else the one with the most workgroups."""
+    m, n, _ = problem.gemm
+    rows = max(32, min(128, 1 << (m - 1).bit_length()))
+    fitting = [t for t in CONV_TILES if t.bm <= rows and (t.bm >= 64 or rows == 32)]
+
+    def blocks(t: GemmTiles) -> int:
+        return -(-m // t.bm) * -(-n // t.bn) * problem.group
+
+    filling = [t for t in fitting if blocks(t) >= WAVE]
+    return filling[0] if filling else max(fitting, key=blocks)

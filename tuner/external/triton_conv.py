@@ -1,0 +1,97 @@
+"""Convolutions as implicit GEMMs compiled by Triton, for `hal.dispatch.extern` (tuner.external).
+
+A block computes a bm x bn tile of one group's C = A B (tuner.external.conv_kernel): bm of the
+group's filters by bn output pixels (the images side by side). Each K step loads the filters' next
+bk values as they lie in memory and gathers the patch values they meet from the image (zeros
+where a tap falls in the padding or past k), then `tl.dot` (wgmma on sm_90a) adds their product
+to the f32 sums; the patches are never written. The bias per filter and the activation are
+applied to the sums, which are rounded once and stored in NCHW. The grid is (pixel tiles, filter
+tiles, groups). The bindings are X, W, then the bias where there is one, then Y."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from tuner.external.abi import ExternKernel
+from tuner.external.conv_kernel import EPILOGUE_STEPS, ConvProblem
+from tuner.external.gemm_kernel import GemmTiles
+from tuner.external.triton_build import compile_for_iree, language
+
+ACTIVATIONS = {"relu": 1, "gelu": 2}
+
+
+@cache
+def _kernel():  # jitted once a process
+    triton, tl = language()
+
+    @triton.jit
+    def _conv(x_ptr, w_ptr, u_ptr, v_ptr, C: tl.constexpr, H: tl.constexpr, W: tl.constexpr, F: tl.constexpr,
+              OH: tl.constexpr, OW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr,
+              SW: tl.constexpr, PT: tl.constexpr, PL: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
+              M: tl.constexpr, NP: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+        # M filters, K = channels x taps a group; NP = images x output pixels. u_ptr is the bias
+        # and v_ptr Y where HAS_BIAS, else u_ptr is Y.
+        pid_n = tl.program_id(0)
+        pid_m = tl.program_id(1)
+        group = tl.program_id(2)
+        rows = pid_m * BM + tl.arange(0, BM)
+        filters = group * M + rows
+        cols = pid_n * BN + tl.arange(0, BN)
+        image = cols // (OH * OW)
+        pixel = cols % (OH * OW)
+        top = (pixel // OW) * SH - PT
+        left = (pixel % OW) * SW - PL
+        plane = image.to(tl.int64) * (C * H * W) + group * (K // (KH * KW)) * (H * W)
+        row_ok = rows < M
+        col_ok = cols < NP
+        a = w_ptr + filters.to(tl.int64)[:, None] * K
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            ks = k0 + tl.arange(0, BK)
+            k_ok = ks < K
+            channel = ks // (KH * KW)
+            tap = ks % (KH * KW)
+            ih = top[None, :] + ((tap // KW) * DH)[:, None]
+            iw = left[None, :] + ((tap % KW) * DW)[:, None]
+            inside = k_ok[:, None] & col_ok[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            patch = tl.load(x_ptr + plane[None, :] + (channel * (H * W))[:, None] + ih * W + iw, mask=inside,
+                            other=0.0)
+            filt = tl.load(a + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            acc = tl.dot(filt, patch, acc)
+        if HAS_BIAS:
+            acc += tl.load(u_ptr + filters, mask=row_ok, other=0.0)[:, None].to(tl.float32)
+            out = v_ptr
+        else:
+            out = u_ptr
+        if ACT == 1:
+            acc = tl.maximum(acc, 0.0)
+        if ACT == 2:
+            acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+        at = image.to(tl.int64)[None, :] * (F * OH * OW) + filters.to(tl.int64)[:, None] * (OH * OW) + pixel[None, :]
+        tl.store(out + at, acc.to(out.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+    return _conv
+
+
+@cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
+def triton_conv(problem: ConvProblem, tiles: GemmTiles) -> ExternKernel:
+    """The implicit-GEMM kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
+    if problem.element not in ("f16", "bf16"):
+        raise ValueError(f"no external kernel for {problem.element} convolutions")
+    steps = list(problem.epilogue)
+    has_bias = steps[:1] == ["row_bias"]
+    activation = steps[1:] if has_bias else steps
+    if any(s not in EPILOGUE_STEPS for s in steps) or len(activation) > 1 or "row_bias" in activation:
+        raise ValueError(f"no external kernel for the epilogue {'+'.join(steps)}")
+    m, n, k = problem.gemm
+    oh, ow = problem.out
+    (sh, sw), (pt, pl, _, _), (dh, dw) = problem.strides, problem.pads, problem.dilations
+    pointer = "*fp16" if problem.element == "f16" else "*bf16"
+    return compile_for_iree(_kernel(), {"x_ptr": pointer, "w_ptr": pointer, "u_ptr": pointer, "v_ptr": pointer},
+                            {"C": problem.c, "H": problem.h, "W": problem.w, "F": problem.f, "OH": oh, "OW": ow,
+                             "KH": problem.kh, "KW": problem.kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "DH": dh,
+                             "DW": dw, "M": m, "NP": n, "K": k, "BM": tiles.bm, "BN": tiles.bn, "BK": tiles.bk,
+                             "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0},
+                            tiles, problem.name, (-(-n // tiles.bn), -(-m // tiles.bm), problem.group),
+                            bindings=4 if has_bias else 3)

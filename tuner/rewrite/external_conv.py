@@ -1,0 +1,97 @@
+"""Convolutions as external implicit-GEMM kernels, in an ONNX model's import (tuner.external).
+
+Each dense or grouped `onnx.Conv` (every group at least two channels: a depthwise one is
+tuner.rewrite.external_depthwise's) of a static 4-d f16 or bf16 input becomes a call of a
+function whose body is one `hal.dispatch.extern` of Triton's implicit-GEMM kernel
+(tuner.external.triton_conv), its PTX embedded in the program, with the convolution's bias and
+a Relu or Gelu after it (the convolution's only use) computed by the kernel:
+
+    Relu(Conv(X, W, B))  ->  conv_bias_relu(X, W, B)
+
+IREE 3.13 computes a GPU convolution as an implicit GEMM on mma.sync at best (ResNet-50's 3x3
+convolutions at batch 8 ran 0.06-0.42 ms each on the H200), its strided 1x1 ones as a reduction
+that took ResNet-50's default 270 ms of its 278, and NCHW f16 1x1 ones wrong. Written as patches
+and a matrix product in the program instead (tuner.rewrite.conv_im2col, then the external GEMM),
+the patches are a tensor of taps x the image written and read again: DenseNet-121's gathers took
+longer than its GEMMs. This kernel gathers the patches as it goes and writes only Y.
+
+Any kernel size, stride, dilation, group count and explicit padding (auto_pad NOTSET or VALID).
+One function per problem, called by every convolution of that shape. The PTX names sm_90a, as
+the other external kernels' do: the driver of any other GPU refuses it at load, and the flag
+stage, which runs every variant, drops the rewrite there."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Optional
+
+from iree.compiler import ir
+
+from tuner.external.abi import ExternKernel
+from tuner.external.conv_kernel import ConvProblem, conv_tiles_for
+from tuner.external.gemm_kernel import GemmTiles
+from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
+from tuner.rewrite.torch_ops import conv2d, element_type, is_onnx, only_user, onnx_sites, onnx_string, replace_op, static_shape
+
+KernelSource = Callable[[ConvProblem, GemmTiles], ExternKernel]
+ELEMENTS = ("f16", "bf16")
+
+
+def problem_of(conv: ir.Operation) -> Optional[ConvProblem]:
+    """The convolution `conv` computes (its bias in the epilogue, no activation yet: epilogue_of),
+    or None where it is not one the kernel takes."""
+    a = conv2d(conv)
+    if a is None:
+        return None
+    n, c, h, w = a.x
+    f, cg = a.weight[:2]
+    element = element_type(conv.result)
+    if (a.group < 1 or c % a.group or f % a.group or cg != c // a.group or cg < 2
+            or a.auto_pad not in ("NOTSET", "VALID") or element not in ELEMENTS
+            or {element_type(v) for v in conv.operands} != {element}):
+        return None
+    problem = ConvProblem(n, c, h, w, f, *a.weight[2:], tuple(a.strides), tuple(a.pads), tuple(a.dilations), a.group,
+                          element, ("row_bias",) if len(conv.operands) > 2 else ())
+    return problem if static_shape(conv.result) == [n, f, *problem.out] else None
+
+
+def epilogue_of(conv: ir.Operation) -> Optional[ir.Operation]:
+    """The `onnx.Relu` or exact `onnx.Gelu` that is the convolution's only use, or None."""
+    user = only_user(conv.result)
+    if is_onnx(user, "Relu") or (is_onnx(user, "Gelu") and onnx_string(user, "approximate", "none") == "none"):
+        return user
+    return None
+
+
+def external_convs(module: ir.Module, source: Optional[KernelSource] = None) -> list[str]:
+    """Rewrite every `onnx.Conv` of `module` the kernel takes (in place, inside its context) as a
+    call of it, the Relu or Gelu after it too; `source` makes the kernels (Triton's by default).
+    Returns each rewritten convolution's problem and tiles, then each problem whose kernel could
+    not be made (its convolutions left as they were; nothing where no kernel was)."""
+    if source is None:
+        from tuner.external.triton_conv import triton_conv as source
+    kernels, done = Kernels(source), []
+    for conv in onnx_sites(module, "Conv", problem_of):
+        after = epilogue_of(conv)
+        problem = problem_of(conv)
+        if after is not None:
+            activation = "relu" if is_onnx(after, "Relu") else "gelu"
+            problem = replace(problem, epilogue=(*problem.epilogue, activation))
+        arguments = [tensor_type(static_shape(v), problem.element) for v in conv.operands]
+        result = tensor_type(static_shape(conv.result), problem.element)
+        kernel = kernels.get(problem, conv_tiles_for(problem),
+                             lambda k, conv=conv, arguments=arguments, result=result: define_extern(
+                                 module, k, arguments, result, onnx_meta(conv)),
+                             f"{problem.name.removeprefix('conv_')} left as it was")
+        if kernel is None:
+            continue
+        last = after if after is not None else conv
+        replace_op(last, call_extern(problem.name, list(conv.operands), static_shape(conv.result), problem.element,
+                                     ir.InsertionPoint(last), conv.location))
+        if after is not None:
+            conv.erase()
+        done.append(f"{problem.name.removeprefix('conv_')} ({kernel.label})")
+    if not done:
+        return []
+    module.operation.verify()
+    return done + kernels.failed
