@@ -16,7 +16,7 @@ set -u
 source benchmarks/gpu_setup.sh
 export TRITON_DEFAULT_FP_FUSION=1 COLUMNS=200
 D=/tmp/exports
-EXTERNAL=external-hopper-gemm+external-flash-attention+external-depthwise-conv
+EXTERNAL=external-hopper-gemm+external-flash-attention+external-depthwise-conv+external-hopper-conv
 FED=subsample-strided-1x1+pointwise-conv-as-matmul+conv-as-im2col-matmul+$EXTERNAL  # tuner.rewrite.FEEDERS first
 for F in "$@"; do
   if [ ! -f $D/$F/torch.json ]; then
