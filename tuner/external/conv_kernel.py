@@ -60,10 +60,10 @@ class ConvProblem:
 
 
 # In order of preference, as the GEMM's (tuner.external.gemm_kernel.PREFERRED): the first whose
-# grid fills a wave of workgroups, else the one with the most. K steps of 32: a 3x3 filter over
-# 32 channels or more is 288 and up (the last step masked where 32 does not divide k); rows of
-# 32 where a group has that few filters (DenseNet's 32-filter 3x3 layers: a 64-row tile would
-# compute zeros for half of them). Not chosen on any measurement.
+# grid fills a wave of workgroups, else the one with the most. K steps of 32 (32 channels of one
+# tap where 32 divides a group's channels; tuner.external.triton_conv); rows of 32 where a group
+# has that few filters (DenseNet's 32-filter 3x3 layers: a 64-row tile would compute zeros for
+# half of them). Not chosen on any measurement.
 CONV_TILES = (GemmTiles(128, 128, 32, 8, 3), GemmTiles(64, 128, 32, 4, 3), GemmTiles(128, 64, 32, 4, 3),
               GemmTiles(64, 64, 32, 4, 3), GemmTiles(32, 128, 32, 4, 3), GemmTiles(32, 64, 32, 4, 3))
 

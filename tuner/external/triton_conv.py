@@ -1,10 +1,12 @@
 """Convolutions as implicit GEMMs compiled by Triton, for `hal.dispatch.extern` (tuner.external).
 
 A block computes a bm x bn tile of one group's C = A B (tuner.external.conv_kernel): bm of the
-group's filters by bn output pixels (the images side by side). Each K step loads the filters' next
-bk values as they lie in memory and gathers the patch values they meet from the image (zeros
-where a tap falls in the padding or past k), then `tl.dot` (wgmma on sm_90a) adds their product
-to the f32 sums; the patches are never written. The bias per filter and the activation are
+group's filters by bn output pixels (the images side by side). Each K step loads bk of the
+filters' values and gathers the patch values they meet from the image (zeros where a tap falls
+in the padding), then `tl.dot` (wgmma on sm_90a) adds their product to the f32 sums; the patches
+are never written. Where bk divides a group's channels, a step is one tap's bk channels (its
+pixel offsets one vector, its rows consecutive planes); otherwise (a stem's 3 channels) k runs
+in the filter's own order, every value's tap and channel computed, the last step masked. The bias per filter and the activation are
 applied to the sums, which are rounded once and stored in NCHW. The grid is (pixel tiles, filter
 tiles, groups). The bindings are X, W, then the bias where there is one, then Y."""
 
@@ -21,7 +23,8 @@ ACTIVATIONS = {"relu": 1, "gelu": 2}
 
 
 @cache
-def _kernel():  # jitted once a process
+def conv_kernel():
+    """The triton.jit kernel (jitted once a process; benchmarks/gpu_external_conv.py launches it directly)."""
     triton, tl = language()
 
     @triton.jit
@@ -29,7 +32,7 @@ def _kernel():  # jitted once a process
               OH: tl.constexpr, OW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr,
               SW: tl.constexpr, PT: tl.constexpr, PL: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
               M: tl.constexpr, NP: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+              BK: tl.constexpr, BY_TAP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
         # M filters, K = channels x taps a group; NP = images x output pixels. u_ptr is the bias
         # and v_ptr Y where HAS_BIAS, else u_ptr is Y.
         pid_n = tl.program_id(0)
@@ -47,18 +50,36 @@ def _kernel():  # jitted once a process
         col_ok = cols < NP
         a = w_ptr + filters.to(tl.int64)[:, None] * K
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for k0 in range(0, K, BK):
-            ks = k0 + tl.arange(0, BK)
-            k_ok = ks < K
-            channel = ks // (KH * KW)
-            tap = ks % (KH * KW)
-            ih = top[None, :] + ((tap // KW) * DH)[:, None]
-            iw = left[None, :] + ((tap % KW) * DW)[:, None]
-            inside = k_ok[:, None] & col_ok[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            patch = tl.load(x_ptr + plane[None, :] + (channel * (H * W))[:, None] + ih * W + iw, mask=inside,
-                            other=0.0)
-            filt = tl.load(a + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            acc = tl.dot(filt, patch, acc)
+        if BY_TAP:
+            # K in (tap, channel) order, BK channels a step (BK divides the group's channels): a
+            # step's tap is one scalar, its rows and columns one vector of BN, and the patch's
+            # rows consecutive planes
+            CG: tl.constexpr = K // (KH * KW)
+            cs = tl.arange(0, BK)
+            for step in range(0, K // BK):
+                tap = step // (CG // BK)
+                c0 = (step % (CG // BK)) * BK
+                ih = top + (tap // KW) * DH
+                iw = left + (tap % KW) * DW
+                inside = col_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+                patch = tl.load(x_ptr + (plane + ih * W + iw)[None, :] + ((c0 + cs) * (H * W))[:, None],
+                                mask=inside[None, :], other=0.0)
+                filt = tl.load(a + ((c0 + cs) * (KH * KW) + tap)[None, :], mask=row_ok[:, None], other=0.0)
+                acc = tl.dot(filt, patch, acc)
+        else:
+            # K in the filter's own (channel, tap) order, the last step masked: few channels (a stem)
+            for k0 in range(0, K, BK):
+                ks = k0 + tl.arange(0, BK)
+                k_ok = ks < K
+                channel = ks // (KH * KW)
+                tap = ks % (KH * KW)
+                ih = top[None, :] + ((tap // KW) * DH)[:, None]
+                iw = left[None, :] + ((tap % KW) * DW)[:, None]
+                inside = k_ok[:, None] & col_ok[None, :] & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+                patch = tl.load(x_ptr + plane[None, :] + (channel * (H * W))[:, None] + ih * W + iw, mask=inside,
+                                other=0.0)
+                filt = tl.load(a + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                acc = tl.dot(filt, patch, acc)
         if HAS_BIAS:
             acc += tl.load(u_ptr + filters, mask=row_ok, other=0.0)[:, None].to(tl.float32)
             out = v_ptr
@@ -74,11 +95,8 @@ def _kernel():  # jitted once a process
     return _conv
 
 
-@cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
-def triton_conv(problem: ConvProblem, tiles: GemmTiles) -> ExternKernel:
-    """The implicit-GEMM kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
-    if problem.element not in ("f16", "bf16"):
-        raise ValueError(f"no external kernel for {problem.element} convolutions")
+def constants(problem: ConvProblem, tiles: GemmTiles) -> dict[str, object]:
+    """The kernel's constexpr arguments for `problem` with `tiles` (by name, in its order)."""
     steps = list(problem.epilogue)
     has_bias = steps[:1] == ["row_bias"]
     activation = steps[1:] if has_bias else steps
@@ -87,11 +105,24 @@ def triton_conv(problem: ConvProblem, tiles: GemmTiles) -> ExternKernel:
     m, n, k = problem.gemm
     oh, ow = problem.out
     (sh, sw), (pt, pl, _, _), (dh, dw) = problem.strides, problem.pads, problem.dilations
+    return {"C": problem.c, "H": problem.h, "W": problem.w, "F": problem.f, "OH": oh, "OW": ow, "KH": problem.kh,
+            "KW": problem.kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "DH": dh, "DW": dw, "M": m, "NP": n, "K": k,
+            "BM": tiles.bm, "BN": tiles.bn, "BK": tiles.bk, "BY_TAP": (problem.c // problem.group) % tiles.bk == 0,
+            "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0}
+
+
+def grid(problem: ConvProblem, tiles: GemmTiles) -> tuple[int, int, int]:
+    """(pixel tiles, filter tiles, groups)."""
+    m, n, _ = problem.gemm
+    return -(-n // tiles.bn), -(-m // tiles.bm), problem.group
+
+
+@cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
+def triton_conv(problem: ConvProblem, tiles: GemmTiles) -> ExternKernel:
+    """The implicit-GEMM kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
+    if problem.element not in ("f16", "bf16"):
+        raise ValueError(f"no external kernel for {problem.element} convolutions")
+    values = constants(problem, tiles)
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
-    return compile_for_iree(_kernel(), {"x_ptr": pointer, "w_ptr": pointer, "u_ptr": pointer, "v_ptr": pointer},
-                            {"C": problem.c, "H": problem.h, "W": problem.w, "F": problem.f, "OH": oh, "OW": ow,
-                             "KH": problem.kh, "KW": problem.kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "DH": dh,
-                             "DW": dw, "M": m, "NP": n, "K": k, "BM": tiles.bm, "BN": tiles.bn, "BK": tiles.bk,
-                             "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0},
-                            tiles, problem.name, (-(-n // tiles.bn), -(-m // tiles.bm), problem.group),
-                            bindings=4 if has_bias else 3)
+    return compile_for_iree(conv_kernel(), {"x_ptr": pointer, "w_ptr": pointer, "u_ptr": pointer, "v_ptr": pointer},
+                            values, tiles, problem.name, grid(problem, tiles), bindings=4 if values["HAS_BIAS"] else 3)
