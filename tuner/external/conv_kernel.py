@@ -11,7 +11,7 @@ filter as it lies in memory, B the patches, gathered by the kernel as it goes an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tuner.external.abi import WAVE
 from tuner.external.gemm_kernel import GemmTiles
@@ -71,7 +71,8 @@ CONV_TILES = (GemmTiles(128, 128, 32, 8, 3), GemmTiles(64, 128, 32, 4, 3), GemmT
 def conv_tiles_for(problem: ConvProblem) -> GemmTiles:
     """Tiles of CONV_TILES 32 rows tall where a group has at most 32 filters, else at least 64 (a
     warpgroup's wgmma is 64 rows) and no taller than the filters round up to: the first whose grid
-    fills a wave, else the one with the most workgroups."""
+    fills a wave, else the one with the most workgroups (the smaller of equals). Their K step is 16 where 16 and not 32
+    divides a group's channels, so that a step is still one tap's channels."""
     m, n, _ = problem.gemm
     rows = max(32, min(128, 1 << (m - 1).bit_length()))
     fitting = [t for t in CONV_TILES if t.bm <= rows and (t.bm >= 64 or rows == 32)]
@@ -80,4 +81,6 @@ def conv_tiles_for(problem: ConvProblem) -> GemmTiles:
         return -(-m // t.bm) * -(-n // t.bn) * problem.group
 
     filling = [t for t in fitting if blocks(t) >= WAVE]
-    return filling[0] if filling else max(fitting, key=blocks)
+    tiles = filling[0] if filling else max(fitting, key=lambda t: (blocks(t), -t.bm * t.bn))  # the least padded of equals
+    channels = problem.c // problem.group
+    return replace(tiles, bk=16) if channels % 32 and not channels % 16 else tiles
