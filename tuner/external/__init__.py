@@ -8,6 +8,8 @@ and the CUDA driver compiles the PTX at load.
 
 `abi` is the kernel as IREE's CUDA runtime launches it (bindings as pointer parameters in order,
 the grid and block from the dispatch, the dynamic shared memory from `workgroup_local_memory`);
-`gemm_kernel` and `attention_kernel` the problems and their tiles; `triton_build` Triton's
-compile for sm_90a, brought to that ABI; `triton_gemm` and `triton_attention` the kernels. The
-rewrites that put them in a program are tuner.rewrite.external_gemm and external_attention."""
+`gemm_kernel`, `attention_kernel`, `depthwise_kernel` and `conv_kernel` the problems and their
+tiles; `triton_build` Triton's compile for sm_90a, brought to that ABI; `triton_gemm`,
+`triton_attention`, `triton_depthwise` and `triton_conv` the kernels. The rewrites that put them
+in a program are tuner.rewrite.external_gemm, external_attention, external_depthwise and
+external_conv."""
