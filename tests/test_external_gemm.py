@@ -445,6 +445,11 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
     (("conv-as-im2col-matmul", "external-hopper-gemm", "pointwise-conv-as-matmul"),
      [("pointwise-conv-as-matmul+conv-as-im2col-matmul+external-hopper-gemm", ())]),
     (("external-hopper-gemm",), []),                          # one kernel alone is its own option
+    # f32-reductions first in each, where it applies (a right result may need it): a kernel alone too
+    (("external-hopper-gemm", "f32-reductions"), [("f32-reductions+external-hopper-gemm", ())]),
+    (("f32-reductions", "pointwise-conv-as-matmul", "external-hopper-conv", "external-hopper-gemm"),
+     [("f32-reductions+external-hopper-gemm+external-hopper-conv", ()),
+      ("f32-reductions+pointwise-conv-as-matmul+external-hopper-gemm+external-hopper-conv", ())]),
     (("subsample-strided-1x1", "conv-as-im2col-matmul"), []),  # no kernel applies: nothing joined
 ])
 def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_feed_them(monkeypatch, applies,

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from tuner.discovery.program import discover_program
-from tuner.rewrite import EXTERNAL, FEEDERS, Rewrite, combined, rewrite_program, rewrites_for
+from tuner.rewrite import EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, rewrite_program, rewrites_for
 from tuner.stages.base import StageEnv
 
 MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
@@ -71,16 +71,19 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     it left for an extension step the share may not reach (ConvNeXt-T on the H200: the depthwise
     kernel 1.24x alone, the GEMM 2.89x, the pair never built in a 380 s run; built, 8.28x
     untuned). The feeders turn convolutions into matrix products the GEMM kernel takes; alone,
-    each forms IREE matmuls and is judged as such. Both options are judged at the compiler's
+    each forms IREE matmuls and is judged as such. Where f32-reductions applies it comes first in
+    both (joined, a kernel alone too): without it the model's result can be off whatever else is
+    chosen (wav2vec2 in f16). Both options are judged at the compiler's
     configs for what IREE still compiles (the dispatch stage tunes those after)."""
     offered = offered_rewrites(env)
-    applies = [r for r in offered if r.name in {e.name for e in (*EXTERNAL, *FEEDERS)}
+    applies = [r for r in offered if r.name in {e.name for e in (F32_REDUCTIONS, *EXTERNAL, *FEEDERS)}
                and rewritten_program(env, r) is not None]
     external = [r for r in applies if r in EXTERNAL]
     feeders = [r for r in FEEDERS if r in applies]  # in the order they feed one another
-    options = [ModelOption((), combined(external))] if len(external) > 1 else []
+    exact = [F32_REDUCTIONS] if F32_REDUCTIONS in applies else []  # a right result needs it; costs nothing
+    options = [ModelOption((), combined([*exact, *external]))] if len(external) > 1 or (external and exact) else []
     if external and feeders:
-        options.append(ModelOption((), replace(combined([*feeders, *external]), tunes=())))
+        options.append(ModelOption((), replace(combined([*exact, *feeders, *external]), tunes=())))
     return options
 
 
