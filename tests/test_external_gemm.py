@@ -463,3 +463,58 @@ def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_fee
                         lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
     options = flag_options.external_together(object())
     assert [(o.rewrite.name, o.tuned_kinds) for o in options] == expected
+
+
+def _gpt2_mlp_up(half: str = "0x020000000038") -> str:
+    """GPT-2's c_fc as torch.onnx.export writes it: a Gemm of [16, 64] by [64, 256], its result
+    viewed as [1, 16, 256], then gelu_new spelled out op by op; the scalars f16 constants, 0.5 a
+    `dense_resource` blob (alignment 2, then 0x3800) as the exporter writes it, the others splats."""
+    r2, r3, s = "!torch.vtensor<[16,256],f16>", "!torch.vtensor<[1,16,256],f16>", "!torch.vtensor<[],f16>"
+
+    def scalar(name: str, value: str) -> str:
+        return f'  %{name} = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<{value}> : tensor<f16>}} : () -> {s}'
+
+    return f"""
+func.func @f(%x: !torch.vtensor<[16,64],f16>, %w: !torch.vtensor<[64,256],f16>) -> {r3}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %half = torch.operator "onnx.Constant"() {{torch.onnx.value = dense_resource<half> : tensor<f16>}} : () -> {s}
+{scalar("three", "3.0")}
+{scalar("c", "4.471590e-02")}
+{scalar("k", "7.978520e-01")}
+{scalar("one", "1.0")}
+  %shape = torch.vtensor.literal(dense<[1, 16, 256]> : tensor<3xsi64>) : !torch.vtensor<[3],si64>
+  %g = torch.operator "onnx.Gemm"(%x, %w) {{torch.onnx.alpha = 1.000000e+00 : f32, torch.onnx.beta = 1.000000e+00 : f32}} : (!torch.vtensor<[16,64],f16>, !torch.vtensor<[64,256],f16>) -> {r2}
+  %v = torch.operator "onnx.Reshape"(%g, %shape) : ({r2}, !torch.vtensor<[3],si64>) -> {r3}
+  %m = torch.operator "onnx.Mul"(%v, %half) : ({r3}, {s}) -> {r3}
+  %p = torch.operator "onnx.Pow"(%v, %three) : ({r3}, {s}) -> {r3}
+  %pc = torch.operator "onnx.Mul"(%p, %c) : ({r3}, {s}) -> {r3}
+  %a = torch.operator "onnx.Add"(%v, %pc) : ({r3}, {r3}) -> {r3}
+  %ak = torch.operator "onnx.Mul"(%a, %k) : ({r3}, {s}) -> {r3}
+  %t = torch.operator "onnx.Tanh"(%ak) : ({r3}) -> {r3}
+  %t1 = torch.operator "onnx.Add"(%t, %one) : ({r3}, {s}) -> {r3}
+  %out = torch.operator "onnx.Mul"(%m, %t1) : ({r3}, {r3}) -> {r3}
+  return %out : {r3}
+}}
+
+{{-#
+  dialect_resources: {{
+    builtin: {{
+      half: "{half}"
+    }}
+  }}
+#-}}
+"""
+
+
+@pytest.mark.parametrize("half, taken", [("0x020000000038", True),    # 0.5: GELU's tanh form
+                                         ("0x02000000CD38", False)])  # 0.6: some other function
+def test_gelu_spelled_out_in_its_tanh_form_after_a_reshaped_gemm_is_taken_into_the_kernel(half, taken):
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_gpt2_mlp_up(half))
+        done = external_gemms(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
+        text = str(module)
+    assert done and made[0].epilogue == (("gelu_tanh",) if taken else ())
+    assert ('"onnx.Tanh"' in text) != taken and ('"onnx.Pow"' in text) != taken
+    if taken:  # the call's [16, 256] viewed as the model's [1, 16, 256], as the chain's last Mul was
+        assert "-> !torch.vtensor<[1,16,256],f16>" in text.split("call @gemm_16x256x64_f16_gelu_tanh")[1]

@@ -40,6 +40,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
+from tuner.rewrite.activations import tanh_gelu
 from tuner.rewrite.conv1d import conv1ds_as_matmuls
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, only_user, onnx_op, onnx_sites, onnx_string,
@@ -101,7 +102,8 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
     """What after a linear MatMul the kernel can compute before it rounds: an `onnx.Add` of a
     bias of one value per column (the MatMul's only use), or per row where the product is 2-D or
     a filter by a batch (a convolution's bias, [O, 1]), then an `onnx.Gelu` or `onnx.Relu` (the
-    last one's only use). Returns those ops, their EPILOGUE_STEPS and the bias (or None). After
+    last one's only use) or GELU's tanh form spelled out (tuner.rewrite.activations.tanh_gelu,
+    after a Reshape of the product too: GPT-2's gelu_new). Returns those ops, their EPILOGUE_STEPS and the bias (or None). After
     a Gemm with a C, the activation only (its bias is its C); after one without, as a MatMul
     (GPT-2's Conv1D as torch 2.13 exports it: Gemm, then Add of the bias)."""
     ops, steps, bias = [], [], None
@@ -120,7 +122,12 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
         elif shape and by_rows and shape[-2:] == [problem.m, 1] and math.prod(shape) == problem.m:
             ops, steps, bias, y = [user], ["row_bias"], other, user.result
         user = only_user(y) if ops else user
-    if is_onnx(user, "Relu"):
+    reshape = user if is_onnx(user, "Reshape") else None  # a Gemm's 2-D result viewed as the model's rows
+    chain = tanh_gelu(reshape.result if reshape else y)
+    if chain is not None:  # GELU's tanh form spelled out (GPT-2's gelu_new)
+        ops.extend([*([reshape] if reshape else []), *chain])
+        steps.append("gelu_tanh")
+    elif is_onnx(user, "Relu"):
         ops.append(user)
         steps.append("relu")
     elif is_onnx(user, "Gelu"):
@@ -207,11 +214,9 @@ def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation],
         operands[1] = onnx_op("Reshape", [w, int64_literal([problem.k, problem.n], ip, loc)], [problem.k, problem.n],
                               element, ip, loc)
     y = call_extern(problem.name, operands, [*batch, problem.m, problem.n], element, ip, loc)
-    if len(lead) > 1:  # rows of a rank-3 or more activation (not the filter of a batch: rank 2)
-        y = onnx_op("Reshape", [y, int64_literal([*lead, problem.n], ip, loc)], [*lead, problem.n], element, ip, loc)
-    if _filter_by_batch(matmul) and not batch:
-        y = onnx_op("Reshape", [y, int64_literal([1, problem.m, problem.n], ip, loc)], [1, problem.m, problem.n],
-                    element, ip, loc)
+    shape = static_shape(last.result)  # a rank-3 activation's rows, a batch of one image, a Reshape taken in
+    if shape != [*batch, problem.m, problem.n]:
+        y = onnx_op("Reshape", [y, int64_literal(shape, ip, loc)], shape, element, ip, loc)
     replace_op(last, y)
     for op in [*after[:-1][::-1], *([matmul] if after else [])]:
         op.erase()

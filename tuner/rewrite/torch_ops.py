@@ -3,6 +3,7 @@ shared by the program rewrites."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -72,24 +73,51 @@ def producer(value: ir.Value) -> Optional[ir.Operation]:
 
 def zero_constant(value: ir.Value) -> bool:
     """Whether `value` is an `onnx.Constant` whose every element is +0 (every byte zero): a dense
-    splat, or a `dense_resource` blob read by printing the constant alone (the printer writes
-    the blobs an op refers to, and only those)."""
+    splat, or a `dense_resource` blob (constant_bytes)."""
     op = producer(value)
     if not is_onnx(op, "Constant") or "torch.onnx.value" not in op.attributes:
         return False
-    attr = op.attributes["torch.onnx.value"]
-    text = str(attr)
+    text = str(op.attributes["torch.onnx.value"])
     if text.startswith("dense<"):  # a splat prints one value
         return text.startswith(("dense<0.000000e+00>", "dense<0>"))
+    data = constant_bytes(op)
+    return data is not None and len(data) > 0 and not any(data)
+
+
+def constant_bytes(op: ir.Operation) -> Optional[bytes]:
+    """The elements of an `onnx.Constant` held in a `dense_resource` blob, as stored, read by
+    printing the constant alone (the printer writes the blobs an op refers to, and only those);
+    None where it holds no blob."""
+    text = str(op.attributes["torch.onnx.value"])
     if not text.startswith("dense_resource<"):
-        return False
+        return None
     key = text[len("dense_resource<"):].split(">", 1)[0]
     alone = ir.Module.create(loc=ir.Location.unknown(op.context))
     with ir.InsertionPoint(alone.body):
         op.clone()
     blob = re.search(r"\b" + re.escape(key) + r'"?\s*:\s*"0x([0-9A-Fa-f]*)"', str(alone))
     # The blob's first four bytes are its alignment; the elements follow.
-    return blob is not None and len(blob.group(1)) > 8 and set(blob.group(1)[8:]) == {"0"}
+    return bytes.fromhex(blob.group(1)[8:]) if blob is not None and len(blob.group(1)) >= 8 else None
+
+
+FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def scalar_constant(value: ir.Value) -> Optional[float]:
+    """The one value of an `onnx.Constant` of a float type and a single element (a splat or a
+    blob: the exporter's scalar tensors), else None."""
+    op = producer(value)
+    shape = static_shape(value)
+    if (not is_onnx(op, "Constant") or "torch.onnx.value" not in op.attributes or shape is None
+            or math.prod(shape) != 1 or element_type(value) not in FLOATS):
+        return None
+    attr = op.attributes["torch.onnx.value"]
+    if str(attr).startswith("dense<"):
+        dense = ir.DenseElementsAttr(attr)
+        return ir.FloatAttr(dense.get_splat_value()).value if dense.is_splat else None
+    data = constant_bytes(op)
+    dtype = FLOATS[element_type(value)]
+    return float(np.frombuffer(data, dtype)[0]) if data is not None and len(data) == np.dtype(dtype).itemsize else None
 
 
 def single_use(value: ir.Value) -> bool:
