@@ -45,7 +45,7 @@ def run(name: str, problem: ConvProblem) -> dict:
     import torch
     import triton.testing
 
-    from tuner.external.triton_conv import conv_kernel, constants, grid
+    from tuner.external.triton_conv import constants, conv_jit, grid
 
     tiles = conv_tiles_for(problem)
     values = constants(problem, tiles)
@@ -58,7 +58,7 @@ def run(name: str, problem: ConvProblem) -> dict:
     (pt, pl, pb, pr) = problem.pads
 
     def ours():
-        conv_kernel()[grid(problem, tiles)](x, w, b if b is not None else y, y, **values, num_warps=tiles.warps,
+        conv_jit()[grid(problem, tiles)](x, w, b if b is not None else y, y, **values, num_warps=tiles.warps,
                                             num_stages=tiles.stages)
 
     def theirs(a=x, f=w, bias=b):

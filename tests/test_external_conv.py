@@ -4,7 +4,7 @@ and which it leaves, the problem it reads from ONNX's Conv, the Relu it takes in
 the call it makes (one function per problem), the tiles, a kernel that cannot be made as data,
 and (slow) that plain iree-compile embeds the kernel as a dispatch of its own.
 
-The kernel's arithmetic is checked by benchmarks/interpret_external_conv.py (Triton's
+The kernel's arithmetic is checked by benchmarks/interpret_external_kernels.py (Triton's
 interpreter against torch) and on the GPU; the fixture is the PTX Triton 3.9 wrote for its
 1x16x8x8 input by 32 3x3 filters padded by 1, with a bias and a ReLU, for sm_90a: six pointer
 parameters, X, W, the bias, Y and Triton's two scratch buffers, unread. Nothing here needs
@@ -101,7 +101,7 @@ def test_convolutions_the_kernel_does_not_take_are_left_alone(x, w, y, attribute
 
 
 @pytest.mark.parametrize("after, taken", [("Relu", ("row_bias", "relu")), ("Gelu", ("row_bias", "gelu")),
-                                          ("Sigmoid", ("row_bias",))])
+                                          ("Sigmoid", ("row_bias",))])  # a Sigmoid alone is no SiLU
 def test_a_relu_or_gelu_after_the_convolution_is_computed_by_the_kernel(after, taken):
     made = []
     with ir.Context():
@@ -110,6 +110,20 @@ def test_a_relu_or_gelu_after_the_convolution_is_computed_by_the_kernel(after, t
         text = str(module)
     assert made[0].epilogue == taken
     assert '"onnx.Conv"' not in text and (f'"onnx.{after}"' in text) == (after == "Sigmoid")
+
+
+def test_silu_as_the_exporter_writes_it_is_computed_by_the_kernel():
+    y = _t([1, 32, 8, 8])
+    program = _conv([1, 16, 8, 8], [32, 16, 3, 3], [1, 32, 8, 8], after="Sigmoid", pads=[1, 1, 1, 1]).replace(
+        f"  return %out : {y}",
+        f'  %silu = torch.operator "onnx.Mul"(%y, %out) : ({y}, {y}) -> {y}\n  return %silu : {y}')
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
+        text = str(module)
+    assert made[0].epilogue == ("row_bias", "silu")
+    assert not any(f'"onnx.{op}"' in text for op in ("Conv", "Sigmoid", "Mul"))
 
 
 def test_convolutions_of_one_shape_call_one_extern_function_with_the_bias_a_binding():

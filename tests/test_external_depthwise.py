@@ -172,3 +172,18 @@ def test_plain_iree_compile_embeds_the_depthwise_kernel_as_a_dispatch_of_its_own
     assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
     name = "depthwise_1x8x8x8_3x3_p1x1x1x1_f16_bias"
     assert extern_ptx(tmp_path / "rewritten.mlir", tmp_path, name) == [for_iree(PTX, "_depthwise", name, 4)]
+
+
+def test_the_silu_after_a_depthwise_convolution_is_computed_by_the_kernel():
+    t = "!torch.vtensor<[1,8,8,8],f16>"
+    program = _conv([1, 8, 8, 8], [8, 1, 3, 3], [1, 8, 8, 8], pads=[1, 1, 1, 1]).replace(
+        f"  return %y : {t}",
+        f'  %s = torch.operator "onnx.Sigmoid"(%y) : ({t}) -> {t}\n'
+        f'  %out = torch.operator "onnx.Mul"(%s, %y) : ({t}, {t}) -> {t}\n  return %out : {t}')
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        done = external_depthwise_convs(module, lambda p, tiles: made.append(p) or _fixture_kernel(p, tiles))
+        text = str(module)
+    assert made[0].activation == "silu" and done == ["1x8x8x8_3x3_p1x1x1x1_f16_bias_silu (64 pixels w1)"]
+    assert not any(f'"onnx.{op}"' in text for op in ("Conv", "Sigmoid", "Mul"))

@@ -18,7 +18,7 @@ from tuner.external.gemm_kernel import GemmTiles
 
 # What the kernel computes on its f32 sums before it rounds them: the convolution's bias (one value
 # per filter), then one activation.
-EPILOGUE_STEPS = ("row_bias", "relu", "gelu")
+EPILOGUE_STEPS = ("row_bias", "relu", "gelu", "gelu_tanh", "silu")
 
 
 @dataclass(frozen=True)

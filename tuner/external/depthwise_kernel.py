@@ -2,7 +2,8 @@
 
 Y[n, c, oh, ow] = B[c] + sum over (i, j) of X[n, c, oh*sh - pt + i*dh, ow*sw - pl + j*dw] W[c, 0, i, j],
 NCHW as ONNX's Conv with `group` = channels writes it (every filter one channel), taps outside
-the image read as zeros, the sums in f32 and the result rounded once."""
+the image read as zeros, the sums in f32, then the activation (if any), and the result rounded
+once."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class DepthwiseProblem:
     dilations: tuple[int, int] = (1, 1)
     element: str = "f16"
     bias: bool = False
+    activation: str = ""  # after the bias: "" or one of tuner.external.gemm_kernel.ACTIVATIONS
 
     @property
     def out(self) -> tuple[int, int]:
@@ -35,7 +37,7 @@ class DepthwiseProblem:
         extra = "".join(f"_{label}{'x'.join(map(str, v))}" for label, v, plain in (
             ("s", self.strides, (1, 1)), ("p", self.pads, (0, 0, 0, 0)), ("d", self.dilations, (1, 1))) if v != plain)
         return (f"depthwise_{self.n}x{self.c}x{self.h}x{self.w}_{self.kh}x{self.kw}{extra}_{self.element}"
-                + ("_bias" if self.bias else ""))
+                + ("_bias" if self.bias else "") + (f"_{self.activation}" if self.activation else ""))
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ from tuner.external.abi import WAVE
 
 # What a kernel may compute on its f32 sums before it rounds them once: a bias of one value per
 # column (a linear layer's) or per row (a convolution's, one per filter, where the filter is A),
-# then one activation (GELU exact, GELU's tanh form, ReLU).
-EPILOGUE_STEPS = ("bias", "row_bias", "gelu", "gelu_tanh", "relu")
+# then one activation (GELU exact, GELU's tanh form, ReLU, SiLU).
+EPILOGUE_STEPS = ("bias", "row_bias", "gelu", "gelu_tanh", "relu", "silu")
+# Each activation's code, the `ACT` constexpr of every external kernel (GEMM, convolution,
+# depthwise) that computes one on its sums.
+ACTIVATIONS = {"relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ filters' values and gathers the patch values they meet from the image (zeros whe
 in the padding), then `tl.dot` (wgmma on sm_90a) adds their product to the f32 sums; the patches
 are never written. Where bk divides a group's channels, a step is one tap's bk channels (its
 pixel offsets one vector, its rows consecutive planes); otherwise (a stem's 3 channels) k runs
-in the filter's own order, every value's tap and channel computed, the last step masked. The bias per filter and the activation are
+in the filter's own order, every value's tap and channel computed, the last step masked. The bias per filter and the activation (Relu, Gelu in either form, SiLU) are
 applied to the sums, which are rounded once and stored in NCHW. The grid is (pixel tiles, filter
 tiles, groups). The bindings are X, W, then the bias where there is one, then Y."""
 
@@ -16,14 +16,13 @@ from functools import cache
 
 from tuner.external.abi import ExternKernel
 from tuner.external.conv_kernel import EPILOGUE_STEPS, ConvProblem
-from tuner.external.gemm_kernel import GemmTiles
+from tuner.external.gemm_kernel import ACTIVATIONS, GemmTiles
 from tuner.external.triton_build import compile_for_iree, language
 
-ACTIVATIONS = {"relu": 1, "gelu": 2}
 
 
 @cache
-def conv_kernel():
+def conv_jit():
     """The triton.jit kernel (jitted once a process; benchmarks/gpu_external_conv.py launches it directly)."""
     triton, tl = language()
 
@@ -89,6 +88,11 @@ def conv_kernel():
             acc = tl.maximum(acc, 0.0)
         if ACT == 2:
             acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+        if ACT == 3:  # tanh(u) = 2 sigmoid(2u) - 1
+            u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+            acc = 0.5 * acc * (2.0 / (1.0 + tl.exp(-2.0 * u)))
+        if ACT == 4:
+            acc = acc / (1.0 + tl.exp(-acc))
         at = image.to(tl.int64)[None, :] * (F * OH * OW) + filters.to(tl.int64)[:, None] * (OH * OW) + pixel[None, :]
         tl.store(out + at, acc.to(out.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -124,5 +128,5 @@ def triton_conv(problem: ConvProblem, tiles: GemmTiles) -> ExternKernel:
         raise ValueError(f"no external kernel for {problem.element} convolutions")
     values = constants(problem, tiles)
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
-    return compile_for_iree(conv_kernel(), {"x_ptr": pointer, "w_ptr": pointer, "u_ptr": pointer, "v_ptr": pointer},
+    return compile_for_iree(conv_jit(), {"x_ptr": pointer, "w_ptr": pointer, "u_ptr": pointer, "v_ptr": pointer},
                             values, tiles, problem.name, grid(problem, tiles), bindings=4 if values["HAS_BIAS"] else 3)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from functools import cache
 
 from tuner.external.abi import ExternKernel
-from tuner.external.gemm_kernel import EPILOGUE_STEPS, GemmProblem, GemmTiles
+from tuner.external.gemm_kernel import ACTIVATIONS, EPILOGUE_STEPS, GemmProblem, GemmTiles
 from tuner.external.triton_build import compile_for_iree, language
 
-ACTIVATIONS = {"relu": 1, "gelu": 2, "gelu_tanh": 3}
 
 
 @cache
-def _kernel():  # jitted once a process
+def gemm_jit():
+    """The triton.jit kernel (jitted once a process; benchmarks/interpret_external_kernels.py launches it directly)."""
     triton, tl = language()
 
     @triton.jit
@@ -70,6 +70,8 @@ def _kernel():  # jitted once a process
         if ACT == 3:  # tanh(u) = 2 sigmoid(2u) - 1
             u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
             acc = 0.5 * acc * (2.0 / (1.0 + tl.exp(-2.0 * u)))
+        if ACT == 4:
+            acc = acc / (1.0 + tl.exp(-acc))
         if EVEN_N:
             tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
         else:
@@ -92,7 +94,7 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     if any(s not in EPILOGUE_STEPS for s in steps) or len(activation) > 1 or {"bias", "row_bias"} & set(activation):
         raise ValueError(f"no external kernel for the epilogue {'+'.join(steps)}")
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
-    return compile_for_iree(_kernel(), {"a_ptr": pointer, "b_ptr": pointer, "x_ptr": pointer, "y_ptr": pointer},
+    return compile_for_iree(gemm_jit(), {"a_ptr": pointer, "b_ptr": pointer, "x_ptr": pointer, "y_ptr": pointer},
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
                              "BK": tiles.bk, "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0,
                              "EVEN_N": problem.n % tiles.bn == 0, "ROW_BIAS": steps[:1] == ["row_bias"],

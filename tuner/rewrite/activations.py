@@ -1,4 +1,6 @@
-"""Activations the exporter spells out, read back as one step an external kernel computes.
+"""The activation after a value, as one step an external kernel computes on its sums
+(`activation_of`): an onnx.Relu or onnx.Gelu, SiLU as the exporter writes it (x * Sigmoid(x)),
+and GELU's tanh form spelled out.
 
 GPT-2's `gelu_new` (transformers' NewGELUActivation) is Python arithmetic, not `F.gelu`, so
 torch.onnx.export writes it op by op:
@@ -17,7 +19,7 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import is_onnx, only_user, scalar_constant
+from tuner.rewrite.torch_ops import is_onnx, only_user, onnx_string, scalar_constant
 
 TOLERANCE = 2e-3  # f16 holds 0.044715 as 0.04471 and sqrt(2 / pi) as 0.7979
 
@@ -72,3 +74,39 @@ def tanh_gelu(x: ir.Value) -> Optional[list[ir.Operation]]:
     if not is_onnx(last, "Mul") or only_user(half.result) != last or _other(last, plus_one.result) != half.result:
         return None
     return [half, cube, scaled_cube, inner, scaled, tanh, plus_one, last]
+
+
+def silu(x: ir.Value) -> Optional[list[ir.Operation]]:
+    """[Sigmoid(x), Mul(x, Sigmoid(x))] where those two are x's only users (torch's SiLU as the
+    exporter writes it: EfficientNet's, YOLO's), else None."""
+    users = [use.owner for use in x.uses]
+    sigmoid = next((op for op in users if is_onnx(op, "Sigmoid")), None)
+    if len(users) != 2 or sigmoid is None:
+        return None
+    mul = only_user(sigmoid.result)
+    if not is_onnx(mul, "Mul") or mul not in users or _other(mul, x) != sigmoid.result:
+        return None
+    return [sigmoid, mul]
+
+
+def activation_of(x: ir.Value, through_reshape: bool = False) -> Optional[tuple[str, list[ir.Operation]]]:
+    """The activation x goes through, as a kernel's epilogue step and the ops that compute it
+    (the last one's result the activation's): "relu" and "gelu" (an onnx.Relu or exact onnx.Gelu
+    that is x's only use), "gelu_tanh" (onnx.Gelu's tanh form, or tanh_gelu's chain), "silu"
+    (silu's pair); None where it goes through none of them. `through_reshape`: also after a
+    Reshape that is x's only use (a Gemm's 2-D result viewed as the model's rows), the Reshape
+    first in the ops."""
+    user = only_user(x)
+    if through_reshape and is_onnx(user, "Reshape"):
+        found = activation_of(user.result)
+        return (found[0], [user, *found[1]]) if found else None
+    if is_onnx(user, "Relu"):
+        return "relu", [user]
+    if is_onnx(user, "Gelu"):
+        approximate = onnx_string(user, "approximate", "none")
+        return {"none": ("gelu", [user]), "tanh": ("gelu_tanh", [user])}.get(approximate)
+    for step, match in (("gelu_tanh", tanh_gelu), ("silu", silu)):
+        ops = match(x)
+        if ops is not None:
+            return step, ops
+    return None

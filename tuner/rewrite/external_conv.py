@@ -4,7 +4,8 @@ Each dense or grouped `onnx.Conv` (every group at least two channels: a depthwis
 tuner.rewrite.external_depthwise's) of a static 4-d f16 or bf16 input becomes a call of a
 function whose body is one `hal.dispatch.extern` of Triton's implicit-GEMM kernel
 (tuner.external.triton_conv), its PTX embedded in the program, with the convolution's bias and
-a Relu or Gelu after it (the convolution's only use) computed by the kernel:
+the activation after it (tuner.rewrite.activations.activation_of: Relu, Gelu, SiLU) computed by
+the kernel:
 
     Relu(Conv(X, W, B))  ->  conv_bias_relu(X, W, B)
 
@@ -31,14 +32,16 @@ from tuner.external.abi import ExternKernel
 from tuner.external.conv_kernel import ConvProblem, conv_tiles_for
 from tuner.external.gemm_kernel import GemmTiles
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.torch_ops import conv2d, element_type, is_onnx, only_user, onnx_sites, onnx_string, replace_op, static_shape
+from tuner.rewrite.activations import activation_of
+from tuner.rewrite.torch_ops import conv2d, element_type, onnx_sites, replace_op, static_shape
 
 KernelSource = Callable[[ConvProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
 
 
 def problem_of(conv: ir.Operation) -> Optional[ConvProblem]:
-    """The convolution `conv` computes (its bias in the epilogue, no activation yet: epilogue_of),
+    """The convolution `conv` computes (its bias in the epilogue; the activation after it is added
+    by external_convs),
     or None where it is not one the kernel takes."""
     a = conv2d(conv)
     if a is None:
@@ -55,28 +58,20 @@ def problem_of(conv: ir.Operation) -> Optional[ConvProblem]:
     return problem if static_shape(conv.result) == [n, f, *problem.out] else None
 
 
-def epilogue_of(conv: ir.Operation) -> Optional[ir.Operation]:
-    """The `onnx.Relu` or exact `onnx.Gelu` that is the convolution's only use, or None."""
-    user = only_user(conv.result)
-    if is_onnx(user, "Relu") or (is_onnx(user, "Gelu") and onnx_string(user, "approximate", "none") == "none"):
-        return user
-    return None
-
-
 def external_convs(module: ir.Module, source: Optional[KernelSource] = None) -> list[str]:
     """Rewrite every `onnx.Conv` of `module` the kernel takes (in place, inside its context) as a
-    call of it, the Relu or Gelu after it too; `source` makes the kernels (Triton's by default).
+    call of it, the activation after it too; `source` makes the kernels (Triton's by default).
     Returns each rewritten convolution's problem and tiles, then each problem whose kernel could
     not be made (its convolutions left as they were; nothing where no kernel was)."""
     if source is None:
         from tuner.external.triton_conv import triton_conv as source
     kernels, done = Kernels(source), []
     for conv in onnx_sites(module, "Conv", problem_of):
-        after = epilogue_of(conv)
+        found = activation_of(conv.result)
         problem = problem_of(conv)
-        if after is not None:
-            activation = "relu" if is_onnx(after, "Relu") else "gelu"
-            problem = replace(problem, epilogue=(*problem.epilogue, activation))
+        after = found[1] if found else []
+        if found:
+            problem = replace(problem, epilogue=(*problem.epilogue, found[0]))
         arguments = [tensor_type(static_shape(v), problem.element) for v in conv.operands]
         result = tensor_type(static_shape(conv.result), problem.element)
         kernel = kernels.get(problem, conv_tiles_for(problem),
@@ -85,11 +80,11 @@ def external_convs(module: ir.Module, source: Optional[KernelSource] = None) -> 
                              f"{problem.name.removeprefix('conv_')} left as it was")
         if kernel is None:
             continue
-        last = after if after is not None else conv
+        last = after[-1] if after else conv
         replace_op(last, call_extern(problem.name, list(conv.operands), static_shape(conv.result), problem.element,
                                      ir.InsertionPoint(last), conv.location))
-        if after is not None:
-            conv.erase()
+        for op in [*after[:-1][::-1], *([conv] if after else [])]:
+            op.erase()
         done.append(f"{problem.name.removeprefix('conv_')} ({kernel.label})")
     if not done:
         return []

@@ -8,6 +8,9 @@ the bias in the kernel:
 
     Conv(X[n, c, h, w], W[c, 1, kh, kw], B[c]) {group = c}  ->  depthwise(X, W, B)
 
+and the activation after it too (tuner.rewrite.activations.activation_of: MobileNet's and
+EfficientNet's SiLU, a Relu, a Gelu).
+
 Any kernel size, stride, dilation and explicit padding (auto_pad NOTSET or VALID). One function
 per problem, called by every convolution of that shape. The PTX names sm_90a, as the other
 external kernels' do: the driver of any other GPU refuses it at load, and the flag stage, which
@@ -15,12 +18,14 @@ runs every variant, drops the rewrite there."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional
 
 from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
 from tuner.external.depthwise_kernel import DepthwiseProblem, DepthwiseTiles, depthwise_tiles_for
+from tuner.rewrite.activations import activation_of
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.torch_ops import conv2d, element_type, onnx_sites, replace_op, static_shape
 
@@ -53,7 +58,9 @@ def external_depthwise_convs(module: ir.Module, source: Optional[KernelSource] =
         from tuner.external.triton_depthwise import triton_depthwise as source
     kernels, done = Kernels(source), []
     for conv in onnx_sites(module, "Conv", problem_of):
-        problem = problem_of(conv)
+        found = activation_of(conv.result)
+        problem = replace(problem_of(conv), activation=found[0]) if found else problem_of(conv)
+        after = found[1] if found else []
         arguments = [tensor_type(static_shape(v), problem.element) for v in conv.operands]
         result = tensor_type(static_shape(conv.result), problem.element)
         kernel = kernels.get(problem, depthwise_tiles_for(problem),
@@ -62,8 +69,11 @@ def external_depthwise_convs(module: ir.Module, source: Optional[KernelSource] =
                              f"{problem.name.removeprefix('depthwise_')} left as it was")
         if kernel is None:
             continue
-        replace_op(conv, call_extern(problem.name, list(conv.operands), static_shape(conv.result), problem.element,
-                                     ir.InsertionPoint(conv), conv.location))
+        last = after[-1] if after else conv
+        replace_op(last, call_extern(problem.name, list(conv.operands), static_shape(conv.result), problem.element,
+                                     ir.InsertionPoint(last), conv.location))
+        for op in [*after[:-1][::-1], *([conv] if after else [])]:
+            op.erase()
         done.append(f"{problem.name.removeprefix('depthwise_')} ({kernel.label})")
     if not done:
         return []

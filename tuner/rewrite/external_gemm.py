@@ -40,7 +40,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.activations import tanh_gelu
+from tuner.rewrite.activations import activation_of
 from tuner.rewrite.conv1d import conv1ds_as_matmuls
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, only_user, onnx_op, onnx_sites, onnx_string,
@@ -101,18 +101,18 @@ def gemm_form(gemm: ir.Operation) -> Optional[tuple[bool, Optional[ir.Value]]]:
 def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ...], Optional[ir.Value]]:
     """What after a linear MatMul the kernel can compute before it rounds: an `onnx.Add` of a
     bias of one value per column (the MatMul's only use), or per row where the product is 2-D or
-    a filter by a batch (a convolution's bias, [O, 1]), then an `onnx.Gelu` or `onnx.Relu` (the
-    last one's only use) or GELU's tanh form spelled out (tuner.rewrite.activations.tanh_gelu,
-    after a Reshape of the product too: GPT-2's gelu_new). Returns those ops, their EPILOGUE_STEPS and the bias (or None). After
-    a Gemm with a C, the activation only (its bias is its C); after one without, as a MatMul
-    (GPT-2's Conv1D as torch 2.13 exports it: Gemm, then Add of the bias)."""
+    a filter by a batch (a convolution's bias, [O, 1]), then the activation after it
+    (tuner.rewrite.activations.activation_of: Relu, Gelu in either form, SiLU; after a Reshape of
+    the product too, as GPT-2's gelu_new follows its Gemm). Returns those ops, their
+    EPILOGUE_STEPS and the bias (or None). After a Gemm with a C, the activation only (its bias
+    is its C); after one without, as a MatMul (GPT-2's Conv1D as torch 2.13 exports it: Gemm,
+    then Add of the bias)."""
     ops, steps, bias = [], [], None
     y, element = matmul.result, element_type(matmul.result)
     n, user = static_shape(y)[-1], only_user(matmul.result)
     problem = problem_of(matmul)
-    if is_onnx(matmul, "Gemm") and gemm_form(matmul)[1] is not None:  # its own C: no other bias
-        user = None if not is_onnx(user, "Relu") and not is_onnx(user, "Gelu") else user
-    if is_onnx(user, "Add") and len(user.operands) == 2 and static_shape(user.result) == static_shape(y):
+    own_bias = is_onnx(matmul, "Gemm") and gemm_form(matmul)[1] is not None  # its C: no other bias
+    if not own_bias and is_onnx(user, "Add") and len(user.operands) == 2 and static_shape(user.result) == static_shape(y):
         other = user.operands[1] if user.operands[0] == y else user.operands[0]
         shape = static_shape(other) if element_type(other) == element else None
         batched = _filter_by_batch(matmul)
@@ -121,20 +121,10 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
             ops, steps, bias, y = [user], ["bias"], other, user.result
         elif shape and by_rows and shape[-2:] == [problem.m, 1] and math.prod(shape) == problem.m:
             ops, steps, bias, y = [user], ["row_bias"], other, user.result
-        user = only_user(y) if ops else user
-    reshape = user if is_onnx(user, "Reshape") else None  # a Gemm's 2-D result viewed as the model's rows
-    chain = tanh_gelu(reshape.result if reshape else y)
-    if chain is not None:  # GELU's tanh form spelled out (GPT-2's gelu_new)
-        ops.extend([*([reshape] if reshape else []), *chain])
-        steps.append("gelu_tanh")
-    elif is_onnx(user, "Relu"):
-        ops.append(user)
-        steps.append("relu")
-    elif is_onnx(user, "Gelu"):
-        approximate = onnx_string(user, "approximate", "none")
-        if approximate in ("none", "tanh"):
-            ops.append(user)
-            steps.append("gelu" if approximate == "none" else "gelu_tanh")
+    found = activation_of(y, through_reshape=True)
+    if found is not None:
+        steps.append(found[0])
+        ops.extend(found[1])
     return ops, tuple(steps), bias
 
 

@@ -1,0 +1,134 @@
+"""The external kernels' arithmetic run by Triton's interpreter on the CPU (`TRITON_INTERPRET=1`,
+numpy underneath) against torch in f32: the implicit-GEMM convolution (tuner.external.triton_conv)
+on every path, the depthwise kernel's and the GEMM's epilogues (their activations). Index
+arithmetic, masks and epilogues checked where no GPU is (the GPU's own compilation is checked by
+benchmarks/gpu_external_conv.py and, in the model, by benchmarks/export_vs_torch.py). Small
+shapes, so that the interpreter takes seconds.
+
+    python benchmarks/interpret_external_kernels.py      # needs torch and triton (CPU builds are enough)
+
+Prints each case's relative error (max |y - ref| / max |ref|) and exits non-zero where one is
+over 2e-3 (f16 rounding of the output is 5e-4 of the largest value)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tuner.external.conv_kernel import ConvProblem, conv_tiles_for  # noqa: E402
+from tuner.external.depthwise_kernel import DepthwiseProblem, depthwise_tiles_for  # noqa: E402
+
+P1 = (1, 1, 1, 1)
+CASES = {
+    "one tap's channels a step, stride 2, bias + relu": ConvProblem(2, 64, 9, 9, 64, 3, 3, (2, 2), P1,
+                                                                    epilogue=("row_bias", "relu")),
+    "groups of 32 channels, one tap a step": ConvProblem(1, 96, 7, 7, 192, 3, 3, pads=P1, group=3),
+    "48 channels: 16 a step, filters masked (40)": ConvProblem(2, 48, 5, 6, 40, 3, 3, pads=P1, epilogue=("row_bias",)),
+    "8 channels: k in the filter's order, masked": ConvProblem(2, 8, 9, 7, 32, 3, 3, pads=P1,
+                                                               epilogue=("row_bias", "relu")),
+    "a stem: 3 channels, 7x7 stride 2, uneven pads": ConvProblem(2, 3, 11, 11, 16, 7, 7, (2, 2), (3, 2, 3, 1)),
+    "dilation 2, groups of 4 channels": ConvProblem(1, 16, 8, 8, 64, 3, 3, pads=P1, dilations=(2, 2), group=4,
+                                                    epilogue=("row_bias",)),
+    "strided 1x1, bias + gelu": ConvProblem(2, 64, 6, 6, 96, 1, 1, (2, 2), epilogue=("row_bias", "gelu")),
+    "bias + gelu, tanh form": ConvProblem(1, 32, 6, 6, 32, 3, 3, pads=P1, epilogue=("row_bias", "gelu_tanh")),
+    "silu": ConvProblem(1, 32, 6, 6, 32, 3, 3, pads=P1, epilogue=("silu",)),
+}
+
+
+def error_of(problem: ConvProblem) -> float:
+    import torch
+
+    from tuner.external.triton_conv import constants, conv_jit, grid
+
+    tiles = conv_tiles_for(problem)
+    values = constants(problem, tiles)
+    torch.manual_seed(0)
+    x = torch.randn(problem.n, problem.c, problem.h, problem.w, dtype=torch.float16)
+    w = torch.randn(problem.f, problem.c // problem.group, problem.kh, problem.kw, dtype=torch.float16)
+    b = torch.randn(problem.f, dtype=torch.float16)
+    y = torch.empty(problem.n, problem.f, *problem.out, dtype=torch.float16)
+    conv_jit()[grid(problem, tiles)](x, w, b if values["HAS_BIAS"] else y, y, **values)
+    pt, pl, pb, pr = problem.pads
+    ref = torch.nn.functional.conv2d(torch.nn.functional.pad(x.float(), (pl, pr, pt, pb)), w.float(),
+                                     b.float() if values["HAS_BIAS"] else None, problem.strides, 0, problem.dilations,
+                                     problem.group)
+    ref = _activated(ref, next((s for s in problem.epilogue if s != "row_bias"), ""))
+    return ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+def _activated(ref, activation: str):
+    import torch
+
+    return {"": ref, "relu": ref.relu(), "gelu": torch.nn.functional.gelu(ref),
+            "gelu_tanh": torch.nn.functional.gelu(ref, approximate="tanh"),
+            "silu": torch.nn.functional.silu(ref)}[activation]
+
+
+def depthwise_error(problem: DepthwiseProblem) -> float:
+    import torch
+
+    from tuner.external.gemm_kernel import ACTIVATIONS
+    from tuner.external.triton_depthwise import depthwise_jit
+
+    tiles = depthwise_tiles_for(problem)
+    oh, ow = problem.out
+    torch.manual_seed(0)
+    x = torch.randn(problem.n, problem.c, problem.h, problem.w, dtype=torch.float16)
+    w = torch.randn(problem.c, 1, problem.kh, problem.kw, dtype=torch.float16)
+    b = torch.randn(problem.c, dtype=torch.float16)
+    y = torch.empty(problem.n, problem.c, oh, ow, dtype=torch.float16)
+    (sh, sw), (pt, pl, pb, pr), (dh, dw) = problem.strides, problem.pads, problem.dilations
+    depthwise_jit()[(problem.n * problem.c, -(-oh * ow // tiles.pixels), 1)](
+        x, w, b if problem.bias else y, y, problem.c, problem.h, problem.w, oh, ow, problem.kh, problem.kw, sh, sw,
+        pt, pl, dh, dw, problem.bias, ACTIVATIONS.get(problem.activation, 0), tiles.pixels)
+    ref = torch.nn.functional.conv2d(torch.nn.functional.pad(x.float(), (pl, pr, pt, pb)), w.float(),
+                                     b.float() if problem.bias else None, problem.strides, 0, problem.dilations,
+                                     problem.c)
+    ref = _activated(ref, problem.activation)
+    return ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+def gemm_error(m: int, n: int, k: int, activation: str) -> float:
+    import torch
+
+    from tuner.external.gemm_kernel import ACTIVATIONS
+    from tuner.external.triton_gemm import gemm_jit
+
+    torch.manual_seed(0)
+    a = torch.randn(m, k, dtype=torch.float16)
+    b = (torch.randn(k, n) / k ** 0.5).half()
+    bias = torch.randn(n, dtype=torch.float16)
+    y = torch.empty(m, n, dtype=torch.float16)
+    gemm_jit()[(-(-n // 64), -(-m // 64), 1)](a, b, bias, y, m, n, k, 64, 64, 32, True, ACTIVATIONS[activation],
+                                              n % 64 == 0, False, False)
+    ref = _activated(a.float() @ b.float() + bias.float(), activation)
+    return ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+DEPTHWISE = {
+    "depthwise 3x3, bias + silu": DepthwiseProblem(2, 8, 9, 9, 3, 3, pads=P1, bias=True, activation="silu"),
+    "depthwise 5x5 stride 2, relu": DepthwiseProblem(1, 4, 11, 11, 5, 5, (2, 2), (2, 2, 2, 2), activation="relu"),
+}
+GEMMS = {f"gemm 96x80x64, bias + {a}": (96, 80, 64, a) for a in ("relu", "gelu", "gelu_tanh", "silu")}
+
+
+def main() -> None:
+    errors = []
+    for what, problem in CASES.items():
+        errors.append(error_of(problem))
+        print(f"{what:50s} {problem.name:50s} {conv_tiles_for(problem).label:16s} error {errors[-1]:.1e}", flush=True)
+    for what, problem in DEPTHWISE.items():
+        errors.append(depthwise_error(problem))
+        print(f"{what:50s} {problem.name:50s} {'':16s} error {errors[-1]:.1e}", flush=True)
+    for what, shape in GEMMS.items():
+        errors.append(gemm_error(*shape))
+        print(f"{what:50s} {'':50s} {'64x64x32':16s} error {errors[-1]:.1e}", flush=True)
+    sys.exit(0 if max(errors) <= 2e-3 else 1)
+
+
+if __name__ == "__main__":
+    main()
