@@ -392,6 +392,9 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
     # the images side by side (a 256x64 filter holds more than the 2 x 4 pixels it would
     # transpose): one 2-D product of every image's pixels, 8 columns
     ("2,64,2,2", "256,64,1,1", "2,256,2,2", "gemm_256x8x64_f16_row_bias", True),
+    # EfficientNet's 7x7 stage: IREE's rule would put the images side by side (the 1152x192
+    # filter outweighs 49 pixels), but the batched kernel shares the filter: batched, no transposes
+    ("2,192,7,7", "1152,192,1,1", "2,1152,7,7", "gemm_2x1152x49x192_f16_row_bias", True),
     # 40 channels: no K step divides them; the convolution stays as it was
     ("2,40,8,8", "32,40,1,1", "2,32,8,8", None, False),
 ])
@@ -412,6 +415,7 @@ func.func @f(%x: {xt}, %w: {wt}, %b: {bt}) -> {yt}
     assert bool(done) == converted and ('"onnx.Conv"' not in text) == converted
     if called:
         assert f"call @{called}" in text and '"onnx.MatMul"' not in text and '"onnx.Add"' not in text
+        assert ('"onnx.Transpose"' in text) == ("x8x" in called)  # only the side-by-side form transposes
 
 
 def test_a_1d_convolution_is_the_filter_by_its_gathered_taps_with_its_bias_and_gelu_in_the_kernel():

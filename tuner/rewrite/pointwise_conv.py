@@ -30,7 +30,7 @@ rewritten."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 from iree.compiler import ir
 
@@ -45,13 +45,21 @@ def _pointwise(conv: ir.Operation) -> bool:
             and a.dilations == [1, 1] and a.group == 1 and a.auto_pad in ("NOTSET", "VALID"))
 
 
-def pointwise_convs_as_matmuls(module: ir.Module, only: Callable[[ir.Operation], bool] = lambda conv: True) -> list[str]:
+Layout = Callable[[int, int, int, int], bool]  # (images, channels, outputs, pixels) -> side by side
+
+
+def pointwise_convs_as_matmuls(module: ir.Module, only: Callable[[ir.Operation], bool] = lambda conv: True,
+                               side_by_side: Optional[Layout] = None) -> list[str]:
     """Rewrite every 1x1 unit-stride `onnx.Conv` of `module` (that `only` takes) in place (inside
-    its context) as a MatMul; returns each rewritten convolution's input and filter shapes."""
-    return rewrite_sites(module, "Conv", lambda conv: _pointwise(conv) and only(conv), _as_matmul)
+    its context) as a MatMul, the images side by side where `side_by_side` says (default: where
+    the filter a batch matmul copies per image is the larger, `copies_filter`); returns each
+    rewritten convolution's input and filter shapes."""
+    layout = side_by_side or copies_filter
+    return rewrite_sites(module, "Conv", lambda conv: _pointwise(conv) and only(conv),
+                         lambda conv: _as_matmul(conv, layout))
 
 
-def _as_matmul(conv: ir.Operation) -> str:
+def _as_matmul(conv: ir.Operation, layout: Layout) -> str:
     ip, loc = ir.InsertionPoint(conv), conv.location
     x, w = conv.operands[0], conv.operands[1]
     n, c, h, width = static_shape(x)
@@ -65,7 +73,7 @@ def _as_matmul(conv: ir.Operation) -> str:
         return op("Reshape", [value, int64_literal(shape, ip, loc)], shape)
 
     pixels = h * width
-    side_by_side = _side_by_side(n, c, o, pixels)
+    side_by_side = layout(n, c, o, pixels)
     if side_by_side:  # [C, N*P]: every image's pixels in the columns
         columns = reshape(op("Transpose", [reshape(x, [n, c, pixels])], [c, n, pixels], perm=si64_array([1, 0, 2])),
                           [c, n * pixels])
@@ -81,7 +89,8 @@ def _as_matmul(conv: ir.Operation) -> str:
     return f"{n}x{c}x{h}x{width} by {o}x{c}x1x1"
 
 
-def _side_by_side(images: int, channels: int, outputs: int, pixels: int) -> bool:
-    """Whether the images go side by side in one 2-D matmul: where the filter a batch matmul
-    would copy per image is larger than the input and output pixels the two transposes move."""
+def copies_filter(images: int, channels: int, outputs: int, pixels: int) -> bool:
+    """Whether the images go side by side in one 2-D matmul for IREE: where the filter a batch
+    matmul would copy per image is larger than the input and output pixels the two transposes
+    move."""
     return images > 1 and outputs * channels > pixels * (channels + outputs)
