@@ -14,7 +14,6 @@ from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
 from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, compilation_info, strategy
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from pipelines.parts import CodegenStrategy, StoredThrough
-from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
 from tuner.discovery.program import discover
 from tuner.specs.candidates import candidate_for
 from tuner.specs.transform import build_spec

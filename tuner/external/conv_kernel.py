@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from tuner.external.abi import WAVE
 from tuner.external.gemm_kernel import GemmTiles
+from tuner.external.window import window_label, window_out
 
 # What the kernel computes on its f32 sums before it rounds them: the convolution's bias (one value
 # per filter), then one activation.
@@ -40,9 +41,7 @@ class ConvProblem:
     @property
     def out(self) -> tuple[int, int]:
         """The output's rows and columns."""
-        (sh, sw), (pt, pl, pb, pr), (dh, dw) = self.strides, self.pads, self.dilations
-        return ((self.h + pt + pb - dh * (self.kh - 1) - 1) // sh + 1,
-                (self.w + pl + pr - dw * (self.kw - 1) - 1) // sw + 1)
+        return window_out(self.h, self.w, self.kh, self.kw, self.strides, self.pads, self.dilations)
 
     @property
     def gemm(self) -> tuple[int, int, int]:
@@ -52,8 +51,7 @@ class ConvProblem:
 
     @property
     def name(self) -> str:
-        extra = "".join(f"_{label}{'x'.join(map(str, v))}" for label, v, plain in (
-            ("s", self.strides, (1, 1)), ("p", self.pads, (0, 0, 0, 0)), ("d", self.dilations, (1, 1))) if v != plain)
+        extra = window_label(self.strides, self.pads, self.dilations)
         group = f"_g{self.group}" if self.group > 1 else ""
         return (f"conv_{self.n}x{self.c}x{self.h}x{self.w}_{self.f}x{self.kh}x{self.kw}{extra}{group}_{self.element}"
                 + "".join(f"_{e}" for e in self.epilogue))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuner.external.window import window_label, window_out
+
 
 @dataclass(frozen=True)
 class DepthwiseProblem:
@@ -28,14 +30,11 @@ class DepthwiseProblem:
     @property
     def out(self) -> tuple[int, int]:
         """The output's rows and columns."""
-        (sh, sw), (pt, pl, pb, pr), (dh, dw) = self.strides, self.pads, self.dilations
-        return ((self.h + pt + pb - dh * (self.kh - 1) - 1) // sh + 1,
-                (self.w + pl + pr - dw * (self.kw - 1) - 1) // sw + 1)
+        return window_out(self.h, self.w, self.kh, self.kw, self.strides, self.pads, self.dilations)
 
     @property
     def name(self) -> str:
-        extra = "".join(f"_{label}{'x'.join(map(str, v))}" for label, v, plain in (
-            ("s", self.strides, (1, 1)), ("p", self.pads, (0, 0, 0, 0)), ("d", self.dilations, (1, 1))) if v != plain)
+        extra = window_label(self.strides, self.pads, self.dilations)
         return (f"depthwise_{self.n}x{self.c}x{self.h}x{self.w}_{self.kh}x{self.kw}{extra}_{self.element}"
                 + ("_bias" if self.bias else "") + (f"_{self.activation}" if self.activation else ""))
 

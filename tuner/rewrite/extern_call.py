@@ -112,3 +112,30 @@ class Kernels:
             define(kernel)
             self.made[problem] = kernel
         return self.made[problem]
+
+
+def replace_chain(first: ir.Operation, after: list[ir.Operation], value: Callable[[ir.InsertionPoint], ir.Value]) -> None:
+    """`first` and the ops `after` it (an epilogue a kernel takes in, in program order, each used
+    only by the next) replaced by `value(ip)`, made where the last of them was."""
+    from tuner.rewrite.torch_ops import replace_op
+
+    last = after[-1] if after else first
+    replace_op(last, value(ir.InsertionPoint(last)))
+    for op in [*after[:-1][::-1], *([first] if after else [])]:
+        op.erase()
+
+
+def call_in_place(module: ir.Module, op: ir.Operation, after: list[ir.Operation], problem, tiles: object,
+                  kernels: Kernels, what: str) -> Optional[ExternKernel]:
+    """`op` (and the ops `after` it) replaced by a call of `problem`'s kernel on op's own operands,
+    its function defined once (`kernels`; `what` names it where it cannot be made); the kernel,
+    or None where it could not be made (op left as it was). `problem` has `.name` and `.element`."""
+    from tuner.rewrite.torch_ops import static_shape
+
+    arguments = [tensor_type(static_shape(v), problem.element) for v in op.operands]
+    result = tensor_type(static_shape(op.result), problem.element)
+    kernel = kernels.get(problem, tiles, lambda k: define_extern(module, k, arguments, result, onnx_meta(op)), what)
+    if kernel is not None:
+        replace_chain(op, after, lambda ip: call_extern(problem.name, list(op.operands), static_shape(op.result),
+                                                        problem.element, ip, op.location))
+    return kernel

@@ -26,8 +26,8 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.depthwise_kernel import DepthwiseProblem, DepthwiseTiles, depthwise_tiles_for
 from tuner.rewrite.activations import activation_of
-from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.torch_ops import conv2d, element_type, onnx_sites, replace_op, static_shape
+from tuner.rewrite.extern_call import Kernels, call_in_place
+from tuner.rewrite.torch_ops import conv2d, element_type, onnx_sites, static_shape
 
 KernelSource = Callable[[DepthwiseProblem, DepthwiseTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16", "f32")
@@ -61,19 +61,10 @@ def external_depthwise_convs(module: ir.Module, source: Optional[KernelSource] =
         found = activation_of(conv.result)
         problem = replace(problem_of(conv), activation=found[0]) if found else problem_of(conv)
         after = found[1] if found else []
-        arguments = [tensor_type(static_shape(v), problem.element) for v in conv.operands]
-        result = tensor_type(static_shape(conv.result), problem.element)
-        kernel = kernels.get(problem, depthwise_tiles_for(problem),
-                             lambda k, conv=conv, arguments=arguments, result=result: define_extern(
-                                 module, k, arguments, result, onnx_meta(conv)),
-                             f"{problem.name.removeprefix('depthwise_')} left as it was")
+        kernel = call_in_place(module, conv, after, problem, depthwise_tiles_for(problem), kernels,
+                               f"{problem.name.removeprefix('depthwise_')} left as it was")
         if kernel is None:
             continue
-        last = after[-1] if after else conv
-        replace_op(last, call_extern(problem.name, list(conv.operands), static_shape(conv.result), problem.element,
-                                     ir.InsertionPoint(last), conv.location))
-        for op in [*after[:-1][::-1], *([conv] if after else [])]:
-            op.erase()
         done.append(f"{problem.name.removeprefix('depthwise_')} ({kernel.label})")
     if not done:
         return []

@@ -39,12 +39,12 @@ from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
 from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tiles_for
-from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
+from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, replace_chain, tensor_type
 from tuner.rewrite.activations import activation_of
 from tuner.rewrite.conv1d import conv1ds_as_matmuls
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
-from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, only_user, onnx_op, onnx_sites, onnx_string,
-                                     replace_op, si64_array, static_shape)
+from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, only_user, onnx_op, onnx_sites, si64_array,
+                                     static_shape)
 
 KernelSource = Callable[[GemmProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
@@ -217,6 +217,4 @@ def _call(matmul: ir.Operation, problem: GemmProblem, after: list[ir.Operation],
     shape = static_shape(last.result)  # a rank-3 activation's rows, a batch of one image, a Reshape taken in
     if shape != [*batch, problem.m, problem.n]:
         y = onnx_op("Reshape", [y, int64_literal(shape, ip, loc)], shape, element, ip, loc)
-    replace_op(last, y)
-    for op in [*after[:-1][::-1], *([matmul] if after else [])]:
-        op.erase()
+    replace_chain(matmul, after, lambda ip: y)
