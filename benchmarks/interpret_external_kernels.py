@@ -1,6 +1,7 @@
 """The external kernels' arithmetic run by Triton's interpreter on the CPU (`TRITON_INTERPRET=1`,
 numpy underneath) against torch in f32: the implicit-GEMM convolution (tuner.external.triton_conv)
-on every path, the depthwise kernel's and the GEMM's epilogues (their activations). Index
+on every path, the depthwise kernel's and the GEMM's epilogues (their activations), the attention
+kernel's layouts (heads split before the exporter's Transpose). Index
 arithmetic, masks and epilogues checked where no GPU is (the GPU's own compilation is checked by
 benchmarks/gpu_external_conv.py and, in the model, by benchmarks/export_vs_torch.py). Small
 shapes, so that the interpreter takes seconds.
@@ -19,6 +20,7 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tuner.external.attention_kernel import AttentionProblem, attention_tiles_for  # noqa: E402
 from tuner.external.conv_kernel import ConvProblem, conv_tiles_for  # noqa: E402
 from tuner.external.depthwise_kernel import DepthwiseProblem, depthwise_tiles_for  # noqa: E402
 
@@ -109,6 +111,37 @@ def gemm_error(m: int, n: int, k: int, activation: str) -> float:
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
+def attention_error(problem: AttentionProblem) -> float:
+    """The kernel against torch's SDPA, each operand laid out as `problem.seq_major` says."""
+    import torch
+
+    from tuner.external.triton_attention import attention_jit
+
+    tiles = attention_tiles_for(problem)
+    z, h, m, n = problem.z, problem.h, problem.m, problem.n
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(z, h, s, problem.d, dtype=torch.float16) for s in (m, n, n))
+
+    def laid(x, major):  # [z, h, s, d] as it lies in memory
+        return x.transpose(1, 2).contiguous() if major else x.contiguous()
+
+    qt, kt, vt, ot = problem.seq_major
+    y = torch.empty((z, m, h, problem.dv) if ot else (z, h, m, problem.dv), dtype=torch.float16)
+    attention_jit()[(-(-m // tiles.bm), z * h, 1)](
+        laid(q, qt), laid(k, kt), laid(v, vt), y, y, h, m, n, problem.d, problem.dv, 0, 0, 0, False, problem.causal,
+        problem.scale, tiles.bm, tiles.bn, qt, kt, vt, ot)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=problem.causal,
+                                                           scale=problem.scale)
+    out = y.float().transpose(1, 2) if ot else y.float()
+    return ((out - ref).abs().max() / ref.abs().max()).item()
+
+
+ATTENTION = {
+    "attention, heads split as the exporter writes them": AttentionProblem(
+        2, 3, 40, 50, 16, 16, scale=0.125, seq_major=(True, True, True, True)),
+    "attention, K and the result only, causal": AttentionProblem(
+        1, 2, 70, 70, 32, 32, causal=True, scale=0.2, seq_major=(False, True, False, True)),
+}
 DEPTHWISE = {
     "depthwise 3x3, bias + silu": DepthwiseProblem(2, 8, 9, 9, 3, 3, pads=P1, bias=True, activation="silu"),
     "depthwise 5x5 stride 2, relu": DepthwiseProblem(1, 4, 11, 11, 5, 5, (2, 2), (2, 2, 2, 2), activation="relu"),
@@ -124,6 +157,10 @@ def main() -> None:
     for what, problem in DEPTHWISE.items():
         errors.append(depthwise_error(problem))
         print(f"{what:50s} {problem.name:50s} {'':16s} error {errors[-1]:.1e}", flush=True)
+    for what, problem in ATTENTION.items():
+        errors.append(attention_error(problem))
+        print(f"{what:50s} {problem.name:50s} {attention_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
+              flush=True)
     for what, shape in GEMMS.items():
         errors.append(gemm_error(*shape))
         print(f"{what:50s} {'':50s} {'64x64x32':16s} error {errors[-1]:.1e}", flush=True)

@@ -92,12 +92,15 @@ def test_a_masked_attention_is_raised_and_becomes_one_extern_dispatch_of_q_k_v_a
         module = ir.Module.parse(_attention())
         changes = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
         text = str(module)
-    assert made == [AttentionProblem(2, 4, 100, 100, 64, 64, mask=(2, 1, 100))]
-    assert changes == ["2x4x100x100x64x64_f16_mask2x1x100 (64x64 w4 s3)"]
-    for gone in ("onnx.Softmax", "onnx.MatMul", "scaled_dot_product_attention"):
+    # K is read as the program holds it, [2, 100, 4, 64] (the Transpose raise-attention writes
+    # back from K^T is the head split's): seq-major, no transpose dispatch
+    assert made == [AttentionProblem(2, 4, 100, 100, 64, 64, mask=(2, 1, 100), seq_major=(False, True, False, False))]
+    assert changes == ["2x4x100x100x64x64_f16_mask2x1x100_k_bshd (64x64 w4 s3)"]
+    for gone in ("onnx.Softmax", "onnx.MatMul", "scaled_dot_product_attention", "onnx.Transpose"):
         assert gone not in text
-    call = next(line for line in text.splitlines() if "call @attention_2x4x100x100x64x64_f16_mask2x1x100" in line)
-    assert call.count("tensor<2x4x100x64xf16>") == 4 and "tensor<2x1x100x100xf16>" in call
+    call = next(line for line in text.splitlines() if "call @attention_2x4x100x100x64x64_f16_mask2x1x100_k_bshd" in line)
+    assert call.count("tensor<2x4x100x64xf16>") == 3 and "tensor<2x100x4x64xf16>" in call
+    assert "tensor<2x1x100x100xf16>" in call
     assert text.count("hal.dispatch.extern") == 1 and "workgroup_size = [128 : index, 1 : index, 1 : index]" in text
     assert '"onnx.Mul"(%arg0, %arg3)' in text  # the scale, carried into Q as raise-attention does
 
@@ -105,7 +108,7 @@ def test_a_masked_attention_is_raised_and_becomes_one_extern_dispatch_of_q_k_v_a
 def test_a_padding_mask_is_passed_to_the_kernel_broadcast_over_the_queries():
     with ir.Context():
         module = ir.Module.parse(_attention(mask_rows=1))
-        assert external_attentions(module, _stand_in) == ["2x4x100x100x64x64_f16_mask2x1x1 (64x64 w4 s3)"]
+        assert external_attentions(module, _stand_in) == ["2x4x100x100x64x64_f16_mask2x1x1_k_bshd (64x64 w4 s3)"]
         assert "tensor<2x1x1x100xf16>" in str(module)
 
 
@@ -154,6 +157,61 @@ def test_plain_iree_compile_embeds_the_attention_kernel_as_a_dispatch_of_its_own
     (tmp_path / "model.mlir").write_text(_attention(mask=False))
     rewrite = Rewrite("external-flash-attention", lambda m: external_attentions(m, _stand_in), "")
     assert rewrite_program(tmp_path / "model.mlir", rewrite, tmp_path / "rewritten.mlir")
-    name = "attention_2x4x100x100x64x64_f16"
+    name = "attention_2x4x100x100x64x64_f16_k_bshd"
     assert extern_ptx(tmp_path / "rewritten.mlir", tmp_path, name) == \
         [for_iree(NO_MASK, "_attention", name, 4)]
+
+
+def _exported_heads(scale_q: str = "3.535160e-01", out_transposed: bool = True) -> str:
+    """An attention as torch.onnx.export writes F.scaled_dot_product_attention, raised: Q, K and V
+    split into heads (Reshape [1, 16, 2, 64] elsewhere, here arguments) and transposed to
+    [1, 2, 16, 64], Q and K each multiplied by the scale's square root (f16 constants), SDPA at
+    scale 1, and its result transposed back."""
+    bshd, bhsd, s = _t(1, 16, 2, 64), _t(1, 2, 16, 64), _t()
+    perm = "{torch.onnx.perm = [0 : si64, 2 : si64, 1 : si64, 3 : si64]}"
+    split = "\n".join(f'  %{x}t = torch.operator "onnx.Transpose"(%{x}) {perm} : ({bshd}) -> {bhsd}' for x in "qkv")
+    back = (f'  %o = torch.operator "onnx.Transpose"(%r) {perm} : ({bhsd}) -> {bshd}\n  return %o : {bshd}'
+            if out_transposed else f"  return %r : {bhsd}")
+    return f"""
+func.func @f(%q: {bshd}, %k: {bshd}, %v: {bshd}) -> {bshd if out_transposed else bhsd}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %cq = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<{scale_q}> : tensor<f16>}} : () -> {s}
+  %ck = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<3.535160e-01> : tensor<f16>}} : () -> {s}
+{split}
+  %qs = torch.operator "onnx.Mul"(%qt, %cq) : ({bhsd}, {s}) -> {bhsd}
+  %ks = torch.operator "onnx.Mul"(%kt, %ck) : ({bhsd}, {s}) -> {bhsd}
+  %none = torch.constant.none
+  %zero = torch.constant.float 0.000000e+00
+  %false = torch.constant.bool false
+  %one = torch.constant.float 1.000000e+00
+  %r = torch.aten.scaled_dot_product_attention %qs, %ks, %vt, %none, %zero, %false, %one, %false : {bhsd}, {bhsd}, {bhsd}, !torch.none, !torch.float, !torch.bool, !torch.float, !torch.bool -> {bhsd}
+{back}
+}}
+"""
+
+
+@pytest.mark.parametrize("out_transposed", [True, False])
+def test_the_exporters_head_split_is_read_as_it_lies_and_its_scalars_become_the_kernels_scale(out_transposed):
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_exported_heads(out_transposed=out_transposed))
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    # 0.353516 (sqrt(1/8) in f16) on Q and on K: their product the kernel's scale
+    assert made[0].seq_major == (True, True, True, out_transposed)
+    assert made[0].scale == pytest.approx(0.35351563 ** 2, rel=1e-6)
+    assert '"onnx.Mul"' not in text and '"onnx.Transpose"' not in text  # the head split's own, read through
+    call = next(line for line in text.splitlines() if "call @attention_1x2x16x16x64x64_f16_" in line)
+    assert call.count("tensor<1x16x2x64xf16>") == (4 if out_transposed else 3)
+
+
+def test_a_mul_by_a_tensor_is_no_scale_and_q_stays_as_the_program_made_it():
+    bhsd = _t(1, 2, 16, 64)
+    program = _exported_heads().replace(f'"onnx.Mul"(%qt, %cq) : ({bhsd}, {_t()})', f'"onnx.Mul"(%qt, %qt) : ({bhsd}, {bhsd})')
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made[0].seq_major == (False, True, True, True) and made[0].scale == pytest.approx(0.35351563, rel=1e-6)
+    assert text.count('"onnx.Mul"') == 1 and text.count('"onnx.Transpose"') == 1  # Q's own, kept

@@ -1,7 +1,7 @@
 """An attention as an external kernel: the problem and the tiles it is computed with.
 
-softmax(scale * Q K^T + mask) V over heads (z, h), Q [z, h, m, d], K [z, h, n, d], V [z, h, n, dv],
-f16, the statistics and the products' sums in f32, the result rounded once. The mask is
+softmax(scale * Q K^T + mask) V over heads (z, h), Q [z, h, m, d], K [z, h, n, d], V [z, h, n, dv]
+(or any of them and the result [z, seq, h, d] in memory: `seq_major`), f16, the statistics and the products' sums in f32, the result rounded once. The mask is
 additive, of shape [mz, mh, mm, n] with each leading dim 1 (broadcast) or the problem's; a
 causal problem also drops every key after its query's position (SDPA's is_causal)."""
 
@@ -29,10 +29,15 @@ class AttentionProblem:
     mask_element: str = "f16"
     causal: bool = False
     scale: float = 1.0
+    # Which of Q, K, V and the result lie [z, seq, h, d] in memory (the exporter's head split
+    # before its Transpose) rather than [z, h, seq, d]: the kernel reads and writes them so.
+    seq_major: tuple[bool, bool, bool, bool] = (False, False, False, False)
 
     @property
     def name(self) -> str:
         extra = ("_mask" + "x".join(map(str, self.mask)) if self.mask else "") + ("_causal" if self.causal else "")
+        if any(self.seq_major):
+            extra += "_" + "".join(x if major else "" for x, major in zip("qkvo", self.seq_major)) + "_bshd"
         return f"attention_{self.z}x{self.h}x{self.m}x{self.n}x{self.d}x{self.dv}_{self.element}{extra}"
 
     def why_not(self) -> Optional[str]:

@@ -2,7 +2,8 @@
 
 One workgroup per bm query rows of one head: the keys in steps of bn, the running row maximum and
 sum in f32 (exp2 of scores taken in log2 units), both products by `tl.dot` (wgmma on sm_90a),
-rows and keys past the problem's masked. A row whose every key is masked out gives zeros (the
+rows and keys past the problem's masked; Q, K, V and the result read and written in the layout
+the problem says (`seq_major`). A row whose every key is masked out gives zeros (the
 exporter's `Where(IsNaN(P), 0, P)` guard gives the same). The bindings are Q, K, V, then the
 mask where there is one, then the result."""
 
@@ -16,23 +17,32 @@ from tuner.external.triton_build import compile_for_iree, language
 
 
 @cache
-def _kernel():  # jitted once a process
+def attention_jit():
+    """The triton.jit kernel (jitted once a process; benchmarks/interpret_external_kernels.py launches it directly)."""
     triton, tl = language()
 
     @triton.jit
     def _attention(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, H: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
                    D: tl.constexpr, DV: tl.constexpr, MSZ: tl.constexpr, MSH: tl.constexpr, MSM: tl.constexpr,
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SCALE: tl.constexpr, BM: tl.constexpr,
-                   BN: tl.constexpr):
-        # x_ptr is the mask and y_ptr the result where HAS_MASK, else x_ptr is the result.
+                   BN: tl.constexpr, QT: tl.constexpr, KT: tl.constexpr, VT: tl.constexpr, OT: tl.constexpr):
+        # x_ptr is the mask and y_ptr the result where HAS_MASK, else x_ptr is the result. QT, KT,
+        # VT, OT: Q, K, V, the result lie [z, seq, h, d] (a row every H * d values, the head's d
+        # at h * d), else [z, h, seq, d].
         log2e: tl.constexpr = 1.4426950408889634
         start = tl.program_id(0)
         zh = tl.program_id(1)
+        z = zh // H
+        h = zh % H
         rows = start * BM + tl.arange(0, BM)
         keys = tl.arange(0, BN)
         dk = tl.arange(0, D)
         dv = tl.arange(0, DV)
-        q = tl.load(q_ptr + zh * M * D + rows[:, None] * D + dk[None, :], mask=rows[:, None] < M, other=0.0)
+        if QT:
+            q_at = z * M * H * D + rows[:, None] * (H * D) + h * D + dk[None, :]
+        else:
+            q_at = zh * M * D + rows[:, None] * D + dk[None, :]
+        q = tl.load(q_ptr + q_at, mask=rows[:, None] < M, other=0.0)
         m_i = tl.full([BM], float("-inf"), tl.float32)
         l_i = tl.zeros([BM], tl.float32)
         acc = tl.zeros([BM, DV], tl.float32)
@@ -41,11 +51,13 @@ def _kernel():  # jitted once a process
             hi = tl.minimum(N, (start + 1) * BM)
         for first in range(0, hi, BN):
             cols = first + keys
-            k = tl.load(k_ptr + zh * N * D + cols[None, :] * D + dk[:, None], mask=cols[None, :] < N, other=0.0)
+            if KT:
+                k_at = z * N * H * D + cols[None, :] * (H * D) + h * D + dk[:, None]
+            else:
+                k_at = zh * N * D + cols[None, :] * D + dk[:, None]
+            k = tl.load(k_ptr + k_at, mask=cols[None, :] < N, other=0.0)
             s = tl.dot(q, k) * (SCALE * log2e)
             if HAS_MASK:
-                z = zh // H
-                h = zh % H
                 extra = tl.load(x_ptr + z * MSZ + h * MSH + rows[:, None] * MSM + cols[None, :],
                                 mask=(rows[:, None] < M) & (cols[None, :] < N), other=0.0)
                 s += extra.to(tl.float32) * log2e
@@ -58,7 +70,11 @@ def _kernel():  # jitted once a process
             p = tl.math.exp2(s - m_use[:, None])
             alpha = tl.math.exp2(m_i - m_use)
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptr + zh * N * DV + cols[:, None] * DV + dv[None, :], mask=cols[:, None] < N, other=0.0)
+            if VT:
+                v_at = z * N * H * DV + cols[:, None] * (H * DV) + h * DV + dv[None, :]
+            else:
+                v_at = zh * N * DV + cols[:, None] * DV + dv[None, :]
+            v = tl.load(v_ptr + v_at, mask=cols[:, None] < N, other=0.0)
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
             m_i = m_new
         acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -66,8 +82,11 @@ def _kernel():  # jitted once a process
             out = y_ptr
         else:
             out = x_ptr
-        tl.store(out + zh * M * DV + rows[:, None] * DV + dv[None, :], acc.to(out.dtype.element_ty),
-                 mask=rows[:, None] < M)
+        if OT:
+            o_at = z * M * H * DV + rows[:, None] * (H * DV) + h * DV + dv[None, :]
+        else:
+            o_at = zh * M * DV + rows[:, None] * DV + dv[None, :]
+        tl.store(out + o_at, acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
 
     return _attention
 
@@ -89,7 +108,8 @@ def triton_attention(problem: AttentionProblem, tiles: AttentionTiles) -> Extern
         strides = (0, 0, 0)
     constants = {"H": problem.h, "M": problem.m, "N": problem.n, "D": problem.d, "DV": problem.dv, "MSZ": strides[0],
                  "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask), "CAUSAL": problem.causal,
-                 "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn}
+                 "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn,
+                 **dict(zip(("QT", "KT", "VT", "OT"), problem.seq_major))}
     grid = (-(-problem.m // tiles.bm), problem.z * problem.h, 1)
-    return compile_for_iree(_kernel(), pointers, constants, tiles, problem.name, grid,
+    return compile_for_iree(attention_jit(), pointers, constants, tiles, problem.name, grid,
                             bindings=5 if problem.mask else 4)

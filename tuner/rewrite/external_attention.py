@@ -8,13 +8,18 @@ sm_90a (tuner.external.triton_attention), its PTX embedded in the program; one f
 problem. An additive mask is passed as it is (each leading dim 1 or the problem's), a causal
 flag as the kernel's own masking. Where the kernel cannot be made, or does not take an attention
 (another head width, a mask of another form), the raised op stays, which IREE's attention
-pipeline compiles as after raise-attention. Where no attention became an external kernel the
+pipeline compiles as after raise-attention. The heads as the exporter splits them (Reshape to
+[z, seq, h, d], Transpose to [z, h, seq, d], and for Q and K a Mul by the scale's square root)
+are read as they lie before the Transpose, and the result written as the Transpose after it
+wants it (`_split_heads`; the kernel's `seq_major` layout, the scalars in its scale): no
+transpose dispatch around the kernel. Where no attention became an external kernel the
 rewrite says it changed nothing. On any GPU but a Hopper the driver refuses the PTX at load, and the flag stage,
 which runs every variant, drops it."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from iree.compiler import ir
@@ -23,7 +28,8 @@ from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
 from tuner.rewrite.attention import SDPA, raise_attention
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.torch_ops import element_type, producer, replace_op, static_shape
+from tuner.rewrite.torch_ops import (element_type, is_onnx, only_user, onnx_ints, producer, replace_op, scalar_constant,
+                                     static_shape)
 
 KernelSource = Callable[[AttentionProblem, AttentionTiles], ExternKernel]
 
@@ -95,15 +101,25 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
         if problem is None:
             left.append(f"{'x'.join(map(str, static_shape(op.operands[0]) or ['?']))} left raised: {why}")
             continue
+        split = _split_heads(op)
+        if split is not None:  # the exporter's head split read as it lies, its scale in the kernel's
+            problem = replace(problem, seq_major=split.layout, scale=problem.scale * split.scale)
+        operands = [*(split.operands if split else op.operands[:3]), *([op.operands[3]] if problem.mask else [])]
+        last = split.out if split and split.out is not None else op
         kernel = kernels.get(problem, attention_tiles_for(problem),
-                             lambda k, op=op, problem=problem: _define(module, k, problem, op),
+                             lambda k, operands=operands, last=last, op=op: define_extern(
+                                 module, k, [tensor_type(static_shape(x), element_type(x)) for x in operands],
+                                 tensor_type(static_shape(last.result), element_type(last.result)), onnx_meta(op)),
                              f"{problem.name} left raised")
         if kernel is None:
             continue
-        q, k, v, mask = op.operands[:4]
-        out = op.results[0]
-        replace_op(op, call_extern(problem.name, [q, k, v] + ([mask] if problem.mask else []), static_shape(out),
-                                   element_type(out), ir.InsertionPoint(op), op.location))
+        replace_op(last, call_extern(problem.name, operands, static_shape(last.result), element_type(last.result),
+                                     ir.InsertionPoint(last), op.location))
+        if last is not op:
+            op.erase()
+        for dead in split.chain if split else ():
+            if not list(dead.result.uses):
+                dead.erase()
         done.append(f"{problem.name.removeprefix('attention_')} ({kernel.label})")
     if not done:
         return []
@@ -111,8 +127,45 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
     return done + left + kernels.failed
 
 
-def _define(module: ir.Module, kernel: ExternKernel, problem: AttentionProblem, op: ir.Operation) -> None:
-    q, k, v, mask = op.operands[:4]
-    arguments = [tensor_type(static_shape(x), element_type(x)) for x in ([q, k, v] + ([mask] if problem.mask else []))]
-    out = op.results[0]
-    define_extern(module, kernel, arguments, tensor_type(static_shape(out), element_type(out)), onnx_meta(op))
+@dataclass(frozen=True)
+class SplitHeads:
+    """An attention's operands as the exporter split its heads: Q, K and V as they lie before
+    their Transpose to [z, h, seq, d] (each one that had it), the Transpose of the result back
+    to [z, seq, h, d] (None: none), the layout the kernel reads and writes (q, k, v, result
+    seq-major), the product of the scalars Q and K were multiplied by after the Transpose (torch's
+    SDPA export scales both by the scale's square root), and the ops that become dead."""
+
+    operands: tuple[ir.Value, ir.Value, ir.Value]
+    out: Optional[ir.Operation]
+    layout: tuple[bool, bool, bool, bool]
+    scale: float
+    chain: tuple[ir.Operation, ...]
+
+
+HEAD_SPLIT = [0, 2, 1, 3]  # [z, seq, h, d] <-> [z, h, seq, d]
+
+
+def _split_heads(sdpa: ir.Operation) -> Optional[SplitHeads]:
+    """The attention's head-split Transposes (and the scalar Muls after those of Q and K) to read
+    through, or None where it has none."""
+    operands, layout, scale, chain = [], [], 1.0, []
+    for index, value in enumerate(sdpa.operands[:3]):
+        op, factor, through = producer(value), 1.0, []
+        if index < 2 and is_onnx(op, "Mul") and only_user(value) == sdpa:
+            constants = [scalar_constant(x) for x in op.operands]
+            if constants[0] is not None or constants[1] is not None:
+                side = 0 if constants[0] is not None else 1
+                factor, through, op = constants[side], [op], producer(op.operands[1 - side])
+        split = (is_onnx(op, "Transpose") and onnx_ints(op, "perm", []) == HEAD_SPLIT
+                 and len(static_shape(op.operands[0]) or []) == 4)
+        operands.append(op.operands[0] if split else value)
+        layout.append(split)
+        if split:
+            scale *= factor
+            chain += [*through, op]
+    users = [use.owner for use in sdpa.results[0].uses]
+    out = users[0] if len(users) == 1 and is_onnx(users[0], "Transpose") and \
+        onnx_ints(users[0], "perm", []) == HEAD_SPLIT else None
+    if not any(layout) and out is None:
+        return None
+    return SplitHeads(tuple(operands), out, (*layout, out is not None), scale, tuple(chain))
