@@ -6,7 +6,10 @@ operands, no dropout, a constant scale (or none: 1/sqrt(d)) and no grouped-query
 call of a function whose body is one `hal.dispatch.extern` of Triton's flash attention for
 sm_90a (tuner.external.triton_attention), its PTX embedded in the program; one function per
 problem. An additive mask is passed as it is (each leading dim 1 or the problem's), a causal
-flag as the kernel's own masking. Where the kernel cannot be made, or does not take an attention
+flag as the kernel's own masking; a mask the program computes from constants alone is read
+(tuner.rewrite.constant_eval.mask_kind): one of zeros is dropped, a causal one (transformers'
+decoders build it from aranges) becomes the kernel's causal masking, which also skips the keys
+past each block's last query. Where the kernel cannot be made, or does not take an attention
 (another head width, a mask of another form), the raised op stays, which IREE's attention
 pipeline compiles as after raise-attention. The heads as the exporter splits them (Reshape to
 [z, seq, h, d], Transpose to [z, h, seq, d], and for Q and K a Mul by the scale's square root)
@@ -27,6 +30,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
 from tuner.rewrite.attention import SDPA, raise_attention
+from tuner.rewrite.constant_eval import mask_kind
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.torch_ops import (element_type, is_onnx, only_user, onnx_ints, producer, replace_op, scalar_constant,
                                      static_shape)
@@ -101,6 +105,9 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
         if problem is None:
             left.append(f"{'x'.join(map(str, static_shape(op.operands[0]) or ['?']))} left raised: {why}")
             continue
+        kind = mask_kind(op.operands[3], problem.m, problem.n) if problem.mask else None
+        if kind is not None:  # a mask of zeros is none; a causal one is the kernel's own masking
+            problem = replace(problem, mask=None, mask_element="f16", causal=problem.causal or kind == "causal")
         split = _split_heads(op)
         if split is not None:  # the exporter's head split read as it lies, its scale in the kernel's
             problem = replace(problem, seq_major=split.layout, scale=problem.scale * split.scale)
