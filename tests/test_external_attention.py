@@ -50,6 +50,7 @@ def test_a_broadcast_additive_mask_and_a_causal_flag_are_taken():
     (AttentionProblem(8, 12, 197, 197, 64, 64), 128),  # 2 x 96 = 192 workgroups
     (AttentionProblem(1, 12, 512, 512, 64, 64), 64),   # 4 x 12 = 48 at 128 rows: 8 x 12 at 64
     (AttentionProblem(1, 32, 1024, 1024, 64, 64), 128),  # 8 x 32 = 256
+    (AttentionProblem(512, 3, 49, 49, 32, 32), 64),  # Swin's windows: both fill a wave, 64 pads 15 rows, 128 79
 ])
 def test_128_query_rows_a_workgroup_where_they_make_a_wave(problem, bm):
     assert attention_tiles_for(problem).bm == bm
