@@ -52,7 +52,7 @@ def test_a_broadcast_additive_mask_and_a_causal_flag_are_taken():
     (AttentionProblem(1, 32, 1024, 1024, 64, 64), 128),  # 8 x 32 = 256
     (AttentionProblem(512, 3, 49, 49, 32, 32), 64),  # Swin's windows: both fill a wave, 64 pads 15 rows, 128 79
 ])
-def test_128_query_rows_a_workgroup_where_they_make_a_wave(problem, bm):
+def test_a_workgroups_query_rows_fill_a_wave_and_pad_the_queries_least(problem, bm):
     assert attention_tiles_for(problem).bm == bm
 
 
