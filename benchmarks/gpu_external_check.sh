@@ -16,8 +16,8 @@ set -u
 source benchmarks/gpu_setup.sh
 export TRITON_DEFAULT_FP_FUSION=1 COLUMNS=200
 D=/tmp/exports
-EXTERNAL=external-hopper-gemm+external-flash-attention+external-depthwise-conv+external-hopper-conv
-FED=subsample-strided-1x1+pointwise-conv-as-matmul+conv-as-im2col-matmul+$EXTERNAL  # tuner.rewrite.FEEDERS first
+EXTERNAL=f32-reductions+external-hopper-gemm+external-flash-attention+external-depthwise-conv+external-hopper-conv
+FED=f32-reductions+subsample-strided-1x1+pointwise-conv-as-matmul+conv-as-im2col-matmul+${EXTERNAL#f32-reductions+}  # as the flag stage joins them
 for F in "$@"; do
   if [ ! -f $D/$F/torch.json ]; then
     python3 benchmarks/torch_exports.py --out $D --size real --family $F --time --rounds ${ROUNDS:-4} \
