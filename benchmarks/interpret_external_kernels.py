@@ -1,7 +1,7 @@
 """The external kernels' arithmetic run by Triton's interpreter on the CPU (`TRITON_INTERPRET=1`,
 numpy underneath) against torch in f32: the implicit-GEMM convolution (tuner.external.triton_conv)
 on every path, the depthwise kernel's and the GEMM's epilogues (their activations), the attention
-kernel's layouts (heads split before the exporter's Transpose). Index
+kernel's layouts (heads split before the exporter's Transpose), the layer norm's two layouts. Index
 arithmetic, masks and epilogues checked where no GPU is (the GPU's own compilation is checked by
 benchmarks/gpu_external_conv.py and, in the model, by benchmarks/export_vs_torch.py). Small
 shapes, so that the interpreter takes seconds.
@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tuner.external.attention_kernel import AttentionProblem, attention_tiles_for  # noqa: E402
 from tuner.external.conv_kernel import ConvProblem, conv_tiles_for  # noqa: E402
 from tuner.external.depthwise_kernel import DepthwiseProblem, depthwise_tiles_for  # noqa: E402
+from tuner.external.layernorm_kernel import LayerNormProblem, layernorm_tiles_for  # noqa: E402
 
 P1 = (1, 1, 1, 1)
 CASES = {
@@ -142,6 +143,32 @@ ATTENTION = {
     "attention, K and the result only, causal": AttentionProblem(
         1, 2, 70, 70, 32, 32, causal=True, scale=0.2, seq_major=(False, True, False, True)),
 }
+def layernorm_error(problem: LayerNormProblem) -> float:
+    """The kernel against torch's layer_norm; channels first, X made NCHW and the reference taken
+    on its NHWC view."""
+    import torch
+
+    from tuner.external.triton_layernorm import constants, layernorm_jit
+
+    tiles = layernorm_tiles_for(problem)
+    torch.manual_seed(0)
+    x = torch.randn(problem.rows, problem.c, dtype=torch.float16) * 3 + 1
+    w, b = torch.randn(problem.c, dtype=torch.float16), torch.randn(problem.c, dtype=torch.float16)
+    y = torch.empty(problem.rows, problem.c, dtype=torch.float16)
+    source = x
+    if problem.channels_first:  # the same rows as [n, p, c], laid out [n, c, p]
+        source = x.reshape(-1, problem.pixels, problem.c).transpose(1, 2).contiguous()
+    layernorm_jit()[(-(-problem.rows // tiles.rows), 1, 1)](source, w, b if problem.bias else y, y,
+                                                            **constants(problem, tiles))
+    ref = torch.nn.functional.layer_norm(x.float(), (problem.c,), w.float(), b.float() if problem.bias else None,
+                                         problem.eps)
+    return ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+LAYERNORM = {
+    "layer norm, rows as they lie": LayerNormProblem(20, 96, 1e-5),
+    "layer norm, NCHW read, NHWC written (ConvNeXt)": LayerNormProblem(2 * 25, 40, 1e-6, bias=False, pixels=25),
+}
 DEPTHWISE = {
     "depthwise 3x3, bias + silu": DepthwiseProblem(2, 8, 9, 9, 3, 3, pads=P1, bias=True, activation="silu"),
     "depthwise 5x5 stride 2, relu": DepthwiseProblem(1, 4, 11, 11, 5, 5, (2, 2), (2, 2, 2, 2), activation="relu"),
@@ -160,6 +187,10 @@ def main() -> None:
     for what, problem in ATTENTION.items():
         errors.append(attention_error(problem))
         print(f"{what:50s} {problem.name:50s} {attention_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
+              flush=True)
+    for what, problem in LAYERNORM.items():
+        errors.append(layernorm_error(problem))
+        print(f"{what:50s} {problem.name:50s} {layernorm_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
               flush=True)
     for what, shape in GEMMS.items():
         errors.append(gemm_error(*shape))

@@ -22,6 +22,7 @@ from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.f32_reductions import f32_reductions
 from tuner.rewrite.external_depthwise import external_depthwise_convs
 from tuner.rewrite.external_gemm import external_gemms
+from tuner.rewrite.external_layernorm import external_layernorms
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
@@ -151,7 +152,13 @@ REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, SUBSAMPLE_STRIDED_1X1),
 # moves to REWRITES once it has won on a model it was not made for.
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
                          "a batch of narrow images convolved side by side as one wide image")
-EXPERIMENTS = (BATCH_TO_WIDTH,)
+# Layer norms as an external kernel of Triton's (tuner.rewrite.external_layernorm), ConvNeXt's
+# channels-last Transpose before them taken in; checked under Triton's interpreter, not yet run
+# on a GPU.
+EXTERNAL_LAYERNORM = Rewrite("external-layer-norm", external_layernorms,
+                             "layer norms as an external kernel compiled by Triton, a channels-last transpose before "
+                             "them taken in", devices=("cuda",))
+EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM)
 
 
 def unoffered_for(target) -> Optional[str]:

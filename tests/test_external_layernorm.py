@@ -1,0 +1,92 @@
+"""Layer norms as an external kernel (tuner.external.layernorm_kernel, tuner.rewrite.external_layernorm):
+the problem read from ONNX's LayerNormalization, ConvNeXt's channels-last Transpose taken in (the
+kernel reads NCHW), what is left alone, and that it is an experiment, not offered. The kernel's
+arithmetic is checked by benchmarks/interpret_external_kernels.py; the stand-in PTX here is the
+conv fixture's (never run)."""
+
+from pathlib import Path
+
+import pytest
+from iree.compiler import ir
+
+from tuner.external.abi import ExternKernel, for_iree
+from tuner.external.layernorm_kernel import LayerNormProblem, layernorm_tiles_for
+from tuner.rewrite import EXPERIMENTS, EXTERNAL_LAYERNORM, REWRITES
+from tuner.rewrite.external_layernorm import external_layernorms
+
+FIXTURES = Path(__file__).parent / "fixtures" / "external"
+META = "{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}"
+
+
+def _t(*dims: int) -> str:
+    return f"!torch.vtensor<[{','.join(map(str, dims))}],f16>"
+
+
+def _stand_in(problem: LayerNormProblem, tiles) -> ExternKernel:
+    bindings = 4 if problem.bias else 3
+    ptx = (FIXTURES / ("triton_conv_1x16x8x8_32x3x3_bias_relu.ptx" if problem.bias else "triton_gemm_16x128x64.ptx"))
+    entry = "_conv" if problem.bias else "_gemm"
+    return ExternKernel(problem.name, for_iree(ptx.read_text(), entry, problem.name, bindings), bindings, 128, 0,
+                        (-(-problem.rows // tiles.rows), 1, 1), tiles.label)
+
+
+def _convnext_norm(axis: int = -1) -> str:
+    """ConvNeXt's block as exported: the depthwise result [2, 96, 7, 7] permuted to NHWC, then
+    nn.LayerNorm(96) (eps 1e-6)."""
+    nchw, nhwc, c = _t(2, 96, 7, 7), _t(2, 7, 7, 96), _t(96)
+    return f"""
+func.func @f(%x: {nchw}, %w: {c}, %b: {c}) -> {nhwc} attributes {META} {{
+  %t = torch.operator "onnx.Transpose"(%x) {{torch.onnx.perm = [0 : si64, 2 : si64, 3 : si64, 1 : si64]}} : ({nchw}) -> {nhwc}
+  %y = torch.operator "onnx.LayerNormalization"(%t, %w, %b) {{torch.onnx.axis = {axis} : si64, torch.onnx.epsilon = 9.99999997E-7 : f32}} : ({nhwc}, {c}, {c}) -> {nhwc}
+  return %y : {nhwc}
+}}
+"""
+
+
+def test_convnexts_channels_last_norm_reads_the_nchw_tensor_and_the_transpose_goes():
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_convnext_norm())
+        done = external_layernorms(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    # 2 images x 49 pixels, 96 channels each; the NCHW tensor's 49 pixels a plane
+    assert made == [LayerNormProblem(98, 96, pytest.approx(1e-6), "f16", True, 49)]
+    assert done == ["98x96_nchw49_f16 (64 rows of 128 w4)"]
+    assert '"onnx.Transpose"' not in text and '"onnx.LayerNormalization"' not in text
+    call = next(line for line in text.splitlines() if "call @layernorm_98x96_nchw49_f16" in line)
+    assert "(tensor<2x96x7x7xf16>, tensor<96xf16>, tensor<96xf16>) -> tensor<2x7x7x96xf16>" in call
+
+
+def test_a_norm_over_rows_as_they_lie_without_a_bias_is_taken_as_it_is():
+    x, w = _t(4, 16, 64), _t(64)
+    program = f"""
+func.func @f(%x: {x}, %w: {w}) -> {x} attributes {META} {{
+  %y = torch.operator "onnx.LayerNormalization"(%x, %w) {{torch.onnx.axis = -1 : si64}} : ({x}, {w}) -> {x}
+  return %y : {x}
+}}
+"""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        external_layernorms(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made == [LayerNormProblem(64, 64, pytest.approx(1e-5), "f16", False, 0)]
+    assert "(tensor<4x16x64xf16>, tensor<64xf16>) -> tensor<4x16x64xf16>" in text
+
+
+def test_a_norm_over_other_dims_is_left_alone():
+    with ir.Context():
+        module = ir.Module.parse(_convnext_norm(axis=2))
+        before = str(module)
+        assert external_layernorms(module, _stand_in) == []
+        assert str(module) == before
+
+
+@pytest.mark.parametrize("c, rows, width", [(96, 64, 128), (768, 8, 1024), (4096, 2, 4096)])
+def test_a_workgroup_takes_whole_rows_8192_values_at_most(c, rows, width):
+    tiles = layernorm_tiles_for(LayerNormProblem(1000, c, 1e-5))
+    assert (tiles.rows, tiles.width) == (rows, width) and tiles.rows * tiles.width <= 8192
+
+
+def test_it_is_an_experiment_not_offered_by_the_flag_stage():
+    assert EXTERNAL_LAYERNORM in EXPERIMENTS and all(EXTERNAL_LAYERNORM not in rs for rs in REWRITES.values())
