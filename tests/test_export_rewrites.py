@@ -340,8 +340,9 @@ def test_joined_linears_split_into_heads_of_different_sizes_or_not_at_all_comput
 @pytest.mark.parametrize("family, epilogues", [
     # ViT: every linear has a bias; the MLP's first is followed by GELU (q, k, v, out, up, down)
     ("vit", [("bias",)] * 4 + [("bias", "gelu"), ("bias",)]),
-    # Llama: no linear has a bias, and SiLU is no activation the kernel takes
-    ("llama", [()] * 7),
+    # Llama: no linear has a bias; the MLP's gate is followed by SiLU (x * Sigmoid(x)), which the
+    # kernel takes (q, k, v, o, gate, up, down)
+    ("llama", [()] * 4 + [("silu",), (), ()]),
 ])
 def test_the_fused_gemm_kernel_takes_each_linears_bias_and_gelu_as_the_export_writes_them(imported, family, epilogues):
     from tuner.rewrite.external_gemm import epilogue_of
