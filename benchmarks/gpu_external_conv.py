@@ -57,8 +57,10 @@ def run(name: str, problem: ConvProblem) -> dict:
     y = torch.empty(problem.n, problem.f, *problem.out, device="cuda", dtype=torch.half)
     (pt, pl, pb, pr) = problem.pads
 
+    given = w.permute(0, 2, 3, 1).contiguous() if values["BY_TAP"] else w  # tap-major, as the rewrite gives it
+
     def ours():
-        conv_jit()[grid(problem, tiles)](x, w, b if b is not None else y, y, **values, num_warps=tiles.warps,
+        conv_jit()[grid(problem, tiles)](x, given, b if b is not None else y, y, **values, num_warps=tiles.warps,
                                             num_stages=tiles.stages)
 
     def theirs(a=x, f=w, bias=b):

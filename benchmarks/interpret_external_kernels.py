@@ -54,7 +54,8 @@ def error_of(problem: ConvProblem) -> float:
     w = torch.randn(problem.f, problem.c // problem.group, problem.kh, problem.kw, dtype=torch.float16)
     b = torch.randn(problem.f, dtype=torch.float16)
     y = torch.empty(problem.n, problem.f, *problem.out, dtype=torch.float16)
-    conv_jit()[grid(problem, tiles)](x, w, b if values["HAS_BIAS"] else y, y, **values)
+    given = w.permute(0, 2, 3, 1).contiguous() if values["BY_TAP"] else w  # tap-major, as the rewrite gives it
+    conv_jit()[grid(problem, tiles)](x, given, b if values["HAS_BIAS"] else y, y, **values)
     pt, pl, pb, pr = problem.pads
     ref = torch.nn.functional.conv2d(torch.nn.functional.pad(x.float(), (pl, pr, pt, pb)), w.float(),
                                      b.float() if values["HAS_BIAS"] else None, problem.strides, 0, problem.dilations,

@@ -145,7 +145,9 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {x}
     assert done == ["1x16x8x8_16x3x3_p1x1x1x1_f16_row_bias (32x64x16 w4 s3)"] * 2  # 64 pixels: the narrower tile
     assert len(made) == 1 and '"onnx.Conv"' not in text and text.count("hal.dispatch.extern") == 1
     calls = [line for line in text.splitlines() if "call @conv_1x16x8x8_16x3x3_p1x1x1x1_f16_row_bias" in line]
-    assert len(calls) == 2 and all("tensor<16xf16>" in c and "tensor<16x16x3x3xf16>" in c for c in calls)
+    # the filter given tap-major, [16, 3, 3, 16] (16 channels, steps of 16: one tap's channels a step)
+    assert len(calls) == 2 and all("tensor<16xf16>" in c and "tensor<16x3x3x16xf16>" in c for c in calls)
+    assert text.count('"onnx.Transpose"') == 2  # one a call (of a constant filter, IREE would fold it)
     # four bindings (X, W, the bias, Y), the last written
     assert "#hal.pipeline.binding<storage_buffer, ReadOnly>, " * 3 + "#hal.pipeline.binding<storage_buffer>]" in text
 
@@ -216,3 +218,12 @@ def test_plain_iree_compile_embeds_the_conv_kernel_as_a_dispatch_of_its_own(tmp_
     assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
     name = "conv_1x16x8x8_32x3x3_p1x1x1x1_f16_row_bias_relu"
     assert extern_ptx(tmp_path / "rewritten.mlir", tmp_path, name) == [for_iree(PTX, "_conv", name, 4)]
+
+
+def test_a_stems_filter_stays_as_it_lies_where_a_step_is_no_taps_channels():
+    # 3 channels: K in the filter's own order, the filter passed as it is
+    with ir.Context():
+        module = ir.Module.parse(_conv([1, 3, 16, 16], [16, 3, 7, 7], [1, 16, 8, 8], pads=[3, 3, 3, 3], strides=[2, 2]))
+        external_convs(module, _fixture_kernel)
+        text = str(module)
+    assert '"onnx.Transpose"' not in text and "tensor<16x3x7x7xf16>" in text

@@ -82,3 +82,9 @@ def conv_tiles_for(problem: ConvProblem) -> GemmTiles:
     tiles = filling[0] if filling else max(fitting, key=lambda t: (blocks(t), -t.bm * t.bn))  # the least padded of equals
     channels = problem.c // problem.group
     return replace(tiles, bk=16) if channels % 32 and not channels % 16 else tiles
+
+
+def tap_major(problem: ConvProblem, tiles: GemmTiles) -> bool:
+    """Whether the kernel steps one tap's channels at a time and takes W as [F, KH, KW, CG]
+    (tuner.external.triton_conv): where the K step divides a group's channels."""
+    return (problem.c // problem.group) % tiles.bk == 0

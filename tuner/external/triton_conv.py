@@ -4,8 +4,9 @@ A block computes a bm x bn tile of one group's C = A B (tuner.external.conv_kern
 group's filters by bn output pixels (the images side by side). Each K step loads bk of the
 filters' values and gathers the patch values they meet from the image (zeros where a tap falls
 in the padding), then `tl.dot` (wgmma on sm_90a) adds their product to the f32 sums; the patches
-are never written. Where bk divides a group's channels, a step is one tap's bk channels (its
-pixel offsets one vector, its rows consecutive planes); otherwise (a stem's 3 channels) k runs
+are never written. Where bk divides a group's channels (`tap_major`), a step is one tap's bk
+channels (its pixel offsets one vector, its rows consecutive planes) and W is given tap-major,
+[F, KH, KW, CG], so that they lie side by side; otherwise (a stem's 3 channels) k runs
 in the filter's own order, every value's tap and channel computed, the last step masked. The bias per filter and the activation (Relu, Gelu in either form, SiLU) are
 applied to the sums, which are rounded once and stored in NCHW. The grid is (pixel tiles, filter
 tiles, groups). The bindings are X, W, then the bias where there is one, then Y."""
@@ -15,7 +16,7 @@ from __future__ import annotations
 from functools import cache
 
 from tuner.external.abi import ExternKernel
-from tuner.external.conv_kernel import EPILOGUE_STEPS, ConvProblem
+from tuner.external.conv_kernel import EPILOGUE_STEPS, ConvProblem, tap_major
 from tuner.external.gemm_kernel import ACTIVATIONS, GemmTiles
 from tuner.external.triton_build import compile_for_iree, language
 
@@ -52,7 +53,9 @@ def conv_jit():
         if BY_TAP:
             # K in (tap, channel) order, BK channels a step (BK divides the group's channels): a
             # step's tap is one scalar, its rows and columns one vector of BN, and the patch's
-            # rows consecutive planes
+            # rows consecutive planes. W is given tap-major, [F, KH, KW, CG] (the rewrite
+            # transposes the filter, a constant IREE folds), so a step's filter values lie
+            # side by side
             CG: tl.constexpr = K // (KH * KW)
             cs = tl.arange(0, BK)
             for step in range(0, K // BK):
@@ -63,7 +66,7 @@ def conv_jit():
                 inside = col_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
                 patch = tl.load(x_ptr + (plane + ih * W + iw)[None, :] + ((c0 + cs) * (H * W))[:, None],
                                 mask=inside[None, :], other=0.0)
-                filt = tl.load(a + ((c0 + cs) * (KH * KW) + tap)[None, :], mask=row_ok[:, None], other=0.0)
+                filt = tl.load(a + (tap * CG + c0 + cs)[None, :], mask=row_ok[:, None], other=0.0)
                 acc = tl.dot(filt, patch, acc)
         else:
             # K in the filter's own (channel, tap) order, the last step masked: few channels (a stem)
@@ -111,7 +114,7 @@ def constants(problem: ConvProblem, tiles: GemmTiles) -> dict[str, object]:
     (sh, sw), (pt, pl, _, _), (dh, dw) = problem.strides, problem.pads, problem.dilations
     return {"C": problem.c, "H": problem.h, "W": problem.w, "F": problem.f, "OH": oh, "OW": ow, "KH": problem.kh,
             "KW": problem.kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "DH": dh, "DW": dw, "M": m, "NP": n, "K": k,
-            "BM": tiles.bm, "BN": tiles.bn, "BK": tiles.bk, "BY_TAP": (problem.c // problem.group) % tiles.bk == 0,
+            "BM": tiles.bm, "BN": tiles.bn, "BK": tiles.bk, "BY_TAP": tap_major(problem, tiles),
             "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0}
 
 

@@ -126,16 +126,18 @@ def replace_chain(first: ir.Operation, after: list[ir.Operation], value: Callabl
 
 
 def call_in_place(module: ir.Module, op: ir.Operation, after: list[ir.Operation], problem, tiles: object,
-                  kernels: Kernels, what: str) -> Optional[ExternKernel]:
-    """`op` (and the ops `after` it) replaced by a call of `problem`'s kernel on op's own operands,
-    its function defined once (`kernels`; `what` names it where it cannot be made); the kernel,
-    or None where it could not be made (op left as it was). `problem` has `.name` and `.element`."""
+                  kernels: Kernels, what: str, operands: Optional[list[ir.Value]] = None) -> Optional[ExternKernel]:
+    """`op` (and the ops `after` it) replaced by a call of `problem`'s kernel on `operands`
+    (default: op's own), its function defined once (`kernels`; `what` names it where it cannot be
+    made); the kernel, or None where it could not be made (op left as it was). `problem` has
+    `.name` and `.element`."""
     from tuner.rewrite.torch_ops import static_shape
 
-    arguments = [tensor_type(static_shape(v), problem.element) for v in op.operands]
+    operands = list(op.operands) if operands is None else operands
+    arguments = [tensor_type(static_shape(v), problem.element) for v in operands]
     result = tensor_type(static_shape(op.result), problem.element)
     kernel = kernels.get(problem, tiles, lambda k: define_extern(module, k, arguments, result, onnx_meta(op)), what)
     if kernel is not None:
-        replace_chain(op, after, lambda ip: call_extern(problem.name, list(op.operands), static_shape(op.result),
+        replace_chain(op, after, lambda ip: call_extern(problem.name, operands, static_shape(op.result),
                                                         problem.element, ip, op.location))
     return kernel

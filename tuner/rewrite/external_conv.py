@@ -7,7 +7,10 @@ function whose body is one `hal.dispatch.extern` of Triton's implicit-GEMM kerne
 the activation after it (tuner.rewrite.activations.activation_of: Relu, Gelu, SiLU) computed by
 the kernel:
 
-    Relu(Conv(X, W, B))  ->  conv_bias_relu(X, W, B)
+    Relu(Conv(X, W, B))  ->  conv_bias_relu(X, Transpose(W, [0, 2, 3, 1]), B)
+
+(the filter given tap-major where the kernel steps one tap's channels at a time,
+tuner.external.conv_kernel.tap_major: a constant filter's transpose IREE folds at compile time).
 
 IREE 3.13 computes a GPU convolution as an implicit GEMM on mma.sync at best (ResNet-50's 3x3
 convolutions at batch 8 ran 0.06-0.42 ms each on the H200), its strided 1x1 ones as a reduction
@@ -29,11 +32,11 @@ from typing import Callable, Optional
 from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
-from tuner.external.conv_kernel import ConvProblem, conv_tiles_for
+from tuner.external.conv_kernel import ConvProblem, conv_tiles_for, tap_major
 from tuner.external.gemm_kernel import GemmTiles
 from tuner.rewrite.extern_call import Kernels, call_in_place
 from tuner.rewrite.activations import activation_of
-from tuner.rewrite.torch_ops import conv2d, element_type, onnx_sites, static_shape
+from tuner.rewrite.torch_ops import conv2d, element_type, onnx_op, onnx_sites, producer, si64_array, static_shape
 
 KernelSource = Callable[[ConvProblem, GemmTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16")
@@ -72,9 +75,16 @@ def external_convs(module: ir.Module, source: Optional[KernelSource] = None) -> 
         after = found[1] if found else []
         if found:
             problem = replace(problem, epilogue=(*problem.epilogue, found[0]))
-        kernel = call_in_place(module, conv, after, problem, conv_tiles_for(problem), kernels,
-                               f"{problem.name.removeprefix('conv_')} left as it was")
+        tiles, operands = conv_tiles_for(problem), list(conv.operands)
+        if tap_major(problem, tiles):  # the filter tap-major, [F, KH, KW, CG]: a constant IREE folds
+            f, cg, kh, kw = static_shape(operands[1])
+            operands[1] = onnx_op("Transpose", [operands[1]], [f, kh, kw, cg], problem.element, ir.InsertionPoint(conv),
+                                  conv.location, perm=si64_array([0, 2, 3, 1]))
+        kernel = call_in_place(module, conv, after, problem, tiles, kernels,
+                               f"{problem.name.removeprefix('conv_')} left as it was", operands)
         if kernel is None:
+            if operands[1] != conv.operands[1]:
+                producer(operands[1]).erase()
             continue
         done.append(f"{problem.name.removeprefix('conv_')} ({kernel.label})")
     if not done:
