@@ -53,11 +53,12 @@ class GemmTiles:
     warps: int
     stages: int
 
-    def lays_out(self, problem: GemmProblem, masked: bool = False) -> bool:
+    def lays_out(self, problem: GemmProblem, masked: bool = False, masked_k: bool = False) -> bool:
         """Whether the tiles cover the problem with only rows masked (k whole steps, n whole
         tiles), or with columns masked too (`masked`: any n; where n is no multiple of 8, B's
-        rows are no whole 16-byte vectors and its loads narrower)."""
-        return problem.k % self.bk == 0 and (problem.n % self.bn == 0 or masked)
+        rows are no whole 16-byte vectors and its loads narrower), or the last K step too
+        (`masked_k`: any k)."""
+        return (problem.k % self.bk == 0 or masked_k) and (problem.n % self.bn == 0 or masked)
 
     @property
     def label(self) -> str:
@@ -92,11 +93,12 @@ NARROWEST = tuple(GemmTiles(t.bm, t.bn, 16, t.warps, t.stages) for t in NARROW)
 TIERS = (PREFERRED, NARROW, NARROWEST)
 
 
-def tiles_for(problem: GemmProblem) -> GemmTiles | None:
+def tiles_for(problem: GemmProblem) -> GemmTiles:
     """The tiles the problem is computed with: of the first of TIERS that lays out on it (K a
     multiple of 64, 32, 16), then the same with the last column tile masked where no tile divides
-    N (a classifier's 1000 classes, a 7x7 image's 49 pixels; None: K is no multiple of 16), the
-    least padded grid first where several fill a wave or have the most workgroups."""
+    N (a classifier's 1000 classes, a 7x7 image's 49 pixels), the least padded grid first where
+    several fill a wave or have the most workgroups; where K is no multiple of 16, NARROW's tiles
+    with the last K step masked too."""
     for masked in (False, True):
         for tier in TIERS:
             fitting = [t for t in tier if t.lays_out(problem, masked)]
@@ -107,4 +109,8 @@ def tiles_for(problem: GemmProblem) -> GemmTiles | None:
                 return filling[0]
             if fitting:
                 return max(fitting, key=lambda t: t.blocks(problem))
-    return None
+    # K no multiple of 16 (MLP-Mixer's 196 tokens): K steps of 32, the last masked, by the same
+    # rule as masked columns. Not chosen on any measurement.
+    fitting = sorted(NARROW, key=lambda t: t.padded(problem))
+    filling = [t for t in fitting if t.blocks(problem) >= WAVE]
+    return filling[0] if filling else max(fitting, key=lambda t: t.blocks(problem))

@@ -1,7 +1,7 @@
 """Hopper matrix products compiled by Triton, for `hal.dispatch.extern` (tuner.external): each
 block computes a bm x bn tile of C = A B with `tl.dot` (wgmma on sm_90a), rows past m masked
 (and columns past n where the tile does not divide it),
-then the problem's epilogue on the f32 sums (a bias, an activation) before the one rounding; a
+and the last K step where the K step does not divide K, then the problem's epilogue on the f32 sums (a bias, an activation) before the one rounding; a
 batch of B and C on the grid's z, A shared. The bindings are A, B, then the bias where there is
 one, then C."""
 
@@ -23,9 +23,10 @@ def gemm_jit():
     @triton.jit
     def _gemm(a_ptr, b_ptr, x_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-              EVEN_N: tl.constexpr, ROW_BIAS: tl.constexpr, BATCHED: tl.constexpr):
+              EVEN_N: tl.constexpr, ROW_BIAS: tl.constexpr, BATCHED: tl.constexpr, EVEN_K: tl.constexpr):
         # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (ceil(N/BN), ceil(M/BM)), rows
-        # masked, and columns too unless EVEN_N (BN divides N: the loads of B unmasked).
+        # masked, and columns too unless EVEN_N (BN divides N: the loads of B unmasked); the
+        # last K step too unless EVEN_K (BK divides K).
         # x_ptr is the bias (one per column, or per row where ROW_BIAS) and y_ptr C where
         # HAS_BIAS, else x_ptr is C. BATCHED: B and C are the grid's z-th of a batch, A shared.
         pid_n = tl.program_id(0)
@@ -43,12 +44,17 @@ def gemm_jit():
         a = a_ptr + rows[:, None] * K + ks[None, :]
         b = b_ptr + ks[:, None] * N + cols[None, :]
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for _ in range(0, K, BK):
-            x = tl.load(a, mask=rows[:, None] < M, other=0.0)
-            if EVEN_N:
-                w = tl.load(b)
+        for k0 in range(0, K, BK):
+            if EVEN_K:
+                x = tl.load(a, mask=rows[:, None] < M, other=0.0)
+                if EVEN_N:
+                    w = tl.load(b)
+                else:
+                    w = tl.load(b, mask=cols[None, :] < N, other=0.0)
             else:
-                w = tl.load(b, mask=cols[None, :] < N, other=0.0)
+                inside = (k0 + ks) < K
+                x = tl.load(a, mask=(rows[:, None] < M) & inside[None, :], other=0.0)
+                w = tl.load(b, mask=inside[:, None] & (cols[None, :] < N), other=0.0)
             acc = tl.dot(x, w, acc)
             a += BK
             b += BK * N
@@ -86,7 +92,7 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     """The Hopper kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
     if problem.element not in ("f16", "bf16"):
         raise ValueError(f"no external kernel for {problem.element} matrix products")
-    if not tiles.lays_out(problem, masked=True):
+    if not tiles.lays_out(problem, masked=True, masked_k=True):
         raise ValueError(f"tiles {tiles.label} do not lay out on {problem.name}")
     steps = list(problem.epilogue)
     has_bias = steps[:1] in (["bias"], ["row_bias"])
@@ -98,6 +104,6 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
                              "BK": tiles.bk, "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0,
                              "EVEN_N": problem.n % tiles.bn == 0, "ROW_BIAS": steps[:1] == ["row_bias"],
-                             "BATCHED": problem.batch > 1},
+                             "BATCHED": problem.batch > 1, "EVEN_K": problem.k % tiles.bk == 0},
                             tiles, problem.name, (-(-problem.n // tiles.bn), -(-problem.m // tiles.bm), problem.batch),
                             bindings=4 if has_bias else 3)

@@ -26,8 +26,8 @@ One function per problem (rows x N x K and epilogue), called by every layer of t
 `fuse=False` leaves the epilogue in the program (benchmarks/gpu_external_gemm.py times both).
  The PTX names its target, sm_90a: the driver of any other
 GPU refuses it at load, and the flag stage, which builds and runs every variant, drops it there.
-Only static shapes whose K is a multiple of 16 are taken (the last column tile masked where
-no tile divides N; tuner.external.gemm_kernel)."""
+Only static shapes are taken (the last column tile masked where no tile divides N, the last K
+step where no K step divides K; tuner.external.gemm_kernel)."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
     sites = []
     for op in [*onnx_sites(module, "MatMul", problem_of), *onnx_sites(module, "Gemm", problem_of)]:
         problem = problem_of(op)
-        if problem is None or tiles_for(problem) is None:
+        if problem is None:
             continue
         after, steps, bias = epilogue_of(op) if fuse else ([], (), None)
         own = gemm_form(op)[1] if is_onnx(op, "Gemm") else None
