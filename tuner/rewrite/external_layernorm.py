@@ -22,7 +22,7 @@ from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
 from tuner.external.layernorm_kernel import LayerNormProblem, LayerNormTiles, layernorm_tiles_for
-from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, replace_chain, tensor_type
+from tuner.rewrite.extern_call import Kernels, call_in_place
 from tuner.rewrite.torch_ops import element_type, is_onnx, onnx_ints, onnx_sites, producer, static_shape
 
 KernelSource = Callable[[LayerNormProblem, LayerNormTiles], ExternKernel]
@@ -69,17 +69,11 @@ def external_layernorms(module: ir.Module, source: Optional[KernelSource] = None
     for ln in onnx_sites(module, "LayerNormalization", problem_of):
         problem = problem_of(ln)
         x = _channels_first_source(ln.operands[0]) if problem.channels_first else ln.operands[0]
-        operands = [x, *ln.operands[1:]]
-        result = ln.results[0]
-        kernel = kernels.get(problem, layernorm_tiles_for(problem), lambda k, operands=operands, result=result, ln=ln:
-                             define_extern(module, k, [tensor_type(static_shape(v), problem.element) for v in operands],
-                                           tensor_type(static_shape(result), problem.element), onnx_meta(ln)),
-                             f"{problem.name.removeprefix('layernorm_')} left as it was")
+        transpose = producer(ln.operands[0]) if problem.channels_first else None
+        kernel = call_in_place(module, ln, [], problem, layernorm_tiles_for(problem), kernels,
+                               f"{problem.name.removeprefix('layernorm_')} left as it was", [x, *ln.operands[1:]])
         if kernel is None:
             continue
-        transpose = producer(ln.operands[0]) if problem.channels_first else None
-        replace_chain(ln, [], lambda ip: call_extern(problem.name, operands, static_shape(result), problem.element, ip,
-                                                      ln.location))
         if transpose is not None and not list(transpose.results[0].uses):
             transpose.erase()
         done.append(f"{problem.name.removeprefix('layernorm_')} ({kernel.label})")
