@@ -19,7 +19,8 @@ from typing import Optional
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import is_onnx, only_user, onnx_string, scalar_constant
+from tuner.rewrite.constant_eval import scalar_constant
+from tuner.rewrite.torch_ops import is_onnx, only_user, onnx_string
 
 TOLERANCE = 2e-3  # f16 holds 0.044715 as 0.04471 and sqrt(2 / pi) as 0.7979
 

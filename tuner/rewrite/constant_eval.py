@@ -90,3 +90,10 @@ def mask_kind(mask: ir.Value, rows: int, columns: int) -> Optional[str]:
         return "zero"
     allowed = np.tril(np.ones((rows, columns), np.bool_))
     return "causal" if np.all(values[:, allowed] == 0) and np.all(values[:, ~allowed] <= -1e4) else None
+
+
+def scalar_constant(value: ir.Value) -> Optional[float]:
+    """The one value of a float constant of a single element (the exporter's scalar tensors,
+    a splat or a blob), else None."""
+    values = evaluate(value, depth=1)
+    return float(values.reshape(-1)[0]) if values is not None and values.size == 1 and values.dtype.kind == "f" else None

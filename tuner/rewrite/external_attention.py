@@ -30,10 +30,9 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
 from tuner.rewrite.attention import SDPA, raise_attention
-from tuner.rewrite.constant_eval import mask_kind
+from tuner.rewrite.constant_eval import mask_kind, scalar_constant
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.torch_ops import (element_type, is_onnx, only_user, onnx_ints, producer, replace_op, scalar_constant,
-                                     static_shape)
+from tuner.rewrite.torch_ops import element_type, is_onnx, only_user, onnx_ints, producer, replace_op, static_shape
 
 KernelSource = Callable[[AttentionProblem, AttentionTiles], ExternKernel]
 

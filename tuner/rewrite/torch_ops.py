@@ -3,7 +3,6 @@ shared by the program rewrites."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -98,26 +97,6 @@ def constant_bytes(op: ir.Operation) -> Optional[bytes]:
     blob = re.search(r"\b" + re.escape(key) + r'"?\s*:\s*"0x([0-9A-Fa-f]*)"', str(alone))
     # The blob's first four bytes are its alignment; the elements follow.
     return bytes.fromhex(blob.group(1)[8:]) if blob is not None and len(blob.group(1)) >= 8 else None
-
-
-FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
-
-
-def scalar_constant(value: ir.Value) -> Optional[float]:
-    """The one value of an `onnx.Constant` of a float type and a single element (a splat or a
-    blob: the exporter's scalar tensors), else None."""
-    op = producer(value)
-    shape = static_shape(value)
-    if (not is_onnx(op, "Constant") or "torch.onnx.value" not in op.attributes or shape is None
-            or math.prod(shape) != 1 or element_type(value) not in FLOATS):
-        return None
-    attr = op.attributes["torch.onnx.value"]
-    if str(attr).startswith("dense<"):
-        dense = ir.DenseElementsAttr(attr)
-        return ir.FloatAttr(dense.get_splat_value()).value if dense.is_splat else None
-    data = constant_bytes(op)
-    dtype = FLOATS[element_type(value)]
-    return float(np.frombuffer(data, dtype)[0]) if data is not None and len(data) == np.dtype(dtype).itemsize else None
 
 
 def single_use(value: ir.Value) -> bool:
