@@ -148,9 +148,6 @@ class RunCache:
     # The model's result on this host (llvm-cpu), once a run asked for it: (result,), the result
     # None where none could be had (tuner.stages.host_reference).
     host_result: Optional[tuple[Optional[np.ndarray]]] = None
-    # The program the host reference is built from, its half-precision reductions in f32 (None
-    # inside: the model has none), once a run.
-    exact_program: Optional[tuple[Optional[Path]]] = None
 
 
 @dataclass

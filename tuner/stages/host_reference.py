@@ -59,16 +59,18 @@ def host_output(env: StageEnv) -> Optional[np.ndarray]:
 
 
 def _exact_program(env: StageEnv) -> Optional[Path]:
-    """The model's program with its half-precision reductions in f32 (DIR/host-reference/
-    program.mlir, written once a run), or None where it has none."""
-    if env.cache.exact_program is None:
+    """The model's program with its half-precision reductions in f32, or None where it has none:
+    the flag stage's own rewrite of it where that was made first (`RunCache.rewritten`, by the
+    rewrite's name), else written once a run to DIR/host-reference/program.mlir and recorded
+    there for the flag stage."""
+    if F32_REDUCTIONS.name not in env.cache.rewritten:
         out = env.output_dir / HOST_REFERENCE / "program.mlir"
         changed = rewrite_program(env.model, F32_REDUCTIONS, out)
         if changed:
             env.say(f"host reference: {len(changed)} half-precision reduction(s) accumulated in f32, as torch does "
                     f"({changed[0]}{', ...' if len(changed) > 1 else ''})")
-        env.cache.exact_program = (out if changed else None,)
-    return env.cache.exact_program[0]
+        env.cache.rewritten[F32_REDUCTIONS.name] = out if changed else None
+    return env.cache.rewritten[F32_REDUCTIONS.name]
 
 
 def _build_and_run(env: StageEnv) -> Optional[np.ndarray]:
