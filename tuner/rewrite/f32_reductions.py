@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import element_type, onnx_op, onnx_sites, replace_op, si64, static_shape
+from tuner.rewrite.torch_ops import element_type, is_onnx, onnx_op, replace_op, si64, static_shape
 
 # The reductions that accumulate (not ReduceMax/ReduceMin, which are exact in any precision).
 ACCUMULATING = ("ReduceL1", "ReduceL2", "ReduceSum", "ReduceSumSquare", "ReduceMean", "ReduceLogSumExp")
@@ -33,18 +33,25 @@ def _taken(op: ir.Operation) -> bool:
 def f32_reductions(module: ir.Module) -> list[str]:
     """Every accumulating reduction of an f16 or bf16 tensor in `module` computed in f32 (in
     place, inside its context). Returns what was rewritten, one entry per reduction."""
+    sites: list[tuple[ir.Operation, str]] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:  # one walk for every kind of reduction
+        name = next((n for n in ACCUMULATING if is_onnx(op, n)), None)
+        if name is not None and _taken(op):
+            sites.append((op, name))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
     done = []
-    for name in ACCUMULATING:
-        for op in onnx_sites(module, name, _taken):
-            half, loc, ip = element_type(op.result), op.location, ir.InsertionPoint(op)
-            x = op.operands[0]
-            wide = onnx_op("Cast", [x], static_shape(x), "f32", ip, loc, to=si64(FLOAT))
-            attributes = {name.removeprefix("torch.onnx."): op.attributes[name] for name in op.attributes
-                          if name.startswith("torch.onnx.")}
-            reduced = onnx_op(name, [wide, *list(op.operands)[1:]], static_shape(op.result), "f32", ip, loc,
-                              **attributes)
-            replace_op(op, onnx_op("Cast", [reduced], static_shape(op.result), half, ip, loc, to=si64(HALF[half])))
-            done.append(f"{name} of {'x'.join(map(str, static_shape(x)))} {half}")
+    for op, name in sites:
+        half, loc, ip = element_type(op.result), op.location, ir.InsertionPoint(op)
+        x = op.operands[0]
+        wide = onnx_op("Cast", [x], static_shape(x), "f32", ip, loc, to=si64(FLOAT))
+        attributes = {key.removeprefix("torch.onnx."): op.attributes[key] for key in op.attributes
+                      if key.startswith("torch.onnx.")}
+        reduced = onnx_op(name, [wide, *list(op.operands)[1:]], static_shape(op.result), "f32", ip, loc, **attributes)
+        replace_op(op, onnx_op("Cast", [reduced], static_shape(op.result), half, ip, loc, to=si64(HALF[half])))
+        done.append(f"{name} of {'x'.join(map(str, static_shape(x)))} {half}")
     if done:
         module.operation.verify()
     return done
