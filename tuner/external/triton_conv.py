@@ -43,8 +43,12 @@ def conv_jit():
         cols = pid_n * BN + tl.arange(0, BN)
         image = cols // (OH * OW)
         pixel = cols % (OH * OW)
-        top = (pixel // OW) * SH - PT
-        left = (pixel % OW) * SW - PL
+        # The column as pixel - row x OW, not pixel % OW: Triton 3.6 miscompiles the pair
+        # (pixel // OW) * SH, (pixel % OW) * SW on the H200 where a stride is 2 and the problem
+        # large (ResNet-50's stem and strided 3x3s; right in the interpreter and at small sizes)
+        row = pixel // OW
+        top = row * SH - PT
+        left = (pixel - row * OW) * SW - PL
         plane = image.to(tl.int64) * (C * H * W) + group * (K // (KH * KW)) * (H * W)
         row_ok = rows < M
         col_ok = cols < NP

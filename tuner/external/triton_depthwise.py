@@ -33,7 +33,7 @@ def depthwise_jit():
         p = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         valid = p < OH * OW
         oh = p // OW
-        ow = p % OW
+        ow = p - oh * OW  # not p % OW: the pair miscompiles with strides in the convolution kernel
         plane = x_ptr + nc * (H * W)
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for i in tl.static_range(KH):
