@@ -2,7 +2,10 @@
 (cuDNN) on the GPU: each shape's output checked against an f32 convolution, then both timed,
 interleaved, by CUDA events around 50 calls (`triton.testing.do_bench`), and the kernel's
 tiles said. A kernel's time alone is an estimate: in the model it runs inside IREE's program
-(benchmarks/export_vs_torch.py gives its CUPTI time there).
+(benchmarks/export_vs_torch.py gives its CUPTI time there). Where the kernel steps one tap's
+channels, it is timed in both forms, the image NCHW and channels-last (NHWC, the experiment
+`external-hopper-conv-nhwc`), with torch's time to transpose X beside them (in the model, IREE's
+transpose dispatch or its producer's fusion pays it).
 
     python3 benchmarks/gpu_external_conv.py [--set seen|held-out] [--json OUT]    # on the GPU: torch and Triton
 
@@ -15,11 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.external.conv_kernel import ConvProblem, conv_tiles_for  # noqa: E402
+from tuner.external.conv_kernel import ConvProblem, conv_tiles_for, tap_major  # noqa: E402
 
 P1 = (1, 1, 1, 1)
 SETS = {
@@ -48,20 +52,25 @@ def run(name: str, problem: ConvProblem) -> dict:
     from tuner.external.triton_conv import constants, conv_jit, grid
 
     tiles = conv_tiles_for(problem)
-    values = constants(problem, tiles)
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(problem.n, problem.c, problem.h, problem.w, device="cuda", generator=g).half()
     w = (torch.randn(problem.f, problem.c // problem.group, problem.kh, problem.kw, device="cuda", generator=g)
          / (problem.gemm[2] ** 0.5)).half()
-    b = torch.randn(problem.f, device="cuda", generator=g).half() if values["HAS_BIAS"] else None
-    y = torch.empty(problem.n, problem.f, *problem.out, device="cuda", dtype=torch.half)
     (pt, pl, pb, pr) = problem.pads
+    forms = {"nchw": problem}
+    if tap_major(problem, tiles):  # the image channels-last too (the experiment external-hopper-conv-nhwc)
+        forms["nhwc"] = replace(problem, channels_last=True)
+    has_bias = problem.epilogue[:1] == ("row_bias",)
+    b = torch.randn(problem.f, device="cuda", generator=g).half() if has_bias else None
+    y = torch.empty(problem.n, problem.f, *problem.out, device="cuda", dtype=torch.half)
+    given = w.permute(0, 2, 3, 1).contiguous() if tap_major(problem, tiles) else w  # tap-major, as the rewrite gives it
+    x_nhwc = x.permute(0, 2, 3, 1).contiguous()
 
-    given = w.permute(0, 2, 3, 1).contiguous() if values["BY_TAP"] else w  # tap-major, as the rewrite gives it
-
-    def ours():
-        conv_jit()[grid(problem, tiles)](x, given, b if b is not None else y, y, **values, num_warps=tiles.warps,
-                                            num_stages=tiles.stages)
+    def ours(form: ConvProblem):
+        values = constants(form, tiles)
+        image = x_nhwc if form.channels_last else x
+        return lambda: conv_jit()[grid(form, tiles)](image, given, b if b is not None else y, y, **values,
+                                                      num_warps=tiles.warps, num_stages=tiles.stages)
 
     def theirs(a=x, f=w, bias=b):
         out = torch.nn.functional.conv2d(torch.nn.functional.pad(a, (pl, pr, pt, pb)), f, bias, problem.strides, 0,
@@ -69,20 +78,27 @@ def run(name: str, problem: ConvProblem) -> dict:
         act = [s for s in problem.epilogue if s != "row_bias"]
         return out.relu() if act == ["relu"] else torch.nn.functional.gelu(out) if act == ["gelu"] else out
 
-    ours()
     reference = theirs(x.float(), w.float(), b.float() if b is not None else None)
-    error = ((y.float() - reference).norm() / reference.norm()).item()
-    times = {"kernel": [], "torch": []}
+    calls = {form: ours(p) for form, p in forms.items()}
+    errors = {}
+    for form, call in calls.items():
+        y.zero_()
+        call()
+        errors[form] = ((y.float() - reference).norm() / reference.norm()).item()
+    calls["torch"] = theirs
+    calls["transpose"] = lambda: x.permute(0, 2, 3, 1).contiguous()  # what IREE's transpose of X costs, about
+    times = {form: [] for form in calls}
     for _ in range(3):  # interleaved rounds
-        times["kernel"].append(triton.testing.do_bench(ours, warmup=10, rep=50))
-        times["torch"].append(triton.testing.do_bench(theirs, warmup=10, rep=50))
-    kernel, vendor = min(times["kernel"]), min(times["torch"])
+        for form, call in calls.items():
+            times[form].append(triton.testing.do_bench(call, warmup=10, rep=50))
+    best = {form: min(t) for form, t in times.items()}
     m, n, k = problem.gemm
-    tflops = 2 * m * n * k * problem.group / kernel / 1e9
-    print(f"{name:26s} {problem.name:58s} {tiles.label:16s} err {error:.1e}  kernel {kernel * 1e3:7.1f} us  "
-          f"torch {vendor * 1e3:7.1f} us  {vendor / kernel:5.2f}x torch  {tflops:5.0f} TFLOP/s", flush=True)
-    return {"name": name, "problem": problem.name, "tiles": tiles.label, "rel_error": error,
-            "kernel_ms": times["kernel"], "torch_ms": times["torch"]}
+    said = "  ".join(f"{form} {best[form] * 1e3:6.1f} us err {errors[form]:.1e} {best['torch'] / best[form]:4.2f}x "
+                     f"{2 * m * n * k * problem.group / best[form] / 1e9:4.0f} TFLOP/s" for form in forms)
+    print(f"{name:26s} {problem.name:58s} {tiles.label:16s} {said}  torch {best['torch'] * 1e3:6.1f} us  "
+          f"(transpose of X {best['transpose'] * 1e3:5.1f} us)", flush=True)
+    return {"name": name, "problem": problem.name, "tiles": tiles.label, "rel_error": errors,
+            "ms": times}
 
 
 def main() -> None:

@@ -39,6 +39,10 @@ CASES = {
     "strided 1x1, bias + gelu": ConvProblem(2, 64, 6, 6, 96, 1, 1, (2, 2), epilogue=("row_bias", "gelu")),
     "bias + gelu, tanh form": ConvProblem(1, 32, 6, 6, 32, 3, 3, pads=P1, epilogue=("row_bias", "gelu_tanh")),
     "silu": ConvProblem(1, 32, 6, 6, 32, 3, 3, pads=P1, epilogue=("silu",)),
+    "channels-last, stride 2, bias + relu": ConvProblem(2, 64, 9, 9, 64, 3, 3, (2, 2), P1,
+                                                        epilogue=("row_bias", "relu"), channels_last=True),
+    "channels-last, groups of 32 channels": ConvProblem(1, 96, 7, 7, 192, 3, 3, pads=P1, group=3, channels_last=True),
+    "channels-last, 48 channels: 16 a step": ConvProblem(2, 48, 5, 6, 40, 3, 3, pads=P1, channels_last=True),
 }
 
 
@@ -55,7 +59,8 @@ def error_of(problem: ConvProblem) -> float:
     b = torch.randn(problem.f, dtype=torch.float16)
     y = torch.empty(problem.n, problem.f, *problem.out, dtype=torch.float16)
     given = w.permute(0, 2, 3, 1).contiguous() if values["BY_TAP"] else w  # tap-major, as the rewrite gives it
-    conv_jit()[grid(problem, tiles)](x, given, b if values["HAS_BIAS"] else y, y, **values)
+    image = x.permute(0, 2, 3, 1).contiguous() if problem.channels_last else x  # NHWC, as the rewrite gives it
+    conv_jit()[grid(problem, tiles)](image, given, b if values["HAS_BIAS"] else y, y, **values)
     pt, pl, pb, pr = problem.pads
     ref = torch.nn.functional.conv2d(torch.nn.functional.pad(x.float(), (pl, pr, pt, pb)), w.float(),
                                      b.float() if values["HAS_BIAS"] else None, problem.strides, 0, problem.dilations,

@@ -227,3 +227,36 @@ def test_a_stems_filter_stays_as_it_lies_where_a_step_is_no_taps_channels():
         external_convs(module, _fixture_kernel)
         text = str(module)
     assert '"onnx.Transpose"' not in text and "tensor<16x3x7x7xf16>" in text
+
+
+def test_channels_last_gives_the_kernel_the_image_nhwc_where_a_step_is_one_taps_channels():
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_conv([1, 16, 8, 6], [32, 16, 3, 3], [1, 32, 8, 6], pads=[1, 1, 1, 1]))
+        done = external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t), channels_last=True)
+        text = str(module)
+    assert made[0].channels_last and done == ["1x16x8x6_32x3x3_p1x1x1x1_f16_row_bias_nhwc (32x64x16 w4 s3)"]
+    call = next(line for line in text.splitlines() if "call @conv_1x16x8x6_32x3x3_p1x1x1x1_f16_row_bias_nhwc" in line)
+    # X as [N, H, W, C] and the filter as [F, KH, KW, CG], each a transpose; Y stays NCHW
+    assert "tensor<1x8x6x16xf16>" in call and "tensor<32x3x3x16xf16>" in call and "-> tensor<1x32x8x6xf16>" in call
+    assert text.count('"onnx.Transpose"') == 2 and text.count("[0 : si64, 2 : si64, 3 : si64, 1 : si64]") == 2
+
+
+def test_channels_last_leaves_a_stems_image_nchw():
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_conv([1, 3, 16, 16], [16, 3, 7, 7], [1, 16, 8, 8], pads=[3, 3, 3, 3], strides=[2, 2]))
+        external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t), channels_last=True)
+        text = str(module)
+    assert not made[0].channels_last and '"onnx.Transpose"' not in text
+
+
+def test_a_kernel_that_cannot_be_made_leaves_no_transpose_behind():
+    def source(problem, tiles):
+        raise KernelAbiError("_conv reads parameters beyond its bindings: _conv_param_4")
+
+    with ir.Context():
+        module = ir.Module.parse(_conv([1, 16, 8, 8], [16, 16, 3, 3], [1, 16, 8, 8], pads=[1, 1, 1, 1]))
+        before = str(module)
+        assert external_convs(module, source, channels_last=True) == []
+        assert str(module) == before

@@ -4,8 +4,9 @@ Y[n, g*fg + f, oh, ow] = B[g*fg + f] + sum over (c, i, j) of W[g*fg + f, c, i, j
                                             X[n, g*cg + c, oh*sh - pt + i*dh, ow*sw - pl + j*dw]
 
 NCHW and OIHW as ONNX's Conv writes them (`group` g of cg input channels and fg filters each),
+or X given channels-last, NHWC (`channels_last`: a tap's channels side by side, for vector loads),
 taps outside the image read as zeros, the sums in f32, then the epilogue (the bias, an
-activation) and one rounding. Per group it is a matrix product C[m, n] = A[m, k] B[k, n] with
+activation) and one rounding; Y is NCHW either way. Per group it is a matrix product C[m, n] = A[m, k] B[k, n] with
 m = fg filters, n = images x output pixels (the images side by side) and k = cg x taps: A is the
 filter as it lies in memory, B the patches, gathered by the kernel as it goes and never written."""
 
@@ -37,6 +38,7 @@ class ConvProblem:
     group: int = 1
     element: str = "f16"
     epilogue: tuple[str, ...] = ()
+    channels_last: bool = False  # X given as [N, H, W, C] (only where the kernel steps a tap's channels)
 
     @property
     def out(self) -> tuple[int, int]:
@@ -54,7 +56,7 @@ class ConvProblem:
         extra = window_label(self.strides, self.pads, self.dilations)
         group = f"_g{self.group}" if self.group > 1 else ""
         return (f"conv_{self.n}x{self.c}x{self.h}x{self.w}_{self.f}x{self.kh}x{self.kw}{extra}{group}_{self.element}"
-                + "".join(f"_{e}" for e in self.epilogue))
+                + "".join(f"_{e}" for e in self.epilogue) + ("_nhwc" if self.channels_last else ""))
 
 
 # In order of preference, as the GEMM's (tuner.external.gemm_kernel.PREFERRED): the first whose

@@ -6,7 +6,9 @@ filters' values and gathers the patch values they meet from the image (zeros whe
 in the padding), then `tl.dot` (wgmma on sm_90a) adds their product to the f32 sums; the patches
 are never written. Where bk divides a group's channels (`tap_major`), a step is one tap's bk
 channels (its pixel offsets one vector, its rows consecutive planes) and W is given tap-major,
-[F, KH, KW, CG], so that they lie side by side; otherwise (a stem's 3 channels) k runs
+[F, KH, KW, CG], so that they lie side by side, and X may be given channels-last (`NHWC`), so
+that a step's patch is BN runs of bk consecutive channels (vector loads) rather than bk x BN single
+values (in NCHW a tap's channels lie H x W apart); otherwise (a stem's 3 channels) k runs
 in the filter's own order, every value's tap and channel computed, the last step masked. The bias per filter and the activation (Relu, Gelu in either form, SiLU) are
 applied to the sums, which are rounded once and stored in NCHW. The grid is (pixel tiles, filter
 tiles, groups). The bindings are X, W, then the bias where there is one, then Y."""
@@ -32,7 +34,8 @@ def conv_jit():
               OH: tl.constexpr, OW: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr,
               SW: tl.constexpr, PT: tl.constexpr, PL: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
               M: tl.constexpr, NP: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr, BY_TAP: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+              BK: tl.constexpr, BY_TAP: tl.constexpr, NHWC: tl.constexpr, HAS_BIAS: tl.constexpr,
+              ACT: tl.constexpr):
         # M filters, K = channels x taps a group; NP = images x output pixels. u_ptr is the bias
         # and v_ptr Y where HAS_BIAS, else u_ptr is Y.
         pid_n = tl.program_id(0)
@@ -68,8 +71,12 @@ def conv_jit():
                 ih = top + (tap // KW) * DH
                 iw = left + (tap % KW) * DW
                 inside = col_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-                patch = tl.load(x_ptr + (plane + ih * W + iw)[None, :] + ((c0 + cs) * (H * W))[:, None],
-                                mask=inside[None, :], other=0.0)
+                if NHWC:  # a column's bk channels side by side
+                    at = image.to(tl.int64) * (H * W * C) + group * CG + (ih * W + iw) * C + c0
+                    patch = tl.load(x_ptr + at[None, :] + cs[:, None], mask=inside[None, :], other=0.0)
+                else:
+                    patch = tl.load(x_ptr + (plane + ih * W + iw)[None, :] + ((c0 + cs) * (H * W))[:, None],
+                                    mask=inside[None, :], other=0.0)
                 filt = tl.load(a + (tap * CG + c0 + cs)[None, :], mask=row_ok[:, None], other=0.0)
                 acc = tl.dot(filt, patch, acc)
         else:
@@ -113,12 +120,15 @@ def constants(problem: ConvProblem, tiles: GemmTiles) -> dict[str, object]:
     activation = steps[1:] if has_bias else steps
     if any(s not in EPILOGUE_STEPS for s in steps) or len(activation) > 1 or "row_bias" in activation:
         raise ValueError(f"no external kernel for the epilogue {'+'.join(steps)}")
+    if problem.channels_last and not tap_major(problem, tiles):
+        raise ValueError(f"{problem.name}: channels-last only where a step is one tap's channels")
     m, n, k = problem.gemm
     oh, ow = problem.out
     (sh, sw), (pt, pl, _, _), (dh, dw) = problem.strides, problem.pads, problem.dilations
     return {"C": problem.c, "H": problem.h, "W": problem.w, "F": problem.f, "OH": oh, "OW": ow, "KH": problem.kh,
             "KW": problem.kw, "SH": sh, "SW": sw, "PT": pt, "PL": pl, "DH": dh, "DW": dw, "M": m, "NP": n, "K": k,
             "BM": tiles.bm, "BN": tiles.bn, "BK": tiles.bk, "BY_TAP": tap_major(problem, tiles),
+            "NHWC": problem.channels_last,
             "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0}
 
 

@@ -153,12 +153,19 @@ REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, SUBSAMPLE_STRIDED_1X1),
 BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
                          "a batch of narrow images convolved side by side as one wide image")
 # Layer norms as an external kernel of Triton's (tuner.rewrite.external_layernorm), ConvNeXt's
-# channels-last Transpose before them taken in; checked under Triton's interpreter, not yet run
-# on a GPU.
+# channels-last Transpose before them taken in: ConvNeXt-T with the kernels 1.431 -> 1.130 ms on
+# the H200 (docs/benchmarks/external-kernels.md); made for ConvNeXt, not yet run on another model.
 EXTERNAL_LAYERNORM = Rewrite("external-layer-norm", external_layernorms,
                              "layer norms as an external kernel compiled by Triton, a channels-last transpose before "
                              "them taken in", devices=("cuda",))
-EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM)
+# The convolution kernel with the image given channels-last (a transpose before each call, for
+# vector loads of a tap's channels; tuner.rewrite.external_conv): instead of external-hopper-conv
+# in a joined option. Checked under Triton's interpreter; its PTX loads the patches 16 bytes at a
+# time where the NCHW form loads single values; not yet run on a GPU.
+EXTERNAL_CONV_NHWC = Rewrite("external-hopper-conv-nhwc", partial(external_convs, channels_last=True),
+                             "convolutions as external Hopper implicit-GEMM kernels compiled by Triton, the image "
+                             "given channels-last", devices=("cuda",))
+EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NHWC)
 
 
 def unoffered_for(target) -> Optional[str]:

@@ -11,6 +11,9 @@ the kernel:
 
 (the filter given tap-major where the kernel steps one tap's channels at a time,
 tuner.external.conv_kernel.tap_major: a constant filter's transpose IREE folds at compile time).
+With `channels_last` (the experiment `external-hopper-conv-nhwc`) the image is given NHWC there
+too, `Transpose(X, [0, 2, 3, 1])`, a dispatch of IREE's (or fused into X's producer), so that the
+kernel loads a tap's channels as vectors.
 
 IREE 3.13 computes a GPU convolution as an implicit GEMM on mma.sync at best (ResNet-50's 3x3
 convolutions at batch 8 ran 0.06-0.42 ms each on the H200), its strided 1x1 ones as a reduction
@@ -61,9 +64,10 @@ def problem_of(conv: ir.Operation) -> Optional[ConvProblem]:
     return problem if static_shape(conv.result) == [n, f, *problem.out] else None
 
 
-def external_convs(module: ir.Module, source: Optional[KernelSource] = None) -> list[str]:
+def external_convs(module: ir.Module, source: Optional[KernelSource] = None, channels_last: bool = False) -> list[str]:
     """Rewrite every `onnx.Conv` of `module` the kernel takes (in place, inside its context) as a
-    call of it, the activation after it too; `source` makes the kernels (Triton's by default).
+    call of it, the activation after it too; `source` makes the kernels (Triton's by default);
+    `channels_last`: the image given NHWC wherever the kernel steps one tap's channels.
     Returns each rewritten convolution's problem and tiles, then each problem whose kernel could
     not be made (its convolutions left as they were; nothing where no kernel was)."""
     if source is None:
@@ -77,17 +81,27 @@ def external_convs(module: ir.Module, source: Optional[KernelSource] = None) -> 
             problem = replace(problem, epilogue=(*problem.epilogue, found[0]))
         tiles, operands = conv_tiles_for(problem), list(conv.operands)
         if tap_major(problem, tiles):  # the filter tap-major, [F, KH, KW, CG]: a constant IREE folds
-            f, cg, kh, kw = static_shape(operands[1])
-            operands[1] = onnx_op("Transpose", [operands[1]], [f, kh, kw, cg], problem.element, ir.InsertionPoint(conv),
-                                  conv.location, perm=si64_array([0, 2, 3, 1]))
+            operands[1] = _channels_last(operands[1], conv)
+            if channels_last:
+                operands[0] = _channels_last(operands[0], conv)
+                problem = replace(problem, channels_last=True)
         kernel = call_in_place(module, conv, after, problem, tiles, kernels,
                                f"{problem.name.removeprefix('conv_')} left as it was", operands)
         if kernel is None:
-            if operands[1] != conv.operands[1]:
-                producer(operands[1]).erase()
+            for made, given in zip(operands, conv.operands):
+                if made != given:
+                    producer(made).erase()
             continue
         done.append(f"{problem.name.removeprefix('conv_')} ({kernel.label})")
     if not done:
         return []
     module.operation.verify()
     return done + kernels.failed
+
+
+def _channels_last(value: ir.Value, before: ir.Operation) -> ir.Value:
+    """`Transpose(value, [0, 2, 3, 1])` of a 4-d value, made before `before`: NCHW to NHWC (an
+    image) or OIHW to OHWI (a filter, tap-major)."""
+    a, b, c, d = static_shape(value)
+    return onnx_op("Transpose", [value], [a, c, d, b], element_type(value), ir.InsertionPoint(before), before.location,
+                   perm=si64_array([0, 2, 3, 1]))
