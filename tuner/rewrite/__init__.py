@@ -24,6 +24,7 @@ from tuner.rewrite.external_depthwise import external_depthwise_convs
 from tuner.rewrite.external_gemm import external_gemms
 from tuner.rewrite.external_layernorm import external_layernorms
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
+from tuner.rewrite.pad_reductions import pad_reductions
 from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.sibling_linears import fuse_sibling_linears
@@ -66,6 +67,12 @@ def combined(rewrites: Sequence[Rewrite]) -> Rewrite:
 # is kept where it makes the model right.
 F32_REDUCTIONS = Rewrite("f32-reductions", f32_reductions,
                          "half-precision reductions that accumulate computed in f32, as torch computes them")
+# Offered on GPUs: means and sums over a length that is no multiple of 64 (CNN pools over 28 x 28,
+# 14 x 14, 7 x 7; wav2vec2's GroupNorm over 3199 frames) padded with zeros, so that IREE 3.13
+# configures them VectorDistribute (a workgroup a row) instead of TileAndFuse (a thread a row,
+# 128 rows a workgroup: wav2vec2-base's two took 4.1 ms of 4.6 on the H200) (tuner.rewrite.pad_reductions).
+PAD_REDUCTIONS = Rewrite("pad-reductions", pad_reductions,
+                         "means and sums over lengths IREE's GPU reduction pipeline cannot split, padded with zeros")
 # Linear layers on NHWC activations (ConvNeXt's and Swin's MLPs, as torch exports nn.Linear on a
 # rank-4 tensor): IREE 3.13 broadcasts the weight once per batch row before a batch matmul
 # (tuner.rewrite.nd_linear); as a 2-D MatMul the weight is read once. Judged with the matmuls it
@@ -145,7 +152,7 @@ FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, CONV_AS_IM2COL_MATMU
 # attention it forms, so it could only be judged at the compiler's config, and the README's BERT
 # walk-through spent its flag stage there, three choices at 0.34-0.77x the model (issue 62).
 REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, SUBSAMPLE_STRIDED_1X1),
-            "gpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
+            "gpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, PAD_REDUCTIONS, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
                     POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL,
                     *(EXTERNAL if find_spec("triton") else ()))}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one

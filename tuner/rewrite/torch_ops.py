@@ -176,8 +176,13 @@ def bool_literal(values: list, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Va
 
 def zero_literal(element: str, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """A `torch.vtensor.literal` of one zero of the element type ("f16", "f32", "bf16")."""
+    return float_literal(0.0, element, ip, loc)
+
+
+def float_literal(value: float, element: str, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """A `torch.vtensor.literal` of one `value` of the element type ("f16", "f32", "bf16", "f64")."""
     scalar = {"f16": ir.F16Type, "f32": ir.F32Type, "bf16": ir.BF16Type, "f64": ir.F64Type}[element].get()
-    dense = ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], scalar, loc=loc), ir.FloatAttr.get(scalar, 0.0, loc=loc))
+    dense = ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([], scalar, loc=loc), ir.FloatAttr.get(scalar, value, loc=loc))
     return _literal(dense, [], element, ip, loc)
 
 
