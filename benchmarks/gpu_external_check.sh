@@ -11,7 +11,7 @@
 #
 #   bash benchmarks/gpu_external_check.sh FAMILY...      # LIMIT_S=170 a family, ROUNDS=4, TOP=8
 #   NHWC=1 bash benchmarks/gpu_external_check.sh resnet  # also the kernels with external-hopper-conv-nhwc
-#   EXTRA=pad-reductions bash benchmarks/gpu_external_check.sh wav2vec2  # also the kernels + EXTRA
+#   EXTRA="pad-reductions external-layer-norm" bash benchmarks/gpu_external_check.sh swin  # also the kernels + each
 #
 # $OUT/ext-FAMILY.json and $OUT/ext.log (the last one's lines for each family).
 set -u
@@ -21,7 +21,7 @@ D=/tmp/exports
 EXTERNAL=f32-reductions+external-hopper-gemm+external-flash-attention+external-depthwise-conv+external-hopper-conv
 FED=f32-reductions+subsample-strided-1x1+pointwise-conv-as-matmul+conv-as-im2col-matmul+${EXTERNAL#f32-reductions+}  # as the flag stage joins them
 [ -n "${NHWC:-}" ] && FED=$FED,${EXTERNAL/external-hopper-conv/external-hopper-conv-nhwc}  # the experiment beside them
-[ -n "${EXTRA:-}" ] && FED=$FED,$EXTERNAL+$EXTRA  # e.g. EXTRA=pad-reductions: the kernels and that rewrite
+for X in ${EXTRA:-}; do FED=$FED,$EXTERNAL+$X; done  # EXTRA="pad-reductions external-layer-norm": the kernels and each
 for F in "$@"; do
   if [ ! -f $D/$F/torch.json ]; then
     python3 benchmarks/torch_exports.py --out $D --size real --family $F --time --rounds ${ROUNDS:-4} \
