@@ -26,18 +26,30 @@ from typing import Optional
 # The reaper's program: argv[1] is the mark ("NAME=TOKEN"), argv[2] the temporary directory
 # where directories named "iree-tuner-*-TOKEN*" are removed.
 _REAPER = """
-import glob, os, shutil, signal, sys
+import glob, os, shutil, signal, sys, time
 mark, temp = sys.argv[1].encode(), sys.argv[2]
 sys.stdin.buffer.read()  # returns when the run that started this has ended
-for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
-    if not pid.isdigit() or int(pid) == os.getpid():
-        continue
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            if mark in f.read().split(b"\\0"):
-                os.kill(int(pid), signal.SIGKILL)
-    except OSError:
-        pass
+
+def sweep():
+    killed = 0
+    for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark in f.read().split(b"\\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed += 1
+        except OSError:
+            pass
+    return killed
+
+# Again until a sweep finds nothing: a process the run's own (a raylet) started after the
+# listing of /proc was read carries the mark too (Ray's agents outlived one sweep under load).
+for _ in range(25):
+    if not sweep():
+        break
+    time.sleep(0.2)
 token = sys.argv[1].split("=", 1)[1]
 for path in glob.glob(os.path.join(glob.escape(temp), f"iree-tuner-*-{glob.escape(token)}*")):
     shutil.rmtree(path, ignore_errors=True)
