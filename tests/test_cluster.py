@@ -67,6 +67,7 @@ def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
 
     from tuner.cluster import connect as cluster_connect
+    from tuner.cluster import reaper as cluster_reaper
     from tuner.tools import TOOLS_ENV, find_tool
 
     tools = tmp_path_factory.mktemp("cluster-tools")
@@ -79,6 +80,9 @@ def cluster(tmp_path_factory):
         (tools / name).chmod(0o755)
     saved = os.environ.get(TOOLS_ENV)
     os.environ[TOOLS_ENV] = str(tools)
+    # The nodes carry a mark of the fixture's own, as a run's local cluster does: the workers'
+    # temporary directories are named after it and removed at the end (a joined cluster's are not)
+    cluster_reaper.reap_after_exit()
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"iree_compile": 2}})
     nodes.add_node(num_cpus=1)
     cluster_connect.connect(nodes.address)
@@ -95,6 +99,8 @@ def cluster(tmp_path_factory):
     yield configure
     cluster_connect.shutdown()
     nodes.shutdown()
+    cluster_reaper.reap_now()
+    os.environ.pop(cluster_reaper.MARK_ENV, None)
     if saved is None:
         os.environ.pop(TOOLS_ENV, None)
     else:
