@@ -133,10 +133,18 @@ def attention_error(problem: AttentionProblem) -> float:
         return x.transpose(1, 2).contiguous() if major else x.contiguous()
 
     qt, kt, vt, ot = problem.seq_major
+    operands = [laid(q, qt), laid(k, kt), laid(v, vt)]
+    if any(problem.rows):  # Q, K, V side by side in one tensor's rows, each at its offset (m == n)
+        width = problem.rows[0]
+        fused = torch.zeros(z, m, width, dtype=torch.float16)
+        for x, at in zip(operands, problem.offsets):
+            fused[:, :, at:at + h * x.shape[-1]] = x.reshape(z, m, -1)
+        operands = [fused] * 3
+    rows = [r or h * w for r, w in zip(problem.rows, (problem.d, problem.d, problem.dv))]
     y = torch.empty((z, m, h, problem.dv) if ot else (z, h, m, problem.dv), dtype=torch.float16)
     attention_jit()[(-(-m // tiles.bm), z * h, 1)](
-        laid(q, qt), laid(k, kt), laid(v, vt), y, y, h, m, n, problem.d, problem.dv, 0, 0, 0, False, problem.causal,
-        problem.scale, tiles.bm, tiles.bn, qt, kt, vt, ot)
+        *operands, y, y, h, m, n, problem.d, problem.dv, 0, 0, 0, False, problem.causal,
+        problem.scale, tiles.bm, tiles.bn, qt, kt, vt, ot, *rows, *problem.offsets)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=problem.causal,
                                                            scale=problem.scale)
     out = y.float().transpose(1, 2) if ot else y.float()
@@ -148,6 +156,9 @@ ATTENTION = {
         2, 3, 40, 50, 16, 16, scale=0.125, seq_major=(True, True, True, True)),
     "attention, K and the result only, causal": AttentionProblem(
         1, 2, 70, 70, 32, 32, causal=True, scale=0.2, seq_major=(False, True, False, True)),
+    "attention, Q K V read from one fused projection": AttentionProblem(
+        2, 3, 40, 40, 16, 16, causal=True, scale=0.25, seq_major=(True, True, True, True), rows=(160, 160, 160),
+        offsets=(96, 0, 48)),
 }
 def layernorm_error(problem: LayerNormProblem) -> float:
     """The kernel against torch's layer_norm; channels first, X made NCHW and the reference taken

@@ -216,3 +216,41 @@ def test_a_mul_by_a_tensor_is_no_scale_and_q_stays_as_the_program_made_it():
         text = str(module)
     assert made[0].seq_major == (False, True, True, True) and made[0].scale == pytest.approx(0.35351563, rel=1e-6)
     assert text.count('"onnx.Mul"') == 1 and text.count('"onnx.Transpose"') == 1  # Q's own, kept
+
+
+def _fused_heads() -> str:
+    """_exported_heads with Q, K and V as GPT-2's export makes them: one [1, 16, 384] projection
+    (an argument here) split in three on its last axis, each part reshaped to [1, 16, 2, 64]."""
+    bshd, part, fused, shape = _t(1, 16, 2, 64), _t(1, 16, 128), _t(1, 16, 384), _t(4, element="si64")
+    program = _exported_heads().replace(f"func.func @f(%q: {bshd}, %k: {bshd}, %v: {bshd})", f"func.func @f(%x: {fused})")
+    lines = [f'  %to4 = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[1, 16, 2, 64]> : tensor<4xsi64>}} : () -> {shape}',
+             f'  %p:3 = torch.operator "onnx.Split"(%x) {{torch.onnx.axis = 2 : si64, torch.onnx.num_outputs = 3 : si64}} : '
+             f'({fused}) -> ({part}, {part}, {part})']
+    lines += [f'  %{x} = torch.operator "onnx.Reshape"(%p#{i}, %to4) : ({part}, {shape}) -> {bshd}' for i, x in enumerate("qkv")]
+    marker = "  %cq = "
+    return program.replace(marker, "\n".join(lines) + "\n" + marker, 1)
+
+
+def test_heads_split_from_one_fused_projection_are_read_from_it_at_their_offsets_not_copied():
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_fused_heads())
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made[0].seq_major == (True, True, True, True)
+    assert made[0].rows == (384, 384, 384) and made[0].offsets == (0, 128, 256)  # q, k, v as the Split orders them
+    assert not any(f'"onnx.{op}"' in text for op in ("Split", "Reshape", "Transpose", "Mul"))
+    call = next(line for line in text.splitlines() if "call @attention_1x2x16x16x64x64_f16_" in line)
+    assert "_rows384.384.384_at0.128.256" in call and call.count("tensor<1x16x384xf16>") == 3
+    assert text.count("torch_c.to_builtin_tensor %arg0") == 3  # the projection itself, thrice
+
+
+def test_a_split_part_with_another_user_is_copied_as_before():
+    part = _t(1, 16, 128)
+    program = _fused_heads().replace("  return %o", f'  %extra = torch.operator "onnx.Neg"(%p#1) : ({part}) -> {part}\n  return %o')
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+    # K's part is used elsewhere: K read from its own copy; Q and V from the projection
+    assert made[0].rows == (384, 0, 384) and made[0].offsets == (0, 0, 256)

@@ -1,7 +1,9 @@
 """An attention as an external kernel: the problem and the tiles it is computed with.
 
 softmax(scale * Q K^T + mask) V over heads (z, h), Q [z, h, m, d], K [z, h, n, d], V [z, h, n, dv]
-(or any of them and the result [z, seq, h, d] in memory: `seq_major`), f16, the statistics and the products' sums in f32, the result rounded once. The mask is
+(or any of them and the result [z, seq, h, d] in memory: `seq_major`; Q, K or V also read
+from a wider tensor whose rows hold them side by side, the exporter's fused QKV before its Split:
+`rows`, `offsets`), f16, the statistics and the products' sums in f32, the result rounded once. The mask is
 additive, of shape [mz, mh, mm, n] with each leading dim 1 (broadcast) or the problem's; a
 causal problem also drops every key after its query's position (SDPA's is_causal)."""
 
@@ -32,12 +34,18 @@ class AttentionProblem:
     # Which of Q, K, V and the result lie [z, seq, h, d] in memory (the exporter's head split
     # before its Transpose) rather than [z, h, seq, d]: the kernel reads and writes them so.
     seq_major: tuple[bool, bool, bool, bool] = (False, False, False, False)
+    # Q, K, V read (seq-major) from rows `rows` values wide (0: h x d, their own), starting
+    # `offsets` values into each row: GPT-2's one [z, seq, 3 x h x d] projection, not its Split.
+    rows: tuple[int, int, int] = (0, 0, 0)
+    offsets: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def name(self) -> str:
         extra = ("_mask" + "x".join(map(str, self.mask)) if self.mask else "") + ("_causal" if self.causal else "")
         if any(self.seq_major):
             extra += "_" + "".join(x if major else "" for x, major in zip("qkvo", self.seq_major)) + "_bshd"
+        if any(self.rows):
+            extra += f"_rows{'.'.join(map(str, self.rows))}_at{'.'.join(map(str, self.offsets))}"
         return f"attention_{self.z}x{self.h}x{self.m}x{self.n}x{self.d}x{self.dv}_{self.element}{extra}"
 
     def why_not(self) -> Optional[str]:

@@ -25,10 +25,13 @@ def attention_jit():
     def _attention(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, H: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
                    D: tl.constexpr, DV: tl.constexpr, MSZ: tl.constexpr, MSH: tl.constexpr, MSM: tl.constexpr,
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SCALE: tl.constexpr, BM: tl.constexpr,
-                   BN: tl.constexpr, QT: tl.constexpr, KT: tl.constexpr, VT: tl.constexpr, OT: tl.constexpr):
+                   BN: tl.constexpr, QT: tl.constexpr, KT: tl.constexpr, VT: tl.constexpr, OT: tl.constexpr,
+                   QR: tl.constexpr, KR: tl.constexpr, VR: tl.constexpr, QO: tl.constexpr, KO: tl.constexpr,
+                   VO: tl.constexpr):
         # x_ptr is the mask and y_ptr the result where HAS_MASK, else x_ptr is the result. QT, KT,
         # VT, OT: Q, K, V, the result lie [z, seq, h, d] (a row every H * d values, the head's d
-        # at h * d), else [z, h, seq, d].
+        # at h * d), else [z, h, seq, d]. QR, KR, VR: a seq-major Q, K, V's row width (H * d, or a
+        # fused projection's), QO, KO, VO: where in the row it starts.
         log2e: tl.constexpr = 1.4426950408889634
         start = tl.program_id(0)
         zh = tl.program_id(1)
@@ -39,7 +42,7 @@ def attention_jit():
         dk = tl.arange(0, D)
         dv = tl.arange(0, DV)
         if QT:
-            q_at = z * M * H * D + rows[:, None] * (H * D) + h * D + dk[None, :]
+            q_at = z * M * QR + rows[:, None] * QR + QO + h * D + dk[None, :]
         else:
             q_at = zh * M * D + rows[:, None] * D + dk[None, :]
         q = tl.load(q_ptr + q_at, mask=rows[:, None] < M, other=0.0)
@@ -52,7 +55,7 @@ def attention_jit():
         for first in range(0, hi, BN):
             cols = first + keys
             if KT:
-                k_at = z * N * H * D + cols[None, :] * (H * D) + h * D + dk[:, None]
+                k_at = z * N * KR + cols[None, :] * KR + KO + h * D + dk[:, None]
             else:
                 k_at = zh * N * D + cols[None, :] * D + dk[:, None]
             k = tl.load(k_ptr + k_at, mask=cols[None, :] < N, other=0.0)
@@ -71,7 +74,7 @@ def attention_jit():
             alpha = tl.math.exp2(m_i - m_use)
             l_i = l_i * alpha + tl.sum(p, 1)
             if VT:
-                v_at = z * N * H * DV + cols[:, None] * (H * DV) + h * DV + dv[None, :]
+                v_at = z * N * VR + cols[:, None] * VR + VO + h * DV + dv[None, :]
             else:
                 v_at = zh * N * DV + cols[:, None] * DV + dv[None, :]
             v = tl.load(v_ptr + v_at, mask=cols[:, None] < N, other=0.0)
@@ -109,7 +112,10 @@ def triton_attention(problem: AttentionProblem, tiles: AttentionTiles) -> Extern
     constants = {"H": problem.h, "M": problem.m, "N": problem.n, "D": problem.d, "DV": problem.dv, "MSZ": strides[0],
                  "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask), "CAUSAL": problem.causal,
                  "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn,
-                 **dict(zip(("QT", "KT", "VT", "OT"), problem.seq_major))}
+                 **dict(zip(("QT", "KT", "VT", "OT"), problem.seq_major)),
+                 **dict(zip(("QR", "KR", "VR"), (r or problem.h * w for r, w in
+                                                   zip(problem.rows, (problem.d, problem.d, problem.dv))))),
+                 **dict(zip(("QO", "KO", "VO"), problem.offsets))}
     grid = (-(-problem.m // tiles.bm), problem.z * problem.h, 1)
     return compile_for_iree(attention_jit(), pointers, constants, tiles, problem.name, grid,
                             bindings=5 if problem.mask else 4)

@@ -15,7 +15,9 @@ pipeline compiles as after raise-attention. The heads as the exporter splits the
 [z, seq, h, d], Transpose to [z, h, seq, d], and for Q and K a Mul by the scale's square root)
 are read as they lie before the Transpose, and the result written as the Transpose after it
 wants it (`_split_heads`; the kernel's `seq_major` layout, the scalars in its scale): no
-transpose dispatch around the kernel. Where no attention became an external kernel the
+transpose dispatch around the kernel; where the heads are a Split of one fused projection
+(GPT-2's c_attn), Q, K and V are read from it, each at its offset in the rows (`_fused_projection`),
+not from the three copies IREE makes of the Split's parts. Where no attention became an external kernel the
 rewrite says it changed nothing. On any GPU but a Hopper the driver refuses the PTX at load, and the flag stage,
 which runs every variant, drops it."""
 
@@ -109,7 +111,8 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
             problem = replace(problem, mask=None, mask_element="f16", causal=problem.causal or kind == "causal")
         split = _split_heads(op)
         if split is not None:  # the exporter's head split read as it lies, its scale in the kernel's
-            problem = replace(problem, seq_major=split.layout, scale=problem.scale * split.scale)
+            problem = replace(problem, seq_major=split.layout, scale=problem.scale * split.scale, rows=split.rows,
+                              offsets=split.offsets)
         operands = [*(split.operands if split else op.operands[:3]), *([op.operands[3]] if problem.mask else [])]
         last = split.out if split and split.out is not None else op
         kernel = kernels.get(problem, attention_tiles_for(problem),
@@ -123,8 +126,8 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
                                      ir.InsertionPoint(last), op.location))
         if last is not op:
             op.erase()
-        for dead in split.chain if split else ():
-            if not list(dead.result.uses):
+        for dead in split.chain if split else ():  # users first: a Split goes with its last part
+            if not any(list(r.uses) for r in dead.results):
                 dead.erase()
         done.append(f"{problem.name.removeprefix('attention_')} ({kernel.label})")
     if not done:
@@ -146,6 +149,8 @@ class SplitHeads:
     layout: tuple[bool, bool, bool, bool]
     scale: float
     chain: tuple[ir.Operation, ...]
+    rows: tuple[int, int, int] = (0, 0, 0)  # Q, K, V read from a fused projection: its width
+    offsets: tuple[int, int, int] = (0, 0, 0)  # and where each starts in its rows
 
 
 HEAD_SPLIT = [0, 2, 1, 3]  # [z, seq, h, d] <-> [z, h, seq, d]
@@ -154,7 +159,7 @@ HEAD_SPLIT = [0, 2, 1, 3]  # [z, seq, h, d] <-> [z, h, seq, d]
 def _split_heads(sdpa: ir.Operation) -> Optional[SplitHeads]:
     """The attention's head-split Transposes (and the scalar Muls after those of Q and K) to read
     through, or None where it has none."""
-    operands, layout, scale, chain = [], [], 1.0, []
+    operands, layout, scale, chain, rows, offsets = [], [], 1.0, [], [], []
     for index, value in enumerate(sdpa.operands[:3]):
         op, factor, through = producer(value), 1.0, []
         if index < 2 and is_onnx(op, "Mul") and only_user(value) == sdpa:
@@ -164,14 +169,54 @@ def _split_heads(sdpa: ir.Operation) -> Optional[SplitHeads]:
                 factor, through, op = constants[side], [op], producer(op.operands[1 - side])
         split = (is_onnx(op, "Transpose") and onnx_ints(op, "perm", []) == HEAD_SPLIT
                  and len(static_shape(op.operands[0]) or []) == 4)
-        operands.append(op.operands[0] if split else value)
+        fused = _fused_projection(op.operands[0]) if split and index < 3 else None
+        operands.append(fused.source if fused else op.operands[0] if split else value)
         layout.append(split)
+        rows.append(fused.width if fused else 0)
+        offsets.append(fused.offset if fused else 0)
         if split:
             scale *= factor
-            chain += [*through, op]
+            chain += [*through, op, *(fused.chain if fused else ())]
     users = [use.owner for use in sdpa.results[0].uses]
     out = users[0] if len(users) == 1 and is_onnx(users[0], "Transpose") and \
         onnx_ints(users[0], "perm", []) == HEAD_SPLIT else None
     if not any(layout) and out is None:
         return None
-    return SplitHeads(tuple(operands), out, (*layout, out is not None), scale, tuple(chain))
+    # each op once, a Split after the Reshapes of all its parts (it is dead only after them)
+    chain = sorted(dict.fromkeys(chain), key=lambda op: is_onnx(op, "Split"))
+    return SplitHeads(tuple(operands), out, (*layout, out is not None), scale, tuple(chain), tuple(rows),
+                      tuple(offsets))
+
+
+@dataclass(frozen=True)
+class FusedProjection:
+    """Where a head-split operand ([z, seq, h, d], a Reshape of one result of a Split of the last
+    axis) lies in the tensor before the Split: that tensor, its row's width, the operand's offset
+    in the row, and the Reshape and Split, which become dead."""
+
+    source: ir.Value
+    width: int
+    offset: int
+    chain: tuple[ir.Operation, ...]
+
+
+def _fused_projection(value: ir.Value) -> Optional[FusedProjection]:
+    """The fused projection `value` was split from (GPT-2's c_attn: [z, seq, 3 x h x d] split in
+    three), or None: IREE copies each part of such a Split (a `slow_memcpy` dispatch each)."""
+    reshape = producer(value)
+    if not is_onnx(reshape, "Reshape") or not only_user(reshape.operands[0]):
+        return None
+    part = reshape.operands[0]
+    split = producer(part)
+    if not is_onnx(split, "Split"):
+        return None
+    source, shape = split.operands[0], static_shape(split.operands[0])
+    widths = [static_shape(r) for r in split.results]
+    if shape is None or len(shape) != 3 or any(w is None or w[:2] != shape[:2] for w in widths):
+        return None
+    axis = ir.IntegerAttr(split.attributes["torch.onnx.axis"]).value if "torch.onnx.axis" in split.attributes else 0
+    z, seq, h, d = static_shape(value)
+    if axis % 3 != 2 or static_shape(part) != [z, seq, h * d]:
+        return None
+    index = ir.OpResult(part).result_number
+    return FusedProjection(source, shape[2], sum(w[2] for w in widths[:index]), (reshape, split))
