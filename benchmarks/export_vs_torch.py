@@ -37,7 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tuner.input.models import program_source  # noqa: E402
+from pipelines.model_flags import FLAG_NAMES  # noqa: E402
 from tuner.rewrite import EXPERIMENTS, combined, rewrite_program, rewrites_for  # noqa: E402
+
+FLAG_BY_NAME = {name: flag for flag, name in FLAG_NAMES.items()}
 from tuner.targets import parse_target  # noqa: E402
 from tuner.tools import find_tool  # noqa: E402
 
@@ -105,7 +108,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--only", help="comma-separated builds to make (default, a rewrite's name, rewrites, "
-                        "a+b for rewrites one after the other, an experiment's name); default: every one")
+                        "a+b for rewrites one after the other, an experiment's name; NAME@FLAG: NAME built with the "
+                        "model flag FLAG as pipelines.model_flags.FLAG_NAMES names it); default: every one")
     parser.add_argument("--top", type=int, default=0, help="print each build's N costliest dispatches")
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--json", type=Path)
@@ -118,10 +122,15 @@ def main() -> None:
     for folder in args.models:
         work = folder / "iree"
         only = set(args.only.split(",")) if args.only else None
-        found = variants(folder / "model.onnx", work, target, only)
+        # "NAME@FLAG@FLAG": the build NAME with model flags named as pipelines.model_flags.FLAG_NAMES does
+        found = variants(folder / "model.onnx", work, target, only and {n.split("@")[0] for n in only})
+        flags = {name: list(target.compile_flags) for name in found}
+        for name in sorted(n for n in only or () if "@" in n and n.split("@")[0] in found):
+            base, *named = name.split("@")
+            found[name], flags[name] = found[base], [*flags[base], *(FLAG_BY_NAME[f] for f in named)]
         if only:
             found = {name: built for name, built in found.items() if name in only}
-        flags = {name: list(target.compile_flags) for name in found}
+            flags = {name: flags[name] for name in found}
         claim = None
         if args.tuned:  # the tuner's result, as a user rebuilds it
             result = json.loads((args.tuned / "results.json").read_text())

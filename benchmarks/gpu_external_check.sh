@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu_external_check.sh FAMILY...      # LIMIT_S=170 a family, ROUNDS=4, TOP=8
 #   NHWC=1 bash benchmarks/gpu_external_check.sh resnet  # also the kernels with external-hopper-conv-nhwc
 #   EXTRA="pad-reductions external-layer-norm" bash benchmarks/gpu_external_check.sh swin  # also the kernels + each
+#   EXTRA="pad-reductions pad-reductions@pad-into-consumer" ...  # NAME@FLAG: with a model flag (FLAG_NAMES)
 #
 # $OUT/ext-FAMILY.json and $OUT/ext.log (the last one's lines for each family).
 set -u
