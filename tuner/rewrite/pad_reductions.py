@@ -28,14 +28,13 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.rewrite.constant_eval import evaluate
+from tuner.rewrite.f32_reductions import FLOAT, HALF
 from tuner.rewrite.torch_ops import (element_type, float_literal, int64_literal, is_onnx, onnx_op, pad_end, replace_op,
                                      si64, static_shape)
 
 # The multiple the reduced length is padded to: IREE 3.13 gave 512 x 832, 3200 and 3264 rows
 # VectorDistribute configs and 784 and 3199 TileAndFuse ones (iree-compile for sm_80, configurations dumped).
 MULTIPLE = 64
-HALF = {"f16": 10, "bf16": 16}  # ONNX's TensorProto codes, for Cast's `to`
-FLOAT = 1
 
 
 def _padded(length: int) -> int:
