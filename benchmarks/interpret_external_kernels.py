@@ -122,7 +122,7 @@ def attention_error(problem: AttentionProblem) -> float:
     """The kernel against torch's SDPA, each operand laid out as `problem.seq_major` says."""
     import torch
 
-    from tuner.external.triton_attention import attention_jit
+    from tuner.external.triton_attention import attention_jit, constants, grid
 
     tiles = attention_tiles_for(problem)
     z, h, m, n = problem.z, problem.h, problem.m, problem.n
@@ -140,13 +140,14 @@ def attention_error(problem: AttentionProblem) -> float:
         for x, at in zip(operands, problem.offsets):
             fused[:, :, at:at + h * x.shape[-1]] = x.reshape(z, m, -1)
         operands = [fused] * 3
-    rows = [r or h * w for r, w in zip(problem.rows, (problem.d, problem.d, problem.dv))]
     y = torch.empty((z, m, h, problem.dv) if ot else (z, h, m, problem.dv), dtype=torch.float16)
-    attention_jit()[(-(-m // tiles.bm), z * h, 1)](
-        *operands, y, y, h, m, n, problem.d, problem.dv, 0, 0, 0, False, problem.causal,
-        problem.scale, tiles.bm, tiles.bn, qt, kt, vt, ot, *rows, *problem.offsets)
-    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=problem.causal,
-                                                           scale=problem.scale)
+    full = None
+    if problem.mask:  # [mz, mh, mm, n], its z repeating every mz (Swin's windows), the rest broadcast
+        mask = torch.randn(*problem.mask, n, dtype=torch.float16)
+        full = mask.repeat(z // problem.mask[0], 1, 1, 1).expand(z, h, m, n).float()
+    attention_jit()[grid(problem, tiles)](*operands, mask if problem.mask else y, y, **constants(problem, tiles))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=full,
+                                                           is_causal=problem.causal, scale=problem.scale)
     out = y.float().transpose(1, 2) if ot else y.float()
     return ((out - ref).abs().max() / ref.abs().max()).item()
 
@@ -156,6 +157,8 @@ ATTENTION = {
         2, 3, 40, 50, 16, 16, scale=0.125, seq_major=(True, True, True, True)),
     "attention, K and the result only, causal": AttentionProblem(
         1, 2, 70, 70, 32, 32, causal=True, scale=0.2, seq_major=(False, True, False, True)),
+    "attention, a window mask repeating every 4 of 8 z, per head": AttentionProblem(
+        8, 3, 49, 49, 32, 32, mask=(4, 3, 49), scale=0.2),
     "attention, Q K V read from one fused projection": AttentionProblem(
         2, 3, 40, 40, 16, 16, causal=True, scale=0.25, seq_major=(True, True, True, True), rows=(160, 160, 160),
         offsets=(96, 0, 48)),

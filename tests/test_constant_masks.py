@@ -96,3 +96,37 @@ func.func @f(%q: {t}, %k: {t}, %v: {t}) -> {t} attributes {META} {{
     assert made[0].causal and made[0].mask is None
     call = next(line for line in text.splitlines() if "call @attention_1x2x6x6x64x64_f16_causal(" in line)
     assert call.count("tensor<1x2x6x64xf16>") == 4 and "1x1x6x6" not in call  # Q, K, V and the result only
+
+
+def test_an_image_mask_built_like_swins_is_evaluated_through_its_scatters_slices_and_transposes():
+    # torchvision's shifted-window mask: zeros (ConstantOfShape), rows of it set (ScatterND of
+    # rows taken by Slice), then a Transpose and an Unsqueeze; numpy computes the same
+    i64 = "si64"
+    program = f"""
+func.func @f() -> {_t(1, 3, 3)} attributes {META} {{
+  %shape = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[4, 3]> : tensor<2xsi64>}} : () -> {_t(2, element=i64)}
+  %zeros = torch.operator "onnx.ConstantOfShape"(%shape) {{torch.onnx.value = dense<0.0> : tensor<1xf16>}} : ({_t(2, element=i64)}) -> {_t(4, 3)}
+  %rows = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[[1], [3]]> : tensor<2x1xsi64>}} : () -> {_t(2, 1, element=i64)}
+  %new = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]> : tensor<2x3xf16>}} : () -> {_t(2, 3)}
+  %set = torch.operator "onnx.ScatterND"(%zeros, %rows, %new) {{torch.onnx.reduction = "none"}} : ({_t(4, 3)}, {_t(2, 1, element=i64)}, {_t(2, 3)}) -> {_t(4, 3)}
+  %s0 = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[1]> : tensor<1xsi64>}} : () -> {_t(1, element=i64)}
+  %s1 = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[4]> : tensor<1xsi64>}} : () -> {_t(1, element=i64)}
+  %ax = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[0]> : tensor<1xsi64>}} : () -> {_t(1, element=i64)}
+  %sl = torch.operator "onnx.Slice"(%set, %s0, %s1, %ax) : ({_t(4, 3)}, {_t(1, element=i64)}, {_t(1, element=i64)}, {_t(1, element=i64)}) -> {_t(3, 3)}
+  %pad = torch.operator "onnx.ConstantOfShape"(%shape) {{torch.onnx.value = dense<7.0> : tensor<1xf16>}} : ({_t(2, element=i64)}) -> {_t(4, 3)}
+  %wide = torch.operator "onnx.Slice"(%pad, %s0, %s1, %ax) : ({_t(4, 3)}, {_t(1, element=i64)}, {_t(1, element=i64)}, {_t(1, element=i64)}) -> {_t(3, 3)}
+  %sum = torch.operator "onnx.Add"(%sl, %wide) : ({_t(3, 3)}, {_t(3, 3)}) -> {_t(3, 3)}
+  %t = torch.operator "onnx.Transpose"(%sum) {{torch.onnx.perm = [1 : si64, 0 : si64]}} : ({_t(3, 3)}) -> {_t(3, 3)}
+  %u = torch.operator "onnx.Unsqueeze"(%t, %ax) : ({_t(3, 3)}, {_t(1, element=i64)}) -> {_t(1, 3, 3)}
+  return %u : {_t(1, 3, 3)}
+}}
+"""
+    image = np.zeros((4, 3), np.float16)
+    image[[1, 3]] = [[1, 2, 3], [4, 5, 6]]
+    want = (image[1:4] + 7).T[None]
+    with ir.Context():
+        module = ir.Module.parse(program)
+        [unsqueeze] = onnx_sites(module, "Unsqueeze", lambda op: True)
+        got = evaluate(unsqueeze.result)
+    assert got is not None and got.shape == (1, 3, 3)
+    np.testing.assert_array_equal(got, want)

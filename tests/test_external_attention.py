@@ -254,3 +254,28 @@ def test_a_split_part_with_another_user_is_copied_as_before():
         external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
     # K's part is used elsewhere: K read from its own copy; Q and V from the projection
     assert made[0].rows == (384, 0, 384) and made[0].offsets == (0, 0, 256)
+
+
+def test_a_constant_mask_the_same_for_every_image_is_given_once_and_read_modulo_its_period():
+    # Swin's window mask is every image's copy of one image's windows: here a mask of constants
+    # [1, 1, 100, 100] expanded to both images of the batch
+    one, both = _t(1, 1, 100, 100), _t(2, 1, 100, 100)
+    program = _attention().replace('"onnx.Add"(%t, %m)', '"onnx.Add"(%t, %mc)').replace(
+        "  %a = torch.operator", f"""  %m1 = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<-2.5> : tensor<1x1x100x100xf16>}} : () -> {one}
+  %to = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[2, 1, 100, 100]> : tensor<4xsi64>}} : () -> {_t(4, element="si64")}
+  %mc = torch.operator "onnx.Expand"(%m1, %to) : ({one}, {_t(4, element="si64")}) -> {both}
+  %a = torch.operator""", 1)
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made[0].mask == (1, 1, 100)  # z's period 1 of 2: the kernel reads it modulo 1
+    call = next(line for line in text.splitlines() if "call @attention_2x4x100x100x64x64_f16_mask1x1x100" in line)
+    assert "tensor<1x1x100x100xf16>" in call
+    assert "torch.vtensor.literal(dense<-2.500000e+00> : tensor<1x1x100x100xf16>)" in text
+
+
+@pytest.mark.parametrize("mask, why", [((3, 4, 100), "3 does not divide 2 x 4 z"), ((2, 3, 100), "3 heads of 4")])
+def test_a_mask_whose_period_does_not_divide_z_is_refused(mask, why):
+    assert AttentionProblem(8, 4, 100, 100, 64, 64, mask=mask).why_not(), why

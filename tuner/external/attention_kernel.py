@@ -4,7 +4,8 @@ softmax(scale * Q K^T + mask) V over heads (z, h), Q [z, h, m, d], K [z, h, n, d
 (or any of them and the result [z, seq, h, d] in memory: `seq_major`; Q, K or V also read
 from a wider tensor whose rows hold them side by side, the exporter's fused QKV before its Split:
 `rows`, `offsets`), f16, the statistics and the products' sums in f32, the result rounded once. The mask is
-additive, of shape [mz, mh, mm, n] with each leading dim 1 (broadcast) or the problem's; a
+additive, of shape [mz, mh, mm, n] with each leading dim 1 (broadcast) or the problem's, or mz a
+divisor of z that the mask repeats with (z's index taken modulo mz: Swin's window masks); a
 causal problem also drops every key after its query's position (SDPA's is_causal)."""
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class AttentionProblem:
             return f"{self.element} (the kernel is f16)"
         if self.d not in HEAD_WIDTHS or self.dv not in HEAD_WIDTHS:
             return f"head widths {self.d}/{self.dv} (the kernel takes {', '.join(map(str, HEAD_WIDTHS))})"
-        if self.mask and any(x not in (1, full) for x, full in zip(self.mask, (self.z, self.h, self.m))):
+        if self.mask and (self.z % self.mask[0] or any(x not in (1, full) for x, full in zip(self.mask[1:], (self.h, self.m)))):
             return f"a mask of leading dims {self.mask} that is no broadcast of {(self.z, self.h, self.m)}"
         if self.mask and self.mask_element not in ("f16", "f32"):
             return f"a {self.mask_element} mask (the kernel adds f16 or f32 masks)"

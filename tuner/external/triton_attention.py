@@ -23,7 +23,8 @@ def attention_jit():
 
     @triton.jit
     def _attention(q_ptr, k_ptr, v_ptr, x_ptr, y_ptr, H: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
-                   D: tl.constexpr, DV: tl.constexpr, MSZ: tl.constexpr, MSH: tl.constexpr, MSM: tl.constexpr,
+                   D: tl.constexpr, DV: tl.constexpr, MZ: tl.constexpr, MSZ: tl.constexpr, MSH: tl.constexpr,
+                   MSM: tl.constexpr,
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SCALE: tl.constexpr, BM: tl.constexpr,
                    BN: tl.constexpr, QT: tl.constexpr, KT: tl.constexpr, VT: tl.constexpr, OT: tl.constexpr,
                    QR: tl.constexpr, KR: tl.constexpr, VR: tl.constexpr, QO: tl.constexpr, KO: tl.constexpr,
@@ -61,7 +62,7 @@ def attention_jit():
             k = tl.load(k_ptr + k_at, mask=cols[None, :] < N, other=0.0)
             s = tl.dot(q, k) * (SCALE * log2e)
             if HAS_MASK:
-                extra = tl.load(x_ptr + z * MSZ + h * MSH + rows[:, None] * MSM + cols[None, :],
+                extra = tl.load(x_ptr + (z % MZ) * MSZ + h * MSH + rows[:, None] * MSM + cols[None, :],
                                 mask=(rows[:, None] < M) & (cols[None, :] < N), other=0.0)
                 s += extra.to(tl.float32) * log2e
             keep = cols[None, :] < N
@@ -94,6 +95,28 @@ def attention_jit():
     return _attention
 
 
+def constants(problem: AttentionProblem, tiles: AttentionTiles) -> dict[str, object]:
+    """The kernel's constexpr arguments for `problem` with `tiles` (by name, in its order)."""
+    if problem.mask:
+        mz, mh, mm = problem.mask
+        strides = (mh * mm * problem.n if mz > 1 else 0, mm * problem.n if mh > 1 else 0, problem.n if mm > 1 else 0)
+    else:
+        mz, strides = 1, (0, 0, 0)
+    # MZ: the mask's z dim repeats every mz (Swin's windows of each image: z = image x nW + window)
+    return {"H": problem.h, "M": problem.m, "N": problem.n, "D": problem.d, "DV": problem.dv, "MZ": mz,
+            "MSZ": strides[0], "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask),
+            "CAUSAL": problem.causal, "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn,
+            **dict(zip(("QT", "KT", "VT", "OT"), problem.seq_major)),
+            **dict(zip(("QR", "KR", "VR"), (r or problem.h * w for r, w in
+                                              zip(problem.rows, (problem.d, problem.d, problem.dv))))),
+            **dict(zip(("QO", "KO", "VO"), problem.offsets))}
+
+
+def grid(problem: AttentionProblem, tiles: AttentionTiles) -> tuple[int, int, int]:
+    """(query tiles, heads of every z)."""
+    return -(-problem.m // tiles.bm), problem.z * problem.h, 1
+
+
 @cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
 def triton_attention(problem: AttentionProblem, tiles: AttentionTiles) -> ExternKernel:
     """The Hopper kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
@@ -104,18 +127,7 @@ def triton_attention(problem: AttentionProblem, tiles: AttentionTiles) -> Extern
     if problem.mask:
         pointers["x_ptr"] = "*fp16" if problem.mask_element == "f16" else "*fp32"
         pointers["y_ptr"] = "*fp16"
-        mz, mh, mm = problem.mask
-        strides = (mh * mm * problem.n if mz > 1 else 0, mm * problem.n if mh > 1 else 0, problem.n if mm > 1 else 0)
     else:  # the result is x_ptr; y_ptr is unread and not a binding
         pointers["x_ptr"] = pointers["y_ptr"] = "*fp16"
-        strides = (0, 0, 0)
-    constants = {"H": problem.h, "M": problem.m, "N": problem.n, "D": problem.d, "DV": problem.dv, "MSZ": strides[0],
-                 "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask), "CAUSAL": problem.causal,
-                 "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn,
-                 **dict(zip(("QT", "KT", "VT", "OT"), problem.seq_major)),
-                 **dict(zip(("QR", "KR", "VR"), (r or problem.h * w for r, w in
-                                                   zip(problem.rows, (problem.d, problem.d, problem.dv))))),
-                 **dict(zip(("QO", "KO", "VO"), problem.offsets))}
-    grid = (-(-problem.m // tiles.bm), problem.z * problem.h, 1)
-    return compile_for_iree(attention_jit(), pointers, constants, tiles, problem.name, grid,
-                            bindings=5 if problem.mask else 4)
+    return compile_for_iree(attention_jit(), pointers, constants(problem, tiles), tiles, problem.name,
+                            grid(problem, tiles), bindings=5 if problem.mask else 4)

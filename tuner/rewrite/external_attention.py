@@ -9,7 +9,9 @@ problem. An additive mask is passed as it is (each leading dim 1 or the problem'
 flag as the kernel's own masking; a mask the program computes from constants alone is read
 (tuner.rewrite.constant_eval.mask_kind): one of zeros is dropped, a causal one (transformers'
 decoders build it from aranges) becomes the kernel's causal masking, which also skips the keys
-past each block's last query. Where the kernel cannot be made, or does not take an attention
+past each block's last query; one whose z dim repeats (Swin's window mask: every image's copy of
+one image's windows, plus the per-head bias) is given as a constant of one period, which the
+kernel reads modulo it (`_periodic_mask`), so IREE no longer writes the whole mask each call. Where the kernel cannot be made, or does not take an attention
 (another head width, a mask of another form), the raised op stays, which IREE's attention
 pipeline compiles as after raise-attention. The heads as the exporter splits them (Reshape to
 [z, seq, h, d], Transpose to [z, h, seq, d], and for Q and K a Mul by the scale's square root)
@@ -27,14 +29,16 @@ import math
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
+import numpy as np
 from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
 from tuner.rewrite.attention import SDPA, raise_attention
-from tuner.rewrite.constant_eval import mask_kind, scalar_constant
+from tuner.rewrite.constant_eval import evaluate, mask_kind, scalar_constant
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
-from tuner.rewrite.torch_ops import element_type, is_onnx, only_user, onnx_ints, producer, replace_op, static_shape
+from tuner.rewrite.torch_ops import (array_literal, element_type, is_onnx, only_user, onnx_ints, producer, replace_op,
+                                     static_shape)
 
 KernelSource = Callable[[AttentionProblem, AttentionTiles], ExternKernel]
 
@@ -109,11 +113,15 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
         kind = mask_kind(op.operands[3], problem.m, problem.n) if problem.mask else None
         if kind is not None:  # a mask of zeros is none; a causal one is the kernel's own masking
             problem = replace(problem, mask=None, mask_element="f16", causal=problem.causal or kind == "causal")
+        mask = op.operands[3] if problem.mask else None
+        periodic = _periodic_mask(mask, problem, ir.InsertionPoint(op), op.location) if problem.mask else None
+        if periodic is not None:  # Swin's window mask: one image's windows, not every image's
+            mask, problem = periodic
         split = _split_heads(op)
         if split is not None:  # the exporter's head split read as it lies, its scale in the kernel's
             problem = replace(problem, seq_major=split.layout, scale=problem.scale * split.scale, rows=split.rows,
                               offsets=split.offsets)
-        operands = [*(split.operands if split else op.operands[:3]), *([op.operands[3]] if problem.mask else [])]
+        operands = [*(split.operands if split else op.operands[:3]), *([mask] if problem.mask else [])]
         last = split.out if split and split.out is not None else op
         kernel = kernels.get(problem, attention_tiles_for(problem),
                              lambda k, operands=operands, last=last, op=op: define_extern(
@@ -134,6 +142,31 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
         return []
     module.operation.verify()
     return done + left + kernels.failed
+
+
+# How deep a mask's computation from constants is read: Swin's shifted-window mask is built by
+# torchvision in about 40 ops from an image of zeros (ConstantOfShape, ScatterND, Slice, ...).
+MASK_DEPTH = 64
+
+
+def _periodic_mask(mask: ir.Value, problem: AttentionProblem, ip: ir.InsertionPoint,
+                   loc: ir.Location) -> Optional[tuple[ir.Value, AttentionProblem]]:
+    """Where the mask is computed from constants and its z dim repeats with a shorter period p
+    (Swin's: the nW windows' masks, the same for every image of the batch, plus the per-head
+    bias), its first p as a constant and the problem with a mask of p: the kernel reads it
+    modulo p, and IREE no longer writes the mask of every image each call (8 x 64 x 3 x 49 x 49
+    values in Swin-T's first stage). None otherwise."""
+    values = evaluate(mask, depth=MASK_DEPTH)
+    if values is None or values.dtype not in (np.float16, np.float32):
+        return None
+    mz, mh, mm = problem.mask
+    values = values.reshape(mz, mh, mm, problem.n)
+    period = next(p for p in range(1, mz + 1)
+                  if mz % p == 0 and np.array_equal(values.reshape(mz // p, p, mh, mm, problem.n),
+                                                    np.broadcast_to(values[:p], (mz // p, p, mh, mm, problem.n))))
+    if period == mz:
+        return None
+    return array_literal(values[:period], ip, loc), replace(problem, mask=(period, mh, mm))
 
 
 @dataclass(frozen=True)

@@ -186,6 +186,12 @@ def float_literal(value: float, element: str, ip: ir.InsertionPoint, loc: ir.Loc
     return _literal(dense, [], element, ip, loc)
 
 
+def array_literal(values: np.ndarray, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """A `torch.vtensor.literal` of a float16 or float32 numpy array, of its shape."""
+    element = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}[values.dtype]
+    return _literal(ir.DenseElementsAttr.get(np.ascontiguousarray(values)), list(values.shape), element, ip, loc)
+
+
 def _literal(dense: ir.DenseElementsAttr, shape: list[int], element: str, ip: ir.InsertionPoint,
              loc: ir.Location) -> ir.Value:
     """A `torch.vtensor.literal` of `dense`, typed `!torch.vtensor<[shape],element>`."""
