@@ -10,12 +10,18 @@ reaper: a process holding the read end of a pipe whose write end only the run ho
 ends (its exit, a signal, SIGKILL) the pipe closes, and the reaper kills every process still
 carrying the mark, removes the directories of the system's temporary directory whose names hold
 the token (`temp_dir`), and exits. It lives in a session of its own, so a Ctrl-C to the run's
-terminal does not end it first. Linux (/proc); elsewhere it kills nothing."""
+terminal does not end it first. Linux (/proc); elsewhere it kills nothing.
+
+A process that renames itself (setproctitle, as Ray's agents do) may overwrite the memory /proc
+reads its environment from, and then shows no mark: the reaper also kills every process below
+a marked one, and sweeps again for a few seconds (an agent the raylet was starting as the run
+ended appears after the first sweep)."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import select
 import subprocess
 import sys
 import tempfile
@@ -31,28 +37,45 @@ mark, temp = sys.argv[1].encode(), sys.argv[2]
 sys.stdin.buffer.read()  # returns when the run that started this has ended
 
 def sweep():
-    killed = 0
+    # Each process that carries the mark, and each one below such a process: a process that
+    # renames itself (setproctitle: Ray's agents) can overwrite its environment's memory, from
+    # which /proc reads it, and then shows no mark of its own
+    parent, marked = {}, set()
     for pid in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if mark in f.read().split(b"\\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-                    killed += 1
-        except OSError:
+                    marked.add(int(pid))
+        except (OSError, ValueError, IndexError):
             pass
-    return killed
+    for pid in parent:
+        above, steps = pid, 0
+        while above in parent and above not in marked and steps < 64:
+            above, steps = parent[above], steps + 1
+        if above in marked:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
-# Again until a sweep finds nothing: a process the run's own (a raylet) started after the
-# listing of /proc was read carries the mark too (Ray's agents outlived one sweep under load).
-for _ in range(25):
-    if not sweep():
-        break
-    time.sleep(0.2)
+sweep()
 token = sys.argv[1].split("=", 1)[1]
 for path in glob.glob(os.path.join(glob.escape(temp), f"iree-tuner-*-{glob.escape(token)}*")):
     shutil.rmtree(path, ignore_errors=True)
+try:  # done: a run that waits for this (reap_now) goes on
+    os.write(1, b"x")
+except OSError:
+    pass
+# Again for a few seconds: a process the run's own (a raylet) was starting as the run ended
+# carries the mark too, and appears later (Ray's agents outlived a single sweep under load).
+end = time.monotonic() + 5
+while time.monotonic() < end:
+    time.sleep(0.5)
+    sweep()
 """
 
 
@@ -89,14 +112,17 @@ class Reaper:
         return Path(tempfile.mkdtemp(prefix=f"iree-tuner-{kind}-{self.token}-{enclosing}"))
 
     def reap_now(self, timeout_s: float = 10.0) -> None:
-        """Have the reaper act now (the run's own part is over: a cluster shut down), and wait for it."""
+        """Have the reaper act now (the run's own part is over: a cluster shut down), and wait until
+        it has killed what carries the mark and removed the directories (it sweeps a few seconds
+        more on its own)."""
         process, self.process = self.process, None
         if process is None:
             return
         try:
             process.stdin.close()
-            process.wait(timeout=timeout_s)
-        except (OSError, subprocess.TimeoutExpired):
+            if not select.select([process.stdout], [], [], timeout_s)[0]:
+                process.kill()
+        except (OSError, ValueError):
             process.kill()
 
 
@@ -109,6 +135,6 @@ def start_reaper(variable: str) -> Reaper:
     process = None
     if sys.platform.startswith("linux"):
         process = subprocess.Popen([sys.executable, "-S", "-c", _REAPER, f"{variable}={token}", tempfile.gettempdir()],
-                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                    start_new_session=True, env=_reaper_environment())
     return Reaper(variable, token, process)
