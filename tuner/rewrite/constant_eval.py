@@ -121,7 +121,11 @@ def mask_kind(mask: ir.Value, rows: int, columns: int) -> Optional[str]:
     input), "causal" (0 where the key's index is at most the query's, and elsewhere so low, -1e4
     or less: f16's finfo.min, -inf, that softmax gives it no weight in f32; transformers'
     decoders), or None (another mask, or one not computed from constants)."""
-    values = evaluate(mask)
+    return kind_of_mask(evaluate(mask), rows, columns)
+
+
+def kind_of_mask(values: Optional[np.ndarray], rows: int, columns: int) -> Optional[str]:
+    """mask_kind of a mask's values already evaluated (None: not computed from constants)."""
     if values is None or values.shape[-2:] != (rows, columns):
         return None
     values = values.reshape(-1, rows, columns).astype(np.float32)

@@ -7,7 +7,7 @@ call of a function whose body is one `hal.dispatch.extern` of Triton's flash att
 sm_90a (tuner.external.triton_attention), its PTX embedded in the program; one function per
 problem. An additive mask is passed as it is (each leading dim 1 or the problem's), a causal
 flag as the kernel's own masking; a mask the program computes from constants alone is read
-(tuner.rewrite.constant_eval.mask_kind): one of zeros is dropped, a causal one (transformers'
+(tuner.rewrite.constant_eval.kind_of_mask): one of zeros is dropped, a causal one (transformers'
 decoders build it from aranges) becomes the kernel's causal masking, which also skips the keys
 past each block's last query; one whose z dim repeats (Swin's window mask: every image's copy of
 one image's windows, plus the per-head bias) is given as a constant of one period, which the
@@ -35,7 +35,7 @@ from iree.compiler import ir
 from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
 from tuner.rewrite.attention import SDPA, raise_attention
-from tuner.rewrite.constant_eval import evaluate, mask_kind, scalar_constant
+from tuner.rewrite.constant_eval import evaluate, kind_of_mask, scalar_constant
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.torch_ops import (array_literal, element_type, is_onnx, only_user, onnx_ints, producer, replace_op,
                                      static_shape)
@@ -110,13 +110,15 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
         if problem is None:
             left.append(f"{'x'.join(map(str, static_shape(op.operands[0]) or ['?']))} left raised: {why}")
             continue
-        kind = mask_kind(op.operands[3], problem.m, problem.n) if problem.mask else None
+        mask = op.operands[3] if problem.mask else None
+        values = evaluate(mask, depth=MASK_DEPTH) if problem.mask else None  # read once, for both uses below
+        kind = kind_of_mask(values, problem.m, problem.n)
         if kind is not None:  # a mask of zeros is none; a causal one is the kernel's own masking
             problem = replace(problem, mask=None, mask_element="f16", causal=problem.causal or kind == "causal")
-        mask = op.operands[3] if problem.mask else None
-        periodic = _periodic_mask(mask, problem, ir.InsertionPoint(op), op.location) if problem.mask else None
-        if periodic is not None:  # Swin's window mask: one image's windows, not every image's
-            mask, problem = periodic
+        elif values is not None:
+            periodic = _periodic_mask(values, problem, ir.InsertionPoint(op), op.location)
+            if periodic is not None:  # Swin's window mask: one image's windows, not every image's
+                mask, problem = periodic
         split = _split_heads(op)
         if split is not None:  # the exporter's head split read as it lies, its scale in the kernel's
             problem = replace(problem, seq_major=split.layout, scale=problem.scale * split.scale, rows=split.rows,
@@ -149,15 +151,14 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
 MASK_DEPTH = 64
 
 
-def _periodic_mask(mask: ir.Value, problem: AttentionProblem, ip: ir.InsertionPoint,
+def _periodic_mask(values: np.ndarray, problem: AttentionProblem, ip: ir.InsertionPoint,
                    loc: ir.Location) -> Optional[tuple[ir.Value, AttentionProblem]]:
-    """Where the mask is computed from constants and its z dim repeats with a shorter period p
+    """Where the mask (`values`, computed from constants) has a z dim that repeats with a shorter period p
     (Swin's: the nW windows' masks, the same for every image of the batch, plus the per-head
     bias), its first p as a constant and the problem with a mask of p: the kernel reads it
     modulo p, and IREE no longer writes the mask of every image each call (8 x 64 x 3 x 49 x 49
     values in Swin-T's first stage). None otherwise."""
-    values = evaluate(mask, depth=MASK_DEPTH)
-    if values is None or values.dtype not in (np.float16, np.float32):
+    if values.dtype not in (np.float16, np.float32):
         return None
     mz, mh, mm = problem.mask
     values = values.reshape(mz, mh, mm, problem.n)
@@ -202,7 +203,7 @@ def _split_heads(sdpa: ir.Operation) -> Optional[SplitHeads]:
                 factor, through, op = constants[side], [op], producer(op.operands[1 - side])
         split = (is_onnx(op, "Transpose") and onnx_ints(op, "perm", []) == HEAD_SPLIT
                  and len(static_shape(op.operands[0]) or []) == 4)
-        fused = _fused_projection(op.operands[0]) if split and index < 3 else None
+        fused = _fused_projection(op.operands[0]) if split else None
         operands.append(fused.source if fused else op.operands[0] if split else value)
         layout.append(split)
         rows.append(fused.width if fused else 0)

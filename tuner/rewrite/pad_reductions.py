@@ -22,8 +22,9 @@ with static shapes and constant axes, are taken."""
 
 from __future__ import annotations
 
+from functools import partial
 from math import prod
-from typing import Optional
+from typing import Callable, Optional
 
 from iree.compiler import ir
 
@@ -55,7 +56,12 @@ def _trailing(op: ir.Operation) -> Optional[tuple[int, int]]:
     if axes != list(range(rank - len(axes), rank)):
         return None
     length = prod(shape[rank - len(axes):])
-    return (len(axes), length) if length % MULTIPLE and length > 1 else None
+    return (len(axes), length) if _unsplit(length) else None
+
+
+def _unsplit(length: int) -> bool:
+    """Whether a reduction of `length` values needs padding (no multiple of MULTIPLE)."""
+    return length % MULTIPLE != 0 and length > 1
 
 
 def _padded_sum(x: ir.Value, length: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
@@ -73,9 +79,10 @@ def _padded_mean(x: ir.Value, length: int, ip: ir.InsertionPoint, loc: ir.Locati
                    element_type(x), ip, loc)
 
 
-def _reduction(op: ir.Operation, mean: bool) -> str:
+def _reduction(op: ir.Operation, mean: bool, count: int, length: int) -> str:
+    """`op` over its `count` trailing axes, `length` values, as a sum of padded rows."""
     x, loc, ip = op.operands[0], op.location, ir.InsertionPoint(op)
-    (count, length), shape = _trailing(op), static_shape(op.operands[0])
+    shape = static_shape(x)
     lead = shape[:len(shape) - count]
     rows = onnx_op("Reshape", [x, int64_literal([*lead, length], ip, loc)], [*lead, length], element_type(x), ip, loc)
     reduced = (_padded_mean if mean else _padded_sum)(rows, length, ip, loc)
@@ -89,14 +96,14 @@ def _instance_norm_length(op: ir.Operation) -> Optional[int]:
     if shape is None or len(shape) < 3 or static_shape(op.result) != shape:
         return None
     length = prod(shape[2:])
-    return length if length % MULTIPLE and length > 1 else None
+    return length if _unsplit(length) else None
 
 
-def _instance_norm(op: ir.Operation) -> str:
+def _instance_norm(op: ir.Operation, length: int) -> str:
     x, scale, bias = list(op.operands)[:3]
     loc, ip = op.location, ir.InsertionPoint(op)
     shape, element = static_shape(x), element_type(x)
-    (n, c), length = shape[:2], _instance_norm_length(op)
+    n, c = shape[:2]
     eps = ir.FloatAttr(op.attributes["torch.onnx.epsilon"]).value if "torch.onnx.epsilon" in op.attributes else 1e-5
     wide = onnx_op("Cast", [x], shape, "f32", ip, loc, to=si64(FLOAT)) if element in HALF else x
     work = "f32" if element in HALF else element
@@ -125,19 +132,21 @@ def pad_reductions(module: ir.Module) -> list[str]:
     """Every mean or sum over trailing axes of a length no multiple of MULTIPLE in `module`, and
     every InstanceNormalization over such a length, computed over zero-padded rows (in place,
     inside its context). Returns one entry per rewritten op."""
-    sites: list[tuple[ir.Operation, str]] = []
+    sites: list[Callable[[], str]] = []  # each site's rewrite, what was read of it bound
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if is_onnx(op, "ReduceMean") and _trailing(op):
-            sites.append((op, "mean"))
-        elif is_onnx(op, "ReduceSum") and _trailing(op):
-            sites.append((op, "sum"))
-        elif is_onnx(op, "InstanceNormalization") and _instance_norm_length(op):
-            sites.append((op, "instance"))
+        if is_onnx(op, "ReduceMean") or is_onnx(op, "ReduceSum"):
+            found = _trailing(op)
+            if found:
+                sites.append(partial(_reduction, op, is_onnx(op, "ReduceMean"), *found))
+        elif is_onnx(op, "InstanceNormalization"):
+            length = _instance_norm_length(op)
+            if length:
+                sites.append(partial(_instance_norm, op, length))
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
-    done = [_instance_norm(op) if kind == "instance" else _reduction(op, kind == "mean") for op, kind in sites]
+    done = [rewrite() for rewrite in sites]
     if done:
         module.operation.verify()
     return done
