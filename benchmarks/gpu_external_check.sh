@@ -10,7 +10,7 @@
 # Wheels as benchmarks/gpu_setup.sh says; Triton must be importable there.
 #
 #   bash benchmarks/gpu_external_check.sh FAMILY...      # LIMIT_S=170 a family, ROUNDS=4, TOP=8
-#   NHWC=1 bash benchmarks/gpu_external_check.sh resnet  # also the kernels with external-hopper-conv-nhwc
+#   NCHW=1 bash benchmarks/gpu_external_check.sh resnet  # also the kernels with external-hopper-conv-nchw
 #   EXTRA="pad-reductions external-layer-norm" bash benchmarks/gpu_external_check.sh swin  # also the kernels + each
 #   EXTRA="pad-reductions pad-reductions@pad-into-consumer" ...  # NAME@FLAG: with a model flag (FLAG_NAMES)
 #
@@ -21,7 +21,7 @@ export TRITON_DEFAULT_FP_FUSION=1 COLUMNS=200
 D=/tmp/exports
 EXTERNAL=f32-reductions+external-hopper-gemm+external-flash-attention+external-depthwise-conv+external-hopper-conv
 FED=f32-reductions+subsample-strided-1x1+pointwise-conv-as-matmul+conv-as-im2col-matmul+${EXTERNAL#f32-reductions+}  # as the flag stage joins them
-[ -n "${NHWC:-}" ] && FED=$FED,${EXTERNAL/external-hopper-conv/external-hopper-conv-nhwc}  # the experiment beside them
+[ -n "${NCHW:-}" ] && FED=$FED,${EXTERNAL/external-hopper-conv/external-hopper-conv-nchw}  # the experiment beside them
 for X in ${EXTRA:-}; do FED=$FED,$EXTERNAL+$X; done  # EXTRA="pad-reductions external-layer-norm": the kernels and each
 for F in "$@"; do
   if [ ! -f $D/$F/torch.json ]; then

@@ -3,9 +3,9 @@
 interleaved, by CUDA events around 50 calls (`triton.testing.do_bench`), and the kernel's
 tiles said. A kernel's time alone is an estimate: in the model it runs inside IREE's program
 (benchmarks/export_vs_torch.py gives its CUPTI time there). Where the kernel steps one tap's
-channels, it is timed in both forms, the image NCHW and channels-last (NHWC, the experiment
-`external-hopper-conv-nhwc`), with torch's time to transpose X beside them (in the model, IREE's
-transpose dispatch or its producer's fusion pays it).
+channels, it is timed in both forms, the image NCHW (the experiment `external-hopper-conv-nchw`)
+and channels-last (NHWC, as `external-hopper-conv` gives it), with torch's time to transpose X
+beside them (in the model, IREE's transpose dispatch or its producer's fusion pays it).
 
     python3 benchmarks/gpu_external_conv.py [--set seen|held-out] [--json OUT]    # on the GPU: torch and Triton
 
@@ -58,7 +58,7 @@ def run(name: str, problem: ConvProblem) -> dict:
          / (problem.gemm[2] ** 0.5)).half()
     (pt, pl, pb, pr) = problem.pads
     forms = {"nchw": problem}
-    if tap_major(problem, tiles):  # the image channels-last too (the experiment external-hopper-conv-nhwc)
+    if tap_major(problem, tiles):  # the image channels-last too (as external-hopper-conv gives it)
         forms["nhwc"] = replace(problem, channels_last=True)
     has_bias = problem.epilogue[:1] == ("row_bias",)
     b = torch.randn(problem.f, device="cuda", generator=g).half() if has_bias else None

@@ -142,12 +142,13 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {x}
         module = ir.Module.parse(program)
         done = external_convs(module, lambda p, tiles: made.append(p) or _fixture_kernel(p, tiles))
         text = str(module)
-    assert done == ["1x16x8x8_16x3x3_p1x1x1x1_f16_row_bias (32x64x16 w4 s3)"] * 2  # 64 pixels: the narrower tile
+    assert done == ["1x16x8x8_16x3x3_p1x1x1x1_f16_row_bias_nhwc (32x64x16 w4 s3)"] * 2  # 64 pixels: the narrower tile
     assert len(made) == 1 and '"onnx.Conv"' not in text and text.count("hal.dispatch.extern") == 1
     calls = [line for line in text.splitlines() if "call @conv_1x16x8x8_16x3x3_p1x1x1x1_f16_row_bias" in line]
     # the filter given tap-major, [16, 3, 3, 16] (16 channels, steps of 16: one tap's channels a step)
     assert len(calls) == 2 and all("tensor<16xf16>" in c and "tensor<16x3x3x16xf16>" in c for c in calls)
-    assert text.count('"onnx.Transpose"') == 2  # one a call (of a constant filter, IREE would fold it)
+    # a call's two: the filter's (a constant, IREE would fold it) and the image's, channels-last
+    assert text.count('"onnx.Transpose"') == 4
     # four bindings (X, W, the bias, Y), the last written
     assert "#hal.pipeline.binding<storage_buffer, ReadOnly>, " * 3 + "#hal.pipeline.binding<storage_buffer>]" in text
 
@@ -202,9 +203,9 @@ func.func @f(%x: {x}, %w1: {w1}, %w3: {w3}, %b: {b}) -> {y}
     with ir.Context():
         module = ir.Module.parse(program)
         assert external_gemms(module, gemm_kernel)
-        assert external_convs(module, _fixture_kernel) == ["1x32x8x8_32x3x3_p1x1x1x1_f16_row_bias (32x64x32 w4 s3)"]
+        assert external_convs(module, _fixture_kernel) == ["1x32x8x8_32x3x3_p1x1x1x1_f16_row_bias_nhwc (32x64x32 w4 s3)"]
         text = str(module)
-    assert "call @gemm_32x64x16_f16(" in text and "call @conv_1x32x8x8_32x3x3_p1x1x1x1_f16_row_bias(" in text
+    assert "call @gemm_32x64x16_f16(" in text and "call @conv_1x32x8x8_32x3x3_p1x1x1x1_f16_row_bias_nhwc(" in text
     assert '"onnx.Conv"' not in text
 
 
@@ -217,7 +218,7 @@ def test_plain_iree_compile_embeds_the_conv_kernel_as_a_dispatch_of_its_own(tmp_
     program.write_text(_conv([1, 16, 8, 8], [32, 16, 3, 3], [1, 32, 8, 8], after="Relu", pads=[1, 1, 1, 1]))
     rewrite = Rewrite("external-hopper-conv", lambda m: external_convs(m, _fixture_kernel), "")
     assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
-    name = "conv_1x16x8x8_32x3x3_p1x1x1x1_f16_row_bias_relu"
+    name = "conv_1x16x8x8_32x3x3_p1x1x1x1_f16_row_bias_relu_nhwc"
     assert extern_ptx(tmp_path / "rewritten.mlir", tmp_path, name) == [for_iree(PTX, "_conv", name, 4)]
 
 
@@ -230,11 +231,11 @@ def test_a_stems_filter_stays_as_it_lies_where_a_step_is_no_taps_channels():
     assert '"onnx.Transpose"' not in text and "tensor<16x3x7x7xf16>" in text
 
 
-def test_channels_last_gives_the_kernel_the_image_nhwc_where_a_step_is_one_taps_channels():
+def test_the_kernel_is_given_the_image_nhwc_where_a_step_is_one_taps_channels():
     made = []
     with ir.Context():
         module = ir.Module.parse(_conv([1, 16, 8, 6], [32, 16, 3, 3], [1, 32, 8, 6], pads=[1, 1, 1, 1]))
-        done = external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t), channels_last=True)
+        done = external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
         text = str(module)
     assert made[0].channels_last and done == ["1x16x8x6_32x3x3_p1x1x1x1_f16_row_bias_nhwc (32x64x16 w4 s3)"]
     call = next(line for line in text.splitlines() if "call @conv_1x16x8x6_32x3x3_p1x1x1x1_f16_row_bias_nhwc" in line)
@@ -243,10 +244,21 @@ def test_channels_last_gives_the_kernel_the_image_nhwc_where_a_step_is_one_taps_
     assert text.count('"onnx.Transpose"') == 2 and text.count("[0 : si64, 2 : si64, 3 : si64, 1 : si64]") == 2
 
 
-def test_channels_last_leaves_a_stems_image_nchw():
+def test_the_nchw_experiment_gives_the_image_as_it_lies_and_only_the_filter_tap_major():
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_conv([1, 16, 8, 6], [32, 16, 3, 3], [1, 32, 8, 6], pads=[1, 1, 1, 1]))
+        done = external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t), channels_last=False)
+        text = str(module)
+    assert not made[0].channels_last and done == ["1x16x8x6_32x3x3_p1x1x1x1_f16_row_bias (32x64x16 w4 s3)"]
+    call = next(line for line in text.splitlines() if "call @conv_1x16x8x6_32x3x3_p1x1x1x1_f16_row_bias(" in line)
+    assert "tensor<1x16x8x6xf16>" in call and "tensor<32x3x3x16xf16>" in call and text.count('"onnx.Transpose"') == 1
+
+
+def test_a_stems_image_stays_nchw():
     made = []
     with ir.Context():
         module = ir.Module.parse(_conv([1, 3, 16, 16], [16, 3, 7, 7], [1, 16, 8, 8], pads=[3, 3, 3, 3], strides=[2, 2]))
-        external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t), channels_last=True)
+        external_convs(module, lambda p, t: made.append(p) or _fixture_kernel(p, t))
         text = str(module)
     assert not made[0].channels_last and '"onnx.Transpose"' not in text

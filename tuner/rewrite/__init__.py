@@ -134,8 +134,9 @@ EXTERNAL_ATTENTION = Rewrite("external-flash-attention", external_attentions,
 EXTERNAL_DEPTHWISE = Rewrite("external-depthwise-conv", external_depthwise_convs,
                              "depthwise convolutions as an external kernel compiled by Triton", devices=("cuda",))
 # Likewise every other convolution (tuner.rewrite.external_conv): an implicit-GEMM kernel of
-# Triton's that gathers the patches as it goes, the bias and a Relu or Gelu in it. Last: the GEMM
-# takes the 1x1 convolutions it can first (a plain matrix product, no gather).
+# Triton's that gathers the patches as it goes, the bias and a Relu or Gelu in it, the image given
+# channels-last where a step is one tap's channels. Last: the GEMM takes the 1x1 convolutions it
+# can first (a plain matrix product, no gather).
 EXTERNAL_CONV = Rewrite("external-hopper-conv", external_convs,
                         "convolutions as external Hopper implicit-GEMM kernels compiled by Triton", devices=("cuda",))
 EXTERNAL = (EXTERNAL_GEMM, EXTERNAL_ATTENTION, EXTERNAL_DEPTHWISE, EXTERNAL_CONV)
@@ -165,14 +166,13 @@ BATCH_TO_WIDTH = Rewrite("batch-to-width", batch_to_width,
 EXTERNAL_LAYERNORM = Rewrite("external-layer-norm", external_layernorms,
                              "layer norms as an external kernel compiled by Triton, a channels-last transpose before "
                              "them taken in", devices=("cuda",))
-# The convolution kernel with the image given channels-last (a transpose before each call, for
-# vector loads of a tap's channels; tuner.rewrite.external_conv): instead of external-hopper-conv
-# in a joined option. Checked under Triton's interpreter; its PTX loads the patches 16 bytes at a
-# time where the NCHW form loads single values; not yet run on a GPU.
-EXTERNAL_CONV_NHWC = Rewrite("external-hopper-conv-nhwc", partial(external_convs, channels_last=True),
+# The convolution kernel with the image NCHW, as external-hopper-conv gave it until the H200 runs of
+# the twenty-fourth session (one value a load; 0.19-1.07x cuDNN where the channels-last form ran
+# 1.0-3.6x): for comparisons on a model (benchmarks/export_vs_torch.py --only NAME).
+EXTERNAL_CONV_NCHW = Rewrite("external-hopper-conv-nchw", partial(external_convs, channels_last=False),
                              "convolutions as external Hopper implicit-GEMM kernels compiled by Triton, the image "
-                             "given channels-last", devices=("cuda",))
-EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NHWC)
+                             "read NCHW", devices=("cuda",))
+EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW)
 
 
 def unoffered_for(target) -> Optional[str]:

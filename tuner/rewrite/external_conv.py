@@ -11,9 +11,13 @@ the kernel:
 
 (the filter given tap-major where the kernel steps one tap's channels at a time,
 tuner.external.conv_kernel.tap_major: a constant filter's transpose IREE folds at compile time).
-With `channels_last` (the experiment `external-hopper-conv-nhwc`) the image is given NHWC there
-too, `Transpose(X, [0, 2, 3, 1])`, a dispatch of IREE's (or fused into X's producer), so that the
-kernel loads a tap's channels as vectors.
+There the image is given NHWC too, `Transpose(X, [0, 2, 3, 1])`, a dispatch of IREE's (or fused
+into X's producer), so that the kernel loads a tap's channels as vectors, 16 bytes at a time. On
+the H200, on the 3x3 convolutions of ResNet-50, DenseNet-121, VGG-16, an SD UNet and YOLOv8 (torch's
+cuDNN on NCHW tensors 1.0x): the kernel alone 0.72-3.58x, with torch's transpose of X added
+0.65-2.05x, where the NCHW form, one value a load, ran 0.19-1.07x; in the model, DenseNet-121
+5.99 -> 3.88 ms and ResNet-50 (fed) 1.27 -> 1.12 ms (docs/benchmarks/external-kernels.md).
+`channels_last=False` keeps the image NCHW (the experiment `external-hopper-conv-nchw`).
 
 IREE 3.13 computes a GPU convolution as an implicit GEMM on mma.sync at best (ResNet-50's 3x3
 convolutions at batch 8 ran 0.06-0.42 ms each on the H200), its strided 1x1 ones as a reduction
@@ -64,10 +68,10 @@ def problem_of(conv: ir.Operation) -> Optional[ConvProblem]:
     return problem if static_shape(conv.result) == [n, f, *problem.out] else None
 
 
-def external_convs(module: ir.Module, source: Optional[KernelSource] = None, channels_last: bool = False) -> list[str]:
+def external_convs(module: ir.Module, source: Optional[KernelSource] = None, channels_last: bool = True) -> list[str]:
     """Rewrite every `onnx.Conv` of `module` the kernel takes (in place, inside its context) as a
     call of it, the activation after it too; `source` makes the kernels (Triton's by default);
-    `channels_last`: the image given NHWC wherever the kernel steps one tap's channels.
+    `channels_last`: the image given NHWC wherever the kernel steps one tap's channels (else NCHW).
     Returns each rewritten convolution's problem and tiles, then each problem whose kernel could
     not be made (its convolutions left as they were; nothing where no kernel was)."""
     if source is None:
