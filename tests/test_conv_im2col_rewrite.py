@@ -206,3 +206,84 @@ def test_on_cuda_a_3x3_convolution_becomes_one_matmul_over_both_images_whose_mma
     assert "compiled 2 of 2 candidates" in result.output
     ptx = "\n".join(p.read_text() for p in (out / "candidates" / "0001" / "binaries").glob("*.ptx"))
     assert "ldmatrix" in ptx and "mma.sync.aligned.m16n8k16" in ptx
+
+
+def _windows_program() -> str:
+    """Four convolutions of the 2x8x9x9 input: 3x3 by 3 and 2x2 by 2 (windows apart), 3x3 by 2
+    and a 2x2 dilated by 2 with stride 2 (windows that overlap)."""
+    def conv(out: str, k: int, s: int, d: int, size: int) -> str:
+        wt, ot = f"!torch.vtensor<[16,8,{k},{k}],f32>", f"!torch.vtensor<[2,16,{size},{size}],f32>"
+        return (f'%{out} = torch.operator "onnx.Conv"(%x, %w{k}, %b) {{torch.onnx.kernel_shape = [{k} : si64, {k} : si64], '
+                f'torch.onnx.dilations = [{d} : si64, {d} : si64], torch.onnx.strides = [{s} : si64, {s} : si64]}} : '
+                f'({T}, {wt}, !torch.vtensor<[16],f32>) -> {ot}')
+    results = "!torch.vtensor<[2,16,3,3],f32>, !torch.vtensor<[2,16,4,4],f32>, !torch.vtensor<[2,16,4,4],f32>, !torch.vtensor<[2,16,4,4],f32>"
+    return f"""
+func.func @f(%x: {T}, %w2: !torch.vtensor<[16,8,2,2],f32>, %w3: !torch.vtensor<[16,8,3,3],f32>,
+             %b: !torch.vtensor<[16],f32>) -> ({results}) {{
+  {conv("a", 3, 3, 1, 3)}
+  {conv("c", 2, 2, 1, 4)}
+  {conv("e", 3, 2, 1, 4)}
+  {conv("g", 2, 2, 2, 4)}
+  return %a, %c, %e, %g : {results}
+}}
+"""
+
+
+def test_patchify_takes_only_the_convolutions_whose_windows_do_not_overlap():
+    from tuner.rewrite import FEEDERS, PATCHIFY_AS_MATMUL
+
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        module = ir.Module.parse(_windows_program())
+        assert convs_as_im2col_matmuls(module, apart_only=True) == ["2x8x9x9 by 16x8x3x3", "2x8x9x9 by 16x8x2x2"]
+        ops = _ops(module)
+        # the overlapping two are left
+        assert ops.count("Conv") == 2 and ops.count("Gather") == 2
+        assert _gather_indices(module)[0][4, :3].tolist() == [10, 13, 16]  # tap (1, 1) of row 0: pixels 1*9+1, +3, +6
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        assert len(convs_as_im2col_matmuls(ir.Module.parse(_windows_program()))) == 4  # unrestricted: every one
+    # a feeder of the joined external option, not offered alone (conv-as-im2col-matmul is)
+    assert PATCHIFY_AS_MATMUL in FEEDERS and CONV_AS_IM2COL_MATMUL not in FEEDERS
+    assert PATCHIFY_AS_MATMUL not in REWRITES["gpu"] and CONV_AS_IM2COL_MATMUL in REWRITES["gpu"]
+
+
+def _patchify_model(path: Path) -> None:
+    """ConvNeXt's two patchify convolutions as an exporter writes them (a 4x4 stem by 4, a 2x2
+    downsample by 2, each with its bias), f32, batch 2."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n) for n, s in (
+        ("w1", (16, 3, 4, 4)), ("b1", (16,)), ("w2", (24, 16, 2, 2)), ("b2", (24,)))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["y1"], kernel_shape=[4, 4], strides=[4, 4]),
+             helper.make_node("Conv", ["y1", "w2", "b2"], ["y2"], kernel_shape=[2, 2], strides=[2, 2])]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "patchify", [value("x", TensorProto.FLOAT, [2, 3, 32, 32])],
+                              [value("y2", TensorProto.FLOAT, [2, 24, 4, 4])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.slow
+def test_patchify_computes_the_same_results(tmp_path):
+    pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+
+    from tests.conftest import iree_compile
+    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
+    from tuner.input.models import program_source
+    from tuner.rewrite import PATCHIFY_AS_MATMUL
+
+    _patchify_model(tmp_path / "patchify.onnx")
+    cpu = parse_target("llvm-cpu")
+    imported = program_source(tmp_path / "patchify.onnx", tmp_path, cpu)
+    rewritten = tmp_path / "rewritten.mlir"
+    assert rewrite_program(imported, PATCHIFY_AS_MATMUL, rewritten) == ["2x3x32x32 by 16x3x4x4", "2x16x8x8 by 24x16x2x2"]
+    x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    iree_compile(str(rewritten), *cpu.compile_flags, "-o", str(tmp_path / "patchify.vmfb"))
+    run = ModuleRun("local-task", "patchify", (tmp_path / "x.npy",), outputs=1, checked=0)
+    assert run_once(tmp_path / "patchify.vmfb", run, tmp_path / "y.npy").ok
+    expected = ReferenceEvaluator(str(tmp_path / "patchify.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(read_output(tmp_path / "y.npy", run), expected, rtol=1e-4, atol=1e-4)

@@ -450,8 +450,10 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
      [("external-hopper-gemm+external-depthwise-conv", ()),
       ("subsample-strided-1x1+external-hopper-gemm+external-depthwise-conv", ())]),
     # one kernel and the feeders that apply, in FEEDERS order whatever order they were offered in
-    (("conv-as-im2col-matmul", "external-hopper-gemm", "pointwise-conv-as-matmul"),
-     [("pointwise-conv-as-matmul+conv-as-im2col-matmul+external-hopper-gemm", ())]),
+    (("patchify-as-matmul", "external-hopper-gemm", "pointwise-conv-as-matmul"),
+     [("pointwise-conv-as-matmul+patchify-as-matmul+external-hopper-gemm", ())]),
+    # a feeder whether offered alone or not; conv-as-im2col-matmul, offered alone, is none
+    (("conv-as-im2col-matmul", "external-hopper-gemm", "f32-reductions"), [("f32-reductions+external-hopper-gemm", ())]),
     (("external-hopper-gemm",), []),                          # one kernel alone is its own option
     # f32-reductions first in each, where it applies (a right result may need it): a kernel alone too
     (("external-hopper-gemm", "f32-reductions"), [("f32-reductions+external-hopper-gemm", ())]),
@@ -471,6 +473,30 @@ def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_fee
                         lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
     options = flag_options.external_together(object())
     assert [(o.rewrite.name, o.tuned_kinds) for o in options] == expected
+
+
+@pytest.mark.parametrize("applies, alone", [
+    # joined without feeders: no kernel alone; the other rewrites and f32-reductions alone still
+    (("external-hopper-gemm", "external-flash-attention", "nd-linear-as-matmul", "f32-reductions"),
+     ["nd-linear-as-matmul", "f32-reductions"]),
+    # one kernel with feeders only (no joined option without them): the kernel alone too
+    (("external-hopper-conv", "pointwise-conv-as-matmul"), ["pointwise-conv-as-matmul", "external-hopper-conv"]),
+])
+def test_the_first_round_offers_a_kernel_alone_only_where_no_joined_option_without_feeders_holds_it(
+        monkeypatch, applies, alone):
+    import tuner.rewrite as rewrite
+    import tuner.stages.flag_options as flag_options
+
+    offered = [*(r for r in rewrite.REWRITES["gpu"] if r not in rewrite.EXTERNAL), *rewrite.EXTERNAL]  # Triton or not
+    monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: offered)
+    monkeypatch.setattr(flag_options, "offered_flag_sets", lambda env, pipeline=None: [])
+    monkeypatch.setattr(flag_options, "rewritten_program",
+                        lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
+    options = flag_options.model_options(object())
+    # offered_rewrites names every offered rewrite (the stage reports one that finds nothing)
+    assert [o.rewrite.name for o in options if "+" not in o.rewrite.name and o.rewrite.name in applies] == alone
+    joined = [o.rewrite.name for o in options if "+" in o.rewrite.name]
+    assert joined == [o.rewrite.name for o in flag_options.external_together(object())] and joined
 
 
 def _gpt2_mlp_up(half: str = "0x020000000038") -> str:

@@ -140,12 +140,20 @@ EXTERNAL_DEPTHWISE = Rewrite("external-depthwise-conv", external_depthwise_convs
 EXTERNAL_CONV = Rewrite("external-hopper-conv", external_convs,
                         "convolutions as external Hopper implicit-GEMM kernels compiled by Triton", devices=("cuda",))
 EXTERNAL = (EXTERNAL_GEMM, EXTERNAL_ATTENTION, EXTERNAL_DEPTHWISE, EXTERNAL_CONV)
+# Convolutions whose windows do not overlap (a patchify stem, a 2x2/2 downsample) as patches and a
+# matmul: the patches are the image rearranged, no pixel read twice, and the external GEMM takes
+# the matmul. A feeder only (FEEDERS): where windows overlap the channels-last conv kernel reads the
+# image in place, where im2col's patches hold each pixel up to KH x KW times (H200, twenty-fourth
+# session: ResNet-50 with the 3x3s as im2col GEMMs 1.236 ms tuned, as the conv kernel 1.119 ms
+# untuned; DenseNet-121 untuned, fed with im2col 4.412 ms, with the conv kernel 3.882 ms).
+PATCHIFY_AS_MATMUL = Rewrite("patchify-as-matmul", partial(convs_as_im2col_matmuls, apart_only=True),
+                             "convolutions whose windows do not overlap as the image's patches and a matmul")
 # The rewrites that put convolutions in a form the external GEMM takes, applied before the
 # external kernels in the flag stage's joined option (tuner.stages.flag_options.external_together):
 # a strided 1x1 convolution subsampled, every 1x1 one a matrix product (those the kernel does not
 # take are then IREE matmuls, which it computes right on CUDA where it computes NCHW f16 1x1
-# convolutions wrong), and a convolution over a window as patches and a matrix product.
-FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, CONV_AS_IM2COL_MATMUL)
+# convolutions wrong), and a convolution over windows apart as patches and a matrix product.
+FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PATCHIFY_AS_MATMUL)
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one

@@ -33,7 +33,9 @@ products in another order. Each patch tensor holds KH x KW copies of the input. 
 and K are padded to what the mma.sync kernel's tiles divide (PIXELS, DEPTH: extra pixels and
 taps are masked like the padding, extra taps meet zero filter columns, extra pixels are sliced
 off). Only 2-D convolutions with a filter over 1x1, one group and static shapes are
-rewritten."""
+rewritten. `apart_only`: only those whose windows do not overlap (stride at least the dilated
+window along each axis: a patchify stem, a 2x2/2 downsample), whose patches are the image's own
+values rearranged, no pixel read twice."""
 
 from __future__ import annotations
 
@@ -50,20 +52,23 @@ from tuner.rewrite.torch_ops import (bool_literal, conv2d, element_type, int64_l
 PIXELS, DEPTH = 64, 16
 
 
-def _geometry(conv: ir.Operation) -> tuple[list[int], list[int], list[int]] | None:
+def _geometry(conv: ir.Operation, apart_only: bool = False) -> tuple[list[int], list[int], list[int]] | None:
     """The strides, dilations and pads (top, left, bottom, right) of a convolution this rewrite
-    takes, else None."""
+    takes, else None; `apart_only`: None too where its windows overlap."""
     a = conv2d(conv)
     if (a is None or static_shape(conv.result) is None or a.weight[2:] == [1, 1] or a.group != 1
             or a.auto_pad not in ("NOTSET", "VALID") or a.weight[1] != a.x[1]):
         return None
+    if apart_only and any((k - 1) * d + 1 > s for k, d, s in zip(a.weight[2:], a.dilations, a.strides)):
+        return None
     return a.strides, a.dilations, a.pads
 
 
-def convs_as_im2col_matmuls(module: ir.Module) -> list[str]:
+def convs_as_im2col_matmuls(module: ir.Module, apart_only: bool = False) -> list[str]:
     """Rewrite every convolution of `module` this rewrite takes in place (inside its context);
-    returns each one's input and filter shapes."""
-    return rewrite_sites(module, "Conv", lambda op: _geometry(op) is not None, _as_im2col)
+    returns each one's input and filter shapes. `apart_only`: only those whose windows do not
+    overlap."""
+    return rewrite_sites(module, "Conv", lambda op: _geometry(op, apart_only) is not None, _as_im2col)
 
 
 def _as_im2col(conv: ir.Operation) -> str:

@@ -57,9 +57,18 @@ def model_options(env: StageEnv, pipeline: Optional[str] = None) -> list[ModelOp
     only where one of the two won alone (issue 62: every rewrite with every flag set made 12 of
     ConvNeXt-T's 24 whole-model builds on the H200, and the choice kept there, nd-linear-as-matmul
     with O3, extends the rewrite that won alone). A rewrite that finds nothing is one option,
-    reported as such. The external kernels that apply are offered together too (`external_together`)."""
+    reported as such. The external kernels that apply are offered together (`external_together`)
+    and then not each alone where they are joined without feeders: a kernel replaces ops no other
+    takes, so the joined option was ahead of each kernel alone on every model tried (five tuned on
+    the H200 in the twenty-fourth session: 2.51-166x the default joined, 1.59-85x the best kernel
+    alone), and each alone was a whole-model build of the first round (Swin-T's flag stage took
+    308 s of a 280 s run, its share 112)."""
     flag_sets = offered_flag_sets(env, pipeline)
-    return flag_sets + [ModelOption((), r) for r in offered_rewrites(env)] + external_together(env)
+    together = external_together(env)
+    feeders = {r.name for r in FEEDERS}
+    joined = {name for option in together if not feeders & set(option.rewrite.names) for name in option.rewrite.names}
+    alone = [ModelOption((), r) for r in offered_rewrites(env) if not (r in EXTERNAL and r.name in joined)]
+    return flag_sets + alone + together
 
 
 def external_together(env: StageEnv) -> list[ModelOption]:
@@ -70,12 +79,13 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     that takes a small part of the model is cut behind another in the first round and its pair with
     it left for an extension step the share may not reach (ConvNeXt-T on the H200: the depthwise
     kernel 1.24x alone, the GEMM 2.89x, the pair never built in a 380 s run; built, 8.28x
-    untuned). The feeders turn convolutions into matrix products the GEMM kernel takes; alone,
-    each forms IREE matmuls and is judged as such. Where f32-reductions applies it comes first in
-    both (joined, a kernel alone too): without it the model's result can be off whatever else is
-    chosen (wav2vec2 in f16). Both options are judged at the compiler's
-    configs for what IREE still compiles (the dispatch stage tunes those after)."""
-    offered = offered_rewrites(env)
+    untuned). The feeders turn convolutions into matrix products the GEMM kernel takes (one,
+    patchify-as-matmul, is offered only here); alone, each forms IREE matmuls and is judged as
+    such. Where f32-reductions applies it comes first in both (joined, a kernel alone too): without
+    it the model's result can be off whatever else is chosen (wav2vec2 in f16). Both options are
+    judged at the compiler's configs for what IREE still compiles (the dispatch stage tunes those
+    after)."""
+    offered = [*offered_rewrites(env), *(r for r in FEEDERS if r not in offered_rewrites(env))]  # a feeder only here too
     applies = [r for r in offered if r.name in {e.name for e in (F32_REDUCTIONS, *EXTERNAL, *FEEDERS)}
                and rewritten_program(env, r) is not None]
     external = [r for r in applies if r in EXTERNAL]
