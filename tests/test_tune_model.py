@@ -109,6 +109,10 @@ def test_the_merged_spec_carries_each_kept_config_into_the_model_compile(mlp, tm
     data = json.loads((out / "results.json").read_text())
     assert data["kind"] == "model" and sorted(data["kept"]) == sorted(p.dispatch.name for p in state.kept)
     assert all(d["status"] == "kept" for d in data["dispatches"])
+    # where the merge's time went: each of its two greedy steps built (the default was built
+    # before it) and timed
+    work = data["stage_work"]["merge"]
+    assert work["builds"]["count"] == 2 and work["timings"]["count"] >= 2 and work["builds"]["seconds"] > 0
 
 
 @dataclass

@@ -155,6 +155,7 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
     from tuner.errors import ToolError
     from tuner.stages import flag_options, repair
     from tuner.stages.base import RunCache
+    from tuner.stages.ledger import Ledger
     from tuner.stages.variants import BuiltVariant, Variant
 
     failed = BuiltVariant(Variant("o3"), None, None, (), "iree-compile failed: failed to distribute", failing="m_dispatch_2_x")
@@ -165,7 +166,8 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
 
     monkeypatch.setattr(flag_options, "discover_program", unreadable)
     said: list[str] = []
-    env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append, budget=None)
+    env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append, budget=None,
+                          ledger=Ledger())
     assert repair.pins_for(env, Variant("o3", ("--iree-opt-level=O3",))) == ()
     assert said == ["  m_dispatch_2_x: not repaired (iree-compile failed reading the program (designed))"]
 

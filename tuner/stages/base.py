@@ -23,6 +23,7 @@ from pipelines import Dispatch
 from tuner.discovery.program import Program
 from tuner.profiling.profile import Profile
 from tuner.core.settings import EvalSettings
+from tuner.stages.ledger import Ledger, part_text
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.time_budget import TimeBudget
 from tuner.stages.variants import BuiltVariant, SpecPart
@@ -118,6 +119,8 @@ class ModelState:
     verdict: str = ""
     notes: tuple[str, ...] = ()
     stage_seconds: dict = field(default_factory=dict)  # each stage's wall seconds in this run, by name
+    # each stage's work in this run, by name: kind -> (count, seconds) (tuner.stages.ledger)
+    stage_work: dict = field(default_factory=dict)
 
     def note(self, text: str) -> "ModelState":
         return replace(self, notes=(*self.notes, text))
@@ -178,6 +181,8 @@ class StageEnv:
     dynamic_size: Optional[int] = None  # for each dynamic dimension of the entry's arguments (None: the hints')
     # The whole run's time budget (tuner.stages.time_budget), or None: no limit.
     budget: Optional[TimeBudget] = None
+    # Where the run's time goes, by kind of work (whole-model builds, timings, ...).
+    ledger: Ledger = field(default_factory=Ledger)
     _inputs: Optional[tuple[Path, ...]] = field(default=None, init=False, repr=False)
 
     @property
@@ -205,9 +210,11 @@ def run_stages(stages: Sequence[Stage], env: StageEnv, state: Optional[ModelStat
     state = state or ModelState()
     for stage in stages:
         env.say(f"stage {stage.name}")
-        start = time.monotonic()
+        start, mark = time.monotonic(), env.ledger.mark()
         state = stage.run(state, env)
-        seconds = time.monotonic() - start
-        env.say(f"stage {stage.name}: {seconds:.0f} s")  # where a run's time went
-        state = replace(state, stage_seconds={**state.stage_seconds, stage.name: round(seconds, 1)})
+        seconds, work = time.monotonic() - start, env.ledger.since(mark)
+        said = part_text(work, seconds)
+        env.say(f"stage {stage.name}: {seconds:.0f} s" + (f" ({said})" if said else ""))  # where a run's time went
+        state = replace(state, stage_seconds={**state.stage_seconds, stage.name: round(seconds, 1)},
+                        stage_work={**state.stage_work, stage.name: work})
     return state

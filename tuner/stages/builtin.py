@@ -43,6 +43,7 @@ from tuner.ranking import rank
 from tuner.core.results import Result
 from tuner.stages.base import DispatchOutcome, ModelState, StageEnv
 from tuner.stages.host_reference import host_output, host_reference
+from tuner.stages.ledger import BUILDS, DISCOVERY, SEARCHES, TIMINGS
 from tuner.stages.model_timing import Comparison, compare
 from tuner.stages.variants import (BuiltVariant, SpecPart, Variant, build_variant, carried, compile_variant,
                                    compiled_already)
@@ -81,8 +82,9 @@ def build_once(env: StageEnv, variant: Variant) -> BuiltVariant:
     variant = carried(variant, env.target)
     key = _build_key(variant)
     if key not in env.cache.builds:
-        env.cache.builds[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
-                                       env.ctx, env.settings.compile_timeout_s)
+        with env.ledger.timed(BUILDS):
+            env.cache.builds[key] = build_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
+                                                  env.ctx, env.settings.compile_timeout_s)
     return env.cache.builds[key]
 
 
@@ -108,7 +110,8 @@ def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") 
         return variant, compile_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
                                         timeout_s=env.settings.compile_timeout_s)
 
-    with ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="build") as pool:
+    with env.ledger.timed(BUILDS, len(todo)), \
+            ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="build") as pool:
         for done, (variant, built) in enumerate(pool.map(build, todo), 1):
             if not built.ok:  # kept as the build's outcome: not compiled again to fail again
                 env.cache.builds[_build_key(variant)] = built
@@ -124,9 +127,11 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     built = [t for t in trials if t.ok]
     settings = replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs(),
                                                                      env.devices)
-    cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
-                  env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer, env.progress,
-                  host=host_output(env))
+    host = host_output(env)
+    with env.ledger.timed(TIMINGS, len(built)):
+        cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
+                      env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer,
+                      env.progress, host=host)
     if cmp.reference_check and reference.variant.name not in env.cache.reference_checks:
         env.cache.reference_checks[reference.variant.name] = cmp.reference_check
         env.say(f"numerics: {cmp.reference_check}")
@@ -190,9 +195,11 @@ class DispatchStage:
         program, measured = env.program, env.profile
         source = state.program_of(env.model)
         if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
-            program = discover_program(source, env.target, env.ctx, state.flags).for_running(env.workload.parameters, env.dynamic_size)
-            measured = kept_profile(source, target, program, env.output_dir / "profile-flags", env.ctx, env.settings,
-                                    env.progress, env.say)
+            with env.ledger.timed(DISCOVERY):
+                program = discover_program(source, env.target, env.ctx, state.flags).for_running(
+                    env.workload.parameters, env.dynamic_size)
+                measured = kept_profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
+                                        env.settings, env.progress, env.say)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds,
                                              self.search.pipeline)
         at_once = env.strategy == CLUSTER and len(chosen) > 1
@@ -289,9 +296,11 @@ class DispatchStage:
             plan = plan_search(dispatch, pipeline, search, without_flags=True)
         session = Session(source, target, directory, env.ctx, program.workload(dispatch, source),
                           dispatch, pipeline, program)
-        tuning = search_and_evaluate(session, plan, RunOptions(env.settings, env.strategy, tuple(env.devices),
-                                                               store_path, host_reference=host_reference(env)),
-                                     Listeners(env.progress))
+        reference = host_reference(env)
+        with env.ledger.timed(SEARCHES):
+            tuning = search_and_evaluate(session, plan, RunOptions(env.settings, env.strategy, tuple(env.devices),
+                                                                   store_path, host_reference=reference),
+                                         Listeners(env.progress))
         candidates, results = list(tuning.candidates), list(tuning.results)
         base = next((r for r in results if r.is_baseline and r.ok and r.error), None)
         if base is not None:  # the default computes it wrong (tuner.evaluation.measure.Measurer)

@@ -13,6 +13,7 @@ from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from tuner.discovery.program import discover_program
 from tuner.rewrite import EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, rewrite_program, rewrites_for
 from tuner.stages.base import StageEnv
+from tuner.stages.ledger import DISCOVERY
 
 MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
 
@@ -186,7 +187,8 @@ def formed_dispatches(env: StageEnv, program: Path, flags: tuple[str, ...]) -> t
     """The dispatches `program` forms under the model-wide `flags`, discovered once per run."""
     key = (program, flags)
     if key not in env.cache.choice_dispatches:
-        env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx, flags).dispatches)
+        with env.ledger.timed(DISCOVERY):
+            env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx, flags).dispatches)
     return env.cache.choice_dispatches[key]
 
 

@@ -30,6 +30,7 @@ from tuner.rewrite import F32_REDUCTIONS, rewrite_program
 from tuner.core.settings import HostReference
 from tuner.run_dir import write_file
 from tuner.stages.base import MODEL_INPUTS, StageEnv
+from tuner.stages.ledger import HOST
 from tuner.stages.variants import Variant, build_variant
 from tuner.targets import parse_target
 
@@ -54,7 +55,8 @@ def host_output(env: StageEnv) -> Optional[np.ndarray]:
     if env.target.device.startswith("local") and _exact_program(env) is None:
         return None
     if env.cache.host_result is None:
-        env.cache.host_result = (_build_and_run(env),)
+        with env.ledger.timed(HOST):
+            env.cache.host_result = (_build_and_run(env),)
     return env.cache.host_result[0]
 
 

@@ -251,6 +251,8 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
             "verdict": state.verdict,
             "notes": list(state.notes),
             "stage_seconds": state.stage_seconds,
+            "stage_work": {stage: {kind: {"count": n, "seconds": s} for kind, (n, s) in work.items()}
+                           for stage, work in state.stage_work.items()},
             "profile_method": env.profile.method if env.profile else "",
         }
         write_file(out / "results.json", json.dumps(payload, indent=2))
