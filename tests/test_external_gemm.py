@@ -460,6 +460,9 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
     (("f32-reductions", "pointwise-conv-as-matmul", "external-hopper-conv", "external-hopper-gemm"),
      [("f32-reductions+external-hopper-gemm+external-hopper-conv", ()),
       ("f32-reductions+pointwise-conv-as-matmul+external-hopper-gemm+external-hopper-conv", ())]),
+    # the exact rewrites first, in EXACT_FIRST order: chain-concats after f32-reductions
+    (("external-hopper-conv", "chain-concats", "f32-reductions"),
+     [("f32-reductions+chain-concats+external-hopper-conv", ())]),
     (("subsample-strided-1x1", "conv-as-im2col-matmul"), []),  # no kernel applies: nothing joined
 ])
 def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_feed_them(monkeypatch, applies,

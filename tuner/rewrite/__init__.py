@@ -16,6 +16,7 @@ from iree.compiler import ir
 from pipelines import DispatchKind
 from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
+from tuner.rewrite.chained_concats import chain_concats
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
 from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_attention import external_attentions
@@ -67,6 +68,12 @@ def combined(rewrites: Sequence[Rewrite]) -> Rewrite:
 # is kept where it makes the model right.
 F32_REDUCTIONS = Rewrite("f32-reductions", f32_reductions,
                          "half-precision reductions that accumulate computed in f32, as torch computes them")
+# Concatenations of growing lists (a DenseNet's dense blocks) as a chain, each onto the one before
+# it (tuner.rewrite.chained_concats): the same bytes copied in a dispatch or two a concatenation
+# instead of one an operand (DenseNet-121 at batch 8 for cuda: 594 `slow_memcpy` dispatches, 1.72
+# ms of 3.88 on the H200, become 117; compile only, not yet timed). Exact.
+CHAIN_CONCATS = Rewrite("chain-concats", chain_concats,
+                        "concatenations of growing lists each made from the one before it")
 # Offered on GPUs: means and sums over a length that is no multiple of 64 (CNN pools over 28 x 28,
 # 14 x 14, 7 x 7; wav2vec2's GroupNorm over 3199 frames) padded with zeros, so that IREE 3.13
 # configures them VectorDistribute (a workgroup a row) instead of TileAndFuse (a thread a row,
@@ -160,8 +167,8 @@ FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PATCHIFY_AS_MATMUL)
 # the matrix-product form takes). Not raise-attention on the CPU: no llvm-cpu pipeline tunes the
 # attention it forms, so it could only be judged at the compiler's config, and the README's BERT
 # walk-through spent its flag stage there, three choices at 0.34-0.77x the model (issue 62).
-REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, SUBSAMPLE_STRIDED_1X1),
-            "gpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, PAD_REDUCTIONS, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
+REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, CHAIN_CONCATS, SUBSAMPLE_STRIDED_1X1),
+            "gpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, CHAIN_CONCATS, PAD_REDUCTIONS, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
                     POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL,
                     *(EXTERNAL if find_spec("triton") else ()))}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one

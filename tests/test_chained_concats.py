@@ -1,0 +1,111 @@
+"""The chain-concats rewrite (tuner.rewrite.chained_concats): a DenseNet block's concatenations of
+growing lists become each the one before it and what it adds, the rest are left, the result is
+the same, and for cuda IREE then copies in a dispatch or two a concatenation, not one an operand."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from tuner.rewrite import CHAIN_CONCATS, REWRITES, rewrite_program
+from tuner.rewrite.chained_concats import chain_concats
+
+
+def _t(c: int) -> str:
+    return f"!torch.vtensor<[2,{c},4,4],f16>"
+
+
+def _concat(out: str, operands: list[tuple[str, int]], axis: int = 1) -> str:
+    total = sum(c for _, c in operands)
+    return (f'%{out} = torch.operator "onnx.Concat"({", ".join(n for n, _ in operands)}) {{torch.onnx.axis = {axis} : si64}} : '
+            f'({", ".join(_t(c) for _, c in operands)}) -> {_t(total)}')
+
+
+# A block's concatenations as the exporter writes them (x, then x with a, then x, a, b), one that
+# takes the same features in another order, and one along another axis: only the third is chained.
+PROGRAM = f"""
+func.func @f(%x: {_t(8)}, %a: {_t(4)}, %b: {_t(4)}) -> ({_t(12)}, {_t(16)}, {_t(16)}, !torch.vtensor<[2,8,8,4],f16>) {{
+  {_concat("c1", [("%x", 8), ("%a", 4)])}
+  {_concat("c2", [("%x", 8), ("%a", 4), ("%b", 4)])}
+  {_concat("c3", [("%a", 4), ("%x", 8), ("%b", 4)])}
+  %c4 = torch.operator "onnx.Concat"(%x, %x) {{torch.onnx.axis = 2 : si64}} : ({_t(8)}, {_t(8)}) -> !torch.vtensor<[2,8,8,4],f16>
+  return %c1, %c2, %c3, %c4 : {_t(12)}, {_t(16)}, {_t(16)}, !torch.vtensor<[2,8,8,4],f16>
+}}
+"""
+
+
+def test_a_concatenation_that_extends_an_earlier_one_is_made_from_it_and_the_others_are_left():
+    with ir.Context() as c:
+        c.allow_unregistered_dialects = True
+        module = ir.Module.parse(PROGRAM)
+        assert chain_concats(module) == ["3 -> 2 operands, 2x16x4x4"]
+        block = module.body.operations[0].regions[0].blocks[0]
+        concats = [op for op in block.operations if op.name == "torch.operator"]
+        first, chained = concats[0], concats[1]
+        assert list(chained.operands) == [first.result, block.arguments[2]]
+        # the reordered one and the other axis's keep their operands as written
+        assert [len(op.operands) for op in concats] == [2, 2, 3, 2]
+
+
+def test_it_is_offered_on_every_target():
+    assert all(CHAIN_CONCATS in rewrites for rewrites in REWRITES.values())
+
+
+def _dense_block(path: Path) -> None:
+    """A DenseNet block of three layers as torch exports it (f32, batch 2): each layer a 3x3
+    convolution of the concatenation of the block's input and every earlier layer's output."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits, nodes, features = [], [], ["x"]
+    for i in range(3):
+        channels = 8 + 4 * i
+        inits.append(numpy_helper.from_array(rng.standard_normal((4, channels, 3, 3)).astype(np.float32), f"w{i}"))
+        source = "x"
+        if len(features) > 1:
+            source = f"cat{i}"
+            nodes.append(helper.make_node("Concat", list(features), [source], axis=1))
+        nodes.append(helper.make_node("Conv", [source, f"w{i}"], [f"y{i}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+        features.append(f"y{i}")
+    nodes.append(helper.make_node("Concat", list(features), ["out"], axis=1))
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "block", [value("x", TensorProto.FLOAT, [2, 8, 6, 6])],
+                              [value("out", TensorProto.FLOAT, [2, 20, 6, 6])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.slow
+def test_a_chained_dense_block_computes_the_same_result_and_copies_less_often_for_cuda(tmp_path):
+    pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+
+    from tests.conftest import iree_compile
+    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
+    from tuner.input.models import program_source
+    from tuner.targets import parse_target
+
+    _dense_block(tmp_path / "block.onnx")
+    cpu = parse_target("llvm-cpu")
+    imported = program_source(tmp_path / "block.onnx", tmp_path, cpu)
+    chained = tmp_path / "chained.mlir"
+    assert rewrite_program(imported, CHAIN_CONCATS, chained) == ["3 -> 2 operands, 2x16x6x6",
+                                                                 "4 -> 2 operands, 2x20x6x6"]
+    x = np.random.default_rng(1).standard_normal((2, 8, 6, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    iree_compile(str(chained), *cpu.compile_flags, "-o", str(tmp_path / "chained.vmfb"))
+    run = ModuleRun("local-task", "block", (tmp_path / "x.npy",), outputs=1, checked=0)
+    assert run_once(tmp_path / "chained.vmfb", run, tmp_path / "y.npy").ok
+    expected = ReferenceEvaluator(str(tmp_path / "block.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(read_output(tmp_path / "y.npy", run), expected, rtol=1e-4, atol=1e-4)
+    # for cuda: a copy dispatch per operand of each concatenation (2 + 3 + 4), then two each (2 +
+    # 2 + 2); the block's other copies (the padded images) as they were
+    cuda = parse_target("cuda")
+    copies = {}
+    for name, program in {"as exported": imported, "chained": chained}.items():
+        dump = tmp_path / f"sources-{name}"
+        iree_compile(str(program), *cuda.compile_flags, f"--iree-hal-dump-executable-sources-to={dump}",
+                     "-o", str(tmp_path / f"{name}.vmfb"))
+        copies[name] = sum("slow_memcpy" in p.read_text() for p in dump.glob("*.mlir"))
+    assert copies["as exported"] - copies["chained"] == 3, copies
