@@ -39,3 +39,21 @@ def test_a_part_is_said_with_the_seconds_no_kind_holds():
     text = part_text({BUILDS: (12, 40.2), TIMINGS: (9, 150.0)}, 231.0)
     assert text == "12 whole-model build(s) 40 s; 9 model timing(s) 150 s; the rest 41 s"
     assert part_text({}, 5.0) == ""
+
+
+def test_threads_keep_their_own_nesting_and_their_seconds_add_up():
+    from concurrent.futures import ThreadPoolExecutor
+
+    ledger = Ledger()
+
+    def search(_):
+        with ledger.timed(TIMINGS):
+            time.sleep(0.03)
+            with ledger.timed(HOST):
+                time.sleep(0.01)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(search, range(4)))
+    assert ledger.counts == {TIMINGS: 4, HOST: 4}
+    # each thread's comparison without its own host reference: 4 x 0.03 s, not less
+    assert 0.12 <= ledger.seconds[TIMINGS] < 0.3 and 0.04 <= ledger.seconds[HOST] < 0.2

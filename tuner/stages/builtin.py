@@ -110,8 +110,7 @@ def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") 
         return variant, compile_variant(env.model, variant, env.target, env.output_dir / VARIANTS / variant.name,
                                         timeout_s=env.settings.compile_timeout_s)
 
-    with env.ledger.timed(BUILDS, len(todo)), \
-            ThreadPoolExecutor(max_workers=min(workers, len(todo)), thread_name_prefix="build") as pool:
+    with env.ledger.timed(BUILDS, len(todo)), ThreadPoolExecutor(min(workers, len(todo)), "build") as pool:
         for done, (variant, built) in enumerate(pool.map(build, todo), 1):
             if not built.ok:  # kept as the build's outcome: not compiled again to fail again
                 env.cache.builds[_build_key(variant)] = built
@@ -127,11 +126,10 @@ def compare_on_model(env: StageEnv, reference: BuiltVariant, trials: list[BuiltV
     built = [t for t in trials if t.ok]
     settings = replace(env.settings, check_numerics=True).module_run(env.device, env.workload, env.inputs(),
                                                                      env.devices)
-    host = host_output(env)
-    with env.ledger.timed(TIMINGS, len(built)):
+    with env.ledger.timed(TIMINGS, len(built)):  # the host's reference, made inside, counted as its own
         cmp = compare((reference.variant.name, reference.vmfb), [(t.variant.name, t.vmfb) for t in built], settings,
                       env.rounds if rounds is None else rounds, env.output_dir / VARIANTS / directory, env.timer,
-                      env.progress, host=host)
+                      env.progress, host=host_output(env))
     if cmp.reference_check and reference.variant.name not in env.cache.reference_checks:
         env.cache.reference_checks[reference.variant.name] = cmp.reference_check
         env.say(f"numerics: {cmp.reference_check}")
@@ -196,8 +194,7 @@ class DispatchStage:
         source = state.program_of(env.model)
         if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
             with env.ledger.timed(DISCOVERY):
-                program = discover_program(source, env.target, env.ctx, state.flags).for_running(
-                    env.workload.parameters, env.dynamic_size)
+                program = discover_program(source, env.target, env.ctx, state.flags).for_running(env.workload.parameters, env.dynamic_size)
                 measured = kept_profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
                                         env.settings, env.progress, env.say)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds,
@@ -296,10 +293,9 @@ class DispatchStage:
             plan = plan_search(dispatch, pipeline, search, without_flags=True)
         session = Session(source, target, directory, env.ctx, program.workload(dispatch, source),
                           dispatch, pipeline, program)
-        reference = host_reference(env)
         with env.ledger.timed(SEARCHES):
             tuning = search_and_evaluate(session, plan, RunOptions(env.settings, env.strategy, tuple(env.devices),
-                                                                   store_path, host_reference=reference),
+                                                                   store_path, host_reference=host_reference(env)),
                                          Listeners(env.progress))
         candidates, results = list(tuning.candidates), list(tuning.results)
         base = next((r for r in results if r.is_baseline and r.ok and r.error), None)

@@ -5,10 +5,12 @@ Issue 62 asks for the time per stage and the number of whole-model builds and ti
 H200 the flag stage's 139-308 s (its share 92-128 s) could not be split from the run's output.
 
 A kind's seconds are its own: work of another kind inside it (the host reference made inside a
-comparison) is counted there and not twice."""
+comparison) is counted there and not twice. Threads (a Ray cluster's dispatches tuned at once)
+each keep their own nesting; their seconds add up, so a stage's kinds can sum past its wall time."""
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,7 +34,15 @@ class Ledger:
 
     seconds: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    _inner: list[float] = field(default_factory=list)  # for each open `timed`, the seconds of those inside it
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    @property
+    def _inner(self) -> list[float]:
+        """This thread's open `timed` blocks, each with the seconds of those inside it."""
+        if not hasattr(self._local, "inner"):
+            self._local.inner = []
+        return self._local.inner
 
     @contextmanager
     def timed(self, kind: str, count: int = 1) -> Iterator[None]:
@@ -43,13 +53,15 @@ class Ledger:
             yield
         finally:
             inner, elapsed = self._inner.pop(), time.monotonic() - start
-            self.seconds[kind] = self.seconds.get(kind, 0.0) + elapsed - inner
-            self.counts[kind] = self.counts.get(kind, 0) + count
+            with self._lock:
+                self.seconds[kind] = self.seconds.get(kind, 0.0) + elapsed - inner
+                self.counts[kind] = self.counts.get(kind, 0) + count
             if self._inner:
                 self._inner[-1] += elapsed
 
     def mark(self) -> tuple[dict[str, float], dict[str, int]]:
-        return dict(self.seconds), dict(self.counts)
+        with self._lock:
+            return dict(self.seconds), dict(self.counts)
 
     def since(self, mark: tuple[dict[str, float], dict[str, int]]) -> Part:
         """What was counted since `mark`, by kind (the kinds with none left out)."""
