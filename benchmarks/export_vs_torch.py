@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tuner.input.models import program_source  # noqa: E402
 from pipelines.model_flags import FLAG_NAMES  # noqa: E402
-from tuner.rewrite import EXPERIMENTS, combined, rewrite_program, rewrites_for  # noqa: E402
+from tuner.rewrite import combined, named_rewrites, rewrite_program, rewrites_for  # noqa: E402
 
 FLAG_BY_NAME = {name: flag for flag, name in FLAG_NAMES.items()}
 from tuner.targets import parse_target  # noqa: E402
@@ -48,10 +48,11 @@ from tuner.tools import find_tool  # noqa: E402
 def variants(model: Path, work: Path, target, only: Optional[set[str]] = None) -> dict[str, tuple[Path, list[str]]]:
     """The default program and one per rewrite of the target's kind that changes it, then all of
     those together (`only`: just those named; a name "a+b" is rewrites a and b one after the
-    other, any of the target's or of EXPERIMENTS): name -> (program, what changed)."""
+    other, any of tuner.rewrite.named_rewrites, the target's own first): name -> (program, what
+    changed)."""
     imported = program_source(model, work, target)
     found = {"default": (imported, [])}
-    known = {r.name: r for r in (*rewrites_for(target), *EXPERIMENTS)}
+    known = {**named_rewrites(), **{r.name: r for r in rewrites_for(target)}}
     for name in sorted(n for n in (only or ()) if "+" in n or (n in known and known[n] not in rewrites_for(target))):
         parts = name.split("+")
         if all(p in known for p in parts):

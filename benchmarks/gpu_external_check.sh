@@ -19,8 +19,8 @@ set -u
 source benchmarks/gpu_setup.sh
 export TRITON_DEFAULT_FP_FUSION=1 COLUMNS=200
 D=/tmp/exports
-EXTERNAL=f32-reductions+external-hopper-gemm+external-flash-attention+external-depthwise-conv+external-hopper-conv
-FED=f32-reductions+subsample-strided-1x1+pointwise-conv-as-matmul+conv-as-im2col-matmul+${EXTERNAL#f32-reductions+}  # as the flag stage joins them
+EXTERNAL=f32-reductions+chain-concats+external-hopper-gemm+external-flash-attention+external-depthwise-conv+external-hopper-conv
+FED=f32-reductions+chain-concats+subsample-strided-1x1+pointwise-conv-as-matmul+patchify-as-matmul+${EXTERNAL#f32-reductions+chain-concats+}  # as the flag stage joins them
 [ -n "${NCHW:-}" ] && FED=$FED,${EXTERNAL/external-hopper-conv/external-hopper-conv-nchw}  # the experiment beside them
 for X in ${EXTRA:-}; do FED=$FED,$EXTERNAL+$X; done  # EXTRA="pad-reductions external-layer-norm": the kernels and each
 for F in "$@"; do

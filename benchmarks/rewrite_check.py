@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from cut_compare import build_and_run  # noqa: E402
-from tuner.rewrite import EXPERIMENTS, REWRITES, combined, rewrite_program  # noqa: E402
+from tuner.rewrite import combined, named_rewrites, rewrite_program  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
                         help="NAME=FLAG[;FLAG...]: the rewritten program built for cuda with these flags too "
                              "(WORK/NAME-cuda.vmfb)")
     args = parser.parse_args()
-    known = {r.name: r for rs in (*REWRITES.values(), EXPERIMENTS) for r in rs}
+    known = named_rewrites()
     rewrite = combined([known[n] for n in args.rewrite.split("+")])
     args.work.mkdir(parents=True, exist_ok=True)
     original = args.work / "original.mlir"

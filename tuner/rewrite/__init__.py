@@ -190,6 +190,13 @@ EXTERNAL_CONV_NCHW = Rewrite("external-hopper-conv-nchw", partial(external_convs
 EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW)
 
 
+def named_rewrites() -> dict[str, Rewrite]:
+    """Every rewrite a benchmark may build by name: those offered on some target (a GPU's where two
+    share a name), the feeders, the external kernels (Triton installed or not) and EXPERIMENTS."""
+    every = (*REWRITES["cpu"], *FEEDERS, *EXTERNAL, *EXPERIMENTS, *REWRITES["gpu"])
+    return {r.name: r for r in every}
+
+
 def unoffered_for(target) -> Optional[str]:
     """Why rewrites this target could take are not offered here (None: every one is): the
     external Hopper kernels on cuda where Triton is not installed."""
