@@ -555,3 +555,18 @@ def test_gelu_spelled_out_in_its_tanh_form_after_a_reshaped_gemm_is_taken_into_t
     assert ('"onnx.Tanh"' in text) != taken and ('"onnx.Pow"' in text) != taken
     if taken:  # the call's [16, 256] viewed as the model's [1, 16, 256], as the chain's last Mul was
         assert "-> !torch.vtensor<[1,16,256],f16>" in text.split("call @gemm_16x256x64_f16_gelu_tanh")[1]
+
+
+def test_a_run_keeps_tritons_cache_in_its_own_directory_unless_the_user_named_one(tmp_path, monkeypatch):
+    import os
+
+    from tuner.external.triton_build import cache_in
+
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    with cache_in(tmp_path / "run"):
+        assert os.environ["TRITON_CACHE_DIR"] == str((tmp_path / "run" / "triton-cache").resolve())
+    assert "TRITON_CACHE_DIR" not in os.environ  # as it was after
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    with cache_in(tmp_path / "run"):
+        assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine")

@@ -6,11 +6,15 @@ sm_90a carries `wgmma.mma_async` where the kernel's `tl.dot` allows it. The poin
 `cp.async`. The PTX is written at ISA 8.5 (CUDA 12.5) so that a driver of CUDA 12.5 or newer
 compiles it (Triton 3.9's own default, 9.4, is newer than CUDA 13.0's driver takes). Triton is
 an optional dependency (`pip install triton`, on the machine that builds the model);
-`TritonMissing` says so in one line."""
+`TritonMissing` says so in one line. Triton keeps what it compiled in ~/.triton/cache unless
+TRITON_CACHE_DIR names another place: a run puts it in its own directory (`cache_in`)."""
 
 from __future__ import annotations
 
-from typing import Callable
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
 
 from tuner.external.abi import ExternKernel, for_iree
 
@@ -20,6 +24,24 @@ ARCH = 90
 
 class TritonMissing(RuntimeError):
     pass
+
+
+CACHE = "triton-cache"  # the run directory's folder for Triton's compiled kernels
+
+
+@contextmanager
+def cache_in(run_dir: Path) -> Iterator[None]:
+    """Triton's cache in RUN_DIR/triton-cache while the block runs (read when Triton compiles),
+    where the user has not named one (TRITON_CACHE_DIR): nothing outside the run's directory is
+    written. The variable is as it was after."""
+    if "TRITON_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["TRITON_CACHE_DIR"] = str(Path(run_dir).resolve() / CACHE)
+    try:
+        yield
+    finally:
+        os.environ.pop("TRITON_CACHE_DIR", None)
 
 
 def language():

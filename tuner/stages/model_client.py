@@ -13,6 +13,7 @@ from tuner.api import PROFILE
 from tuner.driver import read_program
 from pipelines import PIPELINES, DispatchKind, known_pipeline
 from tuner.errors import InputError, OutputError
+from tuner.external.triton_build import cache_in
 from tuner.evaluation.devices import on_every_gpu
 from tuner.profiling.profile import kept_profile
 from tuner.report.outputs import comment, rebuild_command, response_file
@@ -159,7 +160,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         search = replace(search, pipeline=chosen)
         say(f"{target.name}: each dispatch {search.pipeline} takes is tuned with it, the others with the compiler's "
             f"pipeline (--pipeline llvmgpu_tile_and_fuse: the compiler's for every one)")
-    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, search.pipeline), run.force):
+    with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, search.pipeline), run.force), \
+            cache_in(output_dir):  # Triton's, where the external kernels are compiled
         # The whole run's seconds; a stopped run resumed here goes on with what it left of them.
         budget = (TimeBudget(model.time_budget_s, record=output_dir / BUDGET_RECORD)
                   if model.time_budget_s is not None else None)
