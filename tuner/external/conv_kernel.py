@@ -86,6 +86,19 @@ def conv_tiles_for(problem: ConvProblem) -> GemmTiles:
     return replace(tiles, bk=16) if channels % 32 and not channels % 16 else tiles
 
 
+def conv_tile_candidates(problem: ConvProblem, count: int = 4) -> list[GemmTiles]:
+    """Up to `count` tiles to try on the problem in the model (tuner.stages.kernel_tiles): the
+    rule's (`conv_tiles_for`) first, then the others of CONV_TILES no taller than its filters
+    round up to (32-row ones only where the rule took 32 rows), most workgroups first, each with
+    the rule's K step."""
+    chosen = conv_tiles_for(problem)
+    m, n, _ = problem.gemm
+    rows = max(32, min(128, 1 << (m - 1).bit_length()))
+    others = [replace(t, bk=chosen.bk) for t in CONV_TILES if t.bm <= rows and (t.bm >= 64 or chosen.bm == 32)]
+    others.sort(key=lambda t: -(-(-m // t.bm) * -(-n // t.bn)))
+    return list(dict.fromkeys([chosen, *others]))[:count]
+
+
 def tap_major(problem: ConvProblem, tiles: GemmTiles) -> bool:
     """Whether the kernel steps one tap's channels at a time and takes W as [F, KH, KW, CG]
     (tuner.external.triton_conv): where the K step divides a group's channels."""

@@ -93,6 +93,25 @@ NARROWEST = tuple(GemmTiles(t.bm, t.bn, 16, t.warps, t.stages) for t in NARROW)
 TIERS = (PREFERRED, NARROW, NARROWEST)
 
 
+def tile_candidates(problem: GemmProblem, count: int = 4) -> list[GemmTiles]:
+    """Up to `count` tiles to try on the problem in the model (tuner.stages.kernel_tiles): the
+    rule's (`tiles_for`) first, then the other shapes of its tier (of TIERS, with its K step) that
+    lay out on the problem, those that fill a wave first, then by their workgroups (most first),
+    then the least padded; a shape of another tier only where its own has too few."""
+    chosen = tiles_for(problem)
+    tiers = sorted(TIERS, key=lambda tier: all(t.bk != chosen.bk for t in tier))  # the rule's tier first
+    fitting = [t for tier in tiers for t in tier if t.lays_out(problem, masked=True, masked_k=True)]
+    fitting.sort(key=lambda t: (t.bk != chosen.bk, t.blocks(problem) < WAVE, -min(t.blocks(problem), WAVE),
+                                t.padded(problem)))
+    shapes = {(chosen.bm, chosen.bn)}
+    picked = [chosen]
+    for t in fitting:
+        if (t.bm, t.bn) not in shapes and len(picked) < count:
+            shapes.add((t.bm, t.bn))
+            picked.append(t)
+    return picked
+
+
 def tiles_for(problem: GemmProblem) -> GemmTiles:
     """The tiles the problem is computed with: of the first of TIERS that lays out on it (K a
     multiple of 64, 32, 16), then the same with the last column tile masked where no tile divides

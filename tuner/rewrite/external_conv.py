@@ -68,10 +68,12 @@ def problem_of(conv: ir.Operation) -> Optional[ConvProblem]:
     return problem if static_shape(conv.result) == [n, f, *problem.out] else None
 
 
-def external_convs(module: ir.Module, source: Optional[KernelSource] = None, channels_last: bool = True) -> list[str]:
+def external_convs(module: ir.Module, source: Optional[KernelSource] = None, channels_last: bool = True,
+                   tiles: Callable[[ConvProblem], GemmTiles] = conv_tiles_for) -> list[str]:
     """Rewrite every `onnx.Conv` of `module` the kernel takes (in place, inside its context) as a
     call of it, the activation after it too; `source` makes the kernels (Triton's by default);
-    `channels_last`: the image given NHWC wherever the kernel steps one tap's channels (else NCHW).
+    `channels_last`: the image given NHWC wherever the kernel steps one tap's channels (else NCHW);
+    `tiles`: each problem's tiles (tuner.stages.kernel_tiles tries others in the model).
     Returns each rewritten convolution's problem and tiles, then each problem whose kernel could
     not be made (its convolutions left as they were; nothing where no kernel was)."""
     if source is None:
@@ -83,13 +85,13 @@ def external_convs(module: ir.Module, source: Optional[KernelSource] = None, cha
         after = found[1] if found else []
         if found:
             problem = replace(problem, epilogue=(*problem.epilogue, found[0]))
-        tiles, operands = conv_tiles_for(problem), list(conv.operands)
-        if tap_major(problem, tiles):  # the filter tap-major, [F, KH, KW, CG]: a constant IREE folds
+        chosen, operands = tiles(problem), list(conv.operands)
+        if tap_major(problem, chosen):  # the filter tap-major, [F, KH, KW, CG]: a constant IREE folds
             operands[1] = _channels_last(operands[1], conv)
             if channels_last:
                 operands[0] = _channels_last(operands[0], conv)
                 problem = replace(problem, channels_last=True)
-        kernel = call_in_place(module, conv, after, problem, tiles, kernels,
+        kernel = call_in_place(module, conv, after, problem, chosen, kernels,
                                f"{problem.name.removeprefix('conv_')} left as it was", operands)
         if kernel is None:
             for made, given in zip(operands, conv.operands):

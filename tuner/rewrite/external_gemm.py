@@ -128,12 +128,13 @@ def epilogue_of(matmul: ir.Operation) -> tuple[list[ir.Operation], tuple[str, ..
     return ops, tuple(steps), bias
 
 
-def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fuse: bool = True) -> list[str]:
+def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fuse: bool = True,
+                   tiles: Callable[[GemmProblem], GemmTiles] = tiles_for) -> list[str]:
     """Rewrite every linear `onnx.MatMul` of `module` that an external kernel takes (in place,
     inside its context) as a call of that kernel; `source` makes the kernels (Triton's by
     default); `fuse`: the bias and activation after it (epilogue_of) computed by the kernel too
-    (else left in the program).
-    Returns each rewritten MatMul's problem and tiles, then each problem whose kernel could not
+    (else left in the program); `tiles`: each problem's tiles (tuner.stages.kernel_tiles tries
+    others in the model). Returns each rewritten MatMul's problem and tiles, then each problem whose kernel could not
     be made (its layers left as they were; nothing is rewritten where no kernel was)."""
     if source is None:
         from tuner.external.triton_gemm import triton_gemm as source
@@ -160,7 +161,7 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
         arguments = [tensor_type([problem.m, problem.k], problem.element),
                      tensor_type([*batch, problem.k, problem.n], problem.element)]
         arguments += [tensor_type([_bias_width(problem)], problem.element)] if bias else []
-        kernel = kernels.get(problem, tiles_for(problem), lambda k, op=op, arguments=arguments, batch=batch: define_extern(
+        kernel = kernels.get(problem, tiles(problem), lambda k, op=op, arguments=arguments, batch=batch: define_extern(
             module, k, arguments, tensor_type([*batch, problem.m, problem.n], problem.element), onnx_meta(op)),
             f"{problem.label} left as it was")
         if kernel is None:

@@ -24,6 +24,7 @@ from tuner.stages.base import ModelState, Stage, StageEnv, run_stages
 from tuner.stages.builtin import DispatchStage
 from tuner.stages.merge import MergeStage
 from tuner.stages.flags import FlagStage
+from tuner.stages.kernel_tiles import KernelTileStage
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.plan import PLAN, ModelPlan
 from tuner.stages.time_budget import RECORD as BUDGET_RECORD, TimeBudget
@@ -50,11 +51,14 @@ class ModelTuning:
 
 def default_stages(budget: int = 30, min_share: float = 0.02, top: Optional[int] = None,
                    model_flags: bool = True, search: SearchSettings = SearchSettings(),
-                   kinds: tuple[str, ...] = (), dispatch_seconds: Optional[float] = None) -> list[Stage]:
-    """tune-model's stages: model-wide flags (unless `model_flags` is off), then the dispatches
-    that matter (of the `kinds` asked for, every kind if none; each searched by `search` within
-    `budget` evaluations, all of them within `dispatch_seconds`), then the merge."""
+                   kinds: tuple[str, ...] = (), dispatch_seconds: Optional[float] = None,
+                   kernel_tiles: bool = False) -> list[Stage]:
+    """tune-model's stages: model-wide flags (unless `model_flags` is off), the external kernels'
+    tiles where the flags chose some (`kernel_tiles`: on cuda; tuner.stages.kernel_tiles), then the dispatches that matter
+    (of the `kinds` asked for, every kind if none; each searched by `search` within `budget`
+    evaluations, all of them within `dispatch_seconds`), then the merge."""
     return [*([FlagStage(tune_budget=min(FlagStage.tune_budget, budget), search=search)] if model_flags else []),
+            *([KernelTileStage()] if model_flags and kernel_tiles else []),
             DispatchStage(budget, min_share, top, search=search, kinds=kinds, seconds=dispatch_seconds),
             MergeStage(pipeline=search.pipeline)]
 
@@ -186,7 +190,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         env = replace(env, workload=workload, profile=measured)
         state = run_stages(stages if stages is not None else
                            default_stages(search.budget, model.min_share, model.top, model.model_flags, search,
-                                          model.kinds, model.dispatch_seconds), env)
+                                          model.kinds, model.dispatch_seconds, target.device.startswith("cuda")), env)
         if budget is not None and budget.undone:
             state = replace(state, verdict=state.verdict + budget.verdict_text())
         if start:

@@ -1,0 +1,122 @@
+"""The external kernels' tiles chosen in the model (tuner.stages.kernel_tiles): which tiles each
+problem is tried with, how the fastest is picked from one timing a build, that the rewrites build
+each problem with the tiles they are given, and that the stage keeps the chosen tiles only where
+the whole model is faster with them."""
+
+from functools import partial
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.test_external_gemm import _fixture_kernel, _program
+from tuner.external.conv_kernel import ConvProblem, conv_tile_candidates
+from tuner.external.gemm_kernel import GemmProblem, GemmTiles, tile_candidates
+from tuner.rewrite import EXTERNAL_GEMM
+from tuner.rewrite.external_gemm import external_gemms
+from tuner.stages import kernel_tiles
+from tuner.stages.base import ModelState, RunCache
+from tuner.stages.ledger import Ledger
+
+
+def labels(tiles) -> list[str]:
+    return [t.label for t in tiles]
+
+
+def test_a_gemm_is_tried_with_the_rules_tiles_then_the_other_shapes_of_its_tier():
+    # DeiT-S's MLP down, 1576x384 by K 1536: 64x64 makes 25 x 6 = 150 workgroups (a wave of
+    # 132, the rule's); then 128x64 (13 x 6 = 78), 64x128 (25 x 3 = 75), 128x128 (39)
+    assert labels(tile_candidates(GemmProblem(1576, 384, 1536, "f16", ()))) == [
+        "64x64x64 w4 s4", "128x64x64 w4 s4", "64x128x64 w4 s4", "128x128x64 w8 s3"]
+    # 96 columns (Swin-T's first stage): the K-32 tier; 64x32 (25 x 3 = 75 workgroups, the most
+    # unmasked), then 64x64 (columns masked; 25 x 2 = 50), 128x32 (13 x 3 = 39), 128x64 (26)
+    assert labels(tile_candidates(GemmProblem(1568, 96, 384, "f16", ()))) == [
+        "64x32x32 w4 s4", "64x64x32 w4 s4", "128x32x32 w4 s4", "128x64x32 w4 s4"]
+    assert len(tile_candidates(GemmProblem(1576, 384, 1536, "f16", ()), count=2)) == 2
+
+
+def test_a_convolution_is_tried_with_the_rules_tiles_then_no_taller_ones_most_workgroups_first():
+    # ResNet-50's 7x7 layer: 512 filters by 392 pixels; 64x64 makes 8 x 7 = 56 workgroups (the
+    # rule's: none fills a wave), then 64x128 (8 x 4 = 32), 128x64 (4 x 7 = 28), 128x128 (16)
+    resnet = ConvProblem(8, 512, 7, 7, 512, 3, 3, pads=(1, 1, 1, 1))
+    assert labels(conv_tile_candidates(resnet)) == ["64x64x32 w4 s3", "64x128x32 w4 s3", "128x64x32 w4 s3",
+                                                    "128x128x32 w8 s3"]
+    # 32 filters (DenseNet-121): only 32-row tiles, which the rule keeps for groups that few
+    dense = ConvProblem(8, 128, 56, 56, 32, 3, 3, pads=(1, 1, 1, 1))
+    assert labels(conv_tile_candidates(dense)) == ["32x128x32 w4 s3", "32x64x32 w4 s3"]
+
+
+def test_each_problem_keeps_the_tiles_of_the_build_where_its_kernel_ran_fastest():
+    a, b, c = GemmTiles(64, 64, 64, 4, 4), GemmTiles(128, 64, 64, 4, 4), GemmTiles(64, 128, 64, 4, 4)
+    picks = [{"gemm_x": a, "gemm_y": a, "gemm_z": a}, {"gemm_x": b, "gemm_y": b, "gemm_z": b},
+             {"gemm_x": c, "gemm_y": a, "gemm_z": c}]
+    times = [{"gemm_x": 0.020, "gemm_y": 0.010}, {"gemm_x": 0.012, "gemm_y": 0.011}, {"gemm_x": 0.015, "gemm_y": 0.009}]
+    # x fastest in the second build, y in the third (with a, as in the first); z timed in none
+    assert kernel_tiles.fastest(picks, times) == {"gemm_x": b, "gemm_y": a, "gemm_z": a}
+
+
+def _env(tmp_path: Path, model: Path) -> SimpleNamespace:
+    return SimpleNamespace(model=model, target=SimpleNamespace(device="cuda", spec_entry="e", pinned=()),
+                           output_dir=tmp_path, cache=RunCache(), say=lambda text: None, budget=None, ledger=Ledger())
+
+
+def test_the_rewrite_builds_each_problem_with_the_tiles_the_stage_gives_it(tmp_path, monkeypatch):
+    model = tmp_path / "model.mlir"
+    model.write_text(_program("2,8,64", "64,128"))
+    made = []
+    source = lambda problem, tiles: made.append(tiles) or _fixture_kernel(problem, tiles)  # noqa: E731
+    monkeypatch.setitem(kernel_tiles.TILEABLE, EXTERNAL_GEMM.name,
+                        (partial(external_gemms, source=source), tile_candidates))
+    state = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=model)
+    problem = GemmProblem(16, 128, 64, "f16", ("bias",))
+    second = tile_candidates(problem)[1]
+    program, given = kernel_tiles._program(_env(tmp_path, model), state, lambda options: options[1], "tiles-1")
+    assert given == {problem.name: second} and made == [second]
+    assert program == tmp_path / "kernel-tiles" / "model.tiles-1.mlir" and "hal.dispatch.extern" in program.read_text()
+
+
+@pytest.mark.parametrize("speedup, kept", [(1.08, True), (0.97, False)])
+def test_the_chosen_tiles_are_kept_only_where_the_model_is_faster_with_them(tmp_path, monkeypatch, speedup, kept):
+    a, b = GemmTiles(64, 64, 64, 4, 4), GemmTiles(128, 64, 64, 4, 4)
+    programs = iter([tmp_path / "t0.mlir", tmp_path / "t1.mlir", tmp_path / "t2.mlir", tmp_path / "t3.mlir"])
+
+    def program(env, state, pick, name, chosen=None):
+        if chosen is not None:
+            return tmp_path / "chosen.mlir", chosen
+        tiles = pick([a, b])
+        return next(programs), {"gemm_x": tiles, "gemm_y": tiles}
+
+    def built(env, variant):
+        return SimpleNamespace(variant=variant, ok=True, vmfb=variant.program)
+
+    def compare(env, reference, trials, directory):
+        paired = SimpleNamespace(speedup=speedup, beats_baseline=speedup > 1.0)
+        return SimpleNamespace(paired={trials[0].variant.name: paired}, failed={})
+
+    monkeypatch.setattr(kernel_tiles, "why_not_in_model", lambda: None)
+    monkeypatch.setattr(kernel_tiles, "_program", program)
+    monkeypatch.setattr(kernel_tiles, "prebuild", lambda env, variants: None)
+    monkeypatch.setattr(kernel_tiles, "build_once", built)
+    # x is faster at b (the second build), y at a: only x changes
+    monkeypatch.setattr(kernel_tiles, "kernel_times", lambda env, builds, names: [
+        {"gemm_x": 0.02, "gemm_y": 0.01}, {"gemm_x": 0.01, "gemm_y": 0.02}, {"gemm_x": 0.02, "gemm_y": 0.01},
+        {"gemm_x": 0.02, "gemm_y": 0.01}])
+    monkeypatch.setattr(kernel_tiles, "compare_on_model", compare)
+    said = []
+    env = _env(tmp_path, tmp_path / "m.mlir")
+    env.say = said.append
+    state = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=tmp_path / "flags.mlir")
+    after = kernel_tiles.KernelTileStage().run(state, env)
+    assert after.program == (tmp_path / "chosen.mlir" if kept else tmp_path / "flags.mlir")
+    assert after.notes[-1].startswith("external kernel tiles: " + ("1 of 2 problems" if kept else "the rule's kept"))
+    assert said[0].startswith("  gemm_x: 128x64x64 w4 s4 in the model, 10.0 us (the rule's 64x64x64 w4 s4: 20.0 us)")
+
+
+def test_no_tiles_are_tried_where_no_external_kernel_was_chosen_or_the_model_cannot_be_timed_inside(tmp_path,
+                                                                                                   monkeypatch):
+    stage, env = kernel_tiles.KernelTileStage(), _env(tmp_path, tmp_path / "m.mlir")
+    plain = ModelState(rewrites=("nd-linear-as-matmul",), program=tmp_path / "p.mlir")
+    assert stage.run(plain, env) == plain
+    monkeypatch.setattr(kernel_tiles, "why_not_in_model", lambda: "CUPTI did not load (designed)")
+    chosen = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=tmp_path / "p.mlir")
+    assert stage.run(chosen, env).notes == ("external kernel tiles: the rule's (CUPTI did not load (designed))",)

@@ -1,0 +1,150 @@
+"""`KernelTileStage`: the tiles of the external kernels chosen inside the model.
+
+Each external GEMM and convolution kernel (tuner.rewrite.EXTERNAL) is compiled with the tiles a
+rule picks (tiles_for, conv_tiles_for), set on a few shapes: on the H200, DeiT-S's 1576x384x1536
+linear layer ran 2.88x IREE's default at 64x128 tiles where the rule's first choice then, 128x128,
+ran 2.09x; the conv kernel's tiles and the narrow GEMM ones were chosen on no measurement. The
+dispatch stage does not tune what IREE does not compile ("an external kernel").
+
+A kernel's time inside the model's call depends on its own tiles, not on another kernel's. So the
+model is built K times, the j-th build with every problem at its j-th candidate tiles
+(tile_candidates, conv_tile_candidates: the rule's first), each build's kernels are timed by
+CUPTI inside the model's own calls (two rounds, the builds in turn, the second round reversed),
+and each problem keeps its fastest: K builds and K timings for every problem at once, not K per
+problem. The program with the winners is then timed against the choice before the stage, side by
+side with numerics, and kept only where the model is faster beyond the noise."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Callable, Optional
+
+from tuner.evaluation.in_model import KERNEL_MIN_TIME_S, MODULES, on_device_thread, time_calls, why_not_in_model
+from tuner.external.conv_kernel import conv_tile_candidates
+from tuner.external.gemm_kernel import tile_candidates
+from tuner.rewrite import EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites, rewrite_program, rewrites_for
+from tuner.rewrite.external_conv import external_convs
+from tuner.rewrite.external_gemm import external_gemms
+from tuner.stages.base import ModelState, StageEnv
+from tuner.stages.builtin import build_once, compare_on_model, prebuild
+from tuner.stages.ledger import TIMINGS
+from tuner.stages.variants import BuiltVariant, Variant
+
+# The external rewrites whose tiles are tried: name -> (the rewrite taking `tiles`, the candidates).
+TILEABLE: dict[str, tuple[Callable, Callable]] = {
+    EXTERNAL_GEMM.name: (external_gemms, tile_candidates),
+    EXTERNAL_CONV.name: (external_convs, conv_tile_candidates),
+}
+DIRECTORY = "kernel-tiles"
+Picks = dict[str, object]  # kernel (problem) name -> the tiles it was given
+
+
+@dataclass
+class KernelTileStage:
+    """Each external GEMM and convolution problem's tiles chosen among `candidates` by its kernel
+    time in the model (the module's docstring)."""
+
+    name: str = "kernel-tiles"
+    candidates: int = 4
+
+    def run(self, state: ModelState, env: StageEnv) -> ModelState:
+        tileable = [n for n in state.rewrites if n in TILEABLE]
+        if not tileable or state.program is None:
+            return state
+        why = why_not_in_model() if env.target.device.startswith("cuda") else f"{env.target.device} runs no external kernel"
+        if why is None and env.budget is not None and env.budget.dispatch_stage_seconds() <= 0:
+            why = "the time budget is spent"
+            env.budget.skip("choosing the external kernels' tiles")
+        if why is not None:
+            return state.note(f"external kernel tiles: the rule's ({why})")
+        variants, picks = [], []
+        for j in range(self.candidates):
+            program, given = _program(env, state, lambda options, j=j: options[j] if j < len(options) else options[0],
+                                      f"tiles-{j}")
+            if program is None:
+                break
+            variants.append(Variant(f"{DIRECTORY}-{j}", state.flags, program=program, pinned=state.pinned))
+            picks.append(given)
+        if len(variants) < 2 or all(p == picks[0] for p in picks[1:]):
+            return state.note("external kernel tiles: one candidate a problem, the rule's")
+        prebuild(env, variants)
+        built = [build_once(env, v) for v in variants]
+        times = kernel_times(env, built, sorted({name for p in picks for name in p}, key=len, reverse=True))
+        best = fastest(picks, times)
+        changed = {name: tiles for name, tiles in best.items() if tiles != picks[0][name]}
+        if not changed:
+            return state.note("external kernel tiles: the rule's were the fastest in the model for every problem")
+        for name, tiles in changed.items():
+            env.say(f"  {name}: {tiles.label} in the model, {_ms(times, picks, name, tiles)} "
+                    f"(the rule's {picks[0][name].label}: {_ms(times, picks, name, picks[0][name])})")
+        program, _ = _program(env, state, lambda options, problem=None: options[0], "tiles-chosen", best)
+        chosen = build_once(env, Variant(DIRECTORY, state.flags, program=program, pinned=state.pinned))
+        # the choice as the flag stage built it (cached by what defines it, whatever its name)
+        before = build_once(env, Variant(f"{DIRECTORY}-rule", state.flags, program=state.program, pinned=state.pinned))
+        cmp = compare_on_model(env, before, [chosen], DIRECTORY)
+        paired = cmp.paired.get(chosen.variant.name)
+        verdict = (f"{len(changed)} of {len(best)} problems on other tiles than the rule's, the model "
+                   + (f"{paired.speedup:.2f}x" if paired else cmp.failed.get(chosen.variant.name, "not timed")))
+        if paired is None or not paired.beats_baseline:
+            return state.note(f"external kernel tiles: the rule's kept ({verdict})")
+        env.say(f"external kernel tiles: {verdict}: kept")
+        return replace(state, program=program).note(f"external kernel tiles: {verdict}")
+
+
+def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
+             chosen: Optional[Picks] = None) -> tuple[Optional[Path], Picks]:
+    """The model's program rewritten by the state's rewrites, each tileable one with its problems'
+    tiles from `pick(candidates)` (or, where `chosen` names a problem, that): the program (None where
+    nothing changed) and the tiles each problem was given."""
+    known = {**named_rewrites(), **{r.name: r for r in rewrites_for(env.target)}}
+    given: Picks = {}
+
+    def tiles_of(candidates: Callable, problem) -> object:
+        options = candidates(problem)
+        tiles = chosen[problem.name] if chosen and problem.name in chosen else pick(options)
+        given[problem.name] = tiles
+        return tiles
+
+    rewrites = [Rewrite(n, partial(TILEABLE[n][0], tiles=partial(tiles_of, TILEABLE[n][1])), known[n].description)
+                if n in TILEABLE else known[n] for n in state.rewrites]
+    out = env.output_dir / DIRECTORY / f"{env.model.stem}.{name}.mlir"
+    changed = rewrite_program(env.model, combined(rewrites), out)
+    return (out if changed else None), given
+
+
+def kernel_times(env: StageEnv, built: list[BuiltVariant], names: list[str]) -> list[dict[str, float]]:
+    """Each build's time per call of each named kernel inside the model (ms; the median of its
+    repetitions, the least of two rounds; absent where it did not run or the build failed)."""
+    settings = env.settings.module_run(env.device, env.workload, env.inputs(), env.devices)
+    times: list[dict[str, float]] = [{} for _ in built]
+    order = list(range(len(built)))
+    with env.ledger.timed(TIMINGS, 2 * len(built)):
+        for rotation in (order, order[::-1]):
+            for i in rotation:
+                if not built[i].ok:
+                    continue
+                timing = on_device_thread(settings.device, lambda b=built[i]: time_calls(
+                    MODULES.get(b.vmfb, settings), names, settings.repetitions, KERNEL_MIN_TIME_S))
+                for name in names:
+                    ms = [rep[name].ms for rep in timing.per_repetition if name in rep]
+                    if ms:
+                        times[i][name] = min(times[i].get(name, float("inf")), statistics.median(ms))
+    return times
+
+
+def fastest(picks: list[Picks], times: list[dict[str, float]]) -> Picks:
+    """Each problem's tiles in the build where its kernel ran fastest (the first build's where
+    it ran in none): the tiles the first build gave it, else another's."""
+    best: Picks = {}
+    for name in picks[0]:
+        timed = [(t[name], j) for j, t in enumerate(times) if name in t and name in picks[j]]
+        best[name] = picks[min(timed)[1]][name] if timed else picks[0][name]
+    return best
+
+
+def _ms(times: list[dict[str, float]], picks: list[Picks], name: str, tiles) -> str:
+    j = next((j for j, p in enumerate(picks) if p.get(name) == tiles and name in times[j]), None)
+    return f"{times[j][name] * 1e3:.1f} us" if j is not None else "not timed"
