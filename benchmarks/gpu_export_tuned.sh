@@ -36,7 +36,7 @@ stream() {  # GPU index, then families
     fi
     [ -f $T.done ] || { cat $LOG; continue; }
     if [ ! -f $OUT/tuned-$F.json ]; then
-      grep -E "^stage [a-z]+: [0-9]+ s|^model entry" $T.txt >> $LOG  # where the run's time went (every call of it)
+      grep -E "^stage [a-z-]+: [0-9]+ s|^model entry|^  gemm_|^  conv_|^external kernel tiles" $T.txt >> $LOG  # where the run's time went (every call of it)
       grep -v "━" $T.txt | grep -v "nanobind\|leaked" | tail -40 >> $LOG
       local only=ONLY_$F
       python3 benchmarks/export_vs_torch.py $D/$F --only default${!only:+,${!only}},tuned --tuned $T \
