@@ -9,8 +9,9 @@ dispatch stage does not tune what IREE does not compile ("an external kernel").
 A kernel's time inside the model's call depends on its own tiles, not on another kernel's. So the
 model is built K times, the j-th build with every problem at its j-th candidate tiles
 (tile_candidates, conv_tile_candidates: the rule's first), each build's kernels are timed by
-CUPTI inside the model's own calls (two rounds, the builds in turn, the second round reversed),
-and each problem keeps its fastest: K builds and K timings for every problem at once, not K per
+CUPTI inside the model's own calls (two rounds, the builds in turn, the second round reversed;
+each build first run once in a process of its own, its result checked), and each problem keeps
+its fastest: K builds and K timings for every problem at once, not K per
 problem. The program with the winners is then timed against the choice before the stage, side by
 side with numerics, and kept only where the model is faster beyond the noise."""
 
@@ -22,7 +23,8 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
-from tuner.evaluation.in_model import KERNEL_MIN_TIME_S, MODULES, on_device_thread, time_calls, why_not_in_model
+from tuner.evaluation.in_model import (KERNEL_MIN_TIME_S, MODULES, RUN_ERRORS, on_device_thread, time_calls,
+                                      why_not_in_model)
 from tuner.external.conv_kernel import conv_tile_candidates
 from tuner.external.gemm_kernel import tile_candidates
 from tuner.rewrite import EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites, rewrite_program, rewrites_for
@@ -71,8 +73,15 @@ class KernelTileStage:
         if len(variants) < 2 or all(p == picks[0] for p in picks[1:]):
             return state.note("external kernel tiles: one candidate a problem, the rule's")
         prebuild(env, variants)
+        # the choice as the flag stage built it (cached by what defines it, whatever its name)
+        before = build_once(env, Variant(f"{DIRECTORY}-rule", state.flags, program=state.program, pinned=state.pinned))
         built = [build_once(env, v) for v in variants]
-        times = kernel_times(env, built, sorted({name for p in picks for name in p}, key=len, reverse=True))
+        # each run once in a process of its own, its result checked, before any is loaded here (a
+        # build that faults the device would take this process's CUDA context with it)
+        checked = compare_on_model(env, before, built, f"{DIRECTORY}-numerics", rounds=0)
+        runs = [b if b.ok and b.variant.name not in checked.failed else replace(b, error="did not run right")
+                for b in built]
+        times = kernel_times(env, runs, sorted({name for p in picks for name in p}, key=len, reverse=True))
         best = fastest(picks, times)
         changed = {name: tiles for name, tiles in best.items() if tiles != picks[0][name]}
         if not changed:
@@ -82,8 +91,6 @@ class KernelTileStage:
                     f"(the rule's {picks[0][name].label}: {_ms(times, picks, name, picks[0][name])})")
         program, _ = _program(env, state, lambda options, problem=None: options[0], "tiles-chosen", best)
         chosen = build_once(env, Variant(DIRECTORY, state.flags, program=program, pinned=state.pinned))
-        # the choice as the flag stage built it (cached by what defines it, whatever its name)
-        before = build_once(env, Variant(f"{DIRECTORY}-rule", state.flags, program=state.program, pinned=state.pinned))
         cmp = compare_on_model(env, before, [chosen], DIRECTORY)
         paired = cmp.paired.get(chosen.variant.name)
         verdict = (f"{len(changed)} of {len(best)} problems on other tiles than the rule's, the model "
@@ -122,16 +129,21 @@ def kernel_times(env: StageEnv, built: list[BuiltVariant], names: list[str]) -> 
     times: list[dict[str, float]] = [{} for _ in built]
     order = list(range(len(built)))
     with env.ledger.timed(TIMINGS, 2 * len(built)):
-        for rotation in (order, order[::-1]):
-            for i in rotation:
-                if not built[i].ok:
-                    continue
+        for done, i in enumerate([*order, *order[::-1]], 1):
+            if env.progress:
+                env.progress("kernel tiles", done, 2 * len(built))
+            if not built[i].ok:
+                continue
+            try:
                 timing = on_device_thread(settings.device, lambda b=built[i]: time_calls(
                     MODULES.get(b.vmfb, settings), names, settings.repetitions, KERNEL_MIN_TIME_S))
-                for name in names:
-                    ms = [rep[name].ms for rep in timing.per_repetition if name in rep]
-                    if ms:
-                        times[i][name] = min(times[i].get(name, float("inf")), statistics.median(ms))
+            except RUN_ERRORS as e:  # a build that does not run is left untimed: its tiles are not taken
+                env.say(f"  {built[i].variant.name}: did not run ({type(e).__name__}: {str(e)[:200]})")
+                continue
+            for name in names:
+                ms = [rep[name].ms for rep in timing.per_repetition if name in rep]
+                if ms:
+                    times[i][name] = min(times[i].get(name, float("inf")), statistics.median(ms))
     return times
 
 
