@@ -398,3 +398,42 @@ def cpu_results(programs, shapes, tmp_path: Path, function: str = "f") -> dict:
         assert run.ok, run.stderr
         results[program.stem] = np.load(tmp_path / f"{program.stem}.npy")
     return results
+
+
+def rewrite_matches_onnx(model: Path, rewrite, x, tmp_path: Path) -> tuple[list[str], Path, Path]:
+    """An ONNX model of one input `x` imported, rewritten by `rewrite`, built for llvm-cpu and its
+    function (the graph's name) run on `x`: its result checked against onnx's reference evaluator on the original model (the
+    rewrites' exactness tests). Returns what the rewrite changed, the import and the rewritten
+    program."""
+    import numpy as np
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
+    from tuner.input.models import program_source
+    from tuner.rewrite import rewrite_program
+    from tuner.targets import parse_target
+
+    cpu = parse_target("llvm-cpu")
+    imported = program_source(model, tmp_path, cpu)
+    rewritten = tmp_path / "rewritten.mlir"
+    changed = rewrite_program(imported, rewrite, rewritten)
+    np.save(tmp_path / "x.npy", x)
+    iree_compile(str(rewritten), *cpu.compile_flags, "-o", str(tmp_path / "rewritten.vmfb"))
+    run = ModuleRun("local-task", onnx.load(model).graph.name, (tmp_path / "x.npy",), outputs=1, checked=0)
+    assert run_once(tmp_path / "rewritten.vmfb", run, tmp_path / "y.npy").ok
+    expected = ReferenceEvaluator(str(model)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(read_output(tmp_path / "y.npy", run), expected, rtol=1e-4, atol=1e-4)
+    return changed, imported, rewritten
+
+
+def save_onnx(path: Path, nodes: list, inits: list, x: list[int], out: tuple[str, list[int]]) -> None:
+    """An f32 ONNX graph of one input "x" and one output (name, shape), named after the file's
+    stem (the function iree-import-onnx makes of it), saved at opset 17."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, path.stem, [value("x", TensorProto.FLOAT, x)],
+                              [value(out[0], TensorProto.FLOAT, out[1])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from iree.compiler import ir
 
-from tuner.rewrite import CHAIN_CONCATS, REWRITES, rewrite_program
+from tuner.rewrite import CHAIN_CONCATS, REWRITES
 from tuner.rewrite.chained_concats import chain_concats
 
 
@@ -55,8 +55,9 @@ def test_it_is_offered_on_every_target():
 def _dense_block(path: Path) -> None:
     """A DenseNet block of three layers as torch exports it (f32, batch 2): each layer a 3x3
     convolution of the concatenation of the block's input and every earlier layer's output."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
+
+    from tests.conftest import save_onnx
 
     rng = np.random.default_rng(0)
     inits, nodes, features = [], [], ["x"]
@@ -70,35 +71,19 @@ def _dense_block(path: Path) -> None:
         nodes.append(helper.make_node("Conv", [source, f"w{i}"], [f"y{i}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
         features.append(f"y{i}")
     nodes.append(helper.make_node("Concat", list(features), ["out"], axis=1))
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph(nodes, "block", [value("x", TensorProto.FLOAT, [2, 8, 6, 6])],
-                              [value("out", TensorProto.FLOAT, [2, 20, 6, 6])], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    save_onnx(path, nodes, inits, [2, 8, 6, 6], ("out", [2, 20, 6, 6]))
 
 
 @pytest.mark.slow
 def test_a_chained_dense_block_computes_the_same_result_and_copies_less_often_for_cuda(tmp_path):
     pytest.importorskip("onnx")
-    from onnx.reference import ReferenceEvaluator
-
-    from tests.conftest import iree_compile
-    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
-    from tuner.input.models import program_source
+    from tests.conftest import iree_compile, rewrite_matches_onnx
     from tuner.targets import parse_target
 
     _dense_block(tmp_path / "block.onnx")
-    cpu = parse_target("llvm-cpu")
-    imported = program_source(tmp_path / "block.onnx", tmp_path, cpu)
-    chained = tmp_path / "chained.mlir"
-    assert rewrite_program(imported, CHAIN_CONCATS, chained) == ["3 -> 2 operands, 2x16x6x6",
-                                                                 "4 -> 2 operands, 2x20x6x6"]
     x = np.random.default_rng(1).standard_normal((2, 8, 6, 6)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    iree_compile(str(chained), *cpu.compile_flags, "-o", str(tmp_path / "chained.vmfb"))
-    run = ModuleRun("local-task", "block", (tmp_path / "x.npy",), outputs=1, checked=0)
-    assert run_once(tmp_path / "chained.vmfb", run, tmp_path / "y.npy").ok
-    expected = ReferenceEvaluator(str(tmp_path / "block.onnx")).run(None, {"x": x})[0]
-    np.testing.assert_allclose(read_output(tmp_path / "y.npy", run), expected, rtol=1e-4, atol=1e-4)
+    changed, imported, chained = rewrite_matches_onnx(tmp_path / "block.onnx", CHAIN_CONCATS, x, tmp_path)
+    assert changed == ["3 -> 2 operands, 2x16x6x6", "4 -> 2 operands, 2x20x6x6"]
     # for cuda: a copy dispatch per operand of each concatenation (2 + 3 + 4), then two each (2 +
     # 2 + 2); the block's other copies (the padded images) as they were
     cuda = parse_target("cuda")
