@@ -42,6 +42,9 @@ TILEABLE: dict[str, tuple[Callable, Callable]] = {
 }
 DIRECTORY = "kernel-tiles"
 Picks = dict[str, object]  # kernel (problem) name -> the tiles it was given
+# A problem leaves the rule's tiles only for others faster by more than this in the model (kernel
+# times drift by a few percent between two timings of the same build).
+MARGIN = 0.03
 
 
 @dataclass
@@ -147,13 +150,14 @@ def kernel_times(env: StageEnv, built: list[BuiltVariant], names: list[str]) -> 
     return times
 
 
-def fastest(picks: list[Picks], times: list[dict[str, float]]) -> Picks:
-    """Each problem's tiles in the build where its kernel ran fastest (the first build's where
-    it ran in none): the tiles the first build gave it, else another's."""
+def fastest(picks: list[Picks], times: list[dict[str, float]], margin: float = MARGIN) -> Picks:
+    """Each problem's tiles in the build where its kernel ran fastest, where that is faster than
+    the first build's (the rule's tiles) by more than `margin`; else the first build's."""
     best: Picks = {}
-    for name in picks[0]:
+    for name, rule in picks[0].items():
         timed = [(t[name], j) for j, t in enumerate(times) if name in t and name in picks[j]]
-        best[name] = picks[min(timed)[1]][name] if timed else picks[0][name]
+        ms, j = min(timed) if timed else (0.0, 0)
+        best[name] = picks[j][name] if name not in times[0] or ms < (1 - margin) * times[0][name] else rule
     return best
 
 
