@@ -92,7 +92,7 @@ class KernelTileStage:
         for name, tiles in changed.items():
             env.say(f"  {name}: {tiles.label} in the model, {_ms(times, picks, name, tiles)} "
                     f"(the rule's {picks[0][name].label}: {_ms(times, picks, name, picks[0][name])})")
-        program, _ = _program(env, state, lambda options, problem=None: options[0], "tiles-chosen", best)
+        program, _ = _program(env, state, lambda options: options[0], "tiles-chosen", best)
         chosen = build_once(env, Variant(DIRECTORY, state.flags, program=program, pinned=state.pinned))
         cmp = compare_on_model(env, before, [chosen], DIRECTORY)
         paired = cmp.paired.get(chosen.variant.name)
