@@ -129,3 +129,15 @@ def test_no_tiles_are_tried_where_no_external_kernel_was_chosen_or_the_model_can
     monkeypatch.setattr(kernel_tiles, "why_not_in_model", lambda: "CUPTI did not load (designed)")
     chosen = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=tmp_path / "p.mlir")
     assert stage.run(chosen, env).notes == ("external kernel tiles: the rule's (CUPTI did not load (designed))",)
+
+
+def test_an_attention_is_tried_with_the_rules_tiles_then_the_others():
+    from tuner.external.attention_kernel import AttentionProblem
+
+    # the Llama layer's 32 heads of 1024 queries: 128 rows make 8 x 32 = 256 workgroups, a wave
+    llama = AttentionProblem(1, 32, 1024, 1024, 64, 64, causal=True)
+    assert labels(kernel_tiles.TILEABLE["external-flash-attention"][1](llama)) == [
+        "128x64 w4 s3", "64x64 w4 s3", "128x64 w8 s3", "64x32 w4 s4"]
+    # BERT's 12 heads of 512: 128 rows make 48 workgroups, no wave; the rule's 64 rows first
+    bert = AttentionProblem(1, 12, 512, 512, 64, 64)
+    assert labels(kernel_tiles.TILEABLE["external-flash-attention"][1](bert))[:2] == ["64x64 w4 s3", "128x64 w4 s3"]

@@ -83,6 +83,18 @@ class AttentionTiles:
 PREFERRED = (AttentionTiles(128, 64, 4, 3), AttentionTiles(64, 64, 4, 3))
 
 
+# Tried beside the rule's in the model (tuner.stages.kernel_tiles): 8 warps on 128 rows, keys 32
+# or 128 a step. Each compiles for sm_90a on the bench's head widths (64, 128, Swin's 32); none
+# was timed yet.
+OTHERS = (AttentionTiles(128, 64, 8, 3), AttentionTiles(64, 32, 4, 4), AttentionTiles(128, 128, 8, 2))
+
+
+def attention_tile_candidates(problem: AttentionProblem, count: int = 4) -> list[AttentionTiles]:
+    """Up to `count` tiles to try on the problem in the model: the rule's (`attention_tiles_for`)
+    first, then the other of PREFERRED, then OTHERS."""
+    return list(dict.fromkeys([attention_tiles_for(problem), *PREFERRED, *OTHERS]))[:count]
+
+
 def attention_tiles_for(problem: AttentionProblem) -> AttentionTiles:
     """Of the tiles whose grid fills a wave, the one that pads the queries least (Swin's windows of
     49 tokens: 64 rows, where 128 computed 79 rows of nothing a block; not yet measured), the

@@ -87,9 +87,11 @@ def problem_of(sdpa: ir.Operation) -> tuple[Optional[AttentionProblem], str]:
     return (None, why) if why else (problem, "")
 
 
-def external_attentions(module: ir.Module, source: Optional[KernelSource] = None) -> list[str]:
+def external_attentions(module: ir.Module, source: Optional[KernelSource] = None,
+                        tiles: Callable[[AttentionProblem], AttentionTiles] = attention_tiles_for) -> list[str]:
     """Raise the module's attentions, then rewrite every one the kernel takes as a call of it (in
-    place, inside the module's context); `source` makes the kernels (Triton's by default).
+    place, inside the module's context); `source` makes the kernels (Triton's by default); `tiles`:
+    each problem's tiles (tuner.stages.kernel_tiles tries others in the model).
     Returns each rewritten attention's problem and tiles, then each one left as the raised op and
     why; nothing where no attention became an external kernel (the module may be raised then:
     rewrite_program, which discards a module whose rewrite returns nothing, writes nothing)."""
@@ -125,7 +127,7 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
                               offsets=split.offsets)
         operands = [*(split.operands if split else op.operands[:3]), *([mask] if problem.mask else [])]
         last = split.out if split and split.out is not None else op
-        kernel = kernels.get(problem, attention_tiles_for(problem),
+        kernel = kernels.get(problem, tiles(problem),
                              lambda k, operands=operands, last=last, op=op: define_extern(
                                  module, k, [tensor_type(static_shape(x), element_type(x)) for x in operands],
                                  tensor_type(static_shape(last.result), element_type(last.result)), onnx_meta(op)),

@@ -1,19 +1,21 @@
 """`KernelTileStage`: the tiles of the external kernels chosen inside the model.
 
-Each external GEMM and convolution kernel (tuner.rewrite.EXTERNAL) is compiled with the tiles a
-rule picks (tiles_for, conv_tiles_for), set on a few shapes: on the H200, DeiT-S's 1576x384x1536
-linear layer ran 2.88x IREE's default at 64x128 tiles where the rule's first choice then, 128x128,
-ran 2.09x; the conv kernel's tiles and the narrow GEMM ones were chosen on no measurement. The
-dispatch stage does not tune what IREE does not compile ("an external kernel").
+Each external GEMM, convolution and attention kernel (tuner.rewrite.EXTERNAL) is compiled with
+the tiles a rule picks (tiles_for, conv_tiles_for, attention_tiles_for), set on a few shapes: on
+the H200, DeiT-S's 1576x384x1536 linear layer ran 2.88x IREE's default at 64x128 tiles where the
+rule's first choice then, 128x128, ran 2.09x; the conv kernel's tiles, the narrow GEMM ones and
+the attention's choice between 64 and 128 query rows were chosen on no measurement. The dispatch
+stage does not tune what IREE does not compile ("an external kernel").
 
 A kernel's time inside the model's call depends on its own tiles, not on another kernel's. So the
 model is built K times, the j-th build with every problem at its j-th candidate tiles
-(tile_candidates, conv_tile_candidates: the rule's first), each build's kernels are timed by
-CUPTI inside the model's own calls (two rounds, the builds in turn, the second round reversed;
-each build first run once in a process of its own, its result checked), and each problem keeps
-its fastest: K builds and K timings for every problem at once, not K per
-problem. The program with the winners is then timed against the choice before the stage, side by
-side with numerics, and kept only where the model is faster beyond the noise."""
+(tile_candidates, conv_tile_candidates, attention_tile_candidates: the rule's first), each build
+first run once in a process of its own and its result checked, then its kernels timed by CUPTI
+inside the model's own calls (two rounds, the builds in turn, the second round reversed), and
+each problem keeps its fastest (by more than MARGIN): K builds and K timings for every problem
+at once, not K per problem. The program with the winners is then timed against the choice
+before the stage, side by side with numerics, and kept only where the model is faster beyond
+the noise."""
 
 from __future__ import annotations
 
@@ -25,9 +27,11 @@ from typing import Callable, Optional
 
 from tuner.evaluation.in_model import (KERNEL_MIN_TIME_S, MODULES, RUN_ERRORS, on_device_thread, time_calls,
                                       why_not_in_model)
+from tuner.external.attention_kernel import attention_tile_candidates
 from tuner.external.conv_kernel import conv_tile_candidates
 from tuner.external.gemm_kernel import tile_candidates
-from tuner.rewrite import EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites, rewrite_program, rewrites_for
+from tuner.rewrite import EXTERNAL_ATTENTION, EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites, rewrite_program, rewrites_for
+from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_gemm import external_gemms
 from tuner.stages.base import ModelState, StageEnv
@@ -39,6 +43,7 @@ from tuner.stages.variants import BuiltVariant, Variant
 TILEABLE: dict[str, tuple[Callable, Callable]] = {
     EXTERNAL_GEMM.name: (external_gemms, tile_candidates),
     EXTERNAL_CONV.name: (external_convs, conv_tile_candidates),
+    EXTERNAL_ATTENTION.name: (external_attentions, attention_tile_candidates),
 }
 DIRECTORY = "kernel-tiles"
 Picks = dict[str, object]  # kernel (problem) name -> the tiles it was given
