@@ -570,3 +570,16 @@ def test_a_run_keeps_tritons_cache_in_its_own_directory_unless_the_user_named_on
     with cache_in(tmp_path / "run"):
         assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_a_joined_option_is_extended_with_its_own_rewrites_kept_and_the_new_one_in_rewrites_order():
+    from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL_GEMM, F32_REDUCTIONS, ND_LINEAR_AS_MATMUL, PAD_REDUCTIONS,
+                               PATCHIFY_AS_MATMUL, combined)
+    from tuner.stages.flag_options import ModelOption, extensions
+
+    fed = ModelOption((), combined([F32_REDUCTIONS, CHAIN_CONCATS, PATCHIFY_AS_MATMUL, EXTERNAL_GEMM]))
+    # as REWRITES offers them (patchify-as-matmul is not: a feeder of the joined options only)
+    applying = [ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, CHAIN_CONCATS, PAD_REDUCTIONS, EXTERNAL_GEMM]
+    assert [o.rewrite.names for o in extensions(fed, applying, [])] == [
+        ("nd-linear-as-matmul", "f32-reductions", "chain-concats", "patchify-as-matmul", "external-hopper-gemm"),
+        ("f32-reductions", "chain-concats", "patchify-as-matmul", "pad-reductions", "external-hopper-gemm")]

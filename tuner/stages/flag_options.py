@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from tuner.discovery.program import discover_program
-from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, rewrite_program,
-                            rewrites_for)
+from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, named_rewrites,
+                            rewrite_program, rewrites_for)
 from tuner.stages.base import StageEnv
 from tuner.stages.ledger import DISCOVERY
 
@@ -144,10 +144,18 @@ def taking_flag_sets(dispatches: Sequence[Dispatch], pipeline: Optional[str]) ->
 
 def extensions(option: ModelOption, applying: list[Rewrite], flag_sets: list[ModelOption]) -> list[ModelOption]:
     """The choice with one more applying rewrite, or with one more flag set's flags (after its
-    own; the kinds either tunes are tuned)."""
+    own; the kinds either tunes are tuned). The rewrite goes where REWRITES puts it among the
+    choice's own, which stay as they are (a joined option's feeder offered only there,
+    patchify-as-matmul, too)."""
     have = option.rewrite.names if option.rewrite else ()
-    more = [replace(option, rewrite=combined([r for r in applying if r.name in have or r is extra]))
-            for extra in applying if extra.name not in have]
+    known = {**named_rewrites(), **{r.name: r for r in applying}}
+    rank = {r.name: i for i, r in enumerate(applying)}
+
+    def with_extra(extra: Rewrite) -> Rewrite:
+        at = next((i for i, n in enumerate(have) if rank.get(n, -1) > rank[extra.name]), len(have))
+        return combined([known[n] for n in (*have[:at], extra.name, *have[at:])])
+
+    more = [replace(option, rewrite=with_extra(extra)) for extra in applying if extra.name not in have]
     for f in flag_sets:
         flags = (*option.flags, *(flag for flag in f.flags if flag not in option.flags))
         if flags != option.flags:
