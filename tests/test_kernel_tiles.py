@@ -141,3 +141,42 @@ def test_an_attention_is_tried_with_the_rules_tiles_then_the_others():
     # BERT's 12 heads of 512: 128 rows make 48 workgroups, no wave; the rule's 64 rows first
     bert = AttentionProblem(1, 12, 512, 512, 64, 64)
     assert labels(kernel_tiles.TILEABLE["external-flash-attention"][1](bert))[:2] == ["64x64 w4 s3", "128x64 w4 s3"]
+
+
+@pytest.mark.slow
+def test_the_stage_builds_each_candidate_program_for_cuda_and_keeps_the_faster_tiles(tmp_path, monkeypatch, ctx):
+    """The stage end to end but for the device: the candidate programs rewritten with the
+    fixture's kernel and built by iree-compile for cuda, their kernel times and the model's
+    comparison designed (the second candidate's kernel faster, the model 1.1x with it)."""
+    from tuner.core.settings import EvalSettings
+    from tuner.targets import parse_target
+
+    model = tmp_path / "model.mlir"
+    model.write_text(_program("2,8,64", "64,128"))
+    monkeypatch.setitem(kernel_tiles.TILEABLE, EXTERNAL_GEMM.name,
+                        (partial(external_gemms, source=_fixture_kernel), tile_candidates))
+    monkeypatch.setattr(kernel_tiles, "why_not_in_model", lambda: None)
+    timed = []
+
+    def times(env, builds, names):
+        timed.append([b.ok for b in builds])
+        return [{names[0]: 0.010 if j == 1 else 0.020} for j in range(len(builds))]
+
+    def compare(env, reference, trials, directory, rounds=None):
+        assert reference.ok and all(t.ok for t in trials)
+        paired = {} if rounds == 0 else {trials[0].variant.name: SimpleNamespace(speedup=1.1, beats_baseline=True)}
+        return SimpleNamespace(paired=paired, failed={})
+
+    monkeypatch.setattr(kernel_tiles, "kernel_times", times)
+    monkeypatch.setattr(kernel_tiles, "compare_on_model", compare)
+    env = SimpleNamespace(model=model, target=parse_target("cuda"), output_dir=tmp_path / "run", ctx=ctx,
+                          settings=EvalSettings(), cache=RunCache(), say=lambda text: None, budget=None,
+                          ledger=Ledger(), progress=None)
+    flags_program, _ = kernel_tiles._program(env, ModelState(rewrites=(EXTERNAL_GEMM.name,)), lambda o: o[0], "rule")
+    state = kernel_tiles.KernelTileStage().run(ModelState(rewrites=(EXTERNAL_GEMM.name,), program=flags_program), env)
+    problem = GemmProblem(16, 128, 64, "f16", ("bias",))
+    rule, second = tile_candidates(problem)[:2]
+    assert timed == [[True] * len(tile_candidates(problem))]  # every candidate built for cuda, then timed
+    assert state.program == tmp_path / "run" / "kernel-tiles" / "model.tiles-chosen.mlir"
+    assert state.notes[-1] == "external kernel tiles: 1 of 1 problems on other tiles than the rule's, the model 1.10x"
+    assert env.ledger.counts["builds"] >= len(tile_candidates(problem)) + 1 and rule != second
