@@ -30,7 +30,8 @@ from tuner.evaluation.in_model import (KERNEL_MIN_TIME_S, MODULES, RUN_ERRORS, o
 from tuner.external.attention_kernel import attention_tile_candidates
 from tuner.external.conv_kernel import conv_tile_candidates
 from tuner.external.gemm_kernel import tile_candidates
-from tuner.rewrite import EXTERNAL_ATTENTION, EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites, rewrite_program, rewrites_for
+from tuner.rewrite import (EXTERNAL_ATTENTION, EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites,
+                           rewrite_program, rewrites_for)
 from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_gemm import external_gemms
@@ -54,8 +55,8 @@ MARGIN = 0.03
 
 @dataclass
 class KernelTileStage:
-    """Each external GEMM and convolution problem's tiles chosen among `candidates` by its kernel
-    time in the model (the module's docstring)."""
+    """Each external GEMM, convolution and attention problem's tiles chosen among `candidates` by
+    its kernel time in the model (the module's docstring)."""
 
     name: str = "kernel-tiles"
     candidates: int = 4
