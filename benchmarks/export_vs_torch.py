@@ -48,11 +48,10 @@ from tuner.tools import find_tool  # noqa: E402
 def variants(model: Path, work: Path, target, only: Optional[set[str]] = None) -> dict[str, tuple[Path, list[str]]]:
     """The default program and one per rewrite of the target's kind that changes it, then all of
     those together (`only`: just those named; a name "a+b" is rewrites a and b one after the
-    other, any of tuner.rewrite.named_rewrites, the target's own first): name -> (program, what
-    changed)."""
+    other, any of tuner.rewrite.named_rewrites(target)): name -> (program, what changed)."""
     imported = program_source(model, work, target)
     found = {"default": (imported, [])}
-    known = {**named_rewrites(), **{r.name: r for r in rewrites_for(target)}}
+    known = named_rewrites(target)
     for name in sorted(n for n in (only or ()) if "+" in n or (n in known and known[n] not in rewrites_for(target))):
         parts = name.split("+")
         if all(p in known for p in parts):

@@ -73,30 +73,33 @@ def conv_tiles_for(problem: ConvProblem) -> GemmTiles:
     warpgroup's wgmma is 64 rows) and no taller than the filters round up to: the first whose grid
     fills a wave, else the one with the most workgroups (the smaller of equals). Their K step is 16 where 16 and not 32
     divides a group's channels, so that a step is still one tap's channels."""
-    m, n, _ = problem.gemm
-    rows = max(32, min(128, 1 << (m - 1).bit_length()))
-    fitting = [t for t in CONV_TILES if t.bm <= rows and (t.bm >= 64 or rows == 32)]
-
-    def blocks(t: GemmTiles) -> int:
-        return -(-m // t.bm) * -(-n // t.bn) * problem.group
-
-    filling = [t for t in fitting if blocks(t) >= WAVE]
-    tiles = filling[0] if filling else max(fitting, key=lambda t: (blocks(t), -t.bm * t.bn))  # the least padded of equals
+    fitting = _fitting(problem)
+    filling = [t for t in fitting if _blocks(problem, t) >= WAVE]
+    tiles = filling[0] if filling else max(fitting, key=lambda t: (_blocks(problem, t), -t.bm * t.bn))  # the least padded of equals
     channels = problem.c // problem.group
     return replace(tiles, bk=16) if channels % 32 and not channels % 16 else tiles
 
 
 def conv_tile_candidates(problem: ConvProblem, count: int = 4) -> list[GemmTiles]:
     """Up to `count` tiles to try on the problem in the model (tuner.stages.kernel_tiles): the
-    rule's (`conv_tiles_for`) first, then the others of CONV_TILES no taller than its filters
-    round up to (32-row ones only where the rule took 32 rows), most workgroups first, each with
-    the rule's K step."""
+    rule's (`conv_tiles_for`) first, then the others of those it chooses from, most workgroups
+    first, each with the rule's K step."""
     chosen = conv_tiles_for(problem)
+    others = sorted(_fitting(problem), key=lambda t: -_blocks(problem, t))
+    return list(dict.fromkeys([chosen, *(replace(t, bk=chosen.bk) for t in others)]))[:count]
+
+
+def _fitting(problem: ConvProblem) -> list[GemmTiles]:
+    """CONV_TILES 32 rows tall where a group has at most 32 filters, else at least 64 and no
+    taller than the filters round up to."""
+    rows = max(32, min(128, 1 << (problem.gemm[0] - 1).bit_length()))
+    return [t for t in CONV_TILES if t.bm <= rows and (t.bm >= 64 or rows == 32)]
+
+
+def _blocks(problem: ConvProblem, tiles: GemmTiles) -> int:
+    """The grid's workgroups: filter tiles by pixel tiles, times the groups."""
     m, n, _ = problem.gemm
-    rows = max(32, min(128, 1 << (m - 1).bit_length()))
-    others = [replace(t, bk=chosen.bk) for t in CONV_TILES if t.bm <= rows and (t.bm >= 64 or chosen.bm == 32)]
-    others.sort(key=lambda t: -(-(-m // t.bm) * -(-n // t.bn)))
-    return list(dict.fromkeys([chosen, *others]))[:count]
+    return -(-m // tiles.bm) * -(-n // tiles.bn) * problem.group
 
 
 def tap_major(problem: ConvProblem, tiles: GemmTiles) -> bool:

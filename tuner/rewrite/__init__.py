@@ -190,10 +190,12 @@ EXTERNAL_CONV_NCHW = Rewrite("external-hopper-conv-nchw", partial(external_convs
 EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW)
 
 
-def named_rewrites() -> dict[str, Rewrite]:
-    """Every rewrite a benchmark may build by name: those offered on some target (a GPU's where two
-    share a name), the feeders, the external kernels (Triton installed or not) and EXPERIMENTS."""
-    every = (*REWRITES["cpu"], *FEEDERS, *EXTERNAL, *EXPERIMENTS, *REWRITES["gpu"])
+def named_rewrites(target=None) -> dict[str, Rewrite]:
+    """Every rewrite that may be built by name: those offered on some target (`target`'s own, else
+    a GPU's, where two share a name), the feeders, the external kernels (Triton installed or not)
+    and EXPERIMENTS."""
+    every = (*REWRITES["cpu"], *FEEDERS, *EXTERNAL, *EXPERIMENTS, *REWRITES["gpu"],
+             *(rewrites_for(target) if target is not None else ()))
     return {r.name: r for r in every}
 
 

@@ -20,29 +20,27 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from tuner.rewrite.torch_ops import element_type, is_onnx, onnx_op, replace_op, si64, static_shape
+from tuner.rewrite.torch_ops import element_type, onnx_op, onnx_sites, replace_op, si64, static_shape
 
 
 def chain_concats(module: ir.Module) -> list[str]:
     """Rewrite every concatenation of `module` that extends an earlier one (in place, inside its
     context); returns for each its operand count before and after and its result's shape."""
     done: list[str] = []
-    for block in _blocks(module.operation):
-        earlier: dict[tuple, ir.Value] = {}  # (axis, operands as written) -> that concatenation's result
-        for op in list(block.operations):
-            if not is_onnx(op, "Concat") or static_shape(op.result) is None:
-                continue
-            axis, operands = _axis(op), tuple(op.operands)
-            prefix = max((n for n in range(2, len(operands)) if (axis, operands[:n]) in earlier), default=0)
-            earlier[(axis, operands)] = op.result
-            if not prefix:
-                continue
-            ip = ir.InsertionPoint(op)
-            chained = onnx_op("Concat", [earlier[(axis, operands[:prefix])], *operands[prefix:]], static_shape(op.result),
-                              element_type(op.result), ip, op.location, axis=si64(axis))
-            earlier[(axis, operands)] = chained
-            replace_op(op, chained)
-            done.append(f"{len(operands)} -> {len(operands) - prefix + 1} operands, {'x'.join(map(str, static_shape(chained)))}")
+    # (the op holding its block, axis, operands as written) -> that concatenation's result
+    earlier: dict[tuple, ir.Value] = {}
+    for op in onnx_sites(module, "Concat", lambda op: static_shape(op.result) is not None):
+        operands = tuple(op.operands)
+        key = (op.parent, _axis(op))
+        prefix = max((n for n in range(2, len(operands)) if (*key, operands[:n]) in earlier), default=0)
+        earlier[(*key, operands)] = op.result
+        if not prefix:
+            continue
+        chained = onnx_op("Concat", [earlier[(*key, operands[:prefix])], *operands[prefix:]], static_shape(op.result),
+                          element_type(op.result), ir.InsertionPoint(op), op.location, axis=si64(key[1]))
+        earlier[(*key, operands)] = chained
+        replace_op(op, chained)
+        done.append(f"{len(operands)} -> {len(operands) - prefix + 1} operands, {'x'.join(map(str, static_shape(chained)))}")
     if done:
         module.operation.verify()
     return done
@@ -52,12 +50,3 @@ def _axis(concat: ir.Operation) -> int:
     """The concatenation's axis, counted from the front."""
     axis = ir.IntegerAttr(concat.attributes["torch.onnx.axis"]).value
     return axis + len(static_shape(concat.result)) if axis < 0 else axis
-
-
-def _blocks(op: ir.Operation):
-    """Every block under `op`, outermost first."""
-    for region in op.regions:
-        for block in region.blocks:
-            yield block
-            for inner in block.operations:
-                yield from _blocks(inner.operation)

@@ -93,7 +93,8 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     such. Where a rewrite of EXACT_FIRST applies it comes first in both (joined with a kernel
     alone too). Both options are judged at the compiler's configs for what IREE still compiles
     (the dispatch stage tunes those after)."""
-    offered = [*offered_rewrites(env), *(r for r in FEEDERS if r not in offered_rewrites(env))]  # a feeder only here too
+    offered = offered_rewrites(env)
+    offered = [*offered, *(r for r in FEEDERS if r not in offered)]  # a feeder offered only here too
     applies = [r for r in offered if r.name in {e.name for e in (*EXACT_FIRST, *EXTERNAL, *FEEDERS)}
                and rewritten_program(env, r) is not None]
     external = [r for r in applies if r in EXTERNAL]

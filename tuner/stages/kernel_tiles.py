@@ -31,7 +31,7 @@ from tuner.external.attention_kernel import attention_tile_candidates
 from tuner.external.conv_kernel import conv_tile_candidates
 from tuner.external.gemm_kernel import tile_candidates
 from tuner.rewrite import (EXTERNAL_ATTENTION, EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites,
-                           rewrite_program, rewrites_for)
+                           rewrite_program)
 from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_gemm import external_gemms
@@ -115,7 +115,7 @@ def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
     """The model's program rewritten by the state's rewrites, each tileable one with its problems'
     tiles from `pick(candidates)` (or, where `chosen` names a problem, that): the program (None where
     nothing changed) and the tiles each problem was given."""
-    known = {**named_rewrites(), **{r.name: r for r in rewrites_for(env.target)}}
+    known = named_rewrites(env.target)
     given: Picks = {}
 
     def tiles_of(candidates: Callable, problem) -> object:
