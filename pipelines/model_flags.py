@@ -50,6 +50,16 @@ KEEP_TRANSPOSES = ("--iree-global-opt-propagate-transposes=false",)
 PAD_INTO_PRODUCER = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-producer-ops",)
 PAD_INTO_CONSUMER = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops",)
 
+# Concatenations made along the outermost dimension (the operands transposed so the axis is
+# outermost, the result transposed back where it is read): each operand's slice of the result is
+# then contiguous, and the producer writes it in place. Off the outermost axis (NCHW channels)
+# IREE 3.13 copies each operand into its slice in a dispatch of its own, `slow_memcpy`, one f16 a
+# thread: DenseNet-121's 117 copies (after chain-concats) took 1.20 of its 3.19 ms tuned on the
+# H200; with this flag 4 copy dispatches are left of 120 (compiled for sm_80; the transposes it
+# adds are then elementwise dispatches of their own or fused into them). Offered where the model
+# has such copies (Program.in_place_copies), judged on the model like any flag set.
+OUTER_DIM_CONCAT = ("--iree-opt-outer-dim-concat=true",)
+
 # No constant inlined into a dispatch's code (IREE inlines small ones): on cuda a large weight
 # inlined as constant data made a kernel the driver refused at load (over PTX's limit on a real
 # export, issue 58). Tried only where the default does not build or run (tuner.stages.unbuildable).
@@ -60,7 +70,7 @@ FLAG_NAMES = {DATA_TILING_FLAG: "data-tiling", EARLY_MATERIALIZATION[0]: "global
               CHANNELS_LAST[0]: "channels-last", DIRECT_CONVOLUTION[0]: "direct-convolution",
               GENERALIZE_MATMUL[0]: "generalize-matmul", KEEP_TRANSPOSES[0]: "keep-transposes",
               PAD_INTO_PRODUCER[0]: "pad-into-producer", PAD_INTO_CONSUMER[0]: "pad-into-consumer",
-              NO_INLINED_CONSTANTS[0]: "no-inlined-constants"}
+              NO_INLINED_CONSTANTS[0]: "no-inlined-constants", OUTER_DIM_CONCAT[0]: "outer-dim-concat"}
 
 
 def codegen_flags(flags: Iterable[str], backend: str, convolution: bool = True) -> tuple[str, ...]:

@@ -94,3 +94,36 @@ def test_a_chained_dense_block_computes_the_same_result_and_copies_less_often_fo
                      "-o", str(tmp_path / f"{name}.vmfb"))
         copies[name] = sum("slow_memcpy" in p.read_text() for p in dump.glob("*.mlir"))
     assert copies["as exported"] - copies["chained"] == 3, copies
+
+
+@pytest.mark.slow
+def test_a_dense_block_has_in_place_copies_that_concatenations_made_outermost_remove_and_its_result_stays(
+        tmp_path, ctx):
+    """Discovery names the block's copies into slices (Program.in_place_copies, for which the flag
+    stage offers OUTER_DIM_CONCAT); under the flag the cuda build has fewer of them, and the CPU
+    build computes what onnx's reference evaluator does."""
+    pytest.importorskip("onnx")
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    from pipelines.model_flags import OUTER_DIM_CONCAT
+    from tuner.discovery.program import discover_program
+    from tuner.evaluation.runtime_tools import ModuleRun, read_output, run_once
+    from tuner.input.models import program_source
+    from tuner.targets import parse_target
+    from tests.conftest import iree_compile
+
+    _dense_block(tmp_path / "block.onnx")
+    cuda, cpu = parse_target("cuda"), parse_target("llvm-cpu")
+    imported = program_source(tmp_path / "block.onnx", tmp_path, cuda)
+    copies = {flags: discover_program(imported, cuda, ctx, flags).in_place_copies for flags in ((), OUTER_DIM_CONCAT)}
+    assert all("slow_memcpy" in name for name in copies[()]) and len(copies[()]) >= 9, copies
+    assert len(copies[OUTER_DIM_CONCAT]) < len(copies[()]), copies
+    x = np.random.default_rng(2).standard_normal((2, 8, 6, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    iree_compile(str(imported), *cpu.compile_flags, *OUTER_DIM_CONCAT, "-o", str(tmp_path / "outer.vmfb"))
+    run = ModuleRun("local-task", onnx.load(tmp_path / "block.onnx").graph.name, (tmp_path / "x.npy",), outputs=1,
+                    checked=0)
+    assert run_once(tmp_path / "outer.vmfb", run, tmp_path / "y.npy").ok
+    expected = ReferenceEvaluator(str(tmp_path / "block.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(read_output(tmp_path / "y.npy", run), expected, rtol=1e-4, atol=1e-4)

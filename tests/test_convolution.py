@@ -229,7 +229,7 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     assert pipeline_for(nhwc).tuned_model_flags_for(nhwc) == (DIRECT_CONVOLUTION,)
     from tuner.stages.base import RunCache
 
-    env = SimpleNamespace(program=SimpleNamespace(dispatches=[d]), target=cuda, model=NCHW, output_dir=tmp_path,
+    env = SimpleNamespace(program=SimpleNamespace(dispatches=[d], in_place_copies=()), target=cuda, model=NCHW, output_dir=tmp_path,
                           cache=RunCache(), say=print)
     options = model_options(env)
     for flags in (CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION)):

@@ -474,8 +474,37 @@ def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_fee
     monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: offered)
     monkeypatch.setattr(flag_options, "rewritten_program",
                         lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
-    options = flag_options.external_together(object())
-    assert [(o.rewrite.name, o.tuned_kinds) for o in options] == expected
+    options = flag_options.external_together(_env_copying(()))
+    assert [(o.rewrite.name, o.tuned_kinds) for o in options] == expected and not any(o.flags for o in options)
+
+
+def _env_copying(copies: tuple[str, ...]):
+    """A stage environment whose model's program has these in-place copy dispatches."""
+    from types import SimpleNamespace
+    return SimpleNamespace(program=SimpleNamespace(in_place_copies=copies, dispatches=()))
+
+
+def test_where_the_model_copies_into_slices_each_joined_option_is_offered_with_concatenations_outermost_too(
+        monkeypatch):
+    """DenseNet's concatenations are copies into slices of the result (`slow_memcpy`): each
+    joined option is offered as it is and with OUTER_DIM_CONCAT, the same rewrites."""
+    import tuner.rewrite as rewrite
+    import tuner.stages.flag_options as flag_options
+    from pipelines.model_flags import OUTER_DIM_CONCAT
+
+    applies = ("f32-reductions", "chain-concats", "pointwise-conv-as-matmul", "external-hopper-conv",
+               "external-hopper-gemm")
+    monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: rewrite.REWRITES["gpu"])
+    monkeypatch.setattr(flag_options, "rewritten_program",
+                        lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
+    plain = flag_options.external_together(_env_copying(()))
+    copying = flag_options.external_together(_env_copying(("main$async_dispatch_7_slow_memcpy",)))
+    assert len(plain) == 2 and [o.label for o in copying[:2]] == [o.label for o in plain]
+    assert [(o.rewrite.name, o.flags) for o in copying[2:]] == [(o.rewrite.name, OUTER_DIM_CONCAT) for o in plain]
+    assert copying[2].label.endswith(" --iree-opt-outer-dim-concat=true")
+    # and alone, as a flag set of the model's own (no pipeline reads a copy to offer it)
+    assert [o.flags for o in flag_options.offered_flag_sets(_env_copying(("d_slow_memcpy",)))] == [OUTER_DIM_CONCAT]
+    assert flag_options.offered_flag_sets(_env_copying(())) == []
 
 
 @pytest.mark.parametrize("applies, alone", [
@@ -495,11 +524,11 @@ def test_the_first_round_offers_a_kernel_alone_only_where_no_joined_option_witho
     monkeypatch.setattr(flag_options, "offered_flag_sets", lambda env, pipeline=None: [])
     monkeypatch.setattr(flag_options, "rewritten_program",
                         lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
-    options = flag_options.model_options(object())
+    options = flag_options.model_options(_env_copying(()))
     # offered_rewrites names every offered rewrite (the stage reports one that finds nothing)
     assert [o.rewrite.name for o in options if "+" not in o.rewrite.name and o.rewrite.name in applies] == alone
     joined = [o.rewrite.name for o in options if "+" in o.rewrite.name]
-    assert joined == [o.rewrite.name for o in flag_options.external_together(object())] and joined
+    assert joined == [o.rewrite.name for o in flag_options.external_together(_env_copying(()))] and joined
 
 
 def _gpt2_mlp_up(half: str = "0x020000000038") -> str:

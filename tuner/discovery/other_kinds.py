@@ -18,6 +18,9 @@ _STRUCTURED = ("linalg.generic", "linalg.reduce", "linalg.transpose", "linalg.so
 class OtherKind:
     kind: str  # softmax, normalization, reduction, transpose (maybe fused with elementwise work), elementwise, or other
     shape: str  # the root op's loops and element type, e.g. "16x512x512_f32"
+    # Whether the root writes into a buffer it does not return (a copy into a slice of another:
+    # IREE's `slow_memcpy` for a concatenation off the outermost dimension, or a padding).
+    in_place: bool = False
 
 
 def _ops(func: ir.Operation) -> list[ir.Operation]:

@@ -307,6 +307,11 @@ class Program:
     # tuner.input.onnx_dims): the program takes only those sizes.
     fixed_dims: tuple[str, ...] = ()
 
+    @property
+    def in_place_copies(self) -> tuple[str, ...]:
+        """The dispatches that write into a slice of a buffer they do not return (OtherKind.in_place)."""
+        return tuple(name for name, other in self.other_kinds.items() if other.in_place)
+
     def fixed_text(self) -> str:
         """What the run says of `fixed_dims` ("" where none was fixed)."""
         return (f"symbolic dimensions fixed at import (--dynamic-size): {', '.join(self.fixed_dims)}; the tuned "
@@ -335,7 +340,7 @@ def _why_not_read(op: ir.Operation, other: OtherKind) -> str:
         return (f"{op.name}, which no pipeline of this tuner reads" + (f" ({other.shape})" if other.shape else ""))
     article = "an" if other.kind[0] in "aeiou" else "a"
     what = f"{op.name}: {article} {other.kind} dispatch" + (f" ({other.shape})" if other.shape else "")
-    if not op.results:
+    if other.in_place:
         return f"{what} that writes its buffer in place (a copy IREE names slow_memcpy, say): no result for a spec to match"
     if other.kind in ("elementwise", "transpose", "reduction") and len(op.results) > 1:
         return f"{what} of {len(op.results)} results: this tuner reads roots of one result"
@@ -364,7 +369,8 @@ def discover_program(input_path: Path, target: Target, ctx: ir.Context, flags: t
                 skipped.append((name, str(e)))
                 continue
             if d is None:
-                other = classify(op, enclosing_op(op, "func.func"), _loops_or_none(op))
+                other = replace(classify(op, enclosing_op(op, "func.func"), _loops_or_none(op)),
+                                in_place=not op.results)
                 kinds[name] = other
                 skipped.append((name, _why_not_read(op, other)))
                 continue

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
+from pipelines.model_flags import OUTER_DIM_CONCAT
 from tuner.discovery.program import discover_program
 from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, named_rewrites,
                             rewrite_program, rewrites_for)
@@ -92,7 +93,11 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     patchify-as-matmul, is offered only here); alone, each forms IREE matmuls and is judged as
     such. Where a rewrite of EXACT_FIRST applies it comes first in both (joined with a kernel
     alone too). Both options are judged at the compiler's configs for what IREE still compiles
-    (the dispatch stage tunes those after)."""
+    (the dispatch stage tunes those after). Where the model copies into slices of buffers
+    (pipelines.model_flags.OUTER_DIM_CONCAT: DenseNet's concatenations) each is offered with its
+    concatenations made outermost too: alone, that flag is judged on a default that computes
+    DenseNet-121 wrong on cuda, and the step adding it to the joined option was past the flag
+    stage's share on the H200."""
     offered = offered_rewrites(env)
     offered = [*offered, *(r for r in FEEDERS if r not in offered)]  # a feeder offered only here too
     applies = [r for r in offered if r.name in {e.name for e in (*EXACT_FIRST, *EXTERNAL, *FEEDERS)}
@@ -103,13 +108,15 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     options = [ModelOption((), combined([*exact, *external]))] if len(external) > 1 or (external and exact) else []
     if external and feeders:
         options.append(ModelOption((), replace(combined([*exact, *feeders, *external]), tunes=())))
+    if env.program.in_place_copies:  # copies into slices (concatenations): each also with them made outermost
+        options += [replace(o, flags=OUTER_DIM_CONCAT) for o in options]
     return options
 
 
 def offered_flag_sets(env: StageEnv, pipeline: Optional[str] = None,
                       dispatches: Optional[Sequence[Dispatch]] = None) -> list[ModelOption]:
     """Each flag set the pipelines of the dispatches (default: the model's under the default
-    flags) offer, with the kinds of dispatch it forms that are tuned before it is judged; and
+    flags) offer (and, for the model's own where it copies into slices, OUTER_DIM_CONCAT), with the kinds of dispatch it forms that are tuned before it is judged; and
     those under which `pipeline`, the one the model is tuned with, would take a dispatch it
     declines as formed now (Pipeline.flags_to_take), judged with that dispatch's kind tuned."""
     flag_sets: list[tuple[str, ...]] = []
@@ -121,7 +128,8 @@ def offered_flag_sets(env: StageEnv, pipeline: Optional[str] = None,
         if tuned_kind is not None and tuned_kind not in tunes.get(flags, ()):
             tunes[flags] = (*tunes.get(flags, ()), tuned_kind)
 
-    dispatches = env.program.dispatches if dispatches is None else dispatches
+    own = dispatches is None
+    dispatches = env.program.dispatches if own else dispatches
     for d in dispatches:
         p = pipeline_for(d)
         for flags in map(tuple, p.model_flags_for(d) if p else ()):
@@ -129,6 +137,8 @@ def offered_flag_sets(env: StageEnv, pipeline: Optional[str] = None,
     for option in taking_flag_sets(dispatches, pipeline):
         for kind in option.tunes:
             offer(option.flags, kind)
+    if own and env.program.in_place_copies:  # no pipeline offers it: none reads a copy
+        offer(OUTER_DIM_CONCAT, None)
     return [ModelOption(flags, tunes=tunes.get(flags, ())) for flags in flag_sets]
 
 
