@@ -55,9 +55,9 @@ PAD_INTO_CONSUMER = ("--iree-dispatch-creation-enable-fuse-padding-into-linalg-c
 # then contiguous, and the producer writes it in place. Off the outermost axis (NCHW channels)
 # IREE 3.13 copies each operand into its slice in a dispatch of its own, `slow_memcpy`, one f16 a
 # thread: DenseNet-121's 117 copies (after chain-concats) took 1.20 of its 3.19 ms tuned on the
-# H200; with this flag 4 copy dispatches are left of 120 (compiled for sm_80; the transposes it
-# adds are then elementwise dispatches of their own or fused into them). Offered where the model
-# has such copies (Program.in_place_copies), judged on the model like any flag set.
+# H200; with this flag 4 copy dispatches are left of 120, the BN+ReLU dispatches transpose, and
+# the model with the external kernels ran 3.21 -> 2.02 ms untuned (BENCHMARKS.md ⁶). Offered where
+# the model has such copies (Program.in_place_copies), judged on the model like any flag set.
 OUTER_DIM_CONCAT = ("--iree-opt-outer-dim-concat=true",)
 
 # No constant inlined into a dispatch's code (IREE inlines small ones): on cuda a large weight
