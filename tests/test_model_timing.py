@@ -163,3 +163,46 @@ def test_tune_model_says_it_times_on_every_gpu_of_the_host_and_tune_passes_them_
     with pytest.raises(Picked) as picked:
         api.tune(tmp_path / "m.mlir", "cuda:sm_80", tmp_path / "t")
     assert picked.value.args[0] == ("cuda://0", "cuda://1")
+
+
+def test_numerics_runs_on_a_gpu_go_at_once_and_one_that_fails_beside_others_runs_again_alone(tmp_path, monkeypatch):
+    """Each build's numerics run (a process that loads the module) on cuda: several at a time
+    (most seen running together is above one), each output compared with the reference's; a run
+    that fails only while others run (here: build b, as a model too large to load beside others
+    would) is run again alone and then counted right. On the host's own cores, one at a time."""
+    import numpy as np
+
+    import tuner.stages.model_timing as mt
+    from tuner.tools import ToolRun
+
+    running, most, lock = [0], [0], threading.Lock()
+    alone_runs: list[str] = []
+
+    def fake_run_once(vmfb, settings, output):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            crowded = running[0] > 1
+        try:
+            threading.Event().wait(0.05)
+            if vmfb.stem == "b" and crowded:
+                return ToolRun(("iree-run-module",), 1, "", "out of memory", 0.05)
+            if not crowded:
+                alone_runs.append(vmfb.stem)
+            np.save(Path(str(output) + ".npy"), np.ones(4, dtype=np.float32))
+            return ToolRun(("iree-run-module",), 0, "", "", 0.05)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(mt, "run_once", fake_run_once)
+    monkeypatch.setattr(mt, "read_output", lambda out, settings: np.load(Path(str(out) + ".npy")))
+    monkeypatch.setattr(mt.os, "cpu_count", lambda: 16)
+    builds = [(n, tmp_path / f"{n}.vmfb") for n in ("a", "b", "c", "d")]
+    settings = ModuleRun("cuda", "f", (), checked=0)
+    cmp = compare(("ref", tmp_path / "reference.vmfb"), builds, settings, 0, tmp_path / "gpu")
+    assert most[0] > 1 and "b" in alone_runs
+    assert not cmp.failed and set(cmp.errors) == {"a", "b", "c", "d"} and max(cmp.errors.values()) == 0.0
+    most[0] = 0
+    compare(("ref", tmp_path / "reference.vmfb"), builds, replace(settings, device="local-task"), 0, tmp_path / "cpu")
+    assert most[0] == 1
