@@ -228,9 +228,10 @@ def test_a_model_with_nchw_convolutions_is_tried_channels_last_with_them_tuned_f
     assert pipeline.tuned_model_flags_for(d) == (CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION))
     assert pipeline_for(nhwc).tuned_model_flags_for(nhwc) == (DIRECT_CONVOLUTION,)
     from tuner.stages.base import RunCache
+    from tuner.stages.ledger import Ledger
 
     env = SimpleNamespace(program=SimpleNamespace(dispatches=[d], in_place_copies=()), target=cuda, model=NCHW, output_dir=tmp_path,
-                          cache=RunCache(), say=print)
+                          cache=RunCache(), say=print, ledger=Ledger())
     options = model_options(env)
     for flags in (CHANNELS_LAST, (*CHANNELS_LAST, *DIRECT_CONVOLUTION)):
         [option] = [o for o in options if o.flags == flags and o.rewrite is None]

@@ -848,9 +848,10 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
     model.write_text("module {\n}\n")
     out.mkdir()
     from tuner.stages.base import RunCache
+    from tuner.stages.ledger import Ledger
 
     env = SimpleNamespace(model=model, output_dir=out, target=parse_target("llvm-cpu"), cache=RunCache(),
-                          say=lambda t: None)
+                          say=lambda t: None, ledger=Ledger())
     options = [ModelOption((), a), ModelOption((), b)]
     program = out / "imported" / "m.a+b.mlir"
     flag_decision.record_decision(env, options, ModelState(rewrites=("a", "b"), program=program))

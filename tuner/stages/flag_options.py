@@ -15,7 +15,7 @@ from tuner.discovery.program import discover_program
 from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, named_rewrites,
                             rewrite_program, rewrites_for)
 from tuner.stages.base import StageEnv
-from tuner.stages.ledger import DISCOVERY
+from tuner.stages.ledger import DISCOVERY, REWRITES
 
 MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
 
@@ -202,7 +202,8 @@ def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
     None when the rewrite finds nothing to change."""
     out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
     if rewrite.name not in env.cache.rewritten:
-        changed = rewrite_program(env.model, rewrite, out)
+        with env.ledger.timed(REWRITES):
+            changed = rewrite_program(env.model, rewrite, out)
         env.cache.rewritten[rewrite.name] = out if changed else None
         if changed:
             env.say(f"  {rewrite.name}: {len(changed)} rewritten ({changes_text(changed)}) into {out}")

@@ -37,7 +37,7 @@ from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_gemm import external_gemms
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.builtin import build_once, compare_on_model, prebuild
-from tuner.stages.ledger import TIMINGS
+from tuner.stages.ledger import REWRITES, TIMINGS
 from tuner.stages.variants import BuiltVariant, Variant
 
 # The external rewrites whose tiles are tried: name -> (the rewrite taking `tiles`, the candidates).
@@ -127,7 +127,8 @@ def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
     rewrites = [Rewrite(n, partial(TILEABLE[n][0], tiles=partial(tiles_of, TILEABLE[n][1])), known[n].description)
                 if n in TILEABLE else known[n] for n in state.rewrites]
     out = env.output_dir / DIRECTORY / f"{env.model.stem}.{name}.mlir"
-    changed = rewrite_program(env.model, combined(rewrites), out)
+    with env.ledger.timed(REWRITES):
+        changed = rewrite_program(env.model, combined(rewrites), out)
     return (out if changed else None), given
 
 

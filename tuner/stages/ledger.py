@@ -18,11 +18,12 @@ from typing import Iterator
 
 # The kinds of work, in the order they are said.
 BUILDS, TIMINGS, HOST, SEARCHES, DISCOVERY = "builds", "timings", "host reference", "searches", "discovery"
-KINDS = (BUILDS, TIMINGS, HOST, SEARCHES, DISCOVERY)
+REWRITES = "rewrites"  # a program rewritten (tuner.rewrite), its external kernels compiled by Triton with it
+KINDS = (BUILDS, TIMINGS, HOST, SEARCHES, DISCOVERY, REWRITES)
 # How each is said: (count, seconds) -> words.
 _WORDS = {BUILDS: "{n} whole-model build(s) {s:.0f} s", TIMINGS: "{n} model timing(s) {s:.0f} s",
           HOST: "host reference {s:.0f} s", SEARCHES: "{n} dispatch search(es) {s:.0f} s",
-          DISCOVERY: "{n} discovery {s:.0f} s"}
+          DISCOVERY: "{n} discovery {s:.0f} s", REWRITES: "{n} program rewrite(s) {s:.0f} s"}
 
 Part = dict[str, tuple[int, float]]  # kind -> (count, seconds)
 
