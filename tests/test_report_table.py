@@ -127,6 +127,19 @@ def test_tune_names_three_other_dispatches_and_points_to_dispatches_for_the_rest
     assert "24 other dispatches, 5 skipped: `iree-tuner dispatches` lists each" in lines[-1]
 
 
+def test_tune_model_says_the_dispatches_it_skips_once_a_reason_with_three_named_and_a_count():
+    """DenseNet-121's 117 copies into slices were 117 lines of one reason at tune-model's start."""
+    from tuner.stages.model_client import skipped_lines
+
+    copies = [(f"m$async_dispatch_{i}_slow_memcpy", "writes its buffer in place") for i in range(5)]
+    lines = skipped_lines([copies[0], ("m$async_dispatch_9_matmul_Dx64", "dynamic shapes"), *copies[1:]])
+    assert lines == ["skipped 5 dispatches (m$async_dispatch_0_slow_memcpy, m$async_dispatch_1_slow_memcpy, "
+                     "m$async_dispatch_2_slow_memcpy and 2 more): writes its buffer in place",
+                     "skipped m$async_dispatch_9_matmul_Dx64: dynamic shapes"]
+    assert skipped_lines(copies[:2]) == ["skipped 2 dispatches (m$async_dispatch_0_slow_memcpy, "
+                                         "m$async_dispatch_1_slow_memcpy): writes its buffer in place"]
+
+
 def test_labels_from_a_results_file_reach_the_terminal_as_text_not_as_escapes_or_markup():
     # Issue 60 (minor): a label with a terminal escape, a right-to-left override and rich markup.
     from dataclasses import replace

@@ -170,8 +170,8 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         budget = (TimeBudget(model.time_budget_s, record=output_dir / BUDGET_RECORD)
                   if model.time_budget_s is not None else None)
         source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters, run.dynamic_size)
-        for name, why in program.skipped:
-            say(f"skipped {name}: {why}")
+        for line in skipped_lines(program.skipped):
+            say(line)
         if program.fixed_dims:
             say(program.fixed_text())
         env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
@@ -264,3 +264,18 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
         write_file(out / "results.json", json.dumps(payload, indent=2))
     except OSError as e:
         raise OutputError(f"cannot write the outputs to {out}: {e.strerror or e}") from None
+
+
+def skipped_lines(skipped, shown: int = 3) -> list[str]:
+    """The dispatches discovery skipped, one line per reason (in the order first met), each
+    naming its first `shown` dispatches: DenseNet-121's 117 copies into slices were 117 lines of
+    one reason (the `dispatches` command lists each with its reason)."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in skipped:
+        by_why.setdefault(why, []).append(name)
+    lines = []
+    for why, names in by_why.items():
+        more = f" and {len(names) - shown} more" if len(names) > shown else ""
+        lines.append(f"skipped {names[0]}: {why}" if len(names) == 1 else
+                     f"skipped {len(names)} dispatches ({', '.join(names[:shown])}{more}): {why}")
+    return lines
