@@ -3,6 +3,7 @@ problem is tried with, how the fastest is picked from one timing a build, that t
 each problem with the tiles they are given, and that the stage keeps the chosen tiles only where
 the whole model is faster with them."""
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -119,6 +120,16 @@ def test_the_chosen_tiles_are_kept_only_where_the_model_is_faster_with_them(tmp_
     assert after.program == (tmp_path / "chosen.mlir" if kept else tmp_path / "flags.mlir")
     assert after.notes[-1].startswith("external kernel tiles: " + ("1 of 2 problems" if kept else "the rule's kept"))
     assert said[0].startswith("  gemm_x: 128x64x64 w4 s4 in the model, 10.0 us (the rule's 64x64x64 w4 s4: 20.0 us)")
+    # A run of the same directory resumed after the stage takes its choice as it was: nothing
+    # built or timed again (Swin-T's resumed run on the H200 chose again in 34 s, and other tiles)
+    for name in ("prebuild", "build_once", "kernel_times", "compare_on_model"):
+        monkeypatch.setattr(kernel_tiles, name, lambda *a, **k: pytest.fail("built or timed again"))
+    said.clear()
+    again = kernel_tiles.KernelTileStage().run(state, env)
+    assert again.program == after.program and said[0].endswith("(as an earlier run of this directory chose)")
+    assert said[0].startswith("external kernel tiles: " + ("1 of 2 problems" if kept else "the rule's kept"))
+    # another choice before the stage (other rewrites): chosen anew
+    assert kernel_tiles._earlier_choice(env, replace(state, rewrites=("external-hopper-conv",))) is None
 
 
 def test_no_tiles_are_tried_where_no_external_kernel_was_chosen_or_the_model_cannot_be_timed_inside(tmp_path,

@@ -19,6 +19,8 @@ the noise."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 from dataclasses import dataclass, replace
 from functools import partial
@@ -35,6 +37,7 @@ from tuner.rewrite import (EXTERNAL_ATTENTION, EXTERNAL_CONV, EXTERNAL_GEMM, Rew
 from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_gemm import external_gemms
+from tuner.run_dir import real_directory, write_file
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.builtin import build_once, compare_on_model, prebuild
 from tuner.stages.ledger import REWRITES, TIMINGS
@@ -65,6 +68,14 @@ class KernelTileStage:
         tileable = [n for n in state.rewrites if n in TILEABLE]
         if not tileable or state.program is None:
             return state
+        earlier = _earlier_choice(env, state)
+        if earlier is not None:  # a resumed run: the stage's builds and timings are not made again
+            labels, verdict = earlier
+            program = _program(env, state, lambda options: options[0], "tiles-chosen", labels)[0] if labels else None
+            if program is not None or not labels:  # (else the rewrites no longer apply as they did: chosen again)
+                said = f"external kernel tiles: {verdict} (as an earlier run of this directory chose)"
+                env.say(said)
+                return (replace(state, program=program) if labels else state).note(said)
         why = why_not_in_model() if env.target.device.startswith("cuda") else f"{env.target.device} runs no external kernel"
         if why is None and env.budget is not None and env.budget.dispatch_stage_seconds() <= 0:
             why = "the time budget is spent"
@@ -94,33 +105,38 @@ class KernelTileStage:
         best = fastest(picks, times)
         changed = {name: tiles for name, tiles in best.items() if tiles != picks[0][name]}
         if not changed:
+            _record(env, state, {}, "the rule's were the fastest in the model for every problem")
             return state.note("external kernel tiles: the rule's were the fastest in the model for every problem")
         for name, tiles in changed.items():
             env.say(f"  {name}: {tiles.label} in the model, {_ms(times, picks, name, tiles)} "
                     f"(the rule's {picks[0][name].label}: {_ms(times, picks, name, picks[0][name])})")
-        program, _ = _program(env, state, lambda options: options[0], "tiles-chosen", best)
+        labels = {name: tiles.label for name, tiles in best.items()}
+        program, _ = _program(env, state, lambda options: options[0], "tiles-chosen", labels)
         chosen = build_once(env, Variant(DIRECTORY, state.flags, program=program, pinned=state.pinned))
         cmp = compare_on_model(env, before, [chosen], DIRECTORY)
         paired = cmp.paired.get(chosen.variant.name)
         verdict = (f"{len(changed)} of {len(best)} problems on other tiles than the rule's, the model "
                    + (f"{paired.speedup:.2f}x" if paired else cmp.failed.get(chosen.variant.name, "not timed")))
         if paired is None or not paired.beats_baseline:
+            _record(env, state, {}, f"the rule's kept ({verdict})")
             return state.note(f"external kernel tiles: the rule's kept ({verdict})")
+        _record(env, state, labels, f"{verdict}: kept")
         env.say(f"external kernel tiles: {verdict}: kept")
         return replace(state, program=program).note(f"external kernel tiles: {verdict}")
 
 
 def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
-             chosen: Optional[Picks] = None) -> tuple[Optional[Path], Picks]:
+             chosen: Optional[dict[str, str]] = None) -> tuple[Optional[Path], Picks]:
     """The model's program rewritten by the state's rewrites, each tileable one with its problems'
-    tiles from `pick(candidates)` (or, where `chosen` names a problem, that): the program (None where
-    nothing changed) and the tiles each problem was given."""
+    tiles from `pick(candidates)` (or, where `chosen` names a problem, its candidate of that
+    label): the program (None where nothing changed) and the tiles each problem was given."""
     known = named_rewrites(env.target)
     given: Picks = {}
 
     def tiles_of(candidates: Callable, problem) -> object:
         options = candidates(problem)
-        tiles = chosen[problem.name] if chosen and problem.name in chosen else pick(options)
+        named = [t for t in options if chosen and t.label == chosen.get(problem.name)]
+        tiles = named[0] if named else pick(options)
         given[problem.name] = tiles
         return tiles
 
@@ -130,6 +146,38 @@ def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
     with env.ledger.timed(REWRITES):
         changed = rewrite_program(env.model, combined(rewrites), out)
     return (out if changed else None), given
+
+
+RECORD = "choice.json"  # DIR/kernel-tiles/RECORD: the stage's choice, for a run that resumes this one
+
+
+def _key(state: ModelState) -> dict:
+    """What the stage's choice depends on: the choice before it (flags, rewrites and the
+    rewritten program's bytes)."""
+    digest = hashlib.sha256(state.program.read_bytes()).hexdigest() if state.program and state.program.is_file() else None
+    return {"flags": list(state.flags), "rewrites": list(state.rewrites), "program": digest}
+
+
+def _record(env: StageEnv, state: ModelState, labels: dict[str, str], verdict: str) -> None:
+    """Keep the stage's choice (each problem moved off the rule's tiles, by label; none where
+    the rule's were kept) for a run of the same directory resumed after it."""
+    write_file(real_directory(env.output_dir / DIRECTORY) / RECORD,
+               json.dumps({**_key(state), "chosen": labels, "verdict": verdict}, indent=1))
+
+
+def _earlier_choice(env: StageEnv, state: ModelState) -> Optional[tuple[dict[str, str], str]]:
+    """The choice an earlier run of this directory made from the same choice before it (the
+    problems' tiles by label, and what it found), or None."""
+    try:
+        data = json.loads((env.output_dir / DIRECTORY / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or {k: data.get(k) for k in ("flags", "rewrites", "program")} != _key(state):
+        return None
+    chosen = data.get("chosen")
+    if not isinstance(chosen, dict) or not all(isinstance(v, str) for v in chosen.values()):
+        return None
+    return chosen, str(data.get("verdict", ""))
 
 
 def kernel_times(env: StageEnv, built: list[BuiltVariant], names: list[str]) -> list[dict[str, float]]:
