@@ -433,6 +433,42 @@ def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_
     assert state.flag_trials["nd-linear-as-matmul"] == "nothing in the model to rewrite"
 
 
+@pytest.mark.slow
+def test_the_untuned_builds_of_a_rounds_choices_that_tune_are_checked_in_one_comparison(small_bert, tmp_path,
+                                                                                      monkeypatch):
+    """Two rewrites that tune what they form (raise-attention, join-sibling-linears on the small
+    BERT layer): their builds with the compiler's configs are checked against the default side by
+    side in one comparison (its runs go at once on a GPU), not one comparison each running the
+    default again; each is then refused for its designed result, untuned."""
+    from tuner.rewrite import JOIN_SIBLING_LINEARS
+    from tuner.stages import builtin, flags as flag_stage
+    from tuner.stages.builtin import DispatchStage
+    from tuner.stages.model_timing import Comparison
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+
+    monkeypatch.setitem(REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),
+                                          replace(JOIN_SIBLING_LINEARS, tunes=(DispatchKind.CONTRACTION,))))
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    comparisons, tuned = [], []
+
+    def designed_numerics(env, reference, trials, directory, rounds=None):
+        if directory != "flag-numerics":
+            return builtin.compare_on_model(env, reference, trials, directory, rounds)
+        comparisons.append(sorted(t.variant.name for t in trials))
+        return Comparison((), {}, {}, failed={t.variant.name: "a different result (relative error 0.97)" for t in trials})
+
+    monkeypatch.setattr(DispatchStage, "tune", lambda self, *a, **k: tuned.append(self.directory))
+    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    state = tune_model(small_bert, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                       model=ModelOptions(timer=_timer(faster="none"), rounds=2),
+                       stages=[FlagStage(tune_budget=2, rewrite_tunes=1)]).state
+    # (then, both wrong alone, the two together: a round of its own)
+    assert comparisons == [["flags-join-sibling-linears-default-configs", "flags-raise-attention-default-configs"],
+                           ["flags-raise-attention+join-sibling-linears-default-configs"]]
+    assert tuned == [] and all(state.flag_trials[n].startswith("a different result")
+                               for n in ("raise-attention", "join-sibling-linears")), state.flag_trials
+
+
 def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
     import io
 

@@ -146,6 +146,9 @@ class RunCache:
     formed_tunings: dict[tuple, tuple[DispatchOutcome, str]] = field(default_factory=dict)
     # Where a reference build's result is off the host's: by the reference's name.
     reference_checks: dict[str, str] = field(default_factory=dict)
+    # Why a model-wide choice built with the compiler's configs computes another result than the
+    # default's ("" where it does not): by the default's and the build's variant names.
+    choice_numerics: dict[tuple[str, str], str] = field(default_factory=dict)
     # A rewrite's program (None: it finds nothing to rewrite), by the rewrite's name.
     rewritten: dict[str, Optional[Path]] = field(default_factory=dict)
     # The model's result on this host (llvm-cpu), once a run asked for it: (result,), the result

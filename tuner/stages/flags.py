@@ -172,6 +172,7 @@ class FlagStage:
         began = env.budget.spent() if env.budget is not None else 0.0
         if not flag_share_spent(env.budget):
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
+            self._check_untuned(env, default, options)
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             # Past the share a choice not built yet is not tried; in the first round one built
@@ -307,6 +308,26 @@ class FlagStage:
             return None
         return b
 
+    def _check_untuned(self, env: StageEnv, default: BuiltVariant, options: list[ModelOption]) -> None:
+        """The numerics of every option that tunes what it forms, built with the compiler's
+        configs, checked side by side in one comparison (`_wrong_result` then reads them): one
+        at a time, each check ran the default again and took DenseNet-121's first round on the
+        H200 about 40 s."""
+        untuned = []
+        for option in options:
+            program = rewritten_program(env, option.rewrite) if option.rewrite else None
+            if not self._tunes(option) or (option.rewrite and program is None):
+                continue
+            variant = self._untuned(option, program, pins_for(env, self._first_variant(env, option),
+                                                              self.search.pipeline))
+            built = build_once(env, variant)
+            if built.ok and (default.variant.name, variant.name) not in env.cache.choice_numerics:
+                untuned.append(built)
+        if len(untuned) > 1:
+            cmp = compare_on_model(env, default, untuned, "flag-numerics", rounds=0)
+            for b in untuned:
+                env.cache.choice_numerics[(default.variant.name, b.variant.name)] = cmp.failed.get(b.variant.name, "")
+
     def _tunes(self, option: ModelOption) -> bool:
         """Whether the option's formed dispatches are tuned before it is judged."""
         return self.tune_budget > 0 and bool(option.tuned_kinds)
@@ -358,5 +379,9 @@ def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Opt
     built = build_once(env, variant)
     if not built.ok:
         return None
-    return compare_on_model(env, default, [built], "flag-numerics", rounds=0).failed.get(built.variant.name)
+    key = (default.variant.name, built.variant.name)
+    if key not in env.cache.choice_numerics:  # (FlagStage._check_untuned checks a step's choices at once)
+        env.cache.choice_numerics[key] = compare_on_model(env, default, [built], "flag-numerics",
+                                                          rounds=0).failed.get(built.variant.name, "")
+    return env.cache.choice_numerics[key] or None
 
