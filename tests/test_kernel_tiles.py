@@ -140,6 +140,16 @@ def test_no_tiles_are_tried_where_no_external_kernel_was_chosen_or_the_model_can
     monkeypatch.setattr(kernel_tiles, "why_not_in_model", lambda: "CUPTI did not load (designed)")
     chosen = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=tmp_path / "p.mlir")
     assert stage.run(chosen, env).notes == ("external kernel tiles: the rule's (CUPTI did not load (designed))",)
+    # nor past the time left before the merge's share (the dispatch stage's floor is not this
+    # stage's: on the H200 it ran 34-103 s in runs already past their budgets)
+    from tuner.stages.time_budget import TimeBudget
+
+    now = [0.0]
+    env.budget = TimeBudget(100.0, clock=lambda: now[0])
+    monkeypatch.setattr(kernel_tiles, "why_not_in_model", lambda: None)
+    now[0] = 86.0
+    assert stage.run(chosen, env).notes == ("external kernel tiles: the rule's (the time budget is spent)",)
+    assert "choosing the external kernels' tiles" in env.budget.undone
 
 
 def test_an_attention_is_tried_with_the_rules_tiles_then_the_others():

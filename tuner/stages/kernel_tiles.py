@@ -77,7 +77,7 @@ class KernelTileStage:
                 env.say(said)
                 return (replace(state, program=program) if labels else state).note(said)
         why = why_not_in_model() if env.target.device.startswith("cuda") else f"{env.target.device} runs no external kernel"
-        if why is None and env.budget is not None and env.budget.dispatch_stage_seconds() <= 0:
+        if why is None and env.budget is not None and env.budget.before_merge_left() <= 0:
             why = "the time budget is spent"
             env.budget.skip("choosing the external kernels' tiles")
         if why is not None:

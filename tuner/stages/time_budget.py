@@ -97,11 +97,15 @@ class TimeBudget:
             return None if left > 0 else 0
         return max(0, int(left // (self.flag_step_seconds / self.flag_step_choices)))
 
+    def before_merge_left(self) -> float:
+        """Seconds left before the merge's share (0 or less: spent; no floor)."""
+        self._keep()
+        return self.start + (1.0 - MERGE_SHARE) * self.seconds - self.clock()
+
     def dispatch_stage_seconds(self) -> float:
         """Seconds the dispatch stage may take from now: the budget left, less the merge's share,
         and no less than DISPATCH_FLOOR of the budget (said in the verdict where it overruns)."""
-        self._keep()
-        left = self.start + (1.0 - MERGE_SHARE) * self.seconds - self.clock()
+        left = self.before_merge_left()
         floor = DISPATCH_FLOOR * self.seconds
         if left < floor:
             self.skip(f"keeping to the budget: the dispatch stage began with {max(0.0, left):.0f} s left "
