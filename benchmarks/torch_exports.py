@@ -203,6 +203,85 @@ def _mixer(size: str):
     return timm.create_model("mixer_b16_224", num_classes=0), (torch.randn(8, 3, 224, 224),)
 
 
+def _googlenet(size: str):
+    import torch
+    from torchvision.models import GoogLeNet
+
+    # aux_logits off (eval mode drops them anyway); transform_input off (a preprocessing affine)
+    model = GoogLeNet(num_classes=10 if size == "tiny" else 1000, aux_logits=False, transform_input=False,
+                      init_weights=True)
+    return model, (torch.randn(2 if size == "tiny" else 8, 3, 64 if size == "tiny" else 224,
+                               64 if size == "tiny" else 224),)
+
+
+def _shufflenet(size: str):
+    import torch
+    from torchvision.models import shufflenet_v2_x0_5, shufflenet_v2_x1_0
+
+    if size == "tiny":
+        return shufflenet_v2_x0_5(num_classes=10), (torch.randn(2, 3, 32, 32),)
+    return shufflenet_v2_x1_0(), (torch.randn(8, 3, 224, 224),)
+
+
+def _resnext(size: str):
+    import torch
+    from torchvision.models import resnext50_32x4d
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    if size == "tiny":
+        return ResNet(Bottleneck, [1, 1, 1, 1], groups=8, width_per_group=4, num_classes=10), \
+            (torch.randn(2, 3, 32, 32),)
+    return resnext50_32x4d(), (torch.randn(8, 3, 224, 224),)
+
+
+def _swinv2(size: str):
+    import torch
+    from torchvision.models import swin_v2_t
+    from torchvision.models.swin_transformer import SwinTransformer, SwinTransformerBlockV2, PatchMergingV2
+
+    if size == "tiny":
+        model = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[2, 4], window_size=[4, 4],
+                                num_classes=10, block=SwinTransformerBlockV2, downsample_layer=PatchMergingV2)
+        return model, (torch.randn(2, 3, 32, 32),)
+    return swin_v2_t(), (torch.randn(8, 3, 256, 256),)
+
+
+def _distilbert(size: str):
+    import torch
+    from transformers import DistilBertConfig, DistilBertModel
+
+    if size == "tiny":
+        config, tokens = DistilBertConfig(dim=64, n_layers=1, n_heads=4, hidden_dim=128, vocab_size=128), 16
+    else:  # distilbert-base's widths, its six layers, 512 tokens
+        config, tokens = DistilBertConfig(), 512
+    return DistilBertModel(config), (torch.randint(0, config.vocab_size, (1, tokens)),)
+
+
+def _mistral(size: str):
+    import torch
+    from transformers import MistralConfig, MistralModel
+
+    if size == "tiny":
+        config, tokens = MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=128), 16
+    else:  # Mistral-7B's widths (4096, 32/8 heads, MLP 14336), one layer, 512 tokens
+        config, tokens = MistralConfig(num_hidden_layers=1, vocab_size=1024), 512
+    return MistralModel(config), (torch.randint(0, config.vocab_size, (1, tokens)),)
+
+
+def _phi(size: str):
+    import torch
+    from transformers import PhiConfig, PhiModel
+
+    if size == "tiny":
+        config, tokens = PhiConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                                   vocab_size=128), 16
+    else:  # Phi-2's widths (2560, 32 heads, MLP 10240, rotary on 32 of 80 head dims), one layer, 512 tokens
+        config, tokens = PhiConfig(hidden_size=2560, intermediate_size=10240, num_hidden_layers=1,
+                                   num_attention_heads=32, partial_rotary_factor=0.4, vocab_size=1024), 512
+    return PhiModel(config), (torch.randint(0, config.vocab_size, (1, tokens)),)
+
+
 FAMILIES: dict[str, Callable] = {
     "llama": _llama,
     "qwen2": lambda size: _llama(size, qwen=True),
@@ -224,6 +303,19 @@ FAMILIES: dict[str, Callable] = {
     "densenet": _densenet,
     "regnet": _regnet,
     "mixer": _mixer,
+    # Added 2026-11-29 (twenty-fifth session), held out from every rule and kernel written before:
+    # GoogLeNet's Inception concatenations of four branches, ShuffleNetV2's channel shuffle and
+    # split, ResNeXt's grouped 3x3 convolutions, Swin-V2's cosine attention and log-spaced position
+    # bias, DistilBERT, a Mistral layer (grouped-query attention 32/8, MLP 14336), a Phi-2 layer
+    # (rotary on part of each head, attention and MLP side by side). (T5's encoder did not export:
+    # torch 2.13's decomposition refused a view of its relative position bias.)
+    "googlenet": _googlenet,
+    "shufflenet": _shufflenet,
+    "resnext": _resnext,
+    "swinv2": _swinv2,
+    "distilbert": _distilbert,
+    "mistral": _mistral,
+    "phi": _phi,
 }
 
 

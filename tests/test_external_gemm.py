@@ -140,6 +140,32 @@ func.func @f(%x: {t}, %w: !torch.vtensor<[64,64],f16>) -> {t}
     assert text.count("hal.dispatch.extern") == 1 and text.count("call @gemm_16x64x64_f16") == 2
 
 
+def test_a_linear_of_constants_alone_is_left_to_the_compiler_to_evaluate_and_the_one_on_the_input_is_taken():
+    """Swin-V2's position-bias MLP reads a constant table: IREE evaluates it when it compiles the
+    model, in an initializer built for the host, where a GPU kernel's call crashed iree-compile
+    3.13 (LLVMCPUAssignImportOrdinals). Only the linear that reads the function's input (through
+    another op) is the kernel's."""
+    t, w = "!torch.vtensor<[16,64],f16>", "!torch.vtensor<[64,64],f16>"
+    program = f"""
+func.func @f(%x: {t}) -> {t}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %table = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<1.0> : tensor<16x64xf16>}} : () -> {t}
+  %w = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<0.5> : tensor<64x64xf16>}} : () -> {w}
+  %r = torch.operator "onnx.Relu"(%table) : ({t}) -> {t}
+  %bias = torch.operator "onnx.MatMul"(%r, %w) : ({t}, {w}) -> {t}
+  %rx = torch.operator "onnx.Relu"(%x) : ({t}) -> {t}
+  %y = torch.operator "onnx.MatMul"(%rx, %w) : ({t}, {w}) -> {t}
+  %z = torch.operator "onnx.Add"(%y, %bias) : ({t}, {t}) -> {t}
+  return %z : {t}
+}}
+"""
+    with ir.Context():
+        module = ir.Module.parse(program)
+        assert external_gemms(module, _fixture_kernel, fuse=False) == ["16x64x64 f16 (128x64x64 w4 s4)"]
+        text = str(module)
+    assert text.count('"onnx.MatMul"') == 1 and text.count("call @gemm_16x64x64_f16") == 1, text
+
+
 @pytest.mark.parametrize("x, w, element, n, why", [
     ("16,64", "64,128", "f32", 128, "f32: the kernel is f16 or bf16"),
     ("?,64", "64,128", "f16", 128, "a dynamic row count"),

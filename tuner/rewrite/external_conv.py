@@ -79,7 +79,7 @@ def external_convs(module: ir.Module, source: Optional[KernelSource] = None, cha
     if source is None:
         from tuner.external.triton_conv import triton_conv as source
     kernels, done = Kernels(source), []
-    for conv in onnx_sites(module, "Conv", problem_of):
+    for conv in onnx_sites(module, "Conv", problem_of, at_run_time=True):
         found = activation_of(conv.result)
         problem = problem_of(conv)
         after = found[1] if found else []

@@ -57,7 +57,7 @@ def external_depthwise_convs(module: ir.Module, source: Optional[KernelSource] =
     if source is None:
         from tuner.external.triton_depthwise import triton_depthwise as source
     kernels, done = Kernels(source), []
-    for conv in onnx_sites(module, "Conv", problem_of):
+    for conv in onnx_sites(module, "Conv", problem_of, at_run_time=True):
         found = activation_of(conv.result)
         problem = replace(problem_of(conv), activation=found[0]) if found else problem_of(conv)
         after = found[1] if found else []

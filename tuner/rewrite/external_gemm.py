@@ -146,7 +146,8 @@ def external_gemms(module: ir.Module, source: Optional[KernelSource] = None, fus
     conv1ds_as_matmuls(module, only=lambda conv: element_type(conv.result) in ELEMENTS
                        and math.prod(static_shape(conv.operands[1])[1:]) % 16 == 0)
     sites = []
-    for op in [*onnx_sites(module, "MatMul", problem_of), *onnx_sites(module, "Gemm", problem_of)]:
+    for op in [*onnx_sites(module, "MatMul", problem_of, at_run_time=True),
+               *onnx_sites(module, "Gemm", problem_of, at_run_time=True)]:
         problem = problem_of(op)
         if problem is None:
             continue

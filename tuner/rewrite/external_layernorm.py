@@ -66,7 +66,7 @@ def external_layernorms(module: ir.Module, source: Optional[KernelSource] = None
     if source is None:
         from tuner.external.triton_layernorm import triton_layernorm as source
     kernels, done = Kernels(source), []
-    for ln in onnx_sites(module, "LayerNormalization", problem_of):
+    for ln in onnx_sites(module, "LayerNormalization", problem_of, at_run_time=True):
         problem = problem_of(ln)
         x = _channels_first_source(ln.operands[0]) if problem.channels_first else ln.operands[0]
         transpose = producer(ln.operands[0]) if problem.channels_first else None

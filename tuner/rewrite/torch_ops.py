@@ -50,18 +50,48 @@ def si64_array(values: list[int]) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([si64(v) for v in values])
 
 
-def onnx_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], object]) -> list[ir.Operation]:
+def onnx_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], object],
+               at_run_time: bool = False) -> list[ir.Operation]:
     """Every `onnx.NAME` op of the module that `taken` says a rewrite takes, in program order
-    (collected before any is rewritten)."""
+    (collected before any is rewritten); `at_run_time`: only those whose operands are not all
+    computed from constants (compile_time_only)."""
     sites: list[ir.Operation] = []
+    memo: dict = {}
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if is_onnx(op, name) and taken(op):
+        if is_onnx(op, name) and taken(op) and not (at_run_time and compile_time_only(op, memo)):
             sites.append(op)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     return sites
+
+
+def compile_time_only(op: ir.Operation, memo: dict) -> bool:
+    """Whether every operand of `op` is computed from constants alone (no function argument
+    reaches it): IREE then evaluates the op when it compiles the model, in an initializer built
+    for the host, where a call of an external GPU kernel cannot be compiled (Swin-V2's
+    position-bias MLP reads a constant table: its linear layers as the GEMM kernel crashed
+    iree-compile 3.13 in LLVMCPUAssignImportOrdinals). `memo`: value -> from constants alone,
+    shared by the calls of one walk."""
+    return all(_from_constants(v, memo) for v in op.operands)
+
+
+def _from_constants(value: ir.Value, memo: dict) -> bool:
+    stack = [(value, False)]
+    while stack:
+        v, expanded = stack.pop()
+        if v in memo:
+            continue
+        owner = producer(v)
+        if owner is None:  # an argument of the function (or of a region: taken as one)
+            memo[v] = False
+        elif expanded:
+            memo[v] = all(memo.get(o, False) for o in owner.operands)
+        else:
+            stack.append((v, True))
+            stack.extend((o, False) for o in owner.operands if o not in memo)
+    return memo[value]
 
 
 def producer(value: ir.Value) -> Optional[ir.Operation]:
