@@ -547,6 +547,40 @@ def test_the_flag_stage_adds_another_rewrite_to_its_choice_only_where_the_model_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kernels_ms", [0.5, 1.2])
+def test_the_joined_kernels_are_judged_first_and_the_other_choices_then_only_extend_a_winner(
+        tmp_path, monkeypatch, kernels_ms):
+    """Designed rewrites and times against a 1.0 ms default: `k` stands for the joined external
+    kernels (external_together's option), `a` for another rewrite, 0.8 ms alone. Where `k` wins
+    (0.5 ms) the first round is `k` alone: `a` is never built or timed alone, only added to `k`
+    (0.4 ms: kept). Where `k` loses (1.2 ms), the other choices have a first round of their own
+    and `a` is chosen (`k` added to it, 1.0 ms, is not kept)."""
+    import tuner.stages.flag_options as flag_options
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.stages.flag_options import ModelOption
+
+    k, a = _marker("k"), _marker("a")
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", (k, a))
+    monkeypatch.setattr(flag_options, "EXTERNAL", (k,))
+    monkeypatch.setattr(flag_options, "external_together", lambda env: [ModelOption((), k, kernels=True)])
+    timed: list[str] = []
+    timer = _recording_timer({"flags-k": kernels_ms, "flags-a": 0.8, "flags-k+a": 0.4 if kernels_ms < 1.0 else 1.0},
+                             timed)
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    state = _flag_stage(model, tmp_path / "out", timer).state
+    if kernels_ms < 1.0:
+        assert "flags-a" not in timed and "a" not in state.flag_trials, state.flag_trials
+        assert state.flag_trials["k"] == pytest.approx(2.0) and state.rewrites == ("k", "a")
+        assert state.flag_trials["k+a"] == pytest.approx(2.0 * 0.5 / 0.4, rel=1e-3)
+    else:
+        assert state.flag_trials["k"] < 1.0 and state.flag_trials["a"] == pytest.approx(1.25)
+        assert state.rewrites == ("a",)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong_alone", [("a", "b"), ("a",)])
 def test_rewrites_each_wrong_alone_are_tried_together(tmp_path, monkeypatch, wrong_alone):
     """Designed numerics and times: each rewrite in `wrong_alone` computes another result alone

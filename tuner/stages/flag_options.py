@@ -30,6 +30,9 @@ class ModelOption:
     # Flags that form dispatches of these kinds taking configs of their own (data tiling
     # materialized early: the mmt4d): judged with the largest of them tuned, as a rewrite's.
     tunes: tuple[DispatchKind, ...] = ()
+    # One of external_together's: the external kernels that apply, joined (the flag stage judges
+    # these first, FlagStage._decide).
+    kernels: bool = False
 
     @property
     def tuned_kinds(self) -> tuple[DispatchKind, ...]:
@@ -105,9 +108,9 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     external = [r for r in applies if r in EXTERNAL]
     feeders = [r for r in FEEDERS if r in applies]  # in the order they feed one another
     exact = [r for r in EXACT_FIRST if r in applies]
-    options = [ModelOption((), combined([*exact, *external]))] if len(external) > 1 or (external and exact) else []
+    options = [ModelOption((), combined([*exact, *external]), kernels=True)] if len(external) > 1 or (external and exact) else []
     if external and feeders:
-        options.append(ModelOption((), replace(combined([*exact, *feeders, *external]), tunes=())))
+        options.append(ModelOption((), replace(combined([*exact, *feeders, *external]), tunes=()), kernels=True))
     if env.program.in_place_copies:  # copies into slices (concatenations): each also with them made outermost
         options += [replace(o, flags=OUTER_DIM_CONCAT) for o in options]
     return options

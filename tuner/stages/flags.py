@@ -50,7 +50,13 @@ class FlagStage:
     convolutions on GPUs) and program rewrites (tuner.rewrite), each built and timed on the whole
     model against the default; the fastest that beats it is chosen, then the other rewrites that
     apply and the other flag sets are added to it one at a time while the model with one beats
-    it (`_extend`). Decided
+    it (`_extend`). Where external kernels apply (tuner.rewrite.EXTERNAL), their joined options
+    are judged first, alone: where one beats the default, the other choices are tried only as
+    additions to it, the most promising first within the stage's share. The joined option was the
+    choice on every model tuned with the kernels on the H200 (eight real exports, 1.66-166x the
+    default in their flag stages), while the other choices alone were most of the first round's
+    builds (DenseNet-121: 19 choices), each with its numerics and timing: the flag stage took
+    303-333 s of runs budgeted 260 s. Decided
     before the dispatches are tuned, with the default configs but for the dispatches a rewrite
     creates (`Rewrite.tunes`): the `rewrite_tunes` largest of them (one per shape) are searched
     first, `tune_budget` evaluations each (0: judged with the default configs too), and the
@@ -126,7 +132,14 @@ class FlagStage:
             raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
         trials: dict = {}
         wrong: set[str] = set()
-        judged = self._judge(env, default, default, options, trials, "flag-runs", wrong, steps, first_round=True)
+        judged = None
+        kernels = [o for o in options if o.kernels]
+        if kernels:  # the joined external kernels first; the other choices then extend the winner
+            judged = self._judge(env, default, default, kernels, trials, "flag-runs-kernels", wrong, steps,
+                                 first_round=True)
+        if judged is None:
+            judged = self._judge(env, default, default, [o for o in options if not o.kernels], trials, "flag-runs",
+                                 wrong, steps, first_round=True)
         together = together_options(env, wrong, self.search.pipeline) if judged is None else []
         if together:
             env.say(f"  {' and '.join(together[0].rewrite.names)} each compute another result alone: "
