@@ -140,6 +140,19 @@ def test_tune_model_says_the_dispatches_it_skips_once_a_reason_with_three_named_
                                          "m$async_dispatch_1_slow_memcpy): writes its buffer in place"]
 
 
+def test_the_dispatches_not_tuned_are_said_one_line_a_status_where_more_than_three_share_it():
+    from tuner.report.outputs import untuned_lines
+
+    copies = [(f"d{i}_slow_memcpy (0.0%)", "not tuned: writes its buffer in place") for i in range(5)]
+    untuned = [("d9_reduction (4.2%)", "not tuned: below the top 4"), *copies, ("d8_ext (1.0%)", "not tuned: an external kernel")]
+    assert untuned_lines(untuned) == [
+        "d9_reduction (4.2%): not tuned: below the top 4",
+        "5 dispatches (d0_slow_memcpy (0.0%), d1_slow_memcpy (0.0%), d2_slow_memcpy (0.0%) and 2 more): "
+        "not tuned: writes its buffer in place",
+        "d8_ext (1.0%): not tuned: an external kernel"]
+    assert untuned_lines(copies[:3]) == [f"d{i}_slow_memcpy (0.0%): not tuned: writes its buffer in place" for i in range(3)]
+
+
 def test_labels_from_a_results_file_reach_the_terminal_as_text_not_as_escapes_or_markup():
     # Issue 60 (minor): a label with a terminal escape, a right-to-left override and rich markup.
     from dataclasses import replace

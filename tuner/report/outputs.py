@@ -230,7 +230,7 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
         name = d["name"] + (f" (+{len(d['also_covers'])} alike)" if d.get("also_covers") else "")
         share = num(d.get("share") and 100 * d["share"], "{:.1f}%")
         if d["status"].startswith("not tuned"):
-            untuned.append(f"{name} ({share}): {d['status']}")
+            untuned.append((f"{name} ({share})", d["status"]))
             continue
         rows.append({"dispatch": short_dispatch_name(d["name"]) + (f" (+{len(d['also_covers'])})" if d.get("also_covers") else ""),
                      "shape": d.get("shape", ""), "profile ms": num(d.get("profile_ms"), "{:.3f}"),
@@ -267,7 +267,7 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
         table.add_row(*(r[c] for c in columns))
     if table.row_count:
         console.print(table)
-    for line in untuned:
+    for line in untuned_lines(untuned):
         console.print(line)
     kept = " ".join([*data.get("rewrites", []), *data.get("flags", [])])  # as tuner.stages.flags labels a choice
     trials = data.get("flag_trials") or {}
@@ -357,3 +357,23 @@ def kept_line(data: dict) -> str:
     if why:
         parts.append("not tuned: " + "; ".join(f"{n} {reason}" for reason, n in why.most_common()))
     return "; ".join(parts)
+
+
+def untuned_lines(untuned: list[tuple[str, str]], shown: int = 3) -> list[str]:
+    """The dispatches not tuned, (name with its share, status) largest first: one line each, but
+    where more than `shown` share a status, one line for them naming the first `shown` and a
+    count (a GoogLeNet's 42 copies into slices were 42 lines of one status)."""
+    by_status: dict[str, list[str]] = {}
+    for name, status in untuned:
+        by_status.setdefault(status, []).append(name)
+    lines = []
+    for name, status in untuned:
+        names = by_status.get(status)
+        if names is None:  # said already, with the first of its status
+            continue
+        if len(names) <= shown:
+            lines += [f"{n}: {status}" for n in names]
+        else:
+            lines.append(f"{len(names)} dispatches ({', '.join(names[:shown])} and {len(names) - shown} more): {status}")
+        del by_status[status]
+    return lines
