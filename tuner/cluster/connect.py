@@ -20,7 +20,7 @@ import socket
 import threading
 from typing import Callable, Optional
 
-from tuner.cluster.reaper import reap_after_exit, reap_now
+from tuner.cluster.reaper import note_head, reap_after_exit, reap_now
 from tuner.errors import InputError
 from tuner.tools import TOOLS_ENV
 
@@ -79,6 +79,7 @@ def connect(address: Optional[str] = None, compile_workers: int = 1):
                 # existing cluster, num_cpus and num_gpus must not be provided").
                 ray.init(address="local", num_cpus=os.cpu_count(),
                          resources={COMPILE_RESOURCE: max(1, compile_workers)}, **common)
+                note_head(ray)
                 _started_here = True
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise InputError(f"cannot connect to the Ray cluster at {address or 'a new local one'}: "

@@ -33,8 +33,20 @@ def reap_after_exit() -> None:
     global _reaper
     if _reaper is not None and _reaper.alive:
         return
-    _reaper = start_reaper(MARK_ENV)
+    _reaper = start_reaper(MARK_ENV, naming=("RAY_RAYLET_PID",), poll_s=0.25)
     os.environ[MARK_ENV] = _reaper.token  # this run's, not a parent run's
+
+
+def note_head(ray) -> None:
+    """Tell the reaper the local cluster's raylet (Ray's agents name it in RAY_RAYLET_PID): read
+    from Ray's own node record, where this Ray keeps one (nothing is noted where it does not)."""
+    try:
+        pids = [p.process.pid for p in ray._private.worker._global_node.all_processes.get("raylet", [])]
+    except AttributeError:
+        return
+    for pid in pids:
+        if _reaper is not None:
+            _reaper.note(pid)
 
 
 def reap_now(timeout_s: float = 10.0) -> None:
