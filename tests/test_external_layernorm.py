@@ -1,8 +1,9 @@
 """Layer norms as an external kernel (tuner.external.layernorm_kernel, tuner.rewrite.external_layernorm):
 the problem read from ONNX's LayerNormalization, ConvNeXt's channels-last Transpose taken in (the
-kernel reads NCHW), what is left alone, and that it is an experiment, not offered. The kernel's
-arithmetic is checked by benchmarks/interpret_external_kernels.py; the stand-in PTX here is the
-conv fixture's (never run)."""
+kernel reads NCHW), what is left alone, and that every norm is an experiment while the flag
+stage's kernels take only those after a channels-last transpose. The kernel's arithmetic is
+checked by benchmarks/interpret_external_kernels.py; the stand-in PTX here is the conv
+fixture's (never run)."""
 
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel, for_iree
 from tuner.external.layernorm_kernel import LayerNormProblem, layernorm_tiles_for
-from tuner.rewrite import EXPERIMENTS, EXTERNAL_LAYERNORM, REWRITES
+from tuner.rewrite import EXPERIMENTS, EXTERNAL, EXTERNAL_LAYERNORM, EXTERNAL_TRANSPOSED_LAYERNORM, REWRITES
 from tuner.rewrite.external_layernorm import external_layernorms
 
 FIXTURES = Path(__file__).parent / "fixtures" / "external"
@@ -88,5 +89,20 @@ def test_a_workgroup_takes_whole_rows_8192_values_at_most(c, rows, width):
     assert (tiles.rows, tiles.width) == (rows, width) and tiles.rows * tiles.width <= 8192
 
 
-def test_it_is_an_experiment_not_offered_by_the_flag_stage():
+def test_every_norm_is_an_experiment_and_the_kernels_take_only_those_after_a_channels_last_transpose():
+    """The flag stage's kernels (EXTERNAL) take ConvNeXt's norms, whose Transpose the kernel
+    takes in (ConvNeXt-T 1.431 -> 1.130 ms on the H200), not a transformer's norm over its rows,
+    which only the experiment takes."""
     assert EXTERNAL_LAYERNORM in EXPERIMENTS and all(EXTERNAL_LAYERNORM not in rs for rs in REWRITES.values())
+    assert EXTERNAL_TRANSPOSED_LAYERNORM in EXTERNAL
+    rows, t = _t(4, 16, 64), _t(64)
+    both = _convnext_norm().replace("return %y", f"""%z = torch.operator "onnx.LayerNormalization"(%r, %v) {{torch.onnx.axis = -1 : si64}} : ({rows}, {t}) -> {rows}
+  return %y""").replace("%b: !torch.vtensor<[96],f16>)", f"%b: !torch.vtensor<[96],f16>, %r: {rows}, %v: {t})")
+    with ir.Context():
+        module = ir.Module.parse(both)
+        done = external_layernorms(module, _stand_in, transposed_only=True)
+        text = str(module)
+        module = ir.Module.parse(both)
+        every = external_layernorms(module, _stand_in)
+    assert done == ["98x96_nchw49_f16 (64 rows of 128 w4)"] and text.count('"onnx.LayerNormalization"') == 1
+    assert every == ["98x96_nchw49_f16 (64 rows of 128 w4)", "64x64_f16_nobias (128 rows of 64 w4)"]

@@ -58,15 +58,22 @@ def problem_of(ln: ir.Operation) -> Optional[LayerNormProblem]:
     return LayerNormProblem(math.prod(shape[:-1]), shape[-1], eps, element, len(ln.operands) > 2, pixels)
 
 
-def external_layernorms(module: ir.Module, source: Optional[KernelSource] = None) -> list[str]:
+def external_layernorms(module: ir.Module, source: Optional[KernelSource] = None,
+                        transposed_only: bool = False) -> list[str]:
     """Rewrite every layer norm of `module` the kernel takes (in place, inside its context) as a
     call of it, the Transpose before it taken in where it is channels-last's; `source` makes the
-    kernels (Triton's by default). Returns each rewritten one's problem and tiles, then each
-    problem whose kernel could not be made (left as it was)."""
+    kernels (Triton's by default); `transposed_only`: only those whose input is that Transpose.
+    Returns each rewritten one's problem and tiles, then each problem whose kernel could not be
+    made (left as it was)."""
     if source is None:
         from tuner.external.triton_layernorm import triton_layernorm as source
+
+    def taken(ln: ir.Operation) -> bool:
+        problem = problem_of(ln)
+        return problem is not None and (problem.channels_first or not transposed_only)
+
     kernels, done = Kernels(source), []
-    for ln in onnx_sites(module, "LayerNormalization", problem_of, at_run_time=True):
+    for ln in onnx_sites(module, "LayerNormalization", taken, at_run_time=True):
         problem = problem_of(ln)
         x = _channels_first_source(ln.operands[0]) if problem.channels_first else ln.operands[0]
         transpose = producer(ln.operands[0]) if problem.channels_first else None
