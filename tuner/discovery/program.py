@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -21,7 +21,7 @@ from tuner.tools import find_tool, run_tool_retrying_a_hang
 from tuner.discovery.other_kinds import OtherKind, classify, iterators
 from tuner.discovery.by_structure import (is_structural_root, other_compute_ops, stored_element_type,
                                          structural_parts)
-from tuner.discovery.workload import Workload
+from tuner.discovery.found import Program  # noqa: F401 (where callers import it from)
 
 TUNER_ATTRIBUTES_FLAG = "--iree-codegen-add-tuner-attributes"
 
@@ -289,49 +289,6 @@ def _dispatch(op: ir.Operation, flags: tuple[str, ...]) -> Dispatch | None:
         other_ops=other_compute_ops(func, op),
         **extra,
     )
-
-
-@dataclass(frozen=True)
-class Program:
-    """What discovery found in a program: its root ops as dispatches (largest first), the ones
-    that cannot be tuned with why, and for each dispatch the public function that runs it (a
-    Workload) or why that function cannot be run."""
-
-    dispatches: tuple[Dispatch, ...]
-    skipped: tuple[tuple[str, str], ...]  # (dispatch name, why)
-    entries: dict[str, "Workload | str"]
-    runs: dict[str, int]  # dispatch name -> how many times one call of its entry function runs it
-    # The dispatches no pipeline reads, by kind (softmax, normalization, ...) and shape.
-    other_kinds: dict[str, OtherKind] = field(default_factory=dict)
-    # An ONNX model's symbolic input dimensions fixed at import ("x[0]: N -> 2";
-    # tuner.input.onnx_dims): the program takes only those sizes.
-    fixed_dims: tuple[str, ...] = ()
-
-    @property
-    def in_place_copies(self) -> tuple[str, ...]:
-        """The dispatches that write into a slice of a buffer they do not return (OtherKind.in_place)."""
-        return tuple(name for name, other in self.other_kinds.items() if other.in_place)
-
-    def fixed_text(self) -> str:
-        """What the run says of `fixed_dims` ("" where none was fixed)."""
-        return (f"symbolic dimensions fixed at import (--dynamic-size): {', '.join(self.fixed_dims)}; the tuned "
-                "program takes only these sizes") if self.fixed_dims else ""
-
-    def for_running(self, parameters: tuple[str, ...], dynamic_size: Optional[int] = None) -> "Program":
-        """The program with every entry's workload reading the model's external parameters,
-        and with `dynamic_size` (else the default) for each dynamic dimension of its arguments."""
-        entries = {name: replace(w.sized(dynamic_size) if dynamic_size else w, parameters=parameters)
-                   if isinstance(w, Workload) else w for name, w in self.entries.items()}
-        return replace(self, entries=entries)
-
-    def workload(self, dispatch: Dispatch, input_path: Path) -> Workload:
-        """The function to run and time for `dispatch`: the one that runs it, never another."""
-        entry = self.entries.get(dispatch.name)
-        if entry is None:
-            raise InputError(f"{input_path}: no public function runs {dispatch.name}")
-        if isinstance(entry, str):
-            raise InputError(f"{input_path}: {dispatch.name} is run by {entry}")
-        return entry
 
 
 def _why_not_read(op: ir.Operation, other: OtherKind) -> str:
