@@ -361,19 +361,23 @@ def kept_line(data: dict) -> str:
 
 def untuned_lines(untuned: list[tuple[str, str]], shown: int = 3) -> list[str]:
     """The dispatches not tuned, (name with its share, status) largest first: one line each, but
-    where more than `shown` share a status, one line for them naming the first `shown` and a
-    count (a GoogLeNet's 42 copies into slices were 42 lines of one status)."""
-    by_status: dict[str, list[str]] = {}
-    for name, status in untuned:
-        by_status.setdefault(status, []).append(name)
+    where more than `shown` share a status, one line for them (`by_reason`: a GoogLeNet's 42
+    copies into slices were 42 lines of one status)."""
+    return by_reason(untuned, shown, alone=shown)
+
+
+def by_reason(named: Sequence[tuple[str, str]], shown: int = 3, alone: int = 1) -> list[str]:
+    """(name, reason) pairs as lines, a reason's in the place of its first: "NAME: REASON" for
+    each of a reason held by at most `alone`, else one line "N dispatches (the first `shown`
+    and M more): REASON"."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in named:
+        by_why.setdefault(why, []).append(name)
     lines = []
-    for name, status in untuned:
-        names = by_status.get(status)
-        if names is None:  # said already, with the first of its status
-            continue
-        if len(names) <= shown:
-            lines += [f"{n}: {status}" for n in names]
+    for why, names in by_why.items():
+        if len(names) <= alone:
+            lines += [f"{n}: {why}" for n in names]
         else:
-            lines.append(f"{len(names)} dispatches ({', '.join(names[:shown])} and {len(names) - shown} more): {status}")
-        del by_status[status]
+            more = f" and {len(names) - shown} more" if len(names) > shown else ""
+            lines.append(f"{len(names)} dispatches ({', '.join(names[:shown])}{more}): {why}")
     return lines

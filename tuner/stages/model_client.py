@@ -16,7 +16,7 @@ from tuner.errors import InputError, OutputError
 from tuner.external.triton_build import cache_in
 from tuner.evaluation.devices import on_every_gpu
 from tuner.profiling.profile import kept_profile
-from tuner.report.outputs import comment, rebuild_command, response_file
+from tuner.report.outputs import by_reason, comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
 from tuner.core.settings import Listeners, RunOptions, SearchSettings
 from tuner.specs.transform import build_spec, uses_codegen_stage
@@ -270,12 +270,4 @@ def skipped_lines(skipped, shown: int = 3) -> list[str]:
     """The dispatches discovery skipped, one line per reason (in the order first met), each
     naming its first `shown` dispatches: DenseNet-121's 117 copies into slices were 117 lines of
     one reason (the `dispatches` command lists each with its reason)."""
-    by_why: dict[str, list[str]] = {}
-    for name, why in skipped:
-        by_why.setdefault(why, []).append(name)
-    lines = []
-    for why, names in by_why.items():
-        more = f" and {len(names) - shown} more" if len(names) > shown else ""
-        lines.append(f"skipped {names[0]}: {why}" if len(names) == 1 else
-                     f"skipped {len(names)} dispatches ({', '.join(names[:shown])}{more}): {why}")
-    return lines
+    return [f"skipped {line}" for line in by_reason(skipped, shown)]
