@@ -499,8 +499,7 @@ def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_fee
 
     offered = [*rewrite.EXTERNAL[::-1], *(r for r in rewrite.REWRITES["gpu"] if r not in rewrite.EXTERNAL)][::-1]
     monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: offered)
-    monkeypatch.setattr(flag_options, "rewritten_program",
-                        lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
+    monkeypatch.setattr(flag_options, "rewrite_changes", lambda env, r: ["found"] if r.name in applies else [])
     options = flag_options.external_together(_env_copying(()))
     assert [(o.rewrite.name, o.tuned_kinds) for o in options] == expected and not any(o.flags for o in options)
 
@@ -524,8 +523,7 @@ def test_where_the_model_copies_into_slices_each_joined_option_is_offered_with_c
     # every kernel offered, whether Triton is installed here or not (REWRITES offers them only then)
     offered = [*(r for r in rewrite.REWRITES["gpu"] if r not in rewrite.EXTERNAL), *rewrite.EXTERNAL]
     monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: offered)
-    monkeypatch.setattr(flag_options, "rewritten_program",
-                        lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
+    monkeypatch.setattr(flag_options, "rewrite_changes", lambda env, r: ["found"] if r.name in applies else [])
     plain = flag_options.external_together(_env_copying(()))
     copying = flag_options.external_together(_env_copying(("main$async_dispatch_7_slow_memcpy",)))
     assert len(plain) == 2 and [o.label for o in copying[:2]] == [o.label for o in plain]
@@ -551,8 +549,7 @@ def test_the_first_round_offers_a_kernel_alone_only_where_no_joined_option_witho
     offered = [*(r for r in rewrite.REWRITES["gpu"] if r not in rewrite.EXTERNAL), *rewrite.EXTERNAL]  # Triton or not
     monkeypatch.setattr(flag_options, "offered_rewrites", lambda env: offered)
     monkeypatch.setattr(flag_options, "offered_flag_sets", lambda env, pipeline=None: [])
-    monkeypatch.setattr(flag_options, "rewritten_program",
-                        lambda env, r: Path(f"{r.name}.mlir") if r.name in applies else None)
+    monkeypatch.setattr(flag_options, "rewrite_changes", lambda env, r: ["found"] if r.name in applies else [])
     options = flag_options.model_options(_env_copying(()))
     # offered_rewrites names every offered rewrite (the stage reports one that finds nothing)
     assert [o.rewrite.name for o in options if "+" not in o.rewrite.name and o.rewrite.name in applies] == alone

@@ -30,7 +30,7 @@ from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.sibling_linears import fuse_sibling_linears
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
-from tuner.run_dir import real_directory, write_file
+from tuner.rewrite.parsed import ParsedProgram
 
 
 @dataclass(frozen=True)
@@ -227,11 +227,6 @@ def rewrites_for(target) -> tuple[Rewrite, ...]:
 
 def rewrite_program(program: Path, rewrite: Rewrite, out: Path) -> list[str]:
     """Write `program` rewritten by `rewrite` to `out` (in a context of its own) and return what
-    changed; nothing is written when nothing changed."""
-    with ir.Context():
-        module = ir.Module.parse(program.read_text())
-        changed = rewrite.apply(module)
-        if changed:
-            real_directory(out.parent)
-            write_file(out, str(module))
-    return changed
+    changed; nothing is written when nothing changed. (A run that rewrites one program many ways
+    keeps a tuner.rewrite.parsed.ParsedProgram instead: parsed once, written only when built.)"""
+    return ParsedProgram(program).write(rewrite, out)

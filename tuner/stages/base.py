@@ -22,6 +22,7 @@ from iree.compiler import ir
 from pipelines import Dispatch
 from tuner.discovery.program import Program
 from tuner.profiling.profile import Profile
+from tuner.rewrite.parsed import ParsedProgram
 from tuner.core.settings import EvalSettings
 from tuner.stages.ledger import Ledger, part_text
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
@@ -149,7 +150,11 @@ class RunCache:
     # Why a model-wide choice built with the compiler's configs computes another result than the
     # default's ("" where it does not): by the default's and the build's variant names.
     choice_numerics: dict[tuple[str, str], str] = field(default_factory=dict)
-    # A rewrite's program (None: it finds nothing to rewrite), by the rewrite's name.
+    # The model's program parsed once for the rewrites (tuner.stages.flag_options.rewrite_changes).
+    parsed: Optional[ParsedProgram] = None
+    # What a rewrite changes in the model (empty: nothing), by the rewrite's name.
+    changes: dict[str, list[str]] = field(default_factory=dict)
+    # A rewrite's program, once written (None: it finds nothing to rewrite), by the rewrite's name.
     rewritten: dict[str, Optional[Path]] = field(default_factory=dict)
     # The model's result on this host (llvm-cpu), once a run asked for it: (result,), the result
     # None where none could be had (tuner.stages.host_reference).
@@ -197,6 +202,13 @@ class StageEnv:
         if self._inputs is None:
             self._inputs = tuple(self.workload.write_inputs(self.output_dir / MODEL_INPUTS))
         return self._inputs
+
+
+def parsed_model(env: StageEnv) -> ParsedProgram:
+    """The model's program parsed once a run (`RunCache.parsed`), for the rewrites to copy."""
+    if env.cache.parsed is None:
+        env.cache.parsed = ParsedProgram(env.model)
+    return env.cache.parsed
 
 
 class Stage(Protocol):

@@ -13,8 +13,8 @@ from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from pipelines.model_flags import OUTER_DIM_CONCAT
 from tuner.discovery.program import discover_program
 from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, named_rewrites,
-                            rewrite_program, rewrites_for)
-from tuner.stages.base import StageEnv
+                            rewrites_for)
+from tuner.stages.base import StageEnv, parsed_model
 from tuner.stages.ledger import DISCOVERY, REWRITES
 
 MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
@@ -104,7 +104,7 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     offered = offered_rewrites(env)
     offered = [*offered, *(r for r in FEEDERS if r not in offered)]  # a feeder offered only here too
     applies = [r for r in offered if r.name in {e.name for e in (*EXACT_FIRST, *EXTERNAL, *FEEDERS)}
-               and rewritten_program(env, r) is not None]
+               and rewrite_changes(env, r)]
     external = [r for r in applies if r in EXTERNAL]
     feeders = [r for r in FEEDERS if r in applies]  # in the order they feed one another
     exact = [r for r in EXACT_FIRST if r in applies]
@@ -197,19 +197,32 @@ def offered_rewrites(env: StageEnv) -> tuple[Rewrite, ...]:
 
 def applying_rewrites(env: StageEnv) -> list[Rewrite]:
     """The offered rewrites that find something to rewrite in the model, in REWRITES order."""
-    return [r for r in offered_rewrites(env) if rewritten_program(env, r) is not None]
+    return [r for r in offered_rewrites(env) if rewrite_changes(env, r)]
+
+
+def rewrite_changes(env: StageEnv, rewrite: Rewrite) -> list[str]:
+    """What `rewrite` changes in the model (empty: nothing), found once per run on a copy of the
+    model's program parsed once (`RunCache.parsed`); nothing is written."""
+    if rewrite.name not in env.cache.changes:
+        with env.ledger.timed(REWRITES):
+            changed = parsed_model(env).changes(rewrite)
+        env.cache.changes[rewrite.name] = changed
+        if changed:
+            env.say(f"  {rewrite.name}: {len(changed)} to rewrite ({changes_text(changed)})")
+    return env.cache.changes[rewrite.name]
 
 
 def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
-    """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run), or
-    None when the rewrite finds nothing to change."""
-    out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
+    """The model's program rewritten (DIR/imported/NAME.REWRITE.mlir, written once per run, when
+    first asked for: to be built), or None when the rewrite finds nothing to change."""
     if rewrite.name not in env.cache.rewritten:
-        with env.ledger.timed(REWRITES):
-            changed = rewrite_program(env.model, rewrite, out)
-        env.cache.rewritten[rewrite.name] = out if changed else None
+        out = env.output_dir / "imported" / f"{env.model.stem}.{rewrite.name}.mlir"
+        changed = rewrite_changes(env, rewrite)
         if changed:
-            env.say(f"  {rewrite.name}: {len(changed)} rewritten ({changes_text(changed)}) into {out}")
+            with env.ledger.timed(REWRITES):
+                parsed_model(env).write(rewrite, out)
+            env.say(f"  {rewrite.name}: written to {out}")
+        env.cache.rewritten[rewrite.name] = out if changed else None
     return env.cache.rewritten[rewrite.name]
 
 
@@ -225,7 +238,7 @@ def formed_dispatches(env: StageEnv, program: Path, flags: tuple[str, ...]) -> t
 def rewrites_nothing(env: StageEnv, option: ModelOption) -> bool:
     """Whether the option is a rewrite that finds nothing in the model to change (found without
     a build: such an option is said so, and not "not tried", however little time is left)."""
-    return option.rewrite is not None and rewritten_program(env, option.rewrite) is None
+    return option.rewrite is not None and not rewrite_changes(env, option.rewrite)
 
 
 def changes_text(changed: list[str], most: int = 6) -> str:

@@ -26,10 +26,10 @@ from typing import Optional
 import numpy as np
 
 from tuner.evaluation.runtime_tools import read_output, run_once
-from tuner.rewrite import F32_REDUCTIONS, rewrite_program
+from tuner.rewrite import F32_REDUCTIONS
 from tuner.core.settings import HostReference
 from tuner.run_dir import write_file
-from tuner.stages.base import MODEL_INPUTS, StageEnv
+from tuner.stages.base import MODEL_INPUTS, StageEnv, parsed_model
 from tuner.stages.ledger import HOST
 from tuner.stages.variants import Variant, build_variant
 from tuner.targets import parse_target
@@ -67,7 +67,8 @@ def _exact_program(env: StageEnv) -> Optional[Path]:
     there for the flag stage."""
     if F32_REDUCTIONS.name not in env.cache.rewritten:
         out = env.output_dir / HOST_REFERENCE / "program.mlir"
-        changed = rewrite_program(env.model, F32_REDUCTIONS, out)
+        changed = parsed_model(env).write(F32_REDUCTIONS, out)
+        env.cache.changes[F32_REDUCTIONS.name] = changed
         if changed:
             env.say(f"host reference: {len(changed)} half-precision reduction(s) accumulated in f32, as torch does "
                     f"({changed[0]}{', ...' if len(changed) > 1 else ''})")

@@ -32,13 +32,12 @@ from tuner.evaluation.in_model import (KERNEL_MIN_TIME_S, MODULES, RUN_ERRORS, o
 from tuner.external.attention_kernel import attention_tile_candidates
 from tuner.external.conv_kernel import conv_tile_candidates
 from tuner.external.gemm_kernel import tile_candidates
-from tuner.rewrite import (EXTERNAL_ATTENTION, EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites,
-                           rewrite_program)
+from tuner.rewrite import EXTERNAL_ATTENTION, EXTERNAL_CONV, EXTERNAL_GEMM, Rewrite, combined, named_rewrites
 from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_gemm import external_gemms
 from tuner.run_dir import real_directory, write_file
-from tuner.stages.base import ModelState, StageEnv
+from tuner.stages.base import ModelState, StageEnv, parsed_model
 from tuner.stages.builtin import build_once, compare_on_model, prebuild
 from tuner.stages.ledger import REWRITES, TIMINGS
 from tuner.stages.variants import BuiltVariant, Variant
@@ -144,7 +143,7 @@ def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
                 if n in TILEABLE else known[n] for n in state.rewrites]
     out = env.output_dir / DIRECTORY / f"{env.model.stem}.{name}.mlir"
     with env.ledger.timed(REWRITES):
-        changed = rewrite_program(env.model, combined(rewrites), out)
+        changed = parsed_model(env).write(combined(rewrites), out)
     return (out if changed else None), given
 
 
