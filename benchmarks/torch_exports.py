@@ -8,7 +8,9 @@ those libraries are installed (the GPU machine); the tuner never imports this.
 
 For each family it writes DIR/NAME/model.onnx (external data beside it where the exporter puts
 it there), DIR/NAME/input0.npy ... (the arguments, in order), DIR/NAME/torch_output0.npy (eager's
-first output, for checking IREE's), and with --time DIR/NAME/torch.json: the kernel time per
+first output, for checking IREE's; where that output hardly depends on the input, the batch norms
+are first given the statistics of random inputs, and torch.json records how much it depends:
+`input_sensitivity`), and with --time DIR/NAME/torch.json: the kernel time per
 call (the sum of CUDA kernel durations in one call, read by CUPTI through torch.profiler) and the
 wall time per call of torch eager and of torch.compile, interleaved round by round.
 
@@ -360,6 +362,39 @@ def _kernel_and_wall(torch, fn, args, calls: int) -> tuple[float, float]:
     return kernel, wall
 
 
+# Below this, the output hardly depends on the input (max change over max value, another input of
+# the same kind): a build that ignores its input would pass the check against torch's result.
+# GoogLeNet with torchvision's init (truncated-normal weights of std 0.01) computes its fc bias
+# alone (1.8e-12), ShuffleNetV2 1.5e-4: their activations vanish through batch norms whose
+# statistics are those of no data.
+SENSITIVE = 1e-2
+
+
+def _sensitivity(torch, model, inputs) -> float:
+    """How much the output moves under another input of the same kind (relative to its largest value)."""
+    other = tuple(torch.randn_like(x) if x.is_floating_point() else x for x in inputs)
+    with torch.inference_mode():
+        a, b = model(*inputs).float(), model(*other).float()
+    return float((a - b).abs().max() / a.abs().max().clamp_min(1e-30))
+
+
+def _calibrate_batch_norms(torch, model, inputs, passes: int = 8) -> bool:
+    """Give the batch norms the statistics of the activations they see (random inputs of the
+    model's kind, `passes` batches averaged), as training would: False where it has none."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return False
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the passes
+    model.train()
+    with torch.no_grad():
+        for _ in range(passes):
+            model(*(torch.randn_like(x) if x.is_floating_point() else x for x in inputs))
+    model.eval()
+    return True
+
+
 def _time(torch, model, args, rounds: int, calls: int) -> dict:
     compiled = torch.compile(model)
     runners = {"eager": model, "compile": compiled}
@@ -397,6 +432,13 @@ def main() -> None:
             module, inputs = FAMILIES[name](args.size)
             model = _FirstOutput(module.eval()).to(device=device, dtype=dtype)
             inputs = tuple(x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype) for x in inputs)
+            sensitivity = _sensitivity(torch, model, inputs)
+            calibrated = sensitivity < SENSITIVE and _calibrate_batch_norms(torch, model, inputs)
+            if calibrated:
+                sensitivity = _sensitivity(torch, model, inputs)
+            if sensitivity < SENSITIVE:
+                print(f"{name}: its output hardly depends on its input ({sensitivity:.1e}): a check against "
+                      "it shows little", file=sys.stderr, flush=True)
             with torch.inference_mode():
                 reference = model(*inputs)
             for i, x in enumerate(inputs):
@@ -407,7 +449,8 @@ def main() -> None:
             program.save(str(folder / "model.onnx"))
             record = {"family": name, "size": args.size, "dtype": args.dtype, "torch": torch.__version__,
                       "export_s": round(time.perf_counter() - start, 1),
-                      "inputs": [list(x.shape) for x in inputs], "output": list(reference.shape)}
+                      "inputs": [list(x.shape) for x in inputs], "output": list(reference.shape),
+                      "input_sensitivity": float(f"{sensitivity:.2e}"), "batch_norms_calibrated": calibrated}
             if args.time and device == "cuda":
                 record["device"] = torch.cuda.get_device_name()
                 record.update(_time(torch, model, inputs, args.rounds, args.calls))
