@@ -137,6 +137,56 @@ def test_a_candidate_whose_kernels_never_ran_is_a_failed_run_not_an_exception(mo
     assert timing is None and not run.ok and "no kernel of m_dispatch_3 ran in @main's call" in run.first_error()
 
 
+class _OnDevice(_FakeModule):
+    """A fake module whose calls run on one CUDA device while another device's kernels land in
+    the same (process-wide) trace: a comparison spread over two GPUs, the other one warming up."""
+
+    def __init__(self, kernels: dict[str, float], device: int, other: float) -> None:
+        super().__init__(kernels)
+        self.device, self.other = device, other
+
+    def call(self, read: bool = True):
+        before = len(self.launched)
+        super().call(read)
+        self.launched[before:] = [KernelRecord(r.name, r.start_ns, r.end_ns, device=self.device)
+                                  for r in self.launched[before:]]
+        self.launched.append(KernelRecord("other_dispatch_1", 0, int(self.other * 1e6), device=1 - self.device))
+
+
+def test_a_whole_model_is_timed_by_every_kernel_of_its_own_device_per_call(monkeypatch, tmp_path):
+    module = _OnDevice({"main$async_dispatch_0_matmul": 0.25, "gemm_512x1024x64_f16": 0.5}, device=1, other=7.0)
+    monkeypatch.setattr(cupti, "tracer", lambda: _FakeTracer(module))
+    monkeypatch.setattr(in_model.MODULES, "get", lambda vmfb, settings: module)
+    timing = in_model.time_model(tmp_path / "model.vmfb", ModuleRun("cuda://1", "main", (), repetitions=3))
+    # the external kernel counts as IREE's own does; device 0's kernels are another model's
+    assert timing.times_ms == pytest.approx((0.75, 0.75, 0.75))
+    assert in_model.device_ordinal("cuda") == 0 and in_model.device_ordinal("cuda://3") == 3
+
+
+def test_a_whole_model_that_fails_in_the_process_has_no_timing(monkeypatch, tmp_path):
+    def fail(vmfb, settings):
+        raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
+    monkeypatch.setattr(in_model.MODULES, "get", fail)
+    assert in_model.time_model(tmp_path / "model.vmfb", ModuleRun("cuda", "main", ())) is None
+    silent = _OnDevice({}, device=0, other=1.0)  # ran no kernel of its device
+    monkeypatch.setattr(cupti, "tracer", lambda: _FakeTracer(silent))
+    monkeypatch.setattr(in_model.MODULES, "get", lambda vmfb, settings: silent)
+    assert in_model.time_model(tmp_path / "model.vmfb", ModuleRun("cuda", "main", ())) is None
+
+
+def test_tune_model_times_the_whole_model_in_process_only_on_cuda_with_cupti(monkeypatch):
+    from tuner.stages import model_timing
+
+    monkeypatch.setattr(in_model, "why_not_in_model", lambda: None)
+    assert model_timing.model_timer("cuda://0", "auto") is in_model.time_model
+    assert model_timing.model_timer("cuda", "alone") is model_timing.iree_benchmark
+    assert model_timing.model_timer("local-task", "auto") is model_timing.iree_benchmark
+    monkeypatch.setattr(in_model, "why_not_in_model", lambda: "CUPTI could not be loaded: no libcupti found")
+    assert model_timing.model_timer("cuda", "auto") is model_timing.iree_benchmark
+    assert "kernel time" in model_timing.timing_method(in_model.time_model)
+    assert "iree-benchmark-module" in model_timing.timing_method(model_timing.iree_benchmark)
+
+
 def test_a_built_candidate_keeps_the_kernels_it_is_timed_by(tmp_path):
     result = Result(candidate_id=1, key="k", label="x", is_baseline=False, knobs={}, flags=[], status=Status.OK)
     built = Built(result, tmp_path / "0001" / "candidate.vmfb", "f16", None, (), (), kernels=("m_dispatch_3",))

@@ -193,21 +193,52 @@ def time_calls(module: LoadedModule, wanted: Sequence[str], repetitions: int, mi
                warmup: int = 2) -> KernelTiming:
     """Call the module's entry `warmup` times, then `repetitions` times as many calls as fill
     `min_time_s`, recording kernels: each wanted dispatch's time per call in each repetition."""
+    traced, walls, calls = _traced_calls(module, repetitions, min_time_s, warmup)
+    return KernelTiming(tuple(per_call(records, wanted, calls) for records in traced), tuple(walls), calls)
+
+
+def _traced_calls(module: LoadedModule, repetitions: int, min_time_s: float,
+                  warmup: int) -> tuple[list[list[cupti.KernelRecord]], list[float], int]:
+    """The kernel records of each repetition's calls, its wall time per call, and the calls in one."""
     tracer = cupti.tracer()
     start = time.perf_counter()
     for _ in range(max(1, warmup)):
         module.call()
     one = (time.perf_counter() - start) / max(1, warmup)
     calls = max(1, min(1000, math.ceil(min_time_s / max(one, 1e-6))))
-    reps, walls = [], []
+    traced, walls = [], []
     for _ in range(max(1, repetitions)):
         with tracer.trace() as records:
             t0 = time.perf_counter()
             for i in range(calls):
                 module.call(read=i == calls - 1)
             walls.append((time.perf_counter() - t0) * 1e3 / calls)
-        reps.append(per_call(records, wanted, calls))
-    return KernelTiming(tuple(reps), tuple(walls), calls)
+        traced.append(records)
+    return traced, walls, calls
+
+
+def device_ordinal(device: str) -> int:
+    """The CUDA ordinal of a runtime device as the tuner names it (`cuda` 0, `cuda://1` 1)."""
+    _, _, rest = device.partition("://")
+    return int(rest) if rest.isdigit() else 0
+
+
+def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
+    """A whole-model build's kernel time per call, one figure per repetition: the module loaded
+    into this process once (MODULES), its entry called on resident inputs, every kernel of the
+    device's in those calls summed (CUPTI). A tuner.stages.model_timing.ModelBenchmark for GPUs:
+    iree-benchmark-module is a process that loads the model for each timing (about 7 s a choice
+    of 4 rounds in the H200's flag stages, 41-56 s of them a stage), and its wall time holds the
+    call's fixed cost (0.3 ms on ConvNeXt-T's 0.93 ms of kernels), which no choice changes.
+    None where it could not be had (the comparison then has no figure for it)."""
+    ordinal = device_ordinal(settings.device)
+    try:
+        traced, _, calls = on_device_thread(settings.device, lambda: _traced_calls(
+            MODULES.get(vmfb, settings), settings.repetitions, KERNEL_MIN_TIME_S, 2))
+    except RUN_ERRORS:
+        return None
+    times = tuple(sum(r.ms for r in records if r.device == ordinal) / calls for records in traced)
+    return Timing(times) if all(times) else None
 
 
 class ModuleCache:

@@ -283,7 +283,8 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     figure = data.get("figure")
     if figure:
         err = figure.get("relative_error")
-        console.print(f"model: default {figure['default_ms']:.3f} ms, tuned {figure['tuned_ms']:.3f} ms; "
+        method = f" ({data['timing_method']})" if data.get("timing_method") else ""
+        console.print(f"model{method}: default {figure['default_ms']:.3f} ms, tuned {figure['tuned_ms']:.3f} ms; "
                       f"{figure['speedup']:.2f}x (the ratio 3 of 4 rounds reach: {figure['lower']:.2f}x, "
                       f"{figure['rounds']} rounds)" + (f"; output relative error {err:.2g}" if err is not None else ""))
     console.print(f"verdict: {data.get('verdict', '')}")

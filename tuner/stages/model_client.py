@@ -25,7 +25,7 @@ from tuner.stages.builtin import DispatchStage
 from tuner.stages.merge import MergeStage
 from tuner.stages.flags import FlagStage
 from tuner.stages.kernel_tiles import KernelTileStage
-from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
+from tuner.stages.model_timing import ModelBenchmark, iree_benchmark, model_timer, timing_method
 from tuner.stages.plan import PLAN, ModelPlan
 from tuner.stages.time_budget import RECORD as BUDGET_RECORD, TimeBudget
 from tuner.stages.unbuildable import buildable_start
@@ -88,13 +88,14 @@ class ModelOptions:
     """What tune-model decides beyond each dispatch's tuning: the dispatches it tunes (those with
     at least `min_share` of the model's dispatch time, or the `top` largest), the interleaved
     rounds of each whole-model comparison, whether the target's model-wide flags are tried first,
-    and how the whole model is timed (a client may bring its own `timer`)."""
+    and how the whole model is timed (a client may bring its own `timer`; None: model_timer's
+    choice for the device)."""
 
     min_share: float = 0.02
     top: Optional[int] = None
     rounds: int = 4
     model_flags: bool = True
-    timer: ModelBenchmark = iree_benchmark
+    timer: Optional[ModelBenchmark] = None
     kinds: tuple[str, ...] = ()  # the dispatch kinds to tune (DispatchKind values); empty: every kind
     dispatch_seconds: Optional[float] = None  # the dispatch stage's searches together, at most (None: no limit)
     # The whole run, at most, spread over the stages (tuner.stages.time_budget; None: no limit).
@@ -175,7 +176,9 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         if program.fixed_dims:
             say(program.fixed_text())
         env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
-                       Path(run.store_path) if run.store_path else None, tuple(run.devices), model.timer,
+                       Path(run.store_path) if run.store_path else None, tuple(run.devices),
+                       model.timer or model_timer(run.devices[0] if run.devices else target.device,
+                                                  run.settings.gpu_timing),
                        listen.progress, say, None, model.rounds, strategy=run.strategy, dynamic_size=run.dynamic_size,
                        budget=budget)
         if run.compile_only:
@@ -260,6 +263,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
             "stage_work": {stage: {kind: {"count": n, "seconds": s} for kind, (n, s) in work.items()}
                            for stage, work in state.stage_work.items()},
             "profile_method": env.profile.method if env.profile else "",
+            "timing_method": timing_method(env.timer),
         }
         write_file(out / "results.json", json.dumps(payload, indent=2))
     except OSError as e:

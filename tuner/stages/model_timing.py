@@ -2,8 +2,9 @@
 compared at the model's output. Runtime-only (numpy and IREE's runtime tools), so the machine
 that has the device runs it too.
 
-How a build is timed is injected (`ModelBenchmark`): the default is IREE's
-`iree-benchmark-module` on the entry function; a client may bring its own command."""
+How a build is timed is injected (`ModelBenchmark`): on a CUDA device where CUPTI loads, its
+kernel time per call with the module loaded into this process once (`model_timer`); elsewhere
+IREE's `iree-benchmark-module` on the entry function; a client may bring its own command."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from tuner.core.comparison import Paired, bracketing
+from tuner.evaluation.in_model import time_model, times_in_model
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
 from tuner.core.running import ModuleRun, Timing
@@ -32,8 +34,21 @@ class ModelBenchmark(Protocol):
 
 
 def iree_benchmark(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
-    """The default: iree-benchmark-module on the entry function."""
+    """iree-benchmark-module on the entry function (a process per timing): the wall time per call."""
     return benchmark(vmfb, settings)[0]
+
+
+def model_timer(device: str, gpu_timing: str) -> ModelBenchmark:
+    """How the whole model is timed where the client brings no timer: on a CUDA device where
+    CUPTI loads (and `gpu_timing`, EvalSettings', is not "alone"), its kernels in this process
+    (tuner.evaluation.in_model.time_model); else iree_benchmark."""
+    return time_model if times_in_model(gpu_timing, device) else iree_benchmark
+
+
+def timing_method(timer: ModelBenchmark) -> str:
+    """What a whole-model timing measures, in words (results.json, the model line)."""
+    return {iree_benchmark: "wall time per call (iree-benchmark-module)",
+            time_model: "kernel time per call (CUPTI, the module loaded once)"}.get(timer, "the client's timer")
 
 
 @dataclass(frozen=True)
