@@ -161,6 +161,7 @@ def test_a_whole_model_is_timed_by_every_kernel_of_its_own_device_per_call(monke
     # the external kernel counts as IREE's own does; device 0's kernels are another model's
     assert timing.times_ms == pytest.approx((0.75, 0.75, 0.75))
     assert in_model.device_ordinal("cuda") == 0 and in_model.device_ordinal("cuda://3") == 3
+    assert in_model.device_ordinal("cuda://GPU-8a1b") is None  # not an ordinal: every kernel counts
 
 
 def test_a_whole_model_that_fails_in_the_process_has_no_timing(monkeypatch, tmp_path):

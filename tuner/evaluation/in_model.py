@@ -217,10 +217,11 @@ def _traced_calls(module: LoadedModule, repetitions: int, min_time_s: float,
     return traced, walls, calls
 
 
-def device_ordinal(device: str) -> int:
-    """The CUDA ordinal of a runtime device as the tuner names it (`cuda` 0, `cuda://1` 1)."""
+def device_ordinal(device: str) -> Optional[int]:
+    """The CUDA ordinal of a runtime device as the tuner names it (`cuda` 0, `cuda://1` 1; None
+    where it is named otherwise, by a UUID say)."""
     _, _, rest = device.partition("://")
-    return int(rest) if rest.isdigit() else 0
+    return int(rest) if rest.isdigit() else 0 if not rest else None
 
 
 def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
@@ -237,7 +238,7 @@ def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
             MODULES.get(vmfb, settings), settings.repetitions, KERNEL_MIN_TIME_S, 2))
     except RUN_ERRORS:
         return None
-    times = tuple(sum(r.ms for r in records if r.device == ordinal) / calls for records in traced)
+    times = tuple(sum(r.ms for r in records if ordinal is None or r.device == ordinal) / calls for records in traced)
     return Timing(times) if all(times) else None
 
 
