@@ -187,6 +187,13 @@ def test_tune_model_times_the_whole_model_in_process_only_on_cuda_with_cupti(mon
     assert "kernel time" in model_timing.timing_method(in_model.time_model)
     assert "iree-benchmark-module" in model_timing.timing_method(model_timing.iree_benchmark)
 
+    class Unhashable:  # a client's timer, as examples/custom_stages.py brings one
+        __hash__ = None
+
+        def __call__(self, vmfb, settings):
+            return None
+    assert model_timing.timing_method(Unhashable()) == "the client's timer"
+
 
 def test_a_built_candidate_keeps_the_kernels_it_is_timed_by(tmp_path):
     result = Result(candidate_id=1, key="k", label="x", is_baseline=False, knobs={}, flags=[], status=Status.OK)

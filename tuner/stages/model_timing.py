@@ -47,8 +47,11 @@ def model_timer(device: str, gpu_timing: str) -> ModelBenchmark:
 
 def timing_method(timer: ModelBenchmark) -> str:
     """What a whole-model timing measures, in words (results.json, the model line)."""
-    return {iree_benchmark: "wall time per call (iree-benchmark-module)",
-            time_model: "kernel time per call (CUPTI, the module loaded once)"}.get(timer, "the client's timer")
+    if timer is iree_benchmark:
+        return "wall time per call (iree-benchmark-module)"
+    if timer is time_model:
+        return "kernel time per call (CUPTI, the module loaded once)"
+    return "the client's timer"  # (any callable: a client's may not be hashable)
 
 
 @dataclass(frozen=True)
