@@ -127,7 +127,8 @@ def attention_error(problem: AttentionProblem) -> float:
     tiles = attention_tiles_for(problem)
     z, h, m, n = problem.z, problem.h, problem.m, problem.n
     torch.manual_seed(0)
-    q, k, v = (torch.randn(z, h, s, problem.d, dtype=torch.float16) for s in (m, n, n))
+    q, k, v = (torch.randn(z, heads, s, problem.d, dtype=torch.float16)
+               for heads, s in ((h, m), (problem.kv, n), (problem.kv, n)))
 
     def laid(x, major):  # [z, h, s, d] as it lies in memory
         return x.transpose(1, 2).contiguous() if major else x.contiguous()
@@ -146,6 +147,8 @@ def attention_error(problem: AttentionProblem) -> float:
         mask = torch.randn(*problem.mask, n, dtype=torch.float16)
         full = mask.repeat(z // problem.mask[0], 1, 1, 1).expand(z, h, m, n).float()
     attention_jit()[grid(problem, tiles)](*operands, mask if problem.mask else y, y, **constants(problem, tiles))
+    group = h // problem.kv  # grouped-query: each K/V head repeated for its group, as transformers' repeat_kv
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=full,
                                                            is_causal=problem.causal, scale=problem.scale)
     out = y.float().transpose(1, 2) if ot else y.float()
@@ -162,6 +165,10 @@ ATTENTION = {
     "attention, Q K V read from one fused projection": AttentionProblem(
         2, 3, 40, 40, 16, 16, causal=True, scale=0.25, seq_major=(True, True, True, True), rows=(160, 160, 160),
         offsets=(96, 0, 48)),
+    "grouped-query: 2 K/V heads for 8, causal": AttentionProblem(
+        1, 8, 40, 40, 16, 16, causal=True, scale=0.25, kv_heads=2),
+    "grouped-query: 3 K/V heads for 6, K V seq-major": AttentionProblem(
+        2, 6, 33, 45, 32, 32, scale=0.2, seq_major=(False, True, True, True), kv_heads=3),
 }
 def layernorm_error(problem: LayerNormProblem) -> float:
     """The kernel against torch's layer_norm; channels first, X made NCHW and the reference taken

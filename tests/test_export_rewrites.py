@@ -351,3 +351,4 @@ def test_the_fused_gemm_kernel_takes_each_linears_bias_and_gelu_as_the_export_wr
         module = ir.Module.parse(imported[family].read_text())
         linears = [op for op in onnx_sites(module, "MatMul", lambda op: len(static_shape(op.operands[1]) or []) == 2)]
         assert [epilogue_of(op)[1] for op in linears] == epilogues
+

@@ -37,6 +37,7 @@ def test_without_a_mask_the_result_is_the_fourth_binding_and_the_fifth_pointer_i
     (AttentionProblem(1, 12, 512, 512, 64, 64, "bf16"), "bf16"),
     (AttentionProblem(2, 12, 512, 512, 64, 64, mask=(3, 1, 512)), "no broadcast"),
     (AttentionProblem(1, 12, 512, 512, 64, 64, mask=(1, 1, 512), mask_element="i1"), "i1 mask"),
+    (AttentionProblem(1, 12, 512, 512, 64, 64, kv_heads=5), "5 key/value heads for 12 query heads"),
 ])
 def test_attentions_the_kernel_does_not_take_say_why(problem, why):
     assert why in problem.why_not()
@@ -279,3 +280,78 @@ def test_a_constant_mask_the_same_for_every_image_is_given_once_and_read_modulo_
 @pytest.mark.parametrize("mask, why", [((3, 4, 100), "3 does not divide 2 x 4 z"), ((2, 3, 100), "3 heads of 4")])
 def test_a_mask_whose_period_does_not_divide_z_is_refused(mask, why):
     assert AttentionProblem(8, 4, 100, 100, 64, 64, mask=mask).why_not(), why
+
+
+
+def _grouped_query(v_repeated: bool = True, k_scaled: bool = True) -> str:
+    """An attention of 4 query heads over 2 key/value heads as transformers' Llama and Mistral
+    export it (decoders' repeat_kv): K and V [1, 2, 16, 64] each Unsqueezed at axis 2, Expanded
+    to [1, 2, 2, 16, 64] and Reshaped to [1, 4, 16, 64]; K then multiplied by the scale's square
+    root (an f16 constant), Q already scaled; SDPA at scale 1, causal. `v_repeated` False: V an
+    argument of 4 heads of its own."""
+    q, kv, s = _t(1, 4, 16, 64), _t(1, 2, 16, 64), _t()
+    i64 = lambda n: _t(n, element="si64")  # noqa: E731
+
+    def repeat(x: str) -> str:
+        return (f'  %{x}u = torch.operator "onnx.Unsqueeze"(%{x}, %axis) : ({kv}, {i64(1)}) -> {_t(1, 2, 1, 16, 64)}\n'
+                f'  %{x}e = torch.operator "onnx.Expand"(%{x}u, %wide) : ({_t(1, 2, 1, 16, 64)}, {i64(5)}) -> {_t(1, 2, 2, 16, 64)}\n'
+                f'  %{x}r = torch.operator "onnx.Reshape"(%{x}e, %to4) : ({_t(1, 2, 2, 16, 64)}, {i64(4)}) -> {q}')
+    mul = f'  %ks = torch.operator "onnx.Mul"(%kr, %c) : ({q}, {s}) -> {q}' if k_scaled else ""
+    return f"""
+func.func @f(%q: {q}, %k: {kv}, %v: {kv if v_repeated else q}) -> {q}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %c = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<3.535160e-01> : tensor<f16>}} : () -> {s}
+  %axis = torch.vtensor.literal(dense<2> : tensor<1xsi64>) : {i64(1)}
+  %wide = torch.vtensor.literal(dense<[1, 2, 2, 16, 64]> : tensor<5xsi64>) : {i64(5)}
+  %to4 = torch.vtensor.literal(dense<[1, 4, 16, 64]> : tensor<4xsi64>) : {i64(4)}
+{repeat("k")}
+{repeat("v") if v_repeated else ""}
+{mul}
+  %none = torch.constant.none
+  %zero = torch.constant.float 0.000000e+00
+  %true = torch.constant.bool true
+  %false = torch.constant.bool false
+  %one = torch.constant.float 1.000000e+00
+  %r = torch.aten.scaled_dot_product_attention %q, {"%ks" if k_scaled else "%kr"}, {"%vr" if v_repeated else "%v"}, %none, %zero, %true, %one, %false : {q}, {q}, {q}, !torch.none, !torch.float, !torch.bool, !torch.float, !torch.bool -> {q}
+  return %r : {q}
+}}
+"""
+
+
+@pytest.mark.parametrize("k_scaled", [True, False])
+def test_grouped_query_keys_and_values_are_read_before_repeat_kv_copies_them(k_scaled):
+    """Each of the 2 K/V heads serves 2 query heads in the kernel (IREE wrote the repeated copies:
+    a Mistral-7B layer's two broadcast dispatches); K's Mul by the scale's square root goes into
+    the kernel's scale."""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_grouped_query(k_scaled=k_scaled))
+        changed = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made[0].kv_heads == 2 and made[0].h == 4 and changed[0].startswith("1x4x16x16x64x64_f16_causal_gqa2 ")
+    assert made[0].scale == pytest.approx(0.35351563 if k_scaled else 1.0, rel=1e-6)
+    assert not any(f'"onnx.{op}"' in text for op in ("Unsqueeze", "Expand", "Reshape", "Mul"))
+    call = next(line for line in text.splitlines() if "call @attention_1x4x16x16x64x64_f16_causal_gqa2(" in line)
+    assert call.count("tensor<1x2x16x64xf16>") == 2
+
+
+def test_keys_repeated_where_values_are_not_are_read_as_repeated():
+    """Only K repeated (V of 4 heads of its own): no one K/V head count, the kernel reads K's copy
+    and the program still makes it."""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_grouped_query(v_repeated=False))
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made and made[0].kv_heads == 0 and "_gqa" not in made[0].name
+    assert made[0].scale == pytest.approx(1.0) and '"onnx.Expand"' in text and '"onnx.Mul"' in text
+
+
+def test_grouped_query_heads_are_a_constant_of_the_kernel_and_their_rows_as_wide_as_their_own_heads():
+    from tuner.external.triton_attention import constants
+
+    tiles = AttentionTiles(128, 64, 4, 3)
+    gqa = constants(AttentionProblem(1, 32, 512, 512, 128, 128, seq_major=(True, True, True, True), kv_heads=8), tiles)
+    assert (gqa["G"], gqa["QR"], gqa["KR"], gqa["VR"]) == (4, 32 * 128, 8 * 128, 8 * 128)
+    assert constants(AttentionProblem(1, 32, 512, 512, 128, 128), tiles)["G"] == 1
+

@@ -1,7 +1,7 @@
 """An attention as an external kernel: the problem and the tiles it is computed with.
 
 softmax(scale * Q K^T + mask) V over heads (z, h), Q [z, h, m, d], K [z, h, n, d], V [z, h, n, dv]
-(or any of them and the result [z, seq, h, d] in memory: `seq_major`; Q, K or V also read
+(K and V may have fewer heads, each shared by h / kv_heads of Q's: grouped-query attention; or any of them and the result [z, seq, h, d] in memory: `seq_major`; Q, K or V also read
 from a wider tensor whose rows hold them side by side, the exporter's fused QKV before its Split:
 `rows`, `offsets`), f16, the statistics and the products' sums in f32, the result rounded once. The mask is
 additive, of shape [mz, mh, mm, n] with each leading dim 1 (broadcast) or the problem's, or mz a
@@ -39,10 +39,20 @@ class AttentionProblem:
     # `offsets` values into each row: GPT-2's one [z, seq, 3 x h x d] projection, not its Split.
     rows: tuple[int, int, int] = (0, 0, 0)
     offsets: tuple[int, int, int] = (0, 0, 0)
+    # K's and V's heads where fewer than Q's (grouped-query attention: Q's head i reads K/V head
+    # i // (h / kv_heads), as transformers' repeat_kv repeats them); 0: h of their own.
+    kv_heads: int = 0
+
+    @property
+    def kv(self) -> int:
+        """K's and V's heads."""
+        return self.kv_heads or self.h
 
     @property
     def name(self) -> str:
         extra = ("_mask" + "x".join(map(str, self.mask)) if self.mask else "") + ("_causal" if self.causal else "")
+        if self.kv != self.h:
+            extra += f"_gqa{self.kv}"
         if any(self.seq_major):
             extra += "_" + "".join(x if major else "" for x, major in zip("qkvo", self.seq_major)) + "_bshd"
         if any(self.rows):
@@ -57,6 +67,8 @@ class AttentionProblem:
             return f"head widths {self.d}/{self.dv} (the kernel takes {', '.join(map(str, HEAD_WIDTHS))})"
         if self.mask and (self.z % self.mask[0] or any(x not in (1, full) for x, full in zip(self.mask[1:], (self.h, self.m)))):
             return f"a mask of leading dims {self.mask} that is no broadcast of {(self.z, self.h, self.m)}"
+        if self.h % self.kv:
+            return f"{self.kv} key/value heads for {self.h} query heads (not a divisor)"
         if self.mask and self.mask_element not in ("f16", "f32"):
             return f"a {self.mask_element} mask (the kernel adds f16 or f32 masks)"
         return None

@@ -3,7 +3,8 @@
 One workgroup per bm query rows of one head: the keys in steps of bn, the running row maximum and
 sum in f32 (exp2 of scores taken in log2 units), both products by `tl.dot` (wgmma on sm_90a),
 rows and keys past the problem's masked; Q, K, V and the result read and written in the layout
-the problem says (`seq_major`). A row whose every key is masked out gives zeros (the
+the problem says (`seq_major`), K and V of one head for each group of query heads where they
+have fewer (grouped-query attention, `kv_heads`). A row whose every key is masked out gives zeros (the
 exporter's `Where(IsNaN(P), 0, P)` guard gives the same). The bindings are Q, K, V, then the
 mask where there is one, then the result."""
 
@@ -28,16 +29,19 @@ def attention_jit():
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SCALE: tl.constexpr, BM: tl.constexpr,
                    BN: tl.constexpr, QT: tl.constexpr, KT: tl.constexpr, VT: tl.constexpr, OT: tl.constexpr,
                    QR: tl.constexpr, KR: tl.constexpr, VR: tl.constexpr, QO: tl.constexpr, KO: tl.constexpr,
-                   VO: tl.constexpr):
+                   VO: tl.constexpr, G: tl.constexpr):
         # x_ptr is the mask and y_ptr the result where HAS_MASK, else x_ptr is the result. QT, KT,
         # VT, OT: Q, K, V, the result lie [z, seq, h, d] (a row every H * d values, the head's d
         # at h * d), else [z, h, seq, d]. QR, KR, VR: a seq-major Q, K, V's row width (H * d, or a
-        # fused projection's), QO, KO, VO: where in the row it starts.
+        # fused projection's), QO, KO, VO: where in the row it starts. G: the query heads that share
+        # one key/value head (grouped-query attention; 1: each its own).
         log2e: tl.constexpr = 1.4426950408889634
         start = tl.program_id(0)
         zh = tl.program_id(1)
         z = zh // H
         h = zh % H
+        kh = h // G  # this head's key/value head
+        zk = z * (H // G) + kh
         rows = start * BM + tl.arange(0, BM)
         keys = tl.arange(0, BN)
         dk = tl.arange(0, D)
@@ -56,9 +60,9 @@ def attention_jit():
         for first in range(0, hi, BN):
             cols = first + keys
             if KT:
-                k_at = z * N * KR + cols[None, :] * KR + KO + h * D + dk[:, None]
+                k_at = z * N * KR + cols[None, :] * KR + KO + kh * D + dk[:, None]
             else:
-                k_at = zh * N * D + cols[None, :] * D + dk[:, None]
+                k_at = zk * N * D + cols[None, :] * D + dk[:, None]
             k = tl.load(k_ptr + k_at, mask=cols[None, :] < N, other=0.0)
             s = tl.dot(q, k) * (SCALE * log2e)
             if HAS_MASK:
@@ -75,9 +79,9 @@ def attention_jit():
             alpha = tl.math.exp2(m_i - m_use)
             l_i = l_i * alpha + tl.sum(p, 1)
             if VT:
-                v_at = z * N * VR + cols[:, None] * VR + VO + h * DV + dv[None, :]
+                v_at = z * N * VR + cols[:, None] * VR + VO + kh * DV + dv[None, :]
             else:
-                v_at = zh * N * DV + cols[:, None] * DV + dv[None, :]
+                v_at = zk * N * DV + cols[:, None] * DV + dv[None, :]
             v = tl.load(v_ptr + v_at, mask=cols[:, None] < N, other=0.0)
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
             m_i = m_new
@@ -107,9 +111,10 @@ def constants(problem: AttentionProblem, tiles: AttentionTiles) -> dict[str, obj
             "MSZ": strides[0], "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask),
             "CAUSAL": problem.causal, "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn,
             **dict(zip(("QT", "KT", "VT", "OT"), problem.seq_major)),
-            **dict(zip(("QR", "KR", "VR"), (r or problem.h * w for r, w in
-                                              zip(problem.rows, (problem.d, problem.d, problem.dv))))),
-            **dict(zip(("QO", "KO", "VO"), problem.offsets))}
+            **dict(zip(("QR", "KR", "VR"), (r or heads * w for r, heads, w in
+                                              zip(problem.rows, (problem.h, problem.kv, problem.kv),
+                                                  (problem.d, problem.d, problem.dv))))),
+            **dict(zip(("QO", "KO", "VO"), problem.offsets)), "G": problem.h // problem.kv}
 
 
 def grid(problem: AttentionProblem, tiles: AttentionTiles) -> tuple[int, int, int]:
