@@ -355,3 +355,45 @@ def test_grouped_query_heads_are_a_constant_of_the_kernel_and_their_rows_as_wide
     assert (gqa["G"], gqa["QR"], gqa["KR"], gqa["VR"]) == (4, 32 * 128, 8 * 128, 8 * 128)
     assert constants(AttentionProblem(1, 32, 512, 512, 128, 128), tiles)["G"] == 1
 
+
+
+def _joined_heads() -> str:
+    """_exported_heads with Q, K and V as join-sibling-linears leaves them: one [1, 16, 384]
+    projection (an argument here) reshaped into 6 heads of 64, each of Q, K, V a Slice of 2
+    whole heads of it."""
+    bshd, fused, heads, i64 = _t(1, 16, 2, 64), _t(1, 16, 384), _t(1, 16, 6, 64), _t(1, element="si64")
+    program = _exported_heads().replace(f"func.func @f(%q: {bshd}, %k: {bshd}, %v: {bshd})", f"func.func @f(%x: {fused})")
+    lines = [f'  %to6 = torch.vtensor.literal(dense<[1, 16, 6, 64]> : tensor<4xsi64>) : {_t(4, element="si64")}',
+             f'  %h = torch.operator "onnx.Reshape"(%x, %to6) : ({fused}, {_t(4, element="si64")}) -> {heads}',
+             f'  %axis = torch.vtensor.literal(dense<2> : tensor<1xsi64>) : {i64}',
+             f'  %step = torch.vtensor.literal(dense<1> : tensor<1xsi64>) : {i64}']
+    for i, x in enumerate("qkv"):
+        lines += [f'  %{x}0 = torch.vtensor.literal(dense<{2 * i}> : tensor<1xsi64>) : {i64}',
+                  f'  %{x}1 = torch.vtensor.literal(dense<{2 * i + 2}> : tensor<1xsi64>) : {i64}',
+                  f'  %{x} = torch.operator "onnx.Slice"(%h, %{x}0, %{x}1, %axis, %step) : '
+                  f'({heads}, {i64}, {i64}, {i64}, {i64}) -> {bshd}']
+    marker = "  %cq = "
+    return program.replace(marker, "\n".join(lines) + "\n" + marker, 1)
+
+
+def test_heads_sliced_from_joined_linears_are_read_from_the_joined_projection_at_their_offsets():
+    """join-sibling-linears' Q, K and V: whole heads sliced from one projection reshaped into
+    heads; the kernel reads each from the projection's rows, and the Slices and the Reshape go."""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_joined_heads())
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made[0].seq_major == (True, True, True, True)
+    assert made[0].rows == (384, 384, 384) and made[0].offsets == (0, 128, 256)
+    assert not any(f'"onnx.{op}"' in text for op in ("Slice", "Reshape", "Transpose", "Mul"))
+    assert text.count("torch_c.to_builtin_tensor %arg0") == 3
+
+
+def test_a_strided_or_partial_head_slice_is_read_as_it_is():
+    program = _joined_heads().replace("dense<1> : tensor<1xsi64>", "dense<2> : tensor<1xsi64>", 1)  # step 2
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+    assert made[0].rows == (0, 0, 0)

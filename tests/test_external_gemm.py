@@ -491,6 +491,11 @@ func.func @f(%x: {x}, %w: {w}, %b: {b}) -> {y}
     (("external-hopper-conv", "chain-concats", "f32-reductions"),
      [("f32-reductions+chain-concats+external-hopper-conv", ())]),
     (("subsample-strided-1x1", "conv-as-im2col-matmul"), []),  # no kernel applies: nothing joined
+    # sibling linears (a transformer's Q, K, V): the kernels also with them joined, after the exact rewrites
+    (("external-flash-attention", "join-sibling-linears", "external-hopper-gemm", "f32-reductions"),
+     [("f32-reductions+external-hopper-gemm+external-flash-attention", ()),
+      ("f32-reductions+join-sibling-linears+external-hopper-gemm+external-flash-attention", ())]),
+    (("join-sibling-linears", "raise-attention"), []),  # no kernel: join-sibling-linears is its own option
 ])
 def test_the_external_kernels_are_offered_joined_and_after_the_rewrites_that_feed_them(monkeypatch, applies,
                                                                                           expected):

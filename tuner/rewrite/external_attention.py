@@ -225,8 +225,9 @@ def _split_heads(sdpa: ir.Operation) -> Optional[SplitHeads]:
         onnx_ints(users[0], "perm", []) == HEAD_SPLIT else None
     if not any(layout) and out is None:
         return None
-    # each op once, a Split after the Reshapes of all its parts (it is dead only after them)
-    chain = sorted(dict.fromkeys(chain), key=lambda op: is_onnx(op, "Split"))
+    # each op once: a Reshape after the Slices of its heads, a Split after the Reshapes of all its
+    # parts (each is dead only after them)
+    chain = sorted(dict.fromkeys(chain), key=lambda op: 2 if is_onnx(op, "Split") else 1 if is_onnx(op, "Reshape") else 0)
     return SplitHeads(tuple(operands), out, (*layout, out is not None), scale, tuple(chain), tuple(rows),
                       tuple(offsets))
 
@@ -245,8 +246,11 @@ class FusedProjection:
 
 def _fused_projection(value: ir.Value) -> Optional[FusedProjection]:
     """The fused projection `value` was split from (GPT-2's c_attn: [z, seq, 3 x h x d] split in
-    three), or None: IREE copies each part of such a Split (a `slow_memcpy` dispatch each)."""
+    three; join-sibling-linears' joined Q, K and V: whole heads sliced from it), or None: IREE
+    copies each part of such a Split (a `slow_memcpy` dispatch each)."""
     reshape = producer(value)
+    if is_onnx(reshape, "Slice"):
+        return _sliced_heads(value, reshape)
     if not is_onnx(reshape, "Reshape") or not only_user(reshape.operands[0]):
         return None
     part = reshape.operands[0]
@@ -324,4 +328,25 @@ def _repeat_kv(reshape: Optional[ir.Operation]) -> Optional[tuple[ir.Value, list
     if out != [z, kv * wide[2], n, d] or wide[2] < 2:
         return None
     return source, [reshape, expand, unsqueeze]
+
+
+def _sliced_heads(value: ir.Value, slice_: ir.Operation) -> Optional[FusedProjection]:
+    """Where `value` [z, seq, h, d] is whole heads sliced (step 1, on the heads' axis) from a
+    projection [z, seq, W] reshaped into W / d heads (tuner.rewrite.sibling_linears joins Q, K and
+    V so): that projection, W, and where the heads start in its rows."""
+    reshape = producer(slice_.operands[0])
+    if not is_onnx(reshape, "Reshape") or len(slice_.operands) < 4:
+        return None
+    source, out = reshape.operands[0], static_shape(value)
+    shape, heads = static_shape(source), static_shape(reshape.result)
+    if None in (shape, heads, out) or len(shape) != 3 or len(heads) != 4 or heads[:2] != shape[:2] \
+            or heads[2] * heads[3] != shape[2]:
+        return None
+    bounds = [evaluate(x, depth=2) for x in slice_.operands[1:5]]
+    if any(b is None or b.size != 1 for b in bounds):
+        return None
+    start, end, axis, *step = (int(b.reshape(-1)[0]) for b in bounds)
+    if axis % 4 != 2 or step not in ([], [1]) or not 0 <= start < end <= heads[2] or end - start != out[2]:
+        return None
+    return FusedProjection(source, shape[2], start * heads[3], (slice_, reshape))
 

@@ -12,8 +12,8 @@ from typing import Optional, Sequence
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from pipelines.model_flags import OUTER_DIM_CONCAT
 from tuner.discovery.program import discover_program
-from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, Rewrite, combined, named_rewrites,
-                            rewrites_for)
+from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, JOIN_SIBLING_LINEARS, Rewrite, combined,
+                            named_rewrites, rewrites_for)
 from tuner.stages.base import StageEnv, parsed_model
 from tuner.stages.ledger import DISCOVERY, REWRITES
 
@@ -94,8 +94,12 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     kernel 1.24x alone, the GEMM 2.89x, the pair never built in a 380 s run; built, 8.28x
     untuned). The feeders turn convolutions into matrix products the GEMM kernel takes (one,
     patchify-as-matmul, is offered only here); alone, each forms IREE matmuls and is judged as
-    such. Where a rewrite of EXACT_FIRST applies it comes first in both (joined with a kernel
-    alone too). Both options are judged at the compiler's configs for what IREE still compiles
+    such. Where sibling linears read one activation (a transformer's Q, K and V projections),
+    the kernels are offered with them joined first too (JOIN_SIBLING_LINEARS): one GEMM of the
+    kernel's where three launched (BERT-base's 512x768x768 ones fill 96 workgroups of the H200's
+    132 SMs each, the joined 512x2304x768 one 144), the attention kernel reading Q, K and V from
+    its rows; judged on the model like the others. Where a rewrite of EXACT_FIRST applies it
+    comes first in each (joined with a kernel alone too). Both options are judged at the compiler's configs for what IREE still compiles
     (the dispatch stage tunes those after). Where the model copies into slices of buffers
     (pipelines.model_flags.OUTER_DIM_CONCAT: DenseNet's concatenations) each is offered with its
     concatenations made outermost too: alone, that flag is judged on a default that computes
@@ -109,6 +113,9 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     feeders = [r for r in FEEDERS if r in applies]  # in the order they feed one another
     exact = [r for r in EXACT_FIRST if r in applies]
     options = [ModelOption((), combined([*exact, *external]), kernels=True)] if len(external) > 1 or (external and exact) else []
+    joins = [r for r in offered if r.name == JOIN_SIBLING_LINEARS.name and rewrite_changes(env, r)]
+    if external and joins:  # sibling linears as one GEMM of the kernel's, the attention reading its rows
+        options.append(ModelOption((), replace(combined([*exact, *joins, *external]), tunes=()), kernels=True))
     if external and feeders:
         options.append(ModelOption((), replace(combined([*exact, *feeders, *external]), tunes=()), kernels=True))
     if env.program.in_place_copies:  # copies into slices (concatenations): each also with them made outermost
