@@ -1,7 +1,8 @@
 """The external kernels' arithmetic run by Triton's interpreter on the CPU (`TRITON_INTERPRET=1`,
 numpy underneath) against torch in f32: the implicit-GEMM convolution (tuner.external.triton_conv)
 on every path, the depthwise kernel's and the GEMM's epilogues (their activations), the attention
-kernel's layouts (heads split before the exporter's Transpose), the layer norm's two layouts. Index
+kernel's layouts (heads split before the exporter's Transpose, grouped-query heads), the layer
+norm's two layouts, the RMS norm. Index
 arithmetic, masks and epilogues checked where no GPU is (the GPU's own compilation is checked by
 benchmarks/gpu_external_conv.py and, in the model, by benchmarks/export_vs_torch.py). Small
 shapes, so that the interpreter takes seconds.
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tuner.external.attention_kernel import AttentionProblem, attention_tiles_for  # noqa: E402
 from tuner.external.conv_kernel import ConvProblem, conv_tiles_for  # noqa: E402
 from tuner.external.depthwise_kernel import DepthwiseProblem, depthwise_tiles_for  # noqa: E402
-from tuner.external.layernorm_kernel import LayerNormProblem, layernorm_tiles_for  # noqa: E402
+from tuner.external.layernorm_kernel import LayerNormProblem, RmsNormProblem, layernorm_tiles_for  # noqa: E402
 
 P1 = (1, 1, 1, 1)
 CASES = {
@@ -170,6 +171,8 @@ ATTENTION = {
     "grouped-query: 3 K/V heads for 6, K V seq-major": AttentionProblem(
         2, 6, 33, 45, 32, 32, scale=0.2, seq_major=(False, True, True, True), kv_heads=3),
 }
+
+
 def layernorm_error(problem: LayerNormProblem) -> float:
     """The kernel against torch's layer_norm; channels first, X made NCHW and the reference taken
     on its NHWC view."""
@@ -192,6 +195,28 @@ def layernorm_error(problem: LayerNormProblem) -> float:
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
+def rmsnorm_error(problem: RmsNormProblem) -> float:
+    """The kernel against transformers' RMSNorm as torch computes it in f16: the statistics in
+    f32, the normalized value rounded to f16, then the scale in f16."""
+    import torch
+
+    from tuner.external.triton_layernorm import rmsnorm_constants, rmsnorm_jit
+
+    tiles = layernorm_tiles_for(problem)
+    torch.manual_seed(0)
+    x = torch.randn(problem.rows, problem.c, dtype=torch.float16) * 3 + 1
+    w = torch.randn(problem.c, dtype=torch.float16)
+    y = torch.empty(problem.rows, problem.c, dtype=torch.float16)
+    rmsnorm_jit()[(-(-problem.rows // tiles.rows), 1, 1)](x, w, y, **rmsnorm_constants(problem, tiles))
+    xf = x.float()
+    ref = (w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + problem.eps)).half()).float()
+    return ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+RMSNORM = {
+    "RMS norm (Llama's), 20 rows of 96": RmsNormProblem(20, 96, 1e-6),
+    "RMS norm, a row wider than a power of two (200)": RmsNormProblem(7, 200, 1e-5),
+}
 LAYERNORM = {
     "layer norm, rows as they lie": LayerNormProblem(20, 96, 1e-5),
     "layer norm, NCHW read, NHWC written (ConvNeXt)": LayerNormProblem(2 * 25, 40, 1e-6, bias=False, pixels=25),
@@ -218,6 +243,10 @@ def main() -> None:
               flush=True)
     for what, problem in LAYERNORM.items():
         errors.append(layernorm_error(problem))
+        print(f"{what:50s} {problem.name:50s} {layernorm_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
+              flush=True)
+    for what, problem in RMSNORM.items():
+        errors.append(rmsnorm_error(problem))
         print(f"{what:50s} {problem.name:50s} {layernorm_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
               flush=True)
     for what, shape in GEMMS.items():

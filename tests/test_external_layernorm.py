@@ -1,7 +1,8 @@
 """Layer norms as an external kernel (tuner.external.layernorm_kernel, tuner.rewrite.external_layernorm):
 the problem read from ONNX's LayerNormalization, ConvNeXt's channels-last Transpose taken in (the
 kernel reads NCHW), what is left alone, and that every norm is an experiment while the flag
-stage's kernels take only those after a channels-last transpose. The kernel's arithmetic is
+stage's kernels take only those after a channels-last transpose; transformers' RMSNorm as the
+exporter spells it out, one call of the RMS kernel (an experiment too), and what it is not. The kernel's arithmetic is
 checked by benchmarks/interpret_external_kernels.py; the stand-in PTX here is the conv
 fixture's (never run)."""
 
@@ -106,3 +107,71 @@ def test_every_norm_is_an_experiment_and_the_kernels_take_only_those_after_a_cha
         every = external_layernorms(module, _stand_in)
     assert done == ["98x96_nchw49_f16 (64 rows of 128 w4)"] and text.count('"onnx.LayerNormalization"') == 1
     assert every == ["98x96_nchw49_f16 (64 rows of 128 w4)", "64x64_f16_nobias (128 rows of 64 w4)"]
+
+
+def _rms_norm(exponent: str = "2.000000e+00", axis: int = -1, inverse: str = "Reciprocal") -> str:
+    """transformers' RMSNorm(64, eps 1e-6) as torch.onnx.export writes it on [1, 16, 64] f16:
+    Cast to f32, Pow 2, ReduceMean over the last dim (kept), Add eps, Sqrt, Reciprocal (`inverse`),
+    Mul, Cast back, Mul by the weight."""
+    x16, x32, m32, w, i64 = _t(1, 16, 64), "!torch.vtensor<[1,16,64],f32>", "!torch.vtensor<[1,16,1],f32>", _t(64), \
+        "!torch.vtensor<[1],si64>"
+    s32 = "!torch.vtensor<[],f32>"
+    return f"""
+func.func @f(%x: {x16}, %w: {w}) -> {x16} attributes {META} {{
+  %two = torch.vtensor.literal(dense<{exponent}> : tensor<f32>) : {s32}
+  %eps = torch.vtensor.literal(dense<9.99999997E-7> : tensor<f32>) : {s32}
+  %axes = torch.vtensor.literal(dense<{axis}> : tensor<1xsi64>) : {i64}
+  %a = torch.operator "onnx.Cast"(%x) {{torch.onnx.to = 1 : si64}} : ({x16}) -> {x32}
+  %p = torch.operator "onnx.Pow"(%a, %two) : ({x32}, {s32}) -> {x32}
+  %m = torch.operator "onnx.ReduceMean"(%p, %axes) {{torch.onnx.keepdims = 1 : si64}} : ({x32}, {i64}) -> {m32}
+  %e = torch.operator "onnx.Add"(%m, %eps) : ({m32}, {s32}) -> {m32}
+  %s = torch.operator "onnx.Sqrt"(%e) : ({m32}) -> {m32}
+  %r = torch.operator "onnx.{inverse}"(%s) : ({m32}) -> {m32}
+  %n = torch.operator "onnx.Mul"(%a, %r) : ({x32}, {m32}) -> {x32}
+  %h = torch.operator "onnx.Cast"(%n) {{torch.onnx.to = 10 : si64}} : ({x32}) -> {x16}
+  %y = torch.operator "onnx.Mul"(%w, %h) : ({w}, {x16}) -> {x16}
+  return %y : {x16}
+}}
+"""
+
+
+def _rms_stand_in(problem, tiles) -> ExternKernel:
+    ptx = FIXTURES / "triton_gemm_16x128x64.ptx"
+    return ExternKernel(problem.name, for_iree(ptx.read_text(), "_gemm", problem.name, 3), 3, 128, 0,
+                        (-(-problem.rows // tiles.rows), 1, 1), tiles.label)
+
+
+def test_an_exported_rms_norm_is_one_call_of_the_kernel_on_x_and_the_weight():
+    from tuner.external.layernorm_kernel import RmsNormProblem
+    from tuner.rewrite.external_layernorm import external_rms_norms
+
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_rms_norm())
+        done = external_rms_norms(module, lambda p, t: made.append(p) or _rms_stand_in(p, t))
+        text = str(module)
+    assert made == [RmsNormProblem(16, 64, pytest.approx(1e-6), "f16")] and done == ["16x64_f16 (128 rows of 64 w4)"]
+    assert not any(f'"onnx.{op}"' in text for op in ("Cast", "Pow", "ReduceMean", "Sqrt", "Reciprocal", "Mul", "Add"))
+    call = next(line for line in text.splitlines() if "call @rmsnorm_16x64_f16" in line)
+    assert "(tensor<1x16x64xf16>, tensor<64xf16>) -> tensor<1x16x64xf16>" in call
+
+
+@pytest.mark.parametrize("exponent, axis, inverse, why", [
+    ("3.000000e+00", -1, "Reciprocal", "a cube's mean is no RMS"),
+    ("2.000000e+00", 1, "Reciprocal", "the mean over the tokens, not the channels"),
+    ("2.000000e+00", -1, "Neg", "no inverse of the root"),
+])
+def test_what_is_no_exported_rms_norm_is_left_as_it_is(exponent, axis, inverse, why):
+    from tuner.rewrite.external_layernorm import external_rms_norms
+
+    with ir.Context():
+        module = ir.Module.parse(_rms_norm(exponent, axis, inverse))
+        assert external_rms_norms(module, _rms_stand_in) == [], why
+        assert '"onnx.ReduceMean"' in str(module)
+
+
+def test_the_rms_norm_kernel_is_an_experiment_not_offered_by_the_flag_stage():
+    from tuner.rewrite import EXTERNAL_RMSNORM
+
+    assert EXTERNAL_RMSNORM in EXPERIMENTS and EXTERNAL_RMSNORM not in EXTERNAL
+    assert all(EXTERNAL_RMSNORM not in offered for offered in REWRITES.values())

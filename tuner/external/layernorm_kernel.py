@@ -49,3 +49,20 @@ def layernorm_tiles_for(problem: LayerNormProblem) -> LayerNormTiles:
     warps (eight from 4096 values a row). Not chosen on any measurement."""
     width = 1 << max(4, (problem.c - 1).bit_length())
     return LayerNormTiles(max(1, 8192 // width), width, 8 if width >= 4096 else 4)
+
+
+@dataclass(frozen=True)
+class RmsNormProblem:
+    """Y[r, c] = W[c] * round(X[r, c] / sqrt(mean_c X[r, c]^2 + eps)) over `rows` rows of `c`
+    values: transformers' RMSNorm (Llama's, Mistral's, Qwen2's) as torch exports it, the
+    statistics in f32, the normalized value rounded to X's type before the scale (as torch rounds
+    it), the product rounded once. Its tiles are a layer norm's (`layernorm_tiles_for`)."""
+
+    rows: int
+    c: int
+    eps: float
+    element: str = "f16"
+
+    @property
+    def name(self) -> str:
+        return f"rmsnorm_{self.rows}x{self.c}_{self.element}"

@@ -23,7 +23,7 @@ from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.f32_reductions import f32_reductions
 from tuner.rewrite.external_depthwise import external_depthwise_convs
 from tuner.rewrite.external_gemm import external_gemms
-from tuner.rewrite.external_layernorm import external_layernorms
+from tuner.rewrite.external_layernorm import external_layernorms, external_rms_norms
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.pad_reductions import pad_reductions
 from tuner.rewrite.padded_columns import pad_convolution_columns
@@ -197,7 +197,11 @@ EXTERNAL_LAYERNORM = Rewrite("external-layer-norm", external_layernorms,
 EXTERNAL_CONV_NCHW = Rewrite("external-hopper-conv-nchw", partial(external_convs, channels_last=False),
                              "convolutions as external Hopper implicit-GEMM kernels compiled by Triton, the image "
                              "read NCHW", devices=("cuda",))
-EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW)
+# transformers' RMSNorm, spelled out by the exporter, as one kernel (tuner.rewrite.external_layernorm):
+# interpreted against torch on the CPU (bit-exact), not yet run on a GPU.
+EXTERNAL_RMSNORM = Rewrite("external-rms-norm", external_rms_norms,
+                           "transformers' RMS norms as an external kernel compiled by Triton", devices=("cuda",))
+EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW, EXTERNAL_RMSNORM)
 
 
 def named_rewrites(target=None) -> dict[str, Rewrite]:
