@@ -387,3 +387,32 @@ def test_a_stopped_run_exits_while_a_device_call_is_stuck(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode != 0 and "Terminated" in proc.stderr.read()
+
+
+def test_loaded_modules_are_dropped_oldest_first_past_their_count_or_their_bytes(monkeypatch, tmp_path):
+    """A comparison keeps its modules loaded; past `keep` of them, or past `keep_bytes` of
+    module and parameter files, the least recently used go before the next is uploaded."""
+    loads = []
+    monkeypatch.setattr(in_model, "LoadedModule", lambda path, settings: loads.append(path.name) or path.name)
+    files = {}
+    for name, size in (("a.vmfb", 60), ("b.vmfb", 30), ("c.vmfb", 10), ("w.irpa", 20)):
+        files[name] = tmp_path / name
+        files[name].write_bytes(b"x" * size)
+    plain = ModuleRun("cuda", "main", ())
+    counted = in_model.ModuleCache(keep=2, keep_bytes=10 ** 6)
+    for name in ("a.vmfb", "b.vmfb", "a.vmfb", "c.vmfb", "a.vmfb", "b.vmfb"):
+        counted.get(files[name], plain)
+    # a used again before c came: b, the least recently used, went for c, then c for b
+    assert loads == ["a.vmfb", "b.vmfb", "c.vmfb", "b.vmfb"]
+    loads.clear()
+    weighed = in_model.ModuleCache(keep=8, keep_bytes=100)
+    for name in ("a.vmfb", "b.vmfb", "c.vmfb", "a.vmfb"):  # 60 + 30 + 10: all fit
+        weighed.get(files[name], plain)
+    assert loads == ["a.vmfb", "b.vmfb", "c.vmfb"]
+    # c with a 20-byte parameter file (another key, 30 bytes): b, the least recently used, goes
+    weighed.get(files["c.vmfb"], ModuleRun("cuda", "main", (), runtime_flags=(f"--parameters=model={files['w.irpa']}",)))
+    weighed.get(files["a.vmfb"], plain)  # still loaded
+    # b again (30 more than the 100 held): c (10), then the weighted c (30) go; a, used last, stays
+    weighed.get(files["b.vmfb"], plain)
+    weighed.get(files["a.vmfb"], plain)
+    assert loads[3:] == ["c.vmfb", "b.vmfb"]

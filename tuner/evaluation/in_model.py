@@ -245,16 +245,21 @@ def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
 class ModuleCache:
     """The last few loaded modules (loading a model uploads its weights: done once per module).
     Eight: the confirmation rounds rotate through the baseline and the 4 most promising
-    candidates, which must all stay loaded."""
+    candidates, which must all stay loaded. And no more than `keep_bytes` of modules and their
+    parameter files together (the weights each holds on the device), the newest always: a
+    whole-model comparison keeps the reference and its choices loaded (in_model.time_model),
+    and eight copies of a 7B model's 14 GB would not fit an H200."""
 
-    def __init__(self, keep: int = 8) -> None:
-        self.keep = keep
+    def __init__(self, keep: int = 8, keep_bytes: int = 32 << 30) -> None:
+        self.keep, self.keep_bytes = keep, keep_bytes
         self._loaded: "OrderedDict[tuple, LoadedModule]" = OrderedDict()
+        self._bytes: dict[tuple, int] = {}
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         with self._lock:
             self._loaded.clear()
+            self._bytes.clear()
 
     def get(self, vmfb: Path, settings: ModuleRun) -> LoadedModule:
         path = Path(vmfb).resolve()
@@ -264,12 +269,23 @@ class ModuleCache:
             if key in self._loaded:
                 self._loaded.move_to_end(key)
                 return self._loaded[key]
+        size = _weight_bytes(path, settings)
+        with self._lock:  # room first: the evicted modules' device memory goes before the upload
+            while self._loaded and (len(self._loaded) >= self.keep
+                                    or sum(self._bytes.values()) + size > self.keep_bytes):
+                self._bytes.pop(self._loaded.popitem(last=False)[0], None)
         loaded = LoadedModule(path, settings)
         with self._lock:
             self._loaded[key] = loaded
-            while len(self._loaded) > self.keep:
-                self._loaded.popitem(last=False)
+            self._bytes[key] = size
         return loaded
+
+
+def _weight_bytes(vmfb: Path, settings: ModuleRun) -> int:
+    """A module's file and its parameter files' sizes: about what loading it puts on the device."""
+    files = [vmfb, *(Path(f.split("=", 1)[1].partition("=")[2]) for f in settings.runtime_flags
+                     if f.startswith("--parameters="))]
+    return sum(f.stat().st_size for f in files if f.is_file())
 
 
 MODULES = ModuleCache()
