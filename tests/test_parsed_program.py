@@ -79,3 +79,66 @@ def test_the_flag_stage_writes_a_rewritten_program_only_when_it_is_to_be_built(t
     assert flag_options.rewritten_program(env, CHAIN_CONCATS) is None
     assert env.ledger.counts[REWRITES] == 3  # found twice (one finds nothing), written once
     assert said == ["  f32-reductions: 1 to rewrite (ReduceSum of 4x8 f16)", f"  f32-reductions: written to {out}"]
+
+
+def _three_linears() -> str:
+    """Three f16 linears of three widths in a chain: three GEMM problems."""
+    def t(*dims: int) -> str:
+        return f"!torch.vtensor<[{','.join(map(str, dims))}],f16>"
+    return f"""
+func.func @main_graph(%x: {t(16, 64)}, %a: {t(64, 128)}, %b: {t(128, 64)}, %c: {t(64, 32)}) -> {t(16, 32)} attributes {META} {{
+  %y = torch.operator "onnx.MatMul"(%x, %a) : ({t(16, 64)}, {t(64, 128)}) -> {t(16, 128)}
+  %z = torch.operator "onnx.MatMul"(%y, %b) : ({t(16, 128)}, {t(128, 64)}) -> {t(16, 64)}
+  %w = torch.operator "onnx.MatMul"(%z, %c) : ({t(16, 64)}, {t(64, 32)}) -> {t(16, 32)}
+  return %w : {t(16, 32)}
+}}
+"""
+
+
+def test_a_rewrites_kernels_are_made_side_by_side_first_and_the_program_is_the_same(tmp_path, monkeypatch):
+    """prebuild: a first pass only asks for the kernels, threads make them (each once), and the
+    rewrite then takes each from its source's cache: the program is what a plain rewrite writes."""
+    import functools
+    import threading
+
+    from tests.test_external_gemm import _fixture_kernel
+    from tuner.rewrite import Rewrite
+    from tuner.rewrite import extern_call
+    from tuner.rewrite.external_gemm import external_gemms
+
+    monkeypatch.setattr(extern_call.os, "cpu_count", lambda: 4)
+    made = []
+
+    @functools.cache
+    def source(problem, tiles):
+        made.append((problem.name, threading.current_thread().name))
+        return _fixture_kernel(problem, tiles)
+
+    rewrite = Rewrite("gemms", functools.partial(external_gemms, source=source), "three GEMMs")
+    program = tmp_path / "model.mlir"
+    program.write_text(_three_linears())
+    parsed = ParsedProgram(program)
+    assert len(parsed.write(rewrite, tmp_path / "prebuilt.mlir", prebuild=True)) == 3
+    assert sorted(name for name, _ in made) == ["gemm_16x128x64_f16", "gemm_16x32x64_f16", "gemm_16x64x128_f16"]
+    assert all(thread.startswith("kernels") for _, thread in made)  # none made by the rewrite itself
+    source.cache_clear()
+    made.clear()
+    assert len(ParsedProgram(program).write(rewrite, tmp_path / "plain.mlir")) == 3
+    assert all(thread == "MainThread" for _, thread in made) and len(made) == 3
+    assert (tmp_path / "prebuilt.mlir").read_text() == (tmp_path / "plain.mlir").read_text()
+
+
+def test_kernels_that_cannot_be_made_beforehand_leave_their_sites_as_a_plain_rewrite_does(tmp_path):
+    import functools
+
+    from tuner.rewrite import Rewrite
+    from tuner.rewrite.external_gemm import external_gemms
+
+    def source(problem, tiles):
+        raise ValueError(f"no kernel for {problem.name}")
+
+    rewrite = Rewrite("gemms", functools.partial(external_gemms, source=source), "three GEMMs")
+    program = tmp_path / "model.mlir"
+    program.write_text(_three_linears())
+    # no site taken, with the threads' failures or without them: nothing changed, no traceback
+    assert ParsedProgram(program).changes(rewrite, prebuild=True) == ParsedProgram(program).changes(rewrite) == []

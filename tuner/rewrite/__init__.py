@@ -204,6 +204,12 @@ EXTERNAL_RMSNORM = Rewrite("external-rms-norm", external_rms_norms,
 EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW, EXTERNAL_RMSNORM)
 
 
+def makes_kernels(rewrite: Rewrite) -> bool:
+    """Whether the rewrite (or one it is combined from) compiles external kernels (Triton's)."""
+    external = {r.name for r in (*EXTERNAL, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW, EXTERNAL_RMSNORM)}
+    return any(name in external for name in rewrite.names)
+
+
 def named_rewrites(target=None) -> dict[str, Rewrite]:
     """Every rewrite that may be built by name: those offered on some target (`target`'s own, else
     a GPU's, where two share a name), the feeders, the external kernels (Triton installed or not)

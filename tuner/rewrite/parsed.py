@@ -13,6 +13,7 @@ from typing import Optional
 
 from iree.compiler import ir
 
+from tuner.rewrite.extern_call import prebuild as build_kernels, recording
 from tuner.run_dir import real_directory, write_file
 
 
@@ -36,20 +37,26 @@ class ParsedProgram:
         self._context: Optional[ir.Context] = None
         self._module: Optional[ir.Module] = None
 
-    def changes(self, rewrite) -> list[str]:
-        """What `rewrite` (a tuner.rewrite.Rewrite) changes in the program; nothing is written."""
-        return self._apply(rewrite, None)
+    def changes(self, rewrite, prebuild: bool = False) -> list[str]:
+        """What `rewrite` (a tuner.rewrite.Rewrite) changes in the program; nothing is written.
+        `prebuild`: the external kernels it makes are first compiled side by side (a first pass
+        only asks for them; tuner.rewrite.extern_call.prebuild)."""
+        return self._apply(rewrite, None, prebuild)
 
-    def write(self, rewrite, out: Path) -> list[str]:
+    def write(self, rewrite, out: Path, prebuild: bool = False) -> list[str]:
         """Write the program rewritten by `rewrite` to `out` and return what changed; nothing is
         written when nothing changed."""
-        return self._apply(rewrite, out)
+        return self._apply(rewrite, out, prebuild)
 
-    def _apply(self, rewrite, out: Optional[Path]) -> list[str]:
+    def _apply(self, rewrite, out: Optional[Path], prebuild: bool = False) -> list[str]:
         if self._module is None:
             self._context = ir.Context()
             with self._context:
                 self._module = ir.Module.parse(self.program.read_text())
+        if prebuild:
+            with recording() as requests:
+                self._apply(rewrite, None)
+            build_kernels(requests)
         with self._context:
             copy = self._module.operation.clone()
             try:

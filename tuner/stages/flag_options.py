@@ -13,7 +13,7 @@ from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from pipelines.model_flags import OUTER_DIM_CONCAT
 from tuner.discovery.program import discover_program
 from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, JOIN_SIBLING_LINEARS, Rewrite, combined,
-                            named_rewrites, rewrites_for)
+                            makes_kernels, named_rewrites, rewrites_for)
 from tuner.stages.base import StageEnv, parsed_model
 from tuner.stages.ledger import DISCOVERY, REWRITES
 
@@ -212,7 +212,7 @@ def rewrite_changes(env: StageEnv, rewrite: Rewrite) -> list[str]:
     model's program parsed once (`RunCache.parsed`); nothing is written."""
     if rewrite.name not in env.cache.changes:
         with env.ledger.timed(REWRITES):
-            changed = parsed_model(env).changes(rewrite)
+            changed = parsed_model(env).changes(rewrite, prebuild=makes_kernels(rewrite))
         env.cache.changes[rewrite.name] = changed
         if changed:
             env.say(f"  {rewrite.name}: {len(changed)} to rewrite ({changes_text(changed)})")

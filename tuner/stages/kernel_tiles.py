@@ -143,7 +143,7 @@ def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
                 if n in TILEABLE else known[n] for n in state.rewrites]
     out = env.output_dir / DIRECTORY / f"{env.model.stem}.{name}.mlir"
     with env.ledger.timed(REWRITES):
-        changed = parsed_model(env).write(combined(rewrites), out)
+        changed = parsed_model(env).write(combined(rewrites), out, prebuild=True)  # the candidates' kernels side by side
     return (out if changed else None), given
 
 
