@@ -85,13 +85,28 @@ def external_layernorms(module: ir.Module, source: Optional[KernelSource] = None
         problem = problem_of(ln)
         x = _channels_first_source(ln.operands[0]) if problem.channels_first else ln.operands[0]
         transpose = producer(ln.operands[0]) if problem.channels_first else None
-        kernel = call_in_place(module, ln, [], problem, layernorm_tiles_for(problem), kernels,
-                               f"{problem.name.removeprefix('layernorm_')} left as it was", [x, *ln.operands[1:]])
-        if kernel is None:
-            continue
-        if transpose is not None and not list(transpose.results[0].uses):
-            transpose.erase()
-        done.append(f"{problem.name.removeprefix('layernorm_')} ({kernel.label})")
+        done += _called(module, ln, problem, "layernorm_", [x, *ln.operands[1:]], [transpose] if transpose else [],
+                        kernels)
+    return _outcome(module, done, kernels)
+
+
+def _called(module: ir.Module, op: ir.Operation, problem, prefix: str, operands: list[ir.Value],
+            dead: list[ir.Operation], kernels: Kernels) -> list[str]:
+    """`op` replaced by a call of the problem's kernel on `operands`, then each of `dead` (users
+    first) erased once nothing reads it: the problem and tiles taken, or none where the kernel
+    could not be made (`kernels.failed` says why)."""
+    kernel = call_in_place(module, op, [], problem, layernorm_tiles_for(problem), kernels,
+                           f"{problem.name.removeprefix(prefix)} left as it was", operands)
+    if kernel is None:
+        return []
+    for gone in dead:
+        if not any(list(r.uses) for r in gone.results):
+            gone.erase()
+    return [f"{problem.name.removeprefix(prefix)} ({kernel.label})"]
+
+
+def _outcome(module: ir.Module, done: list[str], kernels: Kernels) -> list[str]:
+    """What a rewrite says: nothing where nothing was taken, else each taken, then each failed."""
     if not done:
         return []
     module.operation.verify()
@@ -173,16 +188,6 @@ def external_rms_norms(module: ir.Module, source: Optional[Callable[[RmsNormProb
     kernels, done = Kernels(source), []
     for mul in onnx_sites(module, "Mul", lambda op: rms_norm_of(op) is not None, at_run_time=True):
         problem, x, w, chain = rms_norm_of(mul)
-        kernel = call_in_place(module, mul, [], problem, layernorm_tiles_for(problem), kernels,
-                               f"{problem.name.removeprefix('rmsnorm_')} left as it was", [x, w])
-        if kernel is None:
-            continue
-        for op in chain:  # users first: each goes once nothing reads it
-            if not any(list(r.uses) for r in op.results):
-                op.erase()
-        done.append(f"{problem.name.removeprefix('rmsnorm_')} ({kernel.label})")
-    if not done:
-        return []
-    module.operation.verify()
-    return done + kernels.failed
+        done += _called(module, mul, problem, "rmsnorm_", [x, w], chain, kernels)
+    return _outcome(module, done, kernels)
 
