@@ -416,3 +416,27 @@ def test_loaded_modules_are_dropped_oldest_first_past_their_count_or_their_bytes
     weighed.get(files["b.vmfb"], plain)
     weighed.get(files["a.vmfb"], plain)
     assert loads[3:] == ["c.vmfb", "b.vmfb"]
+
+
+def test_a_model_whose_inputs_cannot_be_uploaded_here_is_timed_by_the_tool_every_time(monkeypatch, tmp_path):
+    """Inputs of a kind the process cannot upload: from the first timing on, every build of the
+    model is timed by iree-benchmark-module (wall time), so no comparison mixes the two, and the
+    timing method says so."""
+    from tuner.core.running import Timing
+    from tuner.stages import model_timing
+
+    def refuse(vmfb, settings):
+        raise in_model.NotInProcess("input0.4xf8E4M3FN.bin: raw inputs of f8E4M3FN are not read in-process")
+
+    tool = []
+    monkeypatch.setattr(in_model, "TOOL_TIMED", set())
+    monkeypatch.setattr(model_timing, "TOOL_TIMED", in_model.TOOL_TIMED)
+    monkeypatch.setattr(in_model.MODULES, "get", refuse)
+    monkeypatch.setattr(in_model, "benchmark", lambda vmfb, settings: (tool.append(vmfb.name) or Timing((2.0, 2.0)), None))
+    settings = ModuleRun("cuda", "main", (tmp_path / "input0.4xf8E4M3FN.bin",))
+    assert "kernel time" in model_timing.timing_method(in_model.time_model)
+    assert in_model.time_model(tmp_path / "a.vmfb", settings).median_ms == 2.0
+    monkeypatch.setattr(in_model.MODULES, "get", lambda vmfb, settings: pytest.fail("loaded after the inputs were refused"))
+    assert in_model.time_model(tmp_path / "b.vmfb", settings).median_ms == 2.0
+    assert tool == ["a.vmfb", "b.vmfb"]
+    assert "iree-benchmark-module" in model_timing.timing_method(in_model.time_model)

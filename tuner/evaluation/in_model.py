@@ -25,7 +25,7 @@ from tuner.errors import TargetError
 from tuner.evaluation import cupti
 from tuner.evaluation.kernel_times import KernelTime, per_call, repetition_times
 from tuner.evaluation.measure import Built, LocalRunner
-from tuner.evaluation.runtime_tools import ModuleRun, Timing
+from tuner.evaluation.runtime_tools import ModuleRun, Timing, benchmark
 from tuner.discovery.raw_types import RAW_TYPES
 from tuner.tools import ToolRun
 
@@ -113,6 +113,10 @@ def _device(device: str):
         return _DEVICES[device]
 
 
+class NotInProcess(ValueError):
+    """Inputs of a kind this process cannot read or upload (the runtime tools can)."""
+
+
 def _read_input(path: Path):
     """An input file as the runtime tools read it (tuner.discovery.workload.write_inputs):
     `.npy`, raw bits `inputN.SHAPExTYPE.bin`, or a scalar `inputN.TYPE.scalar`."""
@@ -124,7 +128,7 @@ def _read_input(path: Path):
     dims = path.name.split(".")[1].split("x")
     kind = dims[-1]
     if kind not in RAW_TYPES:
-        raise ValueError(f"{path.name}: raw inputs of {kind} are not read in-process")
+        raise NotInProcess(f"{path.name}: raw inputs of {kind} are not read in-process")
     return np.fromfile(path, dtype=RAW_TYPES[kind]).reshape([int(d) for d in dims[:-1]]), kind
 
 
@@ -156,7 +160,7 @@ class LoadedModule:
             array, kind = value
             element = {"bf16": rt.HalElementType.BFLOAT_16}.get(kind)
             if element is None:
-                raise ValueError(f"inputs of {kind} are not uploaded in-process")
+                raise NotInProcess(f"inputs of {kind} are not uploaded in-process")
             return device.allocator.allocate_buffer_copy(
                 memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT, device=device,
                 buffer=np.ascontiguousarray(array), element_type=element)
@@ -217,6 +221,16 @@ def _traced_calls(module: LoadedModule, repetitions: int, min_time_s: float,
     return traced, walls, calls
 
 
+# Models whose inputs (by their files) this process cannot upload: time_model hands each of their
+# timings to iree-benchmark-module (wall time), from the first, so that no comparison mixes the two.
+TOOL_TIMED: set[tuple[Path, ...]] = set()
+
+
+def tool_timing(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
+    """iree-benchmark-module's wall time per call (the runtime tools read every input kind)."""
+    return benchmark(vmfb, settings)[0]
+
+
 def device_ordinal(device: str) -> Optional[int]:
     """The CUDA ordinal of a runtime device as the tuner names it (`cuda` 0, `cuda://1` 1; None
     where it is named otherwise, by a UUID say)."""
@@ -232,10 +246,15 @@ def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
     of 4 rounds in the H200's flag stages, 41-56 s of them a stage), and its wall time holds the
     call's fixed cost (0.3 ms on ConvNeXt-T's 0.93 ms of kernels), which no choice changes.
     None where it could not be had (the comparison then has no figure for it)."""
+    if settings.inputs in TOOL_TIMED:
+        return tool_timing(vmfb, settings)
     ordinal = device_ordinal(settings.device)
     try:
         traced, _, calls = on_device_thread(settings.device, lambda: _traced_calls(
             MODULES.get(vmfb, settings), settings.repetitions, KERNEL_MIN_TIME_S, 2))
+    except NotInProcess:  # every build of the model has these inputs: all timed by the tool, alike
+        TOOL_TIMED.add(settings.inputs)
+        return tool_timing(vmfb, settings)
     except RUN_ERRORS:
         return None
     times = tuple(sum(r.ms for r in records if ordinal is None or r.device == ordinal) / calls for records in traced)

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from tuner.core.comparison import Paired, bracketing
-from tuner.evaluation.in_model import time_model, times_in_model
+from tuner.evaluation.in_model import TOOL_TIMED, time_model, times_in_model
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
 from tuner.core.running import ModuleRun, Timing
@@ -50,6 +50,8 @@ def timing_method(timer: ModelBenchmark) -> str:
     if timer is iree_benchmark:
         return "wall time per call (iree-benchmark-module)"
     if timer is time_model:
+        if TOOL_TIMED:  # the model's inputs could not be uploaded in-process: every timing was the tool's
+            return "wall time per call (iree-benchmark-module: inputs of a kind the tuner's process cannot upload)"
         return "kernel time per call (CUPTI, the module loaded once)"
     return "the client's timer"  # (any callable: a client's may not be hashable)
 
