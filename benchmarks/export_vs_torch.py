@@ -42,6 +42,7 @@ from tuner.rewrite import combined, named_rewrites, rewrite_program, rewrites_fo
 
 FLAG_BY_NAME = {name: flag for flag, name in FLAG_NAMES.items()}
 from tuner.targets import parse_target  # noqa: E402
+from torch_exports import SENSITIVE  # noqa: E402
 from tuner.tools import find_tool  # noqa: E402
 
 
@@ -145,6 +146,11 @@ def main() -> None:
         torch_json = folder / "torch.json"
         torch_figures = json.loads(torch_json.read_text()) if torch_json.exists() else {}
         record["torch"] = {k: torch_figures[k] for k in ("eager", "compile") if k in torch_figures}
+        sensitivity = torch_figures.get("input_sensitivity")
+        if sensitivity is not None and sensitivity < SENSITIVE:  # torch_exports.py's own threshold
+            record["unchecked"] = (f"the export's output hardly depends on its input ({sensitivity:.1e}): "
+                                   "a build's error against it shows little")
+            print(f"{folder.name}: {record['unchecked']}", flush=True)
         report[folder.name] = record
         for name, (ok, error, s) in built.items():
             print(f"{folder.name} {name}: {'built' if ok else 'FAILED ' + error} in {s:.0f} s; {found[name][1]}", flush=True)
@@ -194,7 +200,8 @@ def _summary(name: str, record: dict, top: int) -> None:
               + (f"  {vs_default:.2f}x the default" if vs_default else "")
               + (f"  {eager / entry['kernel_ms']:.2f}x eager" if eager else "")
               + (f"  {compiled / entry['kernel_ms']:.2f}x torch.compile" if compiled else "")
-              + f"  err {entry.get('rel_error', float('nan')):.1e}", flush=True)
+              + f"  err {entry.get('rel_error', float('nan')):.1e}" + (" (unchecked)" if record.get("unchecked") else ""),
+              flush=True)
         for dispatch, ms in sorted(entry["dispatch_ms"].items(), key=lambda kv: -kv[1])[:top]:
             print(f"    {ms:8.3f} ms  {dispatch}")
 
