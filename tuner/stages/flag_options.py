@@ -99,8 +99,8 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     kernel's where three launched (BERT-base's 512x768x768 ones fill 96 workgroups of the H200's
     132 SMs each, the joined 512x2304x768 one 144), the attention kernel reading Q, K and V from
     its rows; judged on the model like the others. Where a rewrite of EXACT_FIRST applies it
-    comes first in each (joined with a kernel alone too). Both options are judged at the compiler's configs for what IREE still compiles
-    (the dispatch stage tunes those after). Where the model copies into slices of buffers
+    comes first in each (joined with a kernel alone too). Each option is judged at the
+    compiler's configs for what IREE still compiles (the dispatch stage tunes those after). Where the model copies into slices of buffers
     (pipelines.model_flags.OUTER_DIM_CONCAT: DenseNet's concatenations) each is offered with its
     concatenations made outermost too: alone, that flag is judged on a default that computes
     DenseNet-121 wrong on cuda, and the step adding it to the joined option was past the flag
