@@ -4,7 +4,8 @@ What a rewrite would change is found without printing anything; a rewritten prog
 and written only when something is to be built from it. A real export's program is mostly its
 weights (a Mistral-7B layer's import is 870 MB of text): parsing, printing and writing it took 5-6 s
 a rewrite on the H200's host, 93 s of a flag stage of 143 s, for 17 rewrites of which one was
-built (the joined kernels; the others were left for a budget they did not get)."""
+built (the joined kernels; the others were left for a budget they did not get). A rewrite that
+makes external kernels may have them compiled side by side first (`prebuild`)."""
 
 from __future__ import annotations
 
