@@ -434,9 +434,9 @@ def test_a_model_whose_inputs_cannot_be_uploaded_here_is_timed_by_the_tool_every
     monkeypatch.setattr(in_model.MODULES, "get", refuse)
     monkeypatch.setattr(in_model, "benchmark", lambda vmfb, settings: (tool.append(vmfb.name) or Timing((2.0, 2.0)), None))
     settings = ModuleRun("cuda", "main", (tmp_path / "input0.4xf8E4M3FN.bin",))
-    assert "kernel time" in model_timing.timing_method(in_model.time_model)
+    assert "kernel time" in model_timing.timing_method(in_model.time_model, lambda: settings.inputs)
     assert in_model.time_model(tmp_path / "a.vmfb", settings).median_ms == 2.0
     monkeypatch.setattr(in_model.MODULES, "get", lambda vmfb, settings: pytest.fail("loaded after the inputs were refused"))
     assert in_model.time_model(tmp_path / "b.vmfb", settings).median_ms == 2.0
     assert tool == ["a.vmfb", "b.vmfb"]
-    assert "iree-benchmark-module" in model_timing.timing_method(in_model.time_model)
+    assert "iree-benchmark-module" in model_timing.timing_method(in_model.time_model, lambda: settings.inputs)

@@ -226,11 +226,6 @@ def _traced_calls(module: LoadedModule, repetitions: int, min_time_s: float,
 TOOL_TIMED: set[tuple[Path, ...]] = set()
 
 
-def tool_timing(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
-    """iree-benchmark-module's wall time per call (the runtime tools read every input kind)."""
-    return benchmark(vmfb, settings)[0]
-
-
 def device_ordinal(device: str) -> Optional[int]:
     """The CUDA ordinal of a runtime device as the tuner names it (`cuda` 0, `cuda://1` 1; None
     where it is named otherwise, by a UUID say)."""
@@ -245,20 +240,21 @@ def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
     iree-benchmark-module is a process that loads the model for each timing (about 7 s a choice
     of 4 rounds in the H200's flag stages, 41-56 s of them a stage), and its wall time holds the
     call's fixed cost (0.3 ms on ConvNeXt-T's 0.93 ms of kernels), which no choice changes.
-    None where it could not be had (the comparison then has no figure for it)."""
-    if settings.inputs in TOOL_TIMED:
-        return tool_timing(vmfb, settings)
-    ordinal = device_ordinal(settings.device)
-    try:
-        traced, _, calls = on_device_thread(settings.device, lambda: _traced_calls(
-            MODULES.get(vmfb, settings), settings.repetitions, KERNEL_MIN_TIME_S, 2))
-    except NotInProcess:  # every build of the model has these inputs: all timed by the tool, alike
-        TOOL_TIMED.add(settings.inputs)
-        return tool_timing(vmfb, settings)
-    except RUN_ERRORS:
-        return None
-    times = tuple(sum(r.ms for r in records if ordinal is None or r.device == ordinal) / calls for records in traced)
-    return Timing(times) if all(times) else None
+    None where it could not be had (the comparison then has no figure for it). Inputs this process
+    cannot upload: iree-benchmark-module's wall time, for every build with them (TOOL_TIMED)."""
+    if settings.inputs not in TOOL_TIMED:
+        ordinal = device_ordinal(settings.device)
+        try:
+            traced, _, calls = on_device_thread(settings.device, lambda: _traced_calls(
+                MODULES.get(vmfb, settings), settings.repetitions, KERNEL_MIN_TIME_S, 2))
+            times = tuple(sum(r.ms for r in records if ordinal is None or r.device == ordinal) / calls
+                          for records in traced)
+            return Timing(times) if all(times) else None
+        except NotInProcess:  # every build of the model has these inputs: all timed by the tool, alike
+            TOOL_TIMED.add(settings.inputs)
+        except RUN_ERRORS:
+            return None
+    return benchmark(vmfb, settings)[0]
 
 
 class ModuleCache:
@@ -271,14 +267,12 @@ class ModuleCache:
 
     def __init__(self, keep: int = 8, keep_bytes: int = 32 << 30) -> None:
         self.keep, self.keep_bytes = keep, keep_bytes
-        self._loaded: "OrderedDict[tuple, LoadedModule]" = OrderedDict()
-        self._bytes: dict[tuple, int] = {}
+        self._loaded: "OrderedDict[tuple, tuple[LoadedModule, int]]" = OrderedDict()  # with its bytes
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         with self._lock:
             self._loaded.clear()
-            self._bytes.clear()
 
     def get(self, vmfb: Path, settings: ModuleRun) -> LoadedModule:
         path = Path(vmfb).resolve()
@@ -287,16 +281,15 @@ class ModuleCache:
         with self._lock:
             if key in self._loaded:
                 self._loaded.move_to_end(key)
-                return self._loaded[key]
+                return self._loaded[key][0]
         size = _weight_bytes(path, settings)
         with self._lock:  # room first: the evicted modules' device memory goes before the upload
             while self._loaded and (len(self._loaded) >= self.keep
-                                    or sum(self._bytes.values()) + size > self.keep_bytes):
-                self._bytes.pop(self._loaded.popitem(last=False)[0], None)
+                                    or sum(b for _, b in self._loaded.values()) + size > self.keep_bytes):
+                self._loaded.popitem(last=False)
         loaded = LoadedModule(path, settings)
         with self._lock:
-            self._loaded[key] = loaded
-            self._bytes[key] = size
+            self._loaded[key] = (loaded, size)
         return loaded
 
 

@@ -204,10 +204,13 @@ EXTERNAL_RMSNORM = Rewrite("external-rms-norm", external_rms_norms,
 EXPERIMENTS = (BATCH_TO_WIDTH, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW, EXTERNAL_RMSNORM)
 
 
+# Every rewrite that compiles external kernels (Triton's): those offered and the experiments.
+KERNEL_REWRITES = frozenset(r.name for r in (*EXTERNAL, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW, EXTERNAL_RMSNORM))
+
+
 def makes_kernels(rewrite: Rewrite) -> bool:
-    """Whether the rewrite (or one it is combined from) compiles external kernels (Triton's)."""
-    external = {r.name for r in (*EXTERNAL, EXTERNAL_LAYERNORM, EXTERNAL_CONV_NCHW, EXTERNAL_RMSNORM)}
-    return any(name in external for name in rewrite.names)
+    """Whether the rewrite (or one it is combined from) compiles external kernels."""
+    return any(name in KERNEL_REWRITES for name in rewrite.names)
 
 
 def named_rewrites(target=None) -> dict[str, Rewrite]:

@@ -137,15 +137,15 @@ def recording() -> Iterator[list[tuple[Callable, Hashable, object]]]:
         del _RECORDING.requests
 
 
-def prebuild(requests: list[tuple[Callable, Hashable, object]], workers: Optional[int] = None) -> int:
+def prebuild(requests: list[tuple[Callable, Hashable, object]]) -> None:
     """Make the kernels asked for, several at a time (Triton's compilation lets go of the GIL: two
     threads compiled four GEMMs 1.8x as fast as one on 2 cores); each source keeps what it made
     (Triton's are `functools.cache`d), so the rewrite that asks again gets them at once. A kernel
-    that cannot be made is left for that rewrite to report. Returns how many were asked."""
-    unique = list({(make, problem, tiles): None for make, problem, tiles in requests})
-    workers = min(len(unique), workers or min(8, os.cpu_count() or 1))
+    that cannot be made is left for that rewrite to report."""
+    unique = list(dict.fromkeys(requests))
+    workers = min(len(unique), 8, os.cpu_count() or 1)
     if workers < 2:
-        return len(unique)
+        return
 
     def make(request) -> None:
         source, problem, tiles = request
@@ -156,7 +156,6 @@ def prebuild(requests: list[tuple[Callable, Hashable, object]], workers: Optiona
 
     with ThreadPoolExecutor(workers, "kernels") as pool:
         list(pool.map(make, unique))
-    return len(unique)
 
 
 def replace_chain(first: ir.Operation, after: list[ir.Operation], value: Callable[[ir.InsertionPoint], ir.Value]) -> None:

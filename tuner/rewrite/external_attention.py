@@ -204,12 +204,7 @@ def _split_heads(sdpa: ir.Operation) -> Optional[SplitHeads]:
     through, or None where it has none."""
     operands, layout, scale, chain, rows, offsets = [], [], 1.0, [], [], []
     for index, value in enumerate(sdpa.operands[:3]):
-        op, factor, through = producer(value), 1.0, []
-        if index < 2 and is_onnx(op, "Mul") and only_user(value) == sdpa:
-            constants = [scalar_constant(x) for x in op.operands]
-            if constants[0] is not None or constants[1] is not None:
-                side = 0 if constants[0] is not None else 1
-                factor, through, op = constants[side], [op], producer(op.operands[1 - side])
+        factor, through, op = _scaled(value, sdpa) if index < 2 else (1.0, [], producer(value))
         split = (is_onnx(op, "Transpose") and onnx_ints(op, "perm", []) == HEAD_SPLIT
                  and len(static_shape(op.operands[0]) or []) == 4)
         fused = _fused_projection(op.operands[0]) if split else None
@@ -269,6 +264,19 @@ def _fused_projection(value: ir.Value) -> Optional[FusedProjection]:
     return FusedProjection(source, shape[2], sum(w[2] for w in widths[:index]), (reshape, split))
 
 
+def _scaled(value: ir.Value, sdpa: ir.Operation) -> tuple[float, list[ir.Operation], Optional[ir.Operation]]:
+    """Where `value`, read by `sdpa` alone, is a Mul by a scalar constant (the exporter's square
+    root of the scale on Q and K): the scalar, [the Mul], and what made the other operand; else
+    1.0, [] and what made `value`."""
+    op = producer(value)
+    if is_onnx(op, "Mul") and only_user(value) == sdpa:
+        constants = [scalar_constant(x) for x in op.operands]
+        for side in (0, 1):
+            if constants[side] is not None:
+                return constants[side], [op], producer(op.operands[1 - side])
+    return 1.0, [], op
+
+
 @dataclass(frozen=True)
 class RepeatedKV:
     """Grouped-query K and V as they were before transformers' repeat_kv (Unsqueeze at axis 2,
@@ -289,14 +297,9 @@ def _repeated_kv(sdpa: ir.Operation, qkv: list[ir.Value], layout: tuple[bool, ..
     0.571 on the H200); the kernel reads each K/V head for its group of query heads instead."""
     if layout[1] or layout[2]:
         return None
-    sources, heads, scale, chain = [], set(), 1.0, []
-    for index, value in ((1, qkv[1]), (2, qkv[2])):
-        op, through = producer(value), []
-        if index == 1 and is_onnx(op, "Mul") and only_user(value) == sdpa:
-            constants = [scalar_constant(x) for x in op.operands]
-            side = 0 if constants[0] is not None else 1 if constants[1] is not None else None
-            if side is not None:
-                scale, through, op = constants[side], [op], producer(op.operands[1 - side])
+    sources, heads, chain = [], set(), []
+    scale, k_mul, k_repeat = _scaled(qkv[1], sdpa)
+    for through, op in ((k_mul, k_repeat), ([], producer(qkv[2]))):
         found = _repeat_kv(op)
         if found is None:
             return None

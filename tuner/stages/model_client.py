@@ -263,7 +263,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
             "stage_work": {stage: {kind: {"count": n, "seconds": s} for kind, (n, s) in work.items()}
                            for stage, work in state.stage_work.items()},
             "profile_method": env.profile.method if env.profile else "",
-            "timing_method": timing_method(env.timer),
+            "timing_method": timing_method(env.timer, env.inputs),
         }
         write_file(out / "results.json", json.dumps(payload, indent=2))
     except OSError as e:

@@ -45,12 +45,13 @@ def model_timer(device: str, gpu_timing: str) -> ModelBenchmark:
     return time_model if times_in_model(gpu_timing, device) else iree_benchmark
 
 
-def timing_method(timer: ModelBenchmark) -> str:
-    """What a whole-model timing measures, in words (results.json, the model line)."""
+def timing_method(timer: ModelBenchmark, inputs: Callable[[], tuple[Path, ...]] = tuple) -> str:
+    """What a whole-model timing of the model with `inputs()` measures, in words (results.json,
+    the model line); the inputs are asked for only where the timer is time_model."""
     if timer is iree_benchmark:
         return "wall time per call (iree-benchmark-module)"
     if timer is time_model:
-        if TOOL_TIMED:  # the model's inputs could not be uploaded in-process: every timing was the tool's
+        if inputs() in TOOL_TIMED:  # they could not be uploaded in-process: every timing was the tool's
             return "wall time per call (iree-benchmark-module: inputs of a kind the tuner's process cannot upload)"
         return "kernel time per call (CUPTI, the module loaded once)"
     return "the client's timer"  # (any callable: a client's may not be hashable)
