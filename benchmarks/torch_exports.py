@@ -370,9 +370,19 @@ def _kernel_and_wall(torch, fn, args, calls: int) -> tuple[float, float]:
 SENSITIVE = 1e-2
 
 
+def _another(torch, x):
+    """Another input of x's kind: normal floats, or integers drawn from x's own range (token ids
+    over the ids it holds); a boolean or constant input (a mask of ones) as it is."""
+    if x.is_floating_point():
+        return torch.randn_like(x)
+    if x.dtype == torch.bool or x.numel() < 2 or int(x.min()) == int(x.max()):
+        return x
+    return torch.randint_like(x, int(x.min()), int(x.max()) + 1)
+
+
 def _sensitivity(torch, model, inputs) -> float:
     """How much the output moves under another input of the same kind (relative to its largest value)."""
-    other = tuple(torch.randn_like(x) if x.is_floating_point() else x for x in inputs)
+    other = tuple(_another(torch, x) for x in inputs)
     with torch.inference_mode():
         a, b = model(*inputs).float(), model(*other).float()
     return float((a - b).abs().max() / a.abs().max().clamp_min(1e-30))
