@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from iree.compiler import ir
 
-from tuner.external.abi import ExternKernel, for_iree
+from tuner.external.abi import ExternKernel, KernelAbiError, for_iree
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
 from tuner.rewrite import EXTERNAL_ATTENTION, rewrites_for
 from tuner.rewrite.external_attention import external_attentions
@@ -30,6 +30,22 @@ def test_without_a_mask_the_result_is_the_fourth_binding_and_the_fifth_pointer_i
     stored = re.findall(r"st\.global[^\n]*", out)
     assert stored and "ld.param.b64" in out and "[attention_k_param_3]" in out
     assert out.count("wgmma.mma_async") == NO_MASK.count("wgmma.mma_async") > 0
+
+
+def test_a_kernel_name_ptx_cannot_parse_is_refused_before_it_reaches_the_driver():
+    # "rows2304.2304.2304" passed the compile and failed the driver's JIT at load on the H200
+    with pytest.raises(KernelAbiError, match="no PTX identifier"):
+        for_iree(NO_MASK, "_attention", "attention_rows2304.2304", 4)
+
+
+@pytest.mark.parametrize("problem", [
+    AttentionProblem(1, 12, 512, 512, 64, 64, rows=(2304, 2304, 2304), offsets=(0, 768, 1536),
+                     seq_major=(True, True, True, True)),
+    AttentionProblem(2, 32, 512, 512, 128, 128, mask=(1, 1, 512), causal=True, kv_heads=8),
+])
+def test_the_names_of_joined_masked_and_grouped_problems_are_ptx_identifiers(problem):
+    out = for_iree(NO_MASK, "_attention", problem.name, 4)
+    assert f".entry {problem.name}(" in out
 
 
 @pytest.mark.parametrize("problem, why", [
@@ -242,7 +258,7 @@ def test_heads_split_from_one_fused_projection_are_read_from_it_at_their_offsets
     assert made[0].rows == (384, 384, 384) and made[0].offsets == (0, 128, 256)  # q, k, v as the Split orders them
     assert not any(f'"onnx.{op}"' in text for op in ("Split", "Reshape", "Transpose", "Mul"))
     call = next(line for line in text.splitlines() if "call @attention_1x2x16x16x64x64_f16_" in line)
-    assert "_rows384.384.384_at0.128.256" in call and call.count("tensor<1x16x384xf16>") == 3
+    assert "_rows384x384x384_at0x128x256" in call and call.count("tensor<1x16x384xf16>") == 3
     assert text.count("torch_c.to_builtin_tensor %arg0") == 3  # the projection itself, thrice
 
 

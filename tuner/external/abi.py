@@ -34,12 +34,19 @@ class KernelAbiError(ValueError):
     """The kernel's PTX cannot be brought to IREE's launch ABI."""
 
 
+# PTX ISA, "Identifiers": what an entry's name may be (a '.' in it fails the driver's JIT at load,
+# 'Parsing error near ...', not the compile).
+PTX_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_$]*|[_$%][A-Za-z0-9_$]+")
+
+
 def for_iree(ptx: str, entry: str, name: str, bindings: int) -> str:
     """`ptx` with its entry `entry` renamed `name` and cut to its first `bindings` parameters.
 
     Triton appends scratch-buffer pointers to every kernel's parameters (global and profile
     scratch), which IREE would not pass; they are dropped where the kernel's body never loads
     them (no scratch was allocated), and KernelAbiError says so where it does."""
+    if not PTX_IDENTIFIER.fullmatch(name):
+        raise KernelAbiError(f"{name!r} is no PTX identifier (letters, digits, _ and $): ptxas would refuse it at load")
     entries = re.findall(r"\.entry\s+([\w$]+)\s*\(", ptx)
     if entries != [entry]:
         raise KernelAbiError(f"expected one entry {entry!r} in the PTX, found {entries}")

@@ -56,7 +56,7 @@ class AttentionProblem:
         if any(self.seq_major):
             extra += "_" + "".join(x if major else "" for x, major in zip("qkvo", self.seq_major)) + "_bshd"
         if any(self.rows):
-            extra += f"_rows{'.'.join(map(str, self.rows))}_at{'.'.join(map(str, self.offsets))}"
+            extra += f"_rows{'x'.join(map(str, self.rows))}_at{'x'.join(map(str, self.offsets))}"
         return f"attention_{self.z}x{self.h}x{self.m}x{self.n}x{self.d}x{self.dv}_{self.element}{extra}"
 
     def why_not(self) -> Optional[str]:
