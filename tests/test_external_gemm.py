@@ -323,7 +323,7 @@ def test_without_triton_the_external_kernels_are_said_to_be_not_offered_and_why(
     monkeypatch.setattr(rewrite, "find_spec", lambda name: None)
     said = rewrite.unoffered_for(parse_target("cuda:sm_80"))
     assert said == ("external-hopper-gemm, external-flash-attention, external-depthwise-conv, external-hopper-conv, "
-                    "external-transposed-layer-norm (Hopper kernels compiled by Triton) not offered: Triton is not "
+                    "external-layer-norm, external-rms-norm (Hopper kernels compiled by Triton) not offered: Triton is not "
                     "installed (pip install triton)")
     monkeypatch.setattr(rewrite, "find_spec", lambda name: object())
     assert rewrite.unoffered_for(parse_target("cuda:sm_80")) is None
