@@ -142,3 +142,43 @@ def test_kernels_that_cannot_be_made_beforehand_leave_their_sites_as_a_plain_rew
     program.write_text(_three_linears())
     # no site taken, with the threads' failures or without them: nothing changed, no traceback
     assert ParsedProgram(program).changes(rewrite, prebuild=True) == ParsedProgram(program).changes(rewrite) == []
+
+
+def _raising(module):
+    raise KeyError("an op of a form the rewrite did not expect")
+
+
+def test_a_rewrite_that_raises_changes_nothing_and_a_combination_is_applied_without_it(tmp_path):
+    from tuner.rewrite import Rewrite, combined
+
+    broken = Rewrite("broken", _raising, "raises on any program")
+    parsed = ParsedProgram(_program(tmp_path))
+    assert parsed.changes(broken) == []
+    assert parsed.failures == {"broken": "KeyError: 'an op of a form the rewrite did not expect'"}
+    both = combined([broken, F32_REDUCTIONS, CHAIN_CONCATS])
+    assert both.names == ("broken", "f32-reductions", "chain-concats")
+    assert parsed.write(both, tmp_path / "both.mlir") == ["ReduceSum of 4x8 f16"]
+    assert rewrite_program(_program(tmp_path), F32_REDUCTIONS, tmp_path / "alone.mlir") == ["ReduceSum of 4x8 f16"]
+    assert (tmp_path / "both.mlir").read_text() == (tmp_path / "alone.mlir").read_text()
+
+
+def test_a_combination_of_combinations_is_flat_and_leaves_out_one_part():
+    from tuner.rewrite import combined
+
+    nested = combined([combined([F32_REDUCTIONS, CHAIN_CONCATS]), F32_REDUCTIONS])
+    assert [p.name for p in nested.parts] == ["f32-reductions", "chain-concats", "f32-reductions"]
+    assert nested.without("f32-reductions") is CHAIN_CONCATS
+    assert F32_REDUCTIONS.without("f32-reductions") is None
+
+
+def test_the_flag_stage_says_once_which_rewrite_failed_on_the_model_and_judges_the_others(tmp_path):
+    from tuner.rewrite import Rewrite, combined
+
+    said = []
+    env = SimpleNamespace(model=_program(tmp_path), output_dir=tmp_path / "run", cache=RunCache(), ledger=Ledger(),
+                          say=said.append)
+    broken = Rewrite("broken", _raising, "raises on any program")
+    assert flag_options.rewrite_changes(env, broken) == []
+    assert flag_options.rewrite_changes(env, combined([F32_REDUCTIONS, broken])) == ["ReduceSum of 4x8 f16"]
+    assert said == ["  broken: failed on this model and left out (KeyError: 'an op of a form the rewrite did not "
+                    "expect')", "  f32-reductions+broken: 1 to rewrite (ReduceSum of 4x8 f16)"]

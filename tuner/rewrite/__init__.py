@@ -30,7 +30,7 @@ from tuner.rewrite.padded_columns import pad_convolution_columns
 from tuner.rewrite.pointwise_conv import pointwise_convs_as_matmuls
 from tuner.rewrite.sibling_linears import fuse_sibling_linears
 from tuner.rewrite.strided_conv import subsample_strided_pointwise_convs
-from tuner.rewrite.parsed import ParsedProgram
+from tuner.rewrite.parsed import ParsedProgram, RewriteFailed
 
 
 @dataclass(frozen=True)
@@ -45,20 +45,35 @@ class Rewrite:
     description: str
     tunes: tuple[DispatchKind, ...] = ()
     devices: tuple[str, ...] = ()  # the runtime devices it is offered on (none named: every one of its kind)
+    parts: tuple[Rewrite, ...] = ()  # those it is `combined` from (none: it is one)
 
     @property
     def names(self) -> tuple[str, ...]:
         """The rewrites this one is made of (one, or several `combined`)."""
         return tuple(self.name.split("+"))
 
+    def without(self, name: str) -> Optional[Rewrite]:
+        """The rewrite with its part `name` left out (None where nothing is left)."""
+        rest = [r for r in (self.parts or (self,)) if r.name != name]
+        return (rest[0] if len(rest) == 1 else combined(rest)) if rest else None
+
 
 def combined(rewrites: Sequence[Rewrite]) -> Rewrite:
-    """The rewrites applied one after another, as one (named "a+b")."""
-    def apply(module: ir.Module) -> list[str]:
-        return [change for r in rewrites for change in r.apply(module)]
+    """The rewrites applied one after another, as one (named "a+b"); a part that raises is named
+    (RewriteFailed), so that the others can be applied without it (ParsedProgram)."""
+    parts = tuple(p for r in rewrites for p in (r.parts or (r,)))
 
-    return Rewrite("+".join(r.name for r in rewrites), apply, "; ".join(r.description for r in rewrites),
-                   tuple(dict.fromkeys(k for r in rewrites for k in r.tunes)))
+    def apply(module: ir.Module) -> list[str]:
+        changes = []
+        for r in parts:
+            try:
+                changes += r.apply(module)
+            except Exception as error:
+                raise RewriteFailed(r.name, error) from error
+        return changes
+
+    return Rewrite("+".join(r.name for r in parts), apply, "; ".join(r.description for r in parts),
+                   tuple(dict.fromkeys(k for r in parts for k in r.tunes)), parts=parts)
 
 
 # Exact where IREE 3.13 is not: f16 and bf16 reductions that accumulate (ReduceL2, ReduceSum, ...)

@@ -5,7 +5,9 @@ and written only when something is to be built from it. A real export's program 
 weights (a Mistral-7B layer's import is 870 MB of text): parsing, printing and writing it took 5-6 s
 a rewrite on the H200's host, 93 s of a flag stage of 143 s, for 17 rewrites of which one was
 built (the joined kernels; the others were left for a budget they did not get). A rewrite that
-makes external kernels may have them compiled side by side first (`prebuild`)."""
+makes external kernels may have them compiled side by side first (`prebuild`). A rewrite that
+raises changes nothing, and a combination is applied without the part that raised (`failures`
+says which and why)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,14 @@ class _Copy:
         return str(self.operation)
 
 
+class RewriteFailed(Exception):
+    """A part of a combined rewrite raised (tuner.rewrite.combined): `rewrite` names it."""
+
+    def __init__(self, rewrite: str, error: Exception):
+        super().__init__(f"{rewrite}: {type(error).__name__}: {error}")
+        self.rewrite = rewrite
+
+
 class ParsedProgram:
     """`program` parsed on first use, in a context of its own kept while this object lives (the
     weights' resources are shared by every copy: a copy costs next to nothing)."""
@@ -37,6 +47,10 @@ class ParsedProgram:
         self.program = program
         self._context: Optional[ir.Context] = None
         self._module: Optional[ir.Module] = None
+        # Rewrites that raised on this program, and what they raised: such a rewrite changes
+        # nothing, and a combination is applied without it (a fault in one rewrite on a model
+        # it was not written against is a declined rewrite, not a failed run).
+        self.failures: dict[str, str] = {}
 
     def changes(self, rewrite, prebuild: bool = False) -> list[str]:
         """What `rewrite` (a tuner.rewrite.Rewrite) changes in the program; nothing is written.
@@ -65,6 +79,14 @@ class ParsedProgram:
                 if changed and out is not None:
                     real_directory(out.parent)
                     write_file(out, str(copy))
+            except Exception as error:  # the copy may be half rewritten: it is dropped
+                failed = error.rewrite if isinstance(error, RewriteFailed) else rewrite.name
+                cause = error.__cause__ if isinstance(error, RewriteFailed) else error
+                self.failures[failed] = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+                changed = None
             finally:
                 copy.erase()
+        if changed is None:  # applied again without the part that raised (nothing where none is left)
+            rest = rewrite.without(failed)
+            return self._apply(rest, out) if rest is not None else []
         return changed

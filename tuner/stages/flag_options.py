@@ -211,9 +211,13 @@ def rewrite_changes(env: StageEnv, rewrite: Rewrite) -> list[str]:
     """What `rewrite` changes in the model (empty: nothing), found once per run on a copy of the
     model's program parsed once (`RunCache.parsed`); nothing is written."""
     if rewrite.name not in env.cache.changes:
+        parsed = parsed_model(env)
+        known = set(parsed.failures)
         with env.ledger.timed(REWRITES):
-            changed = parsed_model(env).changes(rewrite, prebuild=makes_kernels(rewrite))
+            changed = parsed.changes(rewrite, prebuild=makes_kernels(rewrite))
         env.cache.changes[rewrite.name] = changed
+        for name in set(parsed.failures) - known:  # said once a run: a fault of ours, not the model's
+            env.say(f"  {name}: failed on this model and left out ({parsed.failures[name]})")
         if changed:
             env.say(f"  {rewrite.name}: {len(changed)} to rewrite ({changes_text(changed)})")
     return env.cache.changes[rewrite.name]
