@@ -48,6 +48,32 @@ func.func @f(%x: {nchw}, %w: {c}, %b: {c}) -> {nhwc} attributes {META} {{
 """
 
 
+def test_one_problems_norms_of_two_ranks_call_one_function_each_reshaped_to_its_arguments():
+    """OPT as exported: the same norm on [1, 16, 64] and, after a Reshape, on [16, 64]; the function
+    is defined for the first, the second site reshaped to and from it (it failed verification)."""
+    x3, x2, c, shape = _t(1, 16, 64), _t(16, 64), _t(64), "!torch.vtensor<[2],si64>"
+    program = f"""
+func.func @f(%x: {x3}, %w: {c}, %b: {c}) -> {x2} attributes {META} {{
+  %y = torch.operator "onnx.LayerNormalization"(%x, %w, %b) {{torch.onnx.axis = -1 : si64, torch.onnx.epsilon = 9.99999974E-6 : f32}} : ({x3}, {c}, {c}) -> {x3}
+  %s = torch.vtensor.literal(dense<[16, 64]> : tensor<2xsi64>) : {shape}
+  %r = torch.operator "onnx.Reshape"(%y, %s) : ({x3}, {shape}) -> {x2}
+  %z = torch.operator "onnx.LayerNormalization"(%r, %w, %b) {{torch.onnx.axis = -1 : si64, torch.onnx.epsilon = 9.99999974E-6 : f32}} : ({x2}, {c}, {c}) -> {x2}
+  return %z : {x2}
+}}
+"""
+    with ir.Context():
+        module = ir.Module.parse(program)
+        done = external_layernorms(module, _stand_in)
+        module.operation.verify()
+        text = str(module)
+    assert done == ["16x64_f16 (128 rows of 64 w4)"] * 2
+    assert text.count("func.func private @layernorm_16x64_f16(") == 1
+    calls = [line for line in text.splitlines() if "call @layernorm_16x64_f16" in line]
+    assert len(calls) == 2 and all("(tensor<1x16x64xf16>, tensor<64xf16>, tensor<64xf16>) -> tensor<1x16x64xf16>" in c
+                                   for c in calls)
+    assert text.count('"onnx.Reshape"') == 3  # the program's, then into the function's rows and back
+
+
 def test_convnexts_channels_last_norm_reads_the_nchw_tensor_and_the_transpose_goes():
     made = []
     with ir.Context():

@@ -10,6 +10,7 @@ conversion wants an opset on every function."""
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -75,22 +76,52 @@ def define_extern(module: ir.Module, kernel: ExternKernel, arguments: list[ir.Ty
             ir.Operation.create("func.return", operands=list(extern.results))
 
 
+def _declared(name: str, ip: ir.InsertionPoint) -> Optional[tuple[list[list[int]], list[int]]]:
+    """The argument and result shapes of the function `name` in the module around `ip` (None
+    where it is not defined there)."""
+    op = ip.block.owner.operation  # (an OpView's .name is its symbol's, where it has one)
+    while op is not None and op.name != "builtin.module":
+        op = op.parent
+    if op is None:
+        return None
+    for f in op.regions[0].blocks[0].operations:
+        if f.operation.name == "func.func" and ir.StringAttr(f.attributes["sym_name"]).value == name:
+            kind = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
+            return ([list(ir.RankedTensorType(t).shape) for t in kind.inputs],
+                    list(ir.RankedTensorType(kind.results[0]).shape))
+    return None
+
+
 def call_extern(name: str, operands: list[ir.Value], shape: list[int], element: str, ip: ir.InsertionPoint,
                 loc: ir.Location) -> ir.Value:
     """A call of the function `name` on the torch values `operands` (each made a builtin tensor
-    of its static shape), its builtin result made a `!torch.vtensor<[shape],element>`."""
-    from tuner.rewrite.torch_ops import element_type, static_shape
+    of its static shape), its builtin result made a `!torch.vtensor<[shape],element>`. Where the
+    function was defined for another site of the same problem whose operands had other shapes
+    of the same values ([1, 16, 64] rows for [16, 64]: OPT's layer norms, one before a Reshape,
+    one after), each operand and the result are reshaped to and from the function's own."""
+    from tuner.rewrite.torch_ops import element_type, int64_literal, onnx_op, static_shape
 
     def builtin(value: ir.Value) -> ir.Value:
         return ir.Operation.create("torch_c.to_builtin_tensor", operands=[value], loc=loc, ip=ip,
                                    results=[tensor_type(static_shape(value), element_type(value))]).result
 
-    product = ir.Operation.create("func.call", results=[tensor_type(shape, element)], loc=loc, ip=ip,
+    def reshaped(value: ir.Value, have: list[int], want: list[int]) -> ir.Value:
+        if have == want:
+            return value
+        if math.prod(have) != math.prod(want):
+            raise ValueError(f"@{name} takes {want}, not {have}")
+        return onnx_op("Reshape", [value, int64_literal(want, ip, loc)], want, element_type(value), ip, loc)
+
+    declared = _declared(name, ip)
+    takes, gives = declared if declared else ([static_shape(v) for v in operands], shape)
+    operands = [reshaped(v, static_shape(v), want) for v, want in zip(operands, takes)]
+    product = ir.Operation.create("func.call", results=[tensor_type(gives, element)], loc=loc, ip=ip,
                                   operands=[builtin(v) for v in operands],
                                   attributes={"callee": ir.FlatSymbolRefAttr.get(name)}).result
-    torch_type = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element}>")
-    return ir.Operation.create("torch_c.from_builtin_tensor", operands=[product], results=[torch_type], loc=loc,
-                               ip=ip).result
+    torch_type = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, gives))}],{element}>")
+    result = ir.Operation.create("torch_c.from_builtin_tensor", operands=[product], results=[torch_type], loc=loc,
+                                 ip=ip).result
+    return reshaped(result, gives, shape)
 
 
 class Kernels:
