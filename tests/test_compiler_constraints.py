@@ -4,6 +4,7 @@ checked against this tuner's, used as a source of configs (`--constraints compil
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,13 @@ def test_llvm_cpu_has_no_compiler_constraints(tmp_path, small_matmul):
                           "IREE 3.13 emits no constraints for llvmcpu_double_tiling")
     native = run_cli("candidates", small_matmul, "--num-candidates", "3")
     both = run_cli("candidates", small_matmul, "--num-candidates", "3", "--constraints", "both")
-    assert native.exit_code == both.exit_code == 0 and native.output == both.output
+    assert native.exit_code == both.exit_code == 0
+    # the same candidates and table; only the progress lines' elapsed seconds may differ (a busy machine)
+    assert _untimed(native.output) == _untimed(both.output)
+
+
+def _untimed(output: str) -> str:
+    return re.sub(r"done, \d+ s", "done, N s", output)
 
 
 @pytest.mark.slow
