@@ -413,3 +413,68 @@ def test_a_strided_or_partial_head_slice_is_read_as_it_is():
         module = ir.Module.parse(program)
         external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
     assert made[0].rows == (0, 0, 0)
+
+
+def _multi_query() -> str:
+    """Multi-query attention as Falcon's export spells it: Q [1, 4, 16, 64] against K and V of one
+    head [1, 1, 16, 64], broadcast by the MatMuls (no repeat_kv), Kᵀ by a Transpose."""
+    q, kv, kt, p = _t(1, 4, 16, 64), _t(1, 1, 16, 64), _t(1, 1, 64, 16), _t(1, 4, 16, 16)
+    return f"""
+func.func @f(%q: {q}, %k: {kv}, %v: {kv}) -> {q}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %kt = torch.operator "onnx.Transpose"(%k) {{torch.onnx.perm = [0 : si64, 1 : si64, 3 : si64, 2 : si64]}} : ({kv}) -> {kt}
+  %s = torch.operator "onnx.MatMul"(%q, %kt) : ({q}, {kt}) -> {p}
+  %a = torch.operator "onnx.Softmax"(%s) {{torch.onnx.axis = -1 : si64}} : ({p}) -> {p}
+  %o = torch.operator "onnx.MatMul"(%a, %v) : ({p}, {kv}) -> {q}
+  return %o : {q}
+}}
+"""
+
+
+def test_multi_query_attention_broadcast_by_its_matmuls_is_raised_with_k_and_v_expanded():
+    from tuner.rewrite.attention import raise_attention
+
+    with ir.Context():
+        module = ir.Module.parse(_multi_query())
+        assert raise_attention(module) == ["1x4x16x16x64x64"]
+        text = str(module)
+    assert text.count('"onnx.Expand"') == 2 and "torch.aten.scaled_dot_product_attention" in text
+    assert '"onnx.Softmax"' not in text and '"onnx.MatMul"' not in text
+
+
+def test_multi_query_keys_and_values_are_read_as_one_head_for_every_query_head():
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(_multi_query())
+        changed = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        text = str(module)
+    assert made[0].kv_heads == 1 and made[0].h == 4 and changed[0].startswith("1x4x16x16x64x64_f16_gqa1 ")
+    assert '"onnx.Expand"' not in text
+    call = next(line for line in text.splitlines() if "call @attention_1x4x16x16x64x64_f16_gqa1(" in line)
+    assert call.count("tensor<1x1x16x64xf16>") == 2
+
+
+@pytest.mark.slow
+def test_raised_multi_query_attention_computes_the_spelled_out_one_on_llvm_cpu(tmp_path):
+    import numpy as np
+
+    from tests.conftest import iree_compile
+    from tuner.evaluation.runtime_tools import ModuleRun, relative_error, run_once
+    from tuner.rewrite import RAISE_ATTENTION_GPU, rewrite_program
+    from tuner.targets import parse_target
+
+    spelled = tmp_path / "spelled.mlir"
+    spelled.write_text(_multi_query())
+    raised = tmp_path / "raised.mlir"
+    assert rewrite_program(spelled, RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x64x64"]
+    rng = np.random.default_rng(0)
+    inputs = [tmp_path / f"{n}.npy" for n in "qkv"]
+    for path, shape in zip(inputs, [(1, 4, 16, 64), (1, 1, 16, 64), (1, 1, 16, 64)]):
+        np.save(path, rng.standard_normal(shape).astype(np.float16))
+    outputs = {}
+    for name, program in (("spelled", spelled), ("raised", raised)):
+        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
+        run = run_once(tmp_path / f"{name}.vmfb", ModuleRun("local-task", "f", tuple(inputs)), tmp_path / f"{name}.npy")
+        assert run.ok, run.stderr
+        outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
+    assert relative_error(outputs["raised"], outputs["spelled"]) < 2e-3

@@ -82,9 +82,13 @@ class AttentionSite:
     guard: tuple[ir.Operation, ...] = ()  # IsNaN and Where of the export's Where(IsNaN(P), 0, P)
     key_reshape: tuple[int, ...] = ()  # K's shape where K0 has other leading dims (GQA's repeated heads)
     window: Optional[WindowChain] = None  # a shifted window's second mask, between the mask and the softmax
+    # Q's leading dims where K's and V's broadcast to them in the MatMuls (multi-query attention as
+    # Falcon's export writes it: K and V of one head against Q's heads); empty where they are Q's.
+    broadcast: tuple[int, ...] = ()
 
     @property
     def key_shape(self) -> list[int]:
+        """K's shape as the scores' MatMul reads it (before any broadcast to Q's heads)."""
         if self.key_reshape:
             return list(self.key_reshape)
         k0 = static_shape(self.key)
@@ -167,16 +171,19 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     k0 = static_shape(key)
     q, v = static_shape(query), static_shape(value)
     k = list(key_reshape) if key_reshape else [k0[i] for i in key_perm] if key_perm and k0 is not None else k0
-    if None in (q, k, v) or not (len(q) == len(k) == len(v) == rank) or q[:-2] != k[:-2] or k[:-2] != v[:-2] \
+    if None in (q, k, v) or not (len(q) == len(k) == len(v) == rank) or k[:-2] != v[:-2] \
             or q[-1] != k[-1] or k[-2] != v[-2]:
         return None
+    if q[:-2] != k[:-2] and not all(a == b or b == 1 for a, b in zip(q[:-2], k[:-2])):
+        return None
+    broadcast = tuple(q[:-2]) if q[:-2] != k[:-2] else ()  # K and V broadcast to Q's heads by the MatMuls
     dtypes = {str(x.type).rsplit(",", 1)[-1] for x in (query, key, value)}
     if len(dtypes) != 1:
         return None
     if mask_value is not None and str(mask_value.type).rsplit(",", 1)[-1] not in dtypes:
         return None
     return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value, key_perm,
-                         key_scale, casts, guard, key_reshape, window)
+                         key_scale, casts, guard, key_reshape, window, broadcast)
 
 
 def _default_softmax_axis(softmax: ir.Operation) -> int:
@@ -282,9 +289,20 @@ def _mask_operand(mask: ir.Value, rank: int, ip: ir.InsertionPoint, loc: ir.Loca
                                attributes={"name": ir.StringAttr.get("onnx.Reshape")}, loc=loc, ip=ip).result
 
 
+def _expanded(value: ir.Value, leading: tuple[int, ...], ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """`value` broadcast (onnx.Expand) to the leading dims `leading` (none: itself), as the
+    MatMuls broadcast K and V of fewer heads against Q's."""
+    if not leading:
+        return value
+    shape = [*leading, *static_shape(value)[-2:]]
+    return onnx_op("Expand", [value, int64_literal(shape, ip, loc)], shape, element_type(value), ip, loc)
+
+
 def _key_operand(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """K for the attention op: K0 under the site's permutation (an onnx.Transpose of its own where
-    that is not the identity), scaled as K^T was."""
+    that is not the identity), broadcast to Q's heads where the MatMul broadcast it, then scaled
+    as K^T was (the form transformers' repeat_kv gives: tuner.rewrite.external_attention reads K
+    before the repeat)."""
     key = site.key
     element = str(key.type).rsplit(",", 1)[-1]
     if site.key_reshape:
@@ -296,6 +314,7 @@ def _key_operand(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -
         key = ir.Operation.create(ONNX_OP, results=[shape], operands=[key],
                                   attributes={"name": ir.StringAttr.get("onnx.Transpose"), "torch.onnx.perm": perm},
                                   loc=loc, ip=ip).result
+    key = _expanded(key, site.broadcast, ip, loc)
     if site.key_scale is not None:
         scalar = site.key_scale.operands[_scalar_side(site.key_scale)]
         key = ir.Operation.create(ONNX_OP, results=[key.type], operands=[key, scalar],
@@ -347,7 +366,7 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
-        value, out_type, padded = site.value, site.output.results[0].type, ""
+        value, out_type, padded = _expanded(site.value, site.broadcast, ip, loc), site.output.results[0].type, ""
         widths = (static_shape(query)[-1], static_shape(value)[-1])
         if pad_heads and any(padded_width(w) != w for w in widths):
             query, key, value = (_padded_head(x, ip, loc) for x in (query, key, value))

@@ -314,7 +314,15 @@ def _repeated_kv(sdpa: ir.Operation, qkv: list[ir.Value], layout: tuple[bool, ..
 
 def _repeat_kv(reshape: Optional[ir.Operation]) -> Optional[tuple[ir.Value, list[ir.Operation]]]:
     """x [z, kv, n, d] where `reshape` is Reshape(Expand(Unsqueeze(x)) to [z, kv, g, n, d]) to
-    [z, kv * g, n, d] (each of x's heads g times in a row), with the three ops; else None."""
+    [z, kv * g, n, d] (each of x's heads g times in a row), with the three ops; or x [z, 1, n, d]
+    where it is Expand(x) to [z, h, n, d] (one head for all: multi-query attention, as
+    tuner.rewrite.attention raises Falcon's), with that op; else None."""
+    if is_onnx(reshape, "Expand"):
+        x, out = static_shape(reshape.operands[0]), static_shape(reshape.result)
+        if x is None or out is None or len(x) != 4 or len(out) != 4 or x[1] != 1 or out[1] < 2 \
+                or [x[0], *x[2:]] != [out[0], *out[2:]]:
+            return None
+        return reshape.operands[0], [reshape]
     if not is_onnx(reshape, "Reshape"):
         return None
     expand = producer(reshape.operands[0])
