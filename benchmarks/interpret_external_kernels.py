@@ -170,6 +170,8 @@ ATTENTION = {
         1, 8, 40, 40, 16, 16, causal=True, scale=0.25, kv_heads=2),
     "grouped-query: 3 K/V heads for 6, K V seq-major": AttentionProblem(
         2, 6, 33, 45, 32, 32, scale=0.2, seq_major=(False, True, True, True), kv_heads=3),
+    "multi-query: 1 K/V head for 4 (Falcon's), causal": AttentionProblem(
+        1, 4, 40, 40, 64, 64, causal=True, scale=0.125, seq_major=(False, False, False, True), kv_heads=1),
 }
 
 
