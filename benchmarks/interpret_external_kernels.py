@@ -218,9 +218,11 @@ def rmsnorm_error(problem: RmsNormProblem) -> float:
 RMSNORM = {
     "RMS norm (Llama's), 20 rows of 96": RmsNormProblem(20, 96, 1e-6),
     "RMS norm, a row wider than a power of two (200)": RmsNormProblem(7, 200, 1e-5),
+    "RMS norm over each head (Qwen3's q_norm), 64 rows of 16": RmsNormProblem(64, 16, 1e-6),
 }
 LAYERNORM = {
     "layer norm, rows as they lie": LayerNormProblem(20, 96, 1e-5),
+    "layer norm, rows of 8 (under the 16 a row is padded to), no bias": LayerNormProblem(30, 8, 1e-5, bias=False),
     "layer norm, NCHW read, NHWC written (ConvNeXt)": LayerNormProblem(2 * 25, 40, 1e-6, bias=False, pixels=25),
 }
 DEPTHWISE = {
