@@ -104,12 +104,18 @@ def _stand_in(problem: AttentionProblem, tiles: AttentionTiles) -> ExternKernel:
                         (-(-problem.m // tiles.bm), problem.z * problem.h, 1), tiles.label)
 
 
-def test_a_masked_attention_is_raised_and_becomes_one_extern_dispatch_of_q_k_v_and_the_mask():
+def _rewritten(program: str) -> tuple[list[AttentionProblem], list[str], str]:
+    """`program` with its attentions rewritten, the kernels the stand-in's: the problems asked
+    for, what the rewrite said, and the rewritten text."""
     made = []
     with ir.Context():
-        module = ir.Module.parse(_attention())
+        module = ir.Module.parse(program)
         changes = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+        return made, changes, str(module)
+
+
+def test_a_masked_attention_is_raised_and_becomes_one_extern_dispatch_of_q_k_v_and_the_mask():
+    made, changes, text = _rewritten(_attention())
     # K is read as the program holds it, [2, 100, 4, 64] (the Transpose raise-attention writes
     # back from K^T is the head split's): seq-major, no transpose dispatch
     assert made == [AttentionProblem(2, 4, 100, 100, 64, 64, mask=(2, 1, 100), seq_major=(False, True, False, False))]
@@ -210,11 +216,7 @@ func.func @f(%q: {bshd}, %k: {bshd}, %v: {bshd}) -> {bshd if out_transposed else
 
 @pytest.mark.parametrize("out_transposed", [True, False])
 def test_the_exporters_head_split_is_read_as_it_lies_and_its_scalars_become_the_kernels_scale(out_transposed):
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_exported_heads(out_transposed=out_transposed))
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, _, text = _rewritten(_exported_heads(out_transposed=out_transposed))
     # 0.353516 (sqrt(1/8) in f16) on Q and on K: their product the kernel's scale
     assert made[0].seq_major == (True, True, True, out_transposed)
     assert made[0].scale == pytest.approx(0.35351563 ** 2, rel=1e-6)
@@ -226,11 +228,7 @@ def test_the_exporters_head_split_is_read_as_it_lies_and_its_scalars_become_the_
 def test_a_mul_by_a_tensor_is_no_scale_and_q_stays_as_the_program_made_it():
     bhsd = _t(1, 2, 16, 64)
     program = _exported_heads().replace(f'"onnx.Mul"(%qt, %cq) : ({bhsd}, {_t()})', f'"onnx.Mul"(%qt, %qt) : ({bhsd}, {bhsd})')
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(program)
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, _, text = _rewritten(program)
     assert made[0].seq_major == (False, True, True, True) and made[0].scale == pytest.approx(0.35351563, rel=1e-6)
     assert text.count('"onnx.Mul"') == 1 and text.count('"onnx.Transpose"') == 1  # Q's own, kept
 
@@ -249,11 +247,7 @@ def _fused_heads() -> str:
 
 
 def test_heads_split_from_one_fused_projection_are_read_from_it_at_their_offsets_not_copied():
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_fused_heads())
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, _, text = _rewritten(_fused_heads())
     assert made[0].seq_major == (True, True, True, True)
     assert made[0].rows == (384, 384, 384) and made[0].offsets == (0, 128, 256)  # q, k, v as the Split orders them
     assert not any(f'"onnx.{op}"' in text for op in ("Split", "Reshape", "Transpose", "Mul"))
@@ -265,10 +259,7 @@ def test_heads_split_from_one_fused_projection_are_read_from_it_at_their_offsets
 def test_a_split_part_with_another_user_is_copied_as_before():
     part = _t(1, 16, 128)
     program = _fused_heads().replace("  return %o", f'  %extra = torch.operator "onnx.Neg"(%p#1) : ({part}) -> {part}\n  return %o')
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(program)
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+    made, _, _ = _rewritten(program)
     # K's part is used elsewhere: K read from its own copy; Q and V from the projection
     assert made[0].rows == (384, 0, 384) and made[0].offsets == (0, 0, 256)
 
@@ -282,11 +273,7 @@ def test_a_constant_mask_the_same_for_every_image_is_given_once_and_read_modulo_
   %to = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<[2, 1, 100, 100]> : tensor<4xsi64>}} : () -> {_t(4, element="si64")}
   %mc = torch.operator "onnx.Expand"(%m1, %to) : ({one}, {_t(4, element="si64")}) -> {both}
   %a = torch.operator""", 1)
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(program)
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, _, text = _rewritten(program)
     assert made[0].mask == (1, 1, 100)  # z's period 1 of 2: the kernel reads it modulo 1
     call = next(line for line in text.splitlines() if "call @attention_2x4x100x100x64x64_f16_mask1x1x100" in line)
     assert "tensor<1x1x100x100xf16>" in call
@@ -339,11 +326,7 @@ def test_grouped_query_keys_and_values_are_read_before_repeat_kv_copies_them(k_s
     """Each of the 2 K/V heads serves 2 query heads in the kernel (IREE wrote the repeated copies:
     a Mistral-7B layer's two broadcast dispatches); K's Mul by the scale's square root goes into
     the kernel's scale."""
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_grouped_query(k_scaled=k_scaled))
-        changed = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, changed, text = _rewritten(_grouped_query(k_scaled=k_scaled))
     assert made[0].kv_heads == 2 and made[0].h == 4 and changed[0].startswith("1x4x16x16x64x64_f16_causal_gqa2 ")
     assert made[0].scale == pytest.approx(0.35351563 if k_scaled else 1.0, rel=1e-6)
     assert not any(f'"onnx.{op}"' in text for op in ("Unsqueeze", "Expand", "Reshape", "Mul"))
@@ -354,11 +337,7 @@ def test_grouped_query_keys_and_values_are_read_before_repeat_kv_copies_them(k_s
 def test_keys_repeated_where_values_are_not_are_read_as_repeated():
     """Only K repeated (V of 4 heads of its own): no one K/V head count, the kernel reads K's copy
     and the program still makes it."""
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_grouped_query(v_repeated=False))
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, _, text = _rewritten(_grouped_query(v_repeated=False))
     assert made and made[0].kv_heads == 0 and "_gqa" not in made[0].name
     assert made[0].scale == pytest.approx(1.0) and '"onnx.Expand"' in text and '"onnx.Mul"' in text
 
@@ -395,11 +374,7 @@ def _joined_heads() -> str:
 def test_heads_sliced_from_joined_linears_are_read_from_the_joined_projection_at_their_offsets():
     """join-sibling-linears' Q, K and V: whole heads sliced from one projection reshaped into
     heads; the kernel reads each from the projection's rows, and the Slices and the Reshape go."""
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_joined_heads())
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, _, text = _rewritten(_joined_heads())
     assert made[0].seq_major == (True, True, True, True)
     assert made[0].rows == (384, 384, 384) and made[0].offsets == (0, 128, 256)
     assert not any(f'"onnx.{op}"' in text for op in ("Slice", "Reshape", "Transpose", "Mul"))
@@ -408,10 +383,7 @@ def test_heads_sliced_from_joined_linears_are_read_from_the_joined_projection_at
 
 def test_a_strided_or_partial_head_slice_is_read_as_it_is():
     program = _joined_heads().replace("dense<1> : tensor<1xsi64>", "dense<2> : tensor<1xsi64>", 1)  # step 2
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(program)
-        external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
+    made, _, _ = _rewritten(program)
     assert made[0].rows == (0, 0, 0)
 
 
@@ -443,11 +415,7 @@ def test_multi_query_attention_broadcast_by_its_matmuls_is_raised_with_k_and_v_e
 
 
 def test_multi_query_keys_and_values_are_read_as_one_head_for_every_query_head():
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_multi_query())
-        changed = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, changed, text = _rewritten(_multi_query())
     assert made[0].kv_heads == 1 and made[0].h == 4 and changed[0].startswith("1x4x16x16x64x64_f16_gqa1 ")
     assert '"onnx.Expand"' not in text
     call = next(line for line in text.splitlines() if "call @attention_1x4x16x16x64x64_f16_gqa1(" in line)
