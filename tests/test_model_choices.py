@@ -1480,3 +1480,45 @@ def test_a_choice_is_judged_without_tuning_what_it_forms_once_the_flag_stages_sh
     FlagStage(tune_budget=2, rewrite_tunes=2)._tuned_parts(replace(env, budget=budget), "in-time",
                                                            (DispatchKind.CONTRACTION,), program)
     assert tuned_names == [big]
+
+
+@pytest.mark.slow
+def test_joined_kernels_that_compute_another_result_are_tried_without_each_kernel_in_turn(tmp_path, monkeypatch):
+    """Designed numerics and times: `k1+k2+k3` stands for the joined external kernels, and every
+    build with `k2` computes another result (one kernel wrong on an export it was not written
+    against). The joined option is refused; each of the three without one kernel is judged, and
+    `k1+k3`, right and 0.5 ms against a 1.0 ms default, is kept, `k2`'s fault said."""
+    import tuner.stages.flag_options as flag_options
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+    from tests.test_tune_model import MLP
+    from tuner.rewrite import combined
+    from tuner.stages import builtin, flags as flag_stage, halving
+    from tuner.stages.flag_options import ModelOption
+    from tuner.stages.model_timing import Comparison
+
+    kernels = [_marker(n) for n in ("k1", "k2", "k3")]
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    monkeypatch.setitem(REWRITES, "cpu", tuple(kernels))
+    monkeypatch.setattr(flag_options, "EXTERNAL", tuple(kernels))
+    monkeypatch.setattr(flag_options, "external_together",
+                        lambda env: [ModelOption((), combined(kernels), kernels=True)])
+
+    def designed_numerics(env, reference, trials, directory, rounds=None):
+        off = {t.variant.name for t in trials if "k2" in t.variant.name.split("-", 1)[-1].split("+")}
+        right = [t for t in trials if t.variant.name not in off]
+        cmp = builtin.compare_on_model(env, reference, right, directory, rounds) if right else Comparison((), {}, {})
+        return replace(cmp, failed={**cmp.failed, **{n: "a different result (relative error 0.9)" for n in off}},
+                       errors={**cmp.errors, **{n: 0.9 for n in off}})
+
+    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    monkeypatch.setattr(halving, "compare_on_model", designed_numerics)
+    timer = lambda vmfb, settings: Timing(({"flags-k1+k3": 0.5}.get(vmfb.parent.name, 1.0),))  # noqa: E731
+    model = tmp_path / "mlp.mlir"
+    model.write_text(MLP)
+    said = []
+    state = _flag_stage(model, tmp_path / "out", timer, say=said.append).state
+    assert state.flag_trials["k1+k2+k3"] == "a different result (relative error 0.9)"
+    assert state.flag_trials["k2+k3"] == state.flag_trials["k1+k2"] == "a different result (relative error 0.9)"
+    assert state.rewrites == ("k1", "k3") and state.flag_trials["k1+k3"] == pytest.approx(2.0, rel=1e-3)
+    assert any("k1+k2+k3: another result than the reference's; each of its kernels left out in turn" in line
+               for line in said), said

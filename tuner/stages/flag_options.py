@@ -123,6 +123,33 @@ def external_together(env: StageEnv) -> list[ModelOption]:
     return options
 
 
+def alone_gain(trials: dict, option: ModelOption, extension: ModelOption) -> float:
+    """What `extension` adds to `option` (a rewrite or flags), as its first-round figure alone
+    against the default (0 where it has none: failed, wrong or not tried)."""
+    have = set(option.rewrite.names) if option.rewrite else set()
+    added = [n for n in (extension.rewrite.names if extension.rewrite else ()) if n not in have]
+    added.append(" ".join(f for f in extension.flags if f not in option.flags))
+    figure = trials.get(" ".join(a for a in added if a))
+    return figure if isinstance(figure, (int, float)) else 0.0
+
+
+def without_each_kernel(env: StageEnv, kernels: Sequence[ModelOption], wrong: set[str]) -> list[ModelOption]:
+    """Where a joined kernel option (external_together's) computed another result than the
+    reference, that option once without each of its kernels that changes the model, in turn: a
+    numerics fault of one kernel on an export it was not written against then costs that kernel,
+    not every kernel with it (the options that lack it are judged as any other). Nothing where
+    none was wrong or it joins fewer than two kernels."""
+    first = next((o for o in kernels if o.label in wrong and o.rewrite is not None), None)
+    if first is None:
+        return []
+    external = {e.name for e in EXTERNAL}
+    parts = [p for p in (first.rewrite.parts or (first.rewrite,)) if p.name in external and rewrite_changes(env, p)]
+    if len(parts) < 2:
+        return []
+    env.say(f"  {first.label}: another result than the reference's; each of its kernels left out in turn")
+    return [replace(first, rewrite=replace(first.rewrite.without(p.name), tunes=first.rewrite.tunes)) for p in parts]
+
+
 def offered_flag_sets(env: StageEnv, pipeline: Optional[str] = None,
                       dispatches: Optional[Sequence[Dispatch]] = None) -> list[ModelOption]:
     """Each flag set the pipelines of the dispatches (default: the model's under the default

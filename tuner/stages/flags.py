@@ -20,9 +20,9 @@ from tuner.rewrite import combined, unoffered_for
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision, record_decision, trials_text
-from tuner.stages.flag_options import (ModelOption, applying_rewrites, extensions, formed_dispatches, model_options,
-                                       offered_flag_sets,
-                                       rewrites_nothing, rewritten_program, taking_flag_sets, together_options)
+from tuner.stages.flag_options import (ModelOption, alone_gain, applying_rewrites, extensions, formed_dispatches,
+                                       model_options, offered_flag_sets, rewrites_nothing, rewritten_program,
+                                       taking_flag_sets, together_options, without_each_kernel)
 from tuner.stages.builtin import build_once, built_already, compare_on_model, prebuild
 from tuner.stages.formed_tuning import FormedTuning
 from tuner.stages.halving import compare_halving
@@ -137,6 +137,9 @@ class FlagStage:
         if kernels:  # the joined external kernels first; the other choices then extend the winner
             judged = self._judge(env, default, default, kernels, trials, "flag-runs-kernels", wrong, steps,
                                  first_round=True)
+        fewer = without_each_kernel(env, kernels, wrong) if judged is None else []
+        if fewer:  # the joined kernels computed another result: each tried without one of its kernels
+            judged = self._judge(env, default, default, fewer, trials, "flag-runs-kernels-fewer", wrong, steps)
         if judged is None:
             judged = self._judge(env, default, default, [o for o in options if not o.kernels], trials, "flag-runs",
                                  wrong, steps, first_round=True)
@@ -244,7 +247,7 @@ class FlagStage:
             # The most promising first (what each adds, as it did alone in the first round): where
             # the share holds only some of them, those are tried (the Llama layer's two external
             # kernels on the H200: neither added to the other, the step of eight not fitting).
-            more.sort(key=lambda o: -_alone_gain(trials, option, o))
+            more.sort(key=lambda o: -alone_gain(trials, option, o))
             room = flag_step_room(env.budget)
             if more and room is not None and room < len(more):
                 why = ("is spent" if flag_share_spent(env.budget) else
@@ -371,16 +374,6 @@ class FlagStage:
         """tuner.stages.formed_tuning.FormedTuning.parts with this stage's budgets and search."""
         return FormedTuning(self.tune_budget, self.rewrite_tunes, self.search).parts(env, name, kinds, program, flags,
                                                                                    said, pins)
-
-def _alone_gain(trials: dict, option: ModelOption, extension: ModelOption) -> float:
-    """What `extension` adds to `option` (a rewrite or flags), as its first-round figure alone
-    against the default (0 where it has none: failed, wrong or not tried)."""
-    have = set(option.rewrite.names) if option.rewrite else set()
-    added = [n for n in (extension.rewrite.names if extension.rewrite else ()) if n not in have]
-    added.append(" ".join(f for f in extension.flags if f not in option.flags))
-    figure = trials.get(" ".join(a for a in added if a))
-    return figure if isinstance(figure, (int, float)) else 0.0
-
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
     """Why a model-wide choice with the compiler's default configs computes another result than
