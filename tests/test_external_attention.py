@@ -446,3 +446,67 @@ def test_raised_multi_query_attention_computes_the_spelled_out_one_on_llvm_cpu(t
         assert run.ok, run.stderr
         outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
     assert relative_error(outputs["raised"], outputs["spelled"]) < 2e-3
+
+
+def _upcast_scores() -> str:
+    """GPT-J's eager attention as exported: Q and K [1, 4, 16, 64] f16 cast to f32, Kᵀ by a
+    Transpose, the scores divided by √64 and an f32 causal mask added in f32, the softmax's
+    result cast back to f16 for the MatMul with V."""
+    q, q32, kt32, p32, p = _t(1, 4, 16, 64), _t(1, 4, 16, 64, element="f32"), _t(1, 4, 64, 16, element="f32"), \
+        _t(1, 4, 16, 16, element="f32"), _t(1, 4, 16, 16)
+    m32, s32 = _t(1, 1, 16, 16, element="f32"), _t(element="f32")
+    return f"""
+func.func @f(%q: {q}, %k: {q}, %v: {q}, %m: {m32}) -> {q}
+    attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
+  %c = torch.operator "onnx.Constant"() {{torch.onnx.value = dense<8.0> : tensor<f32>}} : () -> {s32}
+  %q32 = torch.operator "onnx.Cast"(%q) {{torch.onnx.to = 1 : si64}} : ({q}) -> {q32}
+  %k32 = torch.operator "onnx.Cast"(%k) {{torch.onnx.to = 1 : si64}} : ({q}) -> {q32}
+  %kt = torch.operator "onnx.Transpose"(%k32) {{torch.onnx.perm = [0 : si64, 1 : si64, 3 : si64, 2 : si64]}} : ({q32}) -> {kt32}
+  %s = torch.operator "onnx.MatMul"(%q32, %kt) : ({q32}, {kt32}) -> {p32}
+  %d = torch.operator "onnx.Div"(%s, %c) : ({p32}, {s32}) -> {p32}
+  %a = torch.operator "onnx.Add"(%d, %m) : ({p32}, {m32}) -> {p32}
+  %w = torch.operator "onnx.Softmax"(%a) {{torch.onnx.axis = -1 : si64}} : ({p32}) -> {p32}
+  %w16 = torch.operator "onnx.Cast"(%w) {{torch.onnx.to = 10 : si64}} : ({p32}) -> {p}
+  %o = torch.operator "onnx.MatMul"(%w16, %v) : ({p}, {q}) -> {q}
+  return %o : {q}
+}}
+"""
+
+
+def test_scores_computed_in_f32_from_q_and_k_cast_up_are_raised_from_the_f16_q_and_k():
+    from tuner.rewrite.attention import raise_attention
+
+    with ir.Context():
+        module = ir.Module.parse(_upcast_scores())
+        assert raise_attention(module) == ["1x4x16x16x64x64"]
+        text = str(module)
+    sdpa = next(line for line in text.splitlines() if "torch.aten.scaled_dot_product_attention" in line)
+    assert sdpa.count("!torch.vtensor<[1,4,16,64],f16>") == 4 and "!torch.vtensor<[1,1,16,16],f16>" in sdpa
+    assert '"onnx.Softmax"' not in text and '"onnx.MatMul"' not in text
+
+
+@pytest.mark.slow
+def test_raised_f32_scores_compute_the_spelled_out_attention_on_llvm_cpu(tmp_path):
+    import numpy as np
+
+    from tests.conftest import iree_compile
+    from tuner.evaluation.runtime_tools import ModuleRun, relative_error, run_once
+    from tuner.rewrite import RAISE_ATTENTION_GPU, rewrite_program
+    from tuner.targets import parse_target
+
+    spelled = tmp_path / "spelled.mlir"
+    spelled.write_text(_upcast_scores())
+    raised = tmp_path / "raised.mlir"
+    assert rewrite_program(spelled, RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x64x64"]
+    rng = np.random.default_rng(0)
+    inputs = [tmp_path / f"{n}.npy" for n in "qkvm"]
+    for path in inputs[:3]:
+        np.save(path, rng.standard_normal((1, 4, 16, 64)).astype(np.float16))
+    np.save(inputs[3], np.triu(np.full((16, 16), -3.0e38, np.float32), 1).reshape(1, 1, 16, 16))  # causal
+    outputs = {}
+    for name, program in (("spelled", spelled), ("raised", raised)):
+        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
+        run = run_once(tmp_path / f"{name}.vmfb", ModuleRun("local-task", "f", tuple(inputs)), tmp_path / f"{name}.npy")
+        assert run.ok, run.stderr
+        outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
+    assert relative_error(outputs["raised"], outputs["spelled"]) < 2e-3
