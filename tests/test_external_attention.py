@@ -448,13 +448,18 @@ def test_raised_multi_query_attention_computes_the_spelled_out_one_on_llvm_cpu(t
     assert relative_error(outputs["raised"], outputs["spelled"]) < 2e-3
 
 
-def _upcast_scores() -> str:
+def _upcast_scores(mask_first: bool = False) -> str:
     """GPT-J's eager attention as exported: Q and K [1, 4, 16, 64] f16 cast to f32, Kᵀ by a
     Transpose, the scores divided by √64 and an f32 causal mask added in f32, the softmax's
-    result cast back to f16 for the MatMul with V."""
+    result cast back to f16 for the MatMul with V; `mask_first`: the mask added before the
+    division (CodeGen's)."""
     q, q32, kt32, p32, p = _t(1, 4, 16, 64), _t(1, 4, 16, 64, element="f32"), _t(1, 4, 64, 16, element="f32"), \
         _t(1, 4, 16, 16, element="f32"), _t(1, 4, 16, 16)
     m32, s32 = _t(1, 1, 16, 16, element="f32"), _t(element="f32")
+    scored = (f'  %a = torch.operator "onnx.Add"(%s, %m) : ({p32}, {m32}) -> {p32}\n'
+              f'  %l = torch.operator "onnx.Div"(%a, %c) : ({p32}, {s32}) -> {p32}' if mask_first else
+              f'  %d = torch.operator "onnx.Div"(%s, %c) : ({p32}, {s32}) -> {p32}\n'
+              f'  %l = torch.operator "onnx.Add"(%d, %m) : ({p32}, {m32}) -> {p32}')
     return f"""
 func.func @f(%q: {q}, %k: {q}, %v: {q}, %m: {m32}) -> {q}
     attributes {{torch.onnx_meta.ir_version = 8 : si64, torch.onnx_meta.opset_version = 20 : si64}} {{
@@ -463,9 +468,8 @@ func.func @f(%q: {q}, %k: {q}, %v: {q}, %m: {m32}) -> {q}
   %k32 = torch.operator "onnx.Cast"(%k) {{torch.onnx.to = 1 : si64}} : ({q}) -> {q32}
   %kt = torch.operator "onnx.Transpose"(%k32) {{torch.onnx.perm = [0 : si64, 1 : si64, 3 : si64, 2 : si64]}} : ({q32}) -> {kt32}
   %s = torch.operator "onnx.MatMul"(%q32, %kt) : ({q32}, {kt32}) -> {p32}
-  %d = torch.operator "onnx.Div"(%s, %c) : ({p32}, {s32}) -> {p32}
-  %a = torch.operator "onnx.Add"(%d, %m) : ({p32}, {m32}) -> {p32}
-  %w = torch.operator "onnx.Softmax"(%a) {{torch.onnx.axis = -1 : si64}} : ({p32}) -> {p32}
+{scored}
+  %w = torch.operator "onnx.Softmax"(%l) {{torch.onnx.axis = -1 : si64}} : ({p32}) -> {p32}
   %w16 = torch.operator "onnx.Cast"(%w) {{torch.onnx.to = 10 : si64}} : ({p32}) -> {p}
   %o = torch.operator "onnx.MatMul"(%w16, %v) : ({p}, {q}) -> {q}
   return %o : {q}
@@ -473,20 +477,23 @@ func.func @f(%q: {q}, %k: {q}, %v: {q}, %m: {m32}) -> {q}
 """
 
 
-def test_scores_computed_in_f32_from_q_and_k_cast_up_are_raised_from_the_f16_q_and_k():
+@pytest.mark.parametrize("mask_first", [False, True])
+def test_scores_computed_in_f32_from_q_and_k_cast_up_are_raised_from_the_f16_q_and_k(mask_first):
     from tuner.rewrite.attention import raise_attention
 
     with ir.Context():
-        module = ir.Module.parse(_upcast_scores())
+        module = ir.Module.parse(_upcast_scores(mask_first))
         assert raise_attention(module) == ["1x4x16x16x64x64"]
         text = str(module)
     sdpa = next(line for line in text.splitlines() if "torch.aten.scaled_dot_product_attention" in line)
     assert sdpa.count("!torch.vtensor<[1,4,16,64],f16>") == 4 and "!torch.vtensor<[1,1,16,16],f16>" in sdpa
     assert '"onnx.Softmax"' not in text and '"onnx.MatMul"' not in text
+    assert text.count('"onnx.Div"') == 1 + mask_first  # Q divided; and the mask, where it came first
 
 
 @pytest.mark.slow
-def test_raised_f32_scores_compute_the_spelled_out_attention_on_llvm_cpu(tmp_path):
+@pytest.mark.parametrize("mask_first", [False, True])
+def test_raised_f32_scores_compute_the_spelled_out_attention_on_llvm_cpu(tmp_path, mask_first):
     import numpy as np
 
     from tests.conftest import iree_compile
@@ -495,7 +502,7 @@ def test_raised_f32_scores_compute_the_spelled_out_attention_on_llvm_cpu(tmp_pat
     from tuner.targets import parse_target
 
     spelled = tmp_path / "spelled.mlir"
-    spelled.write_text(_upcast_scores())
+    spelled.write_text(_upcast_scores(mask_first))
     raised = tmp_path / "raised.mlir"
     assert rewrite_program(spelled, RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x64x64"]
     rng = np.random.default_rng(0)

@@ -21,7 +21,7 @@ over the queries: IREE's lowering broadcasts it, right on llvm-cpu) is passed as
 mask, reshaped to the scores' rank with leading 1s where it has fewer dims (the lowering takes a
 mask of the same rank only); a mask that is a constant of zeros (what the exporter bakes in for
 a model exported without an attention mask: ViT's and BERT's from transformers) is no mask and
-is dropped; a mask added before the scale is not taken. IREE 3.13 broadcasts a smaller mask in a
+is dropped; a mask added before the scale (CodeGen's) is scaled as the scores are. IREE 3.13 broadcasts a smaller mask in a
 dispatch of its own unless a flag fuses it into the attention (aggressive fusion, O3: measured),
 which the flag stage tries with the rewrite. IREE lowers the op to one attention dispatch that the attention pipeline tunes.
 Only matches where every intermediate has no other use are rewritten.
@@ -64,16 +64,25 @@ SDPA = "torch.aten.scaled_dot_product_attention"
 
 
 def _cast_to(value: ir.Value, element: str, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
-    """`value` cast (onnx.Cast) to `element` ("f16" or "bf16"), or itself where it is that already."""
+    """`value` cast (onnx.Cast) to `element` ("f16", "bf16" or "f32"), or itself where it is that already."""
     if element_type(value) == element:
         return value
-    to = {"f16": 10, "bf16": 16}[element]
+    to = {"f16": 10, "bf16": 16, "f32": 1}[element]
     return onnx_op("Cast", [value], static_shape(value), element, ip, loc, to=si64(to))
 
 
 def _constant(name: str, result: str, ip: ir.InsertionPoint, loc: ir.Location, **attrs: ir.Attribute) -> ir.Value:
     op = ir.Operation.create(name, results=[ir.Type.parse(result)], attributes=attrs, loc=loc, ip=ip)
     return op.result
+
+
+def _scaled_mask(site: AttentionSite, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """The site's mask, scaled as the scores are where it is added before the scale."""
+    if not site.scaled_mask:
+        return site.mask_value
+    scalar = _cast_to(site.scale.operands[scalar_side(site.scale)], element_type(site.mask_value), ip, loc)
+    return onnx_op(ir.StringAttr(site.scale.attributes["name"]).value.removeprefix("onnx."), [site.mask_value, scalar],
+                   static_shape(site.mask_value), element_type(site.mask_value), ip, loc)
 
 
 def _mask_operand(mask: ir.Value, rank: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
@@ -161,7 +170,7 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         rank = len(static_shape(site.output.results[0]))
         zero_mask = site.mask_value is not None and site.window is None and zero_constant(site.mask_value)
         mask = none if site.mask_value is None or zero_mask else _mask_operand(
-            _cast_to(site.mask_value, element_type(site.query), ip, loc), rank, ip, loc)
+            _cast_to(_scaled_mask(site, ip, loc), element_type(site.query), ip, loc), rank, ip, loc)
         if site.window is not None:
             mask = folded_mask(site.window, site.mask_value, ip, loc)
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
@@ -184,7 +193,8 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         done.append(site.shape + padded + (" (a zero mask dropped)" if zero_mask else "")
                     + (" (shifted windows' mask folded)" if site.window else ""))
         for op in (site.output, *site.guard[::-1], *site.casts[:1], site.softmax, *site.casts[1:],
-                   *(site.window.ops if site.window else ()), site.mask, site.scale, site.scores, site.key_scale):
+                   *(site.window.ops if site.window else ()),
+                   *((site.scale, site.mask) if site.scaled_mask else (site.mask, site.scale)), site.scores, site.key_scale):
             if op is not None:
                 op.erase()
         _erase_unused_chain(site.transpose)

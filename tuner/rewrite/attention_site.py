@@ -41,6 +41,9 @@ class AttentionSite:
     # softmax's result cast back (GPT-J's and CodeGen's eager attention): the op then reads the
     # half-precision Q and K, and the f32 mask and scale cast down.
     upcast: bool = False
+    # Whether the mask is added before the scale (CodeGen's (S + M) / c): the op's mask is then M
+    # scaled likewise, softmax(S / c + M / c) being the same.
+    scaled_mask: bool = False
 
     @property
     def key_shape(self) -> list[int]:
@@ -103,6 +106,12 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
             return None
     elif mask is None and not single_use(logits):
         return None
+    scaled_mask = False
+    if mask is None and scale is not None and is_onnx(scores, "Add"):  # the mask added before the scale (CodeGen's)
+        found = _mask_side(scores, static_shape(probs))
+        if found is None or not single_use(scores.operands[found]):
+            return None
+        mask, mask_value, scores, scaled_mask = scores, scores.operands[1 - found], producer(scores.operands[found]), True
     if not is_onnx(scores, "MatMul"):
         return None
     query, key_t = scores.operands[0], scores.operands[1]
@@ -149,7 +158,7 @@ def _site(op: ir.Operation) -> Optional[AttentionSite]:
     if mask_value is not None and str(mask_value.type).rsplit(",", 1)[-1] not in dtypes and not upcast:
         return None
     return AttentionSite(op, softmax, scale, mask, mask_value, scores, transpose, query, key, value, key_perm,
-                         key_scale, casts, guard, key_reshape, window, broadcast, upcast)
+                         key_scale, casts, guard, key_reshape, window, broadcast, upcast, scaled_mask)
 
 
 def _cast_up(value: ir.Value) -> Optional[ir.Value]:
