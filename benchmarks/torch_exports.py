@@ -284,6 +284,39 @@ def _phi(size: str):
     return PhiModel(config), (torch.randint(0, config.vocab_size, (1, tokens)),)
 
 
+def _decoder(kind: str, size: str, tiny: dict, real: dict, tokens: int = 512):
+    """One layer of a transformers decoder (`kind`: its config and model class, "Falcon" for
+    FalconConfig and FalconModel), `tiny` or `real` widths, vocabulary 1024 at the real size."""
+    import torch
+    import transformers
+
+    config = getattr(transformers, f"{kind}Config")(**(tiny if size == "tiny" else {**real, "vocab_size": 1024}))
+    n = 16 if size == "tiny" else tokens
+    return getattr(transformers, f"{kind}Model")(config), (torch.randint(0, config.vocab_size, (1, n)),)
+
+
+def _vision(kind: str, size: str, tiny: dict, image: int):
+    """A transformers vision model (`kind`: "Dinov2" for Dinov2Config and Dinov2Model) with
+    `tiny` widths, or its default (base) config at batch 8 of `image` pixels."""
+    import torch
+    import transformers
+
+    config = getattr(transformers, f"{kind}Config")(**(tiny if size == "tiny" else {}))
+    batch, pixels = (2, 32) if size == "tiny" else (8, image)
+    return getattr(transformers, f"{kind}Model")(config), (torch.randn(batch, 3, pixels, pixels),)
+
+
+def _timm(name: str, size: str, image: int):
+    import timm
+    import torch
+
+    batch, pixels = (2, 64) if size == "tiny" else (8, image)
+    return timm.create_model(name, pretrained=False), (torch.randn(batch, 3, pixels, pixels),)
+
+
+_SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, vocab_size=128)
+
+
 FAMILIES: dict[str, Callable] = {
     "llama": _llama,
     "qwen2": lambda size: _llama(size, qwen=True),
@@ -318,6 +351,31 @@ FAMILIES: dict[str, Callable] = {
     "distilbert": _distilbert,
     "mistral": _mistral,
     "phi": _phi,
+    # Added 2026-11-30 (twenty-seventh session): families whose tiny exports were swept on the CPU
+    # (benchmarks/rewrite_sweep.py: OPT's layer norms of two ranks, Falcon's multi-query attention,
+    # GPT-J's f32 scores were faults or gaps found so) and never timed or tuned: one decoder
+    # layer each at 512 tokens (OPT-1.3B's, Falcon-7B's, GPT-J-6B's, Gemma-2B's widths; Qwen3-0.6B's
+    # with its per-head RMS norms), DINOv2-base and ConvNeXt-V2 (base widths) at batch 8, timm's
+    # MobileNetV4-conv-small at batch 8.
+    "opt": lambda size: _decoder("OPT", size, dict(_SMALL, ffn_dim=128, word_embed_proj_dim=64),
+                                 dict(hidden_size=2048, ffn_dim=8192, num_hidden_layers=1, num_attention_heads=32,
+                                      word_embed_proj_dim=2048)),
+    "falcon": lambda size: _decoder("Falcon", size, dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                                         vocab_size=128),
+                                    dict(hidden_size=4544, num_hidden_layers=1, num_attention_heads=71)),
+    "gptj": lambda size: _decoder("GPTJ", size, dict(n_embd=64, n_layer=1, n_head=4, vocab_size=128, rotary_dim=8),
+                                  dict(n_embd=4096, n_layer=1, n_head=16, rotary_dim=64)),
+    "gemma": lambda size: _decoder("Gemma", size, dict(_SMALL, num_key_value_heads=1, head_dim=16),
+                                   dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=1,
+                                        num_attention_heads=8, num_key_value_heads=1, head_dim=256)),
+    "qwen3": lambda size: _decoder("Qwen3", size, dict(_SMALL, num_key_value_heads=2, head_dim=16),
+                                   dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
+                                        num_attention_heads=16, num_key_value_heads=8, head_dim=128)),
+    "dinov2": lambda size: _vision("Dinov2", size, dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                                        image_size=32, patch_size=8, mlp_ratio=2), 224),
+    "convnextv2": lambda size: _vision("ConvNextV2", size, dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]),
+                                       224),
+    "mobilenetv4": lambda size: _timm("mobilenetv4_conv_small", size, 224),
 }
 
 
