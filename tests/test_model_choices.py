@@ -122,12 +122,17 @@ def test_an_additive_mask_after_the_scale_is_raised_reshaped_to_the_scores_rank(
     assert "onnx.Softmax" not in text and "onnx.Add" not in text
 
 
-def test_a_mask_added_before_the_scale_is_not_raised():
-    # softmax(c * (QK^T + mask)) scales the mask too: not what the op computes with a mask.
+def test_a_mask_added_before_the_scale_is_raised_scaled_as_the_scores_are():
+    # softmax((QK^T + mask) / c) = softmax(QK^T / c + mask / c): the op's mask is the mask divided
+    # by the same scalar (CodeGen's order), and Q is divided as when the mask comes after.
     with ir.Context():
         module = ir.Module.parse(MASKED.replace("FIRST", "%t = " + ADD_MASK.replace("IN", "%s"))
                                  .replace("SECOND", "%u = " + SCALE.replace("IN", "%t")))
-        assert find_attention(module) == []
+        assert raise_attention(module) == ["4x8x8x16x16"]
+        text = str(module)
+    divs = [line for line in text.splitlines() if '"onnx.Div"' in line]
+    assert len(divs) == 2 and any("%arg4, %arg3" in d for d in divs) and any("%arg0, %arg3" in d for d in divs)
+    assert "onnx.Softmax" not in text and "onnx.Add" not in text
 
 
 TORCH_LAYOUT = """
