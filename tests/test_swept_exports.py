@@ -1,0 +1,72 @@
+"""Real tiny exports in which benchmarks/rewrite_sweep.py found a fault or a gap (twenty-seventh
+session): OPT's layer norms of one problem at two ranks (the kernel's function failed
+verification), Falcon's multi-query attention (K and V of one head broadcast by the MatMuls: not
+raised) and GPT-J's scores computed in f32 from Q and K cast up (not raised). Each is now rewritten,
+and (slow) the raised programs compute what the exports computed on llvm-cpu."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+from tests.conftest import iree_compile
+from tests.test_external_layernorm import _stand_in as layernorm_stand_in
+from tuner.evaluation.runtime_tools import ModuleRun, relative_error, run_once
+from tuner.rewrite import RAISE_ATTENTION_GPU, rewrite_program
+from tuner.rewrite.attention import raise_attention
+from tuner.rewrite.external_layernorm import external_layernorms
+from tuner.targets import parse_target
+
+EXPORTS = Path(__file__).parent / "fixtures" / "exports"
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict[str, Path]:
+    pytest.importorskip("onnx")
+    from tuner.input.models import program_source
+
+    root = tmp_path_factory.mktemp("swept")
+    return {name: program_source(EXPORTS / name / "model.onnx", root / name, parse_target("llvm-cpu"))
+            for name in ("opt", "falcon", "gptj_f16")}
+
+
+def test_opts_layer_norms_of_two_ranks_call_one_kernel_function_and_the_module_verifies(imported):
+    with ir.Context():
+        module = ir.Module.parse(imported["opt"].read_text())
+        done = external_layernorms(module, layernorm_stand_in)
+        module.operation.verify()
+        text = str(module)
+    assert done == ["16x64_f32 (128 rows of 64 w4)"] * 3  # one on [1, 16, 64], one on [16, 64], one again
+    assert text.count("func.func private @layernorm_16x64_f32(") == 1 and '"onnx.LayerNormalization"' not in text
+
+
+@pytest.mark.parametrize("family, shape", [("falcon", "1x4x16x16x16x16"), ("gptj_f16", "1x4x16x16x16x16")])
+def test_falcons_multi_query_and_gptjs_f32_scores_are_raised_and_no_softmax_is_left(imported, family, shape):
+    with ir.Context():
+        module = ir.Module.parse(imported[family].read_text())
+        assert raise_attention(module, pad_heads=True) == [shape]
+        text = str(module)
+    assert '"onnx.Softmax"' not in text and "torch.aten.scaled_dot_product_attention" in text
+
+
+def _cpu_output(program: Path, family: str, tmp_path: Path) -> np.ndarray:
+    vmfb = tmp_path / f"{program.stem}.vmfb"
+    iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(vmfb))
+    run = run_once(vmfb, ModuleRun("local-task", "main_graph", (EXPORTS / family / "input0.npy",)),
+                   tmp_path / f"{program.stem}.npy")
+    assert run.ok, run.stderr
+    return np.load(tmp_path / f"{program.stem}.npy").astype(np.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, tolerance", [("falcon", 1e-5), ("gptj_f16", 2e-3)])
+def test_the_raised_export_computes_what_the_export_and_torch_computed(imported, family, tolerance, tmp_path):
+    """Falcon in f32 (the same sums in another order), GPT-J in f16 (the scores' products are the
+    same; the raised op keeps f32 statistics where the export kept f32 scores)."""
+    raised = tmp_path / "raised.mlir"
+    assert rewrite_program(imported[family], RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x16x16"]
+    before, after = _cpu_output(imported[family], family, tmp_path), _cpu_output(raised, family, tmp_path)
+    torch_output = np.load(EXPORTS / family / "torch_output0.npy").astype(np.float32)
+    assert relative_error(after, before) < tolerance
+    assert relative_error(after, torch_output) < relative_error(before, torch_output) + tolerance
