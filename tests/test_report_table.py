@@ -116,7 +116,7 @@ def test_tune_names_three_other_dispatches_and_points_to_dispatches_for_the_rest
 
     dispatches = [SimpleNamespace(name=f"m$async_dispatch_{i}_matmul") for i in range(25)]
     program = SimpleNamespace(dispatches=dispatches, skipped=[(f"m$async_dispatch_{i}_copy", "why") for i in range(30, 35)],
-                              entries={}, fixed_dims=())
+                              entries={}, fixed_dims=(), repaired=())
     out = StringIO()
     say_picked(Console(file=out, width=400))(program, dispatches[0], "named by --dispatch")
     lines = out.getvalue().splitlines()

@@ -93,11 +93,11 @@ def read_program(input_path: Path | str, target: Target | str, workdir: Optional
     (Program.fixed_dims), so its dispatches are static."""
     target = parse_target(target) if isinstance(target, str) else target
     workdir = Path(workdir) if workdir is not None else Path(scratch_dir())
-    input_path, fixed = imported_program(Path(input_path), workdir, target, static_size=dynamic_size)
+    input_path, fixed, repaired = imported_program(Path(input_path), workdir, target, static_size=dynamic_size)
     ctx = ir.Context()
     text = read_input_text(input_path)
     parse_input(input_path, ctx, text)  # one clear line for a missing file or text that is not MLIR
-    program = replace(discover_program(input_path, target, ctx), fixed_dims=fixed)
+    program = replace(discover_program(input_path, target, ctx), fixed_dims=fixed, repaired=repaired)
     if any(getattr(w, "dispatch_benchmark", False) for w in program.entries.values()):
         # An executable already: only the codegen stage reaches it, and nothing splits its op.
         target = target.at_codegen_stage()

@@ -41,6 +41,8 @@ def say_picked(console: Console):
                           "lists each with what tunes it or why nothing does)")
         if program.fixed_dims:
             console.print(program.fixed_text(), markup=False, highlight=False, soft_wrap=True)
+        if program.repaired:
+            console.print(program.repaired_text(), markup=False, highlight=False, soft_wrap=True)
         workload = program.entries.get(dispatch.name)
         for size in workload.dynamic_sizes() if isinstance(workload, Workload) else ():
             console.print(f"dynamic size of @{workload.entry}'s {size}; --dynamic-size N or your --input files "

@@ -28,6 +28,8 @@ class Program:
     # An ONNX model's symbolic input dimensions fixed at import ("x[0]: N -> 2";
     # tuner.input.onnx_dims): the program takes only those sizes.
     fixed_dims: tuple[str, ...] = ()
+    # What the import's repair changed (tuner.input.models.repaired_import), each said by the run.
+    repaired: tuple[str, ...] = ()
 
     @property
     def in_place_copies(self) -> tuple[str, ...]:
@@ -38,6 +40,11 @@ class Program:
         """What the run says of `fixed_dims` ("" where none was fixed)."""
         return (f"symbolic dimensions fixed at import (--dynamic-size): {', '.join(self.fixed_dims)}; the tuned "
                 "program takes only these sizes") if self.fixed_dims else ""
+
+    def repaired_text(self) -> str:
+        """What the run says of `repaired` ("" where the import needed no repair)."""
+        return (f"repaired at import (IREE 3.13 does not compile these as exported; the result is the same): "
+                f"{'; '.join(self.repaired)}") if self.repaired else ""
 
     def for_running(self, parameters: tuple[str, ...], dynamic_size: Optional[int] = None) -> "Program":
         """The program with every entry's workload reading the model's external parameters,

@@ -27,12 +27,13 @@ def program_source(path: Path, workdir: Path, target: Target, timeout_s: float =
 
 
 def imported_program(path: Path, workdir: Path, target: Target, timeout_s: float = 600.0,
-                     static_size: Optional[int] = None) -> tuple[Path, tuple[str, ...]]:
+                     static_size: Optional[int] = None) -> tuple[Path, tuple[str, ...], tuple[str, ...]]:
     """`program_source`, and for an ONNX model whose inputs have symbolic dimensions, with
     `static_size`: the import of a copy with each fixed at that size (tuner.input.onnx_dims;
-    `workdir/imported/NAME.static.onnx`), with what was fixed ("x[0]: N -> 2")."""
+    `workdir/imported/NAME.static.onnx`), with what was fixed ("x[0]: N -> 2"); and what the
+    import's repair changed (`repaired_import`)."""
     if path.suffix.lower() != ".onnx":
-        return unconfigured_copy(path, workdir / IMPORTED, target) or path, ()
+        return unconfigured_copy(path, workdir / IMPORTED, target) or path, (), ()
     if not path.is_file():
         raise unreadable_input(path)
     out = workdir / IMPORTED / (path.stem + ".mlir")
@@ -52,4 +53,20 @@ def imported_program(path: Path, workdir: Path, target: Target, timeout_s: float
         if "No module named 'onnx'" in run.stderr:
             raise InputError(f"{path}: importing ONNX needs the onnx package: pip install -e '.[onnx]'")
         raise InputError(f"{path}: iree-import-onnx could not import it: {run.first_error()}")
-    return out, fixed
+    return out, fixed, repaired_import(out)
+
+
+def repaired_import(program: Path) -> tuple[str, ...]:
+    """The import rewritten in place where it holds what IREE 3.13 cannot compile and an exact
+    rewrite can (tuner.rewrite.conv_window: convolutions leaving input unread at a one-pixel
+    output, as a ResNet at 32x32 pixels has); what was changed, each said by the run."""
+    if '"onnx.Conv"' not in program.read_text():
+        return ()
+    from tuner.rewrite import FIT_CONV_WINDOWS
+    from tuner.rewrite.parsed import ParsedProgram
+
+    fitted = program.with_suffix(".fitted.mlir")
+    changed = ParsedProgram(program).write(FIT_CONV_WINDOWS, fitted)
+    if changed:
+        fitted.replace(program)
+    return tuple(f"{FIT_CONV_WINDOWS.name}: {c}" for c in changed)

@@ -18,6 +18,7 @@ from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.batch_to_width import batch_to_width
 from tuner.rewrite.chained_concats import chain_concats
 from tuner.rewrite.conv_im2col import convs_as_im2col_matmuls
+from tuner.rewrite.conv_window import fit_conv_windows
 from tuner.rewrite.external_conv import external_convs
 from tuner.rewrite.external_attention import external_attentions
 from tuner.rewrite.f32_reductions import f32_reductions
@@ -76,6 +77,10 @@ def combined(rewrites: Sequence[Rewrite]) -> Rewrite:
                    tuple(dict.fromkeys(k for r in parts for k in r.tunes)), parts=parts)
 
 
+# Applied at import, not offered (tuner.input.models.repaired_import): convolutions that leave input
+# unread at a one-pixel output, which IREE 3.13 does not compile, cut to what they read (exact).
+FIT_CONV_WINDOWS = Rewrite("fit-conv-windows", fit_conv_windows,
+                           "convolutions that leave input unread at a one-pixel output cut to what they read")
 # Exact where IREE 3.13 is not: f16 and bf16 reductions that accumulate (ReduceL2, ReduceSum, ...)
 # computed in f32, as torch computes them (tuner.rewrite.f32_reductions; wav2vec2's weight-normalized
 # positional convolution made the whole f16 model 0.19-0.28 off). The host's reference result is

@@ -173,8 +173,9 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         source, target, _, ctx, program = read_program(input_path, target, output_dir, run.parameters, run.dynamic_size)
         for line in skipped_lines(program.skipped):
             say(line)
-        if program.fixed_dims:
-            say(program.fixed_text())
+        for line in (program.fixed_text(), program.repaired_text()):
+            if line:
+                say(line)
         env = StageEnv(source, target, output_dir, ctx, program, model_entry(program, None), run.settings,
                        Path(run.store_path) if run.store_path else None, tuple(run.devices),
                        model.timer or model_timer(run.devices[0] if run.devices else target.device,
