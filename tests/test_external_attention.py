@@ -10,6 +10,7 @@ mask (1 x 2 heads of 64 queries and keys, head 64, 64x64 tiles, 4 warps, 2 stage
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from iree.compiler import ir
 
@@ -422,30 +423,34 @@ def test_multi_query_keys_and_values_are_read_as_one_head_for_every_query_head()
     assert call.count("tensor<1x1x16x64xf16>") == 2
 
 
-@pytest.mark.slow
-def test_raised_multi_query_attention_computes_the_spelled_out_one_on_llvm_cpu(tmp_path):
-    import numpy as np
-
+def _raised_against_spelled(tmp_path, program: str, arguments: list) -> float:
+    """The relative error of `program`'s attention raised (the GPU rewrite) against it as spelled
+    out, both built for llvm-cpu and run on `arguments` (numpy arrays)."""
     from tests.conftest import iree_compile
     from tuner.evaluation.runtime_tools import ModuleRun, relative_error, run_once
     from tuner.rewrite import RAISE_ATTENTION_GPU, rewrite_program
     from tuner.targets import parse_target
 
-    spelled = tmp_path / "spelled.mlir"
-    spelled.write_text(_multi_query())
-    raised = tmp_path / "raised.mlir"
-    assert rewrite_program(spelled, RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x64x64"]
-    rng = np.random.default_rng(0)
-    inputs = [tmp_path / f"{n}.npy" for n in "qkv"]
-    for path, shape in zip(inputs, [(1, 4, 16, 64), (1, 1, 16, 64), (1, 1, 16, 64)]):
-        np.save(path, rng.standard_normal(shape).astype(np.float16))
+    spelled, raised = tmp_path / "spelled.mlir", tmp_path / "raised.mlir"
+    spelled.write_text(program)
+    assert len(rewrite_program(spelled, RAISE_ATTENTION_GPU, raised)) == 1
+    inputs = [tmp_path / f"arg{i}.npy" for i in range(len(arguments))]
+    for path, array in zip(inputs, arguments):
+        np.save(path, array)
     outputs = {}
-    for name, program in (("spelled", spelled), ("raised", raised)):
-        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
+    for name, built in (("spelled", spelled), ("raised", raised)):
+        iree_compile(str(built), *parse_target("llvm-cpu").compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
         run = run_once(tmp_path / f"{name}.vmfb", ModuleRun("local-task", "f", tuple(inputs)), tmp_path / f"{name}.npy")
         assert run.ok, run.stderr
         outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
-    assert relative_error(outputs["raised"], outputs["spelled"]) < 2e-3
+    return relative_error(outputs["raised"], outputs["spelled"])
+
+
+@pytest.mark.slow
+def test_raised_multi_query_attention_computes_the_spelled_out_one_on_llvm_cpu(tmp_path):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for shape in [(1, 4, 16, 64), (1, 1, 16, 64), (1, 1, 16, 64)])
+    assert _raised_against_spelled(tmp_path, _multi_query(), [q, k, v]) < 2e-3
 
 
 def _upcast_scores(mask_first: bool = False) -> str:
@@ -494,26 +499,7 @@ def test_scores_computed_in_f32_from_q_and_k_cast_up_are_raised_from_the_f16_q_a
 @pytest.mark.slow
 @pytest.mark.parametrize("mask_first", [False, True])
 def test_raised_f32_scores_compute_the_spelled_out_attention_on_llvm_cpu(tmp_path, mask_first):
-    import numpy as np
-
-    from tests.conftest import iree_compile
-    from tuner.evaluation.runtime_tools import ModuleRun, relative_error, run_once
-    from tuner.rewrite import RAISE_ATTENTION_GPU, rewrite_program
-    from tuner.targets import parse_target
-
-    spelled = tmp_path / "spelled.mlir"
-    spelled.write_text(_upcast_scores(mask_first))
-    raised = tmp_path / "raised.mlir"
-    assert rewrite_program(spelled, RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x64x64"]
     rng = np.random.default_rng(0)
-    inputs = [tmp_path / f"{n}.npy" for n in "qkvm"]
-    for path in inputs[:3]:
-        np.save(path, rng.standard_normal((1, 4, 16, 64)).astype(np.float16))
-    np.save(inputs[3], np.triu(np.full((16, 16), -3.0e38, np.float32), 1).reshape(1, 1, 16, 16))  # causal
-    outputs = {}
-    for name, program in (("spelled", spelled), ("raised", raised)):
-        iree_compile(str(program), *parse_target("llvm-cpu").compile_flags, "-o", str(tmp_path / f"{name}.vmfb"))
-        run = run_once(tmp_path / f"{name}.vmfb", ModuleRun("local-task", "f", tuple(inputs)), tmp_path / f"{name}.npy")
-        assert run.ok, run.stderr
-        outputs[name] = np.load(tmp_path / f"{name}.npy").astype(np.float32)
-    assert relative_error(outputs["raised"], outputs["spelled"]) < 2e-3
+    q, k, v = (rng.standard_normal((1, 4, 16, 64)).astype(np.float16) for _ in range(3))
+    causal = np.triu(np.full((16, 16), -3.0e38, np.float32), 1).reshape(1, 1, 16, 16)
+    assert _raised_against_spelled(tmp_path, _upcast_scores(mask_first), [q, k, v, causal]) < 2e-3

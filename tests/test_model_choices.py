@@ -8,6 +8,7 @@ test_tune_model; compiles and numerics are real."""
 import json
 import re
 from dataclasses import replace
+from typing import Callable
 from pathlib import Path
 
 import numpy as np
@@ -585,6 +586,24 @@ def test_the_joined_kernels_are_judged_first_and_the_other_choices_then_only_ext
         assert state.rewrites == ("a",)
 
 
+def _designed_numerics(monkeypatch, wrong: Callable[[str], bool], error: float) -> None:
+    """The flag stage's whole-model comparisons (its numerics check and its timed rounds) with
+    every trial whose build `wrong` names refused for another result (relative error `error`),
+    the others compared as they are."""
+    from tuner.stages import builtin, flags as flag_stage, halving
+    from tuner.stages.model_timing import Comparison
+
+    def designed(env, reference, trials, directory, rounds=None):
+        off = {t.variant.name for t in trials if wrong(t.variant.name)}
+        right = [t for t in trials if t.variant.name not in off]
+        cmp = builtin.compare_on_model(env, reference, right, directory, rounds) if right else Comparison((), {}, {})
+        return replace(cmp, failed={**cmp.failed, **{n: f"a different result (relative error {error})" for n in off}},
+                       errors={**cmp.errors, **{n: error for n in off}})
+
+    monkeypatch.setattr(flag_stage, "compare_on_model", designed)
+    monkeypatch.setattr(halving, "compare_on_model", designed)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("wrong_alone", [("a", "b"), ("a",)])
 def test_rewrites_each_wrong_alone_are_tried_together(tmp_path, monkeypatch, wrong_alone):
@@ -595,21 +614,11 @@ def test_rewrites_each_wrong_alone_are_tried_together(tmp_path, monkeypatch, wro
     refused and the other was merely no faster, nothing joins them."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from tests.test_tune_model import MLP
-    from tuner.stages import builtin, flags as flag_stage, halving
-    from tuner.stages.model_timing import Comparison
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
     monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
     off = {f"flags-{name}" for name in wrong_alone}
-
-    def designed_numerics(env, reference, trials, directory, rounds=None):
-        right = [t for t in trials if t.variant.name not in off]
-        cmp = builtin.compare_on_model(env, reference, right, directory, rounds) if right else Comparison((), {}, {})
-        return replace(cmp, failed={**cmp.failed, **{n: "a different result (relative error 1.1)" for n in off}},
-                       errors={**cmp.errors, **{n: 1.1 for n in off}})
-
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)  # the numerics check
-    monkeypatch.setattr(halving, "compare_on_model", designed_numerics)  # the timed rounds
+    _designed_numerics(monkeypatch, lambda name: name in off, 1.1)
     timer = lambda vmfb, settings: Timing(({"flags-a+b": 0.5}.get(vmfb.parent.name, 1.0),))  # noqa: E731
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
@@ -1497,9 +1506,7 @@ def test_joined_kernels_that_compute_another_result_are_tried_without_each_kerne
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from tests.test_tune_model import MLP
     from tuner.rewrite import combined
-    from tuner.stages import builtin, flags as flag_stage, halving
     from tuner.stages.flag_options import ModelOption
-    from tuner.stages.model_timing import Comparison
 
     kernels = [_marker(n) for n in ("k1", "k2", "k3")]
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
@@ -1508,15 +1515,7 @@ def test_joined_kernels_that_compute_another_result_are_tried_without_each_kerne
     monkeypatch.setattr(flag_options, "external_together",
                         lambda env: [ModelOption((), combined(kernels), kernels=True)])
 
-    def designed_numerics(env, reference, trials, directory, rounds=None):
-        off = {t.variant.name for t in trials if "k2" in t.variant.name.split("-", 1)[-1].split("+")}
-        right = [t for t in trials if t.variant.name not in off]
-        cmp = builtin.compare_on_model(env, reference, right, directory, rounds) if right else Comparison((), {}, {})
-        return replace(cmp, failed={**cmp.failed, **{n: "a different result (relative error 0.9)" for n in off}},
-                       errors={**cmp.errors, **{n: 0.9 for n in off}})
-
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
-    monkeypatch.setattr(halving, "compare_on_model", designed_numerics)
+    _designed_numerics(monkeypatch, lambda name: "k2" in name.split("-", 1)[-1].split("+"), 0.9)
     timer = lambda vmfb, settings: Timing(({"flags-k1+k3": 0.5}.get(vmfb.parent.name, 1.0),))  # noqa: E731
     model = tmp_path / "mlp.mlir"
     model.write_text(MLP)
