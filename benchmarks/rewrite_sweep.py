@@ -10,7 +10,7 @@ compared with torch's and with the original program's llvm-cpu result; each join
 (the flag stage's three forms: the kernels, with join-sibling-linears first, with the feeders
 first) is written and compiled for cuda, and the names of its kernels checked as PTX identifiers.
 
-    python benchmarks/rewrite_sweep.py DIR... [--work /tmp/rewrite-sweep] [--jobs 2]
+    python benchmarks/rewrite_sweep.py DIR... [--work /tmp/rewrite-sweep] [--jobs 2] [--kernels-only]
 
 Needs Triton for the kernel options (`pip install triton`; without it they are skipped, and said so).
 """
@@ -59,8 +59,9 @@ def _why(error: subprocess.CalledProcessError) -> str:
     return lines[0][:200]
 
 
-def sweep(folder: Path, work: Path, jobs: int) -> list[str]:
-    """One line for each rewrite and kernel option on the export in `folder`."""
+def sweep(folder: Path, work: Path, jobs: int, kernels_only: bool = False) -> list[str]:
+    """One line for each rewrite and kernel option on the export in `folder` (`kernels_only`:
+    the kernel options alone, for real sizes, whose llvm-cpu builds take minutes each)."""
     cuda, cpu = parse_target("cuda"), parse_target("llvm-cpu")
     work.mkdir(parents=True, exist_ok=True)
     program = program_source(folder / "model.onnx", work / "import", cuda)
@@ -69,13 +70,14 @@ def sweep(folder: Path, work: Path, jobs: int) -> list[str]:
     torch_out = np.load(folder / "torch_output0.npy").astype(np.float32)
     parsed = ParsedProgram(program)
     lines, builds = [], {}
-    for rewrite in (r for r in rewrites_for(cuda) if not makes_kernels(r)):
+    for rewrite in (r for r in rewrites_for(cuda) if not makes_kernels(r) and not kernels_only):
         changed = parsed.write(rewrite, work / f"{rewrite.name}.mlir")
         if rewrite.name in parsed.failures:
             lines.append(f"{rewrite.name}: RAISED {parsed.failures[rewrite.name]}")
         elif changed:
             builds[rewrite.name] = (work / f"{rewrite.name}.mlir", len(changed))
-    builds["(original)"] = (program, 0)
+    if not kernels_only:
+        builds["(original)"] = (program, 0)
 
     def run(item):
         name, (path, _) = item
@@ -86,7 +88,7 @@ def sweep(folder: Path, work: Path, jobs: int) -> list[str]:
 
     with ThreadPoolExecutor(jobs) as pool:
         results = {name: (out, why) for name, out, why in pool.map(run, builds.items())}
-    original, _ = results["(original)"]
+    original, _ = results.get("(original)", (None, ""))
     for name, (path, count) in builds.items():
         out, why = results[name]
         if out is None:
@@ -122,10 +124,12 @@ def main() -> None:
     parser.add_argument("exports", type=Path, nargs="+")
     parser.add_argument("--work", type=Path, default=Path("/tmp/rewrite-sweep"))
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--kernels-only", action="store_true",
+                        help="only the joined kernel options, compiled for cuda (real sizes)")
     args = parser.parse_args()
     for folder in args.exports:
         try:
-            lines = sweep(folder, args.work / folder.name, args.jobs)
+            lines = sweep(folder, args.work / folder.name, args.jobs, args.kernels_only)
         except Exception as error:  # one export's failure is reported, the others still swept
             lines = [f"FAILED {type(error).__name__}: {str(error)[:300]}"]
         for line in lines:
