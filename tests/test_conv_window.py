@@ -102,3 +102,10 @@ def test_the_cut_convolution_compiles_and_computes_the_definition_where_the_expo
     padded = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
     definition = np.einsum("ncij,fcij->nf", padded[:, :, :k, :k], w).reshape(2, 16, 1, 1)  # the one window at 0, 0
     assert relative_error(np.load(tmp_path / "y.npy"), definition) < 1e-5
+
+
+def test_an_import_with_pools_and_no_convolution_is_repaired_too(tmp_path):
+    program = tmp_path / "model.mlir"
+    program.write_text(_pool(4, 1))
+    assert repaired_import(program) == ("fit-conv-windows: MaxPool 2x8x4x4 by 3x3: 1 of 4 and 1 of 4 unread dropped",)
+    assert '"onnx.Slice"' in program.read_text()

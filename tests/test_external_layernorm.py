@@ -35,6 +35,16 @@ def _stand_in(problem, tiles) -> ExternKernel:
                         (-(-problem.rows // tiles.rows), 1, 1), tiles.label)
 
 
+def _rewritten(rewrite, program: str) -> tuple[list, list[str], str]:
+    """`program` rewritten by `rewrite` (external_layernorms or external_rms_norms) with the
+    stand-in kernel: the problems asked for, what the rewrite said, and the rewritten text."""
+    made = []
+    with ir.Context():
+        module = ir.Module.parse(program)
+        done = rewrite(module, lambda p, t: made.append(p) or _stand_in(p, t))
+        return made, done, str(module)
+
+
 def _convnext_norm(axis: int = -1) -> str:
     """ConvNeXt's block as exported: the depthwise result [2, 96, 7, 7] permuted to NHWC, then
     nn.LayerNorm(96) (eps 1e-6)."""
@@ -75,11 +85,7 @@ func.func @f(%x: {x3}, %w: {c}, %b: {c}) -> {x2} attributes {META} {{
 
 
 def test_convnexts_channels_last_norm_reads_the_nchw_tensor_and_the_transpose_goes():
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_convnext_norm())
-        done = external_layernorms(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, done, text = _rewritten(external_layernorms, _convnext_norm())
     # 2 images x 49 pixels, 96 channels each; the NCHW tensor's 49 pixels a plane
     assert made == [LayerNormProblem(98, 96, pytest.approx(1e-6), "f16", True, 49)]
     assert done == ["98x96_nchw49_f16 (64 rows of 128 w4)"]
@@ -96,11 +102,7 @@ func.func @f(%x: {x}, %w: {w}) -> {x} attributes {META} {{
   return %y : {x}
 }}
 """
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(program)
-        external_layernorms(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, _, text = _rewritten(external_layernorms, program)
     assert made == [LayerNormProblem(64, 64, pytest.approx(1e-5), "f16", False, 0)]
     assert "(tensor<4x16x64xf16>, tensor<64xf16>) -> tensor<4x16x64xf16>" in text
 
@@ -169,11 +171,7 @@ def test_an_exported_rms_norm_is_one_call_of_the_kernel_on_x_and_the_weight():
     from tuner.external.layernorm_kernel import RmsNormProblem
     from tuner.rewrite.external_layernorm import external_rms_norms
 
-    made = []
-    with ir.Context():
-        module = ir.Module.parse(_rms_norm())
-        done = external_rms_norms(module, lambda p, t: made.append(p) or _stand_in(p, t))
-        text = str(module)
+    made, done, text = _rewritten(external_rms_norms, _rms_norm())
     assert made == [RmsNormProblem(16, 64, pytest.approx(1e-6), "f16")] and done == ["16x64_f16 (128 rows of 64 w4)"]
     assert not any(f'"onnx.{op}"' in text for op in ("Cast", "Pow", "ReduceMean", "Sqrt", "Reciprocal", "Mul", "Add"))
     call = next(line for line in text.splitlines() if "call @rmsnorm_16x64_f16" in line)

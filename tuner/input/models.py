@@ -60,7 +60,7 @@ def repaired_import(program: Path) -> tuple[str, ...]:
     """The import rewritten in place where it holds what IREE 3.13 cannot compile and an exact
     rewrite can (tuner.rewrite.conv_window: convolutions leaving input unread at a one-pixel
     output, as a ResNet at 32x32 pixels has); what was changed, each said by the run."""
-    if '"onnx.Conv"' not in program.read_text():
+    if not _mentions(program, (b'"onnx.Conv"', b'"onnx.MaxPool"', b'"onnx.AveragePool"')):
         return ()
     from tuner.rewrite import FIT_CONV_WINDOWS
     from tuner.rewrite.parsed import ParsedProgram
@@ -70,3 +70,17 @@ def repaired_import(program: Path) -> tuple[str, ...]:
     if changed:
         fitted.replace(program)
     return tuple(f"{FIT_CONV_WINDOWS.name}: {c}" for c in changed)
+
+
+def _mentions(path: Path, words: tuple[bytes, ...], chunk: int = 1 << 24) -> bool:
+    """Whether the file holds any of `words`, read a chunk at a time (a transformer's import is
+    mostly its weights, hundreds of MB with no window op in it)."""
+    overlap = max(len(w) for w in words) - 1
+    tail = b""
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            text = tail + block
+            if any(w in text for w in words):
+                return True
+            tail = text[-overlap:]
+    return False

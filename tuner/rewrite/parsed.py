@@ -76,14 +76,15 @@ class ParsedProgram:
             copy = self._module.operation.clone()
             try:
                 changed = rewrite.apply(_Copy(copy))
-                if changed and out is not None:
-                    real_directory(out.parent)
-                    write_file(out, str(copy))
-            except Exception as error:  # the copy may be half rewritten: it is dropped
+            except Exception as error:  # a fault of the rewrite's: the copy, maybe half rewritten, is dropped
                 failed = error.rewrite if isinstance(error, RewriteFailed) else rewrite.name
                 cause = error.__cause__ if isinstance(error, RewriteFailed) else error
                 self.failures[failed] = f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
                 changed = None
+            else:
+                if changed and out is not None:  # (a write that fails is the run's error, not the rewrite's)
+                    real_directory(out.parent)
+                    write_file(out, str(copy))
             finally:
                 copy.erase()
         if changed is None:  # applied again without the part that raised (nothing where none is left)
