@@ -172,6 +172,12 @@ ATTENTION = {
         2, 6, 33, 45, 32, 32, scale=0.2, seq_major=(False, True, True, True), kv_heads=3),
     "multi-query: 1 K/V head for 4 (Falcon's), causal": AttentionProblem(
         1, 4, 40, 40, 64, 64, causal=True, scale=0.125, seq_major=(False, False, False, True), kv_heads=1),
+    "heads of 80 (Phi-2's), padded to 128, causal, seq-major": AttentionProblem(
+        1, 4, 40, 40, 80, 80, causal=True, scale=0.11, seq_major=(True, True, True, True)),
+    "heads of 96 (Phi-3's), 2 K/V heads for 4, masked": AttentionProblem(
+        2, 4, 33, 45, 96, 96, mask=(1, 1, 33), scale=0.1, kv_heads=2),
+    "heads of 256 (Gemma's), 1 K/V head for 2, causal": AttentionProblem(
+        1, 2, 70, 70, 256, 256, causal=True, scale=0.0625, seq_major=(False, False, False, True), kv_heads=1),
 }
 
 

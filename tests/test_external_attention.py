@@ -15,7 +15,8 @@ import pytest
 from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel, KernelAbiError, for_iree
-from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
+from tuner.external.attention_kernel import (AttentionProblem, AttentionTiles, attention_tile_candidates,
+                                             attention_tiles_for, padded_width)
 from tuner.rewrite import EXTERNAL_ATTENTION, rewrites_for
 from tuner.rewrite.external_attention import external_attentions
 
@@ -50,7 +51,8 @@ def test_the_names_of_joined_masked_and_grouped_problems_are_ptx_identifiers(pro
 
 
 @pytest.mark.parametrize("problem, why", [
-    (AttentionProblem(1, 12, 512, 512, 80, 80), "head widths 80/80"),
+    (AttentionProblem(1, 12, 512, 512, 100, 100), "head widths 100/100"),  # rows not whole 16-byte vectors
+    (AttentionProblem(1, 8, 512, 512, 512, 512), "head widths 512/512"),  # past 256
     (AttentionProblem(1, 12, 512, 512, 64, 64, "bf16"), "bf16"),
     (AttentionProblem(2, 12, 512, 512, 64, 64, mask=(3, 1, 512)), "no broadcast"),
     (AttentionProblem(1, 12, 512, 512, 64, 64, mask=(1, 1, 512), mask_element="i1"), "i1 mask"),
@@ -58,6 +60,38 @@ def test_the_names_of_joined_masked_and_grouped_problems_are_ptx_identifiers(pro
 ])
 def test_attentions_the_kernel_does_not_take_say_why(problem, why):
     assert why in problem.why_not()
+
+
+@pytest.mark.parametrize("d", [80, 96, 256])  # Phi-2's, Phi-3's and GPT-NeoX-20B's, Gemma's heads
+def test_head_widths_that_are_no_power_of_two_or_past_128_are_taken(d):
+    assert AttentionProblem(1, 32, 512, 512, d, d, causal=True).why_not() is None
+
+
+@pytest.mark.parametrize("width, padded", [(8, 16), (16, 16), (40, 64), (80, 128), (96, 128), (128, 128), (136, 256)])
+def test_a_head_is_computed_in_the_power_of_two_that_holds_it(width, padded):
+    assert padded_width(width) == padded
+
+
+def test_the_shared_memory_of_a_tile_is_its_stages_of_keys_and_values_and_one_block_of_queries():
+    # Triton's compile of the kernel for sm_90a gave these (Gemma's 256-wide heads, 64x64, 3
+    # stages: 3 x 64 x (256 + 256) x 2 bytes of K and V, 64 x 256 x 2 of Q; Phi-2's 80 as 128).
+    assert AttentionTiles(64, 64, 4, 3).shared_bytes(AttentionProblem(1, 8, 1024, 1024, 256, 256)) == 229376
+    assert AttentionTiles(128, 64, 4, 3).shared_bytes(AttentionProblem(1, 8, 1024, 1024, 80, 80)) == 131072
+
+
+def test_tiles_too_big_for_a_wide_head_lose_stages_or_are_not_offered():
+    gemma = AttentionProblem(1, 8, 4096, 4096, 256, 256, causal=True)
+    # 128 rows of 4 warps would hold 256 accumulator values a thread; 128x64 on 8 warps fits at 2
+    # stages (196608 bytes) but not 3 (262144); 128x128 on 8 warps fits at none.
+    assert AttentionTiles(128, 64, 4, 3).fitted(gemma) is None
+    assert AttentionTiles(128, 64, 8, 3).fitted(gemma) == AttentionTiles(128, 64, 8, 2)
+    assert AttentionTiles(128, 128, 8, 2).fitted(gemma) is None
+    assert attention_tiles_for(gemma) == AttentionTiles(64, 64, 4, 3)
+    assert attention_tile_candidates(gemma) == [AttentionTiles(64, 64, 4, 3), AttentionTiles(128, 64, 8, 2),
+                                                AttentionTiles(64, 32, 4, 4)]
+    # a head of 64 keeps every tile as it is
+    llama = AttentionProblem(1, 32, 1024, 1024, 64, 64, causal=True)
+    assert AttentionTiles(128, 128, 8, 2).fitted(llama) == AttentionTiles(128, 128, 8, 2)
 
 
 def test_a_broadcast_additive_mask_and_a_causal_flag_are_taken():
@@ -128,6 +162,27 @@ def test_a_masked_attention_is_raised_and_becomes_one_extern_dispatch_of_q_k_v_a
     assert "tensor<2x1x100x100xf16>" in call
     assert text.count("hal.dispatch.extern") == 1 and "workgroup_size = [128 : index, 1 : index, 1 : index]" in text
     assert '"onnx.Mul"(%arg0, %arg3)' in text  # the scale, carried into Q as raise-attention does
+
+
+def test_heads_of_80_as_phi_2_has_become_one_extern_dispatch_of_their_own_width():
+    made, changes, text = _rewritten(_attention(d=80))
+    assert made == [AttentionProblem(2, 4, 100, 100, 80, 80, mask=(2, 1, 100), seq_major=(False, True, False, False))]
+    assert "onnx.Softmax" not in text and text.count("hal.dispatch.extern") == 1
+    call = next(line for line in text.splitlines() if "call @attention_2x4x100x100x80x80_f16_mask2x1x100_k_bshd" in line)
+    assert call.count("tensor<2x4x100x80xf16>") == 3 and "tensor<2x100x4x80xf16>" in call
+
+
+def test_an_attention_the_kernel_leaves_has_its_heads_padded_for_iree_and_one_it_takes_does_not():
+    # Stable Diffusion 1.x's heads of 40: in f16 the kernel reads them as they are; in f32 the
+    # raised op stays IREE's, whose attention pipeline lays out no MMA tile of 40 columns.
+    both = _attention(d=40) + _attention(d=40, element="f32").replace("func.func @f(", "func.func @g(")
+    with ir.Context():
+        module = ir.Module.parse(both)
+        changes = external_attentions(module, _stand_in)
+        text = str(module)
+    assert changes[0].startswith("2x4x100x100x40x40_f16")
+    assert changes[1].endswith("(heads 40/40 padded to 64/64)") and "f32 (the kernel is f16)" in changes[1]
+    assert text.count('"onnx.Pad"') == 3 and "[2,4,100,64],f32" in text and "[2,4,100,64],f16" not in text
 
 
 def test_a_padding_mask_is_passed_to_the_kernel_broadcast_over_the_queries():

@@ -87,8 +87,9 @@ def test_the_external_kernel_takes_the_folded_mask_whole():
     with ir.Context():
         module = ir.Module.parse(_shifted(element="f16"))
         changes = external_attentions(module, lambda p, t: made.append(p) or _stand_in(p, t))
-    # the heads of 8 padded to 16 (pad_heads), the mask's every leading dim the scores'
-    assert made == [AttentionProblem(B * W, H, N, N, 16, 16, mask=(B * W, H, N))]
+    # the heads of 8 read as they are (the kernel computes them padded to 16), the mask's every
+    # leading dim the scores'
+    assert made == [AttentionProblem(B * W, H, N, N, 8, 8, mask=(B * W, H, N))]
     assert len(changes) == 1
 
 

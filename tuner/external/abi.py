@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 # Workgroups in one wave on an H100 or H200 (one per SM): tile rules prefer grids that fill one.
 WAVE = 132
+# The most dynamic shared memory a block may opt in to on an H100 or H200 (227 KiB): a kernel
+# that asks for more fails at launch, not at build.
+SHARED_LIMIT = 232448
 
 
 @dataclass(frozen=True)

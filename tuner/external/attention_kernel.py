@@ -13,10 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from tuner.external.abi import WAVE
+from tuner.external.abi import SHARED_LIMIT, WAVE
 
-# The head widths the kernel takes (tl.arange needs a power of two; 16 is wgmma's least K).
-HEAD_WIDTHS = (16, 32, 64, 128)
+# The head widths the kernel takes: a multiple of 8 (a head's row of f16 is whole 16-byte
+# vectors, as the kernel loads them) up to 256 (Gemma's, Pythia-1B's). Widths that are no power
+# of two (Phi-2's 80, Phi-3's 96) or under 16 (wgmma's least K) are computed padded
+# (`padded_width`: tl.arange's extents are powers of two), the padding read as zeros.
+HEAD_WIDTH_STEP, HEAD_WIDTH_MAX = 8, 256
+LEAST_K = 16
+
+
+def padded_width(width: int) -> int:
+    """The width a head of `width` is computed at on GPUs (by the kernel, and by IREE's attention
+    pipeline after tuner.rewrite.attention pads it): the next power of two, at least LEAST_K."""
+    return max(LEAST_K, 1 << (width - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -63,8 +73,8 @@ class AttentionProblem:
         """Why the kernel does not take the problem (None: it does)."""
         if self.element != "f16":
             return f"{self.element} (the kernel is f16)"
-        if self.d not in HEAD_WIDTHS or self.dv not in HEAD_WIDTHS:
-            return f"head widths {self.d}/{self.dv} (the kernel takes {', '.join(map(str, HEAD_WIDTHS))})"
+        if any(w % HEAD_WIDTH_STEP or not 0 < w <= HEAD_WIDTH_MAX for w in (self.d, self.dv)):
+            return f"head widths {self.d}/{self.dv} (the kernel takes multiples of {HEAD_WIDTH_STEP} to {HEAD_WIDTH_MAX})"
         if self.mask and (self.z % self.mask[0] or any(x not in (1, full) for x, full in zip(self.mask[1:], (self.h, self.m)))):
             return f"a mask of leading dims {self.mask} that is no broadcast of {(self.z, self.h, self.m)}"
         if self.h % self.kv:
@@ -90,6 +100,27 @@ class AttentionTiles:
     def blocks(self, problem: AttentionProblem) -> int:
         return -(-problem.m // self.bm) * problem.z * problem.h
 
+    def shared_bytes(self, problem: AttentionProblem) -> int:
+        """The shared memory Triton gives the kernel (its compiles for sm_90a, head widths 64 to
+        256): `stages` buffers of a step's K and V blocks and one Q block, f16, at padded widths."""
+        d, dv = padded_width(problem.d), padded_width(problem.dv)
+        return 2 * (self.stages * self.bn * (d + dv) + self.bm * d)
+
+    def fitted(self, problem: AttentionProblem) -> Optional["AttentionTiles"]:
+        """These tiles with their stages cut (to 2 at least) until the problem's blocks fit
+        Hopper's shared memory; None where they never do, or where the accumulator would hold
+        more than ACC_PER_THREAD values a thread (Gemma's 256-wide heads on 128 rows of 4 warps)."""
+        if self.bm * padded_width(problem.dv) > ACC_PER_THREAD * 32 * self.warps:
+            return None
+        tiles = self
+        while tiles.shared_bytes(problem) > SHARED_LIMIT and tiles.stages > 2:
+            tiles = AttentionTiles(self.bm, self.bn, self.warps, tiles.stages - 1)
+        return tiles if tiles.shared_bytes(problem) <= SHARED_LIMIT else None
+
+
+# The f32 accumulator values one thread holds at most (of its 255 registers; more spill).
+ACC_PER_THREAD = 128
+
 
 # 128 query rows a workgroup where that makes a wave of workgroups, else 64 (BERT's 12 heads of 512).
 PREFERRED = (AttentionTiles(128, 64, 4, 3), AttentionTiles(64, 64, 4, 3))
@@ -101,17 +132,23 @@ PREFERRED = (AttentionTiles(128, 64, 4, 3), AttentionTiles(64, 64, 4, 3))
 OTHERS = (AttentionTiles(128, 64, 8, 3), AttentionTiles(64, 32, 4, 4), AttentionTiles(128, 128, 8, 2))
 
 
+def _fitting(problem: AttentionProblem, tiles: tuple[AttentionTiles, ...]) -> list[AttentionTiles]:
+    return [f for f in (t.fitted(problem) for t in tiles) if f]
+
+
 def attention_tile_candidates(problem: AttentionProblem, count: int = 4) -> list[AttentionTiles]:
     """Up to `count` tiles to try on the problem in the model: the rule's (`attention_tiles_for`)
-    first, then the other of PREFERRED, then OTHERS."""
-    return list(dict.fromkeys([attention_tiles_for(problem), *PREFERRED, *OTHERS]))[:count]
+    first, then the other of PREFERRED, then OTHERS, each as it fits (`AttentionTiles.fitted`)."""
+    return list(dict.fromkeys([attention_tiles_for(problem), *_fitting(problem, PREFERRED + OTHERS)]))[:count]
 
 
 def attention_tiles_for(problem: AttentionProblem) -> AttentionTiles:
     """Of the tiles whose grid fills a wave, the one that pads the queries least (Swin's windows of
     49 tokens: 64 rows, where 128 computed 79 rows of nothing a block; not yet measured), the
-    taller of equals; where none fills one, 64 rows."""
-    filling = [t for t in PREFERRED if t.blocks(problem) >= WAVE]
+    taller of equals; where none fills one, 64 rows. Only tiles that fit the head's width
+    (`AttentionTiles.fitted`): 256-wide heads take 64 rows."""
+    preferred = _fitting(problem, PREFERRED)
+    filling = [t for t in preferred if t.blocks(problem) >= WAVE]
     if not filling:
-        return PREFERRED[-1]
+        return preferred[-1]
     return min(filling, key=lambda t: (-(-problem.m // t.bm) * t.bm - problem.m, -t.bm))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 
 from tuner.external.abi import ExternKernel
-from tuner.external.attention_kernel import AttentionProblem, AttentionTiles
+from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, padded_width
 from tuner.external.triton_build import compile_for_iree, language
 
 
@@ -29,12 +29,13 @@ def attention_jit():
                    HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, SCALE: tl.constexpr, BM: tl.constexpr,
                    BN: tl.constexpr, QT: tl.constexpr, KT: tl.constexpr, VT: tl.constexpr, OT: tl.constexpr,
                    QR: tl.constexpr, KR: tl.constexpr, VR: tl.constexpr, QO: tl.constexpr, KO: tl.constexpr,
-                   VO: tl.constexpr, G: tl.constexpr):
+                   VO: tl.constexpr, G: tl.constexpr, DP: tl.constexpr, DVP: tl.constexpr):
         # x_ptr is the mask and y_ptr the result where HAS_MASK, else x_ptr is the result. QT, KT,
         # VT, OT: Q, K, V, the result lie [z, seq, h, d] (a row every H * d values, the head's d
         # at h * d), else [z, h, seq, d]. QR, KR, VR: a seq-major Q, K, V's row width (H * d, or a
         # fused projection's), QO, KO, VO: where in the row it starts. G: the query heads that share
-        # one key/value head (grouped-query attention; 1: each its own).
+        # one key/value head (grouped-query attention; 1: each its own). DP, DVP: D and DV padded
+        # to a power of two (tl.arange's), the columns past D and DV read as zeros and not written.
         log2e: tl.constexpr = 1.4426950408889634
         start = tl.program_id(0)
         zh = tl.program_id(1)
@@ -44,16 +45,19 @@ def attention_jit():
         zk = z * (H // G) + kh
         rows = start * BM + tl.arange(0, BM)
         keys = tl.arange(0, BN)
-        dk = tl.arange(0, D)
-        dv = tl.arange(0, DV)
+        dk = tl.arange(0, DP)
+        dv = tl.arange(0, DVP)
+        q_in = rows[:, None] < M
+        if DP != D:
+            q_in = q_in & (dk[None, :] < D)
         if QT:
             q_at = z * M * QR + rows[:, None] * QR + QO + h * D + dk[None, :]
         else:
             q_at = zh * M * D + rows[:, None] * D + dk[None, :]
-        q = tl.load(q_ptr + q_at, mask=rows[:, None] < M, other=0.0)
+        q = tl.load(q_ptr + q_at, mask=q_in, other=0.0)
         m_i = tl.full([BM], float("-inf"), tl.float32)
         l_i = tl.zeros([BM], tl.float32)
-        acc = tl.zeros([BM, DV], tl.float32)
+        acc = tl.zeros([BM, DVP], tl.float32)
         hi = N
         if CAUSAL:
             hi = tl.minimum(N, (start + 1) * BM)
@@ -63,7 +67,10 @@ def attention_jit():
                 k_at = z * N * KR + cols[None, :] * KR + KO + kh * D + dk[:, None]
             else:
                 k_at = zk * N * D + cols[None, :] * D + dk[:, None]
-            k = tl.load(k_ptr + k_at, mask=cols[None, :] < N, other=0.0)
+            k_in = cols[None, :] < N
+            if DP != D:
+                k_in = k_in & (dk[:, None] < D)
+            k = tl.load(k_ptr + k_at, mask=k_in, other=0.0)
             s = tl.dot(q, k) * (SCALE * log2e)
             if HAS_MASK:
                 extra = tl.load(x_ptr + (z % MZ) * MSZ + h * MSH + rows[:, None] * MSM + cols[None, :],
@@ -82,7 +89,10 @@ def attention_jit():
                 v_at = z * N * VR + cols[:, None] * VR + VO + kh * DV + dv[None, :]
             else:
                 v_at = zk * N * DV + cols[:, None] * DV + dv[None, :]
-            v = tl.load(v_ptr + v_at, mask=cols[:, None] < N, other=0.0)
+            v_in = cols[:, None] < N
+            if DVP != DV:
+                v_in = v_in & (dv[None, :] < DV)
+            v = tl.load(v_ptr + v_at, mask=v_in, other=0.0)
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
             m_i = m_new
         acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -94,7 +104,10 @@ def attention_jit():
             o_at = z * M * H * DV + rows[:, None] * (H * DV) + h * DV + dv[None, :]
         else:
             o_at = zh * M * DV + rows[:, None] * DV + dv[None, :]
-        tl.store(out + o_at, acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
+        o_in = rows[:, None] < M
+        if DVP != DV:
+            o_in = o_in & (dv[None, :] < DV)
+        tl.store(out + o_at, acc.to(out.dtype.element_ty), mask=o_in)
 
     return _attention
 
@@ -114,7 +127,8 @@ def constants(problem: AttentionProblem, tiles: AttentionTiles) -> dict[str, obj
             **dict(zip(("QR", "KR", "VR"), (r or heads * w for r, heads, w in
                                               zip(problem.rows, (problem.h, problem.kv, problem.kv),
                                                   (problem.d, problem.d, problem.dv))))),
-            **dict(zip(("QO", "KO", "VO"), problem.offsets)), "G": problem.h // problem.kv}
+            **dict(zip(("QO", "KO", "VO"), problem.offsets)), "G": problem.h // problem.kv,
+            "DP": padded_width(problem.d), "DVP": padded_width(problem.dv)}
 
 
 def grid(problem: AttentionProblem, tiles: AttentionTiles) -> tuple[int, int, int]:

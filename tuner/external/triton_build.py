@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tuner.external.abi import ExternKernel, for_iree
+from tuner.external.abi import SHARED_LIMIT, ExternKernel, KernelAbiError, for_iree
 
 PTX_VERSION = 85
 ARCH = 90
@@ -70,6 +70,9 @@ def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict
     compiled = triton.compile(source, target=GPUTarget("cuda", ARCH, 32),
                               options={"num_warps": tiles.warps, "num_stages": tiles.stages, "ptx_version": PTX_VERSION})
     meta = compiled.metadata
+    if meta.shared > SHARED_LIMIT:
+        raise KernelAbiError(f"{name} with tiles {tiles.label} needs {meta.shared} bytes of shared memory, more than "
+                             f"the {SHARED_LIMIT} a block may have on Hopper")
     bindings = len(pointers) if bindings is None else bindings
     return ExternKernel(name, for_iree(compiled.asm["ptx"], meta.name, name, bindings), bindings,
                         32 * meta.num_warps, meta.shared, grid, tiles.label)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
+from tuner.external.attention_kernel import padded_width
 from tuner.rewrite.attention_site import AttentionSite, find_attention, scalar_side
 from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, is_onnx, keep_leading, onnx_op, pad_end,
                                      producer, si64, si64_array, static_shape, zero_constant)
@@ -139,17 +140,29 @@ def _erase_unused_chain(op: ir.Operation) -> None:
         op = before if is_onnx(before, "Transpose") or is_onnx(before, "Reshape") else None
 
 
-def padded_width(width: int) -> int:
-    """The head dim an attention of head dim `width` is computed at on GPUs: the next power of
-    two, at least 16 (the MMA intrinsics' K)."""
-    return max(16, 1 << (width - 1).bit_length())
-
-
 def _padded_head(value: ir.Value, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """`value` with zeros added to its last dim up to padded_width, or itself where it is that
     wide already."""
     width = static_shape(value)[-1]
     return pad_end(value, padded_width(width) - width, ip, loc) if padded_width(width) != width else value
+
+
+def pad_heads_of(sdpa: ir.Operation) -> str:
+    """A raised attention (`SDPA`) whose head dims are no power of two recomputed on Q, K and V
+    padded with zeros to one (padded_width), the added value columns sliced off its result; the
+    op is replaced. Says what it padded ("" where the heads are powers of two already)."""
+    query, key, value = sdpa.operands[:3]
+    widths = (static_shape(query)[-1], static_shape(value)[-1])
+    if all(padded_width(w) == w for w in widths):
+        return ""
+    ip, loc = ir.InsertionPoint(sdpa), sdpa.location
+    padded = [_padded_head(x, ip, loc) for x in (query, key, value)]
+    shape = [*static_shape(sdpa.result)[:-1], static_shape(padded[2])[-1]]
+    out_type = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element_type(value)}>")
+    wide = ir.Operation.create(SDPA, results=[out_type], operands=[*padded, *sdpa.operands[3:]], loc=loc, ip=ip)
+    sdpa.result.replace_all_uses_with(keep_leading(wide.result, widths[1], ip, loc))
+    sdpa.erase()
+    return f" (heads {widths[0]}/{widths[1]} padded to {static_shape(padded[0])[-1]}/{shape[-1]})"
 
 
 def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
@@ -176,20 +189,11 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
         zero = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(0.0))
         one = _constant("torch.constant.float", "!torch.float", ip, loc, value=ir.FloatAttr.get_f64(1.0))
         false = _constant("torch.constant.bool", "!torch.bool", ip, loc, value=ir.BoolAttr.get(False))
-        value, out_type, padded = _expanded(site.value, site.broadcast, ip, loc), site.output.results[0].type, ""
-        widths = (static_shape(query)[-1], static_shape(value)[-1])
-        if pad_heads and any(padded_width(w) != w for w in widths):
-            query, key, value = (_padded_head(x, ip, loc) for x in (query, key, value))
-            shape = [*static_shape(site.output.results[0])[:-1], static_shape(value)[-1]]
-            out_type = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{element_type(value)}>")
-            padded = f" (heads {static_shape(site.query)[-1]}/{static_shape(site.value)[-1]} padded to " \
-                     f"{static_shape(query)[-1]}/{shape[-1]})"
-        sdpa = ir.Operation.create(SDPA, results=[out_type], operands=[query, key, value, mask, zero, false, one, false],
-                                   loc=loc, ip=ip)
-        result = sdpa.result
-        if padded:  # the added value columns dropped
-            result = keep_leading(result, static_shape(site.output.results[0])[-1], ip, loc)
-        site.output.results[0].replace_all_uses_with(result)
+        value = _expanded(site.value, site.broadcast, ip, loc)
+        sdpa = ir.Operation.create(SDPA, results=[site.output.results[0].type],
+                                   operands=[query, key, value, mask, zero, false, one, false], loc=loc, ip=ip)
+        site.output.results[0].replace_all_uses_with(sdpa.result)
+        padded = pad_heads_of(sdpa) if pad_heads else ""
         done.append(site.shape + padded + (" (a zero mask dropped)" if zero_mask else "")
                     + (" (shifted windows' mask folded)" if site.window else ""))
         for op in (site.output, *site.guard[::-1], *site.casts[:1], site.softmax, *site.casts[1:],

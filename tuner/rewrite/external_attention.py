@@ -1,7 +1,6 @@
 """Attention as an external Hopper kernel, in an ONNX model's import (tuner.external).
 
-The spelled-out attentions are raised first (tuner.rewrite.attention, head dims padded to a
-power of two as on GPUs), then every `torch.aten.scaled_dot_product_attention` of static f16
+The spelled-out attentions are raised first (tuner.rewrite.attention), then every `torch.aten.scaled_dot_product_attention` of static f16
 operands, no dropout, a constant scale (or none: 1/sqrt(d)) and no grouped-query flag becomes a
 call of a function whose body is one `hal.dispatch.extern` of Triton's flash attention for
 sm_90a (tuner.external.triton_attention), its PTX embedded in the program; one function per
@@ -11,9 +10,11 @@ flag as the kernel's own masking; a mask the program computes from constants alo
 decoders build it from aranges) becomes the kernel's causal masking, which also skips the keys
 past each block's last query; one whose z dim repeats (Swin's window mask: every image's copy of
 one image's windows, plus the per-head bias) is given as a constant of one period, which the
-kernel reads modulo it (`_periodic_mask`), so IREE no longer writes the whole mask each call. Where the kernel cannot be made, or does not take an attention
-(another head width, a mask of another form), the raised op stays, which IREE's attention
-pipeline compiles as after raise-attention. The heads as the exporter splits them (Reshape to
+kernel reads modulo it (`_periodic_mask`), so IREE no longer writes the whole mask each call. Heads of any multiple of 8 from 16 to 256 are
+read at their own width (the kernel pads them in registers: Phi-2's 80, Gemma's 256), not
+copied padded. Where the kernel cannot be made, or does not take an attention
+(another head width, a mask of another form), the raised op stays, its heads padded to a power
+of two as IREE's attention pipeline needs (`pad_heads_of`), as after raise-attention. The heads as the exporter splits them (Reshape to
 [z, seq, h, d], Transpose to [z, h, seq, d], and for Q and K a Mul by the scale's square root)
 are read as they lie before the Transpose, and the result written as the Transpose after it
 wants it (`_split_heads`; the kernel's `seq_major` layout, the scalars in its scale): no
@@ -36,7 +37,7 @@ from iree.compiler import ir
 
 from tuner.external.abi import ExternKernel
 from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for
-from tuner.rewrite.attention import SDPA, raise_attention
+from tuner.rewrite.attention import SDPA, pad_heads_of, raise_attention
 from tuner.rewrite.constant_eval import evaluate, kind_of_mask, scalar_constant
 from tuner.rewrite.extern_call import Kernels, call_extern, define_extern, onnx_meta, tensor_type
 from tuner.rewrite.torch_ops import (array_literal, element_type, is_onnx, only_user, onnx_ints, producer, replace_op,
@@ -99,7 +100,7 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
     rewrite_program, which discards a module whose rewrite returns nothing, writes nothing)."""
     if source is None:
         from tuner.external.triton_attention import triton_attention as source
-    raise_attention(module, pad_heads=True)
+    raise_attention(module)
     sites: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
@@ -112,7 +113,8 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
     for op in sites:
         problem, why = problem_of(op)
         if problem is None:
-            left.append(f"{'x'.join(map(str, static_shape(op.operands[0]) or ['?']))} left raised: {why}")
+            left.append(f"{'x'.join(map(str, static_shape(op.operands[0]) or ['?']))} left raised: {why}"
+                        + pad_heads_of(op))
             continue
         mask = op.operands[3] if problem.mask else None
         values = evaluate(mask, depth=MASK_DEPTH) if problem.mask else None  # read once, for both uses below
@@ -140,6 +142,7 @@ def external_attentions(module: ir.Module, source: Optional[KernelSource] = None
                                  tensor_type(static_shape(last.result), element_type(last.result)), onnx_meta(op)),
                              f"{problem.name} left raised")
         if kernel is None:
+            pad_heads_of(op)
             continue
         replace_op(last, call_extern(problem.name, operands, static_shape(last.result), element_type(last.result),
                                      ir.InsertionPoint(last), op.location))
