@@ -205,7 +205,8 @@ def layernorm_error(problem: LayerNormProblem) -> float:
 
 def rmsnorm_error(problem: RmsNormProblem) -> float:
     """The kernel against transformers' RMSNorm as torch computes it in f16: the statistics in
-    f32, the normalized value rounded to f16, then the scale in f16."""
+    f32, the normalized value rounded to f16, then the scale in f16 (Gemma's: the scale in f32,
+    then the rounding)."""
     import torch
 
     from tuner.external.triton_layernorm import rmsnorm_constants, rmsnorm_jit
@@ -213,11 +214,15 @@ def rmsnorm_error(problem: RmsNormProblem) -> float:
     tiles = layernorm_tiles_for(problem)
     torch.manual_seed(0)
     x = torch.randn(problem.rows, problem.c, dtype=torch.float16) * 3 + 1
-    w = torch.randn(problem.c, dtype=torch.float16)
+    w = torch.randn(problem.c, dtype=torch.float32 if problem.weight_f32 else torch.float16)
     y = torch.empty(problem.rows, problem.c, dtype=torch.float16)
     rmsnorm_jit()[(-(-problem.rows // tiles.rows), 1, 1)](x, w, y, **rmsnorm_constants(problem, tiles))
     xf = x.float()
-    ref = (w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + problem.eps)).half()).float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + problem.eps)
+    if problem.weight_f32:  # Gemma's: (normed * (1 + w)) in f32, rounded once (w here is 1 + w)
+        ref = (normed * w).half().float()
+    else:
+        ref = (w * normed.half()).float()
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
@@ -225,6 +230,7 @@ RMSNORM = {
     "RMS norm (Llama's), 20 rows of 96": RmsNormProblem(20, 96, 1e-6),
     "RMS norm, a row wider than a power of two (200)": RmsNormProblem(7, 200, 1e-5),
     "RMS norm over each head (Qwen3's q_norm), 64 rows of 16": RmsNormProblem(64, 16, 1e-6),
+    "RMS norm, an f32 weight before the rounding (Gemma's)": RmsNormProblem(20, 96, 1e-6, weight_f32=True),
 }
 LAYERNORM = {
     "layer norm, rows as they lie": LayerNormProblem(20, 96, 1e-5),

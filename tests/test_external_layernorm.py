@@ -141,10 +141,11 @@ def test_the_kernels_take_every_layer_norm_and_the_transposed_only_form_is_an_ex
     assert every == ["98x96_nchw49_f16 (64 rows of 128 w4)", "64x64_f16_nobias (128 rows of 64 w4)"]
 
 
-def _rms_norm(exponent: str = "2.000000e+00", axis: int = -1, inverse: str = "Reciprocal") -> str:
+def _rms_norm(exponent: str = "2.000000e+00", axis: int = -1, inverse: str = "Reciprocal", gemma: bool = False) -> str:
     """transformers' RMSNorm(64, eps 1e-6) as torch.onnx.export writes it on [1, 16, 64] f16:
     Cast to f32, Pow 2, ReduceMean over the last dim (kept), Add eps, Sqrt, Reciprocal (`inverse`),
-    Mul, Cast back, Mul by the weight."""
+    Mul, Cast back, Mul by the weight. `gemma`: GemmaRMSNorm's, the Mul by an f32 weight (the
+    exporter's fold of `1 + w`) before the Cast back."""
     x16, x32, m32, w, i64 = _t(1, 16, 64), "!torch.vtensor<[1,16,64],f32>", "!torch.vtensor<[1,16,1],f32>", _t(64), \
         "!torch.vtensor<[1],si64>"
     s32 = "!torch.vtensor<[],f32>"
@@ -160,10 +161,22 @@ func.func @f(%x: {x16}, %w: {w}) -> {x16} attributes {META} {{
   %s = torch.operator "onnx.Sqrt"(%e) : ({m32}) -> {m32}
   %r = torch.operator "onnx.{inverse}"(%s) : ({m32}) -> {m32}
   %n = torch.operator "onnx.Mul"(%a, %r) : ({x32}, {m32}) -> {x32}
-  %h = torch.operator "onnx.Cast"(%n) {{torch.onnx.to = 10 : si64}} : ({x32}) -> {x16}
-  %y = torch.operator "onnx.Mul"(%w, %h) : ({w}, {x16}) -> {x16}
-  return %y : {x16}
+{_gemma_end(x16, x32) if gemma else _llama_end(x16, x32, w)}  return %y : {x16}
 }}
+"""
+
+
+def _llama_end(x16: str, x32: str, w: str) -> str:
+    return f"""  %h = torch.operator "onnx.Cast"(%n) {{torch.onnx.to = 10 : si64}} : ({x32}) -> {x16}
+  %y = torch.operator "onnx.Mul"(%w, %h) : ({w}, {x16}) -> {x16}
+"""
+
+
+def _gemma_end(x16: str, x32: str) -> str:
+    w32 = "!torch.vtensor<[64],f32>"
+    return f"""  %w1 = torch.vtensor.literal(dense<1.500000e+00> : tensor<64xf32>) : {w32}
+  %h = torch.operator "onnx.Mul"(%n, %w1) : ({x32}, {w32}) -> {x32}
+  %y = torch.operator "onnx.Cast"(%h) {{torch.onnx.to = 10 : si64}} : ({x32}) -> {x16}
 """
 
 
@@ -176,6 +189,18 @@ def test_an_exported_rms_norm_is_one_call_of_the_kernel_on_x_and_the_weight():
     assert not any(f'"onnx.{op}"' in text for op in ("Cast", "Pow", "ReduceMean", "Sqrt", "Reciprocal", "Mul", "Add"))
     call = next(line for line in text.splitlines() if "call @rmsnorm_16x64_f16" in line)
     assert "(tensor<1x16x64xf16>, tensor<64xf16>) -> tensor<1x16x64xf16>" in call
+
+
+def test_gemmas_rms_norm_scaled_in_f32_before_the_cast_is_one_call_with_an_f32_weight():
+    from tuner.external.layernorm_kernel import RmsNormProblem
+    from tuner.rewrite.external_layernorm import external_rms_norms
+
+    made, done, text = _rewritten(external_rms_norms, _rms_norm(gemma=True))
+    assert made == [RmsNormProblem(16, 64, pytest.approx(1e-6), "f16", weight_f32=True)]
+    assert done == ["16x64_f16_w32 (128 rows of 64 w4)"]
+    assert not any(f'"onnx.{op}"' in text for op in ("Cast", "Pow", "ReduceMean", "Sqrt", "Reciprocal", "Mul", "Add"))
+    call = next(line for line in text.splitlines() if "call @rmsnorm_16x64_f16_w32" in line)
+    assert "(tensor<1x16x64xf16>, tensor<64xf32>) -> tensor<1x16x64xf16>" in call
 
 
 @pytest.mark.parametrize("exponent, axis, inverse, why", [

@@ -56,13 +56,16 @@ class RmsNormProblem:
     """Y[r, c] = W[c] * round(X[r, c] / sqrt(mean_c X[r, c]^2 + eps)) over `rows` rows of `c`
     values: transformers' RMSNorm (Llama's, Mistral's, Qwen2's) as torch exports it, the
     statistics in f32, the normalized value rounded to X's type before the scale (as torch rounds
-    it), the product rounded once. Its tiles are a layer norm's (`layernorm_tiles_for`)."""
+    it), the product rounded once. With `weight_f32`, W is f32 and the product is taken before
+    the one rounding (Gemma's RMSNorm: `(1 + w)` in f32, which the exporter folds to one f32
+    constant). Its tiles are a layer norm's (`layernorm_tiles_for`)."""
 
     rows: int
     c: int
     eps: float
     element: str = "f16"
+    weight_f32: bool = False
 
     @property
     def name(self) -> str:
-        return f"rmsnorm_{self.rows}x{self.c}_{self.element}"
+        return f"rmsnorm_{self.rows}x{self.c}_{self.element}" + ("_w32" if self.weight_f32 else "")

@@ -73,7 +73,8 @@ def rmsnorm_jit():
 
     @triton.jit
     def _rmsnorm(x_ptr, w_ptr, y_ptr, ROWS: tl.constexpr, C: tl.constexpr, EPS: tl.constexpr, BR: tl.constexpr,
-                 BC: tl.constexpr):
+                 BC: tl.constexpr, WF32: tl.constexpr):
+        # WF32: W is f32 and scales the normalized value before its one rounding (Gemma's)
         rows = tl.program_id(0) * BR + tl.arange(0, BR)
         cols = tl.arange(0, BC)
         keep = (rows[:, None] < ROWS) & (cols[None, :] < C)
@@ -81,7 +82,9 @@ def rmsnorm_jit():
         x = tl.load(x_ptr + at, mask=keep, other=0.0)
         xf = x.to(tl.float32)
         rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 1) / C + EPS)
-        normed = (xf * rstd[:, None]).to(x.dtype).to(tl.float32)  # rounded as torch's .to(input_dtype)
+        normed = xf * rstd[:, None]
+        if not WF32:
+            normed = normed.to(x.dtype).to(tl.float32)  # rounded as torch's .to(input_dtype)
         w = tl.load(w_ptr + cols, mask=cols < C, other=0.0).to(tl.float32)
         tl.store(y_ptr + at, (normed * w[None, :]).to(y_ptr.dtype.element_ty), mask=keep)
 
@@ -90,7 +93,8 @@ def rmsnorm_jit():
 
 def rmsnorm_constants(problem: RmsNormProblem, tiles: LayerNormTiles) -> dict[str, object]:
     """The RMS norm kernel's constexpr arguments (by name, in its order)."""
-    return {"ROWS": problem.rows, "C": problem.c, "EPS": float(problem.eps), "BR": tiles.rows, "BC": tiles.width}
+    return {"ROWS": problem.rows, "C": problem.c, "EPS": float(problem.eps), "BR": tiles.rows, "BC": tiles.width,
+            "WF32": problem.weight_f32}
 
 
 @cache  # each problem's kernel compiled once a process
@@ -99,7 +103,8 @@ def triton_rmsnorm(problem: RmsNormProblem, tiles: LayerNormTiles) -> ExternKern
     pointer = {"f16": "*fp16", "bf16": "*bf16"}.get(problem.element)
     if pointer is None:
         raise ValueError(f"no external RMS norm for {problem.element}")
-    return compile_for_iree(rmsnorm_jit(), {"x_ptr": pointer, "w_ptr": pointer, "y_ptr": pointer},
+    return compile_for_iree(rmsnorm_jit(), {"x_ptr": pointer, "w_ptr": "*fp32" if problem.weight_f32 else pointer,
+                                            "y_ptr": pointer},
                             rmsnorm_constants(problem, tiles), tiles, problem.name, (-(-problem.rows // tiles.rows), 1, 1),
                             bindings=3)
 

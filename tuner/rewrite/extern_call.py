@@ -205,11 +205,12 @@ def call_in_place(module: ir.Module, op: ir.Operation, after: list[ir.Operation]
     """`op` (and the ops `after` it) replaced by a call of `problem`'s kernel on `operands`
     (default: op's own), its function defined once (`kernels`; `what` names it where it cannot be
     made); the kernel, or None where it could not be made (op left as it was). `problem` has
-    `.name` and `.element`."""
-    from tuner.rewrite.torch_ops import static_shape
+    `.name` and `.element` (the result's; each operand is taken as its own type: Gemma's RMS norm
+    reads an f32 weight)."""
+    from tuner.rewrite.torch_ops import element_type, static_shape
 
     operands = list(op.operands) if operands is None else operands
-    arguments = [tensor_type(static_shape(v), problem.element) for v in operands]
+    arguments = [tensor_type(static_shape(v), element_type(v)) for v in operands]
     result = tensor_type(static_shape(op.result), problem.element)
     kernel = kernels.get(problem, tiles, lambda k: define_extern(module, k, arguments, result, onnx_meta(op)), what)
     if kernel is not None:

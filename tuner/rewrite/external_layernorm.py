@@ -15,7 +15,8 @@ An experiment (tuner.rewrite.EXPERIMENTS): built and timed by name (benchmarks/e
 
 transformers' RMSNorm (Llama's, Mistral's, Qwen2's) as torch exports it, spelled out in nine ops
 (Cast to f32, Pow 2, ReduceMean over the last dim, Add eps, Sqrt, Reciprocal, Mul, Cast back,
-Mul by the weight), becomes one call of Triton's RMS norm (`external_rms_norms`): IREE made three
+Mul by the weight; Gemma's: the Mul by an f32 weight before the Cast back), becomes one call of
+Triton's RMS norm (`external_rms_norms`): IREE made three
 dispatches of it, the last reading the f32 copy it wrote (a Mistral-7B layer's
 `elementwise_512x4096_f32xf32xf16`, 0.033 ms of 0.571 on the H200). An experiment too
 (`external-rms-norm`)."""
@@ -23,6 +24,7 @@ dispatches of it, the last reading the f32 copy it wrote (a Mistral-7B layer's
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable, Optional
 
 from iree.compiler import ir
@@ -139,20 +141,48 @@ def rms_norm_of(mul: ir.Operation) -> Optional[tuple[RmsNormProblem, ir.Value, i
         element = element_type(w)
         to = {"f16": F16, "bf16": BF16}.get(element)
         inner = _cast(normed, to) if to is not None else None
-        scaled = producer(inner) if inner is not None else None
-        if not is_onnx(scaled, "Mul"):
+        found = _normalized(producer(inner), element, w, mul.result) if inner is not None else None
+        if found is not None:
+            problem, x, ops = found
+            return problem, x, w, [producer(normed), *ops]
+    return None
+
+
+def scaled_rms_norm_of(cast: ir.Operation) -> Optional[tuple[RmsNormProblem, ir.Value, ir.Value, list[ir.Operation]]]:
+    """Where `cast` is the Cast back to f16 or bf16 that ends Gemma's RMSNorm (the normalized
+    f32 value times an f32 weight, `1 + w` folded by the exporter, then the Cast): as rms_norm_of,
+    the problem's weight f32 and taken before the rounding."""
+    if not is_onnx(cast, "Cast") or "torch.onnx.to" not in cast.attributes:
+        return None
+    element = {F16: "f16", BF16: "bf16"}.get(ir.IntegerAttr(cast.attributes["torch.onnx.to"]).value)
+    mul = producer(cast.operands[0])
+    if element is None or not is_onnx(mul, "Mul") or len(mul.operands) != 2:
+        return None
+    for w, normed in (tuple(mul.operands), tuple(mul.operands)[::-1]):
+        found = _normalized(producer(normed), element, w, cast.result) if element_type(w) == "f32" else None
+        if found is not None:
+            problem, x, ops = found
+            return replace(problem, weight_f32=True), x, w, [mul, *ops]
+    return None
+
+
+def _normalized(scaled: Optional[ir.Operation], element: str, w: ir.Value, result: ir.Value
+                ) -> Optional[tuple[RmsNormProblem, ir.Value, list[ir.Operation]]]:
+    """Where `scaled` is Mul(Cast(X to f32), Reciprocal(Sqrt(mean(X^2) + eps))) of an X of
+    `element` whose last dim the weight `w` and whose shape `result` have: the problem, X and
+    those ops."""
+    if not is_onnx(scaled, "Mul"):
+        return None
+    for x32, inverse in (tuple(scaled.operands), tuple(scaled.operands)[::-1]):
+        x = _cast(x32, F32)
+        chain = _inverse_rms(inverse, x32)
+        if x is None or chain is None or element_type(x) != element:
             continue
-        for x32, inverse in (tuple(scaled.operands), tuple(scaled.operands)[::-1]):
-            x = _cast(x32, F32)
-            chain = _inverse_rms(inverse, x32)
-            if x is None or chain is None or element_type(x) != element:
-                continue
-            shape, c = static_shape(x), static_shape(w)
-            if shape is None or c is None or c != shape[-1:] or static_shape(mul.result) != shape:
-                continue
-            eps, ops = chain
-            problem = RmsNormProblem(math.prod(shape[:-1]), shape[-1], eps, element)
-            return problem, x, w, [producer(normed), scaled, *ops, producer(x32)]
+        shape, c = static_shape(x), static_shape(w)
+        if shape is None or c is None or c != shape[-1:] or static_shape(result) != shape:
+            continue
+        eps, ops = chain
+        return RmsNormProblem(math.prod(shape[:-1]), shape[-1], eps, element), x, [scaled, *ops, producer(x32)]
     return None
 
 
@@ -186,8 +216,9 @@ def external_rms_norms(module: ir.Module, source: Optional[Callable[[RmsNormProb
     if source is None:
         from tuner.external.triton_layernorm import triton_rmsnorm as source
     kernels, done = Kernels(source), []
-    for mul in onnx_sites(module, "Mul", lambda op: rms_norm_of(op) is not None, at_run_time=True):
-        problem, x, w, chain = rms_norm_of(mul)
-        done += _called(module, mul, problem, "rmsnorm_", [x, w], chain, kernels)
+    for kind, form in (("Mul", rms_norm_of), ("Cast", scaled_rms_norm_of)):
+        for op in onnx_sites(module, kind, lambda op, form=form: form(op) is not None, at_run_time=True):
+            problem, x, w, chain = form(op)
+            done += _called(module, op, problem, "rmsnorm_", [x, w], chain, kernels)
     return _outcome(module, done, kernels)
 
