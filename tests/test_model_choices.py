@@ -421,7 +421,7 @@ def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_
         return replace(outcome, status="no winner")
 
     def designed_numerics(env, reference, trials, directory, rounds=None):
-        if directory != "flag-numerics":
+        if directory not in ("flag-numerics", "flag-untuned"):
             return builtin.compare_on_model(env, reference, trials, directory, rounds)
         checked.extend(t.variant.name for t in trials)
         return Comparison((), {}, {}, failed={t.variant.name: "a different result (relative error 0.97)" for t in trials})
@@ -458,7 +458,7 @@ def test_the_untuned_builds_of_a_rounds_choices_that_tune_are_checked_in_one_com
     comparisons, tuned = [], []
 
     def designed_numerics(env, reference, trials, directory, rounds=None):
-        if directory != "flag-numerics":
+        if directory not in ("flag-numerics", "flag-untuned"):
             return builtin.compare_on_model(env, reference, trials, directory, rounds)
         comparisons.append(sorted(t.variant.name for t in trials))
         return Comparison((), {}, {}, failed={t.variant.name: "a different result (relative error 0.97)" for t in trials})
@@ -473,6 +473,38 @@ def test_the_untuned_builds_of_a_rounds_choices_that_tune_are_checked_in_one_com
                            ["flags-raise-attention+join-sibling-linears-default-configs"]]
     assert tuned == [] and all(state.flag_trials[n].startswith("a different result")
                                for n in ("raise-attention", "join-sibling-linears")), state.flag_trials
+
+
+@pytest.mark.slow
+def test_a_first_round_choice_that_wins_with_the_compilers_configs_is_judged_so_and_one_that_loses_is_tuned_first(
+        small_bert, tmp_path, monkeypatch):
+    """Designed times. Two rewrites that tune what they form, timed first with the compiler's
+    configs against the default: join-sibling-linears at 0.5 ms of the default's 1 ms is judged
+    so, nothing it forms tuned (the dispatch stage tunes what takes the time); raise-attention at
+    2 ms has what it forms tuned before it is judged (a raised attention can lose untuned and win
+    tuned)."""
+    from tuner.rewrite import JOIN_SIBLING_LINEARS
+    from tuner.stages.builtin import DispatchStage
+    from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
+
+    monkeypatch.setitem(REWRITES, "cpu", (replace(RAISE_ATTENTION, tunes=(DispatchKind.CONTRACTION,)),
+                                          replace(JOIN_SIBLING_LINEARS, tunes=(DispatchKind.CONTRACTION,))))
+    monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
+    tuned, timed, said = [], [], []
+
+    def designed_tune(self, dispatch, outcome, program, target, env, source, seconds=None):
+        tuned.append(self.directory)
+        return replace(outcome, status="no winner")
+
+    monkeypatch.setattr(DispatchStage, "tune", designed_tune)
+    times = {"flags-join-sibling-linears-default-configs": 0.5, "flags-raise-attention-default-configs": 2.0}
+    state = tune_model(small_bert, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
+                       model=ModelOptions(timer=_recording_timer(times, timed), rounds=2), listen=Listeners(say=said.append),
+                       stages=[FlagStage(tune_budget=2, rewrite_tunes=1)]).state
+    assert tuned and all("raise-attention" in d for d in tuned), tuned
+    assert any("join-sibling-linears: 2.00x the default with the compiler's configs" in line for line in said), said
+    assert not any(line.strip().startswith("join-sibling-linears: tuning") for line in said), "\n".join(said)
+    assert state.rewrites == ("join-sibling-linears",) and state.flag_trials["join-sibling-linears"] == 2.0
 
 
 def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
@@ -830,16 +862,17 @@ def test_a_flag_set_the_choices_own_dispatches_call_for_is_tried_on_it_and_on_a_
                           listen=Listeners(say=said.append),
                           stages=[FlagStage(tune_budget=1, search=SearchSettings(pipeline="llvmcpu_mmt4d"))]).state
 
-    first = flag_stage(tmp_path / "out", [])
+    first_said: list = []
+    first = flag_stage(tmp_path / "out", first_said)
     assert first.flags == EARLY_MATERIALIZATION, first.flag_trials
-    assert (ModelOption(EARLY_MATERIALIZATION).directory, (DispatchKind.CONTRACTION,)) in tuned
+    # 1.25x the default with the compiler's configs: judged so, what it forms not tuned first
+    assert tuned == [] and any("1.25x the default with the compiler's configs" in line for line in first_said)
     asks["on"] = True
     said: list = []
-    tuned.clear()
     again = flag_stage(tmp_path / "out", said)
-    # The reused choice is built again as it was judged (its mmt4d tuned), and so is the flag on it.
-    assert tuned == [(ModelOption(EARLY_MATERIALIZATION).directory, (DispatchKind.CONTRACTION,)),
-                     (ModelOption(both).directory, (DispatchKind.CONTRACTION,))], tuned
+    # The reused choice is built again as it was judged (untuned); the flag on it is judged with
+    # what it forms tuned (an extension is judged against the choice, not the default).
+    assert tuned == [(ModelOption(both).directory, (DispatchKind.CONTRACTION,))], tuned
     assert any("reusing the decision" in line for line in said), said
     assert any("not tried on it" in line and "debug-symbols" in line for line in said), said
     assert any("tried on it: global-data-tiling early-materialization --iree-llvmcpu-debug-symbols=false 2.00x" in line

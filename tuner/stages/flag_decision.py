@@ -31,8 +31,20 @@ def decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
 
 def record_decision(env: StageEnv, options: list[ModelOption], state: ModelState) -> None:
     data = {**decision_key(env, options), "flags": list(state.flags), "rewrites": list(state.rewrites),
-            "program": str(state.program) if state.program else None, "trials": state.flag_trials}
+            "program": str(state.program) if state.program else None, "trials": state.flag_trials,
+            "untuned": env.cache.untuned_gains}
     write_file(env.output_dir / FLAG_DECISION, json.dumps(data, indent=1))
+
+
+def decision_untuned(env: StageEnv) -> dict[str, Optional[float]]:
+    """The first-round figures with the compiler's configs (RunCache.untuned_gains) the decision
+    in DIR was made with, so that a rerun builds its choice as it was judged ({} where none)."""
+    try:
+        untuned = json.loads((env.output_dir / FLAG_DECISION).read_text()).get("untuned")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {k: v for k, v in untuned.items() if isinstance(k, str) and (v is None or isinstance(v, float))} \
+        if isinstance(untuned, dict) else {}
 
 
 def earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[ModelState]:
@@ -101,12 +113,16 @@ class StepLog:
         return None
 
     def record(self, directory: str, labels: list[str], reference: str, trials: dict, wrong: set[str],
-               judged: Optional[str] = None, speedup: float = 1.0, over_wrong: bool = False) -> None:
+               judged: Optional[str] = None, speedup: float = 1.0, over_wrong: bool = False,
+               untuned: Optional[dict[str, Optional[float]]] = None) -> None:
+        """The step's figures; `untuned`: its choices' figures with the compiler's configs
+        (RunCache.untuned_gains), so that a rerun builds each as it was judged."""
         if self.path is None:
             return
         self.steps[directory] = {"labels": labels, "reference": reference, "judged": judged, "speedup": speedup,
                                  "over_wrong": over_wrong, "trials": {k: trials[k] for k in labels if k in trials},
-                                 "wrong": sorted(w for w in wrong if w in labels)}
+                                 "wrong": sorted(w for w in wrong if w in labels),
+                                 "untuned": {k: v for k, v in (untuned or {}).items() if k in labels}}
         write_file(self.path, json.dumps({"key": self.key, "steps": self.steps}, indent=1))
 
     def close(self) -> None:

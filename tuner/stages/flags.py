@@ -19,7 +19,8 @@ from tuner.errors import ToolError
 from tuner.rewrite import combined, unoffered_for
 from tuner.core.settings import SearchSettings
 from tuner.stages.base import ModelState, StageEnv
-from tuner.stages.flag_decision import StepLog, decision_text, earlier_decision, record_decision, trials_text
+from tuner.stages.flag_decision import (StepLog, decision_text, decision_untuned, earlier_decision, record_decision,
+                                       trials_text)
 from tuner.stages.flag_options import (ModelOption, alone_gain, applying_rewrites, extensions, formed_dispatches,
                                        model_options, offered_flag_sets, rewrites_nothing, rewritten_program,
                                        taking_flag_sets, together_options, without_each_kernel)
@@ -81,6 +82,7 @@ class FlagStage:
         if earlier is not None:
             env.say(f"model-wide choices: reusing the decision of an earlier run in {env.output_dir} "
                     f"({decision_text(earlier)})")
+            env.cache.untuned_gains.update(decision_untuned(env))
             decided = self._extend_earlier(replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials,
                                                    rewrites=earlier.rewrites, program=earlier.program), env)
             if decided is None:
@@ -178,6 +180,8 @@ class FlagStage:
         earlier = steps.earlier(directory, labels, reference.variant.name)
         if earlier is not None:
             env.say(f"  {directory}: as an earlier run judged it, not timed again")
+            untuned = earlier.get("untuned")
+            env.cache.untuned_gains.update(untuned if isinstance(untuned, dict) else {})
             built = {o.label: self._build(env, default, o, trials, reference, wrong) for o in options}
             trials.update(earlier["trials"])
             wrong.update(earlier["wrong"])
@@ -188,7 +192,7 @@ class FlagStage:
         began = env.budget.spent() if env.budget is not None else 0.0
         if not flag_share_spent(env.budget):
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
-            self._check_untuned(env, default, options)
+            self._check_untuned(env, default, options, timed=reference is default)
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             # Past the share a choice not built yet is not tried; in the first round one built
@@ -207,7 +211,7 @@ class FlagStage:
             if first_round and env.progress:
                 env.progress("choices", i, len(options))
         if not built:
-            steps.record(directory, labels, reference.variant.name, trials, wrong)
+            steps.record(directory, labels, reference.variant.name, trials, wrong, untuned=env.cache.untuned_gains)
             return None
         cmp, behind = compare_halving(env, reference, [b for _, b in built], directory)
         if env.budget is not None:
@@ -226,7 +230,8 @@ class FlagStage:
                    and b.variant.name not in behind and (over_wrong or cmp.paired[b.variant.name].beats_baseline)]
         option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup) if winners else (None, None)
         speedup = cmp.paired[best.variant.name].speedup if best else 1.0
-        steps.record(directory, labels, reference.variant.name, trials, wrong, option and option.label, speedup, over_wrong)
+        steps.record(directory, labels, reference.variant.name, trials, wrong, option and option.label, speedup, over_wrong,
+                     env.cache.untuned_gains)
         return Judged(option, best, speedup, over_wrong) if best else None
 
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
@@ -309,8 +314,12 @@ class FlagStage:
         # tuning under another choice. Under the default flags alone they could be judged on a
         # wrong model: the UNet widening block's 1x1 shortcut is wrong on cuda until channels-last
         # or its own rewrite takes it, and every im2col candidate was refused for it.
-        parts = self._tuned_parts(env, option.directory, option.tuned_kinds, program or env.model, option.flags,
-                                  said=short_flags(option.label), pins=pins)
+        gain = env.cache.untuned_gains.get(option.label) if reference is default and self._tunes(option) else None
+        if gain:
+            env.say(f"  {short_flags(option.label)}: {gain:.2f}x the default with the compiler's configs for what it "
+                    "forms: judged so, its dispatches left to the dispatch stage")
+        parts = () if gain else self._tuned_parts(env, option.directory, option.tuned_kinds, program or env.model,
+                                                  option.flags, said=short_flags(option.label), pins=pins)
         b = build_once(env, Variant(option.directory, option.flags, parts, program, pins))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")
@@ -324,11 +333,18 @@ class FlagStage:
             return None
         return b
 
-    def _check_untuned(self, env: StageEnv, default: BuiltVariant, options: list[ModelOption]) -> None:
+    def _check_untuned(self, env: StageEnv, default: BuiltVariant, options: list[ModelOption], timed: bool) -> None:
         """The numerics of every option that tunes what it forms, built with the compiler's
         configs, checked side by side in one comparison (`_wrong_result` then reads them): one
         at a time, each check ran the default again and took DenseNet-121's first round on the
-        H200 about 40 s."""
+        H200 about 40 s. `timed` (a first round, against the default): timed too, in the run's
+        rounds, and each that beats the default so is judged so (RunCache.untuned_gains): the
+        README's BERT-base layer on the CPU spent 324 of its flag stage's 357 s tuning the
+        dispatches two data-tiling choices form (no winner for two of the four) though both beat
+        the default by 1.39-1.53x untuned; their dispatches are the dispatch stage's to tune
+        where they take the time. A choice that loses untuned is still tuned first: a raised
+        attention can lose with the compiler's config and win tuned (0.72 against 0.28 ms on a
+        Llama-style block, the module's docstring)."""
         untuned = []
         for option in options:
             program = rewritten_program(env, option.rewrite) if option.rewrite else None
@@ -337,12 +353,19 @@ class FlagStage:
             variant = self._untuned(option, program, pins_for(env, self._first_variant(env, option),
                                                               self.search.pipeline))
             built = build_once(env, variant)
-            if built.ok and (default.variant.name, variant.name) not in env.cache.choice_numerics:
-                untuned.append(built)
-        if len(untuned) > 1:
-            cmp = compare_on_model(env, default, untuned, "flag-numerics", rounds=0)
-            for b in untuned:
-                env.cache.choice_numerics[(default.variant.name, b.variant.name)] = cmp.failed.get(b.variant.name, "")
+            checked = (default.variant.name, variant.name) in env.cache.choice_numerics
+            if built.ok and (not checked or (timed and option.label not in env.cache.untuned_gains)):
+                untuned.append((option, built))
+        if len(untuned) > (0 if timed else 1):
+            cmp = compare_on_model(env, default, [b for _, b in untuned], "flag-untuned" if timed else "flag-numerics",
+                                   rounds=None if timed else 0)
+            for option, b in untuned:
+                name = b.variant.name
+                env.cache.choice_numerics[(default.variant.name, name)] = cmp.failed.get(name, "")
+                if timed:
+                    paired = cmp.paired.get(name)
+                    env.cache.untuned_gains[option.label] = (
+                        paired.speedup if paired is not None and paired.ratios and paired.beats_baseline else None)
 
     def _tunes(self, option: ModelOption) -> bool:
         """Whether the option's formed dispatches are tuned before it is judged."""
