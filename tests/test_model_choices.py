@@ -516,13 +516,16 @@ def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():
 
     fusion = "--iree-dispatch-creation-enable-aggressive-fusion"
     data = {"flags": [fusion], "rewrites": ["raise-attention"], "dispatches": [], "verdict": "v",
-            "flag_trials": {fusion: 0.99, "raise-attention": 1.11, f"raise-attention {fusion}": 1.19}}
+            "flag_trials": {fusion: 0.99, "raise-attention": 1.11, f"raise-attention {fusion}": 1.19,
+                            "chain-concats": "nothing in the model to rewrite"}}
     out = io.StringIO()
     render_model(data, Console(file=out, width=200))
     lines = out.getvalue().splitlines()
     chosen = [line for line in lines if "(chosen)" in line]
     # Flags by their short names, and once what each name stands for.
     assert chosen == ["model-wide choice raise-attention aggressive-fusion: 1.19x the default on the whole model (chosen)"]
+    # a reason is said as it is, no figure's words after it
+    assert "model-wide choice chain-concats: nothing in the model to rewrite" in lines
     assert [line for line in lines if line.startswith("flags by name")] == [f"flags by name: aggressive-fusion = {fusion}"]
 
 

@@ -273,9 +273,10 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
     trials = data.get("flag_trials") or {}
     short_flags, flag_legend = _flag_names()
     for choice, result in trials.items():
-        figure = f"{result:.2f}x the default" if isinstance(result, (int, float)) else result
+        # a figure is the model's; a reason ("nothing in the model to rewrite") is said as it is
+        figure = f"{result:.2f}x the default on the whole model" if isinstance(result, (int, float)) else result
         chosen = " (chosen)" if kept and choice == kept else ""
-        console.print(f"model-wide choice {short_flags(choice)}: {figure} on the whole model{chosen}",
+        console.print(f"model-wide choice {short_flags(choice)}: {figure}{chosen}",
                       markup=False, highlight=False)
     legend = flag_legend([*trials, kept])
     if legend:
