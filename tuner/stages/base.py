@@ -150,9 +150,10 @@ class RunCache:
     # Why a model-wide choice built with the compiler's configs computes another result than the
     # default's ("" where it does not): by the default's and the build's variant names.
     choice_numerics: dict[tuple[str, str], str] = field(default_factory=dict)
-    # A first-round model-wide choice that tunes what it forms, timed with the compiler's configs
-    # for it against the default first: its speedup where it beat the default side by side (it is
-    # then judged so, nothing tuned before), None where it did not; by the choice's label.
+    # A model-wide choice that tunes what it forms, timed with the compiler's configs for it
+    # against what it is judged against first: its speedup where it beat that side by side (it is
+    # then judged so, nothing tuned before), None where it did not; by "LABEL over REFERENCE"
+    # (tuner.stages.flags.untuned_key).
     untuned_gains: dict[str, Optional[float]] = field(default_factory=dict)
     # The model's program parsed once for the rewrites (tuner.stages.flag_options.rewrite_changes).
     parsed: Optional[ParsedProgram] = None

@@ -37,8 +37,8 @@ def record_decision(env: StageEnv, options: list[ModelOption], state: ModelState
 
 
 def decision_untuned(env: StageEnv) -> dict[str, Optional[float]]:
-    """The first-round figures with the compiler's configs (RunCache.untuned_gains) the decision
-    in DIR was made with, so that a rerun builds its choice as it was judged ({} where none)."""
+    """The figures with the compiler's configs (RunCache.untuned_gains) the decision in DIR was
+    made with, so that a rerun builds its choice as it was judged ({} where none)."""
     try:
         untuned = json.loads((env.output_dir / FLAG_DECISION).read_text()).get("untuned")
     except (OSError, ValueError, AttributeError):
@@ -116,13 +116,14 @@ class StepLog:
                judged: Optional[str] = None, speedup: float = 1.0, over_wrong: bool = False,
                untuned: Optional[dict[str, Optional[float]]] = None) -> None:
         """The step's figures; `untuned`: its choices' figures with the compiler's configs
-        (RunCache.untuned_gains), so that a rerun builds each as it was judged."""
+        (RunCache.untuned_gains, by tuner.stages.flags.untuned_key), so that a rerun builds each
+        as it was judged."""
         if self.path is None:
             return
         self.steps[directory] = {"labels": labels, "reference": reference, "judged": judged, "speedup": speedup,
                                  "over_wrong": over_wrong, "trials": {k: trials[k] for k in labels if k in trials},
                                  "wrong": sorted(w for w in wrong if w in labels),
-                                 "untuned": {k: v for k, v in (untuned or {}).items() if k in labels}}
+                                 "untuned": dict(untuned or {})}
         write_file(self.path, json.dumps({"key": self.key, "steps": self.steps}, indent=1))
 
     def close(self) -> None:

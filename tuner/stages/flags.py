@@ -192,7 +192,7 @@ class FlagStage:
         began = env.budget.spent() if env.budget is not None else 0.0
         if not flag_share_spent(env.budget):
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
-            self._check_untuned(env, default, options, timed=reference is default)
+            self._check_untuned(env, default, reference, options)
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             # Past the share a choice not built yet is not tried; in the first round one built
@@ -211,7 +211,7 @@ class FlagStage:
             if first_round and env.progress:
                 env.progress("choices", i, len(options))
         if not built:
-            steps.record(directory, labels, reference.variant.name, trials, wrong, untuned=env.cache.untuned_gains)
+            steps.record(directory, labels, reference.variant.name, trials, wrong, untuned=_untuned_of(env, labels, reference))
             return None
         cmp, behind = compare_halving(env, reference, [b for _, b in built], directory)
         if env.budget is not None:
@@ -231,7 +231,7 @@ class FlagStage:
         option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup) if winners else (None, None)
         speedup = cmp.paired[best.variant.name].speedup if best else 1.0
         steps.record(directory, labels, reference.variant.name, trials, wrong, option and option.label, speedup, over_wrong,
-                     env.cache.untuned_gains)
+                     _untuned_of(env, labels, reference))
         return Judged(option, best, speedup, over_wrong) if best else None
 
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
@@ -314,9 +314,11 @@ class FlagStage:
         # tuning under another choice. Under the default flags alone they could be judged on a
         # wrong model: the UNet widening block's 1x1 shortcut is wrong on cuda until channels-last
         # or its own rewrite takes it, and every im2col candidate was refused for it.
-        gain = env.cache.untuned_gains.get(option.label) if reference is default and self._tunes(option) else None
+        gain = (env.cache.untuned_gains.get(untuned_key(option.label, reference.variant.name))
+                if self._tunes(option) else None)
         if gain:
-            env.say(f"  {short_flags(option.label)}: {gain:.2f}x the default with the compiler's configs for what it "
+            over = "the default" if reference is default else "the choice before it"
+            env.say(f"  {short_flags(option.label)}: {gain:.2f}x {over} with the compiler's configs for what it "
                     "forms: judged so, its dispatches left to the dispatch stage")
         parts = () if gain else self._tuned_parts(env, option.directory, option.tuned_kinds, program or env.model,
                                                   option.flags, said=short_flags(option.label), pins=pins)
@@ -333,18 +335,20 @@ class FlagStage:
             return None
         return b
 
-    def _check_untuned(self, env: StageEnv, default: BuiltVariant, options: list[ModelOption], timed: bool) -> None:
-        """The numerics of every option that tunes what it forms, built with the compiler's
-        configs, checked side by side in one comparison (`_wrong_result` then reads them): one
-        at a time, each check ran the default again and took DenseNet-121's first round on the
-        H200 about 40 s. `timed` (a first round, against the default): timed too, in the run's
-        rounds, and each that beats the default so is judged so (RunCache.untuned_gains): the
-        README's BERT-base layer on the CPU spent 324 of its flag stage's 357 s tuning the
-        dispatches two data-tiling choices form (no winner for two of the four) though both beat
-        the default by 1.39-1.53x untuned; their dispatches are the dispatch stage's to tune
-        where they take the time. A choice that loses untuned is still tuned first: a raised
-        attention can lose with the compiler's config and win tuned (0.72 against 0.28 ms on a
-        Llama-style block, the module's docstring)."""
+    def _check_untuned(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant,
+                       options: list[ModelOption]) -> None:
+        """Every option that tunes what it forms, built with the compiler's configs, checked and
+        timed against `reference` (what it is judged against) side by side in one comparison: its
+        numerics (`_wrong_result` then reads them; one comparison a choice ran the default again
+        each time and took DenseNet-121's first round on the H200 about 40 s), and, where it
+        beats the reference so, its figure (RunCache.untuned_gains): it is then judged so, and
+        what it forms is left to the dispatch stage. The README's BERT-base layer on the CPU
+        spent 324 of its flag stage's 357 s tuning the dispatches two data-tiling choices form
+        (no winner for two of the four) though both beat the default by 1.39-1.53x untuned. A
+        choice that loses untuned is still tuned first: a raised attention can lose with the
+        compiler's config and win tuned (0.72 against 0.28 ms on a Llama-style block, the
+        module's docstring). Against a reference that is not the default, the numerics are the
+        reference's result's, itself checked against the default's."""
         untuned = []
         for option in options:
             program = rewritten_program(env, option.rewrite) if option.rewrite else None
@@ -353,19 +357,17 @@ class FlagStage:
             variant = self._untuned(option, program, pins_for(env, self._first_variant(env, option),
                                                               self.search.pipeline))
             built = build_once(env, variant)
-            checked = (default.variant.name, variant.name) in env.cache.choice_numerics
-            if built.ok and (not checked or (timed and option.label not in env.cache.untuned_gains)):
+            if built.ok and untuned_key(option.label, reference.variant.name) not in env.cache.untuned_gains:
                 untuned.append((option, built))
-        if len(untuned) > (0 if timed else 1):
-            cmp = compare_on_model(env, default, [b for _, b in untuned], "flag-untuned" if timed else "flag-numerics",
-                                   rounds=None if timed else 0)
-            for option, b in untuned:
-                name = b.variant.name
-                env.cache.choice_numerics[(default.variant.name, name)] = cmp.failed.get(name, "")
-                if timed:
-                    paired = cmp.paired.get(name)
-                    env.cache.untuned_gains[option.label] = (
-                        paired.speedup if paired is not None and paired.ratios and paired.beats_baseline else None)
+        if not untuned:
+            return
+        cmp = compare_on_model(env, reference, [b for _, b in untuned], "flag-untuned")
+        for option, b in untuned:
+            name = b.variant.name
+            env.cache.choice_numerics.setdefault((default.variant.name, name), cmp.failed.get(name, ""))
+            paired = cmp.paired.get(name)
+            env.cache.untuned_gains[untuned_key(option.label, reference.variant.name)] = (
+                paired.speedup if paired is not None and paired.ratios and paired.beats_baseline else None)
 
     def _tunes(self, option: ModelOption) -> bool:
         """Whether the option's formed dispatches are tuned before it is judged."""
@@ -397,6 +399,17 @@ class FlagStage:
         """tuner.stages.formed_tuning.FormedTuning.parts with this stage's budgets and search."""
         return FormedTuning(self.tune_budget, self.rewrite_tunes, self.search).parts(env, name, kinds, program, flags,
                                                                                    said, pins)
+
+def untuned_key(label: str, reference: str) -> str:
+    """How RunCache.untuned_gains names a choice's figure with the compiler's configs."""
+    return f"{label} over {reference}"
+
+
+def _untuned_of(env: StageEnv, labels: list[str], reference: BuiltVariant) -> dict[str, Optional[float]]:
+    """The step's figures with the compiler's configs (RunCache.untuned_gains)."""
+    keys = {untuned_key(label, reference.variant.name) for label in labels}
+    return {k: v for k, v in env.cache.untuned_gains.items() if k in keys}
+
 
 def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
     """Why a model-wide choice with the compiler's default configs computes another result than
