@@ -1,6 +1,6 @@
-"""Every one-machine evaluation schedule (tuner.strategies) over an in-memory builder and runner:
-the seams `Builder` and `ModuleRunner` implemented by plain classes, no compiler or runtime tool
-run, so what a schedule does with builds, timings, failures and devices is checked in
+"""Every one-machine evaluation schedule (tuner.strategies) over an in-memory builder, runner and
+store: the seams `Builder` and `ModuleRunner` implemented by plain classes, the store
+ResultStore.in_memory, no compiler or runtime tool run and no file written by them, so what a schedule does with builds, timings, failures and devices is checked in
 milliseconds on designed times (issue 61: no test implemented either seam)."""
 
 import time
@@ -99,7 +99,7 @@ def _evaluate(schedule, batch, tmp_path, cpu, times, devices=("memory://0",), fa
               wrong=frozenset(), delay_s=0.0):
     path, candidates, workload, ctx = batch
     runner, builder = MemoryRunner(times, wrong, delay_s), MemoryBuilder(tmp_path / "candidates", failing)
-    store = ResultStore(tmp_path / "results.sqlite", "compiler", "runtime")
+    store = ResultStore.in_memory("compiler", "runtime")
     kind = STRATEGIES[schedule]
     evaluator = kind(path, cpu, workload, tmp_path / "candidates", store, SETTINGS, devices, ctx=ctx, runner=runner,
                      builder=builder)

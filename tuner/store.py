@@ -113,7 +113,7 @@ class ResultStore:
     is changed."""
 
     def __init__(self, path: Path, compiler: str, runtime: str, run: Optional[str] = None) -> None:
-        self.path = Path(path)
+        self.path: Optional[Path] = Path(path)
         self.compiler = compiler
         self.runtime = runtime
         self.run = run or run_id()
@@ -134,9 +134,23 @@ class ResultStore:
             raise StoreError(f"{self.path}: not a result store ({e}); give --store a new file") from None
         self._inode = self.path.stat().st_ino
 
+    @classmethod
+    def in_memory(cls, compiler: str, runtime: str, run: Optional[str] = None) -> "ResultStore":
+        """A store in this process alone (SQLite's in-memory database: the same schema and
+        queries as a file's, gone when closed), for what keeps nothing between runs: the tests'
+        in-memory evaluations (tests/test_store_forms.py holds both forms to the same behaviour)."""
+        store = cls.__new__(cls)
+        store.path, store.compiler, store.runtime, store.run = None, compiler, runtime, run or run_id()
+        store._db = sqlite3.connect(":memory:", isolation_level=None)
+        store._check_schema()
+        store._inode = None
+        return store
+
     def _still_there(self) -> None:
         """Refuse to write into a store whose file was deleted or replaced while the run had it
         open: what SQLite wrote would vanish with the deleted file, unnoticed."""
+        if self.path is None:  # in memory: nothing to lose to another process
+            return
         try:
             same = self.path.stat().st_ino == self._inode
         except OSError:
