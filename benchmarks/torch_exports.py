@@ -376,6 +376,11 @@ FAMILIES: dict[str, Callable] = {
     "convnextv2": lambda size: _vision("ConvNextV2", size, dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]),
                                        224),
     "mobilenetv4": lambda size: _timm("mobilenetv4_conv_small", size, 224),
+    # Added 2026-11-30 (twenty-eighth session): BLOOM's ALiBi attention (scores over flattened
+    # heads, the bias added there, then the causal mask per head), raised since; BLOOM-1b1's
+    # widths at the real size (16 heads of 96).
+    "bloom": lambda size: _decoder("Bloom", size, dict(hidden_size=64, n_layer=1, n_head=4, vocab_size=128),
+                                   dict(hidden_size=1536, n_layer=1, n_head=16)),
 }
 
 

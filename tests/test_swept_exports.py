@@ -1,7 +1,8 @@
 """Real tiny exports in which benchmarks/rewrite_sweep.py found a fault or a gap (twenty-seventh
 session): OPT's layer norms of one problem at two ranks (the kernel's function failed
 verification), Falcon's multi-query attention (K and V of one head broadcast by the MatMuls: not
-raised) and GPT-J's scores computed in f32 from Q and K cast up (not raised). Each is now rewritten,
+raised), GPT-J's scores computed in f32 from Q and K cast up (not raised) and BLOOM's ALiBi
+scores over flattened heads (not raised; twenty-eighth session). Each is now rewritten,
 and (slow) the raised programs compute what the exports computed on llvm-cpu."""
 
 from pathlib import Path
@@ -28,7 +29,7 @@ def imported(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("swept")
     return {name: program_source(EXPORTS / name / "model.onnx", root / name, parse_target("llvm-cpu"))
-            for name in ("opt", "falcon", "gptj_f16")}
+            for name in ("opt", "falcon", "gptj_f16", "bloom")}
 
 
 def test_opts_layer_norms_of_two_ranks_call_one_kernel_function_and_the_module_verifies(imported):
@@ -41,8 +42,10 @@ def test_opts_layer_norms_of_two_ranks_call_one_kernel_function_and_the_module_v
     assert text.count("func.func private @layernorm_16x64_f32(") == 1 and '"onnx.LayerNormalization"' not in text
 
 
-@pytest.mark.parametrize("family, shape", [("falcon", "1x4x16x16x16x16"), ("gptj_f16", "1x4x16x16x16x16")])
-def test_falcons_multi_query_and_gptjs_f32_scores_are_raised_and_no_softmax_is_left(imported, family, shape):
+@pytest.mark.parametrize("family, shape", [("falcon", "1x4x16x16x16x16"), ("gptj_f16", "1x4x16x16x16x16"),
+                                           ("bloom", "1x4x16x16x16x16")])
+def test_falcons_multi_query_gptjs_f32_scores_and_blooms_alibi_are_raised_and_no_softmax_is_left(imported, family,
+                                                                                               shape):
     with ir.Context():
         module = ir.Module.parse(imported[family].read_text())
         assert raise_attention(module, pad_heads=True) == [shape]
@@ -59,11 +62,24 @@ def _cpu_output(program: Path, family: str, tmp_path: Path) -> np.ndarray:
     return np.load(tmp_path / f"{program.stem}.npy").astype(np.float32)
 
 
+def test_blooms_scores_over_flattened_heads_are_computed_per_head_with_the_bias_and_the_mask_as_one_mask(imported):
+    from tuner.rewrite.alibi_scores import unflatten_alibi_scores
+
+    with ir.Context():
+        module = ir.Module.parse(imported["bloom"].read_text())
+        assert unflatten_alibi_scores(module) == ["1x4x16x16x16 scores per head (ALiBi bias 64 values)"]
+        text = str(module)
+    # no score of the flattened heads is left; the bias [4, 1, 16] per head, summed with the
+    # causal mask [1, 1, 16, 16]
+    assert "!torch.vtensor<[4,16,16],f32>" not in text
+    assert "(!torch.vtensor<[1,4,1,16],f32>, !torch.vtensor<[1,1,16,16],f32>) -> !torch.vtensor<[1,4,16,16],f32>" in text
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family, tolerance", [("falcon", 1e-5), ("gptj_f16", 2e-3)])
+@pytest.mark.parametrize("family, tolerance", [("falcon", 1e-5), ("gptj_f16", 2e-3), ("bloom", 1e-5)])
 def test_the_raised_export_computes_what_the_export_and_torch_computed(imported, family, tolerance, tmp_path):
-    """Falcon in f32 (the same sums in another order), GPT-J in f16 (the scores' products are the
-    same; the raised op keeps f32 statistics where the export kept f32 scores)."""
+    """Falcon and BLOOM in f32 (the same sums in another order), GPT-J in f16 (the scores'
+    products are the same; the raised op keeps f32 statistics where the export kept f32 scores)."""
     raised = tmp_path / "raised.mlir"
     assert rewrite_program(imported[family], RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x16x16"]
     before, after = _cpu_output(imported[family], family, tmp_path), _cpu_output(raised, family, tmp_path)

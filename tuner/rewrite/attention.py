@@ -34,7 +34,10 @@ the heads flattened), √scale multiplied into Q and into Kᵀ each, and the pro
 The guard is dropped: the attention op gives such a row no NaN-free meaning either, so the raised
 model matches the exported one wherever no row is wholly masked (a causal mask, a padding mask
 over some keys; checked on the model's own output by the flag stage). A shifted window's second
-mask between the mask and the softmax (Swin's) is folded into the first (tuner.rewrite.window_mask). Keys and values repeated
+mask between the mask and the softmax (Swin's) is folded into the first (tuner.rewrite.window_mask).
+BLOOM's scores, computed over heads flattened into the batch with its ALiBi bias added there, are
+first computed per head with the bias and the causal mask summed into one mask
+(tuner.rewrite.alibi_scores). Keys and values repeated
 for grouped-query heads (`Unsqueeze`, `Expand`, `Reshape`) stay as the model writes them: the
 attention op reads the repeated operands; K and V of fewer heads that the MatMuls broadcast
 against Q's (Falcon's multi-query attention) are expanded to Q's heads (`onnx.Expand`). Scores
@@ -56,6 +59,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from tuner.external.attention_kernel import padded_width
+from tuner.rewrite.alibi_scores import unflatten_alibi_scores
 from tuner.rewrite.attention_site import AttentionSite, find_attention, scalar_side
 from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, is_onnx, keep_leading, onnx_op, pad_end,
                                      producer, si64, si64_array, static_shape, zero_constant)
@@ -169,6 +173,7 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
     """Rewrite every site of `find_attention` in place (inside the module's context); returns
     each rewritten attention's shape (batch x M x N x K1 x K2), and with `pad_heads` the head
     dims it padded (padded_width)."""
+    unflatten_alibi_scores(module)  # BLOOM's: scores over flattened heads, an ALiBi bias, then a per-head mask
     done = []
     for site in find_attention(module):
         ip, loc = ir.InsertionPoint(site.output), site.output.location
