@@ -122,6 +122,25 @@ def test_a_schedule_scores_every_candidate_once_and_the_designed_fastest_wins(sc
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
+def test_a_schedule_holds_what_the_driver_reads_of_an_evaluator(schedule, batch, tmp_path, cpu):
+    """The Evaluator protocol's attributes (tuner.driver reads them), on every schedule: its
+    devices as given, the conditions its runner names for the first, no in-model timing on a
+    memory device, and a progress listener the driver may swap."""
+    from typing import get_type_hints
+
+    from tuner.evaluation.evaluator import Evaluator
+
+    path, _, workload, ctx = batch
+    evaluator = STRATEGIES[schedule](path, cpu, workload, tmp_path / "candidates", ResultStore.in_memory("c", "r"),
+                                     SETTINGS, ("memory://0", "memory://1"), ctx=ctx, runner=MemoryRunner({}),
+                                     builder=MemoryBuilder(tmp_path / "candidates"))
+    assert set(get_type_hints(Evaluator)) == {"name", "devices", "conditions", "in_model", "progress"}
+    assert evaluator.name == schedule and evaluator.devices == ("memory://0", "memory://1")
+    assert evaluator.conditions == ("memory: memory://0", "memory: entry function")
+    assert evaluator.in_model is False and evaluator.progress is None
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
 def test_a_failed_build_and_a_wrong_output_are_statuses_and_the_others_go_on(schedule, batch, tmp_path, cpu):
     evaluation, runner, _, _ = _evaluate(schedule, batch, tmp_path, cpu, {2: 0.4, 4: 0.5}, failing={2}, wrong={4})
     by_id = {r.candidate_id: r for r in evaluation.results}

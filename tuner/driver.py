@@ -23,7 +23,7 @@ from tuner.discovery.program import Program, discover_program, parse_input, read
 from tuner.discovery.workload import Workload
 from tuner.errors import InputError, NotTimedAlone
 from tuner.store import STORE
-from tuner.evaluation.evaluator import Evaluation
+from tuner.evaluation.evaluator import Evaluation, Evaluator
 from tuner.strategies import evaluator_class
 from tuner.input.models import imported_program
 from tuner.input.parameters import check_scopes, parse_parameters
@@ -137,7 +137,7 @@ def run_meta(session: Session, given: bool) -> dict:
 
 
 def session_evaluator(session: Session, store: ResultStore, run: RunOptions, progress: Optional[Progress],
-                      host: Optional[HostReference] = None, on_result: Optional[Callable] = None):
+                      host: Optional[HostReference] = None, on_result: Optional[Callable] = None) -> Evaluator:
     """The evaluator `run.strategy` names ("auto": the target's default) for the session, with
     the run's settings and devices, building into DIR/candidates (a manifest there is removed:
     its modules are about to be rebuilt). `host`: the host's result to check against (on the

@@ -55,9 +55,16 @@ class Evaluation:
 
 
 class Evaluator(Protocol):
-    """Compiles and times a batch of candidates (the baseline among them)."""
+    """Compiles and times a batch of candidates (the baseline among them). Besides `evaluate`,
+    what the driver (tuner.driver) reads of one: where it times, under which conditions stored
+    results are reused, whether it times inside the whole model, and whom it tells its progress
+    (the driver swaps that listener for the final confirmation)."""
 
     name: str
+    devices: tuple[str, ...]  # the devices it times on, the first the one it confirms on
+    conditions: tuple[str, str]  # (device identity, timing identity) a stored result must have been timed under
+    in_model: bool  # each candidate timed by its kernels inside the whole model's call (CUDA with CUPTI)
+    progress: Optional[Progress]
 
     def evaluate(self, candidates: Sequence[Candidate], settings: Optional[EvalSettings] = None) -> Evaluation: ...
 
