@@ -56,7 +56,9 @@ class MemoryRunner:
     """Times each candidate at its designed milliseconds (by id, 1.0 where not named) and gives
     every one the same output, but those in `wrong`, whose output is off; records where each
     timing ran. A timing takes `delay_s` of wall time (several devices' workers then share the
-    work, as real timings make them)."""
+    work, as real timings make them). Not this machine's devices: never timed in a model."""
+
+    local = False
 
     def __init__(self, times: dict[int, float], wrong: set[int] = frozenset(), delay_s: float = 0.0):
         self.times, self.wrong, self.timed, self.delay_s = times, wrong, [], delay_s
@@ -138,6 +140,7 @@ def test_a_schedule_holds_what_the_driver_reads_of_an_evaluator(schedule, batch,
     assert evaluator.name == schedule and evaluator.devices == ("memory://0", "memory://1")
     assert evaluator.conditions == ("memory: memory://0", "memory: entry function")
     assert evaluator.in_model is False and evaluator.progress is None
+
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -30,6 +30,8 @@ class RayRunner:
     device is a worker's label; a module or input file is sent to a worker once, from the object
     store (where a compile task left it, or where this driver put a file it holds)."""
 
+    local = False  # the workers' devices, wherever they are: never timed in the driver's model
+
     def __init__(self, ray, workers: dict[str, object], described: dict[str, dict]) -> None:
         self.ray = ray
         self.workers = workers

@@ -99,9 +99,9 @@ class BaseEvaluator:
         # The host's result for these inputs (.npy; tuner.stages.host_reference), or None.
         self.host = np.load(host_reference) if host_reference is not None else None
         # On a GPU with CUPTI, a candidate is timed by its kernels inside its whole-model module
-        # (tuner.evaluation.in_model); elsewhere, or where the runner is remote, as before.
-        self.in_model = runner is LOCAL and times_in_model(settings.gpu_timing, self.devices[0],
-                                                           workload.dispatch_benchmark)
+        # (tuner.evaluation.in_model); elsewhere, or where the runner is not this machine's, as before.
+        self.in_model = runner.local and times_in_model(settings.gpu_timing, self.devices[0],
+                                                        workload.dispatch_benchmark)
         self.runner = IN_MODEL if self.in_model else runner
         # The build half: this machine's iree-compile unless another builder is given (a cluster's).
         self.builder: Builder = builder or LocalBuilder(

@@ -37,6 +37,10 @@ class ModuleRunner(Protocol):
     """How a built candidate is run and timed on a named device: on this machine's devices
     (`LocalRunner`), or on a cluster's benchmark workers (tuner.cluster). May raise DeviceLost."""
 
+    # Whether it runs modules on this machine's own devices: only such a runner's devices can
+    # time a candidate inside the whole model by CUPTI (tuner.evaluation.in_model).
+    local: bool
+
     def identity(self, device: str) -> str:
         """The device's identity (tuner.evaluation.device_identity): part of every stored timing's key."""
 
@@ -52,6 +56,8 @@ class ModuleRunner(Protocol):
 
 class LocalRunner:
     """Runs modules where they lie, on this machine's devices, with IREE's runtime tools."""
+
+    local = True
 
     def identity(self, device: str) -> str:
         return device_identity(device)
