@@ -166,11 +166,9 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
     batch_progress = BudgetProgress(progress, plan.settings.budget)
     try:
         evaluator = session_evaluator(session, store, run, batch_progress, run.host_reference, listen.on_result)
-        passes: list[EvaluationStats] = []
 
         def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
             evaluation = evaluator.evaluate(candidates, batch_settings)
-            passes.append(evaluation.stats)
             if listen.on_results:
                 listen.on_results(list(evaluation.results))
             return evaluation
@@ -198,11 +196,10 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
             listen.on_candidates(session.dispatch, candidates)
         if batches.final is not None:  # the last batch confirmed them all
             evaluation = batches.final
-            passes.pop()
         else:  # stopped early (time budget): confirm the best of all now
             evaluator.progress = progress
             evaluation = evaluator.evaluate(candidates)
-        evaluation = replace(evaluation, stats=evaluation.stats.after(passes, len(candidates)))
+        evaluation = replace(evaluation, stats=evaluation.stats.after(batches.first_passes, len(candidates)))
     finally:
         store.close()
     return write_tuning(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))

@@ -16,7 +16,7 @@ from pipelines import Dispatch, Pipeline
 from tuner.specs.candidates import Candidate, candidate_for, default_identity
 from tuner.specs.transform import Pinned
 from tuner.evaluation.evaluator import Evaluation
-from tuner.core.results import Result, Status
+from tuner.core.results import EvaluationStats, Result, Status
 from tuner.search import Outcome, Proposal, SearchSpace, knob_features
 from tuner.search.heuristics import SeedContext
 from tuner.search.space import MAX_POINTS, Value
@@ -132,6 +132,9 @@ class LiveBatches:
     # (their stored figures reused) and confirmed at once: `final` holds that evaluation.
     budget: Optional[int] = None
     final: Optional[Evaluation] = None
+    # What each first-pass batch's evaluation counted (compiles, timings, reuses), in order; not
+    # the final's, which counts what it confirmed: a tuning's figures add the two (EvaluationStats.after).
+    first_passes: list[EvaluationStats] = field(default_factory=list)
     _proposed: int = 0
     pinned: Pinned = ()  # other dispatches' configs every candidate's spec carries (Target.pinned)
 
@@ -154,6 +157,7 @@ class LiveBatches:
                 self.final = evaluation = self.evaluate(self.candidates, self.settings)
             else:
                 evaluation = self.evaluate([self.baseline, *new], replace(self.settings, confirm_rounds=0))
+                self.first_passes.append(evaluation.stats)
             for r in evaluation.results:
                 self.results[r.candidate_id] = r
         if self.on_batch:
