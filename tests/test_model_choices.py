@@ -505,6 +505,14 @@ def test_a_first_round_choice_that_wins_with_the_compilers_configs_is_judged_so_
     assert any("join-sibling-linears: 2.00x the default with the compiler's configs" in line for line in said), said
     assert not any(line.strip().startswith("join-sibling-linears: tuning") for line in said), "\n".join(said)
     assert state.rewrites == ("join-sibling-linears",) and state.flag_trials["join-sibling-linears"] == 2.0
+    # Each build timed in the two rounds of its comparison with the compiler's configs, and not
+    # again by the step's halving (raise-attention's searches found nothing: its build is that
+    # one); then the kept choice is the reference its extension is timed against.
+    extension = timed.index("flags-raise-attention+join-sibling-linears-default-configs") - 1  # its reference first
+    assert timed[extension] == "flags-join-sibling-linears-default-configs"
+    first_round = timed[:extension]
+    assert first_round.count("flags-join-sibling-linears-default-configs") == 2, "\n".join(timed)
+    assert timed.count("flags-raise-attention-default-configs") == 2, "\n".join(timed)
 
 
 def test_the_report_marks_the_choice_kept_rewrite_and_flags_together():

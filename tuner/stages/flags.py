@@ -27,6 +27,7 @@ from tuner.stages.flag_options import (ModelOption, alone_gain, applying_rewrite
 from tuner.stages.builtin import build_once, built_already, compare_on_model, prebuild
 from tuner.stages.formed_tuning import FormedTuning
 from tuner.stages.halving import compare_halving
+from tuner.stages.model_timing import Comparison
 from tuner.stages.time_budget import NOT_TRIED, flag_share_spent, flag_step_room
 from tuner.stages.repair import pins_for
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant, same_module
@@ -190,9 +191,10 @@ class FlagStage:
                 return None
             return Judged(options[labels.index(earlier["judged"])], best, earlier["speedup"], earlier["over_wrong"])
         began = env.budget.spent() if env.budget is not None else 0.0
+        untimed = None
         if not flag_share_spent(env.budget):
             prebuild(env, [v for v in (self._first_variant(env, o) for o in options) if v is not None])
-            self._check_untuned(env, default, reference, options)
+            untimed = self._check_untuned(env, default, reference, options)
         built = []
         for i, option in enumerate(options, 1):  # each a model build (and searches for what it forms)
             # Past the share a choice not built yet is not tried; in the first round one built
@@ -213,7 +215,7 @@ class FlagStage:
         if not built:
             steps.record(directory, labels, reference.variant.name, trials, wrong, untuned=_untuned_of(env, labels, reference))
             return None
-        cmp, behind = compare_halving(env, reference, [b for _, b in built], directory)
+        cmp, behind = compare_halving(env, reference, [b for _, b in built], directory, timed=untimed)
         if env.budget is not None:
             env.budget.note_flag_step(env.budget.spent() - began, len(built))
         for option, b in built:
@@ -336,7 +338,7 @@ class FlagStage:
         return b
 
     def _check_untuned(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant,
-                       options: list[ModelOption]) -> None:
+                       options: list[ModelOption]) -> Optional[Comparison]:
         """Every option that tunes what it forms, built with the compiler's configs, checked and
         timed against `reference` (what it is judged against) side by side in one comparison: its
         numerics (`_wrong_result` then reads them; one comparison a choice ran the default again
@@ -348,7 +350,8 @@ class FlagStage:
         choice that loses untuned is still tuned first: a raised attention can lose with the
         compiler's config and win tuned (0.72 against 0.28 ms on a Llama-style block, the
         module's docstring). Against a reference that is not the default, the numerics are the
-        reference's result's, itself checked against the default's."""
+        reference's result's, itself checked against the default's. Returns the comparison (None:
+        nothing timed), whose figures the step's halving takes for the builds it timed."""
         untuned = []
         for option in options:
             program = rewritten_program(env, option.rewrite) if option.rewrite else None
@@ -360,7 +363,7 @@ class FlagStage:
             if built.ok and untuned_key(option.label, reference.variant.name) not in env.cache.untuned_gains:
                 untuned.append((option, built))
         if not untuned:
-            return
+            return None
         cmp = compare_on_model(env, reference, [b for _, b in untuned], "flag-untuned")
         for option, b in untuned:
             name = b.variant.name
@@ -368,6 +371,7 @@ class FlagStage:
             paired = cmp.paired.get(name)
             env.cache.untuned_gains[untuned_key(option.label, reference.variant.name)] = (
                 paired.speedup if paired is not None and paired.ratios and paired.beats_baseline else None)
+        return cmp
 
     def _tunes(self, option: ModelOption) -> bool:
         """Whether the option's formed dispatches are tuned before it is judged."""
