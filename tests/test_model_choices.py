@@ -403,7 +403,7 @@ def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_
     dispatches of a choice that is wrong elsewhere only costs builds (ResNet-50 on cuda: the
     channels-last flag alone, 16 model builds). Designed numerics: the rewrite's untuned build
     is said to be off; the rewrite's dispatches are then never tuned and the trial says why."""
-    from tuner.stages import builtin, flags as flag_stage
+    from tuner.stages import builtin
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.model_timing import Comparison
 
@@ -427,7 +427,7 @@ def test_a_choice_whose_untuned_build_computes_another_result_is_refused_before_
         return Comparison((), {}, {}, failed={t.variant.name: "a different result (relative error 0.97)" for t in trials})
 
     monkeypatch.setattr(DispatchStage, "tune", designed_tune)
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    monkeypatch.setattr("tuner.stages.untuned.compare_on_model", designed_numerics)
     out = tmp_path / "out"
     state = tune_model(small_bert, "llvm-cpu", out, run=RunOptions(FAST),
                        model=ModelOptions(timer=_timer(faster="flags-raise-attention"), rounds=2),
@@ -447,7 +447,7 @@ def test_the_untuned_builds_of_a_rounds_choices_that_tune_are_checked_in_one_com
     side in one comparison (its runs go at once on a GPU), not one comparison each running the
     default again; each is then refused for its designed result, untuned."""
     from tuner.rewrite import JOIN_SIBLING_LINEARS
-    from tuner.stages import builtin, flags as flag_stage
+    from tuner.stages import builtin
     from tuner.stages.builtin import DispatchStage
     from tuner.stages.model_timing import Comparison
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
@@ -464,7 +464,7 @@ def test_the_untuned_builds_of_a_rounds_choices_that_tune_are_checked_in_one_com
         return Comparison((), {}, {}, failed={t.variant.name: "a different result (relative error 0.97)" for t in trials})
 
     monkeypatch.setattr(DispatchStage, "tune", lambda self, *a, **k: tuned.append(self.directory))
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)
+    monkeypatch.setattr("tuner.stages.untuned.compare_on_model", designed_numerics)
     state = tune_model(small_bert, "llvm-cpu", tmp_path / "out", run=RunOptions(FAST),
                        model=ModelOptions(timer=_timer(faster="none"), rounds=2),
                        stages=[FlagStage(tune_budget=2, rewrite_tunes=1)]).state
@@ -633,7 +633,7 @@ def _designed_numerics(monkeypatch, wrong: Callable[[str], bool], error: float) 
     """The flag stage's whole-model comparisons (its numerics check and its timed rounds) with
     every trial whose build `wrong` names refused for another result (relative error `error`),
     the others compared as they are."""
-    from tuner.stages import builtin, flags as flag_stage, halving
+    from tuner.stages import builtin, halving
     from tuner.stages.model_timing import Comparison
 
     def designed(env, reference, trials, directory, rounds=None):
@@ -643,7 +643,7 @@ def _designed_numerics(monkeypatch, wrong: Callable[[str], bool], error: float) 
         return replace(cmp, failed={**cmp.failed, **{n: f"a different result (relative error {error})" for n in off}},
                        errors={**cmp.errors, **{n: error for n in off}})
 
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed)
+    monkeypatch.setattr("tuner.stages.untuned.compare_on_model", designed)
     monkeypatch.setattr(halving, "compare_on_model", designed)
 
 
@@ -683,7 +683,7 @@ def test_a_right_choice_slower_than_a_wrong_default_is_chosen_and_extended(tmp_p
     to it and kept for beating it."""
     from pipelines.llvmcpu_double_tiling import LLVMCPUDoubleTiling
     from tests.test_tune_model import MLP
-    from tuner.stages import builtin, flags as flag_stage, halving
+    from tuner.stages import builtin, halving
 
     monkeypatch.setattr(LLVMCPUDoubleTiling, "model_flags", ())
     monkeypatch.setitem(REWRITES, "cpu", (_marker("a"), _marker("b")))
@@ -697,7 +697,7 @@ def test_a_right_choice_slower_than_a_wrong_default_is_chosen_and_extended(tmp_p
         return replace(cmp, failed={**cmp.failed, **{n: "a different result (relative error 1.1)" for n in wrong}},
                        errors={**cmp.errors, **{n: 1.1 for n in wrong}}, reference_check=off)
 
-    monkeypatch.setattr(flag_stage, "compare_on_model", designed_numerics)  # the numerics check
+    monkeypatch.setattr("tuner.stages.untuned.compare_on_model", designed_numerics)  # the numerics check
     monkeypatch.setattr(halving, "compare_on_model", designed_numerics)  # the timed rounds
     times = {"flags-b": 1.1, "flags-a+b": 0.5}
     timer = lambda vmfb, settings: Timing((times.get(vmfb.parent.name, 1.0),))  # noqa: E731

@@ -153,7 +153,7 @@ class RunCache:
     # A model-wide choice that tunes what it forms, timed with the compiler's configs for it
     # against what it is judged against first: its speedup where it beat that side by side (it is
     # then judged so, nothing tuned before), None where it did not; by "LABEL over REFERENCE"
-    # (tuner.stages.flags.untuned_key).
+    # (tuner.stages.untuned.untuned_key).
     untuned_gains: dict[str, Optional[float]] = field(default_factory=dict)
     # The model's program parsed once for the rewrites (tuner.stages.flag_options.rewrite_changes).
     parsed: Optional[ParsedProgram] = None

@@ -113,13 +113,15 @@ class StepLog:
         return None
 
     def record(self, directory: str, labels: list[str], reference: str, trials: dict, wrong: set[str],
-               judged: Optional[str] = None, speedup: float = 1.0, over_wrong: bool = False,
+               kept: Optional[tuple[Optional[str], float, bool]] = None,
                untuned: Optional[dict[str, Optional[float]]] = None) -> None:
-        """The step's figures; `untuned`: its choices' figures with the compiler's configs
-        (RunCache.untuned_gains, by tuner.stages.flags.untuned_key), so that a rerun builds each
+        """The step's figures; `kept`: the choice it kept (None: none), its speedup and whether it
+        was kept over a wrong default; `untuned`: its choices' figures with the compiler's configs
+        (RunCache.untuned_gains, by tuner.stages.untuned.untuned_key), so that a rerun builds each
         as it was judged."""
         if self.path is None:
             return
+        judged, speedup, over_wrong = kept or (None, 1.0, False)
         self.steps[directory] = {"labels": labels, "reference": reference, "judged": judged, "speedup": speedup,
                                  "over_wrong": over_wrong, "trials": {k: trials[k] for k in labels if k in trials},
                                  "wrong": sorted(w for w in wrong if w in labels),

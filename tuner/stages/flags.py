@@ -24,9 +24,10 @@ from tuner.stages.flag_decision import (StepLog, decision_text, decision_untuned
 from tuner.stages.flag_options import (ModelOption, alone_gain, applying_rewrites, extensions, formed_dispatches,
                                        model_options, offered_flag_sets, rewrites_nothing, rewritten_program,
                                        taking_flag_sets, together_options, without_each_kernel)
-from tuner.stages.builtin import build_once, built_already, compare_on_model, prebuild
+from tuner.stages.builtin import build_once, built_already, prebuild
 from tuner.stages.formed_tuning import FormedTuning
 from tuner.stages.halving import compare_halving
+from tuner.stages.untuned import time_untuned, untuned_key, untuned_of, wrong_result
 from tuner.stages.model_timing import Comparison
 from tuner.stages.time_budget import NOT_TRIED, flag_share_spent, flag_step_room
 from tuner.stages.repair import pins_for
@@ -213,7 +214,7 @@ class FlagStage:
             if first_round and env.progress:
                 env.progress("choices", i, len(options))
         if not built:
-            steps.record(directory, labels, reference.variant.name, trials, wrong, untuned=_untuned_of(env, labels, reference))
+            steps.record(directory, labels, reference.variant.name, trials, wrong, untuned=untuned_of(env, labels, reference))
             return None
         cmp, behind = compare_halving(env, reference, [b for _, b in built], directory, timed=untimed)
         if env.budget is not None:
@@ -232,8 +233,8 @@ class FlagStage:
                    and b.variant.name not in behind and (over_wrong or cmp.paired[b.variant.name].beats_baseline)]
         option, best = max(winners, key=lambda w: cmp.paired[w[1].variant.name].speedup) if winners else (None, None)
         speedup = cmp.paired[best.variant.name].speedup if best else 1.0
-        steps.record(directory, labels, reference.variant.name, trials, wrong, option and option.label, speedup, over_wrong,
-                     _untuned_of(env, labels, reference))
+        steps.record(directory, labels, reference.variant.name, trials, wrong,
+                     (option and option.label, speedup, over_wrong), untuned_of(env, labels, reference))
         return Judged(option, best, speedup, over_wrong) if best else None
 
     def _extend(self, env: StageEnv, default: BuiltVariant, option: ModelOption, best: BuiltVariant, speedup: float,
@@ -306,7 +307,7 @@ class FlagStage:
         # judged, and a check here first would run the model once more (Swin-T on the H200: the
         # first round's checks ran its flag stage 130 s past its share).
         if self._tunes(option) and not flag_share_spent(env.budget):
-            off = _wrong_result(env, default, untuned)
+            off = wrong_result(env, default, untuned)
             if off:  # its dispatches are not tuned: every candidate would be judged on a wrong model
                 trials[option.label] = f"{off} with the default configs (not tuned)"
                 wrong.add(option.label)
@@ -341,7 +342,7 @@ class FlagStage:
                        options: list[ModelOption]) -> Optional[Comparison]:
         """Every option that tunes what it forms, built with the compiler's configs, checked and
         timed against `reference` (what it is judged against) side by side in one comparison: its
-        numerics (`_wrong_result` then reads them; one comparison a choice ran the default again
+        numerics (`wrong_result` then reads them; one comparison a choice ran the default again
         each time and took DenseNet-121's first round on the H200 about 40 s), and, where it
         beats the reference so, its figure (RunCache.untuned_gains): it is then judged so, and
         what it forms is left to the dispatch stage. The README's BERT-base layer on the CPU
@@ -362,16 +363,7 @@ class FlagStage:
             built = build_once(env, variant)
             if built.ok and untuned_key(option.label, reference.variant.name) not in env.cache.untuned_gains:
                 untuned.append((option, built))
-        if not untuned:
-            return None
-        cmp = compare_on_model(env, reference, [b for _, b in untuned], "flag-untuned")
-        for option, b in untuned:
-            name = b.variant.name
-            env.cache.choice_numerics.setdefault((default.variant.name, name), cmp.failed.get(name, ""))
-            paired = cmp.paired.get(name)
-            env.cache.untuned_gains[untuned_key(option.label, reference.variant.name)] = (
-                paired.speedup if paired is not None and paired.ratios and paired.beats_baseline else None)
-        return cmp
+        return time_untuned(env, default, reference, [(option.label, b) for option, b in untuned])
 
     def _tunes(self, option: ModelOption) -> bool:
         """Whether the option's formed dispatches are tuned before it is judged."""
@@ -403,31 +395,3 @@ class FlagStage:
         """tuner.stages.formed_tuning.FormedTuning.parts with this stage's budgets and search."""
         return FormedTuning(self.tune_budget, self.rewrite_tunes, self.search).parts(env, name, kinds, program, flags,
                                                                                    said, pins)
-
-def untuned_key(label: str, reference: str) -> str:
-    """How RunCache.untuned_gains names a choice's figure with the compiler's configs."""
-    return f"{label} over {reference}"
-
-
-def _untuned_of(env: StageEnv, labels: list[str], reference: BuiltVariant) -> dict[str, Optional[float]]:
-    """The step's figures with the compiler's configs (RunCache.untuned_gains)."""
-    keys = {untuned_key(label, reference.variant.name) for label in labels}
-    return {k: v for k, v in env.cache.untuned_gains.items() if k in keys}
-
-
-def _wrong_result(env: StageEnv, default: BuiltVariant, variant: Variant) -> Optional[str]:
-    """Why a model-wide choice with the compiler's default configs computes another result than
-    the default's (or the host's, where the default is off it): it is then refused before the
-    dispatches it forms are tuned, since each of their candidates is judged on the model's
-    result (ResNet-50 on cuda: the channels-last flag alone leaves strided 1x1 convolutions that
-    IREE 3.13 computes non-finite, and tuning its convolutions first cost 16 model builds).
-    None where it computes the same, or did not build (said where it is judged)."""
-    built = build_once(env, variant)
-    if not built.ok:
-        return None
-    key = (default.variant.name, built.variant.name)
-    if key not in env.cache.choice_numerics:  # (FlagStage._check_untuned checks a step's choices at once)
-        env.cache.choice_numerics[key] = compare_on_model(env, default, [built], "flag-numerics",
-                                                          rounds=0).failed.get(built.variant.name, "")
-    return env.cache.choice_numerics[key] or None
-
