@@ -37,7 +37,8 @@ def _unflattened(value: ir.Value, z: int, h: int) -> Optional[ir.Value]:
 
 
 def _chain(add: ir.Operation) -> Optional[tuple]:
-    """(Q, K, the scale op and its scalar's side, B, M, z, h) where `add` is L above, else None."""
+    """(Q, K, the scale op and its scalar's side, B, M, z, h, the Reshape to heads) where `add`
+    is L above, else None."""
     if not (is_onnx(add, "Add") and len(add.operands) == 2):
         return None
     for side in (0, 1):
@@ -69,24 +70,24 @@ def _chain(add: ir.Operation) -> Optional[tuple]:
                 continue
             q, k = _unflattened(matmul.operands[0], z, h), _unflattened(transpose.operands[0], z, h)
             if q is not None and k is not None and static_shape(q)[-1] == static_shape(k)[-1]:
-                return q, k, scaled, scalar, bias, mask, z, h
+                return q, k, scaled, scalar, bias, mask, z, h, reshape
     return None
 
 
 def unflatten_alibi_scores(module: ir.Module) -> list[str]:
     """Every chain above in `module` rewritten per head (in place, inside its context), the old
     ops erased: each one's scores as z x h x m x n."""
-    sites: list[ir.Operation] = []
+    sites: list[tuple[ir.Operation, tuple]] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if _chain(op) is not None:
-            sites.append(op)
+        chain = _chain(op)
+        if chain is not None:
+            sites.append((op, chain))
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     done = []
-    for add in sites:
-        q, k, scaled, scalar, bias, mask, z, h = _chain(add)
+    for add, (q, k, scaled, scalar, bias, mask, z, h, old) in sites:
         ip, loc = ir.InsertionPoint(add), add.location
         m, d, n = *static_shape(q)[2:], static_shape(k)[2]
         e = element_type(q)
@@ -100,7 +101,6 @@ def unflatten_alibi_scores(module: ir.Module) -> list[str]:
         mask_shape = static_shape(mask)
         full = [max(a, b) for a, b in zip([z, h, b_rows, n], [1] * (4 - len(mask_shape)) + mask_shape)]
         both = onnx_op("Add", [bias4, mask], full, element_type(bias), ip, loc)
-        old = producer(add.operands[0]) if is_onnx(producer(add.operands[0]), "Reshape") else producer(add.operands[1])
         replace_op(add, onnx_op("Add", [scaled4, both], [z, h, m, n], e, ip, loc))
         _erase_unused(old)
         done.append(f"{z}x{h}x{m}x{n}x{d} scores per head (ALiBi bias {math.prod(static_shape(bias))} values)")
@@ -117,6 +117,5 @@ def _erase_unused(op: Optional[ir.Operation]) -> None:
     feeding = [producer(x) for x in op.operands]
     op.erase()
     for before in feeding:
-        if before is not None and (is_onnx(before, "Reshape") or is_onnx(before, "Transpose") or is_onnx(before, "MatMul")
-                                   or is_onnx(before, "Mul") or is_onnx(before, "Div") or is_onnx(before, "Add")):
+        if any(is_onnx(before, name) for name in ("Reshape", "Transpose", "MatMul", "Mul", "Div", "Add")):
             _erase_unused(before)
