@@ -503,7 +503,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         try:
             module, inputs = FAMILIES[name](args.size)
-            model = _FirstOutput(module.eval()).to(device=device, dtype=dtype)
+            model = _FirstOutput(module).eval().to(device=device, dtype=dtype)
             inputs = tuple(x.to(device=device, dtype=dtype if x.is_floating_point() else x.dtype) for x in inputs)
             sensitivity = _sensitivity(torch, model, inputs)
             calibrated = sensitivity < SENSITIVE and _calibrate_batch_norms(torch, model, inputs)
