@@ -235,3 +235,29 @@ def test_the_model_plot_shows_every_model_wide_choice_tried_and_marks_the_kept_o
             "figure": {"speedup": 1.33}}
     assert model_choice_bars(data) == [("data-tiling", 1.32, True), ("raise-attention", 0.34, False)]
     assert plot_model(data, tmp_path / "model.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_kept_choice_of_several_rewrites_is_marked_and_bars_are_told_apart_by_what_differs(tmp_path):
+    # Every GPU run's kept choice joins rewrites ("a+b"): the plot marked none of them kept, and
+    # labels cut at 30 characters were the same words for every bar (2026-11-30).
+    from io import StringIO
+
+    from rich.console import Console
+
+    from tuner.report.outputs import render_model
+    from tuner.report.plot import common_choice_parts, model_choice_bars
+
+    data = {"entry": "m", "target": "cuda:sm_80", "rewrites": ["raise-attention", "external-gemm"],
+            "flags": ["--iree-opt-level=O3"],
+            "flag_trials": {"external-gemm": 1.5, "raise-attention+external-gemm": 1.8,
+                            "raise-attention+external-gemm --iree-opt-level=O3": 2.0,
+                            "join-sibling-linears+external-gemm": "a different result (relative error 0.48)"},
+            "dispatches": [], "figure": {"speedup": 2.0, "default_ms": 1.0, "tuned_ms": 0.5, "lower": 1.9, "rounds": 4,
+                                                       "relative_error": 0.0}}
+    assert common_choice_parts(data) == ["external-gemm"]
+    assert model_choice_bars(data) == [("(the common part alone)", 1.5, False), ("raise-attention", 1.8, False),
+                                       ("raise-attention O3", 2.0, True)]
+    out = StringIO()
+    render_model(data, Console(file=out, width=300))
+    chosen = [line for line in out.getvalue().splitlines() if line.endswith("(chosen)")]
+    assert chosen == ["model-wide choice raise-attention+external-gemm O3: 2.00x the default on the whole model (chosen)"]

@@ -303,3 +303,51 @@ class ResultStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def store_history(path: Path) -> list[dict]:
+    """The runs whose results the store at `path` holds, oldest first, read without changing the
+    file or writing beside it: for each, who wrote it and when (its `run`, its first and last
+    write), how many results it left (of which timed, failed), the dispatches, its best
+    first-pass figure (each candidate's ratio to the baseline timed nearest it, so a drift of the
+    machine between candidates does not make one) and its confirmed figure (of the candidate a
+    confirmation it finished chose: the median of its fresh rounds where it has them, else of the
+    interleaved rounds that chose it; the best over its confirmations; `confirmed_loaded`: taken
+    while the machine's load changed). None where it has none. A rerun that measured a config again holds
+    it under its own run: the history is what each run left, not everything each one did."""
+    # With no write-ahead log beside it (no run has it open, none was killed mid-write), opened as
+    # immutable: SQLite then makes no -shm or -wal file of its own; with one, read through it.
+    live = Path(f"{path}-wal").exists()
+    try:
+        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?{'mode=ro' if live else 'immutable=1'}", uri=True)
+    except sqlite3.OperationalError as e:
+        raise OutputError(f"{path}: cannot read the result store ({e})") from None
+    try:
+        rows = db.execute(f"SELECT run, dispatch, status, result, written_at FROM {TABLE} ORDER BY written_at").fetchall()
+        confirmations = db.execute("SELECT run, results, loaded FROM confirmations").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{path}: not a result store of this tuner ({e})") from None
+    finally:
+        db.close()
+    runs: dict[str, dict] = {}
+    for run, dispatch, status, blob, written in rows:
+        record = runs.setdefault(run, {"run": run, "first": written, "last": written, "results": 0, "ok": 0,
+                                       "failed": 0, "dispatches": [], "best_first_pass": None, "confirmed": None,
+                                       "confirmed_loaded": False})
+        record["last"] = written
+        record["results"] += 1
+        if dispatch not in record["dispatches"]:
+            record["dispatches"].append(dispatch)
+        result = Result.from_json(json.loads(blob))
+        record["ok" if status == Status.OK.value else "failed"] += 1
+        if result.ok and not result.is_baseline and result.first_pass_speedup:
+            record["best_first_pass"] = max(record["best_first_pass"] or 0.0, result.first_pass_speedup)
+    for run, blob, loaded in confirmations:
+        if run not in runs:
+            continue
+        confirmed = [r for r in map(Result.from_json, json.loads(blob)) if not r.is_baseline and r.confirmed]
+        if confirmed:  # the one its rounds chose, with the figure the run claimed for it (its fresh rounds')
+            figure = max(confirmed, key=lambda r: r.paired.speedup).speedup
+            if figure > (runs[run]["confirmed"] or 0.0):
+                runs[run]["confirmed"], runs[run]["confirmed_loaded"] = figure, bool(loaded)
+    return list(runs.values())

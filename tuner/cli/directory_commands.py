@@ -25,9 +25,11 @@ from tuner.report.rebuild import rebuild_line
 def report(directory: Path, top: int, as_html: bool) -> None:
     """Print the table of a finished tuning in DIRECTORY again and draw DIRECTORY/results.png:
     the candidates against the default and the search's history (for a tune-model directory: its
-    per-dispatch table, each dispatch's gain beside the model's); then the rebuild command. With
-    --html, the same in DIRECTORY/report.html."""
+    per-dispatch table, each dispatch's gain beside the model's); the runs its result store holds;
+    then the rebuild command. With --html, the same in DIRECTORY/report.html."""
+    from tuner.report.history import render_history
     from tuner.report.html import recording_console, write_page
+    from tuner.store import STORE
     from tuner.report.plot import plot_model, plot_ranking
     from tuner.ranking import rank
     from tuner.report.outputs import render_model, render_table
@@ -74,12 +76,18 @@ def report(directory: Path, top: int, as_html: bool) -> None:
         except OSError as e:
             raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
         console.print(f"wrote {png}")
+        stored = (directory / STORE).is_file()
+        history = recording_console() if as_html and stored else None
+        for c in (console, history) if stored else ():
+            if c is not None:
+                render_history(directory / STORE, c)
         if as_html:
             verdict = printable(str(data.get("verdict") or (ranking.verdict if not model else "")))
             heading = (f"tune-model {Path(str(data.get('input', ''))).name} on {data.get('target', '')}" if model
                        else f"tune {title}")
             try:
-                page = write_page(directory / "report.html", heading, verdict, consoles[1], png, rebuild_line(directory))
+                page = write_page(directory / "report.html", heading, verdict, consoles[1], png, rebuild_line(directory),
+                                  history)
             except OSError as e:
                 raise OutputError(f"cannot write {directory / 'report.html'}: {e.strerror or e}") from None
             console.print(f"wrote {page}")

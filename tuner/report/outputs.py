@@ -269,7 +269,7 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
         console.print(table)
     for line in untuned_lines(untuned):
         console.print(line)
-    kept = " ".join([*data.get("rewrites", []), *data.get("flags", [])])  # as tuner.stages.flags labels a choice
+    kept = kept_choice(data)
     trials = data.get("flag_trials") or {}
     short_flags, flag_legend = _flag_names()
     for choice, result in trials.items():
@@ -290,6 +290,13 @@ def render_model(data: dict, console: Optional[Console] = None) -> None:
                       f"{figure['rounds']} rounds)" + (f"; output relative error {err:.2g}" if err is not None else ""))
     console.print(f"verdict: {data.get('verdict', '')}")
     console.print(f"kept: {kept_line(data)}", markup=False, highlight=False)
+
+
+def kept_choice(data: dict) -> str:
+    """The label of the model-wide choice a tune-model run kept (its results.json), as the flag
+    stage labels a choice (tuner.stages.flag_options.FlagOption.label): the rewrites joined into
+    one by `+`, then the flags."""
+    return " ".join(filter(None, ["+".join(data.get("rewrites", [])), *data.get("flags", [])]))
 
 
 def short_dispatch_name(name: str) -> str:

@@ -150,6 +150,7 @@ def plot_model(data: dict, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import textwrap
     from matplotlib.patches import Patch
 
     rows = [d for d in data.get("dispatches", []) if d.get("speedup") or d.get("model_speedup")]
@@ -164,7 +165,8 @@ def plot_model(data: dict, path: Path) -> Path:
     ax.bar([x - 0.2 for x in xs], [d.get("speedup") or 0.0 for d in rows], width=0.4, color=CONFIRMED)
     ax.bar([x + 0.2 for x in xs], [d.get("model_speedup") or 0.0 for d in rows], width=0.4, color=WINNER)
     share = lambda d: f" ({100 * d['share']:.0f}%)" if d.get("share") else ""  # noqa: E731
-    labels = [label for label, _, _ in choices] + [short_dispatch_name(d["name"])[:30] + share(d) for d in rows]
+    labels = (["\n".join(textwrap.wrap(label, 28)[:3]) for label, _, _ in choices]
+              + [short_dispatch_name(d["name"])[:30] + share(d) for d in rows])
     if figure:
         ax.bar([len(labels)], [figure], width=0.4, color="black")
         labels.append("the model")
@@ -177,11 +179,11 @@ def plot_model(data: dict, path: Path) -> Path:
     ax.axhline(1.0, color=DEFAULT, linestyle="--", linewidth=1)
     kept = " ".join([*data.get("rewrites", []), *data.get("flags", [])])
     ax.set_ylabel("speedup over the default (x)")
-    import textwrap
-
+    common = common_choice_parts(data)
     title = (f"@{data.get('entry', '')} on {data.get('target', '')}" + (f"; model-wide: {kept}" if kept else "")
-             + ("" if rows else "; no dispatch kept a config"))
-    ax.set_title("\n".join(textwrap.wrap(title, 90)[:3]), fontsize=7)
+             + ("" if rows else "; no dispatch kept a config")
+             + (f"; every choice tried with {' '.join(common)}" if common else ""))
+    ax.set_title("\n".join(textwrap.wrap(title, 90)[:4]), fontsize=7)
     ax.legend(handles=[Patch(color=FIRST_PASS, label="a model-wide choice tried, against the default"),
                        Patch(color=CHOSEN, label="the model-wide choice kept"),
                        Patch(color=CONFIRMED, label="the dispatch, in its tuning (as the table's 'timed' says)"),
@@ -197,15 +199,38 @@ def plot_model(data: dict, path: Path) -> Path:
 def model_choice_bars(data: dict) -> list[tuple[str, float, bool]]:
     """Each model-wide choice a tune-model run timed (results.json's flag_trials with a figure),
     as (its short label, its speedup over the default on the whole model, whether it is the
-    one kept), in the order tried."""
+    one kept), in the order tried. A label leaves out the parts (rewrites and flags) every
+    choice timed has (`common_choice_parts`), so that what tells the bars apart is what is read."""
+    from tuner.report.outputs import kept_choice
+
+    kept = kept_choice(data)
+    timed = _timed_choices(data)
+    common = set(common_choice_parts(data))
+    return [(" ".join(p for p in _choice_parts(choice) if p not in common) or "(the common part alone)", figure,
+             choice == kept) for choice, figure in timed]
+
+
+def common_choice_parts(data: dict) -> list[str]:
+    """The rewrites and flags (by short name) every model-wide choice timed has, where there are
+    two or more: the plot names them once, in its title."""
+    parts = [_choice_parts(choice) for choice, _ in _timed_choices(data)]
+    return [p for p in parts[0] if all(p in other for other in parts[1:])] if len(parts) > 1 else []
+
+
+def _timed_choices(data: dict) -> list[tuple[str, float]]:
+    return [(choice, float(figure)) for choice, figure in (data.get("flag_trials") or {}).items()
+            if isinstance(figure, (int, float)) and math.isfinite(figure) and figure > 0]
+
+
+def _choice_parts(choice: str) -> list[str]:
+    """A choice's label (rewrites joined by `+`, then flags) as its parts, the flags by short name."""
     try:
         from pipelines.model_flags import short_flags
     except ImportError:  # a runtime-only machine: the flags as they are
         short_flags = str  # noqa: E731
-    kept = " ".join([*data.get("rewrites", []), *data.get("flags", [])])
-    return [(short_flags(choice)[:30], float(figure), choice == kept)
-            for choice, figure in (data.get("flag_trials") or {}).items()
-            if isinstance(figure, (int, float)) and math.isfinite(figure) and figure > 0]
+    words = short_flags(choice).split()
+    rewrites = words[0].split("+") if words and not choice.startswith("-") else []
+    return [*rewrites, *(words[1:] if rewrites else words)]
 
 
 def _save(fig, plt, path: Path) -> Path:
