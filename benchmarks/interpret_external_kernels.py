@@ -2,7 +2,7 @@
 numpy underneath) against torch in f32: the implicit-GEMM convolution (tuner.external.triton_conv)
 on every path, the depthwise kernel's and the GEMM's epilogues (their activations), the attention
 kernel's layouts (heads split before the exporter's Transpose, grouped-query heads), the layer
-norm's two layouts, the RMS norm. Index
+norm's two layouts, the RMS norm, the reduction over an image's pixels. Index
 arithmetic, masks and epilogues checked where no GPU is (the GPU's own compilation is checked by
 benchmarks/gpu_external_conv.py and, in the model, by benchmarks/export_vs_torch.py). Small
 shapes, so that the interpreter takes seconds.
@@ -25,6 +25,7 @@ from tuner.external.attention_kernel import AttentionProblem, attention_tiles_fo
 from tuner.external.conv_kernel import ConvProblem, conv_tiles_for  # noqa: E402
 from tuner.external.depthwise_kernel import DepthwiseProblem, depthwise_tiles_for  # noqa: E402
 from tuner.external.layernorm_kernel import LayerNormProblem, RmsNormProblem, layernorm_tiles_for  # noqa: E402
+from tuner.external.reduction_kernel import SpatialReduceProblem, spatial_reduce_tiles_for  # noqa: E402
 
 P1 = (1, 1, 1, 1)
 CASES = {
@@ -226,6 +227,30 @@ def rmsnorm_error(problem: RmsNormProblem) -> float:
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
+def spatial_reduce_error(problem: SpatialReduceProblem) -> float:
+    """The kernel against torch's reduction of the same f16 values in f32 (ConvNeXt-V2's GRN:
+    torch.linalg.vector_norm over an NHWC image's pixels), rounded to f16 as the kernel rounds."""
+    import torch
+
+    from tuner.external.triton_reduction import constants, spatial_reduce_jit
+
+    tiles = spatial_reduce_tiles_for(problem)
+    torch.manual_seed(0)
+    x = torch.randn(problem.batch, problem.pixels, problem.c, dtype=torch.float16) + 0.5
+    y = torch.empty(problem.batch, problem.c, dtype=torch.float16)
+    spatial_reduce_jit()[tiles.grid(problem)](x, y, **constants(problem, tiles))
+    xf = x.float()
+    ref = {"l2": lambda: xf.pow(2).sum(1).sqrt(), "sumsq": lambda: xf.pow(2).sum(1), "mean": lambda: xf.mean(1),
+           "sum": lambda: xf.sum(1)}[problem.kind]().half().float()
+    return ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+SPATIAL = {
+    "L2 norm over 7x7 pixels, 40 channels (a block masked)": SpatialReduceProblem(2, 49, 40, "l2"),
+    "mean over 100 pixels (two steps, the last masked)": SpatialReduceProblem(3, 100, 64, "mean"),
+    "sum of squares, 1 pixel step of 16 over 9": SpatialReduceProblem(1, 9, 96, "sumsq"),
+    "sum, 70 channels": SpatialReduceProblem(2, 20, 70, "sum"),
+}
 RMSNORM = {
     "RMS norm (Llama's), 20 rows of 96": RmsNormProblem(20, 96, 1e-6),
     "RMS norm, a row wider than a power of two (200)": RmsNormProblem(7, 200, 1e-5),
@@ -264,6 +289,10 @@ def main() -> None:
     for what, problem in RMSNORM.items():
         errors.append(rmsnorm_error(problem))
         print(f"{what:50s} {problem.name:50s} {layernorm_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
+              flush=True)
+    for what, problem in SPATIAL.items():
+        errors.append(spatial_reduce_error(problem))
+        print(f"{what:50s} {problem.name:50s} {spatial_reduce_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
               flush=True)
     for what, shape in GEMMS.items():
         errors.append(gemm_error(*shape))

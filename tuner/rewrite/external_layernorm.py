@@ -33,7 +33,8 @@ from tuner.external.abi import ExternKernel
 from tuner.external.layernorm_kernel import LayerNormProblem, LayerNormTiles, RmsNormProblem, layernorm_tiles_for
 from tuner.rewrite.constant_eval import evaluate, scalar_constant
 from tuner.rewrite.extern_call import Kernels, call_in_place
-from tuner.rewrite.torch_ops import element_type, is_onnx, onnx_ints, onnx_sites, producer, static_shape
+from tuner.rewrite.torch_ops import (BF16, F16, F32, cast_of, element_type, is_onnx, onnx_ints, onnx_sites, producer,
+                                     static_shape)
 
 KernelSource = Callable[[LayerNormProblem, LayerNormTiles], ExternKernel]
 ELEMENTS = ("f16", "bf16", "f32")
@@ -115,17 +116,6 @@ def _outcome(module: ir.Module, done: list[str], kernels: Kernels) -> list[str]:
     return done + kernels.failed
 
 
-F16, BF16, F32 = 10, 16, 1  # onnx.Cast's `to`
-
-
-def _cast(value: ir.Value, to: int) -> Optional[ir.Value]:
-    """What `value` is the onnx.Cast to type `to` of, or None."""
-    op = producer(value)
-    if is_onnx(op, "Cast") and "torch.onnx.to" in op.attributes and ir.IntegerAttr(op.attributes["torch.onnx.to"]).value == to:
-        return op.operands[0]
-    return None
-
-
 def _other(op: ir.Operation, value: ir.Value) -> Optional[ir.Value]:
     """The other operand of a binary op one of whose operands is `value`."""
     a, b = op.operands
@@ -140,7 +130,7 @@ def rms_norm_of(mul: ir.Operation) -> Optional[tuple[RmsNormProblem, ir.Value, i
     for w, normed in (tuple(mul.operands), tuple(mul.operands)[::-1]):
         element = element_type(w)
         to = {"f16": F16, "bf16": BF16}.get(element)
-        inner = _cast(normed, to) if to is not None else None
+        inner = cast_of(normed, to) if to is not None else None
         found = _normalized(producer(inner), element, w, mul.result) if inner is not None else None
         if found is not None:
             problem, x, ops = found
@@ -174,7 +164,7 @@ def _normalized(scaled: Optional[ir.Operation], element: str, w: ir.Value, resul
     if not is_onnx(scaled, "Mul"):
         return None
     for x32, inverse in (tuple(scaled.operands), tuple(scaled.operands)[::-1]):
-        x = _cast(x32, F32)
+        x = cast_of(x32, F32)
         chain = _inverse_rms(inverse, x32)
         if x is None or chain is None or element_type(x) != element:
             continue

@@ -229,6 +229,17 @@ def _literal(dense: ir.DenseElementsAttr, shape: list[int], element: str, ip: ir
                                attributes={"value": dense}, loc=loc, ip=ip).result
 
 
+F16, BF16, F32 = 10, 16, 1  # onnx.Cast's `to`
+
+
+def cast_of(value: ir.Value, to: int) -> Optional[ir.Value]:
+    """What `value` is the onnx.Cast to type `to` (F16, BF16, F32, ...) of, or None."""
+    op = producer(value)
+    if is_onnx(op, "Cast") and "torch.onnx.to" in op.attributes and ir.IntegerAttr(op.attributes["torch.onnx.to"]).value == to:
+        return op.operands[0]
+    return None
+
+
 def element_type(value: ir.Value) -> str:
     """The element type of a `!torch.vtensor<[...],TYPE>` value ("f16")."""
     return str(value.type).rsplit(",", 1)[-1].rstrip(">")
