@@ -26,6 +26,7 @@ from tuner.rewrite.external_depthwise import external_depthwise_convs
 from tuner.rewrite.external_gemm import external_gemms
 from tuner.rewrite.external_layernorm import external_layernorms, external_rms_norms
 from tuner.rewrite.external_reduction import external_spatial_reductions
+from tuner.rewrite.partial_rotary import fuse_partial_rotaries
 from tuner.rewrite.nd_linear import nd_linears_as_matmuls
 from tuner.rewrite.pad_reductions import pad_reductions
 from tuner.rewrite.padded_columns import pad_convolution_columns
@@ -195,6 +196,14 @@ PATCHIFY_AS_MATMUL = Rewrite("patchify-as-matmul", partial(convs_as_im2col_matmu
 # take are then IREE matmuls, which it computes right on CUDA where it computes NCHW f16 1x1
 # convolutions wrong), and a convolution over windows apart as patches and a matrix product.
 FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PATCHIFY_AS_MATMUL)
+# A rotary embedding on part of each head (Phi-2's, GPT-NeoX's) as one elementwise product over the
+# whole head: the two concatenations IREE copied in dispatches of their own are gone (Phi-2 tuned on
+# the H200: four `slow_memcpy`s, 0.049 of 0.293 ms). Exact (bit for bit on llvm-cpu, tiny Phi-2);
+# written after the twenty-ninth session's runs, offered alone (and so joined to a choice only where
+# it wins), not yet timed on a GPU.
+FUSE_PARTIAL_ROTARY = Rewrite("fuse-partial-rotary", fuse_partial_rotaries,
+                              "a rotary embedding on part of each head as one gather and elementwise product over "
+                              "the whole head")
 # By target kind ("cpu" or "gpu"): which rewrites the flag stage tries on the model, each kept
 # only if the model gets faster with it (alone and with each flag, then added to the choice one at
 # a time: `combined`, in this order: a strided 1x1 convolution subsampled is a unit-stride one
@@ -202,7 +211,8 @@ FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PATCHIFY_AS_MATMUL)
 # attention it forms, so it could only be judged at the compiler's config, and the README's BERT
 # walk-through spent its flag stage there, three choices at 0.34-0.77x the model (issue 62).
 REWRITES = {"cpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, CHAIN_CONCATS, SUBSAMPLE_STRIDED_1X1),
-            "gpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, CHAIN_CONCATS, PAD_REDUCTIONS, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS, SUBSAMPLE_STRIDED_1X1,
+            "gpu": (ND_LINEAR_AS_MATMUL, F32_REDUCTIONS, CHAIN_CONCATS, PAD_REDUCTIONS, RAISE_ATTENTION_GPU, JOIN_SIBLING_LINEARS,
+                    FUSE_PARTIAL_ROTARY, SUBSAMPLE_STRIDED_1X1,
                     POINTWISE_CONV_AS_MATMUL, PAD_CONV_COLUMNS, CONV_AS_IM2COL_MATMUL,
                     *(EXTERNAL if find_spec("triton") else ()))}
 # Exact rewrites not offered yet: benchmarks/rewrite_check.py builds and times them by name; one
