@@ -1571,3 +1571,31 @@ def test_joined_kernels_that_compute_another_result_are_tried_without_each_kerne
     assert state.rewrites == ("k1", "k3") and state.flag_trials["k1+k3"] == pytest.approx(2.0, rel=1e-3)
     assert any("k1+k2+k3: another result than the reference's; each of its kernels left out in turn" in line
                for line in said), said
+
+
+def test_a_program_is_discovered_once_a_run_whichever_stage_asks_for_it(tmp_path, monkeypatch):
+    """Falcon-7B's layer on the H200: the merge's carry-over discovered again the chosen program
+    the dispatch stage had read (12 s of a 261 s run). Each program and flags is now read once a
+    run, for the flag stage's formed dispatches and the stages after it alike."""
+    from types import SimpleNamespace
+
+    from tuner.stages import base
+    from tuner.stages.base import RunCache, discovered_program
+    from tuner.stages.flag_options import formed_dispatches
+    from tuner.stages.ledger import Ledger
+
+    asked = []
+
+    def discover(program, target, ctx, flags=()):
+        asked.append((program.name, flags))
+        return SimpleNamespace(dispatches=[f"{program.name} {' '.join(flags)}"])
+
+    monkeypatch.setattr(base, "discover_program", discover)
+    env = SimpleNamespace(target=None, ctx=None, cache=RunCache(), ledger=Ledger())
+    chosen, other = tmp_path / "chosen.mlir", tmp_path / "other.mlir"
+    assert formed_dispatches(env, chosen, ("--x",)) == ("chosen.mlir --x",)  # the flag stage's
+    assert discovered_program(env, chosen, ("--x",)).dispatches == ["chosen.mlir --x"]  # the dispatch stage's
+    assert formed_dispatches(env, chosen, ("--x",)) == ("chosen.mlir --x",)  # the merge's carry-over
+    formed_dispatches(env, chosen, ())
+    formed_dispatches(env, other, ("--x",))
+    assert asked == [("chosen.mlir", ("--x",)), ("chosen.mlir", ()), ("other.mlir", ("--x",))]

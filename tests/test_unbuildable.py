@@ -153,7 +153,7 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
     from types import SimpleNamespace
 
     from tuner.errors import ToolError
-    from tuner.stages import flag_options, repair
+    from tuner.stages import base, repair
     from tuner.stages.base import RunCache
     from tuner.stages.ledger import Ledger
     from tuner.stages.variants import BuiltVariant, Variant
@@ -164,7 +164,7 @@ def test_a_failing_dispatch_that_cannot_be_read_again_is_left_unrepaired_with_wh
     def unreadable(*args, **kwargs):
         raise ToolError("iree-compile failed reading the program (designed)")
 
-    monkeypatch.setattr(flag_options, "discover_program", unreadable)
+    monkeypatch.setattr(base, "discover_program", unreadable)
     said: list[str] = []
     env = SimpleNamespace(model=tmp_path / "m.mlir", target=None, ctx=None, cache=RunCache(), say=said.append, budget=None,
                           ledger=Ledger())

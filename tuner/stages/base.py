@@ -19,12 +19,11 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 from iree.compiler import ir
 
-from pipelines import Dispatch
-from tuner.discovery.program import Program
+from tuner.discovery.program import Program, discover_program
 from tuner.profiling.profile import Profile
 from tuner.rewrite.parsed import ParsedProgram
 from tuner.core.settings import EvalSettings
-from tuner.stages.ledger import Ledger, part_text
+from tuner.stages.ledger import DISCOVERY, Ledger, part_text
 from tuner.stages.model_timing import ModelBenchmark, iree_benchmark
 from tuner.stages.time_budget import TimeBudget
 from tuner.stages.variants import BuiltVariant, SpecPart
@@ -138,8 +137,9 @@ class RunCache:
 
     # Whole-model builds, by flags, program and spec parts (tuner.stages.builtin.build_once).
     builds: dict[tuple, BuiltVariant] = field(default_factory=dict)
-    # The dispatches a model-wide choice forms: by its program and flags.
-    choice_dispatches: dict[tuple[Path, tuple[str, ...]], tuple[Dispatch, ...]] = field(default_factory=dict)
+    # What a model-wide choice's program forms under its flags (its dispatches): by the program
+    # and the flags, whichever stage asks first (`discovered_program`).
+    programs: dict[tuple[Path, tuple[str, ...]], Program] = field(default_factory=dict)
     # The flag stage's tuned parts of a choice: by its directory name, flags and tuning budget.
     choice_parts: dict[tuple[str, tuple[str, ...], int], tuple[SpecPart, ...]] = field(default_factory=dict)
     # A formed dispatch's tuning and the choice that made it: by what its spec's matcher sees, the
@@ -214,6 +214,18 @@ def parsed_model(env: StageEnv) -> ParsedProgram:
     if env.cache.parsed is None:
         env.cache.parsed = ParsedProgram(env.model)
     return env.cache.parsed
+
+
+def discovered_program(env: StageEnv, program: Path, flags: tuple[str, ...]) -> Program:
+    """What `program` forms under the model-wide `flags`, discovered once a run: the flag stage's
+    choices, the dispatch stage's chosen one and the merge's carry-over ask for the same program
+    (Falcon-7B's layer on the H200: the merge's carry-over read the chosen program again, 12 s of
+    a 261 s run, after the dispatch stage had read it)."""
+    key = (program, tuple(flags))
+    if key not in env.cache.programs:
+        with env.ledger.timed(DISCOVERY):
+            env.cache.programs[key] = discover_program(program, env.target, env.ctx, tuple(flags))
+    return env.cache.programs[key]
 
 
 class Stage(Protocol):

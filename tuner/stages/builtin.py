@@ -34,14 +34,13 @@ from tuner.core.settings import SearchSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tuner.core.comparison import WIN_SHARE, Paired
-from tuner.discovery.program import discover_program
 from tuner.errors import NotTimedAlone, ToolError, UnusableBaseline
 from tuner.strategies import CLUSTER
 from tuner.store import STORE
 from tuner.profiling.profile import kept_profile
 from tuner.ranking import rank
 from tuner.core.results import Result
-from tuner.stages.base import DispatchOutcome, ModelState, StageEnv
+from tuner.stages.base import DispatchOutcome, ModelState, StageEnv, discovered_program
 from tuner.stages.host_reference import host_output, host_reference
 from tuner.stages.ledger import BUILDS, DISCOVERY, SEARCHES, TIMINGS
 from tuner.stages.model_timing import Comparison, compare
@@ -193,8 +192,8 @@ class DispatchStage:
         program, measured = env.program, env.profile
         source = state.program_of(env.model)
         if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
+            program = discovered_program(env, source, state.flags).for_running(env.workload.parameters, env.dynamic_size)
             with env.ledger.timed(DISCOVERY):
-                program = discover_program(source, env.target, env.ctx, state.flags).for_running(env.workload.parameters, env.dynamic_size)
                 measured = kept_profile(source, target, program, env.output_dir / "profile-flags", env.ctx,
                                         env.settings, env.progress, env.say)
         chosen, outcomes = select_dispatches(program, measured, env.workload, self.min_share, self.top, self.kinds,

@@ -11,11 +11,10 @@ from typing import Optional, Sequence
 
 from pipelines import Dispatch, DispatchKind, flags_to_take, pipeline_for
 from pipelines.model_flags import OUTER_DIM_CONCAT
-from tuner.discovery.program import discover_program
 from tuner.rewrite import (CHAIN_CONCATS, EXTERNAL, F32_REDUCTIONS, FEEDERS, JOIN_SIBLING_LINEARS, Rewrite, combined,
                             makes_kernels, named_rewrites, rewrites_for)
-from tuner.stages.base import StageEnv, parsed_model
-from tuner.stages.ledger import DISCOVERY, REWRITES
+from tuner.stages.base import StageEnv, discovered_program, parsed_model
+from tuner.stages.ledger import REWRITES
 
 MAX_DIRECTORY = 120  # characters of a choice's directory name (file systems take 255 bytes)
 
@@ -266,11 +265,7 @@ def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
 
 def formed_dispatches(env: StageEnv, program: Path, flags: tuple[str, ...]) -> tuple[Dispatch, ...]:
     """The dispatches `program` forms under the model-wide `flags`, discovered once per run."""
-    key = (program, flags)
-    if key not in env.cache.choice_dispatches:
-        with env.ledger.timed(DISCOVERY):
-            env.cache.choice_dispatches[key] = tuple(discover_program(program, env.target, env.ctx, flags).dispatches)
-    return env.cache.choice_dispatches[key]
+    return tuple(discovered_program(env, program, flags).dispatches)
 
 
 def rewrites_nothing(env: StageEnv, option: ModelOption) -> bool:
