@@ -71,6 +71,26 @@ def _bert(size: str):
     return model, (ids,)
 
 
+def _deberta(size: str):
+    """DeBERTa-v3's disentangled attention (relative positions in 256 log buckets, content-to-position
+    and position-to-content terms added to the scores, heads flattened into the batch): two layers
+    of deberta-v3-base's widths at 512 tokens, or tiny ones."""
+    import torch
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    v3 = dict(relative_attention=True, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", share_att_key=True,
+              position_biased_input=False)
+    if size == "tiny":
+        config = DebertaV2Config(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+                                 vocab_size=128, position_buckets=8, max_relative_positions=16, **v3)
+        tokens = 16
+    else:
+        config = DebertaV2Config(num_hidden_layers=2, vocab_size=1024, position_buckets=256,
+                                 max_relative_positions=512, **v3)
+        tokens = 512
+    return DebertaV2Model(config), (torch.randint(0, config.vocab_size, (1, tokens)),)
+
+
 def _vit(size: str):
     import torch
     from transformers import ViTConfig, ViTModel
@@ -381,6 +401,9 @@ FAMILIES: dict[str, Callable] = {
     # widths at the real size (16 heads of 96).
     "bloom": lambda size: _decoder("Bloom", size, dict(hidden_size=64, n_layer=1, n_head=4, vocab_size=128),
                                    dict(hidden_size=1536, n_layer=1, n_head=16)),
+    # Added 2026-11-30 (twenty-ninth session): DeBERTa-v3's disentangled attention, its scores over
+    # heads flattened into the batch with the relative-position terms added there.
+    "deberta": _deberta,
 }
 
 

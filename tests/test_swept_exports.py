@@ -1,8 +1,9 @@
 """Real tiny exports in which benchmarks/rewrite_sweep.py found a fault or a gap (twenty-seventh
 session): OPT's layer norms of one problem at two ranks (the kernel's function failed
 verification), Falcon's multi-query attention (K and V of one head broadcast by the MatMuls: not
-raised), GPT-J's scores computed in f32 from Q and K cast up (not raised) and BLOOM's ALiBi
-scores over flattened heads (not raised; twenty-eighth session). Each is now rewritten,
+raised), GPT-J's scores computed in f32 from Q and K cast up (not raised), BLOOM's ALiBi
+scores over flattened heads (not raised; twenty-eighth session) and DeBERTa-v3's disentangled
+scores, relative terms added over flattened heads and a boolean mask (not raised; twenty-ninth). Each is now rewritten,
 and (slow) the raised programs compute what the exports computed on llvm-cpu."""
 
 from pathlib import Path
@@ -29,7 +30,7 @@ def imported(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("swept")
     return {name: program_source(EXPORTS / name / "model.onnx", root / name, parse_target("llvm-cpu"))
-            for name in ("opt", "falcon", "gptj_f16", "bloom")}
+            for name in ("opt", "falcon", "gptj_f16", "bloom", "deberta")}
 
 
 def test_opts_layer_norms_of_two_ranks_call_one_kernel_function_and_the_module_verifies(imported):
@@ -43,7 +44,7 @@ def test_opts_layer_norms_of_two_ranks_call_one_kernel_function_and_the_module_v
 
 
 @pytest.mark.parametrize("family, shape", [("falcon", "1x4x16x16x16x16"), ("gptj_f16", "1x4x16x16x16x16"),
-                                           ("bloom", "1x4x16x16x16x16")])
+                                           ("bloom", "1x4x16x16x16x16"), ("deberta", "1x4x16x16x16x16")])
 def test_falcons_multi_query_gptjs_f32_scores_and_blooms_alibi_are_raised_and_no_softmax_is_left(imported, family,
                                                                                                shape):
     with ir.Context():
@@ -62,6 +63,24 @@ def _cpu_output(program: Path, family: str, tmp_path: Path) -> np.ndarray:
     return np.load(tmp_path / f"{program.stem}.npy").astype(np.float32)
 
 
+def test_debertas_disentangled_scores_over_flattened_heads_are_per_head_with_the_terms_and_the_where_as_one_mask(
+        imported):
+    from tuner.rewrite.flattened_scores import unflatten_disentangled_scores
+
+    with ir.Context():
+        module = ir.Module.parse(imported["deberta"].read_text())
+        before = str(module)
+        assert unflatten_disentangled_scores(module) == [
+            "1x4x16x16x16 scores per head (a bias of 4x16x16 and a boolean mask as one additive mask)"]
+        text = str(module)
+    def flat_matmuls(program: str) -> int:  # MatMuls over the 4 heads flattened into the batch
+        return sum(1 for line in program.splitlines() if '"onnx.MatMul"' in line and "-> !torch.vtensor<[4,16," in line)
+
+    # the scores' and the probabilities' MatMuls on flattened heads gone; the relative terms' two stay
+    assert (flat_matmuls(before), flat_matmuls(text)) == (4, 2)
+    assert "(!torch.vtensor<[1,4,16,16],f32>, !torch.vtensor<[1,4,16,16],f32>) -> !torch.vtensor<[1,4,16,16],f32>" in text
+
+
 def test_blooms_scores_over_flattened_heads_are_computed_per_head_with_the_bias_and_the_mask_as_one_mask(imported):
     from tuner.rewrite.alibi_scores import unflatten_alibi_scores
 
@@ -76,10 +95,11 @@ def test_blooms_scores_over_flattened_heads_are_computed_per_head_with_the_bias_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family, tolerance", [("falcon", 1e-5), ("gptj_f16", 2e-3), ("bloom", 1e-5)])
+@pytest.mark.parametrize("family, tolerance", [("falcon", 1e-5), ("gptj_f16", 2e-3), ("bloom", 1e-5), ("deberta", 1e-5)])
 def test_the_raised_export_computes_what_the_export_and_torch_computed(imported, family, tolerance, tmp_path):
-    """Falcon and BLOOM in f32 (the same sums in another order), GPT-J in f16 (the scores'
-    products are the same; the raised op keeps f32 statistics where the export kept f32 scores)."""
+    """Falcon, BLOOM and DeBERTa-v3 in f32 (the same sums in another order), GPT-J in f16 (the
+    scores' products are the same; the raised op keeps f32 statistics where the export kept f32
+    scores)."""
     raised = tmp_path / "raised.mlir"
     assert rewrite_program(imported[family], RAISE_ATTENTION_GPU, raised) == ["1x4x16x16x16x16"]
     before, after = _cpu_output(imported[family], family, tmp_path), _cpu_output(raised, family, tmp_path)

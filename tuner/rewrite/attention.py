@@ -37,7 +37,8 @@ over some keys; checked on the model's own output by the flag stage). A shifted 
 mask between the mask and the softmax (Swin's) is folded into the first (tuner.rewrite.window_mask).
 BLOOM's scores, computed over heads flattened into the batch with its ALiBi bias added there, are
 first computed per head with the bias and the causal mask summed into one mask
-(tuner.rewrite.alibi_scores). Keys and values repeated
+(tuner.rewrite.alibi_scores); DeBERTa's likewise, its relative-position terms and its boolean
+`Where` mask made one additive mask (tuner.rewrite.flattened_scores). Keys and values repeated
 for grouped-query heads (`Unsqueeze`, `Expand`, `Reshape`) stay as the model writes them: the
 attention op reads the repeated operands; K and V of fewer heads that the MatMuls broadcast
 against Q's (Falcon's multi-query attention) are expanded to Q's heads (`onnx.Expand`). Scores
@@ -60,6 +61,7 @@ from iree.compiler import ir
 
 from tuner.external.attention_kernel import padded_width
 from tuner.rewrite.alibi_scores import unflatten_alibi_scores
+from tuner.rewrite.flattened_scores import unflatten_disentangled_scores
 from tuner.rewrite.attention_site import AttentionSite, find_attention, scalar_side
 from tuner.rewrite.torch_ops import (ONNX_OP, element_type, int64_literal, is_onnx, keep_leading, onnx_op, pad_end,
                                      producer, si64, si64_array, static_shape, zero_constant)
@@ -174,6 +176,7 @@ def raise_attention(module: ir.Module, pad_heads: bool = False) -> list[str]:
     each rewritten attention's shape (batch x M x N x K1 x K2), and with `pad_heads` the head
     dims it padded (padded_width)."""
     unflatten_alibi_scores(module)  # BLOOM's: scores over flattened heads, an ALiBi bias, then a per-head mask
+    unflatten_disentangled_scores(module)  # DeBERTa's: scores over flattened heads, relative terms, a boolean mask
     done = []
     for site in find_attention(module):
         ip, loc = ir.InsertionPoint(site.output), site.output.location
