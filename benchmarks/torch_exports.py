@@ -85,8 +85,8 @@ def _deberta(size: str):
                                  vocab_size=128, position_buckets=8, max_relative_positions=16, **v3)
         tokens = 16
     else:
-        config = DebertaV2Config(num_hidden_layers=2, vocab_size=1024, position_buckets=256,
-                                 max_relative_positions=512, **v3)
+        config = DebertaV2Config(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072,
+                                 vocab_size=1024, position_buckets=256, max_relative_positions=512, **v3)
         tokens = 512
     return DebertaV2Model(config), (torch.randint(0, config.vocab_size, (1, tokens)),)
 
