@@ -355,6 +355,20 @@ def onnx_examples():
     return module
 
 
+EXPORTS = Path(__file__).parent / "fixtures" / "exports"
+
+
+def imported_exports(tmp_path_factory, *names: str) -> dict[str, Path]:
+    """The tiny real exports `names` of tests/fixtures/exports, each imported once for llvm-cpu
+    (iree-import-onnx), by name (skipped where onnx is not installed)."""
+    pytest.importorskip("onnx")
+    from tuner.input.models import program_source
+    from tuner.targets import parse_target
+
+    root = tmp_path_factory.mktemp("exports")
+    return {name: program_source(EXPORTS / name / "model.onnx", root / name, parse_target("llvm-cpu")) for name in names}
+
+
 def iree_compile(*args) -> None:
     """Plain iree-compile, as a test runs it to check that a result rebuilds: bounded in time, and
     run once more if it hung using no CPU (IREE 3.13's iree-compile deadlocks now and then: one

@@ -10,23 +10,17 @@ import numpy as np
 import pytest
 from iree.compiler import ir
 
-from tests.conftest import iree_compile
+from tests.conftest import EXPORTS, imported_exports, iree_compile
 from tuner.evaluation.runtime_tools import ModuleRun, run_once
 from tuner.rewrite import FUSE_PARTIAL_ROTARY, REWRITES, rewrite_program
 from tuner.rewrite.partial_rotary import fuse_partial_rotaries
 from tuner.targets import parse_target
 
-EXPORTS = Path(__file__).parent / "fixtures" / "exports"
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> dict[str, Path]:
-    pytest.importorskip("onnx")
-    from tuner.input.models import program_source
-
-    root = tmp_path_factory.mktemp("rotary")
-    return {name: program_source(EXPORTS / name / "model.onnx", root / name, parse_target("llvm-cpu"))
-            for name in ("phi", "gptneox", "llama")}
+    return imported_exports(tmp_path_factory, "phi", "gptneox", "llama")
 
 
 def _rewritten(program: Path) -> tuple[list[str], str]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from iree.compiler import ir
 
-from tests.conftest import iree_compile
+from tests.conftest import EXPORTS, imported_exports, iree_compile
 from tests.test_external_layernorm import _stand_in as layernorm_stand_in
 from tuner.evaluation.runtime_tools import ModuleRun, relative_error, run_once
 from tuner.rewrite import RAISE_ATTENTION_GPU, rewrite_program
@@ -20,17 +20,11 @@ from tuner.rewrite.attention import raise_attention
 from tuner.rewrite.external_layernorm import external_layernorms
 from tuner.targets import parse_target
 
-EXPORTS = Path(__file__).parent / "fixtures" / "exports"
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> dict[str, Path]:
-    pytest.importorskip("onnx")
-    from tuner.input.models import program_source
-
-    root = tmp_path_factory.mktemp("swept")
-    return {name: program_source(EXPORTS / name / "model.onnx", root / name, parse_target("llvm-cpu"))
-            for name in ("opt", "falcon", "gptj_f16", "bloom", "deberta")}
+    return imported_exports(tmp_path_factory, "opt", "falcon", "gptj_f16", "bloom", "deberta")
 
 
 def test_opts_layer_norms_of_two_ranks_call_one_kernel_function_and_the_module_verifies(imported):

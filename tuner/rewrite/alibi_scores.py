@@ -22,8 +22,8 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.rewrite.attention_site import scalar_side
-from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, is_onnx, onnx_op, producer, replace_op,
-                                     si64_array, single_use, static_shape)
+from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, is_onnx, matched_sites, onnx_op, producer,
+                                     replace_op, si64_array, single_use, static_shape)
 
 
 def _unflattened(value: ir.Value, z: int, h: int) -> Optional[ir.Value]:
@@ -77,17 +77,8 @@ def _chain(add: ir.Operation) -> Optional[tuple]:
 def unflatten_alibi_scores(module: ir.Module) -> list[str]:
     """Every chain above in `module` rewritten per head (in place, inside its context), the old
     ops erased: each one's scores as z x h x m x n."""
-    sites: list[tuple[ir.Operation, tuple]] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        chain = _chain(op)
-        if chain is not None:
-            sites.append((op, chain))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     done = []
-    for add, (q, k, scaled, scalar, bias, mask, z, h, old) in sites:
+    for add, (q, k, scaled, scalar, bias, mask, z, h, old) in matched_sites(module, _chain):
         ip, loc = ir.InsertionPoint(add), add.location
         m, d, n = *static_shape(q)[2:], static_shape(k)[2]
         e = element_type(q)

@@ -25,8 +25,8 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.rewrite.attention_site import scalar_side
-from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, is_onnx, onnx_op, producer, replace_op,
-                                     si64_array, single_use, static_shape, zero_literal)
+from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, is_onnx, matched_sites, onnx_op, producer,
+                                     replace_op, si64_array, single_use, static_shape, zero_literal)
 
 
 def _heads(value: ir.Value, z: int, h: int) -> Optional[ir.Value]:
@@ -82,17 +82,9 @@ def _site(softmax: ir.Operation) -> Optional[tuple]:
 def unflatten_disentangled_scores(module: ir.Module) -> list[str]:
     """Every chain above in `module` rewritten per head (in place, inside its context), the old
     scores and product erased: each one's scores as z x h x m x n."""
-    sites: list[tuple[ir.Operation, tuple]] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        found = _site(op)
-        if found is not None:
-            sites.append((op, found))
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
     done = []
-    for softmax, (where, add, matmul, scaled, scalar, q, k, v, bias, pv, after, reshape) in sites:
+    for softmax, found in matched_sites(module, _site):
+        where, add, matmul, scaled, scalar, q, k, v, bias, pv, after, reshape = found
         # what the per-head form leaves unread, users first (each taken while all are alive)
         stale = [pv, producer(pv.operands[0]), producer(pv.operands[1]), reshape, *([add] if bias is not None else []),
                  matmul, scaled, producer(scaled.operands[1 - scalar])]

@@ -67,6 +67,21 @@ def onnx_sites(module: ir.Module, name: str, taken: Callable[[ir.Operation], obj
     return sites
 
 
+def matched_sites(module: ir.Module, match: Callable[[ir.Operation], object]) -> list[tuple[ir.Operation, object]]:
+    """Every op of the module with what `match` found there (not None), in program order, all
+    found before any is rewritten."""
+    sites: list[tuple[ir.Operation, object]] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        found = match(op)
+        if found is not None:
+            sites.append((op, found))
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return sites
+
+
 def compile_time_only(op: ir.Operation, memo: dict) -> bool:
     """Whether every operand of `op` is computed from constants alone (no function argument
     reaches it): IREE then evaluates the op when it compiles the model, in an initializer built
