@@ -201,7 +201,9 @@ class DispatchStage:
         at_once = env.strategy == CLUSTER and len(chosen) > 1
         stage_seconds = self.seconds
         if env.budget is not None:  # the whole run's budget: what is left of it, less the merge's share
-            stage_seconds = min(env.budget.dispatch_stage_seconds(), stage_seconds or float("inf"))
+            shares = [o.share for _, o in chosen]
+            largest = max(shares) if chosen and None not in shares else None
+            stage_seconds = min(env.budget.dispatch_stage_seconds(largest), stage_seconds or float("inf"))
         deadline = None if stage_seconds is None else time.monotonic() + stage_seconds
         spent: list[float] = []  # seconds each dispatch's tuning took, for the stage's ETA
         for i, (lead, outcome) in enumerate(chosen, 1):

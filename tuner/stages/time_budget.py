@@ -6,7 +6,8 @@ profile and the default's build come before it: 100 s of Swin-T's 420 on the H20
 its flag stage 68 s): past it, no further choice is built, no dispatch a choice forms is tuned
 before the choice is judged (it is judged with the compiler's config there; a choice already
 built is still timed), and no further step is judged (the best choice so far stands). The dispatch stage takes what is left
-then, less MERGE_SHARE of the budget kept for the merge; within it each dispatch's search gets the
+then, less MERGE_SHARE of the budget kept for the merge, and at least DISPATCH_FLOOR of it where a
+dispatch of FLOOR_WORTH of the model's time is left to tune; within it each dispatch's search gets the
 time left in proportion to its share of the model's time (tuner.stages.builtin.search_seconds), so
 the seconds go where the gain is. The merge always runs (it validates the result on the whole
 model) and may overrun; the verdict says what was not done.
@@ -37,6 +38,11 @@ MERGE_SHARE = 0.15
 # kept 2.46x where one that tuned four matmuls had 2.76x. The run may then overrun its budget by
 # as much; the verdict says so.
 DISPATCH_FLOOR = 0.1
+# The least share of the model's time a dispatch must have for the floor to be given where the
+# dispatch stage's share is spent: one of less, tuned to twice its speed, makes the model under
+# 2.5% faster, inside what a claim can tell apart (Falcon-7B's layer on the H200 overran its budget
+# by 41 s, the floor and the merge's check, for two elementwise dispatches of 1-2%: 1.01x).
+FLOOR_WORTH = 0.05
 # A choice's figure where the flag stage's share of the budget ran out before it was built.
 NOT_TRIED = "not tried: the flag stage's share of the time budget was spent"
 RECORD = "time-budget.json"  # DIR/: the seconds spent so far, while the run is not finished
@@ -102,15 +108,23 @@ class TimeBudget:
         self._keep()
         return self.start + (1.0 - MERGE_SHARE) * self.seconds - self.clock()
 
-    def dispatch_stage_seconds(self) -> float:
+    def dispatch_stage_seconds(self, largest_share: Optional[float] = None) -> float:
         """Seconds the dispatch stage may take from now: the budget left, less the merge's share,
-        and no less than DISPATCH_FLOOR of the budget (said in the verdict where it overruns)."""
+        and no less than DISPATCH_FLOOR of the budget (said in the verdict where it overruns),
+        unless `largest_share`, the largest share of the model's time among the dispatches it
+        would tune (None: not known), is under FLOOR_WORTH: then only what is left."""
         left = self.before_merge_left()
         floor = DISPATCH_FLOOR * self.seconds
-        if left < floor:
-            self.skip(f"keeping to the budget: the dispatch stage began with {max(0.0, left):.0f} s left "
-                      f"of its share, and was given {floor:.0f} s")
-        return max(left, floor)
+        if left >= floor:
+            return left
+        if largest_share is not None and largest_share < FLOOR_WORTH:
+            self.skip(f"keeping to the budget: the dispatch stage began with {max(0.0, left):.0f} s left of its "
+                      f"share, its largest dispatch {100 * largest_share:.1f}% of the model's time (under "
+                      f"{100 * FLOOR_WORTH:.0f}%: not worth overrunning the budget for)")
+            return max(left, 0.0)
+        self.skip(f"keeping to the budget: the dispatch stage began with {max(0.0, left):.0f} s left "
+                  f"of its share, and was given {floor:.0f} s")
+        return floor
 
     def spent(self) -> float:
         return self.clock() - self.start
