@@ -126,7 +126,7 @@ class Pipeline:
     # Whether its configs' spec matchers also require the ops between the root and the store
     # (tuner.specs.fused.match_stored_through), so that a model's same-shaped roots with other
     # ops after them are tuned apart, not by one config. The one home of that rule: read where
-    # a model's dispatches are grouped (tuner.stages.builtin.signature) and where each config
+    # a model's dispatches are grouped (tuner.stages.selection.signature) and where each config
     # gets its pipelines.parts.StoredThrough (tuner.specs.candidates.as_matched).
     matches_ops_after: bool = False
     # A boolean knob that splits its space into two families a user compares, with the name of

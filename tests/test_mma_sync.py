@@ -282,7 +282,7 @@ def test_tune_model_with_the_pipeline_tunes_same_shaped_matmuls_apart_by_what_fo
     serves both); with llvmgpu_mma_sync they are two, each kernel written for what follows its
     matmul, and a dispatch the pipeline does not take keeps the compiler's choice's."""
     from tuner.discovery.program import discover_program
-    from tuner.stages.builtin import select_dispatches, tuning_pipeline
+    from tuner.stages.selection import select_dispatches, tuning_pipeline
 
     program_path = tmp_path / "two.mlir"
     program_path.write_text(TWO_MATMULS)

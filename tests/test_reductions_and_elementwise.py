@@ -177,7 +177,7 @@ def test_tune_model_kinds_choose_which_dispatches_it_tunes(ctx, cpu):
     exist is one clear error naming the kinds."""
     from tuner.errors import InputError
     from tuner.stages import ModelOptions
-    from tuner.stages.builtin import select_dispatches
+    from tuner.stages.selection import select_dispatches
 
     program = discover_program(TORCH_KINDS, cpu, ctx)
     norm = next(d for d in program.dispatches if d.kind == DispatchKind.NORMALIZATION)
@@ -198,7 +198,7 @@ def test_a_dispatchs_profile_time_is_its_calls_per_model_call_summed_and_the_cal
     beside 0.046 ms for one run in its tuning) has its profile time as the 3 runs summed and
     `calls` 3, so the table's two columns are read apart."""
     from tuner.profiling.timing import DispatchTime, Profile
-    from tuner.stages.builtin import select_dispatches
+    from tuner.stages.selection import select_dispatches
 
     program = discover_program(TORCH_KINDS, cpu, ctx)
     norm = next(d for d in program.dispatches if d.kind == DispatchKind.NORMALIZATION)

@@ -124,7 +124,7 @@ class LargestTuned:
     name: str = "largest-tuned"
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
-        from tuner.stages.builtin import UNTUNED_FOR_RANK
+        from tuner.stages.selection import UNTUNED_FOR_RANK
 
         big, small = sorted(env.program.dispatches, key=lambda d: d.flops, reverse=True)
         pipeline = pipeline_for(big)

@@ -92,7 +92,7 @@ class SearchSettings:
     warm_start: bool = False
     # tune-model: the codegen pipeline whose space is searched for each dispatch it takes (by
     # name, as `--pipeline`); the other dispatches, and every one where None, are tuned with the
-    # pipeline of the compiler's own choice (tuner.stages.builtin.tuning_pipeline).
+    # pipeline of the compiler's own choice (tuner.stages.selection.tuning_pipeline).
     pipeline: Optional[str] = None
 
     def checked(self) -> "SearchSettings":

@@ -146,7 +146,7 @@ def candidate_for(id: int, dispatch: Dispatch, pipeline: Pipeline, knobs: Mappin
 def as_matched(dispatch: Dispatch, pipeline: Pipeline, config: Config) -> Config:
     """The config with what its spec's matcher must see: where the pipeline's matchers require
     the ops after the root (`Pipeline.matches_ops_after`, which also keeps a model's same-shaped
-    dispatches apart: tuner.stages.builtin.signature), the part saying how many
+    dispatches apart: tuner.stages.selection.signature), the part saying how many
     (pipelines.parts.StoredThrough)."""
     if not (pipeline.native.matches_ops_after and config.compilation_info) or config.part(StoredThrough):
         return config

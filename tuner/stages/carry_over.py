@@ -23,7 +23,7 @@ from pipelines.base import Pipeline
 from tuner.errors import TunerError
 from tuner.specs.candidates import as_matched
 from tuner.stages.base import DispatchOutcome, ModelState, StageEnv
-from tuner.stages.builtin import UNTUNED_FOR_RANK, UNTUNED_FOR_TIME, tuning_pipeline
+from tuner.stages.selection import UNTUNED_FOR_RANK, UNTUNED_FOR_TIME, tuning_pipeline
 from tuner.stages.flag_options import formed_dispatches
 from tuner.stages.variants import SpecPart
 

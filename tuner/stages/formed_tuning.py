@@ -13,7 +13,8 @@ from tuner.core.settings import SearchSettings
 from tuner.discovery.program import discover_program
 from tuner.discovery.workload import Workload
 from tuner.stages.base import StageEnv
-from tuner.stages.builtin import DispatchStage, select_dispatches, signature, with_flags
+from tuner.stages.builtin import DispatchStage, with_flags
+from tuner.stages.selection import select_dispatches, signature
 from tuner.stages.time_budget import flag_share_spent
 from tuner.stages.variants import SpecPart
 

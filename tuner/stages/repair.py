@@ -17,7 +17,8 @@ from typing import Optional
 from tuner.errors import InputError, ToolError
 from tuner.specs.candidates import generate_candidates
 from tuner.stages.base import StageEnv
-from tuner.stages.builtin import build_once, tuning_pipeline
+from tuner.stages.builtin import build_once
+from tuner.stages.selection import tuning_pipeline
 from tuner.stages.flag_options import formed_dispatches
 from tuner.stages.time_budget import flag_share_spent
 from tuner.stages.variants import BuiltVariant, SpecPart, Variant

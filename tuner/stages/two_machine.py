@@ -30,8 +30,8 @@ from tuner.run_dir import real_directory
 from tuner.stages.base import ModelState, StageEnv
 from tuner.stages.host_reference import host_reference
 from tuner.core.settings import RunOptions, SearchSettings
-from tuner.stages.builtin import (DISPATCHES, by_share, dispatch_candidates, finished_tuning, select_dispatches,
-                                  tuning_outcome, tuning_pipeline)
+from tuner.stages.builtin import DISPATCHES, dispatch_candidates, finished_tuning, tuning_outcome
+from tuner.stages.selection import by_share, select_dispatches, tuning_pipeline
 from tuner.stages.merge import greedy_merge
 from tuner.stages.model_timing import Comparison
 from tuner.stages.plan import PLAN, PROFILE_DIR, PROFILED, ModelPlan, measured_path
