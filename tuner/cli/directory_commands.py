@@ -29,7 +29,7 @@ def report(directory: Path, top: int, as_html: bool) -> None:
     then the rebuild command. With --html, the same in DIRECTORY/report.html."""
     from tuner.report.history import render_history
     from tuner.report.html import recording_console, write_page
-    from tuner.store import STORE
+    from tuner.store import STORE, store_history
     from tuner.report.plot import plot_model, plot_ranking
     from tuner.ranking import rank
     from tuner.report.outputs import render_model, render_table
@@ -76,11 +76,11 @@ def report(directory: Path, top: int, as_html: bool) -> None:
         except OSError as e:
             raise OutputError(f"cannot write {directory / 'results.png'}: {e.strerror or e}") from None
         console.print(f"wrote {png}")
-        stored = (directory / STORE).is_file()
-        history = recording_console() if as_html and stored else None
-        for c in (console, history) if stored else ():
+        runs = store_history(directory / STORE) if (directory / STORE).is_file() else []
+        history = recording_console() if as_html and runs else None
+        for c in (console, history) if runs else ():
             if c is not None:
-                render_history(directory / STORE, c)
+                render_history(directory / STORE, runs, c)
         if as_html:
             verdict = printable(str(data.get("verdict") or (ranking.verdict if not model else "")))
             heading = (f"tune-model {Path(str(data.get('input', ''))).name} on {data.get('target', '')}" if model

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuner.external.abi import WAVE
+
 KINDS = {"ReduceL2": "l2", "ReduceSumSquare": "sumsq", "ReduceMean": "mean", "ReduceSum": "sum"}
 
 
@@ -49,14 +51,11 @@ class SpatialReduceTiles:
         return -(-problem.c // self.channels), problem.batch, 1
 
 
-SMS = 132  # an H100's or H200's streaming multiprocessors
-
-
 def spatial_reduce_tiles_for(problem: SpatialReduceProblem) -> SpatialReduceTiles:
     """Blocks of 64 channels (128 bytes of f16 a row: whole lines) where that gives two
     workgroups for each of the GPU's multiprocessors, else of 32 (ConvNeXt-V2's first stage at
     batch 8: 96 workgroups of 32 rather than 48 of 64); 64 pixels a step, fewer where an image
     has fewer. Not chosen on any measurement."""
-    channels = 64 if problem.batch * -(-problem.c // 64) >= 2 * SMS else 32
+    channels = 64 if problem.batch * -(-problem.c // 64) >= 2 * WAVE else 32
     pixels = min(64, 1 << max(0, (problem.pixels - 1).bit_length()))
     return SpatialReduceTiles(max(pixels, 16), channels)

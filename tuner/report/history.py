@@ -10,19 +10,17 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tuner.store import store_history
 
 
 def _when(seconds: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
-def render_history(store: Path, console: Console) -> int:
-    """Print the table of the runs `store` holds (tuner.store.store_history) on `console`;
-    returns how many runs it holds (0: nothing printed)."""
-    runs = store_history(store)
+def render_history(store: Path, runs: list[dict], console: Console) -> None:
+    """Print the table of `runs`, what the store at `store` holds (tuner.store.store_history), on
+    `console`; nothing where it holds none."""
     if not runs:
-        return 0
+        return
     table = Table(title=f"runs in {store}", title_justify="left")
     numbers = ("results", "timed", "failed", "dispatches", "best first pass", "confirmed")
     for column in ("run (host:process:start)", "first result", "last result", *numbers):
@@ -34,4 +32,3 @@ def render_history(store: Path, console: Console) -> int:
         table.add_row(run["run"], _when(run["first"]), _when(run["last"]), str(run["results"]), str(run["ok"]),
                       str(run["failed"]), str(len(run["dispatches"])), first, confirmed)
     console.print(table)
-    return len(runs)

@@ -47,7 +47,7 @@ def write_page(out: Path, title: str, verdict: str, console: Console, plot: Path
     (`history`'s recorded output, tuner.report.history) and the rebuild command."""
     report = console.export_html(inline_styles=True, code_format="<pre>{code}</pre>")
     runs = (history.export_html(inline_styles=True, code_format="<pre>{code}</pre>") if history is not None
-            else "<p>no result store in this directory</p>")
+            else "<p>no run recorded in this directory's result store</p>")
     picture = (f'<img alt="{html.escape(title)}" src="data:image/png;base64,'
                f'{base64.b64encode(plot.read_bytes()).decode()}">' if plot is not None and plot.is_file()
                else "<p>no plot</p>")

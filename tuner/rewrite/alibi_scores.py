@@ -22,18 +22,14 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.rewrite.attention_site import scalar_side
+from tuner.rewrite.flattened_scores import heads_of
 from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, is_onnx, matched_sites, onnx_op, producer,
                                      replace_op, si64_array, single_use, static_shape)
 
 
 def _unflattened(value: ir.Value, z: int, h: int) -> Optional[ir.Value]:
     """X where `value` is Reshape(X [z, h, s, d], [z*h, s, d]) read only there, else None."""
-    reshape = producer(value)
-    if not is_onnx(reshape, "Reshape") or not single_use(value):
-        return None
-    x = reshape.operands[0]
-    shape, flat = static_shape(x), static_shape(value)
-    return x if shape is not None and flat is not None and shape == [z, h, *flat[1:]] and flat[0] == z * h else None
+    return heads_of(value, z, h) if single_use(value) else None
 
 
 def _chain(add: ir.Operation) -> Optional[tuple]:

@@ -29,7 +29,7 @@ from tuner.rewrite.torch_ops import (element_type, int64_literal, int_list, is_o
                                      replace_op, si64_array, single_use, static_shape, zero_literal)
 
 
-def _heads(value: ir.Value, z: int, h: int) -> Optional[ir.Value]:
+def heads_of(value: ir.Value, z: int, h: int) -> Optional[ir.Value]:
     """X where `value` is Reshape(X [z, h, s, d], [z*h, s, d]), else None."""
     reshape = producer(value)
     if not is_onnx(reshape, "Reshape"):
@@ -58,7 +58,7 @@ def _site(softmax: ir.Operation) -> Optional[tuple]:
     flat_probs = next(iter(probs.uses)).owner
     pv = next(iter(flat_probs.results[0].uses)).owner if is_onnx(flat_probs, "Reshape") \
         and single_use(flat_probs.results[0]) and static_shape(flat_probs.results[0]) == [z * h, m, n] else None
-    v = _heads(pv.operands[1], z, h) if is_onnx(pv, "MatMul") and pv.operands[0] == flat_probs.results[0] else None
+    v = heads_of(pv.operands[1], z, h) if is_onnx(pv, "MatMul") and pv.operands[0] == flat_probs.results[0] else None
     after = next(iter(pv.results[0].uses)).owner if v is not None and single_use(pv.results[0]) else None
     if not is_onnx(after, "Reshape") or static_shape(after.results[0]) != [z, h, m, static_shape(v)[-1]]:
         return None
@@ -73,7 +73,7 @@ def _site(softmax: ir.Operation) -> Optional[tuple]:
         transpose = producer(scaled.operands[1 - scalar]) if scalar is not None and single_use(matmul.operands[1]) else None
         if not (is_onnx(transpose, "Transpose") and int_list(transpose.attributes["torch.onnx.perm"]) == [0, 2, 1]):
             continue
-        q, k = _heads(matmul.operands[0], z, h), _heads(transpose.operands[0], z, h)
+        q, k = heads_of(matmul.operands[0], z, h), heads_of(transpose.operands[0], z, h)
         if q is not None and k is not None and static_shape(q)[-1] == static_shape(k)[-1]:
             return where, add, matmul, scaled, scalar, q, k, v, bias, pv, after, reshape
     return None

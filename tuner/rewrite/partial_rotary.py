@@ -24,7 +24,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from tuner.rewrite.constant_eval import evaluate
-from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, onnx_op, onnx_sites, producer, replace_op,
+from tuner.rewrite.torch_ops import (element_type, int64_literal, is_onnx, matched_sites, onnx_op, producer, replace_op,
                                      si64, static_shape)
 
 BIG = 1 << 62  # an onnx.Slice end past any size: "to the end"
@@ -126,8 +126,7 @@ def fuse_partial_rotaries(module: ir.Module) -> list[str]:
     """Rewrite every partial rotary embedding of `module` (in place, inside its context) over its
     whole head; returns each one's head width, rotated width and shape."""
     done = []
-    for concat in onnx_sites(module, "Concat", lambda op: rotary_of(op) is not None):
-        x, r, cos, sin = rotary_of(concat)
+    for concat, (x, r, cos, sin) in matched_sites(module, lambda op: rotary_of(op) if is_onnx(op, "Concat") else None):
         shape, element, half = static_shape(x), element_type(x), r // 2
         if element not in ("f16", "f32", "bf16") or element_type(cos) != element or element_type(sin) != element:
             continue
