@@ -74,6 +74,22 @@ def interleaved_kernel_ms(runs: dict[str, Callable[[], object]], rounds: int, ca
     return times
 
 
+def select_then_confirm(runs: dict[str, Callable[[], object]], candidates: list[str], figures: dict[str, str],
+                        select: int, rounds: int, calls: int, on_device: tuple[str, ...] = ()) -> tuple[str, dict, dict]:
+    """Tuning as the kernel-tiles stage does it, then figures not taken from the tuning's own
+    timings: `select` interleaved rounds of every run of `candidates`, the fastest by median
+    kept (its name: "tuned"); then `rounds` fresh interleaved rounds of `figures` (a label ->
+    a run's name, or "tuned"). The fastest of many noisy timings is biased low, so the figures
+    are the second rounds'. Returns (the kept candidate, the selection's times, the figures'
+    times by label)."""
+    import statistics
+
+    chosen = interleaved_kernel_ms({c: runs[c] for c in candidates}, select, calls)
+    tuned = min(candidates, key=lambda c: statistics.median(chosen[c]))
+    final = {label: runs[tuned if name == "tuned" else name] for label, name in figures.items()}
+    return tuned, chosen, interleaved_kernel_ms(final, rounds, calls, on_device=on_device)
+
+
 def chosen_id(data: dict) -> int:
     """The candidate the tuning chose: its winner, or the baseline when none beat the default
     beyond the noise (then "tuned" is the default again)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tuner.external.attention_kernel import AttentionProblem, attention_tiles_for  # noqa: E402
+from tuner.external.attention_kernel import AttentionProblem, AttentionTiles, attention_tiles_for  # noqa: E402
 from tuner.external.conv_kernel import ConvProblem, conv_tiles_for  # noqa: E402
 from tuner.external.depthwise_kernel import DepthwiseProblem, depthwise_tiles_for  # noqa: E402
 from tuner.external.layernorm_kernel import LayerNormProblem, RmsNormProblem, layernorm_tiles_for  # noqa: E402
@@ -103,30 +103,32 @@ def depthwise_error(problem: DepthwiseProblem) -> float:
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
-def gemm_error(m: int, n: int, k: int, activation: str) -> float:
+def gemm_error(m: int, n: int, k: int, activation: str, group: int = 1) -> float:
     import torch
 
-    from tuner.external.gemm_kernel import ACTIVATIONS
-    from tuner.external.triton_gemm import gemm_jit
+    from tuner.external.gemm_kernel import ACTIVATIONS, GemmProblem, GemmTiles
+    from tuner.external.triton_gemm import gemm_jit, grid
 
     torch.manual_seed(0)
     a = torch.randn(m, k, dtype=torch.float16)
     b = (torch.randn(k, n) / k ** 0.5).half()
     bias = torch.randn(n, dtype=torch.float16)
     y = torch.empty(m, n, dtype=torch.float16)
-    gemm_jit()[(-(-n // 64), -(-m // 64), 1)](a, b, bias, y, m, n, k, 64, 64, 32, True, ACTIVATIONS[activation],
-                                              n % 64 == 0, False, False, k % 32 == 0)
+    launch = grid(GemmProblem(m, n, k), GemmTiles(64, 64, 32, 4, 3, group))
+    gemm_jit()[launch](a, b, bias, y, m, n, k, 64, 64, 32, True, ACTIVATIONS[activation], n % 64 == 0, False, False,
+                       k % 32 == 0, group)
     ref = _activated(a.float() @ b.float() + bias.float(), activation)
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
-def attention_error(problem: AttentionProblem) -> float:
-    """The kernel against torch's SDPA, each operand laid out as `problem.seq_major` says."""
+def attention_error(problem: AttentionProblem, tiles: AttentionTiles | None = None) -> float:
+    """The kernel (with `tiles`, default the rule's) against torch's SDPA, each operand laid out
+    as `problem.seq_major` says."""
     import torch
 
     from tuner.external.triton_attention import attention_jit, constants, grid
 
-    tiles = attention_tiles_for(problem)
+    tiles = tiles or attention_tiles_for(problem)
     z, h, m, n = problem.z, problem.h, problem.m, problem.n
     torch.manual_seed(0)
     q, k, v = (torch.randn(z, heads, s, problem.d, dtype=torch.float16)
@@ -179,6 +181,18 @@ ATTENTION = {
         2, 4, 33, 45, 96, 96, mask=(1, 1, 33), scale=0.1, kv_heads=2),
     "heads of 256 (Gemma's), 1 K/V head for 2, causal": AttentionProblem(
         1, 2, 70, 70, 256, 256, causal=True, scale=0.0625, seq_major=(False, False, False, True), kv_heads=1),
+}
+# Tiles other than the rule's, where the keys before the causal diagonal or the last partial block
+# take the unchecked run: (problem, tiles).
+ATTENTION_TILED = {
+    "causal, 200 tokens, 128 rows by 32 keys a step": (
+        AttentionProblem(1, 2, 200, 200, 64, 64, causal=True, scale=0.125), AttentionTiles(128, 32, 4, 2)),
+    "150 keys, 64 a step: two blocks unchecked, the last checked": (
+        AttentionProblem(1, 2, 100, 150, 64, 64, scale=0.125), AttentionTiles(64, 64, 4, 2)),
+    "heads of 80, 128 keys, all unchecked but the padded width": (
+        AttentionProblem(1, 2, 64, 128, 80, 80, scale=0.1), AttentionTiles(64, 64, 4, 2)),
+    "causal, 64 rows by 128 keys a step (the diagonal block wider than the tile)": (
+        AttentionProblem(1, 2, 300, 300, 64, 64, causal=True, scale=0.125), AttentionTiles(64, 128, 4, 2)),
 }
 
 
@@ -267,7 +281,9 @@ DEPTHWISE = {
     "depthwise 5x5 stride 2, relu": DepthwiseProblem(1, 4, 11, 11, 5, 5, (2, 2), (2, 2, 2, 2), activation="relu"),
 }
 GEMMS = {**{f"gemm 96x80x64, bias + {a}": (96, 80, 64, a) for a in ("relu", "gelu", "gelu_tanh", "silu")},
-         "gemm 96x80x49 (K masked, Mixer's tokens), bias + gelu": (96, 80, 49, "gelu")}
+         "gemm 96x80x49 (K masked, Mixer's tokens), bias + gelu": (96, 80, 49, "gelu"),
+         "gemm 320x200x64, 5 x 4 tiles taken 2 rows at a time": (320, 200, 64, "relu", 2),
+         "gemm 320x200x64, 5 x 4 tiles taken 8 rows at a time": (320, 200, 64, "relu", 8)}
 
 
 def main() -> None:
@@ -282,6 +298,9 @@ def main() -> None:
         errors.append(attention_error(problem))
         print(f"{what:50s} {problem.name:50s} {attention_tiles_for(problem).label:16s} error {errors[-1]:.1e}",
               flush=True)
+    for what, (problem, tiles) in ATTENTION_TILED.items():
+        errors.append(attention_error(problem, tiles))
+        print(f"{what:50s} {problem.name:50s} {tiles.label:16s} error {errors[-1]:.1e}", flush=True)
     for what, problem in LAYERNORM.items():
         errors.append(layernorm_error(problem))
         print(f"{what:50s} {problem.name:50s} {layernorm_tiles_for(problem).label:16s} error {errors[-1]:.1e}",

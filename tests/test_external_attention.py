@@ -87,8 +87,10 @@ def test_tiles_too_big_for_a_wide_head_lose_stages_or_are_not_offered():
     assert AttentionTiles(128, 64, 8, 3).fitted(gemma) == AttentionTiles(128, 64, 8, 2)
     assert AttentionTiles(128, 128, 8, 2).fitted(gemma) is None
     assert attention_tiles_for(gemma) == AttentionTiles(64, 64, 4, 3)
-    assert attention_tile_candidates(gemma) == [AttentionTiles(64, 64, 4, 3), AttentionTiles(128, 64, 8, 2),
-                                                AttentionTiles(64, 32, 4, 4)]
+    # no candidate holds 128 rows on 4 warps or 128 keys a step of 128 rows
+    candidates = attention_tile_candidates(gemma, count=20)
+    assert candidates[0] == AttentionTiles(64, 64, 4, 3) and AttentionTiles(128, 64, 8, 2) in candidates
+    assert not any((t.bm == 128 and t.warps == 4) or (t.bm, t.bn) == (128, 128) for t in candidates)
     # a head of 64 keeps every tile as it is
     llama = AttentionProblem(1, 32, 1024, 1024, 64, 64, causal=True)
     assert AttentionTiles(128, 128, 8, 2).fitted(llama) == AttentionTiles(128, 128, 8, 2)
@@ -558,3 +560,29 @@ def test_raised_f32_scores_compute_the_spelled_out_attention_on_llvm_cpu(tmp_pat
     q, k, v = (rng.standard_normal((1, 4, 16, 64)).astype(np.float16) for _ in range(3))
     causal = np.triu(np.full((16, 16), -3.0e38, np.float32), 1).reshape(1, 1, 16, 16)
     assert _raised_against_spelled(tmp_path, _upcast_scores(mask_first), [q, k, v, causal]) < 2e-3
+
+
+def _sdpa_with_gqa(kv: int, gqa: str) -> str:
+    q, k = _t(1, 4, 16, 64), _t(1, kv, 16, 64)
+    return f"""
+func.func @f(%q: {q}, %k: {k}, %v: {k}) -> {q} {{
+  %none = torch.constant.none
+  %zero = torch.constant.float 0.000000e+00
+  %true = torch.constant.bool true
+  %gqa = torch.constant.bool {gqa}
+  %r = torch.aten.scaled_dot_product_attention %q, %k, %v, %none, %zero, %true, %none, %gqa : {q}, {k}, {k}, !torch.none, !torch.float, !torch.bool, !torch.none, !torch.bool -> {q}
+  return %r : {q}
+}}
+"""
+
+
+def test_an_sdpa_with_enable_gqa_reads_each_kv_head_for_its_group_of_query_heads():
+    """As iree-turbine carries torch's F.scaled_dot_product_attention(..., enable_gqa=True): K and
+    V of 2 heads for Q's 4, the scale left to 1/sqrt(64)."""
+    made, changed, text = _rewritten(_sdpa_with_gqa(2, "true"))
+    assert made == [AttentionProblem(1, 4, 16, 16, 64, 64, causal=True, scale=0.125, kv_heads=2)]
+    assert changed[0].startswith("1x4x16x16x64x64_f16_causal_gqa2 ")
+    assert "scaled_dot_product_attention" not in text
+    # without the flag, K and V of other heads than Q's are no attention the kernel computes
+    made, changed, _ = _rewritten(_sdpa_with_gqa(2, "false"))
+    assert made == [] and changed == []

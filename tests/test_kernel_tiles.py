@@ -25,15 +25,16 @@ def labels(tiles) -> list[str]:
     return [t.label for t in tiles]
 
 
-def test_a_gemm_is_tried_with_the_rules_tiles_then_the_other_shapes_of_its_tier():
+def test_a_gemm_is_tried_with_the_rules_tiles_then_the_spaces_other_shapes():
     # DeiT-S's MLP down, 1576x384 by K 1536: 64x64 makes 25 x 6 = 150 workgroups (a wave of
-    # 132, the rule's); then 128x64 (13 x 6 = 78), 64x128 (25 x 3 = 75), 128x128 (39)
+    # 132, the rule's); then, by the space's estimate (one wave each), 128x64 (13 x 6 = 78
+    # workgroups), 64x128 (25 x 3), 128x128 (13 x 3), their 13 row tiles taken 8 at a time
     assert labels(tile_candidates(GemmProblem(1576, 384, 1536, "f16", ()))) == [
-        "64x64x64 w4 s4", "128x64x64 w4 s4", "64x128x64 w4 s4", "128x128x64 w8 s3"]
-    # 96 columns (Swin-T's first stage): the K-32 tier; 64x32 (25 x 3 = 75 workgroups, the most
-    # unmasked), then 64x64 (columns masked; 25 x 2 = 50), 128x32 (13 x 3 = 39), 128x64 (26)
+        "64x64x64 w4 s4", "128x64x64 w4 s3 g8", "64x128x64 w4 s3 g8", "128x128x64 w4 s3 g8"]
+    # 96 columns (Swin-T's first stage): only 32-wide column tiles divide them; the rule's K
+    # step of 32, then the space's 64
     assert labels(tile_candidates(GemmProblem(1568, 96, 384, "f16", ()))) == [
-        "64x32x32 w4 s4", "64x64x32 w4 s4", "128x32x32 w4 s4", "128x64x32 w4 s4"]
+        "64x32x32 w4 s4", "64x32x64 w4 s3 g8", "128x32x64 w4 s3 g8", "256x32x64 w4 s3"]
     assert len(tile_candidates(GemmProblem(1576, 384, 1536, "f16", ()), count=2)) == 2
 
 
@@ -152,16 +153,20 @@ def test_no_tiles_are_tried_where_no_external_kernel_was_chosen_or_the_model_can
     assert "choosing the external kernels' tiles" in env.budget.undone
 
 
-def test_an_attention_is_tried_with_the_rules_tiles_then_the_others():
+def test_an_attention_is_tried_with_the_rules_tiles_then_the_spaces():
     from tuner.external.attention_kernel import AttentionProblem
 
     # the Llama layer's 32 heads of 1024 queries: 128 rows make 8 x 32 = 256 workgroups, a wave
+    # (the rule's); by the space's estimate the other 128-row tiles (2 waves of 128 rows, against
+    # 4 of 64 for 64-row ones), their keys 128 and 32 a step, then 64 rows
     llama = AttentionProblem(1, 32, 1024, 1024, 64, 64, causal=True)
     assert labels(kernel_tiles.TILEABLE["external-flash-attention"][1](llama)) == [
-        "128x64 w4 s3", "64x64 w4 s3", "128x64 w8 s3", "64x32 w4 s4"]
-    # BERT's 12 heads of 512: 128 rows make 48 workgroups, no wave; the rule's 64 rows first
+        "128x64 w4 s3", "128x128 w4 s3", "128x32 w4 s3", "64x64 w4 s3"]
+    # BERT's 12 heads of 512: 128 rows make 48 workgroups, no wave; the rule's 64 rows first,
+    # then the other 64-row tiles (96 workgroups, one wave), then 128 rows
     bert = AttentionProblem(1, 12, 512, 512, 64, 64)
-    assert labels(kernel_tiles.TILEABLE["external-flash-attention"][1](bert))[:2] == ["64x64 w4 s3", "128x64 w4 s3"]
+    assert labels(kernel_tiles.TILEABLE["external-flash-attention"][1](bert)) == [
+        "64x64 w4 s3", "64x128 w4 s3", "64x32 w4 s3", "128x64 w4 s3"]
 
 
 @pytest.mark.slow

@@ -11,8 +11,14 @@ causal problem also drops every key after its query's position (SDPA's is_causal
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Optional
 
+from constraints import IntKnob, Problem
+from constraints.fast_enumerate import enumerate_space
+from constraints.tiling import within
+from constraints.wgmma import warpgroup_rules
+from tuner.external.space import ranked
 from tuner.external.abi import SHARED_LIMIT, WAVE
 
 # The head widths the kernel takes: a multiple of 8 (a head's row of f16 is whole 16-byte
@@ -126,20 +132,52 @@ ACC_PER_THREAD = 128
 PREFERRED = (AttentionTiles(128, 64, 4, 3), AttentionTiles(64, 64, 4, 3))
 
 
-# Tried beside the rule's in the model (tuner.stages.kernel_tiles): 8 warps on 128 rows, keys 32
-# or 128 a step. Each compiles for sm_90a on the bench's head widths (64, 128, Swin's 32); none
-# was timed yet.
-OTHERS = (AttentionTiles(128, 64, 8, 3), AttentionTiles(64, 32, 4, 4), AttentionTiles(128, 128, 8, 2))
+# The tile space (`attention_space`): each knob's values.
+ROWS, KEYS, WARPS, STAGES = (64, 128), (32, 64, 128), (4, 8), (2, 3, 4)
+# The f32 values a thread holds at most of a step's scores (bm x bn) and the accumulator (bm x
+# dv) together: 128 rows of 64 keys and 128-wide heads on 4 warps (192) ran (a Mistral-7B layer's
+# attention, docs/benchmarks/external-kernels.md); more spills.
+SCORES_AND_SUMS_PER_THREAD = 192
 
 
-def _fitting(problem: AttentionProblem, tiles: tuple[AttentionTiles, ...]) -> list[AttentionTiles]:
-    return [f for f in (t.fitted(problem) for t in tiles) if f]
+def attention_space(problem: AttentionProblem) -> Problem:
+    """The problem's tiles as a Z3 problem on the knobs bm, bn, warps, stages: the scores' tile
+    (bm x bn) dealt to warpgroups (constraints.wgmma), `shared_bytes` within Hopper's shared
+    memory, the accumulator within ACC_PER_THREAD and the scores with it within
+    SCORES_AND_SUMS_PER_THREAD, and no more keys a step than the keys rounded up to a power of two."""
+    p = Problem()
+    bm, bn, warps, stages = (p.add_knob(IntKnob.of(name, values)).var for name, values in (
+        ("bm", ROWS), ("bn", KEYS), ("warps", WARPS), ("stages", STAGES)))
+    d, dv = padded_width(problem.d), padded_width(problem.dv)
+    p.require(*warpgroup_rules(bm, bn, warps),
+              within(2 * (stages * bn * (d + dv) + bm * d), SHARED_LIMIT),  # as shared_bytes counts
+              within(bm * dv, ACC_PER_THREAD * 32 * warps),
+              within(bm * (bn + dv), SCORES_AND_SUMS_PER_THREAD * 32 * warps),
+              within(bn, max(32, 1 << (problem.n - 1).bit_length())))
+    return p
+
+
+def _estimate(problem: AttentionProblem, tiles: AttentionTiles) -> float:
+    """A relative time (smaller first): the waves of workgroups, each as long as its rows take
+    over the keys (K and V read once a workgroup: taller tiles read them fewer times), then 3
+    stages and 64 keys a step among equals. A prior from the kernel's arithmetic, not fitted."""
+    waves = -(-tiles.blocks(problem) // WAVE)
+    ties = (tiles.stages != 3) + (tiles.bn != 64)
+    return waves * tiles.bm * (1 + 64 / tiles.bm) * (1 + 0.01 * ties)
+
+
+@cache
+def ranked_attention_tiles(problem: AttentionProblem) -> tuple[AttentionTiles, ...]:
+    """Every tile of the problem's space in the order to try them (tuner.external.space.ranked)."""
+    return ranked([AttentionTiles(**solution) for solution in enumerate_space(attention_space(problem))],
+                  lambda t: _estimate(problem, t))
 
 
 def attention_tile_candidates(problem: AttentionProblem, count: int = 4) -> list[AttentionTiles]:
     """Up to `count` tiles to try on the problem in the model: the rule's (`attention_tiles_for`)
-    first, then the other of PREFERRED, then OTHERS, each as it fits (`AttentionTiles.fitted`)."""
-    return list(dict.fromkeys([attention_tiles_for(problem), *_fitting(problem, PREFERRED + OTHERS)]))[:count]
+    first, then the space's (`ranked_attention_tiles`) in its order."""
+    chosen = attention_tiles_for(problem)
+    return [chosen, *[t for t in ranked_attention_tiles(problem) if t != chosen]][:count]
 
 
 def attention_tiles_for(problem: AttentionProblem) -> AttentionTiles:
@@ -147,7 +185,7 @@ def attention_tiles_for(problem: AttentionProblem) -> AttentionTiles:
     49 tokens: 64 rows, where 128 computed 79 rows of nothing a block; not yet measured), the
     taller of equals; where none fills one, 64 rows. Only tiles that fit the head's width
     (`AttentionTiles.fitted`): 256-wide heads take 64 rows."""
-    preferred = _fitting(problem, PREFERRED)
+    preferred = [f for f in (t.fitted(problem) for t in PREFERRED) if f]
     filling = [t for t in preferred if t.blocks(problem) >= WAVE]
     if not filling:
         return preferred[-1]

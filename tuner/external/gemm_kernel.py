@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
-from tuner.external.abi import WAVE
+from constraints import IntKnob, Problem
+from constraints.fast_enumerate import enumerate_space
+from constraints.wgmma import problem_rules, tile_rules
+from tuner.external.abi import SHARED_LIMIT, WAVE
+from tuner.external.space import ranked
 
 
 # What a kernel may compute on its f32 sums before it rounds them once: a bias of one value per
@@ -45,13 +50,16 @@ class GemmProblem:
 
 @dataclass(frozen=True)
 class GemmTiles:
-    """A workgroup's C tile (bm x bn), the K step, its warps and its pipeline depth."""
+    """A workgroup's C tile (bm x bn), the K step, its warps and its pipeline depth; `group`: the
+    row tiles the grid takes at a time, column by column (1: the grid in its own order, a row of
+    column tiles after another)."""
 
     bm: int
     bn: int
     bk: int
     warps: int
     stages: int
+    group: int = 1
 
     def lays_out(self, problem: GemmProblem, masked: bool = False, masked_k: bool = False) -> bool:
         """Whether the tiles cover the problem with only rows masked (k whole steps, n whole
@@ -62,7 +70,7 @@ class GemmTiles:
 
     @property
     def label(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}"
+        return f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}" + (f" g{self.group}" if self.group > 1 else "")
 
     def padded(self, problem: GemmProblem) -> int:
         """The entries of C the grid covers past the problem's (masked rows and columns)."""
@@ -93,23 +101,52 @@ NARROWEST = tuple(GemmTiles(t.bm, t.bn, 16, t.warps, t.stages) for t in NARROW)
 TIERS = (PREFERRED, NARROW, NARROWEST)
 
 
+# The tile space (`space`): each knob's values. Triton's num_stages counts the K steps in flight.
+BLOCK_M, BLOCK_N, BLOCK_K = (64, 128, 256), (32, 64, 128, 256), (16, 32, 64, 128)
+WARPS, STAGES, GROUPS = (4, 8), (2, 3, 4, 5), (1, 8)
+ELEMENT_BYTES = {"f16": 2, "bf16": 2}
+# A tile whose sums per value loaded (bm bn / (bm + bn)) reach this many keeps the tensor cores
+# busy from shared memory (128x128: 64); below it, its time is taken to grow in proportion. A
+# prior from the kernel's arithmetic, not fitted on any measurement.
+BUSY_INTENSITY = 64
+
+
+def space(problem: GemmProblem) -> Problem:
+    """The problem's tiles as a Z3 problem (constraints.wgmma's rules on the knobs bm, bn, bk,
+    warps, stages, group): columns and the last K step masked only where no tile divides N or K."""
+    p = Problem()
+    bm, bn, bk, warps, stages = (p.add_knob(IntKnob.of(name, values)).var for name, values in (
+        ("bm", BLOCK_M), ("bn", BLOCK_N), ("bk", BLOCK_K), ("warps", WARPS), ("stages", STAGES)))
+    p.add_knob(IntKnob.of("group", GROUPS))
+    p.require(*tile_rules(bm, bn, bk, warps, stages, ELEMENT_BYTES[problem.element], SHARED_LIMIT))
+    p.require(*problem_rules(bm, bn, bk, problem.m, problem.n, problem.k, masked_n=problem.n % min(BLOCK_N) != 0,
+                             masked_k=problem.k % min(BLOCK_K) != 0))
+    return p
+
+
+def estimate(problem: GemmProblem, tiles: GemmTiles) -> float:
+    """A relative time for the tiles (smaller first): the waves of workgroups the grid takes,
+    each as long as its tile's sums, longer where the tile is too small to keep the tensor cores
+    busy (BUSY_INTENSITY); then, among equals, 3-4 stages, K steps of 64 and, where there are
+    more row tiles than one group, grouped blocks first (the order in which ties are tried)."""
+    waves = -(-tiles.blocks(problem) // WAVE)
+    busy = min(1.0, tiles.bm * tiles.bn / (tiles.bm + tiles.bn) / BUSY_INTENSITY)
+    grouped = tiles.group > 1 and -(-problem.m // tiles.bm) > tiles.group
+    ties = (tiles.stages not in (3, 4)) + (tiles.bk != 64) + (not grouped) * 0.5
+    return waves * tiles.bm * tiles.bn / busy * (1 + 0.01 * ties)
+
+
+@cache
+def ranked_tiles(problem: GemmProblem) -> tuple[GemmTiles, ...]:
+    """Every tile of the problem's space in the order to try them (tuner.external.space.ranked)."""
+    return ranked([GemmTiles(**solution) for solution in enumerate_space(space(problem))], lambda t: estimate(problem, t))
+
+
 def tile_candidates(problem: GemmProblem, count: int = 4) -> list[GemmTiles]:
     """Up to `count` tiles to try on the problem in the model (tuner.stages.kernel_tiles): the
-    rule's (`tiles_for`) first, then the other shapes of its tier (of TIERS, with its K step) that
-    lay out on the problem, those that fill a wave first, then by their workgroups (most first),
-    then the least padded; a shape of another tier only where its own has too few."""
+    rule's (`tiles_for`) first, then the space's (`ranked_tiles`) in its order."""
     chosen = tiles_for(problem)
-    tiers = sorted(TIERS, key=lambda tier: all(t.bk != chosen.bk for t in tier))  # the rule's tier first
-    fitting = [t for tier in tiers for t in tier if t.lays_out(problem, masked=True, masked_k=True)]
-    fitting.sort(key=lambda t: (t.bk != chosen.bk, t.blocks(problem) < WAVE, -min(t.blocks(problem), WAVE),
-                                t.padded(problem)))
-    shapes = {(chosen.bm, chosen.bn)}
-    picked = [chosen]
-    for t in fitting:
-        if (t.bm, t.bn) not in shapes and len(picked) < count:
-            shapes.add((t.bm, t.bn))
-            picked.append(t)
-    return picked
+    return [chosen, *[t for t in ranked_tiles(problem) if t != chosen]][:count]
 
 
 def tiles_for(problem: GemmProblem) -> GemmTiles:

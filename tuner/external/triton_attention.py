@@ -2,7 +2,9 @@
 
 One workgroup per bm query rows of one head: the keys in steps of bn, the running row maximum and
 sum in f32 (exp2 of scores taken in log2 units), both products by `tl.dot` (wgmma on sm_90a),
-rows and keys past the problem's masked; Q, K, V and the result read and written in the layout
+rows and keys past the problem's masked (the blocks of keys none of which is masked for the
+tile's rows computed without the check: all but the last partial one, or those before the causal
+diagonal); Q, K, V and the result read and written in the layout
 the problem says (`seq_major`), K and V of one head for each group of query heads where they
 have fewer (grouped-query attention, `kv_heads`). A row whose every key is masked out gives zeros (the
 exporter's `Where(IsNaN(P), 0, P)` guard gives the same). The bindings are Q, K, V, then the
@@ -58,43 +60,67 @@ def attention_jit():
         m_i = tl.full([BM], float("-inf"), tl.float32)
         l_i = tl.zeros([BM], tl.float32)
         acc = tl.zeros([BM, DVP], tl.float32)
+        # The keys in two runs: first the blocks no key of which is masked for any row of this
+        # tile (past N, or after a query's position where CAUSAL), computed without a check;
+        # then the rest (the last partial block, the causal diagonal) with one.
         hi = N
+        whole = (N // BN) * BN
         if CAUSAL:
             hi = tl.minimum(N, (start + 1) * BM)
-        for first in range(0, hi, BN):
-            cols = first + keys
-            if KT:
-                k_at = z * N * KR + cols[None, :] * KR + KO + kh * D + dk[:, None]
+            whole = tl.minimum(whole, (start * BM) // BN * BN)
+        for checked in tl.static_range(2):
+            if checked:
+                lo, end = whole, hi
             else:
-                k_at = zk * N * D + cols[None, :] * D + dk[:, None]
-            k_in = cols[None, :] < N
-            if DP != D:
-                k_in = k_in & (dk[:, None] < D)
-            k = tl.load(k_ptr + k_at, mask=k_in, other=0.0)
-            s = tl.dot(q, k) * (SCALE * log2e)
-            if HAS_MASK:
-                extra = tl.load(x_ptr + (z % MZ) * MSZ + h * MSH + rows[:, None] * MSM + cols[None, :],
-                                mask=(rows[:, None] < M) & (cols[None, :] < N), other=0.0)
-                s += extra.to(tl.float32) * log2e
-            keep = cols[None, :] < N
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None])
-            s = tl.where(keep, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(s - m_use[:, None])
-            alpha = tl.math.exp2(m_i - m_use)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if VT:
-                v_at = z * N * VR + cols[:, None] * VR + VO + kh * DV + dv[None, :]
-            else:
-                v_at = zk * N * DV + cols[:, None] * DV + dv[None, :]
-            v_in = cols[:, None] < N
-            if DVP != DV:
-                v_in = v_in & (dv[None, :] < DV)
-            v = tl.load(v_ptr + v_at, mask=v_in, other=0.0)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-            m_i = m_new
+                lo, end = 0, whole
+            for first in range(lo, end, BN):
+                cols = first + keys
+                if KT:
+                    k_at = z * N * KR + cols[None, :] * KR + KO + kh * D + dk[:, None]
+                else:
+                    k_at = zk * N * D + cols[None, :] * D + dk[:, None]
+                if checked:
+                    k_in = cols[None, :] < N
+                    if DP != D:
+                        k_in = k_in & (dk[:, None] < D)
+                    k = tl.load(k_ptr + k_at, mask=k_in, other=0.0)
+                elif DP != D:
+                    k = tl.load(k_ptr + k_at, mask=dk[:, None] < D, other=0.0)
+                else:
+                    k = tl.load(k_ptr + k_at)
+                s = tl.dot(q, k) * (SCALE * log2e)
+                if HAS_MASK:
+                    extra = tl.load(x_ptr + (z % MZ) * MSZ + h * MSH + rows[:, None] * MSM + cols[None, :],
+                                    mask=(rows[:, None] < M) & (cols[None, :] < N), other=0.0)
+                    s += extra.to(tl.float32) * log2e
+                if checked:
+                    keep = cols[None, :] < N
+                    if CAUSAL:
+                        keep = keep & (cols[None, :] <= rows[:, None])
+                    s = tl.where(keep, s, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                if HAS_MASK:  # a row whose every key so far is masked out has no maximum yet
+                    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+                else:  # every row has a key in the first block (key 0; a causal row's too)
+                    m_use = m_new
+                p = tl.math.exp2(s - m_use[:, None])
+                alpha = tl.math.exp2(m_i - m_use)
+                l_i = l_i * alpha + tl.sum(p, 1)
+                if VT:
+                    v_at = z * N * VR + cols[:, None] * VR + VO + kh * DV + dv[None, :]
+                else:
+                    v_at = zk * N * DV + cols[:, None] * DV + dv[None, :]
+                if checked:
+                    v_in = cols[:, None] < N
+                    if DVP != DV:
+                        v_in = v_in & (dv[None, :] < DV)
+                    v = tl.load(v_ptr + v_at, mask=v_in, other=0.0)
+                elif DVP != DV:
+                    v = tl.load(v_ptr + v_at, mask=dv[None, :] < DV, other=0.0)
+                else:
+                    v = tl.load(v_ptr + v_at)
+                acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+                m_i = m_new
         acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         if HAS_MASK:
             out = y_ptr

@@ -2,7 +2,8 @@
 block computes a bm x bn tile of C = A B with `tl.dot` (wgmma on sm_90a), rows past m masked
 (and columns past n where the tile does not divide it),
 and the last K step where the K step does not divide K, then the problem's epilogue on the f32 sums (a bias, an activation) before the one rounding; a
-batch of B and C on the grid's z, A shared. The bindings are A, B, then the bias where there is
+batch of B and C on the grid's z, A shared; the blocks in the order of the grid, or `group` row
+tiles at a time. The bindings are A, B, then the bias where there is
 one, then C."""
 
 from __future__ import annotations
@@ -23,14 +24,26 @@ def gemm_jit():
     @triton.jit
     def _gemm(a_ptr, b_ptr, x_ptr, y_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-              EVEN_N: tl.constexpr, ROW_BIAS: tl.constexpr, BATCHED: tl.constexpr, EVEN_K: tl.constexpr):
+              EVEN_N: tl.constexpr, ROW_BIAS: tl.constexpr, BATCHED: tl.constexpr, EVEN_K: tl.constexpr,
+              GROUP: tl.constexpr):
         # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (ceil(N/BN), ceil(M/BM)), rows
         # masked, and columns too unless EVEN_N (BN divides N: the loads of B unmasked); the
-        # last K step too unless EVEN_K (BK divides K).
+        # last K step too unless EVEN_K (BK divides K). With GROUP > 1 the grid is one row of
+        # ceil(M/BM) * ceil(N/BN) blocks taken GROUP row tiles at a time, column by column (the
+        # blocks running at once share A's and B's tiles in L2).
         # x_ptr is the bias (one per column, or per row where ROW_BIAS) and y_ptr C where
         # HAS_BIAS, else x_ptr is C. BATCHED: B and C are the grid's z-th of a batch, A shared.
-        pid_n = tl.program_id(0)
-        pid_m = tl.program_id(1)
+        if GROUP > 1:
+            pid = tl.program_id(0)
+            tiles_m: tl.constexpr = (M + BM - 1) // BM
+            tiles_n: tl.constexpr = (N + BN - 1) // BN
+            first_m = (pid // (GROUP * tiles_n)) * GROUP
+            rows_here = tl.minimum(tiles_m - first_m, GROUP)
+            pid_m = first_m + (pid % (GROUP * tiles_n)) % rows_here
+            pid_n = (pid % (GROUP * tiles_n)) // rows_here
+        else:
+            pid_n = tl.program_id(0)
+            pid_m = tl.program_id(1)
         if BATCHED:
             image = tl.program_id(2).to(tl.int64)
             b_ptr += image * (K * N)
@@ -104,6 +117,12 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
                              "BK": tiles.bk, "HAS_BIAS": has_bias, "ACT": ACTIVATIONS.get(activation[0], 0) if activation else 0,
                              "EVEN_N": problem.n % tiles.bn == 0, "ROW_BIAS": steps[:1] == ["row_bias"],
-                             "BATCHED": problem.batch > 1, "EVEN_K": problem.k % tiles.bk == 0},
-                            tiles, problem.name, (-(-problem.n // tiles.bn), -(-problem.m // tiles.bm), problem.batch),
-                            bindings=4 if has_bias else 3)
+                             "BATCHED": problem.batch > 1, "EVEN_K": problem.k % tiles.bk == 0,
+                             "GROUP": tiles.group},
+                            tiles, problem.name, grid(problem, tiles), bindings=4 if has_bias else 3)
+
+
+def grid(problem: GemmProblem, tiles: GemmTiles) -> tuple[int, int, int]:
+    """(column tiles, row tiles, batch), or (all tiles, 1, batch) where the tiles are grouped."""
+    across, down = -(-problem.n // tiles.bn), -(-problem.m // tiles.bm)
+    return (across * down, 1, problem.batch) if tiles.group > 1 else (across, down, problem.batch)

@@ -1,7 +1,8 @@
 """Attention as an external Hopper kernel, in an ONNX model's import (tuner.external).
 
 The spelled-out attentions are raised first (tuner.rewrite.attention), then every `torch.aten.scaled_dot_product_attention` of static f16
-operands, no dropout, a constant scale (or none: 1/sqrt(d)) and no grouped-query flag becomes a
+operands, no dropout, a constant scale (or none: 1/sqrt(d)) and K and V of Q's heads (or, with
+enable_gqa, of a divisor of them: each K/V head read by its group of query heads) becomes a
 call of a function whose body is one `hal.dispatch.extern` of Triton's flash attention for
 sm_90a (tuner.external.triton_attention), its PTX embedded in the program; one function per
 problem. An additive mask is passed as it is (each leading dim 1 or the problem's), a causal
@@ -69,11 +70,15 @@ def problem_of(sdpa: ir.Operation) -> tuple[Optional[AttentionProblem], str]:
     if any(s is None or len(s) not in (3, 4) or len(s) != len(shapes[0]) for s in shapes):
         return None, "operands not of one static rank 3 or 4"
     (*lead, m, d), (*klead, n, dk), (*vlead, nv, dv) = shapes
-    if lead != klead or lead != vlead or dk != d or nv != n:
-        return None, "keys and values of other heads than the queries (grouped-query heads not repeated)"
     z, h = (1, lead[0]) if len(lead) == 1 else lead
-    if _constant(dropout) not in (0.0, None) or _constant(gqa) not in (False, None):
-        return None, "dropout or enable_gqa"
+    grouped = _constant(gqa) is True
+    if _constant(dropout) not in (0.0, None) or _constant(gqa) not in (False, None, True):
+        return None, "dropout, or an enable_gqa that is not a constant"
+    if dk != d or nv != n or klead != vlead or klead[:-1] != lead[:-1]:
+        return None, "keys and values of another batch, width or count than the queries take"
+    kv_heads = klead[-1]
+    if kv_heads != h and not (grouped and h % kv_heads == 0):
+        return None, "keys and values of other heads than the queries (grouped-query heads not repeated)"
     causal_value, scale_value = _constant(causal), _constant(scale)
     if causal_value == "?" or scale_value == "?":
         return None, "a causal flag or scale that is not a constant"
@@ -85,7 +90,8 @@ def problem_of(sdpa: ir.Operation) -> tuple[Optional[AttentionProblem], str]:
         mask_dims = (1, *dims[:-1]) if len(dims) == 3 else tuple(dims[:-1])
         mask_element = element_type(mask)
     problem = AttentionProblem(z, h, m, n, d, dv, element_type(q), mask_dims, mask_element, bool(causal_value),
-                               1.0 / math.sqrt(d) if scale_value is None else float(scale_value))
+                               1.0 / math.sqrt(d) if scale_value is None else float(scale_value),
+                               kv_heads=kv_heads if kv_heads != h else 0)
     why = problem.why_not()
     return (None, why) if why else (problem, "")
 
