@@ -10,8 +10,8 @@ it (`torch.aten.scaled_dot_product_attention` of Q [z, h, s, d] and K, V [z, kv,
 is_causal and enable_gqa flags, the scale left to 1/sqrt(d)), and builds it with IREE's default
 and with the attention as the external kernel (tuner.rewrite.external_attention) at each of the
 first `--candidates` tiles the tuner would try (tuner.external.attention_kernel.
-attention_tile_candidates: the rule's, then the Z3 space's by its estimate); each build's PTX is
-read back (it must hold wgmma). `measure` checks every module's output against torch's f32 SDPA,
+attention_tile_candidates: the rule's, then the Z3 space's by its estimate; `--refine` as in
+benchmarks/gpu_gemm_vs_cublas.py); each build's PTX is read back (it must hold wgmma). `measure` checks every module's output against torch's f32 SDPA,
 then tunes and reports as benchmarks/gpu_gemm_vs_cublas.py does (`tuned_figures`), torch's SDPA
 (is_causal, enable_gqa: the flash kernel where it takes them) beside.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.gpu_gemm_vs_cublas import CALLS, _build, summary, tuned_figures  # noqa: E402
+from benchmarks.gpu_gemm_vs_cublas import CALLS, _build, best_shapes, refined_candidates, summary, tuned_figures  # noqa: E402
 
 # name -> (z, heads, kv heads, tokens, head width, causal)
 SHAPES = {
@@ -61,14 +61,15 @@ func.func @attention(%q: {t(h)}, %k: {t(kv)}, %v: {t(kv)}) -> {t(h)} {{
 """
 
 
-def compile_all(out: Path, shapes: dict[str, tuple], candidates: int) -> None:
-    from tuner.external.attention_kernel import AttentionProblem, attention_tile_candidates
+def compile_all(out: Path, shapes: dict[str, tuple], candidates: int, refine: Path | None = None) -> None:
+    from tuner.external.attention_kernel import AttentionProblem, attention_tiles_for, ranked_attention_tiles
     from tuner.rewrite import Rewrite, rewrite_program
     from tuner.rewrite.external_attention import external_attentions
     from tuner.targets import parse_target
 
     out = out.resolve()
     flags = parse_target("cuda").compile_flags
+    earlier = json.loads((out / "manifest.json").read_text()) if refine else {}
     manifest = {}
     for shape, dims in shapes.items():
         work = out / shape
@@ -77,7 +78,9 @@ def compile_all(out: Path, shapes: dict[str, tuple], candidates: int) -> None:
         z, h, kv, s, d, causal = dims
         problem = AttentionProblem(z, h, s, s, d, d, causal=causal, scale=d ** -0.5, kv_heads=kv if kv != h else 0)
         programs = {"default": (work / "default.mlir", "IREE's default")}
-        for i, tiles in enumerate(attention_tile_candidates(problem, count=candidates)):
+        fastest = best_shapes(refine, shape, earlier[shape]["modules"]) if refine else None
+        for i, tiles in enumerate(refined_candidates(attention_tiles_for(problem), ranked_attention_tiles(problem),
+                                                     fastest, candidates)):
             name = f"c{i}"
             rewrite = Rewrite(name, lambda module, tiles=tiles: external_attentions(module, tiles=lambda _: tiles), "")
             try:
@@ -145,11 +148,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(".gpu-attn"))
     parser.add_argument("--candidates", type=int, default=10, help="tiles built per shape (compile)")
     parser.add_argument("--only", nargs="*", choices=list(SHAPES), help="these shapes alone (compile)")
+    parser.add_argument("--refine", type=Path, help="an earlier measure's measured.json: build the variations "
+                        "of the two tile shapes that ran fastest there (compile, in the same --out)")
     parser.add_argument("--select", type=int, default=2, help="interleaved rounds that choose the tiles (measure)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the figures (measure)")
     args = parser.parse_args()
     if args.step == "compile":
-        compile_all(args.out, {s: SHAPES[s] for s in args.only or SHAPES}, args.candidates)
+        compile_all(args.out, {s: SHAPES[s] for s in args.only or SHAPES}, args.candidates, args.refine)
     else:
         measure(args.out, args.rounds, args.select)
 

@@ -8,8 +8,9 @@
 arguments, so that nothing large travels), imports it with iree-import-onnx and builds it with
 IREE's default and with the MatMul as the external kernel (tuner.rewrite.external_gemm) at each
 of the first `--candidates` tiles the tuner would try (tuner.external.gemm_kernel.tile_candidates:
-the rule's, then the Z3 space's by its estimate); each build's PTX is read back (it must hold
-wgmma). `measure` checks every module's output (5 runs, against torch's f32 product), then
+the rule's, then the Z3 space's by its estimate; with `--refine` an earlier measure's
+measured.json, the variations of the two tile shapes that ran fastest there: a second pass of
+the search); each build's PTX is read back (it must hold wgmma). `measure` checks every module's output (5 runs, against torch's f32 product), then
 tunes as the kernel-tiles stage does: `--select` interleaved rounds of every candidate, the
 fastest by median kept; then `--rounds` fresh interleaved rounds of the default, the rule's tiles
 (untuned), the kept tiles (tuned) and torch.matmul (cuBLAS), so that the figures reported are not
@@ -67,8 +68,31 @@ def _build(program: Path, vmfb: Path, flags: list[str]) -> tuple[bool, int, str]
     return run.returncode == 0, wgmma, run.stderr[-300:]
 
 
-def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: int) -> None:
-    from tuner.external.gemm_kernel import GemmProblem, tile_candidates
+def best_shapes(measured: Path, shape: str, modules: dict, count: int = 2) -> set[tuple[int, int]]:
+    """The `count` tile shapes (bm, bn) whose best tiles ran fastest in `shape`'s selection rounds
+    of an earlier `measure` (its measured.json; `modules`: that run's manifest entry)."""
+    import statistics
+
+    record = json.loads(measured.read_text())[shape]
+    order = sorted(record["selection_ms"], key=lambda c: statistics.median(record["selection_ms"][c]))
+    shapes: list[tuple[int, int]] = []
+    for c in order:
+        bm, bn = (int(x) for x in modules[c]["tiles"].split()[0].split("x")[:2])
+        if (bm, bn) not in shapes:
+            shapes.append((bm, bn))
+    return set(shapes[:count])
+
+
+def refined_candidates(rule, ranked: tuple, shapes: set[tuple[int, int]] | None, count: int) -> list:
+    """The tiles to build: the rule's, then the space's in its order (`ranked`), only those of
+    `shapes` where given (a second pass that varies the K step, warps, stages and grouping of
+    the shapes an earlier pass found fastest)."""
+    return [rule, *[t for t in ranked if t != rule and (shapes is None or (t.bm, t.bn) in shapes)]][:count]
+
+
+def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: int,
+                refine: Path | None = None) -> None:
+    from tuner.external.gemm_kernel import GemmProblem, ranked_tiles, tiles_for
     from tuner.external.triton_gemm import triton_gemm
     from tuner.rewrite import Rewrite, rewrite_program
     from tuner.rewrite.external_gemm import external_gemms
@@ -77,6 +101,7 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: 
 
     out = out.resolve()
     flags = parse_target("cuda").compile_flags
+    earlier = json.loads((out / "manifest.json").read_text()) if refine else {}
     manifest = {}
     for shape, (m, n, k) in shapes.items():
         work = out / shape
@@ -85,7 +110,9 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: 
         subprocess.run([find_tool("iree-import-onnx"), str(work / "model.onnx"), "-o", str(work / "default.mlir")],
                        check=True)
         programs = {"default": (work / "default.mlir", None)}
-        for i, tiles in enumerate(tile_candidates(GemmProblem(m, n, k), count=candidates)):
+        problem = GemmProblem(m, n, k)
+        fastest = best_shapes(refine, shape, earlier[shape]["modules"]) if refine else None
+        for i, tiles in enumerate(refined_candidates(tiles_for(problem), ranked_tiles(problem), fastest, candidates)):
             name = f"c{i}"
             rewrite = Rewrite(name, lambda module, tiles=tiles: external_gemms(
                 module, lambda p, _: triton_gemm(p, tiles), fuse=False), "")
@@ -197,11 +224,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(".gpu-gemm"))
     parser.add_argument("--candidates", type=int, default=12, help="tiles built per shape (compile)")
     parser.add_argument("--only", nargs="*", choices=list(SHAPES), help="these shapes alone (compile)")
+    parser.add_argument("--refine", type=Path, help="an earlier measure's measured.json: build the variations "
+                        "of the two tile shapes that ran fastest there (compile, in the same --out)")
     parser.add_argument("--select", type=int, default=2, help="interleaved rounds that choose the tiles (measure)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the figures (measure)")
     args = parser.parse_args()
     if args.step == "compile":
-        compile_all(args.out, {s: SHAPES[s] for s in args.only or SHAPES}, args.candidates)
+        compile_all(args.out, {s: SHAPES[s] for s in args.only or SHAPES}, args.candidates, args.refine)
     else:
         measure(args.out, args.rounds, args.select)
 

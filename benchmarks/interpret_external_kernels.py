@@ -283,7 +283,8 @@ DEPTHWISE = {
 GEMMS = {**{f"gemm 96x80x64, bias + {a}": (96, 80, 64, a) for a in ("relu", "gelu", "gelu_tanh", "silu")},
          "gemm 96x80x49 (K masked, Mixer's tokens), bias + gelu": (96, 80, 49, "gelu"),
          "gemm 320x200x64, 5 x 4 tiles taken 2 rows at a time": (320, 200, 64, "relu", 2),
-         "gemm 320x200x64, 5 x 4 tiles taken 8 rows at a time": (320, 200, 64, "relu", 8)}
+         "gemm 320x200x64, 5 x 4 tiles taken 8 rows at a time": (320, 200, 64, "relu", 8),
+         "gemm 100x200x64, rows masked, 2 row tiles taken 8 at a time": (100, 200, 64, "relu", 8)}
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ def gemm_jit():
               EVEN_N: tl.constexpr, ROW_BIAS: tl.constexpr, BATCHED: tl.constexpr, EVEN_K: tl.constexpr,
               GROUP: tl.constexpr):
         # A block computes C[pid_m*BM : +BM, pid_n*BN : +BN]; grid (ceil(N/BN), ceil(M/BM)), rows
-        # masked, and columns too unless EVEN_N (BN divides N: the loads of B unmasked); the
+        # masked where BM does not divide M, and columns too unless EVEN_N (BN divides N: the loads of B unmasked); the
         # last K step too unless EVEN_K (BK divides K). With GROUP > 1 the grid is one row of
         # ceil(M/BM) * ceil(N/BN) blocks taken GROUP row tiles at a time, column by column (the
         # blocks running at once share A's and B's tiles in L2).
@@ -59,7 +59,10 @@ def gemm_jit():
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, K, BK):
             if EVEN_K:
-                x = tl.load(a, mask=rows[:, None] < M, other=0.0)
+                if M % BM == 0:  # no row masked
+                    x = tl.load(a)
+                else:
+                    x = tl.load(a, mask=rows[:, None] < M, other=0.0)
                 if EVEN_N:
                     w = tl.load(b)
                 else:
@@ -92,7 +95,10 @@ def gemm_jit():
         if ACT == 4:
             acc = acc / (1.0 + tl.exp(-acc))
         if EVEN_N:
-            tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
+            if M % BM == 0:
+                tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty))
+            else:
+                tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < M)
         else:
             tl.store(out + rows[:, None] * N + cols[None, :], acc.to(out.dtype.element_ty),
                      mask=(rows[:, None] < M) & (cols[None, :] < N))
