@@ -199,8 +199,9 @@ FEEDERS = (SUBSAMPLE_STRIDED_1X1, POINTWISE_CONV_AS_MATMUL, PATCHIFY_AS_MATMUL)
 # A rotary embedding on part of each head (Phi-2's, GPT-NeoX's) as one elementwise product over the
 # whole head: the two concatenations IREE copied in dispatches of their own are gone (Phi-2 tuned on
 # the H200: four `slow_memcpy`s, 0.049 of 0.293 ms). Exact (bit for bit on llvm-cpu, tiny Phi-2);
-# written after the twenty-ninth session's runs, offered alone (and so joined to a choice only where
-# it wins), not yet timed on a GPU.
+# offered alone (and so joined to a choice only where it wins). Phi-2 tuned on the H200 with it
+# (thirtieth session): 0.245 ms, 1.20x torch eager (docs/benchmarks/real-exports.md); written for
+# Phi-2, so not yet shown on a model it was not made for.
 FUSE_PARTIAL_ROTARY = Rewrite("fuse-partial-rotary", fuse_partial_rotaries,
                               "a rotary embedding on part of each head as one gather and elementwise product over "
                               "the whole head")
@@ -234,7 +235,8 @@ EXTERNAL_CONV_NCHW = Rewrite("external-hopper-conv-nchw", partial(external_convs
                              "read NCHW", devices=("cuda",))
 # Reductions over an NHWC image's pixels (ConvNeXt-V2's GRN: `reduction_8x384x3136`, 0.169 ms of the
 # tuned model's 1.52 on the H200, twenty-ninth session) as a kernel that reads whole rows of
-# channels: written after that run, checked by Triton's interpreter, never run on a GPU yet.
+# channels. On the H200 (thirtieth session) ConvNeXt-V2 with the other kernels untuned 1.630 ->
+# 1.406 ms, the same error; made for it, so an experiment until it wins on another model.
 EXTERNAL_SPATIAL_REDUCTION = Rewrite("external-spatial-reduction", external_spatial_reductions,
                                      "reductions over a channels-last image's pixels (GRN's L2 norm, a mean over "
                                      "them) as an external kernel compiled by Triton", devices=("cuda",))
