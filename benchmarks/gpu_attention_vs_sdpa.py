@@ -11,8 +11,8 @@ is_causal and enable_gqa flags, the scale left to 1/sqrt(d)), and builds it with
 and with the attention as the external kernel (tuner.rewrite.external_attention) at each of the
 first `--candidates` tiles the tuner would try (tuner.external.attention_kernel.
 attention_tile_candidates: the rule's, then the Z3 space's by its estimate; `--refine` as in
-benchmarks/gpu_gemm_vs_cublas.py); each build's PTX is read back (it must hold wgmma). `measure` checks every module's output against torch's f32 SDPA,
-then tunes and reports as benchmarks/gpu_gemm_vs_cublas.py does (`tuned_figures`), torch's SDPA
+benchmarks/gpu_gemm_vs_cublas.py); each build's PTX is read back (it must hold wgmma).
+`measure` checks every module's output against torch's f32 SDPA, then tunes and reports as benchmarks/gpu_gemm_vs_cublas.py does (`tuned_figures`), torch's SDPA
 (is_causal, enable_gqa: the flash kernel where it takes them) beside.
 
 SHAPES are prefill attentions of real models, 4 to 32 heads of 64 or 128, 1k to 8k tokens,
@@ -29,7 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.gpu_gemm_vs_cublas import CALLS, _build, best_shapes, refined_candidates, summary, tuned_figures  # noqa: E402
+from benchmarks.gpu_gemm_vs_cublas import (build_counting_wgmma, best_shapes, command_line, refined_candidates,  # noqa: E402
+                                          summary, tuned_figures)
 
 # name -> (z, heads, kv heads, tokens, head width, causal)
 SHAPES = {
@@ -40,7 +41,6 @@ SHAPES = {
     "bert_large_b4_1k": (4, 16, 16, 1024, 64, False),
     "whisper_large_encoder_1500": (1, 20, 20, 1500, 64, False),
 }
-assert CALLS  # the same calls a round as the GEMM benchmark
 
 
 def program(z: int, h: int, kv: int, s: int, d: int, causal: bool) -> str:
@@ -92,7 +92,7 @@ def compile_all(out: Path, shapes: dict[str, tuple], candidates: int, refine: Pa
             else:
                 print(f"{shape:30s} {name:4s} {tiles.label:16s} not rewritten: {changed}", flush=True)
         with ThreadPoolExecutor(2) as pool:
-            built = dict(zip(programs, pool.map(lambda item: _build(item[1][0], work / f"{item[0]}.vmfb", flags),
+            built = dict(zip(programs, pool.map(lambda item: build_counting_wgmma(item[1][0], work / f"{item[0]}.vmfb", flags),
                                                 programs.items())))
         manifest[shape] = {"dims": list(dims), "flops": 4.0 * dims[0] * dims[1] * dims[3] ** 2 * dims[4] / (2 if dims[5] else 1),
                            "modules": {}}
@@ -140,24 +140,5 @@ def measure(out: Path, rounds: int, select: int) -> None:
     summary(report, "SDPA")
 
 
-def main() -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["compile", "measure"])
-    parser.add_argument("--out", type=Path, default=Path(".gpu-attn"))
-    parser.add_argument("--candidates", type=int, default=10, help="tiles built per shape (compile)")
-    parser.add_argument("--only", nargs="*", choices=list(SHAPES), help="these shapes alone (compile)")
-    parser.add_argument("--refine", type=Path, help="an earlier measure's measured.json: build the variations "
-                        "of the two tile shapes that ran fastest there (compile, in the same --out)")
-    parser.add_argument("--select", type=int, default=2, help="interleaved rounds that choose the tiles (measure)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the figures (measure)")
-    args = parser.parse_args()
-    if args.step == "compile":
-        compile_all(args.out, {s: SHAPES[s] for s in args.only or SHAPES}, args.candidates, args.refine)
-    else:
-        measure(args.out, args.rounds, args.select)
-
-
 if __name__ == "__main__":
-    main()
+    command_line(__doc__, ".gpu-attn", SHAPES, 10, compile_all, measure)

@@ -54,7 +54,7 @@ def write_matmul(path: Path, m: int, n: int, k: int) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
 
 
-def _build(program: Path, vmfb: Path, flags: list[str]) -> tuple[bool, int, str]:
+def build_counting_wgmma(program: Path, vmfb: Path, flags: list[str]) -> tuple[bool, int, str]:
     """iree-compile `program`; (built, wgmma instructions in its PTX, the error's tail)."""
     from tuner.tools import find_tool
 
@@ -122,7 +122,7 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: 
             except ValueError as e:  # Triton's kernel needs more shared memory than a block has
                 print(f"{shape:30s} {name:4s} {tiles.label:22s} declined: {e}", flush=True)
         with ThreadPoolExecutor(2) as pool:
-            built = dict(zip(programs, pool.map(lambda item: _build(item[1][0], work / f"{item[0]}.vmfb", flags),
+            built = dict(zip(programs, pool.map(lambda item: build_counting_wgmma(item[1][0], work / f"{item[0]}.vmfb", flags),
                                                 programs.items())))
         manifest[shape] = {"mnk": [m, n, k], "modules": {}}
         for name, (ok, wgmma, error) in built.items():
@@ -216,24 +216,26 @@ def measure(out: Path, rounds: int, select: int) -> None:
     summary(report, "cuBLAS")
 
 
-def main() -> None:
+def command_line(doc: str, out: str, shapes: dict, candidates: int, compile_all, measure) -> None:
+    """The command line of a tuned-against-the-vendor benchmark: `compile` (here) with
+    --candidates, --only, --refine; `measure` (on the GPU) with --select and --rounds."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=["compile", "measure"])
-    parser.add_argument("--out", type=Path, default=Path(".gpu-gemm"))
-    parser.add_argument("--candidates", type=int, default=12, help="tiles built per shape (compile)")
-    parser.add_argument("--only", nargs="*", choices=list(SHAPES), help="these shapes alone (compile)")
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--candidates", type=int, default=candidates, help="tiles built per shape (compile)")
+    parser.add_argument("--only", nargs="*", choices=list(shapes), help="these shapes alone (compile)")
     parser.add_argument("--refine", type=Path, help="an earlier measure's measured.json: build the variations "
                         "of the two tile shapes that ran fastest there (compile, in the same --out)")
     parser.add_argument("--select", type=int, default=2, help="interleaved rounds that choose the tiles (measure)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the figures (measure)")
     args = parser.parse_args()
     if args.step == "compile":
-        compile_all(args.out, {s: SHAPES[s] for s in args.only or SHAPES}, args.candidates, args.refine)
+        compile_all(args.out, {s: shapes[s] for s in args.only or shapes}, args.candidates, args.refine)
     else:
         measure(args.out, args.rounds, args.select)
 
 
 if __name__ == "__main__":
-    main()
+    command_line(__doc__, ".gpu-gemm", SHAPES, 12, compile_all, measure)
