@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -91,7 +92,7 @@ def refined_candidates(rule, ranked: tuple, shapes: set[tuple[int, int]] | None,
 
 
 def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: int,
-                refine: Path | None = None) -> None:
+                refine: Path | None = None, tma: bool = False) -> None:
     from tuner.external.gemm_kernel import GemmProblem, ranked_tiles, tiles_for
     from tuner.external.triton_gemm import triton_gemm
     from tuner.rewrite import Rewrite, rewrite_program
@@ -100,7 +101,8 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: 
     from tuner.tools import find_tool
 
     out = out.resolve()
-    flags = parse_target("cuda").compile_flags
+    # the TMA kernel's descriptors live in its scratch: 128-byte offsets, as Triton aligns them
+    flags = [*parse_target("cuda").compile_flags, *(["--iree-stream-resource-min-offset-alignment=128"] if tma else [])]
     earlier = json.loads((out / "manifest.json").read_text()) if refine else {}
     manifest = {}
     for shape, (m, n, k) in shapes.items():
@@ -112,7 +114,10 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: 
         programs = {"default": (work / "default.mlir", None)}
         problem = GemmProblem(m, n, k)
         fastest = best_shapes(refine, shape, earlier[shape]["modules"]) if refine else None
-        for i, tiles in enumerate(refined_candidates(tiles_for(problem), ranked_tiles(problem), fastest, candidates)):
+        tried = refined_candidates(tiles_for(problem), ranked_tiles(problem), fastest, candidates)
+        if tma:  # each after the rule's also in the persistent TMA form, up to `candidates` in all
+            tried = [tried[0], *[x for t in tried[1:] for x in (t, replace(t, tma=True))]][:candidates]
+        for i, tiles in enumerate(tried):
             name = f"c{i}"
             rewrite = Rewrite(name, lambda module, tiles=tiles: external_gemms(
                 module, lambda p, _: triton_gemm(p, tiles), fuse=False), "")
@@ -228,11 +233,14 @@ def command_line(doc: str, out: str, shapes: dict, candidates: int, compile_all,
     parser.add_argument("--only", nargs="*", choices=list(shapes), help="these shapes alone (compile)")
     parser.add_argument("--refine", type=Path, help="an earlier measure's measured.json: build the variations "
                         "of the two tile shapes that ran fastest there (compile, in the same --out)")
+    parser.add_argument("--tma", action="store_true", help="each tile after the rule's also in the persistent TMA "
+                        "form (compile; GEMMs only)")
     parser.add_argument("--select", type=int, default=2, help="interleaved rounds that choose the tiles (measure)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the figures (measure)")
     args = parser.parse_args()
     if args.step == "compile":
-        compile_all(args.out, {s: shapes[s] for s in args.only or shapes}, args.candidates, args.refine)
+        compile_all(args.out, {s: shapes[s] for s in args.only or shapes}, args.candidates, args.refine,
+                    **({"tma": True} if args.tma else {}))
     else:
         measure(args.out, args.rounds, args.select)
 

@@ -121,6 +121,27 @@ def gemm_error(m: int, n: int, k: int, activation: str, group: int = 1) -> float
     return ((y.float() - ref).abs().max() / ref.abs().max()).item()
 
 
+def gemm_tma_error(m: int, n: int, k: int, activation: str) -> float:
+    """The persistent TMA kernel with 64x64x32 tiles, 8 row tiles at a time, on the grid the
+    rewrite launches (a workgroup a multiprocessor: more tiles than 132 are taken in turns)."""
+    import torch
+    import triton
+
+    from tuner.external.abi import WAVE
+    from tuner.external.gemm_kernel import ACTIVATIONS, GemmProblem, GemmTiles
+    from tuner.external.triton_gemm import gemm_tma_jit, grid
+
+    torch.manual_seed(0)
+    a = torch.randn(m, k, dtype=torch.float16)
+    b = (torch.randn(k, n) / k ** 0.5).half()
+    y = torch.empty(m, n, dtype=torch.float16)
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8))  # the descriptors' scratch
+    gemm_tma_jit()[grid(GemmProblem(m, n, k), GemmTiles(64, 64, 32, 4, 3, 8, tma=True))](
+        a, b, y, m, n, k, 64, 64, 32, ACTIVATIONS.get(activation, 0), 8, WAVE)
+    ref = _activated(a.float() @ b.float(), activation)
+    return ((y.float() - ref).abs().max() / ref.abs().max()).item()
+
+
 def attention_error(problem: AttentionProblem, tiles: AttentionTiles | None = None) -> float:
     """The kernel (with `tiles`, default the rule's) against torch's SDPA, each operand laid out
     as `problem.seq_major` says."""
@@ -285,6 +306,8 @@ GEMMS = {**{f"gemm 96x80x64, bias + {a}": (96, 80, 64, a) for a in ("relu", "gel
          "gemm 320x200x64, 5 x 4 tiles taken 2 rows at a time": (320, 200, 64, "relu", 2),
          "gemm 320x200x64, 5 x 4 tiles taken 8 rows at a time": (320, 200, 64, "relu", 8),
          "gemm 100x200x64, rows masked, 2 row tiles taken 8 at a time": (100, 200, 64, "relu", 8)}
+GEMMS_TMA = {"TMA gemm 200x192x96: rows past M left to the descriptors": (200, 192, 96, "relu"),
+             "TMA gemm 768x768x64: 144 tiles on 132 workgroups": (768, 768, 64, "gelu")}
 
 
 def main() -> None:
@@ -317,6 +340,9 @@ def main() -> None:
     for what, shape in GEMMS.items():
         errors.append(gemm_error(*shape))
         print(f"{what:50s} {'':50s} {'64x64x32':16s} error {errors[-1]:.1e}", flush=True)
+    for what, shape in GEMMS_TMA.items():
+        errors.append(gemm_tma_error(*shape))
+        print(f"{what:50s} {'':50s} {'64x64x32 g8 tma':16s} error {errors[-1]:.1e}", flush=True)
     sys.exit(0 if max(errors) <= 2e-3 else 1)
 
 

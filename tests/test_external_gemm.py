@@ -220,6 +220,40 @@ def test_plain_iree_compile_embeds_the_kernel_as_a_dispatch_of_its_own(tmp_path)
     assert all(d.name != "gemm_16x128x64_f16" for d in found.dispatches)
 
 
+def _scratch_kernel(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
+    """The fixture's kernel as if it made TMA descriptors in Triton's global scratch: its fourth
+    parameter (the fixture's bias slot) is the scratch's binding, after C."""
+    return ExternKernel(problem.name, for_iree(PTX, "_gemm", problem.name, 4), 4, 128, 16384, (1, 1, 1), tiles.label,
+                        scratch_bytes=384)
+
+
+def test_a_kernel_with_scratch_gets_it_as_a_second_result_that_nothing_reads():
+    program = _program("16,64", "64,128").replace('  %z = torch.operator "onnx.Add"(%y, %b) : (!torch.vtensor<[16,128],f16>, !torch.vtensor<[128],f16>) -> !torch.vtensor<[16,128],f16>\n', "").replace("return %z", "return %y")
+    with ir.Context():
+        module = ir.Module.parse(program)
+        assert external_gemms(module, _scratch_kernel, fuse=False)
+        text = str(module)
+    extern = next(line for line in text.splitlines() if "hal.dispatch.extern" in line)
+    assert "-> (tensor<16x128xf16>, tensor<384xi8>)" in extern
+    layout = re.search(r"#hal.pipeline.layout<bindings = \[(.*?)\]>", text).group(1)
+    assert layout.count("ReadOnly") == 2 and layout.count("storage_buffer") == 4  # A, B read; C and the scratch written
+    assert re.search(r"return %\w+#0 : tensor<16x128xf16>", text)
+
+
+@pytest.mark.slow
+def test_plain_iree_compile_gives_a_kernel_its_scratch_as_its_last_binding(tmp_path):
+    from tests.conftest import extern_ptx
+    from tuner.rewrite import Rewrite
+
+    program = tmp_path / "model.mlir"
+    program.write_text(_program("16,64", "64,128"))
+    rewrite = Rewrite("external-hopper-gemm", lambda m: external_gemms(m, _scratch_kernel, fuse=False), "")
+    assert rewrite_program(program, rewrite, tmp_path / "rewritten.mlir")
+    extern = extern_ptx(tmp_path / "rewritten.mlir", tmp_path, "gemm_16x128x64_f16")
+    assert len(extern) == 1 and _params(extern[0], "gemm_16x128x64_f16") == [
+        f"gemm_16x128x64_f16_param_{i}" for i in range(4)]
+
+
 def test_a_kernel_that_cannot_be_made_leaves_its_layers_as_they_were_and_says_why():
     t, u = "!torch.vtensor<[16,64],f16>", "!torch.vtensor<[16,128],f16>"
     program = f"""

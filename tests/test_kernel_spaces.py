@@ -16,7 +16,7 @@ from tuner.external.space import ranked
 
 def admitted(problem: GemmProblem, tiles: GemmTiles) -> bool:
     return space(problem).admits({"bm": tiles.bm, "bn": tiles.bn, "bk": tiles.bk, "warps": tiles.warps,
-                                  "stages": tiles.stages, "group": tiles.group})
+                                  "stages": tiles.stages, "group": tiles.group, "tma": tiles.tma})
 
 
 def test_every_tile_of_the_hand_written_rule_lies_in_the_gemm_space():
@@ -38,9 +38,23 @@ def test_every_tile_of_the_hand_written_rule_lies_in_the_gemm_space():
     (GemmTiles(128, 128, 64, 4, 3), (4096, 1000, 4096), True),    # 1000 columns: the last tile masked
     (GemmTiles(128, 128, 64, 4, 3), (4096, 4096, 4000), False),   # K 4000 = 125 x 32: steps of 64 do not divide
     (GemmTiles(128, 128, 32, 4, 3), (4096, 4096, 4000), True),
+    # the TMA form keeps C's tile in shared memory too: 3 x 384 x 64 x 2 + 128 x 256 x 2 = 212992
+    # bytes; at 4 stages 262144
+    (GemmTiles(128, 256, 64, 8, 3, tma=True), (4096, 4096, 4096), True),
+    (GemmTiles(128, 256, 64, 8, 4, tma=True), (4096, 4096, 4096), False),
+    (GemmTiles(128, 256, 64, 8, 4), (4096, 4096, 4096), True),
+    (GemmTiles(128, 128, 64, 4, 3, tma=True), (4100, 1000, 4096), True),   # rows and columns past the problem's
+    (GemmTiles(128, 128, 32, 4, 3, tma=True), (4096, 4096, 4004), False),  # K rows of A not whole 16 bytes
 ])
 def test_the_gemm_space_admits_exactly_the_tiles_a_wgmma_kernel_can_hold_and_lay_out(tiles, mnk, admits):
     assert admitted(GemmProblem(*mnk), tiles) == admits
+
+
+@pytest.mark.parametrize("problem", [GemmProblem(512, 768, 768, epilogue=("bias", "gelu")),
+                                     GemmProblem(49, 512, 256, batch=8)])
+def test_the_tma_form_is_not_in_the_space_of_a_product_with_a_bias_or_a_batch(problem):
+    assert not any(t.tma for t in ranked_tiles(problem))
+    assert any(t.tma for t in ranked_tiles(GemmProblem(512, 768, 768, epilogue=("gelu",))))
 
 
 def test_the_ranking_holds_the_whole_space_each_tile_once():

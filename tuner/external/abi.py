@@ -31,6 +31,10 @@ class ExternKernel:
     shared_bytes: int
     grid: tuple[int, int, int]
     label: str  # how it was made ("128x128x64 w8 s3"), for what a rewrite says it did
+    # Global memory the kernel writes for itself (Triton's global scratch: the TMA descriptors a
+    # program makes), given as its last binding, after the result: a second result of the
+    # dispatch that nothing reads. 0: none.
+    scratch_bytes: int = 0
 
 
 class KernelAbiError(ValueError):

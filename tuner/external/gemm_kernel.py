@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from constraints import IntKnob, Problem
+import z3
+
+from constraints import BoolKnob, IntKnob, Problem
 from constraints.fast_enumerate import enumerate_space
 from constraints.wgmma import problem_rules, tile_rules
 from tuner.external.abi import SHARED_LIMIT, WAVE
@@ -52,7 +54,9 @@ class GemmProblem:
 class GemmTiles:
     """A workgroup's C tile (bm x bn), the K step, its warps and its pipeline depth; `group`: the
     row tiles the grid takes at a time, column by column (1: the grid in its own order, a row of
-    column tiles after another)."""
+    column tiles after another); `tma`: the persistent form, one workgroup a multiprocessor
+    taking tile after tile, A, B and C moved by the Tensor Memory Accelerator (descriptors made on
+    the device: `tma_lays_out`)."""
 
     bm: int
     bn: int
@@ -60,6 +64,7 @@ class GemmTiles:
     warps: int
     stages: int
     group: int = 1
+    tma: bool = False
 
     def lays_out(self, problem: GemmProblem, masked: bool = False, masked_k: bool = False) -> bool:
         """Whether the tiles cover the problem with only rows masked (k whole steps, n whole
@@ -70,7 +75,15 @@ class GemmTiles:
 
     @property
     def label(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}" + (f" g{self.group}" if self.group > 1 else "")
+        return (f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}" + (f" g{self.group}" if self.group > 1 else "")
+                + (" tma" if self.tma else ""))
+
+    def tma_lays_out(self, problem: GemmProblem) -> bool:
+        """Whether the persistent TMA form takes the problem: one product (no batch), no bias (its
+        epilogue an activation at most), rows of A, B and C whole 16-byte steps (K and N multiples
+        of 8: a descriptor's strides)."""
+        return (problem.batch == 1 and not {"bias", "row_bias"} & set(problem.epilogue)
+                and problem.k % 8 == 0 and problem.n % 8 == 0)
 
     def padded(self, problem: GemmProblem) -> int:
         """The entries of C the grid covers past the problem's (masked rows and columns)."""
@@ -113,12 +126,19 @@ BUSY_INTENSITY = 64
 
 def space(problem: GemmProblem) -> Problem:
     """The problem's tiles as a Z3 problem (constraints.wgmma's rules on the knobs bm, bn, bk,
-    warps, stages, group): columns and the last K step masked only where no tile divides N or K."""
+    warps, stages, group, tma): columns and the last K step masked only where no tile divides N or
+    K; the persistent TMA form only where it lays out (`GemmTiles.tma_lays_out`), its C tile in
+    shared memory beside the pipeline's (the TMA store's)."""
     p = Problem()
     bm, bn, bk, warps, stages = (p.add_knob(IntKnob.of(name, values)).var for name, values in (
         ("bm", BLOCK_M), ("bn", BLOCK_N), ("bk", BLOCK_K), ("warps", WARPS), ("stages", STAGES)))
     p.add_knob(IntKnob.of("group", GROUPS))
-    p.require(*tile_rules(bm, bn, bk, warps, stages, ELEMENT_BYTES[problem.element], SHARED_LIMIT))
+    tma = p.add_knob(BoolKnob("tma")).var
+    element = ELEMENT_BYTES[problem.element]
+    p.require(*tile_rules(bm, bn, bk, warps, stages, element, SHARED_LIMIT),
+              z3.Implies(tma, stages * (bm + bn) * bk * element + bm * bn * element <= SHARED_LIMIT))
+    if not GemmTiles(64, 64, 64, 4, 3, tma=True).tma_lays_out(problem):
+        p.require(z3.Not(tma))
     p.require(*problem_rules(bm, bn, bk, problem.m, problem.n, problem.k, masked_n=problem.n % min(BLOCK_N) != 0,
                              masked_k=problem.k % min(BLOCK_K) != 0))
     return p

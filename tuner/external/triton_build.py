@@ -55,12 +55,15 @@ def language():
 
 
 def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict[str, object], tiles,
-                     name: str, grid: tuple[int, int, int], bindings: int | None = None) -> ExternKernel:
+                     name: str, grid: tuple[int, int, int], bindings: int | None = None,
+                     ptx_version: int = PTX_VERSION) -> ExternKernel:
     """`kernel` (a triton.jit function whose parameters are `pointers`, name -> Triton pointer
     type such as "*fp16", then `constants`, every one a tl.constexpr) compiled for sm_90a with the
     `tiles`' warps and pipeline stages (GemmTiles, AttentionTiles: `.warps`, `.stages`, `.label`),
     its entry named `name`, launched on `grid`. The first `bindings` pointers (default: all) are
-    IREE's bindings in order; any after them must be unread."""
+    IREE's bindings in order; any after them must be unread, but Triton's global scratch (the
+    parameter after the pointers) where the kernel uses one (device-made TMA descriptors): it is
+    then one more binding, `scratch_bytes` of the ExternKernel for the whole grid."""
     triton, _ = language()
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -68,11 +71,15 @@ def compile_for_iree(kernel: Callable, pointers: dict[str, str], constants: dict
     source = ASTSource(fn=kernel, signature={**pointers, **{c: "constexpr" for c in constants}}, constexprs=constants,
                        attrs={(i,): [["tt.divisibility", 16]] for i in range(len(pointers))})
     compiled = triton.compile(source, target=GPUTarget("cuda", ARCH, 32),
-                              options={"num_warps": tiles.warps, "num_stages": tiles.stages, "ptx_version": PTX_VERSION})
+                              options={"num_warps": tiles.warps, "num_stages": tiles.stages, "ptx_version": ptx_version})
     meta = compiled.metadata
     if meta.shared > SHARED_LIMIT:
         raise KernelAbiError(f"{name} with tiles {tiles.label} needs {meta.shared} bytes of shared memory, more than "
                              f"the {SHARED_LIMIT} a block may have on Hopper")
     bindings = len(pointers) if bindings is None else bindings
+    scratch = getattr(meta, "global_scratch_size", 0) * grid[0] * grid[1] * grid[2]
+    if scratch and bindings != len(pointers):
+        raise KernelAbiError(f"{name} uses global scratch after pointers that are no bindings")
+    bindings += bool(scratch)
     return ExternKernel(name, for_iree(compiled.asm["ptx"], meta.name, name, bindings), bindings,
-                        32 * meta.num_warps, meta.shared, grid, tiles.label)
+                        32 * meta.num_warps, meta.shared, grid, tiles.label, scratch)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from tuner.external.abi import ExternKernel
+from tuner.external.abi import WAVE, ExternKernel
 from tuner.external.gemm_kernel import ACTIVATIONS, EPILOGUE_STEPS, GemmProblem, GemmTiles
 from tuner.external.triton_build import compile_for_iree, language
 
@@ -106,6 +106,65 @@ def gemm_jit():
     return _gemm
 
 
+@cache
+def gemm_tma_jit():
+    """The persistent TMA kernel (tiles.tma): a workgroup per multiprocessor (SMS), each taking the
+    grid's tiles one after another in grouped order (GROUP row tiles at a time), A's and B's
+    blocks loaded and C's stored by the Tensor Memory Accelerator through descriptors each
+    workgroup makes in its global scratch (Triton's, IREE's last binding); rows and columns past
+    the problem's are the descriptors' to fill with zeros and leave unwritten. The flattened
+    loops let Triton's pipeliner load the next tile's first blocks during this one's epilogue."""
+    triton, tl = language()
+
+    @triton.jit
+    def _gemm_tma(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+                  BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, GROUP: tl.constexpr, SMS: tl.constexpr):
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        tiles_m: tl.constexpr = (M + BM - 1) // BM
+        tiles_n: tl.constexpr = (N + BN - 1) // BN
+        steps: tl.constexpr = (K + BK - 1) // BK
+        in_group: tl.constexpr = GROUP * tiles_n
+        for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, SMS, flatten=True):
+            first_m = (tile // in_group) * GROUP
+            rows_here = tl.minimum(tiles_m - first_m, GROUP)
+            pid_m = first_m + (tile % in_group) % rows_here
+            pid_n = (tile % in_group) // rows_here
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+            for step in range(steps):
+                acc = tl.dot(a_desc.load([pid_m * BM, step * BK]), b_desc.load([step * BK, pid_n * BN]), acc)
+            if ACT == 1:
+                acc = tl.maximum(acc, 0.0)
+            if ACT == 2:
+                acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+            if ACT == 3:
+                u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+                acc = 0.5 * acc * (2.0 / (1.0 + tl.exp(-2.0 * u)))
+            if ACT == 4:
+                acc = acc / (1.0 + tl.exp(-acc))
+            c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_ptr.dtype.element_ty))
+
+    return _gemm_tma
+
+
+# TMA's bulk tensor copies into a CTA's shared memory need PTX ISA 8.6 (CUDA 12.7); CUDA 13.0's
+# driver takes it.
+TMA_PTX_VERSION = 86
+
+
+def _triton_gemm_tma(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
+    if not tiles.tma_lays_out(problem):
+        raise ValueError(f"the TMA kernel does not take {problem.name} (a batch, a bias, or K or N no multiple of 8)")
+    activation = problem.epilogue[0] if problem.epilogue else None
+    pointer = "*fp16" if problem.element == "f16" else "*bf16"
+    return compile_for_iree(gemm_tma_jit(), {"a_ptr": pointer, "b_ptr": pointer, "c_ptr": pointer},
+                            {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
+                             "BK": tiles.bk, "ACT": ACTIVATIONS.get(activation, 0) if activation else 0,
+                             "GROUP": tiles.group, "SMS": WAVE},
+                            tiles, problem.name, grid(problem, tiles), ptx_version=TMA_PTX_VERSION)
+
+
 @cache  # each problem's kernel compiled once a process: the rewrites alone and joined share it
 def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     """The Hopper kernel of `problem` with `tiles`, brought to IREE's launch ABI."""
@@ -118,6 +177,8 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
     activation = steps[1:] if has_bias else steps
     if any(s not in EPILOGUE_STEPS for s in steps) or len(activation) > 1 or {"bias", "row_bias"} & set(activation):
         raise ValueError(f"no external kernel for the epilogue {'+'.join(steps)}")
+    if tiles.tma:
+        return _triton_gemm_tma(problem, tiles)
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
     return compile_for_iree(gemm_jit(), {"a_ptr": pointer, "b_ptr": pointer, "x_ptr": pointer, "y_ptr": pointer},
                             {"M": problem.m, "N": problem.n, "K": problem.k, "BM": tiles.bm, "BN": tiles.bn,
@@ -129,6 +190,9 @@ def triton_gemm(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
 
 
 def grid(problem: GemmProblem, tiles: GemmTiles) -> tuple[int, int, int]:
-    """(column tiles, row tiles, batch), or (all tiles, 1, batch) where the tiles are grouped."""
+    """(column tiles, row tiles, batch), or (all tiles, 1, batch) where the tiles are grouped; the
+    persistent TMA form: a workgroup a multiprocessor (WAVE), or one a tile where there are fewer."""
     across, down = -(-problem.n // tiles.bn), -(-problem.m // tiles.bm)
+    if tiles.tma:
+        return min(WAVE, across * down), 1, 1
     return (across * down, 1, problem.batch) if tiles.group > 1 else (across, down, problem.batch)

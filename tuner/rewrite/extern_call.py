@@ -30,10 +30,11 @@ def tensor_type(shape: list[int], element: str) -> ir.Type:
     return ir.Type.parse(f"tensor<{'x'.join(map(str, shape))}x{element}>")
 
 
-def _layout(bindings: int) -> ir.Attribute:
-    """Every binding read-only but the last, the result."""
-    read = ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * (bindings - 1)
-    return ir.Attribute.parse(f"#hal.pipeline.layout<bindings = [{', '.join([*read, '#hal.pipeline.binding<storage_buffer>'])}]>")
+def _layout(bindings: int, written: int = 1) -> ir.Attribute:
+    """Every binding read-only but the last `written` (the result, and a kernel's scratch)."""
+    read = ["#hal.pipeline.binding<storage_buffer, ReadOnly>"] * (bindings - written)
+    write = ["#hal.pipeline.binding<storage_buffer>"] * written
+    return ir.Attribute.parse(f"#hal.pipeline.layout<bindings = [{', '.join([*read, *write])}]>")
 
 
 def onnx_meta(op: ir.Operation) -> dict[str, ir.Attribute]:
@@ -47,7 +48,8 @@ def onnx_meta(op: ir.Operation) -> dict[str, ir.Attribute]:
 def define_extern(module: ir.Module, kernel: ExternKernel, arguments: list[ir.Type], result: ir.Type,
                   meta: dict[str, ir.Attribute]) -> None:
     """`func.func private @KERNEL(arguments...) -> result` at the top of `module`, whose body is
-    the kernel's `hal.dispatch.extern` (one binding per argument, then the result's)."""
+    the kernel's `hal.dispatch.extern` (one binding per argument, then the result's, then, where
+    the kernel has one, its scratch's: a second result of i8 that nothing reads)."""
     index = ir.IndexType.get()
     ptx = kernel.ptx.encode()
     obj = ir.Attribute.parse(f'#hal.executable.object<{{path = "{kernel.name}.ptx", '
@@ -57,15 +59,16 @@ def define_extern(module: ir.Module, kernel: ExternKernel, arguments: list[ir.Ty
             "sym_name": ir.StringAttr.get(kernel.name), "sym_visibility": ir.StringAttr.get("private"),
             "function_type": ir.TypeAttr.get(ir.FunctionType.get(arguments, [result])), **meta})
         body = func.regions[0].blocks.append(*arguments)
+        scratch = [tensor_type([kernel.scratch_bytes], "i8")] if kernel.scratch_bytes else []
         with ir.InsertionPoint(body):
-            extern = ir.Operation.create("hal.dispatch.extern", results=[result], operands=list(body.arguments), regions=2,
-                                         attributes={
-                "export_name": ir.StringAttr.get(kernel.name), "layout": _layout(kernel.bindings),
+            extern = ir.Operation.create("hal.dispatch.extern", results=[result, *scratch], operands=list(body.arguments),
+                                         regions=2, attributes={
+                "export_name": ir.StringAttr.get(kernel.name), "layout": _layout(kernel.bindings, 1 + len(scratch)),
                 "operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, len(arguments), 0, 0]),
                 "targets": ir.ArrayAttr.get([ir.Attribute.parse(TARGET)]),
                 "target_ordinals": ir.ArrayAttr.get([ir.IntegerAttr.get(index, 0)]),
                 "target_objects": ir.ArrayAttr.get([ir.ArrayAttr.get([obj])]),
-                "tied_operands": ir.ArrayAttr.get([ir.IntegerAttr.get(index, -1)]),
+                "tied_operands": ir.ArrayAttr.get([ir.IntegerAttr.get(index, -1)] * (1 + len(scratch))),
                 "workgroup_size": ir.ArrayAttr.get([ir.IntegerAttr.get(index, v) for v in (kernel.threads, 1, 1)]),
                 "workgroup_local_memory": ir.IntegerAttr.get(index, kernel.shared_bytes)})
             count = extern.regions[0].blocks.append(ir.Type.parse("!hal.device"))
@@ -73,7 +76,7 @@ def define_extern(module: ir.Module, kernel: ExternKernel, arguments: list[ir.Ty
                 grid = [ir.Operation.create("arith.constant", results=[index],
                                             attributes={"value": ir.IntegerAttr.get(index, g)}).result for g in kernel.grid]
                 ir.Operation.create("hal.return", operands=grid)
-            ir.Operation.create("func.return", operands=list(extern.results))
+            ir.Operation.create("func.return", operands=[extern.results[0]])
 
 
 def _declared(name: str, ip: ir.InsertionPoint) -> Optional[tuple[list[list[int]], list[int]]]:
