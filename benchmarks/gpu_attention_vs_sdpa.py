@@ -61,7 +61,8 @@ func.func @attention(%q: {t(h)}, %k: {t(kv)}, %v: {t(kv)}) -> {t(h)} {{
 """
 
 
-def compile_all(out: Path, shapes: dict[str, tuple], candidates: int, refine: Path | None = None) -> None:
+def compile_all(out: Path, shapes: dict[str, tuple], candidates: int, refine: Path | None = None,
+                tma: bool = False) -> None:
     from tuner.external.attention_kernel import AttentionProblem, attention_tiles_for, ranked_attention_tiles
     from tuner.rewrite import Rewrite, rewrite_program
     from tuner.rewrite.external_attention import external_attentions
@@ -80,7 +81,7 @@ def compile_all(out: Path, shapes: dict[str, tuple], candidates: int, refine: Pa
         programs = {"default": (work / "default.mlir", "IREE's default")}
         fastest = best_shapes(refine, shape, earlier[shape]["modules"]) if refine else None
         for i, tiles in enumerate(refined_candidates(attention_tiles_for(problem), ranked_attention_tiles(problem),
-                                                     fastest, candidates)):
+                                                     fastest, candidates, tma)):
             name = f"c{i}"
             rewrite = Rewrite(name, lambda module, tiles=tiles: external_attentions(module, tiles=lambda _: tiles), "")
             try:

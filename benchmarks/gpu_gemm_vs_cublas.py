@@ -84,11 +84,16 @@ def best_shapes(measured: Path, shape: str, modules: dict, count: int = 2) -> se
     return set(shapes[:count])
 
 
-def refined_candidates(rule, ranked: tuple, shapes: set[tuple[int, int]] | None, count: int) -> list:
+def refined_candidates(rule, ranked: tuple, shapes: set[tuple[int, int]] | None, count: int, tma: bool = False) -> list:
     """The tiles to build: the rule's, then the space's in its order (`ranked`), only those of
     `shapes` where given (a second pass that varies the K step, warps, stages and grouping of
-    the shapes an earlier pass found fastest)."""
-    return [rule, *[t for t in ranked if t != rule and (shapes is None or (t.bm, t.bn) in shapes)]][:count]
+    the shapes an earlier pass found fastest); with `tma`, each after the rule's also in the
+    TMA form (where the space holds it), else the space's without it."""
+    others = [t for t in ranked if t != rule and not t.tma and (shapes is None or (t.bm, t.bn) in shapes)]
+    if tma:
+        held = set(ranked)
+        others = [x for t in others for x in (t, replace(t, tma=True)) if x in held]
+    return [rule, *others][:count]
 
 
 def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: int,
@@ -101,8 +106,7 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: 
     from tuner.tools import find_tool
 
     out = out.resolve()
-    # the TMA kernel's descriptors live in its scratch: 128-byte offsets, as Triton aligns them
-    flags = [*parse_target("cuda").compile_flags, *(["--iree-stream-resource-min-offset-alignment=128"] if tma else [])]
+    flags = parse_target("cuda").compile_flags
     earlier = json.loads((out / "manifest.json").read_text()) if refine else {}
     manifest = {}
     for shape, (m, n, k) in shapes.items():
@@ -114,9 +118,7 @@ def compile_all(out: Path, shapes: dict[str, tuple[int, int, int]], candidates: 
         programs = {"default": (work / "default.mlir", None)}
         problem = GemmProblem(m, n, k)
         fastest = best_shapes(refine, shape, earlier[shape]["modules"]) if refine else None
-        tried = refined_candidates(tiles_for(problem), ranked_tiles(problem), fastest, candidates)
-        if tma:  # each after the rule's also in the persistent TMA form, up to `candidates` in all
-            tried = [tried[0], *[x for t in tried[1:] for x in (t, replace(t, tma=True))]][:candidates]
+        tried = refined_candidates(tiles_for(problem), ranked_tiles(problem), fastest, candidates, tma)
         for i, tiles in enumerate(tried):
             name = f"c{i}"
             rewrite = Rewrite(name, lambda module, tiles=tiles: external_gemms(
@@ -233,8 +235,8 @@ def command_line(doc: str, out: str, shapes: dict, candidates: int, compile_all,
     parser.add_argument("--only", nargs="*", choices=list(shapes), help="these shapes alone (compile)")
     parser.add_argument("--refine", type=Path, help="an earlier measure's measured.json: build the variations "
                         "of the two tile shapes that ran fastest there (compile, in the same --out)")
-    parser.add_argument("--tma", action="store_true", help="each tile after the rule's also in the persistent TMA "
-                        "form (compile; GEMMs only)")
+    parser.add_argument("--tma", action="store_true", help="each tile after the rule's also in the TMA form "
+                        "(compile)")
     parser.add_argument("--select", type=int, default=2, help="interleaved rounds that choose the tiles (measure)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the figures (measure)")
     args = parser.parse_args()

@@ -171,7 +171,18 @@ def attention_error(problem: AttentionProblem, tiles: AttentionTiles | None = No
     if problem.mask:  # [mz, mh, mm, n], its z repeating every mz (Swin's windows), the rest broadcast
         mask = torch.randn(*problem.mask, n, dtype=torch.float16)
         full = mask.repeat(z // problem.mask[0], 1, 1, 1).expand(z, h, m, n).float()
-    attention_jit()[grid(problem, tiles)](*operands, mask if problem.mask else y, y, **constants(problem, tiles))
+    if tiles.tma:  # the descriptors' scratch, as Triton's launcher would allocate it
+        import triton
+
+        from tuner.external.triton_attention import attention_tma_jit, tma_values
+
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8))
+        values = tma_values(problem, tiles)
+        values.pop("y_ptr", None)
+        attention_tma_jit()[grid(problem, tiles)](*operands, mask if problem.mask else y,
+                                                  y if problem.mask else None, **values)
+    else:
+        attention_jit()[grid(problem, tiles)](*operands, mask if problem.mask else y, y, **constants(problem, tiles))
     group = h // problem.kv  # grouped-query: each K/V head repeated for its group, as transformers' repeat_kv
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=full,
@@ -214,6 +225,16 @@ ATTENTION_TILED = {
         AttentionProblem(1, 2, 64, 128, 80, 80, scale=0.1), AttentionTiles(64, 64, 4, 2)),
     "causal, 64 rows by 128 keys a step (the diagonal block wider than the tile)": (
         AttentionProblem(1, 2, 300, 300, 64, 64, causal=True, scale=0.125), AttentionTiles(64, 128, 4, 2)),
+    "TMA: causal, 2 K/V heads for 4, 200 tokens": (
+        AttentionProblem(2, 4, 200, 200, 64, 64, causal=True, scale=0.125, kv_heads=2), AttentionTiles(64, 64, 4, 2, True)),
+    "TMA: heads split as the exporter writes them, 150 keys": (
+        AttentionProblem(2, 3, 100, 150, 32, 32, scale=0.2, seq_major=(True, True, True, True)),
+        AttentionTiles(64, 64, 4, 2, True)),
+    "TMA: Q K V from one fused projection, causal": (
+        AttentionProblem(2, 3, 70, 70, 16, 16, causal=True, scale=0.25, seq_major=(True, True, True, True),
+                         rows=(160, 160, 160), offsets=(96, 0, 48)), AttentionTiles(64, 32, 4, 2, True)),
+    "TMA: a window mask repeating every 4 of 8 z": (
+        AttentionProblem(8, 2, 49, 49, 32, 32, mask=(4, 2, 49), scale=0.2), AttentionTiles(64, 32, 4, 2, True)),
 }
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from constraints.fast_enumerate import enumerate_space
 from tuner.external.attention_kernel import (PREFERRED as ATTENTION_PREFERRED, AttentionProblem, AttentionTiles,
-                                             attention_space, attention_tile_candidates, attention_tiles_for)
+                                             attention_space, attention_tile_candidates, attention_tiles_for,
+                                             ranked_attention_tiles)
 from tuner.external.gemm_kernel import (TIERS, GemmProblem, GemmTiles, estimate, ranked_tiles, space,
                                         tile_candidates, tiles_for)
 from tuner.external.space import ranked
@@ -123,6 +124,9 @@ def test_every_tile_the_attention_rule_offers_lies_in_its_space():
     (AttentionTiles(128, 64, 4, 3), 128, True),    # 128 x (64 + 128) / 128 = 192: the rule's on Mistral
     (AttentionTiles(128, 64, 4, 3), 256, False),   # 128 x 256 accumulator values on 128 threads: 256
     (AttentionTiles(64, 64, 4, 3), 256, True),     # 2 x (3 x 64 x 512 + 64 x 256) = 229376 bytes
+    (AttentionTiles(128, 128, 8, 3), 128, True),   # 2 x (3 x 128 x 256 + 128 x 128) = 229376
+    (AttentionTiles(128, 128, 8, 3, True), 128, False),  # ... and the result's block for its TMA store: 262144
+    (AttentionTiles(128, 128, 8, 2, True), 128, True),   # 2 x (2 x 128 x 256 + 2 x 128 x 128) = 196608
 ])
 def test_the_attention_space_admits_exactly_the_tiles_that_fit_registers_and_shared_memory(tiles, d, admits):
     assert attention_space(AttentionProblem(1, 32, 4096, 4096, d, d)).admits(vars(tiles)) == admits
@@ -134,3 +138,14 @@ def test_the_attention_candidates_are_the_rules_tiles_then_the_spaces():
     assert candidates[0] == attention_tiles_for(problem) and len(set(candidates)) == 5
     assert all(attention_space(problem).admits(vars(t)) for t in candidates)
     assert len({(t.bm, t.bn) for t in candidates}) == 5  # every shape of 64 or 128 rows by 32, 64, 128 keys but one
+
+
+def test_the_attention_tma_form_is_in_the_space_only_where_a_head_is_a_descriptors_block():
+    def has_tma(d: int, **kw) -> bool:
+        return any(t.tma for t in ranked_attention_tiles(AttentionProblem(1, 8, 1024, 1024, d, d, **kw)))
+
+    assert has_tma(64) and has_tma(128)
+    assert not has_tma(80)  # Phi-2's heads, computed padded to 128: a block would read the next head's columns
+    # GPT-2's Q, K, V side by side in rows of 3 x 12 x 64, each read at its offset: whole 16-byte steps
+    assert has_tma(64, rows=(1536, 1536, 1536), offsets=(0, 512, 1024), seq_major=(True, True, True, True))
+    assert not has_tma(64, rows=(1540, 1540, 1540), offsets=(0, 512, 1024), seq_major=(True, True, True, True))

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Optional
 
-from constraints import IntKnob, Problem
+import z3
+
+from constraints import BoolKnob, IntKnob, Problem
 from constraints.fast_enumerate import enumerate_space
 from constraints.tiling import within
 from constraints.wgmma import warpgroup_rules
@@ -75,6 +77,15 @@ class AttentionProblem:
             extra += f"_rows{'x'.join(map(str, self.rows))}_at{'x'.join(map(str, self.offsets))}"
         return f"attention_{self.z}x{self.h}x{self.m}x{self.n}x{self.d}x{self.dv}_{self.element}{extra}"
 
+    def tma_fits(self) -> bool:
+        """Whether the TMA form of the kernel takes the problem: head widths powers of two (a
+        descriptor's block is the head; no padding), every row of Q, K, V and the result whole
+        16-byte steps (a descriptor's strides)."""
+        widths = (self.d, self.dv)
+        rows = [r or heads * w for r, heads, w in zip(self.rows, (self.h, self.kv, self.kv), (self.d, self.d, self.dv))]
+        return (all(padded_width(w) == w for w in widths)
+                and all(x % 8 == 0 for x in (*widths, *rows, *self.offsets, self.h * self.dv)))
+
     def why_not(self) -> Optional[str]:
         """Why the kernel does not take the problem (None: it does)."""
         if self.element != "f16":
@@ -98,10 +109,11 @@ class AttentionTiles:
     bn: int
     warps: int
     stages: int
+    tma: bool = False  # Q, K, V and the result moved by the Tensor Memory Accelerator (AttentionProblem.tma_fits)
 
     @property
     def label(self) -> str:
-        return f"{self.bm}x{self.bn} w{self.warps} s{self.stages}"
+        return f"{self.bm}x{self.bn} w{self.warps} s{self.stages}" + (" tma" if self.tma else "")
 
     def blocks(self, problem: AttentionProblem) -> int:
         return -(-problem.m // self.bm) * problem.z * problem.h
@@ -120,7 +132,7 @@ class AttentionTiles:
             return None
         tiles = self
         while tiles.shared_bytes(problem) > SHARED_LIMIT and tiles.stages > 2:
-            tiles = AttentionTiles(self.bm, self.bn, self.warps, tiles.stages - 1)
+            tiles = AttentionTiles(self.bm, self.bn, self.warps, tiles.stages - 1, self.tma)
         return tiles if tiles.shared_bytes(problem) <= SHARED_LIMIT else None
 
 
@@ -141,16 +153,20 @@ SCORES_AND_SUMS_PER_THREAD = 192
 
 
 def attention_space(problem: AttentionProblem) -> Problem:
-    """The problem's tiles as a Z3 problem on the knobs bm, bn, warps, stages: the scores' tile
-    (bm x bn) dealt to warpgroups (constraints.wgmma), `shared_bytes` within Hopper's shared
-    memory, the accumulator within ACC_PER_THREAD and the scores with it within
+    """The problem's tiles as a Z3 problem on the knobs bm, bn, warps, stages, tma: the scores'
+    tile (bm x bn) dealt to warpgroups (constraints.wgmma), `shared_bytes` within Hopper's shared
+    memory (with the TMA form's result block too; that form only where it fits, `tma_fits`), the accumulator within ACC_PER_THREAD and the scores with it within
     SCORES_AND_SUMS_PER_THREAD, and no more keys a step than the keys rounded up to a power of two."""
     p = Problem()
     bm, bn, warps, stages = (p.add_knob(IntKnob.of(name, values)).var for name, values in (
         ("bm", ROWS), ("bn", KEYS), ("warps", WARPS), ("stages", STAGES)))
+    tma = p.add_knob(BoolKnob("tma")).var
     d, dv = padded_width(problem.d), padded_width(problem.dv)
+    if not problem.tma_fits():
+        p.require(z3.Not(tma))
     p.require(*warpgroup_rules(bm, bn, warps),
               within(2 * (stages * bn * (d + dv) + bm * d), SHARED_LIMIT),  # as shared_bytes counts
+              z3.Implies(tma, 2 * (stages * bn * (d + dv) + bm * d + bm * dv) <= SHARED_LIMIT),  # and O's block
               within(bm * dv, ACC_PER_THREAD * 32 * warps),
               within(bm * (bn + dv), SCORES_AND_SUMS_PER_THREAD * 32 * warps),
               within(bn, max(32, 1 << (problem.n - 1).bit_length())))

@@ -19,6 +19,9 @@ from typing import Callable, Iterator
 from tuner.external.abi import SHARED_LIMIT, ExternKernel, KernelAbiError, for_iree
 
 PTX_VERSION = 85
+# TMA's bulk tensor copies into a workgroup's shared memory need PTX ISA 8.6 (CUDA 12.7); CUDA
+# 13.0's driver takes it. Only the kernels that use TMA are written at it.
+TMA_PTX_VERSION = 86
 ARCH = 90
 
 

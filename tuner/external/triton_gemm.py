@@ -12,7 +12,7 @@ from functools import cache
 
 from tuner.external.abi import WAVE, ExternKernel
 from tuner.external.gemm_kernel import ACTIVATIONS, EPILOGUE_STEPS, GemmProblem, GemmTiles
-from tuner.external.triton_build import compile_for_iree, language
+from tuner.external.triton_build import TMA_PTX_VERSION, compile_for_iree, language
 
 
 
@@ -146,11 +146,6 @@ def gemm_tma_jit():
             c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_ptr.dtype.element_ty))
 
     return _gemm_tma
-
-
-# TMA's bulk tensor copies into a CTA's shared memory need PTX ISA 8.6 (CUDA 12.7); CUDA 13.0's
-# driver takes it.
-TMA_PTX_VERSION = 86
 
 
 def _triton_gemm_tma(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
