@@ -178,25 +178,54 @@ def test_crosscheck_over_every_gpu_sample(tmp_path, sample, target):
         assert c["both"] + native_only == c["native"]
 
 
-def test_the_both_source_answers_every_pipeline_hook_as_the_pipeline_it_wraps():
-    # Each hook of Pipeline overridden with an answer of its own: the wrapper gives those answers
-    # (it once forwarded 11 hooks by hand and missed optional_knobs, declines and aliases).
+def _answering_pipeline():
+    """A pipeline whose every hook answers "HOOK of the wrapped pipeline"."""
     from pipelines.base import Pipeline
-    from tuner.problem.sources import BothSource
-
-    hooks = [h for h in vars(Pipeline) if not h.startswith("_") and h not in ("name", "native", "constraints",
-                                                                             "filters_configs", "admits", "supports")]
+    from tuner.problem.sources import HOOKS
 
     class Answering(Pipeline):
         pass
 
-    for hook in hooks:
+    for hook in HOOKS:
+        if hook in ("name", "native"):
+            continue
         if callable(vars(Pipeline)[hook]):
             setattr(Answering, hook, lambda self, *a, _h=hook, **k: f"{_h} of the wrapped pipeline")
         else:
             setattr(Answering, hook, f"{hook} of the wrapped pipeline")
-    both = BothSource(Answering(), problem=None)
-    for hook in hooks:
-        value = getattr(both, hook)
-        assert (value("dispatch", {}) if callable(value) else value) == f"{hook} of the wrapped pipeline", hook
-    assert "optional_knobs" in hooks and "declines" in hooks and "model_flags_for" in hooks
+    return Answering()
+
+
+def _answer(source, hook: str):
+    import inspect
+
+    value = getattr(source, hook)
+    if not callable(value):
+        return value
+    arity = len([p for p in inspect.signature(value).parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD])
+    return value(*["dispatch", {}][:arity]) if arity <= 2 else value("dispatch", {})
+
+
+# What each source answers itself (its knobs are its own); every other hook is the wrapped one's.
+OWN = {"BothSource": {"constraints", "filters_configs", "admits"},
+       "CompilerSource": {"constraints", "filters_configs", "admits", "flag_knobs", "optional_knobs", "families",
+                          "space_points", "build_problem", "to_config", "features", "maps_to_compiler",
+                          "compiler_knobs"}}
+
+
+@pytest.mark.parametrize("source", ["BothSource", "CompilerSource"])
+def test_every_constraint_source_answers_each_pipeline_hook_itself_or_as_the_pipeline_it_wraps(source):
+    # (BothSource once forwarded 11 hooks by hand and missed optional_knobs, declines and aliases;
+    # CompilerSource forwarded none, so its callers asked `.native` for untimed_alone and the
+    # matchers' ops-after rule)
+    import tuner.problem.sources as sources
+
+    wrapper = getattr(sources, source)(_answering_pipeline(), problem=None)
+    forwarded = [h for h in sources.HOOKS if h not in OWN[source] | {"name", "native"}]
+    for hook in forwarded:
+        assert _answer(wrapper, hook) == f"{hook} of the wrapped pipeline", hook
+    for hook in OWN[source] - {"space_points", "build_problem", "to_config", "compiler_knobs", "admits"}:
+        assert _answer(wrapper, hook) != f"{hook} of the wrapped pipeline", hook
+    assert {"optional_knobs", "declines", "model_flags_for", "untimed_alone", "matches_ops_after",
+            "supports"} <= set(sources.HOOKS)
+    assert wrapper.name == wrapper.base.name and wrapper.native is wrapper.base

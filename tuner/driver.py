@@ -272,7 +272,7 @@ def evaluate(session: Session, candidates: list[Candidate], run: RunOptions, pro
 
 def untimed_alone(session: Session) -> Optional[str]:
     """Why the session's dispatch cannot be timed alone (Pipeline.untimed_alone), or None."""
-    return session.pipeline.native.untimed_alone(session.dispatch)
+    return session.pipeline.untimed_alone(session.dispatch)
 
 
 def refuse_alone(session: Session) -> None:

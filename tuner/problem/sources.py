@@ -27,13 +27,37 @@ from tuner.targets import Target
 SOURCES = ("native", "compiler", "both")
 
 
+def _forwarding(hook: str):
+    """`hook` of the wrapped pipeline: a method called on it, or its value."""
+    if callable(vars(Pipeline)[hook]):
+        def method(self, *args, **kwargs):
+            return getattr(self.base, hook)(*args, **kwargs)
+        method.__name__ = hook
+        return method
+    return property(lambda self: getattr(self.base, hook))
+
+
+# Every hook the tuner calls on a pipeline (pipelines.base.Pipeline's public members).
+HOOKS = tuple(h for h in vars(Pipeline) if not h.startswith("_"))
+
+
 @dataclass
 class _Wrapping(Pipeline):
     """A constraint source: the pipeline it wraps (`base`, its `native`) and the compiler's
-    emitted problem for the dispatch."""
+    emitted problem for the dispatch. A source answers the hooks its class (or this one)
+    defines; every other hook of Pipeline is the wrapped pipeline's, forwarded when the class is
+    made (`__init_subclass__`), so that no caller has to ask `.native` and a hook added to
+    Pipeline cannot be missed."""
 
     base: Pipeline
     problem: EmittedProblem
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        own = {name for klass in cls.__mro__ if issubclass(klass, _Wrapping) for name in vars(klass)}
+        for hook in HOOKS:
+            if hook not in own:
+                setattr(cls, hook, _forwarding(hook))
 
     @property
     def name(self) -> str:
@@ -43,35 +67,55 @@ class _Wrapping(Pipeline):
     def native(self) -> Pipeline:
         return self.base
 
-    def supports(self, dispatch: Dispatch) -> bool:
-        return self.base.supports(dispatch)
-
 
 @dataclass
 class CompilerSource(_Wrapping):
     """A pipeline whose space is the compiler's emitted problem (up to `limit` solutions or
     `seconds` of solving: the solver finds 70-200 configs a second, BENCHMARKS.md). Its knobs
-    are the compiler's: no features, no flag knobs, no model-wide flags."""
+    are the compiler's: it answers what reads knobs itself (no features, no flag knobs, no
+    optional knobs or families, every config of its space taken); what concerns the dispatch or
+    the model (supports, declines, untimed_alone, model-wide flags, matchers) is the wrapped
+    pipeline's."""
 
     limit: int = 1000
     seconds: float = 30.0
     constraints = "compiler"
+    filters_configs = False
+    flag_knobs = ()
+    optional_knobs = {}  # noqa: RUF012 (a class attribute, read only)
+    families = None
 
     def space_points(self, dispatch: Dispatch) -> tuple[list[dict], bool]:
         """The compiler's valid configs, and whether they are all of them."""
         points = list(self.problem.solutions(self.limit, self.seconds))
         return points, len(points) < self.limit and not self.problem.timed_out
 
+    def build_problem(self, dispatch: Dispatch):
+        raise NotImplementedError("the compiler's constraints are solved as they were emitted (space_points)")
+
     def to_config(self, dispatch: Dispatch, knobs: Mapping[str, int], ctx: ir.Context) -> Config:
         return materialized_config(self.problem, knobs, ctx)
+
+    def features(self, dispatch: Dispatch, knobs: Mapping) -> dict[str, float]:
+        return {}
+
+    def admits(self, dispatch: Dispatch, knobs: Mapping) -> bool:
+        return True
+
+    def maps_to_compiler(self, dispatch: Dispatch) -> bool:
+        return False  # nothing to map: its configs are the compiler's knobs
+
+    def compiler_knobs(self, dispatch: Dispatch, knobs: Mapping) -> dict[str, object]:
+        from pipelines.base import NotInCompilerKnobs
+
+        raise NotInCompilerKnobs(f"{self.name}: its configs are the compiler's own knobs")
 
 
 @dataclass
 class BothSource(_Wrapping):
     """The native pipeline less the configs the compiler's constraints reject: its problem,
-    knobs, features and configs, with `admits` saying which of them the compiler takes. Every
-    other hook of `Pipeline` is the native pipeline's (forwarded below, so a new hook cannot be
-    missed)."""
+    knobs, features and configs, with `admits` saying which of them the compiler takes; every
+    other hook is the native pipeline's."""
 
     constraints = "both"
     filters_configs = True
@@ -116,17 +160,3 @@ def with_constraints(source: str, pipeline: Pipeline, dispatch: Dispatch, input_
         return CompilerSource(pipeline, problem, limit=min(CompilerSource.limit, max(200, 20 * budget)))
     return BothSource(pipeline, problem)
 
-
-def _forwarding(hook: str):
-    """`hook` of the wrapped pipeline: a method called on it, or its value."""
-    if callable(vars(Pipeline)[hook]):
-        def method(self, *args, **kwargs):
-            return getattr(self.base, hook)(*args, **kwargs)
-        method.__name__ = hook
-        return method
-    return property(lambda self: getattr(self.base, hook))
-
-
-for _hook in [h for h in vars(Pipeline) if not h.startswith("_")]:
-    if _hook not in vars(BothSource) and _hook not in vars(_Wrapping):
-        setattr(BothSource, _hook, _forwarding(_hook))

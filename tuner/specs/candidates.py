@@ -148,7 +148,7 @@ def as_matched(dispatch: Dispatch, pipeline: Pipeline, config: Config) -> Config
     the ops after the root (`Pipeline.matches_ops_after`, which also keeps a model's same-shaped
     dispatches apart: tuner.stages.selection.signature), the part saying how many
     (pipelines.parts.StoredThrough)."""
-    if not (pipeline.native.matches_ops_after and config.compilation_info) or config.part(StoredThrough):
+    if not (pipeline.matches_ops_after and config.compilation_info) or config.part(StoredThrough):
         return config
     return replace(config, parts=(*config.parts, StoredThrough(len(dispatch.other_ops))))
 
