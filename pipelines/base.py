@@ -183,6 +183,25 @@ class Pipeline:
         return self
 
 
+class KindPipeline(Pipeline):
+    """A pipeline that says which dispatches are of its kind (`takes`: kind, target, the
+    compiler's choice of pipeline) and, of those, why it cannot tune one (`limit`, None: it can):
+    it supports a dispatch it takes within its limits, and declines, with the reason, one it
+    takes beyond them; of any other it says nothing (another pipeline's)."""
+
+    def takes(self, dispatch: Dispatch) -> bool:
+        raise NotImplementedError
+
+    def limit(self, dispatch: Dispatch) -> str | None:
+        return None
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        return self.takes(dispatch) and self.limit(dispatch) is None
+
+    def declines(self, dispatch: Dispatch) -> str | None:
+        return self.limit(dispatch) if self.takes(dispatch) else None
+
+
 def default_pipeline_is(dispatch: Dispatch, pipeline_id: str) -> bool:
     """Whether the compiler's own config for the dispatch uses this pipeline ("iree_gpu.TileAndFuse",
     "iree_cpu.DoubleTilingExpert"): the typed pipeline attribute as discovery read it."""

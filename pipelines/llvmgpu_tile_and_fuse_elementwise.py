@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Mapping
 import z3
 
 from constraints import BoolKnob, IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
+from pipelines.base import Config, KindPipeline, KnobValue, default_pipeline_is
 from pipelines.dispatch import PARALLEL_KINDS, Dispatch
 from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array, retiled_default
 from pipelines.printed_config import tiling_level
@@ -73,17 +73,19 @@ def _transposed_input(dispatch: Dispatch) -> int | None:
     return next((i for i, dims in enumerate(inputs) if len(dims) == len(output) and dims != output), None)
 
 
-class LLVMGPUTileAndFuseElementwise(Pipeline):
+class LLVMGPUTileAndFuseElementwise(KindPipeline):
     name = "llvmgpu_tile_and_fuse_elementwise"
     aliases = ("llvmgpu_tile_and_fuse",)
 
-    def supports(self, dispatch: Dispatch) -> bool:
-        return _its_kind(dispatch) and bool(dispatch.default.subgroup_size) and _tiles(dispatch) is not None
+    def takes(self, dispatch: Dispatch) -> bool:
+        return _its_kind(dispatch)
 
-    def declines(self, dispatch: Dispatch) -> str | None:
-        if _its_kind(dispatch) and _tiles(dispatch) is None:
+    def limit(self, dispatch: Dispatch) -> str | None:
+        if _tiles(dispatch) is None:
             return ("the compiler's TileAndFuse config of this dispatch tiles more than its two innermost loops "
                     "across threads, or configures several ops; not tunable yet")
+        if not dispatch.default.subgroup_size:
+            return "the compiler's config of this dispatch names no subgroup size"
         return None
 
     def build_problem(self, dispatch: Dispatch) -> Problem:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Mapping
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is, tiled_config
+from pipelines.base import Config, KindPipeline, KnobValue, default_pipeline_is, tiled_config
 from pipelines.dispatch import Dispatch, DispatchKind
 from pipelines.llvmgpu_common import (ELEMENT_BYTES, MAX_ACCUMULATOR_REGISTERS, compatible_intrinsics, i64_array,
                                       mma_shape, shared_memory_bytes, subgroup_size)
@@ -42,7 +42,7 @@ def lays_out(columns: int, element_bytes: int, subgroup: int) -> bool:
     return (columns * element_bytes) % VECTOR_BYTES == 0 and (subgroup % lanes == 0 or lanes % subgroup == 0)
 
 
-class LLVMGPUVectorDistributeAttention(Pipeline):
+class LLVMGPUVectorDistributeAttention(KindPipeline):
     """Knobs: `workgroup_m` (queries per workgroup), `workgroup_n` (value columns),
     `reduction_k2` (keys per step), `subgroups_m` (subgroups along the queries) and `mma_kind`
     (the intrinsic of its QK and PV matmuls, set in the op's decomposition_config)."""
@@ -51,17 +51,12 @@ class LLVMGPUVectorDistributeAttention(Pipeline):
     aliases = ("llvmgpu_vector_distribute",)  # `--pipeline llvmgpu_vector_distribute` picks it for attention
     model_flags = ()
 
-    def _takes(self, dispatch: Dispatch) -> bool:
+    def takes(self, dispatch: Dispatch) -> bool:
         return (dispatch.kind == DispatchKind.ATTENTION and dispatch.target.backend in ("cuda", "rocm")
                 and default_pipeline_is(dispatch, "iree_gpu.VectorDistribute")
                 and len(dispatch.k_dims) == 2 and bool(attention_intrinsics(dispatch)))
 
-    def supports(self, dispatch: Dispatch) -> bool:
-        return self._takes(dispatch) and self.declines(dispatch) is None
-
-    def declines(self, dispatch: Dispatch) -> str | None:
-        if not self._takes(dispatch):
-            return None
+    def limit(self, dispatch: Dispatch) -> str | None:
         k1 = dispatch.loop_bounds[dispatch.k_dims[0]]
         if not lays_out(k1, ELEMENT_BYTES.get(dispatch.lhs_type, 2), subgroup_size(dispatch)):
             return (f"a head dim of {k1}: IREE 3.13 lays out promoted tiles whose rows are whole 16-byte vectors over "

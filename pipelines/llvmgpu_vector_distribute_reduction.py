@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Mapping
 import z3
 
 from constraints import IntKnob, Problem, tiling
-from pipelines.base import Config, KnobValue, Pipeline, default_pipeline_is
+from pipelines.base import Config, KindPipeline, KnobValue, default_pipeline_is
 from pipelines.dispatch import REDUCTION_KINDS, Dispatch, DispatchKind
 from pipelines.parts import FusedOps
 from pipelines.llvmgpu_common import ELEMENT_BYTES, i64_array, subgroup_size
@@ -121,17 +121,19 @@ def _its_kind(dispatch: Dispatch) -> bool:
                  or matrix_vector(dispatch)))
 
 
-class LLVMGPUVectorDistributeReduction(Pipeline):
+class LLVMGPUVectorDistributeReduction(KindPipeline):
     name = "llvmgpu_vector_distribute_reduction"
     aliases = ("llvmgpu_vector_distribute",)
 
-    def supports(self, dispatch: Dispatch) -> bool:
-        return _its_kind(dispatch) and bool(dispatch.default.subgroup_size) and _layouts(dispatch) is not None
+    def takes(self, dispatch: Dispatch) -> bool:
+        return _its_kind(dispatch)
 
-    def declines(self, dispatch: Dispatch) -> str | None:
-        if _its_kind(dispatch) and _layouts(dispatch) is None:
+    def limit(self, dispatch: Dispatch) -> str | None:
+        if _layouts(dispatch) is None:
             return ("the compiler's reduction config of this dispatch is not one subgroup basis over one "
                     "reduced dimension shared by its ops; not tunable yet")
+        if not dispatch.default.subgroup_size:
+            return "the compiler's config of this dispatch names no subgroup size"
         return None
 
     def untimed_alone(self, dispatch: Dispatch) -> str | None:
