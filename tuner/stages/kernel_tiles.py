@@ -92,7 +92,7 @@ class KernelTileStage:
             variants.append(Variant(f"{DIRECTORY}-{j}", state.flags, program=program, pinned=state.pinned))
             picks.append(given)
         if len(variants) < 2 or all(p == picks[0] for p in picks[1:]):
-            return state.note("external kernel tiles: one candidate a problem, the rule's")
+            return _said(env, state, "external kernel tiles: one candidate a problem, the rule's")
         prebuild(env, variants)
         # the choice as the flag stage built it (cached by what defines it, whatever its name)
         before = build_once(env, Variant(f"{DIRECTORY}-rule", state.flags, program=state.program, pinned=state.pinned))
@@ -107,7 +107,7 @@ class KernelTileStage:
         changed = {name: tiles for name, tiles in best.items() if tiles != picks[0][name]}
         if not changed:
             _record(env, state, {}, "the rule's were the fastest in the model for every problem")
-            return state.note("external kernel tiles: the rule's were the fastest in the model for every problem")
+            return _said(env, state, "external kernel tiles: the rule's were the fastest in the model for every problem")
         for name, tiles in changed.items():
             env.say(f"  {name}: {tiles.label} in the model, {_ms(times, picks, name, tiles)} "
                     f"(the rule's {picks[0][name].label}: {_ms(times, picks, name, picks[0][name])})")
@@ -120,10 +120,16 @@ class KernelTileStage:
                    + (f"{paired.speedup:.2f}x" if paired else cmp.failed.get(chosen.variant.name, "not timed")))
         if paired is None or not paired.beats_baseline:
             _record(env, state, {}, f"the rule's kept ({verdict})")
-            return state.note(f"external kernel tiles: the rule's kept ({verdict})")
+            return _said(env, state, f"external kernel tiles: the rule's kept ({verdict})")
         _record(env, state, labels, f"{verdict}: kept")
         env.say(f"external kernel tiles: {verdict}: kept")
         return replace(state, program=program).note(f"external kernel tiles: {verdict}")
+
+
+def _said(env: StageEnv, state: ModelState, verdict: str) -> ModelState:
+    """The stage's verdict said on the terminal, as the other stages say theirs, and noted."""
+    env.say(verdict)
+    return state.note(verdict)
 
 
 def _program(env: StageEnv, state: ModelState, pick: Callable, name: str,
