@@ -1,6 +1,7 @@
 """A search that learns from what it measures (in the spirit of Helion's LFBO pattern search):
-a random forest over the points' features is fitted to every score seen so far (failures in
-as the worst outcome), ranks the whole unvisited space, and the next batch takes the most
+a cost model over the points' features (tuner.search.cost_model: a random forest unless another
+is given) is fitted to every score seen so far (failures in as the worst outcome), ranks the
+whole unvisited space, and the next batch takes the most
 promising points, spread apart, plus one drawn at random; refit, repeat.
 
 - Scores are log speedups, so a 2x and a 0.5x config weigh alike around the baseline.
@@ -23,6 +24,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.search.base import Search
+from tuner.search.cost_model import CostModel, ForestCostModel
 from tuner.search.prior import MIN_PRIOR_POINTS, Prior
 from tuner.search.simple import PreferenceSearch
 
@@ -39,13 +41,13 @@ class ModelSearch(Search):
     adaptive = True
 
     def __init__(self, *args, warmup: int = 8, trees: int = 48, explore: float = 1.0, prior_warmup: bool = True,
-                 **kwargs) -> None:
+                 cost_model: Optional[CostModel] = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.warmup = warmup
+        self.cost_model: CostModel = cost_model or ForestCostModel(trees)
         # Warm up along the pipeline's preference order rather than at random: what its authors
         # knew is the best guess before anything is measured (one slot per batch stays random).
         self._prior = PreferenceSearch(self.space) if prior_warmup else None
-        self.trees = trees
         self.explore = explore
         # The pipeline's preferences are features too: its authors' knowledge of what tends to be
         # fast, which the forest may follow or ignore as the measurements say.
@@ -89,20 +91,19 @@ class ModelSearch(Search):
         return picks + ([self.rng.choice(rest)] if rest else [])
 
     def _acquisition(self, scored: list[tuple[int, Optional[float]]], ok: list[float], left: list[int]) -> np.ndarray:
-        from sklearn.ensemble import RandomForestRegressor
-
+        """The cost model fitted to every score so far, its prediction for each unvisited point:
+        mean + explore x spread."""
         worst = math.log(min(ok)) - FAILURE_PENALTY
         y = np.array([math.log(s) if s is not None and s > 0 else worst for _, s in scored])
-        forest = RandomForestRegressor(n_estimators=self.trees, max_features=0.6, min_samples_leaf=1,
-                                       random_state=self.rng.randrange(2**31), n_jobs=1)
+        seed = self.rng.randrange(2**31)
         x = np.vstack([self._x[[i for i, _ in scored]].reshape(len(scored), self._x.shape[1]), self._prior_x])
         # Other dispatches' points weigh less as this one's own measurements come in.
         prior_weight = PRIOR_WEIGHT * self.warmup / (self.warmup + len(scored))
         weights = np.concatenate([np.ones(len(scored)), np.full(len(self._prior_y), prior_weight)])
-        forest.fit(x, np.concatenate([y, self._prior_y]), sample_weight=weights)
+        self.cost_model.fit(x, np.concatenate([y, self._prior_y]), weights, seed)
         self.fits += 1
-        per_tree = np.stack([t.predict(self._x[left]) for t in forest.estimators_])
-        return per_tree.mean(axis=0) + self.explore * per_tree.std(axis=0)
+        mean, spread = self.cost_model.predict(self._x[left])
+        return mean + self.explore * spread
 
     def _pick(self, left: list[int], acquisition: np.ndarray, n: int) -> list[int]:
         """The best by acquisition, each next one discounted by closeness to those picked; the
