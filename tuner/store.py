@@ -305,6 +305,24 @@ class ResultStore:
         self.close()
 
 
+def recorded_results(path: Path) -> dict[str, Result]:
+    """The newest result of each key in the store at `path` (any device and version; timeouts and
+    interruptions left out, as a rerun tries them again), read without writing to it: what an
+    earlier run measured, for a run that replays it (tuner.evaluation.replay_runner)."""
+    try:
+        db = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        rows = db.execute("SELECT key, result FROM results ORDER BY written_at").fetchall()
+        db.close()
+    except sqlite3.Error as e:
+        raise StoreError(f"{path}: cannot read it as a result store ({e})") from None
+    found: dict[str, Result] = {}
+    for key, blob in rows:
+        result = Result.from_json(json.loads(blob))
+        if result.status not in (Status.COMPILE_TIMEOUT, Status.COMPILE_INTERRUPTED, Status.RUN_TIMEOUT):
+            found[key] = result
+    return found
+
+
 def store_history(path: Path) -> list[dict]:
     """The runs whose results the store at `path` holds, oldest first, read without changing the
     file or writing beside it: for each, who wrote it and when (its `run`, its first and last

@@ -39,10 +39,13 @@ def main() -> None:
 @click.option("--output", "output_dir", default="tuning-output", show_default=True, type=click.Path(path_type=Path),
               help="Where best_spec.mlir, best_flags.txt and results.json go.")
 @click.option("--compile-only", is_flag=True, help="Compile and verify only; `iree-tuner benchmark DIR` measures later.")
+@click.option("--runner", default="local", show_default=True,
+              help="How candidates are run and timed: local (this machine's devices), or replay:STORE (the timings "
+                   "an earlier run stored, e.g. DIR/results.sqlite: nothing runs; tuner.evaluation.runners).")
 @json_option
 @evaluation_options
-def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, target: str, pipeline_name: str | None,
-         dispatch_name: str | None, search, run) -> None:
+def tune(input_file: Path, output_dir: Path, compile_only: bool, runner: str, as_json: bool, target: str,
+         pipeline_name: str | None, dispatch_name: str | None, search, run) -> None:
     """Tune the largest tunable dispatch of INPUT_FILE: search its valid configs within the budget,
     each batch compiled and timed against the default, the best confirmed side by side."""
     from dataclasses import replace
@@ -54,7 +57,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, as_json: bool, 
     live = LiveResults(console)
     with errors_to_exit(), progress_bars(console) as on_progress:
         tuning = api.tune(input_file, target, output_dir, dispatch_name, pipeline_name, search,
-                          replace(run, compile_only=compile_only),
+                          replace(run, compile_only=compile_only, runner=runner),
                           Listeners(on_progress, on_discovered=say_picked(console), on_search=say_search(console),
                                     on_candidates=say_candidates(console), on_results=live, on_result=live.one))
     none_took = say_failures(console, tuning.results if tuning.manifest is None else

@@ -124,6 +124,8 @@ class RunOptions:
     # util.assume.int hints allow of DEFAULT_DYNAMIC_SIZE); the user's --input files decide it too.
     dynamic_size: Optional[int] = None
     host_reference: Optional[HostReference] = None
+    # How candidates are run and timed: a runner of tuner.evaluation.runners ("local", "replay:STORE").
+    runner: str = "local"
 
 
 @dataclass(frozen=True)
