@@ -145,7 +145,9 @@ def attention_tma_jit():
     (IREE's last binding), [z, seq, row] where it lies seq-major (the head's columns a block of
     the row) and [z x heads, seq, d] where not; rows and keys past the problem's read as zeros and
     not written. Head widths that are powers of two only (`AttentionProblem.tma_fits`); the mask,
-    where there is one, by pointers as in `attention_jit`."""
+    where there is one, by pointers as in `attention_jit`. Its online-softmax step is written out
+    as that kernel's is: a jit helper shared through the enclosing function compiles (Triton 3.6
+    and 3.9) but Triton's interpreter, which checks these kernels here, does not see it."""
     triton, tl = language()
 
     @triton.jit
