@@ -169,3 +169,18 @@ def test_the_overlapped_schedule_deals_the_first_pass_over_every_device_and_conf
     assert best.candidate_id == 3 and len(best.round_ratios) >= SETTINGS.confirm_rounds
     later = [d for i, d in runner.timed if i == 3][1:]
     assert len(later) >= SETTINGS.confirm_rounds and set(later) == {"memory://0"}, later
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_making_an_evaluator_writes_and_reads_nothing_until_its_first_batch(schedule, batch, tmp_path, cpu):
+    """Construction does no I/O (issue 61): the entry's inputs are written, and the host's result
+    would be read, when the first batch is measured."""
+    path, candidates, workload, ctx = batch
+    evaluator = STRATEGIES[schedule](path, cpu, workload, tmp_path / "candidates", ResultStore.in_memory("c", "r"),
+                                     SETTINGS, ("memory://0",), ctx=ctx, runner=MemoryRunner({}),
+                                     builder=MemoryBuilder(tmp_path / "candidates"),
+                                     host_reference=tmp_path / "no-such-host-result.npy")
+    assert not (tmp_path / "candidates").exists()
+    with pytest.raises(FileNotFoundError):  # read only now, when a batch needs it
+        evaluator.evaluate(candidates)
+    assert any((tmp_path / "candidates" / "inputs").iterdir())

@@ -23,6 +23,7 @@ from __future__ import annotations
 import queue
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Sequence, cast
 
@@ -39,7 +40,7 @@ from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Built, Measurer, ModuleRunner, Progress, Recorder
 from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.core.results import EvaluationStats, Result
-from tuner.core.running import DISPATCH_BATCH
+from tuner.core.running import DISPATCH_BATCH, ModuleRun
 from tuner.core.settings import EvalSettings
 from tuner.store import ResultStore
 from tuner.targets import Target
@@ -93,11 +94,8 @@ class BaseEvaluator:
         self.progress = progress
         self.on_result = on_result  # each first-pass result as it arrives (the CLI streams them)
         self.ctx = ctx or ir.Context()
-        inputs = tuple(workload.write_inputs(workdir / "inputs", given=given_inputs))
-        self.module_run = settings.module_run(self.devices[0], workload, inputs)
+        self.given_inputs, self.host_reference = given_inputs, host_reference
         self.built: dict[str, Built] = {}  # by candidate key: what this run compiled
-        # The host's result for these inputs (.npy; tuner.stages.host_reference), or None.
-        self.host = np.load(host_reference) if host_reference is not None else None
         # On a GPU with CUPTI, a candidate is timed by its kernels inside its whole-model module
         # (tuner.evaluation.in_model); elsewhere, or where the runner is not this machine's, as before.
         self.in_model = runner.local and times_in_model(settings.gpu_timing, self.devices[0],
@@ -112,6 +110,20 @@ class BaseEvaluator:
                            self.runner.timing_identity(self.devices[0],
                                                   target.time_dispatch_only or workload.dispatch_benchmark,
                                                   DISPATCH_BATCH))
+
+    @cached_property
+    def module_run(self) -> ModuleRun:
+        """How every candidate is run (the entry, its inputs, the first device): the inputs are
+        written (or the user's copied) into the run's directory when the first batch needs them,
+        not when the evaluator is made."""
+        inputs = tuple(self.workload.write_inputs(self.workdir / "inputs", given=self.given_inputs))
+        return self.settings.module_run(self.devices[0], self.workload, inputs)
+
+    @cached_property
+    def host(self) -> Optional[np.ndarray]:
+        """The host's result for these inputs (.npy; tuner.stages.host_reference), or None; read
+        when the first batch is measured."""
+        return np.load(self.host_reference) if self.host_reference is not None else None
 
     def evaluate(self, candidates: Sequence[Candidate], settings: Optional[EvalSettings] = None) -> Evaluation:
         """`settings` overrides the evaluator's for this batch (a search's batches skip the
