@@ -78,7 +78,7 @@ class Pipeline:
     """One IREE codegen pipeline: every hook the tuner calls, each with its default. A pipeline
     subclasses this and defines at least `name`, `supports`, `build_problem` and `to_config`;
     register it in `pipelines.registry`. The constraint sources of tuner.problem.sources
-    subclass it too, wrapping a pipeline (`native` is then the one they wrap)."""
+    subclass it too, wrapping a pipeline (`underlying` is then the one they wrap)."""
 
     name: str = ""
     # Flag sets that change every dispatch of a model rather than one (e.g. data tiling): a
@@ -178,8 +178,8 @@ class Pipeline:
         raise NotInCompilerKnobs(f"{self.name}: the compiler emits no constraints for it")
 
     @property
-    def native(self) -> "Pipeline":
-        """The pipeline itself (a constraint source: the one it wraps)."""
+    def underlying(self) -> "Pipeline":
+        """The codegen pipeline itself (a constraint source: the one it wraps)."""
         return self
 
 

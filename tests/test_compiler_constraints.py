@@ -187,7 +187,7 @@ def _answering_pipeline():
         pass
 
     for hook in HOOKS:
-        if hook in ("name", "native"):
+        if hook in ("name", "underlying"):
             continue
         if callable(vars(Pipeline)[hook]):
             setattr(Answering, hook, lambda self, *a, _h=hook, **k: f"{_h} of the wrapped pipeline")
@@ -216,16 +216,16 @@ OWN = {"BothSource": {"constraints", "filters_configs", "admits"},
 @pytest.mark.parametrize("source", ["BothSource", "CompilerSource"])
 def test_every_constraint_source_answers_each_pipeline_hook_itself_or_as_the_pipeline_it_wraps(source):
     # (BothSource once forwarded 11 hooks by hand and missed optional_knobs, declines and aliases;
-    # CompilerSource forwarded none, so its callers asked `.native` for untimed_alone and the
+    # CompilerSource forwarded none, so its callers asked `.native` (now `.underlying`) for untimed_alone and the
     # matchers' ops-after rule)
     import tuner.problem.sources as sources
 
     wrapper = getattr(sources, source)(_answering_pipeline(), problem=None)
-    forwarded = [h for h in sources.HOOKS if h not in OWN[source] | {"name", "native"}]
+    forwarded = [h for h in sources.HOOKS if h not in OWN[source] | {"name", "underlying"}]
     for hook in forwarded:
         assert _answer(wrapper, hook) == f"{hook} of the wrapped pipeline", hook
     for hook in OWN[source] - {"space_points", "build_problem", "to_config", "compiler_knobs", "admits"}:
         assert _answer(wrapper, hook) != f"{hook} of the wrapped pipeline", hook
     assert {"optional_knobs", "declines", "model_flags_for", "untimed_alone", "matches_ops_after",
             "supports"} <= set(sources.HOOKS)
-    assert wrapper.name == wrapper.base.name and wrapper.native is wrapper.base
+    assert wrapper.name == wrapper.base.name and wrapper.underlying is wrapper.base

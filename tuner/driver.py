@@ -326,7 +326,7 @@ def compiler_says_of_failures(session: Session, candidates: Sequence[Candidate],
               if r.status in (Status.COMPILE_FAILED, Status.COMPILE_INTERRUPTED, Status.CONFIG_NOT_APPLIED)
               and not r.is_baseline}
     pipeline = session.pipeline
-    base = pipeline.native
+    base = pipeline.underlying
     if not failed or base.compiler_pipeline is None or not base.maps_to_compiler(session.dispatch):
         return {}
     try:

@@ -8,7 +8,7 @@
 - `both`: the native space (its knob names, preferences, features and configs) less the configs
   the compiler's constraints reject.
 
-Each wraps the pipeline in a `Pipeline` of its own (`native` is the one it wraps), so the search,
+Each wraps the pipeline in a `Pipeline` of its own (`underlying` is the one it wraps), so the search,
 the candidates and the evaluators do not know which source they read."""
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ HOOKS = tuple(h for h in vars(Pipeline) if not h.startswith("_"))
 
 @dataclass
 class _Wrapping(Pipeline):
-    """A constraint source: the pipeline it wraps (`base`, its `native`) and the compiler's
+    """A constraint source: the pipeline it wraps (`base`, its `underlying`) and the compiler's
     emitted problem for the dispatch. A source answers the hooks its class (or this one)
     defines; every other hook of Pipeline is the wrapped pipeline's, forwarded when the class is
-    made (`__init_subclass__`), so that no caller has to ask `.native` and a hook added to
+    made (`__init_subclass__`), so that no caller has to ask `.underlying` and a hook added to
     Pipeline cannot be missed."""
 
     base: Pipeline
@@ -64,7 +64,7 @@ class _Wrapping(Pipeline):
         return self.base.name
 
     @property
-    def native(self) -> Pipeline:
+    def underlying(self) -> Pipeline:
         return self.base
 
 
