@@ -78,11 +78,11 @@ def test_tune_with_the_replay_runner_times_each_config_at_the_first_runs_figures
     from tests.conftest import assert_one_error_line, run_cli, write_matmul
 
     program = write_matmul(tmp_path / "mm.mlir", 128, 128, 128)
-    first = run_cli("tune", str(program), "--budget", "4", "--output", str(tmp_path / "real"), "--repetitions", "2",
-                    "--confirm-rounds", "2")
+    first = run_cli("tune", str(program), "--budget", "2", "--output", str(tmp_path / "real"), "--repetitions", "1",
+                    "--confirm-rounds", "1")
     assert first.exit_code == 0, first.output
-    second = run_cli("tune", str(program), "--budget", "4", "--output", str(tmp_path / "again"), "--repetitions", "2",
-                     "--confirm-rounds", "2", "--runner", f"replay:{tmp_path / 'real' / 'results.sqlite'}")
+    second = run_cli("tune", str(program), "--budget", "2", "--output", str(tmp_path / "again"), "--repetitions", "1",
+                     "--confirm-rounds", "1", "--runner", f"replay:{tmp_path / 'real' / 'results.sqlite'}")
     assert second.exit_code == 0, second.output
     real = json.loads((tmp_path / "real" / "results.json").read_text())
     again = json.loads((tmp_path / "again" / "results.json").read_text())
