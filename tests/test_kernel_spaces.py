@@ -4,6 +4,8 @@ tuner.external.attention_kernel.attention_space) and the order they are tried in
 hand-written rules' tiles lie in the spaces, and that a few tries meet several tile shapes. No
 Triton or GPU needed."""
 
+from dataclasses import replace
+
 import pytest
 
 from constraints.fast_enumerate import enumerate_space
@@ -93,11 +95,12 @@ def test_a_tile_too_small_to_keep_the_tensor_cores_busy_is_estimated_slower_for_
     assert estimate(problem, GemmTiles(128, 128, 64, 8, 3, 8)) < estimate(problem, GemmTiles(128, 128, 64, 8, 3, 1))
 
 
-def test_the_candidates_in_the_model_are_the_rules_tiles_then_the_spaces_distinct_ones():
+def test_the_candidates_in_the_model_are_the_rules_tiles_in_both_forms_then_the_spaces_distinct_ones():
     problem = GemmProblem(1576, 384, 1536)
     candidates = tile_candidates(problem, count=6)
     assert candidates[0] == tiles_for(problem) and len(set(candidates)) == 6
-    assert all(admitted(problem, t) for t in candidates) and len({(t.bm, t.bn) for t in candidates}) >= 5
+    assert candidates[1] == replace(candidates[0], tma=True)  # the kernel's other form of the rule's tiles
+    assert all(admitted(problem, t) for t in candidates) and len({(t.bm, t.bn) for t in candidates}) >= 4
 
 
 def test_grouped_tiles_launch_one_row_of_every_block_and_ungrouped_ones_a_grid_of_them():

@@ -25,16 +25,19 @@ def labels(tiles) -> list[str]:
     return [t.label for t in tiles]
 
 
-def test_a_gemm_is_tried_with_the_rules_tiles_then_the_spaces_other_shapes():
+def test_a_gemm_is_tried_with_the_rules_tiles_in_both_forms_then_the_spaces_other_shapes():
     # DeiT-S's MLP down, 1576x384 by K 1536: 64x64 makes 25 x 6 = 150 workgroups (a wave of
-    # 132, the rule's); then, by the space's estimate (one wave each), 128x64 (13 x 6 = 78
-    # workgroups), 64x128 (25 x 3), 128x128 (13 x 3), their 13 row tiles taken 8 at a time
+    # 132, the rule's), then the same in the TMA form; then, by the space's estimate (one wave
+    # each), 128x64 (13 x 6 = 78 workgroups), 64x128 (25 x 3), their 13 row tiles 8 at a time
     assert labels(tile_candidates(GemmProblem(1576, 384, 1536, "f16", ()))) == [
-        "64x64x64 w4 s4", "128x64x64 w4 s3 g8", "64x128x64 w4 s3 g8", "128x128x64 w4 s3 g8"]
+        "64x64x64 w4 s4", "64x64x64 w4 s4 tma", "128x64x64 w4 s3 g8", "64x128x64 w4 s3 g8"]
     # 96 columns (Swin-T's first stage): only 32-wide column tiles divide them; the rule's K
     # step of 32, then the space's 64
     assert labels(tile_candidates(GemmProblem(1568, 96, 384, "f16", ()))) == [
-        "64x32x32 w4 s4", "64x32x64 w4 s3 g8", "128x32x64 w4 s3 g8", "256x32x64 w4 s3"]
+        "64x32x32 w4 s4", "64x32x32 w4 s4 tma", "64x32x64 w4 s3 g8", "128x32x64 w4 s3 g8"]
+    # a bias in the kernel: no TMA form (its epilogue is an activation at most)
+    assert labels(tile_candidates(GemmProblem(1576, 384, 1536, "f16", ("bias",)))) == [
+        "64x64x64 w4 s4", "128x64x64 w4 s3 g8", "64x128x64 w4 s3 g8", "128x128x64 w4 s3 g8"]
     assert len(tile_candidates(GemmProblem(1576, 384, 1536, "f16", ()), count=2)) == 2
 
 

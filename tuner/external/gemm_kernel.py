@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import z3
@@ -164,9 +164,14 @@ def ranked_tiles(problem: GemmProblem) -> tuple[GemmTiles, ...]:
 
 def tile_candidates(problem: GemmProblem, count: int = 4) -> list[GemmTiles]:
     """Up to `count` tiles to try on the problem in the model (tuner.stages.kernel_tiles): the
-    rule's (`tiles_for`) first, then the space's (`ranked_tiles`) in its order."""
+    rule's (`tiles_for`) first, then the same tiles in the persistent TMA form where the space
+    holds it (the kernel's other form of what the rule chose: it ran 1-10% faster on four of six
+    held-out GEMMs and slower on two, docs/benchmarks/external-kernels.md), then the space's
+    (`ranked_tiles`) in its order."""
     chosen = tiles_for(problem)
-    return [chosen, *[t for t in ranked_tiles(problem) if t != chosen]][:count]
+    ranked = ranked_tiles(problem)
+    other_form = [replace(chosen, tma=True)] if replace(chosen, tma=True) in ranked else []
+    return list(dict.fromkeys([chosen, *other_form, *ranked]))[:count]
 
 
 def tiles_for(problem: GemmProblem) -> GemmTiles:

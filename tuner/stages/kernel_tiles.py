@@ -9,8 +9,9 @@ stage does not tune what IREE does not compile ("an external kernel").
 
 A kernel's time inside the model's call depends on its own tiles, not on another kernel's. So the
 model is built K times, the j-th build with every problem at its j-th candidate tiles
-(tile_candidates, conv_tile_candidates, attention_tile_candidates: the rule's first, then, for
-the GEMM and the attention, the first of their Z3 spaces' tiles in the order of an estimate,
+(tile_candidates, conv_tile_candidates, attention_tile_candidates: the rule's first, for the
+GEMM then the same tiles in its persistent TMA form where that takes the problem, then, for the
+GEMM and the attention, the first of their Z3 spaces' tiles in the order of an estimate,
 tuner.external.gemm_kernel.space and attention_kernel.attention_space), each build
 first run once in a process of its own and its result checked, then its kernels timed by CUPTI
 inside the model's own calls (two rounds, the builds in turn, the second round reversed), and
