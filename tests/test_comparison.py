@@ -90,3 +90,27 @@ def test_a_claim_is_an_interval_from_the_order_statistics_of_its_rounds():
     four = Paired((1.1, 0.9, 1.3, 1.2)).interval()
     assert (four.low, four.high, four.coverage) == (0.9, 1.3, pytest.approx(0.875))
     assert Paired((1.2,)).interval() is None
+
+
+@pytest.mark.parametrize("carry_over, order", [
+    (True, ["R", "a", "R", "b", "R", "b", "R", "a", "R"]),            # one chain: round 2 opens with round 1's last R
+    (False, ["R", "a", "R", "b", "R", "R", "b", "R", "a", "R"]),      # each round opens with a fresh R
+])
+def test_the_paired_round_engine_puts_every_variant_between_two_reference_timings(carry_over, order):
+    from tuner.core.comparison import interleaved_rounds
+
+    taken, clock = [], iter(range(1, 100))
+
+    def timer(name):
+        def timed():
+            taken.append(name)
+            return float(next(clock))  # each timing a later, larger figure: the brackets can be told apart
+        return timed
+
+    ticks = []
+    rounds = interleaved_rounds(timer("R"), {"a": timer("a"), "b": timer("b")}, 2, carry_over,
+                                tick=lambda: ticks.append(1))
+    assert taken == order and len(ticks) == len(order)
+    # a's first timing is the 2nd taken, between the 1st and 3rd (references 1.0 and 3.0)
+    assert rounds.times["a"][0] == 2.0 and rounds.around["a"][0] == pytest.approx((1.0 * 3.0) ** 0.5)
+    assert [len(r) for r in rounds.reference] == ([3, 2] if carry_over else [3, 3])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 # The share of rounds in which a winner must beat the baseline: a candidate is faster beyond the
 # noise when its paired ratio is above 1.0 in at least this share of the rounds (three of four).
@@ -164,6 +164,49 @@ def bracketing(before: Optional[float], after: Optional[float]) -> Optional[floa
     if before and after:
         return math.sqrt(before * after)
     return before or after or None
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """What `interleaved_rounds` timed: each round's reference timings in the order taken, each
+    variant's timing in each round and the reference bracketing it (None where a timing failed)."""
+
+    reference: list[list[Optional[float]]]
+    times: dict[str, list[Optional[float]]]
+    around: dict[str, list[Optional[float]]]
+
+
+def interleaved_rounds(time_reference: Callable[[], Optional[float]],
+                       timers: dict[str, Callable[[], Optional[float]]], rounds: int, carry_over: bool,
+                       tick: Callable[[], None] = lambda: None) -> Rounds:
+    """The one paired-round engine (a dispatch's confirmation rounds, tuner.evaluation.passes, and
+    whole models, tuner.stages.model_timing): `rounds` rounds, each the reference, then every
+    variant followed by the reference again, the variants' order rotated by one each round, so
+    that each variant's timing sits between two reference timings (`bracketing`). With
+    `carry_over`, a round after the first opens with the reference timing that closed the one
+    before (one chain R v1 R v2 R ...: a round costs one timing fewer, which whole models, a
+    process each, need); without, each round opens with a fresh one. `tick` after every timing."""
+    names = list(timers)
+    done = Rounds([], {n: [] for n in names}, {n: [] for n in names})
+    before: Optional[float] = None
+    for r in range(rounds):
+        taken: list[Optional[float]] = []
+        if r == 0 or not carry_over or not names:
+            before = time_reference()
+            taken.append(before)
+            tick()
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            ms = timers[name]()
+            tick()
+            after = time_reference()
+            tick()
+            taken.append(after)
+            done.times[name].append(ms)
+            done.around[name].append(bracketing(before, after))
+            before = after
+        done.reference.append(taken)
+    return done
 
 
 @dataclass(frozen=True)

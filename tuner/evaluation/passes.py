@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from tuner.core.comparison import (MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, bracketing,
+from tuner.core.comparison import (MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, interleaved_rounds,
                                          contested, find_drifts, leading, load_change, load_threshold, paired,
                                          quiet_level, settled, simpler_within_noise)
 from tuner.evaluation.measure import Built, DeviceLost, Measurer, Progress, Recorder, first_pass_speedup
@@ -326,25 +326,20 @@ def _rounds(baseline: Result, others: list[Result], bench: Bench, rounds: int, p
     baseline reference for each, and the baseline's median per round."""
     total, done = rounds * (2 * len(others) + 1), 0
 
-    def time_one(r: Result) -> Optional[float]:
+    def tick() -> None:
         nonlocal done
-        timing, _ = bench.measurer.timing(bench.built[r.key], bench.device)
         done += 1
         if bench.progress:
             bench.progress(phase, done, total)
-        return timing.median_ms if timing is not None else None
 
-    times: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
-    references: dict[str, list[Optional[float]]] = {r.key: [] for r in others}
-    baseline_rounds: list[float] = []
-    for round_ in range(rounds):
-        shift = round_ % len(others)
-        base = [time_one(baseline)]
-        for r in others[shift:] + others[:shift]:
-            times[r.key].append(time_one(r))
-            base.append(time_one(baseline))
-            references[r.key].append(bracketing(base[-2], base[-1]))
-        ok = [t for t in base if t is not None]
-        if ok:
-            baseline_rounds.append(statistics.median(ok))
+    def time_one(r: Result) -> Callable[[], Optional[float]]:
+        def timed() -> Optional[float]:
+            timing, _ = bench.measurer.timing(bench.built[r.key], bench.device)
+            return timing.median_ms if timing is not None else None
+        return timed
+
+    taken = interleaved_rounds(time_one(baseline), {r.key: time_one(r) for r in others}, rounds, carry_over=False,
+                               tick=tick)
+    baseline_rounds = [statistics.median(ok) for ok in ([t for t in ts if t is not None] for ts in taken.reference) if ok]
+    times, references = taken.times, taken.around
     return times, references, baseline_rounds

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
-from tuner.core.comparison import Paired, bracketing
+from tuner.core.comparison import Paired, interleaved_rounds
 from tuner.evaluation.in_model import TOOL_TIMED, time_model, times_in_model
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
@@ -181,34 +181,25 @@ def compare_on_device(reference: tuple[str, Path], variants: Sequence[tuple[str,
                 failed[name] = f"a different result (relative error {errors[name]:.2g})"
                 continue
         timed.append((name, vmfb))
-    ref_ms: list[float] = []
-    var_ms: dict[str, list[float]] = {name: [] for name, _ in timed}
-    ratios: dict[str, list[float]] = {name: [] for name, _ in timed}
     # One chain R v1 R v2 R ... across the rounds: a round opens with the reference timing that
     # closed the one before (each variant still sits between two reference timings), so a merge
     # step of 3 rounds starts 7 timing runs, not 9 (on the H100 each is a process that loads the
     # whole model: ResNet-50's merge took 345 s for 13 winners).
     steps, done = (1 + 2 * len(timed) * rounds if timed else rounds) if rounds else 0, 0
-    before: Optional[float] = None
-    for r in range(rounds):
-        order = timed[r % len(timed):] + timed[:r % len(timed)] if timed else []
-        if r == 0 or not timed:
-            before = _time(reference[1], settings, timer)
-            ref_ms.append(before or 0.0)
-            done += 1
-        for name, vmfb in order:
-            ms = _time(vmfb, settings, timer)
-            after = _time(reference[1], settings, timer)
-            ref_ms.append(after or 0.0)
-            done += 2
-            if ms:
-                var_ms[name].append(ms)
-                around = bracketing(before, after)
-                if around:
-                    ratios[name].append(around / ms)
-            before = after
-            if progress:
-                progress("model", done, steps)
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress and timed:
+            progress("model", done, steps)
+
+    taken = interleaved_rounds(lambda: _time(reference[1], settings, timer),
+                               {name: (lambda vmfb=vmfb: _time(vmfb, settings, timer)) for name, vmfb in timed},
+                               rounds, carry_over=True, tick=tick)
+    ref_ms = [t or 0.0 for ts in taken.reference for t in ts]
+    var_ms = {name: [ms for ms in taken.times[name] if ms] for name, _ in timed}
+    ratios = {name: [around / ms for ms, around in zip(taken.times[name], taken.around[name]) if ms and around]
+              for name, _ in timed}
     return Comparison(tuple(ref_ms), {n: Paired(tuple(r)) for n, r in ratios.items()},
                       {n: tuple(t) for n, t in var_ms.items()}, errors, failed, unchecked, reference_check)
 
