@@ -8,8 +8,11 @@ and the CUDA driver compiles the PTX at load.
 
 `abi` is the kernel as IREE's CUDA runtime launches it (bindings as pointer parameters in order,
 the grid and block from the dispatch, the dynamic shared memory from `workgroup_local_memory`);
-`gemm_kernel`, `attention_kernel`, `depthwise_kernel` and `conv_kernel` the problems and their
-tiles; `triton_build` Triton's compile for sm_90a, brought to that ABI; `triton_gemm`,
-`triton_attention`, `triton_depthwise` and `triton_conv` the kernels. The rewrites that put them
-in a program are tuner.rewrite.external_gemm, external_attention, external_depthwise and
-external_conv."""
+`gemm_kernel`, `attention_kernel`, `depthwise_kernel`, `conv_kernel`, `layernorm_kernel` and
+`reduction_kernel` the problems and their tiles (the GEMM's and the attention's as Z3 spaces,
+constraints.wgmma's rules, ordered by `space.ranked`); `triton_build` Triton's compile for
+sm_90a, brought to that ABI (a kernel that makes TMA descriptors given its global scratch as one
+more binding); `triton_gemm`, `triton_attention`, `triton_depthwise`, `triton_conv`,
+`triton_layernorm` and `triton_reduction` the kernels. The rewrites that put them in a program
+are tuner.rewrite.external_gemm, external_attention, external_depthwise, external_conv,
+external_layernorm and external_reduction."""
