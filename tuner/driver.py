@@ -140,16 +140,17 @@ def run_meta(session: Session, given: bool) -> dict:
 def session_evaluator(session: Session, store: ResultStore, run: RunOptions, progress: Optional[Progress],
                       host: Optional[HostReference] = None, on_result: Optional[Callable] = None) -> Evaluator:
     """The evaluator `run.strategy` names ("auto": the target's default) for the session, with
-    the run's settings, devices and runner (`run.runner`, tuner.evaluation.runners), building into DIR/candidates (a manifest there is removed:
+    the run's settings, devices and runner (`run.runner`, tuner.evaluation.runners; a Ray
+    cluster's evaluator brings its own), building into DIR/candidates (a manifest there is removed:
     its modules are about to be rebuilt). `host`: the host's result to check against (on the
     inputs it ran on) where the default's is off it; `on_result` hears each result as it is stored."""
     output_dir, target, given = session.output_dir, session.target, bool(run.inputs)
     (output_dir / MANIFEST).unlink(missing_ok=True)
     strategy = target.default_strategy if run.strategy == "auto" else run.strategy
     evaluator = evaluator_class(strategy)
-    runner = {} if run.runner == "local" else {"runner": runner_named(run.runner)}
-    if runner and strategy == CLUSTER:
+    if strategy == CLUSTER and run.runner != "local":
         raise InputError(f"--runner {run.runner} with --strategy ray: the cluster's workers run the candidates")
+    runner = {} if strategy == CLUSTER else {"runner": runner_named(run.runner)}
     return evaluator(session.input_path, target, session.workload, output_dir / "candidates", store,
                      settings=run.settings, devices=run.devices, progress=progress, ctx=session.ctx,
                      given_inputs=output_dir / GIVEN_INPUTS if given else (host.inputs if host else None),

@@ -85,8 +85,9 @@ CREATE TABLE IF NOT EXISTS confirmations (
 # Worth trying again rather than reusing: a longer timeout or a calmer machine may change them,
 # and a wrong result or a failed run may be the inputs', a flaky device's or a faulty tool's doing
 # rather than a fact about the config (kept in the store for the record, never reused).
-RETRIED = frozenset({Status.COMPILE_TIMEOUT, Status.COMPILE_INTERRUPTED, Status.RUN_TIMEOUT, Status.WRONG_NUMERICS,
-                     Status.RUN_FAILED})
+# Cut short (a timeout, an interruption): no outcome of the config at all.
+CUT_SHORT = frozenset({Status.COMPILE_TIMEOUT, Status.COMPILE_INTERRUPTED, Status.RUN_TIMEOUT})
+RETRIED = CUT_SHORT | {Status.WRONG_NUMERICS, Status.RUN_FAILED}
 # Decided by the compiler alone, whatever device would time it: stored with no device or timing,
 # so they are reused on every device (and written by a compile-only run, which has no device).
 BUILD_FAILURES = frozenset({Status.COMPILE_FAILED, Status.COMPILE_TIMEOUT, Status.COMPILE_INTERRUPTED,
@@ -318,7 +319,7 @@ def recorded_results(path: Path) -> dict[str, Result]:
     found: dict[str, Result] = {}
     for key, blob in rows:
         result = Result.from_json(json.loads(blob))
-        if result.status not in (Status.COMPILE_TIMEOUT, Status.COMPILE_INTERRUPTED, Status.RUN_TIMEOUT):
+        if result.status not in CUT_SHORT:
             found[key] = result
     return found
 

@@ -77,14 +77,20 @@ class AttentionProblem:
             extra += f"_rows{'x'.join(map(str, self.rows))}_at{'x'.join(map(str, self.offsets))}"
         return f"attention_{self.z}x{self.h}x{self.m}x{self.n}x{self.d}x{self.dv}_{self.element}{extra}"
 
+    @property
+    def row_widths(self) -> tuple[int, int, int]:
+        """Q's, K's and V's rows where they lie seq-major: `rows` where they are read from a wider
+        tensor, else their heads side by side."""
+        return tuple(r or heads * w for r, heads, w in zip(self.rows, (self.h, self.kv, self.kv),
+                                                          (self.d, self.d, self.dv)))
+
     def tma_fits(self) -> bool:
         """Whether the TMA form of the kernel takes the problem: head widths powers of two (a
         descriptor's block is the head; no padding), every row of Q, K, V and the result whole
         16-byte steps (a descriptor's strides)."""
         widths = (self.d, self.dv)
-        rows = [r or heads * w for r, heads, w in zip(self.rows, (self.h, self.kv, self.kv), (self.d, self.d, self.dv))]
         return (all(padded_width(w) == w for w in widths)
-                and all(x % 8 == 0 for x in (*widths, *rows, *self.offsets, self.h * self.dv)))
+                and all(x % 8 == 0 for x in (*widths, *self.row_widths, *self.offsets, self.h * self.dv)))
 
     def why_not(self) -> Optional[str]:
         """Why the kernel does not take the problem (None: it does)."""
@@ -155,18 +161,19 @@ SCORES_AND_SUMS_PER_THREAD = 192
 def attention_space(problem: AttentionProblem) -> Problem:
     """The problem's tiles as a Z3 problem on the knobs bm, bn, warps, stages, tma: the scores'
     tile (bm x bn) dealt to warpgroups (constraints.wgmma), `shared_bytes` within Hopper's shared
-    memory (with the TMA form's result block too; that form only where it fits, `tma_fits`), the accumulator within ACC_PER_THREAD and the scores with it within
-    SCORES_AND_SUMS_PER_THREAD, and no more keys a step than the keys rounded up to a power of two."""
+    memory (with the TMA form's result block too; that form only where it fits, `tma_fits`), the
+    accumulator within ACC_PER_THREAD and the scores with it within SCORES_AND_SUMS_PER_THREAD,
+    and no more keys a step than the keys rounded up to a power of two."""
     p = Problem()
     bm, bn, warps, stages = (p.add_knob(IntKnob.of(name, values)).var for name, values in (
         ("bm", ROWS), ("bn", KEYS), ("warps", WARPS), ("stages", STAGES)))
     tma = p.add_knob(BoolKnob("tma")).var
-    d, dv = padded_width(problem.d), padded_width(problem.dv)
+    dv = padded_width(problem.dv)
     if not problem.tma_fits():
         p.require(z3.Not(tma))
-    p.require(*warpgroup_rules(bm, bn, warps),
-              within(2 * (stages * bn * (d + dv) + bm * d), SHARED_LIMIT),  # as shared_bytes counts
-              z3.Implies(tma, 2 * (stages * bn * (d + dv) + bm * d + bm * dv) <= SHARED_LIMIT),  # and O's block
+    shared = AttentionTiles(bm, bn, warps, stages).shared_bytes(problem)  # the same count, in Z3 terms
+    p.require(*warpgroup_rules(bm, bn, warps), within(shared, SHARED_LIMIT),
+              z3.Implies(tma, shared + 2 * bm * dv <= SHARED_LIMIT),  # and the result's block, TMA's store
               within(bm * dv, ACC_PER_THREAD * 32 * warps),
               within(bm * (bn + dv), SCORES_AND_SUMS_PER_THREAD * 32 * warps),
               within(bn, max(32, 1 << (problem.n - 1).bit_length())))

@@ -42,6 +42,12 @@ class GemmProblem:
         batch = f"{self.batch}x" if self.batch > 1 else ""
         return f"gemm_{batch}{self.m}x{self.n}x{self.k}_{self.element}" + "".join(f"_{e}" for e in self.epilogue)
 
+    def tma_fits(self) -> bool:
+        """Whether the persistent TMA form of the kernel takes the problem: one product (no
+        batch), no bias (its epilogue an activation at most), rows of A, B and C whole 16-byte
+        steps (K and N multiples of 8: a descriptor's strides)."""
+        return self.batch == 1 and not {"bias", "row_bias"} & set(self.epilogue) and self.k % 8 == 0 and self.n % 8 == 0
+
     @property
     def label(self) -> str:
         """The problem as a rewrite reports it: [batch x] m x n x k, element, epilogue."""
@@ -56,7 +62,7 @@ class GemmTiles:
     row tiles the grid takes at a time, column by column (1: the grid in its own order, a row of
     column tiles after another); `tma`: the persistent form, one workgroup a multiprocessor
     taking tile after tile, A, B and C moved by the Tensor Memory Accelerator (descriptors made on
-    the device: `tma_lays_out`)."""
+    the device: `GemmProblem.tma_fits`)."""
 
     bm: int
     bn: int
@@ -77,13 +83,6 @@ class GemmTiles:
     def label(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}" + (f" g{self.group}" if self.group > 1 else "")
                 + (" tma" if self.tma else ""))
-
-    def tma_lays_out(self, problem: GemmProblem) -> bool:
-        """Whether the persistent TMA form takes the problem: one product (no batch), no bias (its
-        epilogue an activation at most), rows of A, B and C whole 16-byte steps (K and N multiples
-        of 8: a descriptor's strides)."""
-        return (problem.batch == 1 and not {"bias", "row_bias"} & set(problem.epilogue)
-                and problem.k % 8 == 0 and problem.n % 8 == 0)
 
     def padded(self, problem: GemmProblem) -> int:
         """The entries of C the grid covers past the problem's (masked rows and columns)."""
@@ -127,7 +126,7 @@ BUSY_INTENSITY = 64
 def space(problem: GemmProblem) -> Problem:
     """The problem's tiles as a Z3 problem (constraints.wgmma's rules on the knobs bm, bn, bk,
     warps, stages, group, tma): columns and the last K step masked only where no tile divides N or
-    K; the persistent TMA form only where it lays out (`GemmTiles.tma_lays_out`), its C tile in
+    K; the persistent TMA form only where it takes the problem (`GemmProblem.tma_fits`), its C tile in
     shared memory beside the pipeline's (the TMA store's)."""
     p = Problem()
     bm, bn, bk, warps, stages = (p.add_knob(IntKnob.of(name, values)).var for name, values in (
@@ -137,7 +136,7 @@ def space(problem: GemmProblem) -> Problem:
     element = ELEMENT_BYTES[problem.element]
     p.require(*tile_rules(bm, bn, bk, warps, stages, element, SHARED_LIMIT),
               z3.Implies(tma, stages * (bm + bn) * bk * element + bm * bn * element <= SHARED_LIMIT))
-    if not GemmTiles(64, 64, 64, 4, 3, tma=True).tma_lays_out(problem):
+    if not problem.tma_fits():
         p.require(z3.Not(tma))
     p.require(*problem_rules(bm, bn, bk, problem.m, problem.n, problem.k, masked_n=problem.n % min(BLOCK_N) != 0,
                              masked_k=problem.k % min(BLOCK_K) != 0))

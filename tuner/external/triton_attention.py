@@ -253,9 +253,7 @@ def constants(problem: AttentionProblem, tiles: AttentionTiles) -> dict[str, obj
             "MSZ": strides[0], "MSH": strides[1], "MSM": strides[2], "HAS_MASK": bool(problem.mask),
             "CAUSAL": problem.causal, "SCALE": float(problem.scale), "BM": tiles.bm, "BN": tiles.bn,
             **dict(zip(("QT", "KT", "VT", "OT"), problem.seq_major)),
-            **dict(zip(("QR", "KR", "VR"), (r or heads * w for r, heads, w in
-                                              zip(problem.rows, (problem.h, problem.kv, problem.kv),
-                                                  (problem.d, problem.d, problem.dv))))),
+            **dict(zip(("QR", "KR", "VR"), problem.row_widths)),
             **dict(zip(("QO", "KO", "VO"), problem.offsets)), "G": problem.h // problem.kv,
             "DP": padded_width(problem.d), "DVP": padded_width(problem.dv)}
 

@@ -149,7 +149,7 @@ def gemm_tma_jit():
 
 
 def _triton_gemm_tma(problem: GemmProblem, tiles: GemmTiles) -> ExternKernel:
-    if not tiles.tma_lays_out(problem):
+    if not problem.tma_fits():
         raise ValueError(f"the TMA kernel does not take {problem.name} (a batch, a bias, or K or N no multiple of 8)")
     activation = problem.epilogue[0] if problem.epilogue else None
     pointer = "*fp16" if problem.element == "f16" else "*bf16"
