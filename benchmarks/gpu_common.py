@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,8 @@ def interleaved_kernel_ms(runs: dict[str, Callable[[], object]], rounds: int, ca
     """Each run's CUPTI kernel milliseconds per call, a figure a round: in each round every run in
     turn (the order rotated by one each round), 3 calls of warm-up, then `calls` calls under one
     torch.profiler session. Runs not named in `on_device` return an IREE buffer, read back to the
-    host after their calls so that they are complete."""
+    host after their calls so that they are complete; the read-back's copy is not counted
+    (kernel_us)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -69,9 +70,33 @@ def interleaved_kernel_ms(runs: dict[str, Callable[[], object]], rounds: int, ca
                 torch.cuda.synchronize()
                 if name not in on_device:
                     last.to_host()
-            times[name].append(sum(e.device_time_total for e in prof.events()
-                                   if e.device_type == torch.autograd.DeviceType.CUDA) / 1000.0 / calls)
+            times[name].append(kernel_us(prof) / 1000.0 / calls)
     return times
+
+
+# The record of a copy from the device to the host, as torch.profiler names it ("Memcpy DtoH
+# (Device -> Pageable)"): the read-back that ends an IREE run's calls, which no program computes.
+# Copies and fills inside a program (device to device, memsets) are its work and stay counted.
+READBACK = "Memcpy DtoH"
+
+
+def is_readback(name: str) -> bool:
+    return name.startswith(READBACK)
+
+
+def kernel_us(prof) -> float:
+    """The summed time of a torch.profiler session's CUDA device records but the read-back,
+    microseconds: a 64 MB result read back once in 20 calls would add 60-130 us a call to the run
+    that returns it to the host and nothing to one that keeps it on the device (torch's)."""
+    import torch
+
+    return summed_us((e.name, e.device_time_total) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def summed_us(records: Iterable[tuple[str, float]]) -> float:
+    """The sum of (name, microseconds) device records but the read-backs."""
+    return sum(us for name, us in records if not is_readback(name))
 
 
 def select_then_confirm(runs: dict[str, Callable[[], object]], candidates: list[str], figures: dict[str, str],

@@ -71,10 +71,12 @@ def build_counting_wgmma(program: Path, vmfb: Path, flags: list[str]) -> tuple[b
 
 def best_shapes(measured: Path, shape: str, modules: dict, count: int = 2) -> set[tuple[int, int]]:
     """The `count` tile shapes (bm, bn) whose best tiles ran fastest in `shape`'s selection rounds
-    of an earlier `measure` (its measured.json; `modules`: that run's manifest entry)."""
+    of an earlier `measure` (its measured.json; the candidates' tiles from its record, or, in a
+    record without them, from `modules`: that run's manifest entry)."""
     import statistics
 
     record = json.loads(measured.read_text())[shape]
+    modules = {c: {"tiles": label} for c, label in record["tiles"].items()} if "tiles" in record else modules
     order = sorted(record["selection_ms"], key=lambda c: statistics.median(record["selection_ms"][c]))
     shapes: list[tuple[int, int]] = []
     for c in order:
@@ -169,6 +171,7 @@ def tuned_figures(title: str, modules: dict, runs: dict, errors: dict, flops: fl
     record = {
         "tuned_tiles": modules[tuned]["tiles"], "rule_tiles": modules.get("c0", modules[tuned])["tiles"],
         "ms": med, "all_ms": times, "selection_ms": chosen, "errors": errors, "wrong": wrong,
+        "tiles": {c: modules[c]["tiles"] for c in chosen},
         "tflops": {name: flops / t / 1e9 for name, t in med.items()},
         "of_vendor": statistics.median(ratio(vendor, "tuned")),
         "of_vendor_range": [min(ratio(vendor, "tuned")), max(ratio(vendor, "tuned"))],

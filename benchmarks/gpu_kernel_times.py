@@ -5,7 +5,7 @@
 Runs each module's `main(f16[M,K], f16[K,N])` through the IREE runtime in this process, and
 torch.matmul on the same inputs, under torch.profiler; prints the mean GPU time of each one's
 kernels per call. Unlike iree-benchmark-module's wall time per call, this excludes launch,
-synchronization and the allocation of the result buffer.
+synchronization and the allocation of the result buffer, and the read-back of the last result.
 """
 
 from __future__ import annotations
@@ -13,12 +13,16 @@ from __future__ import annotations
 import json
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import iree.runtime as rt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.gpu_common import is_readback  # noqa: E402
 
 CALLS = 20
 
@@ -65,7 +69,7 @@ def main() -> None:
 def _kernel_ms(prof) -> float:
     total = defaultdict(float)
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
+        if e.device_type == torch.autograd.DeviceType.CUDA and not is_readback(e.name):
             total[e.name] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
     return sum(total.values()) / 1000.0  # us -> ms
 

@@ -8,7 +8,8 @@ call comes out, and their sum is the module's kernel time per call.
 
 With several modules they are timed in interleaved rounds (the order rotating each round), and
 the wall time per call (host, synchronized) is printed beside the kernel time. Needs torch with
-CUDA and iree-base-runtime; the tuner itself never imports torch.
+CUDA and iree-base-runtime; the tuner itself never imports torch. The output's read-back to the
+host after each round's calls is left out of the kernel time (and reported as readback_ms).
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.gpu_common import is_readback  # noqa: E402
+
 _DISPATCH = re.compile(r"(dispatch_\d+)")
 _NAMED = re.compile(r"(dispatch_\d+\w*)")  # with --names: dispatch_N_KIND_SHAPE, as IREE names the kernel
+READBACK = "read-back"
 
 
 def _load(path: Path):
@@ -46,7 +51,8 @@ def _call(fn, args):
 
 def kernel_times(fn, args, calls: int, names: bool = False) -> tuple[dict[str, float], float]:
     """Device ms per call of each dispatch's kernels (by `dispatch_N`, or with `names` by the
-    kernel's whole name from `dispatch_N` on) and wall ms per call."""
+    kernel's whole name from `dispatch_N` on; the read-back of the last call's output under the
+    key READBACK) and wall ms per call."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -63,7 +69,8 @@ def kernel_times(fn, args, calls: int, names: bool = False) -> tuple[dict[str, f
         if e.device_type == torch.autograd.DeviceType.CUDA:
             found = (_NAMED if names else _DISPATCH).search(e.name)
             us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-            per[found.group(1) if found else e.name] += us / 1e3 / calls
+            key = READBACK if is_readback(e.name) else found.group(1) if found else e.name
+            per[key] += us / 1e3 / calls
     return dict(per), wall
 
 
@@ -99,10 +106,11 @@ def main() -> None:
         for per, _ in samples[name]:
             for k, ms in per.items():
                 kernels[k].append(ms)
-        totals = [sum(per.values()) for per, _ in samples[name]]
+        totals = [sum(ms for k, ms in per.items() if k != READBACK) for per, _ in samples[name]]
+        readback = kernels.pop(READBACK, [0.0])
         report[name] = {"kernel_ms": statistics.median(totals), "wall_ms": statistics.median(w for _, w in samples[name]),
                         "dispatch_ms": {k: statistics.median(v) for k, v in sorted(kernels.items())},
-                        "kernel_ms_rounds": totals}
+                        "kernel_ms_rounds": totals, "readback_ms": statistics.median(readback)}
         print(f"{name}: {report[name]['kernel_ms']:.4f} ms of kernels per call, "
               f"{report[name]['wall_ms']:.4f} ms wall per call (median of {args.rounds} rounds x {args.calls} calls)")
         for k, ms in report[name]["dispatch_ms"].items():
