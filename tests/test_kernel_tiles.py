@@ -207,5 +207,6 @@ def test_the_stage_builds_each_candidate_program_for_cuda_and_keeps_the_faster_t
     rule, second = tile_candidates(problem)[:2]
     assert timed == [[True] * len(tile_candidates(problem))]  # every candidate built for cuda, then timed
     assert state.program == tmp_path / "run" / "kernel-tiles" / "model.tiles-chosen.mlir"
-    assert state.notes[-1] == "external kernel tiles: 1 of 1 problems on other tiles than the rule's, the model 1.10x"
+    assert state.notes[-1] == ("external kernel tiles: 1 of 1 problems on other tiles than the rule's, the model 1.10x "
+                               f"({problem.name} {second.label})")  # the kept tiles named, for results.json
     assert env.ledger.counts["builds"] >= len(tile_candidates(problem)) + 1 and rule != second

@@ -124,7 +124,8 @@ class KernelTileStage:
             return _said(env, state, f"external kernel tiles: the rule's kept ({verdict})")
         _record(env, state, labels, f"{verdict}: kept")
         env.say(f"external kernel tiles: {verdict}: kept")
-        return replace(state, program=program).note(f"external kernel tiles: {verdict}")
+        which = "; ".join(f"{name} {tiles.label}" for name, tiles in changed.items())
+        return replace(state, program=program).note(f"external kernel tiles: {verdict} ({which})")
 
 
 def _said(env: StageEnv, state: ModelState, verdict: str) -> ModelState:
