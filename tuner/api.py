@@ -104,14 +104,15 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
         if run.compile_only:
             if listen.on_search:
                 listen.on_search(plan.summary())
-            from tuner.search.rounds import next_round
+            from tuner.task import StoredMeasure, TuneTask
 
             store = open_store(session, run.store_path)
-            try:
-                candidates, done = next_round(plan, session.dispatch, session.pipeline, session.ctx,
-                                              session.target.spec_entry, store, session.target.pinned)
+            try:  # the search replayed against the store, up to its first batch not measured yet
+                ran = TuneTask(session.dispatch, session.pipeline, session.ctx, session.target.spec_entry, plan,
+                               StoredMeasure(store), session.target.pinned).run()
             finally:
                 store.close()
+            candidates, done = list(ran.candidates), ran.done
             if listen.on_candidates:
                 listen.on_candidates(session.dispatch, candidates)
             return evaluate(session, candidates, run, listen.progress, search_meta=plan.summary(candidates),

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Sequence
 from iree.compiler import ir
 
 from pipelines import Dispatch, Pipeline
-from tuner.build.compile import EvalSettings, Progress, candidate_flags
+from tuner.build.compile import Progress, candidate_flags
 from tuner.build.compile_stage import builder_for, compile_to_manifest
 from tuner.core.settings import HostReference, Listeners, RunOptions
 from tuner.build.manifest import MANIFEST, Manifest
@@ -31,11 +31,11 @@ from tuner.input.parameters import check_scopes, parse_parameters
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import write_outputs
 from tuner.core.results import EvaluationStats, Result
-from tuner.search import Budget, run_search
-from tuner.search.live import LiveBatches, SearchPlan
-from tuner.specs.candidates import Candidate, baseline
+from tuner.search.live import SearchPlan
+from tuner.specs.candidates import Candidate
 from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
+from tuner.task import CandidateMade, Event, EvaluatorMeasure, TuneTask
 from tuner.versions import compiler_version, runtime_version
 
 @dataclass(frozen=True)
@@ -172,39 +172,34 @@ def search_and_evaluate(session: Session, plan: SearchPlan, run: RunOptions, lis
     try:
         evaluator = session_evaluator(session, store, run, batch_progress, run.host_reference, listen.on_result)
 
-        def evaluate_batch(candidates: list[Candidate], batch_settings: EvalSettings) -> Evaluation:
-            evaluation = evaluator.evaluate(candidates, batch_settings)
-            if listen.on_results:
-                listen.on_results(list(evaluation.results))
-            return evaluation
+        def heard(event: Event) -> None:
+            if isinstance(event, CandidateMade):
+                # Each candidate made is what a later model search of another dispatch may learn
+                # from (whatever searched here): its features go to the store.
+                store.put_features(event.candidate.key, session.pipeline.name, session.dispatch.name,
+                                   *plan.space.named(event.index))
+            else:
+                if listen.on_results and event.results:
+                    listen.on_results(list(event.results))
+                batch_progress.batch_done(event.proposals)
 
-        # Each candidate made is what a later model search of another dispatch may learn from
-        # (whatever searched here): its features go to the store.
-        batches = LiveBatches(session.dispatch, session.pipeline, plan.space,
-                              baseline(session.dispatch, session.pipeline.name, session.ctx, target.spec_entry,
-                                       target.pinned),
-                              session.ctx, target.spec_entry, evaluate_batch, settings,
-                              on_batch=batch_progress.batch_done,
-                              on_made=lambda index, c: store.put_features(c.key, session.pipeline.name,
-                                                                          session.dispatch.name, *plan.space.named(index)),
-                              budget=plan.settings.budget, pinned=target.pinned)
+        measure = EvaluatorMeasure(evaluator, settings)
+        task = TuneTask(session.dispatch, session.pipeline, session.ctx, target.spec_entry, plan, measure,
+                        target.pinned, listeners=(heard,))
         if plan.settings.warm_start:
             warm_start(plan, store, session.pipeline.name, session.dispatch.name, evaluator.conditions)
         if listen.on_search:
             listen.on_search(plan.summary())
-
-        plan.steps = run_search(plan.search, batches, Budget(plan.settings.budget, plan.settings.seconds),
-                                plan.settings.batch_size)
-        plan.proposed_by = batches.proposed_by
-        candidates = batches.candidates
+        ran = task.run()
+        candidates = list(ran.candidates)
         if listen.on_candidates:
             listen.on_candidates(session.dispatch, candidates)
-        if batches.final is not None:  # the last batch confirmed them all
-            evaluation = batches.final
+        if ran.final is not None:  # the last batch confirmed them all
+            evaluation = ran.final
         else:  # stopped early (time budget): confirm the best of all now
             evaluator.progress = progress
-            evaluation = evaluator.evaluate(candidates)
-        evaluation = replace(evaluation, stats=evaluation.stats.after(batches.first_passes, len(candidates)))
+            evaluation = measure.confirm(candidates)
+        evaluation = replace(evaluation, stats=evaluation.stats.after(list(ran.first_passes), len(candidates)))
     finally:
         store.close()
     return write_tuning(session, candidates, evaluation, list(evaluator.devices), given, plan.summary(candidates))

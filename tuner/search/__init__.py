@@ -1,8 +1,8 @@
 """Searches over a dispatch's valid space: a search proposes batches, sees their scores and
 proposes more within a budget (tuner.search.loop). The searches themselves (base, loop, simple,
 model, space, replay) are plain Python, numpy and scikit-learn, with no compiler, so they also
-run in replay against recorded spaces (tuner.search.replay); live.py and rounds.py join them to a
-dispatch's candidates and so import the compiler's bindings."""
+run in replay against recorded spaces (tuner.search.replay); live.py joins them to a
+dispatch's candidates and so imports the compiler's bindings (tuner.task runs them live)."""
 
 from __future__ import annotations
 

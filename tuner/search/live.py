@@ -1,6 +1,7 @@
-"""A search over a live dispatch: its space from the pipeline's problem, and a batch of
-proposals turned into candidates, compiled and timed by an evaluator, scored by their paired
-first-pass figure against the baseline."""
+"""A search over a live dispatch: its space from the pipeline's problem, its plan (the space,
+seeds and search), and what a batch of proposals becomes (candidates, then the outcomes the
+search is told: each one's paired first-pass figure against the baseline). tuner.task runs the
+loop over them."""
 
 from __future__ import annotations
 
@@ -15,12 +16,11 @@ from constraints.fast_enumerate import Unsupported, compile_check, enumerate_spa
 from pipelines import Dispatch, Pipeline
 from tuner.specs.candidates import Candidate, candidate_for, default_identity
 from tuner.specs.transform import Pinned
-from tuner.evaluation.evaluator import Evaluation
-from tuner.core.results import EvaluationStats, Result, Status
+from tuner.core.results import Result, Status
 from tuner.search import Outcome, Proposal, SearchSpace, knob_features
 from tuner.search.heuristics import SeedContext
 from tuner.search.space import MAX_POINTS, Value
-from tuner.core.settings import EvalSettings, SearchSettings
+from tuner.core.settings import SearchSettings
 from tuner.search.base import Search
 
 # Where a problem uses a term the fast enumeration cannot compile, this many solver solutions
@@ -106,63 +106,6 @@ def outcomes(made: list[tuple[Proposal, Optional[Candidate]]], results: Mapping[
             r = by_hash[r.binary_hash]
         out.append(Outcome(r.first_pass_speedup if r.ok else None, own.status.value))
     return out
-
-
-@dataclass
-class LiveBatches:
-    """Turns proposals into candidates, evaluates them with `evaluate(candidates, settings)` (an
-    evaluator's), and scores each by its first-pass speedup. A point whose config is the
-    compiler's own scores 1.0 without a build; a duplicate (same executable as another) scores as
-    that one. Keeps every candidate made, in order, and which heuristic proposed each."""
-
-    dispatch: Dispatch
-    pipeline: Pipeline
-    space: SearchSpace
-    baseline: Candidate
-    ctx: ir.Context
-    spec_entry: str
-    evaluate: Callable[[list[Candidate], EvalSettings], Evaluation]
-    settings: EvalSettings
-    candidates: list[Candidate] = field(default_factory=list)
-    proposed_by: dict[int, str] = field(default_factory=dict)  # candidate id -> proposer
-    results: dict[int, Result] = field(default_factory=dict)  # candidate id -> latest result
-    on_batch: Optional[Callable[[int], None]] = None
-    on_made: Optional[Callable[[int, Candidate], None]] = None  # (point index, its candidate), as each is made
-    # The batch that spends the budget (or the space) is evaluated with every earlier candidate
-    # (their stored figures reused) and confirmed at once: `final` holds that evaluation.
-    budget: Optional[int] = None
-    final: Optional[Evaluation] = None
-    # What each first-pass batch's evaluation counted (compiles, timings, reuses), in order; not
-    # the final's, which counts what it confirmed: a tuning's figures add the two (EvaluationStats.after).
-    first_passes: list[EvaluationStats] = field(default_factory=list)
-    _proposed: int = 0
-    pinned: Pinned = ()  # other dispatches' configs every candidate's spec carries (Target.pinned)
-
-    def __post_init__(self) -> None:
-        self.candidates = [self.baseline]
-
-    def __call__(self, batch: Sequence[Proposal]) -> list[Outcome]:
-        made = add_candidates(batch, self.space, self.dispatch, self.pipeline, self.ctx, self.spec_entry,
-                              self.candidates, self.pinned)
-        note_proposers(made, self.proposed_by)
-        new = [c for _, c in made if c is not None]
-        if self.on_made:
-            for p, c in made:
-                if c is not None:
-                    self.on_made(p.index, c)
-        self._proposed += len(batch)
-        last = (self.budget is not None and self._proposed >= self.budget) or self._proposed >= len(self.space)
-        if new or last:
-            if last:  # confirm now, among all of them: no separate last call re-timing the baseline
-                self.final = evaluation = self.evaluate(self.candidates, self.settings)
-            else:
-                evaluation = self.evaluate([self.baseline, *new], replace(self.settings, confirm_rounds=0))
-                self.first_passes.append(evaluation.stats)
-            for r in evaluation.results:
-                self.results[r.candidate_id] = r
-        if self.on_batch:
-            self.on_batch(len(batch))
-        return outcomes(made, self.results)
 
 
 @dataclass
