@@ -13,7 +13,7 @@ from tuner.errors import InputError
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.core.built import Built
 from tuner.evaluation.in_model import IN_MODEL, times_in_model
-from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress
+from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress, Recorder
 from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.ranking import Ranking, rank
 from tuner.report.outputs import read_families, write_outputs
@@ -58,6 +58,26 @@ def in_model_here(built: Sequence[Built], strategy: str, device: str, gpu_timing
     if not any(b.dispatch_vmfb is not None for b in built):
         return True
     return strategy != "ray" and times_in_model(gpu_timing, device)
+
+
+@dataclass(frozen=True)
+class ManifestBatch:
+    """A manifest's candidates as the passes see them (tuner.evaluation.passes.Batch): the
+    first pass times `todo` over `devices`; what can run is what the compile machine built; a
+    stored result has no module here to build again."""
+
+    todo: tuple[Built, ...]
+    devices: tuple[str, ...]
+    built: tuple[Built, ...]
+
+    def first_pass(self, measurer: Measurer, recorder: Recorder) -> None:
+        measure_built(list(self.todo), self.devices, measurer, recorder)
+
+    def runnable(self) -> dict[str, Built]:
+        return {b.result.key: b for b in self.built if b.vmfb is not None and b.result.ok}
+
+    def rebuild(self, chosen: list[Result]) -> dict[str, Built]:
+        return {}
 
 
 def _runner(strategy: str, device: str, devices: Sequence[str], settings: EvalSettings, in_model: bool = False
@@ -115,9 +135,7 @@ def _benchmark_dir(root: Path, devices: Sequence[str], settings: EvalSettings, p
         todo = [b for b in manifest.built if b.result.key not in done_keys]
         module_run = settings.module_run(devices[0], manifest.workload, manifest.inputs(root))
         results, stats = measure_pass(
-            "benchmark-only", len(todo), reused,
-            lambda measurer, recorder: measure_built(todo, devices, measurer, recorder),
-            lambda: {b.result.key: b for b in manifest.built if b.vmfb is not None and b.result.ok},
+            "benchmark-only", len(todo), reused, ManifestBatch(tuple(todo), tuple(devices), manifest.built),
             PassSetup(Measurer(module_run, settings.baseline_every, runner), settings, store, devices, progress))
     ranking = rank(results)
     chosen = next((b for b in manifest.built if ranking.best and b.result.key == ranking.best.key), baseline)

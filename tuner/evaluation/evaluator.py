@@ -134,25 +134,16 @@ class BaseEvaluator:
         stored = self.store.reusable([c.key for c in candidates if not c.is_baseline], *self.conditions)
         reused = [reused_result(c, stored[c.key], self.target, self.workdir) for c in candidates if c.key in stored]
         todo = sorted((c for c in candidates if c.key not in stored), key=lambda c: (not c.is_baseline, c.id))
-        by_key = {c.key: c for c in candidates}
-
-        def prepare(chosen: list[Result]) -> dict[str, Built]:
-            """Build again the stored results chosen for confirmation: only what is timed in this
-            run's rounds can win."""
-            rebuilt = [self._build(by_key[r.key]) for r in chosen]
-            return {b.result.key: b for b in rebuilt if b.result.ok}
-
         try:
             measurer = Measurer(self.module_run, settings.baseline_every, self.runner, self.host)
-            results, stats = measure_pass(
-                self.name, len(todo), reused, lambda measurer, recorder: self._run(todo, measurer, recorder),
-                lambda: {k: b for k, b in self.built.items() if b.vmfb is not None},
-                PassSetup(measurer, settings, self.store, self.devices, self.progress, prepare, self.on_result))
+            results, stats = measure_pass(self.name, len(todo), reused, ScheduledBatch(self, todo, candidates),
+                                          PassSetup(measurer, settings, self.store, self.devices, self.progress,
+                                                    self.on_result))
         finally:
             self.builder.close()
         return Evaluation(tuple(results), stats)
 
-    def _build(self, c: Candidate) -> Built:
+    def build(self, c: Candidate) -> Built:
         """Build one candidate now."""
         return self._landed(c, self.builder.start(c))
 
@@ -162,8 +153,30 @@ class BaseEvaluator:
         self.built[built.result.key] = built
         return built
 
-    def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
+    def first_pass(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
+        """The schedule: build and measure `todo` (the baseline first), recording each result."""
         raise NotImplementedError
+
+
+class ScheduledBatch:
+    """A batch as an evaluator's passes see it (tuner.evaluation.passes.Batch): its first pass
+    is the evaluator's schedule over `todo`; what it can run, what the evaluator built; stored
+    results chosen for confirmation are built again (only what is timed in this run's rounds
+    can win)."""
+
+    def __init__(self, evaluator: BaseEvaluator, todo: list[Candidate], candidates: Sequence[Candidate]) -> None:
+        self.evaluator, self.todo = evaluator, todo
+        self.by_key = {c.key: c for c in candidates}
+
+    def first_pass(self, measurer: Measurer, recorder: Recorder) -> None:
+        self.evaluator.first_pass(self.todo, measurer, recorder)
+
+    def runnable(self) -> dict[str, Built]:
+        return {k: b for k, b in self.evaluator.built.items() if b.vmfb is not None}
+
+    def rebuild(self, chosen: list[Result]) -> dict[str, Built]:
+        rebuilt = [self.evaluator.build(self.by_key[r.key]) for r in chosen]
+        return {b.result.key: b for b in rebuilt if b.result.ok}
 
 
 class Sequential(BaseEvaluator):
@@ -171,9 +184,9 @@ class Sequential(BaseEvaluator):
 
     name = "sequential"
 
-    def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
+    def first_pass(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
         for c in todo:
-            built = self._build(c)
+            built = self.build(c)
             recorder.add(measurer.measure(built, self.devices[0]) if built.result.ok else built.result)
 
 
@@ -182,7 +195,7 @@ class Overlapped(BaseEvaluator):
 
     name = "overlapped"
 
-    def _run(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
+    def first_pass(self, todo: list[Candidate], measurer: Measurer, recorder: Recorder) -> None:
         try:
             # A build lands (its read-back reads MLIR) in this thread, which owns the context.
             self._feed(todo, measurer, recorder, self.builder.start, self._landed)

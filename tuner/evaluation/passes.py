@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from tuner.core.comparison import (MAX_ROUND_BATCHES, BaselineTiming, Drift, Paired, interleaved_rounds,
                                          contested, find_drifts, leading, load_change, load_threshold, paired,
@@ -25,50 +25,60 @@ HOLDOUT_BATCHES = 2
 # While waiting for a load to pass before the confirmation rounds, the baseline is timed this often.
 QUIET_POLL_S = 5.0
 
-# Builds modules for stored results chosen for confirmation (they were measured in an earlier
-# run, so this run has no module for them): key -> Built, for those it could build.
-Prepare = Callable[[list[Result]], dict[str, Built]]
+class Batch(Protocol):
+    """What an evaluation's passes ask of the one that runs them (an evaluator's schedule, the
+    two-machine benchmark step): the first pass, the modules it built, and modules for stored
+    results chosen for confirmation (measured in an earlier run, so this one has none for them)."""
+
+    def first_pass(self, measurer: Measurer, recorder: Recorder) -> None:
+        """Measure the batch's candidates not measured before, recording each result as it arrives."""
+        ...
+
+    def runnable(self) -> dict[str, Built]:
+        """The modules this run built that can run, by candidate key."""
+        ...
+
+    def rebuild(self, chosen: list[Result]) -> dict[str, Built]:
+        """Modules for `chosen` (stored results), by key, for those it could build."""
+        ...
 
 
 @dataclass(frozen=True)
 class PassSetup:
     """What an evaluation's passes measure with: the measurer (the runner and the baseline's
-    timeline), the settings, the store results go to, the devices, the progress callback, and how
-    stored results chosen for confirmation are built again (`prepare`)."""
+    timeline), the settings, the store results go to, the devices and the progress callback."""
 
     measurer: Measurer
     settings: EvalSettings
     store: ResultStore
     devices: tuple[str, ...]
     progress: Optional[Progress] = None
-    prepare: Optional[Prepare] = None
     on_result: Optional[Callable[[Result], None]] = None  # each first-pass result as it is stored
 
 
-def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[Measurer, Recorder], None],
-                 runnable: Callable[[], dict[str, Built]], setup: PassSetup) -> tuple[list[Result], EvaluationStats]:
+def measure_pass(strategy: str, todo: int, reused: list[Result], batch: Batch,
+                 setup: PassSetup) -> tuple[list[Result], EvaluationStats]:
     """One evaluation, every figure in it a comparison with the baseline under the same conditions:
 
-    1. `run(measurer, recorder)` measures the `todo` candidates (the first pass), recording each
-       result as it arrives; the measurer times the baseline every few candidates per device.
-       An interruption kills every tool still running.
+    1. `batch.first_pass` measures the `todo` candidates, recording each result as it arrives;
+       the measurer times the baseline every few candidates per device. An interruption kills
+       every tool still running.
     2. Where the baseline drifted beyond its noise, the candidates timed in that span are timed
        once more (once at most).
     3. Each first-pass time is normalised by the baseline timing nearest to it on its device.
     4. The baseline and the most promising few (stored results in `reused` included: they are
-       built again through `prepare`) are timed in interleaved rounds; each one's speedup is the
+       built again, `batch.rebuild`) are timed in interleaved rounds; each one's speedup is the
        median of its per-round ratios to the baseline (see tuner.core.comparison).
 
     Results come back in candidate order, with where the time went and the drifts seen."""
-    measurer, settings, store, devices = setup.measurer, setup.settings, setup.store, setup.devices
-    progress, prepare = setup.progress, setup.prepare
+    measurer, settings, store, devices, progress = setup.measurer, setup.settings, setup.store, setup.devices, setup.progress
     recorder = Recorder(store, todo, progress, log=measurer.log, on_result=setup.on_result)
     start = time.perf_counter()
     try:
-        run(measurer, recorder)
+        batch.first_pass(measurer, recorder)
         measurer.close_timeline()
         drifts = find_drifts(measurer.log)
-        built = runnable()
+        built = batch.runnable()
         results = retime_drifted(recorder.results, drifts, built, measurer, store, progress)
     except BaseException:
         kill_running_tools()  # leave no compile or benchmark running behind an interrupted run
@@ -81,7 +91,7 @@ def measure_pass(strategy: str, todo: int, reused: list[Result], run: Callable[[
     results = normalised + reused
     start = time.perf_counter()
     try:
-        confirmed = confirm(results, built, measurer, settings, store, progress, prepare)
+        confirmed = confirm(results, built, measurer, settings, store, progress, batch.rebuild)
         results = confirmed.results
     except BaseException:
         kill_running_tools()
@@ -162,8 +172,8 @@ def chosen_for_confirmation(results: list[Result], top: int) -> list[Result]:
 
 
 def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, settings: EvalSettings,
-            store: ResultStore, progress: Optional[Progress] = None, prepare: Optional[Prepare] = None
-            ) -> "Confirmation":
+            store: ResultStore, progress: Optional[Progress] = None,
+            rebuild: Optional[Callable[[list[Result]], dict[str, Built]]] = None) -> "Confirmation":
     """Time the baseline and the `confirm_top` candidates with the best first-pass figures in
     `confirm_rounds` interleaved rounds on the first device. A round times the baseline, then each
     candidate followed by the baseline again (B c1 B c2 B ...; the candidates' order rotated every
@@ -185,8 +195,8 @@ def confirm(results: list[Result], built: dict[str, Built], measurer: Measurer, 
         updated, written_at = finished
         return Confirmation([updated.get(r.key, r) for r in results], reused_at=written_at)
     missing = [r for r in promising if r.key not in built]
-    if missing and prepare is not None:
-        built = {**built, **prepare(missing)}
+    if missing and rebuild is not None:
+        built = {**built, **rebuild(missing)}
     others = [r for r in promising if r.key in built]
     if not others:
         return Confirmation(results)
