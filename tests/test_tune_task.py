@@ -1,4 +1,4 @@
-"""The TuneTask's one ask/tell loop (tuner.task): live, each batch measured by an evaluator (here an
+"""The TuneTask's one ask/tell loop (tuner.search.task): live, each batch measured by an evaluator (here an
 in-memory one with designed figures) and the last confirmed with every candidate; on two
 machines, the same search answered from the store, stopping at the first batch it has not
 measured. No compiler run: a hand-built dispatch, its candidates' specs built through the bindings."""
@@ -18,7 +18,7 @@ from tuner.core.settings import EvalSettings, SearchSettings
 from tuner.evaluation.evaluator import Evaluation
 from tuner.search.live import plan_search
 from tuner.store import ResultStore
-from tuner.task import BatchMeasured, CandidateMade, EvaluatorMeasure, StoredMeasure, TuneTask
+from tuner.search.task import BatchMeasured, CandidateMade, EvaluatorMeasure, StoredMeasure, TuneTask
 
 
 class DesignedEvaluator:

@@ -104,7 +104,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
         if run.compile_only:
             if listen.on_search:
                 listen.on_search(plan.summary())
-            from tuner.task import StoredMeasure, TuneTask
+            from tuner.search.task import StoredMeasure, TuneTask
 
             store = open_store(session, run.store_path)
             try:  # the search replayed against the store, up to its first batch not measured yet

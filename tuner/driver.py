@@ -35,7 +35,7 @@ from tuner.search.live import SearchPlan
 from tuner.specs.candidates import Candidate
 from tuner.store import ResultStore
 from tuner.targets import Target, parse_target
-from tuner.task import CandidateMade, Event, EvaluatorMeasure, TuneTask
+from tuner.search.task import CandidateMade, Event, EvaluatorMeasure, TuneTask
 from tuner.versions import compiler_version, runtime_version
 
 @dataclass(frozen=True)

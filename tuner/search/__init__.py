@@ -2,7 +2,8 @@
 proposes more within a budget (tuner.search.loop). The searches themselves (base, loop, simple,
 model, space, replay) are plain Python, numpy and scikit-learn, with no compiler, so they also
 run in replay against recorded spaces (tuner.search.replay); live.py joins them to a
-dispatch's candidates and so imports the compiler's bindings (tuner.task runs them live)."""
+dispatch's candidates, and task.py (the TuneTask) runs the loop over those, measured by an
+evaluator or answered from the store: both import the compiler's bindings."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A search over a live dispatch: its space from the pipeline's problem, its plan (the space,
 seeds and search), and what a batch of proposals becomes (candidates, then the outcomes the
-search is told: each one's paired first-pass figure against the baseline). tuner.task runs the
+search is told: each one's paired first-pass figure against the baseline). tuner.search.task runs the
 loop over them."""
 
 from __future__ import annotations

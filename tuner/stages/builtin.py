@@ -29,7 +29,7 @@ from tuner.driver import Session, search_and_evaluate
 from tuner.core.settings import Listeners, RunOptions
 from tuner.run_dir import real_directory
 from tuner.search.live import plan_search
-from tuner.task import StoredMeasure, TuneTask
+from tuner.search.task import StoredMeasure, TuneTask
 from tuner.core.settings import SearchSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
@@ -286,7 +286,7 @@ class DispatchStage:
 def dispatch_candidates(dispatch: Dispatch, search: SearchSettings, target: Target, env: StageEnv,
                         store_path: Path, source: Optional[Path] = None) -> tuple[list, bool]:
     """The baseline and the configs the search has proposed so far for the dispatch, replayed
-    against what the store holds (tuner.task.StoredMeasure), and whether the search is done. No flag
+    against what the store holds (tuner.search.task.StoredMeasure), and whether the search is done. No flag
     candidates: flags are the model's. `source`: the program the dispatch is of (the model's)."""
     pipeline = _pipeline(dispatch, search, target, env, source)
     plan = plan_search(dispatch, pipeline, search, without_flags=True)
