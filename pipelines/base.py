@@ -74,13 +74,53 @@ class NotInCompilerKnobs(ValueError):
     say (e.g. split-K: the emitted constraints describe the op unsplit)."""
 
 
-class Pipeline:
-    """One IREE codegen pipeline: every hook the tuner calls, each with its default. A pipeline
-    subclasses this and defines at least `name`, `supports`, `build_problem` and `to_config`;
-    register it in `pipelines.registry`. The constraint sources of tuner.problem.sources
-    subclass it too, wrapping a pipeline (`underlying` is then the one they wrap)."""
+class ProblemHooks:
+    """The problem and its space: which dispatches it tunes (or declines, and why), the Z3
+    problem of their valid configs, and what the learned search models of a config. IREE-free."""
 
     name: str = ""
+    # Knobs a config the user gives may leave out, with the value that means "not used" (the
+    # data-tiled part of a CPU contraction's space, which older config files do not name).
+    optional_knobs: Mapping[str, KnobValue] = {}
+
+    def supports(self, dispatch: Dispatch) -> bool:
+        """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""
+        raise NotImplementedError
+
+    def declines(self, dispatch: Dispatch) -> str | None:
+        """Why this pipeline, which tunes dispatches of this kind on this target, cannot tune this
+        one (a limit of the compiler, say), or None: what `dispatches` and `tune` say of it."""
+        return None
+
+    def build_problem(self, dispatch: Dispatch) -> Problem:
+        """The Z3 problem whose solutions are this pipeline's valid configs for the dispatch."""
+        raise NotImplementedError
+
+    def features(self, dispatch: Dispatch, solution: Mapping[str, KnobValue]) -> dict[str, float]:
+        """A config's derived quantities the learned search models, beyond its knobs (none)."""
+        return {}
+
+
+class LoweringHooks:
+    """The lowering: a solution as the typed attributes (and flags) IREE takes, and what a
+    config's spec matcher requires of the dispatch it is read back from."""
+
+    # Whether its configs' spec matchers also require the ops between the root and the store
+    # (tuner.specs.fused.match_stored_through), so that a model's same-shaped roots with other
+    # ops after them are tuned apart, not by one config. The one home of that rule: read where
+    # a model's dispatches are grouped (tuner.stages.selection.signature) and where each config
+    # gets its pipelines.parts.StoredThrough (tuner.specs.candidates.as_matched).
+    matches_ops_after: bool = False
+
+    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
+        """The typed attributes (and flags) a solution stands for."""
+        raise NotImplementedError
+
+
+class ModelPolicy:
+    """Model-wide flags: what a model holding its dispatches is tried with as a whole (tune-model's
+    flag stage), and what `tune` asks discovery to form under them."""
+
     # Flag sets that change every dispatch of a model rather than one (e.g. data tiling): a
     # model's tuning decides them for the whole model, with and without each.
     model_flags: tuple[tuple[str, ...], ...] = ()
@@ -89,6 +129,12 @@ class Pipeline:
     tuned_model_flags: tuple[tuple[str, ...], ...] = ()
     # Knobs whose value sets such a flag: tune-model leaves those configs out (it decides the flag).
     flag_knobs: tuple[str, ...] = ()
+    # Every flag set `flags_to_take` may give (what a reused flag decision may hold).
+    taking_flags: tuple[tuple[str, ...], ...] = ()
+    # Flags under which the compiler turns the dispatch into another op whose configs this
+    # pipeline's problem also offers (llvm-cpu contractions: the data-tiled linalg.mmt4d);
+    # `tune` has discovery find that op under them (Dispatch.data_tiled). () where none.
+    data_tiling_flags: tuple[str, ...] = ()
 
     def model_flags_for(self, dispatch: Dispatch) -> tuple[tuple[str, ...], ...]:
         """The model-wide flag sets a model holding this dispatch is tried with (`model_flags`,
@@ -106,59 +152,19 @@ class Pipeline:
         model, the flag stage tries them on a choice whose dispatches call for them, judged with
         the contractions they form tuned. Each is one of `taking_flags`."""
         return ()
-    # Every flag set `flags_to_take` may give (what a reused flag decision may hold).
-    taking_flags: tuple[tuple[str, ...], ...] = ()
-    # Flags under which the compiler turns the dispatch into another op whose configs this
-    # pipeline's problem also offers (llvm-cpu contractions: the data-tiled linalg.mmt4d);
-    # `tune` has discovery find that op under them (Dispatch.data_tiled). () where none.
-    data_tiling_flags: tuple[str, ...] = ()
-    # Knobs a config the user gives may leave out, with the value that means "not used" (the
-    # data-tiled part of a CPU contraction's space, which older config files do not name).
-    optional_knobs: Mapping[str, KnobValue] = {}
-    # Other names `--pipeline` picks it by.
-    aliases: tuple[str, ...] = ()
+
+
+class ConstraintSourceHooks:
+    """Where its valid configs come from: its own problem ("native"), IREE's emitted constraints
+    ("compiler") or both; the constraint sources of tuner.problem.sources override these, and
+    answer every other hook with the pipeline they wrap (`underlying`)."""
+
     # The pipeline IREE 3.13 emits constraints under ("iree_gpu.TileAndFuse"); None: it emits none.
     compiler_pipeline: str | None = None
     # Where its valid configs come from: "native" (build_problem), "compiler" or "both".
     constraints: str = "native"
     # Whether `admits` rejects some of the configs its space holds (--constraints both).
     filters_configs: bool = False
-    # Whether its configs' spec matchers also require the ops between the root and the store
-    # (tuner.specs.fused.match_stored_through), so that a model's same-shaped roots with other
-    # ops after them are tuned apart, not by one config. The one home of that rule: read where
-    # a model's dispatches are grouped (tuner.stages.selection.signature) and where each config
-    # gets its pipelines.parts.StoredThrough (tuner.specs.candidates.as_matched).
-    matches_ops_after: bool = False
-    # A boolean knob that splits its space into two families a user compares, with the name of
-    # each (llvm-cpu contractions: data tiling, or the contraction's own tiles): the report says
-    # which family won and the best of the other (tuner.report.outputs.family_verdict). None: none.
-    families: Optional[tuple[str, str, str]] = None  # (knob, its name when true, when false)
-
-    def supports(self, dispatch: Dispatch) -> bool:
-        """Whether this pipeline can tune the dispatch (kind, target, the compiler's choice)."""
-        raise NotImplementedError
-
-    def declines(self, dispatch: Dispatch) -> str | None:
-        """Why this pipeline, which tunes dispatches of this kind on this target, cannot tune this
-        one (a limit of the compiler, say), or None: what `dispatches` and `tune` say of it."""
-        return None
-
-    def untimed_alone(self, dispatch: Dispatch) -> str | None:
-        """Why this dispatch cannot be timed alone, from the dispatch benchmark IREE dumps for it
-        (GPUs), so that only timing inside the model (CUDA with CUPTI) tunes it; None: it can."""
-        return None
-
-    def build_problem(self, dispatch: Dispatch) -> Problem:
-        """The Z3 problem whose solutions are this pipeline's valid configs for the dispatch."""
-        raise NotImplementedError
-
-    def to_config(self, dispatch: Dispatch, solution: Mapping[str, KnobValue], ctx: ir.Context) -> Config:
-        """The typed attributes (and flags) a solution stands for."""
-        raise NotImplementedError
-
-    def features(self, dispatch: Dispatch, solution: Mapping[str, KnobValue]) -> dict[str, float]:
-        """A config's derived quantities the learned search models, beyond its knobs (none)."""
-        return {}
 
     def space_points(self, dispatch: Dispatch) -> tuple[list[dict], bool] | None:
         """A space of its own (the configs and whether they are all of them) instead of
@@ -175,12 +181,43 @@ class Pipeline:
 
     def compiler_knobs(self, dispatch: Dispatch, solution: Mapping[str, KnobValue]) -> dict[str, object]:
         """A config in the knobs of the compiler's emitted constraints."""
-        raise NotInCompilerKnobs(f"{self.name}: the compiler emits no constraints for it")
+        raise NotInCompilerKnobs(f"{getattr(self, 'name', '')}: the compiler emits no constraints for it")
 
     @property
     def underlying(self) -> "Pipeline":
         """The codegen pipeline itself (a constraint source: the one it wraps)."""
-        return self
+        return self  # type: ignore[return-value]
+
+
+class PresentationHooks:
+    """How the tuner names it, reports its results and times its dispatches."""
+
+    # Other names `--pipeline` picks it by.
+    aliases: tuple[str, ...] = ()
+    # A boolean knob that splits its space into two families a user compares, with the name of
+    # each (llvm-cpu contractions: data tiling, or the contraction's own tiles): the report says
+    # which family won and the best of the other (tuner.report.outputs.family_verdict). None: none.
+    families: Optional[tuple[str, str, str]] = None  # (knob, its name when true, when false)
+
+    def untimed_alone(self, dispatch: Dispatch) -> str | None:
+        """Why this dispatch cannot be timed alone, from the dispatch benchmark IREE dumps for it
+        (GPUs), so that only timing inside the model (CUDA with CUPTI) tunes it; None: it can."""
+        return None
+
+
+# A pipeline's hooks, by concern, each concern a class of its own.
+CONCERNS = (ProblemHooks, LoweringHooks, ModelPolicy, ConstraintSourceHooks, PresentationHooks)
+# Every hook's name, the concerns' in order (what a constraint source forwards).
+HOOKS = tuple(name for concern in CONCERNS for name in vars(concern) if not name.startswith("_"))
+
+
+class Pipeline(ProblemHooks, LoweringHooks, ModelPolicy, ConstraintSourceHooks, PresentationHooks):
+    """One IREE codegen pipeline: every hook the tuner calls, each with its default, by concern
+    (CONCERNS: the problem and its space, the lowering, model-wide flags, where its configs come
+    from, how it is named and timed). A pipeline subclasses this and defines at least `name`,
+    `supports`, `build_problem` and `to_config`; register it in `pipelines.registry`. The
+    constraint sources of tuner.problem.sources subclass it too, wrapping a pipeline
+    (`underlying` is then the one they wrap)."""
 
 
 class KindPipeline(Pipeline):

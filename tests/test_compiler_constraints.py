@@ -180,6 +180,8 @@ def test_crosscheck_over_every_gpu_sample(tmp_path, sample, target):
 
 def _answering_pipeline():
     """A pipeline whose every hook answers "HOOK of the wrapped pipeline"."""
+    import inspect
+
     from pipelines.base import Pipeline
     from tuner.problem.sources import HOOKS
 
@@ -189,7 +191,7 @@ def _answering_pipeline():
     for hook in HOOKS:
         if hook in ("name", "underlying"):
             continue
-        if callable(vars(Pipeline)[hook]):
+        if callable(inspect.getattr_static(Pipeline, hook)):
             setattr(Answering, hook, lambda self, *a, _h=hook, **k: f"{_h} of the wrapped pipeline")
         else:
             setattr(Answering, hook, f"{hook} of the wrapped pipeline")

@@ -77,3 +77,17 @@ def test_a_pipeline_declines_what_it_does_not_take_with_a_reason_or_says_nothing
                 assert why is None, (name, d.name, why)
             else:
                 assert why is None or (isinstance(why, str) and len(why.split()) >= 4), (name, d.name, why)
+
+
+def test_every_hook_of_a_pipeline_belongs_to_exactly_one_concern():
+    """Pipeline is its concerns joined (pipelines.base.CONCERNS): a hook defined on Pipeline
+    itself, or in two concerns, would escape what the constraint sources forward by concern."""
+    from collections import Counter
+
+    from pipelines.base import CONCERNS, HOOKS, Pipeline
+
+    public = {name for name in dir(Pipeline) if not name.startswith("_")}
+    assert public == set(HOOKS)
+    assert not [name for name in vars(Pipeline) if not name.startswith("_")]
+    owners = Counter(name for concern in CONCERNS for name in vars(concern) if not name.startswith("_"))
+    assert [name for name, n in owners.items() if n > 1] == []

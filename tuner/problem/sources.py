@@ -13,6 +13,8 @@ the candidates and the evaluators do not know which source they read."""
 
 from __future__ import annotations
 
+import inspect
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -20,6 +22,7 @@ from typing import Mapping
 from iree.compiler import ir
 
 from pipelines import Config, Dispatch, Pipeline
+from pipelines.base import HOOKS as PIPELINE_HOOKS
 from tuner.problem.compiler import EmittedProblem, emitted_problems, materialized_config, problem_for
 from tuner.errors import InputError
 from tuner.targets import Target
@@ -29,7 +32,7 @@ SOURCES = ("native", "compiler", "both")
 
 def _forwarding(hook: str):
     """`hook` of the wrapped pipeline: a method called on it, or its value."""
-    if callable(vars(Pipeline)[hook]):
+    if callable(inspect.getattr_static(Pipeline, hook)):
         def method(self, *args, **kwargs):
             return getattr(self.base, hook)(*args, **kwargs)
         method.__name__ = hook
@@ -37,8 +40,8 @@ def _forwarding(hook: str):
     return property(lambda self: getattr(self.base, hook))
 
 
-# Every hook the tuner calls on a pipeline (pipelines.base.Pipeline's public members).
-HOOKS = tuple(h for h in vars(Pipeline) if not h.startswith("_"))
+# Every hook the tuner calls on a pipeline, its concerns' (pipelines.base.CONCERNS) public members.
+HOOKS = PIPELINE_HOOKS
 
 
 @dataclass
