@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Mapping
 from constraints import IntKnob, Problem
 from pipelines.base import Config, KnobValue, Pipeline
 from pipelines.dispatch import Dispatch, DispatchKind
-from pipelines.parts import CodegenStrategy
+from pipelines.parts import TransformSequences
 from pipelines.llvmgpu_common import shared_memory_bytes
 from pipelines.model_flags import KEEP_TRANSPOSES
 from pipelines.llvmgpu_mma_sync_strategy import (MmaSyncTiles, compilation_info, lowering_config, strategy,
@@ -191,4 +191,4 @@ class LLVMGPUMmaSync(Pipeline):
             lowering, translation = ir.Attribute.parse(lowering_config(t)), ir.Attribute.parse(translation_info(t))
         return Config(knobs=dict(s), compilation_info=str(info), summary=f"mma.sync {t.label()}",
                       expect_lowering_config=str(lowering), expect_translation_info=str(translation),
-                      codegen_spec=True, parts=(CodegenStrategy(strategy(t)),))
+                      codegen_spec=True, parts=(TransformSequences(strategy(t)),))

@@ -53,8 +53,8 @@ class FusedOps(ConfigPart):
 
 
 @dataclass(frozen=True)
-class CodegenStrategy(ConfigPart):
-    """A transform-dialect codegen strategy (llvmgpu_mma_sync): the named sequences the spec must
+class TransformSequences(ConfigPart):
+    """The named sequences of a transform-dialect kernel (llvmgpu_mma_sync's) that the spec must
     hold beside its entry, which the compilation_info's translation_info names
     (`codegen_spec = @name`). The dumped dispatch benchmark's compile needs them too."""
 

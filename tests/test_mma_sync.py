@@ -13,7 +13,7 @@ from constraints import enumerate_solutions
 from pipelines.llvmgpu_mma_sync import LLVMGPUMmaSync
 from pipelines.llvmgpu_mma_sync_strategy import MmaSyncTiles, compilation_info, strategy
 from pipelines.llvmgpu_tile_and_fuse import LLVMGPUTileAndFuse
-from pipelines.parts import CodegenStrategy, StoredThrough
+from pipelines.parts import TransformSequences, StoredThrough
 from tuner.discovery.program import discover
 from tuner.specs.candidates import candidate_for
 from tuner.specs.transform import build_spec
@@ -79,7 +79,7 @@ def test_a_config_names_its_kernel_and_the_spec_carries_each_kernel_once(square,
     assert f"codegen_spec = @{name}" in config.expect_translation_info
     assert config.expect_lowering_config == "#iree_codegen.lowering_config<tile_sizes = [[128, 256, 32]]>"
     assert config.codegen_spec
-    assert config.part(CodegenStrategy).sequences == strategy(MmaSyncTiles(128, 256, 32, 2, 4, 3))
+    assert config.part(TransformSequences).sequences == strategy(MmaSyncTiles(128, 256, 32, 2, 4, 3))
     other = PIPE.to_config(square, {**solution, "stages": 4}, ctx)
     # Three dispatches of a model: two take the same kernel, one another.
     second = replace(square, name=square.name + "_b", loop_bounds=(2048, 4096, 4096))

@@ -13,7 +13,7 @@ from typing import Optional
 from iree.compiler import ir
 
 from pipelines import check_config
-from pipelines.parts import CodegenStrategy
+from pipelines.parts import TransformSequences
 from tuner.run_dir import real_directory, remove_tree, write_file
 from tuner.specs.candidates import Candidate
 from tuner.specs.transform import uses_codegen_stage
@@ -99,7 +99,7 @@ def compile_candidate(c: Candidate, input_path: Path, target: Target, workdir: P
         # Its configuration is dumped too: the module that is timed is checked like the full one.
         # A transform-dialect codegen strategy the baked-in config names lives in the spec:
         # the benchmark's compile needs that library too.
-        strategy = (target.spec_flags(str(spec.resolve()), codegen=True) if c.config.part(CodegenStrategy) else [])
+        strategy = (target.spec_flags(str(spec.resolve()), codegen=True) if c.config.part(TransformSequences) else [])
         bench_run = run_tool_retrying_a_hang([find_tool("iree-compile"), str(bench), *target.compile_flags, *strategy,
                               f"--iree-hal-dump-executable-configurations-to={cdir / BENCH_CONFIGS}",
                               "-o", str(cdir / DISPATCH_VMFB)], timeout_s)

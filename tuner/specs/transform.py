@@ -10,7 +10,7 @@ from iree.compiler.dialects import iree_codegen, transform
 from iree.compiler.dialects.transform import structured
 
 from pipelines import MATCHED_BY_STRUCTURE, Config, Dispatch, DispatchKind
-from pipelines.parts import CodegenStrategy, DataTiled, FusedOps, StoredThrough
+from pipelines.parts import TransformSequences, DataTiled, FusedOps, StoredThrough
 from tuner.specs.fused import APPLY_FUSED, apply_fused, match_fused, match_stored_through
 
 KERNEL_CONFIG = "__kernel_config"  # codegen tuning spec (--iree-codegen-tuning-spec-path)
@@ -253,9 +253,9 @@ def _stage(configs: list[tuple[Dispatch, Config]], entry: str) -> None:
 
 def _codegen_sequences(configs: list[tuple[Dispatch, Config]]) -> None:
     """The named sequences the configs' transform-dialect codegen strategies consist of
-    (pipelines.parts.CodegenStrategy), parsed and copied into the spec, each symbol once."""
+    (pipelines.parts.TransformSequences), parsed and copied into the spec, each symbol once."""
     seen: set[str] = set()
-    strategies = (c.part(CodegenStrategy) for _, c in configs)
+    strategies = (c.part(TransformSequences) for _, c in configs)
     for text in dict.fromkeys(s.sequences for s in strategies if s):
         library = ir.Module.parse("module attributes {transform.with_named_sequence} {\n" + text + "}")
         for op in list(library.body.operations):
