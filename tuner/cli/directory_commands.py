@@ -121,7 +121,8 @@ INPUT_DIRECTORIES = ("model-inputs", "candidates/inputs", "inputs")  # "inputs":
 def _tuners_inputs(directory: Path) -> tuple[str, ...]:
     """The --input values of the inputs the run in `directory` generated, in order (none where
     it kept none); only files inside the directory, never through a link out of it."""
-    from tuner.discovery.workload import input_files, input_flag
+    from tuner.core.running import input_flag
+    from tuner.discovery.workload import input_files
 
     root = directory.resolve()
     for name in INPUT_DIRECTORIES:

@@ -71,3 +71,12 @@ def runtime_flags(parameters: Iterable[str]) -> tuple[str, ...]:
     """The runtime tools' flags for a model's parameters (`SCOPE=FILE` each; iree-run-module,
     iree-benchmark-module: the module reads its parameters through them)."""
     return tuple(f"--parameters={p}" for p in parameters)
+
+
+def input_flag(path: Path) -> str:
+    """The `--input=` value for an input file written by `Workload.write_inputs`."""
+    if path.suffix == ".scalar":
+        return path.read_text().strip()
+    if path.suffix == ".bin":
+        return f"{path.name.split('.', 1)[1][: -len('.bin')]}=@{path.resolve()}"
+    return f"@{path.resolve()}"

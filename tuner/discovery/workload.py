@@ -271,7 +271,7 @@ class Workload:
 
     def write_inputs(self, directory: Path, seed: int = 0, given: Optional[Path] = None) -> list[Path]:
         """Write one file per input (fresh random data from `seed`, or the files in `given`, a
-        directory `given_inputs` wrote) and return their paths; see `input_flag` for how each is
+        directory `given_inputs` wrote) and return their paths; see tuner.core.running.input_flag for how each is
         passed to the IREE tools."""
         if given is not None:
             files = input_files(given)
@@ -357,11 +357,3 @@ def input_files(directory: Path) -> list[Path]:
     numbered = [p for p in directory.glob("input*") if p.name[len("input"):].split(".")[0].isdigit()]
     return sorted(numbered, key=lambda p: int(p.name[len("input"):].split(".")[0]))
 
-
-def input_flag(path: Path) -> str:
-    """The `--input=` value for an input file written by `Workload.write_inputs`."""
-    if path.suffix == ".scalar":
-        return path.read_text().strip()
-    if path.suffix == ".bin":
-        return f"{path.name.split('.', 1)[1][: -len('.bin')]}=@{path.resolve()}"
-    return f"@{path.resolve()}"

@@ -14,7 +14,7 @@ import numpy as np
 from tuner.errors import InputError
 from tuner.tools import ToolRun, find_tool, run_tool
 from tuner.discovery.raw_types import RAW_TYPES, raw_to_f32
-from tuner.discovery.workload import input_flag
+from tuner.core.running import input_flag
 from tuner.core.running import DispatchBenchmark, ModuleRun, Timing  # noqa: F401 (theirs)
 
 

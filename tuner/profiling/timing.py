@@ -16,7 +16,7 @@ from tuner.evaluation.in_model import METHOD as IN_MODEL, MODULES, RUN_ERRORS, o
 from tuner.core.running import DispatchBenchmark, ModuleRun
 from tuner.evaluation.runtime_tools import benchmark, module_flag, time_one_call
 from tuner.tools import find_tool, run_tool
-from tuner.discovery.workload import input_flag
+from tuner.core.running import input_flag
 from tuner.input.parameters import check_present, runtime_flags
 
 IN_PROGRAM = "each dispatch inside the program, by the runtime's own profile"
