@@ -183,7 +183,7 @@ def attention_space(problem: AttentionProblem) -> Problem:
 def _estimate(problem: AttentionProblem, tiles: AttentionTiles) -> float:
     """A relative time (smaller first): the waves of workgroups, each as long as its rows take
     over the keys (K and V read once a workgroup: taller tiles read them fewer times), then 3
-    stages and 64 keys a step among equals. A prior from the kernel's arithmetic, not fitted."""
+    stages and 64 keys a step among equals. Taken from the kernel's arithmetic, not fitted."""
     waves = -(-tiles.blocks(problem) // WAVE)
     ties = (tiles.stages != 3) + (tiles.bn != 64)
     return waves * tiles.bm * (1 + 64 / tiles.bm) * (1 + 0.01 * ties)

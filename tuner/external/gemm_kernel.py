@@ -119,7 +119,7 @@ WARPS, STAGES, GROUPS = (4, 8), (2, 3, 4, 5), (1, 8)
 ELEMENT_BYTES = {"f16": 2, "bf16": 2}
 # A tile whose sums per value loaded (bm bn / (bm + bn)) reach this many keeps the tensor cores
 # busy from shared memory (128x128: 64); below it, its time is taken to grow in proportion. A
-# prior from the kernel's arithmetic, not fitted on any measurement.
+# figure taken from the kernel's arithmetic, not fitted on any measurement.
 BUSY_INTENSITY = 64
 
 
