@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples"))
 
-from tuner.discovery.workload import input_flag  # noqa: E402
+from tuner.core.running import input_flag  # noqa: E402
 from tuner.evaluation.device_identity import cpu_identity  # noqa: E402
 from tuner.tools import find_tool, run_tool  # noqa: E402
 

@@ -25,7 +25,7 @@ from tuner.evaluation.runtime_tools import ModuleRun, Timing
 from tuner.core.settings import EvalSettings, Listeners, RunOptions
 from tuner.stages import DispatchStage, MergeStage, ModelOptions, ModelState, StageEnv, tune_model
 from tuner.tools import find_tool
-from tuner.discovery.workload import input_flag
+from tuner.core.running import input_flag
 
 
 @dataclass

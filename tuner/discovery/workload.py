@@ -14,6 +14,7 @@ from typing import Optional
 import numpy as np
 
 from tuner.discovery.raw_types import RAW_TYPES, f32_to_raw
+from tuner.core.running import input_flag  # noqa: F401 (its home before; clients' stages import it here)
 from tuner.errors import InputError
 from tuner.run_dir import real_directory, write_file
 
