@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 import iree.runtime as rt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.gpu_common import is_readback  # noqa: E402
+from benchmarks.gpu_common import kernel_us  # noqa: E402
 
 CALLS = 20
 
@@ -49,7 +48,7 @@ def main() -> None:
             for _ in range(CALLS):
                 out = fn(ad, bd)
             out.to_host()
-        results[name] = _kernel_ms(prof) / CALLS
+        results[name] = kernel_us(prof) / 1000.0 / CALLS
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     for _ in range(5):
         torch.matmul(ta, tb)
@@ -58,20 +57,12 @@ def main() -> None:
         for _ in range(CALLS):
             torch.matmul(ta, tb)
         torch.cuda.synchronize()
-    results["torch"] = _kernel_ms(prof) / CALLS
+    results["torch"] = kernel_us(prof) / 1000.0 / CALLS
     if as_json:
         print(json.dumps(results))
         return
     for name, ms in results.items():
         print(f"{name}: {ms:.4f} ms of GPU kernels per call")
-
-
-def _kernel_ms(prof) -> float:
-    total = defaultdict(float)
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and not is_readback(e.name):
-            total[e.name] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-    return sum(total.values()) / 1000.0  # us -> ms
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Mapping
 from iree.compiler import ir
 
 from pipelines import Config, Dispatch, Pipeline
-from pipelines.base import HOOKS as PIPELINE_HOOKS
+from pipelines.base import HOOKS  # every hook the tuner calls on a pipeline, by concern
 from tuner.problem.compiler import EmittedProblem, emitted_problems, materialized_config, problem_for
 from tuner.errors import InputError
 from tuner.targets import Target
@@ -40,8 +40,6 @@ def _forwarding(hook: str):
     return property(lambda self: getattr(self.base, hook))
 
 
-# Every hook the tuner calls on a pipeline, its concerns' (pipelines.base.CONCERNS) public members.
-HOOKS = PIPELINE_HOOKS
 
 
 @dataclass

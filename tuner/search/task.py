@@ -171,7 +171,6 @@ class TuneTask:
 
     def __post_init__(self) -> None:
         self.candidates = [baseline(self.dispatch, self.pipeline.name, self.ctx, self.spec_entry, self.pinned)]
-        self._proposed = 0
         self._final: Optional[Evaluation] = None
         self._first_passes: list[EvaluationStats] = []
 
@@ -195,8 +194,8 @@ class TuneTask:
         for p, c in made:
             if c is not None:
                 self._tell(CandidateMade(p.index, c))
-        self._proposed += len(batch)
-        last = self._proposed >= self.plan.settings.budget or self._proposed >= len(self.plan.space)
+        proposed = len(self.plan.steps) + len(batch)  # the plan records each batch once it is told
+        last = proposed >= self.plan.settings.budget or proposed >= len(self.plan.space)
         measured = Measured(())
         if new or last:
             measured = self.measure(self.candidates, new, last)
