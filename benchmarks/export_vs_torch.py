@@ -6,11 +6,13 @@ module's own call (gpu_model_kernels.py), printed beside torch eager's and torch
 time of the same module on the same GPU (torch.json, written by torch_exports.py --time).
 
     python benchmarks/export_vs_torch.py DIR/NAME [DIR/NAME ...] [--target cuda:sm_80] [--jobs 8]
-        [--rounds 6] [--calls 20] [--compile-only] [--json OUT.json] [--tuned DIR]
+        [--rounds 6] [--calls 20] [--compile-only] [--json OUT.json] [--tuned [NAME=]DIR ...]
 
 `--tuned DIR` (one model): a `tune-model` run's result as a further build, plain iree-compile of
 the program it names (results.json's `input`) with @DIR/model_flags.txt, checked and timed in the
-same rounds; the tuner's claim (results.json's figure) is printed beside it.
+same rounds; the tuner's claim (results.json's figure) is printed beside it. Given again as
+NAME=DIR, each run's result is a build of that name (two runs of the same model side by side: one
+GPU's and several GPUs', gpu_tune_minutes.sh).
 
 DIR/NAME holds model.onnx, input*.npy, torch_output0.npy and torch.json. The builds are the
 compiler's default configs (no tuning): what the rewrites change in the program alone. Needs the
@@ -114,7 +116,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=0, help="print each build's N costliest dispatches")
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--tuned", type=Path, help="a tune-model run's directory (one model): its result built too")
+    parser.add_argument("--tuned", action="append", default=[],
+                        help="[NAME=]DIR: a tune-model run's directory (one model): its result built too, as NAME "
+                        "(default: tuned); may be given again")
     args = parser.parse_args()
     if args.tuned and len(args.models) != 1:
         parser.error("--tuned takes one model")
@@ -132,16 +136,18 @@ def main() -> None:
         if only:
             found = {name: built for name, built in found.items() if name in only}
             flags = {name: flags[name] for name in found}
-        claim = None
-        if args.tuned:  # the tuner's result, as a user rebuilds it
-            result = json.loads((args.tuned / "results.json").read_text())
-            found["tuned"] = (Path(result["input"]), [f"rewrites: {', '.join(result.get('rewrites') or []) or 'none'}"])
-            flags["tuned"] = [f"@{(args.tuned / 'model_flags.txt').resolve()}"]
-            claim = (result.get("figure") or {}).get("speedup", 1.0)
+        claims = {}
+        for given in args.tuned:  # the tuner's result, as a user rebuilds it
+            name, _, path = given.rpartition("=")
+            name, tuned = name or "tuned", Path(path)
+            result = json.loads((tuned / "results.json").read_text())
+            found[name] = (Path(result["input"]), [f"rewrites: {', '.join(result.get('rewrites') or []) or 'none'}"])
+            flags[name] = [f"@{(tuned / 'model_flags.txt').resolve()}"]
+            claims[name] = (result.get("figure") or {}).get("speedup", 1.0)
         with ThreadPoolExecutor(args.jobs) as pool:
             built = dict(zip(found, pool.map(lambda name: build(found[name][0], flags[name], work / f"{name}.vmfb"),
                                              found)))
-        record = {"claim": claim, "variants": {name: {"changed": found[name][1], "built": ok, "error": error, "compile_s": round(s, 1)}
+        record = {"claim": next(iter(claims.values()), None), "claims": claims, "variants": {name: {"changed": found[name][1], "built": ok, "error": error, "compile_s": round(s, 1)}
                                for name, (ok, error, s) in built.items()}}
         torch_json = folder / "torch.json"
         torch_figures = json.loads(torch_json.read_text()) if torch_json.exists() else {}
@@ -188,8 +194,8 @@ def _summary(name: str, record: dict, top: int) -> None:
     default = record["variants"].get("default", {}).get("kernel_ms_rounds")
     eager = record["torch"].get("eager", {}).get("kernel_ms")
     compiled = record["torch"].get("compile", {}).get("kernel_ms")
-    if record.get("claim") is not None:
-        print(f"{name} tune-model's claim for its result: {record['claim']:.2f}x the default")
+    for tuned, claim in (record.get("claims") or {}).items():
+        print(f"{name} tune-model's claim for its result ({tuned}): {claim:.2f}x the default")
     if eager:
         print(f"{name} torch eager {eager:.3f} ms, torch.compile {compiled:.3f} ms (kernels per call)")
     for variant, entry in record["variants"].items():

@@ -197,7 +197,7 @@ def test_numerics_runs_on_a_gpu_go_at_once_and_one_that_fails_beside_others_runs
 
     monkeypatch.setattr(mt, "run_once", fake_run_once)
     monkeypatch.setattr(mt, "read_output", lambda out, settings: np.load(Path(str(out) + ".npy")))
-    monkeypatch.setattr(mt.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(mt, "usable_cores", lambda: 16)
     builds = [(n, tmp_path / f"{n}.vmfb") for n in ("a", "b", "c", "d")]
     settings = ModuleRun("cuda", "f", (), checked=0)
     cmp = compare(("ref", tmp_path / "reference.vmfb"), builds, settings, 0, tmp_path / "gpu")
@@ -206,3 +206,17 @@ def test_numerics_runs_on_a_gpu_go_at_once_and_one_that_fails_beside_others_runs
     most[0] = 0
     compare(("ref", tmp_path / "reference.vmfb"), builds, replace(settings, device="local-task"), 0, tmp_path / "cpu")
     assert most[0] == 1
+
+
+def test_a_run_pinned_to_some_cores_sizes_its_pools_by_those_not_the_hosts(monkeypatch):
+    """`taskset -c 0-15 tune-model ...` on a 64-core host of four GPUs: its compiles and checks
+    share 16 cores, not 64 (issue 62: one run a GPU, the host's cores dealt among them)."""
+    import os
+
+    from tuner.core.settings import usable_cores
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert usable_cores() == 16
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)  # a platform without affinity: the host's count
+    assert usable_cores() == 64

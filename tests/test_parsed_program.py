@@ -106,7 +106,7 @@ def test_a_rewrites_kernels_are_made_side_by_side_first_and_the_program_is_the_s
     from tuner.rewrite import extern_call
     from tuner.rewrite.external_gemm import external_gemms
 
-    monkeypatch.setattr(extern_call.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(extern_call, "usable_cores", lambda: 4)
     made = []
 
     @functools.cache

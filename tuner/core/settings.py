@@ -11,6 +11,16 @@ from tuner.core.running import ModuleRun, runtime_flags
 from tuner.errors import InputError
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: `taskset -c 0-15 tune-model ...` gives a
+    run 16 of the host's cores, one GPU's share on a machine of several), at least one. Every
+    pool of compiles and checks is sized by it; os.cpu_count() counts the whole host."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 class Entry(Protocol):
     """What a run reads of the function it runs (tuner.discovery.workload.Workload is one)."""
 
@@ -21,7 +31,7 @@ class Entry(Protocol):
 @dataclass(frozen=True)
 class EvalSettings:
     compile_timeout_s: float = 300.0
-    compile_workers: int = os.cpu_count() or 1
+    compile_workers: int = usable_cores()
     repetitions: int = 5
     min_time_s: float = 0.1
     run_timeout_s: float = 120.0

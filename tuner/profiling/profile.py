@@ -21,7 +21,6 @@ dispatches were not timed and why."""
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
@@ -29,7 +28,7 @@ from typing import Callable, Optional
 from iree.compiler import ir
 
 from tuner.build.dispatch_benchmark import benchmark_function
-from tuner.core.settings import EvalSettings
+from tuner.core.settings import EvalSettings, usable_cores
 from tuner.discovery.program import Program
 from tuner.errors import ToolError
 from tuner.evaluation.in_model import times_in_model, why_not_in_model
@@ -125,7 +124,7 @@ def prepare_profile(input_path: Path, target: Target, program: Program, workdir:
             return run_tool_retrying_a_hang([find_tool("iree-compile"), str(found[name][0]), *target.compile_flags,
                                              "-o", str(fresh(workdir / f"{name}.vmfb"))], timeout_s)
 
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # each compile a process of its own
+        with ThreadPoolExecutor(max_workers=usable_cores()) as pool:  # each compile a process of its own
             for name, built in zip(found, pool.map(build, found)):
                 if built.ok:
                     alone[name] = [f"{name}.vmfb", found[name][1]]

@@ -11,7 +11,6 @@ conversion wants an opset on every function."""
 from __future__ import annotations
 
 import math
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from typing import Callable, Hashable, Iterator, Optional
 
 from iree.compiler import ir
 
+from tuner.core.settings import usable_cores
 from tuner.external.abi import ExternKernel
 
 # The executable target the objects are given for: the CUDA backend's format, which every cuda
@@ -177,7 +177,7 @@ def prebuild(requests: list[tuple[Callable, Hashable, object]]) -> None:
     (Triton's are `functools.cache`d), so the rewrite that asks again gets them at once. A kernel
     that cannot be made is left for that rewrite to report."""
     unique = list(dict.fromkeys(requests))
-    workers = min(len(unique), 8, os.cpu_count() or 1)
+    workers = min(len(unique), 8, usable_cores())
     if workers < 2:
         return
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,7 @@ from iree.compiler import ir
 
 from pipelines import Dispatch
 from tuner.driver import Session, search_and_evaluate
-from tuner.core.settings import Listeners, RunOptions
+from tuner.core.settings import Listeners, RunOptions, usable_cores
 from tuner.run_dir import real_directory
 from tuner.search.live import plan_search
 from tuner.search.task import StoredMeasure, TuneTask
@@ -101,7 +100,7 @@ def prebuild(env: StageEnv, variants: Sequence[Variant], phase: str = "builds") 
     there are fewer than eight cores it does nothing: one model build at a time already keeps
     them busy. ResNet-50's flag stage on the H100 machine (16 cores) built its 25 first choices
     one at a time, about 12 s each with their numerics."""
-    workers = (os.cpu_count() or 1) // 4
+    workers = usable_cores() // 4
     todo = list({_build_key(v): v for v in variants if not v.spec_parts and _build_key(v) not in env.cache.builds}.values())
     if workers < 2 or len(todo) < 2:
         return

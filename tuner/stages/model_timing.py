@@ -8,7 +8,6 @@ IREE's `iree-benchmark-module` on the entry function; a client may bring its own
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from tuner.evaluation.in_model import TOOL_TIMED, time_model, times_in_model
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
 from tuner.core.running import ModuleRun, Timing
+from tuner.core.settings import usable_cores
 from tuner.evaluation.runtime_tools import benchmark, read_output, relative_error, run_once, tolerance
 from tuner.run_dir import real_directory
 
@@ -215,7 +215,7 @@ def _numerics_runs(builds: Sequence[tuple[str, Path]], settings: ModuleRun, dire
     on a GPU up to CHECKS_AT_ONCE at a time (one per four host cores), each that fails beside
     the others run again alone (a model that needs most of the device's memory); on the host's
     own cores one at a time (they would share the cores the runs compute on)."""
-    at_once = min(CHECKS_AT_ONCE, (os.cpu_count() or 1) // 4, len(builds))
+    at_once = min(CHECKS_AT_ONCE, usable_cores() // 4, len(builds))
     if settings.device.startswith("local") or at_once < 2:
         return {name: run_once(vmfb, settings, directory / name) for name, vmfb in builds}
     with ThreadPoolExecutor(at_once, "numerics") as pool:
