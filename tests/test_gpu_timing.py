@@ -89,7 +89,7 @@ class _FakeTracer:
         self.module = module
 
     @contextmanager
-    def trace(self):
+    def trace(self, device=None):
         self.module.launched = []
         out: list = []
         yield out
@@ -97,6 +97,8 @@ class _FakeTracer:
 
 
 class _FakeModule:
+    ordinal = None  # the device its kernels run on: any
+
     def __init__(self, kernels: dict[str, float]) -> None:
         self.kernels = kernels
         self.calls = 0

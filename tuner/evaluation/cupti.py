@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -86,10 +86,13 @@ class Tracer:
         self.lib = lib
         self.path = path
         self._buffers: dict[int, ctypes.Array] = {}
-        self._records: list[KernelRecord] = []
+        self._open: list[_Open] = []  # the traces open now, at most one a device
         self._problem: Optional[str] = None
         self._lock = threading.Lock()
-        self._trace_lock = threading.Lock()  # one trace at a time: records are process-wide
+        # Traces wait on it for their device: records are process-wide, so a trace of one device
+        # opens beside those of others (each GPU of the host timing at once, issue 62), and one of
+        # every device (None) alone.
+        self._turn = threading.Condition()
         self._request = _REQUEST(self._on_request)  # kept alive: CUPTI calls them later
         self._complete = _COMPLETE(self._on_complete)
         lib.cuptiActivityGetNextRecord.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
@@ -128,29 +131,67 @@ class Tracer:
         finally:
             with self._lock:
                 self._buffers.pop(buffer, None)
-                self._records += found
+                deliver(found, self._open)
                 self._problem = self._problem or problem
 
+    def _now(self) -> int:
+        """CUPTI's clock (the records' own), ns."""
+        stamp = ctypes.c_uint64(0)
+        self._check(self.lib.cuptiGetTimestamp(ctypes.byref(stamp)), "reading its clock")
+        return stamp.value
+
     @contextmanager
-    def trace(self) -> Iterator[list[KernelRecord]]:
-        """Records every kernel that runs while open; the list it yields is filled when it
-        closes (the device must have finished: synchronize before leaving)."""
-        with self._trace_lock:
+    def trace(self, device: Optional[int] = None) -> Iterator[list[KernelRecord]]:
+        """Records every kernel that runs on `device` (a CUDA ordinal; None: on every device)
+        while open; the list it yields is filled when it closes (the device must have finished:
+        synchronize before leaving). Traces of other devices may be open at the same time."""
+        with self._turn:
+            self._turn.wait_for(lambda: not any(o.device in (device, None) or device is None for o in self._open))
             with self._lock:
-                self._records, self._problem = [], None
-            self._check(self.lib.cuptiActivityEnable(_CONCURRENT_KERNEL), "enabling kernel records")
-            out: list[KernelRecord] = []
-            try:
-                yield out
-            finally:
-                self.lib.cuptiActivityFlushAll(_FLUSH_FORCED)
-                self.lib.cuptiActivityDisable(_CONCURRENT_KERNEL)
-                self.lib.cuptiActivityFlushAll(_FLUSH_FORCED)
+                if not self._open:
+                    self._problem = None
+                    self._check(self.lib.cuptiActivityEnable(_CONCURRENT_KERNEL), "enabling kernel records")
+                mine = _Open(device, self._now())
+                self._open.append(mine)
+        out: list[KernelRecord] = []
+        try:
+            yield out
+        finally:
+            self.lib.cuptiActivityFlushAll(_FLUSH_FORCED)  # every buffer delivered, this trace's among them
+            with self._turn:
                 with self._lock:
-                    out += self._records
-                    problem, self._records = self._problem, []
-            if problem:
-                raise CuptiUnavailable(f"CUPTI ({self.path}): {problem}")
+                    self._open.remove(mine)
+                    last = not self._open
+                    problem = self._problem
+                if last:
+                    self.lib.cuptiActivityDisable(_CONCURRENT_KERNEL)
+                    self.lib.cuptiActivityFlushAll(_FLUSH_FORCED)
+                self._turn.notify_all()
+            out += mine.within()
+        if problem:
+            raise CuptiUnavailable(f"CUPTI ({self.path}): {problem}")
+
+
+@dataclass
+class _Open:
+    """A trace while it is open: its device (None: every one), since when (CUPTI's clock), and
+    the records delivered to it."""
+
+    device: Optional[int]
+    start_ns: int
+    records: list = field(default_factory=list)
+
+    def within(self) -> list[KernelRecord]:
+        """Its records of kernels that started once it was open: a buffer flushed now may hold
+        the device's kernels from before, recorded while another device's trace was open (the
+        calls on a device wait for their kernels, so none runs across the opening)."""
+        return [r for r in self.records if r.start_ns >= self.start_ns]
+
+
+def deliver(records: list[KernelRecord], open_traces: list[_Open]) -> None:
+    """Each record to the open traces of its device (and to one of every device)."""
+    for trace in open_traces:
+        trace.records += [r for r in records if trace.device is None or r.device == trace.device]
 
 
 def read_kernel_record(address: int):

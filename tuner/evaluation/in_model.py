@@ -150,6 +150,7 @@ class LoadedModule:
         self.module = rt.VmModule.mmap(instance, str(Path(vmfb).resolve()))
         self.context = rt.SystemContext(vm_modules=[*modules, self.module], config=self.config)
         self.function = self.context.modules[self.module.name][settings.entry]
+        self.ordinal = device_ordinal(settings.device)  # its kernels' records (None: any device's)
         self.args = [self._upload(_read_input(p), device) for p in settings.inputs]
 
     @staticmethod
@@ -212,7 +213,7 @@ def _traced_calls(module: LoadedModule, repetitions: int, min_time_s: float,
     calls = max(1, min(1000, math.ceil(min_time_s / max(one, 1e-6))))
     traced, walls = [], []
     for _ in range(max(1, repetitions)):
-        with tracer.trace() as records:
+        with tracer.trace(module.ordinal) as records:
             t0 = time.perf_counter()
             for i in range(calls):
                 module.call(read=i == calls - 1)

@@ -145,6 +145,16 @@ def default_off_host(env: StageEnv) -> str:
     return env.cache.reference_checks.get("default", "")
 
 
+def gpu_lanes(env: StageEnv, dispatches: int) -> list[tuple[str, ...]]:
+    """The GPUs of this host the run times on, dealt into one lane a dispatch, at most one a GPU
+    (a lane holds several GPUs where there are fewer dispatches than GPUs: its searches' first
+    passes are dealt over them); [] where there is one GPU or one dispatch, or the run times on
+    the CPU (issue 62: on the H200 x4 a Llama layer's three searches took 53 s one after another)."""
+    gpus = [d for d in dict.fromkeys(env.devices) if not d.startswith("local")]
+    lanes = min(len(gpus), dispatches)
+    return [tuple(gpus[i::lanes]) for i in range(lanes)] if lanes > 1 else []
+
+
 @dataclass
 class DispatchStage:
     """Tune the dispatches that matter: each tunable one with at least `min_share` of the model's
@@ -182,25 +192,7 @@ class DispatchStage:
             largest = max(shares) if chosen and None not in shares else None
             stage_seconds = min(env.budget.dispatch_stage_seconds(largest), stage_seconds or float("inf"))
         deadline = None if stage_seconds is None else time.monotonic() + stage_seconds
-        spent: list[float] = []  # seconds each dispatch's tuning took, for the stage's ETA
-        for i, (lead, outcome) in enumerate(chosen, 1):
-            pipeline = tuning_pipeline(lead, self.search.pipeline)
-            env.say(f"dispatch {i}/{len(chosen)}: {lead.name} ({lead.shape_name}"
-                    + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "")
-                    + (f"; {pipeline.name}" if self.search.pipeline else "") + ")")
-            if not at_once:
-                start = time.monotonic()
-                seconds = None if deadline is None else search_seconds(
-                    deadline - start, [o.share for _, o in chosen[i - 1:]])
-                if seconds is not None and seconds <= 0:
-                    outcomes.append(self._out_of_time(lead, outcome, target, env, source, stage_seconds))
-                else:
-                    outcomes.append(self.tune_or_say(lead, outcome, program, target, env, source, seconds))
-                took = time.monotonic() - start
-                if not outcomes[-1].reused:  # the pace of the dispatches left is that of those searched
-                    spent.append(took)
-                env.say(f"  {lead.name}: {outcomes[-1].status}, {took:.0f} s"
-                        + eta(spent, len(chosen) - i, None if deadline is None else deadline - time.monotonic()))
+        lanes = [] if at_once else gpu_lanes(env, len(chosen))
         if at_once:
             # On a cluster every dispatch is tuned at once: their compiles fill the compile nodes
             # together, and the benchmark workers time one thing at a time, whichever dispatch
@@ -211,7 +203,47 @@ class DispatchStage:
                 outcomes += list(pool.map(lambda item: self.tune_or_say(item[0], item[1], program, target,
                                                                         replace(env, ctx=ir.Context()), source),
                                           chosen))
+        elif len(lanes) > 1:
+            # Several GPUs of this host: the dispatches dealt over them, largest first, each lane
+            # tuning its own in turn on its GPUs (its candidates paired with the baseline there),
+            # with an MLIR context of its own; the lanes' compiles share the host's cores.
+            env.say(f"tuning the {len(chosen)} dispatches {len(lanes)} at a time, one a GPU "
+                    f"({', '.join('+'.join(lane) for lane in lanes)})")
+            numbered = list(enumerate(chosen, 1))
+            with ThreadPoolExecutor(max_workers=len(lanes), thread_name_prefix="dispatch-lane") as pool:
+                ran = pool.map(lambda i: self._in_turn(numbered[i::len(lanes)], len(chosen), program, target,
+                                                       replace(env, ctx=ir.Context(), devices=lanes[i]), source,
+                                                       deadline, stage_seconds), range(len(lanes)))
+                outcomes += [o for lane in ran for o in lane]
+        else:
+            outcomes += self._in_turn(list(enumerate(chosen, 1)), len(chosen), program, target, env, source,
+                                      deadline, stage_seconds)
         return replace(state, dispatches=by_share(outcomes))
+
+    def _in_turn(self, numbered: list, total: int, program, target: Target, env: StageEnv, source: Path,
+                 deadline: Optional[float], stage_seconds: Optional[float]) -> list[DispatchOutcome]:
+        """The dispatches (numbered among the stage's `total`) tuned one after another on
+        `env.devices`, each search given the time left to `deadline` in proportion to its share
+        among those left in turn, and what it took said with the ETA of the rest."""
+        outcomes, spent = [], []  # seconds each dispatch's tuning took, for the ETA
+        for k, (i, (lead, outcome)) in enumerate(numbered):
+            pipeline = tuning_pipeline(lead, self.search.pipeline)
+            env.say(f"dispatch {i}/{total}: {lead.name} ({lead.shape_name}"
+                    + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "")
+                    + (f"; {pipeline.name}" if self.search.pipeline else "") + ")")
+            start = time.monotonic()
+            seconds = None if deadline is None else search_seconds(
+                deadline - start, [o.share for _, (_, o) in numbered[k:]])
+            if seconds is not None and seconds <= 0:
+                outcomes.append(self._out_of_time(lead, outcome, target, env, source, stage_seconds))
+            else:
+                outcomes.append(self.tune_or_say(lead, outcome, program, target, env, source, seconds))
+            took = time.monotonic() - start
+            if not outcomes[-1].reused:  # the pace of the dispatches left is that of those searched
+                spent.append(took)
+            env.say(f"  {lead.name}: {outcomes[-1].status}, {took:.0f} s"
+                    + eta(spent, len(numbered) - k - 1, None if deadline is None else deadline - time.monotonic()))
+        return outcomes
 
     def tune_or_say(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target, env: StageEnv,
                     source: Path, seconds: Optional[float] = None) -> DispatchOutcome:
