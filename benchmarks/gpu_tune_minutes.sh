@@ -3,7 +3,8 @@
 # BENCHMARKS.md, "tune-model in minutes"). Each run is what a user types, `tune-model model.onnx
 # --target cuda:sm_80 --device cuda --budget $BUDGET` with no time budget, given its GPUs by
 # CUDA_VISIBLE_DEVICES and the host's cores in proportion by taskset (16 a GPU on the H200
-# machines); tune-model then times on every GPU it sees. A run the call's limit stops is resumed by
+# machines); tune-model then times on every GPU it sees (before 2026-11-30's fix, `--device cuda`
+# meant one GPU: the first runs of this script timed on one whatever they were given). A run the call's limit stops is resumed by
 # the next call with the same PLAN (its directory lives in /tmp while the machine is warm); its
 # wall time is summed over the calls. Then CHECK rebuilds every run's result of a family with plain
 # iree-compile (@model_flags.txt) and times them with the default in one set of interleaved CUPTI
@@ -42,7 +43,7 @@ tune() {  # family, GPUs ("0" or "0,1")
   local T=/tmp/tm62-$F-$tag LOG=$OUT/minutes-$F-$tag.log
   export_family $F ${gpus%%,*}
   [ -f $T.done ] && { cat $LOG; return; }
-  local start=$(date +%s)
+  local start=$(date +%s) from=$(cat $T.txt 2>/dev/null | wc -l)
   CUDA_VISIBLE_DEVICES=$gpus timeout -s TERM ${LIMIT_S:-540} taskset -c $(cores_of $gpus) \
     python3 -m tuner.cli tune-model $D/$F/model.onnx --target cuda:sm_80 --device cuda \
     --budget ${BUDGET:-8} --output $T ${TUNE_ARGS:-} >> $T.txt 2>&1 && touch $T.done
@@ -50,8 +51,9 @@ tune() {  # family, GPUs ("0" or "0,1")
   echo $spent >> $T.calls
   echo "$F on GPUs $gpus ($(cores_of $gpus)): $( [ -f $T.done ] && echo finished || echo stopped) after $spent s;" \
     "calls $(paste -sd+ $T.calls) = $(( $(paste -sd+ $T.calls) )) s" >> $LOG
+  # This call's lines: where its time went (a stopped call's too), how each dispatch's tuning went
+  tail -n +$(( from + 1 )) $T.txt | grep -E "^stage [a-z-]+: [0-9]+ s|^timing on|at a time|^dispatch [0-9]|^  .*, [0-9]+ s" >> $LOG
   if [ -f $T.done ]; then
-    grep -E "^stage [a-z-]+: [0-9]+ s" $T.txt >> $LOG  # where each call's time went
     grep -v "━" $T.txt | grep -v "nanobind\|leaked" | tail -30 >> $LOG
     cp $T/results.json $OUT/minutes-$F-$tag-results.json
   fi

@@ -118,13 +118,17 @@ def test_a_gpu_driver_named_without_an_index_means_every_device_the_host_has(mon
 
 
 def test_a_run_times_on_every_gpu_unless_devices_are_named_or_it_does_not_time_here(monkeypatch):
+    """`--device cuda` (a driver without an index, as users type it) is every GPU of the host,
+    as no --device is; `--device cuda://1` is that GPU alone."""
     from tuner.core.settings import RunOptions
     from tuner.evaluation import devices
 
     monkeypatch.setattr(devices, "host_devices", lambda d: ("cuda://0", "cuda://1") if d == "cuda" else (d,))
     assert devices.on_every_gpu(RunOptions(), "cuda").devices == ("cuda://0", "cuda://1")
+    assert devices.on_every_gpu(RunOptions(devices=("cuda",)), "cuda").devices == ("cuda://0", "cuda://1")
     assert devices.on_every_gpu(RunOptions(), "local-task").devices == ()
     assert devices.on_every_gpu(RunOptions(devices=("cuda://1",)), "cuda").devices == ("cuda://1",)
+    assert devices.on_every_gpu(RunOptions(devices=("cuda://0", "cuda://1")), "cuda").devices == ("cuda://0", "cuda://1")
     assert devices.on_every_gpu(RunOptions(compile_only=True), "cuda").devices == ()
     assert devices.on_every_gpu(RunOptions(strategy="ray"), "cuda").devices == ()
 

@@ -30,12 +30,15 @@ def distinct_devices(devices: Sequence[str], default: str) -> tuple[str, ...]:
 
 def on_every_gpu(run: RunOptions, device: str) -> RunOptions:
     """The run timing on every GPU of this host (issue 62: a host of several GPUs timed on one)
-    where no device is named, `device` (the target's) names a GPU driver with several devices
-    here, and the run times here: not with compile_only (the device is another machine) nor on a
-    Ray cluster (whose workers hold their own devices)."""
-    if run.devices or run.compile_only or run.strategy == "ray":
+    where no device is named or the one named is a GPU driver without an index (`--device
+    cuda`, as the README and the issue's users type it: every GPU the runtime finds here, each
+    `cuda://N`; `cuda://1` names that one alone), and the run times here: not with compile_only
+    (the device is another machine) nor on a Ray cluster (whose workers hold their own devices).
+    On 2026-11-30 the H200 x4 runs named `--device cuda` and timed on one GPU of four."""
+    named = tuple(dict.fromkeys(run.devices))
+    if len(named) > 1 or run.compile_only or run.strategy == "ray":
         return run
-    every = host_devices(device)
+    every = host_devices(named[0] if named else device)
     return replace(run, devices=every) if len(every) > 1 else run
 
 
