@@ -419,7 +419,7 @@ def test_a_search_of_one_batch_says_each_candidates_result_before_its_confirmati
     listen = Listeners(progress=lambda phase, done, total: events.append(("progress", phase)),
                        on_result=lambda r: events.append(("result", r.candidate_id)),
                        on_results=lambda results: events.append(("batch", len(results))))
-    settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=2, confirm_top=2)
+    settings = EvalSettings(repetitions=1, min_time_s=0.01, confirm_rounds=2, confirm_top=2, quiet_wait_s=0.0)
     api.tune(small_matmul, "llvm-cpu", tmp_path / "out", search=SearchSettings(budget=3),
              run=RunOptions(settings, strategy="sequential"), listen=listen)
     said = [e[1] for e in events if e[0] == "result"]

@@ -785,7 +785,7 @@ def test_the_flag_stage_compiles_its_choices_side_by_side_once_each_where_the_ma
     monkeypatch.setattr(variants, "run_tool_retrying_a_hang", spy)
     decisions = {}
     for cores in (2, 16):
-        monkeypatch.setattr(builtin.os, "cpu_count", lambda: cores)
+        monkeypatch.setattr(builtin, "usable_cores", lambda: cores)
         compiles.clear()
         model = tmp_path / f"mlp{cores}.mlir"
         model.write_text(MLP)
