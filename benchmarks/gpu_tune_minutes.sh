@@ -15,6 +15,8 @@
 #   PLAN="llama:0,1 convnext:2,3" bash benchmarks/gpu_tune_minutes.sh               # two GPUs each
 #   CHECK="llama convnext" bash benchmarks/gpu_tune_minutes.sh                      # one family a GPU
 #   LIMIT_S=540: each run stops there; BUDGET=8; TUNE_ARGS: more tune-model options
+#   PROFILE=1: each call under cProfile (its main thread: what the stage lines leave uncounted),
+#   minutes-FAMILY-gGPUS-TIME.prof
 #
 # $OUT/minutes-FAMILY-gGPUS.log (wall time, the run's stage lines, its table), -results.json;
 # $OUT/minutes-check-FAMILY.log and .json; all in $OUT/minutes.tgz.
@@ -45,7 +47,7 @@ tune() {  # family, GPUs ("0" or "0,1")
   [ -f $T.done ] && { cat $LOG; return; }
   local start=$(date +%s) from=$(cat $T.txt 2>/dev/null | wc -l)
   CUDA_VISIBLE_DEVICES=$gpus timeout -s TERM ${LIMIT_S:-540} taskset -c $(cores_of $gpus) \
-    python3 -m tuner.cli tune-model $D/$F/model.onnx --target cuda:sm_80 --device cuda \
+    python3 ${PROFILE:+-m cProfile -o $OUT/minutes-$F-$tag-$(date +%s).prof} -m tuner.cli tune-model $D/$F/model.onnx --target cuda:sm_80 --device cuda \
     --budget ${BUDGET:-8} --output $T ${TUNE_ARGS:-} >> $T.txt 2>&1 && touch $T.done
   local spent=$(( $(date +%s) - start ))
   echo $spent >> $T.calls
