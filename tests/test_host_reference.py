@@ -248,13 +248,13 @@ def test_a_right_tuned_model_slower_than_a_wrong_default_is_the_result(default_o
              "against llvm-cpu's") if default_off_host else ""
     final = Comparison((1.0,) * 5, {"tuned": Paired((0.95,) * 4)}, {"tuned": (1.05,) * 4}, {"tuned": 8e-4},
                        reference_check=check)
-    state = conclude(ModelState(flags=("--x",), rewrites=("r",), program=Path("p.mlir")), final, "tuned")
+    state = conclude(ModelState(flags=("--x",), rewrites=("r",), source=Path("p.mlir")), final, "tuned")
     if default_off_host:
         assert state.flags == ("--x",) and state.rewrites == ("r",) and state.figure.speedup == pytest.approx(0.95)
         assert state.verdict.startswith("the result of default is off llvm-cpu's on this host (relative error 1.1), "
                                         "and the tuned model's is not: the tuned model is the result, though 0.95x")
     else:
-        assert state.flags == () and state.rewrites == () and state.program is None
+        assert state.flags == () and state.rewrites == () and state.source is None
         assert "the default is the result" in state.verdict
 
 
@@ -306,7 +306,7 @@ def test_the_conclusion_keeps_the_fastest_of_the_default_the_choices_alone_and_t
 
     final = Comparison((1.0,) * 3, {"tuned": Paired((tuned,) * 2), "flags": Paired((choices,) * 2)},
                        {"tuned": (1 / tuned,) * 2, "flags": (1 / choices,) * 2}, {"tuned": 1e-6, "flags": 1e-6})
-    before = ModelState(flags=("--x",), rewrites=("r",), program=Path("p.mlir"), kept=("part",),
+    before = ModelState(flags=("--x",), rewrites=("r",), source=Path("p.mlir"), kept=("part",),
                         dispatches=(DispatchOutcome("d0", "m8", 0.5, "kept"),))
     state = conclude(before, final, "tuned", "flags")
     assert state.flags == ("--x",) and state.rewrites == ("r",)
@@ -346,13 +346,13 @@ def test_a_tuned_model_whose_interval_holds_one_is_no_gain_and_the_default_stays
     from tuner.stages.model_timing import Comparison
 
     final = Comparison((1.0,) * 5, {"tuned": Paired(ratios)}, {"tuned": tuple(1 / r for r in ratios)}, {"tuned": 1e-6})
-    before = ModelState(flags=("--x",), rewrites=("r",), program=Path("p.mlir"), kept=("part",),
+    before = ModelState(flags=("--x",), rewrites=("r",), source=Path("p.mlir"), kept=("part",),
                         dispatches=(DispatchOutcome("d0", "m8", 0.5, "kept"),))
     state = conclude(before, final, "tuned")
     if kept:
         assert state.flags == ("--x",) and state.kept == ("part",) and "within the noise" not in state.verdict
     else:
-        assert state.flags == () and state.rewrites == () and state.program is None and state.kept == ()
+        assert state.flags == () and state.rewrites == () and state.source is None and state.kept == ()
         assert state.verdict == ("the tuned model is 1.16x the default (0.95-1.40, a 88% interval from 4 rounds), an "
                                  "interval that holds 1.0: the gain is within the noise, so the default is the result")
         assert state.dispatches[0].status == "dropped: the tuned model's gain was within the noise"

@@ -76,7 +76,7 @@ def test_the_rewrite_builds_each_problem_with_the_tiles_the_stage_gives_it(tmp_p
     source = lambda problem, tiles: made.append(tiles) or _fixture_kernel(problem, tiles)  # noqa: E731
     monkeypatch.setitem(kernel_tiles.TILEABLE, EXTERNAL_GEMM.name,
                         (partial(external_gemms, source=source), tile_candidates))
-    state = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=model)
+    state = ModelState(rewrites=(EXTERNAL_GEMM.name,), source=model)
     problem = GemmProblem(16, 128, 64, "f16", ("bias",))
     second = tile_candidates(problem)[1]
     program, given = kernel_tiles._program(_env(tmp_path, model), state, lambda options: options[1], "tiles-1")
@@ -96,7 +96,7 @@ def test_the_chosen_tiles_are_kept_only_where_the_model_is_faster_with_them(tmp_
         return next(programs), {"gemm_x": tiles, "gemm_y": tiles}
 
     def built(env, variant):
-        return BuiltVariant(variant, variant.program, None, ())
+        return BuiltVariant(variant, variant.source, None, ())
 
     def compare(env, reference, trials, directory, rounds=None):
         if rounds == 0:  # the numerics first: the last build computes another result
@@ -119,9 +119,9 @@ def test_the_chosen_tiles_are_kept_only_where_the_model_is_faster_with_them(tmp_
     said = []
     env = _env(tmp_path, tmp_path / "m.mlir")
     env.say = said.append
-    state = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=tmp_path / "flags.mlir")
+    state = ModelState(rewrites=(EXTERNAL_GEMM.name,), source=tmp_path / "flags.mlir")
     after = kernel_tiles.KernelTileStage().run(state, env)
-    assert after.program == (tmp_path / "chosen.mlir" if kept else tmp_path / "flags.mlir")
+    assert after.source == (tmp_path / "chosen.mlir" if kept else tmp_path / "flags.mlir")
     assert after.notes[-1].startswith("external kernel tiles: " + ("1 of 2 problems" if kept else "the rule's kept"))
     assert said[0].startswith("  gemm_x: 128x64x64 w4 s4 in the model, 10.0 us (the rule's 64x64x64 w4 s4: 20.0 us)")
     # A run of the same directory resumed after the stage takes its choice as it was: nothing
@@ -130,7 +130,7 @@ def test_the_chosen_tiles_are_kept_only_where_the_model_is_faster_with_them(tmp_
         monkeypatch.setattr(kernel_tiles, name, lambda *a, **k: pytest.fail("built or timed again"))
     said.clear()
     again = kernel_tiles.KernelTileStage().run(state, env)
-    assert again.program == after.program and said[0].endswith("(as an earlier run of this directory chose)")
+    assert again.source == after.source and said[0].endswith("(as an earlier run of this directory chose)")
     assert said[0].startswith("external kernel tiles: " + ("1 of 2 problems" if kept else "the rule's kept"))
     # another choice before the stage (other rewrites): chosen anew
     assert kernel_tiles._earlier_choice(env, replace(state, rewrites=("external-hopper-conv",))) is None
@@ -139,10 +139,10 @@ def test_the_chosen_tiles_are_kept_only_where_the_model_is_faster_with_them(tmp_
 def test_no_tiles_are_tried_where_no_external_kernel_was_chosen_or_the_model_cannot_be_timed_inside(tmp_path,
                                                                                                    monkeypatch):
     stage, env = kernel_tiles.KernelTileStage(), _env(tmp_path, tmp_path / "m.mlir")
-    plain = ModelState(rewrites=("nd-linear-as-matmul",), program=tmp_path / "p.mlir")
+    plain = ModelState(rewrites=("nd-linear-as-matmul",), source=tmp_path / "p.mlir")
     assert stage.run(plain, env) == plain
     monkeypatch.setattr(kernel_tiles, "why_not_in_model", lambda: "CUPTI did not load (designed)")
-    chosen = ModelState(rewrites=(EXTERNAL_GEMM.name,), program=tmp_path / "p.mlir")
+    chosen = ModelState(rewrites=(EXTERNAL_GEMM.name,), source=tmp_path / "p.mlir")
     assert stage.run(chosen, env).notes == ("external kernel tiles: the rule's (CUPTI did not load (designed))",)
     # nor past the time left before the merge's share (the dispatch stage's floor is not this
     # stage's: on the H200 it ran 34-103 s in runs already past their budgets)
@@ -202,11 +202,11 @@ def test_the_stage_builds_each_candidate_program_for_cuda_and_keeps_the_faster_t
                           settings=EvalSettings(), cache=RunCache(), say=lambda text: None, budget=None,
                           ledger=Ledger(), progress=None)
     flags_program, _ = kernel_tiles._program(env, ModelState(rewrites=(EXTERNAL_GEMM.name,)), lambda o: o[0], "rule")
-    state = kernel_tiles.KernelTileStage().run(ModelState(rewrites=(EXTERNAL_GEMM.name,), program=flags_program), env)
+    state = kernel_tiles.KernelTileStage().run(ModelState(rewrites=(EXTERNAL_GEMM.name,), source=flags_program), env)
     problem = GemmProblem(16, 128, 64, "f16", ("bias",))
     rule, second = tile_candidates(problem)[:2]
     assert timed == [[True] * len(tile_candidates(problem))]  # every candidate built for cuda, then timed
-    assert state.program == tmp_path / "run" / "kernel-tiles" / "model.tiles-chosen.mlir"
+    assert state.source == tmp_path / "run" / "kernel-tiles" / "model.tiles-chosen.mlir"
     assert state.notes[-1] == ("external kernel tiles: 1 of 1 problems on other tiles than the rule's, the model 1.10x "
                                f"({problem.name} {second.label})")  # the kept tiles named, for results.json
     assert env.ledger.counts["builds"] >= len(tile_candidates(problem)) + 1 and rule != second

@@ -314,7 +314,7 @@ def late_data_tiling_only(monkeypatch):
 def test_a_model_wide_choice_slower_on_the_model_is_not_kept(small_bert, tmp_path, late_data_tiling_only):
     out = tmp_path / "out"
     state = _flag_stage(small_bert, out, _timer(slower="flags-raise-attention")).state
-    assert state.flags == () and state.rewrites == () and state.program is None
+    assert state.flags == () and state.rewrites == () and state.source is None
     assert state.flag_trials["raise-attention"] == pytest.approx(0.5)
     data = json.loads((out / "results.json").read_text())
     assert data["rewrites"] == [] and data["input"] == data["model"]
@@ -326,24 +326,24 @@ def test_a_faster_rewrite_is_kept_rebuilt_by_plain_iree_compile_and_reused_by_a_
     out = tmp_path / "out"
     state = _flag_stage(small_bert, out, _timer(faster="flags-raise-attention")).state
     assert state.rewrites == ("raise-attention",) and state.flags == ()
-    assert "scaled_dot_product_attention" in state.program.read_text()
-    assert state.program.resolve().is_relative_to(out.resolve())  # written inside the run's directory
+    assert "scaled_dot_product_attention" in state.source.read_text()
+    assert state.source.resolve().is_relative_to(out.resolve())  # written inside the run's directory
     data = json.loads((out / "results.json").read_text())
-    assert data["input"] == str(state.program.resolve()) and data["rewrites"] == ["raise-attention"]
+    assert data["input"] == str(state.source.resolve()) and data["rewrites"] == ["raise-attention"]
     iree_compile(data["input"], f"@{out / 'model_flags.txt'}",
                     "-o", str(tmp_path / "m.vmfb"))
     said, timer = [], _timer()  # a rerun on other timings: the finished decision stands
     again = _flag_stage(small_bert, out, timer, say=said.append)
-    assert again.state.rewrites == ("raise-attention",) and again.state.program == state.program
+    assert again.state.rewrites == ("raise-attention",) and again.state.source == state.source
     assert any("reusing the decision" in line for line in said), said
     assert timer.calls == [] and (out / FLAG_DECISION).is_file()
     # The decision carried without its rewritten program (to another machine's run directory):
     # still reused, the program written again where it was, the same bytes.
-    text = state.program.read_text()
-    state.program.unlink()
+    text = state.source.read_text()
+    state.source.unlink()
     said, timer = [], _timer()
     carried = _flag_stage(small_bert, out, timer, say=said.append)
-    assert carried.state.program == state.program and state.program.read_text() == text
+    assert carried.state.source == state.source and state.source.read_text() == text
     assert any("reusing the decision" in line for line in said), said
     assert timer.calls == []
 
@@ -375,10 +375,10 @@ def test_a_rewrite_is_judged_with_the_dispatches_it_creates_tuned(small_bert, tm
         assert tuned == [] and not spec.exists()
         return
     [(dispatch, source, evaluations, directory)] = [t for t in tuned if t[3] == "flag-dispatches/flags-raise-attention"]
-    created = [d for d in discover_program(state.program, parse_target("llvm-cpu"), ir.Context()).dispatches
+    created = [d for d in discover_program(state.source, parse_target("llvm-cpu"), ir.Context()).dispatches
                if d.kind == DispatchKind.CONTRACTION]
     assert dispatch.flops == max(d.flops for d in created)  # the largest one
-    assert source == state.program and evaluations == 2 and directory == "flag-dispatches/flags-raise-attention"
+    assert source == state.source and evaluations == 2 and directory == "flag-dispatches/flags-raise-attention"
     assert f"match_{dispatch.name}" in spec.read_text()  # built with its winner (read back by build_variant)
     # Data tiling materialized early is judged the same way: its largest mmt4d dispatch tuned
     # under those flags, and the option built with the winner on the mmt4d (read back).
@@ -591,7 +591,7 @@ def test_the_flag_stage_adds_another_rewrite_to_its_choice_only_where_the_model_
     assert state.flag_trials["a"] == pytest.approx(1.25) and state.flag_trials["b"] == pytest.approx(1.0)
     assert state.flag_trials["a+b"] == pytest.approx(1.25 * 0.8 / together_ms, rel=1e-3)
     if kept == ("a", "b"):
-        assert "tuner.test_a" in state.program.read_text() and "tuner.test_b" in state.program.read_text()
+        assert "tuner.test_a" in state.source.read_text() and "tuner.test_b" in state.source.read_text()
         assert any("a+b: 1.60x the choice before it" in line for line in said), said
 
 
@@ -983,10 +983,10 @@ def test_a_decision_joining_two_rewrites_is_reused_where_its_program_was_removed
                           say=lambda t: None, ledger=Ledger())
     options = [ModelOption((), a), ModelOption((), b)]
     program = out / "imported" / "m.a+b.mlir"
-    flag_decision.record_decision(env, options, ModelState(rewrites=("a", "b"), program=program))
+    flag_decision.record_decision(env, options, ModelState(rewrites=("a", "b"), source=program))
     assert not program.exists()
     earlier = flag_decision.earlier_decision(env, options)
-    assert earlier is not None and earlier.rewrites == ("a", "b") and earlier.program == program
+    assert earlier is not None and earlier.rewrites == ("a", "b") and earlier.source == program
     text = program.read_text()
     assert "tuner.a" in text and "tuner.b" in text
     # A rewrite that finds nothing now (its code changed since): decided again.

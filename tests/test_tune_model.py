@@ -190,7 +190,7 @@ class ChosenProgram:
         program = env.output_dir / "imported" / "copy.mlir"
         program.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(env.model, program)
-        return replace(state, rewrites=("copy",), program=program)
+        return replace(state, rewrites=("copy",), source=program)
 
 
 @pytest.mark.slow

@@ -105,10 +105,11 @@ class ModelState:
     """What the stages have found so far; each stage returns an updated copy."""
 
     flags: tuple[str, ...] = ()  # model-wide flags chosen
-    # The program rewrites chosen (tuner.rewrite) and the rewritten program they wrote (None:
-    # the model as given): what later stages discover, tune and build.
+    # The program rewrites chosen (tuner.rewrite) and the rewritten program's file they wrote
+    # (None: the model as given): what later stages discover, tune and build. (A `Program` is
+    # what discovery reads from such a file: StageEnv.program.)
     rewrites: tuple[str, ...] = ()
-    program: Optional[Path] = None
+    source: Optional[Path] = None
     # Configs the chosen flags need to build at all (tuner.stages.repair): in every later build
     # and in the tuned model's spec.
     pinned: tuple[SpecPart, ...] = ()
@@ -125,9 +126,9 @@ class ModelState:
     def note(self, text: str) -> "ModelState":
         return replace(self, notes=(*self.notes, text))
 
-    def program_of(self, model: Path) -> Path:
+    def source_of(self, model: Path) -> Path:
         """The program the tuned model is built from: the rewrite chosen, else `model`."""
-        return self.program or model
+        return self.source or model
 
 
 @dataclass

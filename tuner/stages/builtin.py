@@ -72,7 +72,7 @@ def slower_beyond_noise(p: Paired) -> bool:
 
 
 def _build_key(variant: Variant) -> tuple:
-    return (variant.flags, variant.program,
+    return (variant.flags, variant.source,
             tuple((p.dispatch.name, p.config.compilation_info) for p in variant.spec_parts))
 
 
@@ -177,8 +177,8 @@ class DispatchStage:
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         target = with_flags(env.target, state.flags, state.pinned)
         program, measured = env.program, env.profile
-        source = state.program_of(env.model)
-        if state.flags or state.program:  # the dispatches change under model-wide choices: find and time them again
+        source = state.source_of(env.model)
+        if state.flags or state.source:  # the dispatches change under model-wide choices: find and time them again
             program = discovered_program(env, source, state.flags).for_running(env.workload.parameters, env.dynamic_size)
             with env.ledger.timed(DISCOVERY):
                 measured = kept_profile(source, target, program, env.output_dir / "profile-flags", env.ctx,

@@ -38,7 +38,7 @@ def carried_over(env: StageEnv, state: ModelState, kept: Sequence[SpecPart],
     untuned = [o for o in state.dispatches if o.part is None and o.status.startswith((UNTUNED_FOR_RANK, UNTUNED_FOR_TIME))]
     if not untuned or not kept:
         return []
-    formed = {d.name: d for d in formed_dispatches(env, state.program or env.model, state.flags)}
+    formed = {d.name: d for d in formed_dispatches(env, state.source or env.model, state.flags)}
     carried = []
     for outcome in untuned:
         dispatch = formed.get(outcome.name)

@@ -31,7 +31,7 @@ def decision_key(env: StageEnv, options: list[ModelOption]) -> dict:
 
 def record_decision(env: StageEnv, options: list[ModelOption], state: ModelState) -> None:
     data = {**decision_key(env, options), "flags": list(state.flags), "rewrites": list(state.rewrites),
-            "program": str(state.program) if state.program else None, "trials": state.flag_trials,
+            "program": str(state.source) if state.source else None, "trials": state.flag_trials,
             "untuned": env.cache.untuned_gains}
     write_file(env.output_dir / FLAG_DECISION, json.dumps(data, indent=1))
 
@@ -75,7 +75,7 @@ def earlier_decision(env: StageEnv, options: list[ModelOption]) -> Optional[Mode
         again = rewritten_program(env, combined([applying[n] for n in rewrites]))
         if again is None or again.resolve() != program.resolve():
             return None
-    return ModelState(flags=flags, flag_trials=data.get("trials", {}), rewrites=rewrites, program=program)
+    return ModelState(flags=flags, flag_trials=data.get("trials", {}), rewrites=rewrites, source=program)
 
 
 @dataclass

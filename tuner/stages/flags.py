@@ -86,12 +86,12 @@ class FlagStage:
                     f"({decision_text(earlier)})")
             env.cache.untuned_gains.update(decision_untuned(env))
             decided = self._extend_earlier(replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials,
-                                                   rewrites=earlier.rewrites, program=earlier.program), env)
+                                                   rewrites=earlier.rewrites, source=earlier.source), env)
             if decided is None:
-                chosen = Variant("chosen", earlier.flags, program=earlier.program)
+                chosen = Variant("chosen", earlier.flags, source=earlier.source)
                 return replace(state, flags=earlier.flags, flag_trials=earlier.flag_trials, rewrites=earlier.rewrites,
-                               program=earlier.program, pinned=pins_for(env, chosen, self.search.pipeline)
-                               if earlier.flags or earlier.program else ())
+                               source=earlier.source, pinned=pins_for(env, chosen, self.search.pipeline)
+                               if earlier.flags or earlier.source else ())
         else:
             steps = StepLog.of_run(env, options)
             decided = self._decide(state, env, options, steps)
@@ -112,7 +112,7 @@ class FlagStage:
         option = ModelOption(state.flags, combined([applying[n] for n in state.rewrites]) if state.rewrites else None,
                              tunes)
         trials = dict(state.flag_trials)
-        untried = [o for o in extensions(option, list(applying.values()), self._flag_sets(env, option, state.program))
+        untried = [o for o in extensions(option, list(applying.values()), self._flag_sets(env, option, state.source))
                    if o.label not in trials]
         if not untried:
             return None
@@ -128,7 +128,7 @@ class FlagStage:
         env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model; "
                 f"tried on it: {trials_text(tried)})")
         return replace(state, flags=option.flags, flag_trials=trials, pinned=best.variant.pinned,
-                       rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
+                       rewrites=option.rewrite.names if option.rewrite else (), source=best.variant.source)
 
     def _decide(self, state: ModelState, env: StageEnv, options: list[ModelOption], steps: StepLog) -> ModelState:
         default = build_once(env, Variant("default"))
@@ -161,7 +161,7 @@ class FlagStage:
         env.say(f"model-wide choices: {short_flags(option.label)} ({speedup:.2f}x the default on the whole model{why}; "
                 f"tried: {trials_text(trials)})")
         return replace(state, flags=option.flags, flag_trials=trials, pinned=best.variant.pinned,
-                       rewrites=option.rewrite.names if option.rewrite else (), program=best.variant.program)
+                       rewrites=option.rewrite.names if option.rewrite else (), source=best.variant.source)
 
     def _judge(self, env: StageEnv, default: BuiltVariant, reference: BuiltVariant, options: list[ModelOption],
                trials: dict, directory: str, wrong: set[str], steps: StepLog, scale: float = 1.0,
@@ -250,7 +250,7 @@ class FlagStage:
         for step in itertools.count(1):
             # One the first round tried already (a flag set chosen alone, then a rewrite with it)
             # was slower than the choice: the same build, not timed again.
-            more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.program))
+            more = [o for o in extensions(option, applying, self._flag_sets(env, option, best.variant.source))
                     if o.label not in trials]
             # The most promising first (what each adds, as it did alone in the first round): where
             # the share holds only some of them, those are tried (the Llama layer's two external
@@ -377,7 +377,7 @@ class FlagStage:
         if option.rewrite and program is None:
             return None
         return self._untuned(option, program) if self._tunes(option) else Variant(option.directory, option.flags,
-                                                                                    program=program)
+                                                                                    source=program)
 
     def _built(self, env: StageEnv, option: ModelOption) -> bool:
         """Whether the option's first build (`_first_variant`) is made already."""
@@ -387,7 +387,7 @@ class FlagStage:
     @staticmethod
     def _untuned(option: ModelOption, program: Optional[Path], pins: tuple[SpecPart, ...] = ()) -> Variant:
         """The option built with the compiler's configs for what it forms (its numerics check)."""
-        return Variant(option.directory + "-default-configs", option.flags, program=program, pinned=pins)
+        return Variant(option.directory + "-default-configs", option.flags, source=program, pinned=pins)
 
     def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
                      flags: tuple[str, ...] = (), said: str = "", pins: tuple[SpecPart, ...] = ()

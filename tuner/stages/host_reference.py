@@ -79,7 +79,7 @@ def _exact_program(env: StageEnv) -> Optional[Path]:
 def _build_and_run(env: StageEnv) -> Optional[np.ndarray]:
     directory = env.output_dir / HOST_REFERENCE
     host = parse_target("llvm-cpu")
-    built = build_variant(env.model, Variant(HOST_REFERENCE, program=_exact_program(env)), host, directory, env.ctx,
+    built = build_variant(env.model, Variant(HOST_REFERENCE, source=_exact_program(env)), host, directory, env.ctx,
                           env.settings.compile_timeout_s)
     if not built.ok:
         env.say(f"host reference: the llvm-cpu build failed ({built.error}); builds are checked against the "

@@ -68,7 +68,7 @@ class KernelTileStage:
 
     def run(self, state: ModelState, env: StageEnv) -> ModelState:
         tileable = [n for n in state.rewrites if n in TILEABLE]
-        if not tileable or state.program is None:
+        if not tileable or state.source is None:
             return state
         earlier = _earlier_choice(env, state)
         if earlier is not None:  # a resumed run: the stage's builds and timings are not made again
@@ -77,7 +77,7 @@ class KernelTileStage:
             if program is not None or not labels:  # (else the rewrites no longer apply as they did: chosen again)
                 said = f"external kernel tiles: {verdict} (as an earlier run of this directory chose)"
                 env.say(said)
-                return (replace(state, program=program) if labels else state).note(said)
+                return (replace(state, source=program) if labels else state).note(said)
         why = why_not_in_model() if env.target.device.startswith("cuda") else f"{env.target.device} runs no external kernel"
         if why is None and env.budget is not None and env.budget.before_merge_left() <= 0:
             why = "the time budget is spent"
@@ -90,13 +90,13 @@ class KernelTileStage:
                                       f"tiles-{j}")
             if program is None:
                 break
-            variants.append(Variant(f"{DIRECTORY}-{j}", state.flags, program=program, pinned=state.pinned))
+            variants.append(Variant(f"{DIRECTORY}-{j}", state.flags, source=program, pinned=state.pinned))
             picks.append(given)
         if len(variants) < 2 or all(p == picks[0] for p in picks[1:]):
             return _said(env, state, "external kernel tiles: one candidate a problem, the rule's")
         prebuild(env, variants)
         # the choice as the flag stage built it (cached by what defines it, whatever its name)
-        before = build_once(env, Variant(f"{DIRECTORY}-rule", state.flags, program=state.program, pinned=state.pinned))
+        before = build_once(env, Variant(f"{DIRECTORY}-rule", state.flags, source=state.source, pinned=state.pinned))
         built = [build_once(env, v) for v in variants]
         # each run once in a process of its own, its result checked, before any is loaded here (a
         # build that faults the device would take this process's CUDA context with it)
@@ -114,7 +114,7 @@ class KernelTileStage:
                     f"(the rule's {picks[0][name].label}: {_ms(times, picks, name, picks[0][name])})")
         labels = {name: tiles.label for name, tiles in best.items()}
         program, _ = _program(env, state, lambda options: options[0], "tiles-chosen", labels)
-        chosen = build_once(env, Variant(DIRECTORY, state.flags, program=program, pinned=state.pinned))
+        chosen = build_once(env, Variant(DIRECTORY, state.flags, source=program, pinned=state.pinned))
         cmp = compare_on_model(env, before, [chosen], DIRECTORY)
         paired = cmp.paired.get(chosen.variant.name)
         verdict = (f"{len(changed)} of {len(best)} problems on other tiles than the rule's, the model "
@@ -125,7 +125,7 @@ class KernelTileStage:
         _record(env, state, labels, f"{verdict}: kept")
         env.say(f"external kernel tiles: {verdict}: kept")
         which = "; ".join(f"{name} {tiles.label}" for name, tiles in changed.items())
-        return replace(state, program=program).note(f"external kernel tiles: {verdict} ({which})")
+        return replace(state, source=program).note(f"external kernel tiles: {verdict} ({which})")
 
 
 def _said(env: StageEnv, state: ModelState, verdict: str) -> ModelState:
@@ -163,7 +163,7 @@ RECORD = "choice.json"  # DIR/kernel-tiles/RECORD: the stage's choice, for a run
 def _key(state: ModelState) -> dict:
     """What the stage's choice depends on: the choice before it (flags, rewrites and the
     rewritten program's bytes)."""
-    digest = hashlib.sha256(state.program.read_bytes()).hexdigest() if state.program and state.program.is_file() else None
+    digest = hashlib.sha256(state.source.read_bytes()).hexdigest() if state.source and state.source.is_file() else None
     return {"flags": list(state.flags), "rewrites": list(state.rewrites), "program": digest}
 
 

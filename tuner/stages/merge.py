@@ -54,8 +54,8 @@ def greedy_merge(env: StageEnv, state: ModelState, measure: Measure,
     default = build_once(env, Variant("default"))
     if not default.ok:
         raise ToolError(f"the model does not build with the default flags: {default.error}", list(default.flags))
-    current = (default if not (state.flags or state.program or state.pinned)
-               else build_once(env, Variant("flags", state.flags, program=state.program, pinned=state.pinned)))
+    current = (default if not (state.flags or state.source or state.pinned)
+               else build_once(env, Variant("flags", state.flags, source=state.source, pinned=state.pinned)))
     choices = current  # the model-wide choices with the compiler's configs
     parts = sorted((o for o in state.dispatches if o.part is not None), key=lambda o: o.expected_gain, reverse=True)
     outcomes = {o.name: o for o in state.dispatches}
@@ -159,7 +159,7 @@ def conclude_figure(state: ModelState, final: Comparison, name: str, choices: Op
     p = final.paired.get(name)
     if p is None or not p.ratios:
         why = final.failed.get(name, "could not be timed")
-        return replace(_unkept(state, "the tuned model failed its check"), flags=(), kept=(), pinned=(), rewrites=(), program=None,
+        return replace(_unkept(state, "the tuned model failed its check"), flags=(), kept=(), pinned=(), rewrites=(), source=None,
                        verdict=f"the tuned model failed its check ({why}): the default is the result")
     alone = final.paired.get(choices) if choices else None
     if alone is not None and not (alone.ratios and len(alone.ratios) == len(p.ratios)):
@@ -178,12 +178,12 @@ def conclude_figure(state: ModelState, final: Comparison, name: str, choices: Op
     noisy = not not_faster and p.holds_one
     if not_faster and not final.reference_check:
         return replace(_unkept(state, "the tuned model was not faster than the default"), flags=(), kept=(), pinned=(),
-                       rewrites=(), program=None, figure=figure,
+                       rewrites=(), source=None, figure=figure,
                        verdict=f"the tuned model is not faster than the default ({p.speedup:.2f}x in "
                                f"{len(p.ratios)} rounds): the default is the result")
     if noisy and not final.reference_check:
         return replace(_unkept(state, "the tuned model's gain was within the noise"), flags=(), kept=(), pinned=(),
-                       rewrites=(), program=None, figure=figure,
+                       rewrites=(), source=None, figure=figure,
                        verdict=f"the tuned model is {p.speedup:.2f}x the default ({interval.text()}), an interval "
                                f"that holds 1.0: the gain is within the noise, so the default is the result")
     won = sum(r > 1.0 for r in p.ratios)

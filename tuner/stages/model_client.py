@@ -202,7 +202,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         write_model_outputs(env, state)
         if budget is not None:
             budget.finish()
-    return ModelTuning(state, output_dir, state.program_of(source), workload.entry, parameters=workload.parameters)
+    return ModelTuning(state, output_dir, state.source_of(source), workload.entry, parameters=workload.parameters)
 
 
 def _compile_step(env: StageEnv, model: ModelOptions, search: SearchSettings) -> ModelTuning:
@@ -228,7 +228,7 @@ def write_model_outputs(env: StageEnv, state: ModelState) -> None:
     out = env.output_dir
     spec_path = out / MODEL_SPEC
     flags = [*env.target.compile_flags, *state.flags]
-    program = state.program_of(env.model)
+    program = state.source_of(env.model)
     header = comment(f"iree-tuner tune-model: {state.verdict}") + comment(
         f"rebuild: {rebuild_command(out, str(program), MODEL_FLAGS, env.workload.parameters)}")
     try:

@@ -66,7 +66,7 @@ def _repaired_once(env: StageEnv, variant: Variant, name: str, pipeline: Optiona
     """`variant` with a config pinned for the dispatch `name`: the first of REPAIR_TRIES that
     builds the model, or that moves its failure to another dispatch (that one is repaired next)."""
     # The diagnostics name the dispatch's function, or only its executable (`@main_dispatch_3`).
-    dispatch = next((d for d in formed_dispatches(env, variant.program or env.model, variant.flags)
+    dispatch = next((d for d in formed_dispatches(env, variant.source or env.model, variant.flags)
                      if d.name == name or d.name.startswith(name + "_")), None)
     if dispatch is None:
         raise NotRepaired(f"{name} is not found among the dispatches the choice forms")

@@ -68,7 +68,7 @@ def buildable_start(env: StageEnv, pipeline: Optional[str]) -> tuple[StageEnv, s
         if option.rewrite and program is None:
             continue
         tried += 1
-        built = build_once(env, Variant(option.directory, option.flags, program=program))
+        built = build_once(env, Variant(option.directory, option.flags, source=program))
         why = why_not(env, built)
         if not why:
             source = program or env.model

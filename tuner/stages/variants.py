@@ -41,12 +41,13 @@ class SpecPart:
 @dataclass(frozen=True)
 class Variant:
     """One way to build the model: extra flags, the dispatch configs merged into one spec, and
-    the program compiled (None: the model as given; else a rewrite of it, tuner.rewrite)."""
+    the program file compiled (`source`; None: the model as given; else a rewrite of it,
+    tuner.rewrite)."""
 
     name: str
     flags: tuple[str, ...] = ()
     parts: tuple[SpecPart, ...] = ()
-    program: Optional[Path] = None
+    source: Optional[Path] = None
     # Configs without which it does not build: a dispatch the compiler's own config cannot
     # compile under these flags, given one that can (tuner.stages.repair); carried by every build
     # of the choice, tuned or not, and by the tuned model's spec.
@@ -127,7 +128,7 @@ def compile_variant(model: Path, variant: Variant, target: Target, directory: Pa
     builds may run in threads side by side (tuner.stages.builtin.prebuild)."""
     variant = carried(variant, target)
     real_directory(directory)
-    model = variant.program or model
+    model = variant.source or model
     spec = None
     flags = [*target.compile_flags, *variant.flags]
     if variant.spec_parts:
@@ -164,7 +165,7 @@ def compiled_already(model: Path, variant: Variant, target: Target, directory: P
     would find it and not compile it again."""
     variant = carried(variant, target)
     return not variant.spec_parts and _built_from(
-        directory, _recipe(variant.program or model, [*target.compile_flags, *variant.flags], ""))
+        directory, _recipe(variant.source or model, [*target.compile_flags, *variant.flags], ""))
 
 
 def _recipe(model: Path, flags: list[str], spec_text: str) -> str:
