@@ -25,6 +25,7 @@ from iree.compiler import ir
 
 from pipelines import Dispatch
 from tuner.driver import Session, search_and_evaluate
+from tuner.core.built import Progress
 from tuner.core.settings import Listeners, RunOptions, usable_cores
 from tuner.run_dir import real_directory
 from tuner.search.live import plan_search
@@ -155,6 +156,14 @@ def gpu_lanes(env: StageEnv, dispatches: int) -> list[tuple[str, ...]]:
     return [tuple(gpus[i::lanes]) for i in range(lanes)] if lanes > 1 else []
 
 
+def lane_progress(progress: Optional[Progress], lane: tuple[str, ...]) -> Optional[Progress]:
+    """A lane's progress, its phases named with its GPUs (`compile cuda://1`): the lanes' searches
+    run at once, and one bar a phase would show both lanes' counts in turn."""
+    if progress is None:
+        return None
+    return lambda phase, done, total: progress(f"{phase} {'+'.join(lane)}", done, total)
+
+
 @dataclass
 class DispatchStage:
     """Tune the dispatches that matter: each tunable one with at least `min_share` of the model's
@@ -212,8 +221,9 @@ class DispatchStage:
             numbered = list(enumerate(chosen, 1))
             with ThreadPoolExecutor(max_workers=len(lanes), thread_name_prefix="dispatch-lane") as pool:
                 ran = pool.map(lambda i: self._in_turn(numbered[i::len(lanes)], len(chosen), program, target,
-                                                       replace(env, ctx=ir.Context(), devices=lanes[i]), source,
-                                                       deadline, stage_seconds), range(len(lanes)))
+                                                       replace(env, ctx=ir.Context(), devices=lanes[i],
+                                                               progress=lane_progress(env.progress, lanes[i])),
+                                                       source, deadline, stage_seconds), range(len(lanes)))
                 outcomes += [o for lane in ran for o in lane]
         else:
             outcomes += self._in_turn(list(enumerate(chosen, 1)), len(chosen), program, target, env, source,
