@@ -93,7 +93,7 @@ class _FakeTracer:
         self.module.launched = []
         out: list = []
         yield out
-        out += self.module.launched
+        out += [r for r in self.module.launched if device is None or r.device == device]  # as CUPTI's Tracer
 
 
 class _FakeModule:
@@ -140,12 +140,14 @@ def test_a_candidate_whose_kernels_never_ran_is_a_failed_run_not_an_exception(mo
 
 
 class _OnDevice(_FakeModule):
-    """A fake module whose calls run on one CUDA device while another device's kernels land in
-    the same (process-wide) trace: a comparison spread over two GPUs, the other one warming up."""
+    """A fake module whose calls run on one CUDA device while another device's kernels are
+    recorded too (CUPTI's records are process-wide): a comparison spread over two GPUs, the other
+    one warming up. Its `ordinal` is its device's, as a LoadedModule's."""
 
     def __init__(self, kernels: dict[str, float], device: int, other: float) -> None:
         super().__init__(kernels)
         self.device, self.other = device, other
+        self.ordinal = device
 
     def call(self, read: bool = True):
         before = len(self.launched)

@@ -35,11 +35,16 @@ def on_every_gpu(run: RunOptions, device: str) -> RunOptions:
     `cuda://N`; `cuda://1` names that one alone), and the run times here: not with compile_only
     (the device is another machine) nor on a Ray cluster (whose workers hold their own devices).
     On 2026-11-30 the H200 x4 runs named `--device cuda` and timed on one GPU of four."""
-    named = tuple(dict.fromkeys(run.devices))
-    if len(named) > 1 or run.compile_only or run.strategy == "ray":
+    if len(run.devices) > 1 or run.compile_only or run.strategy == "ray":
         return run
-    every = host_devices(named[0] if named else device)
+    every = host_devices(run.devices[0] if run.devices else device)
     return replace(run, devices=every) if len(every) > 1 else run
+
+
+def distinct_gpus(devices: Sequence[str]) -> list[str]:
+    """Each GPU among `devices` once, in order; a local driver's devices left out (they are the
+    host's cores, which timings side by side would share)."""
+    return [d for d in dict.fromkeys(devices) if not d.startswith("local")]
 
 
 class DevicePool:

@@ -244,12 +244,10 @@ def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
     None where it could not be had (the comparison then has no figure for it). Inputs this process
     cannot upload: iree-benchmark-module's wall time, for every build with them (TOOL_TIMED)."""
     if settings.inputs not in TOOL_TIMED:
-        ordinal = device_ordinal(settings.device)
-        try:
+        try:  # the trace holds the module's own device's kernels (cupti.Tracer.trace)
             traced, _, calls = on_device_thread(settings.device, lambda: _traced_calls(
                 MODULES.get(vmfb, settings), settings.repetitions, KERNEL_MIN_TIME_S, 2))
-            times = tuple(sum(r.ms for r in records if ordinal is None or r.device == ordinal) / calls
-                          for records in traced)
+            times = tuple(sum(r.ms for r in records) / calls for records in traced)
             return Timing(times) if all(times) else None
         except NotInProcess:  # every build of the model has these inputs: all timed by the tool, alike
             TOOL_TIMED.add(settings.inputs)

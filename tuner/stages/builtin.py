@@ -34,6 +34,7 @@ from tuner.core.settings import SearchSettings
 from tuner.store import ResultStore
 from tuner.versions import compiler_version, runtime_version
 from tuner.core.comparison import WIN_SHARE, Paired
+from tuner.evaluation.devices import distinct_gpus
 from tuner.errors import NotTimedAlone, ToolError, UnusableBaseline
 from tuner.strategies import CLUSTER
 from tuner.store import STORE
@@ -151,7 +152,7 @@ def gpu_lanes(env: StageEnv, dispatches: int) -> list[tuple[str, ...]]:
     (a lane holds several GPUs where there are fewer dispatches than GPUs: its searches' first
     passes are dealt over them); [] where there is one GPU or one dispatch, or the run times on
     the CPU (issue 62: on the H200 x4 a Llama layer's three searches took 53 s one after another)."""
-    gpus = [d for d in dict.fromkeys(env.devices) if not d.startswith("local")]
+    gpus = distinct_gpus(env.devices)
     lanes = min(len(gpus), dispatches)
     return [tuple(gpus[i::lanes]) for i in range(lanes)] if lanes > 1 else []
 
@@ -207,6 +208,8 @@ class DispatchStage:
             # together, and the benchmark workers time one thing at a time, whichever dispatch
             # it is of. Each tuning gets an MLIR context of its own (contexts are not shared
             # between threads); each opens its own connection to the store.
+            for i, (lead, outcome) in enumerate(chosen, 1):
+                self._say_dispatch(env, i, len(chosen), lead, outcome)
             env.say(f"tuning the {len(chosen)} dispatches at once on the Ray cluster")
             with ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="dispatch") as pool:
                 outcomes += list(pool.map(lambda item: self.tune_or_say(item[0], item[1], program, target,
@@ -237,10 +240,7 @@ class DispatchStage:
         among those left in turn, and what it took said with the ETA of the rest."""
         outcomes, spent = [], []  # seconds each dispatch's tuning took, for the ETA
         for k, (i, (lead, outcome)) in enumerate(numbered):
-            pipeline = tuning_pipeline(lead, self.search.pipeline)
-            env.say(f"dispatch {i}/{total}: {lead.name} ({lead.shape_name}"
-                    + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "")
-                    + (f"; {pipeline.name}" if self.search.pipeline else "") + ")")
+            self._say_dispatch(env, i, total, lead, outcome)
             start = time.monotonic()
             seconds = None if deadline is None else search_seconds(
                 deadline - start, [o.share for _, (_, o) in numbered[k:]])
@@ -254,6 +254,12 @@ class DispatchStage:
             env.say(f"  {lead.name}: {outcomes[-1].status}, {took:.0f} s"
                     + eta(spent, len(numbered) - k - 1, None if deadline is None else deadline - time.monotonic()))
         return outcomes
+
+    def _say_dispatch(self, env: StageEnv, i: int, total: int, lead: Dispatch, outcome: DispatchOutcome) -> None:
+        pipeline = tuning_pipeline(lead, self.search.pipeline)
+        env.say(f"dispatch {i}/{total}: {lead.name} ({lead.shape_name}"
+                + (f", {100 * outcome.share:.0f}% of the time" if outcome.share is not None else "")
+                + (f"; {pipeline.name}" if self.search.pipeline else "") + ")")
 
     def tune_or_say(self, dispatch: Dispatch, outcome: DispatchOutcome, program, target: Target, env: StageEnv,
                     source: Path, seconds: Optional[float] = None) -> DispatchOutcome:

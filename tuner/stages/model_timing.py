@@ -18,6 +18,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from tuner.core.comparison import Paired, interleaved_rounds
+from tuner.evaluation.devices import distinct_gpus
 from tuner.evaluation.in_model import TOOL_TIMED, time_model, times_in_model
 from tuner.evaluation.measure import HOST_SLACK
 from tuner.errors import ToolError
@@ -113,7 +114,7 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
     over those devices, each device timing its share against the reference in a chain of its
     own, side by side: a ratio is always of two timings on one device (issue 62)."""
     devices = settings.spread_over
-    gpus = [d for d in dict.fromkeys(devices) if not d.startswith("local")]
+    gpus = distinct_gpus(devices)
     spread = gpus[:len(variants)] if len(gpus) == len(set(devices)) else []
     if len(spread) < 2:
         return compare_on_device(reference, variants, settings, rounds, directory, timer, progress, host)
