@@ -935,6 +935,7 @@ RAW_WRITES = {
     "tuner/discovery/workload.py": ["np.save(f, array)", "np.save(f, array))"],  # inside write_file
     "tuner/core/reaper.py": ["shutil.rmtree(path"],  # the reaper's: directories named after its run's token
     "tuner/driver.py": [".unlink(missing_ok=True)"],
+    "tuner/evaluation/device_worker.py": ["os.fdopen("],  # the pipes to a device's process, no file
     "tuner/evaluation/runtime_tools.py": ["output.unlink("],  # a planted link at the output, removed
     "tuner/input/dispatch_benchmarks.py": ["probe.write_text("],  # a TemporaryDirectory of its own
     "tuner/profiling/timing.py": ["bundle.unlink("],

@@ -18,6 +18,7 @@ from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, r
                           search_and_evaluate)
 from tuner.errors import InputError
 from tuner.evaluation.devices import on_every_gpu
+from tuner.evaluation.in_model import timing_apart
 from tuner.profiling.profile import Profile, profile
 from tuner.run_dir import RunDirectory, fresh, remove_tree, run_identity, unwritable_output
 from tuner.targets import Target, check_devices, parse_target
@@ -90,7 +91,7 @@ def tune(input_path: Path | str, target: Target | str = "llvm-cpu", output_dir: 
     check_devices(target, run.devices)
     run = on_every_gpu(run, target.device)
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
-                      run.force):
+                      run.force), timing_apart(run.devices):  # several GPUs at once: a process each
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,
                                run.dynamic_size)
         how = "named by --dispatch" if dispatch_name else "the only tunable dispatch"
@@ -218,7 +219,7 @@ def benchmark_configs(input_path: Path | str, configs: list[dict], target: Targe
     target = parse_target(target) if isinstance(target, str) else target
     check_devices(target, run.devices)
     with RunDirectory(Path(output_dir), run_identity(Path(input_path), target.name, dispatch_name, pipeline_name),
-                      run.force):
+                      run.force), timing_apart(run.devices):
         session = open_session(input_path, target, output_dir, dispatch_name, pipeline_name, run.parameters,
                                run.dynamic_size)
         session = _take_inputs(_with_data_tiled(session), run.inputs)

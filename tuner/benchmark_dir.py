@@ -12,7 +12,7 @@ from tuner.evaluation.devices import distinct_devices, measure_built
 from tuner.errors import InputError
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.core.built import Built
-from tuner.evaluation.in_model import IN_MODEL, times_in_model
+from tuner.evaluation.in_model import IN_MODEL, timing_apart, times_in_model
 from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress, Recorder
 from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.ranking import Ranking, rank
@@ -44,7 +44,7 @@ def benchmark_dir(root: Path, devices: Sequence[str] = (), settings: EvalSetting
     baseline's), then write best_spec.mlir, best_flags.txt and results.json. The model reads the
     external parameters the manifest records, or `parameters` (SCOPE=/absolute/FILE, parsed) in
     place of those of the same scope: the files as they lie on this machine."""
-    with RunDirectory(root):  # one run at a time; a read-only DIR is one error line
+    with RunDirectory(root), timing_apart(devices):  # one run at a time; several GPUs: a process each
         return _benchmark_dir(root, devices, settings, progress, store_path, strategy, tuple(parameters))
 
 

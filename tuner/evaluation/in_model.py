@@ -14,15 +14,16 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from concurrent.futures import Future
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 
 from tuner.errors import TargetError
-from tuner.evaluation import cupti
+from tuner.evaluation import cupti, device_worker
 from tuner.evaluation.kernel_times import KernelTime, per_call, repetition_times
 from tuner.evaluation.measure import Built, LocalRunner
 from tuner.evaluation.runtime_tools import ModuleRun, Timing, benchmark
@@ -222,6 +223,65 @@ def _traced_calls(module: LoadedModule, repetitions: int, min_time_s: float,
     return traced, walls, calls
 
 
+@dataclass(frozen=True)
+class KernelCalls:
+    """A request for a device: `time_calls` of the wanted kernels in `vmfb`'s entry (the module
+    loaded once, MODULES). Picklable: it runs where its device's calls run (`on_device`)."""
+
+    vmfb: Path
+    settings: ModuleRun
+    wanted: tuple[str, ...]
+    repetitions: int
+    min_time_s: float
+
+    def __call__(self) -> KernelTiming:
+        return time_calls(MODULES.get(self.vmfb, self.settings), self.wanted, self.repetitions, self.min_time_s)
+
+
+@dataclass(frozen=True)
+class ModelCalls:
+    """A request for a device: every kernel of the module's own device per call of its entry, one
+    figure per repetition (the trace holds that device's kernels alone: cupti.Tracer.trace)."""
+
+    vmfb: Path
+    settings: ModuleRun
+
+    def __call__(self) -> tuple[float, ...]:
+        traced, _, calls = _traced_calls(MODULES.get(self.vmfb, self.settings), self.settings.repetitions,
+                                         KERNEL_MIN_TIME_S, 2)
+        return tuple(sum(r.ms for r in records) / calls for records in traced)
+
+
+# Whether each CUDA device's requests run in a process of its own (tuner.evaluation.device_worker),
+# while a run that times on several GPUs at once is in `timing_apart`.
+_APART = False
+
+
+@contextmanager
+def timing_apart(devices: Sequence[str]) -> Iterator[bool]:
+    """While open, and where `devices` hold more than one CUDA device, each device's requests go
+    to a process of its own (device_worker says why: two devices' threads in one process
+    deadlock in CUPTI), ended on leaving; else they run on a thread of this process, as for one
+    GPU. Yields whether they are apart."""
+    global _APART
+    before = _APART
+    _APART = len({d for d in devices if d.startswith("cuda")}) > 1
+    try:
+        yield _APART
+    finally:
+        if _APART and not before:
+            device_worker.stop_all()
+        _APART = before
+
+
+def on_device(device: str, request: Callable[[], T]) -> T:
+    """`request()` run where `device`'s calls run: its process where devices are timed apart,
+    else its thread here (`on_device_thread`)."""
+    if _APART and device.startswith("cuda"):
+        return device_worker.worker(device).run(request)
+    return on_device_thread(device, request)
+
+
 # Models whose inputs (by their files) this process cannot upload: time_model hands each of their
 # timings to iree-benchmark-module (wall time), from the first, so that no comparison mixes the two.
 TOOL_TIMED: set[tuple[Path, ...]] = set()
@@ -244,10 +304,8 @@ def time_model(vmfb: Path, settings: ModuleRun) -> Optional[Timing]:
     None where it could not be had (the comparison then has no figure for it). Inputs this process
     cannot upload: iree-benchmark-module's wall time, for every build with them (TOOL_TIMED)."""
     if settings.inputs not in TOOL_TIMED:
-        try:  # the trace holds the module's own device's kernels (cupti.Tracer.trace)
-            traced, _, calls = on_device_thread(settings.device, lambda: _traced_calls(
-                MODULES.get(vmfb, settings), settings.repetitions, KERNEL_MIN_TIME_S, 2))
-            times = tuple(sum(r.ms for r in records) / calls for records in traced)
+        try:
+            times = on_device(settings.device, ModelCalls(vmfb, settings))
             return Timing(times) if all(times) else None
         except NotInProcess:  # every build of the model has these inputs: all timed by the tool, alike
             TOOL_TIMED.add(settings.inputs)
@@ -341,8 +399,7 @@ def time_kernels(vmfb: Path, settings: ModuleRun, kernels: Sequence[str]) -> tup
     start = time.perf_counter()
     min_time = min(settings.min_time_s, KERNEL_MIN_TIME_S)
     try:
-        timing = on_device_thread(settings.device, lambda: time_calls(MODULES.get(vmfb, settings), kernels,
-                                                                      settings.repetitions, min_time))
+        timing = on_device(settings.device, KernelCalls(vmfb, settings, tuple(kernels), settings.repetitions, min_time))
     except RUN_ERRORS as e:
         return None, timing_run(vmfb, time.perf_counter() - start, f"{type(e).__name__}: {e}")
     seconds = time.perf_counter() - start

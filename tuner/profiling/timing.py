@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from tuner.errors import ToolError
-from tuner.evaluation.in_model import METHOD as IN_MODEL, MODULES, RUN_ERRORS, on_device_thread, time_calls
+from tuner.evaluation.in_model import METHOD as IN_MODEL, RUN_ERRORS, KernelCalls, on_device
 from tuner.core.running import DispatchBenchmark, ModuleRun
 from tuner.evaluation.runtime_tools import benchmark, module_flag, time_one_call
 from tuner.tools import find_tool, run_tool
@@ -240,8 +240,7 @@ def _time_in_model(job: ProfileJob, vmfb: Path, settings: Callable[..., ModuleRu
         wanted = sorted(d for d, e in job.entry_of.items() if e == entry)
         run = settings(entry)
         try:
-            timing = on_device_thread(job.device, lambda: time_calls(MODULES.get(vmfb, run), wanted,
-                                                                     job.repetitions, 0.3))
+            timing = on_device(job.device, KernelCalls(vmfb, run, tuple(wanted), job.repetitions, 0.3))
         except RUN_ERRORS as e:
             raise ToolError(f"timing @{entry} in this process failed: {type(e).__name__}: {e}") from None
         whole, _ = benchmark(vmfb, run)  # the call as a user times it (the in-process one carries Python's work)

@@ -30,8 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
-from tuner.evaluation.in_model import (KERNEL_MIN_TIME_S, MODULES, RUN_ERRORS, on_device_thread, time_calls,
-                                      why_not_in_model)
+from tuner.evaluation.in_model import KERNEL_MIN_TIME_S, RUN_ERRORS, KernelCalls, on_device, why_not_in_model
 from tuner.external.attention_kernel import attention_tile_candidates
 from tuner.external.conv_kernel import conv_tile_candidates
 from tuner.external.gemm_kernel import tile_candidates
@@ -202,8 +201,8 @@ def kernel_times(env: StageEnv, built: list[BuiltVariant], names: list[str]) -> 
             if not built[i].ok:
                 continue
             try:
-                timing = on_device_thread(settings.device, lambda b=built[i]: time_calls(
-                    MODULES.get(b.vmfb, settings), names, settings.repetitions, KERNEL_MIN_TIME_S))
+                timing = on_device(settings.device, KernelCalls(built[i].vmfb, settings, tuple(names),
+                                                                settings.repetitions, KERNEL_MIN_TIME_S))
             except RUN_ERRORS as e:  # a build that does not run is left untimed: its tiles are not taken
                 env.say(f"  {built[i].variant.name}: did not run ({type(e).__name__}: {str(e)[:200]})")
                 continue

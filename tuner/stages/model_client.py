@@ -15,6 +15,7 @@ from pipelines import PIPELINES, DispatchKind, known_pipeline
 from tuner.errors import InputError, OutputError
 from tuner.external.triton_build import cache_in
 from tuner.evaluation.devices import on_every_gpu
+from tuner.evaluation.in_model import timing_apart
 from tuner.profiling.profile import kept_profile
 from tuner.report.outputs import by_reason, comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
@@ -166,7 +167,7 @@ def tune_model(input_path: Path | str, target: Target | str = "llvm-cpu", output
         say(f"{target.name}: each dispatch {search.pipeline} takes is tuned with it, the others with the compiler's "
             f"pipeline (--pipeline llvmgpu_tile_and_fuse: the compiler's for every one)")
     with RunDirectory(output_dir, run_identity(Path(input_path), target.name, MODEL_RUN, search.pipeline), run.force), \
-            cache_in(output_dir):  # Triton's, where the external kernels are compiled
+            cache_in(output_dir), timing_apart(run.devices):  # Triton's cache; several GPUs: a process each
         # The whole run's seconds; a stopped run resumed here goes on with what it left of them.
         budget = (TimeBudget(model.time_budget_s, record=output_dir / BUDGET_RECORD)
                   if model.time_budget_s is not None else None)
