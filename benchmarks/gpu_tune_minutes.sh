@@ -19,7 +19,7 @@
 #   minutes-FAMILY-gGPUS-TIME.prof
 #
 # $OUT/minutes-FAMILY-gGPUS.log (wall time, the run's stage lines, its table), -results.json;
-# $OUT/minutes-check-FAMILY.log and .json; all in $OUT/minutes.tgz.
+# $OUT/minutes-check-FAMILY.log and .json; all in $OUT/minutes-of-TIME.tgz.
 set -u
 source benchmarks/gpu_setup.sh
 export COLUMNS=200
@@ -85,4 +85,5 @@ for F in ${CHECK:-}; do
   gpu=$(( (gpu + 1) % GPUS_ON_HOST ))
 done
 wait
-cd $OUT && tar czf minutes.tgz minutes-* 2>/dev/null && rm -f minutes-*
+# an archive a call of the script: a PLAN and a CHECK in one device call keep both
+cd $OUT && files=$(ls minutes-* 2>/dev/null | grep -v '\.tgz$') && tar czf minutes-of-$(date +%s).tgz $files && rm -f $files
