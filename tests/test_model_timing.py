@@ -90,6 +90,37 @@ def test_whole_model_variants_on_several_gpus_are_each_paired_with_the_reference
     assert set(single.paired) == {name for name, _ in variants} and len(single.reference_ms) == 5
 
 
+def test_one_variant_on_several_gpus_has_its_rounds_dealt_over_them_each_ratio_of_one_device(tmp_path):
+    """A merge's step or a verdict: one variant, two GPUs, 5 rounds. Each device times the
+    reference and the variant in a chain of its own, side by side, for its share of the rounds
+    (3 and 2), and the ratios are pooled: on cuda://0 the variant is 2.0x (1.0 against 0.5 ms),
+    on cuda://1 1.25x (5.0 against 4.0 ms); a ratio across devices would read 0.25 or 10. The
+    times reported are one device's. A variant that fails its numerics on one device fails."""
+    ms = {("cuda://0", "ref"): 1.0, ("cuda://0", "v"): 0.5, ("cuda://1", "ref"): 5.0, ("cuda://1", "v"): 4.0}
+    timed: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def timer(vmfb: Path, settings: ModuleRun) -> Timing:
+        with lock:
+            timed.append((settings.device, vmfb.stem))
+        return Timing((ms[settings.device, vmfb.stem],))
+
+    settings = ModuleRun("cuda://0", "main", (), checked=None, spread_over=("cuda://0", "cuda://1"))
+    cmp = compare(("default", tmp_path / "ref.vmfb"), [("v", tmp_path / "v.vmfb")], settings, 5, tmp_path / "cmp", timer)
+    assert sorted(cmp.paired["v"].ratios) == [1.25, 1.25, 2.0, 2.0, 2.0]
+    assert [d for d, v in timed if v == "v"].count("cuda://0") == 3 and [d for d, v in timed if v == "v"].count("cuda://1") == 2
+    assert set(cmp.reference_ms) == {1.0} and set(cmp.variant_ms["v"]) == {0.5}  # cuda://0's alone
+    # a single round is not split (each device would have none)
+    one = compare(("default", tmp_path / "ref.vmfb"), [("v", tmp_path / "v.vmfb")], settings, 1, tmp_path / "one", timer)
+    assert one.paired["v"].ratios == (2.0,)
+    from tuner.stages.model_timing import Comparison
+    from tuner.core.comparison import Paired
+    left = Comparison((1.0,), {"v": Paired((2.0,)), "w": Paired((1.1,))}, {"v": (0.5,), "w": (0.9,)})
+    right = Comparison((5.0,), {"v": Paired((1.25,))}, {"v": (4.0,)}, failed={"w": "a different result (relative error 0.3)"})
+    pooled = Comparison.pooled([left, right])
+    assert set(pooled.paired) == {"v"} and pooled.paired["v"].ratios == (2.0, 1.25) and "w" in pooled.failed
+
+
 class _Driver:
     def __init__(self, count: int):
         self.count = count

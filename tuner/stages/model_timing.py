@@ -90,6 +90,24 @@ class Comparison:
                    next((c.reference_check for c in chains if c.reference_check), ""))
 
     @classmethod
+    def pooled(cls, chains: Sequence["Comparison"]) -> "Comparison":
+        """Comparisons of the same variants, each on a device of its own for a share of the rounds,
+        as one: each variant's rounds one after the other (every ratio still of two timings on one
+        device); the times, errors and reference's the first device's (absolute times never mixed
+        across devices); a variant that failed on any device failed."""
+        failed = {n: f for c in chains for n, f in c.failed.items()}
+        paired = {}
+        for name in chains[0].paired:
+            if name not in failed and all(name in c.paired for c in chains):
+                paired[name] = chains[0].paired[name]
+                for later in chains[1:]:
+                    paired[name] = paired[name].then(later.paired[name])
+        first = chains[0]
+        return cls(first.reference_ms, paired, {n: t for n, t in first.variant_ms.items() if n in paired},
+                   dict(first.errors), failed, next((c.numerics for c in chains if c.numerics), ""),
+                   next((c.reference_check for c in chains if c.reference_check), ""))
+
+    @classmethod
     def from_json(cls, data: dict) -> "Comparison":
         return cls(tuple(data["reference_ms"]), {n: Paired(tuple(r)) for n, r in data["ratios"].items()},
                    {n: tuple(t) for n, t in data["variant_ms"].items()}, dict(data.get("errors", {})),
@@ -110,14 +128,31 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
             progress: Optional[Callable[[str, int, int], None]] = None,
             host: Optional[np.ndarray] = None) -> Comparison:
     """`compare_on_device` on `settings.device`; with several `settings.spread_over` (GPUs, not
-    the host's own cores, which timings would share) and several variants, the variants dealt
-    over those devices, each device timing its share against the reference in a chain of its
-    own, side by side: a ratio is always of two timings on one device (issue 62)."""
+    the host's own cores, which timings would share), each device timing against the reference in
+    a chain of its own, side by side, so that a ratio is always of two timings on one device
+    (issue 62): at least as many variants as GPUs, the variants dealt over them; fewer (a merge's
+    step, a verdict's confirmation), the rounds dealt over them, each timing every variant
+    (`Comparison.pooled`)."""
     devices = settings.spread_over
-    gpus = distinct_gpus(devices)
-    spread = gpus[:len(variants)] if len(gpus) == len(set(devices)) else []
+    gpus = distinct_gpus(devices) if len(distinct_gpus(devices)) == len(set(devices)) else []
+    if variants and len(gpus) > len(variants) and rounds >= 2:
+        gpus = gpus[:rounds]
+        shares = [rounds // len(gpus) + (1 if i < rounds % len(gpus) else 0) for i in range(len(gpus))]
+        return Comparison.pooled(_side_by_side([(d, variants, share) for d, share in zip(gpus, shares)],
+                                               reference, settings, directory, timer, progress, host))
+    spread = gpus[:len(variants)]
     if len(spread) < 2:
         return compare_on_device(reference, variants, settings, rounds, directory, timer, progress, host)
+    return Comparison.joined(_side_by_side([(d, variants[i::len(spread)], rounds) for i, d in enumerate(spread)],
+                                           reference, settings, directory, timer, progress, host))
+
+
+def _side_by_side(chains: Sequence[tuple[str, Sequence[tuple[str, Path]], int]], reference: tuple[str, Path],
+                  settings: ModuleRun, directory: Path, timer: ModelBenchmark,
+                  progress: Optional[Callable[[str, int, int], None]],
+                  host: Optional[np.ndarray]) -> list[Comparison]:
+    """`compare_on_device` for each (device, variants, rounds) at once, each in `directory /
+    device-I`, their progress told as one."""
     counts: dict[int, tuple[int, int]] = {}
     lock = threading.Lock()
 
@@ -128,11 +163,11 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
                 progress(phase, sum(c[0] for c in counts.values()), sum(c[1] for c in counts.values()))
         return said if progress else None
 
-    with ThreadPoolExecutor(len(spread)) as pool:
-        chains = [pool.submit(compare_on_device, reference, variants[i::len(spread)], replace(settings, device=d),
-                              rounds, directory / f"device-{i}", timer, chain_progress(i), host)
-                  for i, d in enumerate(spread)]
-        return Comparison.joined([c.result() for c in chains])
+    with ThreadPoolExecutor(len(chains)) as pool:
+        running = [pool.submit(compare_on_device, reference, mine, replace(settings, device=d), rounds,
+                               directory / f"device-{i}", timer, chain_progress(i), host)
+                   for i, (d, mine, rounds) in enumerate(chains)]
+        return [r.result() for r in running]
 
 
 def compare_on_device(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], settings: ModuleRun,
