@@ -217,15 +217,15 @@ def parsed_model(env: StageEnv) -> ParsedProgram:
     return env.cache.parsed
 
 
-def discovered_program(env: StageEnv, program: Path, flags: tuple[str, ...]) -> Program:
-    """What `program` forms under the model-wide `flags`, discovered once a run: the flag stage's
+def discovered_program(env: StageEnv, source: Path, flags: tuple[str, ...]) -> Program:
+    """What `source` forms under the model-wide `flags`, discovered once a run: the flag stage's
     choices, the dispatch stage's chosen one and the merge's carry-over ask for the same program
     (Falcon-7B's layer on the H200: the merge's carry-over read the chosen program again, 12 s of
     a 261 s run, after the dispatch stage had read it)."""
-    key = (program, tuple(flags))
+    key = (source, tuple(flags))
     if key not in env.cache.programs:
         with env.ledger.timed(DISCOVERY):
-            env.cache.programs[key] = discover_program(program, env.target, env.ctx, tuple(flags))
+            env.cache.programs[key] = discover_program(source, env.target, env.ctx, tuple(flags))
     return env.cache.programs[key]
 
 

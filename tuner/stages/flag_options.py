@@ -263,9 +263,9 @@ def rewritten_program(env: StageEnv, rewrite: Rewrite) -> Optional[Path]:
     return env.cache.rewritten[rewrite.name]
 
 
-def formed_dispatches(env: StageEnv, program: Path, flags: tuple[str, ...]) -> tuple[Dispatch, ...]:
-    """The dispatches `program` forms under the model-wide `flags`, discovered once per run."""
-    return tuple(discovered_program(env, program, flags).dispatches)
+def formed_dispatches(env: StageEnv, source: Path, flags: tuple[str, ...]) -> tuple[Dispatch, ...]:
+    """The dispatches `source` forms under the model-wide `flags`, discovered once per run."""
+    return tuple(discovered_program(env, source, flags).dispatches)
 
 
 def rewrites_nothing(env: StageEnv, option: ModelOption) -> bool:

@@ -278,15 +278,15 @@ class FlagStage:
             env.say(f"  {short_flags(option.label)}: {gain:.2f}x the choice before it")
         return option, best, speedup
 
-    def _flag_sets(self, env: StageEnv, option: ModelOption, program: Optional[Path]) -> list[ModelOption]:
+    def _flag_sets(self, env: StageEnv, option: ModelOption, source: Optional[Path]) -> list[ModelOption]:
         """The flag sets a choice can be extended by: those the model's dispatches offer, and
         those under which the model's pipeline would take a dispatch of the choice's own, as its
         flags and rewrites form them (under channels-last ResNet-50's 1x1 convolutions read their
         filter N x K, which the mma.sync kernel takes with the transposes kept: KEEP_TRANSPOSES)."""
         sets = offered_flag_sets(env, self.search.pipeline)
-        if not self.search.pipeline or not (option.flags or program):
+        if not self.search.pipeline or not (option.flags or source):
             return sets
-        formed = formed_dispatches(env, program or env.model, option.flags)
+        formed = formed_dispatches(env, source or env.model, option.flags)
         have = {s.flags for s in sets}
         return sets + [s for s in taking_flag_sets(formed, self.search.pipeline) if s.flags not in have]
 
@@ -296,13 +296,13 @@ class FlagStage:
         any and computes the default's result untuned), or None with the reason in `trials` (and
         its label in `wrong` where the reason is another result); `reference`: what it is judged
         against (the default, or the choice it extends)."""
-        program = rewritten_program(env, option.rewrite) if option.rewrite else None
-        if option.rewrite and program is None:
+        source = rewritten_program(env, option.rewrite) if option.rewrite else None
+        if option.rewrite and source is None:
             trials[option.label] = "nothing in the model to rewrite"
             return None
         # A dispatch the choice forms that the compiler cannot compile gets a config that can.
         pins = pins_for(env, self._first_variant(env, option), self.search.pipeline)
-        untuned = self._untuned(option, program, pins)
+        untuned = self._untuned(option, source, pins)
         # Past the flag stage's share nothing it forms is tuned: its build is checked where it is
         # judged, and a check here first would run the model once more (Swin-T on the H200: the
         # first round's checks ran its flag stage 130 s past its share).
@@ -312,7 +312,7 @@ class FlagStage:
                 trials[option.label] = f"{off} with the default configs (not tuned)"
                 wrong.add(option.label)
                 return None
-        # A rewrite's dispatches are tuned in its program under the option's flags: by this
+        # A rewrite's dispatches are tuned in its source under the option's flags: by this
         # build's names (the read-back is by name), each one the flags form alike served by its
         # tuning under another choice. Under the default flags alone they could be judged on a
         # wrong model: the UNet widening block's 1x1 shortcut is wrong on cuda until channels-last
@@ -323,9 +323,9 @@ class FlagStage:
             over = "the default" if reference is default else "the choice before it"
             env.say(f"  {short_flags(option.label)}: {gain:.2f}x {over} with the compiler's configs for what it "
                     "forms: judged so, its dispatches left to the dispatch stage")
-        parts = () if gain else self._tuned_parts(env, option.directory, option.tuned_kinds, program or env.model,
+        parts = () if gain else self._tuned_parts(env, option.directory, option.tuned_kinds, source or env.model,
                                                   option.flags, said=short_flags(option.label), pins=pins)
-        b = build_once(env, Variant(option.directory, option.flags, parts, program, pins))
+        b = build_once(env, Variant(option.directory, option.flags, parts, source, pins))
         if parts and not b.ok:  # these flags form the created dispatch otherwise: its default config
             env.say(f"  {short_flags(option.label)}: judged with the default configs ({b.error})")
             b = build_once(env, untuned)
@@ -385,13 +385,13 @@ class FlagStage:
         return first is not None and built_already(env, first)
 
     @staticmethod
-    def _untuned(option: ModelOption, program: Optional[Path], pins: tuple[SpecPart, ...] = ()) -> Variant:
+    def _untuned(option: ModelOption, source: Optional[Path], pins: tuple[SpecPart, ...] = ()) -> Variant:
         """The option built with the compiler's configs for what it forms (its numerics check)."""
-        return Variant(option.directory + "-default-configs", option.flags, source=program, pinned=pins)
+        return Variant(option.directory + "-default-configs", option.flags, source=source, pinned=pins)
 
-    def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
+    def _tuned_parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], source: Path,
                      flags: tuple[str, ...] = (), said: str = "", pins: tuple[SpecPart, ...] = ()
                      ) -> tuple[SpecPart, ...]:
         """tuner.stages.formed_tuning.FormedTuning.parts with this stage's budgets and search."""
-        return FormedTuning(self.tune_budget, self.rewrite_tunes, self.search).parts(env, name, kinds, program, flags,
+        return FormedTuning(self.tune_budget, self.rewrite_tunes, self.search).parts(env, name, kinds, source, flags,
                                                                                    said, pins)

@@ -36,9 +36,9 @@ class FormedTuning:
     rewrite_tunes: int
     search: SearchSettings
 
-    def parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], program: Path,
+    def parts(self, env: StageEnv, name: str, kinds: tuple[DispatchKind, ...], source: Path,
               flags: tuple[str, ...] = (), said: str = "", pins: tuple[SpecPart, ...] = ()) -> tuple[SpecPart, ...]:
-        """The winning configs of the dispatches of `kinds` that a choice forms in `program` (the
+        """The winning configs of the dispatches of `kinds` that a choice forms in `source` (the
         model's, or a rewrite's) under `flags`: each that another choice formed alike, by its
         tuning there, and `rewrite_tunes` more, one per shape, each tuned with `tune_budget`
         evaluations; once per run and choice (`name`, its directory; `said`: how the messages
@@ -49,7 +49,7 @@ class FormedTuning:
         said = said or (short_flags(" ".join(flags)) if flags else name)
         parts: list[SpecPart] = []
         if self.tune_budget > 0 and kinds:
-            found = (discover_program(program, env.target, env.ctx, flags)
+            found = (discover_program(source, env.target, env.ctx, flags)
                      .for_running(env.workload.parameters, env.dynamic_size))
             workload = next((w for w in (found.entries.get(d.name) for d in found.dispatches)
                              if isinstance(w, Workload) and w.entry == env.workload.entry), None)
@@ -95,11 +95,11 @@ class FormedTuning:
                     env.say(f"  {said}: tuning {dispatch.name} ({dispatch.shape_name}), which it forms, "
                             f"before judging it ({self.tune_budget} evaluations)")
                     tuned = stage.tune_or_say(dispatch, outcome, found, with_flags(env.target, flags, pins), env,
-                                              program)
+                                              source)
                     if tuned.part is not None:  # no winner may be the model's doing (a wrong result elsewhere)
                         env.cache.formed_tunings[alike(dispatch)] = (tuned, said)
                 if tuned.part is not None:
-                    part = replace(tuned.part, dispatch=dispatch)  # this program's dispatch, by its name
+                    part = replace(tuned.part, dispatch=dispatch)  # this source's dispatch, by its name
                     parts.append(part)
                     env.say(f"    {tuned.speedup:.2f}x its default config ({part.label})")
                 else:
