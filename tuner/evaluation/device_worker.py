@@ -49,6 +49,7 @@ class WorkerProcess:
         return self._proc.pid if self._proc is not None else None
 
     def _start(self) -> None:
+        self._close_pipes()  # an ended process's
         to_child, from_parent = os.pipe()
         to_parent, from_child = os.pipe()
         root = str(Path(__file__).resolve().parents[2])  # where `tuner` is importable from
@@ -93,16 +94,21 @@ class WorkerProcess:
         last = " | ".join(line for line in list(self._tail)[-3:] if line)
         return f"the timing process of {self.device} ended (exit code {code})" + (f": {last}" if last else "")
 
+    def _close_pipes(self) -> None:
+        for end in (self._send, self._receive):
+            try:
+                if end is not None:
+                    end.close()
+            except OSError:
+                pass
+        self._send = self._receive = None
+
     def stop(self) -> None:
         """End the process: its pipe closed (it exits after the call it is in), killed past STOP_WAIT_S."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        for end in (self._send, self._receive):
-            try:
-                end.close()
-            except OSError:
-                pass
+        self._close_pipes()
         try:
             proc.wait(STOP_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -144,7 +150,11 @@ def _die_with_parent() -> None:
 
 
 def serve(read_fd: int, write_fd: int) -> None:
-    """The process's loop: each request run in turn and answered, until the pipe closes."""
+    """The process's loop: each request run in turn and answered, until the pipe closes. Ctrl-C
+    reaches the whole process group: the run decides, and this process ends when it closes the pipe."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     with os.fdopen(read_fd, "rb") as requests, os.fdopen(write_fd, "wb") as answers:
         while True:
