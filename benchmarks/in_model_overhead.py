@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from tuner.evaluation import cupti
-from tuner.evaluation.in_model import LoadedModule, on_device_thread
+from tuner.evaluation.device_calls import on_device_thread
+from tuner.evaluation.in_model import LoadedModule
 from tuner.evaluation.runtime_tools import ModuleRun
 
 

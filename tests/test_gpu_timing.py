@@ -364,7 +364,7 @@ def test_two_machines_compile_both_timings_by_default_on_cuda(tmp_path):
 STUCK_CALL = """
 import signal, time
 from tuner.cli.options import terminate
-from tuner.evaluation.in_model import on_device_thread
+from tuner.evaluation.device_calls import on_device_thread
 signal.signal(signal.SIGTERM, terminate)
 def stuck():
     print("in the device call", flush=True)

@@ -15,7 +15,7 @@ def test_runner_needs_neither_the_compiler_nor_z3():
     code = ("import sys, tuner.evaluation.runtime_tools, tuner.store, tuner.ranking, tuner.core.comparison, tuner.evaluation.device_identity, "
             "tuner.run_dir, tuner.benchmark_dir, tuner.profiling.timing, tuner.stages.model_timing, "
             "tuner.stages.plan, tuner.cli, tuner.cluster.workers, tuner.cluster.worker, tuner.cluster.connect, "
-            "tuner.evaluation.measure, tuner.evaluation.passes, tuner.evaluation.in_model, tuner.evaluation.device_worker, tuner.evaluation.cupti, "
+            "tuner.evaluation.measure, tuner.evaluation.passes, tuner.evaluation.in_model, tuner.evaluation.device_worker, tuner.evaluation.device_calls, tuner.evaluation.cupti, "
             "tuner.evaluation.kernel_times; "
             "print(sorted(m for m in sys.modules if m.startswith(('z3', 'iree.compiler'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

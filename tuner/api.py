@@ -18,7 +18,7 @@ from tuner.driver import (GIVEN_INPUTS, Session, Tuning, evaluate, open_store, r
                           search_and_evaluate)
 from tuner.errors import InputError
 from tuner.evaluation.devices import on_every_gpu
-from tuner.evaluation.in_model import timing_apart
+from tuner.evaluation.device_calls import timing_apart
 from tuner.profiling.profile import Profile, profile
 from tuner.run_dir import RunDirectory, fresh, remove_tree, run_identity, unwritable_output
 from tuner.targets import Target, check_devices, parse_target

@@ -12,7 +12,8 @@ from tuner.evaluation.devices import distinct_devices, measure_built
 from tuner.errors import InputError
 from tuner.build.manifest import MANIFEST, Manifest
 from tuner.core.built import Built
-from tuner.evaluation.in_model import IN_MODEL, timing_apart, times_in_model
+from tuner.evaluation.device_calls import timing_apart
+from tuner.evaluation.in_model import IN_MODEL, times_in_model
 from tuner.evaluation.measure import LOCAL, Measurer, ModuleRunner, Progress, Recorder
 from tuner.evaluation.passes import PassSetup, measure_pass
 from tuner.ranking import Ranking, rank

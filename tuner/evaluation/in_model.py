@@ -1,5 +1,5 @@
 """Timing dispatches inside the model's own call: a compiled module is loaded into this process
-by the IREE runtime, its entry called on its inputs (uploaded to the device once), and CUPTI's
+(or, with several GPUs at once, the device's own: tuner.evaluation.device_calls) by the IREE runtime, its entry called on its inputs (uploaded to the device once), and CUPTI's
 kernel records of those calls say what each dispatch's kernels cost per call (GPUs; CUDA here).
 A candidate's time is then its kernels' time in the whole-model module it was compiled into:
 fusion, caches and neighbours included, and no dumped dispatch benchmark to build or trust.
@@ -10,27 +10,24 @@ from __future__ import annotations
 
 import atexit
 import math
-import queue
 import threading
 import time
 from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from concurrent.futures import Future
-from typing import Callable, Iterator, Optional, Sequence, TypeVar
+from typing import Optional, Sequence
 
 import numpy as np
 
 from tuner.errors import TargetError
-from tuner.evaluation import cupti, device_worker
+from tuner.evaluation import cupti
+from tuner.evaluation.device_calls import on_device, stop_threads
 from tuner.evaluation.kernel_times import KernelTime, per_call, repetition_times
 from tuner.evaluation.measure import Built, LocalRunner
 from tuner.evaluation.runtime_tools import ModuleRun, Timing, benchmark
 from tuner.discovery.raw_types import RAW_TYPES
 from tuner.tools import ToolRun
 
-T = TypeVar("T")
 # How GPU dispatches are timed (EvalSettings.gpu_timing): "auto" inside the model where CUPTI
 # loads, else alone; "model" inside the model or an error; "alone" IREE's dumped dispatch benchmarks.
 GPU_TIMINGS = ("auto", "model", "alone")
@@ -56,55 +53,8 @@ def why_not_in_model() -> Optional[str]:
     return cupti.available() or cupti.no_cuda_device()
 
 
-class DeviceThread:
-    """The one thread that runs every call on one device, a daemon: a call stuck in the device (a
-    kernel that never returns) must not keep a stopped run from exiting. A ThreadPoolExecutor's
-    workers are joined when the interpreter exits: SIGTERM was handled at once, and the process
-    stayed until the call returned (an H100 run's `timeout -s TERM` did not end it)."""
-
-    def __init__(self, name: str) -> None:
-        self._queue: "queue.SimpleQueue[Optional[tuple[Callable[[], object], Future]]]" = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while (item := self._queue.get()) is not None:
-            work, future = item
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(work())
-                except BaseException as e:  # the caller's to raise
-                    future.set_exception(e)
-
-    def submit(self, work: Callable[[], T]) -> "Future[T]":
-        future: Future = Future()
-        self._queue.put((work, future))
-        return future
-
-    def stop(self, wait_s: float) -> bool:
-        """Ask the thread to end after the calls queued, and wait up to `wait_s`: whether it ended."""
-        self._queue.put(None)
-        self._thread.join(wait_s)
-        return not self._thread.is_alive()
-
-
 _DEVICES: dict[str, object] = {}
 _DEVICES_LOCK = threading.Lock()
-_THREADS: dict[str, DeviceThread] = {}
-RELEASE_WAIT_S = 5.0  # at exit, how long a device thread may take to finish its call
-
-
-def on_device_thread(device: str, work: Callable[[], T]) -> T:
-    """`work()` run on the one thread that uses `device` in this process: IREE's CUDA HAL makes
-    its context current on the thread that created the device, and a module loaded from another
-    thread fails (CUDA_ERROR_INVALID_CONTEXT). The wait is the caller's: a signal ends it."""
-    with _DEVICES_LOCK:
-        if device not in _THREADS:
-            _THREADS[device] = DeviceThread(f"device-{device}")
-        thread = _THREADS[device]
-    return thread.submit(work).result()
-
-
 def _device(device: str):
     with _DEVICES_LOCK:
         if device not in _DEVICES:
@@ -252,36 +202,6 @@ class ModelCalls:
         return tuple(sum(r.ms for r in records) / calls for records in traced)
 
 
-# Whether each CUDA device's requests run in a process of its own (tuner.evaluation.device_worker),
-# while a run that times on several GPUs at once is in `timing_apart`.
-_APART = False
-
-
-@contextmanager
-def timing_apart(devices: Sequence[str]) -> Iterator[bool]:
-    """While open, and where `devices` hold more than one CUDA device, each device's requests go
-    to a process of its own (device_worker says why: two devices' threads in one process
-    deadlock in CUPTI), ended on leaving; else they run on a thread of this process, as for one
-    GPU. Yields whether they are apart."""
-    global _APART
-    before = _APART
-    _APART = len({d for d in devices if d.startswith("cuda")}) > 1
-    try:
-        yield _APART
-    finally:
-        if _APART and not before:
-            device_worker.stop_all()
-        _APART = before
-
-
-def on_device(device: str, request: Callable[[], T]) -> T:
-    """`request()` run where `device`'s calls run: its process where devices are timed apart,
-    else its thread here (`on_device_thread`)."""
-    if _APART and device.startswith("cuda"):
-        return device_worker.worker(device).run(request)
-    return on_device_thread(device, request)
-
-
 # Models whose inputs (by their files) this process cannot upload: time_model hands each of their
 # timings to iree-benchmark-module (wall time), from the first, so that no comparison mixes the two.
 TOOL_TIMED: set[tuple[Path, ...]] = set()
@@ -365,13 +285,8 @@ def _release() -> None:
     """Drop the loaded modules and devices before the interpreter goes (else the runtime's
     bindings report every live object as leaked when a run is stopped)."""
     MODULES.clear()
-    with _DEVICES_LOCK:
-        threads = list(_THREADS.values())
-        _THREADS.clear()
-    # (Outside the lock: a load in progress there takes it.) Every thread is asked to stop (a
-    # list, not a short-cut `all`); one stuck in the device keeps its device, and the process
-    # goes without waiting for it.
-    if all([t.stop(RELEASE_WAIT_S) for t in threads]):
+    # One stuck in the device keeps its device, and the process goes without waiting for it.
+    if stop_threads():
         with _DEVICES_LOCK:
             _DEVICES.clear()
 

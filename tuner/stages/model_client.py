@@ -15,7 +15,7 @@ from pipelines import PIPELINES, DispatchKind, known_pipeline
 from tuner.errors import InputError, OutputError
 from tuner.external.triton_build import cache_in
 from tuner.evaluation.devices import on_every_gpu
-from tuner.evaluation.in_model import timing_apart
+from tuner.evaluation.device_calls import timing_apart
 from tuner.profiling.profile import kept_profile
 from tuner.report.outputs import by_reason, comment, rebuild_command, response_file
 from tuner.run_dir import RunDirectory, run_identity, write_file
