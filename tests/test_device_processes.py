@@ -33,10 +33,15 @@ class Crash:
 
 
 @pytest.fixture
-def requests_importable(monkeypatch):
+def importable(monkeypatch):
     """The processes import this file's requests as the test imported them (by its folder)."""
     here = str(Path(__file__).resolve().parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.fixture
+def requests_importable(importable):
+    """A run on two GPUs, apart, for the test's length."""
     with device_calls.timing_apart(["cuda://0", "cuda://1"]) as apart:
         assert apart
         yield
@@ -78,9 +83,7 @@ def test_a_device_process_that_dies_fails_its_request_and_the_next_starts_anothe
     assert after != before and after != os.getpid()
 
 
-def test_device_processes_end_with_the_run(monkeypatch):
-    here = str(Path(__file__).resolve().parent)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+def test_device_processes_end_with_the_run(importable):
     with device_calls.timing_apart(["cuda://0", "cuda://1"]):
         pid = device_calls.on_device("cuda://0", WhereAmI())
         os.kill(pid, 0)  # there while the run is

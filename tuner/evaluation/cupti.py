@@ -80,7 +80,10 @@ def library_candidates() -> list[str]:
 
 class Tracer:
     """Collects kernel records while `trace()` is open. One per process (CUPTI's callbacks are
-    process-wide); `tracer()` gives it."""
+    process-wide); `tracer()` gives it. Traces of several devices may be open at once, but a run
+    timing on several GPUs calls each in a process of its own (tuner.evaluation.device_worker:
+    two devices' threads in one process can deadlock between CUPTI's callbacks and IREE's module
+    loads), so a tuning opens one device's traces a process."""
 
     def __init__(self, lib: ctypes.CDLL, path: str) -> None:
         self.lib = lib

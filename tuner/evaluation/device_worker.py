@@ -86,11 +86,7 @@ class WorkerProcess:
 
     def _ended(self) -> str:
         """Why the process gave no answer (it is left for the next request to replace)."""
-        try:
-            code = self._proc.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            code = self._proc.wait()
+        code = _wait_or_kill(self._proc)
         last = " | ".join(line for line in list(self._tail)[-3:] if line)
         return f"the timing process of {self.device} ended (exit code {code})" + (f": {last}" if last else "")
 
@@ -109,11 +105,16 @@ class WorkerProcess:
         if proc is None:
             return
         self._close_pipes()
-        try:
-            proc.wait(STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _wait_or_kill(proc)
+
+
+def _wait_or_kill(proc: subprocess.Popen) -> int:
+    """The process's exit code, once it has ended: killed past STOP_WAIT_S."""
+    try:
+        return proc.wait(STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 _WORKERS: dict[str, WorkerProcess] = {}
@@ -168,9 +169,10 @@ def serve(read_fd: int, write_fd: int) -> None:
                 answer = (False, e)
             try:
                 data = pickle.dumps(answer)
-            except Exception as e:  # an exception that does not pickle: its words
-                data = pickle.dumps((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}"
-                                                         if not answer[0] else f"an answer that does not pickle: {e}")))
+            except Exception as e:  # an answer that does not pickle: its words
+                ok, value = answer
+                why = f"an answer that does not pickle: {e}" if ok else f"{type(value).__name__}: {value}"
+                data = pickle.dumps((False, RuntimeError(why)))
             answers.write(data)
             answers.flush()
 

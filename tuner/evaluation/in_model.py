@@ -1,6 +1,7 @@
 """Timing dispatches inside the model's own call: a compiled module is loaded into this process
-(or, with several GPUs at once, the device's own: tuner.evaluation.device_calls) by the IREE runtime, its entry called on its inputs (uploaded to the device once), and CUPTI's
-kernel records of those calls say what each dispatch's kernels cost per call (GPUs; CUDA here).
+(with several GPUs at once, the device's own: tuner.evaluation.device_calls) by the IREE
+runtime, its entry called on its inputs (uploaded to the device once), and CUPTI's kernel
+records of those calls say what each dispatch's kernels cost per call (GPUs; CUDA here).
 A candidate's time is then its kernels' time in the whole-model module it was compiled into:
 fusion, caches and neighbours included, and no dumped dispatch benchmark to build or trust.
 

@@ -134,7 +134,9 @@ def compare(reference: tuple[str, Path], variants: Sequence[tuple[str, Path]], s
     step, a verdict's confirmation), the rounds dealt over them, each timing every variant
     (`Comparison.pooled`)."""
     devices = settings.spread_over
-    gpus = distinct_gpus(devices) if len(distinct_gpus(devices)) == len(set(devices)) else []
+    gpus = distinct_gpus(devices)
+    if len(gpus) != len(set(devices)):  # the host's own cores among them: one chain
+        gpus = []
     if variants and len(gpus) > len(variants) and rounds >= 2:
         gpus = gpus[:rounds]
         shares = [rounds // len(gpus) + (1 if i < rounds % len(gpus) else 0) for i in range(len(gpus))]
