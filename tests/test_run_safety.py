@@ -607,7 +607,7 @@ def test_pack_writes_only_into_a_fresh_directory_outside_the_run_and_never_out_o
 
 
 @pytest.mark.slow
-def test_more_malformed_inputs_are_one_error_line(tmp_path):
+def test_an_oversized_input_duplicate_candidate_ids_a_bad_results_file_and_a_directory_as_model_are_each_one_error_line(tmp_path):
     out = _compiled_dir(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     huge = json.loads(json.dumps(manifest))
@@ -623,7 +623,7 @@ def test_more_malformed_inputs_are_one_error_line(tmp_path):
     assert_one_error_line(run_cli("dispatches", tmp_path), 2, "a directory, not a model file")
 
 
-def test_still_more_bad_inputs_are_one_error_line_with_the_right_exit(tmp_path, small_matmul):
+def test_standard_input_an_empty_module_and_an_all_dynamic_model_are_each_one_error_line_with_exit_2(tmp_path, small_matmul):
     assert_one_error_line(run_cli("tune", "-"), 2, "not from standard input")
     assert_one_error_line(run_cli("dispatches", "-"), 2, "not from standard input")
     empty = tmp_path / "empty.mlir"
