@@ -19,6 +19,34 @@ os.environ.setdefault("IREE_TUNER_QUIET_WAIT", "0")
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_dispatches"
 
+MEMO_ENV = "IREE_TUNER_TEST_MEMO_DIR"  # the suite's remembering tools, made once and shared by its workers
+
+
+def pytest_configure(config):
+    """The suite's tools: iree-compile remembers what it compiled (tests.memo_tools), unless
+    IREE_TUNER_TEST_MEMO=0 or $IREE_TUNER_TOOLS names tools of the user's. Made by the first
+    process (pytest itself, before its workers start: they inherit the environment)."""
+    import tempfile
+
+    from tests.memo_tools import memo_tools
+    from tuner.tools import TOOLS_ENV
+
+    if os.environ.get("IREE_TUNER_TEST_MEMO") == "0" or (os.environ.get(TOOLS_ENV) and MEMO_ENV not in os.environ):
+        return
+    if MEMO_ENV not in os.environ:
+        root = Path(tempfile.mkdtemp(prefix="iree-tuner-test-compiles-"))
+        os.environ[MEMO_ENV] = str(root)
+        os.environ[TOOLS_ENV] = str(memo_tools(root / "tools", root / "store"))
+        config._memo_root = root
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    root = getattr(config, "_memo_root", None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def ctx() -> ir.Context:

@@ -253,7 +253,7 @@ def scripted_gpu_tools(tmp_path, monkeypatch):
 def _alone_job(**kw) -> ProfileJob:
     dispatches = ("m_dispatch_0_fast", "m_dispatch_1_slow", "m_dispatch_2_long")
     return ProfileJob(
-        device="cuda", program="program.vmfb", inputs={"main": []}, runs={d: 1 for d in dispatches},
+        device="cuda", module="program.vmfb", inputs={"main": []}, runs={d: 1 for d in dispatches},
         entry_of={d: "main" for d in dispatches}, untimed={}, mode="alone",
         alone={"m_dispatch_0_fast": ["fast.vmfb", "f"], "m_dispatch_1_slow": ["slow.vmfb", "f"],
                "m_dispatch_2_long": ["long.vmfb", "f"]},

@@ -45,7 +45,7 @@ def test_a_program_or_spec_that_is_gone_is_named(tmp_path):
 def test_a_model_run_rebuilds_from_model_flags_and_says_how_to_run_with_its_parameters(tmp_path):
     out = _run_dir(tmp_path, "model", ["model=/data/w.irpa"])
     target = read_rebuild(out)
-    assert target.flags_file.name == "model_flags.txt" and target.program == tmp_path / "model.mlir"
+    assert target.flags_file.name == "model_flags.txt" and target.source == tmp_path / "model.mlir"
     compile_command = target.compile_command("o.vmfb")
     assert Path(compile_command[0]).is_absolute() and compile_command[1:] == [
         str(tmp_path / "model.mlir"), f"@{out / 'model_flags.txt'}", "-o", "o.vmfb"]
@@ -100,7 +100,7 @@ def test_flags_and_a_program_a_directory_did_not_get_from_its_run_are_refused(tm
         assert_one_error_line(run_cli("rebuild", out, "-o", tmp_path / "x.vmfb"), 2, said)
     assert not elsewhere.exists() and not (tmp_path / "x.vmfb").exists()
     (out / "best_flags.txt").write_text(flags)
-    assert read_rebuild(out).program == tmp_path / "model.mlir"  # the run's own input: taken
+    assert read_rebuild(out).source == tmp_path / "model.mlir"  # the run's own input: taken
     results = json.loads((out / "results.json").read_text())
     other = tmp_path / "other.mlir"
     other.write_text("func.func @g() { return }\n")

@@ -510,7 +510,7 @@ def test_model_plan_paths_outside_the_directory_are_refused_and_nothing_outside_
         "a .. in the file list": ModelPlan("validate", "local-task", {}, [], files=["../secret.txt"]),
         "an absolute input": ModelPlan("validate", "local-task", {}, [str(secret)], files=[]),
         "an absolute profiled program": ModelPlan("profile", "local-task", {}, [], profile={
-            "device": "local-task", "program": "/etc/passwd", "inputs": {}, "runs": {}, "entry_of": {}, "untimed": {},
+            "device": "local-task", "module": "/etc/passwd", "inputs": {}, "runs": {}, "entry_of": {}, "untimed": {},
             "mode": "in_program"}),
         "a module through ..": ModelPlan("validate", "local-task", {}, [], reference=["default", "../../x.vmfb"]),
     }
@@ -531,7 +531,7 @@ def test_model_plan_values_a_compile_step_never_writes_are_refused_before_anythi
     # an index that is a path, names that would become paths outside DIR.
     from tuner.stages.plan import ModelPlan
 
-    job = {"device": "local-task", "program": "m.vmfb", "inputs": {"../../../x/y": []}, "runs": {}, "entry_of": {},
+    job = {"device": "local-task", "module": "m.vmfb", "inputs": {"../../../x/y": []}, "runs": {}, "entry_of": {},
            "untimed": {}, "mode": "in_program"}
     plans = {
         "rounds": (ModelPlan("validate", "local-task", {}, [], rounds=1_000_000_000), "1000000000"),
@@ -912,7 +912,7 @@ def test_the_ray_builder_writes_no_candidate_through_a_planted_candidates_link(t
     builder = object.__new__(RayBuilder)
     started = SimpleNamespace(future=lambda: "future")
     builder._task = SimpleNamespace(remote=lambda *args: (started, None, None))
-    builder.workdir, builder.program, builder.target = run / "candidates", None, None
+    builder.workdir, builder.source, builder.target = run / "candidates", None, None
     builder.timeout_s, builder.entry, builder.pin, builder._submitted = 1.0, None, None, {}
     with RunDirectory(run):
         assert builder.start(SimpleNamespace(id=1, spec="// ours\n")) == "future"

@@ -19,7 +19,7 @@ from tuner.cluster.reaper import temp_dir
 from tuner.targets import Target
 
 _root: Optional[Path] = None
-_programs: dict[str, Path] = {}
+_sources: dict[str, Path] = {}
 _ctx = None
 
 
@@ -29,7 +29,7 @@ class RemoteBuild:
 
     built: Built
     directory: str  # the candidate's directory on that node
-    program: str  # the program's path on that node
+    source: str  # the program's file on that node
 
 
 def _workdir() -> Path:
@@ -39,20 +39,20 @@ def _workdir() -> Path:
     return _root
 
 
-def _program(program: FileRef) -> Path:
-    """The program on this node: written once per worker process from the object store."""
+def _source(source: FileRef) -> Path:
+    """The program's file on this node: written once per worker process from the object store."""
     import ray
 
-    name, (obj,) = program
-    if name not in _programs:
+    name, (obj,) = source
+    if name not in _sources:
         path = _workdir() / "programs" / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(ray.get(obj))
-        _programs[name] = path
-    return _programs[name]
+        _sources[name] = path
+    return _sources[name]
 
 
-def compile_on_node(c: Candidate, program: FileRef, target: Target, timeout_s: float,
+def compile_on_node(c: Candidate, source: FileRef, target: Target, timeout_s: float,
                     benchmark_entry: Optional[str], pin_cores: Optional[int]
                     ) -> tuple[RemoteBuild, Optional[bytes], Optional[bytes]]:
     """Compile and verify `c` here; (the build, the module's bytes, the dispatch module's bytes).
@@ -67,7 +67,7 @@ def compile_on_node(c: Candidate, program: FileRef, target: Target, timeout_s: f
         os.sched_setaffinity(0, compile_cores(pin_cores))
     if _ctx is None:
         _ctx = ir.Context()
-    path = _program(program)
+    path = _source(source)
     workdir = _workdir() / "candidates" / c.key[:16]
     job = compile_candidate(c, path, target, workdir, timeout_s, benchmark_entry)
     try:
@@ -80,13 +80,13 @@ def compile_on_node(c: Candidate, program: FileRef, target: Target, timeout_s: f
     return RemoteBuild(built, str(job.directory), str(path)), module, dispatch
 
 
-def localize(remote: RemoteBuild, directory: Path, program: Path) -> Built:
-    """The build as if it had been made in the driver's `directory` from its `program`: paths and
+def localize(remote: RemoteBuild, directory: Path, source: Path) -> Built:
+    """The build as if it had been made in the driver's `directory` from the program in `source`: paths and
     the flags and command that name them rewritten (what rebuilds it here, e.g. best_flags.txt)."""
     b = remote.built
 
     def here(text: str) -> str:
-        return text.replace(remote.directory, str(directory)).replace(remote.program, str(program.resolve()))
+        return text.replace(remote.directory, str(directory)).replace(remote.source, str(source.resolve()))
 
     def moved(path: Optional[Path]) -> Optional[Path]:
         return directory / Path(path).relative_to(remote.directory) if path else None

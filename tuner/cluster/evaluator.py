@@ -42,7 +42,7 @@ class RayBuilder:
         self.ray, self.cluster = runner.ray, runner
         self.input_path, self.target, self.workdir = input_path, target, workdir
         self.timeout_s, self.entry, self.pin = timeout_s, entry, pin
-        self.program = runner.file(input_path.resolve())
+        self.source = runner.file(input_path.resolve())
         self._task = self.ray.remote(compile_on_node).options(num_cpus=0, resources={COMPILE_RESOURCE: 1},
                                                                num_returns=3, max_retries=3)
         self._submitted: dict[int, tuple] = {}
@@ -55,7 +55,7 @@ class RayBuilder:
         remove_tree(cdir)
         real_directory(cdir)
         write_file(cdir / "spec.mlir", c.spec)
-        refs = tuple(self._task.remote(c, self.program, self.target, self.timeout_s, self.entry, self.pin))
+        refs = tuple(self._task.remote(c, self.source, self.target, self.timeout_s, self.entry, self.pin))
         self._submitted[c.id] = refs
         return refs[0].future()
 

@@ -56,19 +56,19 @@ def imported_program(path: Path, workdir: Path, target: Target, timeout_s: float
     return out, fixed, repaired_import(out)
 
 
-def repaired_import(program: Path) -> tuple[str, ...]:
-    """The import rewritten in place where it holds what IREE 3.13 cannot compile and an exact
+def repaired_import(source: Path) -> tuple[str, ...]:
+    """The imported program in `source` rewritten in place where it holds what IREE 3.13 cannot compile and an exact
     rewrite can (tuner.rewrite.conv_window: convolutions leaving input unread at a one-pixel
     output, as a ResNet at 32x32 pixels has); what was changed, each said by the run."""
-    if not _mentions(program, (b'"onnx.Conv"', b'"onnx.MaxPool"', b'"onnx.AveragePool"')):
+    if not _mentions(source, (b'"onnx.Conv"', b'"onnx.MaxPool"', b'"onnx.AveragePool"')):
         return ()
     from tuner.rewrite import FIT_CONV_WINDOWS
     from tuner.rewrite.parsed import ParsedProgram
 
-    fitted = program.with_suffix(".fitted.mlir")
-    changed = ParsedProgram(program).write(FIT_CONV_WINDOWS, fitted)
+    fitted = source.with_suffix(".fitted.mlir")
+    changed = ParsedProgram(source).write(FIT_CONV_WINDOWS, fitted)
     if changed:
-        fitted.replace(program)
+        fitted.replace(source)
     return tuple(f"{FIT_CONV_WINDOWS.name}: {c}" for c in changed)
 
 

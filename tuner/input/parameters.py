@@ -49,13 +49,13 @@ def scope_of(parameter: str) -> str:
     return parameter.partition("=")[0]
 
 
-def check_scopes(program: Path, program_text: str, parameters: tuple[str, ...]) -> None:
-    """One clear line when the program reads a scope no `--parameters` gives."""
-    missing = sorted(required_scopes(program_text) - {scope_of(p) for p in parameters})
+def check_scopes(source: Path, text: str, parameters: tuple[str, ...]) -> None:
+    """One clear line when the program in `source` (its `text`) reads a scope no `--parameters` gives."""
+    missing = sorted(required_scopes(text) - {scope_of(p) for p in parameters})
     if missing:
         named = ", ".join(repr(s) if s else "the default scope" for s in missing)
         example = " ".join(f"--parameters {s + '=' if s else ''}FILE.irpa" for s in missing)
-        raise InputError(f"{program}: its weights are external parameters ({named}), read from a parameter "
+        raise InputError(f"{source}: its weights are external parameters ({named}), read from a parameter "
                          f"archive when it runs: give it with {example}")
 
 

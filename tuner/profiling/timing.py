@@ -118,7 +118,7 @@ class ProfileJob:
     dispatch benchmark (GPUs), or the program as the dispatch benchmark it is."""
 
     device: str
-    program: str  # the compiled program, relative to the job's directory
+    module: str  # the compiled program, relative to the job's directory
     inputs: dict[str, list[str]]  # entry -> its input files (relative)
     runs: dict[str, int]  # dispatch -> runs per call of its entry
     entry_of: dict[str, str]  # dispatch -> the entry that runs it
@@ -137,13 +137,15 @@ class ProfileJob:
 
     @classmethod
     def from_json(cls, data: dict) -> "ProfileJob":
+        if "module" not in data and "program" in data:  # a job written before the field was named `module`
+            data = {**data, "module": data["program"]}
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 def time_profile(job: ProfileJob, root: Path, progress: Optional[Callable[[str, int, int], None]] = None) -> Profile:
     """Time what `job` names (its paths under `root`) on `job.device`."""
     check_present(job.parameters, "the profiled model")
-    vmfb = root / job.program
+    vmfb = root / job.module
     untimed = dict(job.untimed)
     times: dict[str, DispatchTime] = {}
     entry_ms: dict[str, float] = {}

@@ -28,14 +28,14 @@ FLAG_FILES = {"model": "model_flags.txt"}  # by results.json's `kind`; any other
 class Rebuild:
     """What rebuilds a run directory's result: the program, the flags file, and how to run it."""
 
-    program: Path
+    source: Path  # the program it compiled
     flags_file: Path
     entry: str
     parameters: tuple[str, ...]
     device: str = ""  # the runtime device the run's target means ("" where results.json names none)
 
     def compile_command(self, out: Path | str) -> list[str]:
-        return [find_tool("iree-compile"), str(self.program), f"@{self.flags_file}", "-o", str(out)]
+        return [find_tool("iree-compile"), str(self.source), f"@{self.flags_file}", "-o", str(out)]
 
     def run_command(self, module: Path | str) -> list[str]:
         """iree-run-module with the module's parameters (the inputs are the user's to give)."""
@@ -60,29 +60,29 @@ def read_rebuild(directory: Path) -> Rebuild:
     flags_file = (directory / FLAG_FILES.get(meta.get("kind", ""), "best_flags.txt")).resolve()
     if not flags_file.is_file():
         raise InputError(f"{directory}: no {flags_file.name}; the run did not finish writing its result")
-    program = Path(meta["input"])
-    if not program.is_file():
-        raise InputError(f"{path} names the program {program}, which is gone (was the directory moved?)")
-    _check_program(directory, program, path)
+    source = Path(meta["input"])
+    if not source.is_file():
+        raise InputError(f"{path} names the program {source}, which is gone (was the directory moved?)")
+    _check_source(directory, source, path)
     for flag in checked_flags(read_flags(flags_file), directory, str(flags_file)):
         value = flag.split("=", 1)[1] if "=" in flag else ""
         if value.endswith(".mlir") and not Path(value).is_file():
             raise InputError(f"{flags_file.name} names {value}, which is gone (was the directory moved?)")
-    return Rebuild(program, flags_file, str(meta.get("entry", "")), tuple(meta.get("parameters", ())),
+    return Rebuild(source, flags_file, str(meta.get("entry", "")), tuple(meta.get("parameters", ())),
                    _device(meta.get("target")))
 
 
-def _check_program(directory: Path, program: Path, results: Path) -> None:
-    """The program results.json names is one the run compiled: inside its directory (an imported
+def _check_source(directory: Path, source: Path, results: Path) -> None:
+    """The program `source` that results.json names is one the run compiled: inside its directory (an imported
     or rewritten program), or the run's own input, whose digest run.json holds (issue 60: a
     results.json naming /etc/hostname had it compiled)."""
     from tuner.run_dir import RunDirectory, input_digest
 
-    if program.resolve().is_relative_to(directory.resolve()):
+    if source.resolve().is_relative_to(directory.resolve()):
         return
     owner = RunDirectory.owner(directory) or {}
-    if not owner.get("input_digest") or owner["input_digest"] != input_digest(program):
-        raise InputError(f"{results} names the program {program}, which is not the input this directory's run "
+    if not owner.get("input_digest") or owner["input_digest"] != input_digest(source):
+        raise InputError(f"{results} names the program {source}, which is not the input this directory's run "
                          "tuned (its digest differs from run.json's); refusing to compile it")
 
 

@@ -40,11 +40,12 @@ class RewriteFailed(Exception):
 
 
 class ParsedProgram:
-    """`program` parsed on first use, in a context of its own kept while this object lives (the
-    weights' resources are shared by every copy: a copy costs next to nothing)."""
+    """The program in the file `source`, parsed on first use, in a context of its own kept while
+    this object lives (the weights' resources are shared by every copy: a copy costs next to
+    nothing)."""
 
-    def __init__(self, program: Path):
-        self.program = program
+    def __init__(self, source: Path):
+        self.source = source
         self._context: Optional[ir.Context] = None
         self._module: Optional[ir.Module] = None
         # Rewrites that raised on this program, and what they raised: such a rewrite changes
@@ -67,7 +68,7 @@ class ParsedProgram:
         if self._module is None:
             self._context = ir.Context()
             with self._context:
-                self._module = ir.Module.parse(self.program.read_text())
+                self._module = ir.Module.parse(self.source.read_text())
         if prebuild:
             with recording() as requests:
                 self._apply(rewrite, None)

@@ -64,7 +64,7 @@ def profile_step(env: StageEnv) -> Optional[ModelPlan]:
         return None
     job = prepare_profile(env.model, env.target, env.program, env.output_dir / PROFILE_DIR, env.ctx,
                           timeout_s=env.settings.run_timeout_s)
-    files = [f"{PROFILE_DIR}/{job.program}", *(f"{PROFILE_DIR}/{p}" for ps in job.inputs.values() for p in ps),
+    files = [f"{PROFILE_DIR}/{job.module}", *(f"{PROFILE_DIR}/{p}" for ps in job.inputs.values() for p in ps),
              *(f"{PROFILE_DIR}/{m}" for m, _ in job.alone.values()),
              *([f"{PROFILE_DIR}/{job.launch[0]}"] if job.launch else [])]
     return ModelPlan("profile", env.device, {}, [], env.rounds, profile=job.to_json(), files=files)
