@@ -111,6 +111,11 @@ def as_given(text):
     return text
 
 
+def log(what, seconds):  # each compile, remembered or not, its seconds and the test that asked
+    with open(os.path.join(STORE, "compiles.log"), "a") as f:
+        f.write(f"{{what}} {{seconds:.2f}} {{os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}}\n")
+
+
 entry = os.path.join(STORE, key)
 if not os.path.isfile(os.path.join(entry, "done.json")):
     made = tempfile.mkdtemp(dir=STORE, prefix=".new-")
@@ -135,6 +140,7 @@ if not os.path.isfile(os.path.join(entry, "done.json")):
         os.rename(made, entry)
     except OSError:  # another process remembered it first, or the disk is full: not remembered
         shutil.rmtree(made, ignore_errors=True)
+    log("compiled", seconds)
     sys.exit(run.returncode)
 for i, path in enumerate(outputs):
     kept = os.path.join(entry, f"out{{i}}")
@@ -147,8 +153,7 @@ for i, directory in enumerate(dumps):
 sys.stdout.buffer.write(as_given(open(os.path.join(entry, "stdout"), "rb").read()))
 sys.stderr.buffer.write(as_given(open(os.path.join(entry, "stderr"), "rb").read()))
 done = json.load(open(os.path.join(entry, "done.json")))
-with open(os.path.join(STORE, "hits.log"), "a") as f:  # what remembering saved, a line a compile
-    f.write(f"{{done['seconds']:.2f}}\\n")
+log("remembered", done["seconds"])
 sys.exit(done["rc"])
 '''
 

@@ -157,13 +157,15 @@ class _OnDevice(_FakeModule):
         self.launched.append(KernelRecord("other_dispatch_1", 0, int(self.other * 1e6), device=1 - self.device))
 
 
-def test_a_whole_model_is_timed_by_every_kernel_of_its_own_device_per_call(monkeypatch, tmp_path):
-    module = _OnDevice({"main$async_dispatch_0_matmul": 0.25, "gemm_512x1024x64_f16": 0.5}, device=1, other=7.0)
+def test_a_whole_model_is_timed_by_every_kernel_and_memset_of_its_own_device_per_call(monkeypatch, tmp_path):
+    module = _OnDevice({"main$async_dispatch_0_matmul": 0.25, "gemm_512x1024x64_f16": 0.5, cupti.MEMSET: 0.03},
+                       device=1, other=7.0)
     monkeypatch.setattr(cupti, "tracer", lambda: _FakeTracer(module))
     monkeypatch.setattr(in_model.MODULES, "get", lambda vmfb, settings: module)
     timing = in_model.time_model(tmp_path / "model.vmfb", ModuleRun("cuda://1", "main", (), repetitions=3))
-    # the external kernel counts as IREE's own does; device 0's kernels are another model's
-    assert timing.times_ms == pytest.approx((0.75, 0.75, 0.75))
+    # the external kernel and the memset count as IREE's own kernels do; device 0's kernels are
+    # another model's
+    assert timing.times_ms == pytest.approx((0.78, 0.78, 0.78))
     assert in_model.device_ordinal("cuda") == 0 and in_model.device_ordinal("cuda://3") == 3
     assert in_model.device_ordinal("cuda://GPU-8a1b") is None  # not an ordinal: every kernel counts
 

@@ -1,12 +1,14 @@
 """CUDA kernel records from NVIDIA's CUPTI activity API, through ctypes: which kernels ran in
-this process, on which device, from when to when (device clock, ns). No torch, no CUDA toolkit
+this process, on which device, from when to when (device clock, ns); a memset and a copy from
+device memory to device memory are recorded as kernels of their own ("Memset (Device)",
+"Memcpy DtoD (Device)", as torch.profiler names them), being device work of the calls too. No torch, no CUDA toolkit
 headers: the library alone, from the CUDA toolkit or the `nvidia-cuda-cupti` wheel (the `cuda`
 extra). The IREE runtime runs in this process, and CUPTI sees the kernels its CUDA HAL launches,
 named after their dispatch (tuner.evaluation.kernel_times reads them).
 
-Only the first, stable part of a kernel record is read (kind, start, end, device, stream, name);
-every CUDA 11-13 version of the record begins with the same fields, and `cuptiActivityGetNextRecord`
-steps over the rest. A record that does not look like one (end before start, no name) stops the
+Only the first, stable part of a record is read (kind, start, end, device, stream; a kernel's
+name, a copy's kind); every CUDA 11-13 version of each record begins with the same fields, and
+`cuptiActivityGetNextRecord` steps over the rest. A record that does not look like one (end before start, no name) stops the
 trace with an error rather than giving a wrong time."""
 
 from __future__ import annotations
@@ -22,13 +24,19 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 # CUpti_ActivityKind: CONCURRENT_KERNEL records kernels without serializing them.
-_CONCURRENT_KERNEL = 10
+_MEMCPY, _MEMSET, _CONCURRENT_KERNEL = 1, 2, 10
+_KINDS = (_CONCURRENT_KERNEL, _MEMSET, _MEMCPY)
+_DTOD = 8  # CUpti_ActivityMemcpyKind: device memory to device memory (host copies are the harness's)
 _FLUSH_FORCED = 1
 _BUFFER_BYTES = 8 << 20
 _ALIGN = 8
 # Offsets in CUpti_ActivityKernel (every version): kind u32 @0, start u64 @16, end u64 @24,
 # deviceId u32 @40, contextId u32 @44, streamId u32 @48, correlationId u32 @92, name char* @104.
 _KIND, _START, _END, _DEVICE, _STREAM, _CORRELATION, _NAME = 0, 16, 24, 40, 48, 92, 104
+# In CUpti_ActivityMemset and CUpti_ActivityMemcpy (every version): kind u32 @0, a memcpy's
+# copyKind u8 @4, start u64 @16, end u64 @24, deviceId u32 @32, streamId u32 @40.
+_COPY_KIND, _SET_DEVICE, _SET_STREAM = 4, 32, 40
+MEMSET, MEMCPY_DTOD = "Memset (Device)", "Memcpy DtoD (Device)"
 
 # Where libcupti may be, first match wins: the user's choice, the driver's toolkit, the wheel.
 ENV = "IREE_TUNER_CUPTI"
@@ -36,7 +44,8 @@ ENV = "IREE_TUNER_CUPTI"
 
 @dataclass(frozen=True)
 class KernelRecord:
-    """One kernel run on the device, as CUPTI recorded it."""
+    """One kernel run on the device, as CUPTI recorded it (or a memset or device-to-device copy,
+    named MEMSET or MEMCPY_DTOD)."""
 
     name: str
     start_ns: int
@@ -125,7 +134,7 @@ class Tracer:
         problem = None
         try:
             while valid and self.lib.cuptiActivityGetNextRecord(buffer, valid, ctypes.byref(record)) == 0:
-                parsed = read_kernel_record(record.value)
+                parsed = read_record(record.value)
                 if isinstance(parsed, str):
                     problem = parsed
                     break
@@ -153,7 +162,8 @@ class Tracer:
             with self._lock:
                 if not self._open:
                     self._problem = None
-                    self._check(self.lib.cuptiActivityEnable(_CONCURRENT_KERNEL), "enabling kernel records")
+                    for kind in _KINDS:
+                        self._check(self.lib.cuptiActivityEnable(kind), "enabling kernel, memset and copy records")
                 mine = _Open(device, self._now())
                 self._open.append(mine)
         out: list[KernelRecord] = []
@@ -167,7 +177,8 @@ class Tracer:
                     last = not self._open
                     problem = self._problem
                 if last:
-                    self.lib.cuptiActivityDisable(_CONCURRENT_KERNEL)
+                    for kind in _KINDS:
+                        self.lib.cuptiActivityDisable(kind)
                     self.lib.cuptiActivityFlushAll(_FLUSH_FORCED)
                 self._turn.notify_all()
             out += mine.within()
@@ -197,14 +208,23 @@ def deliver(records: list[KernelRecord], open_traces: list[_Open]) -> None:
         trace.records += [r for r in records if trace.device is None or r.device == trace.device]
 
 
-def read_kernel_record(address: int):
-    """The kernel record at `address` (None for another kind of record; a string saying why for
-    one that does not read as a kernel record)."""
+def read_record(address: int):
+    """The kernel, memset or device-to-device copy record at `address` as a KernelRecord (None
+    for another kind of record, or a copy to or from the host; a string saying why for one that
+    does not read as its kind's record)."""
     kind = ctypes.c_uint32.from_address(address).value
-    if kind != _CONCURRENT_KERNEL:
+    if kind not in _KINDS:
         return None
     start = ctypes.c_uint64.from_address(address + _START).value
     end = ctypes.c_uint64.from_address(address + _END).value
+    if kind != _CONCURRENT_KERNEL:
+        if kind == _MEMCPY and ctypes.c_uint8.from_address(address + _COPY_KIND).value != _DTOD:
+            return None
+        if end < start:
+            return "a memset or copy record does not have the expected layout (it ends before it starts)"
+        return KernelRecord(MEMSET if kind == _MEMSET else MEMCPY_DTOD, start, end,
+                            ctypes.c_uint32.from_address(address + _SET_DEVICE).value,
+                            ctypes.c_uint32.from_address(address + _SET_STREAM).value)
     name_ptr = ctypes.c_void_p.from_address(address + _NAME).value
     if not name_ptr or end < start:
         return "a kernel record does not have the expected layout (no name, or it ends before it starts)"
