@@ -472,3 +472,29 @@ def test_a_device_that_cannot_run_the_targets_modules_is_refused_before_anything
         assert not (tmp_path / command).exists()
     assert_one_error_line(run_cli("tune", small_matmul, "--target", "cuda:sm_80", "--device", "local-task",
                                   "--output", tmp_path / "o"), 3, "--device local-task does not run cuda:sm_80 modules")
+
+
+@pytest.mark.parametrize("option, repetition, warmup", [((), "0.1s", "0.05"), (("--min-time", "0.02"), "0.02s", "0.02")])
+def test_min_time_sets_each_repetition_and_its_warm_up_in_the_benchmark_command(monkeypatch, tmp_path, option,
+                                                                               repetition, warmup):
+    """`--min-time` reaches iree-benchmark-module: each repetition at least that long, its warm-up
+    as long but at most 0.05 s (the default repetition, 0.1 s, keeps 0.05 s)."""
+    from types import SimpleNamespace
+
+    from tuner import api
+    from tuner.evaluation import runtime_tools
+    from tuner.core.running import ModuleRun
+
+    monkeypatch.delenv("IREE_TUNER_MIN_TIME", raising=False)  # the suite's own default (conftest)
+    commands = []
+    monkeypatch.setattr(runtime_tools, "run_tool", lambda cmd, *a, **k: commands.append(cmd) or SimpleNamespace(ok=False))
+
+    def tune(input_file, target, output_dir, dispatch, pipeline, search, run, listeners):
+        runtime_tools.benchmark(tmp_path / "m.vmfb", ModuleRun("local-task", "main", (), run.settings.repetitions,
+                                                               run.settings.min_time_s))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(api, "tune", tune)
+    run_cli("tune", SAMPLES / "matmul_1024x1024x1024_f32.mlir", "--output", tmp_path / "o", *option)
+    [command] = commands
+    assert f"--benchmark_min_time={repetition}" in command and f"--benchmark_min_warmup_time={warmup}" in command

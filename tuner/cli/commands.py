@@ -13,7 +13,7 @@ import click
 
 from tuner.cli.options import (SECONDS, constraints_option, dynamic_size_option, eval_settings, evaluation_options,
                                gpu_timing_option, json_option, kind_list, parameters_option, print_json_result, print_json_step,
-                               quiet_wait_option, search_options, terminate, version_option)
+                               min_time_option, quiet_wait_option, search_options, terminate, version_option)
 from tuner.cli.say import (LiveResults, dispatches_json, errors_to_exit, progress_bars, say_candidates, say_dispatches, say_failures,
                            say_picked, say_rebuild, say_search, say_summary)
 from tuner.errors import InputError
@@ -110,6 +110,7 @@ def tune(input_file: Path, output_dir: Path, compile_only: bool, runner: str, as
                    "`iree-tuner benchmark OUTPUT` where the device is; repeat until done.")
 @click.option("--repetitions", default=5, show_default=True, type=click.IntRange(min=1),
               help="Timed repetitions per timing.")
+@min_time_option
 @click.option("--confirm-rounds", default=4, show_default=True, type=click.IntRange(min=0),
               help="Interleaved rounds confirming each dispatch's most promising candidates.")
 @click.option("--reconfirm", is_flag=True,
@@ -138,7 +139,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
                confirm_rounds: int, reconfirm: bool, compile_timeout: float, run_timeout: float,
                devices: tuple[str, ...], strategy: str, ray_address: str | None, store_path: Path | None,
                parameters: tuple[str, ...], dynamic_size: int | None, quiet_wait: float, gpu_timing: str,
-               as_json: bool) -> None:
+               min_time: float, as_json: bool) -> None:
     """Tune a whole model (MLIR or ONNX): its dispatches that matter, merged into one spec that
     is validated on the model. Writes OUTPUT/model_spec.mlir and OUTPUT/model_flags.txt."""
     from tuner.report.outputs import render_model
@@ -148,7 +149,7 @@ def tune_model(input_file: Path, target: str, top: int | None, min_share: float,
     console = make_console(stderr=as_json)
     settings = eval_settings(repetitions, compile_timeout, run_timeout, confirm_rounds=confirm_rounds,
                              ray_address=ray_address, reconfirm=reconfirm, quiet_wait=quiet_wait,
-                             gpu_timing=gpu_timing)
+                             gpu_timing=gpu_timing, min_time=min_time)
     with errors_to_exit(), progress_bars(console) as on_progress:
         # tune-model's --time-budget is the whole run's (ModelOptions), not each dispatch's search's.
         tuning = run(input_file, target, output_dir, replace(search, pipeline=pipeline_name, seconds=None),

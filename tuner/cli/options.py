@@ -167,6 +167,7 @@ def evaluation_options(f):
     f = click.option("--run-timeout", default=120.0, show_default=True, type=SECONDS, help="Seconds per benchmark run.")(f)
     f = click.option("--repetitions", default=5, show_default=True, type=click.IntRange(min=1),
                      help="Timed repetitions per candidate.")(f)
+    f = min_time_option(f)
     f = click.option("--baseline-every", default=5, show_default=True, type=click.IntRange(min=1),
                      help="Time the baseline again after every N candidates (per device): each candidate is "
                           "compared with the baseline timed nearest to it, and drift is seen.")(f)
@@ -194,6 +195,13 @@ def parameters_option(f):
                         help="A parameter archive the model reads its weights from (.irpa, .gguf, .safetensors), "
                              "as IREE's runtime tools take it: repeat per scope; FILE alone is the default scope. "
                              "Recorded by path in the run, never copied.")(f)
+
+
+def min_time_option(f):
+    return click.option("--min-time", "min_time", default=0.1, show_default=True, type=click.FloatRange(min=0.001),
+                        envvar="IREE_TUNER_MIN_TIME",
+                        help="Seconds each timed repetition runs at least (calls back to back; its warm-up as long, "
+                             "at most 0.05 s). Default also from $IREE_TUNER_MIN_TIME.")(f)
 
 
 def quiet_wait_option(f):
@@ -268,12 +276,12 @@ def search_settings(search_name: str, budget: int, time_budget: float | None, se
 
 def eval_settings(repetitions: int, compile_timeout: float, run_timeout: float, baseline_every: int = 5,
                   confirm_rounds: int = 4, ray_address: str | None = None, reconfirm: bool = False,
-                  quiet_wait: float = 120.0, gpu_timing: str = "auto"):
+                  quiet_wait: float = 120.0, gpu_timing: str = "auto", min_time: float = 0.1):
     from tuner.core.settings import EvalSettings
 
     return EvalSettings(compile_timeout_s=compile_timeout, run_timeout_s=run_timeout, repetitions=max(1, repetitions),
                         baseline_every=baseline_every, confirm_rounds=confirm_rounds, ray_address=ray_address,
-                        reconfirm=reconfirm, quiet_wait_s=quiet_wait, gpu_timing=gpu_timing)
+                        reconfirm=reconfirm, quiet_wait_s=quiet_wait, gpu_timing=gpu_timing, min_time_s=min_time)
 
 
 def as_search(f):
@@ -291,11 +299,11 @@ def as_run(f):
     @functools.wraps(f)
     def command(*args, store_path, devices, ray_address, strategy, compile_timeout, run_timeout, repetitions,
                 baseline_every, confirm_rounds, reconfirm, quiet_wait, gpu_timing, force, input_files, parameters,
-                dynamic_size, **kwargs):
+                dynamic_size, min_time, **kwargs):
         from tuner.core.settings import RunOptions
 
         settings = eval_settings(repetitions, compile_timeout, run_timeout, baseline_every, confirm_rounds,
-                                 ray_address, reconfirm, quiet_wait, gpu_timing)
+                                 ray_address, reconfirm, quiet_wait, gpu_timing, min_time)
         return f(*args, run=RunOptions(settings, strategy, tuple(devices), store_path, force, tuple(input_files),
                                        parameters=tuple(parameters), dynamic_size=dynamic_size), **kwargs)
     return command
