@@ -14,7 +14,9 @@ read surely (standard input, a directory as an argument, a program naming files 
 `path = "..."`, a response file it cannot split) is compiled for real and not remembered.
 
 Off with IREE_TUNER_TEST_MEMO=0; a test that needs the wheels' own tools deletes $IREE_TUNER_TOOLS
-(as test_run_safety's do)."""
+(as test_run_safety's do). The store's compiles.log says of each call whether it compiled or was
+remembered, its seconds and the test; to keep it after a run, make the tools with `memo_tools()`
+and give the run $IREE_TUNER_TEST_MEMO_DIR (any value) and $IREE_TUNER_TOOLS (their directory)."""
 
 from __future__ import annotations
 
