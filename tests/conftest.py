@@ -34,13 +34,13 @@ def pytest_configure(config):
     from tests.memo_tools import memo_tools
     from tuner.tools import TOOLS_ENV
 
-    if os.environ.get("IREE_TUNER_TEST_MEMO") == "0" or (os.environ.get(TOOLS_ENV) and MEMO_ENV not in os.environ):
+    # Off, made already (a worker, or a run keeping its store), or other tools the user named.
+    if os.environ.get("IREE_TUNER_TEST_MEMO") == "0" or MEMO_ENV in os.environ or os.environ.get(TOOLS_ENV):
         return
-    if MEMO_ENV not in os.environ:
-        root = Path(tempfile.mkdtemp(prefix="iree-tuner-test-compiles-"))
-        os.environ[MEMO_ENV] = str(root)
-        os.environ[TOOLS_ENV] = str(memo_tools(root / "tools", root / "store"))
-        config._memo_root = root
+    root = Path(tempfile.mkdtemp(prefix="iree-tuner-test-compiles-"))
+    os.environ[MEMO_ENV] = str(root)
+    os.environ[TOOLS_ENV] = str(memo_tools(root / "tools", root / "store"))
+    config._memo_root = root
 
 
 def pytest_unconfigure(config):

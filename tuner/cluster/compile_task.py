@@ -81,8 +81,9 @@ def compile_on_node(c: Candidate, source: FileRef, target: Target, timeout_s: fl
 
 
 def localize(remote: RemoteBuild, directory: Path, source: Path) -> Built:
-    """The build as if it had been made in the driver's `directory` from the program in `source`: paths and
-    the flags and command that name them rewritten (what rebuilds it here, e.g. best_flags.txt)."""
+    """The build as if it had been made in the driver's `directory` from the program in `source`:
+    paths and the flags and command that name them rewritten (what rebuilds it here, e.g.
+    best_flags.txt)."""
     b = remote.built
 
     def here(text: str) -> str:

@@ -1,15 +1,16 @@
 """CUDA kernel records from NVIDIA's CUPTI activity API, through ctypes: which kernels ran in
 this process, on which device, from when to when (device clock, ns); a memset and a copy from
 device memory to device memory are recorded as kernels of their own ("Memset (Device)",
-"Memcpy DtoD (Device)", as torch.profiler names them), being device work of the calls too. No torch, no CUDA toolkit
-headers: the library alone, from the CUDA toolkit or the `nvidia-cuda-cupti` wheel (the `cuda`
-extra). The IREE runtime runs in this process, and CUPTI sees the kernels its CUDA HAL launches,
+"Memcpy DtoD (Device)", as torch.profiler names them), being device work of the calls too. No
+torch, no CUDA toolkit headers: the library alone, from the CUDA toolkit or the
+`nvidia-cuda-cupti` wheel (the `cuda` extra). The IREE runtime runs in this process, and CUPTI sees the kernels its CUDA HAL launches,
 named after their dispatch (tuner.evaluation.kernel_times reads them).
 
 Only the first, stable part of a record is read (kind, start, end, device, stream; a kernel's
 name, a copy's kind); every CUDA 11-13 version of each record begins with the same fields, and
-`cuptiActivityGetNextRecord` steps over the rest. A record that does not look like one (end before start, no name) stops the
-trace with an error rather than giving a wrong time."""
+`cuptiActivityGetNextRecord` steps over the rest. A record that does not look like one (end
+before start, a kernel without a name) stops the trace with an error rather than giving a wrong
+time."""
 
 from __future__ import annotations
 
@@ -215,19 +216,19 @@ def read_record(address: int):
     kind = ctypes.c_uint32.from_address(address).value
     if kind not in _KINDS:
         return None
+    if kind == _MEMCPY and ctypes.c_uint8.from_address(address + _COPY_KIND).value != _DTOD:
+        return None
     start = ctypes.c_uint64.from_address(address + _START).value
     end = ctypes.c_uint64.from_address(address + _END).value
+    if end < start:
+        return "an activity record does not have the expected layout (it ends before it starts)"
     if kind != _CONCURRENT_KERNEL:
-        if kind == _MEMCPY and ctypes.c_uint8.from_address(address + _COPY_KIND).value != _DTOD:
-            return None
-        if end < start:
-            return "a memset or copy record does not have the expected layout (it ends before it starts)"
         return KernelRecord(MEMSET if kind == _MEMSET else MEMCPY_DTOD, start, end,
                             ctypes.c_uint32.from_address(address + _SET_DEVICE).value,
                             ctypes.c_uint32.from_address(address + _SET_STREAM).value)
     name_ptr = ctypes.c_void_p.from_address(address + _NAME).value
-    if not name_ptr or end < start:
-        return "a kernel record does not have the expected layout (no name, or it ends before it starts)"
+    if not name_ptr:
+        return "a kernel record does not have the expected layout (no name)"
     return KernelRecord(ctypes.string_at(name_ptr).decode(errors="replace"), start, end,
                         ctypes.c_uint32.from_address(address + _DEVICE).value,
                         ctypes.c_uint32.from_address(address + _STREAM).value)

@@ -57,9 +57,10 @@ def imported_program(path: Path, workdir: Path, target: Target, timeout_s: float
 
 
 def repaired_import(source: Path) -> tuple[str, ...]:
-    """The imported program in `source` rewritten in place where it holds what IREE 3.13 cannot compile and an exact
-    rewrite can (tuner.rewrite.conv_window: convolutions leaving input unread at a one-pixel
-    output, as a ResNet at 32x32 pixels has); what was changed, each said by the run."""
+    """The imported program in `source` rewritten in place where it holds what IREE 3.13 cannot
+    compile and an exact rewrite can (tuner.rewrite.conv_window: convolutions leaving input
+    unread at a one-pixel output, as a ResNet at 32x32 pixels has); what was changed, each said
+    by the run."""
     if not _mentions(source, (b'"onnx.Conv"', b'"onnx.MaxPool"', b'"onnx.AveragePool"')):
         return ()
     from tuner.rewrite import FIT_CONV_WINDOWS

@@ -50,7 +50,8 @@ def scope_of(parameter: str) -> str:
 
 
 def check_scopes(source: Path, text: str, parameters: tuple[str, ...]) -> None:
-    """One clear line when the program in `source` (its `text`) reads a scope no `--parameters` gives."""
+    """One clear line when the program in `source` (its `text`) reads a scope no `--parameters`
+    gives."""
     missing = sorted(required_scopes(text) - {scope_of(p) for p in parameters})
     if missing:
         named = ", ".join(repr(s) if s else "the default scope" for s in missing)

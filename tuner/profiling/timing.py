@@ -135,10 +135,15 @@ class ProfileJob:
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
+    @staticmethod
+    def module_of(data: dict) -> str:
+        """The compiled program a job's JSON names ("program" in a job written before the field
+        was named `module`, read only where no "module" is given)."""
+        return data["module"] if "module" in data else data.get("program", "")
+
     @classmethod
     def from_json(cls, data: dict) -> "ProfileJob":
-        if "module" not in data and "program" in data:  # a job written before the field was named `module`
-            data = {**data, "module": data["program"]}
+        data = {**data, "module": cls.module_of(data)}
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 

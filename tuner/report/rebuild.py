@@ -73,9 +73,9 @@ def read_rebuild(directory: Path) -> Rebuild:
 
 
 def _check_source(directory: Path, source: Path, results: Path) -> None:
-    """The program `source` that results.json names is one the run compiled: inside its directory (an imported
-    or rewritten program), or the run's own input, whose digest run.json holds (issue 60: a
-    results.json naming /etc/hostname had it compiled)."""
+    """The program `source` that results.json names is one the run compiled: inside its directory
+    (an imported or rewritten program), or the run's own input, whose digest run.json holds
+    (issue 60: a results.json naming /etc/hostname had it compiled)."""
     from tuner.run_dir import RunDirectory, input_digest
 
     if source.resolve().is_relative_to(directory.resolve()):

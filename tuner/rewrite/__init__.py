@@ -279,7 +279,8 @@ def rewrites_for(target) -> tuple[Rewrite, ...]:
 
 
 def rewrite_program(source: Path, rewrite: Rewrite, out: Path) -> list[str]:
-    """Write the program in `source` rewritten by `rewrite` to `out` (in a context of its own) and return what
-    changed; nothing is written when nothing changed. (A run that rewrites one program many ways
-    keeps a tuner.rewrite.parsed.ParsedProgram instead: parsed once, written only when built.)"""
+    """Write the program in `source` rewritten by `rewrite` to `out` (in a context of its own) and
+    return what changed; nothing is written when nothing changed. (A run that rewrites one program
+    many ways keeps a tuner.rewrite.parsed.ParsedProgram instead: parsed once, written only when
+    built.)"""
     return ParsedProgram(source).write(rewrite, out)

@@ -143,7 +143,7 @@ class ModelPlan:
     def profile_paths(self) -> list[str]:
         """Every path the profile job names, relative to DIR/PROFILE_DIR."""
         job = self.profile or {}
-        named = (job["module"] if "module" in job else job.get("program", ""), *(p for ps in job.get("inputs", {}).values() for p in ps),
+        named = (ProfileJob.module_of(job), *(p for ps in job.get("inputs", {}).values() for p in ps),
                  *(m for m, _ in job.get("alone", {}).values()), *(job.get("launch") or [])[:1])
         return [str(p) for p in named if p]
 
